@@ -1,0 +1,265 @@
+"""64-bit atomic operations on shared numpy arrays, as numba intrinsics.
+
+RDMA atomics (CAS, FAA and the Mellanox "extended" masked variants) act on
+8-byte words of remote memory. In the emulator that memory is a POSIX
+shared-memory mapping seen by several processes, so the operations must be
+real hardware atomics on that mapping, not Python-level emulation. numba has
+no public atomic API for CPU code, so the primitives here are small
+``@intrinsic`` functions that emit LLVM ``cmpxchg``/``atomicrmw``/atomic
+load/store/fence instructions on the element pointer of a 1-D C-contiguous
+int64 or uint64 array.
+
+Memory orderings:
+
+* Read-modify-writes (``cas``, ``faa``, ``swap``, ``fetch_min/max`` and the
+  cmpxchg loops behind ``masked_cas``/``masked_faa``) are ``seq_cst``. RDMA
+  atomics are used for locks, tickets and version counters whose users expect
+  them to be totally ordered; on x86-64 every locked RMW is a full barrier
+  anyway, so weaker orderings would buy nothing on the machines we run on.
+* ``load_acquire``/``store_release`` are ``acquire``/``release``: the
+  publish/consume pairs of ring buffers and seqlocks need exactly that, and
+  on x86-64 they compile to plain MOVs.
+* ``fence()`` is a ``seq_cst`` fence (MFENCE on x86-64), for the rare
+  store->load ordering a protocol needs.
+
+All instructions use LLVM's default (system) synchronisation scope, which is
+what makes them coherent across processes sharing the mapping.
+
+The jitted fast paths do **not** bound-check the word index: callers (verbs,
+rings) validate addresses once, up front. An out-of-range index is a wild
+memory access. Arrays must also be naturally (8-byte) aligned, which every
+``Segment.array(np.int64/np.uint64, ...)`` view is, since ``array()``
+enforces offset alignment and mappings are page-aligned.
+
+Every public function is an ``@njit(cache=True)`` wrapper, so it can be
+called from other jitted code (where it inlines to one instruction or a tiny
+loop) and directly from Python (for tests and slow paths). Arguments are
+converted to the array's element type, so with a uint64 array negative
+deltas wrap as expected, and with an int64 array ``fetch_min``/``fetch_max``
+compare signed while with uint64 they compare unsigned.
+"""
+
+from __future__ import annotations
+
+from numba import njit, types
+from numba.core import cgutils, errors
+from numba.core.extending import intrinsic
+
+__all__ = [
+    "cas",
+    "faa",
+    "swap",
+    "fetch_min",
+    "fetch_max",
+    "masked_cas",
+    "masked_faa",
+    "load_acquire",
+    "store_release",
+    "fence",
+]
+
+_WORD_TYPES = (types.int64, types.uint64)
+
+
+def _check_array(arr, *, write: bool) -> None:
+    """Reject, at compile time, arrays the intrinsics cannot handle."""
+    if not (
+        isinstance(arr, types.Array)
+        and arr.ndim == 1
+        and arr.layout == "C"
+        and arr.dtype in _WORD_TYPES
+    ):
+        raise errors.TypingError(
+            f"dmrack atomics need a 1-D C-contiguous int64 or uint64 array, got {arr}"
+        )
+    if write and not arr.mutable:
+        raise errors.TypingError(f"dmrack atomics cannot modify a read-only array ({arr})")
+
+
+def _word_ptr(context, builder, aryty, ary_val, idx_val):
+    ary = context.make_array(aryty)(context, builder, ary_val)
+    return cgutils.get_item_pointer(context, builder, aryty, ary, [idx_val], wraparound=False)
+
+
+def _rmw_intrinsic(op_for_dtype):
+    """Build an intrinsic ``f(arr, i, value) -> old`` for one atomicrmw op."""
+
+    def impl(typingctx, arr, i, value):
+        _check_array(arr, write=True)
+        sig = arr.dtype(arr, types.intp, arr.dtype)
+
+        def codegen(context, builder, signature, args):
+            aryty = signature.args[0]
+            ptr = _word_ptr(context, builder, aryty, args[0], args[1])
+            return builder.atomic_rmw(op_for_dtype(aryty.dtype), ptr, args[2], "seq_cst")
+
+        return sig, codegen
+
+    return intrinsic(impl)
+
+
+_faa = _rmw_intrinsic(lambda dt: "add")
+_swap = _rmw_intrinsic(lambda dt: "xchg")
+_min = _rmw_intrinsic(lambda dt: "min" if dt.signed else "umin")
+_max = _rmw_intrinsic(lambda dt: "max" if dt.signed else "umax")
+
+
+@intrinsic
+def _cas(typingctx, arr, i, expected, desired):
+    _check_array(arr, write=True)
+    sig = arr.dtype(arr, types.intp, arr.dtype, arr.dtype)
+
+    def codegen(context, builder, signature, args):
+        ptr = _word_ptr(context, builder, signature.args[0], args[0], args[1])
+        pair = builder.cmpxchg(ptr, args[2], args[3], "seq_cst", "seq_cst")
+        return builder.extract_value(pair, 0)
+
+    return sig, codegen
+
+
+@intrinsic
+def _load(typingctx, arr, i):
+    _check_array(arr, write=False)
+    sig = arr.dtype(arr, types.intp)
+
+    def codegen(context, builder, signature, args):
+        ptr = _word_ptr(context, builder, signature.args[0], args[0], args[1])
+        return builder.load_atomic(ptr, "acquire", 8)
+
+    return sig, codegen
+
+
+@intrinsic
+def _store(typingctx, arr, i, value):
+    _check_array(arr, write=True)
+    sig = types.void(arr, types.intp, arr.dtype)
+
+    def codegen(context, builder, signature, args):
+        ptr = _word_ptr(context, builder, signature.args[0], args[0], args[1])
+        builder.store_atomic(args[2], ptr, "release", 8)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def _fence(typingctx):
+    sig = types.void()
+
+    def codegen(context, builder, signature, args):
+        builder.fence("seq_cst")
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def _word(typingctx, arr, value):
+    """``value`` converted (wrapping) to the element type of ``arr``.
+
+    The masked loops do bit arithmetic; keeping every operand in one integer
+    type avoids numba's int64/uint64 -> float64 promotion.
+    """
+    _check_array(arr, write=False)
+    sig = arr.dtype(arr, arr.dtype)
+
+    def codegen(context, builder, signature, args):
+        return args[1]
+
+    return sig, codegen
+
+
+# -- public API ----------------------------------------------------------------
+
+
+@njit(cache=True)
+def cas(arr, i, expected, desired):
+    """Compare-and-swap ``arr[i]``; returns the old value (success iff old == expected)."""
+    return _cas(arr, i, expected, desired)
+
+
+@njit(cache=True)
+def faa(arr, i, delta):
+    """Fetch-and-add (wrapping); returns the old value."""
+    return _faa(arr, i, delta)
+
+
+@njit(cache=True)
+def swap(arr, i, value):
+    """Atomic exchange; returns the old value."""
+    return _swap(arr, i, value)
+
+
+@njit(cache=True)
+def fetch_min(arr, i, value):
+    """``arr[i] = min(arr[i], value)`` (signed for int64, unsigned for uint64); returns old."""
+    return _min(arr, i, value)
+
+
+@njit(cache=True)
+def fetch_max(arr, i, value):
+    """``arr[i] = max(arr[i], value)`` (signed for int64, unsigned for uint64); returns old."""
+    return _max(arr, i, value)
+
+
+@njit(cache=True)
+def masked_cas(arr, i, compare, swap, compare_mask, swap_mask):
+    """Mellanox extended CAS; returns the old value.
+
+    Succeeds iff ``(old & compare_mask) == (compare & compare_mask)``, and then
+    stores ``(old & ~swap_mask) | (swap & swap_mask)``. The caller detects
+    success by re-applying the compare to the returned value.
+    """
+    cmask = _word(arr, compare_mask)
+    want = _word(arr, compare) & cmask
+    smask = _word(arr, swap_mask)
+    bits = _word(arr, swap) & smask
+    old = _load(arr, i)
+    while True:
+        if (old & cmask) != want:
+            return old
+        seen = _cas(arr, i, old, (old & ~smask) | bits)
+        if seen == old:
+            return old
+        old = seen
+
+
+@njit(cache=True)
+def masked_faa(arr, i, add, boundary_mask):
+    """Mellanox masked fetch-and-add; returns the old value.
+
+    A set bit in ``boundary_mask`` marks the most significant bit of a field;
+    each field adds independently and wraps, never carrying into the next.
+    """
+    msb = _word(arr, boundary_mask)
+    delta = _word(arr, add)
+    # SWAR addition: add with the field MSBs cleared, so a carry can reach an
+    # MSB position but never leave it, then put the MSBs back as
+    # old_msb ^ add_msb ^ carry_in (the carry_in is already in the sum).
+    delta_low = delta & ~msb
+    delta_msb = delta & msb
+    old = _load(arr, i)
+    while True:
+        new = ((old & ~msb) + delta_low) ^ ((old & msb) ^ delta_msb)
+        seen = _cas(arr, i, old, new)
+        if seen == old:
+            return old
+        old = seen
+
+
+@njit(cache=True)
+def load_acquire(arr, i):
+    """Atomic load with acquire ordering."""
+    return _load(arr, i)
+
+
+@njit(cache=True)
+def store_release(arr, i, value):
+    """Atomic store with release ordering."""
+    _store(arr, i, value)
+
+
+@njit(cache=True)
+def fence():
+    """Sequentially consistent memory fence."""
+    _fence()
