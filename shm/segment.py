@@ -44,6 +44,7 @@ __all__ = [
     "SegmentStats",
     "new_prefix",
     "segment_name",
+    "owner_pid_of",
     "list_segments",
     "reclaim_stale",
     "unlink_all",
@@ -93,7 +94,8 @@ def _normalize(full_name: str) -> str:
     return "/" + full_name.lstrip("/")
 
 
-def _owner_pid_of(full_name: str) -> int | None:
+def owner_pid_of(full_name: str) -> int | None:
+    """Creator pid encoded in a segment or prefix name, or None if it does not parse."""
     m = _OWNER_RE.match(full_name)
     return int(m.group(1)) if m else None
 
@@ -206,7 +208,7 @@ class Segment:
             mm = mmap.mmap(shm.fd, size)
         finally:
             shm.close_fd()
-        return cls(full, size, mm, owner=False, owner_pid=_owner_pid_of(full))
+        return cls(full, size, mm, owner=False, owner_pid=owner_pid_of(full))
 
     # -- access -----------------------------------------------------------
 
@@ -311,7 +313,7 @@ def reclaim_stale(prefix: str = ROOT_PREFIX) -> list[str]:
     """
     removed = []
     for full in list_segments(prefix):
-        pid = _owner_pid_of(full)
+        pid = owner_pid_of(full)
         if pid is None or psutil.pid_exists(pid):
             continue
         if _unlink_quiet(full):
