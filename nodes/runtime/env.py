@@ -1,0 +1,595 @@
+"""A tiny SimPy-like discrete-event core: virtual time in integer nanoseconds.
+
+Design (and why):
+
+* One ``heapq`` of plain tuples ``(time_ns, seq, fn, arg)``; running an entry is
+  ``fn(arg)``.  Tuples compare element-wise, and ``seq`` is a strictly increasing
+  counter, so ties run in scheduling order and ``fn`` is never compared: runs are
+  deterministic for a given seed.  No per-entry object is allocated beyond the
+  tuple itself, which is what keeps the loop at a few hundred ns per event.
+* Actors are generators.  ``yield 10`` (a plain int) is the fast path: it pushes
+  the process' cached bound ``_wake`` method straight onto the heap, with no
+  Event object at all.  ``yield event`` parks the process in the event's
+  callback list, exactly like SimPy.
+* ``env.schedule(t, fn, *args)`` is the low-level hook the timing model uses for
+  verb effects: one tuple, no Event.
+* ``env.charge(ns)`` models CPU time spent by the active process without
+  yielding: the debt delays the process' next resumption to
+  ``max(event time, now + debt)``.
+* ``run(until=<int>)`` stops before any event later than ``until``;
+  ``run(until=<Event>)`` stops right after that event's callbacks ran (a sentinel
+  entry ``(now, -1, ...)`` is pushed, which sorts before everything else, so the
+  hot loop has no extra check).
+* With ``sync=ClockSync(...)`` the same loop runs inside one of several OS
+  processes that synchronise laxly through a shared clock table; see
+  ``nodes/runtime/sync.py`` for the protocol.  The hot loop then only compares
+  each event time against a cached horizon and calls into the sync layer every
+  ``POLL_EVENTS`` events or when the horizon is reached.
+* Errors are never swallowed: an exception escaping a process' generator is
+  thrown into the processes waiting on it, or, if none wait, propagates out of
+  ``run()`` as a :class:`ProcessError` naming the process.
+"""
+from __future__ import annotations
+
+import random
+import time
+from heapq import heappop, heappush
+from itertools import count
+from typing import Any, Callable, Iterable, NamedTuple
+
+__all__ = [
+    "Environment", "Event", "Process", "Interrupt", "ProcessError",
+    "EnvStats", "ProcStats", "all_of", "any_of", "INF",
+]
+
+#: "Never": the int64 maximum, also what an idle process publishes in the clock table.
+INF = (1 << 63) - 1
+
+#: In sync mode, how many events may run between two visits to the clock table.
+#: Small enough that others see our progress often, big enough to amortise the
+#: shared-memory round trip (a few µs).
+POLL_EVENTS = 64
+
+
+class ProcessError(RuntimeError):
+    """An exception escaped a process and nobody was waiting on that process."""
+
+    def __init__(self, name: str, now: int, exc: BaseException):
+        super().__init__(f"process {name!r} failed at t={now} ns: {type(exc).__name__}: {exc}")
+        self.process_name = name
+        self.now = now
+
+
+class Interrupt(Exception):
+    """Thrown into a process by :meth:`Process.interrupt`; ``.cause`` is the argument."""
+
+    @property
+    def cause(self):
+        return self.args[0] if self.args else None
+
+
+class _StopRun(Exception):
+    """Raised by the sentinel entry that ends ``run(until=event)``."""
+
+
+class EnvStats(NamedTuple):
+    now: int
+    events: int               # heap entries run (process resumptions, event firings, callbacks)
+    processes_alive: int
+    queued: int               # entries currently in the heap
+    sync_wait_s: float        # real seconds spent waiting for other processes (sync mode)
+    messages_sent: int
+    messages_received: int
+
+
+class ProcStats(NamedTuple):
+    name: str
+    alive: bool
+    charged_ns: int           # total CPU time charged with env.charge()
+
+
+_new_event = object.__new__
+
+
+def _raise_stop(_):
+    raise _StopRun
+
+
+def _call0(fn):
+    fn()
+
+
+def _calln(fn_args):
+    fn_args[0](*fn_args[1])
+
+
+def _process_event(ev: "Event") -> None:
+    """Heap target of a triggered event: run its callbacks (once)."""
+    cbs = ev.callbacks
+    ev.callbacks = None
+    if cbs:
+        for cb in cbs:
+            cb(ev)
+    elif not ev.ok and not ev.defused:
+        # A failure nobody waited for: surface it instead of losing it.
+        raise ev.value
+
+
+class Event:
+    """Something that happens at one virtual time; processes may wait on it.
+
+    ``triggered``: a value (or exception) has been decided and the firing is
+    scheduled.  ``processed``: the callbacks have run (``callbacks`` is then
+    None); yielding a processed event resumes the process at once.
+    """
+    __slots__ = ("env", "callbacks", "triggered", "value", "ok", "defused")
+
+    def __init__(self, env: "Environment"):
+        self.env = env
+        self.callbacks: list | None = []
+        self.triggered = False
+        self.value = None
+        self.ok = True
+        self.defused = False
+
+    @property
+    def processed(self) -> bool:
+        return self.callbacks is None
+
+    def _trigger(self, at: int, value, ok: bool) -> "Event":
+        if self.triggered:
+            raise RuntimeError(f"{self!r} has already been triggered")
+        self.triggered = True
+        self.ok = ok
+        self.value = value
+        env = self.env
+        heappush(env._heap, (at, env._next_seq(), _process_event, self))
+        return self
+
+    def succeed(self, value=None) -> "Event":
+        """Fire at ``env.now`` (scheduled, so callbacks run in time order)."""
+        return self._trigger(self.env.now, value, True)
+
+    def succeed_at(self, at_ns: int, value=None) -> "Event":
+        """Fire at a future virtual time (e.g. a verb completion); past times clamp to now."""
+        now = self.env.now
+        return self._trigger(at_ns if at_ns > now else now, value, True)
+
+    def fail(self, exc: BaseException) -> "Event":
+        """Fire at ``env.now`` with an exception: waiting processes get it thrown in."""
+        if not isinstance(exc, BaseException):
+            raise TypeError(f"fail() needs an exception, not {exc!r}")
+        return self._trigger(self.env.now, exc, False)
+
+    def __repr__(self):
+        state = "processed" if self.callbacks is None else ("triggered" if self.triggered else "pending")
+        return f"<{type(self).__name__} {state} at 0x{id(self):x}>"
+
+
+class Process(Event):
+    """A generator driven by the environment.  As an Event it fires with the
+    generator's return value when the generator finishes."""
+    __slots__ = ("name", "_gen", "_debt", "_charged", "_epoch", "_target", "_ready_at",
+                 "_wake_cb", "_on_event_cb", "_heap", "_next_seq")
+
+    def __init__(self, env: "Environment", generator, name: str | None = None):
+        if not hasattr(generator, "send") or not hasattr(generator, "throw"):
+            raise TypeError(f"env.process() needs a generator, not {generator!r}")
+        super().__init__(env)
+        self.name = name if name is not None else getattr(generator, "__name__", "process")
+        self._gen = generator
+        self._debt = 0            # CPU time charged since the last yield
+        self._charged = 0
+        self._epoch = 0           # bumped by interrupt(): stale wake-ups compare unequal
+        self._target = None       # the Event we wait on, if any
+        self._ready_at = 0
+        # Bound methods cached once: the hot path must not allocate them per event.
+        self._wake_cb = self._wake
+        self._on_event_cb = self._on_event
+        self._heap = env._heap
+        self._next_seq = env._next_seq
+        env._alive += 1
+        heappush(env._heap, (env.now, env._next_seq(), self._wake_cb, 0))
+
+    @property
+    def is_alive(self) -> bool:
+        return self._gen is not None
+
+    def statistics(self) -> ProcStats:
+        return ProcStats(self.name, self._gen is not None, self._charged)
+
+    # -- driving the generator -------------------------------------------------
+    def _wake(self, epoch):
+        """Heap target for ``yield <int>`` and for the start of the process."""
+        if epoch is not self._epoch:
+            return                     # superseded by an interrupt
+        # Inline of the common case of _drive(): send None, got an int back.
+        env = self.env
+        env.active_process = self
+        try:
+            target = self._gen.send(None)
+        except StopIteration as stop:
+            env.active_process = None
+            self._finish(stop.value)
+            return
+        except BaseException as err:
+            env.active_process = None
+            self._crash(err)
+            return
+        if type(target) is int and target >= 0:
+            debt = self._debt
+            if debt:
+                self._debt = 0
+                if debt > target:
+                    target = debt
+            env.active_process = None
+            heappush(self._heap, (env.now + target, self._next_seq(), self._wake_cb, epoch))
+            return
+        env.active_process = None
+        self._dispatch(target)
+
+    def _on_event(self, ev: Event):
+        """Callback of the event we were waiting on."""
+        self._target = None
+        env = self.env
+        if self._ready_at > env.now:   # still paying CPU debt: resume later
+            heappush(self._heap, (self._ready_at, self._next_seq(), self._wake_event, (self._epoch, ev)))
+            return
+        # Inline of _drive(): this is the hot path of `yield env.timeout(...)`.
+        env.active_process = self
+        try:
+            target = self._gen.send(ev.value) if ev.ok else self._gen.throw(ev.value)
+        except StopIteration as stop:
+            env.active_process = None
+            self._finish(stop.value)
+            return
+        except BaseException as err:
+            env.active_process = None
+            self._crash(err)
+            return
+        env.active_process = None
+        self._dispatch(target)
+
+    def _wake_event(self, epoch_ev):
+        epoch, ev = epoch_ev
+        if epoch is not self._epoch:
+            return
+        if ev.ok:
+            self._drive(ev.value, None)
+        else:
+            self._drive(None, ev.value)
+
+    def _drive(self, value, exc):
+        """General driver: resume the generator with ``value`` or throw ``exc``."""
+        env = self.env
+        gen = self._gen
+        if gen is None:
+            return
+        env.active_process = self
+        try:
+            if exc is None:
+                target = gen.send(value)
+            else:
+                target = gen.throw(exc)
+        except StopIteration as stop:
+            env.active_process = None
+            self._finish(stop.value)
+            return
+        except BaseException as err:
+            env.active_process = None
+            self._crash(err)
+            return
+        env.active_process = None
+        self._dispatch(target)
+
+    def _dispatch(self, target):
+        """Act on what the generator yielded (loops while it yields processed events)."""
+        env = self.env
+        while True:
+            if isinstance(target, Event):
+                ready_at = env.now + self._debt
+                self._debt = 0
+                if target.callbacks is not None:         # not processed yet: park
+                    self._ready_at = ready_at
+                    self._target = target
+                    target.callbacks.append(self._on_event_cb)
+                    return
+                if ready_at > env.now:                    # processed, but we owe CPU time
+                    heappush(self._heap, (ready_at, self._next_seq(), self._wake_event, (self._epoch, target)))
+                    return
+                # Processed: resume immediately (same virtual time).
+                err = None if target.ok else target.value
+                value = target.value
+            elif type(target) is int or (hasattr(target, "__index__") and not isinstance(target, bool)):
+                delay = target.__index__()   # also numpy integers
+                if delay < 0:
+                    err = ValueError(f"process {self.name!r} yielded a negative delay {delay}")
+                else:
+                    debt = self._debt
+                    self._debt = 0
+                    heappush(self._heap, (env.now + (debt if debt > delay else delay),
+                                          self._next_seq(), self._wake_cb, self._epoch))
+                    return
+            else:
+                err = TypeError(f"process {self.name!r} yielded {target!r} "
+                                f"({type(target).__name__}); yield an int delay (ns) or an Event")
+            gen = self._gen
+            env.active_process = self
+            try:
+                target = gen.send(value) if err is None else gen.throw(err)
+            except StopIteration as stop:
+                env.active_process = None
+                self._finish(stop.value)
+                return
+            except BaseException as e:
+                env.active_process = None
+                self._crash(e)
+                return
+            env.active_process = None
+
+    def _finish(self, value):
+        self._gen = None
+        self.env._alive -= 1
+        self._trigger(self.env.now, value, True)
+
+    def _crash(self, err: BaseException):
+        self._gen = None
+        env = self.env
+        env._alive -= 1
+        if isinstance(err, (KeyboardInterrupt, SystemExit, GeneratorExit)):
+            raise err
+        try:
+            err.add_note(f"raised in dmrack process {self.name!r} at t={env.now} ns")
+        except AttributeError:
+            pass
+        if self.callbacks:
+            # Someone waits on us: they get the exception (and may handle it).
+            self._trigger(env.now, err, False)
+        else:
+            self.triggered, self.ok, self.value, self.callbacks = True, False, err, None
+            raise ProcessError(self.name, env.now, err) from err
+
+    # -- interrupts ------------------------------------------------------------
+    def _cancel_wait(self):
+        self._epoch += 1
+        tgt = self._target
+        if tgt is not None:
+            self._target = None
+            cbs = tgt.callbacks
+            if cbs is not None:
+                try:
+                    cbs.remove(self._on_event_cb)
+                except ValueError:
+                    pass
+
+    def interrupt(self, cause=None) -> None:
+        """Throw :class:`Interrupt(cause)` into the process at the current time,
+        abandoning whatever it was waiting for."""
+        if self._gen is None:
+            raise RuntimeError(f"process {self.name!r} has terminated and cannot be interrupted")
+        if self is self.env.active_process:
+            raise RuntimeError("a process cannot interrupt itself")
+        self._cancel_wait()
+        env = self.env
+        heappush(env._heap, (env.now, env._next_seq(), self._deliver_interrupt, Interrupt(cause)))
+
+    def _deliver_interrupt(self, exc):
+        if self._gen is None:
+            return
+        self._cancel_wait()   # it may have waited again since interrupt() was called
+        self._drive(None, exc)
+
+    def __repr__(self):
+        return f"<Process {self.name!r} {'alive' if self._gen is not None else 'done'}>"
+
+
+class Environment:
+    """Virtual-time scheduler; see the module docstring."""
+    __slots__ = ("now", "rng", "active_process", "on_message", "_heap", "_next_seq", "_alive",
+                 "_events", "_sync", "_seed")
+
+    def __init__(self, *, seed: int = 0, sync=None):
+        self.now = 0
+        self._seed = seed
+        self.rng = random.Random(seed)
+        self.active_process: Process | None = None
+        self.on_message: Callable[[int, tuple], Any] = self._no_handler
+        self._heap: list = []
+        self._next_seq = count().__next__
+        self._alive = 0
+        self._events = 0
+        self._sync = sync
+        if sync is not None:
+            sync._bind(self)
+
+    # -- creating things -------------------------------------------------------
+    def process(self, generator, name: str | None = None) -> Process:
+        return Process(self, generator, name)
+
+    def event(self) -> Event:
+        return Event(self)
+
+    def timeout(self, delay_ns: int, value=None) -> Event:
+        if delay_ns < 0:
+            raise ValueError(f"negative timeout delay {delay_ns}")
+        ev = _new_event(Event)   # skip __init__: timeouts are hot
+        ev.env = self
+        ev.callbacks = []
+        ev.triggered = True
+        ev.value = value
+        ev.ok = True
+        ev.defused = False
+        heappush(self._heap, (self.now + delay_ns, self._next_seq(), _process_event, ev))
+        return ev
+
+    def schedule(self, at_ns: int, callback, *args) -> None:
+        """Call ``callback(*args)`` at virtual time ``at_ns`` (clamped to now)."""
+        if at_ns < self.now:
+            at_ns = self.now
+        if len(args) == 1:
+            heappush(self._heap, (at_ns, self._next_seq(), callback, args[0]))
+        elif not args:
+            heappush(self._heap, (at_ns, self._next_seq(), _call0, callback))
+        else:
+            heappush(self._heap, (at_ns, self._next_seq(), _calln, (callback, args)))
+
+    def charge(self, ns: int) -> None:
+        """Charge CPU time to the active process (see module docstring)."""
+        p = self.active_process
+        if p is None:
+            raise RuntimeError("env.charge() called outside a process")
+        if ns < 0:
+            raise ValueError(f"negative charge {ns}")
+        p._debt += ns
+        p._charged += ns
+
+    # -- messages (sync mode) ----------------------------------------------------
+    def send(self, dest: int, arrival_ns: int, payload: tuple = ()) -> None:
+        """Send ``payload`` (ints) to process ``dest``; its ``on_message(src, payload)``
+        runs at ``max(arrival_ns, its now)``.  Needs ``sync``."""
+        if self._sync is None:
+            raise RuntimeError("env.send() needs an Environment created with sync=ClockSync(...)")
+        if arrival_ns < self.now:
+            raise ValueError(f"message arrival {arrival_ns} is before now={self.now}")
+        self._sync.send(dest, arrival_ns, payload)
+
+    def _no_handler(self, src, payload):
+        raise RuntimeError(f"message {payload!r} from process {src} but env.on_message is not set")
+
+    def stop(self) -> None:
+        """Sync mode: set the shared stop flag, ending every process' run()."""
+        if self._sync is None:
+            raise RuntimeError("env.stop() needs sync")
+        self._sync.request_stop()
+
+    # -- running -----------------------------------------------------------------
+    def peek(self) -> int:
+        """Time of the next entry, INF if none."""
+        return self._heap[0][0] if self._heap else INF
+
+    def step(self) -> None:
+        """Run exactly one heap entry (co-located mode)."""
+        if not self._heap:
+            raise RuntimeError("no more events")
+        t, _, fn, arg = heappop(self._heap)
+        self.now = t
+        self._events += 1
+        fn(arg)
+
+    def run(self, until: "int | Event | None" = None) -> None:
+        until_t = INF - 1
+        if isinstance(until, Event):
+            if until.callbacks is None:
+                return
+            until.callbacks.append(self._stop_cb)
+        elif until is not None:
+            until_t = until.__index__()
+            if until_t < self.now:
+                raise ValueError(f"until={until_t} is before now={self.now}")
+        try:
+            if self._sync is None:
+                self._run_local(until_t)
+            else:
+                self._run_sync(until_t)
+        except _StopRun:
+            return
+        finally:
+            if isinstance(until, Event) and until.callbacks:
+                try:
+                    until.callbacks.remove(self._stop_cb)
+                except ValueError:
+                    pass
+        if until is not None and not isinstance(until, Event) and self.now < until_t:
+            self.now = until_t
+
+    def _stop_cb(self, ev):
+        # Sorts before every other entry (time == now, seq -1): the loop pops it next.
+        heappush(self._heap, (self.now, -1, _raise_stop, None))
+
+    def _run_local(self, until_t: int) -> None:
+        heap = self._heap
+        n = 0
+        try:
+            while heap:
+                if heap[0][0] > until_t:
+                    break
+                t, _, fn, arg = heappop(heap)
+                self.now = t
+                n += 1
+                fn(arg)
+        finally:
+            self._events += n
+
+    def _run_sync(self, until_t: int) -> None:
+        heap = self._heap
+        sync = self._sync
+        n = 0
+        try:
+            while True:
+                horizon = sync.refresh(until_t)   # may block; -1 means: finished
+                if horizon < 0:
+                    return
+                if horizon > until_t:
+                    horizon = until_t
+                budget = POLL_EVENTS
+                while budget and heap and heap[0][0] <= horizon:
+                    t, _, fn, arg = heappop(heap)
+                    self.now = t
+                    n += 1
+                    budget -= 1
+                    fn(arg)
+                    # send() may have shrunk the horizon (the receiver's clock dropped)
+                    if sync.horizon < horizon:
+                        horizon = sync.horizon
+        finally:
+            self._events += n
+
+    def statistics(self) -> EnvStats:
+        s = self._sync
+        return EnvStats(self.now, self._events, self._alive, len(self._heap),
+                        s.wait_s if s is not None else 0.0,
+                        s.sent if s is not None else 0,
+                        s.received if s is not None else 0)
+
+
+class _Condition(Event):
+    __slots__ = ("_events", "_pending", "_all")
+
+    def __init__(self, env, events, want_all: bool):
+        super().__init__(env)
+        self._events = list(events)
+        self._all = want_all
+        self._pending = len(self._events)
+        if not self._events:
+            self.succeed([] if want_all else {})
+            return
+        for ev in self._events:
+            if ev.callbacks is None:
+                self._check(ev)
+            else:
+                ev.callbacks.append(self._check)
+
+    def _check(self, ev):
+        if self.triggered:
+            return
+        if not ev.ok:
+            ev.defused = True
+            self.fail(ev.value)
+            return
+        self._pending -= 1
+        if self._all:
+            if self._pending == 0:
+                self.succeed([e.value for e in self._events])
+        else:
+            self.succeed({e: e.value for e in self._events if e.callbacks is None or e is ev})
+
+
+def all_of(env: Environment, events: Iterable[Event]) -> Event:
+    """Fires when every event has fired; value = list of their values (in order).
+    Fails as soon as one of them fails."""
+    return _Condition(env, events, True)
+
+
+def any_of(env: Environment, events: Iterable[Event]) -> Event:
+    """Fires when the first event fires; value = {event: value} of those fired by then."""
+    return _Condition(env, events, False)
