@@ -1,0 +1,175 @@
+"""Reservation calendars: contended hardware as shared arrays that accept out-of-order requests.
+
+Every contended piece of modelled hardware (a link direction, the NIC's processing units, PCIe, a
+doorbell lock, an atomic slot) is a *resource*: ``k`` identical servers. Processes run laxly
+synchronised, so requests arrive stamped with virtual times that are not in order; a FIFO queue
+cannot take them. Instead each resource is a calendar: a ring of time buckets, each holding how
+much server time (``k * bucket`` capacity) is already booked in it. A request stamped ``t`` with
+cost ``c`` books ``c`` into the first bucket at or after ``t`` with room left (spilling into the
+next buckets when it does not fit) and completes at ``max(t, queue start) + c``, where the queue
+start is the bucket's start plus its booked work divided by ``k``: a fluid FIFO. This is the
+history-based queue model of Graphite/ZSim; it needs no lock, only CAS on one word per bucket, so
+any process can book any resource.
+
+A bucket word packs a 24-bit tag (the absolute bucket index modulo 2^24) with 40 bits of booked
+work, so resetting a bucket that the ring has passed and booking into it are one CAS. A *hint*
+word remembers the first bucket that may still have room, so a saturated resource does not walk
+its whole backlog on every request.
+
+All times inside are picoseconds (a 9.1 ns service time must not round to 9). The layout of one
+resource in the table (int64 words, offset ``o``):
+
+    o+0 servers k      o+1 bucket_ps     o+2 n_buckets (power of two)   o+3 hint (bucket index)
+    o+4 booked_ps      o+5 requests      o+6 stale requests             o+7 queued_ps
+    o+8 ... o+8+n_buckets-1  bucket words
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit
+
+from shm.atomics import cas, faa, fetch_max, load_acquire
+
+HEADER_WORDS = 8
+_TAG_BITS = 24
+_USED_BITS = 40
+_TAG_MASK = (1 << _TAG_BITS) - 1
+_USED_MASK = (1 << _USED_BITS) - 1
+_HALF_TAG = 1 << (_TAG_BITS - 1)
+
+
+@njit(cache=True)
+def reserve(tbl, o, t, cost):
+    """Book ``cost`` ps of one server of the resource at ``o``, not before ``t`` ps.
+
+    Returns the completion time in ps. A request older than the ring's memory (the lax window
+    let it fall more than ``n_buckets`` buckets behind) is served without queueing and counted
+    as stale.
+    """
+    if cost <= 0:
+        return t
+    k = tbl[o]
+    width = tbl[o + 1]
+    nb = tbl[o + 2]
+    cap = k * width
+    j = t // width
+    hint = load_acquire(tbl, o + 3)
+    if hint > j:
+        j = hint
+    remaining = cost
+    qstart = -1
+    end = t
+    while remaining > 0:
+        idx = o + HEADER_WORDS + (j & (nb - 1))
+        w = load_acquire(tbl, idx)
+        tag = (w >> _USED_BITS) & _TAG_MASK
+        jt = j & _TAG_MASK
+        used = w & _USED_MASK
+        if tag != jt:
+            if ((jt - tag) & _TAG_MASK) >= _HALF_TAG:
+                # the bucket already holds a later time: this request is too old to place
+                faa(tbl, o + 6, 1)
+                faa(tbl, o + 4, cost)
+                faa(tbl, o + 5, 1)
+                return t + cost
+            cas(tbl, idx, w, jt << _USED_BITS)
+            continue
+        if used >= cap:
+            j += 1
+            continue
+        take = cap - used
+        if take > remaining:
+            take = remaining
+        if cas(tbl, idx, w, (jt << _USED_BITS) | (used + take)) != w:
+            continue
+        if qstart < 0:
+            qstart = j * width + used // k
+        if used + take >= cap:
+            fetch_max(tbl, o + 3, j + 1)
+        remaining -= take
+        end = j * width + (used + take) // k
+        j += 1
+    start = qstart if qstart > t else t
+    done = start + cost
+    if end > done:
+        done = end
+    faa(tbl, o + 4, cost)
+    faa(tbl, o + 5, 1)
+    faa(tbl, o + 7, start - t)
+    return done
+
+
+class ResourceStats(NamedTuple):
+    name: str
+    servers: int
+    requests: int
+    busy_ns: float
+    queued_ns: float
+    stale: int
+
+    def utilisation(self, elapsed_ns: float) -> float:
+        """Fraction of the resource's server time booked over ``elapsed_ns`` of virtual time."""
+        if elapsed_ns <= 0:
+            return 0.0
+        return self.busy_ns / (self.servers * elapsed_ns)
+
+
+@dataclass(frozen=True)
+class ResourceSpec:
+    name: str
+    servers: int
+    bucket_ps: int
+    n_buckets: int
+
+
+class ResourceLayout:
+    """Plans where each named resource lives in one int64 table.
+
+    The layout is plain data (picklable) so a child process can rebuild the same offsets; the
+    table itself is a shared segment (multi-process) or a private array (co-located).
+    """
+
+    def __init__(self):
+        self.specs: list[ResourceSpec] = []
+        self.offsets: dict[str, int] = {}
+        self.words = 0
+
+    def add(self, name: str, servers: int, bucket_ps: int, n_buckets: int = 1024) -> int:
+        if name in self.offsets:
+            raise ValueError(f"resource {name!r} is defined twice")
+        if servers < 1:
+            raise ValueError(f"resource {name!r}: servers must be >= 1, got {servers}")
+        if bucket_ps < 1:
+            raise ValueError(f"resource {name!r}: bucket width must be >= 1 ps, got {bucket_ps}")
+        if n_buckets < 2 or n_buckets & (n_buckets - 1):
+            raise ValueError(f"resource {name!r}: n_buckets must be a power of two >= 2, got {n_buckets}")
+        if servers * bucket_ps >= 1 << _USED_BITS:
+            raise ValueError(f"resource {name!r}: servers x bucket width overflows a bucket word")
+        offset = self.words
+        self.specs.append(ResourceSpec(name, servers, bucket_ps, n_buckets))
+        self.offsets[name] = offset
+        self.words += HEADER_WORDS + n_buckets
+        return offset
+
+    def initialise(self, tbl: np.ndarray) -> None:
+        """Write every resource header into a zeroed table of at least ``self.words`` words."""
+        if tbl.dtype != np.int64 or tbl.shape[0] < self.words:
+            raise ValueError(f"resource table must be int64 with >= {self.words} words")
+        for spec in self.specs:
+            o = self.offsets[spec.name]
+            tbl[o : o + HEADER_WORDS] = (spec.servers, spec.bucket_ps, spec.n_buckets, 0, 0, 0, 0, 0)
+
+    def statistics(self, tbl: np.ndarray, name: str) -> ResourceStats:
+        o = self.offsets[name]
+        return ResourceStats(
+            name=name,
+            servers=int(tbl[o]),
+            requests=int(tbl[o + 5]),
+            busy_ns=int(tbl[o + 4]) / 1000.0,
+            queued_ns=int(tbl[o + 7]) / 1000.0,
+            stale=int(tbl[o + 6]),
+        )

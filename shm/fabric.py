@@ -1,0 +1,369 @@
+"""The emulated hardware of a rack: node memories, NIC device memories, MR tables and the NIC model.
+
+A :class:`Fabric` is created once by the rack's owner and attached by every node process from a
+picklable description (:meth:`Fabric.describe`). It holds, per node:
+
+* host memory: one shared segment, mapped lazily (a 16 GiB memory node costs nothing until used);
+* NIC device memory: a small separate region (128–256 KiB on ConnectX) for lock tables;
+* an MR table: registered regions with their keys, checked on every remote access so a bad
+  address or rkey fails the verb instead of touching memory;
+* line locks: striped seqlocks that make each 64-byte line of a READ/WRITE atomic across
+  processes, as the PCIe/cache-line granularity of real hardware does (and nothing larger);
+
+and, for the whole rack, the fabric table that the NIC model books (links, units, PCIe, doorbells).
+
+Global addresses pack a node, a region and an offset into 64 bits: ``node:12 | region:4 |
+offset:48``, so a system can store remote pointers in 8-byte slots.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit
+
+from shm import nic
+from shm.atomics import cas, faa, load_acquire, store_release
+from shm.profile_schema import Profile
+from shm.segment import Segment, new_prefix
+
+# --- global addresses -----------------------------------------------------------------------
+NODE_BITS = 12
+REGION_BITS = 4
+OFFSET_BITS = 48
+MAX_NODES = 1 << NODE_BITS
+_OFFSET_MASK = (1 << OFFSET_BITS) - 1
+
+REGION_HOST = nic.REGION_HOST
+REGION_DEVICE = nic.REGION_DEVICE
+REGION_NAMES = {REGION_HOST: "host", REGION_DEVICE: "device"}
+
+
+def gaddr(node: int, offset: int, region: int = REGION_HOST) -> int:
+    """Pack a global address. Raises ValueError naming the field that does not fit."""
+    if not 0 <= node < MAX_NODES:
+        raise ValueError(f"global address: node {node} out of range 0..{MAX_NODES - 1}")
+    if region not in REGION_NAMES:
+        raise ValueError(f"global address: unknown region {region}")
+    if not 0 <= offset <= _OFFSET_MASK:
+        raise ValueError(f"global address: offset {offset:#x} does not fit in {OFFSET_BITS} bits")
+    return (node << (REGION_BITS + OFFSET_BITS)) | (region << OFFSET_BITS) | offset
+
+
+def gaddr_node(a: int) -> int:
+    return (a >> (REGION_BITS + OFFSET_BITS)) & (MAX_NODES - 1)
+
+
+def gaddr_region(a: int) -> int:
+    return (a >> OFFSET_BITS) & ((1 << REGION_BITS) - 1)
+
+
+def gaddr_offset(a: int) -> int:
+    return a & _OFFSET_MASK
+
+
+def format_gaddr(a: int) -> str:
+    return f"node {gaddr_node(a)} {REGION_NAMES.get(gaddr_region(a), '?')}+{gaddr_offset(a):#x}"
+
+
+# --- access flags (values of ibv_access_flags) ----------------------------------------------
+IBV_ACCESS_LOCAL_WRITE = 1
+IBV_ACCESS_REMOTE_WRITE = 2
+IBV_ACCESS_REMOTE_READ = 4
+IBV_ACCESS_REMOTE_ATOMIC = 8
+
+# --- MR table -------------------------------------------------------------------------------
+# One row per registered region: key, region, offset, length, access, owner pid.
+MR_KEY, MR_REGION, MR_OFFSET, MR_LENGTH, MR_ACCESS, MR_PID = range(6)
+MR_COLS = 6
+MR_ROWS = 4096
+ALLOC_WORDS = 2  # per node: bump pointer of host memory, bump pointer of device memory
+LINE = 64
+LINE_LOCKS = 4096  # striped seqlocks per node; a power of two
+
+
+@njit(cache=True)
+def mr_check(mrt, key, region, offset, length, access):
+    """True if [offset, offset+length) of ``region`` lies in the MR named by ``key`` with
+    ``access`` rights. A key encodes its row (key >> 8), so no search is needed."""
+    row = (key >> 8) - 1
+    if row < 0 or row >= mrt.shape[0] or key == 0:
+        return False
+    if load_acquire(mrt[row], MR_KEY) != key:
+        return False
+    if mrt[row, MR_REGION] != region:
+        return False
+    start = mrt[row, MR_OFFSET]
+    if offset < start or length < 0 or offset + length > start + mrt[row, MR_LENGTH]:
+        return False
+    return (mrt[row, MR_ACCESS] & access) == access
+
+
+@njit(cache=True)
+def _lock_line(locks, line):
+    i = line & (locks.shape[0] - 1)
+    while True:
+        s = load_acquire(locks, i)
+        if s & 1 == 0 and cas(locks, i, s, s + 1) == s:
+            return i
+
+
+@njit(cache=True)
+def copy_lines(dst, doff, src, soff, n, dst_locks, descending):
+    """Copy ``n`` bytes into shared memory, each 64-byte destination line under its seqlock, so a
+    concurrent reader sees every line either before or after (never torn), while two lines may
+    come from different moments, as on real hardware. The source is the poster's own buffer. ``descending`` copies lines in reverse
+    order (NICs that do not write multi-line payloads in ascending order)."""
+    if n <= 0:
+        return
+    first = doff // 64
+    last = (doff + n - 1) // 64
+    nlines = last - first + 1
+    for k in range(nlines):
+        line = last - k if descending else first + k
+        lo = line * 64
+        if lo < doff:
+            lo = doff
+        hi = (line + 1) * 64
+        if hi > doff + n:
+            hi = doff + n
+        s_lo = soff + (lo - doff)
+        d_lock = _lock_line(dst_locks, line)
+        for b in range(hi - lo):
+            dst[lo + b] = src[s_lo + b]
+        store_release(dst_locks, d_lock, load_acquire(dst_locks, d_lock) + 1)
+
+
+@njit(cache=True)
+def read_lines(dst, doff, src, soff, n, src_locks):
+    """Copy ``n`` bytes out of shared memory, retrying each line whose seqlock moved meanwhile."""
+    if n <= 0:
+        return
+    first = soff // 64
+    last = (soff + n - 1) // 64
+    for line in range(first, last + 1):
+        lo = line * 64
+        if lo < soff:
+            lo = soff
+        hi = (line + 1) * 64
+        if hi > soff + n:
+            hi = soff + n
+        i = line & (src_locks.shape[0] - 1)
+        while True:
+            s1 = load_acquire(src_locks, i)
+            if s1 & 1:
+                continue
+            for b in range(hi - lo):
+                dst[doff + (lo - soff) + b] = src[b + lo]
+            if load_acquire(src_locks, i) == s1:
+                break
+
+
+class NodeMemory(NamedTuple):
+    host: np.ndarray        # uint8 view of host memory
+    host64: np.ndarray      # uint64 view of the same bytes (atomics)
+    device: np.ndarray      # uint8 view of NIC device memory
+    device64: np.ndarray
+    host_locks: np.ndarray  # int64 seqlock stripes
+    device_locks: np.ndarray
+    mrt: np.ndarray         # (MR_ROWS, MR_COLS) int64
+    alloc: np.ndarray       # (ALLOC_WORDS,) int64 bump pointers
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """One node of the fabric: its name, role and host memory size in bytes."""
+
+    name: str
+    role: str = "compute"
+    memory_bytes: int = 64 << 20
+
+
+class FabricStats(NamedTuple):
+    nodes: int
+    memory_bytes: int
+    segments: int
+
+
+class Fabric:
+    """Everything shared between the nodes of a rack (see the module docstring)."""
+
+    def __init__(self, profile: Profile, nodes: tuple[NodeSpec, ...], segments: dict, owner: bool,
+                 prefix: str):
+        self.profile = profile
+        self.nodes = nodes
+        self.prefix = prefix
+        self.owner = owner
+        self._segments = segments
+        self.layout = nic.FabricLayout.build(profile, [n.name for n in nodes])
+        self.params = nic.pack_params(profile)
+        self.table = segments["fabric"].array(np.int64, 0, self.layout.words)
+        self.descriptors = self.layout.descriptors
+        self.memory: list[NodeMemory] = []
+        for i, spec in enumerate(nodes):
+            host = segments[f"mem{i}"]
+            meta = segments[f"meta{i}"]
+            dev_bytes = max(profile.nic.device_memory_bytes, 64)
+            meta_dev = meta.array(np.uint8, 0, dev_bytes)
+            off = _round_up(dev_bytes, 64)
+            host_locks = meta.array(np.int64, off, LINE_LOCKS)
+            off += LINE_LOCKS * 8
+            dev_locks = meta.array(np.int64, off, LINE_LOCKS)
+            off += LINE_LOCKS * 8
+            mrt = meta.array(np.int64, off, MR_ROWS * MR_COLS).reshape(MR_ROWS, MR_COLS)
+            off += MR_ROWS * MR_COLS * 8
+            alloc = meta.array(np.int64, off, ALLOC_WORDS)
+            self.memory.append(NodeMemory(
+                host=host.array(np.uint8), host64=host.array(np.uint64),
+                device=meta_dev, device64=meta_dev[: dev_bytes - dev_bytes % 8].view(np.uint64),
+                host_locks=host_locks, device_locks=dev_locks, mrt=mrt, alloc=alloc))
+
+    # -- creation ----------------------------------------------------------------------------
+    @classmethod
+    def create(cls, profile: Profile, nodes, *, prefix: str | None = None) -> "Fabric":
+        """Create the shared segments of a rack (this process owns and later unlinks them)."""
+        nodes = tuple(n if isinstance(n, NodeSpec) else NodeSpec(n) for n in nodes)
+        if not nodes:
+            raise ValueError("a fabric needs at least one node")
+        if len(nodes) > MAX_NODES:
+            raise ValueError(f"a fabric has at most {MAX_NODES} nodes, got {len(nodes)}")
+        for spec in nodes:
+            if spec.memory_bytes < 4096 or spec.memory_bytes > (1 << OFFSET_BITS):
+                raise ValueError(f"node {spec.name!r}: memory_bytes {spec.memory_bytes} out of range")
+        prefix = prefix or new_prefix()
+        layout = nic.FabricLayout.build(profile, [n.name for n in nodes])
+        segments = {}
+        try:
+            segments["fabric"] = Segment.create("fabric", layout.words * 8, prefix=prefix)
+            for i, spec in enumerate(nodes):
+                segments[f"mem{i}"] = Segment.create(f"mem{i}", spec.memory_bytes, prefix=prefix)
+                segments[f"meta{i}"] = Segment.create(f"meta{i}", _meta_bytes(profile), prefix=prefix)
+            fabric = cls(profile, nodes, segments, True, prefix)
+        except BaseException:
+            for seg in segments.values():
+                seg.close()
+            raise
+        layout.initialise(fabric.table)
+        for i in range(len(nodes)):
+            # Offset 0 is never handed out, so a zero pointer in a system's data means "none".
+            fabric.memory[i].alloc[:] = (LINE, 0)
+        return fabric
+
+    def describe(self) -> dict:
+        """Picklable description for :meth:`attach` in another process."""
+        return {"profile": self.profile, "nodes": self.nodes, "prefix": self.prefix,
+                "segments": {k: s.name for k, s in self._segments.items()}}
+
+    @classmethod
+    def attach(cls, desc: dict) -> "Fabric":
+        segments = {}
+        try:
+            for k, name in desc["segments"].items():
+                segments[k] = Segment.attach(name)
+        except BaseException:
+            for seg in segments.values():
+                seg.close()
+            raise
+        return cls(desc["profile"], desc["nodes"], segments, False, desc["prefix"])
+
+    def close(self) -> None:
+        """Unmap; the owner also unlinks every segment."""
+        self.memory = []
+        self.table = None
+        for seg in self._segments.values():
+            seg.close()
+        self._segments = {}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- nodes ---------------------------------------------------------------------------------
+    def node_index(self, node) -> int:
+        if isinstance(node, (int, np.integer)):
+            if not 0 <= node < len(self.nodes):
+                raise KeyError(f"node {node} does not exist; the fabric has {len(self.nodes)} nodes")
+            return int(node)
+        for i, spec in enumerate(self.nodes):
+            if spec.name == node:
+                return i
+        raise KeyError(f"unknown node {node!r}; the fabric has {[n.name for n in self.nodes]}")
+
+    def region_bytes(self, node: int, region: int) -> int:
+        mem = self.memory[node]
+        return mem.host.shape[0] if region == REGION_HOST else mem.device.shape[0]
+
+    def allocate(self, node, nbytes: int, *, region: int = REGION_HOST, align: int = LINE) -> int:
+        """Carve ``nbytes`` out of a node's memory (bump allocation, shared by all processes);
+        returns the offset. Memory is never reused: registration is a setup-time act."""
+        i = self.node_index(node)
+        if nbytes <= 0:
+            raise ValueError(f"allocate: size must be positive, got {nbytes}")
+        if align <= 0 or align & (align - 1):
+            raise ValueError(f"allocate: alignment must be a power of two, got {align}")
+        size = _round_up(nbytes, align)
+        limit = self.region_bytes(i, region)
+        word = 0 if region == REGION_HOST else 1
+        while True:
+            cur = int(load_acquire(self.memory[i].alloc, word))
+            start = _round_up(cur, align)
+            if start + size > limit:
+                raise MemoryError(
+                    f"node {self.nodes[i].name!r}: {REGION_NAMES[region]} memory exhausted "
+                    f"({limit} bytes, {cur} used, {nbytes} more asked)")
+            if cas(self.memory[i].alloc, word, cur, start + size) == cur:
+                return start
+
+    def register(self, node, offset: int, length: int, access: int, *, region: int = REGION_HOST) -> int:
+        """Enter a region in the node's MR table; returns its key (used as both lkey and rkey)."""
+        i = self.node_index(node)
+        limit = self.region_bytes(i, region)
+        if offset < 0 or length <= 0 or offset + length > limit:
+            raise ValueError(
+                f"register on node {self.nodes[i].name!r}: [{offset:#x}, {offset + length:#x}) is outside "
+                f"its {REGION_NAMES.get(region, region)} memory of {limit} bytes")
+        mrt = self.memory[i].mrt
+        for row in range(MR_ROWS):
+            if load_acquire(mrt[row], MR_KEY) == 0 and cas(mrt[row], MR_KEY, 0, -1) == 0:
+                break
+        else:
+            raise MemoryError(f"node {self.nodes[i].name!r}: MR table full ({MR_ROWS} regions)")
+        key = ((row + 1) << 8) | int.from_bytes(os.urandom(1), "little")
+        mrt[row, MR_REGION] = region
+        mrt[row, MR_OFFSET] = offset
+        mrt[row, MR_LENGTH] = length
+        mrt[row, MR_ACCESS] = access
+        mrt[row, MR_PID] = os.getpid()
+        store_release(mrt[row], MR_KEY, key)
+        return key
+
+    def deregister(self, node, key: int) -> None:
+        i = self.node_index(node)
+        row = (key >> 8) - 1
+        mrt = self.memory[i].mrt
+        if not 0 <= row < MR_ROWS or cas(mrt[row], MR_KEY, key, 0) != key:
+            raise KeyError(f"node {self.nodes[i].name!r}: no MR with key {key:#x}")
+
+    def statistics(self) -> FabricStats:
+        return FabricStats(nodes=len(self.nodes), memory_bytes=sum(n.memory_bytes for n in self.nodes),
+                           segments=len(self._segments))
+
+    def resource_statistics(self):
+        """Every NIC resource's booked time, queueing and request count (for utilisation)."""
+        lay = self.layout.resources
+        return [lay.statistics(self.table, s.name) for s in lay.specs
+                if not (".slot" in s.name or ".db" in s.name)]
+
+
+def _round_up(x: int, a: int) -> int:
+    return (x + a - 1) // a * a
+
+
+def _meta_bytes(profile: Profile) -> int:
+    dev = _round_up(max(profile.nic.device_memory_bytes, 64), 64)
+    return dev + 2 * LINE_LOCKS * 8 + MR_ROWS * MR_COLS * 8 + ALLOC_WORDS * 8

@@ -1,0 +1,350 @@
+"""The NIC timing model: where a work request spends its virtual time, and with whom it contends.
+
+One jitted function, :func:`model_post`, prices a whole ``ibv_post_send`` (a list of work requests
+from one QP to one remote node) in one call, so the cost of the model stays off the Python hot
+path. Each work request walks the stations of a real RNIC, booking each contended one in a
+reservation calendar (:mod:`shm.calendar`):
+
+    CPU builds WQEs -> doorbell spinlock (hold time grows with the threads sharing it)
+    -> MMIO -> PCIe WQE fetch (+ an extra read when outstanding WRs overflow the WQE cache)
+    -> requester processing unit (in order per QP; READ/atomic capped by max_rd_atomic)
+    -> [payload DMA read for WRITE/SEND] -> egress link -> wire/switch -> ingress link
+    -> responder unit [-> NIC-wide atomic pipeline -> per-address atomic slot]
+    -> responder PCIe to host memory (or NIC device memory): the *effect* happens here
+    -> response on the links back -> PCIe write of data and CQE at the requester: *completion*.
+
+Everything is in picoseconds inside; inputs and outputs are nanoseconds. Per-node hardware lives in
+one int64 *fabric table* (resources, then counters) that is a shared segment when nodes are
+separate processes, so two processes posting to the same memory node contend for real.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+from shm.atomics import faa, load_acquire
+from shm.calendar import ResourceLayout, reserve
+from shm.profile_schema import Profile
+
+# Opcodes of the model (the verbs layer maps IBV_WR_* onto these).
+OP_READ = 0
+OP_WRITE = 1
+OP_CAS = 2
+OP_FAA = 3
+OP_SEND = 4       # RC SEND: acknowledged
+OP_SEND_UD = 5    # UD SEND: no acknowledgement, completes once on the wire
+N_OPS = 6
+
+REGION_HOST = 0
+REGION_DEVICE = 1  # NIC device memory: no PCIe trip at the responder
+
+# Indices into the parameter vector (all times in ps; rates in fs per byte).
+P_ONE_WAY = 0
+P_LINK_FS_PER_B = 1
+P_HEADER_B = 2
+P_MTU_B = 3
+P_PCIE_LAT = 4
+P_PCIE_FS_PER_B = 5
+P_PCIE_B_PER_WR = 6
+P_PCIE_RESP_B_PER_WR = 7
+P_MMIO = 8
+P_DB_LOCK = 9
+P_DB_PER_SHARER = 10
+P_WQE_CAP = 11
+P_WQE_MISS_B = 12
+P_WQE_MISS_PS = 13
+P_ATOMIC_UNIT = 14
+P_ATOMIC_SLOT = 15
+P_DEVMEM = 16
+P_MAX_INLINE = 17
+P_REQ_COST = 18             # N_OPS entries
+P_RESP_COST = P_REQ_COST + N_OPS
+N_PARAMS = P_RESP_COST + N_OPS
+
+# A node descriptor: offsets of its resources in the fabric table.
+D_TX = 0
+D_RX = 1
+D_REQ = 2
+D_RESP = 3
+D_PCIE = 4
+D_ATOMIC = 5
+D_SLOT0 = 6       # offset of the first atomic slot resource
+D_SLOT_STRIDE = 7
+D_N_SLOTS = 8
+D_STATE = 9       # offset of the node's counters
+D_DB0 = 10
+D_DB_STRIDE = 11
+D_N_DB = 12
+D_DMA = 13
+N_DESC = 14
+
+# Node counters at desc[D_STATE]: outstanding WRs (WQE cache), doorbells handed out, then per
+# doorbell the number of threads that post through it.
+S_OUTSTANDING = 0
+S_NEXT_DB = 1
+S_DB_USERS = 2
+
+# Per-QP private state (a QP lives in one process): when its requester unit is next free,
+# the slot of the oldest outstanding READ/atomic, then max_rd_atomic completion times.
+Q_BUSY = 0
+Q_RD_POS = 1
+Q_RD_RING = 2
+
+_FS = 1000  # fs per ps
+_PS = 1000  # ps per ns
+
+
+def _fs_per_byte(gbps: float) -> int:
+    return int(round(8_000_000.0 / gbps))  # 8 bits / (gbps * 1e9 b/s) in fs
+
+
+def pack_params(p: Profile) -> np.ndarray:
+    """The profile as the flat int64 vector the jitted model reads."""
+    prm = np.zeros(N_PARAMS, dtype=np.int64)
+    prm[P_ONE_WAY] = p.link.one_way_ns * _PS
+    prm[P_LINK_FS_PER_B] = _fs_per_byte(p.link.gbps)
+    prm[P_HEADER_B] = p.link.header_bytes
+    prm[P_MTU_B] = p.link.mtu_bytes
+    prm[P_PCIE_LAT] = p.pcie.latency_ns * _PS
+    prm[P_PCIE_FS_PER_B] = _fs_per_byte(p.pcie.gbps)
+    prm[P_PCIE_B_PER_WR] = p.pcie.bytes_per_wr
+    prm[P_PCIE_RESP_B_PER_WR] = p.pcie.resp_bytes_per_wr
+    prm[P_MMIO] = p.pcie.mmio_ns * _PS
+    prm[P_DB_LOCK] = p.doorbell.lock_ns * _PS
+    prm[P_DB_PER_SHARER] = p.doorbell.lock_per_sharer_ns * _PS
+    prm[P_WQE_CAP] = p.wqe_cache.capacity
+    prm[P_WQE_MISS_B] = p.wqe_cache.miss_bytes
+    prm[P_WQE_MISS_PS] = p.wqe_cache.miss_ns * _PS
+    prm[P_ATOMIC_UNIT] = p.nic.atomic_unit_ns * _PS
+    prm[P_ATOMIC_SLOT] = p.nic.atomic_slot_ns * _PS
+    prm[P_DEVMEM] = p.nic.device_memory_ns * _PS
+    prm[P_MAX_INLINE] = p.qp.max_inline
+    n = p.nic
+    req = (n.req_read_ns, n.req_write_ns, n.req_atomic_ns, n.req_atomic_ns, n.req_send_ns, n.req_send_ns)
+    resp = (n.resp_read_ns, n.resp_write_ns, n.resp_atomic_ns, n.resp_atomic_ns, n.resp_recv_ns, n.resp_recv_ns)
+    for op in range(N_OPS):
+        prm[P_REQ_COST + op] = req[op] * _PS
+        prm[P_RESP_COST + op] = resp[op] * _PS
+    return prm
+
+
+@dataclass(frozen=True)
+class FabricLayout:
+    """Where every node's NIC resources and counters live in the fabric table (plain data)."""
+
+    nodes: tuple[str, ...]
+    resources: ResourceLayout
+    descriptors: np.ndarray  # (n_nodes, N_DESC) int64
+    words: int
+
+    @classmethod
+    def build(cls, profile: Profile, nodes, *, doorbells_per_node: int = 512) -> "FabricLayout":
+        nodes = tuple(nodes)
+        if len(set(nodes)) != len(nodes):
+            raise ValueError(f"node names must be unique, got {nodes}")
+        lay = ResourceLayout()
+        desc = np.zeros((len(nodes), N_DESC), dtype=np.int64)
+        ns = 1000  # one ns in ps
+        for i, name in enumerate(nodes):
+            d = desc[i]
+            # Bucket widths: small enough to resolve the resource's service time, large enough
+            # that a saturated resource's backlog spans few buckets.
+            d[D_TX] = lay.add(f"{name}.tx", 1, 64 * ns, 4096)
+            d[D_RX] = lay.add(f"{name}.rx", 1, 64 * ns, 4096)
+            d[D_REQ] = lay.add(f"{name}.req_pu", profile.nic.requester_units, 64 * ns, 4096)
+            d[D_RESP] = lay.add(f"{name}.resp_pu", profile.nic.responder_units, 64 * ns, 4096)
+            d[D_PCIE] = lay.add(f"{name}.pcie", 1, 64 * ns, 4096)
+            d[D_ATOMIC] = lay.add(f"{name}.atomic", profile.nic.atomic_units, 256 * ns, 1024)
+            d[D_DMA] = lay.add(f"{name}.dma", 1, 256 * ns, 1024)
+            first = None
+            for s in range(profile.nic.atomic_slots):
+                off = lay.add(f"{name}.slot{s}", 1, 1024 * ns, 64)
+                if first is None:
+                    first = off
+                elif s == 1:
+                    d[D_SLOT_STRIDE] = off - first
+            d[D_SLOT0] = first
+            d[D_N_SLOTS] = profile.nic.atomic_slots
+            first = None
+            for b in range(doorbells_per_node):
+                off = lay.add(f"{name}.db{b}", 1, 1024 * ns, 256)
+                if first is None:
+                    first = off
+                elif b == 1:
+                    d[D_DB_STRIDE] = off - first
+            d[D_DB0] = first
+            d[D_N_DB] = doorbells_per_node
+        state_words = S_DB_USERS + doorbells_per_node
+        for i in range(len(nodes)):
+            desc[i, D_STATE] = lay.words + i * state_words
+        words = lay.words + len(nodes) * state_words
+        desc.setflags(write=False)
+        return cls(nodes, lay, desc, words)
+
+    def initialise(self, tbl: np.ndarray) -> None:
+        tbl[: self.words] = 0
+        self.resources.initialise(tbl)
+
+    def index(self, node: str) -> int:
+        try:
+            return self.nodes.index(node)
+        except ValueError:
+            raise KeyError(f"unknown node {node!r}; the fabric has {list(self.nodes)}") from None
+
+
+@njit(cache=True)
+def _ceil_ns(ps):
+    return (ps + 999) // 1000
+
+
+@njit(cache=True)
+def _wire_ps(prm, nbytes):
+    mtu = prm[P_MTU_B]
+    packets = (nbytes + mtu - 1) // mtu
+    if packets < 1:
+        packets = 1
+    return ((nbytes + packets * prm[P_HEADER_B]) * prm[P_LINK_FS_PER_B]) // _FS
+
+
+@njit(cache=True)
+def _pcie_ps(prm, nbytes):
+    return (nbytes * prm[P_PCIE_FS_PER_B]) // _FS
+
+
+@njit(cache=True)
+def doorbell_users(tbl, rq, db, delta):
+    """Add ``delta`` threads to the sharers of doorbell ``db`` of node ``rq``; return the count."""
+    return faa(tbl, rq[D_STATE] + S_DB_USERS + db, delta) + delta
+
+
+@njit(cache=True)
+def allocate_doorbells(tbl, rq, n):
+    """Hand out ``n`` consecutive doorbells of a node (one device context); first index or -1."""
+    first = faa(tbl, rq[D_STATE] + S_NEXT_DB, n)
+    if first + n > rq[D_N_DB]:
+        faa(tbl, rq[D_STATE] + S_NEXT_DB, -n)
+        return -1
+    return first
+
+
+@njit(cache=True)
+def retire(tbl, rq, n):
+    """``n`` work requests of node ``rq`` completed and were polled: they leave the WQE cache."""
+    faa(tbl, rq[D_STATE] + S_OUTSTANDING, -n)
+
+
+@njit(cache=True)
+def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, inline, out):
+    """Price one post of ``len(ops)`` work requests from node ``rq`` to node ``rs`` at ``t_ns``.
+
+    ``db`` is the doorbell index on ``rq`` (-1: none, e.g. a loopback engine). Writes
+    ``out[i, 0]`` (when the effect lands on target memory) and ``out[i, 1]`` (completion, when
+    the CQE is visible) in ns, and returns when the posting CPU is free again (after the doorbell
+    lock), in ns.
+    """
+    n = ops.shape[0]
+    t = t_ns * _PS
+    if db >= 0:
+        users = load_acquire(tbl, rq[D_STATE] + S_DB_USERS + db)
+        if users < 1:
+            users = 1
+        hold = prm[P_DB_LOCK] + prm[P_DB_PER_SHARER] * (users - 1)
+        t = reserve(tbl, rq[D_DB0] + db * rq[D_DB_STRIDE], t, hold)
+    cpu_free = t
+    t_nic = t + prm[P_MMIO]
+    outstanding = faa(tbl, rq[D_STATE] + S_OUTSTANDING, n) + n
+    cap = prm[P_WQE_CAP]
+    # Fraction of WQE fetches that miss once outstanding WRs exceed the cache (fluid, so that the
+    # model stays deterministic): 0 below capacity, 1 at twice the capacity.
+    miss_num = outstanding - cap
+    if miss_num < 0:
+        miss_num = 0
+    if miss_num > cap:
+        miss_num = cap
+    one_way = prm[P_ONE_WAY]
+    pcie_lat = prm[P_PCIE_LAT]
+    rd_k = qp.shape[0] - Q_RD_RING
+    for i in range(n):
+        op = ops[i]
+        nbytes = lens[i]
+        fetch_b = prm[P_PCIE_B_PER_WR] + (prm[P_WQE_MISS_B] * miss_num) // cap
+        t1 = reserve(tbl, rq[D_PCIE], t_nic, _pcie_ps(prm, fetch_b))
+        t1 += pcie_lat + (prm[P_WQE_MISS_PS] * miss_num) // cap
+        # in order per QP: the requester handles one QP's WQEs one after the other
+        if qp[Q_BUSY] > t1:
+            t1 = qp[Q_BUSY]
+        is_rd = op == OP_READ or op == OP_CAS or op == OP_FAA
+        if is_rd and rd_k > 0:
+            pos = qp[Q_RD_POS]
+            if qp[Q_RD_RING + pos] > t1:
+                t1 = qp[Q_RD_RING + pos]
+        t2 = reserve(tbl, rq[D_REQ], t1, prm[P_REQ_COST + op])
+        qp[Q_BUSY] = t2
+        carries_payload = op == OP_WRITE or op == OP_SEND or op == OP_SEND_UD
+        if carries_payload and inline[i] == 0:
+            t2 = reserve(tbl, rq[D_PCIE], t2 + pcie_lat, _pcie_ps(prm, nbytes))
+        req_b = nbytes if carries_payload else 0
+        if op == OP_CAS or op == OP_FAA:
+            req_b = 16
+        wire = _wire_ps(prm, req_b)
+        t3 = reserve(tbl, rq[D_TX], t2, wire)
+        if op == OP_SEND_UD:
+            # unreliable datagram: complete once sent; the receiver sees it after the wire
+            t4 = reserve(tbl, rs[D_RX], t3 + one_way, wire)
+            t5 = reserve(tbl, rs[D_RESP], t4, prm[P_RESP_COST + op])
+            eff = t5 + pcie_lat
+            t5 = reserve(tbl, rs[D_PCIE], eff, _pcie_ps(prm, prm[P_PCIE_RESP_B_PER_WR] + nbytes))
+            out[i, 0] = _ceil_ns(eff)
+            out[i, 1] = _ceil_ns(t3 + pcie_lat)
+            continue
+        t4 = reserve(tbl, rs[D_RX], t3 + one_way, wire)
+        t5 = reserve(tbl, rs[D_RESP], t4, prm[P_RESP_COST + op])
+        device = regions[i] == REGION_DEVICE
+        mem_lat = prm[P_DEVMEM] if device else pcie_lat
+        if op == OP_CAS or op == OP_FAA:
+            t5 = reserve(tbl, rs[D_ATOMIC], t5, prm[P_ATOMIC_UNIT])
+            slot = ((addrs[i] >> 3) * 0x9E3779B1) % rs[D_N_SLOTS]
+            slot_hold = prm[P_ATOMIC_SLOT] if not device else prm[P_DEVMEM]
+            t6 = reserve(tbl, rs[D_SLOT0] + slot * rs[D_SLOT_STRIDE], t5, slot_hold)
+            eff = t6
+            resp_b = 8
+        elif op == OP_READ:
+            eff = t5 + mem_lat
+            if device:
+                t6 = eff
+            else:
+                t6 = reserve(tbl, rs[D_PCIE], eff, _pcie_ps(prm, prm[P_PCIE_RESP_B_PER_WR] + nbytes))
+            resp_b = nbytes
+        else:  # WRITE and RC SEND: payload goes to memory, an ack goes back
+            if device:
+                eff = t5 + mem_lat
+            else:
+                eff = reserve(tbl, rs[D_PCIE], t5, _pcie_ps(prm, prm[P_PCIE_RESP_B_PER_WR] + nbytes)) + mem_lat
+            t6 = t5
+            resp_b = 0
+        wire_back = _wire_ps(prm, resp_b)
+        t7 = reserve(tbl, rs[D_TX], t6, wire_back)
+        t8 = reserve(tbl, rq[D_RX], t7 + one_way, wire_back)
+        t9 = reserve(tbl, rq[D_PCIE], t8, _pcie_ps(prm, resp_b)) + pcie_lat
+        if is_rd and rd_k > 0:
+            pos = qp[Q_RD_POS]
+            qp[Q_RD_RING + pos] = t9
+            qp[Q_RD_POS] = (pos + 1) % rd_k
+        out[i, 0] = _ceil_ns(eff)
+        out[i, 1] = _ceil_ns(t9)
+    return _ceil_ns(cpu_free)
+
+
+@njit(cache=True)
+def model_dma(tbl, prm_dma_lat_ps, prm_dma_fs_per_b, node, t_ns, nbytes):
+    """A DPU/DPA DMA access to its host's memory: returns (effect_ns, done_ns)."""
+    t = t_ns * _PS
+    done = reserve(tbl, node[D_DMA], t, (nbytes * prm_dma_fs_per_b) // _FS) + prm_dma_lat_ps
+    return _ceil_ns(done - prm_dma_lat_ps // 2), _ceil_ns(done)
+
+
+def new_qp_state(max_rd_atomic: int) -> np.ndarray:
+    return np.zeros(Q_RD_RING + max_rd_atomic, dtype=np.int64)

@@ -1,0 +1,135 @@
+"""The hardware-profile schema: every number the timing model uses, with its unit and legal range.
+
+A profile is a TOML file with one table per section below (``[sync]``, ``[link]``, ``[nic]``, ...).
+The schema is plain data (frozen dataclasses whose fields carry ``metadata``) so that the loader can
+validate any file generically: an unknown key, a missing key, a wrong type or a value outside its
+range is refused with a message naming the key and the file. Keeping the schema apart from the
+loader lets the timing model import only the records it reads.
+
+Field metadata: ``unit`` (for docs and error messages), ``min``/``max`` (inclusive bounds) and
+``doc`` (one line on what the number means in the model).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+def knob(unit: str, doc: str, *, min=None, max=None):
+    """A schema field: no default, so a profile must give every value (a silent default hides
+    a missing calibration)."""
+    return field(metadata={"unit": unit, "doc": doc, "min": min, "max": max})
+
+
+@dataclass(frozen=True)
+class SyncProfile:
+    window_ns: int = knob("ns", "lax-synchronisation window W between processes", min=1, max=1_000_000)
+
+
+@dataclass(frozen=True)
+class LinkProfile:
+    gbps: float = knob("Gbit/s", "link bandwidth per direction", min=0.001, max=10_000)
+    one_way_ns: int = knob("ns", "wire + switch latency of one hop, one way", min=0, max=1_000_000)
+    header_bytes: int = knob("B", "per-packet overhead on the wire (LRH/BTH/RETH/ICRC...)", min=0, max=4096)
+    mtu_bytes: int = knob("B", "path MTU; larger messages are split into packets", min=256, max=65536)
+
+
+@dataclass(frozen=True)
+class NicProfile:
+    requester_units: int = knob("units", "parallel processing units that handle posted work requests", min=1, max=4096)
+    responder_units: int = knob("units", "parallel processing units that serve incoming requests", min=1, max=4096)
+    req_read_ns: int = knob("ns", "requester unit time per READ", min=0, max=1_000_000)
+    req_write_ns: int = knob("ns", "requester unit time per WRITE", min=0, max=1_000_000)
+    req_atomic_ns: int = knob("ns", "requester unit time per CAS/FAA", min=0, max=1_000_000)
+    req_send_ns: int = knob("ns", "requester unit time per SEND", min=0, max=1_000_000)
+    resp_read_ns: int = knob("ns", "responder unit time per READ", min=0, max=1_000_000)
+    resp_write_ns: int = knob("ns", "responder unit time per WRITE", min=0, max=1_000_000)
+    resp_atomic_ns: int = knob("ns", "responder unit time per CAS/FAA", min=0, max=1_000_000)
+    resp_recv_ns: int = knob("ns", "responder unit time per incoming SEND (RECV WQE fetch, scatter)", min=0, max=1_000_000)
+    atomic_units: int = knob("units", "NIC-wide atomic pipelines (bound the NIC's atomic rate)", min=1, max=4096)
+    atomic_unit_ns: int = knob("ns", "time one atomic occupies a pipeline", min=0, max=1_000_000)
+    atomic_slots: int = knob("slots", "per-address atomic serialisation slots (addresses hash into them)", min=1, max=1 << 20)
+    atomic_slot_ns: int = knob("ns", "time one atomic holds its address slot (PCIe read-modify-write)", min=0, max=1_000_000)
+    device_memory_bytes: int = knob("B", "on-chip NIC device memory (lock tables)", min=0, max=1 << 30)
+    device_memory_ns: int = knob("ns", "access time of NIC device memory (replaces the PCIe trip)", min=0, max=1_000_000)
+    ordered_multiline_writes: bool = knob("bool", "multi-line WRITEs land in ascending address order")
+
+
+@dataclass(frozen=True)
+class PcieProfile:
+    latency_ns: int = knob("ns", "one PCIe transaction between NIC and host memory, one way", min=0, max=1_000_000)
+    gbps: float = knob("Gbit/s", "effective PCIe bandwidth for small DMA (TLP overheads included)", min=0.001, max=10_000)
+    bytes_per_wr: int = knob("B", "host-memory traffic per work request besides payload (WQE fetch, CQE)", min=0, max=4096)
+    resp_bytes_per_wr: int = knob("B", "responder host-memory traffic per request besides payload", min=0, max=4096)
+    mmio_ns: int = knob("ns", "doorbell MMIO write reaching the NIC", min=0, max=1_000_000)
+
+
+@dataclass(frozen=True)
+class DoorbellProfile:
+    low_latency: int = knob("doorbells", "low-latency doorbells per context (one QP each)", min=0, max=4096)
+    medium_latency: int = knob("doorbells", "medium-latency doorbells per context (QPs share them round-robin)", min=1, max=4096)
+    lock_ns: int = knob("ns", "doorbell spinlock hold time with one user", min=0, max=1_000_000)
+    lock_per_sharer_ns: int = knob("ns", "extra hold time per additional thread sharing the doorbell", min=0, max=1_000_000)
+
+
+@dataclass(frozen=True)
+class WqeCacheProfile:
+    capacity: int = knob("WRs", "outstanding work requests the NIC's WQE cache holds", min=1, max=1 << 24)
+    miss_bytes: int = knob("B", "extra PCIe read per work request once the cache thrashes", min=0, max=4096)
+    miss_ns: int = knob("ns", "extra latency of a WQE-cache miss", min=0, max=1_000_000)
+
+
+@dataclass(frozen=True)
+class QpProfile:
+    max_send_wr: int = knob("WRs", "send-queue depth: posting past it fails (ENOMEM)", min=1, max=1 << 20)
+    max_recv_wr: int = knob("WRs", "receive-queue depth", min=1, max=1 << 20)
+    max_rd_atomic: int = knob("WRs", "outstanding READ/atomic per QP; more wait for earlier ones", min=1, max=1024)
+    max_inline: int = knob("B", "largest inline payload (no payload DMA read)", min=0, max=4096)
+
+
+@dataclass(frozen=True)
+class CpuProfile:
+    ghz: float = knob("GHz", "core clock (converts cycle counts such as back-off to ns)", min=0.1, max=10)
+    post_ns: int = knob("ns", "CPU time of ibv_post_send, per call", min=0, max=1_000_000)
+    wqe_ns: int = knob("ns", "CPU time to build one WQE", min=0, max=1_000_000)
+    poll_ns: int = knob("ns", "CPU time of one ibv_poll_cq call", min=0, max=1_000_000)
+    local_cas_ns: int = knob("ns", "one CAS on local memory, contended by other cores", min=0, max=1_000_000)
+    local_read_ns_per_line: int = knob("ns", "memcpy of one 64-byte line from local DRAM", min=0, max=1_000_000)
+    rpc_handler_ns: int = knob("ns", "CPU time to receive, dispatch and answer one two-sided RPC", min=0, max=1_000_000)
+
+
+@dataclass(frozen=True)
+class DmaProfile:
+    latency_ns: int = knob("ns", "DMA from a DPU/DPA to its host's memory, one access", min=0, max=1_000_000)
+    gbps: float = knob("Gbit/s", "DMA engine bandwidth", min=0.001, max=10_000)
+
+
+SECTIONS = {
+    "sync": SyncProfile,
+    "link": LinkProfile,
+    "nic": NicProfile,
+    "pcie": PcieProfile,
+    "doorbell": DoorbellProfile,
+    "wqe_cache": WqeCacheProfile,
+    "qp": QpProfile,
+    "cpu": CpuProfile,
+    "dma": DmaProfile,
+}
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A whole hardware profile. ``name`` and ``description`` come from the top-level keys."""
+
+    name: str
+    description: str
+    sync: SyncProfile
+    link: LinkProfile
+    nic: NicProfile
+    pcie: PcieProfile
+    doorbell: DoorbellProfile
+    wqe_cache: WqeCacheProfile
+    qp: QpProfile
+    cpu: CpuProfile
+    dma: DmaProfile
+    source: str = ""  # the file it was read from

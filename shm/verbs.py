@@ -1,0 +1,681 @@
+"""RDMA verbs in the pyverbs vocabulary, on emulated hardware and virtual time.
+
+``Context``, ``PD``, ``MR``, ``CQ``, ``QP`` (RC and UD), ``SGE``, ``SendWR``/``RecvWR`` and work
+completions with ``ibv_wc_status`` keep the names and meanings of pyverbs/libibverbs, so code and
+intuition carry over. What differs is time: every call is made by an actor of a
+:class:`~nodes.runtime.env.Environment` at its virtual ``now``.
+
+* ``post_send`` charges the caller's CPU (building WQEs, the doorbell spinlock), prices the whole
+  list in one call of the NIC model (:func:`shm.nic.model_post`) and schedules, per work request,
+  its *effect* on target memory at the modelled arrival time and its *completion* (a CQE) at the
+  modelled completion time. Effects are checked against the target's MR table when they land: a
+  wrong rkey, an address outside the region, missing rights or a misaligned atomic complete with an
+  error status and touch nothing, and, as on real RC QPs, move the QP to the error state so later
+  work requests are flushed.
+* One-sided effects run in the poster's process (it maps every node's memory); two-sided SENDs
+  are handed to the receiving node's process at their arrival time (``env.send``) when nodes are
+  separate processes, or run in place when co-located.
+* Posting past ``max_send_wr`` raises :class:`PyverbsRDMAError` with ``ENOMEM``, as
+  ``ibv_post_send`` fails; nothing of that list is posted.
+
+A :class:`VerbsHost` is the per-process glue: it knows the fabric, the environment, which process
+runs which node, and the QPs living here.
+"""
+
+from __future__ import annotations
+
+import errno
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+
+from shm import atomics, nic
+from shm.fabric import (
+    IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_READ, IBV_ACCESS_REMOTE_WRITE,
+    REGION_DEVICE, REGION_HOST, Fabric, copy_lines, format_gaddr, gaddr, gaddr_node, gaddr_offset,
+    gaddr_region, mr_check, read_lines,
+)
+
+__all__ = [
+    "VerbsHost", "Context", "PD", "MR", "CQ", "QP", "QPCap", "QPInitAttr", "AH", "SGE", "SendWR",
+    "RecvWR", "WC", "PyverbsError", "PyverbsRDMAError",
+    "IBV_QPT_RC", "IBV_QPT_UD", "IBV_WR_RDMA_WRITE", "IBV_WR_SEND", "IBV_WR_RDMA_READ",
+    "IBV_WR_ATOMIC_CMP_AND_SWP", "IBV_WR_ATOMIC_FETCH_AND_ADD", "IBV_WR_MASKED_ATOMIC_CMP_AND_SWP",
+    "IBV_WR_MASKED_ATOMIC_FETCH_AND_ADD", "IBV_SEND_SIGNALED", "IBV_SEND_INLINE",
+    "IBV_WC_SUCCESS", "IBV_WC_LOC_LEN_ERR", "IBV_WC_LOC_PROT_ERR", "IBV_WC_WR_FLUSH_ERR",
+    "IBV_WC_REM_INV_REQ_ERR", "IBV_WC_REM_ACCESS_ERR",
+    "IBV_ACCESS_LOCAL_WRITE", "IBV_ACCESS_REMOTE_WRITE", "IBV_ACCESS_REMOTE_READ",
+    "IBV_ACCESS_REMOTE_ATOMIC", "wc_status_str",
+]
+
+IBV_QPT_RC = 2
+IBV_QPT_UD = 4
+
+# ibv_wr_opcode values; the masked atomics are mlx5's extended atomics.
+IBV_WR_RDMA_WRITE = 0
+IBV_WR_SEND = 2
+IBV_WR_RDMA_READ = 4
+IBV_WR_ATOMIC_CMP_AND_SWP = 5
+IBV_WR_ATOMIC_FETCH_AND_ADD = 6
+IBV_WR_MASKED_ATOMIC_CMP_AND_SWP = 14
+IBV_WR_MASKED_ATOMIC_FETCH_AND_ADD = 15
+
+IBV_SEND_FENCE = 1
+IBV_SEND_SIGNALED = 2
+IBV_SEND_INLINE = 8
+
+IBV_WC_SUCCESS = 0
+IBV_WC_LOC_LEN_ERR = 1
+IBV_WC_LOC_PROT_ERR = 4
+IBV_WC_WR_FLUSH_ERR = 5
+IBV_WC_REM_INV_REQ_ERR = 9
+IBV_WC_REM_ACCESS_ERR = 10
+_STATUS_NAMES = {
+    IBV_WC_SUCCESS: "IBV_WC_SUCCESS", IBV_WC_LOC_LEN_ERR: "IBV_WC_LOC_LEN_ERR",
+    IBV_WC_LOC_PROT_ERR: "IBV_WC_LOC_PROT_ERR", IBV_WC_WR_FLUSH_ERR: "IBV_WC_WR_FLUSH_ERR",
+    IBV_WC_REM_INV_REQ_ERR: "IBV_WC_REM_INV_REQ_ERR", IBV_WC_REM_ACCESS_ERR: "IBV_WC_REM_ACCESS_ERR",
+}
+
+IBV_WC_SEND = 0
+IBV_WC_RDMA_WRITE = 1
+IBV_WC_RDMA_READ = 2
+IBV_WC_COMP_SWAP = 3
+IBV_WC_FETCH_ADD = 4
+IBV_WC_MASKED_COMP_SWAP = 9
+IBV_WC_MASKED_FETCH_ADD = 10
+IBV_WC_RECV = 128
+
+# opcode -> (model opcode, wc opcode, remote access needed, local access needed)
+_OPS = {
+    IBV_WR_RDMA_READ: (nic.OP_READ, IBV_WC_RDMA_READ, IBV_ACCESS_REMOTE_READ, IBV_ACCESS_LOCAL_WRITE),
+    IBV_WR_RDMA_WRITE: (nic.OP_WRITE, IBV_WC_RDMA_WRITE, IBV_ACCESS_REMOTE_WRITE, 0),
+    IBV_WR_ATOMIC_CMP_AND_SWP: (nic.OP_CAS, IBV_WC_COMP_SWAP, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_LOCAL_WRITE),
+    IBV_WR_ATOMIC_FETCH_AND_ADD: (nic.OP_FAA, IBV_WC_FETCH_ADD, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_LOCAL_WRITE),
+    IBV_WR_MASKED_ATOMIC_CMP_AND_SWP: (nic.OP_CAS, IBV_WC_MASKED_COMP_SWAP, IBV_ACCESS_REMOTE_ATOMIC,
+                                       IBV_ACCESS_LOCAL_WRITE),
+    IBV_WR_MASKED_ATOMIC_FETCH_AND_ADD: (nic.OP_FAA, IBV_WC_MASKED_FETCH_ADD, IBV_ACCESS_REMOTE_ATOMIC,
+                                         IBV_ACCESS_LOCAL_WRITE),
+    IBV_WR_SEND: (nic.OP_SEND, IBV_WC_SEND, 0, 0),
+}
+_ATOMICS = (IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_MASKED_ATOMIC_CMP_AND_SWP,
+            IBV_WR_MASKED_ATOMIC_FETCH_AND_ADD)
+
+_MSG_SEND = 1  # cross-process message kind: a SEND arriving at a QP of this process
+
+
+def wc_status_str(status: int) -> str:
+    return _STATUS_NAMES.get(status, f"status {status}")
+
+
+class PyverbsError(Exception):
+    """Misuse of the verbs API (wrong object, wrong state)."""
+
+
+class PyverbsRDMAError(PyverbsError):
+    """A verb failed the way libibverbs fails: ``errno`` says how."""
+
+    def __init__(self, msg: str, error: int):
+        super().__init__(f"{msg}. Errno: {error}, {errno.errorcode.get(error, '?')}")
+        self.error_code = error
+
+
+@dataclass
+class SGE:
+    addr: int      # a global address on the local node
+    length: int
+    lkey: int
+
+
+@dataclass
+class SendWR:
+    wr_id: int = 0
+    opcode: int = IBV_WR_SEND
+    num_sge: int = 1
+    sg: list = field(default_factory=list)
+    send_flags: int = IBV_SEND_SIGNALED
+    imm_data: int = 0
+    remote_addr: int = 0
+    rkey: int = 0
+    compare_add: int = 0
+    swap: int = 0
+    compare_add_mask: int = 0
+    swap_mask: int = 0
+    ah: "AH | None" = None
+    remote_qpn: int = 0
+    remote_qkey: int = 0
+
+    def set_wr_rdma(self, rkey: int, addr: int) -> None:
+        self.rkey, self.remote_addr = rkey, addr
+
+    def set_wr_atomic(self, rkey: int, addr: int, compare_add: int, swap: int = 0) -> None:
+        self.rkey, self.remote_addr, self.compare_add, self.swap = rkey, addr, compare_add, swap
+
+    def set_wr_masked_atomic(self, rkey, addr, compare_add, swap, compare_add_mask, swap_mask) -> None:
+        """Masked CAS: compare under ``compare_add_mask``, swap the ``swap_mask`` bits. Masked FAA:
+        ``compare_add`` is the addend and ``compare_add_mask`` marks field boundaries."""
+        self.set_wr_atomic(rkey, addr, compare_add, swap)
+        self.compare_add_mask, self.swap_mask = compare_add_mask, swap_mask
+
+    def set_wr_ud(self, ah: "AH", remote_qpn: int, remote_qkey: int = 0) -> None:
+        self.ah, self.remote_qpn, self.remote_qkey = ah, remote_qpn, remote_qkey
+
+
+@dataclass
+class RecvWR:
+    wr_id: int = 0
+    num_sge: int = 1
+    sg: list = field(default_factory=list)
+
+
+class WC(NamedTuple):
+    wr_id: int
+    status: int
+    opcode: int
+    byte_len: int
+    qp_num: int
+    src_qp: int = 0
+    imm_data: int = 0
+    vendor_err: int = 0
+    src_node: int = -1
+
+
+@dataclass
+class QPCap:
+    max_send_wr: int | None = None
+    max_recv_wr: int | None = None
+    max_send_sge: int = 1
+    max_recv_sge: int = 1
+    max_inline_data: int | None = None
+
+
+@dataclass
+class QPInitAttr:
+    qp_type: int = IBV_QPT_RC
+    scq: "CQ | None" = None
+    rcq: "CQ | None" = None
+    cap: QPCap = field(default_factory=QPCap)
+    sq_sig_all: bool = False
+
+
+class VerbsStats(NamedTuple):
+    posted: int
+    completed: int
+    errors: int
+    sends_delivered: int
+    ud_dropped: int
+
+
+class VerbsHost:
+    """Per-process verbs runtime: fabric + environment + which process runs which node.
+
+    ``proc_of_node`` maps node index -> process index (in the clock table); ``None`` means every
+    node is in this process (co-located mode).
+    """
+
+    def __init__(self, fabric: Fabric, env, *, proc_of_node: dict | None = None, my_proc: int = 0):
+        self.fabric = fabric
+        self.env = env
+        self.profile = fabric.profile
+        self.proc_of_node = proc_of_node
+        self.my_proc = my_proc
+        self.qps: dict[tuple[int, int], QP] = {}
+        self._next_qpn = 1 + (my_proc << 20)
+        self._posted = self._completed = self._errors = self._delivered = self._ud_dropped = 0
+        self._db_users: dict[tuple[int, int], set] = {}
+        if proc_of_node is not None:
+            env.on_message = self._on_message
+
+    def statistics(self) -> VerbsStats:
+        return VerbsStats(self._posted, self._completed, self._errors, self._delivered, self._ud_dropped)
+
+    def _new_qpn(self) -> int:
+        qpn = self._next_qpn
+        self._next_qpn += 1
+        return qpn
+
+    def _is_local(self, node: int) -> bool:
+        return self.proc_of_node is None or self.proc_of_node[node] == self.my_proc
+
+    def _deliver_send(self, at: int, dst_node: int, dst_qpn: int, src_node: int, src_qpn: int, src_addr: int,
+                      length: int, imm: int) -> None:
+        if self._is_local(dst_node):
+            self.env.schedule(at, self._arrive_send, (dst_node, dst_qpn, src_node, src_qpn, src_addr, length, imm))
+        else:
+            self.env.send(self.proc_of_node[dst_node], at,
+                          (_MSG_SEND, dst_node, dst_qpn, src_node, src_qpn, src_addr, length, imm))
+
+    def _on_message(self, src_proc, payload):
+        if payload[0] == _MSG_SEND:
+            self._arrive_send(tuple(int(x) for x in payload[1:8]))
+        else:
+            raise PyverbsError(f"unknown verbs message kind {payload[0]} from process {src_proc}")
+
+    def _arrive_send(self, msg) -> None:
+        dst_node, dst_qpn, src_node, src_qpn, src_addr, length, imm = msg
+        qp = self.qps.get((dst_node, dst_qpn))
+        if qp is None:
+            self._ud_dropped += 1  # no such QP: dropped as a real fabric would
+            return
+        qp._receive(src_node, src_qpn, src_addr, length, imm)
+
+
+class Context:
+    """A device context on one node: owns a set of doorbell registers.
+
+    ConnectX's default is 4 low-latency doorbells (one QP each) and 12 medium-latency doorbells
+    shared round-robin by later QPs (SMART §2.2). ``doorbells`` overrides the medium count (SMART's
+    thread-aware allocation gives each thread its own)."""
+
+    def __init__(self, host: VerbsHost, node, *, low_latency: int | None = None, doorbells: int | None = None):
+        self.host = host
+        self.fabric = host.fabric
+        self.env = host.env
+        self.node = self.fabric.node_index(node)
+        self.desc = self.fabric.descriptors[self.node]
+        prof = self.fabric.profile.doorbell
+        self.low_latency = prof.low_latency if low_latency is None else low_latency
+        self.medium = prof.medium_latency if doorbells is None else doorbells
+        if self.low_latency < 0 or self.medium < 1:
+            raise PyverbsError(f"a context needs >= 1 medium-latency doorbell, got {self.medium}")
+        self.db_first = int(nic.allocate_doorbells(self.fabric.table, self.desc, self.low_latency + self.medium))
+        if self.db_first < 0:
+            raise PyverbsRDMAError(f"node {self.fabric.nodes[self.node].name!r}: out of doorbell registers "
+                                   f"(UAR pages)", errno.ENOMEM)
+        self._qps_created = 0
+
+    def _bind_doorbell(self) -> int:
+        """Doorbell of the next QP: the low-latency ones first, then medium ones round-robin."""
+        i = self._qps_created
+        self._qps_created += 1
+        if i < self.low_latency:
+            return self.db_first + i
+        return self.db_first + self.low_latency + (i - self.low_latency) % self.medium
+
+
+class PD:
+    def __init__(self, ctx: Context):
+        self.ctx = ctx
+
+
+class MR:
+    """A registered region of the context's node memory (allocated here unless ``offset`` is
+    given). ``addr`` is its global address; ``buf`` a numpy view of its bytes."""
+
+    def __init__(self, pd: PD, length: int, access: int = IBV_ACCESS_LOCAL_WRITE, *, offset: int | None = None,
+                 region: int = REGION_HOST):
+        ctx = pd.ctx
+        self.fabric = ctx.fabric
+        self.node = ctx.node
+        self.region = region
+        if offset is None:
+            offset = self.fabric.allocate(self.node, length, region=region)
+        self.offset = offset
+        self.length = length
+        self.key = self.fabric.register(self.node, offset, length, access, region=region)
+        self.lkey = self.rkey = self.key
+        self.addr = gaddr(self.node, offset, region)
+        mem = self.fabric.memory[self.node]
+        self.buf = (mem.host if region == REGION_HOST else mem.device)[offset:offset + length]
+
+    def write(self, data, length: int | None = None, offset: int = 0) -> None:
+        b = np.frombuffer(bytes(data), dtype=np.uint8)
+        length = len(b) if length is None else length
+        if offset < 0 or offset + length > self.length:
+            raise PyverbsError(f"MR write of {length} bytes at {offset} exceeds the MR ({self.length} bytes)")
+        self.buf[offset:offset + length] = b[:length]
+
+    def read(self, length: int, offset: int = 0) -> bytes:
+        if offset < 0 or offset + length > self.length:
+            raise PyverbsError(f"MR read of {length} bytes at {offset} exceeds the MR ({self.length} bytes)")
+        return self.buf[offset:offset + length].tobytes()
+
+    def close(self) -> None:
+        if self.key:
+            self.fabric.deregister(self.node, self.key)
+            self.key = 0
+
+
+class AH:
+    """Address handle of a UD destination: just the node."""
+
+    def __init__(self, pd: PD, node):
+        self.node = pd.ctx.fabric.node_index(node)
+
+
+class CQ:
+    """A completion queue; ``poll`` takes what has completed by now, ``wait`` is an event that
+    fires when something is there (so an actor needs not spin in virtual time)."""
+
+    def __init__(self, ctx: Context, cqe: int = 4096):
+        if cqe < 1:
+            raise PyverbsError(f"CQ size must be >= 1, got {cqe}")
+        self.ctx = ctx
+        self.env = ctx.env
+        self.cqe = cqe
+        self._entries: list[WC] = []
+        self._head = 0
+        self._waiters: list = []
+        self._poll_ns = ctx.fabric.profile.cpu.poll_ns
+
+    def _push(self, wc: WC) -> None:
+        if len(self._entries) - self._head >= self.cqe:
+            raise PyverbsRDMAError(f"CQ overrun: more than {self.cqe} unpolled completions", errno.ENOSPC)
+        self._entries.append(wc)
+        if self._waiters:
+            waiters, self._waiters = self._waiters, []
+            for ev in waiters:
+                ev.succeed()
+
+    def poll(self, num_entries: int = 1) -> tuple[int, list[WC]]:
+        env = self.env
+        if env.active_process is not None:
+            env.charge(self._poll_ns)
+        got = self._entries[self._head:self._head + num_entries]
+        self._head += len(got)
+        if self._head > 1024 and self._head * 2 > len(self._entries):
+            del self._entries[:self._head]
+            self._head = 0
+        for wc in got:
+            qp = self.ctx.host.qps.get((self.ctx.node, wc.qp_num))
+            if qp is not None and wc.opcode != IBV_WC_RECV:
+                qp._retire_polled()
+        return len(got), got
+
+    def wait(self):
+        """Event that fires once the CQ holds at least one completion."""
+        ev = self.env.event()
+        if len(self._entries) > self._head:
+            ev.succeed()
+        else:
+            self._waiters.append(ev)
+        return ev
+
+    def __len__(self) -> int:
+        return len(self._entries) - self._head
+
+
+class _Pending:
+    """One posted work request on its way: what its effect found, and its CQE."""
+
+    __slots__ = ("wr", "status", "signaled", "wc_opcode", "byte_len")
+
+    def __init__(self, wr, signaled, wc_opcode, byte_len):
+        self.wr = wr
+        self.status = IBV_WC_SUCCESS
+        self.signaled = signaled
+        self.wc_opcode = wc_opcode
+        self.byte_len = byte_len
+
+
+class QP:
+    """A queue pair. RC: ``connect`` to one remote QP, then one-sided and SEND verbs. UD:
+    ``SendWR.set_wr_ud`` addresses each SEND; receives carry the sender's node and QPN."""
+
+    RESET, RTS, ERR = "RESET", "RTS", "ERR"
+
+    def __init__(self, pd: PD, init_attr: QPInitAttr):
+        ctx = pd.ctx
+        self.pd = pd
+        self.ctx = ctx
+        self.host = ctx.host
+        self.env = ctx.env
+        self.fabric = ctx.fabric
+        prof = self.fabric.profile
+        if init_attr.qp_type not in (IBV_QPT_RC, IBV_QPT_UD):
+            raise PyverbsError(f"unsupported QP type {init_attr.qp_type} (RC={IBV_QPT_RC}, UD={IBV_QPT_UD})")
+        if init_attr.scq is None:
+            raise PyverbsError("QPInitAttr.scq is required")
+        self.qp_type = init_attr.qp_type
+        self.scq = init_attr.scq
+        self.rcq = init_attr.rcq or init_attr.scq
+        cap = init_attr.cap
+        self.max_send_wr = cap.max_send_wr or prof.qp.max_send_wr
+        self.max_recv_wr = cap.max_recv_wr or prof.qp.max_recv_wr
+        self.max_inline = prof.qp.max_inline if cap.max_inline_data is None else cap.max_inline_data
+        if self.max_send_wr > prof.qp.max_send_wr or self.max_recv_wr > prof.qp.max_recv_wr:
+            raise PyverbsRDMAError(f"QP caps exceed the device limits (max_send_wr <= {prof.qp.max_send_wr}, "
+                                   f"max_recv_wr <= {prof.qp.max_recv_wr})", errno.EINVAL)
+        self.sq_sig_all = init_attr.sq_sig_all
+        self.qp_num = self.host._new_qpn()
+        self.node = ctx.node
+        self.doorbell = ctx._bind_doorbell()
+        self.state = self.RTS if self.qp_type == IBV_QPT_UD else self.RESET
+        self.remote: tuple[int, int] | None = None
+        self._model_state = nic.new_qp_state(prof.qp.max_rd_atomic)
+        self._sq_in_flight = 0     # posted, not yet completed and polled
+        self._unpolled_unsignaled = 0
+        self._recv_queue: list[RecvWR] = []
+        self._early_sends: list = []  # SENDs that arrived before a RECV was posted (RNR retry)
+        self._users: set = set()
+        self.host.qps[(self.node, self.qp_num)] = self
+
+    # -- connection -----------------------------------------------------------------------------
+    def connect(self, remote: "QP | tuple[int, int]") -> None:
+        """RC: bind to a remote QP (``QP`` or ``(node, qp_num)``) and move to RTS."""
+        if self.qp_type != IBV_QPT_RC:
+            raise PyverbsError("connect() is for RC QPs; UD QPs address each SEND with an AH")
+        if isinstance(remote, QP):
+            remote = (remote.node, remote.qp_num)
+        node, qpn = remote
+        self.fabric.node_index(node)
+        self.remote = (int(node), int(qpn))
+        self.state = self.RTS
+
+    def to_error(self) -> None:
+        self.state = self.ERR
+
+    # -- posting --------------------------------------------------------------------------------
+    def post_send(self, wrs) -> None:
+        env = self.env
+        if isinstance(wrs, SendWR):
+            wrs = [wrs]
+        n = len(wrs)
+        if n == 0:
+            return
+        if self.state == self.RESET:
+            raise PyverbsRDMAError(f"post_send on QP {self.qp_num} before connect()", errno.EINVAL)
+        if self._sq_in_flight + n > self.max_send_wr:
+            raise PyverbsRDMAError(
+                f"post_send on QP {self.qp_num}: send queue full ({self._sq_in_flight} in flight + {n} "
+                f"> max_send_wr={self.max_send_wr})", errno.ENOMEM)
+        if self.qp_type == IBV_QPT_RC:
+            dst = self.remote[0]
+        else:
+            dsts = {wr.ah.node if wr.ah is not None else -1 for wr in wrs}
+            if -1 in dsts:
+                raise PyverbsRDMAError("UD post_send: every SendWR needs set_wr_ud(ah, qpn)", errno.EINVAL)
+            if len(dsts) > 1:
+                # one model call prices one destination; split the list
+                for node in sorted(dsts):
+                    self.post_send([wr for wr in wrs if wr.ah.node == node])
+                return
+            dst = dsts.pop()
+        ops = np.empty(n, np.int64)
+        lens = np.empty(n, np.int64)
+        addrs = np.empty(n, np.int64)
+        regions = np.empty(n, np.int64)
+        inline = np.zeros(n, np.int64)
+        for i, wr in enumerate(wrs):
+            spec = _OPS.get(wr.opcode)
+            if spec is None or (self.qp_type == IBV_QPT_UD and wr.opcode != IBV_WR_SEND):
+                raise PyverbsRDMAError(f"post_send on QP {self.qp_num}: opcode {wr.opcode} not supported on "
+                                       f"{'UD' if self.qp_type == IBV_QPT_UD else 'RC'}", errno.EINVAL)
+            if wr.num_sge != len(wr.sg) or len(wr.sg) > 1:
+                raise PyverbsRDMAError(f"post_send on QP {self.qp_num}: wr {wr.wr_id} has {len(wr.sg)} SGEs "
+                                       f"(num_sge={wr.num_sge}); the emulator supports one", errno.EINVAL)
+            length = wr.sg[0].length if wr.sg else 0
+            op = spec[0]
+            if self.qp_type == IBV_QPT_UD:
+                op = nic.OP_SEND_UD
+            ops[i] = op
+            lens[i] = length
+            addrs[i] = gaddr_offset(wr.remote_addr)
+            regions[i] = gaddr_region(wr.remote_addr)
+            if wr.send_flags & IBV_SEND_INLINE:
+                if length > self.max_inline:
+                    raise PyverbsRDMAError(f"post_send: inline payload of {length} B exceeds max_inline_data="
+                                           f"{self.max_inline}", errno.EINVAL)
+                inline[i] = 1
+        prof = self.fabric.profile
+        actor = env.active_process
+        cpu = prof.cpu.post_ns + prof.cpu.wqe_ns * n
+        self._note_user(actor)
+        out = np.empty((n, 2), np.int64)
+        t0 = env.now + (actor._debt if actor is not None else 0) + cpu
+        cpu_free = nic.model_post(self.fabric.table, self.fabric.params, self.ctx.desc,
+                                  self.fabric.descriptors[dst], self._model_state, self.doorbell, t0,
+                                  ops, lens, addrs, regions, inline, out)
+        if actor is not None:
+            env.charge(cpu_free - env.now - actor._debt)
+        self._sq_in_flight += n
+        self.host._posted += n
+        for i, wr in enumerate(wrs):
+            spec = _OPS[wr.opcode]
+            signaled = bool(self.sq_sig_all or wr.send_flags & IBV_SEND_SIGNALED)
+            p = _Pending(wr, signaled, spec[1], lens[i])
+            if self.state == self.ERR:
+                p.status = IBV_WC_WR_FLUSH_ERR
+            else:
+                env.schedule(int(out[i, 0]), self._effect, (p, dst))
+            env.schedule(int(out[i, 1]), self._complete, p)
+
+    def _note_user(self, actor) -> None:
+        key = id(actor)
+        if key not in self._users:
+            self._users.add(key)
+            users = self.host._db_users.setdefault((self.node, self.doorbell), set())
+            if key not in users:
+                users.add(key)
+                nic.doorbell_users(self.fabric.table, self.ctx.desc, self.doorbell, 1)
+
+    def post_recv(self, wrs) -> None:
+        if isinstance(wrs, RecvWR):
+            wrs = [wrs]
+        if len(self._recv_queue) + len(wrs) > self.max_recv_wr:
+            raise PyverbsRDMAError(f"post_recv on QP {self.qp_num}: receive queue full "
+                                   f"(max_recv_wr={self.max_recv_wr})", errno.ENOMEM)
+        for wr in wrs:
+            if wr.num_sge != len(wr.sg) or len(wr.sg) != 1:
+                raise PyverbsRDMAError("post_recv: exactly one SGE per RecvWR is supported", errno.EINVAL)
+        self._recv_queue.extend(wrs)
+        while self._early_sends and self._recv_queue:
+            self._receive(*self._early_sends.pop(0))
+
+    # -- effects and completions ------------------------------------------------------------------
+    def _local_view(self, sge: SGE, access: int):
+        """(bytes view, uint64 view, offset) of a local SGE, or None if its lkey does not cover it."""
+        if gaddr_node(sge.addr) != self.node:
+            return None
+        region = gaddr_region(sge.addr)
+        off = gaddr_offset(sge.addr)
+        mem = self.fabric.memory[self.node]
+        if not mr_check(mem.mrt, sge.lkey, region, off, sge.length, access):
+            return None
+        if region == REGION_HOST:
+            return mem.host, mem.host_locks, off
+        return mem.device, mem.device_locks, off
+
+    def _effect(self, arg) -> None:
+        p, dst = arg
+        if self.state == self.ERR:
+            p.status = IBV_WC_WR_FLUSH_ERR
+            return
+        wr = p.wr
+        op = wr.opcode
+        sge = wr.sg[0] if wr.sg else None
+        length = sge.length if sge else 0
+        local = None
+        if sge is not None:
+            local = self._local_view(sge, _OPS[op][3])
+            if local is None:
+                p.status = IBV_WC_LOC_PROT_ERR
+                return
+        if op == IBV_WR_SEND:
+            if self.qp_type == IBV_QPT_RC:
+                dst_node, dst_qpn = self.remote
+            else:
+                dst_node, dst_qpn = wr.ah.node, wr.remote_qpn
+            self.host._deliver_send(self.env.now, dst_node, dst_qpn, self.node, self.qp_num,
+                                    sge.addr if sge else 0, length, wr.imm_data)
+            return
+        region = gaddr_region(wr.remote_addr)
+        off = gaddr_offset(wr.remote_addr)
+        if gaddr_node(wr.remote_addr) != dst:
+            p.status = IBV_WC_REM_ACCESS_ERR
+            return
+        mem = self.fabric.memory[dst]
+        if op in _ATOMICS:
+            if off % 8 or length != 8:
+                p.status = IBV_WC_REM_INV_REQ_ERR
+                return
+            length = 8
+        if not mr_check(mem.mrt, wr.rkey, region, off, length, _OPS[op][2]):
+            p.status = IBV_WC_REM_ACCESS_ERR
+            return
+        rbuf = mem.host if region == REGION_HOST else mem.device
+        rlocks = mem.host_locks if region == REGION_HOST else mem.device_locks
+        if op == IBV_WR_RDMA_READ:
+            read_lines(local[0], local[2], rbuf, off, length, rlocks)
+        elif op == IBV_WR_RDMA_WRITE:
+            copy_lines(rbuf, off, local[0], local[2], length, rlocks,
+                       not self.fabric.profile.nic.ordered_multiline_writes)
+        else:
+            words = mem.host64 if region == REGION_HOST else mem.device64
+            i = off // 8
+            if op == IBV_WR_ATOMIC_CMP_AND_SWP:
+                old = atomics.cas(words, i, np.uint64(wr.compare_add & _U64), np.uint64(wr.swap & _U64))
+            elif op == IBV_WR_ATOMIC_FETCH_AND_ADD:
+                old = atomics.faa(words, i, np.uint64(wr.compare_add & _U64))
+            elif op == IBV_WR_MASKED_ATOMIC_CMP_AND_SWP:
+                old = atomics.masked_cas(words, i, np.uint64(wr.compare_add & _U64), np.uint64(wr.swap & _U64),
+                                         np.uint64(wr.compare_add_mask & _U64), np.uint64(wr.swap_mask & _U64))
+            else:
+                old = atomics.masked_faa(words, i, np.uint64(wr.compare_add & _U64),
+                                         np.uint64(wr.compare_add_mask & _U64))
+            local[0][local[2]:local[2] + 8] = np.frombuffer(np.uint64(old).tobytes(), np.uint8)
+
+    def _complete(self, p: _Pending) -> None:
+        nic.retire(self.fabric.table, self.ctx.desc, 1)
+        self.host._completed += 1
+        if p.status != IBV_WC_SUCCESS:
+            self.host._errors += 1
+            if p.status != IBV_WC_WR_FLUSH_ERR:
+                self.state = self.ERR
+        if p.signaled or p.status != IBV_WC_SUCCESS:
+            self.scq._push(WC(p.wr.wr_id, p.status, p.wc_opcode, int(p.byte_len), self.qp_num))
+        else:
+            self._unpolled_unsignaled += 1
+
+    def _retire_polled(self) -> None:
+        freed = 1 + self._unpolled_unsignaled
+        self._unpolled_unsignaled = 0
+        self._sq_in_flight = max(0, self._sq_in_flight - freed)
+
+    def _receive(self, src_node, src_qpn, src_addr, length, imm) -> None:
+        """A SEND landed at this QP: consume a RECV, copy the payload from the sender's memory."""
+        if not self._recv_queue:
+            if self.qp_type == IBV_QPT_UD:
+                self.host._ud_dropped += 1   # UD: no receive buffer means the datagram is lost
+            else:
+                self._early_sends.append((src_node, src_qpn, src_addr, length, imm))  # RNR retry
+            return
+        rwr = self._recv_queue.pop(0)
+        sge = rwr.sg[0]
+        status = IBV_WC_SUCCESS
+        if length > sge.length:
+            status = IBV_WC_LOC_LEN_ERR
+        else:
+            local = self._local_view(sge, IBV_ACCESS_LOCAL_WRITE)
+            if local is None:
+                status = IBV_WC_LOC_PROT_ERR
+            elif length:
+                src_mem = self.fabric.memory[gaddr_node(src_addr)]
+                src_buf = src_mem.host if gaddr_region(src_addr) == REGION_HOST else src_mem.device
+                so = gaddr_offset(src_addr)
+                copy_lines(local[0], local[2], src_buf, so, length, local[1], False)
+        self.host._delivered += 1
+        self.rcq._push(WC(rwr.wr_id, status, IBV_WC_RECV, length, self.qp_num, src_qpn, imm, 0, src_node))
+
+
+_U64 = (1 << 64) - 1
