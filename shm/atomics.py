@@ -31,19 +31,24 @@ memory access. Arrays must also be naturally (8-byte) aligned, which every
 ``Segment.array(np.int64/np.uint64, ...)`` view is, since ``array()``
 enforces offset alignment and mappings are page-aligned.
 
-Every public function is an ``@njit(cache=True)`` wrapper, so it can be
-called from other jitted code (where it inlines to one instruction or a tiny
-loop) and directly from Python (for tests and slow paths). Arguments are
-converted to the array's element type, so with a uint64 array negative
+Each public function exists twice, under one name. Called from jitted code
+it resolves (through ``numba.extending.overload``) to a tiny kernel that
+inlines to one instruction or a short cmpxchg loop. Called from Python (tests,
+slow paths) it checks the array and index, converts the operands, and runs
+the same kernel, an ``@njit(cache=True)`` function. Operands are converted
+(wrapping) to the array's element type, so with a uint64 array negative
 deltas wrap as expected, and with an int64 array ``fetch_min``/``fetch_max``
 compare signed while with uint64 they compare unsigned.
 """
 
 from __future__ import annotations
 
+import operator
+
+import numpy as np
 from numba import njit, types
 from numba.core import cgutils, errors
-from numba.core.extending import intrinsic
+from numba.core.extending import intrinsic, overload
 
 __all__ = [
     "cas",
@@ -169,47 +174,39 @@ def _word(typingctx, arr, value):
     return sig, codegen
 
 
-# -- public API ----------------------------------------------------------------
+# -- jitted kernels ------------------------------------------------------------
+#
+# The kernels are what Python callers end up running; jitted callers get the
+# same bodies compiled inline through the overloads registered below.
 
 
 @njit(cache=True)
-def cas(arr, i, expected, desired):
-    """Compare-and-swap ``arr[i]``; returns the old value (success iff old == expected)."""
+def _cas_k(arr, i, expected, desired):
     return _cas(arr, i, expected, desired)
 
 
 @njit(cache=True)
-def faa(arr, i, delta):
-    """Fetch-and-add (wrapping); returns the old value."""
+def _faa_k(arr, i, delta):
     return _faa(arr, i, delta)
 
 
 @njit(cache=True)
-def swap(arr, i, value):
-    """Atomic exchange; returns the old value."""
+def _swap_k(arr, i, value):
     return _swap(arr, i, value)
 
 
 @njit(cache=True)
-def fetch_min(arr, i, value):
-    """``arr[i] = min(arr[i], value)`` (signed for int64, unsigned for uint64); returns old."""
+def _min_k(arr, i, value):
     return _min(arr, i, value)
 
 
 @njit(cache=True)
-def fetch_max(arr, i, value):
-    """``arr[i] = max(arr[i], value)`` (signed for int64, unsigned for uint64); returns old."""
+def _max_k(arr, i, value):
     return _max(arr, i, value)
 
 
 @njit(cache=True)
-def masked_cas(arr, i, compare, swap, compare_mask, swap_mask):
-    """Mellanox extended CAS; returns the old value.
-
-    Succeeds iff ``(old & compare_mask) == (compare & compare_mask)``, and then
-    stores ``(old & ~swap_mask) | (swap & swap_mask)``. The caller detects
-    success by re-applying the compare to the returned value.
-    """
+def _masked_cas_k(arr, i, compare, swap, compare_mask, swap_mask):
     cmask = _word(arr, compare_mask)
     want = _word(arr, compare) & cmask
     smask = _word(arr, swap_mask)
@@ -225,12 +222,7 @@ def masked_cas(arr, i, compare, swap, compare_mask, swap_mask):
 
 
 @njit(cache=True)
-def masked_faa(arr, i, add, boundary_mask):
-    """Mellanox masked fetch-and-add; returns the old value.
-
-    A set bit in ``boundary_mask`` marks the most significant bit of a field;
-    each field adds independently and wraps, never carrying into the next.
-    """
+def _masked_faa_k(arr, i, add, boundary_mask):
     msb = _word(arr, boundary_mask)
     delta = _word(arr, add)
     # SWAR addition: add with the field MSBs cleared, so a carry can reach an
@@ -248,18 +240,148 @@ def masked_faa(arr, i, add, boundary_mask):
 
 
 @njit(cache=True)
-def load_acquire(arr, i):
-    """Atomic load with acquire ordering."""
+def _load_k(arr, i):
     return _load(arr, i)
 
 
 @njit(cache=True)
-def store_release(arr, i, value):
-    """Atomic store with release ordering."""
+def _store_k(arr, i, value):
     _store(arr, i, value)
 
 
 @njit(cache=True)
+def _fence_k():
+    _fence()
+
+
+# -- Python entry points -------------------------------------------------------
+#
+# Why not call the kernels straight from Python: numba's dispatcher types a
+# Python int >= 2**63 as uint64 but will still run it through an already
+# compiled int64 specialisation and fail with "OverflowError: int too big to
+# convert", and a negative int cannot go into a uint64 one. Which of the two
+# bites depends on call order. So the Python path first turns every operand
+# into a numpy scalar of the array's own type (wrapping like the hardware
+# would); that always selects one exact specialisation per array dtype. It
+# is also the place for the bounds check the jitted path leaves out.
+
+_MASK64 = (1 << 64) - 1
+
+
+def _check(arr, i, *, write: bool = True) -> int:
+    if not (
+        isinstance(arr, np.ndarray)
+        and arr.ndim == 1
+        and arr.dtype in (np.int64, np.uint64)
+        and arr.flags.c_contiguous
+    ):
+        if isinstance(arr, np.ndarray):
+            desc = f"a {arr.dtype} array of shape {arr.shape}"
+        else:
+            desc = type(arr).__name__
+        raise TypeError(
+            f"dmrack atomics need a 1-D C-contiguous int64 or uint64 array, got {desc}"
+        )
+    if write and not arr.flags.writeable:
+        raise ValueError("dmrack atomics cannot modify a read-only array")
+    i = operator.index(i)
+    if not 0 <= i < arr.shape[0]:
+        raise IndexError(f"atomic word index {i} out of range for {arr.shape[0]} words")
+    return i
+
+
+def _word_of(arr: np.ndarray, value) -> np.integer:
+    v = int(value) & _MASK64
+    if arr.dtype == np.int64 and v >> 63:
+        v -= 1 << 64
+    return arr.dtype.type(v)
+
+
+def _jitted_as(kernel):
+    """Make jitted calls to the decorated Python function compile ``kernel`` inline."""
+
+    def register(pyfunc):
+        overload(pyfunc, strict=False)(lambda *args: kernel.py_func)
+        return pyfunc
+
+    return register
+
+
+@_jitted_as(_cas_k)
+def cas(arr, i, expected, desired):
+    """Compare-and-swap ``arr[i]``; returns the old value (success iff old == expected)."""
+    i = _check(arr, i)
+    return _cas_k(arr, i, _word_of(arr, expected), _word_of(arr, desired))
+
+
+@_jitted_as(_faa_k)
+def faa(arr, i, delta):
+    """Fetch-and-add (wrapping); returns the old value."""
+    i = _check(arr, i)
+    return _faa_k(arr, i, _word_of(arr, delta))
+
+
+@_jitted_as(_swap_k)
+def swap(arr, i, value):
+    """Atomic exchange; returns the old value."""
+    i = _check(arr, i)
+    return _swap_k(arr, i, _word_of(arr, value))
+
+
+@_jitted_as(_min_k)
+def fetch_min(arr, i, value):
+    """``arr[i] = min(arr[i], value)`` (signed for int64, unsigned for uint64); returns old."""
+    i = _check(arr, i)
+    return _min_k(arr, i, _word_of(arr, value))
+
+
+@_jitted_as(_max_k)
+def fetch_max(arr, i, value):
+    """``arr[i] = max(arr[i], value)`` (signed for int64, unsigned for uint64); returns old."""
+    i = _check(arr, i)
+    return _max_k(arr, i, _word_of(arr, value))
+
+
+@_jitted_as(_masked_cas_k)
+def masked_cas(arr, i, compare, swap, compare_mask, swap_mask):
+    """Mellanox extended CAS; returns the old value.
+
+    Succeeds iff ``(old & compare_mask) == (compare & compare_mask)``, and then
+    stores ``(old & ~swap_mask) | (swap & swap_mask)``. The caller detects
+    success by re-applying the compare to the returned value.
+    """
+    i = _check(arr, i)
+    w = _word_of
+    return _masked_cas_k(arr, i, w(arr, compare), w(arr, swap), w(arr, compare_mask),
+                         w(arr, swap_mask))
+
+
+@_jitted_as(_masked_faa_k)
+def masked_faa(arr, i, add, boundary_mask):
+    """Mellanox masked fetch-and-add; returns the old value.
+
+    A set bit in ``boundary_mask`` marks the most significant bit of a field;
+    each field adds independently and wraps, never carrying into the next.
+    """
+    i = _check(arr, i)
+    return _masked_faa_k(arr, i, _word_of(arr, add), _word_of(arr, boundary_mask))
+
+
+@_jitted_as(_load_k)
+def load_acquire(arr, i):
+    """Atomic load with acquire ordering."""
+    i = _check(arr, i, write=False)
+    return _load_k(arr, i)
+
+
+@_jitted_as(_store_k)
+def store_release(arr, i, value):
+    """Atomic store with release ordering."""
+    i = _check(arr, i)
+    _store_k(arr, i, _word_of(arr, value))
+
+
+@_jitted_as(_fence_k)
 def fence():
     """Sequentially consistent memory fence."""
-    _fence()
+    _fence_k()
