@@ -489,8 +489,8 @@ class Environment:
         try:
             if self._sync is None:
                 self._run_local(until_t)
-            else:
-                self._run_sync(until_t)
+            elif not self._run_sync(until_t):
+                return                        # stop flag: leave now where it is
         except _StopRun:
             return
         finally:
@@ -520,15 +520,16 @@ class Environment:
         finally:
             self._events += n
 
-    def _run_sync(self, until_t: int) -> None:
+    def _run_sync(self, until_t: int) -> bool:
+        """Returns False if ended by the shared stop flag."""
         heap = self._heap
         sync = self._sync
         n = 0
         try:
             while True:
-                horizon = sync.refresh(until_t)   # may block; -1 means: finished
+                horizon = sync.refresh(until_t)   # may block; -1 means: this run is over
                 if horizon < 0:
-                    return
+                    return not sync.stopped
                 if horizon > until_t:
                     horizon = until_t
                 budget = POLL_EVENTS

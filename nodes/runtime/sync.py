@@ -1,0 +1,402 @@
+"""Lax synchronisation of several OS processes' virtual clocks through shared memory.
+
+Each emulated node runs its own :class:`~nodes.runtime.env.Environment` in its
+own OS process.  They stay within a window ``W`` of each other through a
+shared **clock table**:
+
+* Slot ``i`` holds the time of process ``i``'s next event (``INF`` = idle).
+  Before running an event at ``t``, process ``i`` requires
+  ``t <= min(clock[j], j != i) + W``; otherwise it backs off (``sleep(0)``,
+  then 10 µs doubling to 1 ms), never spinning: two cores host six or more
+  node processes.  The check is done against a cached *horizon* and refreshed
+  every ``POLL_EVENTS`` events, so the hot loop touches no shared memory.
+* Messages: ``send(dest, arrival, payload)`` does FAA(``sent``), pushes
+  ``[arrival, src, nwords, payload...]`` into ``dest``'s inbox ring, then
+  ``fetch_min(clock[dest], arrival)`` so nobody runs past ``arrival + W``
+  before the receiver has seen the message.  The receiver delivers it at
+  ``max(arrival, now)`` by calling ``env.on_message(src, payload)`` as a
+  scheduled callback.  If every sender publishes its current time before it
+  sends, a message whose latency is ``>= W`` is always delivered exactly at its
+  arrival time (the receiver cannot have run past it: it reads clocks, then
+  drains).  Shorter latencies may be delivered up to ``W`` late: that is the
+  price of laxness.
+* A refresh is ``swap(my slot, next)`` (a full fence), read the others'
+  clocks, then drain the inbox.  Store-then-drain closes the lost-wake race
+  with a sender's push + fetch_min; repeating while messages arrive gives
+  "drain -> store -> drain again".  A stale fetch_min that lands after we
+  consumed its message only makes our slot too low (conservative) until the
+  next refresh overwrites it.
+* Draining does ``fetch_min(my slot, delivery time)`` *before* FAA(``consumed``):
+  a process that consumed a message is visibly busy before the consumption is
+  counted.  That is what makes the termination test below sound.
+* Termination of ``run(until=T)`` (``T = INF-1`` for ``until=None``): a process
+  whose next event is later than ``T`` (or which has none) publishes that
+  next time (``INF`` if none) and keeps draining its inbox.  It is finished
+  when it reads ``consumed``, then sees every slot ``> T``, then reads
+  ``sent``, and ``sent == consumed``.  Both counters are monotone and
+  ``consumed <= sent``, so equality means no send and no consumption happened
+  between the two reads, nothing was in flight, and every process was past
+  ``T`` or idle at once; nobody can then create an event ``<= T`` (a message
+  sent at time ``s > T`` arrives at ``>= s > T``).  Publishing the true next
+  time rather than ``INF`` keeps the window honest across consecutive
+  ``run(until=...)`` calls: a process past ``T`` neither blocks the others
+  (they only run up to ``T``) nor lets them race ahead afterwards.
+* A shared ``stop`` word ends every run() promptly (checked at every refresh).
+* Clocks start at 0, not INF: nobody runs ahead before everyone has started,
+  so every process of the table must take part (or call :meth:`ClockSync.leave`).
+
+The shared-memory work of one refresh, one send and one termination test is a
+single numba call each (atomics from ``shm.atomics``, rings from ``shm.ring``).
+"""
+from __future__ import annotations
+
+import time
+from heapq import heappush
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit
+
+from shm.atomics import faa, fetch_min, load_acquire, store_release, swap
+from shm.ring import Ring, ring_try_pop, ring_try_push
+from shm.segment import Segment
+
+from .env import INF
+
+__all__ = ["ClockTable", "ClockSync", "ClockTableStats", "ClockSyncStats"]
+
+STRIDE = 8            # one clock per 64-byte cache line: no false sharing between writers
+HDR_WORDS = 3         # message header: arrival, src, nwords
+DRAIN_BATCH = 256     # messages taken per refresh; the rest on the next one
+
+
+class ClockTableStats(NamedTuple):
+    n_procs: int
+    clocks: tuple
+    sent: int
+    consumed: int
+    stop: bool
+
+
+class ClockSyncStats(NamedTuple):
+    index: int
+    window_ns: int
+    refreshes: int
+    sleeps: int
+    wait_s: float
+    sent: int
+    received: int
+    send_retries: int
+
+
+# -- jitted cores: one call per refresh / send / termination test -----------------
+
+@njit(cache=True)
+def _refresh_core(clocks, me, n, pub, hdr, seqs, slots, out, now, consumed_i, stop_i):
+    """Publish ``pub``; return (min of others' clocks, messages drained, stop flag)."""
+    swap(clocks, me * STRIDE, pub)            # full fence: store before the loads below
+    m = INF
+    for j in range(n):
+        if j != me:
+            c = load_acquire(clocks, j * STRIDE)
+            if c < m:
+                m = c
+    k = 0
+    first = INF
+    while k < out.shape[0] and ring_try_pop(hdr, seqs, slots, out[k]):
+        a = np.int64(out[k, 0])
+        if a < first:
+            first = a
+        k += 1
+    if k:
+        # Visibly busy (slot <= delivery time) before the consumption counts.
+        fetch_min(clocks, me * STRIDE, max(first, now))
+        faa(clocks, consumed_i, k)
+    return m, k, load_acquire(clocks, stop_i)
+
+
+@njit(cache=True)
+def _send_core(clocks, dest, sent_i, count_it, hdr, seqs, slots, msg):
+    if count_it:
+        faa(clocks, sent_i, 1)                # before the push: consumed <= sent always
+    if not ring_try_push(hdr, seqs, slots, msg):
+        return False
+    fetch_min(clocks, dest * STRIDE, msg[0])
+    return True
+
+
+@njit(cache=True)
+def _finished_core(clocks, n, limit, sent_i, consumed_i):
+    c = load_acquire(clocks, consumed_i)
+    for j in range(n):
+        if load_acquire(clocks, j * STRIDE) <= limit:
+            return False
+    return load_acquire(clocks, sent_i) == c
+
+
+@njit(cache=True)
+def _min_others(clocks, me, n):
+    m = INF
+    for j in range(n):
+        if j != me:
+            c = load_acquire(clocks, j * STRIDE)
+            if c < m:
+                m = c
+    return m
+
+
+def _ring_views(ring: Ring):
+    # shm.ring documents that jitted code calls ring_try_push/pop on the ring's
+    # views directly; the handle keeps them as these attributes.
+    return ring._hdr, ring._seqs, ring._slots
+
+
+class ClockTable:
+    """Shared clocks, counters, stop flag and one inbox ring per process."""
+
+    def __init__(self, seg: Segment, inboxes: list, n_procs: int, payload_words: int):
+        self._seg = seg
+        self.n_procs = n_procs
+        self.payload_words = payload_words
+        self.clocks = seg.array(np.int64)
+        self.inboxes = inboxes
+        self.sent_i = n_procs * STRIDE
+        self.consumed_i = (n_procs + 1) * STRIDE
+        self.stop_i = (n_procs + 2) * STRIDE
+
+    @classmethod
+    def create(cls, n_procs: int, *, prefix: str, inbox_capacity: int = 4096,
+               payload_words: int = 6, name: str = "sync") -> "ClockTable":
+        if n_procs < 1:
+            raise ValueError(f"n_procs must be >= 1, got {n_procs}")
+        seg = Segment.create(f"{name}-clock", (n_procs + 3) * STRIDE * 8, prefix=prefix)
+        inboxes = []
+        try:
+            seg.array(np.int64)[:] = 0       # clocks start at 0: nobody races ahead at startup
+            for i in range(n_procs):
+                inboxes.append(Ring.create(f"{name}-inbox{i}", inbox_capacity,
+                                           HDR_WORDS + payload_words, prefix=prefix,
+                                           multi_producer=True))
+        except BaseException:
+            for r in inboxes:
+                r.close()
+            seg.close()
+            raise
+        _warm_up()
+        return cls(seg, inboxes, n_procs, payload_words)
+
+    @classmethod
+    def attach(cls, names: dict) -> "ClockTable":
+        seg = Segment.attach(names["clock"])
+        inboxes = [Ring.attach(n) for n in names["inboxes"]]
+        _warm_up()
+        return cls(seg, inboxes, names["n_procs"], names["payload_words"])
+
+    def names(self) -> dict:
+        """Picklable description for :meth:`attach` in another process."""
+        return {"clock": self._seg.name, "inboxes": [r.name for r in self.inboxes],
+                "n_procs": self.n_procs, "payload_words": self.payload_words}
+
+    def set_stop(self) -> None:
+        store_release(self.clocks, self.stop_i, 1)
+
+    @property
+    def stop_requested(self) -> bool:
+        return bool(load_acquire(self.clocks, self.stop_i))
+
+    def clock(self, i: int) -> int:
+        return int(load_acquire(self.clocks, i * STRIDE))
+
+    def close(self) -> None:
+        """Unmap; the creating process also unlinks the segments."""
+        if self.clocks is None:
+            return
+        self.clocks = None                    # drop our view before the segment unmaps
+        for r in self.inboxes:
+            r.close()
+        self._seg.close()
+
+    def statistics(self) -> ClockTableStats:
+        c = self.clocks
+        return ClockTableStats(self.n_procs, tuple(int(c[i * STRIDE]) for i in range(self.n_procs)),
+                               int(c[self.sent_i]), int(c[self.consumed_i]), bool(c[self.stop_i]))
+
+
+class ClockSync:
+    """Process ``index``'s view of a :class:`ClockTable`; pass it to ``Environment(sync=...)``."""
+
+    def __init__(self, table: ClockTable, index: int, window_ns: int):
+        if not 0 <= index < table.n_procs:
+            raise ValueError(f"index {index} outside 0..{table.n_procs - 1}")
+        if window_ns < 0:
+            raise ValueError(f"negative window {window_ns}")
+        self.table = table
+        self.index = index
+        self.window = int(window_ns)
+        self.env = None
+        self.horizon = -1            # read by the env's hot loop; refreshed by refresh()
+        self.stopped = False         # why the last refresh() returned -1
+        self._clocks = table.clocks
+        self._n = table.n_procs
+        self._inbox = _ring_views(table.inboxes[index])
+        self._outboxes = [_ring_views(r) for r in table.inboxes]
+        pw = table.payload_words
+        self._pw = pw
+        self._out = np.zeros((DRAIN_BATCH, HDR_WORDS + pw), dtype=np.uint64)
+        self._msg = np.zeros(HDR_WORDS + pw, dtype=np.int64)
+        self.sent = 0
+        self.received = 0
+        self.refreshes = 0
+        self.sleeps = 0
+        self.wait_s = 0.0
+        self.send_retries = 0
+
+    def _bind(self, env) -> None:
+        if self.env is not None:
+            raise RuntimeError("this ClockSync already drives an Environment")
+        self.env = env
+
+    # -- the env's side ------------------------------------------------------------
+    def refresh(self, until_t: int) -> int:
+        """Publish our next time, take messages, and wait until the next event may run.
+
+        Returns the horizon (run events up to it), or -1 when this run is over
+        (termination test passed or stop flag set; ``self.stopped`` tells which).
+        """
+        env = self.env
+        heap = env._heap
+        clocks = self._clocks
+        table = self.table
+        hdr, seqs, slots = self._inbox
+        window = self.window
+        sleeps = 0
+        delay = 1e-5
+        t_wait = 0.0
+        self.refreshes += 1
+        try:
+            while True:
+                nxt = heap[0][0] if heap else INF
+                m, k, stop = _refresh_core(clocks, self.index, self._n, nxt, hdr, seqs, slots,
+                                           self._out, env.now, table.consumed_i, table.stop_i)
+                if k:
+                    self._deliver_batch(k)
+                    sleeps, delay = 0, 1e-5
+                    continue                   # our next time may have changed: republish
+                if stop:
+                    self.stopped = True
+                    return -1
+                if nxt <= until_t:
+                    if nxt <= m + window:
+                        self.horizon = m + window
+                        return self.horizon
+                elif _finished_core(clocks, self._n, until_t, table.sent_i, table.consumed_i):
+                    self.stopped = False
+                    return -1
+                # Blocked by a slower process, or idle: give the CPU away.
+                t0 = time.perf_counter()
+                if sleeps < 3:
+                    time.sleep(0)
+                else:
+                    time.sleep(delay)
+                    delay = min(delay * 2, 1e-3)
+                sleeps += 1
+                t_wait += time.perf_counter() - t0
+        finally:
+            self.sleeps += sleeps
+            self.wait_s += t_wait
+
+    def _deliver_batch(self, k: int) -> None:
+        env = self.env
+        heap = env._heap
+        now = env.now
+        seq = env._next_seq
+        deliver = self._deliver
+        for row in self._out[:k].view(np.int64).tolist():
+            a, src, nw = row[0], row[1], row[2]
+            heappush(heap, (a if a > now else now, seq(), deliver, (src, tuple(row[3:3 + nw]))))
+
+    def _deliver(self, src_payload) -> None:
+        self.received += 1
+        self.env.on_message(*src_payload)
+
+    def send(self, dest: int, arrival_ns: int, payload) -> None:
+        n = len(payload)
+        if n > self._pw:
+            raise ValueError(f"payload of {n} words exceeds payload_words={self._pw}")
+        if not 0 <= dest < self._n:
+            raise ValueError(f"destination {dest} outside 0..{self._n - 1}")
+        self.sent += 1
+        if dest == self.index:
+            # To ourselves: no shared memory needed, same delivery rule.
+            env = self.env
+            heappush(env._heap, (max(arrival_ns, env.now), env._next_seq(), self._deliver,
+                                 (dest, tuple(payload))))
+            return
+        msg = self._msg
+        msg[:HDR_WORDS + n] = (arrival_ns, self.index, n, *payload)
+        hdr, seqs, slots = self._outboxes[dest]
+        table = self.table
+        if not _send_core(self._clocks, dest, table.sent_i, True, hdr, seqs, slots, msg):
+            # Inbox full.  Keep taking our own messages meanwhile, or two
+            # processes sending to each other's full inboxes would deadlock.
+            delay = 1e-5
+            t0 = time.perf_counter()
+            while not _send_core(self._clocks, dest, table.sent_i, False, hdr, seqs, slots, msg):
+                self.send_retries += 1
+                self._drain_only()
+                time.sleep(delay)
+                delay = min(delay * 2, 1e-3)
+            self.wait_s += time.perf_counter() - t0
+        # The receiver's clock may now be as low as arrival: so is our horizon.
+        h = arrival_ns + self.window
+        if h < self.horizon:
+            self.horizon = h
+
+    def _drain_only(self) -> None:
+        env = self.env
+        hdr, seqs, slots = self._inbox
+        heap = env._heap
+        nxt = heap[0][0] if heap else INF
+        nxt = min(nxt, env.now)     # we are mid-event: never publish later than now
+        _, k, _ = _refresh_core(self._clocks, self.index, self._n, nxt, hdr, seqs, slots,
+                                self._out, env.now, self.table.consumed_i, self.table.stop_i)
+        if k:
+            self._deliver_batch(k)
+
+    # -- user helpers --------------------------------------------------------------
+    def min_others(self) -> int:
+        """Smallest clock published by the other processes (INF if none)."""
+        return int(_min_others(self._clocks, self.index, self._n))
+
+    def request_stop(self) -> None:
+        self.table.set_stop()
+
+    def leave(self) -> None:
+        """Publish INF for good: this process takes no further part (does not hold others back)."""
+        swap(self._clocks, self.index * STRIDE, INF)
+
+    def statistics(self) -> ClockSyncStats:
+        return ClockSyncStats(self.index, self.window, self.refreshes, self.sleeps, self.wait_s,
+                              self.sent, self.received, self.send_retries)
+
+
+_warm = False
+
+
+def _warm_up() -> None:
+    """Compile (or load from cache) the jitted cores once, before any fork."""
+    global _warm
+    if _warm:
+        return
+    clocks = np.zeros(4 * STRIDE, dtype=np.int64)
+    hdr = np.zeros(24, dtype=np.int64)
+    hdr[1] = 2
+    seqs = np.arange(2, dtype=np.int64)
+    slots = np.zeros((2, 4), dtype=np.uint64)
+    out = np.zeros((2, 4), dtype=np.uint64)
+    msg = np.zeros(4, dtype=np.int64)
+    _refresh_core(clocks, 0, 1, 5, hdr, seqs, slots, out, 0, STRIDE, 2 * STRIDE)
+    _send_core(clocks, 0, STRIDE, True, hdr, seqs, slots, msg)
+    _finished_core(clocks, 1, 5, STRIDE, 2 * STRIDE)
+    _min_others(clocks, 0, 1)
+    _warm = True

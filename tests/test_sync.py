@@ -1,0 +1,303 @@
+"""Lax cross-process synchronisation (nodes/runtime/sync.py).
+
+Multi-process tests fork one child per emulated node; each child attaches the
+clock table by name, runs its Environment and reports through a queue.
+"""
+import multiprocessing as mp
+import traceback
+
+import pytest
+
+from nodes.runtime.env import INF, Environment
+from nodes.runtime.sync import ClockSync, ClockTable
+
+CTX = mp.get_context("fork")
+TIMEOUT_S = 30
+
+
+@pytest.fixture
+def env():
+    return Environment(seed=1)
+
+
+@pytest.fixture
+def table(prefix):
+    t = ClockTable.create(3, prefix=prefix, inbox_capacity=64, payload_words=4)
+    try:
+        yield t
+    finally:
+        t.close()
+
+
+def _child(q, fn, names, index, args):
+    try:
+        tbl = ClockTable.attach(names)
+        try:
+            q.put((index, "ok", fn(tbl, index, *args)))
+        finally:
+            tbl.close()
+    except BaseException:
+        q.put((index, "err", traceback.format_exc()))
+
+
+def run_procs(table, fn, *args, n=None):
+    """Run fn(table, index, *args) in n forked processes; return results by index."""
+    n = table.n_procs if n is None else n
+    q = CTX.Queue()
+    procs = [CTX.Process(target=_child, args=(q, fn, table.names(), i, args)) for i in range(n)]
+    try:
+        for p in procs:
+            p.start()
+        results = {}
+        for _ in range(n):
+            i, status, value = q.get(timeout=TIMEOUT_S)
+            if status != "ok":
+                pytest.fail(f"child {i} failed:\n{value}")
+            results[i] = value
+        for p in procs:
+            p.join(TIMEOUT_S)
+            assert p.exitcode == 0
+        return [results[i] for i in range(n)]
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+                p.join()
+
+
+# -- single process -----------------------------------------------------------------
+
+def test_single_process_table_runs_like_colocated(prefix):
+    t = ClockTable.create(1, prefix=prefix)
+    try:
+        env = Environment(sync=ClockSync(t, 0, 1000))
+        log = []
+
+        def p(env):
+            for _ in range(300):
+                yield 7
+            log.append(env.now)
+            env.send(0, env.now + 50, (1, -2, 3))   # to ourselves
+
+        env.on_message = lambda src, payload: log.append((env.now, src, payload))
+        env.process(p(env))
+        env.run()
+        assert log == [2100, (2150, 0, (1, -2, 3))]
+        assert t.clock(0) == INF
+        assert env.statistics().messages_received == 1
+        env.timeout(100)
+        env.run(until=5000)
+        assert env.now == 5000
+    finally:
+        t.close()
+
+
+def test_names_attach_and_statistics(table):
+    other = ClockTable.attach(table.names())
+    try:
+        table.clocks[0] = 123
+        assert other.clock(0) == 123
+        other.set_stop()
+        assert table.stop_requested
+        st = table.statistics()
+        assert st.n_procs == 3 and st.clocks[0] == 123 and st.stop and st.sent == st.consumed == 0
+    finally:
+        other.close()
+    with pytest.raises(ValueError):
+        ClockSync(table, 3, 10)
+
+
+def test_payload_too_long_is_an_error(prefix):
+    t = ClockTable.create(2, prefix=prefix, payload_words=2)
+    try:
+        env = Environment(sync=ClockSync(t, 0, 10))
+        with pytest.raises(ValueError):
+            env.send(1, 0, (1, 2, 3))
+        with pytest.raises(ValueError):
+            env.send(5, 0, (1,))
+    finally:
+        t.close()
+
+
+# -- (a) ping-pong: exact receipt times -------------------------------------------
+
+LAT = 1000
+ROUNDS = 20
+
+
+def _pingpong(table, i, window):
+    env = Environment(sync=ClockSync(table, i, window), seed=i)
+    got = []
+
+    def on_message(src, payload):
+        got.append((env.now, src, payload[0]))
+        if payload[0] < ROUNDS:
+            env.send(src, env.now + LAT, (payload[0] + 1, 7))
+
+    env.on_message = on_message
+    if i == 0:
+        def starter(env):
+            yield 100
+            env.send(1, env.now + LAT, (0, 7))
+        env.process(starter(env))
+    env.run()
+    return got, env.now
+
+
+def test_ping_pong_receipt_times_are_exact(prefix):
+    t = ClockTable.create(2, prefix=prefix, inbox_capacity=16)
+    try:
+        (got0, now0), (got1, now1) = run_procs(t, _pingpong, 500)
+        # message k is sent at 100 + k*LAT and received one latency later
+        assert got1 == [(100 + (k + 1) * LAT, 0, k) for k in range(0, ROUNDS + 1, 2)]
+        assert got0 == [(100 + (k + 1) * LAT, 1, k) for k in range(1, ROUNDS + 1, 2)]
+        assert max(now0, now1) == 100 + (ROUNDS + 1) * LAT
+        st = t.statistics()
+        assert st.sent == st.consumed == ROUNDS + 1 and st.clocks == (INF, INF)
+    finally:
+        t.close()
+
+
+# -- (b) skew bound ----------------------------------------------------------------
+
+W = 200
+
+
+def _skewed(table, i):
+    sync = ClockSync(table, i, W)
+    env = Environment(sync=sync)
+    rec = []
+
+    def ticker(env, step):
+        for _ in range(1500):
+            yield step
+            rec.append((env.now, sync.min_others()))
+
+    env.process(ticker(env, (3, 7, 11)[i]))
+    env.run()
+    return rec
+
+
+def test_skew_stays_within_window(table):
+    recs = run_procs(table, _skewed)
+    for rec in recs:
+        assert len(rec) == 1500
+        assert all(now <= m + W for now, m in rec), [r for r in rec if r[0] > r[1] + W][:5]
+    # The window really did bind: process 0 (smallest steps) held the others back.
+    assert any(m != INF and now >= m for now, m in recs[2])
+
+
+# -- (c) an idle process does not hold back a busy one -------------------------------
+
+def _busy_and_idle(table, i):
+    env = Environment(sync=ClockSync(table, i, 100))
+    got = []
+    env.on_message = lambda src, payload: got.append((env.now, payload))
+    if i == 0:
+        def busy(env):
+            for _ in range(20000):
+                yield 50
+            env.send(1, env.now + 5, (42,))
+        env.process(busy(env))
+    env.run()
+    return env.now, got
+
+
+def test_idle_process_does_not_hold_back_busy_one(prefix):
+    t = ClockTable.create(2, prefix=prefix)
+    try:
+        (now0, _), (now1, got1) = run_procs(t, _busy_and_idle)
+        assert now0 == 1_000_000
+        assert got1 == [(1_000_005, (42,))] and now1 == 1_000_005
+    finally:
+        t.close()
+
+
+# -- (d) quiescence: random message chains end everywhere -----------------------------
+
+def _chains(table, i, hops):
+    env = Environment(sync=ClockSync(table, i, 300), seed=i)
+    n = table.n_procs
+    seen = []
+
+    def on_message(src, payload):
+        chain, left = payload
+        seen.append(chain)
+        if left:
+            dest = env.rng.randrange(n)
+            env.send(dest, env.now + env.rng.randrange(1, 400), (chain, left - 1))
+
+    env.on_message = on_message
+
+    def starter(env):
+        yield env.rng.randrange(100)
+        env.send((i + 1) % n, env.now + 10, (i, hops))
+    env.process(starter(env))
+    env.run()
+    return len(seen), env.statistics()
+
+
+def test_quiescence_ends_every_run(table):
+    hops = 40
+    res = run_procs(table, _chains, hops)
+    assert sum(k for k, _ in res) == 3 * (hops + 1)
+    st = table.statistics()
+    assert st.sent == st.consumed and all(c == INF for c in st.clocks)
+    assert sum(s.messages_received for _, s in res) == 3 * (hops + 1)
+
+
+# -- (e) the stop flag ends runs that would never end ----------------------------------
+
+def _stoppable(table, i):
+    env = Environment(sync=ClockSync(table, i, 1000))
+
+    def forever(env):
+        while True:
+            yield 10
+
+    def stopper(env):
+        yield 50_000
+        env.stop()
+
+    env.process(forever(env) if i == 0 else stopper(env))
+    env.run()
+    return env.now
+
+
+def test_stop_flag_ends_all_runs(prefix):
+    t = ClockTable.create(2, prefix=prefix)
+    try:
+        now0, now1 = run_procs(t, _stoppable)
+        assert now1 == 50_000 and now0 >= 50_000 - 1000
+        assert t.stop_requested
+    finally:
+        t.close()
+
+
+# -- run(until=T) across processes --------------------------------------------------
+
+def _until(table, i):
+    env = Environment(sync=ClockSync(table, i, 100))
+    got = []
+    env.on_message = lambda src, payload: got.append(env.now)
+
+    def talker(env):
+        while True:
+            yield 1000
+            env.send(1 - i, env.now + 300, (0,))
+
+    env.process(talker(env))
+    env.run(until=10_000)
+    first = (env.now, list(got))
+    env.run(until=20_000)
+    return first, (env.now, got)
+
+
+def test_run_until_time_with_sync(prefix):
+    t = ClockTable.create(2, prefix=prefix)
+    try:
+        for first, second in run_procs(t, _until):
+            assert first == (10_000, [k * 1000 + 300 for k in range(1, 10)])
+            assert second == (20_000, [k * 1000 + 300 for k in range(1, 20)])
+    finally:
+        t.close()
