@@ -80,7 +80,7 @@ IBV_ACCESS_REMOTE_ATOMIC = 8
 MR_KEY, MR_REGION, MR_OFFSET, MR_LENGTH, MR_ACCESS, MR_PID = range(6)
 MR_COLS = 6
 MR_ROWS = 4096
-ALLOC_WORDS = 2  # per node: bump pointer of host memory, bump pointer of device memory
+ALLOC_WORDS = 4  # per node: bump pointers of host and device memory, keys of their exposed MRs
 LINE = 64
 LINE_LOCKS = 4096  # striped seqlocks per node; a power of two
 
@@ -249,7 +249,7 @@ class Fabric:
         layout.initialise(fabric.table)
         for i in range(len(nodes)):
             # Offset 0 is never handed out, so a zero pointer in a system's data means "none".
-            fabric.memory[i].alloc[:] = (LINE, 0)
+            fabric.memory[i].alloc[:] = (LINE, 0, 0, 0)
         return fabric
 
     def describe(self) -> dict:
@@ -348,6 +348,28 @@ class Fabric:
         mrt = self.memory[i].mrt
         if not 0 <= row < MR_ROWS or cas(mrt[row], MR_KEY, key, 0) != key:
             raise KeyError(f"node {self.nodes[i].name!r}: no MR with key {key:#x}")
+
+    def expose(self, node) -> tuple[int, int]:
+        """Register a node's whole host memory and device memory for remote READ/WRITE/atomics, as a
+        memory blade does at start-up, and publish the keys for :meth:`exposed_key`."""
+        i = self.node_index(node)
+        access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC
+        keys = []
+        for word, region in ((2, REGION_HOST), (3, REGION_DEVICE)):
+            key = int(load_acquire(self.memory[i].alloc, word))
+            if key == 0:
+                key = self.register(i, 0, self.region_bytes(i, region), access, region=region)
+                store_release(self.memory[i].alloc, word, key)
+            keys.append(key)
+        return keys[0], keys[1]
+
+    def exposed_key(self, node, region: int = REGION_HOST) -> int:
+        """The rkey of a node's exposed memory (see :meth:`expose`)."""
+        i = self.node_index(node)
+        key = int(load_acquire(self.memory[i].alloc, 2 if region == REGION_HOST else 3))
+        if key == 0:
+            raise KeyError(f"node {self.nodes[i].name!r} has not exposed its memory (Fabric.expose)")
+        return key
 
     def statistics(self) -> FabricStats:
         return FabricStats(nodes=len(self.nodes), memory_bytes=sum(n.memory_bytes for n in self.nodes),

@@ -448,6 +448,7 @@ class QP:
         self._recv_queue: list[RecvWR] = []
         self._early_sends: list = []  # SENDs that arrived before a RECV was posted (RNR retry)
         self._users: set = set()
+        self.cpu_free = 0
         self.host.qps[(self.node, self.qp_num)] = self
 
     # -- connection -----------------------------------------------------------------------------
@@ -517,17 +518,7 @@ class QP:
                     raise PyverbsRDMAError(f"post_send: inline payload of {length} B exceeds max_inline_data="
                                            f"{self.max_inline}", errno.EINVAL)
                 inline[i] = 1
-        prof = self.fabric.profile
-        actor = env.active_process
-        cpu = prof.cpu.post_ns + prof.cpu.wqe_ns * n
-        self._note_user(actor)
-        out = np.empty((n, 2), np.int64)
-        t0 = env.now + (actor._debt if actor is not None else 0) + cpu
-        cpu_free = nic.model_post(self.fabric.table, self.fabric.params, self.ctx.desc,
-                                  self.fabric.descriptors[dst], self._model_state, self.doorbell, t0,
-                                  ops, lens, addrs, regions, inline, out)
-        if actor is not None:
-            env.charge(cpu_free - env.now - actor._debt)
+        out = self._price(dst, ops, lens, addrs, regions, inline)
         self._sq_in_flight += n
         self.host._posted += n
         for i, wr in enumerate(wrs):
@@ -539,6 +530,26 @@ class QP:
             else:
                 env.schedule(int(out[i, 0]), self._effect, (p, dst))
             env.schedule(int(out[i, 1]), self._complete, p)
+
+    def _price(self, dst: int, ops, lens, addrs, regions, inline, cpu_floor: int = 0) -> np.ndarray:
+        """Run the NIC model for one post and charge the calling actor's CPU up to the moment the
+        doorbell is rung; returns ``out`` (per WR: effect ns, completion ns). ``cpu_floor`` is
+        when the posting thread's core is free (coroutines of one thread share a core)."""
+        env = self.env
+        prof = self.fabric.profile
+        actor = env.active_process
+        n = ops.shape[0]
+        self._note_user(actor)
+        debt = actor._debt if actor is not None else 0
+        start = max(env.now + debt, cpu_floor)
+        t0 = start + prof.cpu.post_ns + prof.cpu.wqe_ns * n
+        out = np.empty((n, 2), np.int64)
+        self.cpu_free = int(nic.model_post(self.fabric.table, self.fabric.params, self.ctx.desc,
+                                           self.fabric.descriptors[dst], self._model_state, self.doorbell, t0,
+                                           ops, lens, addrs, regions, inline, out))
+        if actor is not None:
+            env.charge(self.cpu_free - env.now - debt)
+        return out
 
     def _note_user(self, actor) -> None:
         key = id(actor)
@@ -599,41 +610,8 @@ class QP:
             self.host._deliver_send(self.env.now, dst_node, dst_qpn, self.node, self.qp_num,
                                     sge.addr if sge else 0, length, wr.imm_data)
             return
-        region = gaddr_region(wr.remote_addr)
-        off = gaddr_offset(wr.remote_addr)
-        if gaddr_node(wr.remote_addr) != dst:
-            p.status = IBV_WC_REM_ACCESS_ERR
-            return
-        mem = self.fabric.memory[dst]
-        if op in _ATOMICS:
-            if off % 8 or length != 8:
-                p.status = IBV_WC_REM_INV_REQ_ERR
-                return
-            length = 8
-        if not mr_check(mem.mrt, wr.rkey, region, off, length, _OPS[op][2]):
-            p.status = IBV_WC_REM_ACCESS_ERR
-            return
-        rbuf = mem.host if region == REGION_HOST else mem.device
-        rlocks = mem.host_locks if region == REGION_HOST else mem.device_locks
-        if op == IBV_WR_RDMA_READ:
-            read_lines(local[0], local[2], rbuf, off, length, rlocks)
-        elif op == IBV_WR_RDMA_WRITE:
-            copy_lines(rbuf, off, local[0], local[2], length, rlocks,
-                       not self.fabric.profile.nic.ordered_multiline_writes)
-        else:
-            words = mem.host64 if region == REGION_HOST else mem.device64
-            i = off // 8
-            if op == IBV_WR_ATOMIC_CMP_AND_SWP:
-                old = atomics.cas(words, i, np.uint64(wr.compare_add & _U64), np.uint64(wr.swap & _U64))
-            elif op == IBV_WR_ATOMIC_FETCH_AND_ADD:
-                old = atomics.faa(words, i, np.uint64(wr.compare_add & _U64))
-            elif op == IBV_WR_MASKED_ATOMIC_CMP_AND_SWP:
-                old = atomics.masked_cas(words, i, np.uint64(wr.compare_add & _U64), np.uint64(wr.swap & _U64),
-                                         np.uint64(wr.compare_add_mask & _U64), np.uint64(wr.swap_mask & _U64))
-            else:
-                old = atomics.masked_faa(words, i, np.uint64(wr.compare_add & _U64),
-                                         np.uint64(wr.compare_add_mask & _U64))
-            local[0][local[2]:local[2] + 8] = np.frombuffer(np.uint64(old).tobytes(), np.uint8)
+        p.status = apply_one_sided(self.fabric, dst, op, wr.remote_addr, wr.rkey, local[0], local[2], length,
+                                   wr.compare_add, wr.swap, wr.compare_add_mask, wr.swap_mask)
 
     def _complete(self, p: _Pending) -> None:
         nic.retire(self.fabric.table, self.ctx.desc, 1)
@@ -679,3 +657,42 @@ class QP:
 
 
 _U64 = (1 << 64) - 1
+
+
+def apply_one_sided(fabric: Fabric, dst: int, op: int, remote_addr: int, rkey: int, lbuf, loff: int, length: int,
+                    compare_add: int = 0, swap: int = 0, compare_add_mask: int = 0, swap_mask: int = 0) -> int:
+    """The effect of a one-sided verb on node ``dst``'s memory, landing now; returns a WC status.
+
+    Checks first (the right node, a valid rkey covering the range with the right access, an
+    8-byte aligned 8-byte atomic) and touches nothing when a check fails."""
+    region = gaddr_region(remote_addr)
+    off = gaddr_offset(remote_addr)
+    if gaddr_node(remote_addr) != dst or region not in (REGION_HOST, REGION_DEVICE):
+        return IBV_WC_REM_ACCESS_ERR
+    mem = fabric.memory[dst]
+    if op in _ATOMICS and (off % 8 or length != 8):
+        return IBV_WC_REM_INV_REQ_ERR
+    if not mr_check(mem.mrt, rkey, region, off, length, _OPS[op][2]):
+        return IBV_WC_REM_ACCESS_ERR
+    host = region == REGION_HOST
+    rbuf = mem.host if host else mem.device
+    rlocks = mem.host_locks if host else mem.device_locks
+    if op == IBV_WR_RDMA_READ:
+        read_lines(lbuf, loff, rbuf, off, length, rlocks)
+        return IBV_WC_SUCCESS
+    if op == IBV_WR_RDMA_WRITE:
+        copy_lines(rbuf, off, lbuf, loff, length, rlocks, not fabric.profile.nic.ordered_multiline_writes)
+        return IBV_WC_SUCCESS
+    words = mem.host64 if host else mem.device64
+    i = off // 8
+    if op == IBV_WR_ATOMIC_CMP_AND_SWP:
+        old = atomics.cas(words, i, np.uint64(compare_add & _U64), np.uint64(swap & _U64))
+    elif op == IBV_WR_ATOMIC_FETCH_AND_ADD:
+        old = atomics.faa(words, i, np.uint64(compare_add & _U64))
+    elif op == IBV_WR_MASKED_ATOMIC_CMP_AND_SWP:
+        old = atomics.masked_cas(words, i, np.uint64(compare_add & _U64), np.uint64(swap & _U64),
+                                 np.uint64(compare_add_mask & _U64), np.uint64(swap_mask & _U64))
+    else:
+        old = atomics.masked_faa(words, i, np.uint64(compare_add & _U64), np.uint64(compare_add_mask & _U64))
+    lbuf[loff:loff + 8] = np.frombuffer(np.uint64(old).tobytes(), np.uint8)
+    return IBV_WC_SUCCESS
