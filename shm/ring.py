@@ -44,6 +44,7 @@ The jitted cores take all arrays as arguments (nothing is captured), so the
 
 from __future__ import annotations
 
+import operator
 import time
 from typing import NamedTuple, Sequence
 
@@ -79,6 +80,7 @@ HEADER_BYTES = HEADER_WORDS * 8
 FLAG_MULTI_PRODUCER = 1
 
 CACHE_LINE = 64
+_MASK64 = (1 << 64) - 1
 
 
 class RingFull(Exception):
@@ -304,24 +306,35 @@ class Ring:
     # -- messages ---------------------------------------------------------
 
     def _as_words(self, msg) -> np.ndarray:
-        arr = msg if isinstance(msg, np.ndarray) else np.asarray(msg)
-        if arr.ndim != 1:
-            raise ValueError(f"ring {self.name!r}: a message must be 1-D, got shape {arr.shape}")
+        if isinstance(msg, np.ndarray):
+            arr = msg
+            if arr.ndim != 1:
+                raise ValueError(
+                    f"ring {self.name!r}: a message must be 1-D, got shape {arr.shape}"
+                )
+            if arr.dtype.kind not in "iub":
+                raise ValueError(
+                    f"ring {self.name!r}: message words must be integers, got {arr.dtype}"
+                )
+        else:
+            # Element by element so that any mix of negative and >= 2**63 ints
+            # wraps to 64 bits instead of upsetting numpy's dtype inference.
+            try:
+                arr = np.array([operator.index(v) & _MASK64 for v in msg], dtype=np.uint64)
+            except TypeError:
+                raise ValueError(
+                    f"ring {self.name!r}: a message must be a sequence of integers, "
+                    f"got {msg!r}"
+                ) from None
         if arr.shape[0] > self.slot_words:
             raise ValueError(
                 f"ring {self.name!r}: message of {arr.shape[0]} words exceeds "
                 f"slot_words={self.slot_words}"
             )
-        if arr.dtype == np.uint64 or arr.dtype == np.int64:
-            return arr
-        if arr.shape[0] == 0:
-            return np.zeros(0, dtype=np.uint64)
-        if arr.dtype.kind not in "iub":
-            raise ValueError(
-                f"ring {self.name!r}: message words must be integers, got dtype {arr.dtype}"
-            )
-        # Two's-complement wrap for negative words, like the jitted copy does.
-        return arr.astype(np.int64 if arr.dtype.kind == "i" else np.uint64)
+        if arr.dtype != np.uint64 and arr.dtype != np.int64:
+            # int64 keeps negative words two's-complement, as the jitted copy would.
+            arr = arr.astype(np.int64 if arr.dtype.kind == "i" else np.uint64)
+        return arr
 
     def _check_open(self) -> None:
         if self._hdr is None:
