@@ -26,7 +26,7 @@ import numpy as np
 from numba import njit
 
 from shm import nic
-from shm.atomics import cas, faa, load_acquire, store_release
+from shm.atomics import cas, faa, load_acquire, masked_cas, masked_faa, store_release
 from shm.profile_schema import Profile
 from shm.segment import Segment, new_prefix
 
@@ -160,6 +160,42 @@ def read_lines(dst, doff, src, soff, n, src_locks):
                 dst[doff + (lo - soff) + b] = src[b + lo]
             if load_acquire(src_locks, i) == s1:
                 break
+
+
+ATOMIC_CAS, ATOMIC_FAA, ATOMIC_MASKED_CAS, ATOMIC_MASKED_FAA = range(4)
+
+
+@njit(cache=True)
+def remote_read_write(is_read, mrt, key, region, off, length, rbuf, rlocks, lbuf, loff, descending):
+    """A one-sided READ (``is_read``) or WRITE landing now: check the rkey, then copy. Returns
+    False (touching nothing) if the key does not grant the access over the whole range."""
+    access = IBV_ACCESS_REMOTE_READ if is_read else IBV_ACCESS_REMOTE_WRITE
+    if not mr_check(mrt, key, region, off, length, access):
+        return False
+    if is_read:
+        read_lines(lbuf, loff, rbuf, off, length, rlocks)
+    else:
+        copy_lines(rbuf, off, lbuf, loff, length, rlocks, descending)
+    return True
+
+
+@njit(cache=True)
+def remote_atomic(words, i, kind, a, b, am, bm, lbuf, loff):
+    """Run one RDMA atomic on word ``i`` and write the old value into ``lbuf[loff:loff+8]``.
+    Operands arrive as int64 bit patterns (Python ints above 2**63 do not fit numba's int64)."""
+    ua = np.uint64(a)
+    ub = np.uint64(b)
+    if kind == ATOMIC_CAS:
+        old = cas(words, i, ua, ub)
+    elif kind == ATOMIC_FAA:
+        old = faa(words, i, ua)
+    elif kind == ATOMIC_MASKED_CAS:
+        old = masked_cas(words, i, ua, ub, np.uint64(am), np.uint64(bm))
+    else:
+        old = masked_faa(words, i, ua, np.uint64(am))
+    for k in range(8):
+        lbuf[loff + k] = (old >> np.uint64(8 * k)) & np.uint64(0xFF)
+    return old
 
 
 class NodeMemory(NamedTuple):

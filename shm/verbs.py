@@ -30,10 +30,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-from shm import atomics, nic
+from shm import nic
 from shm.fabric import (
     IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_READ, IBV_ACCESS_REMOTE_WRITE,
-    REGION_DEVICE, REGION_HOST, Fabric, copy_lines, format_gaddr, gaddr, gaddr_node, gaddr_offset,
+    ATOMIC_CAS, ATOMIC_FAA, ATOMIC_MASKED_CAS, ATOMIC_MASKED_FAA, REGION_DEVICE, REGION_HOST, Fabric,
+    remote_atomic, remote_read_write, copy_lines, format_gaddr, gaddr, gaddr_node, gaddr_offset,
     gaddr_region, mr_check, read_lines,
 )
 
@@ -657,6 +658,14 @@ class QP:
 
 
 _U64 = (1 << 64) - 1
+_ATOMIC_KIND = {IBV_WR_ATOMIC_CMP_AND_SWP: ATOMIC_CAS, IBV_WR_ATOMIC_FETCH_AND_ADD: ATOMIC_FAA,
+                IBV_WR_MASKED_ATOMIC_CMP_AND_SWP: ATOMIC_MASKED_CAS, IBV_WR_MASKED_ATOMIC_FETCH_AND_ADD: ATOMIC_MASKED_FAA}
+
+
+def _i64(v: int) -> int:
+    """The int64 with the same 64 bits as ``v`` (which may be negative or up to 2**64-1)."""
+    v &= _U64
+    return v - (1 << 64) if v >> 63 else v
 
 
 def apply_one_sided(fabric: Fabric, dst: int, op: int, remote_addr: int, rkey: int, lbuf, loff: int, length: int,
@@ -672,27 +681,16 @@ def apply_one_sided(fabric: Fabric, dst: int, op: int, remote_addr: int, rkey: i
     mem = fabric.memory[dst]
     if op in _ATOMICS and (off % 8 or length != 8):
         return IBV_WC_REM_INV_REQ_ERR
-    if not mr_check(mem.mrt, rkey, region, off, length, _OPS[op][2]):
-        return IBV_WC_REM_ACCESS_ERR
     host = region == REGION_HOST
     rbuf = mem.host if host else mem.device
-    rlocks = mem.host_locks if host else mem.device_locks
-    if op == IBV_WR_RDMA_READ:
-        read_lines(lbuf, loff, rbuf, off, length, rlocks)
-        return IBV_WC_SUCCESS
-    if op == IBV_WR_RDMA_WRITE:
-        copy_lines(rbuf, off, lbuf, loff, length, rlocks, not fabric.profile.nic.ordered_multiline_writes)
-        return IBV_WC_SUCCESS
+    if op == IBV_WR_RDMA_READ or op == IBV_WR_RDMA_WRITE:
+        ok = remote_read_write(op == IBV_WR_RDMA_READ, mem.mrt, rkey, region, off, length, rbuf,
+                               mem.host_locks if host else mem.device_locks, lbuf, loff,
+                               not fabric.profile.nic.ordered_multiline_writes)
+        return IBV_WC_SUCCESS if ok else IBV_WC_REM_ACCESS_ERR
+    if not mr_check(mem.mrt, rkey, region, off, length, _OPS[op][2]):
+        return IBV_WC_REM_ACCESS_ERR
     words = mem.host64 if host else mem.device64
-    i = off // 8
-    if op == IBV_WR_ATOMIC_CMP_AND_SWP:
-        old = atomics.cas(words, i, np.uint64(compare_add & _U64), np.uint64(swap & _U64))
-    elif op == IBV_WR_ATOMIC_FETCH_AND_ADD:
-        old = atomics.faa(words, i, np.uint64(compare_add & _U64))
-    elif op == IBV_WR_MASKED_ATOMIC_CMP_AND_SWP:
-        old = atomics.masked_cas(words, i, np.uint64(compare_add & _U64), np.uint64(swap & _U64),
-                                 np.uint64(compare_add_mask & _U64), np.uint64(swap_mask & _U64))
-    else:
-        old = atomics.masked_faa(words, i, np.uint64(compare_add & _U64), np.uint64(compare_add_mask & _U64))
-    lbuf[loff:loff + 8] = np.frombuffer(np.uint64(old).tobytes(), np.uint8)
+    remote_atomic(words, off // 8, _ATOMIC_KIND[op], _i64(compare_add), _i64(swap), _i64(compare_add_mask),
+                  _i64(swap_mask), lbuf, loff)
     return IBV_WC_SUCCESS
