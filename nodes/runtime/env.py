@@ -216,16 +216,15 @@ class Process(Event):
             env.active_process = None
             self._crash(err)
             return
+        env.active_process = None
         if type(target) is int and target >= 0:
             debt = self._debt
             if debt:
                 self._debt = 0
                 if debt > target:
                     target = debt
-            env.active_process = None
             heappush(self._heap, (env.now + target, self._next_seq(), self._wake_cb, epoch))
             return
-        env.active_process = None
         self._dispatch(target)
 
     def _on_event(self, ev: Event):
@@ -248,6 +247,16 @@ class Process(Event):
             self._crash(err)
             return
         env.active_process = None
+        # Inline of the two common outcomes of _dispatch().
+        if type(target) is int and target >= 0 and not self._debt:
+            heappush(self._heap, (env.now + target, self._next_seq(), self._wake_cb, self._epoch))
+            return
+        cbs = getattr(target, "callbacks", None)
+        if cbs is not None and not self._debt and isinstance(target, Event):
+            self._ready_at = 0
+            self._target = target
+            cbs.append(self._on_event_cb)
+            return
         self._dispatch(target)
 
     def _wake_event(self, epoch_ev):
@@ -511,9 +520,11 @@ class Environment:
         n = 0
         try:
             while heap:
-                if heap[0][0] > until_t:
+                entry = heappop(heap)
+                t, _, fn, arg = entry
+                if t > until_t:
+                    heappush(heap, entry)     # rare: once per run(until=...)
                     break
-                t, _, fn, arg = heappop(heap)
                 self.now = t
                 n += 1
                 fn(arg)
