@@ -16,6 +16,9 @@ Memory orderings:
   atomics are used for locks, tickets and version counters whose users expect
   them to be totally ordered; on x86-64 every locked RMW is a full barrier
   anyway, so weaker orderings would buy nothing on the machines we run on.
+  The masked loops start from an acquire load, so a ``masked_cas`` whose
+  compare fails on that first read is just an acquire load (as a failed
+  hardware CAS is a read).
 * ``load_acquire``/``store_release`` are ``acquire``/``release``: the
   publish/consume pairs of ring buffers and seqlocks need exactly that, and
   on x86-64 they compile to plain MOVs.
@@ -39,6 +42,11 @@ the same kernel, an ``@njit(cache=True)`` function. Operands are converted
 (wrapping) to the array's element type, so with a uint64 array negative
 deltas wrap as expected, and with an int64 array ``fetch_min``/``fetch_max``
 compare signed while with uint64 they compare unsigned.
+
+Caching caveat: numba keys the on-disk cache of a jitted function only on
+its own source file, so a cached caller in another module (``shm/ring.py``,
+...) keeps the atomics it was compiled with. After editing this file, delete
+the ``*.nbi``/``*.nbc`` files of its dependents.
 """
 
 from __future__ import annotations
