@@ -301,3 +301,32 @@ def test_run_until_time_with_sync(prefix):
             assert second == (20_000, [k * 1000 + 300 for k in range(1, 20)])
     finally:
         t.close()
+
+
+# -- a crashing node stops the rack instead of hanging it ----------------------------
+
+def _crashy(table, i):
+    env = Environment(sync=ClockSync(table, i, 100))
+
+    def worker(env):
+        while True:
+            yield 10
+            if i == 1 and env.now == 5000:
+                raise RuntimeError("node 1 broke")
+
+    env.process(worker(env), name=f"worker{i}")
+    try:
+        env.run()
+    except Exception as e:
+        return "raised", str(e)
+    return "stopped", env.now
+
+
+def test_exception_in_one_node_stops_the_others(prefix):
+    t = ClockTable.create(2, prefix=prefix)
+    try:
+        (s0, now0), (s1, msg1) = run_procs(t, _crashy)
+        assert s1 == "raised" and "worker1" in msg1 and "node 1 broke" in msg1
+        assert s0 == "stopped" and 5000 - 200 <= now0 <= 5000 + 100
+    finally:
+        t.close()

@@ -27,7 +27,9 @@ Design (and why):
   ``POLL_EVENTS`` events or when the horizon is reached.
 * Errors are never swallowed: an exception escaping a process' generator is
   thrown into the processes waiting on it, or, if none wait, propagates out of
-  ``run()`` as a :class:`ProcessError` naming the process.
+  ``run()`` as a :class:`ProcessError` naming the process.  In sync mode an
+  exception escaping ``run()`` also sets the shared stop flag, so the other
+  node processes end their runs instead of waiting for this one forever.
 """
 from __future__ import annotations
 
@@ -553,6 +555,13 @@ class Environment:
                     # send() may have shrunk the horizon (the receiver's clock dropped)
                     if sync.horizon < horizon:
                         horizon = sync.horizon
+        except _StopRun:
+            raise
+        except BaseException:
+            # A node that dies would hold every other node back forever (its
+            # clock stays put, its inbox fills): end the whole rack's run.
+            sync.request_stop()
+            raise
         finally:
             self._events += n
 
