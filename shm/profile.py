@@ -1,0 +1,421 @@
+"""Hardware profiles: load, validate, override and dump the TOML files that feed the timing model.
+
+A *profile* is every number the timing model needs to turn a verb, a DMA or a compute step into
+virtual time (link speed, NIC unit times, PCIe, doorbells, WQE cache, QP limits, CPU costs, DPU DMA).
+The schema -- which sections and keys exist, their types, units and legal ranges -- lives in
+:mod:`shm.profile_schema` as frozen dataclasses whose fields carry metadata. This module is the
+generic loader on top of it:
+
+* ``load_profile("cx6-200g")`` reads a profile shipped in ``shm/profiles/<name>.toml`` (found with
+  :mod:`importlib.resources`, so it works from a wheel as well as from a checkout);
+  ``load_profile("path/to/my.toml")`` reads any file. A string is a *path* when it contains a path
+  separator or ends in ``.toml``; otherwise it is a shipped *name*.
+* Validation is strict and complete, because a silently wrong number gives silently wrong results:
+  every section and every key must be present, nothing unknown is accepted, types are exact
+  (an ``int`` field takes an integer only -- not ``true``, not ``1.0``; a ``float`` field takes an
+  integer or a float; a ``bool`` field takes ``true``/``false`` only), values must lie within the
+  inclusive ``min``/``max`` of the field metadata, and a few cross-field rules reject combinations
+  that cannot exist (e.g. ``qp.max_rd_atomic`` above ``qp.max_send_wr``). All problems of a file are
+  reported at once, one line each, and every line starts with the file and names the dotted key:
+  ``cx6-200g.toml: 'link.gbps' must be >= 0.001, got -5``.
+* ``with_overrides(p, {"nic.atomic_slot_ns": 400})`` returns a new profile with some keys changed,
+  validated by exactly the same code (it goes through the same dict -> Profile path). Scenarios use
+  it for knob changes, benchmarks for ablations.
+* ``profile_to_dict`` / ``profile_from_dict`` / ``dump_profile`` convert to plain data and back to
+  TOML text, so that any profile (including an overridden one) can be written out, edited and
+  loaded again: ``load(dump(p)) == p`` up to :attr:`Profile.source`.
+
+Profiles are immutable (frozen dataclasses), so one loaded profile can be shared freely between the
+actors of a process; each node process loads its own copy by name from the rack spec.
+
+Command line: ``python -m shm.profile list | show NAME | check FILE... | dump NAME_OR_FILE``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import sys
+import typing
+from importlib import resources
+from pathlib import Path
+from typing import Any, Mapping
+
+try:  # Python >= 3.11
+    import tomllib
+except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+from shm.profile_schema import SECTIONS, Profile
+
+__all__ = [
+    "Profile",
+    "ProfileError",
+    "load_profile",
+    "list_profiles",
+    "profile_to_dict",
+    "profile_from_dict",
+    "with_overrides",
+    "dump_profile",
+    "schema_fields",
+]
+
+_TOP_LEVEL = ("name", "description")
+
+
+class ProfileError(ValueError):
+    """A profile that cannot be used. ``errors`` holds one line per problem; ``str()`` joins them.
+
+    Every line starts with the file (or ``<label>`` for in-memory data) and names the dotted key.
+    """
+
+    def __init__(self, errors: list[str] | str):
+        if isinstance(errors, str):
+            errors = [errors]
+        self.errors = list(errors)
+        super().__init__("\n".join(self.errors))
+
+
+# ----------------------------------------------------------------------------- schema access
+
+
+def _field_types(cls: type) -> dict[str, type]:
+    # profile_schema uses ``from __future__ import annotations``: resolve the string annotations.
+    return typing.get_type_hints(cls)
+
+
+def schema_fields() -> list[tuple[str, type, dict]]:
+    """Every key of the schema as ``(dotted_key, python_type, metadata)``, in schema order."""
+    out = []
+    for section, cls in SECTIONS.items():
+        types = _field_types(cls)
+        for f in dataclasses.fields(cls):
+            out.append((f"{section}.{f.name}", types[f.name], dict(f.metadata)))
+    return out
+
+
+# ----------------------------------------------------------------------------- finding files
+
+
+def _profiles_dir():
+    return resources.files("shm").joinpath("profiles")
+
+
+def list_profiles() -> list[str]:
+    """Names of the profiles shipped with the package, sorted."""
+    d = _profiles_dir()
+    if not d.is_dir():
+        return []
+    return sorted(p.name[: -len(".toml")] for p in d.iterdir() if p.name.endswith(".toml") and p.is_file())
+
+
+def _is_path(name_or_path: str) -> bool:
+    return "/" in name_or_path or os.sep in name_or_path or name_or_path.endswith(".toml")
+
+
+def load_profile(name_or_path: str | os.PathLike) -> Profile:
+    """Load and validate a profile.
+
+    A bare name (``"cx6-200g"``) loads the profile shipped in ``shm/profiles/<name>.toml`` and its
+    top-level ``name`` must equal the file stem. A path (contains ``/`` or ends in ``.toml``, or any
+    :class:`os.PathLike`) loads that file. Raises :class:`ProfileError` on any problem.
+    """
+    if isinstance(name_or_path, os.PathLike) or _is_path(str(name_or_path)):
+        path = Path(name_or_path)
+        label = str(name_or_path)
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            raise ProfileError(f"{label}: no such file") from None
+        except IsADirectoryError:
+            raise ProfileError(f"{label}: is a directory, not a profile file") from None
+        except OSError as e:
+            raise ProfileError(f"{label}: cannot read: {e.strerror or e}") from None
+        data = _parse_toml(raw, label)
+        return profile_from_dict(data, source=str(path), label=label)
+
+    name = str(name_or_path)
+    known = list_profiles()
+    if name not in known:
+        raise ProfileError(
+            f"unknown profile {name!r}: shipped profiles are {', '.join(known) or '(none)'}; "
+            f"or give the path of a .toml file"
+        )
+    res = _profiles_dir().joinpath(f"{name}.toml")
+    label = f"{name}.toml"
+    data = _parse_toml(res.read_bytes(), label)
+    p = profile_from_dict(data, source=str(res), label=label)
+    if p.name != name:
+        raise ProfileError(f"{label}: 'name' must match the file name {name!r}, got {p.name!r}")
+    return p
+
+
+def _parse_toml(raw: bytes, label: str) -> dict:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ProfileError(f"{label}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        # tomllib's message already carries "(at line L, column C)".
+        raise ProfileError(f"{label}: invalid TOML: {e}") from None
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+def _describe(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, dict):
+        return "a table"
+    if isinstance(v, list):
+        return "an array"
+    if isinstance(v, str):
+        return repr(v)
+    return repr(v) if not isinstance(v, float) else _fmt_num(v)
+
+
+def _fmt_num(v: float | int) -> str:
+    if isinstance(v, float) and v.is_integer() and abs(v) < 1e15:
+        return str(int(v))
+    return repr(v)
+
+
+def _check_value(key: str, typ: type, meta: Mapping, v: Any, errors: list[str], label: str):
+    """Type- and range-check one value; return the converted value or None on error."""
+    if typ is bool:
+        if type(v) is not bool:
+            errors.append(f"{label}: {key!r} must be true or false, got {_describe(v)}")
+            return None
+        return v
+    if typ is int:
+        if type(v) is not int:
+            kind = "a boolean" if isinstance(v, bool) else _describe(v)
+            errors.append(f"{label}: {key!r} must be an integer, got {kind}")
+            return None
+    elif typ is float:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            kind = "a boolean" if isinstance(v, bool) else _describe(v)
+            errors.append(f"{label}: {key!r} must be a number, got {kind}")
+            return None
+        if isinstance(v, float) and not math.isfinite(v):
+            errors.append(f"{label}: {key!r} must be a finite number, got {v!r}")
+            return None
+        v = float(v)
+    elif typ is str:
+        if not isinstance(v, str):
+            errors.append(f"{label}: {key!r} must be a string, got {_describe(v)}")
+            return None
+        return v
+    else:  # pragma: no cover - the schema only uses the types above
+        raise TypeError(f"unsupported schema type {typ!r} for {key}")
+    lo, hi = meta.get("min"), meta.get("max")
+    if lo is not None and v < lo:
+        errors.append(f"{label}: {key!r} must be >= {_fmt_num(lo)}, got {_fmt_num(v)}")
+        return None
+    if hi is not None and v > hi:
+        errors.append(f"{label}: {key!r} must be <= {_fmt_num(hi)}, got {_fmt_num(v)}")
+        return None
+    return v
+
+
+def _cross_checks(values: dict[str, dict[str, Any]], errors: list[str], label: str) -> None:
+    """Rules that involve the relation between keys, or a property beyond a range.
+
+    Each rule runs only if the keys it reads passed their own checks, so one bad value gives one line.
+    """
+
+    def have(*keys: str) -> bool:
+        return all(values.get(k.split(".")[0], {}).get(k.split(".")[1]) is not None for k in keys)
+
+    def get(key: str):
+        s, f = key.split(".")
+        return values[s][f]
+
+    if have("qp.max_rd_atomic", "qp.max_send_wr") and get("qp.max_rd_atomic") > get("qp.max_send_wr"):
+        errors.append(
+            f"{label}: 'qp.max_rd_atomic' ({get('qp.max_rd_atomic')}) must be <= 'qp.max_send_wr' "
+            f"({get('qp.max_send_wr')}): a READ/atomic must fit in the send queue"
+        )
+    if have("nic.device_memory_bytes") and get("nic.device_memory_bytes") % 64:
+        errors.append(
+            f"{label}: 'nic.device_memory_bytes' must be a multiple of 64 (one cache line), "
+            f"got {get('nic.device_memory_bytes')}"
+        )
+    if have("link.mtu_bytes"):
+        mtu = get("link.mtu_bytes")
+        if mtu & (mtu - 1):
+            errors.append(f"{label}: 'link.mtu_bytes' must be a power of two, got {mtu}")
+        if have("link.header_bytes") and get("link.header_bytes") >= mtu:
+            errors.append(
+                f"{label}: 'link.header_bytes' ({get('link.header_bytes')}) must be < 'link.mtu_bytes' "
+                f"({mtu}): a packet must have room for payload"
+            )
+
+
+def profile_from_dict(data: Mapping[str, Any], *, source: str = "", label: str | None = None) -> Profile:
+    """Validate plain data shaped like the TOML file and build a :class:`Profile`.
+
+    ``label`` prefixes every error line (default: ``source`` or ``<dict>``).
+    """
+    label = label or source or "<dict>"
+    errors: list[str] = []
+    if not isinstance(data, Mapping):
+        raise ProfileError(f"{label}: a profile must be a table, got {_describe(data)}")
+
+    top: dict[str, str] = {}
+    for key in _TOP_LEVEL:
+        if key not in data:
+            errors.append(f"{label}: missing key {key!r}")
+        else:
+            v = _check_value(key, str, {}, data[key], errors, label)
+            if v is not None:
+                if key == "name" and not v.strip():
+                    errors.append(f"{label}: 'name' must not be empty")
+                top[key] = v
+
+    for key, v in data.items():
+        if key in _TOP_LEVEL:
+            continue
+        if key in SECTIONS:
+            if not isinstance(v, Mapping):
+                errors.append(f"{label}: {key!r} must be a table [{key}], got {_describe(v)}")
+        elif isinstance(v, Mapping):
+            errors.append(f"{label}: unknown section [{key}] (known: {', '.join(SECTIONS)})")
+        else:
+            errors.append(f"{label}: unknown key {key!r}")
+
+    values: dict[str, dict[str, Any]] = {}
+    for section, cls in SECTIONS.items():
+        table = data.get(section)
+        if table is None:
+            errors.append(f"{label}: missing section [{section}]")
+            continue
+        if not isinstance(table, Mapping):
+            continue  # reported above
+        types = _field_types(cls)
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        sec_values: dict[str, Any] = {}
+        for fname, f in fields.items():
+            key = f"{section}.{fname}"
+            if fname not in table:
+                errors.append(f"{label}: missing key {key!r}")
+                continue
+            sec_values[fname] = _check_value(key, types[fname], f.metadata, table[fname], errors, label)
+        for fname in table:
+            if fname not in fields:
+                errors.append(f"{label}: unknown key '{section}.{fname}'")
+        values[section] = sec_values
+
+    _cross_checks(values, errors, label)
+    if errors:
+        raise ProfileError(errors)
+    sections = {s: SECTIONS[s](**values[s]) for s in SECTIONS}
+    return Profile(name=top["name"], description=top["description"], source=source, **sections)
+
+
+# ----------------------------------------------------------------------------- conversions
+
+
+def profile_to_dict(p: Profile) -> dict[str, Any]:
+    """Plain nested dict with exactly the keys of a profile file (``source`` is not included)."""
+    out: dict[str, Any] = {"name": p.name, "description": p.description}
+    for section in SECTIONS:
+        out[section] = dataclasses.asdict(getattr(p, section))
+    return out
+
+
+def with_overrides(p: Profile, overrides: Mapping[str, Any]) -> Profile:
+    """A copy of ``p`` with dotted keys replaced (``{"nic.atomic_slot_ns": 400}``), fully validated.
+
+    ``"name"`` and ``"description"`` may be overridden too. An unknown key, a wrong type, a value out
+    of range or a broken cross-field rule raises :class:`ProfileError` naming the key.
+    """
+    label = f"{Path(p.source).name if p.source else p.name} (overrides)"
+    data = profile_to_dict(p)
+    errors: list[str] = []
+    for key, v in overrides.items():
+        if not isinstance(key, str):
+            errors.append(f"{label}: override keys must be strings like 'nic.atomic_slot_ns', got {key!r}")
+            continue
+        if key in _TOP_LEVEL:
+            data[key] = v
+            continue
+        section, _, fname = key.partition(".")
+        if section not in SECTIONS:
+            errors.append(f"{label}: unknown key {key!r} (no section [{section}])")
+        elif fname not in data[section]:
+            errors.append(f"{label}: unknown key {key!r}")
+        else:
+            data[section][fname] = v
+    if errors:
+        raise ProfileError(errors)
+    return profile_from_dict(data, source=p.source, label=label)
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        return repr(v)  # shortest repr that round-trips; always has '.' or 'e'
+    if isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False)  # a valid TOML basic string
+    raise TypeError(f"cannot write {v!r} as TOML")
+
+
+def dump_profile(p: Profile) -> str:
+    """TOML text of ``p`` (no comments) that :func:`load_profile` reads back to an equal profile."""
+    d = profile_to_dict(p)
+    lines = [f"name = {_toml_value(d['name'])}", f"description = {_toml_value(d['description'])}"]
+    for section in SECTIONS:
+        lines.append("")
+        lines.append(f"[{section}]")
+        for k, v in d[section].items():
+            lines.append(f"{k} = {_toml_value(v)}")
+    return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------- command line
+
+
+def _main(argv: list[str]) -> int:
+    usage = "usage: python -m shm.profile list | show NAME_OR_FILE | check FILE... | dump NAME_OR_FILE"
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage)
+        return 0 if argv else 2
+    cmd, args = argv[0], argv[1:]
+    try:
+        if cmd == "list" and not args:
+            for n in list_profiles():
+                print(f"{n:12s} {load_profile(n).description}")
+        elif cmd == "show" and len(args) == 1:
+            print(json.dumps(profile_to_dict(load_profile(args[0])), indent=2))
+        elif cmd == "dump" and len(args) == 1:
+            sys.stdout.write(dump_profile(load_profile(args[0])))
+        elif cmd == "check" and args:
+            bad = 0
+            for a in args:
+                try:
+                    load_profile(a)
+                    print(f"{a}: ok")
+                except ProfileError as e:
+                    bad += 1
+                    print(e, file=sys.stderr)
+            return 1 if bad else 0
+        else:
+            print(usage, file=sys.stderr)
+            return 2
+    except ProfileError as e:
+        print(e, file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(_main(sys.argv[1:]))
