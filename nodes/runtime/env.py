@@ -488,6 +488,15 @@ class Environment:
         fn(arg)
 
     def run(self, until: "int | Event | None" = None) -> None:
+        """Run events in time order.
+
+        ``until=None``: until no events are left (sync: global quiescence).
+        ``until=T``: every event at ``t <= T`` runs, then ``now = T``.
+        ``until=event``: stop right after ``event``'s callbacks ran; if the
+        heap empties (or the rack quiesces) first, return with it unprocessed
+        (check ``event.processed``).  In sync mode the shared stop flag also
+        ends the run (``now`` is then left where it was).
+        """
         until_t = INF - 1
         if isinstance(until, Event):
             if until.callbacks is None:
