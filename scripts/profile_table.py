@@ -63,45 +63,70 @@ def _ser(nbytes: float, gbps: float) -> float:
     return nbytes * 8 / gbps
 
 
+def _wire(p: Profile, payload: int) -> float:
+    """Serialisation of one message on one link (headers per MTU packet), as shm/nic.py books it:
+    once on the sender's egress and once on the receiver's ingress."""
+    packets = max(1, -(-payload // p.link.mtu_bytes))
+    return _ser(payload + packets * p.link.header_bytes, p.link.gbps)
+
+
 def _cpu_per_wr(p: Profile) -> float:
     return p.cpu.post_ns + p.cpu.wqe_ns + p.doorbell.lock_ns
 
 
+def _to_requester(p: Profile) -> float:
+    """Post of one WR until the requester unit starts it: CPU, doorbell, MMIO, WQE fetch."""
+    return _cpu_per_wr(p) + p.pcie.mmio_ns + _ser(p.pcie.bytes_per_wr, p.pcie.gbps) + p.pcie.latency_ns
+
+
 def read_rtt(p: Profile, size: int = 8) -> float:
-    """Depth-1 READ: post -> doorbell -> WQE fetch -> requester -> wire -> responder -> PCIe read ->
-    wire back -> PCIe write of data + CQE -> poll."""
+    """Depth-1 READ, uncontended, following shm/nic.py model_post: post -> doorbell lock -> MMIO ->
+    WQE fetch -> requester unit -> wire -> responder unit -> host-memory read -> wire back ->
+    PCIe write of data + CQE -> one poll."""
     return (
-        _cpu_per_wr(p)
-        + p.pcie.mmio_ns
-        + p.pcie.latency_ns + _ser(p.pcie.bytes_per_wr, p.pcie.gbps)
-        + p.nic.req_read_ns
-        + _ser(p.link.header_bytes, p.link.gbps) + p.link.one_way_ns
-        + p.nic.resp_read_ns
-        + p.pcie.latency_ns + _ser(p.pcie.resp_bytes_per_wr + size, p.pcie.gbps)
-        + _ser(p.link.header_bytes + size, p.link.gbps) + p.link.one_way_ns
+        _to_requester(p) + p.nic.req_read_ns
+        + 2 * _wire(p, 0) + p.link.one_way_ns
+        + p.nic.resp_read_ns + p.pcie.latency_ns + _ser(p.pcie.resp_bytes_per_wr + size, p.pcie.gbps)
+        + 2 * _wire(p, size) + p.link.one_way_ns
+        + _ser(size, p.pcie.gbps) + p.pcie.latency_ns
+        + p.cpu.poll_ns
+    )
+
+
+def write_rtt(p: Profile, size: int = 8, inline: bool = False) -> float:
+    """Depth-1 signaled WRITE until its completion is polled (the ack comes back)."""
+    payload = 0 if inline else p.pcie.latency_ns + _ser(size, p.pcie.gbps)
+    return (
+        _to_requester(p) + p.nic.req_write_ns + payload
+        + 2 * _wire(p, size) + p.link.one_way_ns
+        + p.nic.resp_write_ns
+        + 2 * _wire(p, 0) + p.link.one_way_ns
         + p.pcie.latency_ns
         + p.cpu.poll_ns
     )
 
 
-def write_one_way(p: Profile, size: int = 8) -> float:
-    """Post of a WRITE until its data is in remote memory (what perftest's ib_write_lat reports as
-    half a round trip)."""
+def write_one_way(p: Profile, size: int = 8, inline: bool = False) -> float:
+    """Post of a WRITE until its data is in remote host memory."""
+    payload = 0 if inline else p.pcie.latency_ns + _ser(size, p.pcie.gbps)
     return (
-        _cpu_per_wr(p)
-        + p.pcie.mmio_ns
-        + p.pcie.latency_ns + _ser(p.pcie.bytes_per_wr + size, p.pcie.gbps)
-        + p.nic.req_write_ns
-        + _ser(p.link.header_bytes + size, p.link.gbps) + p.link.one_way_ns
-        + p.nic.resp_write_ns
-        + p.pcie.latency_ns + _ser(p.pcie.resp_bytes_per_wr + size, p.pcie.gbps)
+        _to_requester(p) + p.nic.req_write_ns + payload
+        + 2 * _wire(p, size) + p.link.one_way_ns
+        + p.nic.resp_write_ns + _ser(p.pcie.resp_bytes_per_wr + size, p.pcie.gbps) + p.pcie.latency_ns
     )
 
 
 def atomic_rtt(p: Profile) -> float:
+    """Depth-1 CAS/FAA: the responder's host-memory trip is the per-address slot hold."""
     n = p.nic
-    return (read_rtt(p) - n.req_read_ns - n.resp_read_ns + n.req_atomic_ns + n.resp_atomic_ns
-            + n.atomic_unit_ns + n.atomic_slot_ns)
+    return (
+        _to_requester(p) + n.req_atomic_ns
+        + 2 * _wire(p, 16) + p.link.one_way_ns
+        + n.resp_atomic_ns + n.atomic_unit_ns + n.atomic_slot_ns
+        + 2 * _wire(p, 8) + p.link.one_way_ns
+        + _ser(8, p.pcie.gbps) + p.pcie.latency_ns
+        + p.cpu.poll_ns
+    )
 
 
 def _mops(units: float, ns: float) -> float:
@@ -115,8 +140,8 @@ def rates(p: Profile) -> dict[str, float]:
         return gbps / (8 * nbytes) * 1e3
 
     return {
-        "read8_out": min(_mops(n.requester_units, n.req_read_ns), bw(pc.bytes_per_wr, pc.gbps),
-                         bw(ln.header_bytes, ln.gbps)),
+        "read8_out": min(_mops(n.requester_units, n.req_read_ns), bw(pc.bytes_per_wr + 8, pc.gbps),
+                         bw(ln.header_bytes + 8, ln.gbps)),
         "write8_out": min(_mops(n.requester_units, n.req_write_ns), bw(pc.bytes_per_wr + 8, pc.gbps),
                           bw(ln.header_bytes + 8, ln.gbps)),
         "read8_in": min(_mops(n.responder_units, n.resp_read_ns), bw(pc.resp_bytes_per_wr + 8, pc.gbps),
@@ -125,19 +150,21 @@ def rates(p: Profile) -> dict[str, float]:
                           bw(ln.header_bytes + 128, ln.gbps)),
         "write8_in": min(_mops(n.responder_units, n.resp_write_ns), bw(pc.resp_bytes_per_wr + 8, pc.gbps),
                          bw(ln.header_bytes + 8, ln.gbps)),
-        "atomic_nic": min(_mops(n.atomic_units, n.atomic_unit_ns), _mops(n.responder_units, n.resp_atomic_ns)),
+        "atomic_nic": min(_mops(n.atomic_units, n.atomic_unit_ns), _mops(n.responder_units, n.resp_atomic_ns),
+                          _mops(n.atomic_slots, n.atomic_slot_ns)),
         "atomic_same_addr": min(_mops(n.atomic_units, n.atomic_unit_ns), _mops(1, n.atomic_slot_ns),
                                 _mops(n.responder_units, n.resp_atomic_ns)),
         "recv_in": _mops(n.responder_units, n.resp_recv_ns),
         "read8_out_thrashing": min(_mops(n.requester_units, n.req_read_ns),
-                                   bw(pc.bytes_per_wr + p.wqe_cache.miss_bytes, pc.gbps)),
+                                   bw(pc.bytes_per_wr + 8 + p.wqe_cache.miss_bytes, pc.gbps)),
     }
 
 
 def thread_rate(p: Profile, depth: int) -> float:
-    """Mops of one thread that posts `depth` READs (one doorbell each) then waits for all of them."""
-    c = _cpu_per_wr(p)
-    return depth / (depth * c + read_rtt(p) - c) * 1e3
+    """Mops of one thread that posts `depth` READs, one ibv_post_send (and doorbell) each as SMART's
+    bench does, then waits for all of them; per-QP in-order requester included."""
+    c = max(_cpu_per_wr(p), p.nic.req_read_ns)
+    return depth / ((depth - 1) * c + read_rtt(p)) * 1e3
 
 
 # (metric, function of profile, published value, source) per shipped profile
@@ -145,7 +172,8 @@ def _published(name: str):
     r = rates
     common = [
         ("8 B READ RTT, depth 1 (us)", lambda p: read_rtt(p) / 1e3),
-        ("8 B WRITE one way (us)", lambda p: write_one_way(p) / 1e3),
+        ("8 B WRITE RTT / 2 (us)", lambda p: write_rtt(p) / 2e3),
+        ("8 B WRITE post to remote memory (us)", lambda p: write_one_way(p) / 1e3),
         ("8 B FAA/CAS RTT (us)", lambda p: atomic_rtt(p) / 1e3),
         ("max 8 B READ, one NIC (Mops)", lambda p: r(p)["read8_out"]),
         ("max 8 B WRITE, one NIC (Mops)", lambda p: min(r(p)["write8_out"], r(p)["write8_in"])),
@@ -162,13 +190,13 @@ def _published(name: str):
         },
         "cx3-56g": {
             "8 B READ RTT, depth 1 (us)": (1.9, "perftest, 1.8-2.0"),
-            "8 B WRITE one way (us)": (1.0, "perftest ~1.0"),
+            "8 B WRITE RTT / 2 (us)": (1.0, "perftest ~1.0 (half round trip)"),
             "8 B FAA/CAS RTT (us)": (2.3, "perftest"),
             "NIC-wide atomics (Mops)": (2.45, "perftest single-QP FAA"),
             "same-address atomics (Mops)": (2.7, "rdma_bench"),
         },
         "cx5-100g": {
-            "8 B WRITE one way (us)": (1.0, "perftest ~1.0"),
+            "8 B WRITE RTT / 2 (us)": (1.0, "perftest ~1.0 (half round trip)"),
         },
         "bf3": {},
     }.get(name, {})
