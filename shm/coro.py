@@ -265,7 +265,7 @@ class Coroutine:
                 addrs[i] = gaddr_offset(it[1])
                 regions[i] = gaddr_region(it[1])
             inline = np.zeros(n, np.int64)
-            out = qp._price(dst, ops, lens, addrs, regions, inline, thr.cpu_free)
+            out = qp._price(dst, ops, lens, addrs, regions, inline, thr.cpu_free, thr)
             thr.cpu_free = qp.cpu_free
             thr.posts += 1
             thr.verbs += n

@@ -532,15 +532,17 @@ class QP:
                 env.schedule(int(out[i, 0]), self._effect, (p, dst))
             env.schedule(int(out[i, 1]), self._complete, p)
 
-    def _price(self, dst: int, ops, lens, addrs, regions, inline, cpu_floor: int = 0) -> np.ndarray:
+    def _price(self, dst: int, ops, lens, addrs, regions, inline, cpu_floor: int = 0, user=None) -> np.ndarray:
         """Run the NIC model for one post and charge the calling actor's CPU up to the moment the
         doorbell is rung; returns ``out`` (per WR: effect ns, completion ns). ``cpu_floor`` is
-        when the posting thread's core is free (coroutines of one thread share a core)."""
+        when the posting thread's core is free (coroutines of one thread share a core). ``user``
+        is the modelled thread that posts (default: the calling actor); it counts once among the
+        doorbell's sharers however many coroutines it runs."""
         env = self.env
         prof = self.fabric.profile
         actor = env.active_process
         n = ops.shape[0]
-        self._note_user(actor)
+        self._note_user(actor if user is None else user)
         debt = actor._debt if actor is not None else 0
         start = max(env.now + debt, cpu_floor)
         t0 = start + prof.cpu.post_ns + prof.cpu.wqe_ns * n
