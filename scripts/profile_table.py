@@ -28,7 +28,7 @@ from shm.profile_schema import Profile  # noqa: E402
 def _num(v) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
-    if isinstance(v, int) and v >= 1 << 16 and (v & (v - 1)) == 0:
+    if isinstance(v, int) and v >= 1 << 20 and (v & (v - 1)) == 0:
         return f"2^{v.bit_length() - 1}"
     if isinstance(v, float) and v.is_integer():
         return str(int(v))
