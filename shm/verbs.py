@@ -399,10 +399,11 @@ class CQ:
 class _Pending:
     """One posted work request on its way: what its effect found, and its CQE."""
 
-    __slots__ = ("wr", "status", "signaled", "wc_opcode", "byte_len")
+    __slots__ = ("wr", "status", "signaled", "wc_opcode", "byte_len", "seq")
 
-    def __init__(self, wr, signaled, wc_opcode, byte_len):
+    def __init__(self, wr, signaled, wc_opcode, byte_len, seq=0):
         self.wr = wr
+        self.seq = seq
         self.status = IBV_WC_SUCCESS
         self.signaled = signaled
         self.wc_opcode = wc_opcode
@@ -449,6 +450,8 @@ class QP:
         self._recv_queue: list[RecvWR] = []
         self._early_sends: list = []  # SENDs that arrived before a RECV was posted (RNR retry)
         self._users: set = set()
+        self._wr_seq = 0           # posting order of this QP's send WRs
+        self._err_seq = None       # the first WR whose effect failed: later ones are flushed
         self.cpu_free = 0
         self.host.qps[(self.node, self.qp_num)] = self
 
@@ -463,6 +466,7 @@ class QP:
         self.fabric.node_index(node)
         self.remote = (int(node), int(qpn))
         self.state = self.RTS
+        self._err_seq = None
 
     def to_error(self) -> None:
         self.state = self.ERR
@@ -525,7 +529,8 @@ class QP:
         for i, wr in enumerate(wrs):
             spec = _OPS[wr.opcode]
             signaled = bool(self.sq_sig_all or wr.send_flags & IBV_SEND_SIGNALED)
-            p = _Pending(wr, signaled, spec[1], lens[i])
+            p = _Pending(wr, signaled, spec[1], lens[i], self._wr_seq)
+            self._wr_seq += 1
             if self.state == self.ERR:
                 p.status = IBV_WC_WR_FLUSH_ERR
             else:
@@ -592,7 +597,9 @@ class QP:
 
     def _effect(self, arg) -> None:
         p, dst = arg
-        if self.state == self.ERR:
+        if self.state == self.ERR or (self._err_seq is not None and p.seq > self._err_seq):
+            # RC: once a WR fails, the WRs posted after it are not executed, even those already
+            # on their way (the responder drops them after its NAK); they complete flushed
             p.status = IBV_WC_WR_FLUSH_ERR
             return
         wr = p.wr
@@ -604,6 +611,7 @@ class QP:
             local = self._local_view(sge, _OPS[op][3])
             if local is None:
                 p.status = IBV_WC_LOC_PROT_ERR
+                self._note_error(p)
                 return
         if op == IBV_WR_SEND:
             if self.qp_type == IBV_QPT_RC:
@@ -615,6 +623,12 @@ class QP:
             return
         p.status = apply_one_sided(self.fabric, dst, op, wr.remote_addr, wr.rkey, local[0], local[2], length,
                                    wr.compare_add, wr.swap, wr.compare_add_mask, wr.swap_mask)
+        if p.status != IBV_WC_SUCCESS:
+            self._note_error(p)
+
+    def _note_error(self, p: _Pending) -> None:
+        if self._err_seq is None or p.seq < self._err_seq:
+            self._err_seq = p.seq
 
     def _complete(self, p: _Pending) -> None:
         nic.retire(self.fabric.table, self.ctx.desc, 1)
