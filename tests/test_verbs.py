@@ -353,17 +353,22 @@ def test_address_on_another_node_is_refused(rack):
     assert r.lmr.read(r.lmr.length) == b"\x44" * r.lmr.length
 
 
+def fresh_qp(r):
+    """Another RC QP of c0 connected to m0 (an errored QP stays errored)."""
+    qp = QP(r.pd, QPInitAttr(scq=r.cq))
+    qp.connect(r.mqp)
+    return qp
+
+
 def test_missing_remote_rights_are_refused(rack):
     r = rack
     ro = MR(r.mpd, 64, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ)
     ro.write(b"\x07" * 64)
     wc = only_wc(post_wait(r, rdma(IBV_WR_RDMA_WRITE, r.lmr, 0, 8, ro.addr, ro.rkey))[1])
     assert wc.status == IBV_WC_REM_ACCESS_ERR and ro.read(64) == b"\x07" * 64
-    r.qp.state = QP.RTS   # (what a real application does with reset/modify_qp)
-    wc = only_wc(post_wait(r, atomic(IBV_WR_ATOMIC_FETCH_AND_ADD, r.lmr, 0, ro.addr, ro.rkey, 1))[1])
+    wc = only_wc(post_wait(r, atomic(IBV_WR_ATOMIC_FETCH_AND_ADD, r.lmr, 0, ro.addr, ro.rkey, 1), qp=fresh_qp(r))[1])
     assert wc.status == IBV_WC_REM_ACCESS_ERR and ro.read(64) == b"\x07" * 64
-    r.qp.state = QP.RTS
-    wc = only_wc(post_wait(r, rdma(IBV_WR_RDMA_READ, r.lmr, 0, 8, ro.addr, ro.rkey))[1])
+    wc = only_wc(post_wait(r, rdma(IBV_WR_RDMA_READ, r.lmr, 0, 8, ro.addr, ro.rkey), qp=fresh_qp(r))[1])
     assert wc.status == IBV_WC_SUCCESS and r.lmr.read(8) == b"\x07" * 8
 
 
@@ -414,6 +419,22 @@ def test_error_moves_qp_to_error_state_and_flushes_later_wrs(rack):
     assert r.rmr.read(16) == bytes(16)
     st = r.host.statistics()
     assert st.errors == 4 and st.completed == 4 and st.posted == 4
+
+
+def test_failing_wr_flushes_the_wrs_posted_after_it_in_the_same_list(rack):
+    r = rack
+    set_word(r.rmr, 40, 24)
+    r.lmr.write(b"\x09" * 8)
+    wrs = [rdma(IBV_WR_RDMA_WRITE, r.lmr, 0, 8, r.rmr.addr, r.rmr.rkey, wr_id=1),            # fine
+           rdma(IBV_WR_RDMA_WRITE, r.lmr, 0, 8, r.rmr.addr, r.rmr.rkey ^ 1, wr_id=2),        # fails
+           rdma(IBV_WR_RDMA_WRITE, r.lmr, 0, 8, r.rmr.addr + 8, r.rmr.rkey, wr_id=3),
+           atomic(IBV_WR_ATOMIC_FETCH_AND_ADD, r.lmr, 16, r.rmr.addr + 24, r.rmr.rkey, 1, wr_id=4)]
+    _, got = post_wait(r, wrs)
+    assert sorted((wc.wr_id, wc.status) for _, wc in got) == [
+        (1, IBV_WC_SUCCESS), (2, IBV_WC_REM_ACCESS_ERR), (3, IBV_WC_WR_FLUSH_ERR), (4, IBV_WC_WR_FLUSH_ERR)]
+    assert r.rmr.read(8) == b"\x09" * 8               # the WR before the error landed
+    assert r.rmr.read(8, 8) == bytes(8) and word(r.rmr, 24) == 40   # those after it did not
+    assert r.qp.state == QP.ERR
 
 
 def test_post_before_connect_is_refused(rack):
