@@ -56,10 +56,12 @@ def reserve(tbl, o, t, cost):
     width = tbl[o + 1]
     nb = tbl[o + 2]
     cap = k * width
-    j = t // width
+    j0 = t // width
+    j = j0
     hint = load_acquire(tbl, o + 3)
     if hint > j:
         j = hint
+    walk_from = j
     remaining = cost
     qstart = -1
     end = t
@@ -79,6 +81,9 @@ def reserve(tbl, o, t, cost):
             cas(tbl, idx, w, jt << _USED_BITS)
             continue
         if used >= cap:
+            if qstart < 0 and walk_from >= hint:
+                # every bucket from the hint up to here is full: later requests may skip them
+                fetch_max(tbl, o + 3, j + 1)
             j += 1
             continue
         take = cap - used
@@ -88,8 +93,6 @@ def reserve(tbl, o, t, cost):
             continue
         if qstart < 0:
             qstart = j * width + used // k
-        if used + take >= cap:
-            fetch_max(tbl, o + 3, j + 1)
         remaining -= take
         end = j * width + (used + take) // k
         j += 1
