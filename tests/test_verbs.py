@@ -278,6 +278,25 @@ def test_completion_comes_after_the_effect(rack):
     assert t0 < seen["effect"] <= got[0][0]
 
 
+def test_send_queue_completes_in_posting_order(rack):
+    r = rack
+    wrs = [rdma(IBV_WR_RDMA_READ, r.lmr, 0, 16384, r.rmr.addr, r.rmr.rkey, wr_id=1),
+           rdma(IBV_WR_RDMA_WRITE, r.lmr, 0, 8, r.rmr.addr + 32768, r.rmr.rkey, wr_id=2),
+           atomic(IBV_WR_ATOMIC_FETCH_AND_ADD, r.lmr, 32768, r.rmr.addr + 40960, r.rmr.rkey, 1, wr_id=3),
+           rdma(IBV_WR_RDMA_WRITE, r.lmr, 0, 8, r.rmr.addr + 32776, r.rmr.rkey, wr_id=4)]
+
+    def actor():
+        r.qp.post_send(wrs[:3])
+        yield 10
+        r.qp.post_send(wrs[3])                     # a quick WRITE right behind a slow FAA
+        got = yield from wait_cqes(r.env, r.cq, 4)
+        return got
+
+    got = run_actor(r.env, actor())
+    assert [wc.wr_id for _, wc in got] == [1, 2, 3, 4]
+    assert all(wc.status == IBV_WC_SUCCESS for _, wc in got)
+
+
 def _depth1_read_times():
     env = Environment(seed=7)
     fab = new_fabric()
