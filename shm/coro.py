@@ -269,6 +269,7 @@ class Coroutine:
             thr.cpu_free = qp.cpu_free
             thr.posts += 1
             thr.verbs += n
+            qp.host._posted += n           # the host's verbs statistics count coroutine verbs too
             done = 0
             for i, it in enumerate(items):
                 env.schedule(int(out[i, 0]), self._land, (dst, it))
@@ -284,11 +285,13 @@ class Coroutine:
                                    length, a, b, am, bm)
         if h.status != IBV_WC_SUCCESS:
             thr.errors += 1
+            thr.owner.host._errors += 1
             self._errors.append((op, addr, h.status))
 
     def _batch_done(self, arg) -> None:
         qp, n = arg
         nic.retire(self.thread.fabric.table, qp.ctx.desc, n)
+        qp.host._completed += n
         self._outstanding -= 1
         if self._outstanding == 0 and self._waiter is not None:
             ev, self._waiter = self._waiter, None
