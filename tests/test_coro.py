@@ -120,7 +120,9 @@ def test_many_verbs_in_one_batch_and_device_memory(fab):
     olds, d = run(env, body())
     assert olds == list(range(20)) and mem_word(fab, off) == 20
     assert d == 0 and int(fab.memory[MN].device64[doff // 8]) == 99
-    assert node.threads[0].statistics().verbs == 21
+    assert node.threads[0].statistics() == (1, 21, 0, node.threads[0].cpu_free)   # posts, verbs, errors
+    st = node.host.statistics()
+    assert (st.posted, st.completed, st.errors) == (21, 21, 0)   # the host counts coroutine verbs too
 
 
 # -- errors -------------------------------------------------------------------------------------
@@ -153,6 +155,7 @@ def test_failing_verb_makes_sync_raise_naming_the_address(fab, kind):
     assert again == 1 and mem_word(fab, off) == 2
     assert mem_word(fab, off) == 2 and int(fab.memory[MN].host64[off // 8 + 1]) == 0   # nothing torn
     assert node.threads[0].statistics().errors == 1
+    assert node.host.statistics()[:3] == (3, 3, 1)      # posted, completed, errors
 
 
 def test_sync_with_nothing_queued_returns_at_once(fab):
