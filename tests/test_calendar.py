@@ -70,6 +70,14 @@ def test_out_of_order_stamps_never_complete_before_stamp_plus_cost():
         assert done >= t + 500
 
 
+def test_saturated_later_backlog_does_not_delay_an_earlier_request():
+    _, tbl, o = calendar(bucket_ps=1000, n_buckets=64)
+    assert [reserve(tbl, o, 10_000, 1000) for _ in range(5)][-1] == 15_000   # buckets 10..14 full
+    assert reserve(tbl, o, 2_000, 500) == 2_500     # the resource was idle at 2000
+    assert reserve(tbl, o, 10_500, 500) == 15_500   # inside the backlog: queues behind it
+    assert reserve(tbl, o, 9_000, 500) == 9_500     # just before it: still idle
+
+
 def test_earlier_stamp_uses_idle_gap_before_a_later_booking():
     _, tbl, o = calendar(bucket_ps=1000)
     assert reserve(tbl, o, 5000, 300) == 5300
@@ -89,7 +97,6 @@ def test_cost_longer_than_a_bucket_spills_into_following_buckets():
     assert reserve(tbl, o, 0, 3500) == 3500
     used = tbl[o + HEADER_WORDS: o + HEADER_WORDS + 5] & ((1 << 40) - 1)
     assert used.tolist() == [1000, 1000, 1000, 500, 0]
-    assert tbl[o + 3] == 3                          # hint skips the three full buckets
     assert reserve(tbl, o, 0, 100) == 3600          # queues behind the long request
     assert reserve(tbl, o, 10_000, 100) == 10_100   # later: idle again
 
