@@ -19,7 +19,7 @@ its whole backlog on every request.
 All times inside are picoseconds (a 9.1 ns service time must not round to 9). The layout of one
 resource in the table (int64 words, offset ``o``):
 
-    o+0 servers k      o+1 bucket_ps     o+2 n_buckets (power of two)   o+3 hint (bucket index)
+    o+0 servers k      o+1 bucket_ps     o+2 n_buckets (power of two)   o+3 hint (full run)
     o+4 booked_ps      o+5 requests      o+6 stale requests             o+7 queued_ps
     o+8 ... o+8+n_buckets-1  bucket words
 """
@@ -32,7 +32,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from shm.atomics import cas, faa, fetch_max, load_acquire
+from shm.atomics import cas, faa, load_acquire
 
 HEADER_WORDS = 8
 _TAG_BITS = 24
@@ -40,6 +40,8 @@ _USED_BITS = 40
 _TAG_MASK = (1 << _TAG_BITS) - 1
 _USED_MASK = (1 << _USED_BITS) - 1
 _HALF_TAG = 1 << (_TAG_BITS - 1)
+_RUN_BITS = 24
+_RUN_MASK = (1 << _RUN_BITS) - 1
 
 
 @njit(cache=True)
@@ -58,10 +60,15 @@ def reserve(tbl, o, t, cost):
     cap = k * width
     j0 = t // width
     j = j0
-    hint = load_acquire(tbl, o + 3)
-    if hint > j:
-        j = hint
-    walk_from = j
+    # The hint word packs a run [run_start, run_start + run_len) of buckets known to be full.
+    hw = load_acquire(tbl, o + 3)
+    run_start = hw >> _RUN_BITS
+    run_end = run_start + (hw & _RUN_MASK)
+    if run_start <= j0 < run_end:
+        j = run_end
+        walk_from = run_start
+    else:
+        walk_from = j0
     remaining = cost
     qstart = -1
     end = t
@@ -81,11 +88,11 @@ def reserve(tbl, o, t, cost):
             cas(tbl, idx, w, jt << _USED_BITS)
             continue
         if used >= cap:
-            if qstart < 0 and walk_from >= hint:
-                # every bucket from the hint up to here is full: later requests may skip them
-                fetch_max(tbl, o + 3, j + 1)
             j += 1
             continue
+        if qstart < 0 and j - walk_from > 0 and j > run_end and j - walk_from <= _RUN_MASK:
+            # every bucket in [walk_from, j) is full: later requests stamped there may skip them
+            cas(tbl, o + 3, hw, (walk_from << _RUN_BITS) | (j - walk_from))
         take = cap - used
         if take > remaining:
             take = remaining

@@ -166,7 +166,7 @@ class ClockTable:
 
     @classmethod
     def create(cls, n_procs: int, *, prefix: str, inbox_capacity: int = 4096,
-               payload_words: int = 6, name: str = "sync") -> "ClockTable":
+               payload_words: int = 8, name: str = "sync") -> "ClockTable":
         if n_procs < 1:
             raise ValueError(f"n_procs must be >= 1, got {n_procs}")
         seg = Segment.create(f"{name}-clock", (n_procs + 3) * STRIDE * 8, prefix=prefix)
