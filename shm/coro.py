@@ -32,16 +32,11 @@ from shm.fabric import REGION_HOST, format_gaddr, gaddr, gaddr_node, gaddr_offse
 from shm.verbs import (
     IBV_WC_SUCCESS, IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_MASKED_ATOMIC_CMP_AND_SWP,
     IBV_WR_MASKED_ATOMIC_FETCH_AND_ADD, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE, CQ, PD, QP, Context, MR,
-    QPInitAttr, VerbsHost, apply_one_sided, wc_status_str,
+    MODEL_OPCODE, QPInitAttr, VerbsHost, apply_one_sided, wc_status_str,
 )
 
 POLICIES = ("shared_qp", "multiplexed_qp", "per_thread_qp", "per_thread_doorbell")
 
-_MODEL_OP = {
-    IBV_WR_RDMA_READ: nic.OP_READ, IBV_WR_RDMA_WRITE: nic.OP_WRITE,
-    IBV_WR_ATOMIC_CMP_AND_SWP: nic.OP_CAS, IBV_WR_ATOMIC_FETCH_AND_ADD: nic.OP_FAA,
-    IBV_WR_MASKED_ATOMIC_CMP_AND_SWP: nic.OP_CAS, IBV_WR_MASKED_ATOMIC_FETCH_AND_ADD: nic.OP_FAA,
-}
 
 
 class RemoteAccessError(RuntimeError):
@@ -260,7 +255,7 @@ class Coroutine:
             addrs = np.empty(n, np.int64)
             regions = np.empty(n, np.int64)
             for i, it in enumerate(items):
-                ops[i] = _MODEL_OP[it[0]]
+                ops[i] = MODEL_OPCODE[it[0]]
                 lens[i] = it[2]
                 addrs[i] = gaddr_offset(it[1])
                 regions[i] = gaddr_region(it[1])

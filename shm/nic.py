@@ -131,6 +131,13 @@ def pack_params(p: Profile) -> np.ndarray:
     return prm
 
 
+def _add_array(lay: ResourceLayout, name: str, n: int, bucket_ps: int, n_buckets: int) -> tuple[int, int]:
+    """Add ``n`` identical single-server resources ``name0..`` and return (first offset, stride),
+    so jitted code can index them (atomic slots, doorbells)."""
+    offsets = [lay.add(f"{name}{i}", 1, bucket_ps, n_buckets) for i in range(n)]
+    return offsets[0], (offsets[1] - offsets[0]) if n > 1 else 0
+
+
 @dataclass(frozen=True)
 class FabricLayout:
     """Where every node's NIC resources and counters live in the fabric table (plain data)."""
@@ -159,23 +166,9 @@ class FabricLayout:
             d[D_PCIE] = lay.add(f"{name}.pcie", 1, 64 * ns, 4096)
             d[D_ATOMIC] = lay.add(f"{name}.atomic", profile.nic.atomic_units, 256 * ns, 1024)
             d[D_DMA] = lay.add(f"{name}.dma", 1, 256 * ns, 1024)
-            first = None
-            for s in range(profile.nic.atomic_slots):
-                off = lay.add(f"{name}.slot{s}", 1, 1024 * ns, 64)
-                if first is None:
-                    first = off
-                elif s == 1:
-                    d[D_SLOT_STRIDE] = off - first
-            d[D_SLOT0] = first
+            d[D_SLOT0], d[D_SLOT_STRIDE] = _add_array(lay, f"{name}.slot", profile.nic.atomic_slots, 1024 * ns, 64)
             d[D_N_SLOTS] = profile.nic.atomic_slots
-            first = None
-            for b in range(doorbells_per_node):
-                off = lay.add(f"{name}.db{b}", 1, 1024 * ns, 256)
-                if first is None:
-                    first = off
-                elif b == 1:
-                    d[D_DB_STRIDE] = off - first
-            d[D_DB0] = first
+            d[D_DB0], d[D_DB_STRIDE] = _add_array(lay, f"{name}.db", doorbells_per_node, 1024 * ns, 256)
             d[D_N_DB] = doorbells_per_node
         state_words = S_DB_USERS + doorbells_per_node
         for i in range(len(nodes)):

@@ -99,6 +99,8 @@ _OPS = {
                                          IBV_ACCESS_LOCAL_WRITE),
     IBV_WR_SEND: (nic.OP_SEND, IBV_WC_SEND, 0, 0),
 }
+#: ibv_wr_opcode -> the NIC model's opcode (for callers that price verbs without SendWRs)
+MODEL_OPCODE = {opcode: spec[0] for opcode, spec in _OPS.items()}
 _ATOMICS = (IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_MASKED_ATOMIC_CMP_AND_SWP,
             IBV_WR_MASKED_ATOMIC_FETCH_AND_ADD)
 

@@ -92,15 +92,21 @@ class ClockSyncStats(NamedTuple):
 # -- jitted cores: one call per refresh / send / termination test -----------------
 
 @njit(cache=True)
-def _refresh_core(clocks, me, n, pub, hdr, seqs, slots, out, now, consumed_i, stop_i):
-    """Publish ``pub``; return (min of others' clocks, messages drained, stop flag)."""
-    swap(clocks, me * STRIDE, pub)            # full fence: store before the loads below
+def _min_others(clocks, me, n):
     m = INF
     for j in range(n):
         if j != me:
             c = load_acquire(clocks, j * STRIDE)
             if c < m:
                 m = c
+    return m
+
+
+@njit(cache=True)
+def _refresh_core(clocks, me, n, pub, hdr, seqs, slots, out, now, consumed_i, stop_i):
+    """Publish ``pub``; return (min of others' clocks, messages drained, stop flag)."""
+    swap(clocks, me * STRIDE, pub)            # full fence: store before the loads below
+    m = _min_others(clocks, me, n)
     k = 0
     first = INF
     while k < out.shape[0] and ring_try_pop(hdr, seqs, slots, out[k]):
@@ -134,15 +140,6 @@ def _finished_core(clocks, n, limit, sent_i, consumed_i):
     return load_acquire(clocks, sent_i) == c
 
 
-@njit(cache=True)
-def _min_others(clocks, me, n):
-    m = INF
-    for j in range(n):
-        if j != me:
-            c = load_acquire(clocks, j * STRIDE)
-            if c < m:
-                m = c
-    return m
 
 
 def _ring_views(ring: Ring):
