@@ -1,0 +1,145 @@
+"""The one KV interface every system in dmrack implements, and the contract of a system.
+
+Workloads, the dashboard, the correctness checker and the benchmarks only ever see this interface,
+which is what lets them run unchanged on every design.
+
+A *system* has two halves:
+
+* :meth:`System.setup` runs once, in the process that owns the rack, before any node process is
+  spawned. It carves the system's remote structures (directories, tables, trees) out of the
+  memory nodes with ``fabric.allocate`` and initialises them, and returns a *layout*: a small,
+  picklable dict (global addresses, sizes) that every node process receives.
+* :meth:`System.client` runs in a compute-node process, once per modelled CPU thread. The client
+  it returns is shared by that thread's coroutines; per-thread caches (a directory cache, an
+  allocation chunk) live in it.
+
+Client operations are generators that run inside a coroutine actor and issue verbs through the
+:class:`shm.coro.Coroutine` passed as ``co``::
+
+    value = yield from client.get(co, key)         # bytes or None
+    ok = yield from client.insert(co, key, value)  # False if the key exists
+
+Keys and values are ``bytes``. Operations a design does not offer raise
+:class:`UnsupportedOperation` (the workload layer reports it instead of crashing).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Generator
+
+
+class UnsupportedOperation(NotImplementedError):
+    """The system does not offer this operation (e.g. scans on a hash table)."""
+
+
+class SystemError_(RuntimeError):
+    """A system-level failure a workload should report (e.g. the table is full)."""
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option of a system, settable in a rack spec's ``[system]`` table."""
+
+    name: str
+    default: Any
+    help: str
+    minimum: float | None = None
+    maximum: float | None = None
+    choices: tuple = ()
+
+    def check(self, value, where: str):
+        """Return ``value`` converted to the default's type, or raise ValueError naming ``where``."""
+        kind = type(self.default)
+        if kind is bool:
+            if not isinstance(value, bool):
+                raise ValueError(f"{where}: {self.name} must be true or false, got {value!r}")
+            return value
+        if kind in (int, float):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and
+                                                                                  not float(value).is_integer()):
+                raise ValueError(f"{where}: {self.name} must be {'an integer' if kind is int else 'a number'}, "
+                                 f"got {value!r}")
+            value = kind(value)
+            if self.minimum is not None and value < self.minimum:
+                raise ValueError(f"{where}: {self.name} = {value} is below the minimum {self.minimum:g}")
+            if self.maximum is not None and value > self.maximum:
+                raise ValueError(f"{where}: {self.name} = {value} is above the maximum {self.maximum:g}")
+            return value
+        if not isinstance(value, kind):
+            raise ValueError(f"{where}: {self.name} must be a {kind.__name__}, got {value!r}")
+        if self.choices and value not in self.choices:
+            raise ValueError(f"{where}: {self.name} = {value!r} is not one of {', '.join(map(str, self.choices))}")
+        return value
+
+
+class KVClient:
+    """One modelled thread's handle on a system. Subclasses override the generators they offer."""
+
+    def get(self, co, key: bytes) -> Generator[Any, Any, bytes | None]:
+        raise UnsupportedOperation(f"{type(self).__name__} has no get")
+        yield  # pragma: no cover
+
+    def insert(self, co, key: bytes, value: bytes) -> Generator[Any, Any, bool]:
+        """Add a new key; False (and nothing changed) if it exists."""
+        raise UnsupportedOperation(f"{type(self).__name__} has no insert")
+        yield  # pragma: no cover
+
+    def update(self, co, key: bytes, value: bytes) -> Generator[Any, Any, bool]:
+        """Replace the value of an existing key; False (and nothing changed) if it is missing."""
+        raise UnsupportedOperation(f"{type(self).__name__} has no update")
+        yield  # pragma: no cover
+
+    def put(self, co, key: bytes, value: bytes) -> Generator[Any, Any, None]:
+        """Insert or update."""
+        ok = yield from self.update(co, key, value)
+        if not ok:
+            ok = yield from self.insert(co, key, value)
+            if not ok:      # inserted concurrently by someone else: ours is the later write
+                yield from self.update(co, key, value)
+
+    def delete(self, co, key: bytes) -> Generator[Any, Any, bool]:
+        """Remove a key; False if it was missing."""
+        raise UnsupportedOperation(f"{type(self).__name__} has no delete")
+        yield  # pragma: no cover
+
+    def scan(self, co, start: bytes, count: int) -> Generator[Any, Any, list]:
+        """Up to ``count`` (key, value) pairs with key >= start, in key order."""
+        raise UnsupportedOperation(f"{type(self).__name__} has no scan")
+        yield  # pragma: no cover
+
+    def statistics(self):
+        """An immutable record of this client's counters (retries, cache hits, ...)."""
+        return None
+
+
+class System:
+    """A design that runs on the rack (see the module docstring). Subclasses set the class
+    attributes and implement :meth:`setup` and :meth:`client`."""
+
+    name: str = ""
+    description: str = ""
+    paper: str = ""                      # where it comes from
+    roles: tuple[str, ...] = ("compute", "memory")
+    options: tuple[Option, ...] = ()
+    supports_scan: bool = False
+
+    @classmethod
+    def check_options(cls, given: dict, where: str) -> dict:
+        """Every option with its default filled in; ValueError naming ``where`` and the key."""
+        known = {o.name: o for o in cls.options}
+        for k in given:
+            if k not in known:
+                raise ValueError(f"{where}: unknown option {k!r} for system {cls.name!r}; "
+                                 f"it has {', '.join(sorted(known)) or 'none'}")
+        return {name: (o.check(given[name], where) if name in given else o.default) for name, o in known.items()}
+
+    @classmethod
+    def setup(cls, fabric, memory_nodes: list[int], options: dict, capacity: int) -> dict:
+        """Build the remote structures for about ``capacity`` keys; return the picklable layout."""
+        raise NotImplementedError
+
+    @classmethod
+    def client(cls, fabric, layout: dict, thread, options: dict) -> KVClient:
+        """A client for one modelled thread (``shm.coro.RdmaThread``) of a compute node."""
+        raise NotImplementedError
