@@ -1,0 +1,362 @@
+"""Scenarios: a rack spec plus the steps the manager runs on it, read from one TOML file.
+
+There is one file format. ``dmrack up`` runs the built-in default rack with its default steps;
+``dmrack run FILE`` runs a file that holds the rack tables of :mod:`cluster.spec` (all optional)
+and, optionally, a list of ``[[step]]`` tables::
+
+    [[step]]  action = "load"   count = N, workload = NAME        (both optional)
+    [[step]]  action = "run"    workload = NAME, duration_ms = T  (T required except on the last step)
+    [[step]]  action = "set"    knob = "link.gbps" | "threads" | "coroutines", value = V
+    [[step]]  action = "kill"   node = "cn1"
+    [[step]]  action = "sleep"  duration_ms = T
+
+A file without steps gets the default ones: load the default workload's keys (if ``run.load``),
+then run it for ``run.duration_ms`` (0: until stopped). One format for "a rack" and "an
+experiment" means a rack file is already a runnable experiment, and an experiment is a rack file
+with a few lines more; there is nothing to keep in step between two formats.
+
+Steps are parsed into frozen dataclasses, one per action (:class:`LoadStep`, :class:`RunStep`,
+:class:`SetStep`, :class:`KillStep`, :class:`SleepStep`), all plain data like the spec, so the
+manager process receives them pickled and dispatches with ``match``. A step refers to workloads
+and nodes by name in the file; here the names are resolved (a workload name becomes its
+:class:`cluster.spec.WorkloadSpec`) and checked against the spec, so that everything a scenario can
+get wrong -- an unknown node, a knob that does not exist or a value out of its range, a run that
+never ends followed by more steps, a bad YCSB property -- fails before anything is spawned, with
+the same one-line ``file: key = value: why`` messages as the spec (``step[3].node = "cn9": ...``;
+steps are numbered from 1 as a reader counts them in the file).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Mapping
+
+from cluster.spec import (
+    DEFAULT_SOURCE, RackSpec, SpecError, WorkloadSpec, WORKLOAD_PRESETS, _show, _suggest, _strip_label,
+    preset_workload, read_toml, spec_from_dict, workloads_available,
+)
+
+__all__ = [
+    "SpecError",
+    "Step",
+    "LoadStep",
+    "RunStep",
+    "SetStep",
+    "KillStep",
+    "SleepStep",
+    "Scenario",
+    "ACTIONS",
+    "NODE_KNOBS",
+    "load_scenario",
+    "parse_scenario",
+    "scenario_from_dict",
+    "default_scenario",
+    "default_steps",
+    "check_workloads",
+]
+
+# Knobs a set step may change besides profile keys: how many of the configured threads/coroutines of
+# each compute node issue requests from then on (the rest idle). They can only go down from the
+# configured count, since the resources (QPs, buffers) are created at start.
+NODE_KNOBS = ("threads", "coroutines")
+
+
+# ----------------------------------------------------------------------------- steps
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step. ``index`` is its 1-based position in the file (or in the default steps)."""
+
+    index: int
+    action: ClassVar[str] = ""
+
+    def describe(self) -> str:  # pragma: no cover - every subclass overrides
+        return f"step {self.index}: {self.action}"
+
+
+@dataclass(frozen=True)
+class LoadStep(Step):
+    """Insert keys 0..count-1 of ``workload`` (its whole recordcount when ``count`` is None)."""
+
+    workload: WorkloadSpec
+    count: int | None = None
+    action: ClassVar[str] = "load"
+
+    def describe(self) -> str:
+        if self.count is not None:
+            n = f"{self.count:,}"
+        elif isinstance(self.workload.overrides.get("recordcount"), int):
+            n = f"{self.workload.overrides['recordcount']:,} (recordcount)"
+        else:
+            n = "recordcount"
+        return f"step {self.index}: load {n} keys of workload {self.workload.name}"
+
+
+@dataclass(frozen=True)
+class RunStep(Step):
+    """Run ``workload`` for ``duration_ms`` virtual ms (None: until stopped; only the last step)."""
+
+    workload: WorkloadSpec
+    duration_ms: float | None = None
+    action: ClassVar[str] = "run"
+
+    def describe(self) -> str:
+        d = f"for {self.duration_ms:g} ms" if self.duration_ms is not None else "until stopped"
+        return f"step {self.index}: run workload {self.workload.name} ({self.workload.describe()}) {d}"
+
+
+@dataclass(frozen=True)
+class SetStep(Step):
+    """Change a knob for the following steps: a profile key (``link.gbps``) or a NODE_KNOBS entry."""
+
+    knob: str
+    value: Any  # int | float (| bool for a boolean profile key)
+    action: ClassVar[str] = "set"
+
+    @property
+    def is_profile_knob(self) -> bool:
+        return self.knob not in NODE_KNOBS
+
+    def describe(self) -> str:
+        what = f"active {self.knob} per compute node" if not self.is_profile_knob else self.knob
+        return f"step {self.index}: set {what} = {_show(self.value)}"
+
+
+@dataclass(frozen=True)
+class KillStep(Step):
+    """SIGKILL one node process (never the manager, which runs the steps)."""
+
+    node: str
+    action: ClassVar[str] = "kill"
+
+    def describe(self) -> str:
+        return f"step {self.index}: kill node {self.node}"
+
+
+@dataclass(frozen=True)
+class SleepStep(Step):
+    """Let ``duration_ms`` virtual ms pass with no load."""
+
+    duration_ms: float
+    action: ClassVar[str] = "sleep"
+
+    def describe(self) -> str:
+        return f"step {self.index}: sleep {self.duration_ms:g} ms"
+
+
+ACTIONS = {cls.action: cls for cls in (LoadStep, RunStep, SetStep, KillStep, SleepStep)}
+# action -> (required fields, optional fields), as written in the file.
+_FIELDS = {
+    "load": ((), ("count", "workload")),
+    "run": ((), ("workload", "duration_ms")),
+    "set": (("knob", "value"), ()),
+    "kill": (("node",), ()),
+    "sleep": (("duration_ms",), ()),
+}
+
+
+# ----------------------------------------------------------------------------- scenario
+
+
+@dataclass(frozen=True)
+class Scenario:
+    spec: RackSpec
+    steps: tuple  # tuple[Step, ...]
+    source: str  # the file as given, or "<default>"
+
+    @property
+    def until_stopped(self) -> bool:
+        """Whether the last step runs until Ctrl-C / --duration rather than ending by itself."""
+        return bool(self.steps) and isinstance(self.steps[-1], RunStep) and self.steps[-1].duration_ms is None
+
+    def workloads_used(self) -> list[WorkloadSpec]:
+        """Every workload the steps refer to, each once, in order of first use."""
+        out: list[WorkloadSpec] = []
+        for s in self.steps:
+            w = getattr(s, "workload", None)
+            if w is not None and w not in out:
+                out.append(w)
+        return out
+
+    def describe(self) -> list[str]:
+        """Human lines for the dashboard and the event log: the rack, then one line per step."""
+        head = self.spec.describe()
+        return head + [s.describe() for s in self.steps]
+
+
+def default_steps(spec: RackSpec) -> tuple:
+    """[load the default workload (if run.load)] + [run it for run.duration_ms (None: until stopped)]."""
+    steps: list[Step] = []
+    if spec.run.load:
+        steps.append(LoadStep(index=1, workload=spec.workload))
+    steps.append(RunStep(index=len(steps) + 1, workload=spec.workload, duration_ms=spec.run.duration_ms))
+    return tuple(steps)
+
+
+def _resolve_workload(spec: RackSpec, label: str, key: str, name: Any, table: str) -> WorkloadSpec:
+    if not isinstance(name, str):
+        raise SpecError(f"{label}: {key} = {_show(name)}: must be a workload name (a string)")
+    if name in spec.workloads:
+        return spec.workloads[name]
+    if name.lower() in WORKLOAD_PRESETS:
+        return preset_workload(spec.workload, name.lower(), table)
+    known = list(spec.workloads) + list(WORKLOAD_PRESETS)
+    raise SpecError(f"{label}: {key} = {_show(name)}: unknown workload; known: {', '.join(known)}"
+                    f"{_suggest(name, known)}")
+
+
+def _duration(label: str, key: str, v: Any, *, allow_zero: bool) -> float:
+    ok = not isinstance(v, bool) and isinstance(v, (int, float)) and v == v and v not in (float("inf"),)
+    if not ok or v < 0 or (v == 0 and not allow_zero):
+        raise SpecError(f"{label}: {key} = {_show(v)}: must be a number of virtual milliseconds > 0")
+    return float(v)
+
+
+def _parse_steps(spec: RackSpec, label: str, raw: Any) -> tuple:
+    if not isinstance(raw, list) or not all(isinstance(t, dict) for t in raw):
+        raise SpecError(f"{label}: step = {_show(raw)}: steps must be an array of tables, written [[step]]")
+    if not raw:
+        raise SpecError(f"{label}: step = []: no steps; leave [[step]] out for the default steps")
+    from shm.profile import ProfileError, schema_fields, with_overrides
+
+    profile_knobs = [k for k, _, _ in schema_fields()]
+    nodes = spec.node_names()
+    profile = spec.profile  # the profile as earlier set steps leave it, so each value is checked in context
+    killed: dict[str, int] = {}
+    steps: list[Step] = []
+    last = len(raw)
+    for i, t in enumerate(raw, start=1):
+        where = f"step[{i}]"
+        action = t.get("action")
+        if action is None:
+            raise SpecError(f"{label}: {where}: missing action (one of {', '.join(ACTIONS)})")
+        if action not in ACTIONS:
+            raise SpecError(f"{label}: {where}.action = {_show(action)}: unknown action; one of "
+                            f"{', '.join(ACTIONS)}{_suggest(str(action), ACTIONS)}")
+        required, optional = _FIELDS[action]
+        for k in t:
+            if k != "action" and k not in required + optional:
+                takes = ", ".join(required + optional)
+                raise SpecError(f"{label}: {where}.{k} = {_show(t[k])}: not a field of a {action!r} step "
+                                f"(it takes {takes}){_suggest(k, required + optional)}")
+        for k in required:
+            if k not in t:
+                raise SpecError(f"{label}: {where}: a {action!r} step needs {k}")
+        if killed and spec.on_node_death == "stop":
+            node, at = next(iter(killed.items()))
+            raise SpecError(f"{label}: {where}: step[{at}] kills {node} and rack.on_node_death = \"stop\" ends "
+                            f"the scenario there; set on_node_death = \"continue\" or make the kill the last step")
+
+        if action == "load":
+            w = _resolve_workload(spec, label, f"{where}.workload", t.get("workload", "default"), where)
+            count = t.get("count")
+            if count is not None and (type(count) is not int or count < 1):
+                raise SpecError(f"{label}: {where}.count = {_show(count)}: must be an integer >= 1")
+            steps.append(LoadStep(index=i, workload=w, count=count))
+        elif action == "run":
+            w = _resolve_workload(spec, label, f"{where}.workload", t.get("workload", "default"), where)
+            d = t.get("duration_ms", 0)
+            duration = _duration(label, f"{where}.duration_ms", d, allow_zero=True)
+            if duration == 0 and i != last:
+                shown = f"{where}.duration_ms = {_show(d)}" if "duration_ms" in t else f"{where}.duration_ms"
+                raise SpecError(f"{label}: {shown}: only the last step may run until stopped; give a "
+                                f"duration_ms > 0")
+            steps.append(RunStep(index=i, workload=w, duration_ms=duration or None))
+        elif action == "set":
+            knob, value = t["knob"], t["value"]
+            if not isinstance(knob, str) or (knob not in NODE_KNOBS and knob not in profile_knobs):
+                known = list(NODE_KNOBS) + profile_knobs
+                raise SpecError(f"{label}: {where}.knob = {_show(knob)}: unknown knob; a profile key such as "
+                                f"link.gbps, or threads, coroutines{_suggest(str(knob), known)}")
+            if knob in NODE_KNOBS:
+                top = spec.compute.threads if knob == "threads" else spec.compute.coroutines
+                if type(value) is not int or not 1 <= value <= top:
+                    raise SpecError(f"{label}: {where}.value = {_show(value)}: active {knob} must be an integer "
+                                    f"from 1 to compute.{knob} = {top}")
+            else:
+                if isinstance(value, (str, list, dict)):
+                    raise SpecError(f"{label}: {where}.value = {_show(value)}: {knob} takes a number")
+                try:
+                    profile = with_overrides(profile, {knob: value})
+                except ProfileError as e:
+                    raise SpecError(f"{label}: {where}.value = {_show(value)}: {_strip_label(e.errors[0])}") from None
+            steps.append(SetStep(index=i, knob=knob, value=value))
+        elif action == "kill":
+            node = t["node"]
+            if node == "mgr":
+                raise SpecError(f"{label}: {where}.node = \"mgr\": the manager runs the steps and cannot be killed")
+            if not isinstance(node, str) or node not in nodes:
+                raise SpecError(f"{label}: {where}.node = {_show(node)}: no such node; the rack has "
+                                f"{', '.join(n for n in nodes if n != 'mgr')}{_suggest(str(node), nodes)}")
+            if node in killed:
+                raise SpecError(f"{label}: {where}.node = {_show(node)}: already killed by step[{killed[node]}]")
+            killed[node] = i
+            steps.append(KillStep(index=i, node=node))
+        elif action == "sleep":
+            steps.append(SleepStep(index=i, duration_ms=_duration(label, f"{where}.duration_ms", t["duration_ms"],
+                                                                  allow_zero=False)))
+    return tuple(steps)
+
+
+def check_workloads(scenario: Scenario) -> None:
+    """Build every workload the scenario declares or uses, so a bad YCSB property fails now.
+
+    Skipped while the workloads package is not installed (see cluster.spec.workloads_available).
+    """
+    if not workloads_available():
+        return
+    seen: list[WorkloadSpec] = []
+    for w in list(scenario.spec.workloads.values()) + scenario.workloads_used():
+        if w not in seen:
+            seen.append(w)
+            w.build()
+
+
+def scenario_from_dict(data: Mapping[str, Any], *, source: str = "<string>", base_dir: str | os.PathLike | None = None,
+                       seed: int | None = None, overrides: Mapping[str, Any] | None = None,
+                       check: bool = True) -> Scenario:
+    """Validate parsed TOML data: the rack tables, then the steps, then (``check``) the workloads."""
+    spec = spec_from_dict(data, source=source, base_dir=base_dir, seed=seed, overrides=overrides,
+                          extra_tables=("step",))
+    steps = _parse_steps(spec, source, data["step"]) if "step" in data else default_steps(spec)
+    scenario = Scenario(spec=spec, steps=steps, source=source)
+    if check:
+        check_workloads(scenario)
+    return scenario
+
+
+def parse_scenario(text: str, *, source: str = "<string>", base_dir: str | os.PathLike | None = None,
+                   seed: int | None = None, overrides: Mapping[str, Any] | None = None) -> Scenario:
+    """A scenario from TOML text (paths relative to ``base_dir``, default the current directory)."""
+    import tomllib
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise SpecError(f"{source}: invalid TOML: {e}") from None
+    return scenario_from_dict(data, source=source, base_dir=base_dir, seed=seed, overrides=overrides)
+
+
+def load_scenario(path: str | os.PathLike, *, seed: int | None = None,
+                  overrides: Mapping[str, Any] | None = None) -> Scenario:
+    """Read and validate a scenario file. ``seed`` (from the command line) wins over ``rack.seed``;
+    ``overrides`` set dotted keys before validation (``{"compute.threads": 8}``, see
+    :func:`cluster.spec.apply_overrides`). Relative paths inside resolve against the file's directory.
+    """
+    data = read_toml(path, "scenario")
+    return scenario_from_dict(data, source=str(path), base_dir=Path(path).resolve().parent, seed=seed,
+                              overrides=overrides)
+
+
+def default_scenario(*, seed: int | None = None, duration_ms: float | None = None) -> Scenario:
+    """The built-in rack with its default steps (``dmrack up``): load, then run YCSB-A.
+
+    ``duration_ms`` (virtual ms) bounds the run step; None or 0 runs until stopped.
+    """
+    overrides = {}
+    if duration_ms is not None:
+        overrides["run.duration_ms"] = duration_ms
+    return scenario_from_dict({}, source=DEFAULT_SOURCE, seed=seed, overrides=overrides)
+

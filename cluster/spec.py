@@ -1,0 +1,811 @@
+"""Rack specs: the plain-data description of a rack, read from the tables of a scenario file.
+
+A rack is described, not built, here. Like Mininet's ``Topo``, a :class:`RackSpec` is inert data --
+node counts and sizes, the hardware profile, the system and its options, the workloads -- and one
+object elsewhere (the supervisor) turns it into live node processes. Keeping the description apart
+from the machinery has three uses: a spec can be validated completely before a single process or
+shared-memory segment exists (a typo fails in milliseconds, not after a minute of loading keys);
+it pickles, so every node process receives the same one; and tests, the dashboard and the docs can
+read it without starting anything.
+
+Format (see ``docs/rack.md`` for the reference): a TOML file whose tables are all optional --
+every missing key takes the value of the built-in default rack -- ::
+
+    [rack]              name, profile, seed, on_node_death
+    [profile_overrides] "section.key" = value, applied with shm.profile.with_overrides
+    [compute]           count, threads, coroutines, memory, qp_policy
+    [memory]            count, memory
+    [client]            count, memory
+    [manager]           count (exactly 1)
+    [system]            name, and every other key is an option of that system
+    [workload]          preset or file, and every other key is a YCSB property override
+    [workloads.NAME]    more workloads of the same form
+    [run]               duration_ms, load (the default steps of a scenario)
+
+A scenario file adds ``[[step]]`` tables; :mod:`cluster.scenario` reads those and hands the rest to
+:func:`spec_from_dict`.
+
+Validation is strict because a rack that starts with a silently wrong value produces silently wrong
+numbers: unknown tables and keys are refused (with the closest known name as a suggestion), types
+are exact (an integer key takes an integer, not ``2.0`` or ``true``), counts and sizes have ranges,
+the profile, the system and its options are checked by their own modules, and the rack must fit in
+this machine's memory. Every problem is one :class:`SpecError` whose one-line message names the
+file, the dotted key and the bad value -- ``rack.toml: compute.threads = -1: must be an integer
+from 1 to 256`` -- because that is the line a user needs to fix it. Only the first problem is
+reported: specs are short and each message says exactly where to look.
+
+Paths written in a file (a profile file, a workload file) are relative to that file's directory, so
+a scenario and its companions can be moved or run from anywhere together.
+
+The default rack (``default_spec()``) is sized for a 2-core laptop: 2 compute nodes x 4 threads x
+4 coroutines (32 concurrent clients, enough to show contention without starving the CPU), 2 memory
+nodes of 512 MiB (mapped lazily: only touched pages cost RAM), the ``cx6-200g`` profile, the RACE
+hash table, and YCSB-A (zipfian 0.99) over 100,000 keys of 8 bytes with 8-byte values.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import json
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from cluster.units import format_size, parse_size
+from shm.profile import ProfileError, list_profiles, load_profile, with_overrides
+from shm.profile_schema import Profile
+
+try:  # Python >= 3.11
+    import tomllib
+except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+__all__ = [
+    "SpecError",
+    "RackSpec",
+    "ComputeSpec",
+    "MemorySpec",
+    "ClientSpec",
+    "ManagerSpec",
+    "SystemSpec",
+    "WorkloadSpec",
+    "RunSpec",
+    "NodeDecl",
+    "TABLES",
+    "DEFAULT_SOURCE",
+    "MANAGER_MEMORY_BYTES",
+    "THREAD_BUFFER_BYTES",
+    "WORKLOAD_PRESETS",
+    "DATA_SHAPE_KEYS",
+    "default_spec",
+    "spec_from_dict",
+    "read_toml",
+    "apply_overrides",
+    "parse_override",
+    "machine_memory_bytes",
+    "workloads_available",
+    "inherited_shape",
+    "preset_workload",
+]
+
+
+class SpecError(ValueError):
+    """A rack spec or scenario that cannot be run. The message is one line: file, key, value, why."""
+
+    def __init__(self, message: str):
+        # One line, always: the CLI prints it after "dmrack run: " and the dashboard's event log
+        # shows one line per event. Multi-line messages from other modules are joined.
+        super().__init__("; ".join(part.strip() for part in str(message).splitlines() if part.strip()))
+
+
+# ----------------------------------------------------------------------------- limits and defaults
+
+# The source label of the built-in rack (no file).
+DEFAULT_SOURCE = "<default>"
+
+# Count ranges. Upper bounds keep a rack on one machine sensible (each node is a process) and within
+# what the fabric's address format and tables are sized for; they are not hardware limits.
+COUNT_RANGES = {"compute": (1, 64), "memory": (1, 16), "client": (0, 64)}
+THREADS_RANGE = (1, 256)
+COROUTINES_RANGE = (1, 64)
+
+# The manager runs the scenario steps and issues no verbs of its own: it needs a node (a name and a
+# clock slot in the fabric) but almost no memory. 64 KiB is the smallest tidy size above the
+# fabric's 4 KiB minimum.
+MANAGER_MEMORY_BYTES = 64 << 10
+
+# Each modelled thread of a compute node registers one verbs buffer of this size in its node's
+# memory (shm.coro.NodeRdma's default), so a compute node must hold threads x this.
+THREAD_BUFFER_BYTES = 256 << 10
+
+# The fabric maps at least a page per node and addresses at most 48 bits of offset.
+MIN_NODE_MEMORY = 4096
+MAX_NODE_MEMORY = 1 << 48
+
+ON_NODE_DEATH = ("stop", "continue")
+WORKLOAD_PRESETS = ("a", "b", "c", "d", "e", "f")
+
+# YCSB properties that fix *which keys exist and how big they are*. Every preset-based workload of a
+# scenario inherits these from [workload] unless it sets them itself, so that "run B" after
+# "load" addresses the keys that were loaded (same count, same key and value sizes) instead of
+# YCSB's defaults.
+DATA_SHAPE_KEYS = ("recordcount", "keysize", "valuesize", "fieldcount", "fieldlength", "insertorder",
+                   "zeropadding")
+
+# The default rack. Every key of a file falls back to the value here.
+DEFAULT_PROFILE = "cx6-200g"
+DEFAULT_SEED = 1
+DEFAULT_SYSTEM = "race"
+DEFAULT_WORKLOAD_PRESET = "a"
+# Applied to a preset-based [workload] under the user's own keys. YCSB-A is zipfian already; the
+# constant is spelled out so the dashboard shows it. 8-byte keys and values (dmrack extensions of
+# the YCSB properties) are what one-sided hash tables such as RACE are measured with.
+DEFAULT_WORKLOAD_OVERRIDES = {"recordcount": 100_000, "keysize": 8, "valuesize": 8, "zipfianconstant": 0.99}
+DEFAULTS = {
+    "compute": {"count": 2, "threads": 4, "coroutines": 4, "memory": 64 << 20, "qp_policy": "per_thread_doorbell"},
+    "memory": {"count": 2, "memory": 512 << 20},
+    "client": {"count": 0, "memory": 64 << 20},
+    "manager": {"count": 1},
+    "run": {"duration_ms": 0, "load": True},
+}
+
+TABLES = ("rack", "profile_overrides", "compute", "memory", "client", "manager", "system", "workload",
+          "workloads", "run")
+_TABLE_KEYS = {
+    "rack": ("name", "profile", "seed", "on_node_death"),
+    "compute": tuple(DEFAULTS["compute"]),
+    "memory": tuple(DEFAULTS["memory"]),
+    "client": tuple(DEFAULTS["client"]),
+    "manager": tuple(DEFAULTS["manager"]),
+    "run": tuple(DEFAULTS["run"]),
+}
+
+
+# ----------------------------------------------------------------------------- parsed data
+
+
+@dataclass(frozen=True)
+class NodeDecl:
+    """One node process of the rack: its unique name, its role and its host memory in bytes."""
+
+    name: str
+    role: str  # "compute" | "memory" | "client" | "manager"
+    memory_bytes: int
+
+    def fabric_spec(self):
+        """The :class:`shm.fabric.NodeSpec` the fabric is created from (imported here: the fabric
+        pulls in numba, which reading a spec does not need)."""
+        from shm.fabric import NodeSpec
+        return NodeSpec(self.name, self.role, self.memory_bytes)
+
+
+@dataclass(frozen=True)
+class ComputeSpec:
+    count: int
+    threads: int  # modelled CPU threads per compute node
+    coroutines: int  # coroutines per thread
+    memory_bytes: int
+    qp_policy: str  # one of shm.coro.POLICIES
+
+
+@dataclass(frozen=True)
+class MemorySpec:
+    count: int
+    memory_bytes: int
+
+
+@dataclass(frozen=True)
+class ClientSpec:
+    count: int
+    memory_bytes: int
+
+
+@dataclass(frozen=True)
+class ManagerSpec:
+    count: int  # always 1 in this version
+    memory_bytes: int = MANAGER_MEMORY_BYTES
+
+
+@dataclass(frozen=True)
+class SystemSpec:
+    name: str
+    options: dict  # every option of the system, defaults filled in by System.check_options
+    roles: tuple  # node roles the system uses (System.roles)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    duration_ms: float | None  # virtual ms of the default run step; None = until stopped
+    load: bool  # whether the default steps load the workload's keys first
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """A YCSB workload as written in the file: a preset letter or a properties file, plus overrides.
+
+    ``source`` is the scenario file's label and ``table`` the dotted place it was written
+    (``workload``, ``workloads.hot``, ``step[3]``), so :meth:`build` can say where a bad property is.
+    """
+
+    name: str  # "default", a [workloads.NAME] name, or a preset letter used directly in a step
+    preset: str | None  # "a".."f", or None when ``file`` is given
+    file: str | None  # absolute path of a YCSB .properties file, or None
+    overrides: dict  # YCSB property -> value (str, int, float or bool), applied over the preset/file
+    source: str = DEFAULT_SOURCE
+    table: str = "workload"
+
+    def build(self):
+        """The :class:`workloads.ycsb.CoreWorkload`, or a SpecError naming the file and the table.
+
+        Imported here so that specs can be read (and this module imported) without the workloads
+        package, e.g. by ``dmrack profiles``-style tools and while that package is being written.
+        """
+        from workloads.properties import WorkloadError
+        from workloads.ycsb import CoreWorkload
+
+        where = f"{self.source}: {self.table}"
+        try:
+            if self.file is not None:
+                return CoreWorkload.from_file(self.file, dict(self.overrides))
+            return CoreWorkload.preset(self.preset, dict(self.overrides), where)
+        except WorkloadError as e:
+            msg = str(e)
+            raise SpecError(msg if where in msg else f"{where}: {msg}") from None
+
+    def describe(self) -> str:
+        base = f"YCSB {self.preset.upper()}" if self.preset else f"YCSB file {self.file}"
+        props = " ".join(f"{k}={_show(v)}" for k, v in self.overrides.items())
+        return f"{base}{' ' + props if props else ''}"
+
+
+@dataclass(frozen=True)
+class RackSpec:
+    """A whole rack, validated. Plain data: the supervisor turns it into node processes."""
+
+    name: str
+    source: str  # the file as given, or "<default>"
+    profile: Profile  # loaded, overrides applied
+    profile_name: str  # as written in rack.profile (a shipped name or a path)
+    profile_overrides: dict  # "section.key" -> value, as applied to ``profile``
+    seed: int
+    on_node_death: str  # "stop" | "continue"
+    compute: ComputeSpec
+    memory: MemorySpec
+    client: ClientSpec
+    manager: ManagerSpec
+    system: SystemSpec
+    workloads: dict  # name -> WorkloadSpec; "default" is [workload]
+    run: RunSpec
+    base_dir: str = "."  # absolute directory relative paths of the file were resolved against
+    warnings: tuple = ()  # things that are legal but probably not meant (shown, never fatal)
+
+    def nodes(self) -> list[NodeDecl]:
+        """Every node in fabric order: cn0.., mn0.., cl0.., then mgr.
+
+        The order is fixed (a node's index is its fabric node id, which systems store in remote
+        pointers), so the same spec always gives the same addresses.
+        """
+        out = [NodeDecl(f"cn{i}", "compute", self.compute.memory_bytes) for i in range(self.compute.count)]
+        out += [NodeDecl(f"mn{i}", "memory", self.memory.memory_bytes) for i in range(self.memory.count)]
+        out += [NodeDecl(f"cl{i}", "client", self.client.memory_bytes) for i in range(self.client.count)]
+        out.append(NodeDecl("mgr", "manager", self.manager.memory_bytes))
+        return out
+
+    def node_names(self) -> list[str]:
+        return [n.name for n in self.nodes()]
+
+    def total_memory_bytes(self) -> int:
+        return sum(n.memory_bytes for n in self.nodes())
+
+    @property
+    def workload(self) -> WorkloadSpec:
+        """The default workload ([workload])."""
+        return self.workloads["default"]
+
+    def describe(self) -> list[str]:
+        """Human lines for the dashboard and the event log."""
+        c, m = self.compute, self.memory
+        prof = self.profile_name + (" with " + ", ".join(f"{k}={_show(v)}" for k, v in self.profile_overrides.items())
+                                    if self.profile_overrides else "")
+        lines = [
+            f"rack {self.name} ({self.source}): profile {prof}, seed {self.seed}, "
+            f"on node death: {self.on_node_death}",
+            f"compute: {c.count} x {c.threads} threads x {c.coroutines} coroutines "
+            f"({c.count * c.threads * c.coroutines} clients), {format_size(c.memory_bytes)} each, {c.qp_policy}",
+            f"memory: {m.count} x {format_size(m.memory_bytes)}",
+        ]
+        if self.client.count:
+            lines.append(f"client: {self.client.count} x {format_size(self.client.memory_bytes)}")
+        lines.append(f"nodes: {', '.join(self.node_names())} ({format_size(self.total_memory_bytes())} mapped lazily)")
+        opts = ", ".join(f"{k}={_show(v)}" for k, v in self.system.options.items())
+        lines.append(f"system: {self.system.name}{' (' + opts + ')' if opts else ''}")
+        for name, w in self.workloads.items():
+            lines.append(f"workload {name}: {w.describe()}")
+        lines += [f"warning: {w}" for w in self.warnings]
+        return lines
+
+
+# ----------------------------------------------------------------------------- value checks
+# Each converter returns the checked value or raises ValueError with the "must be ..." part of the
+# message; _Table adds "file: key = value: " in front.
+
+
+def _show(v: Any) -> str:
+    """A value as it would be written in TOML, for messages."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False)
+    if isinstance(v, float):
+        return repr(int(v)) if v.is_integer() and abs(v) < 1e15 else repr(v)
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k} = {_show(x)}" for k, x in v.items()) + "}"
+    if isinstance(v, list):
+        return "[" + ", ".join(_show(x) for x in v) + "]"
+    return str(v)
+
+
+def _suggest(word: str, choices) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else ""
+
+
+def _int(lo: int, hi: int | None = None) -> Callable[[Any], int]:
+    def conv(v):
+        what = f"an integer from {lo} to {hi}" if hi is not None else f"an integer >= {lo}"
+        if type(v) is not int or v < lo or (hi is not None and v > hi):
+            raise ValueError(f"must be {what}")
+        return v
+    return conv
+
+
+def _number(*, above: float | None = None, at_least: float | None = None) -> Callable[[Any], float]:
+    def conv(v):
+        what = f"a number > {above:g}" if above is not None else f"a number >= {at_least:g}"
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise ValueError(f"must be {what}")
+        if (above is not None and v <= above) or (at_least is not None and v < at_least):
+            raise ValueError(f"must be {what}")
+        return float(v)
+    return conv
+
+
+def _bool(v):
+    if type(v) is not bool:
+        raise ValueError("must be true or false")
+    return v
+
+
+def _choice(choices) -> Callable[[Any], str]:
+    def conv(v):
+        if not isinstance(v, str) or v not in choices:
+            hint = _suggest(v, choices) if isinstance(v, str) else ""
+            raise ValueError(f"must be one of {', '.join(choices)}{hint}")
+        return v
+    return conv
+
+
+def _text(v):
+    if not isinstance(v, str) or not v.strip() or "\n" in v or len(v) > 64:
+        raise ValueError("must be a non-empty one-line string of at most 64 characters")
+    return v
+
+
+def _size(lo: int = MIN_NODE_MEMORY, hi: int = MAX_NODE_MEMORY) -> Callable[[Any], int]:
+    def conv(v):
+        n = parse_size(v)
+        if n < lo or n > hi:
+            raise ValueError(f"must be a size from {format_size(lo)} to {format_size(hi)}")
+        return n
+    return conv
+
+
+class _Table:
+    """One table of the file being read: knows its dotted path (for messages) and which keys it
+    may hold (to refuse the others with a suggestion)."""
+
+    def __init__(self, label: str, path: str, data: Any):
+        if not isinstance(data, dict):
+            raise SpecError(f"{label}: {path} = {_show(data)}: must be a table [{path}]")
+        self.label, self.path, self.data = label, path, data
+
+    def key(self, key: str) -> str:
+        return f"{self.path}.{key}"
+
+    def fail(self, key: str, why: str):
+        v = self.data[key]
+        raise SpecError(f"{self.label}: {self.key(key)} = {_show(v)}: {why}")
+
+    def get(self, key: str, default, conv: Callable[[Any], Any]):
+        if key not in self.data:
+            return default
+        try:
+            return conv(self.data[key])
+        except ValueError as e:
+            self.fail(key, str(e))
+
+    def only(self, known) -> None:
+        for k in self.data:
+            if k not in known:
+                raise SpecError(f"{self.label}: {self.key(k)} = {_show(self.data[k])}: unknown key in "
+                                f"[{self.path}] (known: {', '.join(known)}){_suggest(k, known)}")
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    """``{"link": {"gbps": 1}}`` -> ``{"link.gbps": 1}``: TOML reads an unquoted ``link.gbps = 1``
+    as a nested table, and both spellings should mean the same."""
+    out: dict = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+# ----------------------------------------------------------------------------- files and overrides
+
+
+def read_toml(path: str | os.PathLike, what: str = "scenario") -> dict:
+    """Parse a TOML file; a missing file or a syntax error is a one-line SpecError (tomllib's own
+    message carries the line and column)."""
+    label = str(path)
+    try:
+        raw = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise SpecError(f"no such {what} file: {label}") from None
+    except IsADirectoryError:
+        raise SpecError(f"{label}: is a directory, not a {what} file") from None
+    except OSError as e:
+        raise SpecError(f"{label}: cannot read: {e.strerror or e}") from None
+    try:
+        return tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise SpecError(f"{label}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except tomllib.TOMLDecodeError as e:
+        raise SpecError(f"{label}: invalid TOML: {e}") from None
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``"compute.threads=8"`` -> ``("compute.threads", 8)``, for ``--set`` options on the command
+    line. The value is read as a TOML value (``8``, ``2.5``, ``true``, ``"x"``); anything that is
+    not one is taken as a plain string, so ``--set system.name=race`` needs no quotes."""
+    key, eq, value = text.partition("=")
+    key = key.strip()
+    if not eq or not key:
+        raise SpecError(f"--set {text}: must look like table.key=value (e.g. compute.threads=8)")
+    try:
+        return key, tomllib.loads(f"v = {value.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        return key, value.strip()
+
+
+def apply_overrides(data: dict, overrides: Mapping[str, Any] | None, label: str,
+                    tables: tuple = TABLES) -> dict:
+    """A copy of the file's data with dotted keys set (``{"compute.threads": 8}``).
+
+    The first component names the table; for ``workloads`` the second names the workload; the rest
+    is one key, so ``profile_overrides.link.gbps`` sets ``"link.gbps"`` and
+    ``workload.hdrhistogram.percentiles`` a dotted YCSB property. Values are validated afterwards
+    with the file's, by the same code.
+    """
+    data = copy.deepcopy(data)
+    for key, value in (overrides or {}).items():
+        table, _, rest = str(key).partition(".")
+        where = f"{label}: override {key} = {_show(value)}"
+        if table not in tables:
+            raise SpecError(f"{where}: unknown table {table!r} (known: {', '.join(tables)}){_suggest(table, tables)}")
+        if not rest:
+            raise SpecError(f"{where}: give a dotted key such as {table}.{_TABLE_KEYS.get(table, ('key',))[0]}")
+        t = data.setdefault(table, {})
+        if not isinstance(t, dict):
+            raise SpecError(f"{where}: [{table}] is not a table in the file")
+        if table == "workloads":
+            name, _, rest = rest.partition(".")
+            if not rest:
+                raise SpecError(f"{where}: give workloads.NAME.key")
+            t = t.setdefault(name, {})
+            if not isinstance(t, dict):
+                raise SpecError(f"{where}: workloads.{name} is not a table in the file")
+        t[rest] = value
+    return data
+
+
+# ----------------------------------------------------------------------------- machine and packages
+
+
+def machine_memory_bytes() -> int:
+    """Physical memory of this machine (tests replace this function to check the refusal)."""
+    import psutil
+    return int(psutil.virtual_memory().total)
+
+
+def workloads_available() -> bool:
+    """Whether :mod:`workloads.ycsb` can be imported, so that :meth:`WorkloadSpec.build` can run.
+
+    While that package is missing (it is written alongside this one) a spec is still read and
+    checked in every other respect; any other import failure inside the package is a bug and
+    propagates.
+    """
+    try:
+        import workloads.properties  # noqa: F401
+        import workloads.ycsb  # noqa: F401
+    except ModuleNotFoundError as e:
+        if e.name in ("workloads", "workloads.ycsb", "workloads.properties"):
+            return False
+        raise
+    return True
+
+
+# ----------------------------------------------------------------------------- the tables
+
+
+def _is_profile_path(s: str) -> bool:
+    # The same rule as shm.profile.load_profile: a path has a separator or ends in .toml.
+    return "/" in s or os.sep in s or s.endswith(".toml")
+
+
+def _load_profile(label: str, base_dir: Path, rack: _Table) -> tuple[Profile, str]:
+    name = rack.get("profile", DEFAULT_PROFILE, _text_path)
+    try:
+        if _is_profile_path(name):
+            path = base_dir / name
+            if not path.is_file():
+                rack.fail("profile", f"no such profile file {path}")
+            return load_profile(path), name
+        if name not in list_profiles():
+            rack.fail("profile", f"unknown profile; shipped profiles are {', '.join(list_profiles())}, "
+                                 f"or give the path of a .toml file{_suggest(name, list_profiles())}")
+        return load_profile(name), name
+    except ProfileError as e:
+        rack.fail("profile", "; ".join(e.errors))
+    raise AssertionError  # pragma: no cover - rack.fail raises
+
+
+def _apply_profile_overrides(label: str, profile: Profile, data: Any) -> tuple[Profile, dict]:
+    if data is None:
+        return profile, {}
+    _Table(label, "profile_overrides", data)
+    flat = _flatten(data)
+    try:
+        return with_overrides(profile, flat), flat
+    except ProfileError as whole:
+        # Find the key to blame: the first one that fails on its own. If none does, the keys only
+        # fail together (a cross-field rule such as qp.max_rd_atomic <= qp.max_send_wr).
+        for k, v in flat.items():
+            try:
+                with_overrides(profile, {k: v})
+            except ProfileError as e:
+                raise SpecError(f"{label}: profile_overrides.{k} = {_show(v)}: {_strip_label(e.errors[0])}") from None
+        raise SpecError(f"{label}: profile_overrides: {'; '.join(_strip_label(x) for x in whole.errors)}") from None
+
+
+def _strip_label(line: str) -> str:
+    # shm.profile prefixes each line with "<file> (overrides): "; ours names the scenario file instead.
+    head, sep, tail = line.partition(" (overrides): ")
+    return tail if sep else line
+
+
+def _load_system(label: str, data: Any) -> SystemSpec:
+    from nodes.systems import get_system, system_names
+
+    t = _Table(label, "system", data if data is not None else {})
+    name = t.get("name", DEFAULT_SYSTEM, _text)
+    if name not in system_names():
+        if "name" in t.data:
+            t.fail("name", f"unknown system; registered systems are {', '.join(system_names())}"
+                           f"{_suggest(name, system_names())}")
+        raise SpecError(f"{label}: system.name: the default system {name!r} is not registered")
+    try:
+        cls = get_system(name)
+    except ImportError as e:
+        raise SpecError(f"{label}: system.name = {_show(name)}: the system cannot be loaded "
+                        f"({type(e).__name__}: {e})") from None
+    given = {k: v for k, v in t.data.items() if k != "name"}
+    try:
+        options = cls.check_options(given, where=f"{label}: system")
+    except ValueError as e:
+        raise SpecError(str(e)) from None
+    return SystemSpec(name=name, options=dict(options), roles=tuple(getattr(cls, "roles", ("compute", "memory"))))
+
+
+def _workload(label: str, base_dir: Path, name: str, path: str, data: Any, *, defaults: dict,
+              inherit: dict) -> WorkloadSpec:
+    t = _Table(label, path, data)
+    if "preset" in t.data and "file" in t.data:
+        t.fail("file", "give preset or file, not both")
+    preset = file = None
+    if "file" in t.data:
+        file_s = t.get("file", None, _text_path)
+        resolved = (base_dir / file_s).resolve()
+        if not resolved.is_file():
+            t.fail("file", f"no such workload file {resolved}")
+        file = str(resolved)
+        overrides = {}
+    else:
+        preset = t.get("preset", DEFAULT_WORKLOAD_PRESET, _preset)
+        overrides = {**defaults, **inherit}
+    for k, v in _flatten({k: v for k, v in t.data.items() if k not in ("preset", "file")}).items():
+        if isinstance(v, (list, dict)) or v is None:
+            raise SpecError(f"{label}: {path}.{k} = {_show(v)}: a YCSB property must be a string, number or boolean")
+        overrides[k] = v
+    return WorkloadSpec(name=name, preset=preset, file=file, overrides=overrides, source=label, table=path)
+
+
+def _text_path(v):
+    if not isinstance(v, str) or not v.strip():
+        raise ValueError("must be a non-empty path string")
+    return v
+
+
+def _preset(v):
+    if not isinstance(v, str) or v.lower() not in WORKLOAD_PRESETS:
+        raise ValueError(f"must be a YCSB preset letter, one of {', '.join(WORKLOAD_PRESETS)}")
+    return v.lower()
+
+
+_WORKLOAD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+
+
+def inherited_shape(default: WorkloadSpec) -> dict:
+    """The data-shape properties (DATA_SHAPE_KEYS) of the default workload that other preset-based
+    workloads inherit."""
+    return {k: default.overrides[k] for k in DATA_SHAPE_KEYS if k in default.overrides}
+
+
+def preset_workload(default: WorkloadSpec, letter: str, table: str) -> WorkloadSpec:
+    """The workload a bare preset letter names in a step: that preset over the default's data."""
+    return WorkloadSpec(name=letter, preset=letter, file=None, overrides=inherited_shape(default),
+                        source=default.source, table=table)
+
+
+def _workloads(label: str, base_dir: Path, data: dict) -> dict:
+    default = _workload(label, base_dir, "default", "workload", data.get("workload", {}),
+                        defaults=DEFAULT_WORKLOAD_OVERRIDES if "file" not in (data.get("workload") or {}) else {},
+                        inherit={})
+    out = {"default": default}
+    named = data.get("workloads")
+    if named is None:
+        return out
+    if not isinstance(named, dict):
+        raise SpecError(f"{label}: workloads = {_show(named)}: must be tables [workloads.NAME]")
+    shape = inherited_shape(default)
+    for name, table in named.items():
+        if name == "default" or name.lower() in WORKLOAD_PRESETS or not _WORKLOAD_NAME.match(name):
+            raise SpecError(f"{label}: workloads.{name}: bad workload name {name!r}: use letters, digits, _ "
+                            f"and -, not 'default' nor a preset letter (a step names those directly)")
+        if not isinstance(table, dict):
+            raise SpecError(f"{label}: workloads.{name} = {_show(table)}: must be a table [workloads.{name}]")
+        inherit = {k: v for k, v in shape.items() if k not in table} if "file" not in table else {}
+        out[name] = _workload(label, base_dir, name, f"workloads.{name}", table, defaults={}, inherit=inherit)
+    return out
+
+
+def spec_from_dict(data: Mapping[str, Any], *, source: str = "<string>", base_dir: str | os.PathLike | None = None,
+                   seed: int | None = None, overrides: Mapping[str, Any] | None = None,
+                   extra_tables: tuple = ()) -> RackSpec:
+    """Validate the tables of a file (already parsed) and build the :class:`RackSpec`.
+
+    ``source`` labels every message (the file as the user gave it); ``base_dir`` is where relative
+    paths are resolved (default: the current directory); ``seed`` (from the command line) wins over
+    ``rack.seed``; ``overrides`` are dotted keys set before validation (see :func:`apply_overrides`);
+    ``extra_tables`` are top-level tables the caller reads itself (``step``).
+    """
+    label = source
+    base = Path(base_dir if base_dir is not None else ".").resolve()
+    known_tables = TABLES + tuple(extra_tables)
+    data = apply_overrides(dict(data), overrides, label, TABLES)
+
+    for k, v in data.items():
+        if k in extra_tables:
+            continue
+        if k not in TABLES:
+            if isinstance(v, dict):
+                raise SpecError(f"{label}: [{k}]: unknown table (known: {', '.join(known_tables)})"
+                                f"{_suggest(k, known_tables)}")
+            owner = next((t for t, keys in _TABLE_KEYS.items() if k in keys), None)
+            hint = f"; it belongs in [{owner}]" if owner else _suggest(k, known_tables)
+            raise SpecError(f"{label}: {k} = {_show(v)}: unknown top-level key{hint}")
+        if not isinstance(v, dict):
+            raise SpecError(f"{label}: {k} = {_show(v)}: must be a table [{k}]")
+
+    # [rack]
+    rack = _Table(label, "rack", data.get("rack", {}))
+    rack.only(_TABLE_KEYS["rack"])
+    stem = Path(source).stem if source not in (DEFAULT_SOURCE, "<string>") else "default"
+    name = rack.get("name", stem or "default", _text)
+    file_seed = rack.get("seed", DEFAULT_SEED, _int(0, (1 << 63) - 1))
+    if seed is not None:
+        try:
+            seed = _int(0, (1 << 63) - 1)(seed)
+        except ValueError as e:
+            raise SpecError(f"{label}: rack.seed (from the command line) = {_show(seed)}: {e}") from None
+    on_death = rack.get("on_node_death", "stop", _choice(ON_NODE_DEATH))
+    profile, profile_name = _load_profile(label, base, rack)
+    profile, prof_over = _apply_profile_overrides(label, profile, data.get("profile_overrides"))
+
+    # [compute], [memory], [client], [manager]
+    from shm.coro import POLICIES  # the one list of QP policies (imported late: shm.coro loads numba)
+
+    t = _Table(label, "compute", data.get("compute", {}))
+    t.only(_TABLE_KEYS["compute"])
+    d = DEFAULTS["compute"]
+    compute = ComputeSpec(
+        count=t.get("count", d["count"], _int(*COUNT_RANGES["compute"])),
+        threads=t.get("threads", d["threads"], _int(*THREADS_RANGE)),
+        coroutines=t.get("coroutines", d["coroutines"], _int(*COROUTINES_RANGE)),
+        memory_bytes=t.get("memory", d["memory"], _size()),
+        qp_policy=t.get("qp_policy", d["qp_policy"], _choice(POLICIES)),
+    )
+    need = compute.threads * THREAD_BUFFER_BYTES + MIN_NODE_MEMORY
+    if compute.memory_bytes < need:
+        shown = _show(t.data["memory"]) if "memory" in t.data else f"{format_size(compute.memory_bytes)} (default)"
+        raise SpecError(f"{label}: compute.memory = {shown}: too small for {compute.threads} threads, each "
+                        f"registering a {format_size(THREAD_BUFFER_BYTES)} verbs buffer; give at least "
+                        f"{format_size(need)}")
+
+    t = _Table(label, "memory", data.get("memory", {}))
+    t.only(_TABLE_KEYS["memory"])
+    memory = MemorySpec(count=t.get("count", DEFAULTS["memory"]["count"], _int(*COUNT_RANGES["memory"])),
+                        memory_bytes=t.get("memory", DEFAULTS["memory"]["memory"], _size()))
+
+    t = _Table(label, "client", data.get("client", {}))
+    t.only(_TABLE_KEYS["client"])
+    client = ClientSpec(count=t.get("count", DEFAULTS["client"]["count"], _int(*COUNT_RANGES["client"])),
+                        memory_bytes=t.get("memory", DEFAULTS["client"]["memory"], _size()))
+
+    t = _Table(label, "manager", data.get("manager", {}))
+    t.only(_TABLE_KEYS["manager"])
+
+    def _one(v):
+        if type(v) is not int or v != 1:
+            raise ValueError("must be 1 (this version runs exactly one manager)")
+        return v
+    manager = ManagerSpec(count=t.get("count", 1, _one))
+
+    # [system]: its options are checked by the system itself.
+    system = _load_system(label, data.get("system"))
+    warnings = []
+    counts = {"compute": compute.count, "memory": memory.count, "client": client.count}
+    for role, count in counts.items():
+        if role in system.roles and count == 0:
+            lo = max(1, COUNT_RANGES[role][0])
+            raise SpecError(f"{label}: {role}.count = 0: system {system.name!r} needs at least {lo} {role} node")
+        if role not in system.roles and count > 0:
+            warnings.append(f"{role}.count = {count}: system {system.name!r} does not use {role} nodes; "
+                            f"they will idle")
+
+    # [workload], [workloads.NAME]
+    workloads = _workloads(label, base, data)
+
+    # [run]
+    t = _Table(label, "run", data.get("run", {}))
+    t.only(_TABLE_KEYS["run"])
+    duration = t.get("duration_ms", 0.0, _number(at_least=0))
+    run = RunSpec(duration_ms=duration or None, load=t.get("load", True, _bool))
+
+    spec = RackSpec(
+        name=name, source=source, profile=profile, profile_name=profile_name, profile_overrides=prof_over,
+        seed=file_seed if seed is None else seed, on_node_death=on_death, compute=compute, memory=memory,
+        client=client, manager=manager, system=system, workloads=workloads, run=run, base_dir=str(base),
+        warnings=tuple(warnings),
+    )
+
+    # Memory segments are mapped lazily, so a rack larger than RAM would start -- and then be killed
+    # by the OOM killer (or SIGBUS on a full /dev/shm) in the middle of a run. Refuse it now.
+    total, have = spec.total_memory_bytes(), machine_memory_bytes()
+    if total > have:
+        raise SpecError(f"{label}: the rack asks for {format_size(total)} of node memory but this machine has "
+                        f"{format_size(have)} (compute {compute.count} x {format_size(compute.memory_bytes)}, "
+                        f"memory {memory.count} x {format_size(memory.memory_bytes)}, "
+                        f"client {client.count} x {format_size(client.memory_bytes)})")
+    return spec
+
+
+def default_spec(*, seed: int | None = None) -> RackSpec:
+    """The built-in rack (see the module docstring for what it is and why)."""
+    return spec_from_dict({}, source=DEFAULT_SOURCE, seed=seed)
