@@ -16,14 +16,13 @@ Experiments (see docs/bench.md for how each maps onto the paper's setup):
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import os
 import time
-from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from cluster.benchtable import Row, check_json_path, print_rows, write_json
 from nodes.runtime.env import Environment
 from shm.coro import NodeRdma
 from shm.fabric import Fabric, NodeSpec, gaddr
@@ -32,16 +31,6 @@ from shm.verbs import (
     CQ, IBV_ACCESS_LOCAL_WRITE, IBV_QPT_RC, IBV_SEND_SIGNALED, IBV_WR_SEND, MR, PD, QP, SGE, Context,
     QPInitAttr, RecvWR, SendWR, VerbsHost,
 )
-
-
-@dataclass
-class Row:
-    experiment: str
-    series: str
-    x: float | int | str
-    metric: str
-    emulated: float | None
-    published: float | None = None
 
 
 class Rig:
@@ -463,12 +452,12 @@ EXPERIMENTS = {
 
 def run(only=None, quick: bool = False, json_path: str | None = None, console=None) -> list[Row]:
     from rich.console import Console
-    from rich.table import Table
     console = console or Console()
     names = list(EXPERIMENTS) if not only else only
     for n in names:
         if n not in EXPERIMENTS:
             raise SystemExit(f"dmrack bench verbs: unknown experiment {n!r}; choose from {', '.join(EXPERIMENTS)}")
+    check_json_path(json_path)
     rows: list[Row] = []
     with console.status("starting") as status:
         def progress(msg):
@@ -477,22 +466,7 @@ def run(only=None, quick: bool = False, json_path: str | None = None, console=No
             t0 = time.perf_counter()
             got = EXPERIMENTS[n](quick, progress)
             rows.extend(got)
-            table = Table(title=f"{n}  ({time.perf_counter() - t0:.1f} s real)")
-            for col in ("series", "x", "metric", "emulated", "published"):
-                table.add_column(col, justify="right" if col in ("emulated", "published") else "left")
-            for r in got:
-                table.add_row(str(r.series), str(r.x), r.metric, _fmt(r.emulated), _fmt(r.published))
-            console.print(table)
+            print_rows(console, f"{n}  ({time.perf_counter() - t0:.1f} s real)", got)
     if json_path:
-        with open(json_path, "w") as f:
-            json.dump([asdict(r) for r in rows], f, indent=1)
-        console.print(f"wrote {len(rows)} records to {json_path}")
+        write_json(console, json_path, rows)
     return rows
-
-
-def _fmt(v) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        return f"{v:,.2f}" if abs(v) < 1000 else f"{v:,.0f}"
-    return str(v)

@@ -12,11 +12,15 @@ import sys
 
 
 def _cmd_bench(args) -> int:
+    only = [x for x in (args.only or "").split(",") if x] or None
+    if args.suite == "ycsb":
+        from cluster import bench_ycsb
+        bench_ycsb.run(system=args.system, only=only, quick=args.quick, json_path=args.json)
+        return 0
     if args.suite != "verbs":
-        print(f"dmrack bench: unknown suite {args.suite!r}; available: verbs", file=sys.stderr)
+        print(f"dmrack bench: unknown suite {args.suite!r}; available: verbs, ycsb", file=sys.stderr)
         return 2
     from cluster import bench_verbs
-    only = [x for x in (args.only or "").split(",") if x] or None
     unknown = [x for x in only or [] if x not in bench_verbs.EXPERIMENTS]
     if unknown:
         print(f"dmrack bench verbs: unknown experiment {unknown[0]!r}; choose from "
@@ -26,10 +30,93 @@ def _cmd_bench(args) -> int:
     return 0
 
 
+def _outputs(args) -> tuple[str | None, str | None]:
+    """Where results go: --out DIR gives DIR/results.json and DIR/results.csv; --json/--csv win."""
+    import os
+    json_path, csv_path = args.json, args.csv
+    if args.out:
+        if not os.path.isdir(args.out):
+            raise FileNotFoundError(f"--out {args.out}: no such directory")
+        json_path = json_path or os.path.join(args.out, "results.json")
+        csv_path = csv_path or os.path.join(args.out, "results.csv")
+    for path in (json_path, csv_path):
+        if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+            raise FileNotFoundError(f"cannot write {path}: no such directory {os.path.dirname(path) or '.'}")
+    return json_path, csv_path
+
+
+def _run_scenario(scenario, args) -> int:
+    json_path, csv_path = _outputs(args)
+    if args.duration is not None and args.duration <= 0:
+        raise ValueError(f"--duration must be a positive number of seconds, got {args.duration:g}")
+    if args.colocated:
+        from rich.console import Console
+        from cluster.rack import ColocatedRack
+        rack = ColocatedRack(scenario)
+        res = rack.run()
+        Console().print(res.table())
+        if json_path:
+            res.to_json(json_path)
+        if csv_path:
+            res.to_csv(csv_path)
+        return 0
+    from cluster.supervisor import Supervisor
+    sup = Supervisor(scenario, duration_s=args.duration, dashboard=False if args.no_dashboard else None,
+                     json_path=json_path, csv_path=csv_path)
+    return sup.run()
+
+
+def _cmd_up(args) -> int:
+    from cluster.scenario import default_scenario
+    return _run_scenario(default_scenario(seed=args.seed), args)
+
+
+def _cmd_run(args) -> int:
+    from cluster.scenario import load_scenario
+    overrides = dict(_parse_set(x) for x in args.set or [])
+    return _run_scenario(load_scenario(args.file, seed=args.seed, overrides=overrides or None), args)
+
+
+def _parse_set(text: str):
+    from cluster.spec import parse_override
+    return parse_override(text)
+
+
+def _cmd_systems(args) -> int:
+    import json
+    from nodes.systems import get_system, system_names
+    rows = []
+    for name in system_names():
+        cls = get_system(name)
+        rows.append({"name": name, "description": cls.description, "paper": cls.paper, "roles": list(cls.roles),
+                     "scan": cls.supports_scan,
+                     "options": {o.name: {"default": o.default, "help": o.help} for o in cls.options}})
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+    table = Table(title="systems")
+    for col in ("name", "roles", "scan", "options (default)", "description"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["name"], ", ".join(r["roles"]), "yes" if r["scan"] else "no",
+                      "\n".join(f"{k} ({v['default']})" for k, v in r["options"].items()),
+                      r["description"] + (f"\n[dim]{r['paper']}[/]" if r["paper"] else ""))
+    Console().print(table)
+    return 0
+
+
 def _cmd_profiles(args) -> int:
     from rich.console import Console
     from rich.table import Table
     from shm.profile import list_profiles, load_profile
+    if getattr(args, "json", False):
+        import json
+        from dataclasses import asdict
+        print(json.dumps([{k: v for k, v in asdict(load_profile(n)).items()} for n in list_profiles()],
+                         indent=2, default=str))
+        return 0
     table = Table(title="hardware profiles")
     for col in ("name", "link", "one-way", "PCIe", "doorbells", "WQE cache", "description"):
         table.add_column(col)
@@ -55,14 +142,41 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="dmrack", description="Emulated disaggregated-memory rack")
     sub = parser.add_subparsers(dest="command", required=True)
 
+    def run_flags(p):
+        p.add_argument("--duration", type=float, metavar="S", help="stop after S real seconds")
+        p.add_argument("--seed", type=int, help="random seed (overrides the spec's rack.seed)")
+        p.add_argument("--no-dashboard", action="store_true", help="no live dashboard (plain progress lines)")
+        p.add_argument("--out", metavar="DIR", help="write DIR/results.json and DIR/results.csv")
+        p.add_argument("--json", metavar="PATH", help="write the results as JSON to PATH")
+        p.add_argument("--csv", metavar="PATH", help="write the results as CSV to PATH")
+        p.add_argument("--colocated", action="store_true",
+                       help="run every node in this process (deterministic; scenarios must end by themselves)")
+
+    u = sub.add_parser("up", help="run the built-in default rack (RACE, YCSB-A zipf 0.99) until Ctrl-C")
+    run_flags(u)
+    u.set_defaults(func=_cmd_up)
+
+    r = sub.add_parser("run", help="run a scenario file (a rack spec plus steps)")
+    r.add_argument("file", help="scenario TOML file")
+    r.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="override a spec key, e.g. --set compute.threads=8 (repeatable)")
+    run_flags(r)
+    r.set_defaults(func=_cmd_run)
+
     b = sub.add_parser("bench", help="benchmarks that print published vs emulated tables")
-    b.add_argument("suite", help="which suite: verbs")
-    b.add_argument("--quick", action="store_true", help="reduced sweeps (all tables in about two minutes)")
+    b.add_argument("suite", help="which suite: verbs, ycsb")
+    b.add_argument("--system", default="race", help="ycsb: the system to measure (default race)")
+    b.add_argument("--quick", action="store_true", help="reduced sweeps (about two minutes)")
     b.add_argument("--json", metavar="PATH", help="also write the rows as JSON records")
-    b.add_argument("--only", metavar="EXP[,EXP]", help="run only these experiments")
+    b.add_argument("--only", metavar="EXP[,EXP]", help="run only these experiments / workloads")
     b.set_defaults(func=_cmd_bench)
 
+    sy = sub.add_parser("systems", help="list the systems that run on the rack")
+    sy.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    sy.set_defaults(func=_cmd_systems)
+
     p = sub.add_parser("profiles", help="list the shipped hardware profiles")
+    p.add_argument("--json", action="store_true", help="print every profile as JSON")
     p.set_defaults(func=_cmd_profiles)
 
     c = sub.add_parser("clean", help="remove shared memory left behind by dead racks")
@@ -74,8 +188,9 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("dmrack: interrupted", file=sys.stderr)
         return 130
-    except (ValueError, KeyError, FileNotFoundError) as e:
-        print(f"dmrack {args.command}: {e}", file=sys.stderr)
+    except (ValueError, KeyError, FileNotFoundError, MemoryError) as e:
+        msg = e.args[0] if isinstance(e, KeyError) and e.args else e
+        print(f"dmrack {args.command}: {msg}", file=sys.stderr)
         return 2
 
 

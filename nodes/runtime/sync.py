@@ -204,6 +204,12 @@ class ClockTable:
     def clock(self, i: int) -> int:
         return int(load_acquire(self.clocks, i * STRIDE))
 
+    def mark_gone(self, i: int) -> None:
+        """Process ``i`` died: publish INF for it so it holds nobody back (as ``leave`` would have)."""
+        if not 0 <= i < self.n_procs:
+            raise ValueError(f"index {i} outside 0..{self.n_procs - 1}")
+        swap(self.clocks, i * STRIDE, INF)
+
     def close(self) -> None:
         """Unmap; the creating process also unlinks the segments."""
         if self.clocks is None:

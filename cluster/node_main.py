@@ -1,0 +1,198 @@
+"""What each node process runs, from fork to exit.
+
+The supervisor forks one process per node after creating every shared segment and compiling the
+jitted code, so a node inherits the rack's mappings and machine code and starts in milliseconds.
+A node process
+
+* asks the kernel to SIGKILL it if the supervisor dies (``PR_SET_PDEATHSIG``), so no node can
+  outlive its rack even when the supervisor is killed with SIGKILL;
+* ignores SIGINT: Ctrl-C reaches the whole process group, but stopping is the supervisor's
+  decision (it sets the rack's stop flag, and every node ends its run cleanly);
+* publishes its pid and a heartbeat (virtual time, verbs, NIC utilisation) from a small thread,
+  so the dashboard stays live even while the node waits for slower nodes;
+* writes a failure's traceback to ``<run dir>/<node>.err`` and exits non-zero, which the
+  supervisor reports.
+
+Roles: ``compute`` and the ``manager`` run the scenario in clock-synchronised environments;
+``memory`` nodes are passive (one-sided verbs never involve their CPU), so they only heartbeat
+until the rack is stopped.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import threading
+import time
+import traceback
+
+from cluster.control import F_DONE
+from nodes.nicgauge import NicGauge
+from nodes.runtime.env import INF
+
+HEARTBEAT_S = 0.05
+EXIT_FAILED = 3
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass                                   # not Linux: the supervisor's finally still reaps us
+    if os.getppid() != parent_pid:             # the parent died before prctl took effect
+        os._exit(EXIT_FAILED)
+
+
+class _Heartbeat(threading.Thread):
+    """Publishes this node's liveness and gauges every HEARTBEAT_S of real time."""
+
+    def __init__(self, writer, gauge: NicGauge, vnow, events, verbs):
+        super().__init__(daemon=True, name="heartbeat")
+        self.writer = writer
+        self.gauge = gauge
+        self.vnow, self.events, self.verbs = vnow, events, verbs
+        self.halt = threading.Event()
+
+    def beat(self) -> None:
+        v = self.vnow()
+        g = self.gauge.sample(v)
+        self.writer.heartbeat(v, self.events(), self.verbs(), nic_util=g.nic_util, link_util=g.link_util,
+                              pcie_util=g.pcie_util)
+
+    def run(self) -> None:
+        while not self.halt.wait(HEARTBEAT_S):
+            self.beat()
+
+
+def node_main(state, slot: int, parent_pid: int, run_dir: str) -> None:
+    """Entry point of a forked node process (``multiprocessing`` target)."""
+    _die_with_parent(parent_pid)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    decl = state.compiled.nodes[slot]
+    writer = state.plane.writer(slot)
+    try:
+        writer.begin(os.getpid())
+        state.control.set_pid(slot, os.getpid())
+        if decl.role == "compute":
+            _compute(state, slot, decl.name, writer)
+        elif decl.role == "manager":
+            _manager(state, decl.name, writer)
+        else:
+            _passive(state, decl.name, writer)
+    except BaseException as e:  # noqa: BLE001 - every failure is reported, then the process exits
+        with open(os.path.join(run_dir, f"{decl.name}.err"), "w") as f:
+            f.write(traceback.format_exc())
+        try:
+            state.plane.log(0, "fault", decl.name, f"{decl.name} failed: {type(e).__name__}: {e}"[:200])
+            writer.finish(writer.FAILED)
+        except Exception:  # noqa: BLE001 - the stats plane itself may be what broke
+            pass
+        os._exit(EXIT_FAILED)
+
+
+def _sync_env(state, address: int):
+    from nodes.runtime.env import Environment
+    from nodes.runtime.sync import ClockSync
+    spec = state.compiled.spec
+    sync = ClockSync(state.clock, address, spec.profile.sync.window_ns)
+    return Environment(seed=spec.seed * 1000 + address, sync=sync)
+
+
+def _compute(state, slot: int, name: str, writer) -> None:
+    from cluster.rack import compute_handler, make_compute
+    from shm.verbs import VerbsHost
+    c = state.compiled
+    address = c.compute.index(name)
+    env = _sync_env(state, address)
+    host = VerbsHost(state.fabric, env)
+    node = make_compute(state, env, host, name, env.send, writer)
+    env.on_message = compute_handler(node)
+    hb = _Heartbeat(writer, NicGauge(state.fabric, name), lambda: env.now, lambda: node.ops,
+                    lambda: host._posted)
+    hb.start()
+    try:
+        env.run()
+    finally:
+        hb.halt.set()
+        hb.join()
+    node.stop()
+    hb.beat()
+    writer.finish(writer.DONE)
+
+
+def _manager(state, name: str, writer) -> None:
+    from cluster.rack import make_manager
+    c = state.compiled
+    address = len(c.compute)
+    env = _sync_env(state, address)
+    control = state.control
+
+    def kill_node(victim: str) -> None:
+        slot = state.slot(victim)
+        control.expect_death(slot)
+        pid = control.pid(slot)
+        if pid > 0:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            _wait_gone(pid)
+        if victim in c.compute:
+            state.clock.mark_gone(c.compute.index(victim))
+
+    def is_alive(addr: int) -> bool:
+        pid = control.pid(state.slot(c.compute[addr]))
+        return pid <= 0 or _alive(pid)
+
+    mgr = make_manager(state, env, env.send, kill_node=kill_node, is_alive=is_alive)
+    env.on_message = mgr.on_message
+    env.process(mgr.run(), name="manager")
+    hb = _Heartbeat(writer, NicGauge(state.fabric, name), lambda: env.now, lambda: mgr.step, lambda: 0)
+    hb.start()
+    try:
+        env.run()
+    finally:
+        hb.halt.set()
+        hb.join()
+    if mgr.step >= len(c.plan):
+        control.set(F_DONE, 1)               # tells the supervisor the scenario is over
+    hb.beat()
+    writer.finish(writer.DONE)
+
+
+def _passive(state, name: str, writer) -> None:
+    """A memory (or client) node: heartbeat until the rack stops."""
+    gauge = NicGauge(state.fabric, name)
+    clock = state.clock
+    seen = [0]
+
+    def rack_time() -> int:
+        # The slowest running participant's time (idle ones publish INF): what this node has seen.
+        live = [t for t in (clock.clock(i) for i in range(clock.n_procs)) if t < INF]
+        if live and min(live) > seen[0]:
+            seen[0] = min(live)
+        return seen[0]
+
+    hb = _Heartbeat(writer, gauge, rack_time, lambda: 0, lambda: 0)
+    while not clock.stop_requested and not state.control.get(F_DONE):
+        hb.beat()
+        time.sleep(HEARTBEAT_S)
+    hb.beat()
+    writer.finish(writer.DONE)
+
+
+def _alive(pid: int) -> bool:
+    import psutil
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _wait_gone(pid: int, timeout_s: float = 5.0) -> None:
+    end = time.monotonic() + timeout_s
+    while _alive(pid) and time.monotonic() < end:
+        time.sleep(0.002)

@@ -1,0 +1,278 @@
+"""The rack: the one object that turns a scenario (plain data) into live nodes.
+
+As in Mininet, where ``Topo.build()`` is data and ``Mininet(topo)`` makes it live, a
+:class:`cluster.scenario.Scenario` only describes the rack; this module
+
+1. *compiles* it: builds every workload it names (so a bad property fails before anything
+   exists), checks the system can run them, and lowers the steps to :class:`PlanStep` records;
+2. *creates* the rack's shared state (:class:`RackState`): the fabric with one memory per node,
+   the system's remote structures (``System.setup``), the stats plane, the control block and the
+   clock table, all under one rack-unique segment prefix, and closes (unlinks) them whatever
+   happens;
+3. *runs* it co-located (:class:`ColocatedRack`: every node in this process, one scheduler,
+   deterministic for a seed), which tests and benchmarks use. The supervisor
+   (``cluster/supervisor.py``) runs the same nodes as separate OS processes.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from cluster.control import F_DONE, F_LOADED, F_STEP, F_STEP_VSTART, ControlBlock, SharedInsertSequence
+from cluster.stats import ProcInfo, StatsPlane
+from nodes.compute import ComputeNode, PlanStep
+from nodes.manager import ColocatedLink, Manager, MSG_START
+from nodes.runtime.env import Environment
+from nodes.runtime.sync import ClockTable
+from nodes.systems import get_system
+from shm.fabric import Fabric, NodeSpec
+from shm.segment import new_prefix
+from shm.verbs import VerbsHost
+
+
+class RackError(ValueError):
+    """The scenario cannot run as written (one line, names the problem)."""
+
+
+# -- compiling a scenario ------------------------------------------------------------------------
+
+@dataclass
+class CompiledRack:
+    """Everything the nodes need, built once by the rack's owner and inherited by every node."""
+
+    scenario: object
+    system: type
+    options: dict
+    workloads: dict           # name -> workloads.ycsb.CoreWorkload
+    plan: list[PlanStep]
+    nodes: list               # NodeDecl(name, role, memory_bytes), fabric order
+    compute: list[str]        # compute node names, link addresses 0..K-1
+    capacity: int             # keys the system is sized for
+
+    @property
+    def spec(self):
+        return self.scenario.spec
+
+    @property
+    def finite(self) -> bool:
+        return all(s.action not in ("run", "sleep") or s.duration_ns > 0 for s in self.plan)
+
+    def describe_workloads(self) -> str:
+        used = [s.workload for s in self.plan if s.workload]
+        names = list(dict.fromkeys(used)) or list(self.workloads)[:1]
+        return "; ".join(self.workloads[n].describe() for n in names if n in self.workloads)
+
+
+def compile_scenario(scenario) -> CompiledRack:
+    spec = scenario.spec
+    system = get_system(spec.system.name)
+    options = dict(spec.system.options)
+    workloads = {}
+    for name, ws in spec.workloads.items():
+        workloads[name] = ws.build()
+    plan: list[PlanStep] = []
+    for i, st in enumerate(scenario.steps):
+        action = st.action
+        wname = getattr(st, "workload", None)
+        if action in ("load", "run"):
+            wname = wname or "default"
+            if wname not in workloads:
+                raise RackError(f"{scenario.source}: step {i + 1} uses workload {wname!r}, which is not defined")
+        wl = workloads.get(wname) if wname else None
+        if action == "run" and wl is not None and wl.proportions_scan > 0 and not system.supports_scan:
+            raise RackError(f"{scenario.source}: step {i + 1}: workload {wname!r} has scans "
+                            f"(scanproportion > 0) but system {system.name!r} offers no scan")
+        duration_ms = getattr(st, "duration_ms", 0) or 0
+        count = getattr(st, "count", None)
+        if action == "load" and not count:
+            count = wl.recordcount
+        label = _label(action, st, wname, wl, duration_ms, count)
+        plan.append(PlanStep(index=i, action=action, label=label, workload=wname,
+                             duration_ns=int(round(duration_ms * 1e6)), count=int(count or 0),
+                             knob=getattr(st, "knob", None), value=getattr(st, "value", 0.0) or 0.0,
+                             node=getattr(st, "node", None)))
+    loaded = sum(s.count for s in plan if s.action == "load")
+    inserts = max((w.operationcount * w.proportions_insert for w in workloads.values()), default=0)
+    capacity = int(max(loaded, max((w.recordcount for w in workloads.values()), default=0)) + inserts) + 1024
+    nodes = list(spec.nodes())
+    compute = [n.name for n in nodes if n.role == "compute"]
+    return CompiledRack(scenario, system, options, workloads, plan, nodes, compute, capacity)
+
+
+def _label(action, st, wname, wl, duration_ms, count) -> str:
+    if action == "load":
+        return f"load {count:,} records ({wname})"
+    if action == "run":
+        how = f"for {duration_ms:g} ms" if duration_ms else "until stopped"
+        return f"run {wname} {how}"
+    if action == "set":
+        return f"set {st.knob} = {st.value:g}"
+    if action == "kill":
+        return f"kill {st.node}"
+    return f"sleep {duration_ms:g} ms"
+
+
+# -- the rack's shared state ---------------------------------------------------------------------
+
+@dataclass
+class RackState:
+    """The shared segments of one rack (all under ``prefix``); :meth:`close` unlinks them."""
+
+    compiled: CompiledRack
+    prefix: str
+    fabric: Fabric
+    plane: StatsPlane
+    control: ControlBlock
+    clock: ClockTable | None
+    layout: dict
+    memory_nodes: list[int] = field(default_factory=list)
+
+    @classmethod
+    def create(cls, compiled: CompiledRack, *, processes: bool) -> "RackState":
+        spec = compiled.spec
+        prefix = new_prefix()
+        parts = []
+        try:
+            fabric = Fabric.create(spec.profile, [NodeSpec(n.name, n.role, n.memory_bytes) for n in compiled.nodes],
+                                   prefix=prefix)
+            parts.append(fabric)
+            plane = StatsPlane.create([ProcInfo(n.name, n.role) for n in compiled.nodes], prefix=prefix,
+                                      max_steps=max(len(compiled.plan), 1))
+            parts.append(plane)
+            control = ControlBlock.create(len(compiled.nodes), prefix=prefix)
+            parts.append(control)
+            clock = None
+            if processes:
+                # compute nodes are link addresses 0..K-1, the manager K: they run the scenario
+                clock = ClockTable.create(len(compiled.compute) + 1, prefix=prefix)
+                parts.append(clock)
+            mns = [i for i, n in enumerate(compiled.nodes) if n.role == "memory"]
+            for m in mns:
+                fabric.expose(m)
+            layout = compiled.system.setup(fabric, mns, compiled.options, compiled.capacity)
+        except BaseException:
+            for p in reversed(parts):
+                p.close()
+            raise
+        return cls(compiled, prefix, fabric, plane, control, clock, layout, mns)
+
+    def slot(self, name: str) -> int:
+        return next(i for i, n in enumerate(self.compiled.nodes) if n.name == name)
+
+    def close(self) -> None:
+        for part in (self.clock, self.control, self.plane, self.fabric):
+            if part is not None:
+                part.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def make_compute(state: RackState, env, host, name: str, send, recorder) -> ComputeNode:
+    """One compute node wired to the manager through ``send`` (link address of the manager = K)."""
+    c = state.compiled
+    spec = c.spec
+    index = c.compute.index(name)
+    manager_addr = len(c.compute)
+    latency = spec.profile.link.one_way_ns
+
+    def on_done(step: int, end: int, ops: int) -> None:
+        from nodes.manager import MSG_DONE
+        send(manager_addr, end + latency, (MSG_DONE, step, end, ops))
+
+    return ComputeNode(env, host, name, index=index, n_compute=len(c.compute), threads=spec.compute.threads,
+                       coroutines=spec.compute.coroutines, qp_policy=spec.compute.qp_policy, system=c.system,
+                       layout=state.layout, options=c.options, workloads=c.workloads, plan=c.plan,
+                       recorder=recorder, inserts=SharedInsertSequence(state.control), on_done=on_done,
+                       seed=spec.seed)
+
+
+def compute_handler(node: ComputeNode):
+    def on_message(src: int, payload: tuple) -> None:
+        if payload[0] != MSG_START:
+            raise ValueError(f"{node.name}: unexpected control message {payload!r}")
+        node.start(int(payload[1]), int(payload[2]))
+    return on_message
+
+
+def make_manager(state: RackState, env, send, *, kill_node=None, is_alive=None) -> Manager:
+    c = state.compiled
+    control = state.control
+    plane = state.plane
+    inserts = SharedInsertSequence(control)
+
+    def on_step(i: int, t: int) -> None:
+        control.set(F_STEP_VSTART, t)
+        control.set(F_STEP, i)
+
+    def on_loaded(n: int) -> None:
+        control.set(F_LOADED, n)
+        inserts.reset(n)
+
+    return Manager(env, c.plan, dict(enumerate(c.compute)), send, latency_ns=c.spec.profile.link.one_way_ns,
+                   log=plane.log, on_step=on_step, on_loaded=on_loaded, kill_node=kill_node, is_alive=is_alive,
+                   keep_going=c.spec.on_node_death == "continue")
+
+
+# -- co-located ----------------------------------------------------------------------------------
+
+class ColocatedRack:
+    """Every node of the rack in this process, on one scheduler: deterministic for a seed."""
+
+    def __init__(self, scenario):
+        self.compiled = compile_scenario(scenario)
+        for s in self.compiled.plan:
+            if s.action == "kill":
+                raise RackError(f"{scenario.source}: step {s.index + 1} kills {s.node}, which needs a rack of "
+                                f"processes (dmrack run), not a co-located one")
+        self.state: RackState | None = None
+        self.wall_s = 0.0
+
+    def run(self, *, until_ns: int | None = None):
+        """Run the whole scenario; returns :class:`cluster.results.Results`. A scenario whose last
+        step runs until stopped needs ``until_ns`` (virtual time)."""
+        from cluster.results import Results
+        c = self.compiled
+        if not c.finite and until_ns is None:
+            raise RackError("a co-located rack needs finite steps or until_ns: the last step runs until stopped")
+        with RackState.create(c, processes=False) as state:
+            self.state = state
+            env = Environment(seed=c.spec.seed)
+            host = VerbsHost(state.fabric, env)
+            link = ColocatedLink(env)
+            nodes = []
+            for i, name in enumerate(c.compute):
+                slot = state.slot(name)
+                writer = state.plane.writer(slot)
+                writer.begin(0)
+                node = make_compute(state, env, host, name, link.sender(i), writer)
+                link.bind(i, compute_handler(node))
+                nodes.append((node, writer))
+            mgr = make_manager(state, env, link.sender(len(c.compute)))
+            link.bind(len(c.compute), mgr.on_message)
+            env.process(mgr.run(), name="manager")
+            t0 = time.perf_counter()
+            env.run(until=until_ns)
+            self.wall_s = time.perf_counter() - t0
+            state.control.set(F_DONE, 1)
+            verbs = host.statistics().posted
+            for node, writer in nodes:
+                if mgr.step < len(c.plan):
+                    node.stop()
+                writer.heartbeat(env.now, env.statistics().events, verbs // max(len(nodes), 1))
+                writer.finish(2)
+            self.env = env
+            self.manager = mgr
+            self.nodes = [n for n, _ in nodes]
+            return Results.from_plane(state.plane, self.meta(env.now))
+
+    def meta(self, vnow: int) -> dict:
+        c = self.compiled
+        spec = c.spec
+        return {"rack": spec.name, "system": c.system.name, "profile": spec.profile_name, "seed": spec.seed,
+                "mode": "co-located", "workloads": {n: w.describe() for n, w in c.workloads.items()},
+                "steps": [s.label for s in c.plan], "wall_s": round(self.wall_s, 3), "virtual_ns": vnow}

@@ -1,0 +1,304 @@
+"""The supervisor: runs a rack as one OS process per node and guarantees it leaves nothing behind.
+
+Order of work, and why:
+
+1. reclaim what killed racks left in /dev/shm (as ``dmrack clean`` does);
+2. compile the scenario and create every shared segment (``cluster.rack.RackState``), then warm up
+   the jitted code on a throwaway co-located rack, so the forked nodes inherit machine code
+   instead of each compiling it;
+3. fork the nodes (memory nodes first, then compute nodes, then the manager, which starts the
+   scenario); each asks the kernel to kill it if the supervisor dies;
+4. watch: every tick it reads the stats plane (dashboard), checks each child's exit status and
+   heartbeat, and turns Ctrl-C, SIGTERM, ``--duration`` or the end of the scenario into the rack's
+   stop flag. A node that dies unexpectedly is reported with its name and how it died (exit
+   status, signal, or the exception it wrote); the rack then stops, or carries on when the spec
+   says ``on_node_death = "continue"``. A heartbeat older than ``HEARTBEAT_TIMEOUT_S`` is a hang;
+5. stop: stop flag, then join, SIGTERM, SIGKILL in turn (no orphan survives), collect results,
+   close (unlink) every segment, remove the run directory.
+
+``run()`` returns the exit status: 0 when the scenario ended or the user stopped it, 1 when a node
+failed.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import shutil
+import signal
+import tempfile
+import time
+from typing import NamedTuple
+
+from cluster.control import F_DONE, F_STEP
+from cluster.rack import RackState, compile_scenario
+from shm.segment import reclaim_stale
+
+TICK_S = 0.1
+HEARTBEAT_TIMEOUT_S = 30.0
+JOIN_S = 5.0
+_CTX = mp.get_context("fork")
+
+
+class NodeDeath(NamedTuple):
+    node: str
+    how: str
+    expected: bool
+
+
+class SupervisorStats(NamedTuple):
+    nodes: int
+    alive: int
+    deaths: tuple
+    stop_reason: str
+    elapsed_s: float
+
+
+def describe_exit(code: int | None) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by signal {-code} ({signal.Signals(-code).name})"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with status {code}"
+
+
+class Supervisor:
+    """Runs one scenario as a rack of processes (see the module docstring)."""
+
+    def __init__(self, scenario, *, duration_s: float | None = None, dashboard: bool | None = None,
+                 json_path: str | None = None, csv_path: str | None = None, console=None, quiet: bool = False):
+        self.scenario = scenario
+        self.duration_s = duration_s
+        self.dashboard_mode = dashboard         # None: auto (live on a terminal), False: off
+        self.json_path = json_path
+        self.csv_path = csv_path
+        self.quiet = quiet
+        if console is None:
+            from rich.console import Console
+            console = Console()
+        self.console = console
+        self.compiled = compile_scenario(scenario)
+        self.state: RackState | None = None
+        self.procs: list = []
+        self.deaths: list[NodeDeath] = []
+        self.stop_reason = ""
+        self.results = None
+        self._t0 = time.monotonic()
+        self._signal = None
+
+    def statistics(self) -> SupervisorStats:
+        alive = sum(1 for p in self.procs if p.is_alive())
+        return SupervisorStats(len(self.procs), alive, tuple(self.deaths), self.stop_reason,
+                               time.monotonic() - self._t0)
+
+    def say(self, text: str) -> None:
+        if not self.quiet:
+            self.console.print(text, highlight=False)
+
+    # -- the whole run -----------------------------------------------------------------------
+    def run(self) -> int:
+        gone = reclaim_stale()
+        if gone:
+            self.say(f"dmrack: reclaimed {len(gone)} segment(s) left by a killed rack")
+        old_int = signal.signal(signal.SIGINT, self._on_signal)
+        old_term = signal.signal(signal.SIGTERM, self._on_signal)
+        run_dir = tempfile.mkdtemp(prefix="dmrack-run-")
+        status = 1
+        view = None
+        try:
+            self.say(f"dmrack: building rack {self.compiled.spec.name!r}: "
+                     f"{len(self.compiled.nodes)} nodes, system {self.compiled.system.name}")
+            self.state = RackState.create(self.compiled, processes=True)
+            warm_up(self.compiled)
+            self._spawn(run_dir)
+            view = self._open_view()
+            status = self._watch(view, run_dir)
+        finally:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)     # a second Ctrl-C must not cut cleanup short
+            try:
+                self._stop_children()
+                if view is not None:
+                    view.stop()
+                if self.state is not None:
+                    self._collect()
+            finally:
+                if self.state is not None:
+                    self.state.close()
+                shutil.rmtree(run_dir, ignore_errors=True)
+                signal.signal(signal.SIGINT, old_int)
+                signal.signal(signal.SIGTERM, old_term)
+        return status
+
+    def _on_signal(self, signum, frame) -> None:
+        self._signal = signal.Signals(signum).name
+
+    # -- spawning ----------------------------------------------------------------------------------
+    def _spawn(self, run_dir: str) -> None:
+        from cluster.node_main import node_main
+        order = sorted(range(len(self.compiled.nodes)),
+                       key=lambda i: {"memory": 0, "client": 1, "compute": 2, "manager": 3}[self.compiled.nodes[i].role])
+        me = os.getpid()
+        for slot in order:
+            decl = self.compiled.nodes[slot]
+            p = _CTX.Process(target=node_main, args=(self.state, slot, me, run_dir), name=f"dmrack-{decl.name}",
+                             daemon=True)
+            p.start()
+            self.procs.append((slot, p))
+        self.procs_by_slot = dict(self.procs)
+        self.procs = [p for _, p in self.procs]
+
+    # -- watching ----------------------------------------------------------------------------------
+    def _open_view(self):
+        if self.dashboard_mode is False or self.quiet:
+            return _Silent()
+        from cluster.dashboard import Dashboard
+        c = self.compiled
+        info = {"rack": c.spec.name, "system": c.system.name, "profile": c.spec.profile_name,
+                "workload": c.describe_workloads()}
+        view = Dashboard(info, self.state.plane, live=None if self.dashboard_mode is None else True,
+                         console=self.console)
+        view.start()
+        return view
+
+    def _watch(self, view, run_dir: str) -> int:
+        state = self.state
+        c = self.compiled
+        failed = False
+        seen_dead: set[int] = set()
+        last_beat: dict[int, tuple] = {}
+        while True:
+            time.sleep(TICK_S)
+            view.update(self._phase())
+            if self._signal:
+                self._stop(f"stopped by {self._signal}", view)
+                break
+            if self.duration_s is not None and time.monotonic() - self._t0 >= self.duration_s:
+                self._stop(f"stopped after {self.duration_s:g} s (--duration)", view)
+                break
+            if state.control.get(F_DONE):
+                self._stop("scenario finished", view)
+                break
+            for slot, p in self.procs_by_slot.items():
+                if slot in seen_dead or p.exitcode is None:
+                    continue
+                seen_dead.add(slot)
+                name = c.nodes[slot].name
+                expected = state.control.death_expected(slot)
+                how = describe_exit(p.exitcode)
+                err = os.path.join(run_dir, f"{name}.err")
+                if os.path.exists(err):
+                    with open(err) as f:
+                        lines = [ln for ln in f.read().strip().splitlines() if ln.strip()]
+                    how += f": {lines[-1].strip()}" if lines else ""
+                    self._tracebacks = getattr(self, "_tracebacks", {})
+                    with open(err) as f:
+                        self._tracebacks[name] = f.read()
+                self.deaths.append(NodeDeath(name, how, expected))
+                text = f"{name} {how}" + (" (as the scenario asked)" if expected else "")
+                view.note(text)
+                state.plane.log(0, "fault", name, text)
+                if not expected:
+                    role = c.nodes[slot].role
+                    if role in ("compute", "manager"):
+                        state.clock.mark_gone(c.compute.index(name) if role == "compute" else len(c.compute))
+                    if c.spec.on_node_death != "continue" or role == "manager":
+                        failed = True
+                        self._stop(f"node {name} died ({how})", view)
+                        return 1
+            # A hang: a live node whose heartbeat has not moved for HEARTBEAT_TIMEOUT_S.
+            now = time.monotonic()
+            for slot, p in self.procs_by_slot.items():
+                if p.exitcode is not None:
+                    continue
+                snap = state.plane.read(slot)
+                beat = snap.heartbeat_ns
+                prev = last_beat.get(slot)
+                if prev is None or prev[0] != beat:
+                    last_beat[slot] = (beat, now)
+                elif now - prev[1] > HEARTBEAT_TIMEOUT_S:
+                    name = c.nodes[slot].name
+                    self.deaths.append(NodeDeath(name, "stopped heartbeating", False))
+                    self._stop(f"node {name} hung (no heartbeat for {HEARTBEAT_TIMEOUT_S:g} s)", view)
+                    return 1
+        return 1 if failed else 0
+
+    def _phase(self) -> str:
+        step = self.state.control.get(F_STEP)
+        plan = self.compiled.plan
+        if step < 0:
+            return "starting"
+        if step >= len(plan):
+            return "finished"
+        return f"step {step + 1}/{len(plan)}: {plan[step].label}"
+
+    def _stop(self, reason: str, view) -> None:
+        self.stop_reason = reason
+        view.note(reason)
+        self.state.plane.log(0, "phase", "supervisor", reason)
+        self.state.clock.set_stop()
+
+    def _stop_children(self) -> None:
+        """Stop flag, then join, SIGTERM, SIGKILL: nothing survives this."""
+        if self.state is not None and self.state.clock is not None:
+            self.state.clock.set_stop()
+        deadline = time.monotonic() + JOIN_S
+        for p in self.procs:
+            p.join(max(0.0, deadline - time.monotonic()))
+        for p in self.procs:
+            if p.is_alive():
+                p.terminate()
+        for p in self.procs:
+            p.join(1.0)
+            if p.is_alive():
+                p.kill()
+                p.join()
+
+    # -- results -------------------------------------------------------------------------------------
+    def _collect(self) -> None:
+        from cluster.results import Results
+        c = self.compiled
+        spec = c.spec
+        snaps = self.state.plane.snapshot()
+        vnow = max((s.vnow_ns for s in snaps), default=0)
+        meta = {"rack": spec.name, "system": c.system.name, "profile": spec.profile_name, "seed": spec.seed,
+                "mode": "processes", "workloads": {n: w.describe() for n, w in c.workloads.items()},
+                "steps": [s.label for s in c.plan], "wall_s": round(time.monotonic() - self._t0, 3),
+                "virtual_ns": vnow, "stop_reason": self.stop_reason,
+                "deaths": [d._asdict() for d in self.deaths]}
+        self.results = Results.from_plane(self.state.plane, meta)
+        if not self.quiet:
+            self.console.print(self.results.table())
+            for name, tb in getattr(self, "_tracebacks", {}).items():
+                if not any(d.node == name and d.expected for d in self.deaths):
+                    self.console.print(f"[bold red]{name} failed:[/]\n{tb}", highlight=False, markup=True)
+            self.say(f"dmrack: {self.stop_reason}")
+        if self.json_path:
+            self.results.to_json(self.json_path)
+            self.say(f"dmrack: wrote {self.json_path}")
+        if self.csv_path:
+            self.results.to_csv(self.csv_path)
+            self.say(f"dmrack: wrote {self.csv_path}")
+
+
+class _Silent:
+    """The view when the dashboard is off: nothing live, notes still printed."""
+
+    def update(self, phase: str) -> None:
+        pass
+
+    def note(self, text: str) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+def warm_up(compiled) -> None:
+    """Compile (or load from numba's cache) every jitted function the nodes use, before forking, by
+    running a tiny co-located rack of the same system and profile."""
+    from cluster.rack import ColocatedRack
+    from cluster.scenario import warmup_scenario
+    ColocatedRack(warmup_scenario(compiled.spec)).run()

@@ -1,0 +1,309 @@
+"""A compute node: modelled CPU threads whose coroutines drive a KV system with a workload.
+
+The node owns one :class:`shm.coro.NodeRdma` (its NIC resources, allocated by QP policy), one
+system client per thread and ``coroutines`` coroutines per thread. It knows nothing about
+processes or scenarios: the manager tells it, through :meth:`start`, to run one step of the plan
+from a given virtual time, and it answers through ``on_done(step, end_ns, ops)`` when every
+coroutine of that step has finished. That is why the same class serves a node process of a real
+rack and a co-located rack (all nodes in one process, deterministic) alike.
+
+Steps a compute node executes:
+
+* ``load``: insert its share of records ``[first, first + count)``; the share is split over the
+  active coroutines, each inserting its records in YCSB insert order;
+* ``run``: closed loop (each coroutine issues its next operation when the previous one returns)
+  or, when the workload has a ``target`` rate, open loop (Poisson arrivals per thread into a
+  queue the thread's coroutines serve; latency counts from the arrival, so queueing shows);
+* ``set``: change a knob (a profile key, or the active threads/coroutines) from that time on;
+* ``sleep``: nothing.
+
+Every operation is recorded with its virtual latency in the node's stats slot (``recorder``).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Callable, NamedTuple
+
+import numpy as np
+
+from nodes.runtime.env import all_of
+from nodes.systems.api import UnsupportedOperation
+from shm import nic
+from shm.coro import NodeRdma
+from shm.profile import with_overrides
+
+# YCSB op codes (workloads.ycsb) and the stats plane's kinds agree on 0..4; delete is 5.
+OP_READ, OP_UPDATE, OP_INSERT, OP_SCAN, OP_RMW, OP_DELETE = range(6)
+BATCH = 64                      # operations drawn from a stream at a time, per coroutine
+
+
+class PlanStep(NamedTuple):
+    """One step of a scenario as the nodes execute it (plain data, picklable)."""
+
+    index: int
+    action: str                 # load | run | set | kill | sleep
+    label: str
+    workload: str | None = None
+    duration_ns: int = 0        # run/sleep; 0 = until the rack is stopped
+    count: int = 0              # load: records to load (rack-wide)
+    knob: str | None = None
+    value: float = 0.0
+    node: str | None = None     # kill
+
+
+class ComputeStats(NamedTuple):
+    node: str
+    threads: int
+    active_threads: int
+    coroutines: int
+    active_coroutines: int
+    step: int
+    ops: int
+    unsupported: int
+
+
+def key_bytes(key_id: int, size: int) -> bytes:
+    """A record's key: the 8 little-endian bytes of its (hashed) id, zero-padded to ``size``."""
+    return (key_id & 0xFFFFFFFFFFFFFFFF).to_bytes(8, "little") + bytes(size - 8)
+
+
+def value_bytes(key_id: int, version: int, size: int) -> bytes:
+    """A value that names its key and version (so a checker can tell writes apart)."""
+    head = (key_id & 0xFFFFFFFFFFFFFFFF).to_bytes(8, "little") + (version & 0xFFFFFFFFFFFFFFFF).to_bytes(8, "little")
+    if size <= 16:
+        return head[:size]
+    return head + bytes(size - 16)
+
+
+class ComputeNode:
+    """One compute node's threads, coroutines and clients (see the module docstring)."""
+
+    def __init__(self, env, host, node: str, *, index: int, n_compute: int, threads: int, coroutines: int,
+                 qp_policy: str, system, layout: dict, options: dict, workloads: dict, plan: list[PlanStep],
+                 recorder, inserts, on_done: Callable[[int, int, int], None], seed: int = 0,
+                 buffer_bytes: int = 256 << 10):
+        self.env = env
+        self.name = node
+        self.index = index                  # among compute nodes: picks this node's load share
+        self.n_compute = n_compute
+        self.fabric = host.fabric
+        self.rdma = NodeRdma(host, node, policy=qp_policy, buffer_bytes=buffer_bytes)
+        self.threads = [self.rdma.thread() for _ in range(threads)]
+        self.clients = [system.client(self.fabric, layout, t, options) for t in self.threads]
+        self.coroutines = [[t.coroutine() for _ in range(coroutines)] for t in self.threads]
+        self.active_threads = threads
+        self.active_coroutines = coroutines
+        self.workloads = workloads
+        self.plan = plan
+        self.recorder = recorder
+        self.inserts = inserts
+        self.on_done = on_done
+        self.seed = seed
+        self.step_index = -1
+        self._version = index << 48         # unique write versions across the rack
+        self.ops = 0
+        self.unsupported = 0
+        self.loaded_before = 0              # records loaded by earlier load steps (rack-wide)
+
+    def statistics(self) -> ComputeStats:
+        return ComputeStats(self.name, len(self.threads), self.active_threads, len(self.coroutines[0]),
+                            self.active_coroutines, self.step_index, self.ops, self.unsupported)
+
+    # -- steps -----------------------------------------------------------------------------------
+    def start(self, step_index: int, at_ns: int) -> None:
+        """Begin plan step ``step_index`` at virtual time ``at_ns`` (now or later)."""
+        self.env.schedule(at_ns, self._begin, step_index)
+
+    def _begin(self, step_index: int) -> None:
+        step = self.plan[step_index]
+        env = self.env
+        self.step_index = step_index
+        self.recorder.step(step_index, env.now, step.label)
+        if step.action == "load":
+            done = self._load(step)
+        elif step.action == "run":
+            done = self._run(step)
+        elif step.action == "set":
+            self._set(step)
+            done = None
+        else:                               # sleep, kill: nothing for a compute node to do
+            done = env.timeout(step.duration_ns) if step.action == "sleep" else None
+        if done is None:
+            self._finish(step_index)
+        else:
+            done.callbacks.append(lambda _ev: self._finish(step_index))
+
+    def _finish(self, step_index: int) -> None:
+        step = self.plan[step_index]
+        if step.action == "load":
+            self.loaded_before += step.count
+        self.recorder.end_step(self.env.now)
+        self.on_done(step_index, self.env.now, self.ops)
+
+    def stop(self) -> None:
+        """The rack was stopped mid-step: close the step record at the current time."""
+        if self.step_index >= 0:
+            self.recorder.end_step(self.env.now)
+
+    def _active(self):
+        for t in range(self.active_threads):
+            for c in range(self.active_coroutines):
+                yield t, c
+
+    # -- load ------------------------------------------------------------------------------------
+    def _load(self, step: PlanStep):
+        wl = self.workloads[step.workload]
+        share = step.count // self.n_compute
+        first = self.loaded_before + self.index * share
+        if self.index == self.n_compute - 1:
+            share = step.count - share * (self.n_compute - 1)
+        keys = wl.load_keys(first, share) if share else np.empty(0, np.int64)
+        actors = list(self._active())
+        procs = []
+        for j, (t, c) in enumerate(actors):
+            mine = keys[j::len(actors)]
+            if len(mine):
+                procs.append(self.env.process(self._load_loop(t, c, mine, wl.key_size, wl.value_size),
+                                              name=f"{self.name}.load.t{t}c{c}"))
+        return all_of(self.env, procs)
+
+    def _load_loop(self, t: int, c: int, keys: np.ndarray, ksize: int, vsize: int):
+        client = self.clients[t]
+        co = self.coroutines[t][c]
+        env = self.env
+        record = self.recorder.record
+        for kid in keys.tolist():
+            t0 = env.now
+            self._version += 1
+            ok = yield from client.insert(co, key_bytes(kid, ksize), value_bytes(kid, self._version, vsize))
+            record(OP_INSERT, env.now - t0, ok)
+            self.ops += 1
+
+    # -- run -------------------------------------------------------------------------------------
+    def _run(self, step: PlanStep):
+        wl = self.workloads[step.workload]
+        env = self.env
+        end = env.now + step.duration_ns if step.duration_ns > 0 else None
+        procs = []
+        target = getattr(wl, "target", 0) or 0
+        if target > 0:
+            # The rack-wide rate is shared evenly by the compute nodes and their active threads.
+            rate = target / (self.n_compute * self.active_threads)
+            for t in range(self.active_threads):
+                queue: deque = deque()
+                waiting: list = []
+                stream = wl.stream(self.seed, self._stream_id(step, t, 0), self.inserts)
+                procs.append(env.process(self._arrivals(stream, rate, end, queue, waiting, t, step.index),
+                                         name=f"{self.name}.arrivals.t{t}"))
+                for c in range(self.active_coroutines):
+                    procs.append(env.process(self._serve(t, c, wl, queue, waiting, end),
+                                             name=f"{self.name}.t{t}c{c}"))
+        else:
+            for t, c in self._active():
+                stream = wl.stream(self.seed, self._stream_id(step, t, c), self.inserts)
+                procs.append(env.process(self._closed_loop(t, c, wl, stream, end), name=f"{self.name}.t{t}c{c}"))
+        return all_of(env, procs)
+
+    def _stream_id(self, step: PlanStep, t: int, c: int) -> int:
+        return ((step.index * 4096 + self.index) * 1024 + t) * 64 + c
+
+    def _closed_loop(self, t: int, c: int, wl, stream, end):
+        env = self.env
+        do = self._do
+        while end is None or env.now < end:
+            ops, keys, scans = stream.next_batch(BATCH)
+            for op, kid, n in zip(ops.tolist(), keys.tolist(), scans.tolist()):
+                if end is not None and env.now >= end:
+                    return
+                yield from do(t, c, wl, op, kid, n, env.now)
+
+    def _arrivals(self, stream, rate_per_s: float, end, queue: deque, waiting: list, t: int, step_index: int):
+        env = self.env
+        rng = np.random.default_rng((self.seed, self.index, t, step_index))
+        mean_ns = 1e9 / rate_per_s
+        while True:
+            ops, keys, scans = stream.next_batch(BATCH)
+            gaps = rng.exponential(mean_ns, BATCH)
+            for op, kid, n, gap in zip(ops.tolist(), keys.tolist(), scans.tolist(), gaps.tolist()):
+                yield int(gap) + 1
+                if end is not None and env.now >= end:
+                    queue.append(None)          # tells the servers to go home
+                    for ev in waiting:
+                        ev.succeed()
+                    waiting.clear()
+                    return
+                queue.append((op, kid, n, env.now))
+                if waiting:
+                    waiting.pop().succeed()
+
+    def _serve(self, t: int, c: int, wl, queue: deque, waiting: list, end):
+        env = self.env
+        while True:
+            if not queue:
+                ev = env.event()
+                waiting.append(ev)
+                yield ev
+                continue
+            item = queue[0]
+            if item is None:
+                return                          # leave the marker for the other servers
+            queue.popleft()
+            op, kid, n, arrived = item
+            yield from self._do(t, c, wl, op, kid, n, arrived)
+
+    def _do(self, t: int, c: int, wl, op: int, kid: int, n: int, t0: int):
+        """One YCSB operation; records its latency from ``t0``."""
+        client = self.clients[t]
+        co = self.coroutines[t][c]
+        env = self.env
+        try:
+            if op == OP_READ:
+                ok = (yield from client.get(co, key_bytes(kid, wl.key_size))) is not None
+            elif op == OP_UPDATE:
+                self._version += 1
+                ok = yield from client.update(co, key_bytes(kid, wl.key_size),
+                                              value_bytes(kid, self._version, wl.value_size))
+            elif op == OP_INSERT:
+                self._version += 1
+                ok = yield from client.insert(co, key_bytes(kid, wl.key_size),
+                                              value_bytes(kid, self._version, wl.value_size))
+                self.inserts.acknowledge(kid)
+            elif op == OP_SCAN:
+                got = yield from client.scan(co, key_bytes(kid, wl.key_size), n)
+                ok = len(got) > 0
+            elif op == OP_RMW:
+                key = key_bytes(kid, wl.key_size)
+                old = yield from client.get(co, key)
+                self._version += 1
+                ok = old is not None and (yield from client.update(co, key,
+                                                                   value_bytes(kid, self._version, wl.value_size)))
+            else:
+                raise ValueError(f"unknown operation code {op}")
+        except UnsupportedOperation:
+            # Validation refuses such workloads up front; count rather than kill the node.
+            self.unsupported += 1
+            ok = False
+        self.recorder.record(op, env.now - t0, ok)
+        self.ops += 1
+
+    # -- knobs -----------------------------------------------------------------------------------
+    def _set(self, step: PlanStep) -> None:
+        knob, value = step.knob, step.value
+        if knob == "threads":
+            self.active_threads = max(1, min(int(value), len(self.threads)))
+        elif knob == "coroutines":
+            self.active_coroutines = max(1, min(int(value), len(self.coroutines[0])))
+        else:
+            apply_profile_knob(self.fabric, knob, value)
+
+
+def apply_profile_knob(fabric, knob: str, value) -> None:
+    """Change one profile key for this process's model from now on (every process applies the same
+    change at the same virtual time, so the rack stays consistent)."""
+    current = getattr(getattr(fabric.profile, knob.partition(".")[0]), knob.partition(".")[2])
+    if isinstance(current, int) and not isinstance(current, bool):
+        value = int(value)
+    new = with_overrides(fabric.profile, {knob: value})
+    fabric.profile = new
+    fabric.params[:] = nic.pack_params(new)

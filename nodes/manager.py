@@ -1,0 +1,149 @@
+"""The manager: runs a scenario's steps over virtual time.
+
+Steps are executed by the compute nodes; the manager only sequences them. For each step it sends
+every live compute node ``START(step, t)`` with ``t`` = now + one control-message latency, waits
+for ``DONE(step, end, ops)`` from each of them, and starts the next step one latency after the
+last ``DONE`` arrived. Loads end when every record is in, runs when their duration has passed and
+the last operation returned, so a step boundary is the same virtual instant on every node.
+
+The messages travel through a *link*: in a rack of processes that is the clock-synchronised
+message layer (``env.send``/``env.on_message``), in a co-located rack a scheduled call. Both give
+the same virtual-time behaviour, which is why the manager never needs to know which it has.
+
+A ``kill`` step is the manager's own: it asks the rack (``kill_node``) to SIGKILL the node's
+process, logs it, and stops waiting for that node. With ``on_node_death = "continue"`` it also
+notices nodes that die on their own (``is_alive``) while it waits.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+MSG_START, MSG_DONE = 1, 2
+DEATH_POLL_NS = 20_000          # how often a waiting manager looks for dead nodes ("continue" mode)
+
+
+class ColocatedLink:
+    """Control messages between actors of one Environment: delivery is a scheduled call."""
+
+    def __init__(self, env):
+        self.env = env
+        self.handlers: dict[int, Callable] = {}
+
+    def bind(self, dest: int, handler: Callable[[int, tuple], None]) -> None:
+        self.handlers[dest] = handler
+
+    def sender(self, src: int) -> Callable[[int, int, tuple], None]:
+        def send(dest: int, arrival: int, payload: tuple) -> None:
+            self.env.schedule(arrival, self._deliver, (dest, src, payload))
+        return send
+
+    def _deliver(self, arg) -> None:
+        dest, src, payload = arg
+        self.handlers[dest](src, payload)
+
+
+class ManagerStats(NamedTuple):
+    step: int
+    steps: int
+    waiting_for: tuple
+    dead: tuple
+    loaded: int
+
+
+class Manager:
+    """Sequences the plan's steps over the compute nodes (see the module docstring)."""
+
+    def __init__(self, env, plan, compute: dict[int, str], send: Callable[[int, int, tuple], None], *,
+                 latency_ns: int, log: Callable[[int, str, str, str], None],
+                 on_step: Callable[[int, int], None] = lambda i, t: None,
+                 on_loaded: Callable[[int], None] = lambda n: None,
+                 kill_node: Callable[[str], None] | None = None,
+                 is_alive: Callable[[int], bool] | None = None, keep_going: bool = False):
+        self.env = env
+        self.plan = plan
+        self.compute = dict(compute)        # link address -> node name
+        self.send = send
+        self.latency = latency_ns
+        self.log = log
+        self.on_step = on_step
+        self.on_loaded = on_loaded
+        self.kill_node = kill_node
+        self.is_alive = is_alive
+        self.keep_going = keep_going
+        self.step = -1
+        self.loaded = 0
+        self.dead: set[int] = set()
+        self._pending: set[int] = set()
+        self._ends: list[int] = []
+        self._ops: dict[int, int] = {}
+        self._all_done = None
+
+    def statistics(self) -> ManagerStats:
+        return ManagerStats(self.step, len(self.plan), tuple(sorted(self._pending)), tuple(sorted(self.dead)),
+                            self.loaded)
+
+    def on_message(self, src: int, payload: tuple) -> None:
+        if payload[0] != MSG_DONE:
+            raise ValueError(f"manager: unexpected control message {payload!r} from {src}")
+        _, step, end, ops = payload[:4]
+        if step != self.step or src not in self._pending:
+            raise ValueError(f"manager: DONE for step {step} from {src} while in step {self.step}")
+        self._pending.discard(src)
+        self._ends.append(end)
+        self._ops[src] = ops
+        self._check_done()
+
+    def _check_done(self) -> None:
+        if not self._pending and self._all_done is not None and not self._all_done.triggered:
+            self._all_done.succeed()
+
+    def _notice_deaths(self) -> None:
+        for addr in list(self._pending):
+            if not self.is_alive(addr):
+                self._declare_dead(addr, "died")
+
+    def _declare_dead(self, addr: int, how: str) -> None:
+        self.dead.add(addr)
+        self._pending.discard(addr)
+        self.log(self.env.now, "fault", self.compute[addr], f"{self.compute[addr]} {how}; the rack carries on")
+        self._check_done()
+
+    def run(self):
+        """The manager's actor: every step in order, then return (the rack then quiesces)."""
+        env = self.env
+        t = env.now
+        for step in self.plan:
+            self.step = step.index
+            if step.action == "kill":
+                victim = next(a for a, n in self.compute.items() if n == step.node) \
+                    if step.node in self.compute.values() else None
+                self.log(env.now, "fault", step.node, f"scenario kills {step.node}")
+                self.kill_node(step.node)
+                if victim is not None:
+                    self.dead.add(victim)
+                continue
+            start = env.now + self.latency
+            self.on_step(step.index, start)
+            self.log(start, "step", "mgr", f"step {step.index + 1}/{len(self.plan)}: {step.label}")
+            live = [a for a in self.compute if a not in self.dead]
+            self._pending = set(live)
+            self._ends = []
+            self._all_done = env.event()
+            for addr in live:
+                self.send(addr, start, (MSG_START, step.index, start))
+            while self._pending:
+                if self.keep_going and self.is_alive is not None:
+                    yield DEATH_POLL_NS
+                    self._notice_deaths()
+                else:
+                    yield self._all_done
+            if step.action == "load":
+                self.loaded += step.count
+                self.on_loaded(self.loaded)
+            t = max(self._ends, default=env.now)
+            if t > env.now:
+                yield t - env.now
+        self.log(env.now, "phase", "mgr", "scenario finished")
+        self.step = len(self.plan)
+        return t
