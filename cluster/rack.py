@@ -231,6 +231,7 @@ class ColocatedRack:
                                 f"processes (dmrack run), not a co-located one")
         self.state: RackState | None = None
         self.wall_s = 0.0
+        self.verbs = 0
 
     def run(self, *, until_ns: int | None = None):
         """Run the whole scenario; returns :class:`cluster.results.Results`. A scenario whose last
@@ -259,7 +260,7 @@ class ColocatedRack:
             env.run(until=until_ns)
             self.wall_s = time.perf_counter() - t0
             state.control.set(F_DONE, 1)
-            verbs = host.statistics().posted
+            verbs = self.verbs = host.statistics().posted
             for node, writer in nodes:
                 if mgr.step < len(c.plan):
                     node.stop()

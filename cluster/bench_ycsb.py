@@ -1,0 +1,129 @@
+"""``dmrack bench ycsb --system NAME``: YCSB A, B and C by client-thread count, beside SMART §6.2.1.
+
+The setup follows SMART's hash-table evaluation: one compute node and two memory nodes on the
+``cx6-200g`` profile, 8-byte keys and values, zipfian 0.99 keys, 8 coroutines per thread (SMART's
+default concurrency depth), QPs per thread (the RACE baseline's policy). SMART loads 100 M keys;
+the bench loads far fewer (the emulator holds every byte in this machine's RAM and loads at
+emulation speed), which makes the hottest key somewhat hotter: zeta(n) for 0.99 is 13.0 at 100 k
+keys against 19.9 at 100 M.
+
+One co-located rack (deterministic) serves every point of a workload: it loads once, then for
+each thread count a ``set threads`` step, a short warm-up run and the measured run, so each
+measured step starts from a warm table and a steady pipeline. Modelled Mops and p50/p99 latency
+come from the measured step's record in the stats plane; the emulation speed (virtual time and
+verbs per real second) from the whole run.
+
+Published figures (SMART ASPLOS'24 §6.2.1, Fig. 7a–c, RACE): write-heavy (50% update) peaks at
+2.8 Mops with 8 threads and declines beyond; read-heavy and read-only stay below 11.4 Mops.
+"""
+
+from __future__ import annotations
+
+import time
+
+from cluster.benchtable import Row, check_json_path, print_rows, write_json
+
+WORKLOADS = {"a": "write-heavy (A: 50% update)", "b": "read-heavy (B: 5% update)", "c": "read-only (C)"}
+THREADS_FULL = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96)
+THREADS_QUICK = (1, 4, 8, 16, 32, 64, 96)
+PUBLISHED_A_PEAK = (8, 2.8)             # threads, Mops
+PUBLISHED_READ_CEILING = 11.4           # Mops: read-heavy and read-only stay under it
+
+
+def scenario_dict(system: str, workload: str, threads: tuple[int, ...], *, records: int, warm_ms: float,
+                  measure_ms: float, coroutines: int = 8, seed: int = 1) -> dict:
+    """The bench's rack and steps as a scenario document (what a user would write in TOML)."""
+    steps = [{"action": "load"}]
+    for t in threads:
+        steps += [{"action": "set", "knob": "threads", "value": t},
+                  {"action": "run", "duration_ms": warm_ms},
+                  {"action": "run", "duration_ms": measure_ms}]
+    return {
+        "rack": {"name": f"bench-ycsb-{system}-{workload}", "profile": "cx6-200g", "seed": seed},
+        "compute": {"count": 1, "threads": max(threads), "coroutines": coroutines, "memory": "64MiB",
+                    "qp_policy": "per_thread_qp"},
+        "memory": {"count": 2, "memory": "1GiB"},
+        "system": {"name": system},
+        "workload": {"preset": workload, "recordcount": records, "operationcount": records,
+                     "requestdistribution": "zipfian", "keysize": 8, "valuesize": 8},
+        "step": steps,
+    }
+
+
+def measure(system: str, workload: str, threads: tuple[int, ...], *, records: int, warm_ms: float,
+            measure_ms: float, progress=lambda msg: None) -> tuple[list[dict], dict]:
+    """Run one workload over every thread count; returns per-point figures and speed figures."""
+    from cluster.rack import ColocatedRack
+    from cluster.scenario import scenario_from_dict
+    scen = scenario_from_dict(scenario_dict(system, workload, threads, records=records, warm_ms=warm_ms,
+                                            measure_ms=measure_ms), source=f"bench ycsb {workload}")
+    rack = ColocatedRack(scen)
+    progress(f"{WORKLOADS[workload]}: loading {records:,} records, then {len(threads)} thread counts")
+    t0 = time.perf_counter()
+    res = rack.run()
+    wall = time.perf_counter() - t0
+    points = []
+    by_index = {s.index: s for s in res.steps}
+    for k, t in enumerate(threads):
+        step = by_index[1 + 3 * k + 2]          # load, then (set, warm, measure) per thread count
+        points.append({"threads": t, "mops": step.mops, "p50_us": step.p50_us, "p99_us": step.p99_us,
+                       "ops": step.ops})
+    vns = rack.env.now
+    speed = {"wall_s": wall, "virtual_ms": vns / 1e6, "verbs_per_s": rack.verbs / wall if wall else 0.0,
+             "virtual_us_per_s": vns / 1e3 / wall if wall else 0.0}
+    return points, speed
+
+
+def run(system: str = "race", only=None, quick: bool = False, json_path: str | None = None, console=None):
+    from rich.console import Console
+    from nodes.systems import get_system
+    console = console or Console()
+    get_system(system)                          # unknown system: one-line error before any work
+    check_json_path(json_path)
+    names = [w.lower() for w in only] if only else list(WORKLOADS)
+    for w in names:
+        if w not in WORKLOADS:
+            raise ValueError(f"unknown workload {w!r} for bench ycsb; choose from {', '.join(WORKLOADS)}")
+    threads = THREADS_QUICK if quick else THREADS_FULL
+    records = 20_000 if quick else 100_000
+    warm_ms, measure_ms = (0.1, 0.5) if quick else (0.2, 2.0)
+    rows: list[Row] = []
+    speed_rows: list[Row] = []
+    with console.status("starting") as status:
+        def progress(msg):
+            status.update(f"[bold]bench ycsb[/] ({system}): {msg}")
+        for w in names:
+            t0 = time.perf_counter()
+            points, speed = measure(system, w, threads, records=records, warm_ms=warm_ms, measure_ms=measure_ms,
+                                    progress=progress)
+            got = _rows(system, w, points)
+            rows.extend(got)
+            speed_rows.append(Row("speed", w, "-", "virtual µs per real s", speed["virtual_us_per_s"]))
+            speed_rows.append(Row("speed", w, "-", "verbs per real s", speed["verbs_per_s"]))
+            print_rows(console, f"ycsb {w}: {WORKLOADS[w]}, {system}  ({time.perf_counter() - t0:.1f} s real)", got)
+    rows.extend(speed_rows)
+    print_rows(console, "emulation speed", speed_rows)
+    if json_path:
+        write_json(console, json_path, rows)
+    return rows
+
+
+def _rows(system: str, w: str, points: list[dict]) -> list[Row]:
+    exp = f"ycsb-{w}"
+    out = []
+    for p in points:
+        pub = PUBLISHED_A_PEAK[1] if (w == "a" and p["threads"] == PUBLISHED_A_PEAK[0]) else None
+        out.append(Row(exp, system, p["threads"], "Mops", p["mops"], pub))
+        out.append(Row(exp, system, p["threads"], "p50 µs", p["p50_us"]))
+        out.append(Row(exp, system, p["threads"], "p99 µs", p["p99_us"]))
+    best = max(points, key=lambda p: p["mops"])
+    last = points[-1]
+    if w == "a":
+        out.append(Row(exp, system, "peak", "threads at peak", best["threads"], PUBLISHED_A_PEAK[0]))
+        out.append(Row(exp, system, "peak", "peak Mops", best["mops"], PUBLISHED_A_PEAK[1]))
+        out.append(Row(exp, system, last["threads"], f"Mops at {last['threads']} / peak",
+                       last["mops"] / best["mops"] if best["mops"] else None))
+    else:
+        out.append(Row(exp, system, "max", "max Mops (published: stays under)", best["mops"],
+                       PUBLISHED_READ_CEILING))
+    return out
