@@ -18,16 +18,24 @@ with a few lines more; there is nothing to keep in step between two formats.
 Steps are parsed into frozen dataclasses, one per action (:class:`LoadStep`, :class:`RunStep`,
 :class:`SetStep`, :class:`KillStep`, :class:`SleepStep`), all plain data like the spec, so the
 manager process receives them pickled and dispatches with ``match``. A step refers to workloads
-and nodes by name in the file; here the names are resolved (a workload name becomes its
-:class:`cluster.spec.WorkloadSpec`) and checked against the spec, so that everything a scenario can
-get wrong -- an unknown node, a knob that does not exist or a value out of its range, a run that
-never ends followed by more steps, a bad YCSB property -- fails before anything is spawned, with
-the same one-line ``file: key = value: why`` messages as the spec (``step[3].node = "cn9": ...``;
-steps are numbered from 1 as a reader counts them in the file).
+and nodes by name, and keeps the name: ``step.workload`` is a key of ``scenario.spec.workloads``,
+which holds every workload the scenario can run -- the declared ones and, under their letter, the
+presets that steps name directly (``workload = "b"``: YCSB-B over the default workload's keys). So
+the rack builds one workload object per name and steps stay small plain records.
+
+Names are checked against the spec, so that everything a scenario can get wrong -- an unknown
+node, a knob that does not exist or a value out of its range, a run that never ends followed by
+more steps, a bad YCSB property -- fails before anything is spawned, with the same one-line
+``file: key = value: why`` messages as the spec (``step[3].node = "cn9": ...``; steps are numbered
+from 1 as a reader counts them in the file).
+
+:func:`warmup_scenario` derives from a spec the tiny co-located rack that compiles (or loads from
+numba's cache) every jitted function the real rack will use, before node processes fork.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +63,9 @@ __all__ = [
     "default_scenario",
     "default_steps",
     "check_workloads",
+    "warmup_scenario",
+    "WARMUP_RECORDS",
+    "WARMUP_RUN_MS",
 ]
 
 # Knobs a set step may change besides profile keys: how many of the configured threads/coroutines of
@@ -79,33 +90,29 @@ class Step:
 
 @dataclass(frozen=True)
 class LoadStep(Step):
-    """Insert keys 0..count-1 of ``workload`` (its whole recordcount when ``count`` is None)."""
+    """Insert ``count`` keys of workload ``workload`` (a key of spec.workloads); None: its recordcount."""
 
-    workload: WorkloadSpec
+    workload: str
     count: int | None = None
     action: ClassVar[str] = "load"
 
     def describe(self) -> str:
-        if self.count is not None:
-            n = f"{self.count:,}"
-        elif isinstance(self.workload.overrides.get("recordcount"), int):
-            n = f"{self.workload.overrides['recordcount']:,} (recordcount)"
-        else:
-            n = "recordcount"
-        return f"step {self.index}: load {n} keys of workload {self.workload.name}"
+        n = f"{self.count:,}" if self.count is not None else "recordcount"
+        return f"step {self.index}: load {n} keys of workload {self.workload}"
 
 
 @dataclass(frozen=True)
 class RunStep(Step):
-    """Run ``workload`` for ``duration_ms`` virtual ms (None: until stopped; only the last step)."""
+    """Run workload ``workload`` (a key of spec.workloads) for ``duration_ms`` virtual ms
+    (None: until stopped, which only the last step may do)."""
 
-    workload: WorkloadSpec
+    workload: str
     duration_ms: float | None = None
     action: ClassVar[str] = "run"
 
     def describe(self) -> str:
         d = f"for {self.duration_ms:g} ms" if self.duration_ms is not None else "until stopped"
-        return f"step {self.index}: run workload {self.workload.name} ({self.workload.describe()}) {d}"
+        return f"step {self.index}: run workload {self.workload} {d}"
 
 
 @dataclass(frozen=True)
@@ -172,9 +179,9 @@ class Scenario:
         """Whether the last step runs until Ctrl-C / --duration rather than ending by itself."""
         return bool(self.steps) and isinstance(self.steps[-1], RunStep) and self.steps[-1].duration_ms is None
 
-    def workloads_used(self) -> list[WorkloadSpec]:
-        """Every workload the steps refer to, each once, in order of first use."""
-        out: list[WorkloadSpec] = []
+    def workloads_used(self) -> list[str]:
+        """The names of the workloads the steps refer to, each once, in order of first use."""
+        out: list[str] = []
         for s in self.steps:
             w = getattr(s, "workload", None)
             if w is not None and w not in out:
@@ -183,26 +190,30 @@ class Scenario:
 
     def describe(self) -> list[str]:
         """Human lines for the dashboard and the event log: the rack, then one line per step."""
-        head = self.spec.describe()
-        return head + [s.describe() for s in self.steps]
+        return self.spec.describe() + [s.describe() for s in self.steps]
 
 
 def default_steps(spec: RackSpec) -> tuple:
     """[load the default workload (if run.load)] + [run it for run.duration_ms (None: until stopped)]."""
     steps: list[Step] = []
     if spec.run.load:
-        steps.append(LoadStep(index=1, workload=spec.workload))
-    steps.append(RunStep(index=len(steps) + 1, workload=spec.workload, duration_ms=spec.run.duration_ms))
+        steps.append(LoadStep(index=1, workload="default"))
+    steps.append(RunStep(index=len(steps) + 1, workload="default", duration_ms=spec.run.duration_ms))
     return tuple(steps)
 
 
-def _resolve_workload(spec: RackSpec, label: str, key: str, name: Any, table: str) -> WorkloadSpec:
+def _resolve_workload(spec: RackSpec, label: str, key: str, name: Any, added: dict) -> str:
+    """The spec.workloads key a step's ``workload`` names; a preset letter is added to ``added``
+    (as that preset over the default workload's data) the first time a step uses it."""
     if not isinstance(name, str):
         raise SpecError(f"{label}: {key} = {_show(name)}: must be a workload name (a string)")
     if name in spec.workloads:
-        return spec.workloads[name]
-    if name.lower() in WORKLOAD_PRESETS:
-        return preset_workload(spec.workload, name.lower(), table)
+        return name
+    letter = name.lower()
+    if letter in WORKLOAD_PRESETS:
+        if letter not in added:
+            added[letter] = preset_workload(spec.workload, letter, key)
+        return letter
     known = list(spec.workloads) + list(WORKLOAD_PRESETS)
     raise SpecError(f"{label}: {key} = {_show(name)}: unknown workload; known: {', '.join(known)}"
                     f"{_suggest(name, known)}")
@@ -215,7 +226,8 @@ def _duration(label: str, key: str, v: Any, *, allow_zero: bool) -> float:
     return float(v)
 
 
-def _parse_steps(spec: RackSpec, label: str, raw: Any) -> tuple:
+def _parse_steps(spec: RackSpec, label: str, raw: Any) -> tuple[tuple, dict]:
+    """The steps, and the preset workloads they name directly (letter -> WorkloadSpec)."""
     if not isinstance(raw, list) or not all(isinstance(t, dict) for t in raw):
         raise SpecError(f"{label}: step = {_show(raw)}: steps must be an array of tables, written [[step]]")
     if not raw:
@@ -226,6 +238,7 @@ def _parse_steps(spec: RackSpec, label: str, raw: Any) -> tuple:
     nodes = spec.node_names()
     profile = spec.profile  # the profile as earlier set steps leave it, so each value is checked in context
     killed: dict[str, int] = {}
+    added: dict[str, WorkloadSpec] = {}
     steps: list[Step] = []
     last = len(raw)
     for i, t in enumerate(raw, start=1):
@@ -251,13 +264,13 @@ def _parse_steps(spec: RackSpec, label: str, raw: Any) -> tuple:
                             f"the scenario there; set on_node_death = \"continue\" or make the kill the last step")
 
         if action == "load":
-            w = _resolve_workload(spec, label, f"{where}.workload", t.get("workload", "default"), where)
+            w = _resolve_workload(spec, label, f"{where}.workload", t.get("workload", "default"), added)
             count = t.get("count")
             if count is not None and (type(count) is not int or count < 1):
                 raise SpecError(f"{label}: {where}.count = {_show(count)}: must be an integer >= 1")
             steps.append(LoadStep(index=i, workload=w, count=count))
         elif action == "run":
-            w = _resolve_workload(spec, label, f"{where}.workload", t.get("workload", "default"), where)
+            w = _resolve_workload(spec, label, f"{where}.workload", t.get("workload", "default"), added)
             d = t.get("duration_ms", 0)
             duration = _duration(label, f"{where}.duration_ms", d, allow_zero=True)
             if duration == 0 and i != last:
@@ -298,21 +311,19 @@ def _parse_steps(spec: RackSpec, label: str, raw: Any) -> tuple:
         elif action == "sleep":
             steps.append(SleepStep(index=i, duration_ms=_duration(label, f"{where}.duration_ms", t["duration_ms"],
                                                                   allow_zero=False)))
-    return tuple(steps)
+    return tuple(steps), added
 
 
 def check_workloads(scenario: Scenario) -> None:
-    """Build every workload the scenario declares or uses, so a bad YCSB property fails now.
+    """Build every workload of the scenario (declared or named by a step), so that a bad YCSB
+    property fails now, before anything is spawned.
 
     Skipped while the workloads package is not installed (see cluster.spec.workloads_available).
     """
     if not workloads_available():
         return
-    seen: list[WorkloadSpec] = []
-    for w in list(scenario.spec.workloads.values()) + scenario.workloads_used():
-        if w not in seen:
-            seen.append(w)
-            w.build()
+    for w in scenario.spec.workloads.values():
+        w.build()
 
 
 def scenario_from_dict(data: Mapping[str, Any], *, source: str = "<string>", base_dir: str | os.PathLike | None = None,
@@ -321,7 +332,12 @@ def scenario_from_dict(data: Mapping[str, Any], *, source: str = "<string>", bas
     """Validate parsed TOML data: the rack tables, then the steps, then (``check``) the workloads."""
     spec = spec_from_dict(data, source=source, base_dir=base_dir, seed=seed, overrides=overrides,
                           extra_tables=("step",))
-    steps = _parse_steps(spec, source, data["step"]) if "step" in data else default_steps(spec)
+    if "step" in data:
+        steps, added = _parse_steps(spec, source, data["step"])
+        if added:
+            spec = dataclasses.replace(spec, workloads={**spec.workloads, **added})
+    else:
+        steps = default_steps(spec)
     scenario = Scenario(spec=spec, steps=steps, source=source)
     if check:
         check_workloads(scenario)
@@ -360,3 +376,38 @@ def default_scenario(*, seed: int | None = None, duration_ms: float | None = Non
         overrides["run.duration_ms"] = duration_ms
     return scenario_from_dict({}, source=DEFAULT_SOURCE, seed=seed, overrides=overrides)
 
+
+
+# ----------------------------------------------------------------------------- warm-up
+
+# The warm-up rack: enough keys and virtual time for every operation kind of every workload to run
+# a few hundred times (so each jitted path is compiled), and no more: it runs in the foreground
+# before the real rack starts.
+WARMUP_RECORDS = 1000
+WARMUP_RUN_MS = 0.2
+
+
+def warmup_scenario(spec: RackSpec) -> Scenario:
+    """A tiny co-located scenario with ``spec``'s profile, system, options, QP policy and workloads.
+
+    Numba compiles a jitted function on first call in each process; forked node processes would
+    each compile the same functions (seconds each) or race to write numba's cache. Running this
+    scenario once in the supervisor first compiles every function the rack uses -- the same
+    system client, verbs model, QP policy and workload generators -- and fills the cache, so the
+    nodes start at once. It keeps the memory sizes (segments are mapped lazily, and a system may
+    size its tables by them) but uses one compute node with at most 2 threads x 2 coroutines and
+    WARMUP_RECORDS keys, then loads them and runs each workload for WARMUP_RUN_MS virtual ms.
+    Nothing is killed (a co-located rack has no processes to kill).
+    """
+    small = {"recordcount": WARMUP_RECORDS, "operationcount": WARMUP_RECORDS}
+    workloads = {name: dataclasses.replace(w, overrides={**w.overrides, **small}, table=f"{w.table} (warm-up)")
+                 for name, w in spec.workloads.items()}
+    compute = dataclasses.replace(spec.compute, count=1, threads=min(2, spec.compute.threads),
+                                  coroutines=min(2, spec.compute.coroutines))
+    warm = dataclasses.replace(spec, name=f"{spec.name}-warmup", compute=compute, workloads=workloads,
+                               on_node_death="stop", run=dataclasses.replace(spec.run, duration_ms=WARMUP_RUN_MS,
+                                                                             load=True))
+    steps: list[Step] = [LoadStep(index=1, workload="default")]
+    for name in workloads:
+        steps.append(RunStep(index=len(steps) + 1, workload=name, duration_ms=WARMUP_RUN_MS))
+    return Scenario(spec=warm, steps=tuple(steps), source=f"{spec.source} (warm-up)")

@@ -248,16 +248,33 @@ class WorkloadSpec:
         from workloads.ycsb import CoreWorkload
 
         where = f"{self.source}: {self.table}"
+        props = self.properties()
         try:
             if self.file is not None:
-                return CoreWorkload.from_file(self.file, dict(self.overrides))
-            return CoreWorkload.preset(self.preset, dict(self.overrides), where)
+                return CoreWorkload.from_file(self.file, props)
+            return CoreWorkload.preset(self.preset, props, where)
         except WorkloadError as e:
             msg = str(e)
             raise SpecError(msg if where in msg else f"{where}: {msg}") from None
 
+    def properties(self) -> dict[str, str]:
+        """The overrides as YCSB property strings (a properties file has only strings): TOML's
+        ``true`` becomes ``"true"`` as Java writes it, numbers their shortest exact spelling."""
+        def prop(v) -> str:
+            if isinstance(v, bool):
+                return "true" if v else "false"
+            if isinstance(v, float):
+                return str(int(v)) if v.is_integer() and abs(v) < 1e15 else repr(v)
+            return str(v)
+        return {k: prop(v) for k, v in self.overrides.items()}
+
+    @property
+    def title(self) -> str:
+        """``"YCSB A"`` or ``"YCSB file x.properties"``: the short name for step lines."""
+        return f"YCSB {self.preset.upper()}" if self.preset else f"YCSB file {Path(self.file).name}"
+
     def describe(self) -> str:
-        base = f"YCSB {self.preset.upper()}" if self.preset else f"YCSB file {self.file}"
+        base = self.title if self.preset else f"YCSB file {self.file}"
         props = " ".join(f"{k}={_show(v)}" for k, v in self.overrides.items())
         return f"{base}{' ' + props if props else ''}"
 
@@ -602,7 +619,7 @@ def _load_system(label: str, data: Any) -> SystemSpec:
         raise SpecError(f"{label}: system.name: the default system {name!r} is not registered")
     try:
         cls = get_system(name)
-    except ImportError as e:
+    except (ImportError, AttributeError) as e:  # a registry line whose module or class is missing
         raise SpecError(f"{label}: system.name = {_show(name)}: the system cannot be loaded "
                         f"({type(e).__name__}: {e})") from None
     given = {k: v for k, v in t.data.items() if k != "name"}
