@@ -77,17 +77,20 @@ def _mix64(z: int) -> int:
     return z ^ (z >> 31)
 
 
-def rng_state(seed: int, stream_id: int = 0) -> np.ndarray:
+def rng_state(seed: int, stream_id: int = 0, salt: int = 0) -> np.ndarray:
     """A fresh xoshiro256** state (uint64[4]) for stream ``stream_id`` of ``seed``.
 
     The seed and the stream id go through splitmix64 one after the other (each step a bijection),
     so two ids of one seed never share a state, and the four words are filled by splitmix64 as
-    the xoshiro authors recommend."""
+    the xoshiro authors recommend. A non-zero ``salt`` gives a second, independent stream for the
+    same (seed, stream_id), e.g. for arrival times next to operations."""
     if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
         raise TypeError(f"seed must be an int, got {seed!r}")
     if not isinstance(stream_id, (int, np.integer)) or isinstance(stream_id, bool):
         raise TypeError(f"stream_id must be an int, got {stream_id!r}")
     x = _mix64(_mix64(int(seed) & MASK64) ^ (int(stream_id) & MASK64))
+    if salt:
+        x = _mix64(x ^ (int(salt) & MASK64))
     words = []
     for _ in range(4):
         x = (x + 0x9E3779B97F4A7C15) & MASK64
