@@ -1,0 +1,482 @@
+"""The live view of a running rack: a rich dashboard on a terminal, plain lines elsewhere.
+
+Three layers, so the arithmetic can be tested without a terminal:
+
+* :class:`RackMeter` turns successive ``StatsPlane.snapshot()`` tuples into a :class:`RackView`:
+  per node, *modelled* throughput (operations over virtual time between two updates, which is the
+  figure the modelled hardware would show) and latency percentiles over the node's current step;
+  rack-wide, the sum of node throughputs, the emulation speed (virtual time advanced per real
+  second) and emulated verbs per real second. It keeps each node's throughput history for the
+  sparklines. :class:`ProcUsage` adds CPU % and RSS from psutil (cached ``Process`` objects, so
+  ``cpu_percent`` measures between updates; dead pids just show as blank).
+* :func:`render` draws a ``RackView`` as a rich renderable (header, node table, throughput
+  sparklines, event log); :func:`plain_line` is the one-line form.
+* :class:`Dashboard` (rich ``Live``) and :class:`PlainReporter` (one line per interval, events
+  printed as they arrive) share the polling, the meter and the event feed through ``_Reporter``.
+  ``Dashboard(live=None)`` picks live mode only when the console is a terminal, so piping a
+  run into a file gives readable lines instead of escape codes.
+
+``update()`` is cheap to call often: it does nothing until ``interval_s`` has passed since the
+last frame (or the phase changed), because every frame copies every slot of the stats plane.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from typing import Iterable, NamedTuple
+
+import psutil
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from cluster.stats import STATE_NAMES, LatencyHistogram, ProcSnapshot, StatsPlane
+
+__all__ = [
+    "NodeView", "RackView", "RackMeter", "ProcUsage", "sparkline", "render", "plain_line",
+    "fmt_vtime", "fmt_speed", "fmt_rate", "Dashboard", "PlainReporter", "ReporterStats",
+    "TITLE_KEYS",
+]
+
+TITLE_KEYS = ("rack", "system", "profile", "workload")
+HISTORY = 60                        # sparkline samples per node
+EVENT_LINES = 8                     # lines in the event panel
+_BLOCKS = "▁▂▃▄▅▆▇█"
+
+
+# -- formatting ---------------------------------------------------------------------------------
+
+
+def fmt_vtime(ns: float | None) -> str:
+    """A duration or instant in ns, in the unit that keeps 3-4 significant digits."""
+    if ns is None or (isinstance(ns, float) and not math.isfinite(ns)):
+        return "–"
+    for unit, div in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
+        if abs(ns) >= div:
+            return f"{ns / div:.3f} {unit}"
+    return f"{ns:.0f} ns"
+
+
+def fmt_speed(vns_per_s: float | None) -> str:
+    """Emulation speed: virtual time per real second, as a ratio and as a rate ("0.012x (12.000 ms/s)")."""
+    if vns_per_s is None:
+        return "–"
+    return f"{vns_per_s / 1e9:.3g}x ({fmt_vtime(vns_per_s)}/s)"
+
+
+def fmt_rate(x: float | None) -> str:
+    """A count per second with a k/M/G prefix."""
+    if x is None or not math.isfinite(x):
+        return "–"
+    for unit, div in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= div:
+            return f"{x / div:.2f} {unit}"
+    return f"{x:.0f}"
+
+
+def _fmt(x: float | None, spec: str) -> str:
+    return "–" if x is None or not math.isfinite(x) else format(x, spec)
+
+
+def sparkline(values: Iterable[float | None], width: int | None = None) -> str:
+    """Unicode block sparkline, scaled from 0 to the largest value; None plots as a blank."""
+    vals = list(values)
+    if width is not None:
+        vals = vals[-width:]
+    top = max((v for v in vals if v is not None), default=0.0)
+    out = []
+    for v in vals:
+        if v is None:
+            out.append(" ")
+        elif top <= 0:
+            out.append(_BLOCKS[0])
+        else:
+            out.append(_BLOCKS[min(len(_BLOCKS) - 1, max(0, int(v / top * (len(_BLOCKS) - 1) + 0.5)))])
+    return "".join(out)
+
+
+# -- metrics ------------------------------------------------------------------------------------
+
+
+class NodeView(NamedTuple):
+    name: str
+    role: str
+    state: str
+    pid: int
+    step: str                       # label of the current step ("" before the first)
+    vnow_ns: int
+    kops: float | None              # modelled kilo-operations per virtual second
+    p50_us: float | None            # latency over the node's current step
+    p99_us: float | None
+    p999_us: float | None
+    nic_util: float
+    cpu_pct: float | None
+    rss_mib: float | None
+    verbs_per_s: float | None       # per real second
+    history: tuple                  # last HISTORY kops samples (None where unknown)
+
+
+class RackView(NamedTuple):
+    phase: str
+    vnow_ns: int                    # the furthest node's virtual time
+    elapsed_s: float                # real time since the first update
+    speed: float | None             # virtual ns per real second
+    verbs_per_s: float | None       # emulated verbs per real second, rack-wide
+    total_kops: float | None        # modelled, sum over nodes
+    p99_us: float | None            # rack-wide, over each node's current step
+    ops: int                        # operations recorded so far, all steps
+    nodes: tuple                    # NodeView per process
+    events: tuple = ()              # display lines for the event panel
+
+
+class _Prev(NamedTuple):
+    ops: int
+    vnow_ns: int
+    verbs: int
+
+
+def _us(ns: float) -> float | None:
+    return None if math.isnan(ns) else ns / 1e3
+
+
+class RackMeter:
+    """Derives a RackView from successive snapshots (see the module docstring)."""
+
+    def __init__(self, history: int = HISTORY):
+        self.history = history
+        self._prev: dict[str, _Prev] = {}
+        self._hist: dict[str, deque] = {}
+        self._t0: int | None = None
+        self._t_prev: int | None = None
+        self._vnow_prev: int | None = None
+        self.updates = 0
+
+    def update(self, snaps: Iterable[ProcSnapshot], *, now_ns: int, phase: str = "",
+               usage: dict | None = None) -> RackView:
+        """``now_ns``: a real monotonic clock (ns); ``usage``: pid -> (cpu %, rss bytes)."""
+        snaps = tuple(snaps)
+        usage = usage or {}
+        dt_s = None if self._t_prev is None else (now_ns - self._t_prev) / 1e9
+        if dt_s is not None and dt_s <= 0:
+            dt_s = None
+        nodes = []
+        merged = LatencyHistogram()
+        total_kops = None
+        verbs_rate = None
+        total_ops = 0
+        for s in snaps:
+            ops = s.ops()
+            total_ops += ops
+            prev = self._prev.get(s.name)
+            cur = s.current()
+            kops = None
+            if prev is not None:
+                dv = s.vnow_ns - prev.vnow_ns
+                if dv > 0:
+                    kops = (ops - prev.ops) / dv * 1e6
+            elif cur is not None and s.vnow_ns > cur.vstart_ns:
+                # First sight of this node: the current step's average is the best we have.
+                kops = cur.ops() / (s.vnow_ns - cur.vstart_ns) * 1e6
+            vps = None
+            if prev is not None and dt_s is not None:
+                vps = max(0, s.verbs - prev.verbs) / dt_s
+                verbs_rate = (verbs_rate or 0.0) + vps
+            if kops is not None:
+                total_kops = (total_kops or 0.0) + kops
+            self._prev[s.name] = _Prev(ops, s.vnow_ns, s.verbs)
+            hist = self._hist.setdefault(s.name, deque(maxlen=self.history))
+            hist.append(kops)
+            p50 = p99 = p999 = None
+            if cur is not None and cur.ops():
+                h = cur.histogram()
+                merged.merge(h)
+                p50, p99, p999 = (_us(h.percentile(q)) for q in (50, 99, 99.9))
+            cpu, rss = usage.get(s.pid, (None, None)) if s.pid else (None, None)
+            nodes.append(NodeView(
+                name=s.name, role=s.role, state=s.state_name, pid=s.pid,
+                step=cur.label if cur is not None else "", vnow_ns=s.vnow_ns, kops=kops,
+                p50_us=p50, p99_us=p99, p999_us=p999, nic_util=s.gauges.nic_util,
+                cpu_pct=cpu, rss_mib=None if rss is None else rss / (1 << 20),
+                verbs_per_s=vps, history=tuple(hist)))
+        vnow = max((s.vnow_ns for s in snaps), default=0)
+        speed = None
+        if dt_s is not None and self._vnow_prev is not None:
+            speed = max(0, vnow - self._vnow_prev) / dt_s
+        if self._t0 is None:
+            self._t0 = now_ns
+        self._t_prev = now_ns
+        self._vnow_prev = vnow
+        self.updates += 1
+        return RackView(phase=phase, vnow_ns=vnow, elapsed_s=(now_ns - self._t0) / 1e9, speed=speed,
+                        verbs_per_s=verbs_rate, total_kops=total_kops,
+                        p99_us=_us(merged.percentile(99)), ops=total_ops, nodes=tuple(nodes))
+
+
+class ProcUsage:
+    """CPU % and RSS of node processes via psutil, tolerating processes that are gone."""
+
+    def __init__(self):
+        self._procs: dict[int, psutil.Process] = {}
+        self.errors = 0
+
+    def sample(self, pids: Iterable[int]) -> dict[int, tuple[float | None, int | None]]:
+        out = {}
+        for pid in pids:
+            if not pid:
+                continue
+            proc = self._procs.get(pid)
+            first = proc is None
+            try:
+                if first:
+                    proc = self._procs[pid] = psutil.Process(pid)
+                # The first cpu_percent() of a Process object has no interval to measure over.
+                cpu = proc.cpu_percent(None)
+                rss = proc.memory_info().rss
+                out[pid] = (None if first else cpu, rss)
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                self._procs.pop(pid, None)
+                self.errors += 1
+                out[pid] = (None, None)
+        return out
+
+
+# -- rendering ----------------------------------------------------------------------------------
+
+
+def _title_line(info: dict) -> Text:
+    t = Text()
+    for i, key in enumerate(TITLE_KEYS):
+        if i:
+            t.append("  ·  ", style="dim")
+        t.append(f"{key} ", style="dim")
+        t.append(str(info.get(key, "?")), style="bold")
+    return t
+
+
+def _pairs(parts) -> Text:
+    t = Text()
+    for i, (k, v) in enumerate(parts):
+        if i:
+            t.append("  ·  ", style="dim")
+        t.append(f"{k} ", style="dim")
+        t.append(v, style="bold cyan" if k == "phase" else "bold")
+    return t
+
+
+def _status_lines(view: RackView) -> list[Text]:
+    mops = None if view.total_kops is None else view.total_kops / 1e3
+    return [
+        _pairs([("phase", view.phase or "–"), ("vtime", fmt_vtime(view.vnow_ns)),
+                ("real", f"{view.elapsed_s:.1f} s"), ("ops", f"{view.ops:,}")]),
+        _pairs([("rack", f"{_fmt(mops, '.3f')} Mops/s"), ("p99", f"{_fmt(view.p99_us, '.2f')} µs"),
+                ("speed", fmt_speed(view.speed)), ("verbs/s", fmt_rate(view.verbs_per_s))]),
+    ]
+
+
+_STATE_STYLE = {"running": "green", "loading": "yellow", "starting": "yellow", "done": "blue",
+                "failed": "bold red", "empty": "dim"}
+
+
+def _node_table(view: RackView) -> Table:
+    table = Table(expand=True, box=None, header_style="bold", pad_edge=False)
+    for col, just in (("node", "left"), ("role", "left"), ("state", "left"), ("step", "left"),
+                      ("kops/s", "right"), ("p50 µs", "right"), ("p99 µs", "right"),
+                      ("p999 µs", "right"), ("NIC %", "right"), ("CPU %", "right"),
+                      ("RSS MiB", "right"), ("verbs/s", "right")):
+        table.add_column(col, justify=just, no_wrap=True)
+    for n in view.nodes:
+        table.add_row(n.name, n.role, Text(n.state, style=_STATE_STYLE.get(n.state, "")), n.step[:24],
+                      _fmt(n.kops, ".1f"), _fmt(n.p50_us, ".2f"), _fmt(n.p99_us, ".2f"),
+                      _fmt(n.p999_us, ".2f"), _fmt(n.nic_util * 100, ".0f"), _fmt(n.cpu_pct, ".0f"),
+                      _fmt(n.rss_mib, ".0f"), fmt_rate(n.verbs_per_s))
+    table.add_section()
+    table.add_row(Text("rack", style="bold"), "", "", "", Text(_fmt(view.total_kops, ".1f"), style="bold"),
+                  "", _fmt(view.p99_us, ".2f"), "", "", "", "", fmt_rate(view.verbs_per_s))
+    return table
+
+
+def _history_table(view: RackView) -> Table:
+    table = Table(expand=True, box=None, show_header=False, pad_edge=False)
+    table.add_column("node", no_wrap=True)
+    table.add_column("history", no_wrap=True, ratio=1)
+    table.add_column("now", justify="right", no_wrap=True)
+    for n in view.nodes:
+        if n.role in ("compute", "client") or any(v for v in n.history if v):
+            table.add_row(n.name, Text(sparkline(n.history, HISTORY), style="green"),
+                          f"{_fmt(n.kops, '.1f')} kops/s")
+    return table
+
+
+def render(view: RackView, title_info: dict):
+    """The dashboard frame for ``view`` (a rich renderable)."""
+    header = Panel(Group(_title_line(title_info), *_status_lines(view)), title="dmrack", border_style="cyan")
+    nodes = Panel(_node_table(view), title="nodes (latency over the current step)", border_style="dim")
+    hist = Panel(_history_table(view), title=f"modelled throughput, last {HISTORY} updates",
+                 border_style="dim")
+    ev = Text("\n".join(view.events) if view.events else "(no events yet)")
+    events = Panel(ev, title="events", border_style="dim")
+    return Group(header, nodes, hist, events)
+
+
+def plain_line(view: RackView) -> str:
+    """One line per interval for logs and non-terminals."""
+    mops = None if view.total_kops is None else view.total_kops / 1e3
+    return (f"[{view.phase or '-'}] vtime {fmt_vtime(view.vnow_ns)} | {_fmt(mops, '.3f')} Mops/s | "
+            f"p99 {_fmt(view.p99_us, '.2f')} us | speed {fmt_speed(view.speed)} | "
+            f"verbs/s {fmt_rate(view.verbs_per_s)} | ops {view.ops}")
+
+
+def _event_line(ev) -> str:
+    return f"{fmt_vtime(ev.vtime_ns):>12}  {ev.kind:<10} {ev.node:<8} {ev.text}"
+
+
+# -- reporters ----------------------------------------------------------------------------------
+
+
+class ReporterStats(NamedTuple):
+    mode: str
+    updates: int                    # frames computed
+    skipped: int                    # update() calls inside the interval
+    events: int                     # plane events shown
+    notes: int
+    psutil_errors: int
+
+
+class _Reporter:
+    """Polling, metrics and the event feed shared by the dashboard and the plain reporter."""
+
+    mode = "plain"
+
+    def __init__(self, title_info: dict, plane: StatsPlane, *, console: Console | None = None,
+                 interval_s: float = 0.5, clock=time.monotonic_ns):
+        if not isinstance(title_info, dict):
+            raise TypeError(f"title_info must be a dict with keys {', '.join(TITLE_KEYS)}")
+        missing = [k for k in TITLE_KEYS if k not in title_info]
+        if missing:
+            raise ValueError(f"title_info lacks {', '.join(missing)} (needs {', '.join(TITLE_KEYS)})")
+        interval_s = float(interval_s)
+        if not (interval_s >= 0 and math.isfinite(interval_s)):
+            raise ValueError(f"interval_s must be >= 0 seconds, got {interval_s}")
+        self.title_info = dict(title_info)
+        self.plane = plane
+        self.console = console if console is not None else Console()
+        self.interval_ns = int(interval_s * 1e9)
+        self._clock = clock
+        self.meter = RackMeter()
+        self.usage = ProcUsage()
+        self._events: deque[str] = deque(maxlen=EVENT_LINES)
+        self._since = 0
+        self._last_t: int | None = None
+        self._last_phase: str | None = None
+        self.view: RackView | None = None
+        self._updates = self._skipped = self._n_events = self._notes = 0
+        self._started = False
+
+    def start(self) -> None:
+        self._started = True
+
+    def stop(self) -> None:
+        self._started = False
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def update(self, phase: str, *, force: bool = False) -> RackView | None:
+        """Poll the plane and show a frame, unless the last one is younger than ``interval_s``
+        and the phase is unchanged. Returns the new view (None when skipped)."""
+        now = self._clock()
+        if (not force and self._last_t is not None and phase == self._last_phase
+                and now - self._last_t < self.interval_ns):
+            self._skipped += 1
+            return None
+        self._last_t = now
+        self._last_phase = phase
+        snaps = self.plane.snapshot()
+        usage = self.usage.sample(s.pid for s in snaps)
+        fresh = self.plane.events(self._since)
+        if fresh:
+            self._since = fresh[-1].seq + 1
+            self._n_events += len(fresh)
+            for ev in fresh:
+                self._events.append(_event_line(ev))
+        view = self.meter.update(snaps, now_ns=now, phase=phase, usage=usage)
+        self.view = view = view._replace(events=tuple(self._events))
+        self._updates += 1
+        self._show(view, fresh)
+        return view
+
+    def note(self, text: str) -> None:
+        """Add a line of the supervisor's own to the event panel (not to the plane's log)."""
+        line = f"{'note':>12}  {text}"
+        self._events.append(line)
+        self._notes += 1
+        self._show_note(line)
+
+    def _show(self, view: RackView, fresh) -> None:
+        for ev in fresh:
+            self.console.print(_event_line(ev), markup=False, highlight=False)
+        self.console.print(plain_line(view), markup=False, highlight=False)
+
+    def _show_note(self, line: str) -> None:
+        self.console.print(line, markup=False, highlight=False)
+
+    def statistics(self) -> ReporterStats:
+        return ReporterStats(self.mode, self._updates, self._skipped, self._n_events, self._notes,
+                             self.usage.errors)
+
+
+class PlainReporter(_Reporter):
+    """One line per interval (phase, vtime, Mops/s, p99, emulation speed); events as they arrive."""
+
+
+class Dashboard(_Reporter):
+    """The live rich dashboard; falls back to plain lines when the console is not a terminal."""
+
+    def __init__(self, title_info: dict, plane: StatsPlane, *, live: bool | None = None,
+                 console: Console | None = None, interval_s: float = 0.5, clock=time.monotonic_ns):
+        super().__init__(title_info, plane, console=console, interval_s=interval_s, clock=clock)
+        self.live = self.console.is_terminal if live is None else bool(live)
+        self.mode = "live" if self.live else "plain"
+        self._live = None
+
+    def renderable(self):
+        """The current frame (after at least one update), e.g. to print it once."""
+        if self.view is None:
+            raise RuntimeError("no frame yet: call update(phase) first")
+        return render(self.view, self.title_info)
+
+    def start(self) -> None:
+        super().start()
+        if self.live and self._live is None:
+            from rich.live import Live
+            # Frames are pushed by update(); no refresh thread, so nothing redraws mid-frame.
+            self._live = Live(console=self.console, auto_refresh=False, transient=False)
+            self._live.start()
+
+    def stop(self) -> None:
+        if self._live is not None:
+            if self.view is not None:
+                self._live.update(self.renderable(), refresh=True)
+            self._live.stop()
+            self._live = None
+        super().stop()
+
+    def _show(self, view: RackView, fresh) -> None:
+        if not self.live:
+            return super()._show(view, fresh)
+        if self._live is not None:
+            self._live.update(render(view, self.title_info), refresh=True)
+
+    def _show_note(self, line: str) -> None:
+        if not self.live:
+            return super()._show_note(line)
+        if self._live is not None and self.view is not None:
+            self.view = self.view._replace(events=tuple(self._events))
+            self._live.update(render(self.view, self.title_info), refresh=True)

@@ -1,0 +1,224 @@
+"""Tests for cluster.dashboard: the metric computation (RackMeter) from synthetic snapshots, the
+sparkline, and both renderings into an in-memory console."""
+
+from __future__ import annotations
+
+import io
+import multiprocessing
+import os
+
+import numpy as np
+import pytest
+from rich.console import Console
+
+from cluster.dashboard import (
+    Dashboard,
+    PlainReporter,
+    ProcUsage,
+    RackMeter,
+    ReporterStats,
+    fmt_rate,
+    fmt_speed,
+    fmt_vtime,
+    plain_line,
+    render,
+    sparkline,
+)
+from cluster.stats import (
+    N_BUCKETS,
+    N_KINDS,
+    STATE_RUNNING,
+    Gauges,
+    ProcInfo,
+    ProcSnapshot,
+    StatsPlane,
+    StepRecord,
+    bucket_index,
+)
+
+INFO = {"rack": "rack-7", "system": "sherman", "profile": "cx6-200g", "workload": "ycsb-a zipf 0.99"}
+
+
+def snap(name, *, vnow, ops, role="compute", pid=0, verbs=0, lat=2000, vstart=0, nic=0.0, label="run A"):
+    hist = np.zeros((N_KINDS, N_BUCKETS), dtype=np.int64)
+    hist[0, bucket_index(lat)] = ops
+    zero = (0,) * (N_KINDS - 1)
+    step = StepRecord(0, label, vstart, None, 0.0, None, (ops,) + zero, (0,) + zero,
+                      (ops * lat,) + zero, (lat if ops else 0,) + zero, hist)
+    return ProcSnapshot(index=0, name=name, role=role, pid=pid, state=STATE_RUNNING, started=0.0,
+                        heartbeat_time=0.0, heartbeat_mono_ns=0, vnow_ns=vnow, events=0, verbs=verbs,
+                        gauges=Gauges(nic, 0.0, 0.0), heartbeats=1, step=0, steps=(step,))
+
+
+def test_sparkline():
+    assert sparkline(range(8)) == "▁▂▃▄▅▆▇█"
+    assert sparkline([0, 0, 0]) == "▁▁▁"
+    assert sparkline([None, 4, None, 8]) == " ▅ █"
+    assert sparkline([8, 0, 4, 8], width=3) == "▁▅█"            # the last 3, scaled to their max
+    assert sparkline([]) == ""
+
+
+def test_formatting():
+    assert fmt_vtime(1_234_567) == "1.235 ms" and fmt_vtime(12) == "12 ns" and fmt_vtime(None) == "–"
+    assert fmt_vtime(2.5e9) == "2.500 s"
+    assert fmt_speed(12e6) == "0.012x (12.000 ms/s)" and fmt_speed(None) == "–"
+    assert fmt_rate(1.5e6) == "1.50 M" and fmt_rate(None) == "–"
+
+
+def test_rack_meter_rates_from_deltas():
+    m = RackMeter(history=4)
+    # first sight: the current step's average (100 ops over 10 µs of virtual time = 10 Mops/s)
+    v1 = m.update([snap("cn0", vnow=10_000, ops=100, verbs=0, vstart=0),
+                   snap("mn0", role="memory", vnow=9_000, ops=0)], now_ns=0, phase="run")
+    cn0, mn0 = v1.nodes
+    assert cn0.kops == pytest.approx(10_000) and mn0.kops == 0
+    assert v1.total_kops == pytest.approx(10_000)
+    assert v1.speed is None and v1.verbs_per_s is None and cn0.verbs_per_s is None
+    assert cn0.p50_us == pytest.approx(2.0, rel=0.07) and mn0.p50_us is None
+    assert v1.vnow_ns == 10_000 and v1.ops == 100
+    # half a real second later: +500 ops over +20 µs virtual (25 Mops/s), +1000 verbs
+    v2 = m.update([snap("cn0", vnow=30_000, ops=600, verbs=1000, lat=8000),
+                   snap("mn0", role="memory", vnow=29_000, ops=0)], now_ns=500_000_000, phase="run")
+    cn0, mn0 = v2.nodes
+    assert cn0.kops == pytest.approx(25_000) and v2.total_kops == pytest.approx(25_000)
+    assert v2.speed == pytest.approx(40_000)                   # 20 µs virtual per 0.5 s real
+    assert cn0.verbs_per_s == pytest.approx(2000) and v2.verbs_per_s == pytest.approx(2000)
+    assert v2.elapsed_s == pytest.approx(0.5)
+    assert v2.p99_us == pytest.approx(8.0, rel=0.07)
+    # virtual time stood still: no rate rather than a division by zero
+    v3 = m.update([snap("cn0", vnow=30_000, ops=600), snap("mn0", role="memory", vnow=29_000, ops=0)],
+                  now_ns=1_000_000_000, phase="run")
+    assert v3.nodes[0].kops is None and v3.speed == 0
+    assert v3.nodes[0].history == (pytest.approx(10_000), pytest.approx(25_000), None)
+    for i in range(3):
+        v = m.update([snap("cn0", vnow=40_000 + i, ops=600)], now_ns=2_000_000_000 + i)
+    assert len(v.nodes[0].history) == 4                        # bounded history
+
+
+def test_rack_meter_usage_columns():
+    m = RackMeter()
+    v = m.update([snap("cn0", vnow=1, ops=0, pid=77), snap("cn1", vnow=1, ops=0, pid=0)], now_ns=0,
+                 usage={77: (12.5, 64 << 20)})
+    assert (v.nodes[0].cpu_pct, v.nodes[0].rss_mib) == (12.5, 64.0)
+    assert (v.nodes[1].cpu_pct, v.nodes[1].rss_mib) == (None, None)
+
+
+def _two_views():
+    m = RackMeter()
+    m.update([snap("cn0", vnow=10_000, ops=100, pid=1), snap("mn0", role="memory", vnow=10_000, ops=0)],
+             now_ns=0, phase="load")
+    return m.update([snap("cn0", vnow=30_000, ops=600, verbs=4000, nic=0.42, pid=1),
+                     snap("mn0", role="memory", vnow=30_000, ops=0)],
+                    now_ns=1_000_000_000, phase="run A")._replace(events=("      1.000 µs  kill  cn1  boom",))
+
+
+def test_render_live_layout_once():
+    view = _two_views()
+    buf = io.StringIO()
+    Console(file=buf, width=120, color_system=None).print(render(view, INFO))
+    out = buf.getvalue()
+    for s in ("rack-7", "sherman", "cx6-200g", "ycsb-a zipf 0.99", "run A", "cn0", "mn0", "memory",
+              "kops/s", "p99 µs", "NIC %", "CPU %", "RSS MiB", "25000.0", "42", "boom", "Mops/s",
+              "2e-05x (20.000 µs/s)", "4.00 k", "█"):
+        assert s in out, s
+
+
+def test_plain_line():
+    line = plain_line(_two_views())
+    assert line.startswith("[run A] vtime 30.000 µs | 25.000 Mops/s | p99 1.98 us")
+    assert "speed 2e-05x (20.000 µs/s)" in line and "verbs/s 4.00 k" in line
+
+
+class Clock:
+    def __init__(self):
+        self.t = 0
+
+    def __call__(self):
+        return self.t
+
+
+@pytest.fixture
+def plane(prefix):
+    p = StatsPlane.create([ProcInfo("mgr", "manager"), ProcInfo("cn0", "compute")], prefix=prefix)
+    yield p
+    p.close()
+
+
+def test_plain_reporter_end_to_end(plane):
+    buf = io.StringIO()
+    clock = Clock()
+    w = plane.writer("cn0")
+    w.begin()
+    w.step(0, 0, "run A")
+    w.heartbeat(0, 0, 0)
+    with PlainReporter(INFO, plane, console=Console(file=buf, width=200), interval_s=0.5, clock=clock) as rep:
+        assert rep.update("run") is not None
+        plane.log(5_000, "kill", "cn1", "SIGKILL by scenario")
+        w.record_many([0] * 1000, [3000] * 1000)
+        w.heartbeat(1_000_000, 10, 5000)
+        clock.t = 100_000_000
+        assert rep.update("run") is None                       # inside the interval: skipped
+        rep.note("checker: 0 anomalies")
+        clock.t = 600_000_000
+        view = rep.update("run")
+    out = buf.getvalue()
+    assert "SIGKILL by scenario" in out and "checker: 0 anomalies" in out
+    assert "1.000 Mops/s" in out                               # 1000 ops over 1 ms virtual
+    assert view.nodes[1].kops == pytest.approx(1000)
+    assert out.index("SIGKILL") < out.index("1.000 Mops/s")    # events come before the frame line
+    st = rep.statistics()
+    assert isinstance(st, ReporterStats)
+    assert (st.mode, st.updates, st.skipped, st.events, st.notes) == ("plain", 2, 1, 1, 1)
+
+
+def test_dashboard_auto_mode_and_live(plane):
+    buf = io.StringIO()
+    d = Dashboard(INFO, plane, console=Console(file=buf, width=120))
+    assert not d.live and d.mode == "plain"                    # a StringIO is no terminal
+    buf = io.StringIO()
+    console = Console(file=buf, width=120, force_terminal=True, color_system=None)
+    with Dashboard(INFO, plane, live=None, console=console, interval_s=0) as d:
+        assert d.live
+        w = plane.writer("cn0")
+        w.begin()
+        w.step(0, 0, "run A")
+        w.record(0, 1500, True)
+        w.heartbeat(10_000, 1, 2, nic_util=0.5)
+        plane.log(1, "start", "mgr", "rack up")
+        d.update("run")
+        d.note("hello from the supervisor")
+        d.update("run")
+        frame = d.renderable()
+    out = buf.getvalue()
+    for s in ("rack-7", "cn0", "rack up", "hello from the supervisor", "nodes"):
+        assert s in out, s
+    assert frame is not None and d.statistics().mode == "live"
+
+
+def test_dashboard_before_first_update(plane):
+    d = Dashboard(INFO, plane, live=False, console=Console(file=io.StringIO()))
+    with pytest.raises(RuntimeError, match="update"):
+        d.renderable()
+
+
+def test_bad_title_info(plane):
+    with pytest.raises(ValueError, match="lacks profile, workload"):
+        Dashboard({"rack": "r", "system": "s"}, plane, live=False)
+    with pytest.raises(TypeError, match="dict"):
+        PlainReporter(["rack"], plane)
+    with pytest.raises(ValueError, match="interval_s"):
+        PlainReporter(INFO, plane, interval_s=-1)
+
+
+def test_proc_usage_tolerates_dead_pids():
+    ctx = multiprocessing.get_context("fork")
+    child = ctx.Process(target=lambda: None)
+    child.start()
+    child.join(30)
+    u = ProcUsage()
+    first = u.sample([os.getpid(), child.pid, 0])
+    assert first[os.getpid()][0] is None and first[os.getpid()][1] > 0   # no CPU interval yet
+    assert first[child.pid] == (None, None) and 0 not in first
+    again = u.sample([os.getpid()])
+    assert isinstance(again[os.getpid()][0], float)
+    assert u.errors == 1
