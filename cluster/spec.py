@@ -735,10 +735,10 @@ def spec_from_dict(data: Mapping[str, Any], *, source: str = "<string>", base_di
     rack.only(_TABLE_KEYS["rack"])
     stem = Path(source).stem if source not in (DEFAULT_SOURCE, "<string>") else "default"
     name = rack.get("name", stem or "default", _text)
-    file_seed = rack.get("seed", DEFAULT_SEED, _int(0, (1 << 63) - 1))
+    file_seed = rack.get("seed", DEFAULT_SEED, _int(0))  # TOML integers stop at 2**63-1 anyway
     if seed is not None:
         try:
-            seed = _int(0, (1 << 63) - 1)(seed)
+            seed = _int(0, (1 << 63) - 1)(seed)  # a command-line seed is a Python int: bound it
         except ValueError as e:
             raise SpecError(f"{label}: rack.seed (from the command line) = {_show(seed)}: {e}") from None
     on_death = rack.get("on_node_death", "stop", _choice(ON_NODE_DEATH))
@@ -763,7 +763,7 @@ def spec_from_dict(data: Mapping[str, Any], *, source: str = "<string>", base_di
         shown = _show(t.data["memory"]) if "memory" in t.data else f"{format_size(compute.memory_bytes)} (default)"
         raise SpecError(f"{label}: compute.memory = {shown}: too small for {compute.threads} threads, each "
                         f"registering a {format_size(THREAD_BUFFER_BYTES)} verbs buffer; give at least "
-                        f"{format_size(need)}")
+                        f"{format_size(need, exact=True)}")
 
     t = _Table(label, "memory", data.get("memory", {}))
     t.only(_TABLE_KEYS["memory"])

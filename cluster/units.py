@@ -58,15 +58,17 @@ def parse_size(value) -> int:
     return int(total)
 
 
-def format_size(n: int) -> str:
+def format_size(n: int, *, exact: bool = False) -> str:
     """``n`` bytes in the largest binary unit that keeps it readable: ``"512 MiB"``, ``"1.5 GiB"``.
 
     Exact when the size is a multiple of the unit; otherwise rounded to one decimal (for messages
-    and the dashboard, never read back).
+    and the dashboard, never read back). ``exact=True`` picks the largest unit that divides ``n``
+    instead (``"1028 KiB"``), for a limit the user must meet to the byte.
     """
     for unit, mult in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= mult:
             if n % mult == 0:
                 return f"{n // mult} {unit}"
-            return f"{n / mult:.1f} {unit}"
+            if not exact:
+                return f"{n / mult:.1f} {unit}"
     return f"{n} B"

@@ -204,6 +204,9 @@ def test_format_size():
     assert format_size(3 * GiB // 2) == "1.5 GiB"
     assert format_size(100) == "100 B"
     assert format_size(64 << 10) == "64 KiB"
+    assert format_size((1 << 20) + 4096) == "1.0 MiB"
+    assert format_size((1 << 20) + 4096, exact=True) == "1028 KiB"
+    assert format_size(1000, exact=True) == "1000 B"
 
 
 # ----------------------------------------------------------------------------- profiles
@@ -330,10 +333,10 @@ BAD = [
     ('[memory]\nmemory = "twelve MiB"\n', ['memory.memory = "twelve MiB"', "not a size"]),
     ('[memory]\nmemory = "1KiB"\n', ['memory.memory = "1KiB"', "from 4 KiB"]),
     ("[memory]\nmemory = 1.5\n", ["memory.memory = 1.5", "size"]),
-    ('[compute]\nmemory = "1MiB"\n', ['compute.memory = "1MiB"', "too small for 4 threads"]),
+    ('[compute]\nmemory = "1MiB"\n', ['compute.memory = "1MiB"', "too small for 4 threads", "at least 1028 KiB"]),
     ('[compute]\nqp_policy = "per_thread_db"\n', ['compute.qp_policy = "per_thread_db"', "per_thread_doorbell"]),
     ('[rack]\non_node_death = "explode"\n', ['rack.on_node_death = "explode"', "stop, continue"]),
-    ("[rack]\nseed = -3\n", ["rack.seed = -3", "integer"]),
+    ("[rack]\nseed = -3\n", ["rack.seed = -3", "must be an integer >= 0"]),
     ('[rack]\nname = ""\n', ['rack.name = ""', "non-empty"]),
     ('[rack]\nprofle = "bf3"\n', ['rack.profle = "bf3"', "did you mean profile"]),
     ('[system]\nname = "rase"\n', ['system.name = "rase"', "unknown system", "race", "did you mean race"]),
