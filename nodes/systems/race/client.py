@@ -1,0 +1,378 @@
+"""The RACE client: get / insert / update / delete over coroutine verbs (see docs/race.md).
+
+One :class:`RaceClient` per modelled thread, shared by the thread's coroutines. Every operation is
+a generator run inside a coroutine actor; it queues verbs on the coroutine (``co.read``, ``co.cas``
+...) and waits with ``yield co.sync()``. Verbs per operation (no conflicts, no fingerprint false
+positives; a "round" is one ``sync``, i.e. one round trip):
+
+=========  ================================================================  ======
+op         rounds                                                            verbs
+=========  ================================================================  ======
+get        READ 2 combined buckets | READ the KV block                       3
+get (miss) READ 2 combined buckets                                           2
+update     WRITE block + READ 2 c.b. | READ KV block | CAS slot              5
+delete     READ 2 c.b. | READ KV block | CAS slot -> 0                       4
+insert     WRITE block + READ 2 c.b. | CAS 0 -> tentative | READ 2 c.b. |    6
+           CAS tentative -> committed
+=========  ================================================================  ======
+
+A matching fingerprint adds one READ per candidate block (in one round); a failed CAS repeats the
+op from its bucket READs (``cas_retries``). The building blocks (``queue_buckets``, ``find``,
+``scan_key``) are methods so that SMART-HT, FUSEE, Aceso and FlexKV clients can reuse or override
+them; ``cas_failed`` is the hook where SMART puts its back-off.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import NamedTuple
+
+import numpy as np
+
+from nodes.systems.api import KVClient, SystemError_
+from shm.fabric import gaddr
+
+from .alloc import ChunkAllocator
+from .bucket import MAX_MATCHES, SAME, probe, scan, slot_offset
+from .directory import DirectoryCache
+from .hashing import hash64
+from .layout import (
+    COMBINED_BYTES, FP_SHIFT, MAX_NODE, NODE_SHIFT, OFFSET_MASK, TENTATIVE, UNIT, UNITS_SHIFT, check_block,
+    check_item, encode_block,
+)
+
+#: Modelled CPU work (cycles at ``cpu.ghz``): hashing a key (a fixed part plus one cycle per byte).
+HASH_CYCLES = 30
+HASH_CYCLES_PER_BYTE = 1
+#: An operation that keeps failing (a livelock, or a bug) gives up with SystemError_ after this many
+#: rounds of its retry loop.
+RETRY_LIMIT = 100_000
+
+_BLOCK_ADDR = OFFSET_MASK & ~TENTATIVE
+
+
+class RaceStats(NamedTuple):
+    gets: int
+    inserts: int
+    updates: int
+    deletes: int
+    cas_retries: int           # slot CASes that failed and made the op re-read and retry
+    insert_conflicts: int      # insert rounds that met another insert's tentative copy of the key
+    dir_refreshes: int         # directory re-reads after a bucket header showed the cache stale
+    blocks_read: int           # KV blocks read to confirm a fingerprint match
+    fp_false_positives: int    # ... that held another key
+    torn_blocks: int           # KV blocks that failed their checksum (re-read; 0 unless a bug)
+    chunks: int                # chunk-allocation RPCs
+    blocks_written: int        # KV blocks allocated (never reused)
+
+
+class RaceClient(KVClient):
+    """RACE for one modelled thread (``shm.coro.RdmaThread``)."""
+
+    def __init__(self, fabric, layout: dict, thread, options: dict):
+        self.fabric = fabric
+        self.layout = layout
+        self.thread = thread
+        self.env = thread.env
+        self.capacity = layout["capacity"]
+        self.load_factor = layout["load_factor"]
+        self.directory = DirectoryCache(layout["directory"], layout["global_depth"], layout["groups_per_subtable"],
+                                        layout["directory_entries"])
+        mns = layout["memory_nodes"]
+        node = thread.owner.node
+        self.alloc = ChunkAllocator(fabric, mns, layout["chunk_bytes"], start=node * 7 + thread.index)
+        # global-address prefix of every node (host region): gaddr(node, off) == _nb[node] | off
+        self._nb = [gaddr(n, 0) for n in range(min(len(fabric.nodes), MAX_NODE + 1))]
+        buf = thread.buf
+        self._buf = buf
+        self._buf64 = buf[: buf.shape[0] // 8 * 8].view(np.uint64)
+        self._out = np.zeros(2 * MAX_MATCHES, np.uint64)
+        cpu = fabric.profile.cpu
+        self._ghz = cpu.ghz
+        self._line_ns = cpu.local_read_ns_per_line
+        self._scan_ns = 4 * cpu.local_read_ns_per_line     # the 4 bucket lines of two combined buckets
+        one_way = fabric.profile.link.one_way_ns
+        self._backoff_ns = 2 * one_way + 4 * fabric.profile.pcie.latency_ns   # about one round trip
+        self._rng = random.Random((node << 20) ^ thread.index ^ 0x5ACE)
+        self.gets = self.inserts = self.updates = self.deletes = 0
+        self.cas_retries = self.insert_conflicts = self.dir_refreshes = 0
+        self.blocks_read = self.fp_false_positives = self.torn_blocks = 0
+
+    # -- statistics ------------------------------------------------------------------------
+    def statistics(self) -> RaceStats:
+        a = self.alloc
+        return RaceStats(self.gets, self.inserts, self.updates, self.deletes, self.cas_retries,
+                         self.insert_conflicts, self.dir_refreshes, self.blocks_read, self.fp_false_positives,
+                         self.torn_blocks, a.chunks, a.blocks)
+
+    # -- pieces ------------------------------------------------------------------------------
+    def hash_ns(self, key_len: int) -> int:
+        return int((HASH_CYCLES + HASH_CYCLES_PER_BYTE * key_len) / self._ghz)
+
+    def queue_buckets(self, co, h: int):
+        """Queue the READs of a hash's two combined buckets (one READ if they coincide); returns the
+        probe ``(node prefix, offset a, offset b, flags, expected header, handle a, handle b)``."""
+        d = self.directory
+        i = h & d.mask
+        nb = self._nb[d.nodes[i]]
+        off_a, off_b, flags = probe(h, d.bases[i], d.n_main)
+        ha = co.read(nb | off_a, COMBINED_BYTES)
+        hb = ha if flags & SAME == SAME else co.read(nb | off_b, COMBINED_BYTES)
+        return nb, off_a, off_b, flags, d.expected[i], ha, hb
+
+    def scan_probe(self, h: int, pr) -> int:
+        """Run :func:`bucket.scan` on a probe whose READs completed (charges the scan's CPU)."""
+        self.thread.cpu(self._scan_ns)
+        return scan(self._buf64, pr[5]._off >> 3, pr[6]._off >> 3, pr[3], h >> FP_SHIFT, pr[4], self._out)
+
+    def refresh_directory(self, co):
+        """Generator: re-read the directory after a stale-header detection."""
+        self.dir_refreshes += 1
+        yield from self.directory.refresh(co)
+
+    def read_block(self, co, w: int):
+        """Queue the READ of the KV block slot word ``w`` points to."""
+        return co.read(self._nb[(w >> NODE_SHIFT) & 0xFF] | (w & _BLOCK_ADDR), ((w >> UNITS_SHIFT) & 0xFF) * UNIT)
+
+    def check(self, key: bytes, hd) -> int:
+        """Match a READ block against ``key`` (see ``layout.check_block``), counting and charging."""
+        self.blocks_read += 1
+        self.thread.cpu(self._line_ns * (hd.length // UNIT))
+        v = check_block(self._buf, hd._off, hd.length, key)
+        if v == -1:
+            self.fp_false_positives += 1
+        return v
+
+    def find(self, co, key: bytes, h: int):
+        """Generator: the committed slot holding ``key``: ``(slot address, slot word, block handle,
+        value length)``, or None. Verbs queued before the call (an update's block WRITE) go out
+        with the bucket READs. The handle's data is valid until the caller's next yield."""
+        out = self._out
+        for _ in range(RETRY_LIMIT):
+            pr = self.queue_buckets(co, h)
+            yield co.sync()
+            r = self.scan_probe(h, pr)
+            if r < 0:
+                yield from self.refresh_directory(co)
+                continue
+            n = r & 63
+            cands = None
+            for k in range(n):
+                w = int(out[2 * k + 1])
+                if w & TENTATIVE:
+                    continue          # an insert that has not decided yet: not in the table
+                if cands is None:
+                    cands = []
+                cands.append((int(out[2 * k]), w, self.read_block(co, w)))
+            if cands is None:
+                return None
+            yield co.sync()
+            torn = False
+            for idx, w, hd in cands:
+                v = self.check(key, hd)
+                if v >= 0:
+                    return pr[0] | slot_offset(idx, pr[1], pr[2]), w, hd, v
+                if v == -2:
+                    torn = True
+            if not torn:
+                return None
+            self.torn_blocks += 1
+        raise SystemError_(f"RACE: lookup of key {key[:32]!r} did not settle after {RETRY_LIMIT} rounds")
+
+    def scan_key(self, co, key: bytes, h: int, known: dict, mine_c: int):
+        """Generator for inserts: every slot holding ``key``, tentative or committed, except the one
+        with the block ``mine_c``. Returns ``(others, mine, free)``: ``others`` a list of (slot
+        address, word); ``mine`` (address, word) of the slot holding our block or None; ``free`` the
+        address of the slot an insert should take, or None if both combined buckets are full.
+        ``known`` maps a committed slot word to whether its block holds ``key`` (blocks never change,
+        so a word's answer is final)."""
+        out = self._out
+        for _ in range(RETRY_LIMIT):
+            pr = self.queue_buckets(co, h)
+            yield co.sync()
+            r = self.scan_probe(h, pr)
+            if r < 0:
+                yield from self.refresh_directory(co)
+                continue
+            n = r & 63
+            nb, off_a, off_b = pr[0], pr[1], pr[2]
+            others = []
+            mine = None
+            pending = None
+            for k in range(n):
+                w = int(out[2 * k + 1])
+                wc = w & ~TENTATIVE
+                idx = int(out[2 * k])
+                if wc == mine_c:
+                    mine = (nb | slot_offset(idx, off_a, off_b), w)
+                    continue
+                is_key = known.get(wc)
+                if is_key is None:
+                    if pending is None:
+                        pending = []
+                    pending.append((idx, w, self.read_block(co, w)))
+                elif is_key:
+                    others.append((nb | slot_offset(idx, off_a, off_b), w))
+            torn = False
+            if pending is not None:
+                yield co.sync()
+                for idx, w, hd in pending:
+                    v = self.check(key, hd)
+                    if v == -2:
+                        torn = True
+                        continue
+                    known[w & ~TENTATIVE] = v >= 0
+                    if v >= 0:
+                        others.append((nb | slot_offset(idx, off_a, off_b), w))
+            if torn:
+                self.torn_blocks += 1
+                continue
+            free = (r >> 6) - 1
+            return others, mine, (nb | slot_offset(free, off_a, off_b)) if free >= 0 else None
+        raise SystemError_(f"RACE: bucket scan of key {key[:32]!r} did not settle after {RETRY_LIMIT} rounds")
+
+    def cas_failed(self, co, attempt: int):
+        """Generator hook run after a failed slot CAS of update/delete (RACE: nothing; SMART backs off)."""
+        return
+        yield  # pragma: no cover
+
+    def backoff(self, attempt: int) -> int:
+        """Virtual ns an insert waits for another insert's tentative copy to be decided."""
+        base = self._backoff_ns
+        return self._rng.randrange(base, 2 * base) << min(attempt, 4)
+
+    def new_block(self, co, key: bytes, value: bytes, h: int):
+        """Generator: allocate a block for (key, value), queue its WRITE; returns its committed slot word."""
+        units = check_item(key, value)
+        node, off = yield from self.alloc.alloc(co, units)
+        co.write(self._nb[node] | off, encode_block(key, value))
+        self.thread.cpu(self._line_ns * units)           # building the block in the send buffer
+        return ((h >> FP_SHIFT) << FP_SHIFT) | (units << UNITS_SHIFT) | (node << NODE_SHIFT) | off
+
+    # -- the KV interface ----------------------------------------------------------------------
+    def get(self, co, key: bytes):
+        if type(key) is not bytes:
+            key = bytes(key)
+        self.gets += 1
+        h = hash64(key)
+        self.thread.cpu(self.hash_ns(len(key)))
+        found = yield from self.find(co, key, h)
+        if found is None:
+            return None
+        off = found[2]._off + 8 + len(key)
+        return self._buf[off:off + found[3]].tobytes()
+
+    def update(self, co, key: bytes, value: bytes):
+        if type(key) is not bytes:
+            key = bytes(key)
+        self.updates += 1
+        h = hash64(key)
+        self.thread.cpu(self.hash_ns(len(key)))
+        new = yield from self.new_block(co, key, value, h)
+        for attempt in range(RETRY_LIMIT):
+            found = yield from self.find(co, key, h)
+            if found is None:
+                self.alloc.free(0, 0, 0)          # our block was never published
+                return False
+            slot, old = found[0], found[1]
+            c = co.cas(slot, old, new)
+            yield co.sync()
+            if c.value == old:
+                self.alloc.free(0, 0, 0)          # the old block (not reused yet)
+                return True
+            self.cas_retries += 1
+            yield from self.cas_failed(co, attempt)
+        raise SystemError_(f"RACE: update of key {key[:32]!r} gave up after {RETRY_LIMIT} failed CASes")
+
+    def delete(self, co, key: bytes):
+        if type(key) is not bytes:
+            key = bytes(key)
+        self.deletes += 1
+        h = hash64(key)
+        self.thread.cpu(self.hash_ns(len(key)))
+        for attempt in range(RETRY_LIMIT):
+            found = yield from self.find(co, key, h)
+            if found is None:
+                return False
+            slot, old = found[0], found[1]
+            c = co.cas(slot, old, 0)
+            yield co.sync()
+            if c.value == old:
+                self.alloc.free(0, 0, 0)
+                return True
+            self.cas_retries += 1
+            yield from self.cas_failed(co, attempt)
+        raise SystemError_(f"RACE: delete of key {key[:32]!r} gave up after {RETRY_LIMIT} failed CASes")
+
+    def insert(self, co, key: bytes, value: bytes):
+        """Publish a *tentative* slot, re-read both combined buckets, settle with any concurrent
+        insert of the same key (the lowest slot address wins; it aborts higher tentative copies),
+        then commit with a CAS. See docs/race.md for why this is linearizable."""
+        if type(key) is not bytes:
+            key = bytes(key)
+        self.inserts += 1
+        h = hash64(key)
+        self.thread.cpu(self.hash_ns(len(key)))
+        mine_c = yield from self.new_block(co, key, value, h)
+        mine_t = mine_c | TENTATIVE
+        known: dict = {}
+        waits = 0
+        for _ in range(RETRY_LIMIT):
+            # -- publish: the key must not be there, then CAS a free slot to our tentative word
+            others, _mine, free = yield from self.scan_key(co, key, h, known, mine_c)
+            if others:
+                if any(not (w & TENTATIVE) for _, w in others):
+                    return False                  # committed: the key exists
+                self.insert_conflicts += 1        # another insert is deciding: let it
+                yield self.backoff(waits)
+                waits += 1
+                continue
+            if free is None:
+                self._table_full(key)
+            c = co.cas(free, 0, mine_t)
+            yield co.sync()
+            if c.value != 0:
+                self.cas_retries += 1             # someone took the slot: look again
+                continue
+            outcome = yield from self._settle(co, key, h, known, mine_c, mine_t, free)
+            if outcome is not None:
+                return outcome
+            self.insert_conflicts += 1            # our tentative copy was aborted: start over
+            yield self.backoff(waits)
+            waits += 1
+        raise SystemError_(f"RACE: insert of key {key[:32]!r} did not settle after {RETRY_LIMIT} rounds")
+
+    def _settle(self, co, key, h, known, mine_c, mine_t, slot):
+        """Generator: decide a published tentative insert. True (committed), False (the key exists;
+        our copy withdrawn) or None (our copy was aborted or withdrawn: publish again)."""
+        for _ in range(RETRY_LIMIT):
+            others, mine, _free = yield from self.scan_key(co, key, h, known, mine_c)
+            if mine is None or mine[1] != mine_t or mine[0] != slot:
+                return None                       # a lower tentative copy aborted ours
+            if any(not (w & TENTATIVE) for _, w in others):
+                co.cas(slot, mine_t, 0)           # the key exists: withdraw
+                yield co.sync()
+                return False
+            if any(a < slot for a, _ in others):
+                self.insert_conflicts += 1        # a lower copy wins: withdraw and wait for it
+                co.cas(slot, mine_t, 0)
+                yield co.sync()
+                return None
+            if others:                            # higher tentative copies: abort them
+                self.insert_conflicts += len(others)
+                aborts = [(w, co.cas(a, w, 0)) for a, w in others]
+                yield co.sync()
+                if any(hd.value != w for w, hd in aborts):
+                    continue                      # one moved on (maybe committed): look again
+            c = co.cas(slot, mine_t, mine_c)
+            yield co.sync()
+            return True if c.value == mine_t else None
+        raise SystemError_(f"RACE: insert of key {key[:32]!r} did not settle after {RETRY_LIMIT} rounds")
+
+    def _table_full(self, key: bytes):
+        lay = self.layout
+        raise SystemError_(
+            f"RACE table full: both combined buckets of key {key[:32]!r} have no free slot "
+            f"({lay['slots']} slots sized for capacity {lay['capacity']} at load_factor {lay['load_factor']}; "
+            f"RACE cannot split subtables yet). Lower the system option load_factor (more buckets per key) "
+            f"or size the rack for more keys.")

@@ -1,0 +1,97 @@
+"""RaceSystem: the System contract for RACE hashing (setup on the rack owner, one client per thread)."""
+
+from __future__ import annotations
+
+from nodes.systems.api import Option, System, SystemError_
+from shm.fabric import gaddr
+
+from .client import RaceClient
+from .directory import directory_words
+from .layout import (
+    BUCKET_BYTES, MAX_BLOCK_BYTES, MAX_NODE, MAX_OFFSET, SLOTS_PER_BUCKET, WORD, Geometry, LayoutError,
+    pack_dir_entry, pack_header,
+)
+
+LAYOUT_FORMAT = 1
+
+
+def _where(where: str | None) -> str:
+    return where or "system 'race'"
+
+
+class RaceSystem(System):
+    name = "race"
+    description = ("RACE hashing: lock-free one-sided extendible hash table (combined buckets, two hash "
+                   "functions, out-of-place KV blocks, CAS on 8-byte slots, client directory cache)")
+    paper = ("Zuo et al., One-sided RDMA-Conscious Extendible Hashing for Disaggregated Memory, "
+             "USENIX ATC'21")
+    roles = ("compute", "memory")
+    supports_scan = False
+    options = (
+        Option("load_factor", 0.5, "keys per slot the table is sized for: slots = capacity / load_factor "
+               "(lower it if inserts hit 'RACE table full')", minimum=0.05, maximum=1.0),
+        Option("chunk_bytes", 1 << 20, "bytes of the chunks a client obtains from a memory node (one RPC each) "
+               "and carves KV blocks out of", minimum=MAX_BLOCK_BYTES, maximum=1 << 30),
+    )
+
+    @classmethod
+    def setup(cls, fabric, memory_nodes: list[int], options: dict, capacity: int) -> dict:
+        """Expose the memory nodes, carve the directory (first memory node) and the pre-sized
+        subtables (round-robin over the memory nodes) out of them, write every bucket header."""
+        opts = cls.check_options(dict(options or {}), _where(None))
+        mns = [fabric.node_index(m) for m in memory_nodes]
+        if not mns:
+            raise SystemError_("RACE needs at least one memory node")
+        if len(set(mns)) != len(mns):
+            raise SystemError_(f"RACE: memory node listed twice in {mns}")
+        for m in mns:
+            spec = fabric.nodes[m]
+            if m > MAX_NODE:
+                raise LayoutError(f"RACE: memory node {spec.name!r} is fabric node {m}; slots address KV blocks "
+                                  f"with 8 bits of node number, so memory nodes must be among the first "
+                                  f"{MAX_NODE + 1} nodes")
+            if spec.memory_bytes > MAX_OFFSET + 1:
+                raise LayoutError(f"RACE: memory node {spec.name!r} has {spec.memory_bytes} B; slots hold 40 bits "
+                                  f"of block offset, so at most 1 TiB per memory node")
+            fabric.expose(m)
+        geo = Geometry.for_capacity(int(capacity), opts["load_factor"], len(mns))
+        try:
+            dir_off = fabric.allocate(mns[0], geo.directory_bytes)
+            entries = []
+            for i in range(geo.subtables):
+                node = mns[i % len(mns)]
+                off = fabric.allocate(node, geo.subtable_bytes)
+                words = fabric.memory[node].host64[off // WORD:(off + geo.subtable_bytes) // WORD]
+                words = words.reshape(-1, BUCKET_BYTES // WORD)
+                words[:] = 0
+                words[:, 0] = pack_header(geo.global_depth, i)
+                entries.append(pack_dir_entry(geo.global_depth, node, off))
+        except MemoryError as e:
+            raise SystemError_(f"RACE: the table ({geo.subtables} subtables of {geo.subtable_bytes} B for capacity "
+                               f"{capacity} at load_factor {opts['load_factor']}) does not fit the memory nodes: "
+                               f"{e}") from None
+        dwords = directory_words(geo.global_depth, geo.groups, entries)
+        host64 = fabric.memory[mns[0]].host64
+        for k, w in enumerate(dwords):
+            host64[dir_off // WORD + k] = w
+        return {
+            "system": cls.name,
+            "format": LAYOUT_FORMAT,
+            "memory_nodes": mns,
+            "directory": gaddr(mns[0], dir_off),
+            "global_depth": geo.global_depth,
+            "groups_per_subtable": geo.groups,
+            "directory_entries": entries,
+            "slots_per_bucket": SLOTS_PER_BUCKET,
+            "slots": geo.slots,
+            "capacity": int(capacity),
+            "load_factor": opts["load_factor"],
+            "chunk_bytes": opts["chunk_bytes"],
+        }
+
+    @classmethod
+    def client(cls, fabric, layout: dict, thread, options: dict) -> RaceClient:
+        if layout.get("system") != cls.name or layout.get("format") != LAYOUT_FORMAT:
+            raise SystemError_(f"RACE: layout is not a RACE layout of format {LAYOUT_FORMAT}: "
+                               f"{layout.get('system')!r}/{layout.get('format')!r}")
+        return RaceClient(fabric, layout, thread, cls.check_options(dict(options or {}), _where(None)))
