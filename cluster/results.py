@@ -1,0 +1,363 @@
+"""End-of-run results: per step, per node and rack-wide figures, a summary table, JSON and CSV.
+
+The figures come from the stats plane after the run (``Results.from_plane``) and are computed
+once, into immutable records, so the table, the JSON document and the CSV file can never
+disagree: all three are produced from :meth:`Results.records` (JSON also keeps the nested
+per-step view).
+
+Definitions (why they are what they are):
+
+* A step's virtual span is rack-wide: from the earliest ``vstart`` to the latest ``vend`` among
+  the nodes that recorded it (a node still running contributes its last published virtual time).
+  Throughput is *modelled*: operations over that span, in Mops per virtual second. Node rows use
+  the same span, so node throughputs add up to the rack's.
+* Rack-wide latency percentiles come from the merged histograms of the nodes (histograms merge
+  exactly, percentiles do not), within ``cluster.stats.REL_ERROR`` of the true nearest-rank
+  value; means are exact.
+* Emulation speed is virtual nanoseconds per real second over the steps' real span (first step
+  start to last step end), i.e. while the rack ran its scenario, not while it was being set up.
+
+Files are written atomically (a temporary file in the same directory, then ``os.replace``), so
+a reader never sees half a result file and a crash never leaves one behind.
+
+CSV columns (one row per step x node x kind; ``node`` = "rack" for the rack-wide rows, ``kind``
+= "all" for all kinds together; kinds with no operations are left out, "all" never is):
+
+    step, label, node, role, kind, ops, failures, mops, p50_us, p99_us, p999_us, mean_us,
+    max_us, vstart_ns, vend_ns, vdur_ns, real_s
+
+Empty cells are values that do not exist (a percentile of no operations, the throughput of a
+zero-length step).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+from typing import Iterable, NamedTuple
+
+from rich.table import Table
+
+from cluster.stats import OP_KINDS, LatencyHistogram, ProcSnapshot, StatsPlane
+
+__all__ = ["Results", "KindFigures", "NodeStep", "StepFigures", "NodeSummary", "COLUMNS",
+           "read_csv", "FORMAT"]
+
+FORMAT = "dmrack.results/1"
+COLUMNS = ("step", "label", "node", "role", "kind", "ops", "failures", "mops", "p50_us", "p99_us",
+           "p999_us", "mean_us", "max_us", "vstart_ns", "vend_ns", "vdur_ns", "real_s")
+_INT_COLUMNS = {"step", "ops", "failures", "vstart_ns", "vend_ns", "vdur_ns"}
+_FLOAT_COLUMNS = {"mops", "p50_us", "p99_us", "p999_us", "mean_us", "max_us", "real_s"}
+RACK = "rack"
+ALL = "all"
+
+
+class KindFigures(NamedTuple):
+    kind: str                       # an OP_KINDS name or "all"
+    ops: int
+    failures: int
+    p50_us: float | None
+    p99_us: float | None
+    p999_us: float | None
+    mean_us: float | None
+    max_us: float | None
+
+
+class NodeStep(NamedTuple):
+    node: str
+    role: str
+    ops: int
+    failures: int
+    mops: float | None              # over the rack-wide span of the step
+    kinds: tuple                    # KindFigures: "all" first, then kinds with operations
+
+
+class StepFigures(NamedTuple):
+    index: int
+    label: str
+    description: str | None         # from meta["workloads"], if given
+    vstart_ns: int
+    vend_ns: int
+    vdur_ns: int
+    real_s: float | None            # real duration of the step
+    speed: float | None             # virtual ns per real second during the step
+    ops: int
+    failures: int
+    mops: float | None
+    kinds: tuple                    # rack-wide KindFigures
+    nodes: tuple                    # NodeStep per node that recorded the step
+
+
+class NodeSummary(NamedTuple):
+    node: str
+    role: str
+    pid: int
+    state: str
+    vnow_ns: int
+    events: int
+    verbs: int
+    ops: int
+
+
+def _none_if_nan(x: float) -> float | None:
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
+
+
+def _figures(kind: str, h: LatencyHistogram, failures: int) -> KindFigures:
+    n = h.count
+    us = (lambda ns: _none_if_nan(ns / 1e3))
+    return KindFigures(kind, n, failures, us(h.percentile(50)), us(h.percentile(99)),
+                       us(h.percentile(99.9)), us(h.mean), h.max_ns / 1e3 if n else None)
+
+
+def _kind_figures(hists: list[LatencyHistogram], fails: list[int]) -> tuple:
+    """Figures for "all" plus each kind with operations, from per-kind histograms."""
+    out = [_figures(ALL, LatencyHistogram.merged(hists), sum(fails))]
+    out += [_figures(OP_KINDS[k], hists[k], fails[k]) for k in range(len(OP_KINDS)) if hists[k].count]
+    return tuple(out)
+
+
+def _mops(ops: int, vdur_ns: int) -> float | None:
+    return ops / vdur_ns * 1e3 if vdur_ns > 0 else None
+
+
+def _description(meta: dict, index: int) -> str | None:
+    wl = meta.get("workloads")
+    if isinstance(wl, dict):
+        d = wl.get(index, wl.get(str(index)))
+    elif isinstance(wl, (list, tuple)) and 0 <= index < len(wl):
+        d = wl[index]
+    else:
+        d = None
+    return None if d is None else str(d)
+
+
+def _jsonable(x):
+    """``x`` with NaN/inf turned into None and tuples into lists (strict JSON)."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    return x
+
+
+def _write_atomic(path, text: str) -> str:
+    path = os.fspath(path)
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise FileNotFoundError(f"cannot write {path!r}: directory {parent!r} does not exist")
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"cannot write {path!r}: it is a directory")
+    tmp = os.path.join(parent, f".{os.path.basename(path)}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return path
+
+
+class Results:
+    """The figures of one run (see the module docstring); build with ``from_plane``."""
+
+    def __init__(self, meta: dict, steps: tuple, nodes: tuple, *, verbs: int, real_s: float | None,
+                 vspan_ns: int):
+        self.meta = meta
+        self.steps = steps
+        self.nodes = nodes
+        self.verbs = verbs
+        self.real_s = real_s
+        self.vspan_ns = vspan_ns
+
+    # -- construction ------------------------------------------------------------------------
+
+    @classmethod
+    def from_plane(cls, plane: StatsPlane, meta: dict) -> "Results":
+        return cls.from_snapshots(plane.snapshot(), meta)
+
+    @classmethod
+    def from_snapshots(cls, snaps: Iterable[ProcSnapshot], meta: dict) -> "Results":
+        if not isinstance(meta, dict):
+            raise TypeError(f"meta must be a dict (rack, system, profile, seed, ...), got {type(meta).__name__}")
+        meta = _jsonable(dict(meta))
+        try:
+            json.dumps(meta, allow_nan=False)
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"meta must be JSON-serialisable: {e}") from None
+        snaps = tuple(snaps)
+        indices = sorted({s.index for p in snaps for s in p.steps})
+        steps = tuple(cls._step(meta, snaps, i) for i in indices)
+        nodes = tuple(NodeSummary(p.name, p.role, p.pid, p.state_name, p.vnow_ns, p.events, p.verbs,
+                                  p.ops()) for p in snaps)
+        starts = [s.real_start for p in snaps for s in p.steps]
+        ends = [s.real_end if s.real_end is not None else (p.heartbeat_time or s.real_start)
+                for p in snaps for s in p.steps]
+        real_s = max(ends) - min(starts) if starts else None
+        vspan = (max(s.vend_ns for s in steps) - min(s.vstart_ns for s in steps)) if steps else 0
+        return cls(meta, steps, nodes, verbs=sum(p.verbs for p in snaps), real_s=real_s, vspan_ns=vspan)
+
+    @staticmethod
+    def _step(meta: dict, snaps: tuple, index: int) -> StepFigures:
+        rec = [(p, p.step_record(index)) for p in snaps]
+        rec = [(p, s) for p, s in rec if s is not None]
+        vstart = min(s.vstart_ns for _, s in rec)
+        vend = max(s.vend_ns if s.vend_ns is not None else max(p.vnow_ns, s.vstart_ns) for p, s in rec)
+        vdur = vend - vstart
+        real_start = min(s.real_start for _, s in rec)
+        real_ends = [s.real_end if s.real_end is not None else p.heartbeat_time for p, s in rec]
+        real = (max(real_ends) - real_start) if all(e is not None for e in real_ends) else None
+        label = next((s.label for _, s in rec if s.label), "")
+        rack_hists = [LatencyHistogram() for _ in OP_KINDS]
+        rack_fails = [0] * len(OP_KINDS)
+        nodes = []
+        for p, s in rec:
+            hists = [s.histogram(k) for k in range(len(OP_KINDS))]
+            fails = list(s.failures)
+            for k in range(len(OP_KINDS)):
+                rack_hists[k].merge(hists[k])
+                rack_fails[k] += fails[k]
+            nodes.append(NodeStep(p.name, p.role, s.ops(), s.failed(), _mops(s.ops(), vdur),
+                                  _kind_figures(hists, fails)))
+        ops = sum(n.ops for n in nodes)
+        return StepFigures(index=index, label=label, description=_description(meta, index),
+                           vstart_ns=vstart, vend_ns=vend, vdur_ns=vdur, real_s=real,
+                           speed=vdur / real if real else None, ops=ops, failures=sum(rack_fails),
+                           mops=_mops(ops, vdur), kinds=_kind_figures(rack_hists, rack_fails),
+                           nodes=tuple(nodes))
+
+    # -- derived -----------------------------------------------------------------------------
+
+    @property
+    def speed(self) -> float | None:
+        """Emulation speed over the whole scenario: virtual ns per real second."""
+        return self.vspan_ns / self.real_s if self.real_s else None
+
+    @property
+    def verbs_per_s(self) -> float | None:
+        return self.verbs / self.real_s if self.real_s else None
+
+    def summary(self) -> dict:
+        return {"steps": len(self.steps), "ops": sum(s.ops for s in self.steps),
+                "failures": sum(s.failures for s in self.steps), "vspan_ns": self.vspan_ns,
+                "real_s": self.real_s, "speed_vns_per_s": self.speed, "verbs": self.verbs,
+                "verbs_per_s": self.verbs_per_s, "wall_s": self.meta.get("wall_s")}
+
+    def records(self) -> list[dict]:
+        """One flat dict per step x node x kind (columns ``COLUMNS``), rack rows first."""
+        rows = []
+        for st in self.steps:
+            common = {"step": st.index, "label": st.label}
+            span = {"vstart_ns": st.vstart_ns, "vend_ns": st.vend_ns, "vdur_ns": st.vdur_ns,
+                    "real_s": st.real_s}
+            groups = [(RACK, RACK, st.ops, st.kinds)] + [(n.node, n.role, n.ops, n.kinds) for n in st.nodes]
+            for node, role, _, kinds in groups:
+                for kf in kinds:
+                    rows.append({**common, "node": node, "role": role, "kind": kf.kind, "ops": kf.ops,
+                                 "failures": kf.failures, "mops": _mops(kf.ops, st.vdur_ns),
+                                 "p50_us": kf.p50_us, "p99_us": kf.p99_us, "p999_us": kf.p999_us,
+                                 "mean_us": kf.mean_us, "max_us": kf.max_us, **span})
+        return rows
+
+    def _step_doc(self, st: StepFigures) -> dict:
+        def kinds(ks):
+            return {kf.kind: {k: v for k, v in kf._asdict().items() if k != "kind"} for kf in ks}
+        return {"index": st.index, "label": st.label, "description": st.description,
+                "vstart_ns": st.vstart_ns, "vend_ns": st.vend_ns, "vdur_ns": st.vdur_ns,
+                "real_s": st.real_s, "speed_vns_per_s": st.speed, "ops": st.ops,
+                "failures": st.failures, "mops": st.mops, "kinds": kinds(st.kinds),
+                "nodes": [{"node": n.node, "role": n.role, "ops": n.ops, "failures": n.failures,
+                           "mops": n.mops, "kinds": kinds(n.kinds)} for n in st.nodes]}
+
+    def document(self) -> dict:
+        """The JSON document: meta, summary, steps (nested), nodes, rows (= records())."""
+        return _jsonable({"format": FORMAT, "meta": self.meta, "summary": self.summary(),
+                          "steps": [self._step_doc(s) for s in self.steps],
+                          "nodes": [n._asdict() for n in self.nodes], "rows": self.records()})
+
+    # -- output ------------------------------------------------------------------------------
+
+    def to_json(self, path) -> str:
+        """Write the JSON document atomically; returns the path."""
+        return _write_atomic(path, json.dumps(self.document(), indent=1, allow_nan=False) + "\n")
+
+    def to_csv(self, path) -> str:
+        """Write ``records()`` as CSV (header row = COLUMNS) atomically; returns the path."""
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
+        w.writeheader()
+        for r in self.records():
+            w.writerow({k: "" if r[k] is None else r[k] for k in COLUMNS})
+        return _write_atomic(path, buf.getvalue())
+
+    def table(self) -> Table:
+        """The summary printed at the end of a run."""
+        m = self.meta
+        title = "  ·  ".join(f"{k} {m[k]}" for k in ("rack", "system", "profile", "seed") if k in m)
+        t = Table(title=f"results: {title}" if title else "results", title_justify="left")
+        for col in ("step", "label", "node", "kind", "ops", "fail", "Mops/s", "p50 µs", "p99 µs",
+                    "p999 µs", "mean µs"):
+            t.add_column(col, justify="left" if col in ("label", "node", "kind") else "right", no_wrap=True)
+
+        def num(x, spec):
+            return "–" if x is None else format(x, spec)
+
+        for st in self.steps:
+            t.add_section()
+            rows = [(RACK, kf, "bold" if kf.kind == ALL else "") for kf in st.kinds]
+            if len(st.nodes) > 1:
+                rows += [(n.node, n.kinds[0], "dim") for n in st.nodes]
+            for i, (node, kf, style) in enumerate(rows):
+                t.add_row(str(st.index) if i == 0 else "", st.label if i == 0 else "", node, kf.kind,
+                          f"{kf.ops:,}", f"{kf.failures:,}", num(_mops(kf.ops, st.vdur_ns), ".3f"),
+                          num(kf.p50_us, ".2f"), num(kf.p99_us, ".2f"), num(kf.p999_us, ".2f"),
+                          num(kf.mean_us, ".2f"), style=style)
+        speed = self.speed
+        parts = [f"virtual {self.vspan_ns / 1e6:.3f} ms"]
+        if self.real_s is not None:
+            parts.append(f"in {self.real_s:.2f} s real")
+        if speed is not None:
+            parts.append(f"emulation speed {speed / 1e9:.3g}x ({speed / 1e3:,.1f} µs/s)")
+        parts.append(f"{self.verbs:,} verbs" + (f" ({self.verbs_per_s:,.0f}/s)" if self.verbs_per_s else ""))
+        if "wall_s" in m:
+            parts.append(f"wall {m['wall_s']} s")
+        t.caption = "; ".join(parts)
+        t.caption_justify = "left"
+        return t
+
+    def __repr__(self) -> str:
+        return f"<Results steps={len(self.steps)} nodes={len(self.nodes)} ops={self.summary()['ops']}>"
+
+
+def read_csv(path) -> list[dict]:
+    """Read a results CSV back into ``records()`` form (numbers typed, empty cells None)."""
+    with open(os.fspath(path), newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        if tuple(reader.fieldnames or ()) != COLUMNS:
+            raise ValueError(f"{path}: not a dmrack results CSV (columns {reader.fieldnames})")
+        out = []
+        for row in reader:
+            rec = {}
+            for k in COLUMNS:
+                v = row[k]
+                if v == "":
+                    rec[k] = None if k not in ("label",) else ""
+                elif k in _INT_COLUMNS:
+                    rec[k] = int(v)
+                elif k in _FLOAT_COLUMNS:
+                    rec[k] = float(v)
+                else:
+                    rec[k] = v
+            out.append(rec)
+        return out

@@ -1,0 +1,171 @@
+"""Tests for cluster.results: figures per step/node/rack, the rack-wide merge, JSON and CSV
+round trips, atomic writes and their errors."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+
+import numpy as np
+import pytest
+from rich.console import Console
+
+from cluster.results import COLUMNS, FORMAT, Results, read_csv
+from cluster.stats import REL_ERROR, LatencyHistogram, ProcInfo, StatsPlane
+
+META = {"rack": "r1", "system": "sherman", "profile": "cx6-200g", "seed": 7,
+        "workloads": ["load 1000 records", "ycsb-a zipf 0.99"], "wall_s": 3.5}
+
+
+@pytest.fixture
+def run(prefix):
+    """Two compute nodes over two steps, and a memory node that records nothing."""
+    rng = np.random.default_rng(5)
+    samples = {}
+    with StatsPlane.create([ProcInfo("cn0", "compute"), ProcInfo("cn1", "compute"),
+                            ProcInfo("mn0", "memory")], prefix=prefix, max_steps=4) as plane:
+        for slot, (start, end) in enumerate([(1000, 51_000), (1200, 61_000)]):
+            w = plane.writer(slot)
+            w.begin()
+            w.step(0, 0, "load")
+            w.record_many([2] * 500, rng.integers(1000, 3000, 500))
+            w.end_step(1000)
+            w.step(1, start, "run")
+            kinds = rng.integers(0, 2, 4000)
+            lat = rng.lognormal(np.log(5000 * (slot + 1)), 0.5, 4000).astype(np.int64)
+            oks = rng.random(4000) > 0.01
+            w.record_many(kinds, lat, oks)
+            samples[slot] = (kinds, lat, oks)
+            w.end_step(end)
+            w.heartbeat(end, 10, 1000 * (slot + 1))
+            w.finish()
+        m = plane.writer(2)
+        m.begin()
+        m.heartbeat(61_000, 5, 7)
+        yield Results.from_plane(plane, META), samples
+
+
+def test_step_figures(run):
+    res, samples = run
+    load, step = res.steps
+    assert (load.index, load.label, load.description) == (0, "load", "load 1000 records")
+    assert (load.ops, load.vstart_ns, load.vend_ns, load.vdur_ns) == (1000, 0, 1000, 1000)
+    assert load.mops == pytest.approx(1000 / 1000 * 1e3)
+    assert (step.vstart_ns, step.vend_ns, step.vdur_ns) == (1000, 61_000, 60_000)   # rack-wide span
+    assert step.ops == 8000 and step.mops == pytest.approx(8000 / 60_000 * 1e3)
+    assert [n.node for n in step.nodes] == ["cn0", "cn1"]                        # mn0 recorded no step
+    assert sum(n.mops for n in step.nodes) == pytest.approx(step.mops)
+    fails = sum(int((~o).sum()) for _, _, o in samples.values())
+    assert step.failures == fails
+    assert [k.kind for k in step.kinds] == ["all", "read", "update"]
+    assert res.verbs == 1000 + 2000 + 7
+    assert res.vspan_ns == 61_000
+    assert res.speed is not None and res.speed > 0 and res.real_s >= 0
+
+
+def test_rack_wide_merge(run):
+    res, samples = run
+    step = res.steps[1]
+    lat = np.concatenate([s[1] for s in samples.values()])
+    kinds = np.concatenate([s[0] for s in samples.values()])
+    all_ = step.kinds[0]
+    exact = LatencyHistogram().add(lat)
+    assert all_.p99_us == pytest.approx(exact.percentile(99) / 1e3)     # merged == one big histogram
+    for q, got in ((50, all_.p50_us), (99, all_.p99_us), (99.9, all_.p999_us)):
+        true = np.percentile(lat, q, method="inverted_cdf") / 1e3
+        assert abs(got - true) <= REL_ERROR * true
+    assert all_.mean_us == pytest.approx(lat.mean() / 1e3)
+    assert all_.max_us == lat.max() / 1e3
+    read = step.kinds[1]
+    assert read.ops == int((kinds == 0).sum())
+    assert read.mean_us == pytest.approx(lat[kinds == 0].mean() / 1e3)
+    # the slower node shows the higher median
+    assert step.nodes[1].kinds[0].p50_us > step.nodes[0].kinds[0].p50_us
+
+
+def test_records_layout(run):
+    res, _ = run
+    rows = res.records()
+    assert all(tuple(r) == COLUMNS for r in rows)
+    keys = [(r["step"], r["node"], r["kind"]) for r in rows]
+    assert keys == [(0, "rack", "all"), (0, "rack", "insert"), (0, "cn0", "all"), (0, "cn0", "insert"),
+                    (0, "cn1", "all"), (0, "cn1", "insert"),
+                    (1, "rack", "all"), (1, "rack", "read"), (1, "rack", "update"),
+                    (1, "cn0", "all"), (1, "cn0", "read"), (1, "cn0", "update"),
+                    (1, "cn1", "all"), (1, "cn1", "read"), (1, "cn1", "update")]
+    rack = rows[6]
+    assert rack["role"] == "rack" and rack["ops"] == 8000 and rack["vdur_ns"] == 60_000
+
+
+def test_json_round_trip(run, tmp_path):
+    res, _ = run
+    path = res.to_json(tmp_path / "out.json")
+    doc = json.loads(open(path).read())
+    assert doc["format"] == FORMAT and doc["meta"] == META
+    assert doc["rows"] == json.loads(json.dumps(res.records()))
+    assert [s["index"] for s in doc["steps"]] == [0, 1]
+    s1 = doc["steps"][1]
+    assert s1["ops"] == 8000 and s1["description"] == "ycsb-a zipf 0.99"
+    assert set(s1["kinds"]) == {"all", "read", "update"}
+    assert [n["node"] for n in s1["nodes"]] == ["cn0", "cn1"]
+    assert [n["node"] for n in doc["nodes"]] == ["cn0", "cn1", "mn0"]
+    assert doc["nodes"][2]["verbs"] == 7 and doc["nodes"][0]["state"] == "done"
+    assert doc["summary"]["ops"] == 9000 and doc["summary"]["wall_s"] == 3.5
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
+
+
+def test_csv_round_trip(run, tmp_path):
+    res, _ = run
+    path = res.to_csv(tmp_path / "out.csv")
+    with open(path, newline="") as f:
+        raw = list(csv.reader(f))
+    assert tuple(raw[0]) == COLUMNS and len(raw) == 1 + len(res.records())
+    assert read_csv(path) == res.records()
+
+
+def test_empty_cells_and_nan(prefix, tmp_path):
+    with StatsPlane.create([ProcInfo("cn0", "compute")], prefix=prefix) as plane:
+        w = plane.writer(0)
+        w.begin()
+        w.step(0, 500, "")                                      # a step with no operations, no span
+        w.end_step(500)
+        res = Results.from_plane(plane, {"note": float("nan")})
+    row = res.records()[0]
+    assert (row["ops"], row["mops"], row["p99_us"], row["max_us"]) == (0, None, None, None)
+    assert res.meta == {"note": None}                           # strict JSON: NaN becomes null
+    assert read_csv(res.to_csv(tmp_path / "e.csv")) == res.records()
+    assert json.load(open(res.to_json(tmp_path / "e.json")))["rows"][0]["p50_us"] is None
+
+
+def test_table(run):
+    res, _ = run
+    buf = io.StringIO()
+    Console(file=buf, width=160, color_system=None).print(res.table())
+    out = buf.getvalue()
+    for s in ("results: rack r1", "sherman", "Mops/s", "p999 µs", "rack", "cn1", "update",
+              "8,000", "emulation speed", "3,007 verbs", "wall 3.5 s"):
+        assert s in out, s
+
+
+def test_write_errors(run, tmp_path):
+    res, _ = run
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        res.to_json(tmp_path / "missing" / "out.json")
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        res.to_csv(tmp_path / "missing" / "out.csv")
+    with pytest.raises(IsADirectoryError):
+        res.to_csv(tmp_path)
+    (tmp_path / "x.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(ValueError, match="not a dmrack results CSV"):
+        read_csv(tmp_path / "x.csv")
+
+
+def test_bad_meta(run):
+    with pytest.raises(TypeError, match="meta must be a dict"):
+        Results.from_snapshots((), ["rack"])
+    with pytest.raises(TypeError, match="JSON-serialisable"):
+        Results.from_snapshots((), {"rack": object()})
+    empty = Results.from_snapshots((), {})
+    assert empty.steps == () and empty.records() == [] and empty.speed is None
