@@ -84,7 +84,8 @@ class Step:
     index: int
     action: ClassVar[str] = ""
 
-    def describe(self) -> str:  # pragma: no cover - every subclass overrides
+    def describe(self, spec: RackSpec | None = None) -> str:  # pragma: no cover - every subclass overrides
+        """One human line; ``spec`` (optional) lets a step show numbers it takes from the rack."""
         return f"step {self.index}: {self.action}"
 
 
@@ -96,8 +97,11 @@ class LoadStep(Step):
     count: int | None = None
     action: ClassVar[str] = "load"
 
-    def describe(self) -> str:
+    def describe(self, spec: RackSpec | None = None) -> str:
         n = f"{self.count:,}" if self.count is not None else "recordcount"
+        w = spec.workloads.get(self.workload) if spec is not None else None
+        if self.count is None and w is not None and isinstance(w.overrides.get("recordcount"), int):
+            n = f"{w.overrides['recordcount']:,} (recordcount)"
         return f"step {self.index}: load {n} keys of workload {self.workload}"
 
 
@@ -110,7 +114,7 @@ class RunStep(Step):
     duration_ms: float | None = None
     action: ClassVar[str] = "run"
 
-    def describe(self) -> str:
+    def describe(self, spec: RackSpec | None = None) -> str:
         d = f"for {self.duration_ms:g} ms" if self.duration_ms is not None else "until stopped"
         return f"step {self.index}: run workload {self.workload} {d}"
 
@@ -127,7 +131,7 @@ class SetStep(Step):
     def is_profile_knob(self) -> bool:
         return self.knob not in NODE_KNOBS
 
-    def describe(self) -> str:
+    def describe(self, spec: RackSpec | None = None) -> str:
         what = f"active {self.knob} per compute node" if not self.is_profile_knob else self.knob
         return f"step {self.index}: set {what} = {_show(self.value)}"
 
@@ -139,7 +143,7 @@ class KillStep(Step):
     node: str
     action: ClassVar[str] = "kill"
 
-    def describe(self) -> str:
+    def describe(self, spec: RackSpec | None = None) -> str:
         return f"step {self.index}: kill node {self.node}"
 
 
@@ -150,7 +154,7 @@ class SleepStep(Step):
     duration_ms: float
     action: ClassVar[str] = "sleep"
 
-    def describe(self) -> str:
+    def describe(self, spec: RackSpec | None = None) -> str:
         return f"step {self.index}: sleep {self.duration_ms:g} ms"
 
 
@@ -190,7 +194,7 @@ class Scenario:
 
     def describe(self) -> list[str]:
         """Human lines for the dashboard and the event log: the rack, then one line per step."""
-        return self.spec.describe() + [s.describe() for s in self.steps]
+        return self.spec.describe() + [s.describe(self.spec) for s in self.steps]
 
 
 def default_steps(spec: RackSpec) -> tuple:

@@ -255,6 +255,8 @@ class WorkloadSpec:
             return CoreWorkload.preset(self.preset, props, where)
         except WorkloadError as e:
             msg = str(e)
+            # workloads.ycsb labels the layer of overrides "overrides"; here they are this table's keys.
+            msg = msg[len("overrides: "):] if msg.startswith("overrides: ") else msg
             raise SpecError(msg if where in msg else f"{where}: {msg}") from None
 
     def properties(self) -> dict[str, str]:

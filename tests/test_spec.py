@@ -547,6 +547,27 @@ def test_build_turns_workload_errors_into_one_line_spec_errors(monkeypatch):
     assert str(e.value) == "r.toml: workloads.hot: requestdistribution = 'nonsense': not a distribution; second line"
 
 
+def test_build_names_the_table_instead_of_the_overrides_layer(monkeypatch):
+    _fake_workloads(monkeypatch)
+    import workloads.properties as props
+    import workloads.ycsb as ycsb
+
+    def preset(name, overrides, source):
+        raise props.WorkloadError("overrides: property 'recordcount' = '-5': must be >= 1")
+    monkeypatch.setattr(ycsb.CoreWorkload, "preset", staticmethod(preset))
+    w = WorkloadSpec(name="default", preset="a", file=None, overrides={"recordcount": -5}, source="r.toml")
+    with pytest.raises(SpecError, match=r"^r\.toml: workload: property 'recordcount' = '-5': must be >= 1$"):
+        w.build()
+
+
+def test_overrides_reach_ycsb_as_property_strings():
+    w = WorkloadSpec(name="x", preset="a", file=None,
+                     overrides={"readallfields": True, "zipfianconstant": 0.99, "recordcount": 10,
+                                "hotspotdatafraction": 1.0, "requestdistribution": "uniform"})
+    assert w.properties() == {"readallfields": "true", "zipfianconstant": "0.99", "recordcount": "10",
+                              "hotspotdatafraction": "1", "requestdistribution": "uniform"}
+
+
 def test_scenario_validation_builds_every_workload(tmp_path, monkeypatch):
     calls = _fake_workloads(monkeypatch)
     spec_of(tmp_path, '[workloads.hot]\npreset = "c"\n')
