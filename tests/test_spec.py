@@ -549,8 +549,7 @@ def test_build_turns_workload_errors_into_one_line_spec_errors(monkeypatch):
 
 def test_build_names_the_table_instead_of_the_overrides_layer(monkeypatch):
     _fake_workloads(monkeypatch)
-    import workloads.properties as props
-    import workloads.ycsb as ycsb
+    props, ycsb = sys.modules["workloads.properties"], sys.modules["workloads.ycsb"]  # the stand-ins
 
     def preset(name, overrides, source):
         raise props.WorkloadError("overrides: property 'recordcount' = '-5': must be >= 1")
