@@ -30,7 +30,7 @@ Why log-linear: a constant relative error over ten decades in 305 buckets (2.4 K
 step), one shift-and-add to find the bucket, and histograms that merge by addition.
 
 Each slot holds ``max_steps`` step records (counters + one histogram per op kind), so the results
-can report every scenario step separately. Memory: ~15 KiB per step and kind set, ~0.95 MiB per
+can report every scenario step separately. Memory: ~14.5 KiB per step, ~0.9 MiB per
 slot at the default 64 steps; tmpfs only backs pages that are touched, so unused steps are free.
 
 The event log is a ring of ``EVENT_CAPACITY`` fixed-size entries shared by all processes: a
