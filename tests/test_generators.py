@@ -6,7 +6,6 @@ whole file to run in about a second once numba's cache is warm."""
 from __future__ import annotations
 
 import ast
-import math
 import pathlib
 
 import numpy as np

@@ -18,7 +18,7 @@ stream is a pure function of its seed and id, and streams of different ids are i
 Why kernels over "kind + parameter arrays" rather than jitclasses: a generator is a small integer
 ``kind`` plus an int64 and a float64 parameter array (zipfian parameters change when the item
 count grows, so they live in an array the kernel updates in place). One dispatch function,
-``_draw``, serves every kind, so the YCSB operation-stream kernel (``stream_batch``, also here, so
+``draw``, serves every kind, so the YCSB operation-stream kernel (``stream_batch``, also here, so
 numba's per-file cache never pairs it with a stale copy of the generators) chooses keys and scan
 lengths in one compiled loop: generation must never be what limits an emulated rack. Arrays are
 always passed as arguments, never captured as globals, so cached compilations stay valid.
@@ -221,7 +221,7 @@ def zeta_em(n, theta):
 @njit(cache=True)
 def zeta_grow(st, n, theta, initial):
     """zeta over n items from zeta over st items: incremental like YCSB when the step is small."""
-    if n - st <= 1 << 22:
+    if n - st <= ZETA_EXACT_MAX:
         return zeta_sum(st, n, theta, initial)
     return zeta_em(n, theta)
 

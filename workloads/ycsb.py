@@ -409,6 +409,9 @@ class CoreWorkload:
     def __repr__(self) -> str:
         return f"<CoreWorkload {self.describe()}>"
 
+    # Open-loop clients: one exponential gap (ns) at ``rate_per_s`` from an ``rng_state``.
+    interarrival_ns = staticmethod(interarrival_ns)
+
     # -- keys and values -------------------------------------------------------------------------
     def key_id(self, keynum: int) -> int:
         """The key id of record number ``keynum`` (YCSB's buildKeyName without the "user")."""
