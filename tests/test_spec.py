@@ -20,7 +20,7 @@ import cluster.spec as spec_mod
 import nodes.systems as systems
 from cluster.spec import (
     DATA_SHAPE_KEYS, DEFAULT_SOURCE, MANAGER_MEMORY_BYTES, NodeDecl, RackSpec, SpecError, WorkloadSpec,
-    apply_overrides, default_spec, parse_override, read_toml, spec_from_dict,
+    apply_overrides, default_spec, parse_override, read_toml,
 )
 from cluster.scenario import load_scenario, parse_scenario
 from cluster.units import format_size, parse_size
