@@ -28,17 +28,22 @@ import time
 import traceback
 
 from cluster.control import F_DONE
+from cluster.stats import STATE_DONE, STATE_FAILED, STATE_LOADING, STATE_RUNNING
 from nodes.nicgauge import NicGauge
 from nodes.runtime.env import INF
 
 HEARTBEAT_S = 0.05
 EXIT_FAILED = 3
 _PR_SET_PDEATHSIG = 1
+_PR_SET_NAME = 15
 
 
-def _die_with_parent(parent_pid: int) -> None:
+def _die_with_parent(parent_pid: int, name: str) -> None:
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        # ps/top/psutil show "dmrack-cn1" instead of a row of identical pythons
+        libc.prctl(_PR_SET_NAME, f"dmrack-{name}"[:15].encode(), 0, 0, 0)
     except (OSError, AttributeError):
         pass                                   # not Linux: the supervisor's finally still reaps us
     if os.getppid() != parent_pid:             # the parent died before prctl took effect
@@ -68,10 +73,10 @@ class _Heartbeat(threading.Thread):
 
 def node_main(state, slot: int, parent_pid: int, run_dir: str) -> None:
     """Entry point of a forked node process (``multiprocessing`` target)."""
-    _die_with_parent(parent_pid)
+    decl = state.compiled.nodes[slot]
+    _die_with_parent(parent_pid, decl.name)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    decl = state.compiled.nodes[slot]
     writer = state.plane.writer(slot)
     try:
         writer.begin(os.getpid())
@@ -87,7 +92,7 @@ def node_main(state, slot: int, parent_pid: int, run_dir: str) -> None:
             f.write(traceback.format_exc())
         try:
             state.plane.log(0, "fault", decl.name, f"{decl.name} failed: {type(e).__name__}: {e}"[:200])
-            writer.finish(writer.FAILED)
+            writer.finish(STATE_FAILED)
         except Exception:  # noqa: BLE001 - the stats plane itself may be what broke
             pass
         os._exit(EXIT_FAILED)
@@ -120,7 +125,7 @@ def _compute(state, slot: int, name: str, writer) -> None:
         hb.join()
     node.stop()
     hb.beat()
-    writer.finish(writer.DONE)
+    writer.finish(STATE_DONE)
 
 
 def _manager(state, name: str, writer) -> None:
@@ -160,7 +165,7 @@ def _manager(state, name: str, writer) -> None:
     if mgr.step >= len(c.plan):
         control.set(F_DONE, 1)               # tells the supervisor the scenario is over
     hb.beat()
-    writer.finish(writer.DONE)
+    writer.finish(STATE_DONE)
 
 
 def _passive(state, name: str, writer) -> None:
@@ -181,7 +186,7 @@ def _passive(state, name: str, writer) -> None:
         hb.beat()
         time.sleep(HEARTBEAT_S)
     hb.beat()
-    writer.finish(writer.DONE)
+    writer.finish(STATE_DONE)
 
 
 def _alive(pid: int) -> bool:

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 
 from cluster.control import F_DONE, F_LOADED, F_STEP, F_STEP_VSTART, ControlBlock, SharedInsertSequence
-from cluster.stats import ProcInfo, StatsPlane
+from cluster.stats import STATE_DONE, ProcInfo, StatsPlane
 from nodes.compute import ComputeNode, PlanStep
 from nodes.manager import ColocatedLink, Manager, MSG_START
 from nodes.runtime.env import Environment
@@ -78,12 +78,12 @@ def compile_scenario(scenario) -> CompiledRack:
         if action in ("load", "run"):
             wname = wname or "default"
             if wname not in workloads:
-                raise RackError(f"{scenario.source}: step {i + 1} uses workload {wname!r}, which is not defined")
+                raise RackError(f"{scenario.source}: step {st.index} uses workload {wname!r}, which is not defined")
         wl = workloads.get(wname) if wname else None
-        if action == "run" and wl is not None and wl.proportions_scan > 0 and not system.supports_scan:
-            raise RackError(f"{scenario.source}: step {i + 1}: workload {wname!r} has scans "
+        if action == "run" and wl is not None and wl.proportions.scan > 0 and not system.supports_scan:
+            raise RackError(f"{scenario.source}: step {st.index}: workload {wname!r} has scans "
                             f"(scanproportion > 0) but system {system.name!r} offers no scan")
-        duration_ms = getattr(st, "duration_ms", 0) or 0
+        duration_ms = getattr(st, "duration_ms", None) or 0
         count = getattr(st, "count", None)
         if action == "load" and not count:
             count = wl.recordcount
@@ -93,7 +93,7 @@ def compile_scenario(scenario) -> CompiledRack:
                              knob=getattr(st, "knob", None), value=getattr(st, "value", 0.0) or 0.0,
                              node=getattr(st, "node", None)))
     loaded = sum(s.count for s in plan if s.action == "load")
-    inserts = max((w.operationcount * w.proportions_insert for w in workloads.values()), default=0)
+    inserts = max((w.expected_new_keys for w in workloads.values()), default=0)
     capacity = int(max(loaded, max((w.recordcount for w in workloads.values()), default=0)) + inserts) + 1024
     nodes = list(spec.nodes())
     compute = [n.name for n in nodes if n.role == "compute"]
@@ -138,7 +138,7 @@ class RackState:
                                    prefix=prefix)
             parts.append(fabric)
             plane = StatsPlane.create([ProcInfo(n.name, n.role) for n in compiled.nodes], prefix=prefix,
-                                      max_steps=max(len(compiled.plan), 1))
+                                      max_steps=len(compiled.plan) + 1)
             parts.append(plane)
             control = ControlBlock.create(len(compiled.nodes), prefix=prefix)
             parts.append(control)
@@ -265,7 +265,7 @@ class ColocatedRack:
                 if mgr.step < len(c.plan):
                     node.stop()
                 writer.heartbeat(env.now, env.statistics().events, verbs // max(len(nodes), 1))
-                writer.finish(2)
+                writer.finish(STATE_DONE)
             self.env = env
             self.manager = mgr
             self.nodes = [n for n, _ in nodes]

@@ -262,10 +262,6 @@ def _parse_steps(spec: RackSpec, label: str, raw: Any) -> tuple[tuple, dict]:
         for k in required:
             if k not in t:
                 raise SpecError(f"{label}: {where}: a {action!r} step needs {k}")
-        if killed and spec.on_node_death == "stop":
-            node, at = next(iter(killed.items()))
-            raise SpecError(f"{label}: {where}: step[{at}] kills {node} and rack.on_node_death = \"stop\" ends "
-                            f"the scenario there; set on_node_death = \"continue\" or make the kill the last step")
 
         if action == "load":
             w = _resolve_workload(spec, label, f"{where}.workload", t.get("workload", "default"), added)

@@ -79,6 +79,9 @@ class Supervisor:
         if console is None:
             from rich.console import Console
             console = Console()
+            if not console.is_terminal:
+                # Piped or redirected: lines must not wrap at a guessed 80 columns.
+                console = Console(width=160)
         self.console = console
         self.compiled = compile_scenario(scenario)
         self.state: RackState | None = None
@@ -88,6 +91,7 @@ class Supervisor:
         self.results = None
         self._t0 = time.monotonic()
         self._signal = None
+        self._tracebacks: dict[str, str] = {}
 
     def statistics(self) -> SupervisorStats:
         alive = sum(1 for p in self.procs if p.is_alive())
@@ -153,7 +157,7 @@ class Supervisor:
     # -- watching ----------------------------------------------------------------------------------
     def _open_view(self):
         if self.dashboard_mode is False or self.quiet:
-            return _Silent()
+            return _Silent(self.say)
         from cluster.dashboard import Dashboard
         c = self.compiled
         info = {"rack": c.spec.name, "system": c.system.name, "profile": c.spec.profile_name,
@@ -164,66 +168,74 @@ class Supervisor:
         return view
 
     def _watch(self, view, run_dir: str) -> int:
-        state = self.state
-        c = self.compiled
-        failed = False
-        seen_dead: set[int] = set()
-        last_beat: dict[int, tuple] = {}
+        self._seen_dead: set[int] = set()
+        self._last_beat: dict[int, tuple] = {}
         while True:
             time.sleep(TICK_S)
             view.update(self._phase())
+            fatal = self._check_deaths(view, run_dir) or self._check_hangs()
+            if fatal:
+                self._stop(fatal, view)
+                return 1
             if self._signal:
                 self._stop(f"stopped by {self._signal}", view)
-                break
+                return 0
             if self.duration_s is not None and time.monotonic() - self._t0 >= self.duration_s:
                 self._stop(f"stopped after {self.duration_s:g} s (--duration)", view)
-                break
-            if state.control.get(F_DONE):
+                return 0
+            if self.state.control.get(F_DONE):
+                self._check_deaths(view, run_dir)       # a scripted kill just before the end
                 self._stop("scenario finished", view)
-                break
-            for slot, p in self.procs_by_slot.items():
-                if slot in seen_dead or p.exitcode is None:
-                    continue
-                seen_dead.add(slot)
-                name = c.nodes[slot].name
-                expected = state.control.death_expected(slot)
-                how = describe_exit(p.exitcode)
-                err = os.path.join(run_dir, f"{name}.err")
-                if os.path.exists(err):
-                    with open(err) as f:
-                        lines = [ln for ln in f.read().strip().splitlines() if ln.strip()]
-                    how += f": {lines[-1].strip()}" if lines else ""
-                    self._tracebacks = getattr(self, "_tracebacks", {})
-                    with open(err) as f:
-                        self._tracebacks[name] = f.read()
-                self.deaths.append(NodeDeath(name, how, expected))
-                text = f"{name} {how}" + (" (as the scenario asked)" if expected else "")
-                view.note(text)
-                state.plane.log(0, "fault", name, text)
-                if not expected:
-                    role = c.nodes[slot].role
-                    if role in ("compute", "manager"):
-                        state.clock.mark_gone(c.compute.index(name) if role == "compute" else len(c.compute))
-                    if c.spec.on_node_death != "continue" or role == "manager":
-                        failed = True
-                        self._stop(f"node {name} died ({how})", view)
-                        return 1
-            # A hang: a live node whose heartbeat has not moved for HEARTBEAT_TIMEOUT_S.
-            now = time.monotonic()
-            for slot, p in self.procs_by_slot.items():
-                if p.exitcode is not None:
-                    continue
-                snap = state.plane.read(slot)
-                beat = snap.heartbeat_ns
-                prev = last_beat.get(slot)
-                if prev is None or prev[0] != beat:
-                    last_beat[slot] = (beat, now)
-                elif now - prev[1] > HEARTBEAT_TIMEOUT_S:
-                    name = c.nodes[slot].name
-                    self.deaths.append(NodeDeath(name, "stopped heartbeating", False))
-                    self._stop(f"node {name} hung (no heartbeat for {HEARTBEAT_TIMEOUT_S:g} s)", view)
-                    return 1
-        return 1 if failed else 0
+                return 0
+
+    def _check_deaths(self, view, run_dir: str) -> str | None:
+        """Report every node that exited since the last look; the reason to stop the rack, if any."""
+        c = self.compiled
+        state = self.state
+        for slot, p in self.procs_by_slot.items():
+            if slot in self._seen_dead or p.exitcode is None:
+                continue
+            self._seen_dead.add(slot)
+            if p.exitcode == 0:
+                continue                      # finished its part: the rack quiesced at the scenario's end
+            decl = c.nodes[slot]
+            expected = state.control.death_expected(slot)
+            how = describe_exit(p.exitcode)
+            err = os.path.join(run_dir, f"{decl.name}.err")
+            if os.path.exists(err):
+                with open(err) as f:
+                    tb = f.read()
+                self._tracebacks[decl.name] = tb
+                last = [ln.strip() for ln in tb.strip().splitlines() if ln.strip()]
+                how += f": {last[-1]}" if last else ""
+            self.deaths.append(NodeDeath(decl.name, how, expected))
+            text = f"{decl.name} {how}" + (" (as the scenario asked)" if expected else "")
+            view.note(text)
+            state.plane.log(0, "fault", decl.name, text)
+            if expected:
+                continue
+            if decl.role in ("compute", "manager"):
+                # It holds nobody back any more (its clock would stay put forever).
+                state.clock.mark_gone(c.compute.index(decl.name) if decl.role == "compute" else len(c.compute))
+            if c.spec.on_node_death != "continue" or decl.role == "manager":
+                return f"node {decl.name} died ({how})"
+        return None
+
+    def _check_hangs(self) -> str | None:
+        """A live node whose heartbeat has not moved for HEARTBEAT_TIMEOUT_S is hung."""
+        now = time.monotonic()
+        for slot, p in self.procs_by_slot.items():
+            if p.exitcode is not None:
+                continue
+            beat = self.state.plane.read(slot).heartbeat_mono_ns
+            prev = self._last_beat.get(slot)
+            if prev is None or prev[0] != beat:
+                self._last_beat[slot] = (beat, now)
+            elif now - prev[1] > HEARTBEAT_TIMEOUT_S:
+                name = self.compiled.nodes[slot].name
+                self.deaths.append(NodeDeath(name, "stopped heartbeating", False))
+                return f"node {name} hung (no heartbeat for {HEARTBEAT_TIMEOUT_S:g} s)"
+        return None
 
     def _phase(self) -> str:
         step = self.state.control.get(F_STEP)
@@ -232,7 +244,15 @@ class Supervisor:
             return "starting"
         if step >= len(plan):
             return "finished"
-        return f"step {step + 1}/{len(plan)}: {plan[step].label}"
+        text = f"step {step + 1}/{len(plan)}: {plan[step].label}"
+        if plan[step].action == "load" and plan[step].count:
+            # Loading is long: show how far it got (ops of this step on every compute node).
+            done = 0
+            for snap in self.state.plane.snapshot():
+                rec = snap.step_record(step + 1) if snap.role == "compute" else None
+                done += rec.ops() if rec is not None else 0
+            text += f" ({done:,}/{plan[step].count:,}, {100 * done // plan[step].count}%)"
+        return text
 
     def _stop(self, reason: str, view) -> None:
         self.stop_reason = reason
@@ -271,7 +291,7 @@ class Supervisor:
         self.results = Results.from_plane(self.state.plane, meta)
         if not self.quiet:
             self.console.print(self.results.table())
-            for name, tb in getattr(self, "_tracebacks", {}).items():
+            for name, tb in self._tracebacks.items():
                 if not any(d.node == name and d.expected for d in self.deaths):
                     self.console.print(f"[bold red]{name} failed:[/]\n{tb}", highlight=False, markup=True)
             self.say(f"dmrack: {self.stop_reason}")
@@ -284,13 +304,16 @@ class Supervisor:
 
 
 class _Silent:
-    """The view when the dashboard is off: nothing live, notes still printed."""
+    """The view when the dashboard is off: nothing live, but faults and stops are still said."""
+
+    def __init__(self, say):
+        self.say = say
 
     def update(self, phase: str) -> None:
         pass
 
     def note(self, text: str) -> None:
-        pass
+        self.say(f"dmrack: {text}")
 
     def stop(self) -> None:
         pass

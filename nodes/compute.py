@@ -29,6 +29,7 @@ import numpy as np
 
 from nodes.runtime.env import all_of
 from nodes.systems.api import UnsupportedOperation
+from workloads.keys import key_bytes, value_bytes
 from shm import nic
 from shm.coro import NodeRdma
 from shm.profile import with_overrides
@@ -61,19 +62,6 @@ class ComputeStats(NamedTuple):
     step: int
     ops: int
     unsupported: int
-
-
-def key_bytes(key_id: int, size: int) -> bytes:
-    """A record's key: the 8 little-endian bytes of its (hashed) id, zero-padded to ``size``."""
-    return (key_id & 0xFFFFFFFFFFFFFFFF).to_bytes(8, "little") + bytes(size - 8)
-
-
-def value_bytes(key_id: int, version: int, size: int) -> bytes:
-    """A value that names its key and version (so a checker can tell writes apart)."""
-    head = (key_id & 0xFFFFFFFFFFFFFFFF).to_bytes(8, "little") + (version & 0xFFFFFFFFFFFFFFFF).to_bytes(8, "little")
-    if size <= 16:
-        return head[:size]
-    return head + bytes(size - 16)
 
 
 class ComputeNode:
@@ -119,7 +107,7 @@ class ComputeNode:
         step = self.plan[step_index]
         env = self.env
         self.step_index = step_index
-        self.recorder.step(step_index, env.now, step.label)
+        self.recorder.step(step_index + 1, env.now, step.label)   # stats steps count from 1, as scenario files do
         if step.action == "load":
             done = self._load(step)
         elif step.action == "run":
@@ -220,11 +208,9 @@ class ComputeNode:
 
     def _arrivals(self, stream, rate_per_s: float, end, queue: deque, waiting: list, t: int, step_index: int):
         env = self.env
-        rng = np.random.default_rng((self.seed, self.index, t, step_index))
-        mean_ns = 1e9 / rate_per_s
         while True:
             ops, keys, scans = stream.next_batch(BATCH)
-            gaps = rng.exponential(mean_ns, BATCH)
+            gaps = stream.interarrivals_ns(BATCH, rate_per_s)
             for op, kid, n, gap in zip(ops.tolist(), keys.tolist(), scans.tolist(), gaps.tolist()):
                 yield int(gap) + 1
                 if end is not None and env.now >= end:
@@ -268,7 +254,7 @@ class ComputeNode:
                 self._version += 1
                 ok = yield from client.insert(co, key_bytes(kid, wl.key_size),
                                               value_bytes(kid, self._version, wl.value_size))
-                self.inserts.acknowledge(kid)
+                self.inserts.acknowledge()
             elif op == OP_SCAN:
                 got = yield from client.scan(co, key_bytes(kid, wl.key_size), n)
                 ok = len(got) > 0

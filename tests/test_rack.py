@@ -1,0 +1,271 @@
+"""The rack end to end: co-located runs (deterministic, asserted on virtual-time results) and racks
+of processes under the supervisor (steps, scripted kills, crashes, Ctrl-C, SIGTERM, a killed
+supervisor), each checked for leftover segments and processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from cluster.rack import ColocatedRack, RackError
+from cluster.scenario import scenario_from_dict
+from cluster.supervisor import Supervisor
+from shm.segment import list_segments, owner_pid_of
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def rack_dict(*steps, compute=1, threads=2, coroutines=2, records=400, on_death="stop", preset="a", **extra):
+    d = {
+        "rack": {"name": "t", "profile": "cx6-200g", "seed": 3, "on_node_death": on_death},
+        "compute": {"count": compute, "threads": threads, "coroutines": coroutines, "memory": "8MiB"},
+        "memory": {"count": 2, "memory": "32MiB"},
+        "system": {"name": "race"},
+        "workload": {"preset": preset, "recordcount": records, "keysize": 8, "valuesize": 8},
+    }
+    d.update(extra)
+    if steps:
+        d["step"] = list(steps)
+    return d
+
+
+def scenario(*steps, **kw):
+    return scenario_from_dict(rack_dict(*steps, **kw), source="test.toml")
+
+
+LOAD = {"action": "load"}
+
+
+def run(ms, workload=None):
+    s = {"action": "run", "duration_ms": ms}
+    if workload:
+        s["workload"] = workload
+    return s
+
+
+def by_step(res):
+    return {s.index: s for s in res.steps}
+
+
+def kinds(step):
+    return {k.kind: k for k in step.kinds}
+
+
+# -- co-located -------------------------------------------------------------------------------------
+
+def test_colocated_runs_every_step_and_loads_every_record():
+    res = ColocatedRack(scenario(LOAD, run(0.2))).run()
+    steps = by_step(res)
+    assert steps[1].ops == 400 and steps[1].failures == 0          # every insert succeeded
+    assert set(kinds(steps[1])) == {"all", "insert"}
+    assert steps[2].ops > 0 and set(kinds(steps[2])) == {"all", "read", "update"}
+    assert kinds(steps[2])["read"].failures == 0                     # every key read is found
+
+
+def test_colocated_is_deterministic_for_a_seed():
+    def figures():
+        res = ColocatedRack(scenario(LOAD, run(0.2))).run()
+        return [(s.index, s.ops, s.vend_ns, tuple((k.kind, k.ops, k.p50_us, k.p99_us) for k in s.kinds))
+                for s in res.steps]
+    assert figures() == figures()
+
+
+def test_colocated_workload_switch_changes_the_mix():
+    res = ColocatedRack(scenario(LOAD, run(0.1), run(0.1, "c"))).run()
+    s = by_step(res)
+    assert "update" in kinds(s[2])
+    assert set(kinds(s[3])) == {"all", "read"}                       # YCSB-C: reads only
+
+
+def test_colocated_threads_knob_scales_throughput():
+    res = ColocatedRack(scenario(LOAD, {"action": "set", "knob": "threads", "value": 1}, run(0.2),
+                                 {"action": "set", "knob": "threads", "value": 4}, run(0.2),
+                                 threads=4, preset="c")).run()
+    s = by_step(res)
+    assert s[5].ops > 2 * s[3].ops
+
+
+def test_colocated_profile_knob_changes_latency():
+    res = ColocatedRack(scenario(LOAD, run(0.1, "c"), {"action": "set", "knob": "link.one_way_ns", "value": 3000},
+                                 run(0.1, "c"))).run()
+    s = by_step(res)
+    # a lookup is two round trips in sequence: +2.4 us each way twice, at least +8 us in all
+    assert kinds(s[4])["read"].p50_us > kinds(s[2])["read"].p50_us + 8
+
+
+def test_colocated_open_loop_meets_its_target_rate():
+    d = rack_dict(LOAD, run(1.0), threads=2, coroutines=4, preset="c")
+    d["workload"]["target"] = 200_000                                 # ops per virtual second, rack-wide
+    res = ColocatedRack(scenario_from_dict(d, source="open.toml")).run()
+    step = by_step(res)[2]
+    assert 150 <= step.ops <= 250                                    # 200 expected in 1 ms
+
+
+def test_colocated_refuses_kill_and_endless_steps():
+    with pytest.raises(RackError, match="kill"):
+        ColocatedRack(scenario(LOAD, run(0.1), {"action": "kill", "node": "cn0"}, run(0.1), compute=2,
+                               on_death="continue"))
+    with pytest.raises(RackError, match="until stopped"):
+        ColocatedRack(scenario(LOAD, {"action": "run"})).run()
+
+
+def test_scan_workload_on_a_hash_table_is_refused_up_front():
+    with pytest.raises(RackError, match="scan"):
+        ColocatedRack(scenario(LOAD, run(0.1, "e")))
+
+
+# -- a rack of processes ----------------------------------------------------------------------------
+
+def _children():
+    return [p for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
+
+
+def test_process_rack_runs_a_scenario_and_leaves_nothing(tmp_path):
+    out = tmp_path / "r.json"
+    sup = Supervisor(scenario(LOAD, run(0.2), run(0.2, "c"), compute=2), quiet=True, json_path=str(out),
+                     csv_path=str(tmp_path / "r.csv"))
+    assert sup.run() == 0
+    assert sup.stop_reason == "scenario finished"
+    doc = json.loads(out.read_text())
+    assert doc["meta"]["mode"] == "processes"
+    s = by_step(sup.results)
+    assert s[1].ops == 400 and s[1].failures == 0
+    assert {n.node for n in s[2].nodes} >= {"cn0", "cn1"} and all(n.ops > 0 for n in s[2].nodes if n.role == "compute")
+    assert set(kinds(s[3])) == {"all", "read"}
+    assert (tmp_path / "r.csv").read_text().startswith("step,")
+    assert not _children()
+
+
+def test_process_rack_scripted_kill_carries_on():
+    sup = Supervisor(scenario(LOAD, run(0.1), {"action": "kill", "node": "cn1"}, run(0.1), compute=2,
+                              on_death="continue"), quiet=True)
+    assert sup.run() == 0
+    assert [(d.node, d.expected) for d in sup.deaths] == [("cn1", True)]
+    last = by_step(sup.results)[4]
+    assert [n.node for n in last.nodes if n.ops] == ["cn0"]           # only the survivor ran step 4
+    assert not _children()
+
+
+# -- the CLI as a user runs it (subprocesses: signals go to the supervisor) ---------------------------
+
+def _dmrack(*args, **kw):
+    return subprocess.Popen([sys.executable, "-m", "cluster.cli", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kw)
+
+
+def _wait_for_nodes(proc, n, timeout=60.0):
+    """Wait until the supervisor has ``n`` live node processes, then give them a moment to run."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        assert proc.poll() is None, proc.communicate()
+        kids = psutil.Process(proc.pid).children()
+        if len(kids) >= n:
+            time.sleep(1.0)
+            return kids
+        time.sleep(0.05)
+    raise AssertionError("the rack did not start")
+
+
+def _leftovers(pid):
+    return [s for s in list_segments() if owner_pid_of(s) == pid]
+
+
+def _no_survivors(kids):
+    gone, alive = psutil.wait_procs(kids, timeout=10)
+    assert not alive, f"orphans: {alive}"
+
+
+@pytest.fixture
+def endless(tmp_path):
+    path = tmp_path / "endless.toml"
+    path.write_text("""
+[rack]
+name = "endless"
+[compute]
+count = 2
+threads = 2
+coroutines = 2
+memory = "8MiB"
+[memory]
+count = 2
+memory = "32MiB"
+[workload]
+preset = "a"
+recordcount = 300
+[[step]]
+action = "load"
+[[step]]
+action = "run"
+""")
+    return str(path)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_cli_stops_cleanly_on_ctrl_c_and_sigterm(endless, tmp_path, sig):
+    out = tmp_path / "res.json"
+    proc = _dmrack("run", endless, "--no-dashboard", "--json", str(out))
+    kids = _wait_for_nodes(proc, 5)
+    proc.send_signal(sig)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0, stderr
+    assert f"stopped by {signal.Signals(sig).name}" in stdout
+    assert json.loads(out.read_text())["meta"]["stop_reason"].startswith("stopped by")
+    _no_survivors(kids)
+    assert not _leftovers(proc.pid)
+
+
+def test_cli_reports_a_node_that_dies(endless):
+    proc = _dmrack("run", endless, "--no-dashboard")
+    kids = _wait_for_nodes(proc, 5)
+    victim = next(k for k in kids if k.name() == "dmrack-cn1")
+    os.kill(victim.pid, signal.SIGKILL)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    assert "killed by signal 9 (SIGKILL)" in stdout
+    _no_survivors(kids)
+    assert not _leftovers(proc.pid)
+
+
+def test_killed_supervisor_takes_its_nodes_along_and_clean_reclaims(endless):
+    proc = _dmrack("run", endless, "--no-dashboard")
+    kids = _wait_for_nodes(proc, 5)
+    assert _leftovers(proc.pid)
+    proc.kill()
+    proc.communicate(timeout=30)
+    _no_survivors(kids)                              # PR_SET_PDEATHSIG: nobody outlives the supervisor
+    clean = subprocess.run([sys.executable, "-m", "cluster.cli", "clean"], cwd=ROOT, capture_output=True,
+                           text=True, timeout=60)
+    assert clean.returncode == 0
+    assert not _leftovers(proc.pid)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["run", "no-such-file.toml"], "no such scenario file"),
+    (["run", "examples/minimal.toml", "--set", "compute.threads=0"], "compute.threads"),
+    (["run", "examples/minimal.toml", "--set", "system.name=nosuch"], "unknown system"),
+    (["run", "examples/minimal.toml", "--set", "rack.profile=nosuch"], "nosuch"),
+    (["up", "--duration", "-1"], "--duration"),
+    (["up", "--out", "/no/such/dir"], "/no/such/dir"),
+    (["bench", "ycsb", "--system", "nosuch"], "unknown system"),
+])
+def test_cli_bad_input_is_one_line_and_exit_2(args, message):
+    proc = _dmrack(*args)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 2, (stdout, stderr)
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], stderr
+    assert not _leftovers(proc.pid)
+
+
+def test_cli_systems_lists_race():
+    r = subprocess.run([sys.executable, "-m", "cluster.cli", "systems", "--json"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0
+    assert "race" in [s["name"] for s in json.loads(r.stdout)]
