@@ -19,8 +19,6 @@ which is what keeps readers safe without epochs; reuse comes with FUSEE/Aceso-st
 from __future__ import annotations
 
 from nodes.systems.api import SystemError_
-from shm.fabric import gaddr
-
 from .layout import MAX_OFFSET, UNIT
 
 ALLOC_SERVER_NS = 1000        # the memory node's allocator (find, register, answer): an assumption
@@ -88,9 +86,8 @@ class ChunkAllocator:
             self._refill = None
             ev.succeed()
 
-    def free(self, node: int, offset: int, units: int) -> None:
-        """Blocks are not reused yet: count only."""
+    def free(self, word: int) -> None:
+        """Give back the block a slot word points to (replaced, deleted or never published). Blocks
+        are not reused yet: this only counts them (reuse needs readers to tolerate a recycled block:
+        checksums plus a version or epoch, as FUSEE/Aceso do)."""
         self.freed += 1
-
-    def block_gaddr(self, node: int, offset: int) -> int:
-        return gaddr(node, offset)

@@ -63,7 +63,8 @@ class RaceStats(NamedTuple):
     fp_false_positives: int    # ... that held another key
     torn_blocks: int           # KV blocks that failed their checksum (re-read; 0 unless a bug)
     chunks: int                # chunk-allocation RPCs
-    blocks_written: int        # KV blocks allocated (never reused)
+    blocks_written: int        # KV blocks allocated
+    blocks_freed: int          # ... replaced, deleted or never published (not reused yet)
 
 
 class RaceClient(KVClient):
@@ -103,7 +104,7 @@ class RaceClient(KVClient):
         a = self.alloc
         return RaceStats(self.gets, self.inserts, self.updates, self.deletes, self.cas_retries,
                          self.insert_conflicts, self.dir_refreshes, self.blocks_read, self.fp_false_positives,
-                         self.torn_blocks, a.chunks, a.blocks)
+                         self.torn_blocks, a.chunks, a.blocks, a.freed)
 
     # -- pieces ------------------------------------------------------------------------------
     def hash_ns(self, key_len: int) -> int:
@@ -272,13 +273,13 @@ class RaceClient(KVClient):
         for attempt in range(RETRY_LIMIT):
             found = yield from self.find(co, key, h)
             if found is None:
-                self.alloc.free(0, 0, 0)          # our block was never published
+                self.alloc.free(new)              # our block was never published
                 return False
             slot, old = found[0], found[1]
             c = co.cas(slot, old, new)
             yield co.sync()
             if c.value == old:
-                self.alloc.free(0, 0, 0)          # the old block (not reused yet)
+                self.alloc.free(old)              # the replaced block (not reused yet)
                 return True
             self.cas_retries += 1
             yield from self.cas_failed(co, attempt)
@@ -298,7 +299,7 @@ class RaceClient(KVClient):
             c = co.cas(slot, old, 0)
             yield co.sync()
             if c.value == old:
-                self.alloc.free(0, 0, 0)
+                self.alloc.free(old)
                 return True
             self.cas_retries += 1
             yield from self.cas_failed(co, attempt)
@@ -322,7 +323,8 @@ class RaceClient(KVClient):
             others, _mine, free = yield from self.scan_key(co, key, h, known, mine_c)
             if others:
                 if any(not (w & TENTATIVE) for _, w in others):
-                    return False                  # committed: the key exists
+                    self.alloc.free(mine_c)       # committed: the key exists
+                    return False
                 self.insert_conflicts += 1        # another insert is deciding: let it
                 yield self.backoff(waits)
                 waits += 1
@@ -336,6 +338,8 @@ class RaceClient(KVClient):
                 continue
             outcome = yield from self._settle(co, key, h, known, mine_c, mine_t, free)
             if outcome is not None:
+                if not outcome:
+                    self.alloc.free(mine_c)
                 return outcome
             self.insert_conflicts += 1            # our tentative copy was aborted: start over
             yield self.backoff(waits)
