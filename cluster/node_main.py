@@ -81,6 +81,7 @@ def node_main(state, slot: int, parent_pid: int, run_dir: str) -> None:
     try:
         writer.begin(os.getpid())
         state.control.set_pid(slot, os.getpid())
+        writer.set_state(STATE_RUNNING)
         if decl.role == "compute":
             _compute(state, slot, decl.name, writer)
         elif decl.role == "manager":

@@ -36,6 +36,7 @@ from shm.profile import with_overrides
 
 # YCSB op codes (workloads.ycsb) and the stats plane's kinds agree on 0..4; delete is 5.
 OP_READ, OP_UPDATE, OP_INSERT, OP_SCAN, OP_RMW, OP_DELETE = range(6)
+STATE_LOADING, STATE_RUNNING = 2, 3  # the stats plane's node states (cluster.stats): nodes do not import cluster
 BATCH = 64                      # operations drawn from a stream at a time, per coroutine
 
 
@@ -108,6 +109,8 @@ class ComputeNode:
         env = self.env
         self.step_index = step_index
         self.recorder.step(step_index + 1, env.now, step.label)   # stats steps count from 1, as scenario files do
+        if step.action in ("load", "run"):
+            self.recorder.set_state(STATE_LOADING if step.action == "load" else STATE_RUNNING)
         if step.action == "load":
             done = self._load(step)
         elif step.action == "run":

@@ -261,7 +261,6 @@ BAD_STEPS = [
     ('[[step]]\naction = "kill"\nnode = "mgr"\n', ['step[1].node = "mgr"', "manager"]),
     ('[rack]\non_node_death = "continue"\n[[step]]\naction = "kill"\nnode = "cn1"\n'
      '[[step]]\naction = "kill"\nnode = "cn1"\n', ['step[2].node = "cn1"', "already killed by step[1]"]),
-    ('[[step]]\naction = "kill"\nnode = "cn1"\n' + STEP, ["step[2]", "on_node_death = \"stop\"", "step[1] kills cn1"]),
     ('[[step]]\naction = "set"\nknob = "link.gbs"\nvalue = 1\n', ['step[1].knob = "link.gbs"', "unknown knob",
                                                                   "did you mean link.gbps"]),
     ('[[step]]\naction = "set"\nknob = "name"\nvalue = 1\n', ['step[1].knob = "name"', "unknown knob"]),

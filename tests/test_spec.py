@@ -108,7 +108,7 @@ def test_default_spec_values():
     assert list(s.workloads) == ["default"]
     w = s.workload
     assert w.preset == "a" and w.file is None
-    assert w.overrides == {"recordcount": 100_000, "keysize": 8, "valuesize": 8, "zipfianconstant": 0.99}
+    assert w.overrides == {"recordcount": 10_000, "keysize": 8, "valuesize": 8, "zipfianconstant": 0.99}
     assert s.run.duration_ms is None and s.run.load is True
     assert s.warnings == ()
 

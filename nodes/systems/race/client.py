@@ -12,7 +12,7 @@ get        READ 2 combined buckets | READ the KV block                       3
 get (miss) READ 2 combined buckets                                           2
 update     WRITE block + READ 2 c.b. | READ KV block | CAS slot              5
 delete     READ 2 c.b. | READ KV block | CAS slot -> 0                       4
-insert     WRITE block + READ 2 c.b. | CAS 0 -> tentative | READ 2 c.b. |    6
+insert     WRITE block + READ 2 c.b. | CAS 0 -> tentative | READ 2 c.b. |    7
            CAS tentative -> committed
 =========  ================================================================  ======
 
