@@ -50,11 +50,15 @@ def _run_scenario(scenario, args) -> int:
     if args.duration is not None and args.duration <= 0:
         raise ValueError(f"--duration must be a positive number of seconds, got {args.duration:g}")
     if args.colocated:
-        from rich.console import Console
         from cluster.rack import ColocatedRack
+        console = _console()
         rack = ColocatedRack(scenario)
-        res = rack.run()
-        Console().print(res.table())
+        if not rack.compiled.finite:
+            raise ValueError("--colocated needs a scenario whose steps all end (a run step without "
+                             "duration_ms runs until stopped)")
+        with console.status(f"running {len(rack.compiled.plan)} steps co-located (one process, deterministic)"):
+            res = rack.run()
+        console.print(res.table())
         if json_path:
             res.to_json(json_path)
         if csv_path:
@@ -64,6 +68,12 @@ def _run_scenario(scenario, args) -> int:
     sup = Supervisor(scenario, duration_s=args.duration, dashboard=False if args.no_dashboard else None,
                      json_path=json_path, csv_path=csv_path)
     return sup.run()
+
+
+def _console():
+    from rich.console import Console
+    console = Console()
+    return console if console.is_terminal else Console(width=160)   # piped: do not wrap at 80
 
 
 def _cmd_up(args) -> int:
