@@ -122,8 +122,9 @@ class RaceClient(KVClient):
         return nb, off_a, off_b, flags, d.expected[i], ha, hb
 
     def scan_probe(self, h: int, pr) -> int:
-        """Run :func:`bucket.scan` on a probe whose READs completed (charges the scan's CPU)."""
-        self.thread.cpu(self._scan_ns)
+        """Run :func:`bucket.scan` on a probe whose READs completed (charges the scan's CPU: two or
+        four bucket lines)."""
+        self.thread.cpu(self._scan_ns if pr[3] & SAME != SAME else self._scan_ns >> 1)
         return scan(self._buf64, pr[5]._off >> 3, pr[6]._off >> 3, pr[3], h >> FP_SHIFT, pr[4], self._out)
 
     def refresh_directory(self, co):

@@ -9,8 +9,6 @@ subtable. The machinery is complete so splits can be added without touching the 
 
 from __future__ import annotations
 
-from shm.fabric import gaddr
-
 from .layout import DIR_HEADER_WORDS, WORD, pack_header, unpack_dir_entry
 
 READ_PIECE = 4096     # the directory is fetched in READs of at most this many bytes, in one post
@@ -79,7 +77,3 @@ class DirectoryCache:
 def directory_words(global_depth: int, groups: int, entries: list[int]) -> list[int]:
     """The words of a directory as stored remotely."""
     return [global_depth, groups, *entries]
-
-
-def directory_gaddr(node: int, offset: int) -> int:
-    return gaddr(node, offset)
