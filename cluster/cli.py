@@ -113,7 +113,7 @@ def _cmd_systems(args) -> int:
         table.add_row(r["name"], ", ".join(r["roles"]), "yes" if r["scan"] else "no",
                       "\n".join(f"{k} ({v['default']})" for k, v in r["options"].items()),
                       r["description"] + (f"\n[dim]{r['paper']}[/]" if r["paper"] else ""))
-    Console().print(table)
+    _console().print(table)
     return 0
 
 
@@ -135,7 +135,7 @@ def _cmd_profiles(args) -> int:
         table.add_row(name, f"{p.link.gbps:g} Gb/s", f"{p.link.one_way_ns} ns", f"{p.pcie.gbps:g} Gb/s",
                       f"{p.doorbell.low_latency}+{p.doorbell.medium_latency}", str(p.wqe_cache.capacity),
                       p.description)
-    Console().print(table)
+    _console().print(table)
     return 0
 
 

@@ -91,12 +91,13 @@ class KVClient:
         yield  # pragma: no cover
 
     def put(self, co, key: bytes, value: bytes) -> Generator[Any, Any, None]:
-        """Insert or update."""
-        ok = yield from self.update(co, key, value)
-        if not ok:
-            ok = yield from self.insert(co, key, value)
-            if not ok:      # inserted concurrently by someone else: ours is the later write
-                yield from self.update(co, key, value)
+        """Insert or update. Concurrent inserts and deletes of the same key can make each attempt
+        miss (update: missing; insert: exists), so it alternates until one of them takes effect."""
+        while True:
+            if (yield from self.update(co, key, value)):
+                return
+            if (yield from self.insert(co, key, value)):
+                return
 
     def delete(self, co, key: bytes) -> Generator[Any, Any, bool]:
         """Remove a key; False if it was missing."""
@@ -141,5 +142,7 @@ class System:
 
     @classmethod
     def client(cls, fabric, layout: dict, thread, options: dict) -> KVClient:
+        # ``options`` come from a rack spec already checked and filled by check_options; a system
+        # used directly from Python may call check_options itself.
         """A client for one modelled thread (``shm.coro.RdmaThread``) of a compute node."""
         raise NotImplementedError
