@@ -117,6 +117,10 @@ class Supervisor:
                      f"{len(self.compiled.nodes)} nodes, system {self.compiled.system.name}")
             self.state = RackState.create(self.compiled, processes=True)
             warm_up(self.compiled)
+            if self._signal:                  # Ctrl-C while building: nothing to stop yet
+                self.stop_reason = f"stopped by {self._signal} before the nodes started"
+                self.say(f"dmrack: {self.stop_reason}")
+                return 0
             self._spawn(run_dir)
             view = self._open_view()
             status = self._watch(view, run_dir)
