@@ -23,12 +23,16 @@ effect per work request and one wake-up per batch, which is what makes the emula
 
 from __future__ import annotations
 
+from heapq import heappush
+from struct import Struct
 from typing import NamedTuple
 
 import numpy as np
 
 from shm import nic
-from shm.fabric import REGION_HOST, format_gaddr, gaddr, gaddr_node, gaddr_offset, gaddr_region
+from shm.fabric import (
+    MAX_NODES, OFFSET_BITS, REGION_BITS, REGION_HOST, format_gaddr, gaddr, gaddr_node, gaddr_offset, gaddr_region,
+)
 from shm.verbs import (
     IBV_WC_SUCCESS, IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_MASKED_ATOMIC_CMP_AND_SWP,
     IBV_WR_MASKED_ATOMIC_FETCH_AND_ADD, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE, CQ, PD, QP, Context, MR,
@@ -37,6 +41,16 @@ from shm.verbs import (
 
 POLICIES = ("shared_qp", "multiplexed_qp", "per_thread_qp", "per_thread_doorbell")
 
+# gaddr fields, inlined on the hot path (the same arithmetic as gaddr_node/region/offset)
+_NODE_SHIFT = REGION_BITS + OFFSET_BITS
+_NODE_MASK = MAX_NODES - 1
+_REGION_MASK = (1 << REGION_BITS) - 1
+_OFFSET_MASK = (1 << OFFSET_BITS) - 1
+
+# A batch for the NIC model is one int64 row per work request: model opcode, length, offset,
+# region, inline flag (always 0 here), then the model's two outputs (effect ns, completion ns).
+_WR_COLS = 8
+_PACK_WR = Struct("<4q").pack_into
 
 
 class RemoteAccessError(RuntimeError):
@@ -147,7 +161,9 @@ class RdmaThread:
         self.mr = MR(PD(ctx), owner.buffer_bytes)
         self.buf = self.mr.buf
         self._buf_pos = 0
+        self._buf_cap = owner.buffer_bytes
         self._rkeys: dict[tuple[int, int], int] = {}
+        self._batches: dict[int, tuple] = {}   # batch size -> the model's arrays (see _batch_arrays)
         self.posts = self.verbs = self.errors = 0
 
     def statistics(self) -> ThreadStats:
@@ -182,30 +198,57 @@ class RdmaThread:
     def cpu(self, ns: int) -> None:
         """Charge ``ns`` of this thread's core to the running coroutine."""
         env = self.env
-        actor = env.active_process
-        start = max(env.now + actor._debt, self.cpu_free)
+        now = env.now
+        debt = env.active_process._debt
+        start = now + debt
+        if start < self.cpu_free:
+            start = self.cpu_free
         self.cpu_free = start + ns
-        env.charge(self.cpu_free - env.now - actor._debt)
+        env.charge(start + ns - now - debt)
+
+    def _batch_arrays(self, n: int) -> tuple:
+        """The NIC model's arrays for a batch of ``n`` work requests, allocated once per size:
+        ``(rows, ops, lens, addrs, regions, inline, out)``, the last six being column views of
+        ``rows`` (one row per work request, filled with one ``_PACK_WR`` call)."""
+        arrays = self._batches.get(n)
+        if arrays is None:
+            rows = np.zeros((n, _WR_COLS), np.int64)
+            arrays = self._batches[n] = (rows, rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3], rows[:, 4],
+                                         rows[:, 5:7])
+        return arrays
 
 
 class Coroutine:
     """One coroutine's batch of verbs (see the module docstring)."""
 
-    __slots__ = ("thread", "env", "_pending", "_posted", "_outstanding", "_waiter", "_errors", "_mr_off")
+    __slots__ = ("thread", "env", "_pending", "_posted", "_outstanding", "_waiter", "_errors", "_mr_off",
+                 "_heap", "_next_seq", "_land_cb", "_batch_done_cb", "_finish_cb")
 
     def __init__(self, thread: RdmaThread):
         self.thread = thread
-        self.env = thread.env
+        env = self.env = thread.env
         self._pending: list = []
         self._outstanding = 0
         self._waiter = None
         self._errors: list = []
         self._mr_off = gaddr_offset(thread.mr.addr)
+        # effects and completions go straight onto the environment's heap (what env.schedule
+        # does, minus its argument handling), with bound methods made once
+        self._heap = env._heap
+        self._next_seq = env._next_seq
+        self._land_cb = self._land
+        self._batch_done_cb = self._batch_done
+        self._finish_cb = self._finish_last
 
     # -- queueing verbs ---------------------------------------------------------------------
     def _queue(self, op, addr, length, a=0, b=0, am=0, bm=0) -> Handle:
         thr = self.thread
-        off = thr.scratch(length)
+        off = thr._buf_pos
+        end = off + ((length + 63) & ~63)
+        if end <= thr._buf_cap:         # the common case of RdmaThread.scratch, inlined
+            thr._buf_pos = end
+        else:
+            off = thr.scratch(length)
         h = Handle(thr.buf, off, length)
         self._pending.append((op, addr, length, off, a, b, am, bm, h))
         return h
@@ -242,59 +285,83 @@ class Coroutine:
         if not pending:
             return
         self._pending = []
-        thr = self.thread
+        dst = pending[0][1] >> _NODE_SHIFT & _NODE_MASK
+        for item in pending:
+            if item[1] >> _NODE_SHIFT & _NODE_MASK != dst:
+                break
+        else:                            # the common case: a single destination
+            self._post_to(dst, pending)
+            return
         by_node: dict[int, list] = {}
         for item in pending:
-            by_node.setdefault(gaddr_node(item[1]), []).append(item)
-        env = self.env
+            by_node.setdefault(item[1] >> _NODE_SHIFT & _NODE_MASK, []).append(item)
         for dst, items in by_node.items():
-            n = len(items)
-            qp = thr.qp(dst)
-            ops = np.empty(n, np.int64)
-            lens = np.empty(n, np.int64)
-            addrs = np.empty(n, np.int64)
-            regions = np.empty(n, np.int64)
-            for i, it in enumerate(items):
-                ops[i] = MODEL_OPCODE[it[0]]
-                lens[i] = it[2]
-                addrs[i] = gaddr_offset(it[1])
-                regions[i] = gaddr_region(it[1])
-            inline = np.zeros(n, np.int64)
-            out = qp._price(dst, ops, lens, addrs, regions, inline, thr.cpu_free, thr)
-            thr.cpu_free = qp.cpu_free
-            thr.posts += 1
-            thr.verbs += n
-            qp.host._posted += n           # the host's verbs statistics count coroutine verbs too
-            done = 0
-            for i, it in enumerate(items):
-                env.schedule(int(out[i, 0]), self._land, (dst, it))
-                if out[i, 1] > done:
-                    done = int(out[i, 1])
-            self._outstanding += 1
-            env.schedule(done, self._batch_done, (qp, n))
+            self._post_to(dst, items)
 
-    def _land(self, arg) -> None:
-        dst, (op, addr, length, off, a, b, am, bm, h) = arg
+    def _post_to(self, dst: int, items: list) -> None:
+        """One doorbell towards node ``dst``: price the batch, schedule each work request's
+        effect at its arrival time, then the batch's completion."""
         thr = self.thread
-        h.status = apply_one_sided(thr.fabric, dst, op, addr, thr.rkey(dst, gaddr_region(addr)), thr.buf, off,
-                                   length, a, b, am, bm)
-        if h.status != IBV_WC_SUCCESS:
+        n = len(items)
+        qp = thr._qps.get(dst)
+        if qp is None:
+            qp = thr.qp(dst)
+        arrays = thr._batches.get(n)
+        if arrays is None:
+            arrays = thr._batch_arrays(n)
+        rows = arrays[0]
+        pos = 0
+        for item in items:
+            addr = item[1]
+            _PACK_WR(rows, pos, MODEL_OPCODE[item[0]], item[2], addr & _OFFSET_MASK,
+                     addr >> OFFSET_BITS & _REGION_MASK)
+            pos += 8 * _WR_COLS
+        qp._model(dst, arrays[1], arrays[2], arrays[3], arrays[4], arrays[5], arrays[6], thr.cpu_free, thr)
+        thr.cpu_free = qp.cpu_free
+        thr.posts += 1
+        thr.verbs += n
+        qp.host._posted += n           # the host's verbs statistics count coroutine verbs too
+        now = self.env.now
+        heap = self._heap
+        seq = self._next_seq
+        land = self._land_cb
+        done = 0
+        for (effect, complete), item in zip(arrays[6].tolist(), items):
+            heappush(heap, (effect if effect > now else now, seq(), land, item))
+            if complete > done:
+                done = complete
+        self._outstanding += 1
+        heappush(heap, (done if done > now else now, seq(), self._batch_done_cb, (qp, n)))
+
+    def _land(self, item) -> None:
+        op, addr, length, off, a, b, am, bm, h = item
+        thr = self.thread
+        dst = addr >> _NODE_SHIFT & _NODE_MASK
+        region = addr >> OFFSET_BITS & _REGION_MASK
+        rkey = thr._rkeys.get((dst, region))
+        if rkey is None:
+            rkey = thr.rkey(dst, region)
+        status = h.status = apply_one_sided(thr.fabric, dst, op, addr, rkey, thr.buf, off, length, a, b, am, bm)
+        if status != IBV_WC_SUCCESS:
             thr.errors += 1
             thr.owner.host._errors += 1
-            self._errors.append((op, addr, h.status))
+            self._errors.append((op, addr, status))
 
     def _batch_done(self, arg) -> None:
         qp, n = arg
-        nic.retire(self.thread.fabric.table, qp.ctx.desc, n)
+        nic.retire(qp.fabric.table, qp.ctx.desc, n)
         qp.host._completed += n
         self._outstanding -= 1
         if self._outstanding == 0 and self._waiter is not None:
             ev, self._waiter = self._waiter, None
             thr = self.thread
             # the thread polls its CQ once: that costs its core
-            wake = max(self.env.now, thr.cpu_free) + thr.fabric.profile.cpu.poll_ns
+            wake = self.env.now
+            if wake < thr.cpu_free:
+                wake = thr.cpu_free
+            wake += thr.fabric.profile.cpu.poll_ns
             thr.cpu_free = wake
-            self.env.schedule(wake, self._finish, ev)
+            heappush(self._heap, (wake, self._next_seq(), self._finish_cb, ev))
 
     def _finish(self, ev) -> None:
         if self._errors:
@@ -304,6 +371,13 @@ class Coroutine:
                                       f"{wc_status_str(status)}"))
         else:
             ev.succeed()
+
+    def _finish_last(self, ev) -> None:
+        """``_finish`` as a heap callback of its own: firing the event is its last action."""
+        if self._errors:
+            self._finish(ev)
+        else:
+            self.env._succeed_last(ev)
 
     def sync(self):
         """Post anything still queued; ``yield co.sync()`` resumes when all of this coroutine's

@@ -33,7 +33,8 @@ import numpy as np
 from shm import nic
 from shm.fabric import (
     IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_READ, IBV_ACCESS_REMOTE_WRITE,
-    ATOMIC_CAS, ATOMIC_FAA, ATOMIC_MASKED_CAS, ATOMIC_MASKED_FAA, REGION_DEVICE, REGION_HOST, Fabric,
+    ATOMIC_CAS, ATOMIC_FAA, ATOMIC_MASKED_CAS, ATOMIC_MASKED_FAA, MAX_NODES, OFFSET_BITS, REGION_BITS, REGION_DEVICE,
+    REGION_HOST, Fabric,
     remote_atomic, remote_read_write, copy_lines, format_gaddr, gaddr, gaddr_node, gaddr_offset,
     gaddr_region, mr_check, read_lines,
 )
@@ -550,21 +551,32 @@ class QP:
         when the posting thread's core is free (coroutines of one thread share a core). ``user``
         is the modelled thread that posts (default: the calling actor); it counts once among the
         doorbell's sharers however many coroutines it runs."""
-        env = self.env
-        prof = self.fabric.profile
-        actor = env.active_process
-        n = ops.shape[0]
-        self._note_user(actor if user is None else user)
-        debt = actor._debt if actor is not None else 0
-        start = max(env.now + debt, cpu_floor)
-        t0 = start + prof.cpu.post_ns + prof.cpu.wqe_ns * n
-        out = np.empty((n, 2), np.int64)
-        self.cpu_free = int(nic.model_post(self.fabric.table, self.fabric.params, self.ctx.desc,
-                                           self.fabric.descriptors[dst], self._model_state, self.doorbell, t0,
-                                           ops, lens, addrs, regions, inline, out))
-        if actor is not None:
-            env.charge(self.cpu_free - env.now - debt)
+        out = np.empty((ops.shape[0], 2), np.int64)
+        self._model(dst, ops, lens, addrs, regions, inline, out, cpu_floor, user)
         return out
+
+    def _model(self, dst: int, ops, lens, addrs, regions, inline, out, cpu_floor: int = 0, user=None) -> None:
+        """:meth:`_price` writing into ``out`` (callers that keep their arrays across posts)."""
+        env = self.env
+        actor = env.active_process
+        if user is None:
+            user = actor
+        if id(user) not in self._users:
+            self._note_user(user)
+        now = env.now
+        debt = actor._debt if actor is not None else 0
+        start = now + debt
+        if start < cpu_floor:
+            start = cpu_floor
+        fabric = self.fabric
+        cpu = fabric.profile.cpu
+        cpu_free = self.cpu_free = nic.model_post(
+            fabric.table, fabric.params, self.ctx.desc, fabric.descriptors[dst], self._model_state, self.doorbell,
+            start + cpu.post_ns + cpu.wqe_ns * ops.shape[0], ops, lens, addrs, regions, inline, out)
+        if actor is not None:
+            # env.charge, inlined: never negative, the model frees the CPU no earlier than ``start``
+            actor._debt += cpu_free - now - debt
+            actor._charged += cpu_free - now - debt
 
     def _note_user(self, actor) -> None:
         key = id(actor)
@@ -685,6 +697,14 @@ _ATOMIC_KIND = {IBV_WR_ATOMIC_CMP_AND_SWP: ATOMIC_CAS, IBV_WR_ATOMIC_FETCH_AND_A
                 IBV_WR_MASKED_ATOMIC_CMP_AND_SWP: ATOMIC_MASKED_CAS, IBV_WR_MASKED_ATOMIC_FETCH_AND_ADD: ATOMIC_MASKED_FAA}
 
 
+_I64_BIAS = 1 << 63
+_OFFSET_BITS = OFFSET_BITS
+_REGION_MASK = (1 << REGION_BITS) - 1
+_NODE_SHIFT = REGION_BITS + OFFSET_BITS
+_NODE_MASK = MAX_NODES - 1
+_OFFSET_MASK = (1 << OFFSET_BITS) - 1
+
+
 def _i64(v: int) -> int:
     """The int64 with the same 64 bits as ``v`` (which may be negative or up to 2**64-1)."""
     v &= _U64
@@ -697,23 +717,36 @@ def apply_one_sided(fabric: Fabric, dst: int, op: int, remote_addr: int, rkey: i
 
     Checks first (the right node, a valid rkey covering the range with the right access, an
     8-byte aligned 8-byte atomic) and touches nothing when a check fails."""
-    region = gaddr_region(remote_addr)
-    off = gaddr_offset(remote_addr)
-    if gaddr_node(remote_addr) != dst or region not in (REGION_HOST, REGION_DEVICE):
+    # gaddr_region/_node/_offset, inlined: this runs once per work request
+    region = remote_addr >> _OFFSET_BITS & _REGION_MASK
+    if remote_addr >> _NODE_SHIFT & _NODE_MASK != dst or (region != REGION_HOST and region != REGION_DEVICE):
         return IBV_WC_REM_ACCESS_ERR
+    off = remote_addr & _OFFSET_MASK
     mem = fabric.memory[dst]
+    if op == IBV_WR_RDMA_READ:        # the descending flag only orders the lines of a WRITE
+        if region == REGION_HOST:
+            ok = remote_read_write(True, mem.mrt, rkey, region, off, length, mem.host, mem.host_locks, lbuf, loff,
+                                   False)
+        else:
+            ok = remote_read_write(True, mem.mrt, rkey, region, off, length, mem.device, mem.device_locks, lbuf,
+                                   loff, False)
+        return IBV_WC_SUCCESS if ok else IBV_WC_REM_ACCESS_ERR
+    if op == IBV_WR_RDMA_WRITE:
+        descending = not fabric.profile.nic.ordered_multiline_writes
+        if region == REGION_HOST:
+            ok = remote_read_write(False, mem.mrt, rkey, region, off, length, mem.host, mem.host_locks, lbuf, loff,
+                                   descending)
+        else:
+            ok = remote_read_write(False, mem.mrt, rkey, region, off, length, mem.device, mem.device_locks, lbuf,
+                                   loff, descending)
+        return IBV_WC_SUCCESS if ok else IBV_WC_REM_ACCESS_ERR
     if op in _ATOMICS and (off % 8 or length != 8):
         return IBV_WC_REM_INV_REQ_ERR
-    host = region == REGION_HOST
-    rbuf = mem.host if host else mem.device
-    if op == IBV_WR_RDMA_READ or op == IBV_WR_RDMA_WRITE:
-        ok = remote_read_write(op == IBV_WR_RDMA_READ, mem.mrt, rkey, region, off, length, rbuf,
-                               mem.host_locks if host else mem.device_locks, lbuf, loff,
-                               not fabric.profile.nic.ordered_multiline_writes)
-        return IBV_WC_SUCCESS if ok else IBV_WC_REM_ACCESS_ERR
     if not mr_check(mem.mrt, rkey, region, off, length, _OPS[op][2]):
         return IBV_WC_REM_ACCESS_ERR
-    words = mem.host64 if host else mem.device64
-    remote_atomic(words, off // 8, _ATOMIC_KIND[op], _i64(compare_add), _i64(swap), _i64(compare_add_mask),
-                  _i64(swap_mask), lbuf, loff)
+    # operands as int64 bit patterns (_i64, inlined)
+    remote_atomic(mem.host64 if region == REGION_HOST else mem.device64, off // 8, _ATOMIC_KIND[op],
+                  ((compare_add + _I64_BIAS) & _U64) - _I64_BIAS, ((swap + _I64_BIAS) & _U64) - _I64_BIAS,
+                  ((compare_add_mask + _I64_BIAS) & _U64) - _I64_BIAS, ((swap_mask + _I64_BIAS) & _U64) - _I64_BIAS,
+                  lbuf, loff)
     return IBV_WC_SUCCESS
