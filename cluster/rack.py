@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from cluster.control import F_DONE, F_LOADED, F_STEP, F_STEP_VSTART, ControlBlock, SharedInsertSequence
 from cluster.stats import STATE_DONE, ProcInfo, StatsPlane
 from nodes.compute import ComputeNode, PlanStep
+from nodes.history import HistoryLog
 from nodes.manager import ColocatedLink, Manager, MSG_START
 from nodes.runtime.env import Environment
 from nodes.runtime.sync import ClockTable
@@ -127,9 +128,11 @@ class RackState:
     clock: ClockTable | None
     layout: dict
     memory_nodes: list[int] = field(default_factory=list)
+    history: HistoryLog | None = None
 
     @classmethod
-    def create(cls, compiled: CompiledRack, *, processes: bool) -> "RackState":
+    def create(cls, compiled: CompiledRack, *, processes: bool, history: int = 0) -> "RackState":
+        """``history``: record up to that many operations per compute node (0: none)."""
         spec = compiled.spec
         prefix = new_prefix()
         parts = []
@@ -147,6 +150,10 @@ class RackState:
                 # compute nodes are link addresses 0..K-1, the manager K: they run the scenario
                 clock = ClockTable.create(len(compiled.compute) + 1, prefix=prefix)
                 parts.append(clock)
+            log = None
+            if history:
+                log = HistoryLog.create(len(compiled.compute), prefix=prefix, capacity=history)
+                parts.append(log)
             mns = [i for i, n in enumerate(compiled.nodes) if n.role == "memory"]
             for m in mns:
                 fabric.expose(m)
@@ -155,13 +162,13 @@ class RackState:
             for p in reversed(parts):
                 p.close()
             raise
-        return cls(compiled, prefix, fabric, plane, control, clock, layout, mns)
+        return cls(compiled, prefix, fabric, plane, control, clock, layout, mns, log)
 
     def slot(self, name: str) -> int:
         return next(i for i, n in enumerate(self.compiled.nodes) if n.name == name)
 
     def close(self) -> None:
-        for part in (self.clock, self.control, self.plane, self.fabric):
+        for part in (self.history, self.clock, self.control, self.plane, self.fabric):
             if part is not None:
                 part.close()
 
@@ -188,7 +195,7 @@ def make_compute(state: RackState, env, host, name: str, send, recorder) -> Comp
                        coroutines=spec.compute.coroutines, qp_policy=spec.compute.qp_policy, system=c.system,
                        layout=state.layout, options=c.options, workloads=c.workloads, plan=c.plan,
                        recorder=recorder, inserts=SharedInsertSequence(state.control), on_done=on_done,
-                       seed=spec.seed)
+                       seed=spec.seed, history=state.history.writer(index) if state.history else None)
 
 
 def compute_handler(node: ComputeNode):
@@ -223,8 +230,10 @@ def make_manager(state: RackState, env, send, *, kill_node=None, is_alive=None) 
 class ColocatedRack:
     """Every node of the rack in this process, on one scheduler: deterministic for a seed."""
 
-    def __init__(self, scenario):
+    def __init__(self, scenario, *, history: int = 0):
         self.compiled = compile_scenario(scenario)
+        self.history_capacity = history
+        self.history_ops = None             # the recorded operations, when history > 0
         for s in self.compiled.plan:
             if s.action == "kill":
                 raise RackError(f"{scenario.source}: step {s.index + 1} kills {s.node}, which needs a rack of "
@@ -240,7 +249,7 @@ class ColocatedRack:
         c = self.compiled
         if not c.finite and until_ns is None:
             raise RackError("a co-located rack needs finite steps or until_ns: the last step runs until stopped")
-        with RackState.create(c, processes=False) as state:
+        with RackState.create(c, processes=False, history=self.history_capacity) as state:
             self.state = state
             env = Environment(seed=c.spec.seed)
             host = VerbsHost(state.fabric, env)
@@ -266,6 +275,8 @@ class ColocatedRack:
                     node.stop()
                 writer.heartbeat(env.now, env.statistics().events, verbs // max(len(nodes), 1))
                 writer.finish(STATE_DONE)
+            if state.history is not None:
+                self.history_ops = collect_history(state)
             self.env = env
             self.manager = mgr
             self.nodes = [n for n, _ in nodes]
@@ -277,3 +288,25 @@ class ColocatedRack:
         return {"rack": spec.name, "system": c.system.name, "profile": spec.profile_name, "seed": spec.seed,
                 "mode": "co-located", "workloads": {n: w.describe() for n, w in c.workloads.items()},
                 "steps": [s.label for s in c.plan], "wall_s": round(self.wall_s, 3), "virtual_ns": vnow}
+
+
+def collect_history(state: RackState) -> list:
+    """Every compute node's recorded operations as checker ops (``cluster.checker.Op``)."""
+    from cluster.checker import Op
+    from nodes import history as h
+    log = state.history
+    full = [state.compiled.compute[i] for i in range(log.n_procs) if log.overflowed(i)]
+    if full:
+        raise RackError(f"the history of {', '.join(full)} overflowed its {log.capacity:,} records: it cannot be "
+                        f"checked (an unrecorded write could explain any read); record fewer operations")
+    ops = []
+    for i in range(log.n_procs):
+        for r in log.records(i).tolist():
+            kind = h.KINDS[r[h.R_KIND]]
+            ret = None if r[h.R_RET] == h.NONE else r[h.R_RET]
+            value = None if r[h.R_VALUE] == h.NONE else r[h.R_VALUE]
+            ok = None if ret is None else bool(r[h.R_OK])
+            ops.append(Op(client=r[h.R_CLIENT], kind=kind, key=r[h.R_KEY], value=value, ok=ok, call=r[h.R_CALL],
+                          ret=ret, call_real=r[h.R_CALL_REAL] / 1e9,
+                          ret_real=None if ret is None else r[h.R_RET_REAL] / 1e9))
+    return ops

@@ -69,13 +69,16 @@ class Supervisor:
     """Runs one scenario as a rack of processes (see the module docstring)."""
 
     def __init__(self, scenario, *, duration_s: float | None = None, dashboard: bool | None = None,
-                 json_path: str | None = None, csv_path: str | None = None, console=None, quiet: bool = False):
+                 json_path: str | None = None, csv_path: str | None = None, console=None, quiet: bool = False,
+                 history: int = 0):
         self.scenario = scenario
         self.duration_s = duration_s
         self.dashboard_mode = dashboard         # None: auto (live on a terminal), False: off
         self.json_path = json_path
         self.csv_path = csv_path
         self.quiet = quiet
+        self.history_capacity = history     # record up to this many ops per compute node (0: none)
+        self.history_ops = None
         if console is None:
             from rich.console import Console
             console = Console()
@@ -115,7 +118,7 @@ class Supervisor:
         try:
             self.say(f"dmrack: building rack {self.compiled.spec.name!r}: "
                      f"{len(self.compiled.nodes)} nodes, system {self.compiled.system.name}")
-            self.state = RackState.create(self.compiled, processes=True)
+            self.state = RackState.create(self.compiled, processes=True, history=self.history_capacity)
             warm_up(self.compiled)
             if self._signal:                  # Ctrl-C while building: nothing to stop yet
                 self.stop_reason = f"stopped by {self._signal} before the nodes started"
@@ -293,6 +296,9 @@ class Supervisor:
                 "virtual_ns": vnow, "stop_reason": self.stop_reason,
                 "deaths": [d._asdict() for d in self.deaths]}
         self.results = Results.from_plane(self.state.plane, meta)
+        if self.state.history is not None:
+            from cluster.rack import collect_history
+            self.history_ops = collect_history(self.state)
         if not self.quiet:
             self.console.print(self.results.table())
             for name, tb in self._tracebacks.items():

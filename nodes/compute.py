@@ -29,7 +29,8 @@ import numpy as np
 
 from nodes.runtime.env import all_of
 from nodes.systems.api import UnsupportedOperation
-from workloads.keys import key_bytes, value_bytes
+from nodes.history import GARBAGE
+from workloads.keys import decode_value, key_bytes, value_bytes
 from shm import nic
 from shm.coro import NodeRdma
 from shm.profile import with_overrides
@@ -71,7 +72,7 @@ class ComputeNode:
     def __init__(self, env, host, node: str, *, index: int, n_compute: int, threads: int, coroutines: int,
                  qp_policy: str, system, layout: dict, options: dict, workloads: dict, plan: list[PlanStep],
                  recorder, inserts, on_done: Callable[[int, int, int], None], seed: int = 0,
-                 buffer_bytes: int = 256 << 10):
+                 buffer_bytes: int = 256 << 10, history=None):
         self.env = env
         self.name = node
         self.index = index                  # among compute nodes: picks this node's load share
@@ -86,6 +87,7 @@ class ComputeNode:
         self.workloads = workloads
         self.plan = plan
         self.recorder = recorder
+        self.history = history             # a nodes.history.HistoryWriter, or None
         self.inserts = inserts
         self.on_done = on_done
         self.seed = seed
@@ -160,14 +162,11 @@ class ComputeNode:
         return all_of(self.env, procs)
 
     def _load_loop(self, t: int, c: int, keys: np.ndarray, ksize: int, vsize: int):
-        client = self.clients[t]
-        co = self.coroutines[t][c]
         env = self.env
         record = self.recorder.record
         for kid in keys.tolist():
             t0 = env.now
-            self._version += 1
-            ok = yield from client.insert(co, key_bytes(kid, ksize), value_bytes(kid, self._version, vsize))
+            ok = yield from self._write("insert", t, c, kid, ksize, vsize)
             record(OP_INSERT, env.now - t0, ok)
             self.ops += 1
 
@@ -243,38 +242,64 @@ class ComputeNode:
 
     def _do(self, t: int, c: int, wl, op: int, kid: int, n: int, t0: int):
         """One YCSB operation; records its latency from ``t0``."""
-        client = self.clients[t]
-        co = self.coroutines[t][c]
-        env = self.env
+        ks, vs = wl.key_size, wl.value_size
         try:
             if op == OP_READ:
-                ok = (yield from client.get(co, key_bytes(kid, wl.key_size))) is not None
+                ok = (yield from self._get(t, c, kid, ks)) is not None
             elif op == OP_UPDATE:
-                self._version += 1
-                ok = yield from client.update(co, key_bytes(kid, wl.key_size),
-                                              value_bytes(kid, self._version, wl.value_size))
+                ok = yield from self._write("update", t, c, kid, ks, vs)
             elif op == OP_INSERT:
-                self._version += 1
-                ok = yield from client.insert(co, key_bytes(kid, wl.key_size),
-                                              value_bytes(kid, self._version, wl.value_size))
+                ok = yield from self._write("insert", t, c, kid, ks, vs)
                 self.inserts.acknowledge()
+            elif op == OP_DELETE:
+                ok = yield from self._delete(t, c, kid, ks)
             elif op == OP_SCAN:
-                got = yield from client.scan(co, key_bytes(kid, wl.key_size), n)
+                got = yield from self.clients[t].scan(self.coroutines[t][c], key_bytes(kid, ks), n)
                 ok = len(got) > 0
             elif op == OP_RMW:
-                key = key_bytes(kid, wl.key_size)
-                old = yield from client.get(co, key)
-                self._version += 1
-                ok = old is not None and (yield from client.update(co, key,
-                                                                   value_bytes(kid, self._version, wl.value_size)))
+                # YCSB's read-modify-write is a read and then a write, not an atomic operation
+                ok = (yield from self._get(t, c, kid, ks)) is not None and \
+                    (yield from self._write("update", t, c, kid, ks, vs))
             else:
                 raise ValueError(f"unknown operation code {op}")
         except UnsupportedOperation:
             # Validation refuses such workloads up front; count rather than kill the node.
             self.unsupported += 1
             ok = False
-        self.recorder.record(op, env.now - t0, ok)
+        self.recorder.record(op, self.env.now - t0, ok)
         self.ops += 1
+
+    # One KV call each, recorded in the history when there is one.
+    def _client_id(self, t: int, c: int) -> int:
+        return (self.index << 16) | (t << 8) | c
+
+    def _get(self, t: int, c: int, kid: int, ks: int):
+        h, env = self.history, self.env
+        slot = h.invoke(self._client_id(t, c), "get", kid, None, env.now) if h is not None else -1
+        got = yield from self.clients[t].get(self.coroutines[t][c], key_bytes(kid, ks))
+        if h is not None:
+            seen = decode_value(got, kid) if got is not None else None
+            h.complete(slot, True, env.now, None if got is None else (seen[1] if seen else GARBAGE))
+        return got
+
+    def _write(self, kind: str, t: int, c: int, kid: int, ks: int, vs: int):
+        h, env = self.history, self.env
+        self._version += 1
+        version = self._version
+        slot = h.invoke(self._client_id(t, c), kind, kid, version, env.now) if h is not None else -1
+        call = self.clients[t].insert if kind == "insert" else self.clients[t].update
+        ok = yield from call(self.coroutines[t][c], key_bytes(kid, ks), value_bytes(kid, version, vs))
+        if h is not None:
+            h.complete(slot, ok, env.now)
+        return ok
+
+    def _delete(self, t: int, c: int, kid: int, ks: int):
+        h, env = self.history, self.env
+        slot = h.invoke(self._client_id(t, c), "delete", kid, None, env.now) if h is not None else -1
+        ok = yield from self.clients[t].delete(self.coroutines[t][c], key_bytes(kid, ks))
+        if h is not None:
+            h.complete(slot, ok, env.now)
+        return ok
 
     # -- knobs -----------------------------------------------------------------------------------
     def _set(self, step: PlanStep) -> None:
