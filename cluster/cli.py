@@ -92,6 +92,14 @@ def _parse_set(text: str):
     return parse_override(text)
 
 
+def _cmd_check(args) -> int:
+    from cluster import check
+    options = dict(_parse_set(x) for x in args.option or [])
+    report = check.run(args.system, options=options, quick=args.quick, seed=args.seed or 1, console=_console(),
+                       json_path=args.json)
+    return 0 if report.passed else 1
+
+
 def _cmd_systems(args) -> int:
     import json
     from nodes.systems import get_system, system_names
@@ -180,6 +188,14 @@ def main(argv=None) -> int:
     b.add_argument("--json", metavar="PATH", help="also write the rows as JSON records")
     b.add_argument("--only", metavar="EXP[,EXP]", help="run only these experiments / workloads")
     b.set_defaults(func=_cmd_bench)
+
+    ck = sub.add_parser("check", help="conformance suite and a multi-process stress with the history checked")
+    ck.add_argument("--system", required=True, help="the system to check (see dmrack systems)")
+    ck.add_argument("--option", action="append", metavar="KEY=VALUE", help="a system option (repeatable)")
+    ck.add_argument("--quick", action="store_true", help="a shorter stress")
+    ck.add_argument("--seed", type=int, help="random seed")
+    ck.add_argument("--json", metavar="PATH", help="also write the verdict as JSON")
+    ck.set_defaults(func=_cmd_check)
 
     sy = sub.add_parser("systems", help="list the systems that run on the rack")
     sy.add_argument("--json", action="store_true", help="print JSON instead of a table")

@@ -77,6 +77,7 @@ class RaceClient(KVClient):
         self.env = thread.env
         self.capacity = layout["capacity"]
         self.load_factor = layout["load_factor"]
+        self.fault = (options or {}).get("fault", "none")
         self.directory = DirectoryCache(layout["directory"], layout["global_depth"], layout["groups_per_subtable"],
                                         layout["directory_entries"])
         mns = layout["memory_nodes"]
@@ -277,6 +278,10 @@ class RaceClient(KVClient):
                 self.alloc.free(new)              # our block was never published
                 return False
             slot, old = found[0], found[1]
+            if self.fault == "update-skips-cas":
+                co.write(slot, new)                # the deliberate bug: a blind write, no CAS
+                yield co.sync()
+                return True
             c = co.cas(slot, old, new)
             yield co.sync()
             if c.value == old:

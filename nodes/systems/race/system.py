@@ -19,6 +19,9 @@ def _where(where: str | None) -> str:
     return where or "system 'race'"
 
 
+FAULTS = ("none", "update-skips-cas")
+
+
 class RaceSystem(System):
     name = "race"
     description = ("RACE hashing: lock-free one-sided extendible hash table (combined buckets, two hash "
@@ -32,6 +35,9 @@ class RaceSystem(System):
                "(lower it if inserts hit 'RACE table full')", minimum=0.05, maximum=1.0),
         Option("chunk_bytes", 1 << 20, "bytes of the chunks a client obtains from a memory node (one RPC each) "
                "and carves KV blocks out of", minimum=MAX_BLOCK_BYTES, maximum=1 << 30),
+        Option("fault", "none", "a deliberate bug, to prove that dmrack check catches it: 'update-skips-cas' "
+               "makes update WRITE its slot instead of CASing it (lost deletes, overwritten slots)",
+               choices=FAULTS),
     )
 
     @classmethod
