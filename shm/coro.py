@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from heapq import heappush
 from struct import Struct
+from sys import byteorder as _BYTEORDER
 from typing import NamedTuple
 
 import numpy as np
@@ -32,10 +33,11 @@ import numpy as np
 from shm import nic
 from shm.fabric import (
     MAX_NODES, OFFSET_BITS, REGION_BITS, REGION_HOST, format_gaddr, gaddr, gaddr_node, gaddr_offset, gaddr_region,
+    remote_read_write,
 )
 from shm.verbs import (
-    IBV_WC_SUCCESS, IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_MASKED_ATOMIC_CMP_AND_SWP,
-    IBV_WR_MASKED_ATOMIC_FETCH_AND_ADD, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE, CQ, PD, QP, Context, MR,
+    IBV_WC_REM_ACCESS_ERR, IBV_WC_SUCCESS, IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD,
+    IBV_WR_MASKED_ATOMIC_CMP_AND_SWP, IBV_WR_MASKED_ATOMIC_FETCH_AND_ADD, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE, CQ, PD, QP, Context, MR,
     MODEL_OPCODE, QPInitAttr, VerbsHost, apply_one_sided, wc_status_str,
 )
 
@@ -76,7 +78,10 @@ class Handle:
     @property
     def value(self) -> int:
         """An atomic's old value (or the first 8 bytes read)."""
-        return int(self._buf[self._off:self._off + 8].view(np.uint64)[0])
+        word = self._buf[self._off:self._off + 8]
+        if word.shape[0] == 8:
+            return int.from_bytes(word, _BYTEORDER)   # = its uint64 view, without making one
+        return int(word.view(np.uint64)[0])
 
     @property
     def ok(self) -> bool:
@@ -160,6 +165,7 @@ class RdmaThread:
             ctx = self._ctx
         self.mr = MR(PD(ctx), owner.buffer_bytes)
         self.buf = self.mr.buf
+        self._buf_view = memoryview(self.buf)
         self._buf_pos = 0
         self._buf_cap = owner.buffer_bytes
         self._rkeys: dict[tuple[int, int], int] = {}
@@ -259,9 +265,12 @@ class Coroutine:
     def write(self, addr: int, data) -> Handle:
         """WRITE ``data`` (bytes, a uint8 array, or an int written as 8 little-endian bytes)."""
         if isinstance(data, (int, np.integer)):
-            payload = np.frombuffer(int(data).to_bytes(8, "little", signed=False), np.uint8)
-        else:
-            payload = np.frombuffer(data, np.uint8) if not isinstance(data, np.ndarray) else data.view(np.uint8)
+            data = int(data).to_bytes(8, "little", signed=False)
+        if isinstance(data, (bytes, bytearray)):     # copied through a memoryview: no numpy call
+            h = self._queue(IBV_WR_RDMA_WRITE, addr, len(data))
+            self.thread._buf_view[h._off:h._off + h.length] = data
+            return h
+        payload = np.frombuffer(data, np.uint8) if not isinstance(data, np.ndarray) else data.view(np.uint8)
         h = self._queue(IBV_WR_RDMA_WRITE, addr, payload.shape[0])
         self.thread.buf[h._off:h._off + h.length] = payload
         return h
@@ -341,7 +350,15 @@ class Coroutine:
         rkey = thr._rkeys.get((dst, region))
         if rkey is None:
             rkey = thr.rkey(dst, region)
-        status = h.status = apply_one_sided(thr.fabric, dst, op, addr, rkey, thr.buf, off, length, a, b, am, bm)
+        if op == IBV_WR_RDMA_READ and region == REGION_HOST:
+            # the common case of apply_one_sided, inlined (dst is the address's node by construction)
+            mem = thr.fabric.memory[dst]
+            status = IBV_WC_SUCCESS if remote_read_write(True, mem.mrt, rkey, REGION_HOST, addr & _OFFSET_MASK, length,
+                                                         mem.host, mem.host_locks, thr.buf, off, False) \
+                else IBV_WC_REM_ACCESS_ERR
+        else:
+            status = apply_one_sided(thr.fabric, dst, op, addr, rkey, thr.buf, off, length, a, b, am, bm)
+        h.status = status
         if status != IBV_WC_SUCCESS:
             thr.errors += 1
             thr.owner.host._errors += 1

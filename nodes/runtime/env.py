@@ -227,6 +227,13 @@ class Process(Event):
                     target = debt
             heappush(self._heap, (env.now + target, self._next_seq(), self._wake_cb, epoch))
             return
+        cbs = getattr(target, "callbacks", None)
+        if cbs is not None and isinstance(target, Event):
+            self._ready_at = env.now + self._debt    # as in _on_event()
+            self._debt = 0
+            self._target = target
+            cbs.append(self._on_event_cb)
+            return
         self._dispatch(target)
 
     def _on_event(self, ev: Event):
@@ -254,8 +261,10 @@ class Process(Event):
             heappush(self._heap, (env.now + target, self._next_seq(), self._wake_cb, self._epoch))
             return
         cbs = getattr(target, "callbacks", None)
-        if cbs is not None and not self._debt and isinstance(target, Event):
-            self._ready_at = 0
+        if cbs is not None and isinstance(target, Event):
+            # parked on a pending event; CPU debt delays the resumption (as in _dispatch())
+            self._ready_at = env.now + self._debt
+            self._debt = 0
             self._target = target
             cbs.append(self._on_event_cb)
             return
