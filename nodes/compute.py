@@ -33,6 +33,7 @@ from nodes.history import GARBAGE
 from workloads.keys import decode_value, key_bytes, value_bytes
 from shm import nic
 from shm.coro import NodeRdma
+from shm.failpoints import ClientCrash
 from shm.profile import with_overrides
 
 # YCSB op codes (workloads.ycsb) and the stats plane's kinds agree on 0..4; delete is 5.
@@ -64,6 +65,7 @@ class ComputeStats(NamedTuple):
     step: int
     ops: int
     unsupported: int
+    crashed: int
 
 
 class ComputeNode:
@@ -95,11 +97,13 @@ class ComputeNode:
         self._version = index << 48         # unique write versions across the rack
         self.ops = 0
         self.unsupported = 0
+        self.crashed = 0                    # coroutines stopped by a crash failpoint
         self.loaded_before = 0              # records loaded by earlier load steps (rack-wide)
 
     def statistics(self) -> ComputeStats:
         return ComputeStats(self.name, len(self.threads), self.active_threads, len(self.coroutines[0]),
-                            self.active_coroutines, self.step_index, self.ops, self.unsupported)
+                            self.active_coroutines, self.step_index, self.ops, self.unsupported,
+                            self.crashed)
 
     # -- steps -----------------------------------------------------------------------------------
     def start(self, step_index: int, at_ns: int) -> None:
@@ -164,11 +168,14 @@ class ComputeNode:
     def _load_loop(self, t: int, c: int, keys: np.ndarray, ksize: int, vsize: int):
         env = self.env
         record = self.recorder.record
-        for kid in keys.tolist():
-            t0 = env.now
-            ok = yield from self._write("insert", t, c, kid, ksize, vsize)
-            record(OP_INSERT, env.now - t0, ok)
-            self.ops += 1
+        try:
+            for kid in keys.tolist():
+                t0 = env.now
+                ok = yield from self._write("insert", t, c, kid, ksize, vsize)
+                record(OP_INSERT, env.now - t0, ok)
+                self.ops += 1
+        except ClientCrash:
+            self.crashed += 1           # a failpoint stopped this client between two verbs
 
     # -- run -------------------------------------------------------------------------------------
     def _run(self, step: PlanStep):
@@ -201,12 +208,15 @@ class ComputeNode:
     def _closed_loop(self, t: int, c: int, wl, stream, end):
         env = self.env
         do = self._do
-        while end is None or env.now < end:
-            ops, keys, scans = stream.next_batch(BATCH)
-            for op, kid, n in zip(ops.tolist(), keys.tolist(), scans.tolist()):
-                if end is not None and env.now >= end:
-                    return
-                yield from do(t, c, wl, op, kid, n, env.now)
+        try:
+            while end is None or env.now < end:
+                ops, keys, scans = stream.next_batch(BATCH)
+                for op, kid, n in zip(ops.tolist(), keys.tolist(), scans.tolist()):
+                    if end is not None and env.now >= end:
+                        return
+                    yield from do(t, c, wl, op, kid, n, env.now)
+        except ClientCrash:
+            self.crashed += 1           # its operation never returns: "may or may not have happened"
 
     def _arrivals(self, stream, rate_per_s: float, end, queue: deque, waiting: list, t: int, step_index: int):
         env = self.env
@@ -238,7 +248,11 @@ class ComputeNode:
                 return                          # leave the marker for the other servers
             queue.popleft()
             op, kid, n, arrived = item
-            yield from self._do(t, c, wl, op, kid, n, arrived)
+            try:
+                yield from self._do(t, c, wl, op, kid, n, arrived)
+            except ClientCrash:
+                self.crashed += 1
+                return
 
     def _do(self, t: int, c: int, wl, op: int, kid: int, n: int, t0: int):
         """One YCSB operation; records its latency from ``t0``."""

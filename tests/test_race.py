@@ -440,7 +440,9 @@ def test_header_mismatch_is_detected_by_scan(fab):
 
 def test_options_are_checked_with_the_key_named():
     where = "rack.toml [system]"
-    assert RaceSystem.check_options({}, where) == {"load_factor": 0.5, "chunk_bytes": 1 << 20}
+    assert RaceSystem.check_options({}, where) == {"load_factor": 0.5, "chunk_bytes": 1 << 20, "fault": "none"}
+    with pytest.raises(ValueError, match="fault"):
+        RaceSystem.check_options({"fault": "skip-everything"}, where)
     with pytest.raises(ValueError, match="load_factr") as e:
         RaceSystem.check_options({"load_factr": 0.5}, where)
     assert where in str(e.value)

@@ -31,6 +31,7 @@ import numpy as np
 
 from nodes.systems.api import KVClient, SystemError_
 from shm.fabric import gaddr
+from shm.failpoints import failpoint
 
 from .alloc import ChunkAllocator
 from .bucket import MAX_MATCHES, SAME, probe, scan, slot_offset
@@ -272,6 +273,7 @@ class RaceClient(KVClient):
         h = hash64(key)
         self.thread.cpu(self.hash_ns(len(key)))
         new = yield from self.new_block(co, key, value, h)
+        failpoint("race.update.block_written")
         for attempt in range(RETRY_LIMIT):
             found = yield from self.find(co, key, h)
             if found is None:
@@ -301,6 +303,7 @@ class RaceClient(KVClient):
             found = yield from self.find(co, key, h)
             if found is None:
                 return False
+            failpoint("race.delete.found")
             slot, old = found[0], found[1]
             c = co.cas(slot, old, 0)
             yield co.sync()
@@ -342,6 +345,7 @@ class RaceClient(KVClient):
             if c.value != 0:
                 self.cas_retries += 1             # someone took the slot: look again
                 continue
+            failpoint("race.insert.published")
             outcome = yield from self._settle(co, key, h, known, mine_c, mine_t, free)
             if outcome is not None:
                 if not outcome:
@@ -374,6 +378,7 @@ class RaceClient(KVClient):
                 yield co.sync()
                 if any(hd.value != w for w, hd in aborts):
                     continue                      # one moved on (maybe committed): look again
+            failpoint("race.insert.settled")
             c = co.cas(slot, mine_t, mine_c)
             yield co.sync()
             return True if c.value == mine_t else None

@@ -1,0 +1,131 @@
+"""Named failpoints: crash a client at a chosen point between two verbs.
+
+Code marks a point with ``failpoint("race.insert.published")``; by default that is one dict test.
+A test (or a user reproducing a bug) *arms* a point with an action:
+
+* ``crash``: raise :class:`ClientCrash` in the coroutine that reached it. The compute node lets
+  that coroutine die where it stands: its operation never returns (the history records it as
+  invoked but not returned, i.e. "may or may not have happened") and nothing after the point
+  runs, exactly as if that client's machine had stopped between two verbs;
+* ``exit``: end the whole process at once with ``os._exit`` (no cleanup, like ``kill -9``), so
+  the supervisor sees a node die in the middle of an operation;
+* ``off``: disarmed.
+
+``after=N`` lets the point pass N times before it fires; ``times=M`` fires it M times (default
+once). Arming is per process; racks of processes arm their nodes from the environment variable
+``DMRACK_FAILPOINTS`` (inherited by the forked nodes), in the style of fail-rs::
+
+    DMRACK_FAILPOINTS="race.update.cas=crash@3;verbs.post=exit@1000"
+
+Every point a module offers is listed in ``KNOWN`` so that a typo in an armed name is an error,
+not a point that silently never fires.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import NamedTuple
+
+ENV = "DMRACK_FAILPOINTS"
+ACTIONS = ("crash", "exit", "off")
+EXIT_STATUS = 86
+
+KNOWN = {
+    "verbs.post": "shm/coro.py: a coroutine is about to ring the doorbell for its queued verbs",
+    "verbs.sync": "shm/coro.py: a coroutine's verbs have all completed, before it resumes",
+    "race.insert.published": "RACE insert: the tentative slot is published, not yet settled or committed",
+    "race.insert.settled": "RACE insert: duplicates settled, before the commit CAS",
+    "race.update.block_written": "RACE update: the new KV block is written, the slot not yet swung",
+    "race.delete.found": "RACE delete: the slot is found, before the CAS that clears it",
+}
+
+
+class ClientCrash(BaseException):
+    """Raised by a ``crash`` failpoint: the client stops here (BaseException so that ordinary
+    ``except Exception`` blocks in system code do not swallow it)."""
+
+
+class Armed(NamedTuple):
+    action: str
+    after: int
+    times: int
+
+
+class FailpointStats(NamedTuple):
+    armed: tuple
+    hits: tuple
+    fired: tuple
+
+
+_armed: dict[str, Armed] = {}
+_hits: dict[str, int] = {}
+_fired: dict[str, int] = {}
+
+
+def arm(name: str, action: str = "crash", *, after: int = 0, times: int = 1) -> None:
+    if name not in KNOWN:
+        import difflib
+        close = difflib.get_close_matches(name, KNOWN, 1)
+        raise ValueError(f"unknown failpoint {name!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+                         + f"; known: {', '.join(sorted(KNOWN))}")
+    if action not in ACTIONS:
+        raise ValueError(f"failpoint {name}: unknown action {action!r}; choose {', '.join(ACTIONS)}")
+    if after < 0 or times < 1:
+        raise ValueError(f"failpoint {name}: after must be >= 0 and times >= 1, got {after}, {times}")
+    if action == "off":
+        _armed.pop(name, None)
+        return
+    _armed[name] = Armed(action, after, times)
+    _hits[name] = 0
+    _fired[name] = 0
+
+
+def disarm_all() -> None:
+    _armed.clear()
+    _hits.clear()
+    _fired.clear()
+
+
+def parse(spec: str) -> list[tuple[str, str, int]]:
+    """``"name=action@after;..."`` -> [(name, action, after)]; ValueError naming the bad part."""
+    out = []
+    for part in filter(None, (p.strip() for p in spec.split(";"))):
+        name, eq, rest = part.partition("=")
+        if not eq:
+            raise ValueError(f"{ENV}: {part!r} is not name=action[@after]")
+        action, _, after = rest.partition("@")
+        try:
+            n = int(after) if after else 0
+        except ValueError:
+            raise ValueError(f"{ENV}: {part!r}: after {after!r} is not an integer") from None
+        out.append((name.strip(), action.strip(), n))
+    return out
+
+
+def arm_from_env(environ=os.environ) -> list[str]:
+    """Arm what ``DMRACK_FAILPOINTS`` names; returns the names armed."""
+    names = []
+    for name, action, after in parse(environ.get(ENV, "")):
+        arm(name, action, after=after)
+        names.append(name)
+    return names
+
+
+def failpoint(name: str) -> None:
+    """Mark a point; fires its armed action, if any."""
+    if not _armed:
+        return
+    a = _armed.get(name)
+    if a is None:
+        return
+    hit = _hits[name] = _hits[name] + 1
+    if hit <= a.after or _fired[name] >= a.times:
+        return
+    _fired[name] += 1
+    if a.action == "exit":
+        os._exit(EXIT_STATUS)
+    raise ClientCrash(f"failpoint {name} (hit {hit})")
+
+
+def statistics() -> FailpointStats:
+    return FailpointStats(tuple(sorted(_armed)), tuple(sorted(_hits.items())), tuple(sorted(_fired.items())))
