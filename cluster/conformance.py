@@ -1,0 +1,687 @@
+"""The conformance suite: what every KV system on the rack must do, checked the same way for all.
+
+``nodes/systems/api.py`` states the contract in words (insert fails on an existing key, update on
+a missing one, values come back exactly, ...). This module states it in code, once, so that a new
+system gets the whole suite by being registered in ``nodes.systems.BUILTIN``:
+``tests/test_conformance.py`` parametrises over every registered system and every check here.
+
+Each check is a plain function ``check(system, options=None) -> None`` taking the System
+*class* (what ``nodes.systems.get_system`` returns) and optionally system options (checked and
+filled by the system; ``dmrack check --option`` passes them, e.g. RACE's deliberate
+``fault``). It returns on success and raises
+:class:`ConformanceFailure` (an ``AssertionError``, so pytest shows it as a failed assertion)
+whose message starts with the check's name and says what went wrong, with the key, the value
+and the operation. Any other exception escaping a check (a ``SystemError_``, a crashed
+coroutine) is turned into a ``ConformanceFailure`` of that check too: to the suite a system that
+crashes is a system that fails.
+
+Why these checks, and how they are sized:
+
+* *semantics* (``single_client``, ``sequential_model``): every result of every operation on one
+  coroutine, including the failure paths (duplicate insert, update/delete of a missing key,
+  re-insert after delete, both paths of put), and scans where the system offers them
+  (``UnsupportedOperation`` where it does not), then a few hundred random operations compared
+  with a dict;
+* *values* (``large_values``, ``no_torn_values``): values from 16 B to well over a cache line
+  round-trip exactly and survive changes of size, and a get racing with many updates of one key
+  with large values returns exactly one written value, never a mix of two (values are
+  ``workloads.keys.value_bytes``: every 16 bytes name the key and the version, so any tear is
+  visible);
+* *concurrency* (``insert_race``, ``load_then_read``, ``history_uniform``,
+  ``history_zipfian``): one key inserted and deleted by everyone at once has exactly one winner
+  each time; a parallel load loses nothing; and a run of ``workloads.stress.StressWorkload``
+  (gets, inserts, updates and deletes over 64 contended keys, many threads x coroutines on two
+  compute nodes) on a co-located rack records a history that ``cluster.checker.check`` must find
+  linearizable;
+* *hygiene* (``client_statistics``): ``KVClient.statistics()`` is None or an immutable record.
+
+Everything runs co-located (one process, one scheduler, virtual time): a check is deterministic
+for a system, so a failure reproduces exactly, and sizes are chosen so the whole suite takes a
+few seconds per system on a small machine. Rigs are context managers that close (unlink) their
+shared memory on every path out.
+
+The history checks need the stress workload inside the rack. A scenario file can only name YCSB
+workloads, so the check builds a YCSB scenario of the same shape (key count, value size, steps)
+and swaps ``StressWorkload`` into the compiled rack before running it (:func:`stress_rack`); the
+load step's count is set explicitly in the scenario, so nothing computed at compile time from the
+placeholder workload differs from what the stress workload would have given.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import random
+import time
+import traceback
+from collections import OrderedDict
+from typing import Callable, Iterable, NamedTuple
+
+from nodes.runtime.env import Environment, ProcessError
+from nodes.systems import get_system
+from nodes.systems.api import UnsupportedOperation
+from shm.coro import NodeRdma
+from shm.fabric import Fabric, NodeSpec
+from shm.profile import load_profile
+from shm.segment import new_prefix
+from shm.verbs import VerbsHost
+from workloads.keys import decode_value, key_bytes, value_bytes
+
+__all__ = ["ConformanceFailure", "CheckOutcome", "Rig", "RigStats", "rig", "stress_rack", "CHECKS", "run_suite"]
+
+
+class ConformanceFailure(AssertionError):
+    """A system broke the contract; the message names the check and what went wrong."""
+
+
+class CheckOutcome(NamedTuple):
+    name: str
+    passed: bool
+    detail: str             # "" when passed; the failure message otherwise
+    ops_checked: int        # KV operations issued and checked (rig ops + history ops)
+    seconds: float = 0.0    # real time the check took (for people; nothing asserts on it)
+
+
+# The operation tally of the check being run by run_suite (None outside it): rigs and history
+# checks add what they checked. A context variable rather than a return value so that a check
+# stays "return None or raise", the shape a test calls directly.
+_TALLY: contextvars.ContextVar[list | None] = contextvars.ContextVar("conformance_tally", default=None)
+
+
+def _tally(n: int) -> None:
+    t = _TALLY.get()
+    if t is not None:
+        t[0] += int(n)
+
+
+def _expect(cond, message: str) -> None:
+    if not cond:
+        raise ConformanceFailure(message)
+
+
+def _short(v, limit: int = 48) -> str:
+    """A value for a message: short values whole, long ones by length, head and version."""
+    if v is None:
+        return "None"
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        v = bytes(v)
+        if len(v) <= limit:
+            return repr(v)
+        d = decode_value(v)
+        tag = f" (key {d[0]}, version {d[1]})" if d else " (not a value_bytes value: torn or foreign)"
+        return f"{len(v)} B {v[:16]!r}...{tag}"
+    return repr(v)
+
+
+# -- the rig ---------------------------------------------------------------------------------------
+
+class RigStats(NamedTuple):
+    system: str
+    threads: int
+    coroutines: int
+    memory_nodes: int
+    ops: int                # KV calls issued through the rig's clients
+    virtual_ns: int
+
+
+class _Counted:
+    """A client that counts the KV calls made through it (the rig's ``ops``); everything else,
+    ``statistics()`` included, is the wrapped client's."""
+
+    def __init__(self, client, rig: "Rig"):
+        self._client = client
+        self._rig = rig
+
+    def __getattr__(self, name):
+        return getattr(self._client, name)
+
+    def _call(self, name, co, *args):
+        self._rig.ops += 1
+        return (yield from getattr(self._client, name)(co, *args))
+
+    def get(self, co, key):
+        return self._call("get", co, key)
+
+    def insert(self, co, key, value):
+        return self._call("insert", co, key, value)
+
+    def update(self, co, key, value):
+        return self._call("update", co, key, value)
+
+    def put(self, co, key, value):
+        return self._call("put", co, key, value)
+
+    def delete(self, co, key):
+        return self._call("delete", co, key)
+
+    def scan(self, co, start, count):
+        return self._call("scan", co, start, count)
+
+
+class Rig:
+    """A system set up on a fresh fabric with one compute node of ``threads`` x ``coroutines``
+    (built by :func:`rig`). ``clients[t]`` is thread t's client, ``cos[t][c]`` its coroutines."""
+
+    def __init__(self, system, fabric: Fabric, layout: dict, options: dict, env: Environment, node: NodeRdma,
+                 coroutines: int, memory_nodes: int):
+        self.system = system
+        self.memory_nodes = memory_nodes
+        self.fabric = fabric
+        self.layout = layout
+        self.options = options
+        self.env = env
+        self.node = node
+        self.ops = 0
+        self.threads = list(node.threads)
+        self.clients = [_Counted(system.client(fabric, layout, t, options), self) for t in self.threads]
+        self.cos = [[t.coroutine() for _ in range(coroutines)] for t in self.threads]
+
+    @property
+    def client(self):
+        return self.clients[0]
+
+    @property
+    def co(self):
+        return self.cos[0][0]
+
+    def run(self, gen):
+        """Run one generator to completion; its return value."""
+        p = self.env.process(gen, name="conformance")
+        self._drain()
+        _expect(not p.is_alive, f"an operation never returned (virtual time {self.env.now} ns, no event left): "
+                                f"a lost completion or a coroutine waiting on itself")
+        return p.value
+
+    def each(self, body: Callable) -> list:
+        """Run ``body(client, co, i)`` in every coroutine at once (i = global coroutine number);
+        their return values, in order."""
+        procs = []
+        for cl, cos in zip(self.clients, self.cos):
+            for co in cos:
+                procs.append(self.env.process(body(cl, co, len(procs)), name=f"conformance{len(procs)}"))
+        self._drain()
+        stuck = [i for i, p in enumerate(procs) if p.is_alive]
+        _expect(not stuck, f"coroutines {stuck[:8]} never finished (virtual time {self.env.now} ns, no event left)")
+        return [p.value for p in procs]
+
+    def op(self, name: str, *args):
+        """One KV call on thread 0, coroutine 0."""
+        return self.run(getattr(self.client, name)(self.co, *args))
+
+    def _drain(self) -> None:
+        try:
+            self.env.run()
+        except ProcessError as e:
+            cause = e.__cause__
+            if isinstance(cause, ConformanceFailure):
+                raise cause from None
+            raise ConformanceFailure(f"an operation raised {type(cause).__name__ if cause else 'an error'}: "
+                                     f"{cause if cause else e}") from e
+
+    def statistics(self) -> RigStats:
+        return RigStats(self.system.name, len(self.threads), len(self.cos[0]) if self.cos else 0,
+                        self.memory_nodes, self.ops, self.env.now)
+
+
+@contextlib.contextmanager
+def rig(system, *, compute_threads: int = 1, coroutines: int = 1, memory_nodes: int = 2,
+        profile: str = "cx6-200g", options: dict | None = None, capacity: int = 10_000, seed: int = 1,
+        memory_bytes: int = 64 << 20, prefix: str | None = None):
+    """A co-located rig of ``system`` (a System class): one compute node ``cn0`` with
+    ``compute_threads`` x ``coroutines``, ``memory_nodes`` memory nodes of ``memory_bytes``, the
+    system set up for ``capacity`` keys with ``options`` (checked and filled by the system).
+    Deterministic for ``seed``. The fabric is closed (its segments unlinked) on every path out."""
+    opts = system.check_options(dict(options or {}), where=f"conformance rig of {system.name!r}")
+    specs = [NodeSpec("cn0", "compute", 32 << 20)] + [NodeSpec(f"mn{i}", "memory", memory_bytes)
+                                                       for i in range(memory_nodes)]
+    fabric = Fabric.create(load_profile(profile), specs, prefix=prefix or new_prefix())
+    r = None
+    try:
+        mns = list(range(1, memory_nodes + 1))
+        for m in mns:
+            fabric.expose(m)
+        layout = system.setup(fabric, mns, opts, capacity)
+        env = Environment(seed=seed)
+        node = NodeRdma(VerbsHost(fabric, env), "cn0")
+        for _ in range(compute_threads):
+            node.thread()
+        r = Rig(system, fabric, layout, opts, env, node, coroutines, memory_nodes)
+        yield r
+    finally:
+        if r is not None:
+            _tally(r.ops)
+        fabric.close()
+
+
+# -- running the stress workload on a co-located rack ---------------------------------------------
+
+def stress_rack(system, workload, *, compute: int = 2, threads: int = 2, coroutines: int = 4,
+                load: int | None = None, duration_ms: float = 0.5, seed: int = 7, profile: str = "cx6-200g",
+                options: dict | None = None, history: int = 1 << 16):
+    """A ``cluster.rack.ColocatedRack`` (not yet run) that loads ``load`` records (default: half
+    the key space) and then runs ``workload`` (a ``StressWorkload``) for ``duration_ms`` virtual
+    ms, recording up to ``history`` operations per compute node. ``system`` (a class) replaces
+    the registry's class of the same name, so a subclass can be checked without registering it."""
+    from cluster.rack import ColocatedRack
+    from cluster.scenario import scenario_from_dict
+    load = workload.recordcount // 2 if load is None else load
+    steps = ([{"action": "load", "count": load}] if load else []) + [{"action": "run", "duration_ms": duration_ms}]
+    # A YCSB placeholder of the same key count and sizes: what the scenario schema can express.
+    d = {
+        "rack": {"name": f"conformance-{system.name}", "profile": profile, "seed": seed},
+        "compute": {"count": compute, "threads": threads, "coroutines": coroutines, "memory": "16MiB"},
+        "memory": {"count": 2, "memory": "64MiB"},
+        "system": {"name": system.name, **(options or {})},
+        "workload": {"preset": "a", "recordcount": workload.recordcount, "keysize": workload.key_size,
+                     "valuesize": workload.value_size},
+        "step": steps,
+    }
+    rack = ColocatedRack(scenario_from_dict(d, source=f"conformance {system.name}"), history=history)
+    c = rack.compiled
+    c.system = system
+    c.workloads["default"] = workload
+    # Nothing else compiled from the placeholder needs changing: the load count was given
+    # explicitly, the plan has no scans, and the capacity (recordcount + expected new keys) is the
+    # same for the stress workload, whose inserts never add keys beyond recordcount.
+    c.capacity = max(c.capacity, workload.recordcount + workload.expected_new_keys + 1024)
+    return rack
+
+
+# -- the checks ------------------------------------------------------------------------------------
+
+CHECKS: "OrderedDict[str, Callable]" = OrderedDict()
+
+
+def _check(name: str):
+    """Register a check under ``name``; any failure escaping it becomes a ConformanceFailure whose
+    message starts with ``name``."""
+    def deco(fn):
+        def check(system, options: dict | None = None) -> None:
+            try:
+                fn(system, dict(options or {}))
+            except ConformanceFailure as e:
+                raise ConformanceFailure(f"{name} [{system.name}]: {e}") from e
+            except Exception as e:          # a crash is a failure of the check it happened in
+                raise ConformanceFailure(f"{name} [{system.name}]: {type(e).__name__}: {e}") from e
+        check.__name__ = f"check_{name}"
+        check.__qualname__ = check.__name__
+        check.__doc__ = fn.__doc__
+        check.check_name = name
+        CHECKS[name] = check
+        return check
+    return deco
+
+
+def _k(i: int) -> bytes:
+    return key_bytes(i, 8)
+
+
+def _v(kid: int, version: int, size: int = 32) -> bytes:
+    return value_bytes(kid, version, size)
+
+
+@_check("single_client")
+def check_single_client(system, options) -> None:
+    """Every result of every operation on one coroutine, failure paths included; scans."""
+    with rig(system, options=options) as r:
+        k, kid = _k(101), 101
+
+        def op(name, *args):
+            return r.op(name, *args)
+
+        def same(what, got, want):
+            _expect(got == want, f"{what}: returned {_short(got)}, expected {_short(want)}")
+
+        same("get of a key never inserted", op("get", k), None)
+        same("insert of a new key", op("insert", k, _v(kid, 1)), True)
+        same("get after insert", op("get", k), _v(kid, 1))
+        same("insert of an existing key (duplicate)", op("insert", k, _v(kid, 2)), False)
+        same("get after a failed duplicate insert (must keep the first value)", op("get", k), _v(kid, 1))
+        same("update of an existing key", op("update", k, _v(kid, 3)), True)
+        same("get after update", op("get", k), _v(kid, 3))
+        same("update of a missing key", op("update", _k(102), _v(102, 4)), False)
+        same("get after a failed update of a missing key", op("get", _k(102)), None)
+        same("delete of an existing key", op("delete", k), True)
+        same("get after delete", op("get", k), None)
+        same("delete of a deleted key", op("delete", k), False)
+        same("delete of a key never inserted", op("delete", _k(103)), False)
+        same("update of a deleted key", op("update", k, _v(kid, 5)), False)
+        same("get after a failed update of a deleted key", op("get", k), None)
+        same("re-insert after delete", op("insert", k, _v(kid, 6)), True)
+        same("get after re-insert", op("get", k), _v(kid, 6))
+        same("put (upsert) of an existing key", op("put", k, _v(kid, 7)), None)
+        same("get after put of an existing key", op("get", k), _v(kid, 7))
+        same("put (upsert) of a missing key", op("put", _k(104), _v(104, 8)), None)
+        same("get after put of a missing key", op("get", _k(104)), _v(104, 8))
+        # keys that differ only in their last byte, and in their first: no prefix confusion
+        a, b = _k(0x0100000000000001), _k(0x0200000000000001)
+        same("insert of a key", op("insert", a, _v(1, 9)), True)
+        same("insert of a key differing from the previous one in its last byte", op("insert", b, _v(2, 10)), True)
+        same("get of the first of two similar keys", op("get", a), _v(1, 9))
+        same("get of the second of two similar keys", op("get", b), _v(2, 10))
+
+        if system.supports_scan:
+            _scan_semantics(r, same)
+        else:
+            def scan():
+                try:
+                    yield from r.client.scan(r.co, _k(0), 10)
+                except UnsupportedOperation:
+                    return "unsupported"
+                return "returned"
+            same(f"scan on a system with supports_scan = False (must raise UnsupportedOperation)", r.run(scan()),
+                 "unsupported")
+
+
+def _scan_semantics(r: Rig, same) -> None:
+    """Scans on a system that offers them: key order (bytes order), bounds, count, deleted keys
+    absent, values exact."""
+    base = 5000
+    ids = [base + 7 * i for i in range(24)]
+    live = {}
+    for i in ids:
+        same(f"insert of scan key {i}", r.op("insert", _k(i), _v(i, 1)), True)
+        live[_k(i)] = _v(i, 1)
+    for i in ids[3::5]:
+        same(f"delete of scan key {i}", r.op("delete", _k(i)), True)
+        del live[_k(i)]
+    for i in ids[1::6]:
+        same(f"update of scan key {i}", r.op("update", _k(i), _v(i, 2)), True)
+        live[_k(i)] = _v(i, 2)
+    # the other keys the single-client check left behind count too
+    for k in (_k(101), _k(104), _k(0x0100000000000001), _k(0x0200000000000001)):
+        got = r.op("get", k)
+        if got is not None:
+            live[k] = got
+    order = sorted(live)
+    starts = [order[0], order[len(order) // 2], _k(ids[3]), _k(ids[10] + 1), b"\x00" * 8, b"\xff" * 8]
+    for start in starts:
+        for count in (1, 5, len(order) + 3):
+            want = [(k, live[k]) for k in order if k >= start][:count]
+            got = r.op("scan", start, count)
+            got = [(bytes(k), bytes(v)) for k, v in got]
+            keys = [k for k, _ in got]
+            _expect(all(x < y for x, y in zip(keys, keys[1:])),
+                    f"scan({_short(start)}, {count}): keys not strictly increasing: {[_short(k) for k in keys]}")
+            _expect(all(k >= start for k in keys),
+                    f"scan({_short(start)}, {count}): returned a key below the start: {[_short(k) for k in keys]}")
+            _expect(len(got) <= count, f"scan({_short(start)}, {count}): returned {len(got)} pairs")
+            same(f"scan({_short(start)}, {count})", got, want)
+    same("scan with count 0", [tuple(p) for p in r.op("scan", order[0], 0)], [])
+
+
+@_check("sequential_model")
+def check_sequential_model(system, options) -> None:
+    """600 random operations on 12 keys from one coroutine, each compared with a dict."""
+    rng = random.Random(20240607)
+    model: dict[bytes, bytes] = {}
+    with rig(system, options=options) as r:
+        def body():
+            version = 0
+            for step in range(600):
+                kid = rng.randrange(12) + 900
+                k = _k(kid)
+                kind = rng.choice(("get", "get", "insert", "update", "put", "delete"))
+                version += 1
+                v = _v(kid, version, rng.choice((16, 24, 40, 64, 100, 300)))
+                if kind == "get":
+                    got = yield from r.client.get(r.co, k)
+                    want = model.get(k)
+                elif kind == "insert":
+                    got = yield from r.client.insert(r.co, k, v)
+                    want = k not in model
+                    if want:
+                        model[k] = v
+                elif kind == "update":
+                    got = yield from r.client.update(r.co, k, v)
+                    want = k in model
+                    if want:
+                        model[k] = v
+                elif kind == "put":
+                    got = yield from r.client.put(r.co, k, v)
+                    want = None
+                    model[k] = v
+                else:
+                    got = yield from r.client.delete(r.co, k)
+                    want = model.pop(k, None) is not None
+                if got != want:
+                    return (f"operation #{step} {kind} of key {kid}: returned {_short(got)}, expected "
+                            f"{_short(want)} (a dict given the same operations)")
+            for k, v in model.items():
+                got = yield from r.client.get(r.co, k)
+                if got != v:
+                    return f"final get of key {int.from_bytes(k, 'little')}: {_short(got)}, expected {_short(v)}"
+            return None
+
+        problem = r.run(body())
+        _expect(problem is None, problem)
+
+
+@_check("large_values")
+def check_large_values(system, options) -> None:
+    """Values from 16 B to 1000 B round-trip exactly, through inserts and updates that change
+    their size (a block that grows past a cache line, and shrinks back)."""
+    sizes = (16, 63, 64, 65, 128, 200, 513, 1000)
+    with rig(system, options=options) as r:
+        for j, size in enumerate(sizes):
+            kid = 3000 + j
+            v = _v(kid, 1, size)
+            _expect(r.op("insert", _k(kid), v) is True, f"insert of a {size} B value was refused")
+            got = r.op("get", _k(kid))
+            _expect(got == v, f"a {size} B value came back as {_short(got)}")
+        # every key changes size: each value takes the next size (the largest wraps to the smallest)
+        for j, size in enumerate(sizes):
+            kid = 3000 + j
+            new = sizes[(j + 3) % len(sizes)]
+            v = _v(kid, 2, new)
+            _expect(r.op("update", _k(kid), v) is True, f"update of key {kid} from {size} B to {new} B refused")
+            got = r.op("get", _k(kid))
+            _expect(got == v, f"key {kid} updated from {size} B to {new} B came back as {_short(got)}")
+        for j, size in enumerate(sizes):
+            kid = 3000 + j
+            v = _v(kid, 3, size)
+            r.op("put", _k(kid), v)
+            got = r.op("get", _k(kid))
+            _expect(got == v, f"key {kid} put back to {size} B came back as {_short(got)}")
+
+
+@_check("no_torn_values")
+def check_no_torn_values(system, options) -> None:
+    """4 threads x 4 coroutines update one key with 1000 B and 200 B values and read it back
+    between updates: every get returns exactly one written value (never a mix of two, never a
+    value of the wrong size for its version) and every update succeeds."""
+    kid = 777
+    k = _k(kid)
+    rounds = 6
+    with rig(system, compute_threads=4, coroutines=4, options=options) as r:
+        written = {0: _v(kid, 0, 1000)}
+        _expect(r.op("insert", k, written[0]) is True, "insert of the shared key was refused")
+
+        def body(cl, co, i):
+            bad = []
+            size = 1000 if i % 2 == 0 else 200
+            for j in range(rounds):
+                version = 1 + i * rounds + j
+                v = _v(kid, version, size)
+                written[version] = v
+                ok = yield from cl.update(co, k, v)
+                if ok is not True:
+                    bad.append(f"coroutine {i}: update of the existing shared key returned {ok!r}")
+                got = yield from cl.get(co, k)
+                if got is None:
+                    bad.append(f"coroutine {i}: get of the shared key (never deleted) returned None")
+                    continue
+                d = decode_value(got, kid)
+                if d is None or written.get(d[1]) != bytes(got):
+                    bad.append(f"coroutine {i}: get returned a value no update wrote: {_short(got)}")
+            return bad
+
+        bad = [b for res in r.each(body) for b in res]
+        _expect(not bad, f"{len(bad)} bad result(s); first: " + "; ".join(bad[:3]))
+        final = r.op("get", k)
+        _expect(final is not None and bytes(final) in set(written.values()),
+                f"after the updates the key holds {_short(final)}, which no update wrote")
+
+
+@_check("insert_race")
+def check_insert_race(system, options) -> None:
+    """4 threads x 4 coroutines insert one key at the same virtual instant (and then staggered):
+    exactly one insert wins and its value is the one stored; then all delete it at once: exactly
+    one delete wins and the key is gone."""
+    with rig(system, compute_threads=4, coroutines=4, seed=3, options=options) as r:
+        for rnd, stagger in enumerate((0, 3000, 0)):
+            kid = 4000 + rnd
+            k = _k(kid)
+
+            def ins(cl, co, i):
+                if stagger:
+                    yield r.env.rng.randrange(0, stagger)
+                return (yield from cl.insert(co, k, _v(kid, i + 1, 48)))
+
+            res = r.each(ins)
+            winners = [i for i, ok in enumerate(res) if ok is True]
+            _expect(len(winners) == 1, f"round {rnd}: {len(res)} concurrent inserts of key {kid}: "
+                                       f"{len(winners)} returned True (coroutines {winners[:8]}), expected exactly 1")
+            got = r.op("get", k)
+            _expect(got == _v(kid, winners[0] + 1, 48),
+                    f"round {rnd}: coroutine {winners[0]} won the insert race but key {kid} holds {_short(got)}")
+
+            def dele(cl, co, i):
+                if stagger:
+                    yield r.env.rng.randrange(0, stagger)
+                return (yield from cl.delete(co, k))
+
+            res = r.each(dele)
+            _expect(res.count(True) == 1, f"round {rnd}: {len(res)} concurrent deletes of key {kid}: "
+                                          f"{res.count(True)} returned True, expected exactly 1")
+            got = r.op("get", k)
+            _expect(got is None, f"round {rnd}: key {kid} deleted by everyone still reads {_short(got)}")
+
+
+@_check("load_then_read")
+def check_load_then_read(system, options) -> None:
+    """2,000 keys inserted by 4 threads x 4 coroutines, then every key read (by a different
+    coroutine than its inserter) with exactly its value."""
+    n = 2000
+    with rig(system, compute_threads=4, coroutines=4, capacity=4 * n, options=options) as r:
+        workers = sum(len(c) for c in r.cos)
+
+        def load(cl, co, i):
+            failed = []
+            for kid in range(i, n, workers):
+                ok = yield from cl.insert(co, _k(kid), _v(kid, 1, 24 + kid % 5 * 8))
+                if ok is not True:
+                    failed.append(kid)
+            return failed
+
+        failed = [kid for res in r.each(load) for kid in res]
+        _expect(not failed, f"{len(failed)} of {n} inserts of distinct new keys failed (keys {failed[:8]})")
+
+        def read(cl, co, i):
+            bad = []
+            for kid in range((i + 5) % workers, n, workers):
+                got = yield from cl.get(co, _k(kid))
+                if got != _v(kid, 1, 24 + kid % 5 * 8):
+                    bad.append((kid, got))
+            return bad
+
+        bad = [b for res in r.each(read) for b in res]
+        _expect(not bad, f"{len(bad)} of {n} loaded keys read wrong; first: "
+                         + ", ".join(f"key {kid} -> {_short(v)}" for kid, v in bad[:3]))
+
+
+def _history_check(system, options: dict, distribution: str) -> None:
+    from cluster.checker import check
+    from workloads.stress import StressWorkload
+    wl = StressWorkload(64, distribution=distribution, value_size=48)
+    rack = stress_rack(system, wl, compute=2, threads=2, coroutines=4, duration_ms=0.6, options=options)
+    results = rack.run()
+    ops = rack.history_ops
+    _tally(len(ops))
+    writes = sum(1 for op in ops if op.kind != "get" and op.ok)
+    _expect(len(ops) > 500 and writes > 100,
+            f"the stress run recorded only {len(ops)} operations ({writes} successful writes): too few to check")
+    kinds = {(op.kind, op.ok) for op in ops if op.kind != "get"}
+    for want in (("insert", True), ("insert", False), ("update", True), ("update", False), ("delete", True),
+                 ("delete", False)):
+        _expect(want in kinds, f"the stress run never saw a {want[0]} that "
+                               f"{'succeeded' if want[1] else 'failed'}: the workload did not exercise that path")
+    unsupported = sum(n.unsupported for n in rack.nodes)
+    _expect(unsupported == 0, f"{unsupported} operations raised UnsupportedOperation")
+    del results
+    result = check(ops, time_limit_s=20.0)
+    _expect(result.verdict == "ok", f"{wl.describe()}: the history is not linearizable "
+                                    f"(verdict {result.verdict}):\n{result.explain()}")
+
+
+@_check("history_uniform")
+def check_history_uniform(system, options) -> None:
+    """A StressWorkload over 64 keys (uniform), 2 compute nodes x 2 threads x 4 coroutines, 0.6
+    virtual ms after loading half the keys: the recorded history is linearizable."""
+    _history_check(system, options, "uniform")
+
+
+@_check("history_zipfian")
+def check_history_zipfian(system, options) -> None:
+    """As history_uniform with zipfian 0.99 keys: a few keys take most operations, so many
+    operations on one key overlap."""
+    _history_check(system, options, "zipfian")
+
+
+@_check("client_statistics")
+def check_client_statistics(system, options) -> None:
+    """``KVClient.statistics()`` is None or an immutable record (hashable, and a snapshot: later
+    operations do not change a record already returned)."""
+    with rig(system, options=options) as r:
+        before = r.client.statistics()
+        if before is None:
+            return
+        try:
+            snapshot = hash(before)
+        except TypeError:
+            raise ConformanceFailure(f"statistics() returned a mutable {type(before).__name__}: {before!r}") from None
+        for i in range(5):
+            r.op("insert", _k(i), _v(i, 1))
+            r.op("get", _k(i))
+        _expect(hash(before) == snapshot, f"a statistics() record changed after later operations: {before!r}")
+        after = r.client.statistics()
+        _expect(type(after) is type(before), f"statistics() changed type: {type(before)} then {type(after)}")
+
+
+# -- the suite -------------------------------------------------------------------------------------
+
+def run_suite(system_name: str, *, only: Iterable[str] | None = None, options: dict | None = None,
+              progress: Callable[[str], None] | None = None) -> list[CheckOutcome]:
+    """Run the checks (all, or the names in ``only``, in CHECKS order) on the registered system
+    ``system_name`` with system ``options`` (e.g. ``{"fault": "update-skips-cas"}``); one outcome
+    per check. A failing check is recorded, never raised; an unknown system or check name is a
+    ValueError. ``progress(message)`` is called before each check with a one-line message
+    ("conformance 3/9: no_torn_values") for a status line; outcomes are the return value."""
+    system = get_system(system_name)
+    names = list(CHECKS)
+    if only is not None:
+        wanted = list(only)
+        unknown = [n for n in wanted if n not in CHECKS]
+        if unknown:
+            raise ValueError(f"unknown conformance check(s) {', '.join(map(repr, unknown))}; "
+                             f"the checks are {', '.join(CHECKS)}")
+        names = [n for n in names if n in wanted]
+    outcomes = []
+    for n, name in enumerate(names, 1):
+        if progress is not None:
+            progress(f"conformance {n}/{len(names)}: {name}")
+        tally = [0]
+        token = _TALLY.set(tally)
+        t0 = time.perf_counter()
+        try:
+            CHECKS[name](system, options)
+            passed, detail = True, ""
+        except ConformanceFailure as e:
+            passed, detail = False, str(e)
+        except Exception as e:          # a bug in the suite itself: recorded, the others still run
+            passed, detail = False, (f"{name}: the check itself failed: {type(e).__name__}: {e}\n"
+                                     + traceback.format_exc(limit=4))
+        finally:
+            _TALLY.reset(token)
+        outcomes.append(CheckOutcome(name, passed, detail, tally[0], time.perf_counter() - t0))
+    return outcomes
