@@ -146,10 +146,12 @@ def test_process_rack_runs_a_scenario_and_leaves_nothing(tmp_path):
 def test_process_rack_scripted_kill_carries_on():
     sup = Supervisor(scenario(LOAD, run(0.1), {"action": "kill", "node": "cn1"}, run(0.1), compute=2,
                               on_death="continue"), quiet=True)
-    assert sup.run() == 0
-    assert [(d.node, d.expected) for d in sup.deaths] == [("cn1", True)]
+    status = sup.run()
+    why = f"stop reason: {sup.stop_reason}; deaths: {sup.deaths}"
+    assert status == 0, why
+    assert [(d.node, d.expected) for d in sup.deaths] == [("cn1", True)], why
     last = by_step(sup.results)[4]
-    assert [n.node for n in last.nodes if n.ops] == ["cn0"]           # only the survivor ran step 4
+    assert [n.node for n in last.nodes if n.ops] == ["cn0"], why      # only the survivor ran step 4
     assert not _children()
 
 
