@@ -11,6 +11,7 @@ import pytest
 
 from cluster.conformance import CHECKS, CheckOutcome, ConformanceFailure, rig, run_suite, stress_rack
 from nodes.systems import get_system, system_names
+from nodes.systems.api import KVClient, System
 from nodes.systems.race import RaceSystem
 from workloads.keys import decode_value
 from workloads.stress import StressWorkload
@@ -168,6 +169,77 @@ def test_a_crashing_check_is_recorded_not_raised():
     (out,) = run_suite("race", only=["client_statistics"], options={"no_such_option": 1})
     assert not out.passed and out.detail.startswith("client_statistics [race]: ValueError: ")
     assert "no_such_option" in out.detail
+
+
+# -- an ordered toy system: the scan half of single_client ----------------------------------------
+
+class _DictClient(KVClient):
+    """Every operation is one 1 µs step on a Python dict: trivially linearizable, ordered."""
+
+    def __init__(self, store, scan_bug=False):
+        self.store = store
+        self.scan_bug = scan_bug
+
+    def get(self, co, key):
+        yield 1000
+        return self.store.get(key)
+
+    def insert(self, co, key, value):
+        yield 1000
+        if key in self.store:
+            return False
+        self.store[key] = bytes(value)
+        return True
+
+    def update(self, co, key, value):
+        yield 1000
+        if key not in self.store:
+            return False
+        self.store[key] = bytes(value)
+        return True
+
+    def delete(self, co, key):
+        yield 1000
+        return self.store.pop(key, None) is not None
+
+    def scan(self, co, start, count):
+        yield 1000
+        keys = sorted(k for k in self.store if k >= start)
+        if self.scan_bug:
+            keys = sorted(keys, key=lambda k: int.from_bytes(k, "little"))   # numeric, not bytes order
+        return [(k, self.store[k]) for k in keys[:count]]
+
+
+class _DictSystem(System):
+    name = "dict-toy"
+    supports_scan = True
+    stores: dict = {}
+    scan_bug = False
+
+    @classmethod
+    def setup(cls, fabric, memory_nodes, options, capacity):
+        sid = len(cls.stores)
+        cls.stores[sid] = {}
+        return {"store": sid}
+
+    @classmethod
+    def client(cls, fabric, layout, thread, options):
+        return _DictClient(cls.stores[layout["store"]], cls.scan_bug)
+
+
+class _DictSystemBadScan(_DictSystem):
+    scan_bug = True
+
+
+@pytest.mark.parametrize("check", ["single_client", "sequential_model", "large_values", "no_torn_values",
+                                   "insert_race", "load_then_read", "client_statistics"])
+def test_an_ordered_system_passes_the_rig_checks_scans_included(check):
+    CHECKS[check](_DictSystem)
+
+
+def test_scans_out_of_key_order_fail_single_client():
+    msg = _failure("single_client", _DictSystemBadScan)
+    assert msg.startswith("single_client [dict-toy]: scan(") and "expected" in msg
 
 
 def test_a_rig_is_closed_when_its_body_fails(prefix):
