@@ -98,6 +98,7 @@ class ComputeNode:
         self.ops = 0
         self.unsupported = 0
         self.crashed = 0                    # coroutines stopped by a crash failpoint
+        self.dead: set[tuple[int, int]] = set()
         self.loaded_before = 0              # records loaded by earlier load steps (rack-wide)
 
     def statistics(self) -> ComputeStats:
@@ -129,7 +130,13 @@ class ComputeNode:
         if done is None:
             self._finish(step_index)
         else:
-            done.callbacks.append(lambda _ev: self._finish(step_index))
+            done.callbacks.append(lambda ev: self._step_done(ev, step_index))
+
+    def _step_done(self, ev, step_index: int) -> None:
+        if not ev.ok:
+            ev.defused = True
+            raise ev.value          # a coroutine failed (not a crash failpoint): the node fails loudly
+        self._finish(step_index)
 
     def _finish(self, step_index: int) -> None:
         step = self.plan[step_index]
@@ -146,7 +153,8 @@ class ComputeNode:
     def _active(self):
         for t in range(self.active_threads):
             for c in range(self.active_coroutines):
-                yield t, c
+                if (t, c) not in self.dead:         # a crashed client stays down
+                    yield t, c
 
     # -- load ------------------------------------------------------------------------------------
     def _load(self, step: PlanStep):
@@ -176,6 +184,7 @@ class ComputeNode:
                 self.ops += 1
         except ClientCrash:
             self.crashed += 1           # a failpoint stopped this client between two verbs
+            self.dead.add((t, c))
 
     # -- run -------------------------------------------------------------------------------------
     def _run(self, step: PlanStep):
@@ -194,6 +203,8 @@ class ComputeNode:
                 procs.append(env.process(self._arrivals(stream, rate, end, queue, waiting, t, step.index),
                                          name=f"{self.name}.arrivals.t{t}"))
                 for c in range(self.active_coroutines):
+                    if (t, c) in self.dead:
+                        continue
                     procs.append(env.process(self._serve(t, c, wl, queue, waiting, end),
                                              name=f"{self.name}.t{t}c{c}"))
         else:
@@ -217,6 +228,7 @@ class ComputeNode:
                     yield from do(t, c, wl, op, kid, n, env.now)
         except ClientCrash:
             self.crashed += 1           # its operation never returns: "may or may not have happened"
+            self.dead.add((t, c))
 
     def _arrivals(self, stream, rate_per_s: float, end, queue: deque, waiting: list, t: int, step_index: int):
         env = self.env
@@ -252,6 +264,7 @@ class ComputeNode:
                 yield from self._do(t, c, wl, op, kid, n, arrived)
             except ClientCrash:
                 self.crashed += 1
+                self.dead.add((t, c))
                 return
 
     def _do(self, t: int, c: int, wl, op: int, kid: int, n: int, t0: int):

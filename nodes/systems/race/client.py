@@ -48,6 +48,7 @@ HASH_CYCLES_PER_BYTE = 1
 #: An operation that keeps failing (a livelock, or a bug) gives up with SystemError_ after this many
 #: rounds of its retry loop.
 RETRY_LIMIT = 100_000
+STALE_TENTATIVE_WAITS = 32      # back-offs (about 1 ms) before a tentative copy counts as abandoned
 
 _BLOCK_ADDR = OFFSET_MASK & ~TENTATIVE
 
@@ -59,6 +60,7 @@ class RaceStats(NamedTuple):
     deletes: int
     cas_retries: int           # slot CASes that failed and made the op re-read and retry
     insert_conflicts: int      # insert rounds that met another insert's tentative copy of the key
+    stale_aborts: int          # abandoned tentative copies (of crashed clients) aborted by an insert
     dir_refreshes: int         # directory re-reads after a bucket header showed the cache stale
     blocks_read: int           # KV blocks read to confirm a fingerprint match
     fp_false_positives: int    # ... that held another key
@@ -98,14 +100,14 @@ class RaceClient(KVClient):
         self._backoff_ns = 2 * one_way + 4 * fabric.profile.pcie.latency_ns   # about one round trip
         self._rng = random.Random((node << 20) ^ thread.index ^ 0x5ACE)
         self.gets = self.inserts = self.updates = self.deletes = 0
-        self.cas_retries = self.insert_conflicts = self.dir_refreshes = 0
+        self.cas_retries = self.insert_conflicts = self.dir_refreshes = self.stale_aborts = 0
         self.blocks_read = self.fp_false_positives = self.torn_blocks = 0
 
     # -- statistics ------------------------------------------------------------------------
     def statistics(self) -> RaceStats:
         a = self.alloc
         return RaceStats(self.gets, self.inserts, self.updates, self.deletes, self.cas_retries,
-                         self.insert_conflicts, self.dir_refreshes, self.blocks_read, self.fp_false_positives,
+                         self.insert_conflicts, self.stale_aborts, self.dir_refreshes, self.blocks_read, self.fp_false_positives,
                          self.torn_blocks, a.chunks, a.blocks, a.freed)
 
     # -- pieces ------------------------------------------------------------------------------
@@ -335,6 +337,17 @@ class RaceClient(KVClient):
                     self.alloc.free(mine_c)       # committed: the key exists
                     return False
                 self.insert_conflicts += 1        # another insert is deciding: let it
+                if waits >= STALE_TENTATIVE_WAITS:
+                    # A live insert settles in a few round trips; a tentative copy that outlived
+                    # this many back-offs belongs to a crashed client. Aborting it is safe: readers
+                    # never see tentative copies, and its owner, if alive after all, finds its copy
+                    # gone when it settles and starts over.
+                    for a, w in others:
+                        co.cas(a, w, 0)
+                    yield co.sync()
+                    self.stale_aborts += 1
+                    waits = 0
+                    continue
                 yield self.backoff(waits)
                 waits += 1
                 continue

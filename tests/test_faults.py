@@ -1,0 +1,153 @@
+"""Faults: failpoints that crash a client between two verbs, nodes killed mid-run, and a leak test
+that starts and stops racks repeatedly (in the style of Mininet's pty-leak test) and compares
+/dev/shm and the process table before and after."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from cluster.checker import check
+from cluster.rack import ColocatedRack
+from cluster.scenario import scenario_from_dict
+from cluster.supervisor import Supervisor
+from shm import failpoints
+from shm.segment import list_segments, owner_pid_of
+from tests.test_rack import LOAD, ROOT, rack_dict, run
+
+
+@pytest.fixture(autouse=True)
+def _disarm():
+    failpoints.disarm_all()
+    yield
+    failpoints.disarm_all()
+
+
+def checked_scenario(*steps, **kw):
+    d = rack_dict(*steps, **kw)
+    d["workload"]["valuesize"] = 32            # values carry their version: histories are checkable
+    return scenario_from_dict(d, source="faults.toml")
+
+
+def _mine():
+    return sorted(s for s in list_segments() if owner_pid_of(s) == os.getpid())
+
+
+def _children():
+    return [p for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
+
+
+# -- failpoints ------------------------------------------------------------------------------------
+
+def test_unknown_failpoint_and_bad_spec_are_refused():
+    with pytest.raises(ValueError, match="did you mean 'race.update.block_written'"):
+        failpoints.arm("race.update.block_writen")
+    with pytest.raises(ValueError, match="unknown action"):
+        failpoints.arm("verbs.post", "explode")
+    with pytest.raises(ValueError, match="not name=action"):
+        failpoints.parse("verbs.post")
+    with pytest.raises(ValueError, match="not an integer"):
+        failpoints.parse("verbs.post=crash@soon")
+    assert failpoints.parse("race.update.block_written=crash@3; verbs.post=exit") == [
+        ("race.update.block_written", "crash", 3), ("verbs.post", "exit", 0)]
+
+
+@pytest.mark.parametrize("point", ["race.update.block_written", "race.delete.found", "race.insert.settled"])
+def test_crashed_clients_leave_a_linearizable_history(point):
+    """Crash five clients mid-operation at a failpoint: their operations never return, the rest of
+    the rack carries on, and the history (with the crashed ops as "may or may not have happened")
+    is still linearizable."""
+    from workloads.stress import StressWorkload
+    rack = ColocatedRack(checked_scenario(LOAD, run(0.3), threads=2, coroutines=4, records=32), history=100_000)
+    rack.compiled.workloads["default"] = StressWorkload(keys=64, distribution="zipfian", value_size=32)
+    failpoints.arm(point, "crash", after=20, times=5)
+    rack.run()
+    node = rack.nodes[0]
+    assert node.crashed == 5
+    ops = rack.history_ops
+    assert sum(1 for o in ops if o.ret is None) == 5                # exactly the crashed ones are open
+    res = check(ops)
+    assert res.verdict == "ok", res.explain()
+
+
+def test_a_failpoint_exit_kills_the_node_and_the_supervisor_reports_it(monkeypatch):
+    monkeypatch.setenv(failpoints.ENV, "race.update.block_written=exit@50")
+    before = set(_mine())
+    sup = Supervisor(checked_scenario(LOAD, run(0.5), compute=2), quiet=True)
+    assert sup.run() == 1
+    assert any(d.node.startswith("cn") and "exited with status 86" in d.how and not d.expected for d in sup.deaths), \
+        sup.deaths
+    assert set(_mine()) == before
+    assert not _children()
+
+
+def test_kill_9_of_a_compute_node_with_continue_carries_on(endless_continue):
+    proc = subprocess.Popen([sys.executable, "-m", "cluster.cli", "run", endless_continue, "--no-dashboard",
+                             "--duration", "12"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    end = time.monotonic() + 60
+    victim = None
+    while victim is None and time.monotonic() < end:
+        kids = psutil.Process(proc.pid).children()
+        victim = next((k for k in kids if k.name() == "dmrack-cn1"), None)
+        time.sleep(0.05)
+    assert victim is not None, proc.communicate()
+    time.sleep(2.0)
+    kids = psutil.Process(proc.pid).children()
+    victim.send_signal(signal.SIGKILL)
+    stdout, stderr = proc.communicate(timeout=90)
+    assert proc.returncode == 0, (stdout, stderr)                   # the rack carried on
+    assert "cn1 killed by signal 9 (SIGKILL)" in stdout
+    assert "stopped after 12 s" in stdout
+    psutil.wait_procs(kids, timeout=10)
+    assert not [s for s in list_segments() if owner_pid_of(s) == proc.pid]
+
+
+@pytest.fixture
+def endless_continue(tmp_path):
+    path = tmp_path / "endless.toml"
+    path.write_text("""
+[rack]
+on_node_death = "continue"
+[compute]
+count = 2
+threads = 2
+coroutines = 2
+memory = "8MiB"
+[memory]
+count = 2
+memory = "32MiB"
+[workload]
+preset = "a"
+recordcount = 300
+[[step]]
+action = "load"
+[[step]]
+action = "run"
+""")
+    return str(path)
+
+
+# -- leaks -----------------------------------------------------------------------------------------
+
+def test_racks_started_and_stopped_repeatedly_leak_nothing():
+    """Mininet's pty-leak test, for racks: segments, processes and open files stay flat."""
+    me = psutil.Process()
+
+    def rack(i):
+        sup = Supervisor(checked_scenario(LOAD, run(0.1), compute=1 + i % 2, records=100), quiet=True)
+        assert sup.run() == 0, sup.deaths
+
+    segs, kids = _mine(), _children()
+    rack(0)                                 # first use opens files for good (imports, numba caches)
+    fds = me.num_fds()
+    for i in range(1, 5):
+        rack(i)
+    assert _mine() == segs
+    assert _children() == kids
+    assert me.num_fds() <= fds + 1          # the last rack's memory may wait for the garbage collector
