@@ -561,6 +561,7 @@ class _KeySearch:
         # Positions never move (only links do), so these stay valid for the explanation.
         retpos = [0] * n
         self.callpos = callpos = [0] * n
+        self.postime = [-INF] + [t for t, _, _ in ev] + [INF]          # position -> time
         for pos, (_, is_ret, i) in enumerate(ev, 1):
             self.opof[pos] = i
             if is_ret:
@@ -592,9 +593,43 @@ class _KeySearch:
         for r in self.rd:
             if r >= 0:
                 self.reads_left[r] += 1
-        for w in self.wr:
+        writers_of: dict[int, list[int]] = {}
+        for i, w in enumerate(self.wr):
             if w >= 0:
                 self.writers_left[w] += 1
+                writers_of.setdefault(w, []).append(i)
+        # Presence pruning (see run): operations that need the key absent / present when they
+        # take effect, sorted by return position; those that can make it absent / present,
+        # sorted by call position. hints[k]: everything in list k before it is linearized.
+        codes = self.codes
+        absent_need = [i for i, c in enumerate(codes) if c in (INS_OK, UPD_FAIL, DEL_FAIL) or self.rd[i] < 0 and
+                       c == GET and ops[i].value is None and ops[i].ret is not None]
+        present_need = [i for i, c in enumerate(codes) if c in (INS_FAIL, UPD_OK, DEL_OK) or self.rd[i] >= 0]
+        deleters = [i for i, c in enumerate(codes) if c in (DEL_OK, DEL_ANY)]
+        creators = [i for i, c in enumerate(codes) if c in (PUT, INS_OK, INS_ANY)]
+        # A write's *effective deadline*: its return, or the return of the first get of its
+        # version if earlier (it must be linearized before that get, and such gets are never
+        # linearized before their writer). Used as the deadline here and to order candidates.
+        eff = list(retpos)
+        for i, c in enumerate(codes):
+            r = self.rd[i]
+            if r >= 0:
+                for w in writers_of.get(r, ()):
+                    if retpos[i] < eff[w]:
+                        eff[w] = retpos[i]
+        self.eff = eff
+        absent_need.sort(key=eff.__getitem__)
+        present_need.sort(key=eff.__getitem__)
+        deleters.sort(key=callpos.__getitem__)
+        creators.sort(key=callpos.__getitem__)
+        self.plists = (absent_need, deleters, present_need, creators)
+        self.pkeys = (eff, callpos, eff, callpos)
+        self.pindex = [[-1] * n for _ in range(4)]             # op -> its index in each list
+        for k, lst in enumerate(self.plists):
+            for j, i in enumerate(lst):
+                self.pindex[k][i] = j
+        self.hints = [0, 0, 0, 0]
+        self.isplaced = [False] * n
         self.pruned = 0
         self.rets = [INF if op.ret is None else op.ret for op in ops]
         # search state, saved between run() calls
@@ -603,6 +638,7 @@ class _KeySearch:
         self.win = 0
         self.path: list[tuple] = []                # placed: (entry, state, base, win) before it
         self.frames: list[list] = []               # per configuration: [(entry, new state)...], next
+        self.expand = True                         # the top configuration's candidates are unknown
         self.memo: set = set()
         self.best: list[tuple] = []
         self.best_state = initial
@@ -619,13 +655,14 @@ class _KeySearch:
         codes, vals, memo, path, frames = self.codes, self.vals, self.memo, self.path, self.frames
         vid, rd, wr, reads_left, writers_left = self.vid, self.rd, self.wr, self.reads_left, self.writers_left
         tail = self.tail
+        isplaced, pindex, hints, eff = self.isplaced, self.pindex, self.hints, self.eff
         state, base, win = self.state, self.base, self.win
         steps, placed, backtracks, hits, pruned = self.steps, self.placed, self.backtracks, self.memo_hits, self.pruned
         perf = time.perf_counter
         result = None
         if nxt[0] == tail:                          # nothing to linearize
             result = True
-        expand = not frames                         # a configuration whose candidates are unknown
+        expand = self.expand                        # a configuration whose candidates are unknown
         while result is None:
             steps += 1
             # Checking the clock costs more than a step; every 256 steps is well under 1 ms.
@@ -682,7 +719,11 @@ class _KeySearch:
                                 pruned += 1
                                 e = nxt[e]
                                 continue
-                        tries.append((rets[i], e, ns))
+                        if (state is None) != (ns is None) and self._presence_doomed(i, ns is None):
+                            pruned += 1
+                            e = nxt[e]
+                            continue
+                        tries.append((eff[i], e, ns))
                     e = nxt[e]
                 if forced is not None:
                     tries = [forced]
@@ -731,6 +772,7 @@ class _KeySearch:
                 r = wr[i]
                 if r >= 0:
                     writers_left[r] -= 1
+                isplaced[i] = True
                 m = match[e]
                 p = prv[e]; q = nxt[e]; nxt[p] = q; prv[q] = p          # lift call
                 p = prv[m]; q = nxt[m]; nxt[p] = q; prv[q] = p          # lift return
@@ -756,10 +798,15 @@ class _KeySearch:
                 r = wr[i]
                 if r >= 0:
                     writers_left[r] += 1
+                isplaced[i] = False
+                for k in range(4):
+                    j = pindex[k][i]
+                    if 0 <= j < hints[k]:
+                        hints[k] = j
                 m = match[e]
                 nxt[prv[m]] = m; prv[nxt[m]] = m                               # unlift return
                 nxt[prv[e]] = e; prv[nxt[e]] = e                               # unlift call
-        self.state, self.base, self.win = state, base, win
+        self.state, self.base, self.win, self.expand = state, base, win, expand
         self.steps, self.placed, self.backtracks, self.memo_hits = steps, placed, backtracks, hits
         self.pruned = pruned
         self.elapsed += time.perf_counter() - t_start
@@ -769,6 +816,27 @@ class _KeySearch:
             self.memo = set()                       # decided: free it (stats keep its size)
             self.frames = []
         return result
+
+    def _first_unplaced(self, k: int, skip: int):
+        """The position key (return or call position) of the first operation of presence list
+        ``k`` not yet linearized, other than ``skip``; INF if none."""
+        lst, isplaced, hints = self.plists[k], self.isplaced, self.hints
+        j, n = hints[k], len(lst)
+        while j < n and isplaced[lst[j]]:
+            j += 1
+        hints[k] = j
+        while j < n and (isplaced[lst[j]] or lst[j] == skip):
+            j += 1
+        return self.pkeys[k][lst[j]] if j < n else INF
+
+    def _presence_doomed(self, i: int, deleting: bool) -> bool:
+        """True if linearizing op ``i`` now, which flips the key between absent and present,
+        leaves some operation that needs the old presence with no way back in time: every
+        operation able to flip it back is invoked after that operation must have returned
+        (real-time order forbids placing it before). Sound: it only cuts dead branches."""
+        need, flip = (2, 3) if deleting else (0, 1)   # who needs the old presence; who restores it
+        deadline = self._first_unplaced(need, i)
+        return deadline != INF and self._first_unplaced(flip, i) >= deadline
 
     def statistics(self) -> KeySearchStats:
         memo_size = getattr(self, "_memo_size", len(self.memo))
@@ -802,8 +870,9 @@ class _KeySearch:
                 writer = j
                 break
         writer_op = ops[seq[writer]] if writer is not None else None
-        blocked = tuple(Blocked(ops[i], self._reason(ops[i], state, writer_op, written, first_write))
-                        for i in cands)
+        rest_set = set(rest)
+        reasons = [self._reason(i, state, writer_op, written, first_write, rest_set) for i in cands]
+        blocked = tuple(Blocked(ops[i], why) for i, (why, _) in zip(cands, reasons))
         # The window: linearized ops still running when the earliest candidate was invoked.
         w0 = min(ops[i].call for i in cands)
         first = len(seq)
@@ -816,6 +885,8 @@ class _KeySearch:
         involved.update((id(b.op), b.op) for b in blocked)
         if writer_op is not None:
             involved[id(writer_op)] = writer_op
+        for _, extra in reasons:           # operations a pruned candidate would have stranded
+            involved.update((id(op), op) for op in extra)
         for b in blocked:                  # the writer of a version a blocked get returned
             fw = first_write.get((b.op.key, b.op.value)) if b.op.kind == "get" else None
             if fw is not None:
@@ -826,17 +897,49 @@ class _KeySearch:
                           states_before[first] if first < len(seq) else state, state, writer_op,
                           blocked, ops[r])
 
-    def _reason(self, op: Op, state, writer: Op | None, written: set, first_write: dict) -> str:
+    def _pruned_reason(self, me: int, d: str, state, ns, rest: set) -> tuple[str, tuple]:
+        ops = self.ops
+        if state is not None and ns != state:
+            sv = self.vid[state]
+            readers = [i for i in rest if self.rd[i] == sv and i != me]
+            if readers and not any(self.wr[i] == sv for i in rest if i != me):
+                g = ops[min(readers, key=self.retpos.__getitem__)]
+                return (f"{d} would replace v{state}, but {describe(g)} returned v{state} and is not "
+                        f"linearized yet, and no other operation writes v{state}", (g,))
+        if (state is None) != (ns is None):
+            deleting = ns is None
+            need = self.plists[2 if deleting else 0]
+            flip = self.plists[3 if deleting else 1]
+            xs = [i for i in need if i in rest and i != me]
+            if xs:
+                x = min(xs, key=self.eff.__getitem__)
+                dl = self.eff[x]
+                if not any(self.callpos[i] < dl for i in flip if i in rest and i != me):
+                    t = self.postime[dl]
+                    return (f"{d} would make the key {'absent' if deleting else 'present'}, but "
+                            f"{describe(ops[x])} needs it {'present' if deleting else 'absent'} and must be "
+                            f"linearized by {t} (its return, or that of a get of the version it writes), "
+                            f"and no {'put or insert' if deleting else 'delete'} invoked by then is left to "
+                            f"make it {'present' if deleting else 'absent'} again", (ops[x],))
+        return f"{d} is legal here (-> {_v(ns)}) but every order after it fails", ()
+
+    def _reason(self, me: int, state, writer: Op | None, written: set, first_write: dict,
+                rest: set) -> tuple[str, tuple]:
+        """Why operation ``me`` cannot come next in ``state``: a sentence, and any other
+        operations the sentence names (they join the involved set)."""
+        op = self.ops[me]
         origin = (f"written by {describe(writer)}" if writer is not None and state is not None else
                   f"deleted by {describe(writer)}" if writer is not None else "its initial state")
         st = f"the key was {_v(state)} ({origin})"
         d = describe(op)
         c = _code(op)
-        if _step(c, op.value, state) is not _NO:   # cannot happen at the deepest point; say so if it does
-            return f"{d} is legal here (-> {_v(_step(c, op.value, state))}) but every order after it fails"
+        ns = _step(c, op.value, state)
+        if ns is not _NO:
+            # Legal, so it was pruned: say which rule cut it and which operation it would strand.
+            return self._pruned_reason(me, d, state, ns, rest)
         if c == GET:
             if op.value is None:
-                return f"{d} returned not found but {st}"
+                return f"{d} returned not found but {st}", ()
             why = f"{d} returned v{op.value} but {st}"
             fw = first_write.get((op.key, op.value))
             if op.value not in written:
@@ -845,16 +948,16 @@ class _KeySearch:
                 why += f"; v{op.value} was written by {describe(fw[1])}"
             elif self.initial == op.value:
                 why += f"; v{op.value} is the initial state"
-            return why
+            return why, ()
         if c in (INS_OK, UPD_OK):
             need = "absent" if c == INS_OK else "present"
-            return f"{d} took effect (wrote v{op.value}), so the key must have been {need}, but {st}"
+            return f"{d} took effect (wrote v{op.value}), so the key must have been {need}, but {st}", ()
         if c == DEL_OK:
-            return f"{d} took effect, so the key must have been present, but {st}"
+            return f"{d} took effect, so the key must have been present, but {st}", ()
         if c == INS_FAIL:
-            return f"{d} (v{op.value}) failed, so the key must have been present, but {st}"
+            return f"{d} (v{op.value}) failed, so the key must have been present, but {st}", ()
         return (f"{d}{f' (v{op.value})' if op.value is not None else ''} failed, so the key must have been "
-                f"absent, but {st}")
+                f"absent, but {st}"), ()
 
 
 # -- scans -----------------------------------------------------------------------------------
