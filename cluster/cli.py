@@ -39,7 +39,7 @@ def _outputs(args) -> tuple[str | None, str | None]:
             raise FileNotFoundError(f"--out {args.out}: no such directory")
         json_path = json_path or os.path.join(args.out, "results.json")
         csv_path = csv_path or os.path.join(args.out, "results.csv")
-    for path in (json_path, csv_path):
+    for path in (json_path, csv_path, getattr(args, "history", None)):
         if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
             raise FileNotFoundError(f"cannot write {path}: no such directory {os.path.dirname(path) or '.'}")
     return json_path, csv_path
@@ -49,10 +49,11 @@ def _run_scenario(scenario, args) -> int:
     json_path, csv_path = _outputs(args)
     if args.duration is not None and args.duration <= 0:
         raise ValueError(f"--duration must be a positive number of seconds, got {args.duration:g}")
+    history = HISTORY_CAPACITY if (args.history or args.check) else 0
     if args.colocated:
         from cluster.rack import ColocatedRack
         console = _console()
-        rack = ColocatedRack(scenario)
+        rack = ColocatedRack(scenario, history=history)
         if not rack.compiled.finite:
             raise ValueError("--colocated needs a scenario whose steps all end (a run step without "
                              "duration_ms runs until stopped)")
@@ -63,11 +64,35 @@ def _run_scenario(scenario, args) -> int:
             res.to_json(json_path)
         if csv_path:
             res.to_csv(csv_path)
-        return 0
+        return _history_out(rack.history_ops, args, console)
     from cluster.supervisor import Supervisor
     sup = Supervisor(scenario, duration_s=args.duration, dashboard=False if args.no_dashboard else None,
-                     json_path=json_path, csv_path=csv_path)
-    return sup.run()
+                     json_path=json_path, csv_path=csv_path, history=history)
+    status = sup.run()
+    if sup.history_ops is not None:
+        status = max(status, _history_out(sup.history_ops, args, sup.console))
+    return status
+
+
+HISTORY_CAPACITY = 1 << 22      # operations recorded per compute node with --history/--check
+
+
+def _history_out(ops, args, console) -> int:
+    """Write the recorded history (--history) and check it (--check); 1 if it is not linearizable."""
+    if ops is None:
+        return 0
+    from cluster.checker import check, dump_jsonl
+    if args.history:
+        dump_jsonl(ops, args.history)
+        console.print(f"dmrack: wrote {len(ops):,} operations to {args.history}")
+    if not args.check:
+        return 0
+    result = check(ops)
+    console.print(result.summary(), highlight=False)
+    if result.verdict == "illegal":
+        console.print(result.explain(), highlight=False, markup=False)
+        return 1
+    return 0
 
 
 def _console():
@@ -167,6 +192,10 @@ def main(argv=None) -> int:
         p.add_argument("--out", metavar="DIR", help="write DIR/results.json and DIR/results.csv")
         p.add_argument("--json", metavar="PATH", help="write the results as JSON to PATH")
         p.add_argument("--csv", metavar="PATH", help="write the results as CSV to PATH")
+        p.add_argument("--history", metavar="PATH", help="record every operation and write them as JSON lines")
+        p.add_argument("--check", action="store_true",
+                       help="record every operation and check the history for linearizability at the end "
+                            "(values must be >= 16 bytes to carry versions)")
         p.add_argument("--colocated", action="store_true",
                        help="run every node in this process (deterministic; scenarios must end by themselves)")
 

@@ -134,6 +134,11 @@ class RackState:
     def create(cls, compiled: CompiledRack, *, processes: bool, history: int = 0) -> "RackState":
         """``history``: record up to that many operations per compute node (0: none)."""
         spec = compiled.spec
+        short = [n for n, w in compiled.workloads.items() if history and w.value_size < 16]
+        if short:
+            raise RackError(f"{compiled.scenario.source}: recording a history needs values of at least 16 bytes "
+                            f"(they carry the version that tells writes apart); workload {short[0]!r} has valuesize "
+                            f"{compiled.workloads[short[0]].value_size}")
         prefix = new_prefix()
         parts = []
         try:
