@@ -205,12 +205,17 @@ class RdmaThread:
         """Charge ``ns`` of this thread's core to the running coroutine."""
         env = self.env
         now = env.now
-        debt = env.active_process._debt
+        actor = env.active_process
+        debt = actor._debt
         start = now + debt
         if start < self.cpu_free:
             start = self.cpu_free
         self.cpu_free = start + ns
-        env.charge(start + ns - now - debt)
+        charge = start + ns - now - debt   # env.charge(charge), inlined
+        if charge < 0:
+            raise ValueError(f"negative charge {charge}")
+        actor._debt = debt + charge
+        actor._charged += charge
 
     def _batch_arrays(self, n: int) -> tuple:
         """The NIC model's arrays for a batch of ``n`` work requests, allocated once per size:
