@@ -426,6 +426,7 @@ class KeyFailure:
     writer: Op | None                # wrote ``state`` (None: the initial state)
     blocked: tuple[Blocked, ...]
     deadline_op: Op
+    replaced: tuple[tuple[Op, int], ...] = ()   # (op, version it replaced) named by the reasons
 
     def timeline(self, width: int = 40) -> str:
         """An ASCII timeline of :attr:`ops`, one row per operation."""
@@ -524,23 +525,30 @@ def _timeline(f: KeyFailure, width: int) -> str:
     for j, p in enumerate(f.prefix, f.linearized - len(f.prefix) + 1):
         placed[id(p.op)] = (j, p.state)
     blocked = {id(b.op) for b in f.blocked}
+    replaced = {id(op): v for op, v in f.replaced}
     read = {b.op.value for b in f.blocked if b.op.kind == "get" and b.op.value is not None}
-    t0 = min(op.call for op in f.ops)
-    ends = [op.ret for op in f.ops if op.ret is not None] + [op.call for op in f.ops]
-    t1 = max(ends)
+    # Scale to the failure window (the shown steps and the blocked operations); an operation
+    # that ended before it (the writer of a stale version, say) is drawn as "<" at the left edge
+    # instead of squashing the window into a few columns.
+    near = [p.op for p in f.prefix] + [b.op for b in f.blocked]
+    t0 = min(op.call for op in near)
+    t1 = max([op.ret for op in near if op.ret is not None] + [op.call for op in near])
     span = max(t1 - t0, 1)
 
     def col(t):
-        return min(width - 1, int((t - t0) * (width - 1) / span))
+        return max(0, min(width - 1, int((t - t0) * (width - 1) / span)))
 
     rows = [f"{'client':>6}  {'operation':<22} {'call':>12} {'ret':>12}  {'':<{width}}  note"]
     for op in f.ops:
         a = col(op.call)
-        if op.ret is None:
-            bar = " " * a + "[" + "=" * (width - a - 2) + ">" if a < width - 1 else " " * (width - 1) + ">"
+        left = "[" if op.call >= t0 else "="
+        if op.ret is not None and op.ret < t0:
+            bar = "<"                                      # entirely before the window
+        elif op.ret is None:
+            bar = " " * a + left + "=" * (width - a - 2) + ">" if a < width - 1 else " " * (width - 1) + ">"
         else:
             b = col(op.ret)
-            bar = " " * a + ("|" if a == b else "[" + "=" * (b - a - 1) + "]")
+            bar = " " * a + ("|" if a == b else left + "=" * (b - a - 1) + "]")
         bar = bar.ljust(width)[:width]
         if id(op) in placed:
             j, s = placed[id(op)]
@@ -551,6 +559,8 @@ def _timeline(f: KeyFailure, width: int) -> str:
             note = f"wrote {_v(f.state)}, linearized earlier"
         elif op.kind in _WRITES and op.value in read:
             note = f"wrote v{op.value}, the version a blocked get returned"
+        elif id(op) in replaced:
+            note = f"replaced v{replaced[id(op)]}, linearized earlier"
         else:
             note = ""
         rows.append(f"{op.client:>6}  {_outcome(op):<22} {op.call:>12} {_t(op.ret):>12}  {bar}  {note}")
@@ -895,6 +905,12 @@ class _KeySearch:
                 writer = j
                 break
         writer_op = ops[seq[writer]] if writer is not None else None
+        # Who replaced each version in this partial linearization: names why a read is stale.
+        self._overwriter = {}
+        for j in range(1, len(seq)):
+            prev = states_before[j]
+            if prev is not None and states_after[j] != prev:
+                self._overwriter[prev] = ops[seq[j]]
         rest_set = set(rest)
         reasons = [self._reason(i, state, writer_op, written, first_write, rest_set) for i in cands]
         blocked = tuple(Blocked(ops[i], why) for i, (why, _) in zip(cands, reasons))
@@ -918,9 +934,11 @@ class _KeySearch:
                 involved[id(fw[1])] = fw[1]
         order = {id(op): n for n, op in enumerate(ops)}
         inv = tuple(sorted(involved.values(), key=lambda op: order[id(op)]))
+        ow = {id(o): v for v, o in self._overwriter.items()}
+        replaced = tuple((o, ow[id(o)]) for _, extra in reasons for o in extra if id(o) in ow)
         return KeyFailure(self.key, len(all_ops), len(seq), inv, prefix,
                           states_before[first] if first < len(seq) else state, state, writer_op,
-                          blocked, ops[r])
+                          blocked, ops[r], replaced)
 
     def _pruned_reason(self, me: int, d: str, state, ns, rest: set) -> tuple[str, tuple]:
         ops = self.ops
@@ -971,6 +989,10 @@ class _KeySearch:
                 why += f"; v{op.value} was never written to key {op.key}"
             elif fw is not None:
                 why += f"; v{op.value} was written by {describe(fw[1])}"
+                ow = self._overwriter.get(op.value)
+                if ow is not None:
+                    why += f" and replaced by {describe(ow)}"
+                    return why, (ow,)
             elif self.initial == op.value:
                 why += f"; v{op.value} is the initial state"
             return why, ()
