@@ -527,10 +527,11 @@ def _timeline(f: KeyFailure, width: int) -> str:
     blocked = {id(b.op) for b in f.blocked}
     replaced = {id(op): v for op, v in f.replaced}
     read = {b.op.value for b in f.blocked if b.op.kind == "get" and b.op.value is not None}
-    # Scale to the failure window (the shown steps and the blocked operations); an operation
+    # Scale to the failure window (the shown steps, the blocked operations, the writer of the
+    # state they conflict with); an operation
     # that ended before it (the writer of a stale version, say) is drawn as "<" at the left edge
     # instead of squashing the window into a few columns.
-    near = [p.op for p in f.prefix] + [b.op for b in f.blocked]
+    near = [p.op for p in f.prefix] + [b.op for b in f.blocked] + ([f.writer] if f.writer is not None else [])
     t0 = min(op.call for op in near)
     t1 = max([op.ret for op in near if op.ret is not None] + [op.call for op in near])
     span = max(t1 - t0, 1)
@@ -921,6 +922,7 @@ class _KeySearch:
             op = ops[seq[j]]
             if op.ret is None or op.ret >= w0:
                 first = j
+        first = max(0, min(first, len(seq) - 3))   # and at least the last three steps, for context
         prefix = tuple(Placed(ops[seq[j]], states_after[j]) for j in range(first, len(seq)))
         involved = {id(p.op): p.op for p in prefix}
         involved.update((id(b.op), b.op) for b in blocked)

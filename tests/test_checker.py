@@ -235,9 +235,10 @@ def test_explanation_is_minimal():
     r = check(h)
     (f,) = r.failures
     assert f.key_ops == len(h) and f.linearized >= 398
-    assert len(f.ops) <= 4
+    assert len(f.ops) <= 6
     assert h[-1] in f.ops and h[-2] in f.ops
     assert all(o.call >= t - 10 for o in f.ops)
+    assert len(f.prefix) <= 3
     rows = f.timeline().splitlines()
     assert len(rows) == len(f.ops) + 1 and "client" in rows[0]
 
