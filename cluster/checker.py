@@ -408,9 +408,12 @@ class CheckStatistics(NamedTuple):
 class KeyFailure:
     """Why one key's history is not linearizable.
 
-    ``ops`` is the small set of operations involved (sorted by call): the ones that could not be
-    placed, the linearized ones overlapping them in real time, and the one that wrote the state
-    they conflict with. ``prefix`` is the tail of the deepest partial linearization the search
+    ``ops`` is the small set of operations involved (sorted by call). If the key holds a
+    *certificate* -- a handful of operations that are a violation on their own, whatever else
+    happened (a read of a version never written, a read before its writer was invoked, a read of
+    a version its writer's successor had already replaced in real time) -- ``ops`` is that and
+    ``witness_reason`` says why. Otherwise it is the operations that could not be placed, the
+    linearized ones overlapping them in real time, and the writers of the versions involved. ``prefix`` is the tail of the deepest partial linearization the search
     reached (``linearized`` operations in all), restricted to that window, with the state after
     each; ``state_before`` is the state before the shown tail. ``blocked`` are the operations
     that could have come next and the reason each is illegal; ``deadline_op`` is the operation
@@ -427,6 +430,7 @@ class KeyFailure:
     blocked: tuple[Blocked, ...]
     deadline_op: Op
     replaced: tuple[tuple[Op, int], ...] = ()   # (op, version it replaced) named by the reasons
+    witness_reason: str = ""         # set when ``ops`` is a certificate: a violation on its own
 
     def timeline(self, width: int = 40) -> str:
         """An ASCII timeline of :attr:`ops`, one row per operation."""
@@ -435,11 +439,14 @@ class KeyFailure:
     def explain(self) -> str:
         lines = [f"key {self.key}: not linearizable ({self.key_ops} operations on this key; "
                  f"{len(self.ops)} involved)"]
+        if self.witness_reason:
+            lines.append(f"  Certain violation among {len(self.ops)} operation(s), whatever the others did: "
+                         f"{self.witness_reason}.")
         origin = ("its initial state" if self.writer is None else
                   f"{'written' if self.state is not None else 'deleted'} by {describe(self.writer)}")
         lines.append(f"  The longest partial linearization found places {self.linearized} of them; "
                      f"after it the key is {_v(self.state)} ({origin}).")
-        if self.prefix:
+        if self.prefix and not self.witness_reason:
             hidden = self.linearized - len(self.prefix)
             lines.append(f"  Its last {len(self.prefix)} step(s), from state {_v(self.state_before)}"
                          + (f" (after {hidden} earlier operations)" if hidden else "") + ":")
@@ -531,7 +538,10 @@ def _timeline(f: KeyFailure, width: int) -> str:
     # state they conflict with); an operation
     # that ended before it (the writer of a stale version, say) is drawn as "<" at the left edge
     # instead of squashing the window into a few columns.
-    near = [p.op for p in f.prefix] + [b.op for b in f.blocked] + ([f.writer] if f.writer is not None else [])
+    if f.witness_reason:
+        near = list(f.ops)
+    else:
+        near = [p.op for p in f.prefix] + [b.op for b in f.blocked] + ([f.writer] if f.writer is not None else [])
     t0 = min(op.call for op in near)
     t1 = max([op.ret for op in near if op.ret is not None] + [op.call for op in near])
     span = max(t1 - t0, 1)
@@ -562,6 +572,8 @@ def _timeline(f: KeyFailure, width: int) -> str:
             note = f"wrote v{op.value}, the version a blocked get returned"
         elif id(op) in replaced:
             note = f"replaced v{replaced[id(op)]}, linearized earlier"
+        elif f.witness_reason:
+            note = "part of the certain violation"
         else:
             note = ""
         rows.append(f"{op.client:>6}  {_outcome(op):<22} {op.call:>12} {_t(op.ret):>12}  {bar}  {note}")
@@ -938,9 +950,12 @@ class _KeySearch:
         inv = tuple(sorted(involved.values(), key=lambda op: order[id(op)]))
         ow = {id(o): v for v, o in self._overwriter.items()}
         replaced = tuple((o, ow[id(o)]) for _, extra in reasons for o in extra if id(o) in ow)
+        witness, why = _certificate(all_ops, [b.op for b in blocked], self.initial)
+        if witness:
+            inv = tuple(sorted(witness, key=lambda op: order.get(id(op), -1)))
         return KeyFailure(self.key, len(all_ops), len(seq), inv, prefix,
                           states_before[first] if first < len(seq) else state, state, writer_op,
-                          blocked, ops[r], replaced)
+                          blocked, ops[r], replaced, why)
 
     def _pruned_reason(self, me: int, d: str, state, ns, rest: set) -> tuple[str, tuple]:
         ops = self.ops
@@ -1007,6 +1022,53 @@ class _KeySearch:
             return f"{d} (v{op.value}) failed, so the key must have been present, but {st}", ()
         return (f"{d}{f' (v{op.value})' if op.value is not None else ''} failed, so the key must have been "
                 f"absent, but {st}"), ()
+
+
+def _certificate(kops: list[Op], prefer: list[Op], initial) -> tuple[tuple[Op, ...], str]:
+    """A few operations of one key that are a violation by themselves, or ((), "").
+
+    Only gets of a version with a single possible writer qualify (versions are unique, so once
+    that version is replaced it never comes back): the get returned a version nobody wrote; or
+    returned before its writer was invoked; or was invoked after some operation that changed the
+    key (an effective write or delete) had returned, which itself was invoked after the writer
+    had returned. Gets among ``prefer`` (the blocked operations) are tried first."""
+    writers: dict[int, list[Op]] = {}
+    changers = []
+    for op in kops:
+        if op.kind in _WRITES and op.ok is not False:
+            writers.setdefault(op.value, []).append(op)
+        if op.ret is not None and op.ok and op.kind != "get":
+            changers.append(op)
+    changers.sort(key=lambda op: op.call)
+    calls = [op.call for op in changers]
+    # suffix minimum of return times: the changer invoked after t that returned first
+    best = [None] * (len(changers) + 1)
+    for j in range(len(changers) - 1, -1, -1):
+        nxt = best[j + 1]
+        best[j] = changers[j] if nxt is None or changers[j].ret <= nxt.ret else nxt
+    gets = [op for op in prefer if op.kind == "get"] + [op for op in kops if op.kind == "get"]
+    for g in gets:
+        v = g.value
+        if g.ret is None or v is None or initial == v:
+            continue
+        ws = writers.get(v, [])
+        if not ws:
+            return (g,), f"{describe(g)} returned v{v}, which no operation on key {g.key} wrote"
+        if len(ws) != 1:
+            continue
+        w = ws[0]
+        if w.call > g.ret:
+            return ((w, g), f"{describe(g)} returned v{v} before its only writer, {describe(w)}, "
+                            f"was invoked")
+        if w.ret is None:
+            continue
+        x = best[bisect.bisect_right(calls, w.ret)]
+        if x is not None and x.ret < g.call:
+            what = "deleted the key" if x.kind == "delete" else f"wrote v{x.value}"
+            return ((w, x, g), f"{describe(g)} returned v{v}, but v{v}'s only writer, {describe(w)}, "
+                               f"returned before {describe(x)} was invoked, which {what} and returned "
+                               f"before the get was invoked; nothing writes v{v} again")
+    return (), ""
 
 
 # -- scans -----------------------------------------------------------------------------------

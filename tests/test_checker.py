@@ -103,8 +103,12 @@ def test_stale_read_is_illegal_and_explained():
     why = f.blocked[0].reason
     assert "get by client 3 at [170, 180] returned v7 but the key was v9" in why
     assert "written by update by client 1 at [140, 160]" in why
+    # a certificate: these three operations are a violation whatever else happened
+    assert f.ops == tuple(h)
+    assert f.witness_reason.startswith("get by client 3 at [170, 180] returned v7, but v7's only writer, "
+                                       "insert by client 1 at [100, 130], returned before update by client 1")
     text = r.explain()
-    for needle in ("key 42", "client 3", "client 1", "v7", "v9", "Timeline"):
+    for needle in ("key 42", "client 3", "client 1", "v7", "v9", "Timeline", "Certain violation among 3"):
         assert needle in text
     assert r.summary().startswith("NOT linearizable: 1 of 1 keys")
 
@@ -129,7 +133,24 @@ def test_read_of_never_written_value():
     h = [put(1, 5, 1, 0, 10), get(2, 5, 99, 20, 30)]
     r = check(h)
     assert r.verdict == "illegal"
-    assert "v99 was never written to key 5" in r.failures[0].blocked[0].reason
+    f = r.failures[0]
+    assert "v99 was never written to key 5" in f.blocked[0].reason
+    assert f.ops == (h[1],) and "which no operation on key 5 wrote" in f.witness_reason
+
+
+def test_read_from_the_future():
+    h = [get(2, 5, 1, 0, 10), put(1, 5, 1, 20, 30)]
+    f = check(h).failures[0]
+    assert f.ops == (h[0], h[1]) and "before its only writer, put by client 1 at [20, 30], was invoked" in \
+        f.witness_reason
+
+
+def test_no_certificate_without_a_real_time_chain():
+    # The overwrite is concurrent with the read: still illegal here (the put of v2 must precede the
+    # get of v2 by client 4, which returned before the stale get), but no 3-operation certificate.
+    h = [put(1, 5, 1, 0, 10), put(2, 5, 2, 20, 100), get(4, 5, 2, 30, 40), get(3, 5, 1, 50, 60)]
+    f = check(h).failures[0]
+    assert f.witness_reason == "" and "Certain" not in f.explain()
 
 
 def test_delete_then_get_none():
@@ -231,16 +252,19 @@ def test_explanation_is_minimal():
         h.append(put(1, 4, v, t, t + 5))
         h.append(get(2, 4, v, t + 6, t + 9))
         t += 10
-    h += [put(1, 4, 500, t, t + 20), put(3, 4, 501, t + 5, t + 30), get(2, 4, 199, t + 40, t + 50)]
-    r = check(h)
-    (f,) = r.failures
-    assert f.key_ops == len(h) and f.linearized >= 398
-    assert len(f.ops) <= 6
-    assert h[-1] in f.ops and h[-2] in f.ops
+    tail = [put(1, 4, 500, t, t + 20), put(3, 4, 501, t + 5, t + 100), get(4, 4, 501, t + 30, t + 40),
+            get(2, 4, 500, t + 50, t + 60)]
+    (f,) = check(h + tail).failures
+    assert f.key_ops == len(h) + 4 and f.linearized >= 398 and not f.witness_reason
+    assert set(tail) <= set(f.ops) and len(f.ops) <= 6
     assert all(o.call >= t - 10 for o in f.ops)
-    assert len(f.prefix) <= 3
+    assert len(f.prefix) <= 4
     rows = f.timeline().splitlines()
     assert len(rows) == len(f.ops) + 1 and "client" in rows[0]
+    # with a real-time chain, the explanation is the three-operation certificate
+    tail = [put(1, 4, 500, t, t + 20), put(3, 4, 501, t + 5, t + 30), get(2, 4, 199, t + 40, t + 50)]
+    (f,) = check(h + tail).failures
+    assert f.ops == (h[-2], tail[0], tail[2])
 
 
 def test_pruned_candidate_reason_names_the_stranded_read():
