@@ -290,9 +290,7 @@ def dump_jsonl(ops: Iterable[Op], path) -> int:
     fd, tmp = tempfile.mkstemp(prefix=".history-", suffix=".jsonl", dir=d)
     n = 0
     try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)          # mkstemp's 0600 would surprise whoever reads it next
+        os.fchmod(fd, 0o644)                   # mkstemp's 0600 would surprise whoever reads it next
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             for n, op in enumerate(ops, 1):
                 obj = op._asdict()
