@@ -314,6 +314,7 @@ def dump_jsonl(ops: Iterable[Op], path) -> int:
 GET, PUT, INS_OK, INS_FAIL, UPD_OK, UPD_FAIL, DEL_OK, DEL_FAIL, INS_ANY, UPD_ANY, DEL_ANY = range(11)
 _NO = object()            # "illegal here"; distinct from None, which is the state "absent"
 _READLIKE = frozenset((GET, INS_FAIL, UPD_FAIL, DEL_FAIL))   # leave every state unchanged
+_HALL_DEPTH = 16          # deadlines checked by the counting rule (_KeySearch._presence_doomed)
 _PRESENT = "present"      # memo stand-in for a version nobody will read again (see _KeySearch.run)
 
 
@@ -669,13 +670,17 @@ class _KeySearch:
         present_need.sort(key=eff.__getitem__)
         deleters.sort(key=callpos.__getitem__)
         creators.sort(key=callpos.__getitem__)
-        self.plists = (absent_need, deleters, present_need, creators)
-        self.pkeys = (eff, callpos, eff, callpos)
-        self.pindex = [[-1] * n for _ in range(4)]             # op -> its index in each list
+        # Consumers: operations that use up the presence they need (a successful insert makes
+        # the key present, a successful delete absent), sorted by effective deadline.
+        ins_ok = sorted((i for i, c in enumerate(codes) if c == INS_OK), key=eff.__getitem__)
+        del_ok = sorted((i for i, c in enumerate(codes) if c == DEL_OK), key=eff.__getitem__)
+        self.plists = (absent_need, deleters, present_need, creators, ins_ok, del_ok)
+        self.pkeys = (eff, callpos, eff, callpos, eff, eff)
+        self.pindex = [[-1] * n for _ in self.plists]          # op -> its index in each list
         for k, lst in enumerate(self.plists):
             for j, i in enumerate(lst):
                 self.pindex[k][i] = j
-        self.hints = [0, 0, 0, 0]
+        self.hints = [0] * len(self.plists)
         self.isplaced = [False] * n
         self.pruned = 0
         self.rets = [INF if op.ret is None else op.ret for op in ops]
@@ -686,6 +691,7 @@ class _KeySearch:
         self.path: list[tuple] = []                # placed: (entry, state, base, win) before it
         self.frames: list[list] = []               # per configuration: [(entry, new state)...], next
         self.expand = True                         # the top configuration's candidates are unknown
+        self.must_left = sum(op.ret is not None for op in ops)   # non-crashed ops not yet placed
         self.memo: set = set()
         self.best: list[tuple] = []
         self.best_state = initial
@@ -707,7 +713,8 @@ class _KeySearch:
         steps, placed, backtracks, hits, pruned = self.steps, self.placed, self.backtracks, self.memo_hits, self.pruned
         perf = time.perf_counter
         result = None
-        if nxt[0] == tail:                          # nothing to linearize
+        must_left = self.must_left
+        if must_left == 0:                          # nothing that has to be linearized
             result = True
         expand = self.expand                        # a configuration whose candidates are unknown
         while result is None:
@@ -757,6 +764,15 @@ class _KeySearch:
                             # completion, so placing it now loses nothing: no branching.
                             forced = (e, ns)
                             break
+                        if rets[i] == INF and (ns == state or (
+                                ns is not None and state is not None and not reads_left[vid[ns]]
+                                and not reads_left[vid[state]])):
+                            # A crashed operation that would change nothing any remaining
+                            # operation can observe: whatever completion places it here also
+                            # works with it moved to the end, i.e. never happening (it has no
+                            # return to respect). Not trying it avoids 2^crashed variants.
+                            e = nxt[e]
+                            continue
                         if not prune:
                             pass
                         elif ns != state and state is not None:
@@ -825,8 +841,10 @@ class _KeySearch:
                 m = match[e]
                 p = prv[e]; q = nxt[e]; nxt[p] = q; prv[q] = p          # lift call
                 p = prv[m]; q = nxt[m]; nxt[p] = q; prv[q] = p          # lift return
-                if nxt[0] == tail:
-                    result = True
+                if rets[i] != INF:
+                    must_left -= 1
+                    if must_left == 0:              # crashed ops left over: "never happened"
+                        result = True
                 expand = True
                 break
             else:
@@ -841,6 +859,8 @@ class _KeySearch:
                 backtracks += 1
                 e, state, base, win = path.pop()
                 i = opof[e]
+                if rets[i] != INF:
+                    must_left += 1
                 r = rd[i]
                 if r >= 0:
                     reads_left[r] += 1
@@ -848,14 +868,14 @@ class _KeySearch:
                 if r >= 0:
                     writers_left[r] += 1
                 isplaced[i] = False
-                for k in range(4):
+                for k in range(6):
                     j = pindex[k][i]
                     if 0 <= j < hints[k]:
                         hints[k] = j
                 m = match[e]
                 nxt[prv[m]] = m; prv[nxt[m]] = m                               # unlift return
                 nxt[prv[e]] = e; prv[nxt[e]] = e                               # unlift call
-        self.state, self.base, self.win, self.expand = state, base, win, expand
+        self.state, self.base, self.win, self.expand, self.must_left = state, base, win, expand, must_left
         self.steps, self.placed, self.backtracks, self.memo_hits = steps, placed, backtracks, hits
         self.pruned = pruned
         self.elapsed += time.perf_counter() - t_start
@@ -885,7 +905,34 @@ class _KeySearch:
         (real-time order forbids placing it before). Sound: it only cuts dead branches."""
         need, flip = (2, 3) if deleting else (0, 1)   # who needs the old presence; who restores it
         deadline = self._first_unplaced(need, i)
-        return deadline != INF and self._first_unplaced(flip, i) >= deadline
+        if deadline == INF:
+            return False
+        if self._first_unplaced(flip, i) >= deadline:
+            return True
+        # Counting (Hall's condition): k successful inserts (deletes) that must happen by time T
+        # need k deletes (puts/inserts) invoked before T to make room for each of them, since
+        # the key is now present (absent). Checked for the nearest _HALL_DEPTH deadlines: a subset of
+        # the conditions, so still sound, and the near ones are what the current choice affects.
+        cons, sup = (5, 3) if deleting else (4, 1)
+        clist, slist, isplaced, callpos, eff = self.plists[cons], self.plists[sup], self.isplaced, self.callpos, self.eff
+        a, b = self.hints[cons], self.hints[sup]
+        na, nb = len(clist), len(slist)
+        k = supply = 0
+        while a < na and k < _HALL_DEPTH:
+            x = clist[a]
+            a += 1
+            if isplaced[x] or x == i:
+                continue
+            k += 1
+            t = eff[x]
+            while b < nb and callpos[slist[b]] < t:
+                y = slist[b]
+                b += 1
+                if not isplaced[y] and y != i:
+                    supply += 1
+            if k > supply:
+                return True
+        return False
 
     def statistics(self) -> KeySearchStats:
         memo_size = getattr(self, "_memo_size", len(self.memo))
@@ -907,7 +954,8 @@ class _KeySearch:
         rest = [i for i in range(len(ops)) if i not in done]
         r = min(rest, key=lambda i: self.retpos[i])
         limit = self.retpos[r]
-        cands = [i for i in rest if self.callpos[i] < limit]
+        # (crashed operations are never the reason: each could as well never have happened)
+        cands = [i for i in rest if self.callpos[i] < limit and ops[i].ret is not None]
         # The writer of the current state: last op in the prefix that set it.
         writer = None
         for j in range(len(seq) - 1, -1, -1):
@@ -1180,16 +1228,21 @@ def check(history: Iterable[Op], *, initial: dict[int, int | None] | None = None
         r = s.run(now + max(0.0, (deadline - now)) / left) if deadline is not None else s.run(None)
         if r is None:
             unknown.append(s.key)
+    # Explanation searches get their own small budget, so a history with thousands of bad keys
+    # is not explained for hours: past it, keys keep the pruned search's explanation.
+    explain_budget = 2.0 if time_limit_s is None else min(2.0, max(0.1, time_limit_s / 5))
+    explain_until = time.perf_counter() + explain_budget
     for s in searched:
         if s.outcome == "illegal":
             # The pruned search's deepest point may be a write cut for stranding a read, which is
             # right but roundabout. A search without the pruning rules ends where some operation
             # is plainly illegal ("returned v7 but the key was v9"); give it a little time, and
             # keep the pruned explanation if it cannot finish.
-            plain = _KeySearch(s.key, s.ops, s.initial, prune=False)
-            budget = 1.0 if time_limit_s is None else min(1.0, max(0.05, time_limit_s / 10))
-            if plain.run(time.perf_counter() + budget) is False:
-                s = plain
+            now = time.perf_counter()
+            if now < explain_until:
+                plain = _KeySearch(s.key, s.ops, s.initial, prune=False)
+                if plain.run(min(explain_until, now + 1.0)) is False:
+                    s = plain
             failures.append(s.failure(by_key_ops[s.key],
                                       written.get(s.key, set()) | (
                 {initial[s.key]} if initial.get(s.key) is not None else set()), first_write))
