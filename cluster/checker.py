@@ -48,8 +48,8 @@ The algorithm (why it is fast enough):
 
 Plain WGL goes exponential on a hot key with ~30 operations in flight (measured: no answer in
 10 s for the 5,000-operation key of the synthetic 100k history). These reductions, each exact
-(they never change the verdict; tests compare against brute force), bring it to a fraction of a
-second:
+(they never change the verdict; tests compare against a brute-force checker), bring it to a
+fraction of a second:
 
 * **Read-like operations go first, without branching.** A legal get, or a failed
   insert/update/delete, leaves every state unchanged, so it can be moved to the front of any
@@ -65,7 +65,13 @@ second:
   than at that get's return.
 * **Presence deadlines.** Making the key present (absent) while an operation that needs it
   absent (present) must still be linearized, and every operation that could flip it back is
-  invoked after that operation's deadline, can never complete either.
+  invoked after that operation's deadline, can never complete either. Counted too (Hall's
+  condition): k successful inserts due by time T need k deletes invoked before T, one to make
+  room for each, and likewise for deletes and puts/inserts.
+* **Crashed operations only where they show.** A crashed operation that would change nothing a
+  remaining operation can observe is not tried: any completion placing it there also works
+  with it moved to the end, which is "never". Otherwise k crashed operations in flight would
+  multiply the search by up to 2^k.
 * **Sequential keys** (no two operations overlap, the common case under a zipfian workload) are
   simply replayed; only if the replay fails does the search run, to produce the explanation.
 
@@ -77,7 +83,13 @@ When a key is not linearizable, :class:`KeyFailure` reports the deepest partial 
 search reached, the operations that could have come next and why each cannot, and a timeline of
 only the operations around that point. At the deepest point every candidate is either illegal
 outright (a legal one would have led deeper) or cut by one of the rules above, so each gets a
-concrete reason naming the versions and operations involved.
+concrete reason naming the versions and operations involved. Reasons of the first kind read
+better ("returned v7 but the key was v9"), so the failing key is searched again without the
+pruning rules, within an explanation budget (a fifth of the time limit, at most 2 s, on top of
+it); if that does not finish, the pruned search's reasons are used. When a few operations are a
+violation on their own (a *certificate*: a read of a version never written, a read before its
+only writer was invoked, a read invoked after the version's successor had returned), the
+failure is reduced to those.
 
 Scans are not part of the search (a multi-key read would couple the keys and void
 P-compositionality); they get structural checks instead: order, bounds, count, and no phantom
