@@ -1196,13 +1196,12 @@ def check(history: Iterable[Op], *, initial: dict[int, int | None] | None = None
             scans.append(i)
             continue
         by_key.setdefault(op.key, []).append(i)
-        if op.kind in _WRITES:
+        if op.kind in _WRITES and op.ok is not False:     # a failed insert/update wrote nothing
             written.setdefault(op.key, set()).add(op.value)
-            if op.ok is not False:
-                kv = (op.key, op.value)
-                fw = first_write.get(kv)
-                if fw is None or op.call < fw[0]:
-                    first_write[kv] = (op.call, op)
+            kv = (op.key, op.value)
+            fw = first_write.get(kv)
+            if fw is None or op.call < fw[0]:
+                first_write[kv] = (op.call, op)
     _check_clients(ops, where)
 
     failures: list[KeyFailure] = []
