@@ -31,6 +31,7 @@ from typing import NamedTuple
 import numpy as np
 
 from shm import nic
+from shm.failpoints import failpoint
 from shm.fabric import (
     MAX_NODES, OFFSET_BITS, REGION_BITS, REGION_HOST, format_gaddr, gaddr, gaddr_node, gaddr_offset, gaddr_region,
     remote_read_write,
@@ -298,6 +299,7 @@ class Coroutine:
         pending = self._pending
         if not pending:
             return
+        failpoint("verbs.post")
         self._pending = []
         dst = pending[0][1] >> _NODE_SHIFT & _NODE_MASK
         for item in pending:
@@ -404,6 +406,7 @@ class Coroutine:
     def sync(self):
         """Post anything still queued; ``yield co.sync()`` resumes when all of this coroutine's
         verbs have completed, and raises :class:`RemoteAccessError` if any of them failed."""
+        failpoint("verbs.sync")
         self.post()
         ev = self.env.event()
         if self._outstanding == 0:

@@ -32,7 +32,7 @@ EXIT_STATUS = 86
 
 KNOWN = {
     "verbs.post": "shm/coro.py: a coroutine is about to ring the doorbell for its queued verbs",
-    "verbs.sync": "shm/coro.py: a coroutine's verbs have all completed, before it resumes",
+    "verbs.sync": "shm/coro.py: a coroutine asks to wait for its verbs, before it posts what is still queued",
     "race.insert.published": "RACE insert: the tentative slot is published, not yet settled or committed",
     "race.insert.settled": "RACE insert: duplicates settled, before the commit CAS",
     "race.update.block_written": "RACE update: the new KV block is written, the slot not yet swung",

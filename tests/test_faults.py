@@ -58,7 +58,8 @@ def test_unknown_failpoint_and_bad_spec_are_refused():
         ("race.update.block_written", "crash", 3), ("verbs.post", "exit", 0)]
 
 
-@pytest.mark.parametrize("point", ["race.update.block_written", "race.delete.found", "race.insert.settled"])
+@pytest.mark.parametrize("point", ["verbs.post", "verbs.sync", "race.update.block_written", "race.delete.found",
+                                   "race.insert.published", "race.insert.settled"])
 def test_crashed_clients_leave_a_linearizable_history(point):
     """Crash five clients mid-operation at a failpoint: their operations never return, the rest of
     the rack carries on, and the history (with the crashed ops as "may or may not have happened")

@@ -256,6 +256,12 @@ def test_killed_supervisor_takes_its_nodes_along_and_clean_reclaims(endless):
     (["up", "--duration", "-1"], "--duration"),
     (["up", "--out", "/no/such/dir"], "/no/such/dir"),
     (["bench", "ycsb", "--system", "nosuch"], "unknown system"),
+    (["bench", "nosuch"], "unknown suite"),
+    (["check", "--system", "nosuch"], "unknown system"),
+    (["check", "--system", "race", "--option", "load_factr=0.5"], "load_factr"),
+    (["check", "--system", "race", "--option", "fault=everything"], "fault"),
+    (["run", "examples/minimal.toml", "--check"], "at least 16 bytes"),
+    (["run", "examples/minimal.toml", "--history", "/no/such/dir/h.jsonl"], "/no/such/dir"),
 ])
 def test_cli_bad_input_is_one_line_and_exit_2(args, message):
     proc = _dmrack(*args)
