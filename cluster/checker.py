@@ -633,7 +633,7 @@ class _KeySearch:
                 self.match[pos] = retpos[i]
         self.retpos = retpos
         self.initial = initial
-        # Orphaned-read pruning (see _prunes): versions numbered densely; per op the version it
+        # Orphaned-read pruning (see run): versions numbered densely; per op the version it
         # reads (non-crashed get) or may write (-1: none); per version how many such ops are
         # not yet linearized. These counts are a function of the linearized set, so the memo
         # stays exact.
@@ -670,13 +670,16 @@ class _KeySearch:
         # A write's *effective deadline*: its return, or the return of the first get of its
         # version if earlier (it must be linearized before that get, and such gets are never
         # linearized before their writer). Used as the deadline here and to order candidates.
+        # Only for a version with one possible writer that is not the initial state: otherwise
+        # the get may have read another copy, and the writer owes it nothing.
         eff = list(retpos)
+        init_vid = vid.get(initial, -1) if initial is not None else -1
         for i, c in enumerate(codes):
             r = self.rd[i]
-            if r >= 0:
-                for w in writers_of.get(r, ()):
-                    if retpos[i] < eff[w]:
-                        eff[w] = retpos[i]
+            if r >= 0 and r != init_vid and len(writers_of.get(r, ())) == 1:
+                w = writers_of[r][0]
+                if retpos[i] < eff[w]:
+                    eff[w] = retpos[i]
         self.eff = eff
         absent_need.sort(key=eff.__getitem__)
         present_need.sort(key=eff.__getitem__)
