@@ -529,3 +529,24 @@ def test_result_is_immutable():
     assert isinstance(r, CheckResult)
     with pytest.raises(Exception):
         r.verdict = "illegal"
+
+
+def test_search_paused_and_resumed_gives_the_same_answer():
+    # The time limit pauses a key's search every 256 steps past its deadline; resuming must
+    # continue exactly where it stopped (saved stack, candidate lists and counters).
+    h = synthetic_history(ops=1500, keys=1, hot_ops=1500, concurrency=20, crash_rate=0.01, seed=5)
+    kops = sorted((o for o in h if not (o.kind == "get" and o.ret is None)), key=lambda o: o.call)
+    gi, stale = _certainly_stale(kops, random.Random(5))
+    bad = list(kops)
+    bad[gi] = kops[gi]._replace(value=stale)
+    for ops, expect in ((kops, True), (bad, False)):
+        whole = C._KeySearch(0, ops, None)
+        assert whole.run(None) is expect
+        s = C._KeySearch(0, ops, None)
+        pauses = 0
+        while (r := s.run(0.0)) is None:        # a deadline long past: stop at every check
+            pauses += 1
+        assert r is expect and pauses >= whole.statistics().steps // 256 - 1
+        assert s.statistics().placed == whole.statistics().placed
+        if expect:
+            assert pauses >= 3                  # the correct key really was resumed
