@@ -222,26 +222,41 @@ def test_keys_are_independent():
     assert "key 1" not in r.explain() and "key 3" not in r.explain()
 
 
+def _pathological(key=8, n=22):
+    """22 puts all in flight together; gets of v1, then v2, then v1 again, one after the other.
+    No order works (v1 cannot come back after v2), but no few operations prove it either (the
+    puts of v1 and v2 are concurrent with all the gets), and refuting it means visiting every
+    subset of the 20 other puts: about a million configurations."""
+    h = [put(i, key, i + 1, i, 10_000 + i) for i in range(n)]
+    return h + [get(100, key, 1, 100, 200), get(101, key, 2, 300, 400), get(102, key, 1, 500, 600)]
+
+
 def test_time_limit_gives_unknown():
-    # 22 puts all in flight together and a get of a version nobody wrote: no order works, but
-    # proving it means visiting every subset of the puts (millions), far beyond 0.2 s.
-    n = 22
-    h = [put(i, 8, i + 1, i, 10_000 + i) for i in range(n)] + [get(n, 8, 999, 5, 20_000)]
-    h += [put(100, 9, 1, 0, 10), get(101, 9, 1, 20, 30)]               # an easy key, still decided
+    h = _pathological() + [put(200, 9, 1, 0, 10), get(201, 9, 1, 20, 30)]   # an easy key, still decided
     r = check(h, time_limit_s=0.2)
     assert r.verdict == "unknown" and not r
     assert r.unknown_keys == (8,) and r.failures == ()
     assert r.elapsed_s < 5                                             # it stopped, not hung
     assert "unknown: 1 of 2 keys not decided within the 0.20 s limit (key 8)" in r.summary()
-    assert "key 8: 23 operations" in r.explain()
+    assert "key 8: 25 operations" in r.explain()
 
 
 def test_illegal_key_reported_even_when_another_is_unknown():
-    n = 22
-    h = [put(i, 8, i + 1, i, 10_000 + i) for i in range(n)] + [get(n, 8, 999, 5, 20_000)]
-    h += [put(100, 9, 1, 0, 10), get(101, 9, 2, 20, 30)]
+    h = _pathological() + [put(200, 9, 1, 0, 10), get(201, 9, 2, 20, 30)]
     r = check(h, time_limit_s=0.2)
     assert r.verdict == "illegal" and r.unknown_keys == (8,) and [f.key for f in r.failures] == [9]
+
+
+def test_certificate_decides_without_search():
+    # The same shape with a read of a version nobody wrote: illegal at once, whatever the limit.
+    n = 22
+    h = [put(i, 8, i + 1, i, 10_000 + i) for i in range(n)] + [get(n, 8, 999, 5, 20_000)]
+    r = check(h, time_limit_s=0.2)
+    assert r.verdict == "illegal" and r.unknown_keys == ()
+    (f,) = r.failures
+    assert f.ops == (h[-1],) and not f.complete      # the explanatory search was cut short
+    assert "Certain violation among 1 operation(s)" in f.explain() and "cut short" in f.explain()
+    assert r.statistics().searched_keys == 1
 
 
 def test_explanation_is_minimal():
