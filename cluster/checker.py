@@ -74,6 +74,9 @@ fraction of a second:
   multiply the search by up to 2^k.
 * **Sequential keys** (no two operations overlap, the common case under a zipfian workload) are
   simply replayed; only if the replay fails does the search run, to produce the explanation.
+* **Certificates decide without search.** A few operations that are a violation on their own
+  (see below) prove a key illegal at once; refuting a key by search means exhausting it, the
+  expensive case. The search then runs only to explain, within the explanation budget.
 
 The time limit covers the whole check. Each key first gets a share proportional to its number of
 operations; keys that used it up are resumed afterwards with the time left, split evenly. A key
