@@ -83,7 +83,7 @@ def node_main(state, slot: int, parent_pid: int, run_dir: str) -> None:
         state.control.set_pid(slot, os.getpid())
         writer.set_state(STATE_RUNNING)
         from shm.failpoints import arm_from_env
-        arm_from_env()                         # DMRACK_FAILPOINTS, inherited from the supervisor
+        arm_from_env(node=decl.name)           # DMRACK_FAILPOINTS, inherited from the supervisor
         if decl.role == "compute":
             _compute(state, slot, decl.name, writer)
         elif decl.role == "manager":

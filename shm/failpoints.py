@@ -15,7 +15,9 @@ A test (or a user reproducing a bug) *arms* a point with an action:
 once). Arming is per process; racks of processes arm their nodes from the environment variable
 ``DMRACK_FAILPOINTS`` (inherited by the forked nodes), in the style of fail-rs::
 
-    DMRACK_FAILPOINTS="race.update.cas=crash@3;verbs.post=exit@1000"
+    DMRACK_FAILPOINTS="race.update.block_written=crash@3;cn1:verbs.post=exit@1000"
+
+(``cn1:`` arms the point in node cn1's process only).
 
 Every point a module offers is listed in ``KNOWN`` so that a typo in an armed name is an error,
 not a point that silently never fires.
@@ -86,28 +88,33 @@ def disarm_all() -> None:
     _fired.clear()
 
 
-def parse(spec: str) -> list[tuple[str, str, int]]:
-    """``"name=action@after;..."`` -> [(name, action, after)]; ValueError naming the bad part."""
+def parse(spec: str) -> list[tuple[str | None, str, str, int]]:
+    """``"[node:]name=action[@after];..."`` -> [(node or None, name, action, after)]; ValueError
+    naming the bad part. A ``node:`` prefix (``cn1:race.update.cas=exit``) arms the point in that
+    node's process only."""
     out = []
     for part in filter(None, (p.strip() for p in spec.split(";"))):
         name, eq, rest = part.partition("=")
         if not eq:
-            raise ValueError(f"{ENV}: {part!r} is not name=action[@after]")
+            raise ValueError(f"{ENV}: {part!r} is not [node:]name=action[@after]")
+        node, colon, point = name.strip().rpartition(":")
         action, _, after = rest.partition("@")
         try:
             n = int(after) if after else 0
         except ValueError:
             raise ValueError(f"{ENV}: {part!r}: after {after!r} is not an integer") from None
-        out.append((name.strip(), action.strip(), n))
+        out.append((node if colon else None, point, action.strip(), n))
     return out
 
 
-def arm_from_env(environ=os.environ) -> list[str]:
-    """Arm what ``DMRACK_FAILPOINTS`` names; returns the names armed."""
+def arm_from_env(environ=os.environ, node: str | None = None) -> list[str]:
+    """Arm what ``DMRACK_FAILPOINTS`` names for this process (``node``: its node name); returns
+    the names armed."""
     names = []
-    for name, action, after in parse(environ.get(ENV, "")):
-        arm(name, action, after=after)
-        names.append(name)
+    for only, name, action, after in parse(environ.get(ENV, "")):
+        if only is None or only == node:
+            arm(name, action, after=after)
+            names.append(name)
     return names
 
 

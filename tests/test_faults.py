@@ -19,7 +19,7 @@ from cluster.scenario import scenario_from_dict
 from cluster.supervisor import Supervisor
 from shm import failpoints
 from shm.segment import list_segments, owner_pid_of
-from tests.test_rack import LOAD, ROOT, rack_dict, run
+from tests.test_rack import LOAD, ROOT, by_step, rack_dict, run
 
 
 @pytest.fixture(autouse=True)
@@ -50,12 +50,15 @@ def test_unknown_failpoint_and_bad_spec_are_refused():
         failpoints.arm("race.update.block_writen")
     with pytest.raises(ValueError, match="unknown action"):
         failpoints.arm("verbs.post", "explode")
-    with pytest.raises(ValueError, match="not name=action"):
+    with pytest.raises(ValueError, match="is not \\[node:\\]name=action"):
         failpoints.parse("verbs.post")
     with pytest.raises(ValueError, match="not an integer"):
         failpoints.parse("verbs.post=crash@soon")
-    assert failpoints.parse("race.update.block_written=crash@3; verbs.post=exit") == [
-        ("race.update.block_written", "crash", 3), ("verbs.post", "exit", 0)]
+    assert failpoints.parse("race.update.block_written=crash@3; cn1:verbs.post=exit") == [
+        (None, "race.update.block_written", "crash", 3), ("cn1", "verbs.post", "exit", 0)]
+    env = {failpoints.ENV: "cn1:verbs.post=exit;race.delete.found=crash@2"}
+    assert failpoints.arm_from_env(env, node="cn0") == ["race.delete.found"]
+    assert failpoints.arm_from_env(env, node="cn1") == ["verbs.post", "race.delete.found"]
 
 
 @pytest.mark.parametrize("point", ["verbs.post", "verbs.sync", "race.update.block_written", "race.delete.found",
@@ -78,7 +81,7 @@ def test_crashed_clients_leave_a_linearizable_history(point):
 
 
 def test_a_failpoint_exit_kills_the_node_and_the_supervisor_reports_it(monkeypatch):
-    monkeypatch.setenv(failpoints.ENV, "race.update.block_written=exit@50")
+    monkeypatch.setenv(failpoints.ENV, "cn0:race.update.block_written=exit@50")
     before = set(_mine())
     sup = Supervisor(checked_scenario(LOAD, run(0.5), compute=2), quiet=True)
     assert sup.run() == 1
@@ -152,3 +155,24 @@ def test_racks_started_and_stopped_repeatedly_leak_nothing():
     assert _mine() == segs
     assert _children() == kids
     assert me.num_fds() <= fds + 1          # the last rack's memory may wait for the garbage collector
+
+
+def test_a_node_dying_mid_operation_leaves_a_checkable_history(monkeypatch):
+    """cn1 exits in the middle of an update (between writing the block and swinging the slot); the
+    rack carries on, and the merged history, with cn1's unfinished operations as crashed ones,
+    is linearizable."""
+    from workloads.stress import StressWorkload
+    monkeypatch.setenv(failpoints.ENV, "cn1:race.update.block_written=exit@30")
+    sup = Supervisor(checked_scenario(LOAD, run(0.4), run(0.4), compute=2, records=32, on_death="continue"),
+                     quiet=True, history=100_000)
+    sup.compiled.workloads["default"] = StressWorkload(keys=64, distribution="zipfian", value_size=32)
+    assert sup.run() == 0, sup.deaths
+    assert [(d.node, d.how) for d in sup.deaths] == [("cn1", "exited with status 86")]
+    ops = sup.history_ops
+    open_ops = [o.client >> 16 for o in ops if o.ret is None]
+    assert open_ops and set(open_ops) == {1}                        # cn1's operations in flight, cut short
+    last = by_step(sup.results)[3]
+    assert [n.node for n in last.nodes if n.ops] == ["cn0"]         # the survivor ran the last step
+    res = check(ops)
+    assert res.verdict == "ok", res.explain()
+    assert not _children()
