@@ -33,7 +33,8 @@ PUBLISHED_READ_CEILING = 11.4           # Mops: read-heavy and read-only stay un
 
 
 def scenario_dict(system: str, workload: str, threads: tuple[int, ...], *, records: int, warm_ms: float,
-                  measure_ms: float, coroutines: int = 8, seed: int = 1) -> dict:
+                  measure_ms: float, coroutines: int = 8, seed: int = 1, properties: dict | None = None,
+                  options: dict | None = None, qp_policy: str = "per_thread_qp") -> dict:
     """The bench's rack and steps as a scenario document (what a user would write in TOML)."""
     # Load with one thread: a thread that has posted stays a sharer of its doorbell in the NIC
     # model, so loading with all threads would slow every later, smaller thread count.
@@ -45,24 +46,25 @@ def scenario_dict(system: str, workload: str, threads: tuple[int, ...], *, recor
     return {
         "rack": {"name": f"bench-ycsb-{system}-{workload}", "profile": "cx6-200g", "seed": seed},
         "compute": {"count": 1, "threads": max(threads), "coroutines": coroutines, "memory": "64MiB",
-                    "qp_policy": "per_thread_qp"},
+                    "qp_policy": qp_policy},
         "memory": {"count": 2, "memory": "1GiB"},
-        "system": {"name": system},
+        "system": {"name": system, **(options or {})},
         "workload": {"preset": workload, "recordcount": records, "operationcount": records,
-                     "requestdistribution": "zipfian", "keysize": 8, "valuesize": 8},
+                     "requestdistribution": "zipfian", "keysize": 8, "valuesize": 8, **(properties or {})},
         "step": steps,
     }
 
 
 def measure(system: str, workload: str, threads: tuple[int, ...], *, records: int, warm_ms: float,
-            measure_ms: float, progress=lambda msg: None) -> tuple[list[dict], dict]:
-    """Run one workload over every thread count; returns per-point figures and speed figures."""
+            measure_ms: float, progress=lambda msg: None, **scenario) -> tuple[list[dict], dict]:
+    """Run one workload over every thread count; returns per-point figures and speed figures.
+    ``scenario``: more arguments of :func:`scenario_dict` (properties, options, qp_policy, ...)."""
     from cluster.rack import ColocatedRack
     from cluster.scenario import scenario_from_dict
     scen = scenario_from_dict(scenario_dict(system, workload, threads, records=records, warm_ms=warm_ms,
-                                            measure_ms=measure_ms), source=f"bench ycsb {workload}")
+                                            measure_ms=measure_ms, **scenario), source=f"bench ycsb {workload}")
     rack = ColocatedRack(scen)
-    progress(f"{WORKLOADS[workload]}: loading {records:,} records, then {len(threads)} thread counts")
+    progress(f"{WORKLOADS.get(workload, workload)}: loading {records:,} records, then {len(threads)} thread counts")
     t0 = time.perf_counter()
     res = rack.run()
     wall = time.perf_counter() - t0
@@ -72,7 +74,7 @@ def measure(system: str, workload: str, threads: tuple[int, ...], *, records: in
         step = by_index[5 + 3 * k]              # steps count from 1: set, load, then (set, warm, measure) per count
         every = next(kf for kf in step.kinds if kf.kind == "all")
         points.append({"threads": t, "mops": step.mops, "p50_us": every.p50_us, "p99_us": every.p99_us,
-                       "ops": step.ops})
+                       "ops": step.ops, "failures": step.failures})
     vns = rack.env.now
     speed = {"wall_s": wall, "virtual_ms": vns / 1e6, "verbs_per_s": rack.verbs / wall if wall else 0.0,
              "virtual_us_per_s": vns / 1e3 / wall if wall else 0.0}

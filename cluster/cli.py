@@ -117,6 +117,16 @@ def _parse_set(text: str):
     return parse_override(text)
 
 
+def _cmd_reproduce(args) -> int:
+    if args.paper != "smart":
+        print(f"dmrack reproduce: unknown paper {args.paper!r}; available: smart", file=sys.stderr)
+        return 2
+    from cluster import reproduce_smart
+    only = [x for x in (args.only or "").split(",") if x] or None
+    reproduce_smart.run(only=only, quick=args.quick, json_path=args.json, console=_console())
+    return 0
+
+
 def _cmd_check(args) -> int:
     from cluster import check
     options = dict(_parse_set(x) for x in args.option or [])
@@ -217,6 +227,13 @@ def main(argv=None) -> int:
     b.add_argument("--json", metavar="PATH", help="also write the rows as JSON records")
     b.add_argument("--only", metavar="EXP[,EXP]", help="run only these experiments / workloads")
     b.set_defaults(func=_cmd_bench)
+
+    rp = sub.add_parser("reproduce", help="a paper's experiments at reduced scale, published beside emulated")
+    rp.add_argument("paper", help="which paper: smart")
+    rp.add_argument("--quick", action="store_true", help="fewer points and shorter windows")
+    rp.add_argument("--json", metavar="PATH", help="also write the rows as JSON records")
+    rp.add_argument("--only", metavar="EXP[,EXP]", help="run only these experiments")
+    rp.set_defaults(func=_cmd_reproduce)
 
     ck = sub.add_parser("check", help="conformance suite and a multi-process stress with the history checked")
     ck.add_argument("--system", required=True, help="the system to check (see dmrack systems)")
