@@ -17,12 +17,21 @@ of SMART Fig. 3:
 
 Coroutines of one thread share its core: CPU time charged by one delays the others.
 
+SMART's other techniques are switches of a ``NodeRdma`` (``smart=``, a :class:`shm.smart.SmartConfig`
+or a dict, all off by default; see docs/smart.md): work-request throttling (a post that lacks
+credits is queued in its thread and rung by the completion that frees them),
+``yield from co.backoff_cas(...)`` with truncated exponential back-off, and coroutine throttling
+around ``yield from thread.op_begin()`` / ``thread.op_end()``. ``RdmaThread.idle()`` takes a thread
+out of its doorbells' sharers.
+
 The batch bypasses ``SendWR`` objects: it fills the model's arrays directly and schedules one
 effect per work request and one wake-up per batch, which is what makes the emulator fast enough.
 """
 
 from __future__ import annotations
 
+import random
+from collections import deque
 from heapq import heappush
 from struct import Struct
 from sys import byteorder as _BYTEORDER
@@ -32,6 +41,7 @@ import numpy as np
 
 from shm import nic
 from shm.failpoints import failpoint
+from shm.smart import ConflictController, SmartConfig, SmartStats, WrTuner
 from shm.fabric import (
     MAX_NODES, OFFSET_BITS, REGION_BITS, REGION_HOST, format_gaddr, gaddr, gaddr_node, gaddr_offset, gaddr_region,
     remote_read_write,
@@ -93,7 +103,7 @@ class NodeRdma:
     """The RDMA resources of one compute node, allocated by policy, handed out per thread."""
 
     def __init__(self, host: VerbsHost, node, *, policy: str = "per_thread_doorbell", qp_pool: int = 4,
-                 buffer_bytes: int = 256 << 10):
+                 buffer_bytes: int = 256 << 10, smart: "SmartConfig | dict | None" = None):
         if policy not in POLICIES:
             raise ValueError(f"unknown QP policy {policy!r}; choose one of {', '.join(POLICIES)}")
         if qp_pool < 1:
@@ -105,6 +115,8 @@ class NodeRdma:
         self.policy = policy
         self.qp_pool = qp_pool
         self.buffer_bytes = buffer_bytes
+        cfg = SmartConfig.from_dict(smart)
+        self.smart: SmartConfig | None = cfg if cfg.enabled else None   # None: every switch off
         self.threads: list[RdmaThread] = []
         self._shared_ctx: Context | None = None
         self._shared_qps: dict[int, list[QP]] = {}
@@ -172,12 +184,138 @@ class RdmaThread:
         self._rkeys: dict[tuple[int, int], int] = {}
         self._batches: dict[int, tuple] = {}   # batch size -> the model's arrays (see _batch_arrays)
         self.posts = self.verbs = self.errors = 0
+        self.idle_since: int | None = None
+        self._coros = 0
+        # SMART (shm/smart.py); every member below stays inert when owner.smart is None
+        cfg = self.smart = owner.smart
+        self._throttle = cfg is not None and cfg.throttle != "off"
+        self._wr_cmax: int | None = cfg.c_max if self._throttle and cfg.throttle == "fixed" else None
+        self._tuner = WrTuner(cfg.candidates, cfg.delta_ns, cfg.hold) \
+            if self._throttle and cfg.throttle == "adaptive" else None
+        self._wr_queue: deque = deque()        # (coroutine, dst, items) waiting for credits
+        self._wr_out = self._wr_out_peak = self._wr_queued = self._deferred = 0
+        self._conflict = ConflictController(cfg, 1) if cfg is not None and (cfg.backoff or cfg.coro_throttle) \
+            else None
+        self._coro_throttle = cfg is not None and cfg.coro_throttle
+        self._ops_running = 0
+        self._op_waiters: deque = deque()
+        self._bcas = self._bcas_failed = self._backoffs = self._backoff_ns = 0
+        self._rng = random.Random(hash((getattr(owner.env, "_seed", 0), owner.node, index, 0x5A)))
 
     def statistics(self) -> ThreadStats:
         return ThreadStats(self.posts, self.verbs, self.errors, self.cpu_free)
 
+    def smart_statistics(self) -> SmartStats:
+        """SMART's state of this thread: caps, credits, retries, back-off (see shm/smart.py)."""
+        cfg, ctl, tuner = self.smart, self._conflict, self._tuner
+        cap = self._wr_cmax if self._throttle else None
+        return SmartStats(
+            cfg.throttle if cfg is not None else "off", cap, None if cap is None else cap - self._wr_out,
+            self._wr_out, self._wr_queued, self._deferred,
+            tuner.samples if tuner else 0, tuner.epochs if tuner else 0, tuple(tuner.history) if tuner else (),
+            self._cycles_ns(ctl.t_max) if ctl is not None and cfg.backoff else None,
+            ctl.c_max if ctl is not None and self._coro_throttle else None,
+            self._ops_running, len(self._op_waiters), self._bcas, self._bcas_failed, self._backoffs,
+            self._backoff_ns, ctl.gamma if ctl is not None else None, ctl.windows if ctl is not None else 0)
+
     def coroutine(self) -> "Coroutine":
+        self._coros += 1
+        if self._conflict is not None:
+            self._conflict.set_upper(self._coros)
+            self._admit()
         return Coroutine(self)
+
+    # -- doorbell sharing -------------------------------------------------------------------------
+    def idle(self) -> None:
+        """The thread stops posting (a scenario deactivated it): it leaves the sharers of its
+        doorbells, so the spinlock hold of the threads still posting there shrinks. Its next post
+        makes it a sharer again (:meth:`resume` only marks it active). Outstanding verbs are
+        unaffected: the hold is priced when a doorbell is rung."""
+        if self.idle_since is None:
+            self.idle_since = self.env.now
+        key = id(self)
+        for qp in self._qps.values():
+            if key not in qp._users:
+                continue
+            qp._users.discard(key)
+            users = qp.host._db_users.get((qp.node, qp.doorbell))
+            if users is not None and key in users:
+                users.discard(key)
+                nic.doorbell_users(qp.fabric.table, qp.ctx.desc, qp.doorbell, -1)
+
+    def resume(self) -> None:
+        """The thread is active again; it rejoins its doorbells' sharers at its next post."""
+        self.idle_since = None
+
+    def doorbell_sharers(self) -> dict[int, int]:
+        """Doorbell index -> threads counted as its sharers, for this thread's QPs."""
+        out = {}
+        for qp in self._qps.values():
+            out[qp.doorbell] = int(qp.fabric.table[qp.ctx.desc[nic.D_STATE] + nic.S_DB_USERS + qp.doorbell])
+        return out
+
+    # -- SMART: work-request throttling ----------------------------------------------------------
+    def _drain(self) -> None:
+        """Ring queued batches, oldest first, while credits last (a batch larger than C_max goes
+        in pieces of C_max). Called by a post and by the completion that returns credits; a ring
+        from a completion charges the thread's core from then on (``cpu_free``)."""
+        q = self._wr_queue
+        while q:
+            co, dst, items = q[0]
+            n = len(items)
+            cap = self._wr_cmax
+            k = n if cap is None or n <= cap else cap
+            if cap is not None and cap - self._wr_out < k:
+                return
+            if k < n:
+                q[0] = (co, dst, items[k:])      # the rest stays queued, still one batch of co's
+                items = items[:k]
+            else:
+                q.popleft()
+                co._outstanding -= 1             # _post_to counts it again
+            self._wr_queued -= k
+            self._wr_out += k
+            if self._wr_out > self._wr_out_peak:
+                self._wr_out_peak = self._wr_out
+            co._post_to(dst, items)
+
+    # -- SMART: coroutine throttling ---------------------------------------------------------------
+    def op_begin(self, co: "Coroutine | None" = None):
+        """``yield from thread.op_begin(co)`` before a KV operation: with coroutine throttling on,
+        waits until fewer than c_max operations of this thread are running. ``co`` (optional)
+        restarts its back-off sequence. Pair with :meth:`op_end`."""
+        if co is not None:
+            co._bo_fail = 0
+        if not self._coro_throttle or (self._ops_running < self._conflict.c_max and not self._op_waiters):
+            self._ops_running += 1
+            return
+        ev = self.env.event()
+        self._op_waiters.append(ev)
+        yield ev                                 # _admit counted us in
+
+    def op_end(self) -> None:
+        """The operation started by :meth:`op_begin` has returned."""
+        self._ops_running -= 1
+        if self._op_waiters:
+            self._admit()
+
+    def op(self, gen, co: "Coroutine | None" = None):
+        """``result = yield from thread.op(client.get(co, key), co)``: op_begin, the operation, op_end."""
+        yield from self.op_begin(co)
+        try:
+            return (yield from gen)
+        finally:
+            self.op_end()
+
+    def _admit(self) -> None:
+        waiters = self._op_waiters
+        cap = self._conflict.c_max if self._coro_throttle else None
+        while waiters and (cap is None or self._ops_running < cap):
+            self._ops_running += 1
+            waiters.popleft().succeed()
+
+    def _cycles_ns(self, cycles: int) -> int:
+        return self.smart.cycles_ns(cycles, self.fabric.profile.cpu.ghz)
 
     def qp(self, dst: int) -> QP:
         qp = self._qps.get(dst)
@@ -234,7 +372,7 @@ class Coroutine:
     """One coroutine's batch of verbs (see the module docstring)."""
 
     __slots__ = ("thread", "env", "_pending", "_posted", "_outstanding", "_waiter", "_errors", "_mr_off",
-                 "_heap", "_next_seq", "_land_cb", "_batch_done_cb", "_finish_cb")
+                 "_heap", "_next_seq", "_land_cb", "_batch_done_cb", "_finish_cb", "_submit", "_bo_fail")
 
     def __init__(self, thread: RdmaThread):
         self.thread = thread
@@ -251,6 +389,12 @@ class Coroutine:
         self._land_cb = self._land
         self._batch_done_cb = self._batch_done
         self._finish_cb = self._finish_last
+        self._bo_fail = 0              # consecutive failed backoff_cas (the back-off exponent)
+        if thread._throttle:           # SMART work-request throttling: posts go through credits
+            self._submit = self._post_throttled
+            self._batch_done_cb = self._batch_done_throttled
+        else:
+            self._submit = self._post_to
 
     # -- queueing verbs ---------------------------------------------------------------------
     def _queue(self, op, addr, length, a=0, b=0, am=0, bm=0) -> Handle:
@@ -306,13 +450,29 @@ class Coroutine:
             if item[1] >> _NODE_SHIFT & _NODE_MASK != dst:
                 break
         else:                            # the common case: a single destination
-            self._post_to(dst, pending)
+            self._submit(dst, pending)
             return
         by_node: dict[int, list] = {}
         for item in pending:
             by_node.setdefault(item[1] >> _NODE_SHIFT & _NODE_MASK, []).append(item)
         for dst, items in by_node.items():
-            self._post_to(dst, items)
+            self._submit(dst, items)
+
+    def _post_throttled(self, dst: int, items: list) -> None:
+        """SMART Algorithm 1's SmartPostSend: queue the batch in the thread and ring what the
+        credits allow now; the rest is rung by the completions that return credits."""
+        thr = self.thread
+        tuner = thr._tuner
+        if tuner is not None and tuner.phase == "idle":
+            thr._wr_cmax = tuner.begin(self.env.now)
+        q = thr._wr_queue
+        cap = thr._wr_cmax
+        if q or (cap is not None and cap - thr._wr_out < (len(items) if len(items) <= cap else cap)):
+            thr._deferred += 1
+        q.append((self, dst, items))
+        thr._wr_queued += len(items)
+        self._outstanding += 1           # a queued batch counts: sync() waits for it too
+        thr._drain()
 
     def _post_to(self, dst: int, items: list) -> None:
         """One doorbell towards node ``dst``: price the batch, schedule each work request's
@@ -387,6 +547,21 @@ class Coroutine:
             thr.cpu_free = wake
             heappush(self._heap, (wake, self._next_seq(), self._finish_cb, ev))
 
+    def _batch_done_throttled(self, arg) -> None:
+        """SmartPollCQ: the completion returns its credits, feeds the C_max tuner, then rings
+        batches that were waiting for credits."""
+        thr = self.thread
+        n = arg[1]
+        thr._wr_out -= n
+        self._batch_done(arg)
+        tuner = thr._tuner
+        if tuner is not None:
+            changed, cap = tuner.tick(self.env.now, n)
+            if changed:
+                thr._wr_cmax = cap       # UpdateCMax: credits = C_max - outstanding
+        if thr._wr_queue:
+            thr._drain()
+
     def _finish(self, ev) -> None:
         if self._errors:
             errs, self._errors = self._errors, []
@@ -414,6 +589,64 @@ class Coroutine:
         else:
             self._waiter = ev
         return ev
+
+
+    # -- SMART: conflict avoidance ------------------------------------------------------------------
+    def backoff_cas(self, addr: int, expected: int, desired: int):
+        """``ok, old = yield from co.backoff_cas(addr, expected, desired)``: SMART's
+        backoff_cas_sync. Posts the CAS (with anything queued before it), waits for it, and on
+        failure waits a truncated exponential back-off before returning, so the caller's retry
+        is delayed. With conflict avoidance off it is a plain CAS and sync."""
+        h = self.cas(addr, expected, desired)
+        yield self.sync()
+        old = h.value
+        ok = old == expected
+        if self.thread._conflict is None:
+            self._count_cas(ok)
+            return ok, old
+        delay = self._after_cas(ok)
+        if delay:
+            yield delay
+        return ok, old
+
+    def backoff_masked_cas(self, addr: int, compare: int, swap: int, compare_mask: int, swap_mask: int):
+        """:meth:`backoff_cas` for a masked CAS: it succeeded when the compared bits matched."""
+        h = self.masked_cas(addr, compare, swap, compare_mask, swap_mask)
+        yield self.sync()
+        old = h.value
+        ok = (old & compare_mask) == (compare & compare_mask)
+        if self.thread._conflict is None:
+            self._count_cas(ok)
+            return ok, old
+        delay = self._after_cas(ok)
+        if delay:
+            yield delay
+        return ok, old
+
+    def _count_cas(self, ok: bool) -> None:
+        thr = self.thread
+        thr._bcas += 1
+        if not ok:
+            thr._bcas_failed += 1
+
+    def _after_cas(self, ok: bool) -> int:
+        """Record the outcome with the retry-rate controller; the back-off (ns) to wait."""
+        thr = self.thread
+        self._count_cas(ok)
+        ctl = thr._conflict
+        if ctl.record(self.env.now, ok) and thr._coro_throttle and thr._op_waiters:
+            thr._admit()                 # c_max may have grown
+        if ok:
+            self._bo_fail = 0
+            return 0
+        if not thr.smart.backoff:
+            return 0
+        cycles = ctl.backoff_cycles(self._bo_fail, thr._rng.random())
+        self._bo_fail += 1
+        ns = thr._cycles_ns(cycles) if cycles > 0 else 0
+        thr._backoffs += 1
+        thr._backoff_ns += ns
+        return ns
 
 
 _U64 = (1 << 64) - 1
