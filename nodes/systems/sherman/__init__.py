@@ -1,0 +1,26 @@
+"""Sherman (Wang et al., SIGMOD'22) as a reusable library; see docs/sherman.md.
+
+Pieces, importable separately by the systems built on Sherman (SMART-BT, Dolphin):
+
+* :mod:`.layout`: the 1 KB node format (per-line node versions, one-line leaf entries, internal
+  pairs), node images, snapshot parsing, the jitted version check and leaf probe;
+* :mod:`.cache`: :class:`IndexCache`, the compute-node cache of internal nodes, shared per node;
+* :mod:`.hocl`: lock slots in NIC device memory and the compute node's local lock table;
+* :mod:`.client`: :class:`ShermanClient` (get / insert / update / delete / scan), :class:`ShermanStats`;
+* :mod:`.system`: :class:`ShermanSystem` (options, setup, client).
+"""
+
+from .cache import IndexCache, IndexNode
+from .client import ShermanClient, ShermanStats
+from .hocl import LocalLocks, lock_address
+from .layout import (
+    INLINE_VALUE, INTERNAL_KEYS, LEAF_SLOTS, MAX_VALUE, NODE_BYTES, KeySizeError, ValueTooLarge, internal_image,
+    leaf_image,
+)
+from .system import ShermanSystem
+
+__all__ = [
+    "ShermanSystem", "ShermanClient", "ShermanStats", "IndexCache", "IndexNode", "LocalLocks", "lock_address",
+    "NODE_BYTES", "LEAF_SLOTS", "INTERNAL_KEYS", "INLINE_VALUE", "MAX_VALUE", "KeySizeError", "ValueTooLarge",
+    "leaf_image", "internal_image",
+]

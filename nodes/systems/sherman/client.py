@@ -1,0 +1,526 @@
+"""The Sherman client: get / insert / update / delete / scan over coroutine verbs (docs/sherman.md).
+
+One :class:`ShermanClient` per modelled thread; the index cache and the local lock table are
+shared by the compute node's threads. Verbs per operation with a warm index cache, no contention,
+inline values (a "round" is one ``sync``):
+
+=========  ===========================================================  ======  ======
+op         rounds                                                       rounds  verbs
+=========  ===========================================================  ======  ======
+get        READ leaf (1 KB)                                             1       1
+update     masked CAS lock | READ leaf | WRITE entry line + masked CAS  3       4
+insert     as update (the entry goes to a free line)                    3       4
+delete     as update (the entry line is cleared)                        3       4
+scan       READ leaf, then READ each right sibling until count          1/leaf  1/leaf
+=========  ===========================================================  ======  ======
+
+An out-of-line value (> 48 B) adds one READ round to get (the block) and one WRITE to the lock
+round of insert/update. A leaf split adds: WRITE the new right leaf (one round before the
+write-back), then the separator insert one level up (lock, READ, WRITE + unlock: 3 rounds, more if
+that node splits too; a root split adds WRITE new root | CAS root word). A cache miss READs each
+uncached internal node on the path; a local hand-over skips the lock round.
+
+Subclasses (SMART-BT, Dolphin) override the pieces: :meth:`find_node` (the descent),
+:meth:`acquire` / :meth:`release` (HOCL), :meth:`read_leaf`, :meth:`modify`.
+"""
+
+from __future__ import annotations
+
+import random
+from bisect import bisect_right
+from typing import NamedTuple
+
+from nodes.systems.api import KVClient, SystemError_
+from nodes.systems.race.alloc import ChunkAllocator
+from shm.fabric import OFFSET_BITS, REGION_BITS, gaddr
+
+from .cache import IndexCache, IndexNode, shared
+from .hocl import FIELD_MASK, LocalLock, LocalLocks, lock_address
+from .layout import (
+    INLINE_VALUE, INTERNAL_KEYS, LEAF_SLOTS, LINE, MAX_VALUE, NODE_BYTES, NODE_UNITS, OUT_OF_LINE, REF, Header,
+    KeySizeError, ValueTooLarge, as_int64, block_image, block_units, entry_line, internal_entries,
+    internal_image, key_int, key_signed_le, leaf_entries, leaf_image, leaf_probe, pack_root, unpack_root,
+    value_field, versions_match,
+)
+
+#: Modelled CPU (cycles at ``cpu.ghz``): checking/searching one 64-byte line of a node just READ
+#: into the thread's buffer (version compare + key compare; the lines are in cache after DMA).
+LINE_CYCLES = 12
+#: Cached internal nodes are searched in local DRAM: a binary search touches about this many lines,
+#: each priced ``cpu.local_read_ns_per_line``.
+CACHED_NODE_LINES = 3
+#: Per-operation fixed work (argument checks, key conversion).
+OP_CYCLES = 100
+RETRY_LIMIT = 100_000
+
+_NODE_SHIFT = REGION_BITS + OFFSET_BITS
+_OFFSET_MASK = (1 << OFFSET_BITS) - 1
+
+
+class ShermanStats(NamedTuple):
+    gets: int
+    inserts: int
+    updates: int
+    deletes: int
+    scans: int
+    cache_hits: int            # internal nodes found in the index cache during descents
+    cache_misses: int          # ... READ from memory instead
+    cache_invalidations: int   # cached nodes (or the root) dropped after a fence showed them stale
+    sibling_follows: int       # moves right along a level (a split the walk had not seen)
+    local_lock_waits: int      # lock acquisitions that queued behind a thread of this node
+    handovers: int             # ... and got the lock handed over (no remote CAS)
+    remote_lock_retries: int   # masked CASes on a remote lock that found it taken
+    torn_reads: int            # node READs whose line versions differed (re-read)
+    leaf_splits: int
+    internal_splits: int
+    root_splits: int           # new roots installed by CAS on the root word
+    root_cas_failures: int     # ... lost to another client's new root
+    nodes_allocated: int
+    blocks_written: int        # out-of-line value blocks
+    chunks: int                # chunk RPCs of the node/block allocator
+
+
+class ShermanClient(KVClient):
+    """Sherman for one modelled thread (``shm.coro.RdmaThread``)."""
+
+    def __init__(self, fabric, layout: dict, thread, options: dict):
+        self.fabric = fabric
+        self.layout = layout
+        self.thread = thread
+        self.env = thread.env
+        self.root_word = layout["root"]
+        self.lock_slots = layout["lock_slots"]
+        self._lock_base = {int(n): off for n, off in layout["locks"].items()}
+        owner = thread.owner
+        cap = options.get("cache_nodes", layout.get("cache_nodes", 16384))
+        self.cache: IndexCache = shared(owner, self.root_word, "index_cache", lambda: IndexCache(cap))
+        self.locks: LocalLocks = shared(owner, self.root_word, "local_locks", LocalLocks)
+        self.max_handover = int(options.get("max_handover", 8))
+        self.tag = (owner.node % FIELD_MASK) + 1          # the remote lock's holder: this compute node
+        mns = layout["memory_nodes"]
+        self.alloc = ChunkAllocator(fabric, mns, layout["chunk_bytes"], start=owner.node * 7 + thread.index)
+        self._nb = [gaddr(n, 0) for n in range(min(len(fabric.nodes), 256))]
+        self._b64 = as_int64(thread.buf)
+        self._mv = thread._buf_view
+        cpu = fabric.profile.cpu
+        self._node_ns = max(1, int(LINE_CYCLES * 16 / cpu.ghz))
+        self._line_ns = max(1, int(LINE_CYCLES / cpu.ghz))
+        self._cached_ns = CACHED_NODE_LINES * cpu.local_read_ns_per_line
+        self._op_ns = int(OP_CYCLES / cpu.ghz)
+        self._rng = random.Random((owner.node << 20) ^ thread.index ^ 0x5E4)
+        self._backoff_ns = fabric.profile.link.one_way_ns
+        self.gets = self.inserts = self.updates = self.deletes = self.scans = 0
+        self.cache_hits = self.cache_misses = self.cache_invalidations = self.sibling_follows = 0
+        self.local_lock_waits = self.handovers = self.remote_lock_retries = self.torn_reads = 0
+        self.leaf_splits = self.internal_splits = self.root_splits = self.root_cas_failures = 0
+        self.nodes_allocated = self.blocks_written = 0
+
+    def statistics(self) -> ShermanStats:
+        return ShermanStats(self.gets, self.inserts, self.updates, self.deletes, self.scans, self.cache_hits,
+                            self.cache_misses, self.cache_invalidations, self.sibling_follows,
+                            self.local_lock_waits, self.handovers, self.remote_lock_retries, self.torn_reads,
+                            self.leaf_splits, self.internal_splits, self.root_splits, self.root_cas_failures,
+                            self.nodes_allocated, self.blocks_written, self.alloc.chunks)
+
+    # -- pieces: allocation ----------------------------------------------------------------------
+    def new_node(self, co):
+        """Generator: the gaddr of a fresh 1 KB node (never reused)."""
+        node, off = yield from self.alloc.alloc(co, NODE_UNITS)
+        self.nodes_allocated += 1
+        return self._nb[node] | off
+
+    def new_block(self, co, key: bytes, value: bytes):
+        """Generator: allocate an out-of-line value block and queue its WRITE; its gaddr."""
+        node, off = yield from self.alloc.alloc(co, block_units(len(value)))
+        addr = self._nb[node] | off
+        co.write(addr, block_image(key, value))
+        self.blocks_written += 1
+        return addr
+
+    # -- pieces: reading nodes ---------------------------------------------------------------------
+    def read_node(self, co, addr: int):
+        """Generator: READ a node until its line versions agree; the buffer offset of the snapshot
+        (valid until this coroutine's next yield)."""
+        for _ in range(RETRY_LIMIT):
+            h = co.read(addr, NODE_BYTES)
+            yield co.sync()
+            self.thread.cpu(self._node_ns)
+            if versions_match(self._b64, h._off >> 3):
+                return h._off
+            self.torn_reads += 1
+        raise SystemError_(f"Sherman: node {addr:#x} stayed torn for {RETRY_LIMIT} READs")
+
+    def fetch_internal(self, co, addr: int) -> IndexNode:
+        """Generator: READ an internal node, parse it, put it in the index cache."""
+        self.cache_misses += 1
+        off = yield from self.read_node(co, addr)
+        hd = Header(self._mv, off)
+        keys, children = internal_entries(self._mv, off, hd.count)
+        node = IndexNode(hd.level, hd.low, hd.high, hd.sibling, keys, [hd.leftmost] + children)
+        if hd.level > 0:
+            self.cache.put(addr, node)
+        return node
+
+    def read_root(self, co):
+        """Generator: (address, level) of the root, from the root word on the first memory node."""
+        h = co.read(self.root_word, 8)
+        yield co.sync()
+        root = unpack_root(h.value)
+        self.cache.root = root
+        return root
+
+    def find_node(self, co, k: int, level: int):
+        """Generator: ``(addr, parent, lvl)``: the node at ``level`` that covers key ``k`` as far as
+        the index cache knows (not read), the internal node that pointed to it (0: none, it is
+        the root), and ``lvl`` = ``level`` (or the root's level when the tree is lower)."""
+        cache = self.cache
+        for _ in range(RETRY_LIMIT):
+            root = cache.root
+            if root is None:
+                root = yield from self.read_root(co)
+            addr, lvl = root
+            parent = 0
+            while lvl > level:
+                n = cache.nodes.get(addr)
+                if n is None:
+                    n = yield from self.fetch_internal(co, addr)
+                else:
+                    self.cache_hits += 1
+                    self.thread.cpu(self._cached_ns)
+                if n.level != lvl:
+                    self.invalidate(addr)         # not the node the path promised: start over
+                    self.invalidate(parent)
+                    break
+                if n.high is not None and k >= n.high:
+                    self.sibling_follows += 1
+                    self.invalidate(parent)       # the parent did not know of this split
+                    addr = n.sibling
+                    parent = 0
+                    continue
+                if k < n.low:
+                    self.invalidate(addr)
+                    self.invalidate(parent)
+                    break
+                parent = addr
+                addr = n.child(k)
+                lvl -= 1
+            else:
+                return addr, parent, lvl
+        raise SystemError_(f"Sherman: descent for key {k:#x} did not settle after {RETRY_LIMIT} tries")
+
+    def invalidate(self, addr: int) -> None:
+        """Drop a cached node (0: the cached root) after a fence showed it stale."""
+        self.cache_invalidations += 1
+        self.cache.drop(addr)
+
+    # -- pieces: HOCL --------------------------------------------------------------------------------
+    def lock_of(self, addr: int) -> tuple[int, int]:
+        node = addr >> _NODE_SHIFT
+        return lock_address(node, self._lock_base[node], addr & _OFFSET_MASK, self.lock_slots)
+
+    def acquire(self, co, lock):
+        """Generator: take the lock ``lock`` = (word gaddr, shift): locally first (queue behind this
+        node's holder, maybe receive it handed over), then remotely with a masked CAS. Verbs
+        already queued on ``co`` go out with the first CAS."""
+        held = self.locks.held
+        ll = held.get(lock)
+        if ll is not None:
+            self.local_lock_waits += 1
+            ev = self.env.event()
+            ll.waiters.append(ev)
+            co.post()
+            handed = yield ev
+            if handed:
+                self.handovers += 1
+                return
+        else:
+            held[lock] = LocalLock()
+        word, shift = lock
+        mask = FIELD_MASK << shift
+        mine = self.tag << shift
+        for attempt in range(RETRY_LIMIT):
+            h = co.masked_cas(word, 0, mine, mask, mask)
+            yield co.sync()
+            if h.value & mask == 0:
+                return
+            self.remote_lock_retries += 1
+            if attempt >= 2:
+                yield self._rng.randrange(self._backoff_ns, 2 * self._backoff_ns)
+        raise SystemError_(f"Sherman: lock {word:#x}>>{shift} not acquired after {RETRY_LIMIT} tries")
+
+    def release(self, co, lock):
+        """Generator: release ``lock`` after the write-back verbs already queued on ``co``: hand it
+        to the next local waiter (after the write-back completed), or post the unlock masked CAS in
+        the same doorbell batch as the write-back."""
+        ll = self.locks.held[lock]
+        if ll.waiters and ll.handovers < self.max_handover:
+            yield co.sync()
+            ll.handovers += 1
+            ll.waiters.popleft().succeed(True)
+            return
+        word, shift = lock
+        mask = FIELD_MASK << shift
+        co.masked_cas(word, self.tag << shift, 0, mask, mask)
+        yield co.sync()
+        if ll.waiters:
+            ll.handovers = 0
+            ll.waiters.popleft().succeed(False)
+        else:
+            del self.locks.held[lock]
+
+    # -- the KV interface --------------------------------------------------------------------------
+    def _key(self, key) -> int:
+        if type(key) is not bytes:
+            key = bytes(key)
+        return key_int(key)
+
+    def get(self, co, key: bytes):
+        if type(key) is not bytes:
+            key = bytes(key)
+        k = key_int(key)
+        self.gets += 1
+        self.thread.cpu(self._op_ns)
+        ks = key_signed_le(key)
+        addr, parent, _ = yield from self.find_node(co, k, 0)
+        for _ in range(RETRY_LIMIT):
+            off = yield from self.read_node(co, addr)
+            hd = Header(self._mv, off)
+            if hd.high is not None and k >= hd.high:
+                self.sibling_follows += 1
+                self.invalidate(parent)
+                addr, parent = hd.sibling, 0
+                continue
+            if k < hd.low or hd.level != 0:
+                self.invalidate(parent)
+                addr, parent, _ = yield from self.find_node(co, k, 0)
+                continue
+            r = leaf_probe(self._b64, off >> 3, ks)
+            line = r & 0xFF
+            if line == 0:
+                return None
+            base = off + line * LINE
+            vlen = self._mv[base + 5]
+            if vlen != OUT_OF_LINE:
+                return bytes(self._mv[base + 16:base + 16 + vlen])
+            block, length = REF.unpack_from(self._mv, base + 16)
+            return (yield from self.read_block(co, block, length))
+        raise SystemError_(f"Sherman: get of key {key!r} did not settle after {RETRY_LIMIT} tries")
+
+    def read_block(self, co, block: int, length: int):
+        """Generator: the value in an out-of-line block (blocks are immutable: no version)."""
+        h = co.read(block, 16 + length)
+        yield co.sync()
+        self.thread.cpu(self._line_ns * ((16 + length + LINE - 1) // LINE))
+        return h.data[16:16 + length].tobytes()
+
+    def insert(self, co, key: bytes, value: bytes):
+        self.inserts += 1
+        return (yield from self.modify(co, key, value, "insert"))
+
+    def update(self, co, key: bytes, value: bytes):
+        self.updates += 1
+        return (yield from self.modify(co, key, value, "update"))
+
+    def delete(self, co, key: bytes):
+        self.deletes += 1
+        return (yield from self.modify(co, key, None, "delete"))
+
+    def modify(self, co, key, value, kind: str):
+        """Generator: insert / update / delete under the leaf's lock (see the module table)."""
+        if type(key) is not bytes:
+            key = bytes(key)
+        k = key_int(key)
+        self.thread.cpu(self._op_ns)
+        ks = key_signed_le(key)
+        block = 0
+        if value is not None:
+            if type(value) is not bytes:
+                value = bytes(value)
+            if len(value) > MAX_VALUE:
+                raise ValueTooLarge(f"Sherman values are at most {MAX_VALUE} bytes; got {len(value)}")
+            if len(value) > INLINE_VALUE:
+                block = yield from self.new_block(co, key, value)   # WRITE goes out with the lock CAS
+        addr, parent, _ = yield from self.find_node(co, k, 0)
+        for _ in range(RETRY_LIMIT):
+            lock = self.lock_of(addr)
+            yield from self.acquire(co, lock)
+            off = yield from self.read_node(co, addr)
+            hd = Header(self._mv, off)
+            if hd.high is not None and k >= hd.high:
+                yield from self.release(co, lock)
+                self.sibling_follows += 1
+                self.invalidate(parent)
+                addr, parent = hd.sibling, 0
+                continue
+            if k < hd.low or hd.level != 0:
+                yield from self.release(co, lock)
+                self.invalidate(parent)
+                addr, parent, _ = yield from self.find_node(co, k, 0)
+                continue
+            r = leaf_probe(self._b64, off >> 3, ks)
+            line, free = r & 0xFF, (r >> 8) & 0xFF
+            if (kind == "insert") == (line != 0):          # insert of a present / change of a missing key
+                yield from self.release(co, lock)
+                return False
+            ev = self._mv[off + (line or free or 1) * LINE + 4] + 1
+            if kind == "delete":
+                co.write(addr + line * LINE, entry_line(hd.nv, ev, bytes(8), 0, b"", used=False))
+            elif kind == "update" or free:
+                vlen, field = value_field(value, block)
+                co.write(addr + (line or free) * LINE, entry_line(hd.nv, ev, key, vlen, field))
+            else:
+                yield from self.split_leaf(co, addr, lock, off, hd, key, k, value, block)
+                return True
+            yield from self.release(co, lock)
+            return True
+        raise SystemError_(f"Sherman: {kind} of key {key!r} did not settle after {RETRY_LIMIT} tries")
+
+    # -- splits --------------------------------------------------------------------------------------
+    def split_leaf(self, co, addr, lock, off, hd, key, k, value, block):
+        """Generator (holding the leaf's lock): split the full leaf at ``addr`` (snapshot at
+        ``off``) with the new entry: WRITE the right half to a new node, then the left half + unlock
+        in one batch, then insert the separator one level up."""
+        entries = leaf_entries(self._mv, off)
+        vlen, field = value_field(value, block)
+        entries.append((0, k, 0, vlen, key, field))
+        entries.sort(key=lambda e: e[1])
+        half = len(entries) // 2
+        sep = entries[half][1]
+        left = [(e[2] + 1, e[3], e[4], e[5]) for e in entries[:half]]
+        right = [(e[2] + 1, e[3], e[4], e[5]) for e in entries[half:]]
+        new = yield from self.new_node(co)
+        co.write(new, leaf_image(1, sep, hd.high, hd.sibling, right))
+        yield co.sync()                               # the right leaf exists before anyone can reach it
+        co.write(addr, leaf_image(hd.nv + 1, hd.low, sep, new, left))
+        yield from self.release(co, lock)
+        self.leaf_splits += 1
+        yield from self.insert_internal(co, sep, new, 1)
+
+    def insert_internal(self, co, k: int, child: int, level: int):
+        """Generator: insert separator ``k`` -> ``child`` into the node at ``level`` covering ``k``
+        (splitting it, and up to a new root, as needed)."""
+        go = 0                                        # a node to move right to (0: descend)
+        parent = 0
+        for _ in range(RETRY_LIMIT):
+            if go:
+                addr, lvl = go, level
+                go = 0
+            else:
+                addr, parent, lvl = yield from self.find_node(co, k, level)
+            if lvl < level:                           # the tree is lower: grow a new root
+                if (yield from self.grow_root(co, addr, lvl, k, child, level)):
+                    return
+                continue
+            lock = self.lock_of(addr)
+            yield from self.acquire(co, lock)
+            off = yield from self.read_node(co, addr)
+            hd = Header(self._mv, off)
+            if hd.level != level or k < hd.low:
+                yield from self.release(co, lock)
+                self.invalidate(addr)
+                self.invalidate(parent)
+                continue
+            if hd.high is not None and k >= hd.high:
+                yield from self.release(co, lock)
+                self.sibling_follows += 1
+                self.invalidate(parent)
+                go, parent = hd.sibling, 0
+                continue
+            keys, children = internal_entries(self._mv, off, hd.count)
+            i = bisect_right(keys, k)
+            if i > 0 and keys[i - 1] == k:            # already there (cannot happen; harmless)
+                yield from self.release(co, lock)
+                return
+            keys.insert(i, k)
+            children.insert(i, child)
+            self.thread.cpu(self._node_ns)
+            if len(keys) <= INTERNAL_KEYS:
+                co.write(addr, internal_image(hd.nv + 1, level, hd.low, hd.high, hd.sibling, hd.leftmost, keys,
+                                              children))
+                yield from self.release(co, lock)
+                self.cache.put(addr, IndexNode(level, hd.low, hd.high, hd.sibling, keys, [hd.leftmost] + children))
+                return
+            # split: the middle key goes up; the right node's leftmost child is its child
+            m = len(keys) // 2
+            up = keys[m]
+            new = yield from self.new_node(co)
+            rkeys, rchildren, rleft = keys[m + 1:], children[m + 1:], children[m]
+            co.write(new, internal_image(1, level, up, hd.high, hd.sibling, rleft, rkeys, rchildren))
+            yield co.sync()
+            lkeys, lchildren = keys[:m], children[:m]
+            co.write(addr, internal_image(hd.nv + 1, level, hd.low, up, new, hd.leftmost, lkeys, lchildren))
+            yield from self.release(co, lock)
+            self.internal_splits += 1
+            self.cache.put(addr, IndexNode(level, hd.low, up, new, lkeys, [hd.leftmost] + lchildren))
+            self.cache.put(new, IndexNode(level, up, hd.high, hd.sibling, rkeys, [rleft] + rchildren))
+            k, child, level = up, new, level + 1
+        raise SystemError_(f"Sherman: separator insert of {k:#x} at level {level} did not settle")
+
+    def grow_root(self, co, old: int, old_level: int, k: int, child: int, level: int):
+        """Generator: install a new root over the root ``old`` (level ``old_level``) with the one
+        separator ``k`` -> ``child``, by CAS on the root word. False if the root moved."""
+        h = co.read(self.root_word, 8)
+        yield co.sync()
+        cur = h.value
+        if cur != pack_root(old, old_level) or old_level + 1 != level:
+            self.cache.root = unpack_root(cur)
+            return False
+        new = yield from self.new_node(co)
+        co.write(new, internal_image(1, old_level + 1, 0, None, 0, old, [k], [child]))
+        yield co.sync()
+        c = co.cas(self.root_word, cur, pack_root(new, old_level + 1))
+        yield co.sync()
+        if c.value != cur:
+            self.root_cas_failures += 1
+            self.cache.root = None
+            return False
+        self.root_splits += 1
+        self.cache.root = (new, old_level + 1)
+        self.cache.put(new, IndexNode(old_level + 1, 0, None, 0, [k], [old, child]))
+        return True
+
+    # -- scans ---------------------------------------------------------------------------------------
+    def scan(self, co, start: bytes, count: int):
+        if type(start) is not bytes:
+            start = bytes(start)
+        cursor = key_int(start)
+        self.scans += 1
+        self.thread.cpu(self._op_ns)
+        out: list = []
+        if count <= 0:
+            return out
+        addr, parent, _ = yield from self.find_node(co, cursor, 0)
+        for _ in range(RETRY_LIMIT):
+            off = yield from self.read_node(co, addr)
+            hd = Header(self._mv, off)
+            if hd.high is not None and cursor >= hd.high:
+                self.sibling_follows += 1
+                self.invalidate(parent)
+                addr, parent = hd.sibling, 0
+                continue
+            if cursor < hd.low or hd.level != 0:
+                self.invalidate(parent)
+                addr, parent, _ = yield from self.find_node(co, cursor, 0)
+                continue
+            ents = [e for e in leaf_entries(self._mv, off) if e[1] >= cursor]
+            ents.sort(key=lambda e: e[1])
+            self.thread.cpu(self._node_ns)
+            pending = []
+            for e in ents[:count - len(out)]:
+                if e[3] == OUT_OF_LINE:
+                    blk, length = REF.unpack_from(e[5], 0)
+                    pending.append((len(out), co.read(blk, 16 + length), length))
+                    out.append([e[4], None])
+                else:
+                    out.append([e[4], e[5]])
+            if pending:
+                yield co.sync()
+                for i, h, length in pending:
+                    out[i][1] = h.data[16:16 + length].tobytes()
+            if len(out) >= count or hd.high is None or not hd.sibling:
+                return [(kk, v) for kk, v in out]
+            cursor, addr, parent = hd.high, hd.sibling, 0
+        raise SystemError_(f"Sherman: scan from {start!r} did not settle after {RETRY_LIMIT} leaves")
+
+
+__all__ = ["ShermanClient", "ShermanStats", "KeySizeError", "ValueTooLarge", "LEAF_SLOTS", "leaf_image"]

@@ -1,0 +1,85 @@
+"""ShermanSystem: the System contract for Sherman (setup on the rack owner, one client per thread)."""
+
+from __future__ import annotations
+
+from nodes.systems.api import Option, System, SystemError_
+from shm.fabric import REGION_DEVICE, gaddr
+
+from .client import ShermanClient
+from .hocl import FIELD_BITS, FIELDS_PER_WORD
+from .layout import MAX_NODE, NODE_BYTES, leaf_image, pack_root
+
+LAYOUT_FORMAT = 1
+WHERE = "system 'sherman'"
+
+
+class ShermanSystem(System):
+    name = "sherman"
+    description = ("Sherman: write-optimised B+-tree on one-sided verbs (1 KB nodes, B-link fences and siblings, "
+                   "compute-side index cache, HOCL locks in NIC memory with local hand-over, per-line versions, "
+                   "write-back + unlock in one doorbell)")
+    paper = ("Wang, Lu, Shu: Sherman: A Write-Optimized Distributed B+Tree Index on Disaggregated Memory, "
+             "SIGMOD'22 (per-line versions as SMART's Sherman+)")
+    roles = ("compute", "memory")
+    supports_scan = True
+    options = (
+        Option("chunk_bytes", 1 << 20, "bytes of the chunks a client obtains from a memory node (one RPC each) "
+               "and carves tree nodes and value blocks out of", minimum=4096, maximum=1 << 30),
+        Option("cache_nodes", 16384, "internal nodes the index cache of a compute node holds (0: no cache, every "
+               "descent READs the path)", minimum=0, maximum=1 << 24),
+        Option("max_handover", 8, "times in a row a lock is handed to a waiting thread of the same compute node "
+               "before it is released remotely (0: no hand-over)", minimum=0, maximum=1 << 16),
+        Option("lock_slots", 8192, "16-bit HOCL locks per memory node in NIC device memory (tree nodes hash onto "
+               "them; 2 bytes each)", minimum=4, maximum=1 << 16),
+    )
+
+    @classmethod
+    def setup(cls, fabric, memory_nodes: list[int], options: dict, capacity: int) -> dict:
+        """Expose the memory nodes, carve a HOCL lock table out of each one's NIC device memory,
+        and put the root word and an empty root leaf on the first memory node."""
+        opts = cls.check_options(dict(options or {}), WHERE)
+        mns = [fabric.node_index(m) for m in memory_nodes]
+        if not mns:
+            raise SystemError_("Sherman needs at least one memory node")
+        if len(set(mns)) != len(mns):
+            raise SystemError_(f"Sherman: memory node listed twice in {mns}")
+        for m in mns:
+            if m > MAX_NODE:
+                raise SystemError_(f"Sherman: memory node {fabric.nodes[m].name!r} is fabric node {m}; the root word "
+                                   f"holds 8 bits of node number, so memory nodes must be among the first "
+                                   f"{MAX_NODE + 1} nodes")
+            fabric.expose(m)
+        slots = (opts["lock_slots"] + FIELDS_PER_WORD - 1) // FIELDS_PER_WORD * FIELDS_PER_WORD
+        lock_bytes = slots * FIELD_BITS // 8
+        locks = {}
+        try:
+            for m in mns:
+                off = fabric.allocate(m, lock_bytes, region=REGION_DEVICE, align=64)
+                fabric.memory[m].device[off:off + lock_bytes] = 0
+                locks[m] = off
+            root_word = fabric.allocate(mns[0], 64)
+            leaf = fabric.allocate(mns[0], NODE_BYTES)
+        except MemoryError as e:
+            raise SystemError_(f"Sherman: {e} (lower the option lock_slots: {lock_bytes} B of device memory per "
+                               f"memory node were asked)") from None
+        mem = fabric.memory[mns[0]]
+        mem.host[leaf:leaf + NODE_BYTES] = memoryview(leaf_image(1, 0, None, 0, []))
+        mem.host64[root_word // 8] = pack_root(gaddr(mns[0], leaf), 0)
+        return {
+            "system": cls.name,
+            "format": LAYOUT_FORMAT,
+            "memory_nodes": mns,
+            "root": gaddr(mns[0], root_word),
+            "locks": locks,
+            "lock_slots": slots,
+            "chunk_bytes": opts["chunk_bytes"],
+            "cache_nodes": opts["cache_nodes"],
+            "capacity": int(capacity),
+        }
+
+    @classmethod
+    def client(cls, fabric, layout: dict, thread, options: dict) -> ShermanClient:
+        if layout.get("system") != cls.name or layout.get("format") != LAYOUT_FORMAT:
+            raise SystemError_(f"Sherman: layout is not a Sherman layout of format {LAYOUT_FORMAT}: "
+                               f"{layout.get('system')!r}/{layout.get('format')!r}")
+        return ShermanClient(fabric, layout, thread, cls.check_options(dict(options or {}), WHERE))

@@ -1,0 +1,240 @@
+"""Sherman (nodes/systems/sherman): single-client semantics with leaf, internal and root splits,
+sorted scans across leaves, concurrency on one and two compute nodes (HOCL local hand-over and
+remote masked-CAS contention), index-cache staleness, torn-read retries."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+
+import pytest
+
+from cluster.conformance import rig
+from nodes.runtime.env import Environment
+from nodes.systems.sherman import INLINE_VALUE, KeySizeError, ShermanSystem
+from nodes.systems.sherman.layout import LINE, NODE_BYTES, unpack_root
+from shm.coro import NodeRdma
+from shm.fabric import Fabric, NodeSpec, gaddr_node, gaddr_offset
+from shm.profile import load_profile
+from shm.segment import new_prefix
+from shm.verbs import VerbsHost
+from workloads.keys import key_bytes
+
+
+def _k(i):
+    return key_bytes(i, 8)
+
+
+def _v(i, ver=1, size=16):
+    return (b"%d:%d:" % (i, ver)).ljust(size, b"x")
+
+
+@contextlib.contextmanager
+def two_node_rig(prefix, threads=4, coroutines=4, options=None):
+    """Two compute nodes (cn0, cn1) x threads x coroutines on one environment, two memory nodes."""
+    opts = ShermanSystem.check_options(dict(options or {}), "test")
+    specs = [NodeSpec("cn0", "compute", 32 << 20), NodeSpec("cn1", "compute", 32 << 20),
+             NodeSpec("mn0", "memory", 64 << 20), NodeSpec("mn1", "memory", 64 << 20)]
+    fabric = Fabric.create(load_profile("cx6-200g"), specs, prefix=prefix)
+    try:
+        layout = ShermanSystem.setup(fabric, [2, 3], opts, 10_000)
+        env = Environment(seed=5)
+        host = VerbsHost(fabric, env)
+        nodes = [NodeRdma(host, "cn0"), NodeRdma(host, "cn1")]
+        clients, cos = [], []
+        for n in nodes:
+            for _ in range(threads):
+                t = n.thread()
+                clients.append(ShermanSystem.client(fabric, layout, t, opts))
+                cos.append([t.coroutine() for _ in range(coroutines)])
+        yield fabric, layout, env, clients, cos
+    finally:
+        fabric.close()
+
+
+def run_all(env, clients, cos, body):
+    procs = []
+    for cl, cs in zip(clients, cos):
+        for co in cs:
+            procs.append(env.process(body(cl, co, len(procs))))
+    env.run()
+    assert not any(p.is_alive for p in procs)
+    return [p.value for p in procs]
+
+
+def total(clients, field):
+    return sum(getattr(c.statistics(), field) for c in clients)
+
+
+def test_single_client_splits_everywhere_and_scans_in_order():
+    n = 3000
+    ids = list(range(n))
+    random.Random(1).shuffle(ids)
+    with rig(ShermanSystem) as r:
+        def body():
+            for i in ids:
+                assert (yield from r.client.insert(r.co, _k(i), _v(i)))
+            for i in ids[:200]:
+                assert not (yield from r.client.insert(r.co, _k(i), _v(i, 2)))
+            for i in ids[::3]:
+                assert (yield from r.client.update(r.co, _k(i), _v(i, 3, 40 + i % 200)))
+            for i in ids[1::7]:
+                assert (yield from r.client.delete(r.co, _k(i)))
+            assert not (yield from r.client.update(r.co, _k(n + 5), _v(1)))
+            assert not (yield from r.client.delete(r.co, _k(n + 5)))
+            return True
+        assert r.run(body())
+        live = {}
+        for i in ids:
+            live[_k(i)] = _v(i)
+        for i in ids[::3]:
+            live[_k(i)] = _v(i, 3, 40 + i % 200)
+        for i in ids[1::7]:
+            live.pop(_k(i), None)
+        for i in random.Random(2).sample(ids, 400):
+            assert r.op("get", _k(i)) == live.get(_k(i))
+        order = sorted(live)
+        got = r.op("scan", b"\x00" * 8, n + 10)
+        assert [k for k, _ in got] == order and all(v == live[k] for k, v in got)
+        mid = order[len(order) // 2]
+        got = r.op("scan", mid, 100)
+        assert [k for k, _ in got] == [k for k in order if k >= mid][:100]
+        s = r.client.statistics()
+        assert s.leaf_splits > 100 and s.internal_splits >= 2 and s.root_splits >= 2
+        root, level = unpack_root(int(r.fabric.memory[gaddr_node(r.layout["root"])].host64[
+            gaddr_offset(r.layout["root"]) // 8]))
+        assert level == s.root_splits and level >= 2 and r.client.cache.root == (root, level)
+        assert s.blocks_written > 0           # values > 48 B went out of line
+
+
+def test_bad_keys_and_values_are_refused():
+    with rig(ShermanSystem) as r:
+        with pytest.raises(Exception, match="exactly 8 bytes"):
+            r.op("insert", b"short", b"v")
+        with pytest.raises(Exception, match="at most"):
+            r.op("insert", _k(1), b"v" * (64 << 10))
+    assert issubclass(KeySizeError, ValueError)
+
+
+def test_concurrent_inserts_and_updates_many_coroutines(prefix):
+    n = 2400
+    with two_node_rig(prefix) as (fabric, layout, env, clients, cos):
+        workers = sum(len(c) for c in cos)
+
+        def load(cl, co, i):
+            for kid in range(i, n, workers):
+                assert (yield from cl.insert(co, _k(kid), _v(kid, 1, 8 + kid % 60)))
+            for kid in range(i, n, 3 * workers):
+                assert (yield from cl.update(co, _k(kid), _v(kid, 2)))
+            return True
+
+        assert all(run_all(env, clients, cos, load))
+
+        def read(cl, co, i):
+            bad = []
+            for kid in range((i + 7) % workers, n, workers):
+                want = _v(kid, 2) if kid % (3 * workers) == (kid % workers) and kid % (3 * workers) < workers \
+                    else _v(kid, 1, 8 + kid % 60)
+                got = yield from cl.get(co, _k(kid))
+                if got != want:
+                    bad.append((kid, got, want))
+            return bad
+
+        assert not [b for res in run_all(env, clients, cos, read) for b in res]
+        got = []
+        env.process(_collect(clients[0], cos[0][0], got))
+        env.run()
+        assert [k for k, _ in got[0]] == sorted(_k(i) for i in range(n))
+        assert total(clients, "leaf_splits") > 100 and total(clients, "local_lock_waits") > 0
+        # the other compute node's cache went stale as this one split nodes: fences caught it
+        assert total(clients, "sibling_follows") + total(clients, "cache_invalidations") > 0
+
+
+def _collect(cl, co, out):
+    out.append((yield from cl.scan(co, b"\x00" * 8, 1 << 20)))
+
+
+def test_hot_key_updates_exercise_handover_and_remote_lock_contention(prefix):
+    with two_node_rig(prefix) as (fabric, layout, env, clients, cos):
+        written = set()
+
+        def setup(cl, co, i):
+            if i == 0:
+                assert (yield from cl.insert(co, _k(42), _v(42, 0)))
+            return True
+
+        run_all(env, clients[:1], cos[:1], setup)
+        written.add(_v(42, 0))
+
+        def hammer(cl, co, i):
+            for j in range(8):
+                v = _v(42, 1 + i * 8 + j, 24)
+                written.add(v)
+                assert (yield from cl.update(co, _k(42), v))
+                got = yield from cl.get(co, _k(42))
+                assert got in written
+            return True
+
+        assert all(run_all(env, clients, cos, hammer))
+        assert total(clients, "local_lock_waits") > 0 and total(clients, "handovers") > 0
+        assert total(clients, "remote_lock_retries") > 0
+        # every lock is free again, locally and remotely
+        assert all(not c.locks.held for c in clients)
+        for m, off in layout["locks"].items():
+            assert not fabric.memory[m].device[off:off + layout["lock_slots"] * 2].any()
+
+
+def test_no_handover_option_releases_remotely_every_time(prefix):
+    with two_node_rig(prefix, threads=2, coroutines=4, options={"max_handover": 0}) as (fabric, layout, env,
+                                                                                           clients, cos):
+        run_all(env, clients[:1], [cos[0][:1]], lambda cl, co, i: cl.insert(co, _k(1), _v(1)))
+
+        def hammer(cl, co, i):
+            for j in range(4):
+                assert (yield from cl.update(co, _k(1), _v(1, j)))
+            return True
+
+        run_all(env, clients, cos, hammer)
+        assert total(clients, "handovers") == 0 and total(clients, "local_lock_waits") > 0
+
+
+def test_torn_leaf_read_is_retried():
+    with rig(ShermanSystem) as r:
+        assert r.op("insert", _k(7), _v(7)) is True
+        root, level = r.client.cache.root or unpack_root(0)
+        assert level == 0
+        node, off = gaddr_node(root), gaddr_offset(root)
+        host = r.fabric.memory[node].host
+        saved = bytes(host[off + 5 * LINE:off + 5 * LINE + 4])
+        host[off + 5 * LINE] ^= 0x55           # line 5 from "another write": versions disagree
+
+        def repair():
+            yield 5000
+            host[off + 5 * LINE:off + 5 * LINE + 4] = memoryview(saved)
+
+        r.env.process(repair())
+        assert r.op("get", _k(7)) == _v(7)
+        s = r.client.statistics()
+        assert s.torn_reads > 0
+        assert r.env.now >= 5000
+
+
+def test_values_inline_and_out_of_line_round_trip():
+    with rig(ShermanSystem) as r:
+        for size in (0, 1, INLINE_VALUE, INLINE_VALUE + 1, 1000, 4000):
+            key = _k(size + 1)
+            v = bytes(random.Random(size).randbytes(size))
+            assert r.op("insert", key, v) is True and r.op("get", key) == v
+            v2 = v[::-1] + b"z"
+            assert r.op("update", key, v2) is True and r.op("get", key) == v2
+        got = r.op("scan", _k(0), 100)
+        assert [k for k, _ in got] == sorted(k for k, _ in got) and len(got) == 6
+
+
+def test_statistics_record_is_immutable_and_cache_is_shared_per_node(prefix):
+    with two_node_rig(prefix, threads=2, coroutines=1) as (fabric, layout, env, clients, cos):
+        assert clients[0].cache is clients[1].cache and clients[0].cache is not clients[2].cache
+        assert clients[0].locks is clients[1].locks
+        s = clients[0].statistics()
+        hash(s)
+        assert NODE_BYTES == 1024
