@@ -117,6 +117,8 @@ class NodeRdma:
         self.buffer_bytes = buffer_bytes
         cfg = SmartConfig.from_dict(smart)
         self.smart: SmartConfig | None = cfg if cfg.enabled else None   # None: every switch off
+        self._node_tuner = WrTuner(cfg.candidates, cfg.delta_ns, cfg.hold) \
+            if cfg.throttle == "adaptive" and cfg.tuner_scope == "node" else None
         self.threads: list[RdmaThread] = []
         self._shared_ctx: Context | None = None
         self._shared_qps: dict[int, list[QP]] = {}
@@ -190,8 +192,10 @@ class RdmaThread:
         cfg = self.smart = owner.smart
         self._throttle = cfg is not None and cfg.throttle != "off"
         self._wr_cmax: int | None = cfg.c_max if self._throttle and cfg.throttle == "fixed" else None
-        self._tuner = WrTuner(cfg.candidates, cfg.delta_ns, cfg.hold) \
+        self._tuner = (owner._node_tuner or WrTuner(cfg.candidates, cfg.delta_ns, cfg.hold)) \
             if self._throttle and cfg.throttle == "adaptive" else None
+        if self._tuner is not None and self._tuner is owner._node_tuner and self._tuner.phase != "idle":
+            self._wr_cmax = self._tuner.current
         self._wr_queue: deque = deque()        # (coroutine, dst, items) waiting for credits
         self._wr_out = self._wr_out_peak = self._wr_queued = self._deferred = 0
         self._conflict = ConflictController(cfg, 1) if cfg is not None and (cfg.backoff or cfg.coro_throttle) \
@@ -278,6 +282,17 @@ class RdmaThread:
             if self._wr_out > self._wr_out_peak:
                 self._wr_out_peak = self._wr_out
             co._post_to(dst, items)
+
+    def _set_cmax(self, cap) -> None:
+        """UpdateCMax: credits follow as C_max - outstanding. A node-wide tuner sets every
+        thread's C_max (and rings what the others now may); the caller drains this thread."""
+        if self._tuner is not None and self._tuner is self.owner._node_tuner:
+            for t in self.owner.threads:
+                t._wr_cmax = cap
+                if t is not self and t._wr_queue:
+                    t._drain()
+        else:
+            self._wr_cmax = cap
 
     # -- SMART: coroutine throttling ---------------------------------------------------------------
     def op_begin(self, co: "Coroutine | None" = None):
@@ -464,7 +479,7 @@ class Coroutine:
         thr = self.thread
         tuner = thr._tuner
         if tuner is not None and tuner.phase == "idle":
-            thr._wr_cmax = tuner.begin(self.env.now)
+            thr._set_cmax(tuner.begin(self.env.now))
         q = thr._wr_queue
         cap = thr._wr_cmax
         if q or (cap is not None and cap - thr._wr_out < (len(items) if len(items) <= cap else cap)):
@@ -558,7 +573,7 @@ class Coroutine:
         if tuner is not None:
             changed, cap = tuner.tick(self.env.now, n)
             if changed:
-                thr._wr_cmax = cap       # UpdateCMax: credits = C_max - outstanding
+                thr._set_cmax(cap)       # UpdateCMax: credits = C_max - outstanding
         if thr._wr_queue:
             thr._drain()
 

@@ -44,6 +44,9 @@ class SmartConfig:
     candidates: tuple = (4, 6, 8, 10, 12, UNLIMITED)   # "adaptive": the C_max values sampled
     delta_ns: int = 8_000_000             # Δ: one sample per candidate (paper: 8 ms)
     hold: int = 60                        # stable phase = hold x Δ (paper: 60 x 8 ms = 480 ms)
+    tuner_scope: str = "thread"           # "thread": each thread tunes its own C_max (the paper);
+    #                                       "node": one tuner counts every thread's completions and
+    #                                       sets C_max for all (less noise when Δ is scaled down)
     # -- §4.3 conflict avoidance -----------------------------------------------------------------
     backoff: bool = False                 # truncated exponential back-off after a failed backoff_cas
     t0_cycles: int = 4096                 # back-off unit t0 (paper: 4096 cycles, about one round trip)
@@ -70,6 +73,8 @@ class SmartConfig:
                 raise ValueError(f"smart.{key} must be >= 1, got {getattr(self, key)!r}")
         if not 0 <= self.max_exp <= 40:
             raise ValueError(f"smart.max_exp must be in 0..40, got {self.max_exp!r}")
+        if self.tuner_scope not in ("thread", "node"):
+            raise ValueError(f"smart.tuner_scope must be 'thread' or 'node', got {self.tuner_scope!r}")
         if self.jitter not in ("paper", "full"):
             raise ValueError(f"smart.jitter must be 'paper' or 'full', got {self.jitter!r}")
         if not 0 <= self.gamma_low <= self.gamma_high <= 1:
