@@ -11,6 +11,7 @@ import importlib
 # name -> "module:Class"; a new system adds one line.
 BUILTIN = {
     "race": "nodes.systems.race:RaceSystem",
+    "sherman": "nodes.systems.sherman:ShermanSystem",
 }
 
 
