@@ -196,11 +196,13 @@ def make_compute(state: RackState, env, host, name: str, send, recorder) -> Comp
         from nodes.manager import MSG_DONE
         send(manager_addr, end + latency, (MSG_DONE, step, end, ops))
 
+    smart = spec.smart_config(getattr(c.system, "smart_defaults", None))
     return ComputeNode(env, host, name, index=index, n_compute=len(c.compute), threads=spec.compute.threads,
                        coroutines=spec.compute.coroutines, qp_policy=spec.compute.qp_policy, system=c.system,
                        layout=state.layout, options=c.options, workloads=c.workloads, plan=c.plan,
                        recorder=recorder, inserts=SharedInsertSequence(state.control), on_done=on_done,
-                       seed=spec.seed, history=state.history.writer(index) if state.history else None)
+                       seed=spec.seed, history=state.history.writer(index) if state.history else None,
+                       smart=smart)
 
 
 def compute_handler(node: ComputeNode):

@@ -154,7 +154,7 @@ DEFAULTS = {
 }
 
 TABLES = ("rack", "profile_overrides", "compute", "memory", "client", "manager", "system", "workload",
-          "workloads", "run")
+          "workloads", "run", "smart")
 _TABLE_KEYS = {
     "rack": ("name", "profile", "seed", "on_node_death"),
     "compute": tuple(DEFAULTS["compute"]),
@@ -301,6 +301,12 @@ class RackSpec:
     run: RunSpec
     base_dir: str = "."  # absolute directory relative paths of the file were resolved against
     warnings: tuple = ()  # things that are legal but probably not meant (shown, never fatal)
+    smart: dict | None = None  # [smart]: SMART's switches for the compute nodes' verbs (shm.smart.SmartConfig)
+
+    def smart_config(self, system_defaults: dict | None = None):
+        """The SMART switches the compute nodes run with: the system's defaults, then [smart]."""
+        from shm.smart import SmartConfig
+        return SmartConfig.from_dict({**(system_defaults or {}), **(self.smart or {})})
 
     def nodes(self) -> list[NodeDecl]:
         """Every node in fabric order: cn0.., mn0.., cl0.., then mgr.
@@ -807,11 +813,22 @@ def spec_from_dict(data: Mapping[str, Any], *, source: str = "<string>", base_di
     duration = t.get("duration_ms", 0.0, _number(at_least=0))
     run = RunSpec(duration_ms=duration or None, load=t.get("load", True, _bool))
 
+    # [smart]: SMART's techniques as switches (shm/smart.py, docs/smart.md)
+    smart = data.get("smart")
+    if smart is not None:
+        if not isinstance(smart, dict):
+            raise SpecError(f"{label}: smart = {_show(smart)}: must be a table of SMART switches")
+        from shm.smart import SmartConfig
+        try:
+            SmartConfig.from_dict(smart)
+        except (TypeError, ValueError) as e:
+            raise SpecError(f"{label}: [smart]: {e}") from None
+
     spec = RackSpec(
         name=name, source=source, profile=profile, profile_name=profile_name, profile_overrides=prof_over,
         seed=file_seed if seed is None else seed, on_node_death=on_death, compute=compute, memory=memory,
         client=client, manager=manager, system=system, workloads=workloads, run=run, base_dir=str(base),
-        warnings=tuple(warnings),
+        warnings=tuple(warnings), smart=dict(smart) if smart else None,
     )
 
     # Memory segments are mapped lazily, so a rack larger than RAM would start -- and then be killed

@@ -74,13 +74,13 @@ class ComputeNode:
     def __init__(self, env, host, node: str, *, index: int, n_compute: int, threads: int, coroutines: int,
                  qp_policy: str, system, layout: dict, options: dict, workloads: dict, plan: list[PlanStep],
                  recorder, inserts, on_done: Callable[[int, int, int], None], seed: int = 0,
-                 buffer_bytes: int = 256 << 10, history=None):
+                 buffer_bytes: int = 256 << 10, history=None, smart=None):
         self.env = env
         self.name = node
         self.index = index                  # among compute nodes: picks this node's load share
         self.n_compute = n_compute
         self.fabric = host.fabric
-        self.rdma = NodeRdma(host, node, policy=qp_policy, buffer_bytes=buffer_bytes)
+        self.rdma = NodeRdma(host, node, policy=qp_policy, buffer_bytes=buffer_bytes, smart=smart)
         self.threads = [self.rdma.thread() for _ in range(threads)]
         self.clients = [system.client(self.fabric, layout, t, options) for t in self.threads]
         self.coroutines = [[t.coroutine() for _ in range(coroutines)] for t in self.threads]
@@ -270,6 +270,8 @@ class ComputeNode:
     def _do(self, t: int, c: int, wl, op: int, kid: int, n: int, t0: int):
         """One YCSB operation; records its latency from ``t0``."""
         ks, vs = wl.key_size, wl.value_size
+        thread = self.threads[t]
+        yield from thread.op_begin(self.coroutines[t][c])     # SMART's coroutine throttling, if on
         try:
             if op == OP_READ:
                 ok = (yield from self._get(t, c, kid, ks)) is not None
@@ -293,6 +295,8 @@ class ComputeNode:
             # Validation refuses such workloads up front; count rather than kill the node.
             self.unsupported += 1
             ok = False
+        finally:
+            thread.op_end()
         self.recorder.record(op, self.env.now - t0, ok)
         self.ops += 1
 
@@ -332,7 +336,13 @@ class ComputeNode:
     def _set(self, step: PlanStep) -> None:
         knob, value = step.knob, step.value
         if knob == "threads":
+            before = self.active_threads
             self.active_threads = max(1, min(int(value), len(self.threads)))
+            # Threads turned off leave their doorbells' sharers; turned back on, they rejoin.
+            for t in self.threads[self.active_threads:before]:
+                t.idle()
+            for t in self.threads[before:self.active_threads]:
+                t.resume()
         elif knob == "coroutines":
             self.active_coroutines = max(1, min(int(value), len(self.coroutines[0])))
         else:

@@ -11,6 +11,7 @@ import importlib
 # name -> "module:Class"; a new system adds one line.
 BUILTIN = {
     "race": "nodes.systems.race:RaceSystem",
+    "smart-ht": "nodes.systems.smart_ht:SmartHTSystem",
     "sherman": "nodes.systems.sherman:ShermanSystem",
 }
 

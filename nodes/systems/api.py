@@ -124,6 +124,7 @@ class System:
     roles: tuple[str, ...] = ("compute", "memory")
     options: tuple[Option, ...] = ()
     supports_scan: bool = False
+    smart_defaults: dict = {}            # SMART switches it runs with unless the rack's [smart] says otherwise
 
     @classmethod
     def check_options(cls, given: dict, where: str) -> dict:

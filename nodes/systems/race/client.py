@@ -286,9 +286,9 @@ class RaceClient(KVClient):
                 co.write(slot, new)                # the deliberate bug: a blind write, no CAS
                 yield co.sync()
                 return True
-            c = co.cas(slot, old, new)
-            yield co.sync()
-            if c.value == old:
+            # SMART's backoff_cas: a plain CAS unless the rack turns conflict avoidance on (SMART-HT)
+            swapped, _ = yield from co.backoff_cas(slot, old, new)
+            if swapped:
                 self.alloc.free(old)              # the replaced block (not reused yet)
                 return True
             self.cas_retries += 1
@@ -307,9 +307,8 @@ class RaceClient(KVClient):
                 return False
             failpoint("race.delete.found")
             slot, old = found[0], found[1]
-            c = co.cas(slot, old, 0)
-            yield co.sync()
-            if c.value == old:
+            swapped, _ = yield from co.backoff_cas(slot, old, 0)
+            if swapped:
                 self.alloc.free(old)
                 return True
             self.cas_retries += 1
