@@ -238,3 +238,20 @@ def test_statistics_record_is_immutable_and_cache_is_shared_per_node(prefix):
         s = clients[0].statistics()
         hash(s)
         assert NODE_BYTES == 1024
+
+
+@pytest.mark.parametrize("options", [{"cache_nodes": 0}, {"max_handover": 0, "lock_slots": 4}])
+def test_conformance_rig_checks_pass_with_options(options):
+    from cluster.conformance import CHECKS
+    for name in ("single_client", "no_torn_values", "insert_race", "load_then_read"):
+        CHECKS[name](ShermanSystem, options)
+
+
+def test_without_index_cache_every_descent_reads_the_path():
+    with rig(ShermanSystem, options={"cache_nodes": 0}) as r:
+        for i in range(400):
+            assert r.op("insert", _k(i), _v(i)) is True
+        before = r.client.statistics()
+        assert r.op("get", _k(123)) == _v(123)
+        after = r.client.statistics()
+        assert after.cache_misses > before.cache_misses and after.cache_hits == before.cache_hits
