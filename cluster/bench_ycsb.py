@@ -34,7 +34,7 @@ PUBLISHED_READ_CEILING = 11.4           # Mops: read-heavy and read-only stay un
 
 def scenario_dict(system: str, workload: str, threads: tuple[int, ...], *, records: int, warm_ms: float,
                   measure_ms: float, coroutines: int = 8, seed: int = 1, properties: dict | None = None,
-                  options: dict | None = None, qp_policy: str = "per_thread_qp") -> dict:
+                  options: dict | None = None, qp_policy: str = "per_thread_qp", smart: dict | None = None) -> dict:
     """The bench's rack and steps as a scenario document (what a user would write in TOML)."""
     # Load with one thread: a thread that has posted stays a sharer of its doorbell in the NIC
     # model, so loading with all threads would slow every later, smaller thread count.
@@ -43,7 +43,7 @@ def scenario_dict(system: str, workload: str, threads: tuple[int, ...], *, recor
         steps += [{"action": "set", "knob": "threads", "value": t},
                   {"action": "run", "duration_ms": warm_ms},
                   {"action": "run", "duration_ms": measure_ms}]
-    return {
+    doc = {
         "rack": {"name": f"bench-ycsb-{system}-{workload}", "profile": "cx6-200g", "seed": seed},
         "compute": {"count": 1, "threads": max(threads), "coroutines": coroutines, "memory": "64MiB",
                     "qp_policy": qp_policy},
@@ -53,6 +53,9 @@ def scenario_dict(system: str, workload: str, threads: tuple[int, ...], *, recor
                      "requestdistribution": "zipfian", "keysize": 8, "valuesize": 8, **(properties or {})},
         "step": steps,
     }
+    if smart is not None:
+        doc["smart"] = smart
+    return doc
 
 
 def measure(system: str, workload: str, threads: tuple[int, ...], *, records: int, warm_ms: float,
@@ -85,7 +88,10 @@ def run(system: str = "race", only=None, quick: bool = False, json_path: str | N
     from rich.console import Console
     from nodes.systems import get_system
     console = console or Console()
-    get_system(system)                          # unknown system: one-line error before any work
+    cls = get_system(system)                    # unknown system: one-line error before any work
+    # Baselines run with QPs per thread, as in SMART's evaluation; systems on the SMART framework
+    # with its thread-aware allocation (a doorbell per thread).
+    policy = "per_thread_doorbell" if getattr(cls, "smart_defaults", None) else "per_thread_qp"
     check_json_path(json_path)
     names = [w.lower() for w in only] if only else list(WORKLOADS)
     for w in names:
@@ -102,7 +108,7 @@ def run(system: str = "race", only=None, quick: bool = False, json_path: str | N
         for w in names:
             t0 = time.perf_counter()
             points, speed = measure(system, w, threads, records=records, warm_ms=warm_ms, measure_ms=measure_ms,
-                                    progress=progress)
+                                    progress=progress, qp_policy=policy)
             got = _rows(system, w, points)
             rows.extend(got)
             speed_rows.append(Row("speed", w, "-", "virtual µs per real s", speed["virtual_us_per_s"]))
