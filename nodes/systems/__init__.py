@@ -13,6 +13,7 @@ BUILTIN = {
     "race": "nodes.systems.race:RaceSystem",
     "smart-ht": "nodes.systems.smart_ht:SmartHTSystem",
     "sherman": "nodes.systems.sherman:ShermanSystem",
+    "smart-bt": "nodes.systems.smart_bt:SmartBTSystem",
 }
 
 

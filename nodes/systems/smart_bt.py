@@ -1,0 +1,297 @@
+"""SMART-BT (SMART, ASPLOS'24 §5.2, §6.2.3): Sherman on the SMART framework + speculative lookup.
+
+SMART-BT is the Sherman B+-tree of :mod:`nodes.systems.sherman` (declared baseline: the client
+and the system are subclasses, the tree, layout, HOCL and splits are Sherman's unchanged) with
+
+* SMART's techniques switched on (``smart_defaults``, as SMART-HT: thread-aware doorbells,
+  adaptive work-request throttling, back-off CAS with the dynamic limit, coroutine throttling);
+  HOCL's remote lock CAS keeps Sherman's retry by default (HOCL already queues a node's
+  contenders locally); with the option ``lock_backoff`` it goes through ``backoff_masked_cas`` so
+  conflict avoidance and coroutine throttling see the lock CASes (docs/smart_bt.md: under heavy
+  lock contention that lowered throughput by 10-20 % in the stress runs);
+* **speculative lookup**: a per-compute-node cache key -> (gaddr of the entry's 64-byte line,
+  leaf version ``nv``), filled by lookups and writes. A get first READs just that line (64 B
+  instead of the 1 KB leaf) and returns its value when the line is *valid*: it carries the cached
+  ``nv``, is used, and holds the key. Otherwise (not cached, or stale) it falls back to Sherman's
+  descent + leaf READ and refreshes the cache (docs/smart_bt.md has the validation argument).
+
+Writes take Sherman's path (lock, READ leaf, WRITE line + unlock) and record where they wrote.
+
+=========================  ===============================================  ======  =====
+get                        rounds                                           verbs   bytes
+=========================  ===============================================  ======  =====
+speculative hit            READ entry line                                  1       64
+hit, value out of line     READ entry line | READ block                     2
+miss / stale               (READ line |) Sherman's get (READ leaf)          1 (2)   1024 (+64)
+=========================  ===============================================  ======  =====
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from nodes.systems.api import Option, SystemError_
+from nodes.systems.sherman import ShermanClient, ShermanSystem
+from nodes.systems.sherman.cache import shared
+from nodes.systems.sherman.client import RETRY_LIMIT, ShermanStats
+from nodes.systems.sherman.hocl import FIELD_MASK, LocalLock
+from nodes.systems.sherman.layout import (
+    INLINE_VALUE, LINE, LINE_HEAD, MAX_VALUE, NODE_BYTES, OUT_OF_LINE, REF, USED, Header, ValueTooLarge,
+    entry_line, key_int, key_signed_le, leaf_probe, value_field,
+)
+from nodes.systems.smart_ht import SCALED_TUNER
+
+WHERE = "system 'smart-bt'"
+
+SPEC_FIELDS = (
+    "spec_hits",            # gets answered by the one-line READ
+    "spec_misses",          # gets whose key was not in the speculative cache
+    "spec_invalidations",   # ... was cached but the line failed validation (stale: split, delete, moved)
+    "spec_fills",           # cache entries written (lookups and writes)
+    "spec_evictions",       # entries dropped for capacity
+    "read_bytes",           # bytes this client READ (leaves, internal nodes, lines, blocks, root word)
+)
+
+SmartBTStats = NamedTuple("SmartBTStats", [(f, int) for f in ShermanStats._fields + SPEC_FIELDS])
+
+
+class SpecCache:
+    """key bytes -> (line gaddr, leaf nv), at most ``capacity`` entries (oldest inserted goes
+    first); one per compute node and tree, shared by its threads (coroutines interleave only at
+    ``yield``, so no locking)."""
+
+    __slots__ = ("entries", "capacity", "__weakref__")
+
+    def __init__(self, capacity: int):
+        self.entries: dict[bytes, tuple[int, int]] = {}
+        self.capacity = max(int(capacity), 0)
+
+    def put(self, key: bytes, line_addr: int, nv: int) -> int:
+        """Record ``key``'s line; the number of entries evicted (0 or 1)."""
+        if self.capacity == 0:
+            return 0
+        e = self.entries
+        evicted = 0
+        if key not in e and len(e) >= self.capacity:
+            del e[next(iter(e))]
+            evicted = 1
+        e[key] = (line_addr, nv)
+        return evicted
+
+    def drop(self, key: bytes) -> None:
+        self.entries.pop(key, None)
+
+
+class SmartBTClient(ShermanClient):
+    """Sherman's client with speculative lookup and SMART's back-off CAS on the HOCL remote tier."""
+
+    def __init__(self, fabric, layout: dict, thread, options: dict):
+        super().__init__(fabric, layout, thread, options)
+        cap = options.get("spec_cache", 1 << 20)
+        self.spec: SpecCache = shared(thread.owner, self.root_word, "spec_cache", lambda: SpecCache(cap))
+        self.lock_backoff = bool(options.get("lock_backoff", False))
+        self._probe_ns = fabric.profile.cpu.local_read_ns_per_line   # the hash-table probe
+        self.spec_hits = self.spec_misses = self.spec_invalidations = self.spec_fills = 0
+        self.spec_evictions = self.read_bytes = 0
+
+    def statistics(self) -> SmartBTStats:
+        return SmartBTStats(*super().statistics(), self.spec_hits, self.spec_misses, self.spec_invalidations,
+                            self.spec_fills, self.spec_evictions, self.read_bytes)
+
+    def _fill(self, key: bytes, line_addr: int, nv: int) -> None:
+        self.spec_fills += 1
+        self.spec_evictions += self.spec.put(key, line_addr, nv)
+
+    # -- byte accounting of Sherman's READs ---------------------------------------------------------
+    def read_node(self, co, addr: int):
+        torn = self.torn_reads
+        off = yield from super().read_node(co, addr)
+        self.read_bytes += NODE_BYTES * (1 + self.torn_reads - torn)
+        return off
+
+    def read_block(self, co, block: int, length: int):
+        self.read_bytes += 16 + length
+        return (yield from super().read_block(co, block, length))
+
+    def read_root(self, co):
+        self.read_bytes += 8
+        return (yield from super().read_root(co))
+
+    # -- HOCL remote tier through SMART's back-off CAS ----------------------------------------------
+    def acquire(self, co, lock):
+        if not self.lock_backoff:
+            return (yield from super().acquire(co, lock))
+        held = self.locks.held
+        ll = held.get(lock)
+        if ll is not None:
+            self.local_lock_waits += 1
+            ev = self.env.event()
+            ll.waiters.append(ev)
+            co.post()
+            handed = yield ev
+            if handed:
+                self.handovers += 1
+                return
+        else:
+            held[lock] = LocalLock()
+        word, shift = lock
+        mask = FIELD_MASK << shift
+        mine = self.tag << shift
+        smart_backoff = self.thread._conflict is not None
+        for attempt in range(RETRY_LIMIT):
+            ok, _ = yield from co.backoff_masked_cas(word, 0, mine, mask, mask)
+            if ok:
+                return
+            self.remote_lock_retries += 1
+            if attempt >= 2 and not smart_backoff:     # Sherman's own back-off when SMART's is off
+                yield self._rng.randrange(self._backoff_ns, 2 * self._backoff_ns)
+        raise SystemError_(f"SMART-BT: lock {word:#x}>>{shift} not acquired after {RETRY_LIMIT} tries")
+
+    # -- get: the speculative fast path, then Sherman's path refreshing the cache -------------------
+    def get(self, co, key: bytes):
+        if type(key) is not bytes:
+            key = bytes(key)
+        k = key_int(key)                                  # KeySizeError before anything else
+        self.gets += 1
+        self.thread.cpu(self._op_ns)
+        ent = self.spec.entries.get(key)
+        self.thread.cpu(self._probe_ns)
+        if ent is None:
+            self.spec_misses += 1
+        else:
+            line_addr, nv = ent
+            h = co.read(line_addr, LINE)
+            yield co.sync()
+            self.read_bytes += LINE
+            self.thread.cpu(self._line_ns)
+            base = h._off
+            lnv, _ev, vlen, eflags, lkey = LINE_HEAD.unpack_from(self._mv, base)
+            if lnv == nv and eflags & USED and lkey == key:
+                self.spec_hits += 1
+                if vlen != OUT_OF_LINE:
+                    return bytes(self._mv[base + 16:base + 16 + vlen])
+                block, length = REF.unpack_from(self._mv, base + 16)
+                return (yield from self.read_block(co, block, length))
+            self.spec_invalidations += 1
+            self.spec.drop(key)
+        return (yield from self._slow_get(co, key, k))
+
+    def _slow_get(self, co, key: bytes, k: int):
+        """Sherman's get (descent, leaf READ, B-link moves), recording where the key was found."""
+        ks = key_signed_le(key)
+        addr, parent, _ = yield from self.find_node(co, k, 0)
+        for _ in range(RETRY_LIMIT):
+            off = yield from self.read_node(co, addr)
+            hd = Header(self._mv, off)
+            if hd.high is not None and k >= hd.high:
+                self.sibling_follows += 1
+                self.invalidate(parent)
+                addr, parent = hd.sibling, 0
+                continue
+            if k < hd.low or hd.level != 0:
+                self.invalidate(parent)
+                addr, parent, _ = yield from self.find_node(co, k, 0)
+                continue
+            r = leaf_probe(self._b64, off >> 3, ks)
+            line = r & 0xFF
+            if line == 0:
+                self.spec.drop(key)
+                return None
+            self._fill(key, addr + line * LINE, hd.nv)
+            base = off + line * LINE
+            vlen = self._mv[base + 5]
+            if vlen != OUT_OF_LINE:
+                return bytes(self._mv[base + 16:base + 16 + vlen])
+            block, length = REF.unpack_from(self._mv, base + 16)
+            return (yield from self.read_block(co, block, length))
+        raise SystemError_(f"SMART-BT: get of key {key!r} did not settle after {RETRY_LIMIT} tries")
+
+    # -- writes: Sherman's modify, recording the written line ----------------------------------------
+    def modify(self, co, key, value, kind: str):
+        """Sherman's :meth:`ShermanClient.modify` (lock, READ leaf, WRITE line + unlock) that also
+        records the key's line in the speculative cache (or drops it: delete, split)."""
+        if type(key) is not bytes:
+            key = bytes(key)
+        k = key_int(key)
+        self.thread.cpu(self._op_ns)
+        ks = key_signed_le(key)
+        block = 0
+        if value is not None:
+            if type(value) is not bytes:
+                value = bytes(value)
+            if len(value) > MAX_VALUE:
+                raise ValueTooLarge(f"Sherman values are at most {MAX_VALUE} bytes; got {len(value)}")
+            if len(value) > INLINE_VALUE:
+                block = yield from self.new_block(co, key, value)
+        addr, parent, _ = yield from self.find_node(co, k, 0)
+        for _ in range(RETRY_LIMIT):
+            lock = self.lock_of(addr)
+            yield from self.acquire(co, lock)
+            off = yield from self.read_node(co, addr)
+            hd = Header(self._mv, off)
+            if hd.high is not None and k >= hd.high:
+                yield from self.release(co, lock)
+                self.sibling_follows += 1
+                self.invalidate(parent)
+                addr, parent = hd.sibling, 0
+                continue
+            if k < hd.low or hd.level != 0:
+                yield from self.release(co, lock)
+                self.invalidate(parent)
+                addr, parent, _ = yield from self.find_node(co, k, 0)
+                continue
+            r = leaf_probe(self._b64, off >> 3, ks)
+            line, free = r & 0xFF, (r >> 8) & 0xFF
+            if (kind == "insert") == (line != 0):
+                if line:
+                    self._fill(key, addr + line * LINE, hd.nv)
+                else:
+                    self.spec.drop(key)
+                yield from self.release(co, lock)
+                return False
+            ev = self._mv[off + (line or free or 1) * LINE + 4] + 1
+            if kind == "delete":
+                co.write(addr + line * LINE, entry_line(hd.nv, ev, bytes(8), 0, b"", used=False))
+                self.spec.drop(key)
+            elif kind == "update" or free:
+                vlen, field = value_field(value, block)
+                co.write(addr + (line or free) * LINE, entry_line(hd.nv, ev, key, vlen, field))
+                self._fill(key, addr + (line or free) * LINE, hd.nv)
+            else:
+                self.spec.drop(key)                   # the split moves it; the next get finds it
+                yield from self.split_leaf(co, addr, lock, off, hd, key, k, value, block)
+                return True
+            yield from self.release(co, lock)
+            return True
+        raise SystemError_(f"SMART-BT: {kind} of key {key!r} did not settle after {RETRY_LIMIT} tries")
+
+
+class SmartBTSystem(ShermanSystem):
+    name = "smart-bt"
+    description = ("SMART-BT: Sherman on the SMART framework (thread-aware doorbells, adaptive work-request "
+                   "throttling, back-off lock CAS, coroutine throttling) + speculative lookup (a compute-node "
+                   "key -> entry-line cache; a get READs one validated 64-byte line instead of the 1 KB leaf)")
+    paper = "Ren et al., Scaling Up Memory Disaggregated Applications with SMART, ASPLOS'24 (§5.2, §6.2.3)"
+    smart_defaults = {"all": True, **SCALED_TUNER}
+    options = ShermanSystem.options + (
+        Option("spec_cache", 1 << 20, "keys the speculative-lookup cache of a compute node maps to their entry "
+               "line (0: off, every get takes Sherman's path)", minimum=0, maximum=1 << 26),
+        Option("lock_backoff", False, "HOCL's remote lock CAS goes through SMART's backoff_masked_cas (feeding "
+               "the back-off and coroutine throttling's retry rate) instead of Sherman's own retry"),
+    )
+
+    @classmethod
+    def setup(cls, fabric, memory_nodes: list[int], options: dict, capacity: int) -> dict:
+        cls.check_options(dict(options or {}), WHERE)      # errors name smart-bt, not sherman
+        return super().setup(fabric, memory_nodes, options, capacity)
+
+    @classmethod
+    def client(cls, fabric, layout: dict, thread, options: dict) -> SmartBTClient:
+        from nodes.systems.sherman.system import LAYOUT_FORMAT
+        if layout.get("system") != cls.name or layout.get("format") != LAYOUT_FORMAT:
+            raise SystemError_(f"SMART-BT: layout is not a SMART-BT layout of format {LAYOUT_FORMAT}: "
+                               f"{layout.get('system')!r}/{layout.get('format')!r}")
+        return SmartBTClient(fabric, layout, thread, cls.check_options(dict(options or {}), WHERE))
+
+
+__all__ = ["SmartBTSystem", "SmartBTClient", "SmartBTStats", "SpecCache", "SPEC_FIELDS"]
