@@ -11,7 +11,18 @@ Experiments available now:
 * ``fig3``: 8-byte READ throughput by QP policy and thread count (the verbs bench's experiment);
 * ``fig4``: READ throughput against outstanding work requests per thread;
 * ``fig5``: RACE update-only throughput and p99 by thread count (zipf 0.99) and by zipf parameter
-  at 16 threads.
+  at 16 threads;
+* ``fig7``: RACE (QPs per thread, SMART off) against SMART-HT (a doorbell per thread, its
+  ``smart_defaults``) on YCSB A, B and C by thread count;
+* ``fig13``: 8-byte READs with and without adaptive work-request throttling, (a) by thread count at
+  16 outstanding WRs per thread, (b) by outstanding WRs per thread at 96 threads (raw verbs rig);
+* ``fig14``: SMART-HT's conflict-avoidance ablation, 100% updates at zipf 0.99: throughput and
+  retries per update;
+* ``table1``: READ throughput when the number of active threads changes every X (scaled from the
+  paper's 32–2048 ms), with and without adaptive throttling.
+
+Every experiment function takes ``(quick, progress)`` and keyword overrides of its sizes (the
+tests run each on a tiny configuration).
 """
 
 from __future__ import annotations
@@ -75,7 +86,302 @@ def fig5(quick: bool, progress) -> list[Row]:
     return rows
 
 
-EXPERIMENTS = {"fig3": fig3, "fig4": fig4, "fig5": fig5}
+# --- shared helpers ---------------------------------------------------------------------------------
+
+def _ycsb_rack(system: str, workload: str, threads: tuple[int, ...], *, records: int, warm_ms: float,
+               measure_ms: float, **scenario):
+    """Like :func:`cluster.bench_ycsb.measure` but keeps the rack, so the clients' and threads'
+    statistics can be read after the run. Returns (points, rack).
+
+    Two throughputs per point: ``mops`` is the operations of the measured step over its nominal
+    window (``measure_ms``); ``mops_step`` is the rack's step figure, over the step's whole span,
+    which lasts until the slowest operation begun in the window completes (``drain_ms`` beyond the
+    window). Under heavy CAS contention (100% updates, zipf 0.99) and with back-off, that drain is
+    milliseconds, several times a reduced-scale window, so ``mops_step`` measures the tail of one
+    straggling operation rather than the steady rate; the paper's seconds-long runs do not see it."""
+    from cluster.bench_ycsb import scenario_dict
+    from cluster.rack import ColocatedRack
+    from cluster.scenario import scenario_from_dict
+    scen = scenario_from_dict(scenario_dict(system, workload, threads, records=records, warm_ms=warm_ms,
+                                            measure_ms=measure_ms, **scenario), source=f"reproduce smart {system}")
+    rack = ColocatedRack(scen)
+    res = rack.run()
+    by_index = {s.index: s for s in res.steps}
+    points = []
+    for k, t in enumerate(threads):
+        step = by_index[5 + 3 * k]
+        every = next(kf for kf in step.kinds if kf.kind == "all")
+        points.append({"threads": t, "mops": step.ops / (measure_ms * 1e3), "mops_step": step.mops,
+                       "drain_ms": (step.vdur_ns - measure_ms * 1e6) / 1e6, "p50_us": every.p50_us,
+                       "p99_us": every.p99_us, "ops": step.ops})
+    return points, rack
+
+
+# Adaptive throttling for the raw-verbs experiments (fig13, table1): Δ scaled from 8 ms to 20 µs
+# (k = 1/400), hold kept at the paper's 60 Δ, one tuner for the node (docs/smart.md, "Scaling Δ").
+RIG_TUNER = {"throttle": "adaptive", "delta_ns": 20_000, "hold": 60, "tuner_scope": "node"}
+RIG_SCALE = 8_000_000 // RIG_TUNER["delta_ns"]          # paper time / emulated time
+
+
+def _reads(rig, *, threads: int, depth: int, smart: dict | None, warmup: int, window: int,
+           policy: str = "per_thread_doorbell", schedule=None) -> float:
+    """``threads`` threads, one coroutine each, ring a doorbell per 8-byte READ, ``depth`` READs
+    per batch, wait for the batch, repeat (SMART's bench tool, as ``bench_verbs._onesided_closed_loop``
+    with ``post_each``), on a :class:`NodeRdma` built with ``smart``. ``schedule``: a list of
+    (time ns, active threads); a thread turned off finishes its batch, calls ``idle()`` and waits;
+    turned on, it calls ``resume()``. Returns Mops in [warmup, warmup + window)."""
+    import numpy as np
+
+    from cluster.bench_verbs import Window
+    from shm.coro import NodeRdma
+    from shm.fabric import gaddr
+    env = rig.env
+    win = Window(warmup, warmup + window)
+    words = rig.mem_bytes // 64
+    node = NodeRdma(rig.host, rig.cns[0], policy=policy, smart=smart)
+    thr = [node.thread() for _ in range(threads)]
+    active = [True] * threads
+    wake = [None] * threads
+
+    def client(i, co, rng):
+        mns = rig.mns
+        while env.now < win.end:
+            if not active[i]:
+                thr[i].idle()
+                wake[i] = env.event()
+                yield wake[i]
+                continue
+            for _ in range(depth):
+                co.read(gaddr(mns[int(rng.integers(len(mns)))], int(rng.integers(words)) * 64), 8)
+                co.post()
+            yield co.sync()
+            win.add(env.now, depth)
+
+    def controller():
+        for at, n in schedule:
+            if at > env.now:
+                yield at - env.now
+            for i in range(threads):
+                on = i < n
+                if on and not active[i]:
+                    thr[i].resume()
+                    active[i] = True
+                    if wake[i] is not None:
+                        ev, wake[i] = wake[i], None
+                        ev.succeed()
+                elif not on:
+                    active[i] = False
+
+    for i in range(threads):
+        env.process(client(i, thr[i].coroutine(), np.random.default_rng(i)))
+    if schedule:
+        env.process(controller())
+    env.run(until=win.end + 50_000)
+    return win.mops()
+
+
+def _rig():
+    from cluster.bench_verbs import Rig
+    from shm.profile import load_profile
+    return Rig(load_profile("cx6-200g"), 1, 1)
+
+
+# --- Fig. 7: RACE vs SMART-HT ---------------------------------------------------------------------
+
+FIG7_SYSTEMS = (("race", "per_thread_qp"), ("smart-ht", "per_thread_doorbell"))
+# published (SMART §6.2.1): peak Mops and the thread count of the peak where the text gives it
+FIG7_PUBLISHED = {("race", "a"): (2.8, 8), ("smart-ht", "a"): (5.7, 48), ("race", "b"): (11.4, None),
+                  ("smart-ht", "b"): (21.2, None), ("race", "c"): (11.4, None), ("smart-ht", "c"): (23.7, None)}
+FIG7_WORKLOADS = {"a": "write-heavy", "b": "read-heavy", "c": "read-only"}
+
+
+def fig7(quick: bool, progress, *, threads=None, records=None, warm_ms=None, measure_ms=None,
+         workloads=("a", "b", "c")) -> list[Row]:
+    """RACE (QPs per thread, SMART off) against SMART-HT (a doorbell per thread, adaptive WR
+    throttling, back-off with dynamic limit, coroutine throttling; its scaled defaults) on YCSB A
+    (50% updates), B (5%) and C (read-only), zipf 0.99, one compute node. Published (§6.2.1): A:
+    RACE peaks at 2.8 Mops with 8 threads, SMART-HT at 5.7 with 48; B and C: RACE stays under
+    11.4, SMART-HT reaches 21.2 and 23.7."""
+    records = records or (20_000 if quick else 100_000)
+    warm = warm_ms if warm_ms is not None else (0.2 if quick else 0.3)
+    win = measure_ms if measure_ms is not None else (0.5 if quick else 2.0)
+    threads = threads or ((1, 8, 16, 32, 48, 64, 96) if quick else (1, 2, 4, 8, 16, 24, 32, 48, 64, 96))
+    rows, peaks = [], {}
+    for w in workloads:
+        for system, policy in FIG7_SYSTEMS:
+            progress(f"fig7: {system}, YCSB {w.upper()} ({FIG7_WORKLOADS[w]})")
+            pts, _ = _ycsb_rack(system, w, tuple(threads), records=records, warm_ms=warm, measure_ms=win,
+                                qp_policy=policy)
+            series = f"{system}, {FIG7_WORKLOADS[w]}"
+            for p in pts:
+                rows.append(Row("fig7", series, p["threads"], "Mops", p["mops"]))
+                rows.append(Row("fig7", series, p["threads"], "Mops (step incl. drain)", p["mops_step"]))
+            best = max(pts, key=lambda p: p["mops"])
+            peaks[(system, w)] = best["mops"]
+            pub_mops, pub_t = FIG7_PUBLISHED[(system, w)]
+            metric = "max Mops (published: stays under)" if (system == "race" and w != "a") else "peak Mops"
+            rows.append(Row("fig7", series, "peak", metric, best["mops"], pub_mops))
+            rows.append(Row("fig7", series, "peak", "threads at peak", best["threads"], pub_t))
+        pr, ps = FIG7_PUBLISHED[("race", w)][0], FIG7_PUBLISHED[("smart-ht", w)][0]
+        rows.append(Row("fig7", f"smart-ht / race, {FIG7_WORKLOADS[w]}", "peak", "ratio",
+                        peaks[("smart-ht", w)] / peaks[("race", w)] if peaks[("race", w)] else None,
+                        ps / pr if w == "a" else None))
+    return rows
+
+
+# --- Fig. 13: work-request throttling on raw READs -------------------------------------------------
+
+def fig13(quick: bool, progress, *, threads=None, depths=None, warm_us=None, window_us=None) -> list[Row]:
+    """(a) 8-byte READ throughput by thread count at 16 outstanding WRs per thread (a batch of 16)
+    for QPs per thread, a doorbell per thread (+ThdResAlloc) and that plus adaptive WR throttling
+    (+WorkReqThrot); (b) at 96 threads by batch size, with fixed C_max = 8 as well. Published
+    (§6.3): +ThdResAlloc reaches 110 Mops; with +WorkReqThrot throughput stays stable at 56
+    threads and above, up to 5.0x per-thread QP and 1.9x +ThdResAlloc; in (b) +WorkReqThrot is
+    the best configuration for batches above 8. Adaptive throttling uses Δ = 20 µs, hold 60 Δ,
+    node scope; the warm-up covers the first update phase."""
+    threads = threads or ((8, 32, 56, 64, 96) if quick else (8, 16, 24, 32, 48, 56, 64, 80, 96))
+    depths = depths or ((4, 8, 16, 32, 64) if quick else (1, 2, 4, 8, 16, 32, 64))
+    warm = int((warm_us or 200) * 1000)
+    # quick: inside the first stable phase; full: one whole epoch (stable phase + the next update phase)
+    win = int((window_us or (300 if quick else 1_320)) * 1000)
+    configs = (("per-thread QP", "per_thread_qp", None), ("+ThdResAlloc", "per_thread_doorbell", None),
+               ("+WorkReqThrot", "per_thread_doorbell", RIG_TUNER))
+    rows, got = [], {}
+    for name, policy, smart in configs:
+        for t in threads:
+            progress(f"fig13a: {name}, {t} threads")
+            with _rig() as rig:
+                got[(name, t)] = m = _reads(rig, threads=t, depth=16, smart=smart, warmup=warm, window=win,
+                                            policy=policy)
+            rows.append(Row("fig13a", name, t, "Mops", m))
+    rows.append(Row("fig13a", "+ThdResAlloc", "peak", "Mops", max(got[("+ThdResAlloc", t)] for t in threads), 110.0))
+    thr = [got[("+WorkReqThrot", t)] for t in threads]
+    hi = [t for t in threads if t >= 56]
+    if hi:
+        lo_hi = min(got[("+WorkReqThrot", t)] for t in hi) / max(thr)
+        rows.append(Row("fig13a", "+WorkReqThrot", "≥56 threads", "min / peak", lo_hi, 1.0))
+        lo_db = min(got[("+ThdResAlloc", t)] for t in hi) / max(got[("+ThdResAlloc", t)] for t in threads)
+        rows.append(Row("fig13a", "+ThdResAlloc", "≥56 threads", "min / peak", lo_db))
+    rows.append(Row("fig13a", "+WorkReqThrot / per-thread QP", "max", "ratio",
+                    max(got[("+WorkReqThrot", t)] / got[("per-thread QP", t)] for t in threads), 5.0))
+    rows.append(Row("fig13a", "+WorkReqThrot / +ThdResAlloc", "max", "ratio",
+                    max(got[("+WorkReqThrot", t)] / got[("+ThdResAlloc", t)] for t in threads), 1.9))
+    t96 = max(threads)
+    configs_b = (("+ThdResAlloc", None), ("fixed C_max=8", {"throttle": "fixed", "c_max": 8}),
+                 ("+WorkReqThrot", RIG_TUNER))
+    best_b = {}
+    for name, smart in configs_b:
+        for d in depths:
+            progress(f"fig13b: {name}, batch {d}")
+            with _rig() as rig:
+                m = _reads(rig, threads=t96, depth=d, smart=smart, warmup=warm, window=win)
+            best_b[(name, d)] = m
+            rows.append(Row("fig13b", f"{name}, {t96} threads", d, "Mops", m))
+    above8 = [d for d in depths if d > 8]
+    if above8:
+        wins = sum(best_b[("+WorkReqThrot", d)] >= 0.99 * best_b[("+ThdResAlloc", d)] for d in above8)
+        rows.append(Row("fig13b", "+WorkReqThrot ≥ +ThdResAlloc", "batch > 8", "fraction of batches",
+                        wins / len(above8), 1.0))
+    return rows
+
+
+# --- Fig. 14: conflict avoidance ---------------------------------------------------------------------
+
+FIG14_CONFIGS = (
+    ("w/o ConflictAvoid", {"backoff": False, "coro_throttle": False}),
+    ("+Backoff", {"backoff": True, "dyn_limit": False, "coro_throttle": False}),
+    ("+DynLimit", {"backoff": True, "dyn_limit": True, "coro_throttle": False}),
+    ("+CoroThrot (SMART-HT)", {}),
+)
+
+
+def fig14(quick: bool, progress, *, threads=None, records=None, warm_ms=None, measure_ms=None,
+          configs=None) -> list[Row]:
+    """SMART-HT, 100% updates, zipf 0.99, one compute node, by conflict-avoidance configuration
+    (adaptive WR throttling and a doorbell per thread in all): throughput, and retries per update
+    (failed slot CASes / updates, from the RACE clients; counted over warm-up and measurement).
+    Published (§6.3, Fig. 14): with 96 threads 11.5 retries per update without conflict
+    avoidance, 1.1 with all of it; +Backoff keeps retries under 1.7; +DynLimit gives 1.6x the
+    throughput of +Backoff; all techniques up to 1.67x +Backoff."""
+    records = records or (20_000 if quick else 100_000)
+    warm = warm_ms if warm_ms is not None else (0.3 if quick else 0.5)
+    win = measure_ms if measure_ms is not None else (0.5 if quick else 2.0)
+    threads = threads or ((32, 96) if quick else (8, 16, 32, 64, 96))
+    configs = configs or FIG14_CONFIGS
+    rows, mops = [], {}
+    for name, smart in configs:
+        for t in threads:
+            progress(f"fig14: {name}, {t} threads")
+            (p,), rack = _ycsb_rack("smart-ht", "a", (t,), records=records, warm_ms=warm, measure_ms=win,
+                                    qp_policy="per_thread_doorbell", properties=UPDATE_ONLY, smart=smart)
+            mops[(name, t)] = p["mops"]
+            stats = [c.statistics() for n in rack.nodes for c in n.clients]
+            upd = sum(s.updates for s in stats)
+            retries = sum(s.cas_retries for s in stats)
+            sm = [th.smart_statistics() for n in rack.nodes for th in n.threads[:t]]
+            tmax = [s.t_max_ns for s in sm if s.t_max_ns is not None]
+            cmax = [s.c_max_ops for s in sm if s.c_max_ops is not None]
+            per = retries / upd if upd else None
+            top = t == max(threads)
+            pub_r = {"w/o ConflictAvoid": 11.5, "+CoroThrot (SMART-HT)": 1.1}.get(name) if top else None
+            rows.append(Row("fig14", name, t, "Mops", p["mops"]))
+            rows.append(Row("fig14", name, t, "Mops (step incl. drain)", p["mops_step"]))
+            rows.append(Row("fig14", name, t, "drain ms", p["drain_ms"]))
+            rows.append(Row("fig14", name, t, "retries / update", per, pub_r))
+            rows.append(Row("fig14", name, t, "p99 µs", p["p99_us"]))
+            if tmax:
+                rows.append(Row("fig14", name, t, "mean t_max µs (end)", sum(tmax) / len(tmax) / 1000))
+            if cmax:
+                rows.append(Row("fig14", name, t, "mean c_max ops (end)", sum(cmax) / len(cmax)))
+    names = [n for n, _ in configs]
+    t = max(threads)
+    if "+Backoff" in names:
+        b = mops[("+Backoff", t)]
+        for name, pub in (("+DynLimit", 1.6), ("+CoroThrot (SMART-HT)", 1.67)):
+            if name in names:
+                rows.append(Row("fig14", f"{name} / +Backoff", t, "Mops ratio", mops[(name, t)] / b if b else None,
+                                pub))
+    if "w/o ConflictAvoid" in names and "+CoroThrot (SMART-HT)" in names:
+        off = mops[("w/o ConflictAvoid", t)]
+        rows.append(Row("fig14", "SMART-HT / w/o ConflictAvoid", t, "Mops ratio",
+                        mops[("+CoroThrot (SMART-HT)", t)] / off if off else None))
+    return rows
+
+
+# --- Table 1: changing thread counts -----------------------------------------------------------------
+
+TABLE1_PUBLISHED = {32: (79.3, 97.8), 64: (79.2, 95.1), 128: (77.9, 99.7), 256: (74.7, 101.0),
+                    512: (73.8, 105.8), 1024: (71.8, 109.3), 2048: (65.7, 109.6)}   # w/o, w/ WorkReqThrot
+TABLE1_THREADS = (36, 48, 64, 80, 96)
+
+
+def table1(quick: bool, progress, *, intervals_ms=None, duration_us=None, depth: int = 64) -> list[Row]:
+    """8-byte READs, a batch of 64 per thread, the number of active threads changing every X
+    between 36 and 96 (a seeded random sequence of 36/48/64/80/96, the same for both
+    configurations; threads turned off call ``idle()``, turned on ``resume()``), with and without
+    adaptive WR throttling. The paper's intervals (32–2048 ms, against an epoch of 66 x 8 ms) are
+    scaled by the tuner's Δ (8 ms -> 20 µs, x 1/400): 80 µs .. 5.12 ms against an epoch of 1.32 ms.
+    Published: Table 1 (w/o 79.3 .. 65.7, w/ 97.8 .. 109.6 Mops)."""
+    import random
+    intervals_ms = intervals_ms or ((32, 128, 512) if quick else tuple(TABLE1_PUBLISHED))
+    rows = []
+    for iv in intervals_ms:
+        step = int(iv * 1e6 / RIG_SCALE)
+        dur = int((duration_us * 1000) if duration_us else max(3 * step, (3_000_000 if quick else 10_000_000)))
+        rnd = random.Random(iv)
+        schedule = [(k * step, rnd.choice(TABLE1_THREADS)) for k in range(dur // step + 1)]
+        for name, smart, col in (("w/o WorkReqThrot", None, 0), ("w/ WorkReqThrot", RIG_TUNER, 1)):
+            progress(f"table1: {name}, every {step / 1000:g} µs")
+            with _rig() as rig:
+                m = _reads(rig, threads=max(TABLE1_THREADS), depth=depth, smart=smart, warmup=0, window=dur,
+                           schedule=schedule)
+            pub = TABLE1_PUBLISHED.get(iv, (None, None))[col]
+            rows.append(Row("table1", name, f"{iv} ms -> {step / 1000:g} µs", "Mops", m, pub))
+    return rows
+
+
+EXPERIMENTS = {"fig3": fig3, "fig4": fig4, "fig5": fig5, "fig7": fig7, "fig13": fig13, "fig14": fig14,
+               "table1": table1}
 
 
 def run(only=None, quick: bool = False, json_path: str | None = None, console=None) -> list[Row]:

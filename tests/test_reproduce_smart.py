@@ -1,0 +1,37 @@
+"""dmrack reproduce smart: every experiment runs on a tiny configuration and returns rows of its
+own name (the figures themselves are checked by running ``dmrack reproduce smart --quick``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from cluster import reproduce_smart as rs
+
+TINY = {
+    "fig7": dict(threads=(2,), records=1_000, warm_ms=0.02, measure_ms=0.05, workloads=("a", "c")),
+    "fig13": dict(threads=(4, 56), depths=(4, 16), warm_us=10, window_us=20),
+    "fig14": dict(threads=(4,), records=1_000, warm_ms=0.02, measure_ms=0.05,
+                  configs=(rs.FIG14_CONFIGS[0], rs.FIG14_CONFIGS[1], rs.FIG14_CONFIGS[3])),
+    "table1": dict(intervals_ms=(32,), duration_us=160, depth=4),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TINY))
+def test_experiment_rows(name):
+    rows = rs.EXPERIMENTS[name](True, lambda msg: None, **TINY[name])
+    assert rows
+    assert {r.experiment for r in rows} <= ({"fig13a", "fig13b"} if name == "fig13" else {name})
+    assert all(r.emulated is None or r.emulated == r.emulated for r in rows)   # no NaN
+    mops = [r.emulated for r in rows if r.metric == "Mops"]
+    assert mops and all(m is not None and m > 0 for m in mops)
+
+
+def test_fig14_counts_retries():
+    rows = rs.fig14(True, lambda msg: None, **TINY["fig14"])
+    retries = {r.series: r.emulated for r in rows if r.metric == "retries / update"}
+    assert set(retries) == {"w/o ConflictAvoid", "+Backoff", "+CoroThrot (SMART-HT)"}
+    assert all(v is not None and v >= 0 for v in retries.values())
+
+
+def test_registry_lists_every_experiment():
+    assert list(rs.EXPERIMENTS) == ["fig3", "fig4", "fig5", "fig7", "fig13", "fig14", "table1"]
