@@ -359,11 +359,19 @@ def record_op(w, kind, latency_ns, ok):
     cur = w[W_CUR_STEP]
     if cur < 0:
         return _ERR_NO_STEP
+    return record_op_in(w, cur, kind, latency_ns, ok)
+
+
+@njit(cache=True)
+def record_op_in(w, step, kind, latency_ns, ok):
+    """:func:`record_op` into step record ``step`` (begun earlier), not necessarily the current
+    one: an operation issued in a timed run that returns after the next step began still belongs
+    to the step that issued it."""
     if kind < 0 or kind >= N_KINDS:
         return _ERR_KIND
     if latency_ns < 0:
         return _ERR_LATENCY
-    base = STEPS_OFF + cur * STEP_WORDS
+    base = STEPS_OFF + step * STEP_WORDS
     w[base + S_COUNT + kind] += 1
     if not ok:
         w[base + S_FAIL + kind] += 1
@@ -1109,6 +1117,16 @@ class ProcWriter:
             self._check_open()
             raise type(e)(f"stats slot {self.name!r}: record(kind, latency_ns, ok) takes integers "
                           f"(latency < 2**63), got kind={kind!r}, latency_ns={latency_ns!r}") from e
+        if err:
+            raise self._error(err, kind, latency_ns)
+
+    def record_in(self, step: int, kind: int, latency_ns: int, ok: bool = True) -> None:
+        """Record one operation into step record ``step``, which must have begun (an operation
+        that straddles a step boundary is counted where it was issued)."""
+        step = operator.index(step)
+        if not 0 <= step < self.plane.max_steps or not self._metas[step, M_BEGUN]:
+            raise ValueError(f"stats slot {self.name!r}: record_in step {step}, which has not begun")
+        err = record_op_in(self._w, step, int(kind), int(latency_ns), bool(ok))
         if err:
             raise self._error(err, kind, latency_ns)
 

@@ -99,6 +99,7 @@ class ComputeNode:
         self.unsupported = 0
         self.crashed = 0                    # coroutines stopped by a crash failpoint
         self.dead: set[tuple[int, int]] = set()
+        self._running: dict = {}            # (thread, coroutine) -> the process driving it now
         self.loaded_before = 0              # records loaded by earlier load steps (rack-wide)
 
     def statistics(self) -> ComputeStats:
@@ -122,6 +123,14 @@ class ComputeNode:
             done = self._load(step)
         elif step.action == "run":
             done = self._run(step)
+            if step.duration_ns > 0:
+                # A timed run ends with its window: the operations still in flight finish (and are
+                # recorded) afterwards, while the next step starts, as in a real measurement; a step
+                # that waited for its stragglers would divide its ops by a span stretched by the
+                # slowest one (a hot-key update can outlast a short window by milliseconds).
+                done.callbacks.append(self._check_failed)
+                env.schedule(env.now + step.duration_ns, self._finish, step_index)
+                return
         elif step.action == "set":
             self._set(step)
             done = None
@@ -133,10 +142,14 @@ class ComputeNode:
             done.callbacks.append(lambda ev: self._step_done(ev, step_index))
 
     def _step_done(self, ev, step_index: int) -> None:
+        self._check_failed(ev)
+        self._finish(step_index)
+
+    @staticmethod
+    def _check_failed(ev) -> None:
         if not ev.ok:
             ev.defused = True
             raise ev.value          # a coroutine failed (not a crash failpoint): the node fails loudly
-        self._finish(step_index)
 
     def _finish(self, step_index: int) -> None:
         step = self.plan[step_index]
@@ -213,12 +226,21 @@ class ComputeNode:
                 procs.append(env.process(self._closed_loop(t, c, wl, stream, end), name=f"{self.name}.t{t}c{c}"))
         return all_of(env, procs)
 
+    def _after_previous(self, t: int, c: int):
+        """A coroutine's previous step may still be finishing its last operation (timed runs end
+        with their window): the coroutine takes up the new step when that operation returns."""
+        prev = self._running.get((t, c))
+        self._running[(t, c)] = self.env.active_process
+        if prev is not None and prev.is_alive:
+            yield prev
+
     def _stream_id(self, step: PlanStep, t: int, c: int) -> int:
         return ((step.index * 4096 + self.index) * 1024 + t) * 64 + c
 
     def _closed_loop(self, t: int, c: int, wl, stream, end):
         env = self.env
         do = self._do
+        yield from self._after_previous(t, c)
         try:
             while end is None or env.now < end:
                 ops, keys, scans = stream.next_batch(BATCH)
@@ -249,6 +271,7 @@ class ComputeNode:
 
     def _serve(self, t: int, c: int, wl, queue: deque, waiting: list, end):
         env = self.env
+        yield from self._after_previous(t, c)
         while True:
             if not queue:
                 ev = env.event()
@@ -271,6 +294,7 @@ class ComputeNode:
         """One YCSB operation; records its latency from ``t0``."""
         ks, vs = wl.key_size, wl.value_size
         thread = self.threads[t]
+        issued_in = self.step_index
         yield from thread.op_begin(self.coroutines[t][c])     # SMART's coroutine throttling, if on
         try:
             if op == OP_READ:
@@ -297,7 +321,10 @@ class ComputeNode:
             ok = False
         finally:
             thread.op_end()
-        self.recorder.record(op, self.env.now - t0, ok)
+        if self.step_index == issued_in:
+            self.recorder.record(op, self.env.now - t0, ok)
+        else:                       # returned after the next step began: it belongs to its own step
+            self.recorder.record_in(issued_in + 1, op, self.env.now - t0, ok)
         self.ops += 1
 
     # One KV call each, recorded in the history when there is one.
