@@ -14,6 +14,7 @@ Experiments available now:
   at 16 threads;
 * ``fig7``: RACE (QPs per thread, SMART off) against SMART-HT (a doorbell per thread, its
   ``smart_defaults``) on YCSB A, B and C by thread count;
+* ``fig12``: Sherman, Sherman with speculative lookup and SMART-BT on YCSB B and C by thread count;
 * ``fig13``: 8-byte READs with and without adaptive work-request throttling, (a) by thread count at
   16 outstanding WRs per thread, (b) by outstanding WRs per thread at 96 threads (raw verbs rig);
 * ``fig14``: SMART-HT's conflict-avoidance ablation, 100% updates at zipf 0.99: throughput and
@@ -225,6 +226,45 @@ def fig7(quick: bool, progress, *, threads=None, records=None, warm_ms=None, mea
     return rows
 
 
+# --- Fig. 12: Sherman, Sherman with speculative lookup, SMART-BT ------------------------------------
+
+FIG12_SYSTEMS = (   # (series, system, [smart] table, QP policy)
+    ("sherman", "sherman", None, "per_thread_qp"),
+    ("sherman + speculative lookup", "smart-bt", {"all": False}, "per_thread_qp"),
+    ("smart-bt", "smart-bt", None, "per_thread_doorbell"),
+)
+FIG12_PUBLISHED = {"b": 1.8, "c": 2.0}      # SMART-BT / Sherman+ at 94 threads (§6.2.3)
+
+
+def fig12(quick: bool, progress, *, threads=None, records=None, warm_ms=None, measure_ms=None,
+          workloads=("b", "c")) -> list[Row]:
+    """Sherman (QPs per thread, SMART off), Sherman with SMART-BT's speculative lookup only, and
+    SMART-BT (speculative lookup on the SMART framework) on YCSB B and C, zipf 0.99, one compute
+    node. Published (§6.2.3): SMART-BT is 1.8x (read-heavy) and 2.0x (read-only) Sherman+ at 94
+    threads: speculative lookup reads a 64-byte entry instead of a 1 KB leaf, turning a
+    bandwidth-bound workload IOPS-bound, and SMART's techniques lift the IOPS ceiling."""
+    records = records or (20_000 if quick else 100_000)
+    warm = warm_ms if warm_ms is not None else (0.1 if quick else 0.3)
+    win = measure_ms if measure_ms is not None else (0.3 if quick else 2.0)
+    threads = tuple(threads or ((8, 32, 94) if quick else (8, 16, 32, 48, 64, 94)))
+    rows = []
+    for w in workloads:
+        at_max = {}
+        for series, system, smart, policy in FIG12_SYSTEMS:
+            progress(f"fig12: {series}, YCSB {w.upper()}")
+            pts, _ = _ycsb_rack(system, w, threads, records=records, warm_ms=warm, measure_ms=win, qp_policy=policy,
+                                smart=smart)
+            for p in pts:
+                rows.append(Row("fig12", f"{series}, YCSB {w.upper()}", p["threads"], "Mops", p["mops"]))
+            at_max[series] = pts[-1]["mops"]
+        base = at_max["sherman"]
+        for series in ("sherman + speculative lookup", "smart-bt"):
+            rows.append(Row("fig12", f"{series} / sherman, YCSB {w.upper()}", threads[-1], "ratio",
+                            at_max[series] / base if base else None,
+                            FIG12_PUBLISHED.get(w) if series == "smart-bt" else None))
+    return rows
+
+
 # --- Fig. 13: work-request throttling on raw READs -------------------------------------------------
 
 def fig13(quick: bool, progress, *, threads=None, depths=None, warm_us=None, window_us=None) -> list[Row]:
@@ -374,8 +414,8 @@ def table1(quick: bool, progress, *, intervals_ms=None, duration_us=None, depth:
     return rows
 
 
-EXPERIMENTS = {"fig3": fig3, "fig4": fig4, "fig5": fig5, "fig7": fig7, "fig13": fig13, "fig14": fig14,
-               "table1": table1}
+EXPERIMENTS = {"fig3": fig3, "fig4": fig4, "fig5": fig5, "fig7": fig7, "fig12": fig12, "fig13": fig13,
+               "fig14": fig14, "table1": table1}
 
 
 def run(only=None, quick: bool = False, json_path: str | None = None, console=None) -> list[Row]:

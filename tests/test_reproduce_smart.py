@@ -9,6 +9,7 @@ from cluster import reproduce_smart as rs
 
 TINY = {
     "fig7": dict(threads=(2,), records=1_000, warm_ms=0.02, measure_ms=0.05, workloads=("a", "c")),
+    "fig12": dict(threads=(2,), records=1_000, warm_ms=0.02, measure_ms=0.05, workloads=("c",)),
     "fig13": dict(threads=(4, 56), depths=(4, 16), warm_us=10, window_us=20),
     "fig14": dict(threads=(4,), records=1_000, warm_ms=0.02, measure_ms=0.05,
                   configs=(rs.FIG14_CONFIGS[0], rs.FIG14_CONFIGS[1], rs.FIG14_CONFIGS[3])),
@@ -34,4 +35,4 @@ def test_fig14_counts_retries():
 
 
 def test_registry_lists_every_experiment():
-    assert list(rs.EXPERIMENTS) == ["fig3", "fig4", "fig5", "fig7", "fig13", "fig14", "table1"]
+    assert list(rs.EXPERIMENTS) == ["fig3", "fig4", "fig5", "fig7", "fig12", "fig13", "fig14", "table1"]
