@@ -150,6 +150,7 @@ def _manager(state, name: str, writer) -> None:
             _wait_gone(pid)
         if victim in c.compute:
             state.clock.mark_gone(c.compute.index(victim))
+        state.fabric.release_stuck_line_locks()      # it may have died inside a 64-byte line copy
 
     def is_alive(addr: int) -> bool:
         pid = control.pid(state.slot(c.compute[addr]))

@@ -216,6 +216,9 @@ class Supervisor:
                 last = [ln.strip() for ln in tb.strip().splitlines() if ln.strip()]
                 how += f": {last[-1]}" if last else ""
             self.deaths.append(NodeDeath(decl.name, how, expected))
+            stuck = state.fabric.release_stuck_line_locks()
+            if stuck:
+                state.plane.log(0, "fault", decl.name, f"released {stuck} line lock(s) {decl.name} died holding")
             text = f"{decl.name} {how}" + (" (as the scenario asked)" if expected else "")
             view.note(text)
             state.plane.log(0, "fault", decl.name, text)

@@ -407,6 +407,29 @@ class Fabric:
             raise KeyError(f"node {self.nodes[i].name!r} has not exposed its memory (Fabric.expose)")
         return key
 
+    def release_stuck_line_locks(self, wait_s: float = 1.0) -> int:
+        """Release 64-byte line seqlocks left held by a process that died inside a copy (SIGKILL
+        mid-WRITE); call it only after a node process died. A stripe that stays odd with the same
+        value for ``wait_s`` belongs to no live writer: a live one holds it for microseconds, and
+        the wait is long enough that an unlucky descheduled writer is not mistaken for a dead one
+        (its later unlock is an increment, so releasing a live writer's lock would wedge the
+        stripe). Readers of that line would otherwise spin forever. The line keeps whatever part of
+        the write landed, as after a real crash. Returns the number of stripes released."""
+        import time
+        held = []
+        for i, mem in enumerate(self.memory):
+            for locks in (mem.host_locks, mem.device_locks):
+                for j in np.flatnonzero(locks & 1).tolist():
+                    held.append((locks, j, int(locks[j])))
+        if not held:
+            return 0
+        time.sleep(wait_s)
+        released = 0
+        for locks, j, v in held:
+            if cas(locks, j, v, v + 1) == v:
+                released += 1
+        return released
+
     def statistics(self) -> FabricStats:
         return FabricStats(nodes=len(self.nodes), memory_bytes=sum(n.memory_bytes for n in self.nodes),
                            segments=len(self._segments))

@@ -176,3 +176,20 @@ def test_a_node_dying_mid_operation_leaves_a_checkable_history(monkeypatch):
     res = check(ops)
     assert res.verdict == "ok", res.explain()
     assert not _children()
+
+
+def test_line_locks_left_by_a_dead_writer_are_released(prefix):
+    """A process SIGKILLed inside a WRITE leaves a 64-byte line's seqlock held; the rack releases
+    it once the writer is gone, so readers of that line do not spin forever."""
+    from shm.fabric import Fabric, NodeSpec
+    from shm.profile import load_profile
+    fab = Fabric.create(load_profile("cx6-200g"), [NodeSpec("cn0"), NodeSpec("mn0", "memory", 1 << 20)],
+                        prefix=prefix)
+    try:
+        locks = fab.memory[1].host_locks
+        assert fab.release_stuck_line_locks(wait_s=0.001) == 0
+        locks[7] += 1                     # a writer took line stripe 7 ... and died
+        assert fab.release_stuck_line_locks(wait_s=0.001) == 1
+        assert locks[7] % 2 == 0
+    finally:
+        fab.close()
