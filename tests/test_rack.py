@@ -279,3 +279,15 @@ def test_cli_systems_lists_race():
                        text=True, timeout=60)
     assert r.returncode == 0
     assert "race" in [s["name"] for s in json.loads(r.stdout)]
+
+
+def test_cli_up_runs_the_default_rack_for_a_duration_and_exits_0(tmp_path):
+    """The README's first command with --duration: the default rack loads, runs YCSB-A, prints
+    plain dashboard lines (stdout is not a terminal), the summary table and the results files."""
+    proc = _dmrack("up", "--duration", "8", "--out", str(tmp_path))
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr
+    assert "vtime" in stdout and "Mops" in stdout                       # plain periodic lines
+    assert "load 10,000 records" in stdout and "stopped after 8 s (--duration)" in stdout
+    assert (tmp_path / "results.json").exists() and (tmp_path / "results.csv").exists()
+    assert not _leftovers(proc.pid)
