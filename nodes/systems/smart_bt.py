@@ -36,8 +36,7 @@ from nodes.systems.sherman.cache import shared
 from nodes.systems.sherman.client import RETRY_LIMIT, ShermanStats
 from nodes.systems.sherman.hocl import FIELD_MASK, LocalLock
 from nodes.systems.sherman.layout import (
-    INLINE_VALUE, LINE, LINE_HEAD, MAX_VALUE, NODE_BYTES, OUT_OF_LINE, REF, USED, Header, ValueTooLarge,
-    entry_line, key_int, key_signed_le, leaf_probe, value_field,
+    LINE, LINE_HEAD, NODE_BYTES, OUT_OF_LINE, REF, USED, key_int,
 )
 from nodes.systems.smart_ht import SCALED_TUNER
 
@@ -84,6 +83,8 @@ class SpecCache:
 
 class SmartBTClient(ShermanClient):
     """Sherman's client with speculative lookup and SMART's back-off CAS on the HOCL remote tier."""
+
+    NAME = "SMART-BT"
 
     def __init__(self, fabric, layout: dict, thread, options: dict):
         super().__init__(fabric, layout, thread, options)
@@ -174,96 +175,14 @@ class SmartBTClient(ShermanClient):
                 return (yield from self.read_block(co, block, length))
             self.spec_invalidations += 1
             self.spec.drop(key)
-        return (yield from self._slow_get(co, key, k))
+        return (yield from self.leaf_get(co, key, k))
 
-    def _slow_get(self, co, key: bytes, k: int):
-        """Sherman's get (descent, leaf READ, B-link moves), recording where the key was found."""
-        ks = key_signed_le(key)
-        addr, parent, _ = yield from self.find_node(co, k, 0)
-        for _ in range(RETRY_LIMIT):
-            off = yield from self.read_node(co, addr)
-            hd = Header(self._mv, off)
-            if hd.high is not None and k >= hd.high:
-                self.sibling_follows += 1
-                self.invalidate(parent)
-                addr, parent = hd.sibling, 0
-                continue
-            if k < hd.low or hd.level != 0:
-                self.invalidate(parent)
-                addr, parent, _ = yield from self.find_node(co, k, 0)
-                continue
-            r = leaf_probe(self._b64, off >> 3, ks)
-            line = r & 0xFF
-            if line == 0:
-                self.spec.drop(key)
-                return None
-            self._fill(key, addr + line * LINE, hd.nv)
-            base = off + line * LINE
-            vlen = self._mv[base + 5]
-            if vlen != OUT_OF_LINE:
-                return bytes(self._mv[base + 16:base + 16 + vlen])
-            block, length = REF.unpack_from(self._mv, base + 16)
-            return (yield from self.read_block(co, block, length))
-        raise SystemError_(f"SMART-BT: get of key {key!r} did not settle after {RETRY_LIMIT} tries")
+    # -- where keys are: Sherman's reads and writes report it, the speculative cache keeps it ---------
+    def entry_at(self, key: bytes, line_addr: int, nv: int) -> None:
+        self._fill(key, line_addr, nv)
 
-    # -- writes: Sherman's modify, recording the written line ----------------------------------------
-    def modify(self, co, key, value, kind: str):
-        """Sherman's :meth:`ShermanClient.modify` (lock, READ leaf, WRITE line + unlock) that also
-        records the key's line in the speculative cache (or drops it: delete, split)."""
-        if type(key) is not bytes:
-            key = bytes(key)
-        k = key_int(key)
-        self.thread.cpu(self._op_ns)
-        ks = key_signed_le(key)
-        block = 0
-        if value is not None:
-            if type(value) is not bytes:
-                value = bytes(value)
-            if len(value) > MAX_VALUE:
-                raise ValueTooLarge(f"Sherman values are at most {MAX_VALUE} bytes; got {len(value)}")
-            if len(value) > INLINE_VALUE:
-                block = yield from self.new_block(co, key, value)
-        addr, parent, _ = yield from self.find_node(co, k, 0)
-        for _ in range(RETRY_LIMIT):
-            lock = self.lock_of(addr)
-            yield from self.acquire(co, lock)
-            off = yield from self.read_node(co, addr)
-            hd = Header(self._mv, off)
-            if hd.high is not None and k >= hd.high:
-                yield from self.release(co, lock)
-                self.sibling_follows += 1
-                self.invalidate(parent)
-                addr, parent = hd.sibling, 0
-                continue
-            if k < hd.low or hd.level != 0:
-                yield from self.release(co, lock)
-                self.invalidate(parent)
-                addr, parent, _ = yield from self.find_node(co, k, 0)
-                continue
-            r = leaf_probe(self._b64, off >> 3, ks)
-            line, free = r & 0xFF, (r >> 8) & 0xFF
-            if (kind == "insert") == (line != 0):
-                if line:
-                    self._fill(key, addr + line * LINE, hd.nv)
-                else:
-                    self.spec.drop(key)
-                yield from self.release(co, lock)
-                return False
-            ev = self._mv[off + (line or free or 1) * LINE + 4] + 1
-            if kind == "delete":
-                co.write(addr + line * LINE, entry_line(hd.nv, ev, bytes(8), 0, b"", used=False))
-                self.spec.drop(key)
-            elif kind == "update" or free:
-                vlen, field = value_field(value, block)
-                co.write(addr + (line or free) * LINE, entry_line(hd.nv, ev, key, vlen, field))
-                self._fill(key, addr + (line or free) * LINE, hd.nv)
-            else:
-                self.spec.drop(key)                   # the split moves it; the next get finds it
-                yield from self.split_leaf(co, addr, lock, off, hd, key, k, value, block)
-                return True
-            yield from self.release(co, lock)
-            return True
-        raise SystemError_(f"SMART-BT: {kind} of key {key!r} did not settle after {RETRY_LIMIT} tries")
+    def entry_gone(self, key: bytes) -> None:
+        self.spec.drop(key)
 
 
 class SmartBTSystem(ShermanSystem):

@@ -83,6 +83,8 @@ class ShermanStats(NamedTuple):
 class ShermanClient(KVClient):
     """Sherman for one modelled thread (``shm.coro.RdmaThread``)."""
 
+    NAME = "Sherman"                  # in error messages; subclasses (SMART-BT) name themselves
+
     def __init__(self, fabric, layout: dict, thread, options: dict):
         self.fabric = fabric
         self.layout = layout
@@ -280,6 +282,11 @@ class ShermanClient(KVClient):
         k = key_int(key)
         self.gets += 1
         self.thread.cpu(self._op_ns)
+        return (yield from self.leaf_get(co, key, k))
+
+    def leaf_get(self, co, key: bytes, k: int):
+        """Generator: a get's descent, leaf READ and B-link moves; reports where it found the key
+        (:meth:`entry_at`) or that it is absent (:meth:`entry_gone`)."""
         ks = key_signed_le(key)
         addr, parent, _ = yield from self.find_node(co, k, 0)
         for _ in range(RETRY_LIMIT):
@@ -297,14 +304,24 @@ class ShermanClient(KVClient):
             r = leaf_probe(self._b64, off >> 3, ks)
             line = r & 0xFF
             if line == 0:
+                self.entry_gone(key)
                 return None
+            self.entry_at(key, addr + line * LINE, hd.nv)
             base = off + line * LINE
             vlen = self._mv[base + 5]
             if vlen != OUT_OF_LINE:
                 return bytes(self._mv[base + 16:base + 16 + vlen])
             block, length = REF.unpack_from(self._mv, base + 16)
             return (yield from self.read_block(co, block, length))
-        raise SystemError_(f"Sherman: get of key {key!r} did not settle after {RETRY_LIMIT} tries")
+        raise SystemError_(f"{self.NAME}: get of key {key!r} did not settle after {RETRY_LIMIT} tries")
+
+    # Where a key's entry line is, as the operations see it: no-ops here; SMART-BT's speculative
+    # lookup caches them (the only difference between its reads and writes and Sherman's).
+    def entry_at(self, key: bytes, line_addr: int, nv: int) -> None:
+        """``key``'s entry is the line at ``line_addr`` of a leaf whose node version is ``nv``."""
+
+    def entry_gone(self, key: bytes) -> None:
+        """``key`` has no entry line to remember: absent, deleted, or about to move in a split."""
 
     def read_block(self, co, block: int, length: int):
         """Generator: the value in an out-of-line block (blocks are immutable: no version)."""
@@ -360,20 +377,27 @@ class ShermanClient(KVClient):
             r = leaf_probe(self._b64, off >> 3, ks)
             line, free = r & 0xFF, (r >> 8) & 0xFF
             if (kind == "insert") == (line != 0):          # insert of a present / change of a missing key
+                if line:
+                    self.entry_at(key, addr + line * LINE, hd.nv)
+                else:
+                    self.entry_gone(key)
                 yield from self.release(co, lock)
                 return False
             ev = self._mv[off + (line or free or 1) * LINE + 4] + 1
             if kind == "delete":
                 co.write(addr + line * LINE, entry_line(hd.nv, ev, bytes(8), 0, b"", used=False))
+                self.entry_gone(key)
             elif kind == "update" or free:
                 vlen, field = value_field(value, block)
                 co.write(addr + (line or free) * LINE, entry_line(hd.nv, ev, key, vlen, field))
+                self.entry_at(key, addr + (line or free) * LINE, hd.nv)
             else:
+                self.entry_gone(key)                  # the split moves it; the next get finds it
                 yield from self.split_leaf(co, addr, lock, off, hd, key, k, value, block)
                 return True
             yield from self.release(co, lock)
             return True
-        raise SystemError_(f"Sherman: {kind} of key {key!r} did not settle after {RETRY_LIMIT} tries")
+        raise SystemError_(f"{self.NAME}: {kind} of key {key!r} did not settle after {RETRY_LIMIT} tries")
 
     # -- splits --------------------------------------------------------------------------------------
     def split_leaf(self, co, addr, lock, off, hd, key, k, value, block):
