@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 
-from cluster.benchtable import Row, check_json_path, print_rows, write_json
+from cluster.benchtable import Row, run_experiments
 from nodes.runtime.env import Environment
 from shm.coro import NodeRdma
 from shm.fabric import Fabric, NodeSpec, gaddr
@@ -451,22 +451,5 @@ EXPERIMENTS = {
 
 
 def run(only=None, quick: bool = False, json_path: str | None = None, console=None) -> list[Row]:
-    from rich.console import Console
-    console = console or Console()
-    names = list(EXPERIMENTS) if not only else only
-    for n in names:
-        if n not in EXPERIMENTS:
-            raise SystemExit(f"dmrack bench verbs: unknown experiment {n!r}; choose from {', '.join(EXPERIMENTS)}")
-    check_json_path(json_path)
-    rows: list[Row] = []
-    with console.status("starting") as status:
-        def progress(msg):
-            status.update(f"[bold]bench verbs[/]: {msg}")
-        for n in names:
-            t0 = time.perf_counter()
-            got = EXPERIMENTS[n](quick, progress)
-            rows.extend(got)
-            print_rows(console, f"{n}  ({time.perf_counter() - t0:.1f} s real)", got)
-    if json_path:
-        write_json(console, json_path, rows)
-    return rows
+    return run_experiments(EXPERIMENTS, only=only, quick=quick, json_path=json_path, console=console,
+                           label="bench verbs")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import asdict, dataclass
 
 
@@ -49,3 +50,28 @@ def write_json(console, path: str, rows: list[Row]) -> None:
         json.dump([asdict(r) for r in rows], f, indent=1)
     os.replace(tmp, path)
     console.print(f"wrote {len(rows)} records to {path}")
+
+
+def run_experiments(experiments: dict, *, only=None, quick: bool = False, json_path: str | None = None,
+                    console=None, label: str, title_prefix: str = "") -> list[Row]:
+    """Run the named experiments (``name -> fn(quick, progress) -> [Row]``) in order with a progress
+    line, print each one's table as it finishes, and write every row as JSON at the end."""
+    from rich.console import Console
+    console = console or Console()
+    names = list(experiments) if not only else list(only)
+    for n in names:
+        if n not in experiments:
+            raise ValueError(f"unknown experiment {n!r}; choose from {', '.join(experiments)}")
+    check_json_path(json_path)
+    rows: list[Row] = []
+    with console.status("starting") as status:
+        def progress(msg):
+            status.update(f"[bold]{label}[/]: {msg}")
+        for n in names:
+            t0 = time.perf_counter()
+            got = experiments[n](quick, progress)
+            rows.extend(got)
+            print_rows(console, f"{title_prefix}{n}  ({time.perf_counter() - t0:.1f} s real)", got)
+    if json_path:
+        write_json(console, json_path, rows)
+    return rows

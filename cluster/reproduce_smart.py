@@ -28,9 +28,7 @@ tests run each on a tiny configuration).
 
 from __future__ import annotations
 
-import time
-
-from cluster.benchtable import Row, check_json_path, print_rows, write_json
+from cluster.benchtable import Row, run_experiments
 
 
 def fig3(quick: bool, progress) -> list[Row]:
@@ -419,22 +417,5 @@ EXPERIMENTS = {"fig3": fig3, "fig4": fig4, "fig5": fig5, "fig7": fig7, "fig12": 
 
 
 def run(only=None, quick: bool = False, json_path: str | None = None, console=None) -> list[Row]:
-    from rich.console import Console
-    console = console or Console()
-    names = list(EXPERIMENTS) if not only else only
-    for n in names:
-        if n not in EXPERIMENTS:
-            raise ValueError(f"unknown experiment {n!r}; choose from {', '.join(EXPERIMENTS)}")
-    check_json_path(json_path)
-    rows: list[Row] = []
-    with console.status("starting") as status:
-        def progress(msg):
-            status.update(f"[bold]reproduce smart[/]: {msg}")
-        for n in names:
-            t0 = time.perf_counter()
-            got = EXPERIMENTS[n](quick, progress)
-            rows.extend(got)
-            print_rows(console, f"SMART {n}  ({time.perf_counter() - t0:.1f} s real)", got)
-    if json_path:
-        write_json(console, json_path, rows)
-    return rows
+    return run_experiments(EXPERIMENTS, only=only, quick=quick, json_path=json_path, console=console,
+                           label="reproduce smart", title_prefix="SMART ")
