@@ -28,7 +28,7 @@ import time
 import traceback
 
 from cluster.control import F_DONE
-from cluster.stats import STATE_DONE, STATE_FAILED, STATE_LOADING, STATE_RUNNING
+from cluster.stats import STATE_DONE, STATE_FAILED, STATE_RUNNING
 from nodes.nicgauge import NicGauge
 from nodes.runtime.env import INF
 
@@ -69,6 +69,20 @@ class _Heartbeat(threading.Thread):
     def run(self) -> None:
         while not self.halt.wait(HEARTBEAT_S):
             self.beat()
+
+    def during(self, env) -> None:
+        """Run ``env`` to its end with this thread beating meanwhile."""
+        self.start()
+        try:
+            env.run()
+        finally:
+            self.halt.set()
+            self.join()
+
+    def last(self) -> None:
+        """The final beat, then the slot says the node is done."""
+        self.beat()
+        self.writer.finish(STATE_DONE)
 
 
 def node_main(state, slot: int, parent_pid: int, run_dir: str) -> None:
@@ -120,15 +134,9 @@ def _compute(state, slot: int, name: str, writer) -> None:
     env.on_message = compute_handler(node)
     hb = _Heartbeat(writer, NicGauge(state.fabric, name), lambda: env.now, lambda: node.ops,
                     lambda: host._posted)
-    hb.start()
-    try:
-        env.run()
-    finally:
-        hb.halt.set()
-        hb.join()
+    hb.during(env)
     node.stop()
-    hb.beat()
-    writer.finish(STATE_DONE)
+    hb.last()
 
 
 def _manager(state, name: str, writer) -> None:
@@ -160,16 +168,10 @@ def _manager(state, name: str, writer) -> None:
     env.on_message = mgr.on_message
     env.process(mgr.run(), name="manager")
     hb = _Heartbeat(writer, NicGauge(state.fabric, name), lambda: env.now, lambda: mgr.step, lambda: 0)
-    hb.start()
-    try:
-        env.run()
-    finally:
-        hb.halt.set()
-        hb.join()
+    hb.during(env)
     if mgr.step >= len(c.plan):
         control.set(F_DONE, 1)               # tells the supervisor the scenario is over
-    hb.beat()
-    writer.finish(STATE_DONE)
+    hb.last()
 
 
 def _passive(state, name: str, writer) -> None:
@@ -189,8 +191,7 @@ def _passive(state, name: str, writer) -> None:
     while not clock.stop_requested and not state.control.get(F_DONE):
         hb.beat()
         time.sleep(HEARTBEAT_S)
-    hb.beat()
-    writer.finish(STATE_DONE)
+    hb.last()
 
 
 def _alive(pid: int) -> bool:
