@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import psutil
@@ -19,7 +17,7 @@ from cluster.scenario import scenario_from_dict
 from cluster.supervisor import Supervisor
 from shm import failpoints
 from shm.segment import list_segments, owner_pid_of
-from tests.test_rack import LOAD, ROOT, by_step, rack_dict, run
+from tests.test_rack import LOAD, _dmrack, _leftovers, _wait_for_nodes, by_step, endless_file, rack_dict, run
 
 
 @pytest.fixture(autouse=True)
@@ -91,50 +89,18 @@ def test_a_failpoint_exit_kills_the_node_and_the_supervisor_reports_it(monkeypat
     assert not _children()
 
 
-def test_kill_9_of_a_compute_node_with_continue_carries_on(endless_continue):
-    proc = subprocess.Popen([sys.executable, "-m", "cluster.cli", "run", endless_continue, "--no-dashboard",
-                             "--duration", "12"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    end = time.monotonic() + 60
-    victim = None
-    while victim is None and time.monotonic() < end:
-        kids = psutil.Process(proc.pid).children()
-        victim = next((k for k in kids if k.name() == "dmrack-cn1"), None)
-        time.sleep(0.05)
-    assert victim is not None, proc.communicate()
-    time.sleep(2.0)
-    kids = psutil.Process(proc.pid).children()
+def test_kill_9_of_a_compute_node_with_continue_carries_on(tmp_path):
+    proc = _dmrack("run", endless_file(tmp_path, on_node_death="continue"), "--no-dashboard", "--duration", "12")
+    kids = _wait_for_nodes(proc, 5)
+    time.sleep(1.0)
+    victim = next(k for k in kids if k.name() == "dmrack-cn1")
     victim.send_signal(signal.SIGKILL)
     stdout, stderr = proc.communicate(timeout=90)
     assert proc.returncode == 0, (stdout, stderr)                   # the rack carried on
     assert "cn1 killed by signal 9 (SIGKILL)" in stdout
     assert "stopped after 12 s" in stdout
     psutil.wait_procs(kids, timeout=10)
-    assert not [s for s in list_segments() if owner_pid_of(s) == proc.pid]
-
-
-@pytest.fixture
-def endless_continue(tmp_path):
-    path = tmp_path / "endless.toml"
-    path.write_text("""
-[rack]
-on_node_death = "continue"
-[compute]
-count = 2
-threads = 2
-coroutines = 2
-memory = "8MiB"
-[memory]
-count = 2
-memory = "32MiB"
-[workload]
-preset = "a"
-recordcount = 300
-[[step]]
-action = "load"
-[[step]]
-action = "run"
-""")
-    return str(path)
+    assert not _leftovers(proc.pid)
 
 
 # -- leaks -----------------------------------------------------------------------------------------

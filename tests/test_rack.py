@@ -184,12 +184,13 @@ def _no_survivors(kids):
     assert not alive, f"orphans: {alive}"
 
 
-@pytest.fixture
-def endless(tmp_path):
+def endless_file(tmp_path, on_node_death: str = "stop") -> str:
+    """A small rack of processes that loads 300 keys and then runs YCSB-A until stopped."""
     path = tmp_path / "endless.toml"
-    path.write_text("""
+    path.write_text(f"""
 [rack]
 name = "endless"
+on_node_death = "{on_node_death}"
 [compute]
 count = 2
 threads = 2
@@ -207,6 +208,11 @@ action = "load"
 action = "run"
 """)
     return str(path)
+
+
+@pytest.fixture
+def endless(tmp_path):
+    return endless_file(tmp_path)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
