@@ -147,6 +147,17 @@ def interarrivals_ns(s, rate_per_s, out):
         out[i] = interarrival_ns(s, rate_per_s)
 
 
+def arrival_gaps(s, n: int, rate_per_s: float) -> np.ndarray:
+    """``n`` exponential gaps (float64 ns) of an open-loop client at ``rate_per_s``, drawn from
+    the random state ``s`` (op streams keep one of their own, so arrivals do not change the ops)."""
+    rate = float(rate_per_s)
+    if not rate > 0:
+        raise ValueError(f"interarrivals need a rate > 0 ops/s, got {rate} (target=0 is a closed loop)")
+    out = np.empty(int(n), np.float64)
+    interarrivals_ns(s, rate, out)
+    return out
+
+
 # --- FNV hash -----------------------------------------------------------------------------------
 
 @njit(cache=True)

@@ -253,12 +253,7 @@ class StressStream:
     def interarrivals_ns(self, n: int, rate_per_s: float | None = None) -> np.ndarray:
         """``n`` exponential gaps (float64 ns) at ``rate_per_s`` (default: the workload's
         ``target``), from a random stream of their own so that arrivals do not change the ops."""
-        rate = self.workload.target if rate_per_s is None else float(rate_per_s)
-        if not rate > 0:
-            raise ValueError(f"interarrivals need a rate > 0 ops/s, got {rate} (target=0 is a closed loop)")
-        out = np.empty(int(n), np.float64)
-        g.interarrivals_ns(self._arrival_rng, rate, out)
-        return out
+        return g.arrival_gaps(self._arrival_rng, n, self.workload.target if rate_per_s is None else rate_per_s)
 
     def statistics(self) -> StressStreamStats:
         c = self._counts.tolist()
