@@ -613,23 +613,18 @@ class Coroutine:
         failure waits a truncated exponential back-off before returning, so the caller's retry
         is delayed. With conflict avoidance off it is a plain CAS and sync."""
         h = self.cas(addr, expected, desired)
-        yield self.sync()
-        old = h.value
-        ok = old == expected
-        if self.thread._conflict is None:
-            self._count_cas(ok)
-            return ok, old
-        delay = self._after_cas(ok)
-        if delay:
-            yield delay
-        return ok, old
+        return (yield from self._backoff_after(h, expected, _U64))
 
     def backoff_masked_cas(self, addr: int, compare: int, swap: int, compare_mask: int, swap_mask: int):
         """:meth:`backoff_cas` for a masked CAS: it succeeded when the compared bits matched."""
         h = self.masked_cas(addr, compare, swap, compare_mask, swap_mask)
+        return (yield from self._backoff_after(h, compare, compare_mask))
+
+    def _backoff_after(self, h: Handle, compare: int, mask: int):
+        """Sync a queued CAS, then back off if its compared bits (``mask``) did not match."""
         yield self.sync()
         old = h.value
-        ok = (old & compare_mask) == (compare & compare_mask)
+        ok = (old & mask) == (compare & mask)
         if self.thread._conflict is None:
             self._count_cas(ok)
             return ok, old
