@@ -20,10 +20,10 @@ CN, MN = 0, 1          # node indices: compute c0, memory m0
 
 
 @contextmanager
-def new_fabric(prefix=None):
+def new_fabric(prefix=None, *, profile=None, compute_mem: int = 16 << 20, mem: int = MEM):
     """A compute node c0 and an exposed memory node m0; closed on exit."""
-    f = Fabric.create(rack_profile(), [NodeSpec("c0", "compute", 16 << 20), NodeSpec("m0", "memory", MEM)],
-                      prefix=prefix)
+    f = Fabric.create(profile or rack_profile(), [NodeSpec("c0", "compute", compute_mem),
+                                                  NodeSpec("m0", "memory", mem)], prefix=prefix)
     try:
         f.expose("m0")
         yield f

@@ -5,31 +5,24 @@ virtual times recorded before the switches existed."""
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import numpy as np
 import pytest
 
 from nodes.runtime.env import Environment
 from shm.coro import NodeRdma
-from shm.fabric import Fabric, NodeSpec, gaddr
+from shm.fabric import gaddr
 from shm.profile import load_profile
 from shm.smart import ConflictController, SmartConfig, WrTuner
 from shm.verbs import VerbsHost
+from tests.test_coro import new_fabric as coro_fabric
 
 MN = 1
 MEM = 16 << 20
 
 
-@contextmanager
 def new_fabric(prefix, mem=MEM):
-    f = Fabric.create(load_profile("cx6-200g"), [NodeSpec("c0", "compute", 32 << 20), NodeSpec("m0", "memory", mem)],
-                      prefix=prefix)
-    try:
-        f.expose("m0")
-        yield f
-    finally:
-        f.close()
+    """test_coro's rig on the cx6-200g profile (SMART's testbed)."""
+    return coro_fabric(prefix, profile=load_profile("cx6-200g"), compute_mem=32 << 20, mem=mem)
 
 
 @pytest.fixture
