@@ -40,8 +40,6 @@ from nodes.systems.sherman.layout import (
 )
 from nodes.systems.smart_ht import SCALED_TUNER
 
-WHERE = "system 'smart-bt'"
-
 SPEC_FIELDS = (
     "spec_hits",            # gets answered by the one-line READ
     "spec_misses",          # gets whose key was not in the speculative cache
@@ -198,19 +196,7 @@ class SmartBTSystem(ShermanSystem):
         Option("lock_backoff", False, "HOCL's remote lock CAS goes through SMART's backoff_masked_cas (feeding "
                "the back-off and coroutine throttling's retry rate) instead of Sherman's own retry"),
     )
-
-    @classmethod
-    def setup(cls, fabric, memory_nodes: list[int], options: dict, capacity: int) -> dict:
-        cls.check_options(dict(options or {}), WHERE)      # errors name smart-bt, not sherman
-        return super().setup(fabric, memory_nodes, options, capacity)
-
-    @classmethod
-    def client(cls, fabric, layout: dict, thread, options: dict) -> SmartBTClient:
-        from nodes.systems.sherman.system import LAYOUT_FORMAT
-        if layout.get("system") != cls.name or layout.get("format") != LAYOUT_FORMAT:
-            raise SystemError_(f"SMART-BT: layout is not a SMART-BT layout of format {LAYOUT_FORMAT}: "
-                               f"{layout.get('system')!r}/{layout.get('format')!r}")
-        return SmartBTClient(fabric, layout, thread, cls.check_options(dict(options or {}), WHERE))
+    client_class = SmartBTClient
 
 
 __all__ = ["SmartBTSystem", "SmartBTClient", "SmartBTStats", "SpecCache", "SPEC_FIELDS"]

@@ -10,7 +10,6 @@ from .hocl import FIELD_BITS, FIELDS_PER_WORD
 from .layout import MAX_NODE, NODE_BYTES, leaf_image, pack_root
 
 LAYOUT_FORMAT = 1
-WHERE = "system 'sherman'"
 
 
 class ShermanSystem(System):
@@ -22,6 +21,7 @@ class ShermanSystem(System):
              "SIGMOD'22 (per-line versions as SMART's Sherman+)")
     roles = ("compute", "memory")
     supports_scan = True
+    client_class = ShermanClient        # SMART-BT plugs in its own client here
     options = (
         Option("chunk_bytes", 1 << 20, "bytes of the chunks a client obtains from a memory node (one RPC each) "
                "and carves tree nodes and value blocks out of", minimum=4096, maximum=1 << 30),
@@ -37,7 +37,7 @@ class ShermanSystem(System):
     def setup(cls, fabric, memory_nodes: list[int], options: dict, capacity: int) -> dict:
         """Expose the memory nodes, carve a HOCL lock table out of each one's NIC device memory,
         and put the root word and an empty root leaf on the first memory node."""
-        opts = cls.check_options(dict(options or {}), WHERE)
+        opts = cls.check_options(dict(options or {}), cls.where())
         mns = [fabric.node_index(m) for m in memory_nodes]
         if not mns:
             raise SystemError_("Sherman needs at least one memory node")
@@ -78,8 +78,14 @@ class ShermanSystem(System):
         }
 
     @classmethod
+    def where(cls) -> str:
+        """How option errors name this system (a subclass names itself, not Sherman)."""
+        return f"system {cls.name!r}"
+
+    @classmethod
     def client(cls, fabric, layout: dict, thread, options: dict) -> ShermanClient:
+        name = cls.client_class.NAME
         if layout.get("system") != cls.name or layout.get("format") != LAYOUT_FORMAT:
-            raise SystemError_(f"Sherman: layout is not a Sherman layout of format {LAYOUT_FORMAT}: "
+            raise SystemError_(f"{name}: layout is not a {name} layout of format {LAYOUT_FORMAT}: "
                                f"{layout.get('system')!r}/{layout.get('format')!r}")
-        return ShermanClient(fabric, layout, thread, cls.check_options(dict(options or {}), WHERE))
+        return cls.client_class(fabric, layout, thread, cls.check_options(dict(options or {}), cls.where()))
