@@ -149,18 +149,26 @@ class RaceClient(KVClient):
             self.fp_false_positives += 1
         return v
 
+    def read_buckets(self, co, h: int):
+        """Generator: READ the key's two combined buckets (with any verbs queued before) and scan
+        them; returns ``(probe, scan result)``, re-reading the directory while a bucket header
+        says the cached one is stale."""
+        for _ in range(RETRY_LIMIT):
+            pr = self.queue_buckets(co, h)
+            yield co.sync()
+            r = self.scan_probe(h, pr)
+            if r >= 0:
+                return pr, r
+            yield from self.refresh_directory(co)
+        raise SystemError_(f"RACE: the directory stayed stale for {RETRY_LIMIT} bucket reads")
+
     def find(self, co, key: bytes, h: int):
         """Generator: the committed slot holding ``key``: ``(slot address, slot word, block handle,
         value length)``, or None. Verbs queued before the call (an update's block WRITE) go out
         with the bucket READs. The handle's data is valid until the caller's next yield."""
         out = self._out
         for _ in range(RETRY_LIMIT):
-            pr = self.queue_buckets(co, h)
-            yield co.sync()
-            r = self.scan_probe(h, pr)
-            if r < 0:
-                yield from self.refresh_directory(co)
-                continue
+            pr, r = yield from self.read_buckets(co, h)
             n = r & 63
             cands = None
             for k in range(n):
@@ -194,12 +202,7 @@ class RaceClient(KVClient):
         so a word's answer is final)."""
         out = self._out
         for _ in range(RETRY_LIMIT):
-            pr = self.queue_buckets(co, h)
-            yield co.sync()
-            r = self.scan_probe(h, pr)
-            if r < 0:
-                yield from self.refresh_directory(co)
-                continue
+            pr, r = yield from self.read_buckets(co, h)
             n = r & 63
             nb, off_a, off_b = pr[0], pr[1], pr[2]
             others = []
