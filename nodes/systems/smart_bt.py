@@ -34,7 +34,7 @@ from nodes.systems.api import Option, SystemError_
 from nodes.systems.sherman import ShermanClient, ShermanSystem
 from nodes.systems.sherman.cache import shared
 from nodes.systems.sherman.client import RETRY_LIMIT, ShermanStats
-from nodes.systems.sherman.hocl import FIELD_MASK, LocalLock
+from nodes.systems.sherman.hocl import FIELD_MASK
 from nodes.systems.sherman.layout import (
     LINE, LINE_HEAD, NODE_BYTES, OUT_OF_LINE, REF, USED, key_int,
 )
@@ -117,22 +117,9 @@ class SmartBTClient(ShermanClient):
         return (yield from super().read_root(co))
 
     # -- HOCL remote tier through SMART's back-off CAS ----------------------------------------------
-    def acquire(self, co, lock):
+    def remote_acquire(self, co, lock):
         if not self.lock_backoff:
-            return (yield from super().acquire(co, lock))
-        held = self.locks.held
-        ll = held.get(lock)
-        if ll is not None:
-            self.local_lock_waits += 1
-            ev = self.env.event()
-            ll.waiters.append(ev)
-            co.post()
-            handed = yield ev
-            if handed:
-                self.handovers += 1
-                return
-        else:
-            held[lock] = LocalLock()
+            return (yield from super().remote_acquire(co, lock))
         word, shift = lock
         mask = FIELD_MASK << shift
         mine = self.tag << shift

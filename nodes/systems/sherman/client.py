@@ -237,6 +237,11 @@ class ShermanClient(KVClient):
                 return
         else:
             held[lock] = LocalLock()
+        yield from self.remote_acquire(co, lock)
+
+    def remote_acquire(self, co, lock):
+        """Generator: HOCL's remote tier: masked CAS on the lock's 16-bit field in NIC memory,
+        with Sherman's own back-off after the first few failures."""
         word, shift = lock
         mask = FIELD_MASK << shift
         mine = self.tag << shift
@@ -248,7 +253,7 @@ class ShermanClient(KVClient):
             self.remote_lock_retries += 1
             if attempt >= 2:
                 yield self._rng.randrange(self._backoff_ns, 2 * self._backoff_ns)
-        raise SystemError_(f"Sherman: lock {word:#x}>>{shift} not acquired after {RETRY_LIMIT} tries")
+        raise SystemError_(f"{self.NAME}: lock {word:#x}>>{shift} not acquired after {RETRY_LIMIT} tries")
 
     def release(self, co, lock):
         """Generator: release ``lock`` after the write-back verbs already queued on ``co``: hand it
