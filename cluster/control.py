@@ -128,4 +128,4 @@ class SharedInsertSequence:
         return self.block.get(F_INSERT_ACKED)
 
     def acknowledge(self, n: int = 1) -> None:
-        self.block.add(F_INSERT_ACKED, 1)
+        self.block.add(F_INSERT_ACKED, n)
