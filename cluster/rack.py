@@ -23,7 +23,7 @@ from cluster.control import F_DONE, F_LOADED, F_STEP, F_STEP_VSTART, ControlBloc
 from cluster.stats import STATE_DONE, ProcInfo, StatsPlane
 from nodes.compute import ComputeNode, PlanStep
 from nodes.history import HistoryLog
-from nodes.manager import ColocatedLink, Manager, MSG_START
+from nodes.manager import MSG_DONE, MSG_START, ColocatedLink, Manager
 from nodes.runtime.env import Environment
 from nodes.runtime.sync import ClockTable
 from nodes.systems import get_system
@@ -193,7 +193,6 @@ def make_compute(state: RackState, env, host, name: str, send, recorder) -> Comp
     latency = spec.profile.link.one_way_ns
 
     def on_done(step: int, end: int, ops: int) -> None:
-        from nodes.manager import MSG_DONE
         send(manager_addr, end + latency, (MSG_DONE, step, end, ops))
 
     smart = spec.smart_config(getattr(c.system, "smart_defaults", None))

@@ -88,7 +88,7 @@ class Supervisor:
         self.console = console
         self.compiled = compile_scenario(scenario)
         self.state: RackState | None = None
-        self.procs: list = []
+        self.procs_by_slot: dict = {}       # fabric slot -> multiprocessing.Process
         self.deaths: list[NodeDeath] = []
         self.stop_reason = ""
         self.results = None
@@ -96,9 +96,13 @@ class Supervisor:
         self._signal = None
         self._tracebacks: dict[str, str] = {}
 
+    @property
+    def procs(self) -> list:
+        return list(self.procs_by_slot.values())
+
     def statistics(self) -> SupervisorStats:
         alive = sum(1 for p in self.procs if p.is_alive())
-        return SupervisorStats(len(self.procs), alive, tuple(self.deaths), self.stop_reason,
+        return SupervisorStats(len(self.procs_by_slot), alive, tuple(self.deaths), self.stop_reason,
                                time.monotonic() - self._t0)
 
     def say(self, text: str) -> None:
@@ -157,9 +161,7 @@ class Supervisor:
             p = _CTX.Process(target=node_main, args=(self.state, slot, me, run_dir), name=f"dmrack-{decl.name}",
                              daemon=True)
             p.start()
-            self.procs.append((slot, p))
-        self.procs_by_slot = dict(self.procs)
-        self.procs = [p for _, p in self.procs]
+            self.procs_by_slot[slot] = p
 
     # -- watching ----------------------------------------------------------------------------------
     def _open_view(self):
