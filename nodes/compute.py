@@ -370,6 +370,8 @@ class ComputeNode:
                 t.idle()
             for t in self.threads[before:self.active_threads]:
                 t.resume()
+            if self.active_threads != before:
+                self.rdma.restart_conflict_avoidance()
         elif knob == "coroutines":
             self.active_coroutines = max(1, min(int(value), len(self.coroutines[0])))
         else:

@@ -119,9 +119,26 @@ class NodeRdma:
         self.smart: SmartConfig | None = cfg if cfg.enabled else None   # None: every switch off
         self._node_tuner = WrTuner(cfg.candidates, cfg.delta_ns, cfg.hold) \
             if cfg.throttle == "adaptive" and cfg.tuner_scope == "node" else None
+        self._node_conflict = ConflictController(cfg, 1) \
+            if cfg.retry_scope == "node" and (cfg.backoff or cfg.coro_throttle) else None
         self.threads: list[RdmaThread] = []
         self._shared_ctx: Context | None = None
         self._shared_qps: dict[int, list[QP]] = {}
+
+    def restart_conflict_avoidance(self) -> None:
+        """Restart every retry-rate controller of the node (t_max and c_max back to their start):
+        a compute node calls this when its number of active threads changes, since the limits
+        learnt under one concurrency do not carry to another (SMART's artifact runs each thread
+        count in a fresh process). Operations waiting for a coroutine slot are admitted."""
+        seen = set()
+        for t in self.threads:
+            ctl = t._conflict
+            if ctl is not None and id(ctl) not in seen:
+                seen.add(id(ctl))
+                ctl.restart()
+        for t in self.threads:
+            if t._coro_throttle and t._op_waiters:
+                t._admit()
 
     def _context(self) -> Context:
         if self._shared_ctx is None:
@@ -198,8 +215,8 @@ class RdmaThread:
             self._wr_cmax = self._tuner.current
         self._wr_queue: deque = deque()        # (coroutine, dst, items) waiting for credits
         self._wr_out = self._wr_out_peak = self._wr_queued = self._deferred = 0
-        self._conflict = ConflictController(cfg, 1) if cfg is not None and (cfg.backoff or cfg.coro_throttle) \
-            else None
+        self._conflict = (owner._node_conflict or ConflictController(cfg, 1)) \
+            if cfg is not None and (cfg.backoff or cfg.coro_throttle) else None
         self._coro_throttle = cfg is not None and cfg.coro_throttle
         self._ops_running = 0
         self._op_waiters: deque = deque()
@@ -224,8 +241,10 @@ class RdmaThread:
 
     def coroutine(self) -> "Coroutine":
         self._coros += 1
-        if self._conflict is not None:
-            self._conflict.set_upper(self._coros)
+        ctl = self._conflict
+        if ctl is not None:
+            # a node-scope controller bounds c_max by the largest thread's coroutine count
+            ctl.set_upper(max(ctl.c_upper, self._coros) if ctl is self.owner._node_conflict else self._coros)
             self._admit()
         return Coroutine(self)
 
@@ -311,6 +330,8 @@ class RdmaThread:
     def op_end(self) -> None:
         """The operation started by :meth:`op_begin` has returned."""
         self._ops_running -= 1
+        if self._conflict is not None:
+            self._conflict.op_done(self.env.now)
         if self._op_waiters:
             self._admit()
 
@@ -644,8 +665,11 @@ class Coroutine:
         thr = self.thread
         self._count_cas(ok)
         ctl = thr._conflict
-        if ctl.record(self.env.now, ok) and thr._coro_throttle and thr._op_waiters:
-            thr._admit()                 # c_max may have grown
+        if ctl.record(self.env.now, ok) and thr._coro_throttle:
+            # c_max may have grown: for a node-scope controller, in every thread of the node
+            for t in (thr.owner.threads if ctl is thr.owner._node_conflict else (thr,)):
+                if t._op_waiters:
+                    t._admit()
         if ok:
             self._bo_fail = 0
             return 0

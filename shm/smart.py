@@ -51,11 +51,14 @@ class SmartConfig:
     backoff: bool = False                 # truncated exponential back-off after a failed backoff_cas
     t0_cycles: int = 4096                 # back-off unit t0 (paper: 4096 cycles, about one round trip)
     max_exp: int = 10                     # t_M = 2**max_exp * t0 (paper: 2**10)
-    t_max_cycles: int | None = None       # initial t_max (default t_M); fixed when dyn_limit is off
+    t_max_cycles: int | None = None       # initial t_max (default: t0 with dyn_limit, else t_M)
     dyn_limit: bool = True                # adapt t_max by the retry rate (paper's +DynLimit)
     jitter: str = "paper"                 # "paper": min(t0 2^i, t_max) + U[0, t0); "full": U[0, min(t0 2^i, t_max))
     coro_throttle: bool = False           # at most c_max concurrent operations per thread
     window_ns: int = 1_000_000            # retry-rate sampling window (paper: every millisecond)
+    retry_scope: str = "thread"           # "thread": each thread measures its own retry rate (the paper);
+    #                                       "node": one controller counts every thread's retries and
+    #                                       operations and sets t_max and c_max for all (scaled windows)
     gamma_low: float = 0.1                # γ_L
     gamma_high: float = 0.5               # γ_H
 
@@ -75,6 +78,8 @@ class SmartConfig:
             raise ValueError(f"smart.max_exp must be in 0..40, got {self.max_exp!r}")
         if self.tuner_scope not in ("thread", "node"):
             raise ValueError(f"smart.tuner_scope must be 'thread' or 'node', got {self.tuner_scope!r}")
+        if self.retry_scope not in ("thread", "node"):
+            raise ValueError(f"smart.retry_scope must be 'thread' or 'node', got {self.retry_scope!r}")
         if self.jitter not in ("paper", "full"):
             raise ValueError(f"smart.jitter must be 'paper' or 'full', got {self.jitter!r}")
         if not 0 <= self.gamma_low <= self.gamma_high <= 1:
@@ -182,27 +187,43 @@ class WrTuner:
 
 class ConflictController:
     """§4.3's retry-rate controller of one thread: the back-off limit ``t_max`` (cycles) and the
-    coroutine cap ``c_max``, adapted once per window from γ = failed / total ``backoff_cas``.
+    coroutine cap ``c_max``, adapted once per window from the retry rate.
+
+    The retry rate follows SMART's artifact (``sds::Backoff``): γ = retries / (retries +
+    operations completed) in the window, where a retry is a failed ``backoff_cas`` and an
+    operation is an ``op_begin``/``op_end`` pair; so γ > γ_H = 0.5 means more than one retry per
+    operation, γ < γ_L = 0.1 fewer than one per nine. As there, the window is closed by the first
+    retry after ``window_ns`` (a thread without retries keeps its limits), and ``t_max`` starts
+    at ``t0`` when it is adapted (``t_max_cycles`` overrides the start).
 
     With coroutine throttling, ``c_max`` moves first (halved above γ_H, doubled below γ_L, within
     ``1..c_upper``) and ``t_max`` only moves once ``c_max`` sits at the bound in that direction
     (the paper: "t_max is only updated if c_max reaches the lower or upper bound")."""
 
-    __slots__ = ("cfg", "t0", "t_m", "t_max", "c_max", "c_upper", "win_start", "win_total", "win_failed",
+    __slots__ = ("cfg", "t0", "t_m", "t_max", "c_max", "c_upper", "win_start", "win_ops", "win_failed",
                  "gamma", "windows", "total", "failed")
 
     def __init__(self, cfg: SmartConfig, c_upper: int = 1):
         self.cfg = cfg
         self.t0 = cfg.t0_cycles
         self.t_m = cfg.t0_cycles << cfg.max_exp
-        self.t_max = cfg.t_max_cycles if cfg.t_max_cycles is not None else self.t_m
         self.c_upper = max(1, c_upper)
-        self.c_max = self.c_upper
-        self.win_start = None
-        self.win_total = self.win_failed = 0
-        self.gamma = None
         self.windows = 0
         self.total = self.failed = 0
+        self.restart()
+
+    def restart(self) -> None:
+        """Back to the starting limits with an empty window (counters kept), as a freshly
+        started SMART process: the workload's regime changed (``set threads``)."""
+        cfg = self.cfg
+        if cfg.t_max_cycles is not None:
+            self.t_max = cfg.t_max_cycles
+        else:
+            self.t_max = self.t0 if cfg.dyn_limit else self.t_m
+        self.c_max = self.c_upper
+        self.win_start = None
+        self.win_ops = self.win_failed = 0
+        self.gamma = None
 
     def set_upper(self, c_upper: int) -> None:
         """The number of coroutines changed: the bound of c_max follows (c_max keeps its value
@@ -212,19 +233,26 @@ class ConflictController:
             self.c_max = c_upper
         self.c_upper = c_upper
 
+    def op_done(self, now: int) -> None:
+        """An operation (``op_end``) completed at ``now``."""
+        if self.win_start is None:
+            self.win_start = now
+        self.win_ops += 1
+
     def record(self, now: int, ok: bool) -> bool:
         """A ``backoff_cas`` finished at ``now``; returns True when a window closed (and the
         limits may have changed)."""
         self.total += 1
-        self.failed += not ok
         if self.win_start is None:
             self.win_start = now
-        self.win_total += 1
-        self.win_failed += not ok
+        if ok:
+            return False
+        self.failed += 1
+        self.win_failed += 1
         if now - self.win_start < self.cfg.window_ns:
             return False
-        self.adapt(self.win_failed / self.win_total)
-        self.win_start, self.win_total, self.win_failed = now, 0, 0
+        self.adapt(self.win_failed / (self.win_failed + self.win_ops))
+        self.win_start, self.win_ops, self.win_failed = now, 0, 0
         return True
 
     def adapt(self, gamma: float) -> None:

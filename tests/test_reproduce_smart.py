@@ -32,6 +32,10 @@ def test_fig14_counts_retries():
     retries = {r.series: r.emulated for r in rows if r.metric == "retries / update"}
     assert set(retries) == {"w/o ConflictAvoid", "+Backoff", "+CoroThrot (SMART-HT)"}
     assert all(v is not None and v >= 0 for v in retries.values())
+    retried = {r.series: r.emulated for r in rows if r.metric == "% updates retried"}
+    assert set(retried) == set(retries) and all(0 <= v <= 100 for v in retried.values())
+    # an update that retried counted at least one retry
+    assert all(retried[k] / 100 <= retries[k] + 1e-9 for k in retries)
 
 
 def test_registry_lists_every_experiment():

@@ -214,7 +214,7 @@ def test_backoff_cas_waits_only_on_failure(prefix):
     assert ok and t_ok_on == t_ok                              # success: no wait
     (ok, _), t_fail_on, st = one({"backoff": True}, 4)
     assert not ok and t0_ns <= t_fail_on - t_ok < 2 * t0_ns    # t0 + Rand(t0)
-    assert st.backoffs == 1 and st.backoff_ns == t_fail_on - t_ok and st.t_max_ns == round(4096 * 1024 / 2.4)
+    assert st.backoffs == 1 and st.backoff_ns == t_fail_on - t_ok and st.t_max_ns == round(4096 / 2.4)   # adapted: starts at t0
 
 
 def test_backoff_doubles_up_to_t_max_and_resets_on_success():
@@ -222,7 +222,7 @@ def test_backoff_doubles_up_to_t_max_and_resets_on_success():
     ctl = ConflictController(cfg)
     assert [ctl.backoff_cycles(i, 0.0) for i in range(5)] == [4096, 8192, 16384, 16384, 16384]
     assert ctl.backoff_cycles(0, 0.5) == 4096 + 2048
-    full = ConflictController(SmartConfig(backoff=True, jitter="full"))
+    full = ConflictController(SmartConfig(backoff=True, jitter="full", dyn_limit=False))
     assert full.backoff_cycles(2, 0.5) == 8192
 
 
@@ -235,13 +235,24 @@ def test_retry_rate_moves_t_max_between_t0_and_t_m():
     for _ in range(20):
         ctl.adapt(1.0)
     assert ctl.t_max == 4096 << 10
-    # through record(): 3 failures of 4 in a window of 1 µs -> γ = 0.75 > γ_H
-    ctl2 = ConflictController(cfg)
-    assert not any(ctl2.record(t, ok) for t, ok in ((0, False), (300, False), (600, True), (900, False)))
-    assert ctl2.record(1000, False) and ctl2.gamma == 0.8 and ctl2.t_max == 8192
+    # through record() and op_done(): γ = retries / (retries + operations), as SMART's artifact;
+    # the window closes at the first retry after window_ns
+    ctl2 = ConflictController(SmartConfig(backoff=True, window_ns=1000))
+    assert ctl2.t_max == 4096                                  # adapted: starts at t0
+    ctl2.op_done(0)
+    assert not any(ctl2.record(t, ok) for t, ok in ((100, False), (300, False), (600, True), (900, False)))
+    ctl2.op_done(950)
+    assert not ctl2.record(1200, True)                         # a success never closes a window
+    assert ctl2.record(1300, False) and ctl2.gamma == 4 / 6 and ctl2.t_max == 8192
+    ctl2.op_done(1400)
+    ctl2.op_done(1500)
+    for t in range(1600, 2300, 100):
+        ctl2.op_done(t)
+    assert ctl2.record(2400, False) and ctl2.gamma == 1 / 10 and ctl2.t_max == 8192   # dead band
     fixed = ConflictController(SmartConfig(backoff=True, dyn_limit=False, t_max_cycles=8192))
     fixed.adapt(1.0)
     assert fixed.t_max == 8192
+    assert ConflictController(SmartConfig(backoff=True, dyn_limit=False)).t_max == 4096 << 10   # fixed: t_M
 
 
 def test_coroutine_throttling_moves_c_max_before_t_max():
@@ -253,6 +264,36 @@ def test_coroutine_throttling_moves_c_max_before_t_max():
         steps.append((ctl.c_max, ctl.t_max))
     assert steps == [(4, 4096), (2, 4096), (1, 4096), (1, 8192), (1, 16384),
                      (2, 16384), (4, 16384), (8, 16384), (8, 8192), (8, 4096), (8, 4096)]
+
+
+def test_restart_returns_to_the_starting_limits():
+    ctl = ConflictController(SmartConfig(backoff=True, coro_throttle=True), c_upper=8)
+    for _ in range(5):
+        ctl.adapt(0.9)
+    assert (ctl.c_max, ctl.t_max) == (1, 4 * 4096)
+    ctl.restart()
+    assert (ctl.c_max, ctl.t_max, ctl.gamma, ctl.windows) == (8, 4096, None, 5)
+
+
+def test_node_restart_admits_waiting_operations(fab):
+    env, node = node_of(fab, {"coro_throttle": True})
+    thr = node.thread()
+    cos = [thr.coroutine() for _ in range(4)]
+    thr._conflict.c_max = 1
+    started = []
+
+    def op(co, i):
+        yield from thr.op_begin(co)
+        started.append((i, env.now))
+        yield 1_000
+        thr.op_end()
+
+    for i, co in enumerate(cos):
+        env.process(op(co, i))
+    env.schedule(10, node.restart_conflict_avoidance)
+    env.run()
+    assert started[0] == (0, 0) and sorted(t for _, t in started[1:]) == [10, 10, 10]
+    assert thr.smart_statistics().c_max_ops == 4
 
 
 def test_t_max_grows_under_contention_on_one_word(fab):
@@ -282,6 +323,37 @@ def test_t_max_grows_under_contention_on_one_word(fab):
     assert sum(s.retries for s in st) > 0 and all(s.backoff_cas == 2 * per + s.retries for s in st)
     assert max(s.t_max_ns for s in st) > round(4096 / 2.4)
     assert all(s.windows >= 1 for s in st)
+
+
+def test_node_scope_shares_one_retry_rate_controller(fab):
+    """retry_scope = "node": every thread of the node counts into one controller, so t_max and
+    c_max are the same everywhere; increments on one contended word still land exactly once."""
+    smart = {"backoff": True, "coro_throttle": True, "window_ns": 5_000, "retry_scope": "node"}
+    env, node = node_of(fab, smart)
+    word = gaddr(MN, fab.allocate("m0", 64))
+    threads = [node.thread() for _ in range(3)]
+
+    def incr(thr, co):
+        for _ in range(10):
+            cur = 0
+            while True:
+                yield from thr.op_begin(co)
+                ok, old = yield from co.backoff_cas(word, cur, cur + 1)
+                thr.op_end()
+                if ok:
+                    break
+                cur = old
+
+    for thr in threads:
+        for _ in range(4):
+            env.process(incr(thr, thr.coroutine()))
+    env.run()
+    assert int(fab.memory[MN].host64[(word & ((1 << 48) - 1)) // 8]) == 3 * 4 * 10
+    assert len({id(t._conflict) for t in threads}) == 1 and threads[0]._conflict.c_upper == 4
+    st = [t.smart_statistics() for t in threads]
+    assert len({(s.t_max_ns, s.c_max_ops, s.windows) for s in st}) == 1 and st[0].windows >= 1
+    with pytest.raises(ValueError, match="retry_scope"):
+        SmartConfig(retry_scope="rack")
 
 
 def test_coroutine_throttling_limits_concurrent_operations(fab):

@@ -59,6 +59,7 @@ class RaceStats(NamedTuple):
     updates: int
     deletes: int
     cas_retries: int           # slot CASes that failed and made the op re-read and retry
+    updates_retried: int       # updates that needed at least one retry (SMART §3.3: 67.9 %)
     insert_conflicts: int      # insert rounds that met another insert's tentative copy of the key
     stale_aborts: int          # abandoned tentative copies (of crashed clients) aborted by an insert
     dir_refreshes: int         # directory re-reads after a bucket header showed the cache stale
@@ -101,12 +102,13 @@ class RaceClient(KVClient):
         self._rng = random.Random((node << 20) ^ thread.index ^ 0x5ACE)
         self.gets = self.inserts = self.updates = self.deletes = 0
         self.cas_retries = self.insert_conflicts = self.dir_refreshes = self.stale_aborts = 0
+        self.updates_retried = 0
         self.blocks_read = self.fp_false_positives = self.torn_blocks = 0
 
     # -- statistics ------------------------------------------------------------------------
     def statistics(self) -> RaceStats:
         a = self.alloc
-        return RaceStats(self.gets, self.inserts, self.updates, self.deletes, self.cas_retries,
+        return RaceStats(self.gets, self.inserts, self.updates, self.deletes, self.cas_retries, self.updates_retried,
                          self.insert_conflicts, self.stale_aborts, self.dir_refreshes, self.blocks_read, self.fp_false_positives,
                          self.torn_blocks, a.chunks, a.blocks, a.freed)
 
@@ -293,6 +295,7 @@ class RaceClient(KVClient):
             swapped, _ = yield from co.backoff_cas(slot, old, new)
             if swapped:
                 self.alloc.free(old)              # the replaced block (not reused yet)
+                self.updates_retried += attempt > 0
                 return True
             self.cas_retries += 1
             yield from self.cas_failed(co, attempt)
