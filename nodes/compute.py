@@ -82,6 +82,7 @@ class ComputeNode:
         self.fabric = host.fabric
         self.rdma = NodeRdma(host, node, policy=qp_policy, buffer_bytes=buffer_bytes, smart=smart)
         self.threads = [self.rdma.thread() for _ in range(threads)]
+        self.smart_at_step_end: dict = {}   # plan step index -> active threads' SmartStats at its end
         self.clients = [system.client(self.fabric, layout, t, options) for t in self.threads]
         self.coroutines = [[t.coroutine() for _ in range(coroutines)] for t in self.threads]
         self.active_threads = threads
@@ -156,6 +157,9 @@ class ComputeNode:
         if step.action == "load":
             self.loaded_before += step.count
         self.recorder.end_step(self.env.now)
+        if step.action == "run" and self.rdma.smart is not None:
+            # SMART's controller state as the step ended (t_max, c_max, C_max move during the run)
+            self.smart_at_step_end[step_index] = tuple(t.smart_statistics() for t in self.threads[:self.active_threads])
         self.on_done(step_index, self.env.now, self.ops)
 
     def stop(self) -> None:
