@@ -90,7 +90,8 @@ def fig5(quick: bool, progress) -> list[Row]:
 def _ycsb_rack(system: str, workload: str, threads: tuple[int, ...], *, records: int, warm_ms: float,
                measure_ms: float, **scenario):
     """Like :func:`cluster.bench_ycsb.measure` but keeps the rack, so the clients' and threads'
-    statistics can be read after the run. Returns (points, rack).
+    statistics can be read after the run. Returns (points, rack); a point's ``plan_step`` is its
+    measured step in the rack's plan (``ComputeNode.smart_at_step_end`` is keyed by it).
 
     ``mops`` is the operations issued in the measured step over its window (``measure_ms``): a
     timed run step ends with its window, and an operation that returns later is still counted in
@@ -109,7 +110,7 @@ def _ycsb_rack(system: str, workload: str, threads: tuple[int, ...], *, records:
         step = by_index[5 + 3 * k]
         every = next(kf for kf in step.kinds if kf.kind == "all")
         points.append({"threads": t, "mops": step.ops / (measure_ms * 1e3), "p50_us": every.p50_us,
-                       "p99_us": every.p99_us, "ops": step.ops})
+                       "p99_us": every.p99_us, "ops": step.ops, "plan_step": step.index - 1})
     return points, rack
 
 
@@ -364,9 +365,9 @@ def fig14(quick: bool, progress, *, threads=None, records=None, warm_ms=None, me
             upd = sum(s.updates for s in stats)
             retries = sum(s.cas_retries for s in stats)
             retried = sum(s.updates_retried for s in stats)
-            # SMART's state as the measured window ended (the rack's step 5 is plan step 4): after the
-            # run, draining stragglers would have moved t_max and c_max again
-            sm = [st for n in rack.nodes for st in n.smart_at_step_end.get(4, ())]
+            # SMART's state as the measured window ended: after the run, draining stragglers would
+            # have moved t_max and c_max again
+            sm = [st for n in rack.nodes for st in n.smart_at_step_end.get(p["plan_step"], ())]
             tmax = [s.t_max_ns for s in sm if s.t_max_ns is not None]
             cmax = [s.c_max_ops for s in sm if s.c_max_ops is not None]
             per = retries / upd if upd else None

@@ -130,15 +130,14 @@ class NodeRdma:
         a compute node calls this when its number of active threads changes, since the limits
         learnt under one concurrency do not carry to another (SMART's artifact runs each thread
         count in a fresh process). Operations waiting for a coroutine slot are admitted."""
-        seen = set()
+        if self._node_conflict is not None:
+            self._node_conflict.restart()
+        else:
+            for t in self.threads:
+                if t._conflict is not None:
+                    t._conflict.restart()
         for t in self.threads:
-            ctl = t._conflict
-            if ctl is not None and id(ctl) not in seen:
-                seen.add(id(ctl))
-                ctl.restart()
-        for t in self.threads:
-            if t._coro_throttle and t._op_waiters:
-                t._admit()
+            t._admit()
 
     def _context(self) -> Context:
         if self._shared_ctx is None:
@@ -247,6 +246,10 @@ class RdmaThread:
             ctl.set_upper(max(ctl.c_upper, self._coros) if ctl is self.owner._node_conflict else self._coros)
             self._admit()
         return Coroutine(self)
+
+    def _conflict_sharers(self):
+        """The threads whose operations this thread's retry-rate controller governs."""
+        return self.owner.threads if self._conflict is self.owner._node_conflict else (self,)
 
     # -- doorbell sharing -------------------------------------------------------------------------
     def idle(self) -> None:
@@ -666,10 +669,8 @@ class Coroutine:
         self._count_cas(ok)
         ctl = thr._conflict
         if ctl.record(self.env.now, ok) and thr._coro_throttle:
-            # c_max may have grown: for a node-scope controller, in every thread of the node
-            for t in (thr.owner.threads if ctl is thr.owner._node_conflict else (thr,)):
-                if t._op_waiters:
-                    t._admit()
+            for t in thr._conflict_sharers():       # c_max may have grown
+                t._admit()
         if ok:
             self._bo_fail = 0
             return 0

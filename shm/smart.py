@@ -201,7 +201,7 @@ class ConflictController:
     (the paper: "t_max is only updated if c_max reaches the lower or upper bound")."""
 
     __slots__ = ("cfg", "t0", "t_m", "t_max", "c_max", "c_upper", "win_start", "win_ops", "win_failed",
-                 "gamma", "windows", "total", "failed")
+                 "gamma", "windows")
 
     def __init__(self, cfg: SmartConfig, c_upper: int = 1):
         self.cfg = cfg
@@ -209,11 +209,10 @@ class ConflictController:
         self.t_m = cfg.t0_cycles << cfg.max_exp
         self.c_upper = max(1, c_upper)
         self.windows = 0
-        self.total = self.failed = 0
         self.restart()
 
     def restart(self) -> None:
-        """Back to the starting limits with an empty window (counters kept), as a freshly
+        """Back to the starting limits with an empty window (``windows`` kept), as a freshly
         started SMART process: the workload's regime changed (``set threads``)."""
         cfg = self.cfg
         if cfg.t_max_cycles is not None:
@@ -242,12 +241,10 @@ class ConflictController:
     def record(self, now: int, ok: bool) -> bool:
         """A ``backoff_cas`` finished at ``now``; returns True when a window closed (and the
         limits may have changed)."""
-        self.total += 1
         if self.win_start is None:
             self.win_start = now
         if ok:
             return False
-        self.failed += 1
         self.win_failed += 1
         if now - self.win_start < self.cfg.window_ns:
             return False
