@@ -7,9 +7,9 @@ fewer keys (tens of thousands instead of 100 M), windows of a few virtual millis
 seconds, and fewer points per curve; docs/smart.md says where that moves a figure.
 
 Experiments with skewed updates (fig5, fig7's write-heavy YCSB A, fig14) measure after a warm-up
-of several milliseconds (:data:`CONTENDED_WARM_MS`): an update of a hot key stays in flight while
+of several milliseconds (:data:`CONTENDED_MS`): an update of a hot key stays in flight while
 it retries, so the operations in flight fill up with hot-key updates over milliseconds, and only
-then does throughput settle (RACE's collapse past 8 threads, the conflict-avoidance ablation). The
+then does throughput settle (RACE's update collapse, the conflict-avoidance ablation). The
 paper's 10-second runs measure that settled state; a sub-millisecond window measures the transient
 before it (docs/smart.md, "Contended updates need a long warm-up").
 
@@ -54,11 +54,12 @@ def _renamed(r: Row, experiment: str) -> Row:
 
 UPDATE_ONLY = {"readproportion": 0, "updateproportion": 1}
 
-# Warm-up and window (virtual ms) of experiments with skewed updates, by quick: RACE update-only at
-# 96 threads falls from 3.5 to 1.5 Mops over its first ~15 ms, SMART-HT's ablation settles within
-# ~6 ms (measured with one-millisecond steps; docs/smart.md).
-CONTENDED_WARM_MS = {True: 8.0, False: 20.0}
-CONTENDED_WINDOW_MS = {True: 2.0, False: 5.0}
+# (warm-up, window) in virtual ms by quick, for experiments with skewed updates: RACE update-only
+# at 16 threads settles within ~3 ms, SMART-HT's ablation within ~6 ms, RACE update-only at 96
+# threads falls from 3.5 to 1.5 Mops over its first ~20 ms (one-millisecond steps; docs/smart.md).
+CONTENDED_MS = {True: (8.0, 2.0), False: (20.0, 5.0)}
+# the same for read-heavy and read-only runs, which settle within a fraction of a millisecond
+UNCONTENDED_MS = {True: (0.2, 0.5), False: (0.3, 2.0)}
 
 
 def fig5(quick: bool, progress) -> list[Row]:
@@ -67,7 +68,7 @@ def fig5(quick: bool, progress) -> list[Row]:
     from θ = 0 to 0.99 the median latency grows 1.9x and the p99 78.4x."""
     from cluster.bench_ycsb import measure
     records = 20_000 if quick else 100_000
-    warm, win = CONTENDED_WARM_MS[quick], CONTENDED_WINDOW_MS[quick]
+    warm, win = CONTENDED_MS[quick]
     threads = (1, 4, 8, 16, 32, 64, 96) if quick else (1, 2, 4, 8, 16, 24, 32, 48, 64, 96)
     progress("fig5: RACE updates by thread count")
     pts, _ = measure("race", "a", threads, records=records, warm_ms=warm, measure_ms=win, progress=progress,
@@ -218,10 +219,9 @@ def fig7(quick: bool, progress, *, threads=None, records=None, warm_ms=None, mea
     for w in workloads:
         # YCSB A's updates pile up on hot keys over milliseconds; B's 5 % of updates do not (its
         # hottest key sees ~30 k updates/s, well under the 70-170 k/s one key sustains in fig5/fig14)
-        contended = w == "a"
-        warm = warm_ms if warm_ms is not None else (CONTENDED_WARM_MS[quick] if contended else (0.2 if quick else 0.3))
-        win = measure_ms if measure_ms is not None else (
-            CONTENDED_WINDOW_MS[quick] if contended else (0.5 if quick else 2.0))
+        warm, win = (CONTENDED_MS if w == "a" else UNCONTENDED_MS)[quick]
+        warm = warm_ms if warm_ms is not None else warm
+        win = measure_ms if measure_ms is not None else win
         for system, policy in FIG7_SYSTEMS:
             progress(f"fig7: {system}, YCSB {w.upper()} ({FIG7_WORKLOADS[w]})")
             pts, _ = _ycsb_rack(system, w, tuple(threads), records=records, warm_ms=warm, measure_ms=win,
@@ -360,15 +360,16 @@ def fig14(quick: bool, progress, *, threads=None, records=None, warm_ms=None, me
     """SMART-HT, 100% updates, zipf 0.99, one compute node, by conflict-avoidance configuration
     (adaptive WR throttling and a doorbell per thread in all): throughput, retries per update
     (failed slot CASes / updates, from the RACE clients; counted over warm-up and measurement)
-    and the share of updates that retried at all. The warm-up (:data:`CONTENDED_WARM_MS`) lets
+    and the share of updates that retried at all. The warm-up (:data:`CONTENDED_MS`) lets
     hot-key updates pile up and the retry-rate controller settle.
     Published (§6.3, Fig. 14): with 96 threads 11.5 retries per update without conflict
     avoidance, 1.1 with all of it (93.3 % of updates without a retry); +Backoff keeps retries
     under 1.7; +DynLimit gives 1.6x the throughput of +Backoff; all techniques up to 1.67x
     +Backoff."""
     records = records or (20_000 if quick else 100_000)
-    warm = warm_ms if warm_ms is not None else CONTENDED_WARM_MS[quick]
-    win = measure_ms if measure_ms is not None else CONTENDED_WINDOW_MS[quick]
+    warm, win = CONTENDED_MS[quick]
+    warm = warm_ms if warm_ms is not None else warm
+    win = measure_ms if measure_ms is not None else win
     threads = threads or ((32, 96) if quick else (8, 16, 32, 64, 96))
     configs = configs or FIG14_CONFIGS
     rows, mops = [], {}

@@ -45,7 +45,7 @@ def test_registry_lists_every_experiment():
 
 
 def test_hot_key_updates_pile_up_over_milliseconds():
-    """Why fig5/fig7 A/fig14 warm up for milliseconds (CONTENDED_WARM_MS): under 100 % updates at
+    """Why fig5/fig7 A/fig14 warm up for milliseconds (CONTENDED_MS): under 100 % updates at
     zipf 0.99 an update of a hot key stays in flight while it retries, so the operations in
     flight fill with hot-key updates and RACE's throughput (no back-off) falls well below its
     first millisecond's. Virtual time, co-located: deterministic."""
