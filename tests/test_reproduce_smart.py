@@ -52,9 +52,21 @@ def test_hot_key_updates_pile_up_over_milliseconds():
     from cluster.bench_ycsb import scenario_dict
     from cluster.rack import ColocatedRack
     from cluster.scenario import scenario_from_dict
-    doc = scenario_dict("race", "a", (16,), records=2_000, warm_ms=1.0, measure_ms=1.0, properties=rs.UPDATE_ONLY)
-    doc["step"] = doc["step"][:3] + [{"action": "run", "duration_ms": 1.0}] * 5
+    doc = scenario_dict("race", "a", (16,), records=2_000, warm_ms=1.0, measure_ms=1.0,
+                        properties={**rs.SMART_KEYS, **rs.UPDATE_ONLY})
+    doc["step"] = doc["step"][:3] + [{"action": "run", "duration_ms": 1.0}] * 6
     res = ColocatedRack(scenario_from_dict(doc, source="test")).run()
-    per_ms = [s.ops for s in res.steps if s.index >= 4]      # after set threads 16: five 1 ms runs
-    assert len(per_ms) == 5 and per_ms[0] > 1_000
+    per_ms = [s.ops for s in res.steps if s.index >= 4]      # after set threads 16: six 1 ms runs
+    assert len(per_ms) == 6 and per_ms[0] > 1_000
     assert max(per_ms[-2:]) < 0.5 * per_ms[0], per_ms
+
+
+@pytest.mark.parametrize("props, artifact_mops", [({}, 0.571), (rs.UPDATE_ONLY, 0.237)])
+def test_one_race_thread_runs_the_artifacts_rate(props, artifact_mops):
+    """RACE's per-operation CPU (search_cpu_ns, write_cpu_ns) is calibrated so that one thread with
+    8 coroutines runs SMART's artifact rates: read-only 0.571 Mops (fig8-ycsb-c.csv), update-only
+    0.237 (fig5a.csv). Uniform keys, so no conflict enters; virtual time, deterministic."""
+    from cluster.bench_ycsb import measure
+    (p,), _ = measure("race", "c" if not props else "a", (1,), records=2_000, warm_ms=0.3, measure_ms=1.0,
+                      properties={"requestdistribution": "uniform", **props})
+    assert p["mops"] == pytest.approx(artifact_mops, rel=0.05)

@@ -415,3 +415,15 @@ def test_field_lengths():
                                        "fieldlength": 20})
     v = wl.field_lengths(1, 0).next_batch(2000)
     assert v.min() == 10 and v.max() == 20 and wl.value_size == 200
+
+
+def test_zipfianitems_sets_the_hottest_keys_share():
+    # YCSB draws from 10^10 items (hottest key 1/zeta(10^10) = 3.8 %); SMART's bench from its key
+    # count (10^8 keys: 1/zeta(10^8) = 4.8 %), whatever the number of records loaded.
+    def hottest(props):
+        _, keys, _ = CoreWorkload.preset("c", {"recordcount": 20_000, **props}).stream(5, 0).next_batch(200_000)
+        return np.unique(keys, return_counts=True)[1].max() / len(keys)
+    assert hottest({}) == pytest.approx(1 / 26.469, abs=0.002)
+    assert hottest({"zipfianitems": 100_000_000}) == pytest.approx(0.048, abs=0.002)
+    with pytest.raises(WorkloadError, match=r"property 'zipfianitems' = 1: must be >= 2"):
+        CoreWorkload.preset("c", {"zipfianitems": 1})

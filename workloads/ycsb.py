@@ -119,6 +119,7 @@ _SPECS: dict[str, tuple] = {
     "readmodifywriteproportion": ("float", 0.0, None),
     "requestdistribution": ("choice", DISTRIBUTIONS),
     "zipfianconstant": ("float", None, None),
+    "zipfianitems": ("int", 2, None),
     "minscanlength": ("int", 1, None),
     "maxscanlength": ("int", 1, None),
     "scanlengthdistribution": ("choice", ("uniform", "zipfian")),
@@ -292,6 +293,7 @@ class CoreWorkload:
         if not 0.0 < self.zipfian_constant < 1.0:
             _fail(self._w("zipfianconstant"), "zipfianconstant", self.zipfian_constant,
                   "must be in (0, 1) (YCSB's zipfian generator, after Gray et al., needs 0 < theta < 1)")
+        self.zipfian_items = int(v["zipfianitems"])
         self.min_scan_length = int(v["minscanlength"])
         self.max_scan_length = int(v["maxscanlength"])
         if self.max_scan_length < self.min_scan_length:
@@ -444,9 +446,9 @@ class CoreWorkload:
         if d == "uniform":
             return g.K_UNIFORM, np.array([lo, count], np.int64), np.zeros(1)
         if d == "zipfian":
-            theta = self.zipfian_constant
-            zetan = g.SCRAMBLED_ZETAN if theta == g.ZIPFIAN_CONSTANT else None
-            zp = g.zipfian_params(0, g.SCRAMBLED_ITEM_COUNT, theta, zetan)
+            theta, items = self.zipfian_constant, self.zipfian_items
+            zetan = g.SCRAMBLED_ZETAN if theta == g.ZIPFIAN_CONSTANT and items == g.SCRAMBLED_ITEM_COUNT else None
+            zp = g.zipfian_params(0, items, theta, zetan)
             # ScrambledZipfianGenerator(insertstart, insertstart + insertcount + expectednewkeys)
             return g.K_SCRAMBLED, np.array([lo, count + self.expected_new_keys + 1], np.int64), zp
         if d == "latest":

@@ -45,6 +45,15 @@ from .layout import (
 #: Modelled CPU work (cycles at ``cpu.ghz``): hashing a key (a fixed part plus one cycle per byte).
 HASH_CYCLES = 30
 HASH_CYCLES_PER_BYTE = 1
+#: Modelled CPU ns beyond what the model prices piece by piece (verbs posts and polls, hashing,
+#: bucket scans, block building): in SMART's artifact client, workload generation, coroutine
+#: switches, the allocator and request bookkeeping. SEARCH is paid by every search of the table (a
+#: get, each attempt of an update or delete, each round of an insert), WRITE once by every update,
+#: insert or delete. Calibrated so that one thread with 8 coroutines on cx6-200g runs the artifact's
+#: one-thread rates (ae/raw-reference: fig8-ycsb-c.csv 0.57 Mops read-only, fig5a.csv 0.24 Mops
+#: update-only; docs/race.md).
+SEARCH_CPU_NS = 900
+WRITE_CPU_NS = 1900
 #: An operation that keeps failing (a livelock, or a bug) gives up with SystemError_ after this many
 #: rounds of its retry loop.
 RETRY_LIMIT = 100_000
@@ -81,7 +90,10 @@ class RaceClient(KVClient):
         self.env = thread.env
         self.capacity = layout["capacity"]
         self.load_factor = layout["load_factor"]
-        self.fault = (options or {}).get("fault", "none")
+        options = options or {}
+        self.fault = options.get("fault", "none")
+        self._search_ns = options.get("search_cpu_ns", SEARCH_CPU_NS)
+        self._write_ns = options.get("write_cpu_ns", WRITE_CPU_NS)
         self.directory = DirectoryCache(layout["directory"], layout["global_depth"], layout["groups_per_subtable"],
                                         layout["directory_entries"])
         mns = layout["memory_nodes"]
@@ -169,6 +181,7 @@ class RaceClient(KVClient):
         value length)``, or None. Verbs queued before the call (an update's block WRITE) go out
         with the bucket READs. The handle's data is valid until the caller's next yield."""
         out = self._out
+        self.thread.cpu(self._search_ns)
         for _ in range(RETRY_LIMIT):
             pr, r = yield from self.read_buckets(co, h)
             n = r & 63
@@ -203,6 +216,7 @@ class RaceClient(KVClient):
         ``known`` maps a committed slot word to whether its block holds ``key`` (blocks never change,
         so a word's answer is final)."""
         out = self._out
+        self.thread.cpu(self._search_ns)
         for _ in range(RETRY_LIMIT):
             pr, r = yield from self.read_buckets(co, h)
             n = r & 63
@@ -278,7 +292,7 @@ class RaceClient(KVClient):
             key = bytes(key)
         self.updates += 1
         h = hash64(key)
-        self.thread.cpu(self.hash_ns(len(key)))
+        self.thread.cpu(self._write_ns + self.hash_ns(len(key)))
         new = yield from self.new_block(co, key, value, h)
         failpoint("race.update.block_written")
         for attempt in range(RETRY_LIMIT):
@@ -306,7 +320,7 @@ class RaceClient(KVClient):
             key = bytes(key)
         self.deletes += 1
         h = hash64(key)
-        self.thread.cpu(self.hash_ns(len(key)))
+        self.thread.cpu(self._write_ns + self.hash_ns(len(key)))
         for attempt in range(RETRY_LIMIT):
             found = yield from self.find(co, key, h)
             if found is None:
@@ -329,7 +343,7 @@ class RaceClient(KVClient):
             key = bytes(key)
         self.inserts += 1
         h = hash64(key)
-        self.thread.cpu(self.hash_ns(len(key)))
+        self.thread.cpu(self._write_ns + self.hash_ns(len(key)))
         mine_c = yield from self.new_block(co, key, value, h)
         mine_t = mine_c | TENTATIVE
         known: dict = {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from nodes.systems.api import Option, System, SystemError_
 from shm.fabric import gaddr
 
-from .client import RaceClient
+from .client import SEARCH_CPU_NS, WRITE_CPU_NS, RaceClient
 from .directory import directory_words
 from .layout import (
     BUCKET_BYTES, MAX_BLOCK_BYTES, MAX_NODE, MAX_OFFSET, SLOTS_PER_BUCKET, WORD, Geometry, LayoutError,
@@ -35,6 +35,12 @@ class RaceSystem(System):
                "(lower it if inserts hit 'RACE table full')", minimum=0.05, maximum=1.0),
         Option("chunk_bytes", 1 << 20, "bytes of the chunks a client obtains from a memory node (one RPC each) "
                "and carves KV blocks out of", minimum=MAX_BLOCK_BYTES, maximum=1 << 30),
+        Option("search_cpu_ns", SEARCH_CPU_NS, "modelled CPU ns of each search of the table (a get; each attempt of "
+               "an update or delete) beyond the verbs, hashing and bucket scans the model prices itself: workload "
+               "generation, coroutine switches, bookkeeping; the defaults give one thread with 8 coroutines "
+               "SMART's artifact rates (docs/race.md)", minimum=0, maximum=10**6),
+        Option("write_cpu_ns", WRITE_CPU_NS, "modelled CPU ns an update, insert or delete adds once (allocator, "
+               "block, request bookkeeping); see search_cpu_ns", minimum=0, maximum=10**6),
         Option("fault", "none", "a deliberate bug, to prove that dmrack check catches it: 'update-skips-cas' "
                "makes update WRITE its slot instead of CASing it (lost deletes, overwritten slots)",
                choices=FAULTS),
