@@ -35,6 +35,7 @@ tests run each on a tiny configuration).
 
 from __future__ import annotations
 
+from cluster.bench_ycsb import CONTENDED_MS, SMART_KEYS, UNCONTENDED_MS
 from cluster.benchtable import Row, run_experiments
 
 
@@ -53,16 +54,6 @@ def _renamed(r: Row, experiment: str) -> Row:
 
 
 UPDATE_ONLY = {"readproportion": 0, "updateproportion": 1}
-# SMART's bench draws zipfian keys from its 100 M keys (MICA's zipf, then FNV), not from YCSB's
-# 10^10 items: its hottest keys are 1.27x as popular (4.8 % vs 3.8 %), whatever the records loaded.
-SMART_KEYS = {"zipfianitems": 100_000_000}
-
-# (warm-up, window) in virtual ms by quick, for experiments with skewed updates: RACE update-only
-# at 16 threads settles within ~3 ms, SMART-HT's ablation within ~6 ms, RACE update-only at 96
-# threads falls from 3.5 to 1.5 Mops over its first ~20 ms (one-millisecond steps; docs/smart.md).
-CONTENDED_MS = {True: (8.0, 2.0), False: (20.0, 5.0)}
-# the same for read-heavy and read-only runs, which settle within a fraction of a millisecond
-UNCONTENDED_MS = {True: (0.2, 0.5), False: (0.3, 2.0)}
 
 
 def fig5(quick: bool, progress) -> list[Row]:

@@ -17,7 +17,7 @@ The tuner's sampling period Δ is scaled from the paper's 8 ms to 50 µs and its
 t_M = 2^10 t0, the value the paper reports it converges to under skewed updates. SMART's artifact
 starts t_max at t0: in dmrack that start halves c_max to 1 while the back-off is still short, and
 the hot-key updates already running then keep failing (SMART-HT at 96 threads, 100 % updates:
-0.28 Mops instead of 4.4). A window much shorter than the milliseconds hot-key pile-ups take to
+0.25 Mops instead of 3.3). A window much shorter than the milliseconds hot-key pile-ups take to
 form and clear (an earlier 50 µs) made c_max and t_max oscillate into that same state in fig7's
 write-heavy runs. docs/smart.md, Fig. 14.
 """
