@@ -61,12 +61,12 @@ def test_hot_key_updates_pile_up_over_milliseconds():
     assert max(per_ms[-2:]) < 0.5 * per_ms[0], per_ms
 
 
-@pytest.mark.parametrize("props, artifact_mops", [({}, 0.571), (rs.UPDATE_ONLY, 0.237)])
-def test_one_race_thread_runs_the_artifacts_rate(props, artifact_mops):
+@pytest.mark.parametrize("workload, props, artifact_mops", [("c", {}, 0.571), ("a", rs.UPDATE_ONLY, 0.237)])
+def test_one_race_thread_runs_the_artifacts_rate(workload, props, artifact_mops):
     """RACE's per-operation CPU (search_cpu_ns, write_cpu_ns) is calibrated so that one thread with
     8 coroutines runs SMART's artifact rates: read-only 0.571 Mops (fig8-ycsb-c.csv), update-only
     0.237 (fig5a.csv). Uniform keys, so no conflict enters; virtual time, deterministic."""
     from cluster.bench_ycsb import measure
-    (p,), _ = measure("race", "c" if not props else "a", (1,), records=2_000, warm_ms=0.3, measure_ms=1.0,
+    (p,), _ = measure("race", workload, (1,), records=2_000, warm_ms=0.3, measure_ms=1.0,
                       properties={"requestdistribution": "uniform", **props})
     assert p["mops"] == pytest.approx(artifact_mops, rel=0.05)

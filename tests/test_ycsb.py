@@ -423,6 +423,8 @@ def test_zipfianitems_sets_the_hottest_keys_share():
     def hottest(props):
         _, keys, _ = CoreWorkload.preset("c", {"recordcount": 20_000, **props}).stream(5, 0).next_batch(200_000)
         return np.unique(keys, return_counts=True)[1].max() / len(keys)
+    from workloads.generators import SCRAMBLED_ITEM_COUNT
+    assert int(DEFAULTS["zipfianitems"]) == SCRAMBLED_ITEM_COUNT      # the default is YCSB's own universe
     assert hottest({}) == pytest.approx(1 / 26.469, abs=0.002)
     assert hottest({"zipfianitems": 100_000_000}) == pytest.approx(0.048, abs=0.002)
     with pytest.raises(WorkloadError, match=r"property 'zipfianitems' = 1: must be >= 2"):

@@ -192,7 +192,7 @@ DEFAULTS: dict[str, str] = {
     "exponential.frac": "0.8571428571",
     # dmrack extensions (see EXTENSIONS); valuesize's default depends on fieldcount*fieldlength
     "zipfianconstant": "0.99",
-    "zipfianitems": "10000000000",
+    "zipfianitems": "10000000000",          # YCSB's ITEM_COUNT, generators.SCRAMBLED_ITEM_COUNT
     "keysize": "8",
     "target": "0",
 }

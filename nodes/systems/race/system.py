@@ -36,7 +36,7 @@ class RaceSystem(System):
         Option("chunk_bytes", 1 << 20, "bytes of the chunks a client obtains from a memory node (one RPC each) "
                "and carves KV blocks out of", minimum=MAX_BLOCK_BYTES, maximum=1 << 30),
         Option("search_cpu_ns", SEARCH_CPU_NS, "modelled CPU ns of each search of the table (a get; each attempt of "
-               "an update or delete) beyond the verbs, hashing and bucket scans the model prices itself: workload "
+               "an update or delete; each round of an insert) beyond the verbs, hashing and bucket scans the model prices itself: workload "
                "generation, coroutine switches, bookkeeping; the defaults give one thread with 8 coroutines "
                "SMART's artifact rates (docs/race.md)", minimum=0, maximum=10**6),
         Option("write_cpu_ns", WRITE_CPU_NS, "modelled CPU ns an update, insert or delete adds once (allocator, "
