@@ -171,11 +171,12 @@ def _cmd_profiles(args) -> int:
                          indent=2, default=str))
         return 0
     table = Table(title="hardware profiles")
-    for col in ("name", "link", "one-way", "PCIe", "doorbells", "WQE cache", "description"):
+    for col in ("name", "link", "one-way", "PCIe per-WR / payload", "doorbells", "WQE cache", "description"):
         table.add_column(col)
     for name in list_profiles():
         p = load_profile(name)
-        table.add_row(name, f"{p.link.gbps:g} Gb/s", f"{p.link.one_way_ns} ns", f"{p.pcie.gbps:g} Gb/s",
+        table.add_row(name, f"{p.link.gbps:g} Gb/s", f"{p.link.one_way_ns} ns",
+                      f"{p.pcie.gbps:g} / {p.pcie.payload_gbps:g} Gb/s",
                       f"{p.doorbell.low_latency}+{p.doorbell.medium_latency}", str(p.wqe_cache.capacity),
                       p.description)
     _console().print(table)

@@ -607,7 +607,7 @@ def _history_check(system, options: dict, distribution: str) -> None:
     from cluster.checker import check
     from workloads.stress import StressWorkload
     wl = StressWorkload(64, distribution=distribution, value_size=48)
-    rack = stress_rack(system, wl, compute=2, threads=2, coroutines=4, duration_ms=0.6, options=options)
+    rack = stress_rack(system, wl, compute=2, threads=2, coroutines=4, duration_ms=1.0, options=options)
     results = rack.run()
     ops = rack.history_ops
     _tally(len(ops))

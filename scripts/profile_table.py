@@ -63,6 +63,11 @@ def _ser(nbytes: float, gbps: float) -> float:
     return nbytes * 8 / gbps
 
 
+def _pcie(p: Profile, overhead: float, payload: float = 0) -> float:
+    """ns of PCIe: per-request bytes at pcie.gbps, payload at pcie.payload_gbps (as shm/nic.py)."""
+    return _ser(overhead, p.pcie.gbps) + _ser(payload, p.pcie.payload_gbps)
+
+
 def _wire(p: Profile, payload: int) -> float:
     """Serialisation of one message on one link (headers per MTU packet), as shm/nic.py books it:
     once on the sender's egress and once on the receiver's ingress."""
@@ -76,7 +81,7 @@ def _cpu_per_wr(p: Profile) -> float:
 
 def _to_requester(p: Profile) -> float:
     """Post of one WR until the requester unit starts it: CPU, doorbell, MMIO, WQE fetch."""
-    return _cpu_per_wr(p) + p.pcie.mmio_ns + _ser(p.pcie.bytes_per_wr, p.pcie.gbps) + p.pcie.latency_ns
+    return _cpu_per_wr(p) + p.pcie.mmio_ns + _pcie(p, p.pcie.bytes_per_wr) + p.pcie.latency_ns
 
 
 def read_rtt(p: Profile, size: int = 8) -> float:
@@ -86,16 +91,16 @@ def read_rtt(p: Profile, size: int = 8) -> float:
     return (
         _to_requester(p) + p.nic.req_read_ns
         + 2 * _wire(p, 0) + p.link.one_way_ns
-        + p.nic.resp_read_ns + p.pcie.latency_ns + _ser(p.pcie.resp_bytes_per_wr + size, p.pcie.gbps)
+        + p.nic.resp_read_ns + p.pcie.latency_ns + _pcie(p, p.pcie.resp_bytes_per_wr, size)
         + 2 * _wire(p, size) + p.link.one_way_ns
-        + _ser(size, p.pcie.gbps) + p.pcie.latency_ns
+        + _pcie(p, 0, size) + p.pcie.latency_ns
         + p.cpu.poll_ns
     )
 
 
 def write_rtt(p: Profile, size: int = 8, inline: bool = False) -> float:
     """Depth-1 signaled WRITE until its completion is polled (the ack comes back)."""
-    payload = 0 if inline else p.pcie.latency_ns + _ser(size, p.pcie.gbps)
+    payload = 0 if inline else p.pcie.latency_ns + _pcie(p, 0, size)
     return (
         _to_requester(p) + p.nic.req_write_ns + payload
         + 2 * _wire(p, size) + p.link.one_way_ns
@@ -108,11 +113,11 @@ def write_rtt(p: Profile, size: int = 8, inline: bool = False) -> float:
 
 def write_one_way(p: Profile, size: int = 8, inline: bool = False) -> float:
     """Post of a WRITE until its data is in remote host memory."""
-    payload = 0 if inline else p.pcie.latency_ns + _ser(size, p.pcie.gbps)
+    payload = 0 if inline else p.pcie.latency_ns + _pcie(p, 0, size)
     return (
         _to_requester(p) + p.nic.req_write_ns + payload
         + 2 * _wire(p, size) + p.link.one_way_ns
-        + p.nic.resp_write_ns + _ser(p.pcie.resp_bytes_per_wr + size, p.pcie.gbps) + p.pcie.latency_ns
+        + p.nic.resp_write_ns + _pcie(p, p.pcie.resp_bytes_per_wr, size) + p.pcie.latency_ns
     )
 
 
@@ -124,7 +129,7 @@ def atomic_rtt(p: Profile) -> float:
         + 2 * _wire(p, 16) + p.link.one_way_ns
         + n.resp_atomic_ns + n.atomic_unit_ns + n.atomic_slot_ns
         + 2 * _wire(p, 8) + p.link.one_way_ns
-        + _ser(8, p.pcie.gbps) + p.pcie.latency_ns
+        + _pcie(p, 0, 8) + p.pcie.latency_ns
         + p.cpu.poll_ns
     )
 
@@ -139,24 +144,29 @@ def rates(p: Profile) -> dict[str, float]:
     def bw(nbytes: float, gbps: float) -> float:  # Mops a bandwidth allows
         return gbps / (8 * nbytes) * 1e3
 
+    def pcie(overhead: float, payload: float) -> float:  # Mops the PCIe pipe allows
+        return 1e3 / _pcie(p, overhead, payload)
+
     return {
-        "read8_out": min(_mops(n.requester_units, n.req_read_ns), bw(pc.bytes_per_wr + 8, pc.gbps),
+        "read8_out": min(_mops(n.requester_units, n.req_read_ns), pcie(pc.bytes_per_wr, 8),
                          bw(ln.header_bytes + 8, ln.gbps)),
-        "write8_out": min(_mops(n.requester_units, n.req_write_ns), bw(pc.bytes_per_wr + 8, pc.gbps),
+        "write8_out": min(_mops(n.requester_units, n.req_write_ns), pcie(pc.bytes_per_wr, 8),
                           bw(ln.header_bytes + 8, ln.gbps)),
-        "read8_in": min(_mops(n.responder_units, n.resp_read_ns), bw(pc.resp_bytes_per_wr + 8, pc.gbps),
+        "read8_in": min(_mops(n.responder_units, n.resp_read_ns), pcie(pc.resp_bytes_per_wr, 8),
                         bw(ln.header_bytes + 8, ln.gbps)),
-        "read128_in": min(_mops(n.responder_units, n.resp_read_ns), bw(pc.resp_bytes_per_wr + 128, pc.gbps),
+        "read128_in": min(_mops(n.responder_units, n.resp_read_ns), pcie(pc.resp_bytes_per_wr, 128),
                           bw(ln.header_bytes + 128, ln.gbps)),
-        "write8_in": min(_mops(n.responder_units, n.resp_write_ns), bw(pc.resp_bytes_per_wr + 8, pc.gbps),
+        "write8_in": min(_mops(n.responder_units, n.resp_write_ns), pcie(pc.resp_bytes_per_wr, 8),
                          bw(ln.header_bytes + 8, ln.gbps)),
         "atomic_nic": min(_mops(n.atomic_units, n.atomic_unit_ns), _mops(n.responder_units, n.resp_atomic_ns),
                           _mops(n.atomic_slots, n.atomic_slot_ns)),
         "atomic_same_addr": min(_mops(n.atomic_units, n.atomic_unit_ns), _mops(1, n.atomic_slot_ns),
                                 _mops(n.responder_units, n.resp_atomic_ns)),
         "recv_in": _mops(n.responder_units, n.resp_recv_ns),
+        "read1k_out": min(_mops(n.requester_units, n.req_read_ns), pcie(pc.bytes_per_wr, 1024),
+                          bw(ln.header_bytes + 1024, ln.gbps)),
         "read8_out_thrashing": min(_mops(n.requester_units, n.req_read_ns),
-                                   bw(pc.bytes_per_wr + 8 + p.wqe_cache.miss_bytes, pc.gbps)),
+                                   pcie(pc.bytes_per_wr + p.wqe_cache.miss_bytes, 8)),
     }
 
 
@@ -177,6 +187,7 @@ def _published(name: str):
         ("8 B FAA/CAS RTT (us)", lambda p: atomic_rtt(p) / 1e3),
         ("max 8 B READ, one NIC (Mops)", lambda p: r(p)["read8_out"]),
         ("max 8 B WRITE, one NIC (Mops)", lambda p: min(r(p)["write8_out"], r(p)["write8_in"])),
+        ("max 1 KB READ, one NIC (Mops)", lambda p: r(p)["read1k_out"]),
         ("NIC-wide atomics (Mops)", lambda p: r(p)["atomic_nic"]),
         ("same-address atomics (Mops)", lambda p: r(p)["atomic_same_addr"]),
         ("inbound RECV (Mops)", lambda p: r(p)["recv_in"]),
@@ -186,6 +197,7 @@ def _published(name: str):
             "8 B READ RTT, depth 1 (us)": (2.35, "SMART artifact fig4a: 12 thr x depth 1 = 5.1 Mops"),
             "max 8 B READ, one NIC (Mops)": (110.0, "SMART 6.1 / 6.3"),
             "max 8 B WRITE, one NIC (Mops)": (90.0, "SMART artifact fig3b (90.6)"),
+            "max 1 KB READ, one NIC (Mops)": (11.5, "SMART artifact fig12: Sherman, 1 KB leaves, 24-94 thr"),
             "same-address atomics (Mops)": (2.7, "rdma_bench (CX3 number, CALIBRATION)"),
         },
         "cx3-56g": {

@@ -60,7 +60,8 @@ P_ATOMIC_UNIT = 14
 P_ATOMIC_SLOT = 15
 P_DEVMEM = 16
 P_MAX_INLINE = 17
-P_REQ_COST = 18             # N_OPS entries
+P_PCIE_PAYLOAD_FS_PER_B = 18
+P_REQ_COST = 19             # N_OPS entries
 P_RESP_COST = P_REQ_COST + N_OPS
 N_PARAMS = P_RESP_COST + N_OPS
 
@@ -110,6 +111,7 @@ def pack_params(p: Profile) -> np.ndarray:
     prm[P_MTU_B] = p.link.mtu_bytes
     prm[P_PCIE_LAT] = p.pcie.latency_ns * _PS
     prm[P_PCIE_FS_PER_B] = _fs_per_byte(p.pcie.gbps)
+    prm[P_PCIE_PAYLOAD_FS_PER_B] = _fs_per_byte(p.pcie.payload_gbps)
     prm[P_PCIE_B_PER_WR] = p.pcie.bytes_per_wr
     prm[P_PCIE_RESP_B_PER_WR] = p.pcie.resp_bytes_per_wr
     prm[P_MMIO] = p.pcie.mmio_ns * _PS
@@ -203,8 +205,10 @@ def _wire_ps(prm, nbytes):
 
 
 @njit(cache=True)
-def _pcie_ps(prm, nbytes):
-    return (nbytes * prm[P_PCIE_FS_PER_B]) // _FS
+def _pcie_ps(prm, overhead_b, payload_b):
+    # Two rates: per-request traffic (WQE fetch, CQE, TLP headers of small DMAs) moves in small TLPs,
+    # payload in full-size ones, so a 1 KB READ is not priced as 1 KB of WQE-sized transfers.
+    return (overhead_b * prm[P_PCIE_FS_PER_B] + payload_b * prm[P_PCIE_PAYLOAD_FS_PER_B]) // _FS
 
 
 @njit(cache=True)
@@ -264,7 +268,7 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, inline
         op = ops[i]
         nbytes = lens[i]
         fetch_b = prm[P_PCIE_B_PER_WR] + (prm[P_WQE_MISS_B] * miss_num) // cap
-        t1 = reserve(tbl, rq[D_PCIE], t_nic, _pcie_ps(prm, fetch_b))
+        t1 = reserve(tbl, rq[D_PCIE], t_nic, _pcie_ps(prm, fetch_b, 0))
         t1 += pcie_lat + (prm[P_WQE_MISS_PS] * miss_num) // cap
         # in order per QP: the requester handles one QP's WQEs one after the other
         if qp[Q_BUSY] > t1:
@@ -278,7 +282,7 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, inline
         qp[Q_BUSY] = t2
         carries_payload = op == OP_WRITE or op == OP_SEND or op == OP_SEND_UD
         if carries_payload and inline[i] == 0:
-            t2 = reserve(tbl, rq[D_PCIE], t2 + pcie_lat, _pcie_ps(prm, nbytes))
+            t2 = reserve(tbl, rq[D_PCIE], t2 + pcie_lat, _pcie_ps(prm, 0, nbytes))
         req_b = nbytes if carries_payload else 0
         if op == OP_CAS or op == OP_FAA:
             req_b = 16
@@ -289,7 +293,7 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, inline
             t4 = reserve(tbl, rs[D_RX], t3 + one_way, wire)
             t5 = reserve(tbl, rs[D_RESP], t4, prm[P_RESP_COST + op])
             eff = t5 + pcie_lat
-            t5 = reserve(tbl, rs[D_PCIE], eff, _pcie_ps(prm, prm[P_PCIE_RESP_B_PER_WR] + nbytes))
+            t5 = reserve(tbl, rs[D_PCIE], eff, _pcie_ps(prm, prm[P_PCIE_RESP_B_PER_WR], nbytes))
             out[i, 0] = _ceil_ns(eff)
             out[i, 1] = _ceil_ns(t3 + pcie_lat)
             continue
@@ -309,19 +313,19 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, inline
             if device:
                 t6 = eff
             else:
-                t6 = reserve(tbl, rs[D_PCIE], eff, _pcie_ps(prm, prm[P_PCIE_RESP_B_PER_WR] + nbytes))
+                t6 = reserve(tbl, rs[D_PCIE], eff, _pcie_ps(prm, prm[P_PCIE_RESP_B_PER_WR], nbytes))
             resp_b = nbytes
         else:  # WRITE and RC SEND: payload goes to memory, an ack goes back
             if device:
                 eff = t5 + mem_lat
             else:
-                eff = reserve(tbl, rs[D_PCIE], t5, _pcie_ps(prm, prm[P_PCIE_RESP_B_PER_WR] + nbytes)) + mem_lat
+                eff = reserve(tbl, rs[D_PCIE], t5, _pcie_ps(prm, prm[P_PCIE_RESP_B_PER_WR], nbytes)) + mem_lat
             t6 = t5
             resp_b = 0
         wire_back = _wire_ps(prm, resp_b)
         t7 = reserve(tbl, rs[D_TX], t6, wire_back)
         t8 = reserve(tbl, rq[D_RX], t7 + one_way, wire_back)
-        t9 = reserve(tbl, rq[D_PCIE], t8, _pcie_ps(prm, resp_b)) + pcie_lat
+        t9 = reserve(tbl, rq[D_PCIE], t8, _pcie_ps(prm, 0, resp_b)) + pcie_lat
         if is_rd and rd_k > 0:
             pos = qp[Q_RD_POS]
             qp[Q_RD_RING + pos] = t9

@@ -58,7 +58,8 @@ class NicProfile:
 @dataclass(frozen=True)
 class PcieProfile:
     latency_ns: int = knob("ns", "one PCIe transaction between NIC and host memory, one way", min=0, max=1_000_000)
-    gbps: float = knob("Gbit/s", "effective PCIe bandwidth for small DMA (TLP overheads included)", min=0.001, max=10_000)
+    gbps: float = knob("Gbit/s", "effective PCIe bandwidth of per-request traffic (WQE fetch, CQE, TLP headers)", min=0.001, max=10_000)
+    payload_gbps: float = knob("Gbit/s", "PCIe bandwidth of payload (READ data, WRITE/SEND payload) in full-size TLPs", min=0.001, max=10_000)
     bytes_per_wr: int = knob("B", "host-memory traffic per work request besides payload (WQE fetch, CQE)", min=0, max=4096)
     resp_bytes_per_wr: int = knob("B", "responder host-memory traffic per request besides payload", min=0, max=4096)
     mmio_ns: int = knob("ns", "doorbell MMIO write reaching the NIC", min=0, max=1_000_000)
