@@ -247,6 +247,14 @@ FIG12_SYSTEMS = (   # (series, system, [smart] table, QP policy)
 FIG12_PUBLISHED = {"b": 1.8, "c": 2.0}      # SMART-BT / Sherman+ at 94 threads (§6.2.3)
 
 
+def spec_cache_slots(records: int) -> tuple[int, float]:
+    """Slots of SMART-BT's speculative cache for a ``records``-key rack: as many as give the hit
+    rate the artifact's 10^6 slots give over its 10^8 keys (workloads/keycache.py), and that rate."""
+    from workloads.keycache import artifact_hit_rate, record_masses, slots_for_hit_rate
+    target = artifact_hit_rate()
+    return slots_for_hit_rate(record_masses(records, SMART_KEYS["zipfianitems"]), target), target
+
+
 def fig12(quick: bool, progress, *, threads=None, records=None, warm_ms=None, measure_ms=None,
           workloads=("b", "c")) -> list[Row]:
     """Sherman (QPs per thread, SMART off), Sherman with SMART-BT's speculative lookup only, and
@@ -258,13 +266,16 @@ def fig12(quick: bool, progress, *, threads=None, records=None, warm_ms=None, me
     warm = warm_ms if warm_ms is not None else (0.1 if quick else 0.3)
     win = measure_ms if measure_ms is not None else (0.3 if quick else 2.0)
     threads = tuple(threads or ((8, 32, 94) if quick else (8, 16, 32, 48, 64, 94)))
+    slots, target = spec_cache_slots(records)
+    progress(f"fig12: speculative cache of {slots} slots for {records} keys (expected hit rate {target:.2f}, "
+             f"as the artifact's 10^6 slots over 10^8 keys)")
     rows = []
     for w in workloads:
         at_max = {}
         for series, system, smart, policy in FIG12_SYSTEMS:
             progress(f"fig12: {series}, YCSB {w.upper()}")
             pts, _ = _ycsb_rack(system, w, threads, records=records, warm_ms=warm, measure_ms=win, qp_policy=policy,
-                                smart=smart)
+                                smart=smart, options={"spec_cache": slots} if system == "smart-bt" else None)
             for p in pts:
                 rows.append(Row("fig12", f"{series}, YCSB {w.upper()}", p["threads"], "Mops", p["mops"]))
             at_max[series] = pts[-1]["mops"]

@@ -179,8 +179,21 @@ def test_writes_fill_the_cache_and_deletes_drop_it():
         r.run(body())
 
 
-def test_spec_cache_capacity_evicts_oldest():
-    sc = SpecCache(2)
-    assert sc.put(b"a" * 8, 64, 1) == 0 and sc.put(b"b" * 8, 128, 1) == 0
-    assert sc.put(b"c" * 8, 192, 1) == 1 and b"a" * 8 not in sc.entries
-    assert SpecCache(0).put(b"a" * 8, 64, 1) == 0
+def test_spec_cache_is_direct_mapped():
+    sc = SpecCache(1)                       # one slot: every key maps to it, a fill overwrites
+    assert sc.put(b"a" * 8, 64, 1) == 0 and sc.get(b"a" * 8) == (64, 1)
+    assert sc.put(b"a" * 8, 128, 2) == 0 and sc.get(b"a" * 8) == (128, 2)    # same key: no eviction
+    assert sc.put(b"b" * 8, 192, 1) == 1 and sc.get(b"a" * 8) is None and sc.get(b"b" * 8) == (192, 1)
+    sc.drop(b"a" * 8)                       # a key not in its slot: the slot's owner stays
+    assert sc.get(b"b" * 8) == (192, 1)
+    sc.drop(b"b" * 8)
+    assert sc.get(b"b" * 8) is None
+    assert SpecCache(0).put(b"a" * 8, 64, 1) == 0 and SpecCache(0).get(b"a" * 8) is None
+
+
+def test_spec_cache_spreads_sequential_keys():
+    sc = SpecCache(1000)
+    keys = [i.to_bytes(8, "little") for i in range(1000)]
+    evicted = sum(sc.put(k, 64 * i, 1) for i, k in enumerate(keys))
+    # random placement keeps ~1 - 1/e of 1000 keys in 1000 slots; a modulo of sequential keys would keep all
+    assert 550 < len(sc.slots) < 720 and evicted == 1000 - len(sc.slots)

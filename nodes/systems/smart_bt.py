@@ -10,7 +10,9 @@ and the system are subclasses, the tree, layout, HOCL and splits are Sherman's u
   conflict avoidance and coroutine throttling see the lock CASes (docs/smart_bt.md: under heavy
   lock contention that lowered throughput by 10-20 % in the stress runs);
 * **speculative lookup**: a per-compute-node cache key -> (gaddr of the entry's 64-byte line,
-  leaf version ``nv``), filled by lookups and writes. A get first READs just that line (64 B
+  leaf version ``nv``), filled by lookups and writes; direct-mapped like the artifact's
+  GenericCache (one entry per slot, a fill overwrites whatever key held the slot), so its hit rate
+  under skew follows the artifact's rather than an idealised LRU's. A get first READs just that line (64 B
   instead of the 1 KB leaf) and returns its value when the line is *valid*: it carries the cached
   ``nv``, is used, and holds the key. Otherwise (not cached, or stale) it falls back to Sherman's
   descent + leaf READ and refreshes the cache (docs/smart_bt.md has the validation argument).
@@ -45,38 +47,68 @@ SPEC_FIELDS = (
     "spec_misses",          # gets whose key was not in the speculative cache
     "spec_invalidations",   # ... was cached but the line failed validation (stale: split, delete, moved)
     "spec_fills",           # cache entries written (lookups and writes)
-    "spec_evictions",       # entries dropped for capacity
+    "spec_evictions",       # entries overwritten by a fill of another key mapping to the same slot
     "read_bytes",           # bytes this client READ (leaves, internal nodes, lines, blocks, root word)
 )
+
+# The artifact's GenericCache capacity (include/smart/generic_cache.h; CACHE_SIZE overrides it).
+SPEC_CACHE_SLOTS = 1_000_000
 
 SmartBTStats = NamedTuple("SmartBTStats", [(f, int) for f in ShermanStats._fields + SPEC_FIELDS])
 
 
-class SpecCache:
-    """key bytes -> (line gaddr, leaf nv), at most ``capacity`` entries (oldest inserted goes
-    first); one per compute node and tree, shared by its threads (coroutines interleave only at
-    ``yield``, so no locking)."""
+_M64 = 0xFFFFFFFFFFFFFFFF
 
-    __slots__ = ("entries", "capacity", "__weakref__")
+
+def _mix64(x: int) -> int:
+    """splitmix64's finaliser: sequential keys land in unrelated slots (and deterministically,
+    unlike Python's per-process salted ``hash``)."""
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
+    return x ^ (x >> 31)
+
+
+class SpecCache:
+    """key bytes -> (line gaddr, leaf nv) in ``capacity`` direct-mapped slots; one per compute node
+    and tree, shared by its threads (coroutines interleave only at ``yield``, so no locking).
+
+    Direct-mapped as SMART's artifact (include/smart/generic_cache.h: ``hash(key) % capacity``, a
+    fill overwrites the slot, 10^6 slots): hot keys keep their slots, cold keys evict each other,
+    so the share of gets answered speculatively depends on the key popularity as in the paper's
+    runs. The artifact's keys are FNV-scrambled, so ``key % capacity`` spreads them; here the key
+    is mixed first, since the rack's keys are sequential ids."""
+
+    __slots__ = ("slots", "capacity", "__weakref__")
 
     def __init__(self, capacity: int):
-        self.entries: dict[bytes, tuple[int, int]] = {}
+        self.slots: dict[int, tuple[bytes, int, int]] = {}   # slot -> (key, line gaddr, nv); sparse
         self.capacity = max(int(capacity), 0)
 
+    def _slot(self, key: bytes) -> int:
+        return _mix64(int.from_bytes(key, "big")) % self.capacity     # Sherman keys are 8 bytes
+
+    def get(self, key: bytes):
+        """``(line gaddr, nv)`` cached for ``key``, or None."""
+        if self.capacity == 0:
+            return None
+        ent = self.slots.get(self._slot(key))
+        return None if ent is None or ent[0] != key else ent[1:]
+
     def put(self, key: bytes, line_addr: int, nv: int) -> int:
-        """Record ``key``'s line; the number of entries evicted (0 or 1)."""
+        """Record ``key``'s line; 1 if that overwrote another key's entry, else 0."""
         if self.capacity == 0:
             return 0
-        e = self.entries
-        evicted = 0
-        if key not in e and len(e) >= self.capacity:
-            del e[next(iter(e))]
-            evicted = 1
-        e[key] = (line_addr, nv)
-        return evicted
+        s = self._slot(key)
+        old = self.slots.get(s)
+        self.slots[s] = (key, line_addr, nv)
+        return int(old is not None and old[0] != key)
 
     def drop(self, key: bytes) -> None:
-        self.entries.pop(key, None)
+        if self.capacity:
+            s = self._slot(key)
+            ent = self.slots.get(s)
+            if ent is not None and ent[0] == key:
+                del self.slots[s]
 
 
 class SmartBTClient(ShermanClient):
@@ -86,7 +118,7 @@ class SmartBTClient(ShermanClient):
 
     def __init__(self, fabric, layout: dict, thread, options: dict):
         super().__init__(fabric, layout, thread, options)
-        cap = options.get("spec_cache", 1 << 20)
+        cap = options.get("spec_cache", SPEC_CACHE_SLOTS)
         self.spec: SpecCache = shared(thread.owner, self.root_word, "spec_cache", lambda: SpecCache(cap))
         self.lock_backoff = bool(options.get("lock_backoff", False))
         self._probe_ns = fabric.profile.cpu.local_read_ns_per_line   # the hash-table probe
@@ -140,7 +172,7 @@ class SmartBTClient(ShermanClient):
         k = key_int(key)                                  # KeySizeError before anything else
         self.gets += 1
         self.thread.cpu(self._op_ns)
-        ent = self.spec.entries.get(key)
+        ent = self.spec.get(key)
         self.thread.cpu(self._probe_ns)
         if ent is None:
             self.spec_misses += 1
@@ -178,12 +210,12 @@ class SmartBTSystem(ShermanSystem):
     paper = "Ren et al., Scaling Up Memory Disaggregated Applications with SMART, ASPLOS'24 (§5.2, §6.2.3)"
     smart_defaults = {"all": True, **SCALED_TUNER}
     options = ShermanSystem.options + (
-        Option("spec_cache", 1 << 20, "keys the speculative-lookup cache of a compute node maps to their entry "
-               "line (0: off, every get takes Sherman's path)", minimum=0, maximum=1 << 26),
+        Option("spec_cache", SPEC_CACHE_SLOTS, "slots of a compute node's direct-mapped speculative-lookup cache "
+               "(key -> entry line; 0: off, every get takes Sherman's path)", minimum=0, maximum=1 << 26),
         Option("lock_backoff", False, "HOCL's remote lock CAS goes through SMART's backoff_masked_cas (feeding "
                "the back-off and coroutine throttling's retry rate) instead of Sherman's own retry"),
     )
     client_class = SmartBTClient
 
 
-__all__ = ["SmartBTSystem", "SmartBTClient", "SmartBTStats", "SpecCache", "SPEC_FIELDS"]
+__all__ = ["SmartBTSystem", "SmartBTClient", "SmartBTStats", "SpecCache", "SPEC_FIELDS", "SPEC_CACHE_SLOTS"]
