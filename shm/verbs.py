@@ -723,22 +723,12 @@ def apply_one_sided(fabric: Fabric, dst: int, op: int, remote_addr: int, rkey: i
         return IBV_WC_REM_ACCESS_ERR
     off = remote_addr & _OFFSET_MASK
     mem = fabric.memory[dst]
-    if op == IBV_WR_RDMA_READ:        # the descending flag only orders the lines of a WRITE
-        if region == REGION_HOST:
-            ok = remote_read_write(True, mem.mrt, rkey, region, off, length, mem.host, mem.host_locks, lbuf, loff,
-                                   False)
-        else:
-            ok = remote_read_write(True, mem.mrt, rkey, region, off, length, mem.device, mem.device_locks, lbuf,
-                                   loff, False)
-        return IBV_WC_SUCCESS if ok else IBV_WC_REM_ACCESS_ERR
-    if op == IBV_WR_RDMA_WRITE:
-        descending = not fabric.profile.nic.ordered_multiline_writes
-        if region == REGION_HOST:
-            ok = remote_read_write(False, mem.mrt, rkey, region, off, length, mem.host, mem.host_locks, lbuf, loff,
-                                   descending)
-        else:
-            ok = remote_read_write(False, mem.mrt, rkey, region, off, length, mem.device, mem.device_locks, lbuf,
-                                   loff, descending)
+    if op == IBV_WR_RDMA_READ or op == IBV_WR_RDMA_WRITE:
+        target, locks = (mem.host, mem.host_locks) if region == REGION_HOST else (mem.device, mem.device_locks)
+        # the descending flag only orders the lines of a WRITE
+        is_read = op == IBV_WR_RDMA_READ
+        descending = not is_read and not fabric.profile.nic.ordered_multiline_writes
+        ok = remote_read_write(is_read, mem.mrt, rkey, region, off, length, target, locks, lbuf, loff, descending)
         return IBV_WC_SUCCESS if ok else IBV_WC_REM_ACCESS_ERR
     if op in _ATOMICS and (off % 8 or length != 8):
         return IBV_WC_REM_INV_REQ_ERR
