@@ -36,8 +36,10 @@ def _head_masses(items: int, theta: float) -> tuple[np.ndarray, float, float]:
     zeta = zeta_em(items, theta)
     p = np.arange(1, h + 1, dtype=np.float64) ** -theta / zeta
     tail = max(0.0, 1.0 - float(p.sum()))
-    # sum of (r^-theta / zeta)^2 over r > h, by the integral (the terms are tiny and smooth)
-    tail_sq = (h + 0.5) ** (1.0 - 2.0 * theta) / (2.0 * theta - 1.0) / zeta ** 2 if items > h else 0.0
+    # sum of (r^-theta / zeta)^2 over h < r <= items, by the integral (the terms are tiny and smooth)
+    a, b, e = h + 0.5, items + 0.5, 1.0 - 2.0 * theta
+    squares = np.log(b / a) if abs(e) < 1e-12 else (b ** e - a ** e) / e
+    tail_sq = squares / zeta ** 2 if items > h else 0.0
     return p, tail, tail_sq
 
 
