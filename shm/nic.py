@@ -11,7 +11,9 @@ reservation calendar (:mod:`shm.calendar`):
     -> [payload DMA read for WRITE/SEND] -> egress link -> wire/switch -> ingress link
     -> responder unit [-> NIC-wide atomic pipeline -> per-address atomic slot]
     -> responder PCIe to host memory (or NIC device memory): the *effect* happens here
-    -> response on the links back -> PCIe write of data and CQE at the requester: *completion*.
+    -> response on the links back -> PCIe write of data and CQE at the requester: *completion*,
+       never before the completion of the QP's previous work request (a send queue completes in
+       posting order).
 
 Everything is in picoseconds inside; inputs and outputs are nanoseconds. Per-node hardware lives in
 one int64 *fabric table* (resources, then counters) that is a shared segment when nodes are
@@ -89,10 +91,12 @@ S_NEXT_DB = 1
 S_DB_USERS = 2
 
 # Per-QP private state (a QP lives in one process): when its requester unit is next free,
-# the slot of the oldest outstanding READ/atomic, then max_rd_atomic completion times.
+# the slot of the oldest outstanding READ/atomic, when its last work request completed, then
+# max_rd_atomic completion times.
 Q_BUSY = 0
 Q_RD_POS = 1
-Q_RD_RING = 2
+Q_DONE = 2
+Q_RD_RING = 3
 
 _FS = 1000  # fs per ps
 _PS = 1000  # ps per ns
@@ -294,8 +298,12 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, inline
             t5 = reserve(tbl, rs[D_RESP], t4, prm[P_RESP_COST + op])
             eff = t5 + pcie_lat
             t5 = reserve(tbl, rs[D_PCIE], eff, _pcie_ps(prm, prm[P_PCIE_RESP_B_PER_WR], nbytes))
+            done = t3 + pcie_lat
+            if qp[Q_DONE] > done:
+                done = qp[Q_DONE]      # a send queue completes in posting order
+            qp[Q_DONE] = done
             out[i, 0] = _ceil_ns(eff)
-            out[i, 1] = _ceil_ns(t3 + pcie_lat)
+            out[i, 1] = _ceil_ns(done)
             continue
         t4 = reserve(tbl, rs[D_RX], t3 + one_way, wire)
         t5 = reserve(tbl, rs[D_RESP], t4, prm[P_RESP_COST + op])
@@ -326,6 +334,11 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, inline
         t7 = reserve(tbl, rs[D_TX], t6, wire_back)
         t8 = reserve(tbl, rq[D_RX], t7 + one_way, wire_back)
         t9 = reserve(tbl, rq[D_PCIE], t8, _pcie_ps(prm, 0, resp_b)) + pcie_lat
+        # a send queue completes in posting order: a CAS queued behind a hot address holds back
+        # every later WR of its QP (with QPs per thread, the thread's other coroutines)
+        if qp[Q_DONE] > t9:
+            t9 = qp[Q_DONE]
+        qp[Q_DONE] = t9
         if is_rd and rd_k > 0:
             pos = qp[Q_RD_POS]
             qp[Q_RD_RING + pos] = t9

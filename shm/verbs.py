@@ -455,7 +455,6 @@ class QP:
         self._users: set = set()
         self._wr_seq = 0           # posting order of this QP's send WRs
         self._err_seq = None       # the first WR whose effect failed: later ones are flushed
-        self._last_cqe = 0         # completion time of the last WR posted
         self.cpu_free = 0
         self.host.qps[(self.node, self.qp_num)] = self
 
@@ -539,11 +538,7 @@ class QP:
                 p.status = IBV_WC_WR_FLUSH_ERR
             else:
                 env.schedule(int(out[i, 0]), self._effect, (p, dst))
-            done = int(out[i, 1])
-            if done < self._last_cqe:
-                done = self._last_cqe      # a send queue completes in posting order
-            self._last_cqe = done
-            env.schedule(done, self._complete, p)
+            env.schedule(int(out[i, 1]), self._complete, p)   # in posting order (the model)
 
     def _price(self, dst: int, ops, lens, addrs, regions, inline, cpu_floor: int = 0, user=None) -> np.ndarray:
         """Run the NIC model for one post and charge the calling actor's CPU up to the moment the

@@ -206,6 +206,44 @@ def test_coroutines_of_one_thread_share_its_core():
     assert ends == {"a": one_post, "b": one_post}              # two threads post in parallel
 
 
+def _read_behind_hot_cases(same_thread):
+    """20 CASes on one word from a coroutine, then an 8 B READ of another word from a coroutine
+    of the same thread (same QP) or of another thread; returns (CASes done, READ done)."""
+    with new_fabric() as fab:
+        env, node = setup(fab)
+        t1 = node.thread()
+        t2 = t1 if same_thread else node.thread()
+        hot, cold = gaddr(MN, fab.allocate("m0", 64)), gaddr(MN, fab.allocate("m0", 64))
+        done = {}
+
+        def caser(co):
+            for i in range(20):
+                co.cas(hot, i, i + 1)
+            yield co.sync()
+            done["cas"] = env.now
+
+        def reader(co):
+            yield 1
+            co.read(cold, 8)
+            yield co.sync()
+            done["read"] = env.now
+
+        env.process(caser(t1.coroutine()))
+        env.process(reader(t2.coroutine()))
+        env.run()
+        assert mem_word(fab, hot - gaddr(MN, 0)) == 20
+        return done["cas"], done["read"]
+
+
+def test_a_send_queue_completes_in_posting_order():
+    # same-address atomics queue at the responder (atomic_slot_ns each); the READ behind them on
+    # the same QP completes no earlier than the last of them, on another QP it does not wait
+    cas_done, read_done = _read_behind_hot_cases(same_thread=True)
+    assert read_done >= cas_done
+    cas_done, read_done = _read_behind_hot_cases(same_thread=False)
+    assert read_done < cas_done - 10 * rack_profile().nic.atomic_slot_ns
+
+
 def test_coroutines_count_once_among_doorbell_sharers(fab):
     env, node = setup(fab, policy="per_thread_doorbell")
     off = fab.allocate("m0", 64)
