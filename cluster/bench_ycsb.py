@@ -49,7 +49,8 @@ UNCONTENDED_MS = {True: (0.2, 0.5), False: (0.3, 2.0)}
 
 def scenario_dict(system: str, workload: str, threads: tuple[int, ...], *, records: int, warm_ms: float,
                   measure_ms: float, coroutines: int = 8, seed: int = 1, properties: dict | None = None,
-                  options: dict | None = None, qp_policy: str = "per_thread_qp", smart: dict | None = None) -> dict:
+                  options: dict | None = None, qp_policy: str = "per_thread_qp", smart: dict | None = None,
+                  memory_nodes: int = 2) -> dict:
     """The bench's rack and steps as a scenario document (what a user would write in TOML)."""
     # Load with one thread: a thread that has posted stays a sharer of its doorbell in the NIC
     # model, so loading with all threads would slow every later, smaller thread count.
@@ -62,7 +63,7 @@ def scenario_dict(system: str, workload: str, threads: tuple[int, ...], *, recor
         "rack": {"name": f"bench-ycsb-{system}-{workload}", "profile": "cx6-200g", "seed": seed},
         "compute": {"count": 1, "threads": max(threads), "coroutines": coroutines, "memory": "64MiB",
                     "qp_policy": qp_policy},
-        "memory": {"count": 2, "memory": "1GiB"},
+        "memory": {"count": memory_nodes, "memory": "1GiB"},
         "system": {"name": system, **(options or {})},
         "workload": {"preset": workload, "recordcount": records, "operationcount": records,
                      "requestdistribution": "zipfian", "keysize": 8, "valuesize": 8, **(properties or {})},
