@@ -55,6 +55,8 @@ class SmartConfig:
     dyn_limit: bool = True                # adapt t_max by the retry rate (paper's +DynLimit)
     jitter: str = "paper"                 # "paper": min(t0 2^i, t_max) + U[0, t0); "full": U[0, min(t0 2^i, t_max))
     coro_throttle: bool = False           # at most c_max concurrent operations per thread
+    coro_credits: int | None = None       # c_max's start and upper bound (None: the thread's
+    #                                       coroutines; SMART's artifact: 64 = kMaxTasksPerThread)
     window_ns: int = 1_000_000            # retry-rate sampling window (paper: every millisecond)
     retry_scope: str = "thread"           # "thread": each thread measures its own retry rate (the paper);
     #                                       "node": one controller counts every thread's retries and
@@ -84,6 +86,8 @@ class SmartConfig:
             raise ValueError(f"smart.jitter must be 'paper' or 'full', got {self.jitter!r}")
         if not 0 <= self.gamma_low <= self.gamma_high <= 1:
             raise ValueError(f"smart.gamma_low <= gamma_high in [0, 1] required, got {self.gamma_low}, {self.gamma_high}")
+        if self.coro_credits is not None and int(self.coro_credits) < 1:
+            raise ValueError(f"smart.coro_credits must be >= 1 (or absent), got {self.coro_credits!r}")
         t_m = self.t0_cycles << self.max_exp
         if self.t_max_cycles is not None and not self.t0_cycles <= self.t_max_cycles <= t_m:
             raise ValueError(f"smart.t_max_cycles must be in [t0, 2**max_exp t0] = [{self.t0_cycles}, {t_m}], "
@@ -207,7 +211,7 @@ class ConflictController:
         self.cfg = cfg
         self.t0 = cfg.t0_cycles
         self.t_m = cfg.t0_cycles << cfg.max_exp
-        self.c_upper = max(1, c_upper)
+        self.c_upper = max(1, c_upper if cfg.coro_credits is None else int(cfg.coro_credits))
         self.windows = 0
         self.restart()
 
@@ -226,7 +230,9 @@ class ConflictController:
 
     def set_upper(self, c_upper: int) -> None:
         """The number of coroutines changed: the bound of c_max follows (c_max keeps its value
-        below it; at the old bound it moves with it)."""
+        below it; at the old bound it moves with it). A fixed ``coro_credits`` bound does not move."""
+        if self.cfg.coro_credits is not None:
+            return
         c_upper = max(1, c_upper)
         if self.c_max >= self.c_upper or self.c_max > c_upper:
             self.c_max = c_upper

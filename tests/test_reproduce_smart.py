@@ -37,7 +37,8 @@ def test_fig14_counts_retries():
     # an update that retried counted at least one retry
     assert all(retried[k] / 100 <= retries[k] + 1e-9 for k in retries)
     cmax = [r.emulated for r in rows if r.metric == "mean c_max ops (window end)"]
-    assert len(cmax) == 1 and 1 <= cmax[0] <= 8          # SMART-HT only, read as its window ended
+    # SMART-HT only, read as its window ended; its credits start at the artifact's 64
+    assert len(cmax) == 1 and 1 <= cmax[0] <= 64
 
 
 def test_registry_lists_every_experiment():

@@ -266,6 +266,23 @@ def test_coroutine_throttling_moves_c_max_before_t_max():
                      (2, 16384), (4, 16384), (8, 16384), (8, 8192), (8, 4096), (8, 4096)]
 
 
+def test_coro_credits_fix_c_max_start_and_bound_as_the_artifact():
+    # SMART's artifact starts every thread at 64 credits whatever its coroutines: with 8
+    # coroutines c_max binds only after three halvings, and t_max moves only at 64 or at 1
+    cfg = SmartConfig(backoff=True, coro_throttle=True, t_max_cycles=4096, coro_credits=64)
+    ctl = ConflictController(cfg, c_upper=8)
+    ctl.set_upper(8)                               # a coroutine was added: the bound stays
+    assert (ctl.c_upper, ctl.c_max) == (64, 64)
+    for _ in range(7):
+        ctl.adapt(0.9)
+    assert (ctl.c_max, ctl.t_max) == (1, 8192)
+    for _ in range(7):
+        ctl.adapt(0.0)
+    assert (ctl.c_max, ctl.t_max) == (64, 4096)
+    with pytest.raises(ValueError, match="coro_credits"):
+        SmartConfig(coro_throttle=True, coro_credits=0)
+
+
 def test_restart_returns_to_the_starting_limits():
     ctl = ConflictController(SmartConfig(backoff=True, coro_throttle=True), c_upper=8)
     for _ in range(5):

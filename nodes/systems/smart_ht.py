@@ -19,7 +19,9 @@ starts t_max at t0: in dmrack that start halves c_max to 1 while the back-off is
 the hot-key updates already running then keep failing (SMART-HT at 96 threads, 100 % updates:
 0.25 Mops instead of 3.3). A window much shorter than the milliseconds hot-key pile-ups take to
 form and clear (an earlier 50 µs) made c_max and t_max oscillate into that same state in fig7's
-write-heavy runs. docs/smart.md, Fig. 14.
+write-heavy runs. Coroutine throttling's credits start at 64, the artifact's kMaxTasksPerThread,
+above the 8 coroutines of a thread, so c_max binds only after three high-retry windows.
+docs/smart.md, Fig. 14.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from __future__ import annotations
 from nodes.systems.race import RaceSystem
 
 SCALED_TUNER = {"delta_ns": 50_000, "hold": 20, "tuner_scope": "node",
-                "window_ns": 1_000_000, "retry_scope": "node", "t_max_cycles": 4096 << 10}
+                "window_ns": 1_000_000, "retry_scope": "node", "t_max_cycles": 4096 << 10, "coro_credits": 64}
 
 
 class SmartHTSystem(RaceSystem):
