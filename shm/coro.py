@@ -264,20 +264,19 @@ class RdmaThread:
             if key not in qp._users:
                 continue
             qp._users.discard(key)
-            users = qp.host._db_users.get((qp.node, qp.doorbell))
-            if users is not None and key in users:
-                users.discard(key)
-                nic.doorbell_users(qp.fabric.table, qp.ctx.desc, qp.doorbell, -1)
+            qp.host._leave_doorbell(key, qp.node, qp.doorbell)
 
     def resume(self) -> None:
         """The thread is active again; it rejoins its doorbells' sharers at its next post."""
         self.idle_since = None
 
-    def doorbell_sharers(self) -> dict[int, int]:
-        """Doorbell index -> threads counted as its sharers, for this thread's QPs."""
+    def doorbell_sharers(self) -> dict[int, float]:
+        """Doorbell index -> threads counted as its sharers, for this thread's QPs (a thread
+        posting through k doorbells counts 1/k on each)."""
         out = {}
         for qp in self._qps.values():
-            out[qp.doorbell] = int(qp.fabric.table[qp.ctx.desc[nic.D_STATE] + nic.S_DB_USERS + qp.doorbell])
+            units = int(qp.fabric.table[qp.ctx.desc[nic.D_STATE] + nic.S_DB_USERS + qp.doorbell])
+            out[qp.doorbell] = units / nic.SHARER_UNIT
         return out
 
     # -- SMART: work-request throttling ----------------------------------------------------------

@@ -5,7 +5,8 @@ from one QP to one remote node) in one call, so the cost of the model stays off 
 path. Each work request walks the stations of a real RNIC, booking each contended one in a
 reservation calendar (:mod:`shm.calendar`):
 
-    CPU builds WQEs -> doorbell spinlock (hold time grows with the threads sharing it)
+    CPU builds WQEs -> doorbell spinlock (hold time grows with the threads sharing it, a thread
+    with QPs on k doorbells counting 1/k on each)
     -> MMIO -> PCIe WQE fetch (+ an extra read when outstanding WRs overflow the WQE cache)
     -> requester processing unit (in order per QP; READ/atomic capped by max_rd_atomic)
     -> [payload DMA read for WRITE/SEND] -> egress link -> wire/switch -> ingress link
@@ -85,10 +86,12 @@ D_DMA = 13
 N_DESC = 14
 
 # Node counters at desc[D_STATE]: outstanding WRs (WQE cache), doorbells handed out, then per
-# doorbell the number of threads that post through it.
+# doorbell the threads that post through it, in SHARER_UNITs: a thread posting through k doorbells
+# counts 1/k on each (it spins on one lock at a time), so the count is the expected contenders.
 S_OUTSTANDING = 0
 S_NEXT_DB = 1
 S_DB_USERS = 2
+SHARER_UNIT = 2520   # divisible by 1..10: a thread's share of up to 10 doorbells is exact
 
 # Per-QP private state (a QP lives in one process): when its requester unit is next free,
 # the slot of the oldest outstanding READ/atomic, when its last work request completed, then
@@ -217,7 +220,8 @@ def _pcie_ps(prm, overhead_b, payload_b):
 
 @njit(cache=True)
 def doorbell_users(tbl, rq, db, delta):
-    """Add ``delta`` threads to the sharers of doorbell ``db`` of node ``rq``; return the count."""
+    """Add ``delta`` (in SHARER_UNITs) to the sharers of doorbell ``db`` of node ``rq``; return
+    the new count in SHARER_UNITs."""
     return faa(tbl, rq[D_STATE] + S_DB_USERS + db, delta) + delta
 
 
@@ -250,9 +254,9 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, inline
     t = t_ns * _PS
     if db >= 0:
         users = load_acquire(tbl, rq[D_STATE] + S_DB_USERS + db)
-        if users < 1:
-            users = 1
-        hold = prm[P_DB_LOCK] + prm[P_DB_PER_SHARER] * (users - 1)
+        if users < SHARER_UNIT:
+            users = SHARER_UNIT
+        hold = prm[P_DB_LOCK] + (prm[P_DB_PER_SHARER] * (users - SHARER_UNIT)) // SHARER_UNIT
         t = reserve(tbl, rq[D_DB0] + db * rq[D_DB_STRIDE], t, hold)
     cpu_free = t
     t_nic = t + prm[P_MMIO]

@@ -227,8 +227,33 @@ class VerbsHost:
         self._next_qpn = 1 + (my_proc << 20)
         self._posted = self._completed = self._errors = self._delivered = self._ud_dropped = 0
         self._db_users: dict[tuple[int, int], set] = {}
+        # actor id -> {(node, doorbell): its share there in nic.SHARER_UNITs}
+        self._db_shares: dict[int, dict[tuple[int, int], int]] = {}
         if proc_of_node is not None:
             env.on_message = self._on_message
+
+    def _reshare(self, shares: dict) -> None:
+        """Spread one thread evenly over the doorbells in ``shares`` (its current ones), moving
+        each doorbell's sharer count by the change of the thread's share there."""
+        if not shares:
+            return
+        each = nic.SHARER_UNIT // len(shares)
+        for (node, db), old in shares.items():
+            if each != old:
+                nic.doorbell_users(self.fabric.table, self.fabric.descriptors[node], db, each - old)
+                shares[(node, db)] = each
+
+    def _leave_doorbell(self, key: int, node: int, db: int) -> None:
+        """Thread ``key`` stops sharing doorbell ``db`` of ``node``; its share moves to its others."""
+        users = self._db_users.get((node, db))
+        if users is None or key not in users:
+            return
+        users.discard(key)
+        shares = self._db_shares.get(key, {})
+        old = shares.pop((node, db), 0)
+        if old:
+            nic.doorbell_users(self.fabric.table, self.fabric.descriptors[node], db, -old)
+        self._reshare(shares)
 
     def statistics(self) -> VerbsStats:
         return VerbsStats(self._posted, self._completed, self._errors, self._delivered, self._ud_dropped)
@@ -580,7 +605,9 @@ class QP:
             users = self.host._db_users.setdefault((self.node, self.doorbell), set())
             if key not in users:
                 users.add(key)
-                nic.doorbell_users(self.fabric.table, self.ctx.desc, self.doorbell, 1)
+                shares = self.host._db_shares.setdefault(key, {})
+                shares[(self.node, self.doorbell)] = 0
+                self.host._reshare(shares)
 
     def post_recv(self, wrs) -> None:
         if isinstance(wrs, RecvWR):

@@ -259,7 +259,40 @@ def test_coroutines_count_once_among_doorbell_sharers(fab):
     env.run()
     qp = thr.qp(MN)
     desc = fab.descriptors[CN]
-    assert nic.doorbell_users(fab.table, desc, qp.doorbell, 0) == 1
+    assert nic.doorbell_users(fab.table, desc, qp.doorbell, 0) == nic.SHARER_UNIT
+
+
+def test_a_thread_on_two_doorbells_counts_half_on_each(prefix):
+    # a thread with QPs to two memory nodes spins on one doorbell lock at a time: it counts 1/2
+    # among the sharers of each; leaving one doorbell (idle) moves nothing else of other threads
+    f = Fabric.create(rack_profile(), [NodeSpec("c0", "compute", 16 << 20), NodeSpec("m0", "memory", MEM),
+                                       NodeSpec("m1", "memory", MEM)], prefix=prefix)
+    try:
+        f.expose("m0")
+        f.expose("m1")
+        env, node = setup(f, policy="per_thread_qp")
+        a0, a1 = gaddr(1, f.allocate("m0", 64)), gaddr(2, f.allocate("m1", 64))
+        t1, t2 = node.thread(), node.thread()
+
+        def body(co, addrs):
+            for a in addrs:
+                co.read(a, 8)
+                yield co.sync()
+
+        env.process(body(t1.coroutine(), (a0, a1)))
+        env.run()
+        assert sorted(t1.doorbell_sharers().values()) == [0.5, 0.5]
+        shared = t1.qp(1).doorbell
+        t2._qps[1] = t1.qp(1)                     # t2 posts through t1's first doorbell too
+        env.process(body(t2.coroutine(), (a0,)))
+        env.run()
+        assert t1.doorbell_sharers()[shared] == 1.5
+        t2.idle()
+        assert t1.doorbell_sharers()[shared] == 0.5
+        t1.idle()
+        assert sorted(t1.doorbell_sharers().values()) == [0.0, 0.0]
+    finally:
+        f.close()
 
 
 # -- policies -----------------------------------------------------------------------------------
