@@ -11,8 +11,13 @@ import argparse
 import sys
 
 
+def _only(values) -> list[str] | None:
+    """``--only a,b --only c`` -> ["a", "b", "c"] (repeats add up; None: everything)."""
+    return [x for v in (values or ()) for x in v.split(",") if x] or None
+
+
 def _cmd_bench(args) -> int:
-    only = [x for x in (args.only or "").split(",") if x] or None
+    only = _only(args.only)
     if args.suite == "ycsb":
         from cluster import bench_ycsb
         bench_ycsb.run(system=args.system, only=only, quick=args.quick, json_path=args.json)
@@ -122,7 +127,7 @@ def _cmd_reproduce(args) -> int:
         print(f"dmrack reproduce: unknown paper {args.paper!r}; available: smart", file=sys.stderr)
         return 2
     from cluster import reproduce_smart
-    only = [x for x in (args.only or "").split(",") if x] or None
+    only = _only(args.only)
     reproduce_smart.run(only=only, quick=args.quick, json_path=args.json, console=_console())
     return 0
 
@@ -226,14 +231,16 @@ def main(argv=None) -> int:
     b.add_argument("--system", default="race", help="ycsb: the system to measure (default race)")
     b.add_argument("--quick", action="store_true", help="reduced sweeps (about two minutes)")
     b.add_argument("--json", metavar="PATH", help="also write the rows as JSON records")
-    b.add_argument("--only", metavar="EXP[,EXP]", help="run only these experiments / workloads")
+    b.add_argument("--only", metavar="EXP[,EXP]", action="append",
+                   help="run only these experiments / workloads (comma-separated or repeated)")
     b.set_defaults(func=_cmd_bench)
 
     rp = sub.add_parser("reproduce", help="a paper's experiments at reduced scale, published beside emulated")
     rp.add_argument("paper", help="which paper: smart")
     rp.add_argument("--quick", action="store_true", help="fewer points and shorter windows")
     rp.add_argument("--json", metavar="PATH", help="also write the rows as JSON records")
-    rp.add_argument("--only", metavar="EXP[,EXP]", help="run only these experiments")
+    rp.add_argument("--only", metavar="EXP[,EXP]", action="append",
+                    help="run only these experiments (comma-separated or repeated)")
     rp.set_defaults(func=_cmd_reproduce)
 
     ck = sub.add_parser("check", help="conformance suite and a multi-process stress with the history checked")

@@ -71,3 +71,10 @@ def test_one_race_thread_runs_the_artifacts_rate(workload, props, artifact_mops)
     (p,), _ = measure("race", workload, (1,), records=2_000, warm_ms=0.3, measure_ms=1.0,
                       properties={"requestdistribution": "uniform", **props})
     assert p["mops"] == pytest.approx(artifact_mops, rel=0.05)
+
+
+def test_only_takes_commas_and_repeats():
+    from cluster.cli import _only
+    assert _only(None) is None and _only([]) is None
+    assert _only(["fig5,fig7", "fig12"]) == ["fig5", "fig7", "fig12"]
+    assert _only(["fig5,"]) == ["fig5"]
