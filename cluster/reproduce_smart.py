@@ -64,11 +64,8 @@ def fig5(quick: bool, progress) -> list[Row]:
     records = 20_000 if quick else 100_000
     warm, win = CONTENDED_MS[quick]
     threads = (1, 4, 8, 16, 32, 64, 96) if quick else (1, 2, 4, 8, 16, 24, 32, 48, 64, 96)
-    pts = []
-    for t in threads:
-        progress(f"fig5: RACE updates, {t} threads")
-        pts += _fresh_racks("race", "a", (t,), records=records, warm_ms=warm, measure_ms=win,
-                            properties=UPDATE_ONLY)
+    pts = _fresh_racks("race", "a", threads, lambda msg: progress(f"fig5: {msg}, 100% updates"),
+                       records=records, warm_ms=warm, measure_ms=win, properties=UPDATE_ONLY)
     rows = []
     for p in pts:
         rows.append(Row("fig5", "race, zipf 0.99", p["threads"], "Mops", p["mops"]))
@@ -125,11 +122,16 @@ def _ycsb_rack(system: str, workload: str, threads: tuple[int, ...], *, records:
     return points, rack
 
 
-def _fresh_racks(system: str, workload: str, threads: tuple[int, ...], **kw) -> list[dict]:
+def _fresh_racks(system: str, workload: str, threads: tuple[int, ...], progress=None, **kw) -> list[dict]:
     """One fresh rack per thread count (load, warm up, measure), as SMART's scripts restart the
     memory-node backends and reload the table for every point (ae/collect/fig5-*, fig8-*): a
     sweep on one rack would carry the previous point's hot-key stragglers into the next."""
-    return [_ycsb_rack(system, workload, (t,), **kw)[0][0] for t in threads]
+    points = []
+    for t in threads:
+        if progress is not None:
+            progress(f"{system}, YCSB {workload.upper()}: {t} threads")
+        points.append(_ycsb_rack(system, workload, (t,), **kw)[0][0])
+    return points
 
 
 # Adaptive throttling for the raw-verbs experiments (fig13, table1): Δ scaled from 8 ms to 20 µs
@@ -228,8 +230,8 @@ def fig7(quick: bool, progress, *, threads=None, records=None, warm_ms=None, mea
         win = measure_ms if measure_ms is not None else win
         for system, policy in FIG7_SYSTEMS:
             progress(f"fig7: {system}, YCSB {w.upper()} ({FIG7_WORKLOADS[w]})")
-            pts = _fresh_racks(system, w, tuple(threads), records=records, warm_ms=warm, measure_ms=win,
-                               qp_policy=policy)
+            pts = _fresh_racks(system, w, tuple(threads), lambda msg: progress(f"fig7: {msg}"), records=records,
+                               warm_ms=warm, measure_ms=win, qp_policy=policy)
             series = f"{system}, {FIG7_WORKLOADS[w]}"
             for p in pts:
                 rows.append(Row("fig7", series, p["threads"], "Mops", p["mops"]))
