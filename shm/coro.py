@@ -9,7 +9,9 @@ Thread resources follow a *policy* (SMART §3.1), which is the whole difference 
 of SMART Fig. 3:
 
 * ``shared_qp``: one QP per remote node, shared by every thread of the node;
-* ``multiplexed_qp``: a pool of ``qp_pool`` QPs per remote node, thread ``i`` uses QP ``i % pool``;
+* ``multiplexed_qp``: each QP shared by ``threads_per_qp`` consecutive threads (SMART §3.1's q;
+  thread ``i`` uses QP ``i // q``), or without it a pool of ``qp_pool`` QPs per remote node that
+  thread ``i`` uses as QP ``i % pool``; threads sharing a QP take turns on its lock;
 * ``per_thread_qp``: each thread its own QPs, in one device context, so QPs land on the context's
   4 low-latency + 12 medium-latency doorbells round-robin and threads share doorbell spinlocks;
 * ``per_thread_doorbell``: SMART's thread-aware allocation: each thread's QPs on a doorbell of
@@ -103,17 +105,21 @@ class NodeRdma:
     """The RDMA resources of one compute node, allocated by policy, handed out per thread."""
 
     def __init__(self, host: VerbsHost, node, *, policy: str = "per_thread_doorbell", qp_pool: int = 4,
-                 buffer_bytes: int = 256 << 10, smart: "SmartConfig | dict | None" = None):
+                 threads_per_qp: int | None = None, buffer_bytes: int = 256 << 10,
+                 smart: "SmartConfig | dict | None" = None):
         if policy not in POLICIES:
             raise ValueError(f"unknown QP policy {policy!r}; choose one of {', '.join(POLICIES)}")
         if qp_pool < 1:
             raise ValueError(f"qp_pool must be >= 1, got {qp_pool}")
+        if threads_per_qp is not None and threads_per_qp < 1:
+            raise ValueError(f"threads_per_qp must be >= 1, got {threads_per_qp}")
         self.host = host
         self.fabric = host.fabric
         self.env = host.env
         self.node = self.fabric.node_index(node)
         self.policy = policy
         self.qp_pool = qp_pool
+        self.threads_per_qp = threads_per_qp
         self.buffer_bytes = buffer_bytes
         cfg = SmartConfig.from_dict(smart)
         self.smart: SmartConfig | None = cfg if cfg.enabled else None   # None: every switch off
@@ -153,7 +159,12 @@ class NodeRdma:
         """The QP ``thread`` uses towards node ``dst``, created on first use."""
         if self.policy in ("shared_qp", "multiplexed_qp"):
             pool = self._shared_qps.setdefault(dst, [])
-            want = 0 if self.policy == "shared_qp" else thread.index % self.qp_pool
+            if self.policy == "shared_qp":
+                want = 0
+            elif self.threads_per_qp is not None:
+                want = thread.index // self.threads_per_qp
+            else:
+                want = thread.index % self.qp_pool
             while len(pool) <= want:
                 pool.append(_make_qp(self._context(), dst))
             return pool[want]
@@ -264,6 +275,8 @@ class RdmaThread:
             if key not in qp._users:
                 continue
             qp._users.discard(key)
+            if len(qp._users) < 2:
+                qp._model_state[nic.Q_SHARED] = 0
             qp.host._leave_doorbell(key, qp.node, qp.doorbell)
 
     def resume(self) -> None:

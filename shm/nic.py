@@ -5,8 +5,8 @@ from one QP to one remote node) in one call, so the cost of the model stays off 
 path. Each work request walks the stations of a real RNIC, booking each contended one in a
 reservation calendar (:mod:`shm.calendar`):
 
-    CPU builds WQEs -> doorbell spinlock (hold time grows with the threads sharing it, a thread
-    with QPs on k doorbells counting 1/k on each)
+    CPU builds WQEs -> [QP lock, when threads share the QP] -> doorbell spinlock (hold time grows
+    with the threads sharing it, a thread with QPs on k doorbells counting 1/k on each)
     -> MMIO -> PCIe WQE fetch (+ an extra read when outstanding WRs overflow the WQE cache)
     -> requester processing unit (in order per QP; READ/atomic capped by max_rd_atomic)
     -> [payload DMA read for WRITE/SEND] -> egress link -> wire/switch -> ingress link
@@ -66,7 +66,8 @@ P_MAX_INLINE = 17
 P_PCIE_PAYLOAD_FS_PER_B = 18
 P_REQ_COST = 19             # N_OPS entries
 P_RESP_COST = P_REQ_COST + N_OPS
-N_PARAMS = P_RESP_COST + N_OPS
+P_QP_LOCK = P_RESP_COST + N_OPS
+N_PARAMS = P_QP_LOCK + 1
 
 # A node descriptor: offsets of its resources in the fabric table.
 D_TX = 0
@@ -94,12 +95,15 @@ S_DB_USERS = 2
 SHARER_UNIT = 2520   # divisible by 1..10: a thread's share of up to 10 doorbells is exact
 
 # Per-QP private state (a QP lives in one process): when its requester unit is next free,
-# the slot of the oldest outstanding READ/atomic, when its last work request completed, then
-# max_rd_atomic completion times.
+# the slot of the oldest outstanding READ/atomic, when its last work request completed, whether
+# more than one thread posts through it (set by the verbs layer) and when its lock is next free,
+# then max_rd_atomic completion times.
 Q_BUSY = 0
 Q_RD_POS = 1
 Q_DONE = 2
-Q_RD_RING = 3
+Q_SHARED = 3
+Q_LOCK = 4
+Q_RD_RING = 5
 
 _FS = 1000  # fs per ps
 _PS = 1000  # ps per ns
@@ -130,6 +134,7 @@ def pack_params(p: Profile) -> np.ndarray:
     prm[P_ATOMIC_UNIT] = p.nic.atomic_unit_ns * _PS
     prm[P_ATOMIC_SLOT] = p.nic.atomic_slot_ns * _PS
     prm[P_DEVMEM] = p.nic.device_memory_ns * _PS
+    prm[P_QP_LOCK] = p.doorbell.qp_lock_ns * _PS
     prm[P_MAX_INLINE] = p.qp.max_inline
     n = p.nic
     req = (n.req_read_ns, n.req_write_ns, n.req_atomic_ns, n.req_atomic_ns, n.req_send_ns, n.req_send_ns)
@@ -252,12 +257,18 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, inline
     """
     n = ops.shape[0]
     t = t_ns * _PS
+    shared = qp[Q_SHARED] != 0
+    if shared and qp[Q_LOCK] > t:
+        t = qp[Q_LOCK]          # another thread holds the QP's lock
     if db >= 0:
         users = load_acquire(tbl, rq[D_STATE] + S_DB_USERS + db)
         if users < SHARER_UNIT:
             users = SHARER_UNIT
         hold = prm[P_DB_LOCK] + (prm[P_DB_PER_SHARER] * (users - SHARER_UNIT)) // SHARER_UNIT
         t = reserve(tbl, rq[D_DB0] + db * rq[D_DB_STRIDE], t, hold)
+    if shared:
+        t += prm[P_QP_LOCK]     # the QP's lines come from the core that posted last
+        qp[Q_LOCK] = t
     cpu_free = t
     t_nic = t + prm[P_MMIO]
     outstanding = faa(tbl, rq[D_STATE] + S_OUTSTANDING, n) + n

@@ -71,6 +71,8 @@ class DoorbellProfile:
     medium_latency: int = knob("doorbells", "medium-latency doorbells per context (QPs share them round-robin)", min=1, max=4096)
     lock_ns: int = knob("ns", "doorbell spinlock hold time with one user", min=0, max=1_000_000)
     lock_per_sharer_ns: int = knob("ns", "extra hold time per additional thread sharing the doorbell", min=0, max=1_000_000)
+    qp_lock_ns: int = knob("ns", "extra time per post on a QP that more than one thread posts through (its lock, "
+                           "WQE ring and CQ move between cores); posts on that QP serialize", min=0, max=1_000_000)
 
 
 @dataclass(frozen=True)

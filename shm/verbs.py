@@ -602,6 +602,8 @@ class QP:
         key = id(actor)
         if key not in self._users:
             self._users.add(key)
+            if len(self._users) > 1:
+                self._model_state[nic.Q_SHARED] = 1     # threads now take turns on the QP lock
             users = self.host._db_users.setdefault((self.node, self.doorbell), set())
             if key not in users:
                 users.add(key)

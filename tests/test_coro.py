@@ -306,6 +306,50 @@ def test_unknown_policy_and_bad_pool_are_refused(fab):
         NodeRdma(host, "c0", policy="multiplexed_qp", qp_pool=0)
 
 
+def test_threads_per_qp_shares_each_qp_among_consecutive_threads(fab):
+    env, node = setup(fab, policy="multiplexed_qp", threads_per_qp=2)
+    threads = [node.thread() for _ in range(5)]
+    ids = [id(t.qp(MN)) for t in threads]
+    assert ids[0] == ids[1] and ids[2] == ids[3] and len({ids[0], ids[2], ids[4]}) == 3
+    with pytest.raises(ValueError, match="threads_per_qp"):
+        NodeRdma(VerbsHost(fab, Environment()), "c0", policy="multiplexed_qp", threads_per_qp=0)
+
+
+def test_threads_sharing_a_qp_take_turns_on_its_lock():
+    # two threads post at once: on their own QPs each pays the doorbell alone; through one QP the
+    # second waits for the first's hold plus qp_lock_ns (the QP's lines move between cores)
+    prof = rack_profile()
+    build, db = prof.cpu.post_ns + prof.cpu.wqe_ns, prof.doorbell
+    shared_hold = db.lock_ns + db.lock_per_sharer_ns + db.qp_lock_ns
+    for q, second in ((None, build + db.lock_ns), (2, build + 2 * shared_hold)):
+        with new_fabric() as fab:
+            env, node = setup(fab, policy="multiplexed_qp" if q else "per_thread_qp", threads_per_qp=q)
+            off = fab.allocate("m0", 64)
+            t1, t2 = node.thread(), node.thread()
+            ends = {}
+
+            def body(name, co):
+                co.read(gaddr(MN, off), 8)
+                co.post()
+                yield 0
+                ends[name] = env.now
+                yield co.sync()
+
+            def warm(co):                       # both threads have posted once: the QP is shared
+                co.read(gaddr(MN, off), 8)
+                yield co.sync()
+
+            for t in (t1, t2):
+                env.process(warm(t.coroutine()))
+            env.run()
+            start = env.now
+            env.process(body("a", t1.coroutine()))
+            env.process(body("b", t2.coroutine()))
+            env.run()
+            assert (t1.qp(MN) is t2.qp(MN)) == (q is not None)
+            assert max(ends.values()) - start == second, (q, ends, start)
+
+
 @pytest.mark.parametrize("policy", POLICIES)
 def test_each_policy_builds_and_works(fab, policy):
     env, node = setup(fab, policy=policy, qp_pool=2)
