@@ -267,7 +267,9 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, inline
         hold = prm[P_DB_LOCK] + (prm[P_DB_PER_SHARER] * (users - SHARER_UNIT)) // SHARER_UNIT
         t = reserve(tbl, rq[D_DB0] + db * rq[D_DB_STRIDE], t, hold)
     if shared:
-        t += prm[P_QP_LOCK]     # the QP's lines come from the core that posted last
+        # every post pays it, as if another core had posted last: a fit over threads taking
+        # turns (SMART fig3a), not a per-handoff count
+        t += prm[P_QP_LOCK]
         qp[Q_LOCK] = t
     cpu_free = t
     t_nic = t + prm[P_MMIO]
