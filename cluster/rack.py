@@ -197,7 +197,8 @@ def make_compute(state: RackState, env, host, name: str, send, recorder) -> Comp
 
     smart = spec.smart_config(getattr(c.system, "smart_defaults", None))
     return ComputeNode(env, host, name, index=index, n_compute=len(c.compute), threads=spec.compute.threads,
-                       coroutines=spec.compute.coroutines, qp_policy=spec.compute.qp_policy, system=c.system,
+                       coroutines=spec.compute.coroutines, qp_policy=spec.compute.qp_policy,
+                       threads_per_qp=spec.compute.threads_per_qp, system=c.system,
                        layout=state.layout, options=c.options, workloads=c.workloads, plan=c.plan,
                        recorder=recorder, inserts=SharedInsertSequence(state.control), on_done=on_done,
                        seed=spec.seed, history=state.history.writer(index) if state.history else None,

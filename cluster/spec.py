@@ -13,7 +13,7 @@ every missing key takes the value of the built-in default rack -- ::
 
     [rack]              name, profile, seed, on_node_death
     [profile_overrides] "section.key" = value, applied with shm.profile.with_overrides
-    [compute]           count, threads, coroutines, memory, qp_policy
+    [compute]           count, threads, coroutines, memory, qp_policy, threads_per_qp
     [memory]            count, memory
     [client]            count, memory
     [manager]           count (exactly 1)
@@ -146,7 +146,8 @@ DEFAULT_WORKLOAD_PRESET = "a"
 # the YCSB properties) are what one-sided hash tables such as RACE are measured with.
 DEFAULT_WORKLOAD_OVERRIDES = {"recordcount": 10_000, "keysize": 8, "valuesize": 8, "zipfianconstant": 0.99}
 DEFAULTS = {
-    "compute": {"count": 2, "threads": 4, "coroutines": 4, "memory": 64 << 20, "qp_policy": "per_thread_doorbell"},
+    "compute": {"count": 2, "threads": 4, "coroutines": 4, "memory": 64 << 20, "qp_policy": "per_thread_doorbell",
+                "threads_per_qp": None},
     "memory": {"count": 2, "memory": 512 << 20},
     "client": {"count": 0, "memory": 64 << 20},
     "manager": {"count": 1},
@@ -190,6 +191,7 @@ class ComputeSpec:
     coroutines: int  # coroutines per thread
     memory_bytes: int
     qp_policy: str  # one of shm.coro.POLICIES
+    threads_per_qp: int | None = None  # multiplexed_qp: threads sharing each QP (None: a pool of 4 QPs)
 
 
 @dataclass(frozen=True)
@@ -765,7 +767,11 @@ def spec_from_dict(data: Mapping[str, Any], *, source: str = "<string>", base_di
         coroutines=t.get("coroutines", d["coroutines"], _int(*COROUTINES_RANGE)),
         memory_bytes=t.get("memory", d["memory"], _size()),
         qp_policy=t.get("qp_policy", d["qp_policy"], _choice(POLICIES)),
+        threads_per_qp=t.get("threads_per_qp", d["threads_per_qp"], _int(*THREADS_RANGE)),
     )
+    if compute.threads_per_qp is not None and compute.qp_policy != "multiplexed_qp":
+        raise SpecError(f"{label}: compute.threads_per_qp = {compute.threads_per_qp}: only meaningful with "
+                        f"qp_policy = \"multiplexed_qp\" (qp_policy is \"{compute.qp_policy}\")")
     need = compute.threads * THREAD_BUFFER_BYTES + MIN_NODE_MEMORY
     if compute.memory_bytes < need:
         shown = _show(t.data["memory"]) if "memory" in t.data else f"{format_size(compute.memory_bytes)} (default)"

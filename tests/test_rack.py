@@ -60,6 +60,19 @@ def kinds(step):
 
 # -- co-located -------------------------------------------------------------------------------------
 
+def test_threads_per_qp_reaches_the_compute_nodes_qps():
+    d = rack_dict(LOAD, run(0.1), threads=4)
+    d["compute"].update(qp_policy="multiplexed_qp", threads_per_qp=2)
+    rack = ColocatedRack(scenario_from_dict(d, source="test.toml"))
+    res = rack.run()
+    assert by_step(res)[2].ops > 0
+    node = rack.nodes[0]
+    dst = min(node.threads[0]._qps)                  # a memory node the clients used
+    qps = [t.qp(dst) for t in node.threads]
+    assert node.rdma.threads_per_qp == 2
+    assert qps[0] is qps[1] and qps[2] is qps[3] and qps[0] is not qps[2]
+
+
 def test_colocated_runs_every_step_and_loads_every_record():
     res = ColocatedRack(scenario(LOAD, run(0.2))).run()
     steps = by_step(res)

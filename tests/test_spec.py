@@ -101,6 +101,7 @@ def test_default_spec_values():
     assert s.seed == 1 and s.on_node_death == "stop"
     assert (s.compute.count, s.compute.threads, s.compute.coroutines) == (2, 4, 4)
     assert s.compute.memory_bytes == 64 * MiB and s.compute.qp_policy == "per_thread_doorbell"
+    assert s.compute.threads_per_qp is None
     assert (s.memory.count, s.memory.memory_bytes) == (2, 512 * MiB)
     assert s.client.count == 0 and s.manager.count == 1
     assert s.system.name == "race"
@@ -335,6 +336,8 @@ BAD = [
     ("[memory]\nmemory = 1.5\n", ["memory.memory = 1.5", "size"]),
     ('[compute]\nmemory = "1MiB"\n', ['compute.memory = "1MiB"', "too small for 4 threads", "at least 1028 KiB"]),
     ('[compute]\nqp_policy = "per_thread_db"\n', ['compute.qp_policy = "per_thread_db"', "per_thread_doorbell"]),
+    ("[compute]\nthreads_per_qp = 2\n", ["compute.threads_per_qp = 2", "multiplexed_qp", "per_thread_doorbell"]),
+    ('[compute]\nqp_policy = "multiplexed_qp"\nthreads_per_qp = 0\n', ["compute.threads_per_qp = 0", "from 1 to 256"]),
     ('[rack]\non_node_death = "explode"\n', ['rack.on_node_death = "explode"', "stop, continue"]),
     ("[rack]\nseed = -3\n", ["rack.seed = -3", "must be an integer >= 0"]),
     ('[rack]\nname = ""\n', ['rack.name = ""', "non-empty"]),
