@@ -208,6 +208,17 @@ def _ceil_ns(ps):
 
 
 @njit(cache=True)
+def _in_posting_order(qp, t):
+    """A send queue completes in posting order: a WR completes no earlier than the QP's previous
+    one (a CAS queued behind a hot address holds back every later WR of its QP; with QPs per
+    thread, the thread's other coroutines). Returns the completion time and records it."""
+    if qp[Q_DONE] > t:
+        t = qp[Q_DONE]
+    qp[Q_DONE] = t
+    return t
+
+
+@njit(cache=True)
 def _wire_ps(prm, nbytes):
     mtu = prm[P_MTU_B]
     packets = (nbytes + mtu - 1) // mtu
@@ -315,10 +326,7 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, inline
             t5 = reserve(tbl, rs[D_RESP], t4, prm[P_RESP_COST + op])
             eff = t5 + pcie_lat
             t5 = reserve(tbl, rs[D_PCIE], eff, _pcie_ps(prm, prm[P_PCIE_RESP_B_PER_WR], nbytes))
-            done = t3 + pcie_lat
-            if qp[Q_DONE] > done:
-                done = qp[Q_DONE]      # a send queue completes in posting order
-            qp[Q_DONE] = done
+            done = _in_posting_order(qp, t3 + pcie_lat)
             out[i, 0] = _ceil_ns(eff)
             out[i, 1] = _ceil_ns(done)
             continue
@@ -350,12 +358,7 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, inline
         wire_back = _wire_ps(prm, resp_b)
         t7 = reserve(tbl, rs[D_TX], t6, wire_back)
         t8 = reserve(tbl, rq[D_RX], t7 + one_way, wire_back)
-        t9 = reserve(tbl, rq[D_PCIE], t8, _pcie_ps(prm, 0, resp_b)) + pcie_lat
-        # a send queue completes in posting order: a CAS queued behind a hot address holds back
-        # every later WR of its QP (with QPs per thread, the thread's other coroutines)
-        if qp[Q_DONE] > t9:
-            t9 = qp[Q_DONE]
-        qp[Q_DONE] = t9
+        t9 = _in_posting_order(qp, reserve(tbl, rq[D_PCIE], t8, _pcie_ps(prm, 0, resp_b)) + pcie_lat)
         if is_rd and rd_k > 0:
             pos = qp[Q_RD_POS]
             qp[Q_RD_RING + pos] = t9
