@@ -271,13 +271,15 @@ class RdmaThread:
         if self.idle_since is None:
             self.idle_since = self.env.now
         key = id(self)
+        left = []
         for qp in self._qps.values():
             if key not in qp._users:
                 continue
             qp._users.discard(key)
             if len(qp._users) < 2:
                 qp._model_state[nic.Q_SHARED] = 0
-            qp.host._leave_doorbell(key, qp.node, qp.doorbell)
+            left.append((qp.node, qp.doorbell))
+        self.owner.host._leave_doorbells(key, left)
 
     def resume(self) -> None:
         """The thread is active again; it rejoins its doorbells' sharers at its next post."""

@@ -243,16 +243,18 @@ class VerbsHost:
                 nic.doorbell_users(self.fabric.table, self.fabric.descriptors[node], db, each - old)
                 shares[(node, db)] = each
 
-    def _leave_doorbell(self, key: int, node: int, db: int) -> None:
-        """Thread ``key`` stops sharing doorbell ``db`` of ``node``; its share moves to its others."""
-        users = self._db_users.get((node, db))
-        if users is None or key not in users:
-            return
-        users.discard(key)
+    def _leave_doorbells(self, key: int, doorbells) -> None:
+        """Thread ``key`` stops sharing the ``(node, doorbell)`` pairs in ``doorbells``; its share
+        moves to the doorbells it keeps (one reshare, so no count passes through a transient)."""
         shares = self._db_shares.get(key, {})
-        old = shares.pop((node, db), 0)
-        if old:
-            nic.doorbell_users(self.fabric.table, self.fabric.descriptors[node], db, -old)
+        for node, db in doorbells:
+            users = self._db_users.get((node, db))
+            if users is None or key not in users:
+                continue
+            users.discard(key)
+            old = shares.pop((node, db), 0)
+            if old:
+                nic.doorbell_users(self.fabric.table, self.fabric.descriptors[node], db, -old)
         self._reshare(shares)
 
     def statistics(self) -> VerbsStats:
