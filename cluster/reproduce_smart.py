@@ -60,7 +60,6 @@ def fig5(quick: bool, progress) -> list[Row]:
     """RACE, 100% updates: by thread count at zipf 0.99, and by zipf parameter at 16 threads.
     Published (SMART §3.3): the peak is at 8 threads; p99 grows by up to 17.1x with more threads;
     from θ = 0 to 0.99 the median latency grows 1.9x and the p99 78.4x."""
-    from cluster.bench_ycsb import measure
     records = 20_000 if quick else 100_000
     warm, win = CONTENDED_MS[quick]
     threads = (1, 4, 8, 16, 32, 64, 96) if quick else (1, 2, 4, 8, 16, 24, 32, 48, 64, 96)
@@ -80,8 +79,8 @@ def fig5(quick: bool, progress) -> list[Row]:
         progress(f"fig5: RACE updates at 16 threads, zipf {theta}")
         # θ = 0 is the uniform distribution (YCSB's zipfian generator needs 0 < θ < 1)
         skew = {"requestdistribution": "uniform"} if theta == 0 else {"zipfianconstant": theta}
-        (p,), _ = measure("race", "a", (16,), records=records, warm_ms=warm, measure_ms=win, progress=progress,
-                          properties={**SMART_KEYS, **UPDATE_ONLY, **skew})
+        (p,) = _fresh_racks("race", "a", (16,), records=records, warm_ms=warm, measure_ms=win,
+                            properties={**UPDATE_ONLY, **skew})
         by_theta[theta] = p
         rows.append(Row("fig5", "race, 16 threads", f"θ={theta}", "Mops", p["mops"]))
         rows.append(Row("fig5", "race, 16 threads", f"θ={theta}", "p50 µs", p["p50_us"]))
