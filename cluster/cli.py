@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from cluster.pointpool import available_cpus
+
 
 def _only(values) -> list[str] | None:
     """``--only a,b --only c`` -> ["a", "b", "c"] (repeats add up; None: everything)."""
@@ -122,13 +124,25 @@ def _parse_set(text: str):
     return parse_override(text)
 
 
+def _whole(text: str) -> int | None:
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
 def _cmd_reproduce(args) -> int:
     if args.paper != "smart":
         print(f"dmrack reproduce: unknown paper {args.paper!r}; available: smart", file=sys.stderr)
         return 2
+    jobs = available_cpus() if args.jobs is None else _whole(args.jobs)
+    if jobs is None or jobs < 1:
+        print(f"dmrack reproduce: --jobs takes a whole number of processes, at least 1; got {args.jobs!r}",
+              file=sys.stderr)
+        return 2
     from cluster import reproduce_smart
     only = _only(args.only)
-    reproduce_smart.run(only=only, quick=args.quick, json_path=args.json, console=_console())
+    reproduce_smart.run(only=only, quick=args.quick, json_path=args.json, console=_console(), jobs=args.jobs)
     return 0
 
 
@@ -241,6 +255,9 @@ def main(argv=None) -> int:
     rp.add_argument("--json", metavar="PATH", help="also write the rows as JSON records")
     rp.add_argument("--only", metavar="EXP[,EXP]", action="append",
                     help="run only these experiments (comma-separated or repeated)")
+    rp.add_argument("--jobs", metavar="N",
+                    help=f"fresh racks run side by side, N at a time (default: the CPUs available, "
+                         f"{available_cpus()} here); the figures do not depend on it")
     rp.set_defaults(func=_cmd_reproduce)
 
     ck = sub.add_parser("check", help="conformance suite and a multi-process stress with the history checked")

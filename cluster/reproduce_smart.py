@@ -35,8 +35,11 @@ tests run each on a tiny configuration).
 
 from __future__ import annotations
 
+from functools import partial
+
 from cluster.bench_ycsb import CONTENDED_MS, SMART_KEYS, UNCONTENDED_MS
 from cluster.benchtable import Row, run_experiments
+from cluster.pointpool import map_points
 
 
 def fig3(quick: bool, progress) -> list[Row]:
@@ -56,15 +59,23 @@ def _renamed(r: Row, experiment: str) -> Row:
 UPDATE_ONLY = {"readproportion": 0, "updateproportion": 1}
 
 
-def fig5(quick: bool, progress) -> list[Row]:
+def fig5(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
     """RACE, 100% updates: by thread count at zipf 0.99, and by zipf parameter at 16 threads.
     Published (SMART §3.3): the peak is at 8 threads; p99 grows by up to 17.1x with more threads;
     from θ = 0 to 0.99 the median latency grows 1.9x and the p99 78.4x."""
     records = 20_000 if quick else 100_000
     warm, win = CONTENDED_MS[quick]
     threads = (1, 4, 8, 16, 32, 64, 96) if quick else (1, 2, 4, 8, 16, 24, 32, 48, 64, 96)
-    pts = _fresh_racks("race", "a", threads, lambda msg: progress(f"fig5: {msg}, 100% updates"),
-                       records=records, warm_ms=warm, measure_ms=win, properties=UPDATE_ONLY)
+    thetas = (0.0, 0.5, 0.9, 0.99)
+    sizes = {"records": records, "warm_ms": warm, "measure_ms": win}
+    # θ = 0 is the uniform distribution (YCSB's zipfian generator needs 0 < θ < 1)
+    skews = [{"requestdistribution": "uniform"} if theta == 0 else {"zipfianconstant": theta} for theta in thetas]
+    got = _fresh_points([(f"RACE updates, zipf 0.99: {t} threads", "race", "a", t,
+                          {**sizes, "properties": UPDATE_ONLY}) for t in threads]
+                        + [(f"RACE updates at 16 threads, zipf {theta}", "race", "a", 16,
+                            {**sizes, "properties": {**UPDATE_ONLY, **skew}}) for theta, skew in zip(thetas, skews)],
+                        lambda msg: progress(f"fig5: {msg}"), jobs=jobs)
+    pts, by_theta = got[:len(threads)], dict(zip(thetas, got[len(threads):]))
     rows = []
     for p in pts:
         rows.append(Row("fig5", "race, zipf 0.99", p["threads"], "Mops", p["mops"]))
@@ -73,15 +84,7 @@ def fig5(quick: bool, progress) -> list[Row]:
     rows.append(Row("fig5", "race, zipf 0.99", "peak", "threads at peak", best["threads"], 8))
     p99s = [p["p99_us"] for p in pts if p["p99_us"]]
     rows.append(Row("fig5", "race, zipf 0.99", "max/min", "p99 growth", max(p99s) / min(p99s), 17.1))
-    thetas = (0.0, 0.5, 0.9, 0.99)
-    by_theta = {}
-    for theta in thetas:
-        progress(f"fig5: RACE updates at 16 threads, zipf {theta}")
-        # θ = 0 is the uniform distribution (YCSB's zipfian generator needs 0 < θ < 1)
-        skew = {"requestdistribution": "uniform"} if theta == 0 else {"zipfianconstant": theta}
-        (p,) = _fresh_racks("race", "a", (16,), records=records, warm_ms=warm, measure_ms=win,
-                            properties={**UPDATE_ONLY, **skew})
-        by_theta[theta] = p
+    for theta, p in by_theta.items():
         rows.append(Row("fig5", "race, 16 threads", f"θ={theta}", "Mops", p["mops"]))
         rows.append(Row("fig5", "race, 16 threads", f"θ={theta}", "p50 µs", p["p50_us"]))
         rows.append(Row("fig5", "race, 16 threads", f"θ={theta}", "p99 µs", p["p99_us"]))
@@ -121,16 +124,23 @@ def _ycsb_rack(system: str, workload: str, threads: tuple[int, ...], *, records:
     return points, rack
 
 
-def _fresh_racks(system: str, workload: str, threads: tuple[int, ...], progress=None, **kw) -> list[dict]:
+def _fresh_racks(system: str, workload: str, threads: tuple[int, ...], progress=None, *, jobs: int = 1,
+                 **kw) -> list[dict]:
     """One fresh rack per thread count (load, warm up, measure), as SMART's scripts restart the
     memory-node backends and reload the table for every point (ae/collect/fig5-*, fig8-*): a
-    sweep on one rack would carry the previous point's hot-key stragglers into the next."""
-    points = []
-    for t in threads:
-        if progress is not None:
-            progress(f"{system}, YCSB {workload.upper()}: {t} threads")
-        points.append(_ycsb_rack(system, workload, (t,), **kw)[0][0])
-    return points
+    sweep on one rack would carry the previous point's hot-key stragglers into the next. The
+    racks run ``jobs`` at a time (:mod:`cluster.pointpool`); the figures do not depend on it."""
+    return _fresh_points([(f"{system}, YCSB {workload.upper()}: {t} threads", system, workload, t, kw)
+                          for t in threads], progress, jobs=jobs)
+
+
+def _fresh_points(points, progress=None, *, jobs: int = 1) -> list[dict]:
+    """:func:`_fresh_point` for each ``(label, system, workload, threads, scenario kwargs)``."""
+    return map_points(_fresh_point, points, jobs=jobs, progress=progress, describe=lambda p: p[0])
+
+
+def _fresh_point(label: str, system: str, workload: str, threads: int, kw: dict) -> dict:
+    return _ycsb_rack(system, workload, (threads,), **kw)[0][0]
 
 
 # Adaptive throttling for the raw-verbs experiments (fig13, table1): Δ scaled from 8 ms to 20 µs
@@ -209,28 +219,38 @@ FIG7_SYSTEMS = (("race", "per_thread_qp"), ("smart-ht", "per_thread_doorbell"))
 FIG7_PUBLISHED = {("race", "a"): (2.8, 8), ("smart-ht", "a"): (5.7, 48), ("race", "b"): (11.4, None),
                   ("smart-ht", "b"): (21.2, None), ("race", "c"): (11.4, None), ("smart-ht", "c"): (23.7, None)}
 FIG7_WORKLOADS = {"a": "write-heavy", "b": "read-heavy", "c": "read-only"}
+# (keys, warm-up ms) of --quick's YCSB A: SMART-HT's fall past its peak at 48 threads needs both
+# full mode's 100 k keys and its 20 ms warm-up (20 k keys or 8 ms leave a plateau rising to 96;
+# docs/smart.md); the window stays quick's 2 ms
+FIG7_WRITE_HEAVY_QUICK = (100_000, 20.0)
 
 
 def fig7(quick: bool, progress, *, threads=None, records=None, warm_ms=None, measure_ms=None,
-         workloads=("a", "b", "c")) -> list[Row]:
+         workloads=("a", "b", "c"), jobs: int = 1) -> list[Row]:
     """RACE (QPs per thread, SMART off) against SMART-HT (a doorbell per thread, adaptive WR
     throttling, back-off with dynamic limit, coroutine throttling; its scaled defaults) on YCSB A
     (50% updates), B (5%) and C (read-only), zipf 0.99, one compute node. Published (§6.2.1): A:
     RACE peaks at 2.8 Mops with 8 threads, SMART-HT at 5.7 with 48; B and C: RACE stays under
     11.4, SMART-HT reaches 21.2 and 23.7."""
-    records = records or (20_000 if quick else 100_000)
-    threads = threads or ((1, 8, 16, 32, 48, 64, 96) if quick else (1, 2, 4, 8, 16, 24, 32, 48, 64, 96))
-    rows, peaks = [], {}
+    threads = tuple(threads or ((1, 8, 16, 32, 48, 64, 96) if quick else (1, 2, 4, 8, 16, 24, 32, 48, 64, 96)))
+    points = []
     for w in workloads:
         # YCSB A's updates pile up on hot keys over milliseconds; B's 5 % of updates do not (its
         # hottest key sees ~30 k updates/s, well under the 70-170 k/s one key sustains in fig5/fig14)
         warm, win = (CONTENDED_MS if w == "a" else UNCONTENDED_MS)[quick]
-        warm = warm_ms if warm_ms is not None else warm
-        win = measure_ms if measure_ms is not None else win
+        keys = 20_000 if quick else 100_000
+        if quick and w == "a":
+            keys, warm = FIG7_WRITE_HEAVY_QUICK
+        sizes = {"records": records or keys, "warm_ms": warm_ms if warm_ms is not None else warm,
+                 "measure_ms": measure_ms if measure_ms is not None else win}
         for system, policy in FIG7_SYSTEMS:
-            progress(f"fig7: {system}, YCSB {w.upper()} ({FIG7_WORKLOADS[w]})")
-            pts = _fresh_racks(system, w, tuple(threads), lambda msg: progress(f"fig7: {msg}"), records=records,
-                               warm_ms=warm, measure_ms=win, qp_policy=policy)
+            points += [(f"{system}, YCSB {w.upper()} ({FIG7_WORKLOADS[w]}): {t} threads", system, w, t,
+                        {**sizes, "qp_policy": policy}) for t in threads]
+    got = iter(_fresh_points(points, lambda msg: progress(f"fig7: {msg}"), jobs=jobs))
+    rows, peaks = [], {}
+    for w in workloads:
+        for system, _ in FIG7_SYSTEMS:
+            pts = [next(got) for _ in threads]
             series = f"{system}, {FIG7_WORKLOADS[w]}"
             for p in pts:
                 rows.append(Row("fig7", series, p["threads"], "Mops", p["mops"]))
@@ -376,8 +396,23 @@ FIG14_CONFIGS = (
 )
 
 
+def _fig14_point(label: str, threads: int, smart, records: int, warm_ms: float, measure_ms: float) -> dict:
+    """One fig14 point on a fresh rack: its throughput and latency, the RACE clients' update and
+    retry counts, and SMART's t_max / c_max per thread as the measured window ended."""
+    (p,), rack = _ycsb_rack("smart-ht", "a", (threads,), records=records, warm_ms=warm_ms, measure_ms=measure_ms,
+                            qp_policy="per_thread_doorbell", properties=UPDATE_ONLY, smart=smart)
+    stats = [c.statistics() for n in rack.nodes for c in n.clients]
+    # SMART's state as the measured window ended: after the run, draining stragglers would have
+    # moved t_max and c_max again
+    sm = [st for n in rack.nodes for st in n.smart_at_step_end.get(p["plan_step"], ())]
+    return {**p, "updates": sum(s.updates for s in stats), "retries": sum(s.cas_retries for s in stats),
+            "retried": sum(s.updates_retried for s in stats),
+            "t_max_ns": [s.t_max_ns for s in sm if s.t_max_ns is not None],
+            "c_max_ops": [s.c_max_ops for s in sm if s.c_max_ops is not None]}
+
+
 def fig14(quick: bool, progress, *, threads=None, records=None, warm_ms=None, measure_ms=None,
-          configs=None) -> list[Row]:
+          configs=None, jobs: int = 1) -> list[Row]:
     """SMART-HT, 100% updates, zipf 0.99, one compute node, by conflict-avoidance configuration
     (adaptive WR throttling and a doorbell per thread in all): throughput, retries per update
     (failed slot CASes / updates, from the RACE clients; counted over warm-up and measurement)
@@ -393,34 +428,26 @@ def fig14(quick: bool, progress, *, threads=None, records=None, warm_ms=None, me
     win = measure_ms if measure_ms is not None else win
     threads = threads or ((32, 96) if quick else (8, 16, 32, 64, 96))
     configs = configs or FIG14_CONFIGS
+    points = [(f"{name}, {t} threads", t, smart, records, warm, win) for name, smart in configs for t in threads]
+    got = iter(map_points(_fig14_point, points, jobs=jobs, progress=lambda msg: progress(f"fig14: {msg}"),
+                          describe=lambda p: p[0]))
     rows, mops = [], {}
     for name, smart in configs:
         for t in threads:
-            progress(f"fig14: {name}, {t} threads")
-            (p,), rack = _ycsb_rack("smart-ht", "a", (t,), records=records, warm_ms=warm, measure_ms=win,
-                                    qp_policy="per_thread_doorbell", properties=UPDATE_ONLY, smart=smart)
+            p = next(got)
             mops[(name, t)] = p["mops"]
-            stats = [c.statistics() for n in rack.nodes for c in n.clients]
-            upd = sum(s.updates for s in stats)
-            retries = sum(s.cas_retries for s in stats)
-            retried = sum(s.updates_retried for s in stats)
-            # SMART's state as the measured window ended: after the run, draining stragglers would
-            # have moved t_max and c_max again
-            sm = [st for n in rack.nodes for st in n.smart_at_step_end.get(p["plan_step"], ())]
-            tmax = [s.t_max_ns for s in sm if s.t_max_ns is not None]
-            cmax = [s.c_max_ops for s in sm if s.c_max_ops is not None]
-            per = retries / upd if upd else None
+            upd = p["updates"]
             top = t == max(threads)
             pub_r = {"w/o ConflictAvoid": 11.5, "+CoroThrot (SMART-HT)": 1.1}.get(name) if top else None
             pub_q = {"+CoroThrot (SMART-HT)": 6.7}.get(name) if top else None
             rows.append(Row("fig14", name, t, "Mops", p["mops"]))
-            rows.append(Row("fig14", name, t, "retries / update", per, pub_r))
-            rows.append(Row("fig14", name, t, "% updates retried", 100 * retried / upd if upd else None, pub_q))
+            rows.append(Row("fig14", name, t, "retries / update", p["retries"] / upd if upd else None, pub_r))
+            rows.append(Row("fig14", name, t, "% updates retried", 100 * p["retried"] / upd if upd else None, pub_q))
             rows.append(Row("fig14", name, t, "p99 µs", p["p99_us"]))
-            if tmax:
-                rows.append(Row("fig14", name, t, "mean t_max µs (window end)", sum(tmax) / len(tmax) / 1000))
-            if cmax:
-                rows.append(Row("fig14", name, t, "mean c_max ops (window end)", sum(cmax) / len(cmax)))
+            if p["t_max_ns"]:
+                rows.append(Row("fig14", name, t, "mean t_max µs (window end)", sum(p["t_max_ns"]) / len(p["t_max_ns"]) / 1000))
+            if p["c_max_ops"]:
+                rows.append(Row("fig14", name, t, "mean c_max ops (window end)", sum(p["c_max_ops"]) / len(p["c_max_ops"])))
     names = [n for n, _ in configs]
     t = max(threads)
     if "+Backoff" in names:
@@ -472,6 +499,11 @@ EXPERIMENTS = {"fig3": fig3, "fig4": fig4, "fig5": fig5, "fig7": fig7, "fig12": 
                "fig14": fig14, "table1": table1}
 
 
-def run(only=None, quick: bool = False, json_path: str | None = None, console=None) -> list[Row]:
-    return run_experiments(EXPERIMENTS, only=only, quick=quick, json_path=json_path, console=console,
+# the experiments made of fresh racks, which can run side by side (cluster.pointpool)
+SIDE_BY_SIDE = ("fig5", "fig7", "fig14")
+
+
+def run(only=None, quick: bool = False, json_path: str | None = None, console=None, jobs: int = 1) -> list[Row]:
+    experiments = {name: (partial(fn, jobs=jobs) if name in SIDE_BY_SIDE else fn) for name, fn in EXPERIMENTS.items()}
+    return run_experiments(experiments, only=only, quick=quick, json_path=json_path, console=console,
                            label="reproduce smart", title_prefix="SMART ")

@@ -278,6 +278,8 @@ def test_killed_supervisor_takes_its_nodes_along_and_clean_reclaims(endless):
     (["bench", "nosuch"], "unknown suite"),
     (["reproduce", "nosuch"], "unknown paper"),
     (["reproduce", "smart", "--only", "fig99"], "unknown experiment"),
+    (["reproduce", "smart", "--jobs", "0"], "--jobs"),
+    (["reproduce", "smart", "--jobs", "two"], "--jobs"),
     (["check", "--system", "nosuch"], "unknown system"),
     (["check", "--system", "race", "--option", "load_factr=0.5"], "load_factr"),
     (["check", "--system", "race", "--option", "fault=everything"], "fault"),

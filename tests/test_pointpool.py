@@ -1,0 +1,66 @@
+"""cluster.pointpool: independent points side by side give what they give one after the other."""
+
+from __future__ import annotations
+
+import os
+
+import psutil
+import pytest
+
+from cluster.pointpool import available_cpus, map_points
+
+
+def _square_and_pid(x):
+    return x * x, os.getpid()
+
+
+def _fails_on_three(x):
+    if x == 3:
+        raise ValueError(f"point {x} is bad")
+    return x
+
+
+def _children():
+    return psutil.Process().children(recursive=True)
+
+
+def test_results_keep_the_points_order_and_run_in_workers():
+    got = map_points(_square_and_pid, [(x,) for x in range(6)], jobs=2)
+    assert [sq for sq, _ in got] == [x * x for x in range(6)]
+    assert os.getpid() not in {pid for _, pid in got}
+    assert not _children()                 # the pool's workers are gone
+
+
+def test_one_job_runs_here_and_reports_each_point_as_it_starts():
+    heard = []
+    got = map_points(_square_and_pid, [(2,), (3,)], progress=heard.append, describe=lambda p: f"x={p[0]}")
+    assert got == [(4, os.getpid()), (9, os.getpid())]
+    assert heard == ["x=2", "x=3"]
+
+
+def test_parallel_progress_counts_the_points_done():
+    heard = []
+    map_points(_square_and_pid, [(x,) for x in range(3)], jobs=2, progress=heard.append)
+    assert len(heard) == 3 and heard[-1].endswith("(3/3, 2 at a time)")
+
+
+def test_a_failing_point_raises_in_the_caller_and_leaves_no_worker():
+    with pytest.raises(ValueError, match="point 3 is bad"):
+        map_points(_fails_on_three, [(x,) for x in range(5)], jobs=2)
+    assert not _children()
+
+
+def test_jobs_must_be_positive():
+    with pytest.raises(ValueError, match="at least 1"):
+        map_points(_square_and_pid, [(1,)], jobs=0)
+    assert available_cpus() >= 1
+
+
+def test_fresh_racks_side_by_side_give_the_same_figures():
+    """Co-located racks are deterministic for their seed and share nothing, so the reproduction's
+    sweeps of fresh racks may run side by side (dmrack reproduce --jobs)."""
+    from cluster.reproduce_smart import UPDATE_ONLY, _fresh_racks
+    kw = dict(records=1_000, warm_ms=0.05, measure_ms=0.05, properties=UPDATE_ONLY)
+    serial = _fresh_racks("race", "a", (1, 2, 4), **kw)
+    assert _fresh_racks("race", "a", (1, 2, 4), jobs=2, **kw) == serial
+    assert [p["threads"] for p in serial] == [1, 2, 4] and all(p["ops"] > 0 for p in serial)
