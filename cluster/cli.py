@@ -142,7 +142,7 @@ def _cmd_reproduce(args) -> int:
         return 2
     from cluster import reproduce_smart
     only = _only(args.only)
-    reproduce_smart.run(only=only, quick=args.quick, json_path=args.json, console=_console(), jobs=args.jobs)
+    reproduce_smart.run(only=only, quick=args.quick, json_path=args.json, console=_console(), jobs=jobs)
     return 0
 
 

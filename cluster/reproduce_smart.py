@@ -504,6 +504,8 @@ SIDE_BY_SIDE = ("fig5", "fig7", "fig14")
 
 
 def run(only=None, quick: bool = False, json_path: str | None = None, console=None, jobs: int = 1) -> list[Row]:
+    if not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs must be a whole number of processes, at least 1; got {jobs!r}")
     experiments = {name: (partial(fn, jobs=jobs) if name in SIDE_BY_SIDE else fn) for name, fn in EXPERIMENTS.items()}
     return run_experiments(experiments, only=only, quick=quick, json_path=json_path, console=console,
                            label="reproduce smart", title_prefix="SMART ")

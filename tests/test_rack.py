@@ -295,6 +295,15 @@ def test_cli_bad_input_is_one_line_and_exit_2(args, message):
     assert not _leftovers(proc.pid)
 
 
+def test_cli_reproduce_runs_an_experiment_with_the_default_jobs(tmp_path):
+    out = tmp_path / "rows.json"
+    r = subprocess.run([sys.executable, "-m", "cluster.cli", "reproduce", "smart", "--quick", "--only", "fig4",
+                        "--json", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(out.read_text())
+    assert rows and {row["experiment"] for row in rows} == {"fig4"}
+
+
 def test_cli_systems_lists_race():
     r = subprocess.run([sys.executable, "-m", "cluster.cli", "systems", "--json"], cwd=ROOT, capture_output=True,
                        text=True, timeout=60)
