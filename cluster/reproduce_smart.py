@@ -30,7 +30,9 @@ Experiments available now:
   paper's 32–2048 ms), with and without adaptive throttling.
 
 Every experiment function takes ``(quick, progress)`` and keyword overrides of its sizes (the
-tests run each on a tiny configuration).
+tests run each on a tiny configuration). fig5, fig7 and fig14 are sweeps of fresh racks, which
+also take ``jobs``: how many racks run side by side (``dmrack reproduce --jobs``), which does not
+change a figure.
 """
 
 from __future__ import annotations
@@ -124,18 +126,12 @@ def _ycsb_rack(system: str, workload: str, threads: tuple[int, ...], *, records:
     return points, rack
 
 
-def _fresh_racks(system: str, workload: str, threads: tuple[int, ...], progress=None, *, jobs: int = 1,
-                 **kw) -> list[dict]:
-    """One fresh rack per thread count (load, warm up, measure), as SMART's scripts restart the
-    memory-node backends and reload the table for every point (ae/collect/fig5-*, fig8-*): a
-    sweep on one rack would carry the previous point's hot-key stragglers into the next. The
-    racks run ``jobs`` at a time (:mod:`cluster.pointpool`); the figures do not depend on it."""
-    return _fresh_points([(f"{system}, YCSB {workload.upper()}: {t} threads", system, workload, t, kw)
-                          for t in threads], progress, jobs=jobs)
-
-
 def _fresh_points(points, progress=None, *, jobs: int = 1) -> list[dict]:
-    """:func:`_fresh_point` for each ``(label, system, workload, threads, scenario kwargs)``."""
+    """One fresh rack per point (load, warm up, measure), as SMART's scripts restart the
+    memory-node backends and reload the table for every point (ae/collect/fig5-*, fig8-*): a
+    sweep on one rack would carry the previous point's hot-key stragglers into the next. A point
+    is ``(label, system, workload, threads, scenario kwargs)``; the racks run ``jobs`` at a time
+    (:mod:`cluster.pointpool`), and the figures do not depend on it."""
     return map_points(_fresh_point, points, jobs=jobs, progress=progress, describe=lambda p: p[0])
 
 

@@ -59,8 +59,9 @@ def test_jobs_must_be_positive():
 def test_fresh_racks_side_by_side_give_the_same_figures():
     """Co-located racks are deterministic for their seed and share nothing, so the reproduction's
     sweeps of fresh racks may run side by side (dmrack reproduce --jobs)."""
-    from cluster.reproduce_smart import UPDATE_ONLY, _fresh_racks
+    from cluster.reproduce_smart import UPDATE_ONLY, _fresh_points
     kw = dict(records=1_000, warm_ms=0.05, measure_ms=0.05, properties=UPDATE_ONLY)
-    serial = _fresh_racks("race", "a", (1, 2, 4), **kw)
-    assert _fresh_racks("race", "a", (1, 2, 4), jobs=2, **kw) == serial
+    points = [(f"{t} threads", "race", "a", t, kw) for t in (1, 2, 4)]
+    serial = _fresh_points(points)
+    assert _fresh_points(points, jobs=2) == serial
     assert [p["threads"] for p in serial] == [1, 2, 4] and all(p["ops"] > 0 for p in serial)
