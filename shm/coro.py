@@ -271,14 +271,7 @@ class RdmaThread:
         if self.idle_since is None:
             self.idle_since = self.env.now
         key = id(self)
-        left = []
-        for qp in self._qps.values():
-            if key not in qp._users:
-                continue
-            qp._users.discard(key)
-            if len(qp._users) < 2:
-                qp._model_state[nic.Q_SHARED] = 0
-            left.append((qp.node, qp.doorbell))
+        left = [(qp.node, qp.doorbell) for qp in self._qps.values() if qp._drop_user(key)]
         self.owner.host._leave_doorbells(key, left)
 
     def resume(self) -> None:

@@ -226,8 +226,8 @@ class VerbsHost:
         self.qps: dict[tuple[int, int], QP] = {}
         self._next_qpn = 1 + (my_proc << 20)
         self._posted = self._completed = self._errors = self._delivered = self._ud_dropped = 0
-        self._db_users: dict[tuple[int, int], set] = {}
-        # actor id -> {(node, doorbell): its share there in nic.SHARER_UNITs}
+        # actor id -> {(node, doorbell): its share there in nic.SHARER_UNITs}; a thread is among a
+        # doorbell's sharers iff the doorbell is in its shares
         self._db_shares: dict[int, dict[tuple[int, int], int]] = {}
         if proc_of_node is not None:
             env.on_message = self._on_message
@@ -248,10 +248,6 @@ class VerbsHost:
         moves to the doorbells it keeps (one reshare, so no count passes through a transient)."""
         shares = self._db_shares.get(key, {})
         for node, db in doorbells:
-            users = self._db_users.get((node, db))
-            if users is None or key not in users:
-                continue
-            users.discard(key)
             old = shares.pop((node, db), 0)
             if old:
                 nic.doorbell_users(self.fabric.table, self.fabric.descriptors[node], db, -old)
@@ -606,12 +602,19 @@ class QP:
             self._users.add(key)
             if len(self._users) > 1:
                 self._model_state[nic.Q_SHARED] = 1     # threads now take turns on the QP lock
-            users = self.host._db_users.setdefault((self.node, self.doorbell), set())
-            if key not in users:
-                users.add(key)
-                shares = self.host._db_shares.setdefault(key, {})
+            shares = self.host._db_shares.setdefault(key, {})
+            if (self.node, self.doorbell) not in shares:
                 shares[(self.node, self.doorbell)] = 0
                 self.host._reshare(shares)
+
+    def _drop_user(self, key: int) -> bool:
+        """Thread ``key`` stops posting through this QP (it went idle); True if it was a user."""
+        if key not in self._users:
+            return False
+        self._users.discard(key)
+        if len(self._users) < 2:
+            self._model_state[nic.Q_SHARED] = 0         # no one left to take turns with
+        return True
 
     def post_recv(self, wrs) -> None:
         if isinstance(wrs, RecvWR):
