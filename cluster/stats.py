@@ -20,18 +20,35 @@ the one rule of the design is that **readers never slow writers down**:
   (``ProcSnapshot.stale``) instead of spinning: a dashboard frame may be a heartbeat old, it must
   never hang.
 
-Latency histograms are log-linear, HDR-style: values below 16 ns have one bucket each, and every
-power of two from 16 ns up to 2^40 ns (~18 min) is split into ``SUB = 8`` equal linear buckets
-(the three bits after the leading one). A bucket ``[lo, lo + w)`` has ``w <= lo / 8``, and a
+Latency histograms are log-linear, HDR-style: values below 64 ns have one bucket each, and every
+power of two from 64 ns up to 2^40 ns (~18 min) is split into ``SUB = 32`` equal linear buckets
+(the five bits after the leading one). A bucket ``[lo, lo + w)`` has ``w <= lo / 32``, and a
 percentile is reported as the middle of its bucket (clamped to the largest value recorded), so
-it is within ``REL_ERROR = 1/16`` (6.25 %) of the true nearest-rank percentile, and exact below
-16 ns. Latencies of 2^40 ns and more land in one overflow bucket, reported as the recorded max.
-Why log-linear: a constant relative error over ten decades in 305 buckets (2.4 KiB per kind and
-step), one shift-and-add to find the bucket, and histograms that merge by addition.
+it is within ``REL_ERROR = 1/64`` (1.6 %) of the true nearest-rank percentile, and exact below
+64 ns. Latencies of 2^40 ns and more land in one overflow bucket, reported as the recorded max.
+Why log-linear: a constant relative error over ten decades in 1153 buckets (9 KiB per kind and
+step), one shift-and-add to find the bucket, and histograms that merge by addition. Why 32 and
+not the 8 sub-buckets of the first version: with 6.25 % buckets a p50 of ~10 µs sat still while
+the load moved it by 3-5 %, which is exactly the size of the effects a knob change shows; 64
+sub-buckets would halve the error again at twice the memory, for differences below what the
+timing model itself resolves.
 
 Each slot holds ``max_steps`` step records (counters + one histogram per op kind), so the results
-can report every scenario step separately. Memory: ~14.5 KiB per step, ~0.9 MiB per
-slot at the default 64 steps; tmpfs only backs pages that are touched, so unused steps are free.
+can report every scenario step separately. Memory: ~54 KiB per step, ~3.4 MiB per slot at the
+default 64 steps (the rack creates its plane with one step more than its scenario has, so a
+typical rack uses a few hundred KiB per node); tmpfs only backs pages that are touched, so unused
+steps and unused buckets cost nothing.
+
+Besides the heartbeat, the slot header carries a few *counters* (``COUNTERS``): a memory node's
+occupancy (bytes carved from its host memory, and its capacity), and a compute node's sums of
+its clients' reclamation figures (``bytes_reclaimed``, ``blocks_reused``). They are published
+under the header seqlock like the gauges, and are totals since the process started.
+
+Two header words are the exception to "one writer per slot": ``exit code`` and ``exited``, which
+the supervisor stores once the owner is dead (:meth:`StatsPlane.mark_exited`), so that the
+dashboard, a pure reader of this plane, can show a SIGKILLed node as dead rather than as its last
+published state. They are written after the owner is gone (no write races with it) and read
+outside the seqlock (an owner killed inside a header update leaves the sequence odd forever).
 
 The event log is a ring of ``EVENT_CAPACITY`` fixed-size entries shared by all processes: a
 writer reserves a position with an atomic fetch-and-add on the tail and publishes the entry with
@@ -42,7 +59,8 @@ Text is truncated to ``EVENT_TEXT_BYTES`` bytes of UTF-8 (at a character boundar
 Layout (int64 words; every region starts on a 64-byte line)::
 
     header   [0, 24)        magic, version, geometry; event tail on its own line (word 16)
-    slot i   SLOT_HDR_WORDS header | max_steps x STEP_WORDS step data | max_steps x META_WORDS
+    slot i   SLOT_HDR_WORDS header (seqlocked; counters at W_COUNTERS, supervisor's exit words at
+             W_EXIT_CODE/W_EXITED) | max_steps x STEP_WORDS step data | max_steps x META_WORDS
     events   EVENT_CAPACITY x EVENT_WORDS
 """
 
@@ -51,6 +69,7 @@ from __future__ import annotations
 import math
 import operator
 import os
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -65,7 +84,7 @@ from shm.segment import Segment
 __all__ = [
     "OP_KINDS", "N_KINDS", "KIND_INDEX",
     "STATE_EMPTY", "STATE_STARTING", "STATE_LOADING", "STATE_RUNNING", "STATE_DONE", "STATE_FAILED",
-    "STATE_NAMES", "GAUGES", "Gauges",
+    "STATE_NAMES", "GAUGES", "Gauges", "COUNTERS", "Counters",
     "SUB_BITS", "SUB", "MAX_EXP", "N_BUCKETS", "REL_ERROR",
     "bucket_index", "bucket_of", "bucket_lower", "bucket_width",
     "LatencyHistogram", "HistStats",
@@ -96,9 +115,21 @@ class Gauges(NamedTuple):
     pcie_util: float = 0.0
 
 
+#: Totals a process publishes in its slot header beside the heartbeat (bytes or counts, >= 0):
+#: a memory node's occupancy, a compute node's clients' reclamation (see the module docstring).
+COUNTERS = ("mem_used", "mem_capacity", "bytes_reclaimed", "blocks_reused")
+
+
+class Counters(NamedTuple):
+    mem_used: int = 0               # bytes carved from the node's host memory (memory nodes)
+    mem_capacity: int = 0           # bytes of host memory the node has (memory nodes)
+    bytes_reclaimed: int = 0        # bytes the node's clients reclaimed (compute nodes)
+    blocks_reused: int = 0          # blocks the node's clients reused (compute nodes)
+
+
 # -- histogram geometry -------------------------------------------------------------------------
 
-SUB_BITS = 3
+SUB_BITS = 5
 SUB = 1 << SUB_BITS                 # linear buckets per power of two
 MAX_EXP = 40                        # values >= 2**MAX_EXP ns go to the overflow bucket
 N_BUCKETS = (MAX_EXP - SUB_BITS + 1) * SUB + 1
@@ -108,7 +139,7 @@ REL_ERROR = 1.0 / (2 * SUB)         # bound on a percentile's relative error (se
 # -- segment layout -----------------------------------------------------------------------------
 
 MAGIC = 0x7374_6174_536B_6344       # b"DckSstat" little-endian-ish; fits in int64
-VERSION = 1
+VERSION = 2                         # 2: 32 sub-buckets, counters and exit words in the slot header
 LINE = 8                            # int64 words per cache line
 
 # global header words
@@ -120,8 +151,10 @@ HEADER_WORDS = 24
 # slot header words (the seqlocked part, with the step meta table)
 W_SEQ, W_PID, W_STATE, W_START_REAL, W_START_MONO, W_HB_REAL, W_HB_MONO, W_VNOW = range(8)
 W_EVENTS, W_VERBS, W_CUR_STEP, W_STEP_HI, W_HEARTBEATS = range(8, 13)
+W_EXIT_CODE, W_EXITED = 13, 14      # written by the supervisor once the owner is dead (not seqlocked)
 W_GAUGES = 16                       # float64 words: nic_util, link_util, pcie_util
-SLOT_HDR_WORDS = 24
+W_COUNTERS = 24                     # int64 words: COUNTERS, in order
+SLOT_HDR_WORDS = 32
 
 # per-step data (the hot part): counters per kind, then one histogram per kind
 S_COUNT = 0
@@ -496,9 +529,21 @@ class ProcSnapshot:
     step: int | None                # index of the step being (or last) recorded
     steps: tuple                    # StepRecord for each step begun, by index
     stale: bool = False             # header copy is older than the latest update (writer was busy)
+    counters: Counters = Counters()
+    exit_code: int | None = None    # as the supervisor saw it (negative: killed by that signal); None: alive
+
+    @property
+    def dead(self) -> bool:
+        """The process ended abnormally (killed, or a non-zero exit status)."""
+        return self.exit_code is not None and self.exit_code != 0
 
     @property
     def state_name(self) -> str:
+        # A node killed by a signal never publishes a final state: its slot still says what it
+        # was doing, so the supervisor's exit word decides. "failed" (the node reported its own
+        # exception before exiting) says more than "dead" and is kept.
+        if self.dead and self.state != STATE_FAILED:
+            return "dead"
         return STATE_NAMES[self.state] if 0 <= self.state < len(STATE_NAMES) else f"?{self.state}"
 
     def current(self) -> StepRecord | None:
@@ -577,6 +622,18 @@ def _nonneg_int(value, what: str) -> int:
     if v < 0:
         raise ValueError(f"{what} must be >= 0, got {v}")
     return v
+
+
+def _counter_words(counters) -> list[tuple[int, int]]:
+    """``{name: value}`` of COUNTERS -> [(header word, value)], refusing unknown names and negatives."""
+    if not counters:
+        return []
+    out = []
+    for name, v in counters.items():
+        if name not in COUNTERS:
+            raise ValueError(f"unknown counter {name!r}; counters are {', '.join(COUNTERS)}")
+        out.append((W_COUNTERS + COUNTERS.index(name), _nonneg_int(v, name)))
+    return out
 
 
 def _state(state) -> int:
@@ -782,6 +839,9 @@ class StatsPlane:
         floats = hdr.view(np.float64)
         p = self.procs[i]
         cur = int(hdr[W_CUR_STEP])
+        # Outside the seqlock on purpose (see the module docstring): the owner may have died mid-update.
+        exited = int(load_acquire(w, W_EXITED))
+        exit_code = int(w[W_EXIT_CODE]) if exited else None
         return ProcSnapshot(
             index=i, name=p.name, role=p.role,
             pid=int(hdr[W_PID]),
@@ -797,7 +857,19 @@ class StatsPlane:
             step=None if cur < 0 else cur,
             steps=tuple(steps),
             stale=stale,
+            counters=Counters(*(max(0, int(x)) for x in hdr[W_COUNTERS:W_COUNTERS + len(COUNTERS)])),
+            exit_code=exit_code,
         )
+
+    def mark_exited(self, slot: int | str, exit_code: int) -> None:
+        """Record that the process of ``slot`` has ended with ``exit_code`` (multiprocessing's
+        convention: negative = killed by that signal). Only the supervisor calls this, once the
+        process is gone, so it never races the slot's owner; readers then show it as dead."""
+        i = self.index(slot)
+        code = operator.index(exit_code)
+        w = self._slots[i]
+        w[W_EXIT_CODE] = code
+        store_release(w, W_EXITED, 1)       # the code is visible before the flag
 
     def snapshot(self) -> tuple[ProcSnapshot, ...]:
         """Every slot, in process order."""
@@ -949,7 +1021,7 @@ _RECORD_ERRORS = {
 class ProcWriter:
     """The owner's side of one slot: the only code that writes it (see ``StatsPlane.writer``)."""
 
-    __slots__ = ("plane", "slot", "name", "_w", "_f", "_metas", "_rec")
+    __slots__ = ("plane", "slot", "name", "_w", "_f", "_metas", "_rec", "_lock")
 
     def __init__(self, plane: StatsPlane, slot: int):
         self.plane = plane
@@ -960,6 +1032,9 @@ class ProcWriter:
         at = SLOT_HDR_WORDS + plane.max_steps * STEP_WORDS
         self._metas = self._w[at:at + plane.max_steps * META_WORDS].reshape(plane.max_steps, META_WORDS)
         self._rec = _record_entry()
+        # A node's heartbeat thread and its event loop both write the header (heartbeat vs.
+        # step/state changes): the seqlock allows one writer at a time, so they take turns.
+        self._lock = threading.Lock()
 
     @property
     def words(self) -> np.ndarray:
@@ -976,13 +1051,14 @@ class ProcWriter:
         """Seqlock write section over the slot header and the step meta table."""
         self._check_open()
         w = self._w
-        seq = int(w[W_SEQ])                 # only we write it
-        store_release(w, W_SEQ, seq + 1)
-        fence()     # readers must see the odd sequence before any field changes
-        try:
-            yield w
-        finally:
-            store_release(w, W_SEQ, seq + 2)
+        with self._lock:
+            seq = int(w[W_SEQ])                 # only we write it
+            store_release(w, W_SEQ, seq + 1)
+            fence()     # readers must see the odd sequence before any field changes
+            try:
+                yield w
+            finally:
+                store_release(w, W_SEQ, seq + 2)
 
     def _require_begun(self) -> None:
         self._check_open()
@@ -1004,8 +1080,9 @@ class ProcWriter:
 
     def heartbeat(self, vnow_ns: int, events: int, verbs: int, *, nic_util: float | None = None,
                   link_util: float | None = None, pcie_util: float | None = None,
-                  state: int | str | None = None) -> None:
-        """Publish progress: virtual time, events processed, verbs issued, gauges (None: keep)."""
+                  state: int | str | None = None, counters: dict | None = None) -> None:
+        """Publish progress: virtual time, events processed, verbs issued, gauges (None: keep),
+        and ``counters`` (a dict of some of ``COUNTERS``; the others keep their values)."""
         self._require_begun()
         vnow_ns = _nonneg_int(vnow_ns, "vnow_ns")
         events = _nonneg_int(events, "events")
@@ -1020,7 +1097,10 @@ class ProcWriter:
                 raise ValueError(f"gauge {name} must be a finite fraction >= 0, got {v}")
             gauges.append((W_GAUGES + k, v))
         st = None if state is None else _state(state)
+        cnt = _counter_words(counters)
         with self._header() as w:
+            for word, v in cnt:
+                w[word] = v
             w[W_VNOW] = vnow_ns
             w[W_EVENTS] = events
             w[W_VERBS] = verbs
@@ -1031,6 +1111,14 @@ class ProcWriter:
                 self._f[word] = v
             if st is not None:
                 w[W_STATE] = st
+
+    def set_counters(self, **counters: int) -> None:
+        """Publish some of ``COUNTERS`` (totals, >= 0) without a heartbeat."""
+        cnt = _counter_words(counters)
+        self._require_begun()
+        with self._header() as w:
+            for word, v in cnt:
+                w[word] = v
 
     def set_state(self, state: int | str) -> None:
         st = _state(state)
