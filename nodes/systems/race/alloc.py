@@ -12,8 +12,13 @@ coroutine of the same thread never asks for a second chunk; the coroutine that a
 cross PCIe at both ends) ``+ cpu.rpc_handler_ns`` (the memory node's handler) ``+ ALLOC_SERVER_NS``
 (the allocator's own work, a documented constant).
 
-Blocks are never reused: ``free`` only counts (an update or delete leaves the old block behind,
-which is what keeps readers safe without epochs; reuse comes with FUSEE/Aceso-style reclamation).
+With a :class:`nodes.systems.reclaim.Reclaimer` (every system in dmrack gives one), blocks are
+reused: a block an operation unlinked is ``retire``\ d and comes back once the rack's epoch has
+moved on twice (epoch-based reclamation, see that module); a block nobody ever saw is
+``release``\ d and comes back at once. ``alloc`` serves a request from those free blocks of the
+same size first, bumps in the chunk next, and before asking for a new chunk tries to move the
+epoch on, so a rack that only updates stops taking memory once its limbo has filled. Without a
+reclaimer blocks are never reused (what the layout-level tests of the allocator use).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from nodes.systems.api import SystemError_
 from .layout import MAX_OFFSET, UNIT
 
 ALLOC_SERVER_NS = 1000        # the memory node's allocator (find, register, answer): an assumption
+OOM_RETRIES = 64              # epoch advances tried before "out of memory" while blocks are in limbo
 
 
 def alloc_rpc_ns(profile) -> int:
@@ -33,9 +39,10 @@ class ChunkAllocator:
     """One client's KV-block allocator (shared by the coroutines of its thread)."""
 
     __slots__ = ("fabric", "memory_nodes", "chunk_bytes", "rpc_ns", "_next", "node", "pos", "end", "_refill",
-                 "chunks", "bytes", "blocks", "freed")
+                 "chunks", "bytes", "blocks", "freed", "reclaim", "owner")
 
-    def __init__(self, fabric, memory_nodes: list[int], chunk_bytes: int, start: int = 0):
+    def __init__(self, fabric, memory_nodes: list[int], chunk_bytes: int, start: int = 0, reclaim=None,
+                 owner: str = "RACE"):
         self.fabric = fabric
         self.memory_nodes = list(memory_nodes)
         self.chunk_bytes = (chunk_bytes + UNIT - 1) // UNIT * UNIT
@@ -45,10 +52,23 @@ class ChunkAllocator:
         self.pos = self.end = 0
         self._refill = None            # the event of a chunk RPC in flight
         self.chunks = self.bytes = self.blocks = self.freed = 0
+        self.reclaim = reclaim
+        self.owner = owner
 
     def alloc(self, co, units: int):
-        """Generator: ``(node, offset)`` of a fresh block of ``units`` 64-byte units."""
+        """Generator: ``(node, offset)`` of a fresh block of ``units`` 64-byte units. ``co`` must
+        have no verbs queued (moving the epoch on may take a round trip on it)."""
         size = units * UNIT
+        rec = self.reclaim
+        if rec is not None:
+            if rec.due and not co._pending:
+                yield from rec.advance(co)
+            got = rec.take(units)
+            if got is None and rec.limbo and rec.collect():
+                got = rec.take(units)
+            if got is not None:
+                self.blocks += 1
+                return got
         while True:
             pos = self.pos
             if pos + size <= self.end:
@@ -58,36 +78,77 @@ class ChunkAllocator:
             if self._refill is not None:
                 yield self._refill
                 continue
-            yield from self._new_chunk(co)
+            if rec is not None and rec.limbo:
+                # before taking more memory, see whether the epoch lets retired blocks come back
+                if rec.collect() == 0 and not co._pending:
+                    yield from rec.advance(co)
+                got = rec.take(units)
+                if got is not None:
+                    self.blocks += 1
+                    return got
+            if (yield from self._new_chunk(co)):
+                continue
+            # Every memory node is full. Retired blocks come back once the epoch moves on, which
+            # readers in flight may delay: try a few times, about a round trip apart, then give up.
+            for _ in range(OOM_RETRIES):
+                if rec is None or not rec.limbo:
+                    break
+                yield self.rpc_ns
+                if not co._pending:
+                    yield from rec.advance(co)
+                rec.collect()
+                got = rec.take(units)
+                if got is not None:
+                    self.blocks += 1
+                    return got
+            raise self._out_of_memory()
+
+    def retire(self, node: int, offset: int, units: int) -> None:
+        """A block an operation unlinked (replaced or deleted): reusable once no reader can hold it."""
+        self.freed += 1
+        if self.reclaim is not None:
+            self.reclaim.retire(node, offset, units)
+
+    def release(self, node: int, offset: int, units: int) -> None:
+        """A block that was never published: nobody else knows its address."""
+        self.freed += 1
+        if self.reclaim is not None:
+            self.reclaim.release(node, offset, units)
 
     def _new_chunk(self, co):
-        env = co.env
-        ev = self._refill = env.event()
-        node = self.memory_nodes[self._next]
-        self._next = (self._next + 1) % len(self.memory_nodes)
+        """Generator: take a chunk from the next memory node that has one (an RPC); False if
+        every memory node is full."""
+        ev = self._refill = co.env.event()
+        off = None
         try:
-            off = self.fabric.allocate(node, self.chunk_bytes)
-        except MemoryError as e:
-            self._refill = None
-            ev.succeed()
-            raise SystemError_(f"RACE: no memory for KV blocks on memory node {node} ({e}); give the memory "
-                               f"nodes more memory or lower the system option chunk_bytes") from None
-        if off + self.chunk_bytes > MAX_OFFSET:
-            self._refill = None
-            ev.succeed()
-            raise SystemError_(f"RACE: chunk at {off:#x} on node {node} is beyond the slot's 40-bit offset "
-                               f"field (1 TiB per memory node)")
-        try:
+            for _ in range(len(self.memory_nodes)):
+                node = self.memory_nodes[self._next]
+                self._next = (self._next + 1) % len(self.memory_nodes)
+                try:
+                    off = self.fabric.allocate(node, self.chunk_bytes)
+                    break
+                except MemoryError:
+                    continue
+            if off is None:
+                return False
+            if off + self.chunk_bytes > MAX_OFFSET:
+                raise SystemError_(f"{self.owner}: chunk at {off:#x} on node {node} is beyond the slot's 40-bit "
+                                   f"offset field (1 TiB per memory node)")
             yield self.rpc_ns
+            return True
         finally:
-            self.node, self.pos, self.end = node, off, off + self.chunk_bytes
-            self.chunks += 1
-            self.bytes += self.chunk_bytes
+            if off is not None:
+                self.node, self.pos, self.end = node, off, off + self.chunk_bytes
+                self.chunks += 1
+                self.bytes += self.chunk_bytes
             self._refill = None
             ev.succeed()
 
-    def free(self, word: int) -> None:
-        """Give back the block a slot word points to (replaced, deleted or never published). Blocks
-        are not reused yet: this only counts them (reuse needs readers to tolerate a recycled block:
-        checksums plus a version or epoch, as FUSEE/Aceso do)."""
-        self.freed += 1
+    def _out_of_memory(self):
+        rec = self.reclaim
+        held = (f"; {len(rec.limbo)} retired blocks still wait for readers (a thread that stopped in the "
+                f"middle of an operation holds the epoch)") if rec is not None and rec.limbo else ""
+        names = ", ".join(self.fabric.nodes[n].name for n in self.memory_nodes)
+        return SystemError_(f"{self.owner}: out of memory: memory nodes {names} are full "
+                            f"({self.chunk_bytes} B chunks){held}; give them more memory (memory.memory) "
+                            f"or lower the system option chunk_bytes")

@@ -30,6 +30,7 @@ from typing import NamedTuple
 import numpy as np
 
 from nodes.systems.api import KVClient, SystemError_
+from nodes.systems.reclaim import Reclaimer
 from shm.fabric import gaddr
 from shm.failpoints import failpoint
 
@@ -77,7 +78,11 @@ class RaceStats(NamedTuple):
     torn_blocks: int           # KV blocks that failed their checksum (re-read; 0 unless a bug)
     chunks: int                # chunk-allocation RPCs
     blocks_written: int        # KV blocks allocated
-    blocks_freed: int          # ... replaced, deleted or never published (not reused yet)
+    blocks_freed: int          # ... replaced, deleted or never published
+    blocks_reused: int         # allocations served by a block that came back (nodes/systems/reclaim.py)
+    bytes_reclaimed: int       # bytes of retired blocks that became reusable
+    limbo_blocks: int          # retired blocks still waiting for the epoch to move on
+    epoch_advances: int        # rack epoch advances this client made
 
 
 class RaceClient(KVClient):
@@ -98,7 +103,9 @@ class RaceClient(KVClient):
                                         layout["directory_entries"])
         mns = layout["memory_nodes"]
         node = thread.owner.node
-        self.alloc = ChunkAllocator(fabric, mns, layout["chunk_bytes"], start=node * 7 + thread.index)
+        self.reclaim = Reclaimer(fabric, layout["epochs"], thread, unsafe=self.fault == "reuse-without-epochs")
+        self.alloc = ChunkAllocator(fabric, mns, layout["chunk_bytes"], start=node * 7 + thread.index,
+                                    reclaim=self.reclaim)
         # global-address prefix of every node (host region): gaddr(node, off) == _nb[node] | off
         self._nb = [gaddr(n, 0) for n in range(min(len(fabric.nodes), MAX_NODE + 1))]
         buf = thread.buf
@@ -119,10 +126,11 @@ class RaceClient(KVClient):
 
     # -- statistics ------------------------------------------------------------------------
     def statistics(self) -> RaceStats:
-        a = self.alloc
+        a, r = self.alloc, self.reclaim
         return RaceStats(self.gets, self.inserts, self.updates, self.deletes, self.cas_retries, self.updates_retried,
                          self.insert_conflicts, self.stale_aborts, self.dir_refreshes, self.blocks_read, self.fp_false_positives,
-                         self.torn_blocks, a.chunks, a.blocks, a.freed)
+                         self.torn_blocks, a.chunks, a.blocks, a.freed, r.reused, r.bytes_reclaimed, len(r.limbo),
+                         r.advances)
 
     # -- pieces ------------------------------------------------------------------------------
     def hash_ns(self, key_len: int) -> int:
@@ -266,6 +274,14 @@ class RaceClient(KVClient):
         base = self._backoff_ns
         return self._rng.randrange(base, 2 * base) << min(attempt, 4)
 
+    def retire_block(self, w: int) -> None:
+        """The block slot word ``w`` points to was unlinked by this operation."""
+        self.alloc.retire((w >> NODE_SHIFT) & 0xFF, w & _BLOCK_ADDR, (w >> UNITS_SHIFT) & 0xFF)
+
+    def release_block(self, w: int) -> None:
+        """The block of ``w`` was never published: nobody else has its address."""
+        self.alloc.release((w >> NODE_SHIFT) & 0xFF, w & _BLOCK_ADDR, (w >> UNITS_SHIFT) & 0xFF)
+
     def new_block(self, co, key: bytes, value: bytes, h: int):
         """Generator: allocate a block for (key, value), queue its WRITE; returns its committed slot word."""
         units = check_item(key, value)
@@ -275,7 +291,37 @@ class RaceClient(KVClient):
         return ((h >> FP_SHIFT) << FP_SHIFT) | (units << UNITS_SHIFT) | (node << NODE_SHIFT) | off
 
     # -- the KV interface ----------------------------------------------------------------------
+    # Every operation runs inside an epoch (nodes/systems/reclaim.py): the blocks it may read are
+    # not reused before it ends.
     def get(self, co, key: bytes):
+        e = self.reclaim.enter()
+        try:
+            return (yield from self._get(co, key))
+        finally:
+            self.reclaim.exit(e)
+
+    def update(self, co, key: bytes, value: bytes):
+        e = self.reclaim.enter()
+        try:
+            return (yield from self._update(co, key, value))
+        finally:
+            self.reclaim.exit(e)
+
+    def delete(self, co, key: bytes):
+        e = self.reclaim.enter()
+        try:
+            return (yield from self._delete(co, key))
+        finally:
+            self.reclaim.exit(e)
+
+    def insert(self, co, key: bytes, value: bytes):
+        e = self.reclaim.enter()
+        try:
+            return (yield from self._insert(co, key, value))
+        finally:
+            self.reclaim.exit(e)
+
+    def _get(self, co, key: bytes):
         if type(key) is not bytes:
             key = bytes(key)
         self.gets += 1
@@ -287,7 +333,7 @@ class RaceClient(KVClient):
         off = found[2]._off + 8 + len(key)
         return self._buf[off:off + found[3]].tobytes()
 
-    def update(self, co, key: bytes, value: bytes):
+    def _update(self, co, key: bytes, value: bytes):
         if type(key) is not bytes:
             key = bytes(key)
         self.updates += 1
@@ -298,7 +344,7 @@ class RaceClient(KVClient):
         for attempt in range(RETRY_LIMIT):
             found = yield from self.find(co, key, h)
             if found is None:
-                self.alloc.free(new)              # our block was never published
+                self.release_block(new)           # our block was never published
                 return False
             slot, old = found[0], found[1]
             if self.fault == "update-skips-cas":
@@ -308,14 +354,14 @@ class RaceClient(KVClient):
             # SMART's backoff_cas: a plain CAS unless the rack turns conflict avoidance on (SMART-HT)
             swapped, _ = yield from co.backoff_cas(slot, old, new)
             if swapped:
-                self.alloc.free(old)              # the replaced block (not reused yet)
+                self.retire_block(old)            # the replaced block: reused once no reader holds it
                 self.updates_retried += attempt > 0
                 return True
             self.cas_retries += 1
             yield from self.cas_failed(co, attempt)
         raise SystemError_(f"RACE: update of key {key[:32]!r} gave up after {RETRY_LIMIT} failed CASes")
 
-    def delete(self, co, key: bytes):
+    def _delete(self, co, key: bytes):
         if type(key) is not bytes:
             key = bytes(key)
         self.deletes += 1
@@ -329,13 +375,13 @@ class RaceClient(KVClient):
             slot, old = found[0], found[1]
             swapped, _ = yield from co.backoff_cas(slot, old, 0)
             if swapped:
-                self.alloc.free(old)
+                self.retire_block(old)
                 return True
             self.cas_retries += 1
             yield from self.cas_failed(co, attempt)
         raise SystemError_(f"RACE: delete of key {key[:32]!r} gave up after {RETRY_LIMIT} failed CASes")
 
-    def insert(self, co, key: bytes, value: bytes):
+    def _insert(self, co, key: bytes, value: bytes):
         """Publish a *tentative* slot, re-read both combined buckets, settle with any concurrent
         insert of the same key (the lowest slot address wins; it aborts higher tentative copies),
         then commit with a CAS. See docs/race.md for why this is linearizable."""
@@ -348,12 +394,14 @@ class RaceClient(KVClient):
         mine_t = mine_c | TENTATIVE
         known: dict = {}
         waits = 0
+        published = False                         # once tentatively published, other inserts may READ it
         for _ in range(RETRY_LIMIT):
             # -- publish: the key must not be there, then CAS a free slot to our tentative word
             others, _mine, free = yield from self.scan_key(co, key, h, known, mine_c)
             if others:
                 if any(not (w & TENTATIVE) for _, w in others):
-                    self.alloc.free(mine_c)       # committed: the key exists
+                    # committed: the key exists
+                    (self.retire_block if published else self.release_block)(mine_c)
                     return False
                 self.insert_conflicts += 1        # another insert is deciding: let it
                 if waits >= STALE_TENTATIVE_WAITS:
@@ -377,11 +425,12 @@ class RaceClient(KVClient):
             if c.value != 0:
                 self.cas_retries += 1             # someone took the slot: look again
                 continue
+            published = True
             failpoint("race.insert.published")
             outcome = yield from self._settle(co, key, h, known, mine_c, mine_t, free)
             if outcome is not None:
                 if not outcome:
-                    self.alloc.free(mine_c)
+                    self.retire_block(mine_c)     # withdrawn, but other inserts may have read it
                 return outcome
             self.insert_conflicts += 1            # our tentative copy was aborted: start over
             yield self.backoff(waits)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from nodes.systems.api import Option, System, SystemError_
+from nodes.systems.reclaim import setup_epochs
 from shm.fabric import gaddr
 
 from .client import SEARCH_CPU_NS, WRITE_CPU_NS, RaceClient
@@ -19,7 +20,7 @@ def _where(where: str | None) -> str:
     return where or "system 'race'"
 
 
-FAULTS = ("none", "update-skips-cas")
+FAULTS = ("none", "update-skips-cas", "reuse-without-epochs")
 
 
 class RaceSystem(System):
@@ -42,7 +43,8 @@ class RaceSystem(System):
         Option("write_cpu_ns", WRITE_CPU_NS, "modelled CPU ns an update, insert or delete adds once (allocator, "
                "block, request bookkeeping); see search_cpu_ns", minimum=0, maximum=10**6),
         Option("fault", "none", "a deliberate bug, to prove that dmrack check catches it: 'update-skips-cas' "
-               "makes update WRITE its slot instead of CASing it (lost deletes, overwritten slots)",
+               "makes update WRITE its slot instead of CASing it (lost deletes, overwritten slots); "
+               "'reuse-without-epochs' reuses a replaced KV block at once, while readers may still hold it",
                choices=FAULTS),
     )
 
@@ -82,6 +84,10 @@ class RaceSystem(System):
             raise SystemError_(f"RACE: the table ({geo.subtables} subtables of {geo.subtable_bytes} B for capacity "
                                f"{capacity} at load_factor {opts['load_factor']}) does not fit the memory nodes: "
                                f"{e}") from None
+        try:
+            epochs = setup_epochs(fabric, mns[0])
+        except MemoryError as e:
+            raise SystemError_(f"RACE: the epoch table does not fit memory node {mns[0]}: {e}") from None
         dwords = directory_words(geo.global_depth, geo.groups, entries)
         host64 = fabric.memory[mns[0]].host64
         for k, w in enumerate(dwords):
@@ -99,6 +105,7 @@ class RaceSystem(System):
             "capacity": int(capacity),
             "load_factor": opts["load_factor"],
             "chunk_bytes": opts["chunk_bytes"],
+            "epochs": epochs,
         }
 
     @classmethod

@@ -1,0 +1,246 @@
+"""Safe reuse of remote blocks: epoch-based reclamation (EBR) across the rack.
+
+Systems that write out of place (RACE's KV blocks, Sherman's out-of-line values) replace a block by
+swinging a pointer to a new one; the old block is garbage once no reader can still hold its
+address. Without reuse a rack that updates keeps eating memory-node memory until it stops. With
+naive reuse a reader that read a slot word just before the swing would READ the block after it was
+rewritten for another key (or another value of the same key) and return the wrong thing. EBR makes
+reuse safe without any per-read cost on the data path:
+
+* Every compute node holds an **epoch row**: its *mirror* of the rack-wide epoch and one
+  announcement word per thread. A thread starting an operation announces the mirror's value (the
+  minimum over its coroutines' operations in flight; 0 = idle). Rows live where the modelled rack
+  would keep them, in compute-node memory, so announcing is a local store; in the emulator the rows
+  sit in the first memory node's memory (compute nodes expose none), which changes no cost.
+* The **global epoch** is one word in the memory node. Any client may try to **advance** it from E
+  to E+1 (``Reclaimer.advance``): one round of READs of every compute node's row, then, if every
+  mirror is at least E and every thread is idle or announced at least E, CAS(global, E, E+1), then
+  CAS(mirror, E, E+1) on every row. Mirrors therefore only grow (a CAS cannot set an old value)
+  and are never more than one behind the global epoch.
+* A block unlinked by an operation is **retired** with epoch ``r = mirror + 1`` (at least the
+  global epoch at that instant, because mirrors lag by at most one) and may be reused once the
+  mirror reaches ``r + 2``.
+
+Why that is safe. A reader R that can still use block B read B's address before the unlink, so it
+announced ``a <= global(unlink) <= r`` before the unlink, and its thread's announcement stays at
+most ``a`` until R ends. Reaching ``r + 2`` needs an advance from ``r + 1``; that advancer saw its
+own mirror at ``r + 1`` before its READs (so the global epoch was already past R's announcement,
+which therefore happened before those READs) and its CAS found the global still at ``r + 1``; so
+its READ saw R's announcement ``a < r + 1`` and it could not advance while R runs. The argument is
+about the real-time order of memory effects, which is what processes under lax clock
+synchronisation share; announcements are atomic exchanges (a full fence) so that a reader's
+announcement is visible before its first READ.
+
+Never-published blocks (an update that found no key) go straight back to the free list. Blocks
+are reused by the client that retired them, per size in 64-byte units (``free``). A client asks
+for an advance every ``ADVANCE_EVERY`` retirements and when its chunk runs out, so the memory a
+rack holds in limbo is a few advance periods of updates.
+
+A thread that dies holding an announcement (its process killed) would stop the epoch forever;
+:func:`clear_row` is what the rack calls for a dead compute node. Without it the rack runs out of
+memory and stops with one line, as it would without reclamation.
+
+``unsafe=True`` (a system's ``fault`` option) reuses a block the moment it is retired: what the
+checker must catch (tests/test_reclaim.py).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import NamedTuple
+
+import numpy as np
+
+from shm.atomics import swap
+from shm.fabric import REGION_HOST, gaddr
+
+WORD = 8
+IDLE = 0                 # an announcement of a thread with no operation in flight
+FIRST_EPOCH = 1
+HEADER_WORDS = 8         # the global epoch, alone on its cache line
+MAX_THREADS = 256        # threads per compute node (the spec's compute.threads range)
+ROW_WORDS = 264          # mirror + MAX_THREADS announcements, padded to whole 64-byte lines
+ADVANCE_EVERY = 64       # retirements between two advance attempts of one client
+#: Modelled CPU of scanning one READ row for the advance decision (a compare per word, 33 lines).
+ROW_SCAN_NS = 40
+
+
+class ReclaimStats(NamedTuple):
+    retired: int           # blocks unlinked and put in limbo
+    reclaimed: int         # ... that became reusable (their epoch is two behind the rack's)
+    bytes_reclaimed: int
+    reused: int            # allocations served from reclaimed or never-published blocks
+    limbo: int             # blocks waiting for the epoch to move on
+    advances: int          # successful epoch advances by this client
+    advance_attempts: int  # rounds of row READs (some find a straggler or lose the CAS)
+
+
+def setup_epochs(fabric, node: int) -> dict:
+    """Carve the epoch table out of memory node ``node`` (a fabric index); the picklable dict every
+    client's :class:`Reclaimer` needs. One row per fabric node that is not a memory node."""
+    rows = [i for i, n in enumerate(fabric.nodes) if n.role != "memory"]
+    words = HEADER_WORDS + len(rows) * ROW_WORDS
+    off = fabric.allocate(node, words * WORD)
+    host = fabric.memory[node].host64
+    base = off // WORD
+    host[base:base + words] = 0
+    host[base] = FIRST_EPOCH
+    for r in range(len(rows)):
+        host[base + HEADER_WORDS + r * ROW_WORDS] = FIRST_EPOCH
+    return {"node": node, "offset": off, "rows": {n: r for r, n in enumerate(rows)}}
+
+
+def clear_row(fabric, epochs: dict, node: int) -> None:
+    """Forget every announcement of compute node ``node`` (fabric index): the node is dead and none
+    of its operations will read again."""
+    r = epochs["rows"].get(node)
+    if r is None:
+        return
+    host = fabric.memory[epochs["node"]].host64
+    first = epochs["offset"] // WORD + HEADER_WORDS + r * ROW_WORDS + 1
+    for i in range(first, first + MAX_THREADS):
+        if host[i] != IDLE:
+            swap(host, i, IDLE)
+
+
+def global_epoch(fabric, epochs: dict) -> int:
+    """The rack's epoch as the memory node holds it (for statistics and tests)."""
+    return int(fabric.memory[epochs["node"]].host64[epochs["offset"] // WORD])
+
+
+class Reclaimer:
+    """One thread's share of EBR: its announcement, its limbo and its free lists."""
+
+    __slots__ = ("_host", "_mirror", "_slot", "_active", "_announced", "_global_addr", "_row_addrs",
+                 "_mirror_addrs", "limbo", "free", "unsafe", "_since", "_cpu", "retired", "reclaimed",
+                 "bytes_reclaimed", "reused", "advances", "advance_attempts")
+
+    def __init__(self, fabric, epochs: dict, thread, *, unsafe: bool = False):
+        node, off = epochs["node"], epochs["offset"]
+        row = epochs["rows"].get(thread.owner.node)
+        if row is None:
+            raise ValueError(f"reclaim: node {fabric.nodes[thread.owner.node].name!r} has no epoch row "
+                             f"(a memory node cannot run clients)")
+        if not 0 <= thread.index < MAX_THREADS:
+            raise ValueError(f"reclaim: thread {thread.index} is beyond the {MAX_THREADS} threads of a row")
+        self._host = fabric.memory[node].host64
+        base = off // WORD
+        self._mirror = base + HEADER_WORDS + row * ROW_WORDS
+        self._slot = self._mirror + 1 + thread.index
+        self._global_addr = gaddr(node, off, REGION_HOST)
+        rows = sorted(epochs["rows"].values())
+        self._row_addrs = [gaddr(node, off + (HEADER_WORDS + r * ROW_WORDS) * WORD, REGION_HOST) for r in rows]
+        self._mirror_addrs = self._row_addrs
+        self._active: dict = {}
+        self._announced = IDLE
+        self._cpu = thread.cpu
+        self.limbo: deque = deque()           # (epoch, node, offset, units), epochs non-decreasing
+        self.free: dict = {}                  # units -> [(node, offset)]
+        self.unsafe = unsafe
+        self._since = 0
+        self.retired = self.reclaimed = self.bytes_reclaimed = self.reused = 0
+        self.advances = self.advance_attempts = 0
+
+    def statistics(self) -> ReclaimStats:
+        return ReclaimStats(self.retired, self.reclaimed, self.bytes_reclaimed, self.reused, len(self.limbo),
+                            self.advances, self.advance_attempts)
+
+    # -- announcements (every operation) ------------------------------------------------------
+    def enter(self) -> int:
+        """An operation starts: announce the epoch it runs in; returns it for :meth:`exit`."""
+        e = int(self._host[self._mirror])
+        a = self._active
+        a[e] = a.get(e, 0) + 1
+        if self._announced == IDLE or e < self._announced:
+            self._announce(e)
+        return e
+
+    def exit(self, e: int) -> None:
+        a = self._active
+        n = a[e] - 1
+        if n:
+            a[e] = n
+            return
+        del a[e]
+        if e == self._announced:
+            self._announce(min(a) if a else IDLE)
+
+    def _announce(self, e: int) -> None:
+        self._announced = e
+        swap(self._host, self._slot, e)       # an atomic exchange: visible before our next READ
+
+    # -- blocks --------------------------------------------------------------------------------
+    def retire(self, node: int, offset: int, units: int) -> None:
+        """A block this thread unlinked (called inside the operation that unlinked it)."""
+        self.retired += 1
+        if self.unsafe:                        # the deliberate bug: reuse at once
+            self._reusable(node, offset, units)
+            return
+        self.limbo.append((int(self._host[self._mirror]) + 1, node, offset, units))
+        self._since += 1
+
+    def release(self, node: int, offset: int, units: int) -> None:
+        """A block nobody else ever saw (never published): reusable at once."""
+        self.free.setdefault(units, []).append((node, offset))
+
+    def take(self, units: int):
+        """A reusable ``(node, offset)`` of exactly ``units`` 64-byte units, or None."""
+        lst = self.free.get(units)
+        if not lst:
+            return None
+        self.reused += 1
+        return lst.pop()
+
+    def _reusable(self, node, offset, units) -> None:
+        self.reclaimed += 1
+        self.bytes_reclaimed += units * 64
+        self.free.setdefault(units, []).append((node, offset))
+
+    def collect(self) -> int:
+        """Move the blocks whose epoch is two behind the mirror to the free lists; how many."""
+        limbo = self.limbo
+        if not limbo:
+            return 0
+        safe = int(self._host[self._mirror]) - 2
+        n = 0
+        while limbo and limbo[0][0] <= safe:
+            _, node, offset, units = limbo.popleft()
+            self._reusable(node, offset, units)
+            n += 1
+        return n
+
+    @property
+    def due(self) -> bool:
+        """Enough retirements since the last attempt to try moving the epoch on."""
+        return self._since >= ADVANCE_EVERY
+
+    # -- moving the epoch on (occasionally, by any client) ---------------------------------------
+    def advance(self, co):
+        """Generator: try to move the rack's epoch on by one (see the module docstring), then
+        collect. Runs on ``co`` with nothing queued on it. True if the epoch moved (by anyone)."""
+        self._since = 0
+        self.advance_attempts += 1
+        e = int(self._host[self._mirror])
+        handles = [co.read(a, ROW_WORDS * WORD) for a in self._row_addrs]
+        yield co.sync()
+        self._cpu(ROW_SCAN_NS * len(handles))
+        for h in handles:
+            row = h.data.view(np.uint64)
+            if int(row[0]) < e:
+                return False                   # a mirror still behind: a previous advance is finishing
+            ann = row[1:MAX_THREADS + 1]
+            if ((ann != IDLE) & (ann < e)).any():
+                return False                   # a thread still runs in an older epoch
+        c = co.cas(self._global_addr, e, e + 1)
+        yield co.sync()
+        now = int(c.value)
+        if now == e:
+            self.advances += 1
+            now = e + 1
+        elif now < e:                          # cannot happen: mirrors never pass the global epoch
+            raise RuntimeError(f"reclaim: global epoch {now} behind a mirror at {e}")
+        for a in self._mirror_addrs:          # help every mirror to the epoch we know of
+            co.cas(a, now - 1, now)
+        yield co.sync()
+        self.collect()
+        return True
