@@ -166,7 +166,7 @@ class SmartBTClient(ShermanClient):
         raise SystemError_(f"SMART-BT: lock {word:#x}>>{shift} not acquired after {RETRY_LIMIT} tries")
 
     # -- get: the speculative fast path, then Sherman's path refreshing the cache -------------------
-    def get(self, co, key: bytes):
+    def _get(self, co, key: bytes):
         if type(key) is not bytes:
             key = bytes(key)
         k = key_int(key)                                  # KeySizeError before anything else

@@ -13,9 +13,9 @@ cross PCIe at both ends) ``+ cpu.rpc_handler_ns`` (the memory node's handler) ``
 (the allocator's own work, a documented constant).
 
 With a :class:`nodes.systems.reclaim.Reclaimer` (every system in dmrack gives one), blocks are
-reused: a block an operation unlinked is ``retire``\ d and comes back once the rack's epoch has
+reused: a block an operation unlinked is retired (``retire``) and comes back once the rack's epoch has
 moved on twice (epoch-based reclamation, see that module); a block nobody ever saw is
-``release``\ d and comes back at once. ``alloc`` serves a request from those free blocks of the
+released (``release``) and comes back at once. ``alloc`` serves a request from those free blocks of the
 same size first, bumps in the chunk next, and before asking for a new chunk tries to move the
 epoch on, so a rack that only updates stops taking memory once its limbo has filled. Without a
 reclaimer blocks are never reused (what the layout-level tests of the allocator use).

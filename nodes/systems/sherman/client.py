@@ -32,7 +32,8 @@ from typing import NamedTuple
 
 from nodes.systems.api import KVClient, SystemError_
 from nodes.systems.race.alloc import ChunkAllocator
-from shm.fabric import OFFSET_BITS, REGION_BITS, gaddr
+from nodes.systems.reclaim import Reclaimer
+from shm.fabric import OFFSET_BITS, REGION_BITS, gaddr, gaddr_node, gaddr_offset
 
 from .cache import IndexCache, IndexNode, shared
 from .hocl import FIELD_MASK, LocalLock, LocalLocks, lock_address
@@ -78,6 +79,10 @@ class ShermanStats(NamedTuple):
     nodes_allocated: int
     blocks_written: int        # out-of-line value blocks
     chunks: int                # chunk RPCs of the node/block allocator
+    blocks_reused: int         # value blocks that came back (nodes/systems/reclaim.py)
+    bytes_reclaimed: int       # bytes of replaced value blocks that became reusable
+    limbo_blocks: int          # replaced value blocks waiting for the epoch to move on
+    epoch_advances: int        # rack epoch advances this client made
 
 
 class ShermanClient(KVClient):
@@ -100,7 +105,11 @@ class ShermanClient(KVClient):
         self.max_handover = int(options.get("max_handover", 8))
         self.tag = (owner.node % FIELD_MASK) + 1          # the remote lock's holder: this compute node
         mns = layout["memory_nodes"]
-        self.alloc = ChunkAllocator(fabric, mns, layout["chunk_bytes"], start=owner.node * 7 + thread.index)
+        # Out-of-line value blocks are reused once no reader can hold them (nodes/systems/reclaim.py);
+        # nodes are never freed (no merging).
+        self.reclaim = Reclaimer(fabric, layout["epochs"], thread)
+        self.alloc = ChunkAllocator(fabric, mns, layout["chunk_bytes"], start=owner.node * 7 + thread.index,
+                                    reclaim=self.reclaim, owner=self.NAME)
         self._nb = [gaddr(n, 0) for n in range(min(len(fabric.nodes), 256))]
         self._b64 = as_int64(thread.buf)
         self._mv = thread._buf_view
@@ -122,7 +131,8 @@ class ShermanClient(KVClient):
                             self.cache_misses, self.cache_invalidations, self.sibling_follows,
                             self.local_lock_waits, self.handovers, self.remote_lock_retries, self.torn_reads,
                             self.leaf_splits, self.internal_splits, self.root_splits, self.root_cas_failures,
-                            self.nodes_allocated, self.blocks_written, self.alloc.chunks)
+                            self.nodes_allocated, self.blocks_written, self.alloc.chunks, self.reclaim.reused,
+                            self.reclaim.bytes_reclaimed, len(self.reclaim.limbo), self.reclaim.advances)
 
     # -- pieces: allocation ----------------------------------------------------------------------
     def new_node(self, co):
@@ -281,7 +291,23 @@ class ShermanClient(KVClient):
             key = bytes(key)
         return key_int(key)
 
+    # Every operation runs inside an epoch (nodes/systems/reclaim.py): an out-of-line block it may
+    # read is not reused before it ends. Subclasses override the bodies (_get, modify, _scan).
     def get(self, co, key: bytes):
+        e = self.reclaim.enter()
+        try:
+            return (yield from self._get(co, key))
+        finally:
+            self.reclaim.exit(e)
+
+    def scan(self, co, start: bytes, count: int):
+        e = self.reclaim.enter()
+        try:
+            return (yield from self._scan(co, start, count))
+        finally:
+            self.reclaim.exit(e)
+
+    def _get(self, co, key: bytes):
         if type(key) is not bytes:
             key = bytes(key)
         k = key_int(key)
@@ -348,6 +374,17 @@ class ShermanClient(KVClient):
         return (yield from self.modify(co, key, None, "delete"))
 
     def modify(self, co, key, value, kind: str):
+        """Generator: insert / update / delete inside an epoch (see :meth:`get`)."""
+        e = self.reclaim.enter()
+        try:
+            return (yield from self._modify(co, key, value, kind))
+        finally:
+            self.reclaim.exit(e)
+
+    def _block_of(self, block: int, length: int):
+        return gaddr_node(block), gaddr_offset(block), block_units(length)
+
+    def _modify(self, co, key, value, kind: str):
         """Generator: insert / update / delete under the leaf's lock (see the module table)."""
         if type(key) is not bytes:
             key = bytes(key)
@@ -387,7 +424,12 @@ class ShermanClient(KVClient):
                 else:
                     self.entry_gone(key)
                 yield from self.release(co, lock)
+                if block:
+                    self.alloc.release(*self._block_of(block, len(value)))   # never published
                 return False
+            old = None                                 # the out-of-line block this write unlinks
+            if line and self._mv[off + line * LINE + 5] == OUT_OF_LINE:
+                old = self._block_of(*REF.unpack_from(self._mv, off + line * LINE + 16))
             ev = self._mv[off + (line or free or 1) * LINE + 4] + 1
             if kind == "delete":
                 co.write(addr + line * LINE, entry_line(hd.nv, ev, bytes(8), 0, b"", used=False))
@@ -401,6 +443,8 @@ class ShermanClient(KVClient):
                 yield from self.split_leaf(co, addr, lock, off, hd, key, k, value, block)
                 return True
             yield from self.release(co, lock)
+            if old is not None:
+                self.alloc.retire(*old)               # after the entry's WRITE completed
             return True
         raise SystemError_(f"{self.NAME}: {kind} of key {key!r} did not settle after {RETRY_LIMIT} tries")
 
@@ -509,7 +553,7 @@ class ShermanClient(KVClient):
         return True
 
     # -- scans ---------------------------------------------------------------------------------------
-    def scan(self, co, start: bytes, count: int):
+    def _scan(self, co, start: bytes, count: int):
         if type(start) is not bytes:
             start = bytes(start)
         cursor = key_int(start)

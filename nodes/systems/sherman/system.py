@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from nodes.systems.api import Option, System, SystemError_
+from nodes.systems.reclaim import setup_epochs
 from shm.fabric import REGION_DEVICE, gaddr
 
 from .client import ShermanClient
@@ -65,6 +66,11 @@ class ShermanSystem(System):
         mem = fabric.memory[mns[0]]
         mem.host[leaf:leaf + NODE_BYTES] = memoryview(leaf_image(1, 0, None, 0, []))
         mem.host64[root_word // 8] = pack_root(gaddr(mns[0], leaf), 0)
+        try:
+            epochs = setup_epochs(fabric, mns[0])
+        except MemoryError as e:
+            raise SystemError_(f"{cls.client_class.NAME}: the epoch table does not fit memory node {mns[0]}: "
+                               f"{e}") from None
         return {
             "system": cls.name,
             "format": LAYOUT_FORMAT,
@@ -75,6 +81,7 @@ class ShermanSystem(System):
             "chunk_bytes": opts["chunk_bytes"],
             "cache_nodes": opts["cache_nodes"],
             "capacity": int(capacity),
+            "epochs": epochs,
         }
 
     @classmethod

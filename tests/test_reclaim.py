@@ -1,0 +1,141 @@
+"""Epoch-based reclamation (nodes/systems/reclaim.py) on co-located rigs: replaced blocks come back,
+a reader in flight holds them, the memory footprint of an update-only run is flat, running out of
+memory is one line, and reuse without epochs is caught by the linearizability checker."""
+
+from __future__ import annotations
+
+import pytest
+
+from cluster import conformance
+from cluster.conformance import rig
+from nodes.systems import get_system
+from nodes.systems.api import SystemError_
+from nodes.systems.reclaim import ADVANCE_EVERY, clear_row, global_epoch
+from shm.atomics import load_acquire
+
+KEYS = [b"k%07d" % i for i in range(400)]
+
+
+def _used(r) -> int:
+    """Bytes carved from the memory nodes so far (their bump pointers)."""
+    return sum(int(load_acquire(r.fabric.memory[m].alloc, 0)) for m in range(1, r.memory_nodes + 1))
+
+
+def _load(r, value=b"v" * 32):
+    n = sum(len(c) for c in r.cos)
+
+    def body(cl, co, i):
+        for k in KEYS[i::n]:
+            assert (yield from cl.insert(co, k, value))
+    r.each(body)
+
+
+def _updates(r, rounds: int, per_co: int, value_len: int = 32):
+    def body(cl, co, i):
+        for j in range(per_co):
+            k = KEYS[(i * 7919 + rounds * 13 + j * 31) % len(KEYS)]
+            v = (b"u%d.%d." % (i, j)).ljust(value_len, b"x")
+            assert (yield from cl.update(co, k, v))
+    r.each(body)
+
+
+@pytest.mark.parametrize("system,value_len", [("race", 32), ("smart-ht", 32), ("sherman", 100)])
+def test_update_only_run_holds_a_flat_footprint(system, value_len):
+    opts = {"chunk_bytes": 16384} if system != "sherman" else {"chunk_bytes": 65536}
+    with rig(get_system(system), compute_threads=2, coroutines=4, options=opts, capacity=1000) as r:
+        _load(r, b"v" * value_len)
+        _updates(r, 0, 150, value_len)                   # limbo and free lists fill
+        before = _used(r)
+        for rnd in range(1, 4):                          # 3,600 more updates
+            _updates(r, rnd, 150, value_len)
+        assert _used(r) == before
+        st = [c.statistics() for c in r.clients]
+        assert sum(s.blocks_reused for s in st) > 3000
+        assert sum(s.bytes_reclaimed for s in st) >= 64 * 3000
+        assert sum(s.epoch_advances for s in st) > 0
+        # every key still reads its last value
+        got = r.each(lambda cl, co, i: (yield from cl.get(co, KEYS[i])))
+        assert all(v is not None and len(v) == value_len for v in got)
+
+
+def test_a_reader_in_flight_holds_retired_blocks_back():
+    with rig(get_system("race"), compute_threads=2, coroutines=1, options={"chunk_bytes": 16384}) as r:
+        _load(r)
+        reader, writer = r.clients[1].reclaim, r.clients[0].reclaim
+        e = reader.enter()                               # thread 1 starts an op and stalls
+        _updates_on_thread0(r, 4 * ADVANCE_EVERY)
+        assert writer.limbo and writer.reclaimed == 0    # nothing came back while thread 1 runs
+        epoch = global_epoch(r.fabric, r.layout["epochs"])
+        assert epoch <= e + 1                            # the epoch moves at most once past a reader
+        reader.exit(e)
+        _updates_on_thread0(r, 4 * ADVANCE_EVERY)
+        assert writer.reclaimed > 0 and writer.reused > 0
+        assert global_epoch(r.fabric, r.layout["epochs"]) > epoch + 1
+
+
+def _updates_on_thread0(r, n):
+    cl, co = r.clients[0], r.cos[0][0]
+
+    def body():
+        for j in range(n):
+            assert (yield from cl.update(co, KEYS[j % len(KEYS)], b"w%d" % j))
+    r.run(body())
+
+
+def test_a_dead_nodes_announcements_are_cleared():
+    with rig(get_system("race"), compute_threads=2, coroutines=1, options={"chunk_bytes": 16384}) as r:
+        _load(r)
+        r.clients[1].reclaim.enter()                     # a thread that will never finish
+        _updates_on_thread0(r, 4 * ADVANCE_EVERY)
+        stuck = global_epoch(r.fabric, r.layout["epochs"])
+        clear_row(r.fabric, r.layout["epochs"], r.node.node)
+        _updates_on_thread0(r, 4 * ADVANCE_EVERY)
+        assert global_epoch(r.fabric, r.layout["epochs"]) > stuck + 1
+        assert r.clients[0].reclaim.reused > 0
+
+
+def test_mirrors_stay_within_one_epoch_of_the_rack():
+    with rig(get_system("race"), compute_threads=2, coroutines=4, options={"chunk_bytes": 16384}) as r:
+        _load(r)
+        _updates(r, 0, 100)
+        ep = r.layout["epochs"]
+        g = global_epoch(r.fabric, ep)
+        assert g > 3
+        mirror = int(r.fabric.memory[ep["node"]].host64[r.clients[0].reclaim._mirror])
+        assert g - 1 <= mirror <= g
+
+
+def test_running_out_of_memory_is_one_line():
+    # 256 KiB memory nodes: the table fits, the KV blocks of 20,000 inserts do not
+    with rig(get_system("race"), compute_threads=1, coroutines=2, options={"chunk_bytes": 16384},
+             capacity=2000, memory_bytes=256 << 10) as r:
+        def body():
+            for i in range(20_000):
+                yield from r.client.insert(r.co, b"n%07d" % i, b"v" * 100)
+        with pytest.raises(conformance.ConformanceFailure) as ei:
+            r.run(body())
+        msg = str(ei.value)
+        assert "out of memory" in msg and "mn0" in msg and "memory.memory" in msg and "\n" not in msg
+
+
+def test_out_of_memory_error_is_a_system_error():
+    with rig(get_system("race"), compute_threads=1, coroutines=1, options={"chunk_bytes": 16384},
+             capacity=2000, memory_bytes=256 << 10) as r:
+        p = r.env.process(_inserts(r))
+        with pytest.raises(Exception) as ei:
+            r.env.run()
+        assert isinstance(ei.value.__cause__, SystemError_) and "out of memory" in str(ei.value.__cause__)
+        assert not p.is_alive or p.value is None
+
+
+def _inserts(r):
+    for i in range(20_000):
+        yield from r.client.insert(r.co, b"n%07d" % i, b"v" * 100)
+
+
+def test_reuse_without_epochs_is_not_linearizable():
+    """The deliberate bug: a replaced block is reused at once while readers may hold its address.
+    The recorded history of the uniform stress (deterministic co-located) is not linearizable; the
+    same run with epochs passes (the conformance suite runs it for every system)."""
+    with pytest.raises(conformance.ConformanceFailure, match="not linearizable"):
+        conformance.CHECKS["history_uniform"](get_system("race"), {"fault": "reuse-without-epochs"})
