@@ -9,8 +9,17 @@ Three layers, so the arithmetic can be tested without a terminal:
   second) and emulated verbs per real second. It keeps each node's throughput history for the
   sparklines. :class:`ProcUsage` adds CPU % and RSS from psutil (cached ``Process`` objects, so
   ``cpu_percent`` measures between updates; dead pids just show as blank).
+  A node's state is what its slot says, except that a node the supervisor saw die (it writes the
+  exit status into the plane, see ``StatsPlane.mark_exited``) shows as "dead": a SIGKILLed node
+  never publishes a last state, and this view reads nothing but the plane. Memory nodes carry
+  their occupancy (bytes carved from their host memory, of their capacity) and compute nodes the
+  bytes their clients reclaimed, as published counters; the rack row sums both and shows the
+  latency percentiles of the compute nodes' merged histograms (histograms merge exactly,
+  percentiles do not).
 * :func:`render` draws a ``RackView`` as a rich renderable (header, node table, throughput
-  sparklines, event log); :func:`plain_line` is the one-line form.
+  sparklines, event log); :func:`plain_line` is the one-line form. Step labels longer than the
+  step column are shortened (:func:`fit_label`: "until stopped" becomes "∞", then an ellipsis at
+  a word boundary) rather than cut mid-word.
 * :class:`Dashboard` (rich ``Live``) and :class:`PlainReporter` (one line per interval, events
   printed as they arrive) share the polling, the meter and the event feed through ``_Reporter``.
   ``Dashboard(live=None)`` picks live mode only when the console is a terminal, so piping a
@@ -37,7 +46,7 @@ from cluster.stats import STATE_NAMES, LatencyHistogram, ProcSnapshot, StatsPlan
 
 __all__ = [
     "NodeView", "RackView", "RackMeter", "ProcUsage", "sparkline", "render", "plain_line",
-    "fmt_vtime", "fmt_speed", "fmt_rate", "Dashboard", "PlainReporter", "ReporterStats",
+    "fmt_vtime", "fmt_speed", "fmt_rate", "fmt_bytes", "fmt_mem", "fit_label", "STEP_WIDTH", "Dashboard", "PlainReporter", "ReporterStats",
     "TITLE_KEYS",
 ]
 
@@ -45,6 +54,9 @@ TITLE_KEYS = ("rack", "system", "profile", "workload")
 HISTORY = 60                        # sparkline samples per node
 EVENT_LINES = 8                     # lines in the event panel
 _BLOCKS = "▁▂▃▄▅▆▇█"
+STEP_WIDTH = 24                     # characters of the step column
+# Shortenings tried in order until a step label fits (the labels come from cluster.rack._label).
+_SHORTER = ((" until stopped", " ∞"), (" records", ""))
 
 
 # -- formatting ---------------------------------------------------------------------------------
@@ -75,6 +87,48 @@ def fmt_rate(x: float | None) -> str:
         if abs(x) >= div:
             return f"{x / div:.2f} {unit}"
     return f"{x:.0f}"
+
+
+def _num(x: float) -> str:
+    """Up to one decimal, none when it is zero: 3.3, 8, 12.5, 256."""
+    return f"{x:.1f}".rstrip("0").rstrip(".")
+
+
+def fmt_bytes(n: int | None) -> str:
+    """A byte count in B/KiB/MiB/GiB ("1.5 MiB"); "–" for None."""
+    if n is None:
+        return "–"
+    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(n) >= div:
+            return f"{_num(n / div)} {unit}"
+    return f"{n} B"
+
+
+def fmt_mem(used: int | None, capacity: int | None) -> str:
+    """Occupancy of a memory: "41 % 3.3/8 MiB" (both figures in the capacity's unit)."""
+    if not capacity:
+        return "–"
+    used = used or 0
+    unit, div = next(((u, d) for u, d in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
+                      if capacity >= d), ("B", 1))
+    return f"{100 * used / capacity:.0f} % {_num(used / div)}/{_num(capacity / div)} {unit}"
+
+
+def fit_label(label: str, width: int = STEP_WIDTH) -> str:
+    """``label`` in at most ``width`` characters: known long phrases shortened first, then cut at
+    a word boundary with an ellipsis (mid-word only for a single word longer than half the width)."""
+    if len(label) <= width:
+        return label
+    for long, short in _SHORTER:
+        label = label.replace(long, short)
+        if len(label) <= width:
+            return label
+    cut = label[:width - 1]
+    if label[width - 1] != " ":
+        space = cut.rfind(" ")
+        if space >= width // 2:
+            cut = cut[:space]
+    return cut.rstrip() + "…"
 
 
 def _fmt(x: float | None, spec: str) -> str:
@@ -117,6 +171,9 @@ class NodeView(NamedTuple):
     rss_mib: float | None
     verbs_per_s: float | None       # per real second
     history: tuple                  # last HISTORY kops samples (None where unknown)
+    mem_used: int | None = None     # memory nodes: bytes carved from host memory
+    mem_capacity: int | None = None # memory nodes: host memory bytes
+    reclaimed: int | None = None    # compute nodes: bytes their clients reclaimed
 
 
 class RackView(NamedTuple):
@@ -130,6 +187,11 @@ class RackView(NamedTuple):
     ops: int                        # operations recorded so far, all steps
     nodes: tuple                    # NodeView per process
     events: tuple = ()              # display lines for the event panel
+    p50_us: float | None = None     # rack-wide (merged histograms), like p99_us
+    p999_us: float | None = None
+    mem_used: int | None = None     # summed over the memory nodes (None: no memory node published)
+    mem_capacity: int | None = None
+    reclaimed: int | None = None    # summed over the compute nodes
 
 
 class _Prev(NamedTuple):
@@ -167,6 +229,7 @@ class RackMeter:
         total_kops = None
         verbs_rate = None
         total_ops = 0
+        mem_used = mem_cap = reclaimed = None
         for s in snaps:
             ops = s.ops()
             total_ops += ops
@@ -195,12 +258,19 @@ class RackMeter:
                 merged.merge(h)
                 p50, p99, p999 = (_us(h.percentile(q)) for q in (50, 99, 99.9))
             cpu, rss = usage.get(s.pid, (None, None)) if s.pid else (None, None)
+            used = cap = rec = None
+            if s.counters.mem_capacity:
+                used, cap = s.counters.mem_used, s.counters.mem_capacity
+                mem_used, mem_cap = (mem_used or 0) + used, (mem_cap or 0) + cap
+            if s.role == "compute":
+                rec = s.counters.bytes_reclaimed
+                reclaimed = (reclaimed or 0) + rec
             nodes.append(NodeView(
                 name=s.name, role=s.role, state=s.state_name, pid=s.pid,
                 step=cur.label if cur is not None else "", vnow_ns=s.vnow_ns, kops=kops,
                 p50_us=p50, p99_us=p99, p999_us=p999, nic_util=s.gauges.nic_util,
                 cpu_pct=cpu, rss_mib=None if rss is None else rss / (1 << 20),
-                verbs_per_s=vps, history=tuple(hist)))
+                verbs_per_s=vps, history=tuple(hist), mem_used=used, mem_capacity=cap, reclaimed=rec))
         vnow = max((s.vnow_ns for s in snaps), default=0)
         speed = None
         if dt_s is not None and self._vnow_prev is not None:
@@ -212,7 +282,9 @@ class RackMeter:
         self.updates += 1
         return RackView(phase=phase, vnow_ns=vnow, elapsed_s=(now_ns - self._t0) / 1e9, speed=speed,
                         verbs_per_s=verbs_rate, total_kops=total_kops,
-                        p99_us=_us(merged.percentile(99)), ops=total_ops, nodes=tuple(nodes))
+                        p99_us=_us(merged.percentile(99)), ops=total_ops, nodes=tuple(nodes),
+                        p50_us=_us(merged.percentile(50)), p999_us=_us(merged.percentile(99.9)),
+                        mem_used=mem_used, mem_capacity=mem_cap, reclaimed=reclaimed)
 
 
 class ProcUsage:
@@ -277,24 +349,34 @@ def _status_lines(view: RackView) -> list[Text]:
 
 
 _STATE_STYLE = {"running": "green", "loading": "yellow", "starting": "yellow", "done": "blue",
-                "failed": "bold red", "empty": "dim"}
+                "failed": "bold red", "dead": "bold red", "empty": "dim"}
 
 
 def _node_table(view: RackView) -> Table:
     table = Table(expand=True, box=None, header_style="bold", pad_edge=False)
+    steps = [fit_label(n.step) for n in view.nodes]
     for col, just in (("node", "left"), ("role", "left"), ("state", "left"), ("step", "left"),
                       ("kops/s", "right"), ("p50 µs", "right"), ("p99 µs", "right"),
                       ("p999 µs", "right"), ("NIC %", "right"), ("CPU %", "right"),
-                      ("RSS MiB", "right"), ("verbs/s", "right")):
-        table.add_column(col, justify=just, no_wrap=True)
-    for n in view.nodes:
-        table.add_row(n.name, n.role, Text(n.state, style=_STATE_STYLE.get(n.state, "")), n.step[:24],
+                      ("RSS MiB", "right"), ("verbs/s", "right"), ("memory", "right"),
+                      ("reclaimed", "right")):
+        # The step column keeps its (already shortened) labels whole: narrow terminals squeeze
+        # the figures instead.
+        width = max((len(x) for x in steps), default=0) if col == "step" else None
+        table.add_column(col, justify=just, no_wrap=True, min_width=width)
+    for n, step in zip(view.nodes, steps):
+        table.add_row(n.name, n.role, Text(n.state, style=_STATE_STYLE.get(n.state, "")), step,
                       _fmt(n.kops, ".1f"), _fmt(n.p50_us, ".2f"), _fmt(n.p99_us, ".2f"),
                       _fmt(n.p999_us, ".2f"), _fmt(n.nic_util * 100, ".0f"), _fmt(n.cpu_pct, ".0f"),
-                      _fmt(n.rss_mib, ".0f"), fmt_rate(n.verbs_per_s))
+                      _fmt(n.rss_mib, ".0f"), fmt_rate(n.verbs_per_s),
+                      fmt_mem(n.mem_used, n.mem_capacity) if n.mem_capacity else "",
+                      fmt_bytes(n.reclaimed) if n.reclaimed is not None else "")
     table.add_section()
     table.add_row(Text("rack", style="bold"), "", "", "", Text(_fmt(view.total_kops, ".1f"), style="bold"),
-                  "", _fmt(view.p99_us, ".2f"), "", "", "", "", fmt_rate(view.verbs_per_s))
+                  _fmt(view.p50_us, ".2f"), _fmt(view.p99_us, ".2f"), _fmt(view.p999_us, ".2f"), "", "", "",
+                  fmt_rate(view.verbs_per_s),
+                  fmt_mem(view.mem_used, view.mem_capacity) if view.mem_capacity else "",
+                  fmt_bytes(view.reclaimed) if view.reclaimed is not None else "")
     return table
 
 

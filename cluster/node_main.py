@@ -6,12 +6,23 @@ A node process
 
 * asks the kernel to SIGKILL it if the supervisor dies (``PR_SET_PDEATHSIG``), so no node can
   outlive its rack even when the supervisor is killed with SIGKILL;
+* names itself ``dmrack-<node>`` twice: ``PR_SET_NAME`` sets the kernel's 15-byte ``comm``
+  (``ps -o comm``, ``top``'s default, psutil's ``name()``), and ``setproctitle`` rewrites the
+  process's argv memory, which is what ``ps -ef``, ``ps aux``, htop and /proc/<pid>/cmdline show
+  (they showed the supervisor's inherited command line, ``dmrack up``, for every node);
 * ignores SIGINT: Ctrl-C reaches the whole process group, but stopping is the supervisor's
   decision (it sets the rack's stop flag, and every node ends its run cleanly);
 * publishes its pid and a heartbeat (virtual time, verbs, NIC utilisation) from a small thread,
   so the dashboard stays live even while the node waits for slower nodes;
-* writes a failure's traceback to ``<run dir>/<node>.err`` and exits non-zero, which the
-  supervisor reports.
+* writes a failure's traceback to ``<run dir>/<node>.err`` and exits non-zero (``EXIT_FAILED``),
+  which the supervisor reports. A ``SystemError_`` is not a bug but the system giving up (RACE
+  out of memory for KV blocks, a table full): its one-line message also goes to
+  ``<run dir>/<node>.gaveup`` and the node exits with ``EXIT_GAVE_UP``, so the supervisor can say
+  "cn0: the system gave up: <message>" instead of printing a traceback;
+* publishes counters with its heartbeat: a memory node its occupancy (the shared bump pointer of
+  its host memory, word 0 of ``fabric.memory[i].alloc``, against the host region's size; it lives
+  in the node's own memory, so the memory node is where it is read), a compute node the sums of
+  its clients' reclamation figures (``ComputeNode.client_counters``).
 
 Roles: ``compute`` and the ``manager`` run the scenario in clock-synchronised environments;
 ``memory`` nodes are passive (one-sided verbs never involve their CPU), so they only heartbeat
@@ -34,6 +45,7 @@ from nodes.runtime.env import INF
 
 HEARTBEAT_S = 0.05
 EXIT_FAILED = 3
+EXIT_GAVE_UP = 4                               # the system raised SystemError_ (see the module docstring)
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NAME = 15
 
@@ -46,6 +58,12 @@ def _die_with_parent(parent_pid: int, name: str) -> None:
         libc.prctl(_PR_SET_NAME, f"dmrack-{name}"[:15].encode(), 0, 0, 0)
     except (OSError, AttributeError):
         pass                                   # not Linux: the supervisor's finally still reaps us
+    try:
+        import setproctitle
+        # argv memory, for ps -ef/htop (see the module docstring); comm was set above, keep it
+        setproctitle.setproctitle(f"dmrack-{name}")
+    except ImportError:
+        pass                                   # an install without it: comm still names the node
     if os.getppid() != parent_pid:             # the parent died before prctl took effect
         os._exit(EXIT_FAILED)
 
@@ -53,18 +71,19 @@ def _die_with_parent(parent_pid: int, name: str) -> None:
 class _Heartbeat(threading.Thread):
     """Publishes this node's liveness and gauges every HEARTBEAT_S of real time."""
 
-    def __init__(self, writer, gauge: NicGauge, vnow, events, verbs):
+    def __init__(self, writer, gauge: NicGauge, vnow, events, verbs, counters=None):
         super().__init__(daemon=True, name="heartbeat")
         self.writer = writer
         self.gauge = gauge
         self.vnow, self.events, self.verbs = vnow, events, verbs
+        self.counters = counters                # () -> {counter: value}, or None
         self.halt = threading.Event()
 
     def beat(self) -> None:
         v = self.vnow()
         g = self.gauge.sample(v)
         self.writer.heartbeat(v, self.events(), self.verbs(), nic_util=g.nic_util, link_util=g.link_util,
-                              pcie_util=g.pcie_util)
+                              pcie_util=g.pcie_util, counters=self.counters() if self.counters else None)
 
     def run(self) -> None:
         while not self.halt.wait(HEARTBEAT_S):
@@ -105,14 +124,23 @@ def node_main(state, slot: int, parent_pid: int, run_dir: str) -> None:
         else:
             _passive(state, decl.name, writer)
     except BaseException as e:  # noqa: BLE001 - every failure is reported, then the process exits
+        from nodes.systems.api import SystemError_
         with open(os.path.join(run_dir, f"{decl.name}.err"), "w") as f:
             f.write(traceback.format_exc())
+        gave_up = isinstance(e, SystemError_)
+        if gave_up:
+            # The message alone (str() of an exception omits its notes): one line for the user.
+            msg = " ".join(str(e.args[0] if e.args else e).split())
+            with open(os.path.join(run_dir, f"{decl.name}.gaveup"), "w") as f:
+                f.write(msg)
         try:
-            state.plane.log(0, "fault", decl.name, f"{decl.name} failed: {type(e).__name__}: {e}"[:200])
+            text = (f"{decl.name}: the system gave up: {msg}" if gave_up
+                    else f"{decl.name} failed: {type(e).__name__}: {e}")
+            state.plane.log(0, "fault", decl.name, text[:200])
             writer.finish(STATE_FAILED)
         except Exception:  # noqa: BLE001 - the stats plane itself may be what broke
             pass
-        os._exit(EXIT_FAILED)
+        os._exit(EXIT_GAVE_UP if gave_up else EXIT_FAILED)
 
 
 def _sync_env(state, address: int):
@@ -133,7 +161,7 @@ def _compute(state, slot: int, name: str, writer) -> None:
     node = make_compute(state, env, host, name, env.send, writer)
     env.on_message = compute_handler(node)
     hb = _Heartbeat(writer, NicGauge(state.fabric, name), lambda: env.now, lambda: node.ops,
-                    lambda: host._posted)
+                    lambda: host._posted, node.client_counters)
     hb.during(env)
     node.stop()
     hb.last()
@@ -187,7 +215,17 @@ def _passive(state, name: str, writer) -> None:
             seen[0] = min(live)
         return seen[0]
 
-    hb = _Heartbeat(writer, gauge, rack_time, lambda: 0, lambda: 0)
+    counters = None
+    if state.compiled.nodes[state.slot(name)].role == "memory":
+        from shm.fabric import REGION_HOST
+        i = state.fabric.node_index(name)
+        alloc, capacity = state.fabric.memory[i].alloc, state.fabric.region_bytes(i, REGION_HOST)
+
+        def counters() -> dict:
+            # word 0: the host region's bump pointer (shm.fabric.Fabric.allocate), shared by every process
+            return {"mem_used": min(int(alloc[0]), capacity), "mem_capacity": capacity}
+
+    hb = _Heartbeat(writer, gauge, rack_time, lambda: 0, lambda: 0, counters)
     while not clock.stop_requested and not state.control.get(F_DONE):
         hb.beat()
         time.sleep(HEARTBEAT_S)

@@ -12,12 +12,18 @@ Order of work, and why:
    heartbeat, and turns Ctrl-C, SIGTERM, ``--duration`` or the end of the scenario into the rack's
    stop flag. A node that dies unexpectedly is reported with its name and how it died (exit
    status, signal, or the exception it wrote); the rack then stops, or carries on when the spec
-   says ``on_node_death = "continue"``. A heartbeat older than ``HEARTBEAT_TIMEOUT_S`` is a hang;
-5. stop: stop flag, then join, SIGTERM, SIGKILL in turn (no orphan survives), collect results,
-   close (unlink) every segment, remove the run directory.
+   says ``on_node_death = "continue"``. A heartbeat older than ``HEARTBEAT_TIMEOUT_S`` is a hang.
+   Every exit it sees is written into the stats plane (``StatsPlane.mark_exited``): a node killed
+   with SIGKILL never says so itself, and the dashboard reads nothing but the plane. A node whose
+   system raised ``SystemError_`` (it gave up: out of memory, a full table) is reported in one line,
+   "cn0: the system gave up: <message>", without a traceback, and stops the rack whatever
+   ``on_node_death`` says (the system, not a node, failed);
+5. stop: stop flag, then join, SIGTERM, SIGKILL in turn (no orphan survives), a last dashboard
+   frame with every node's final state, collect results, close (unlink) every segment, remove the
+   run directory.
 
 ``run()`` returns the exit status: 0 when the scenario ended or the user stopped it, 1 when a node
-failed.
+failed (died, hung), ``EXIT_GAVE_UP`` (3) when the system gave up.
 """
 
 from __future__ import annotations
@@ -31,12 +37,17 @@ import time
 from typing import NamedTuple
 
 from cluster.control import F_DONE, F_STEP
+from cluster.node_main import EXIT_GAVE_UP as EXIT_NODE_GAVE_UP
 from cluster.rack import RackState, compile_scenario
+from nodes.systems.api import SystemError_
+from shm import failpoints
 from shm.segment import reclaim_stale
 
 TICK_S = 0.1
 HEARTBEAT_TIMEOUT_S = 30.0
 JOIN_S = 5.0
+EXIT_NODE_FAILED = 1
+EXIT_GAVE_UP = 3                    # the rack's exit status when the system gave up (SystemError_)
 _CTX = mp.get_context("fork")
 
 
@@ -95,6 +106,8 @@ class Supervisor:
         self._t0 = time.monotonic()
         self._signal = None
         self._tracebacks: dict[str, str] = {}
+        self._fatal_status = EXIT_NODE_FAILED
+        self.last_view = None               # the dashboard's last frame (a RackView), if it had one
 
     @property
     def procs(self) -> list:
@@ -123,7 +136,13 @@ class Supervisor:
             self.say(f"dmrack: building rack {self.compiled.spec.name!r}: "
                      f"{len(self.compiled.nodes)} nodes, system {self.compiled.system.name}")
             self.state = RackState.create(self.compiled, processes=True, history=self.history_capacity)
-            warm_up(self.compiled)
+            try:
+                warm_up(self.compiled)
+            except SystemError_ as e:
+                # The warm-up rack runs the same system in the same memory: it gave up before any node did.
+                self.stop_reason = f"warm-up: the system gave up: {' '.join(str(e.args[0] if e.args else e).split())}"
+                self.say(f"dmrack: {self.stop_reason}")
+                return EXIT_GAVE_UP
             if self._signal:                  # Ctrl-C while building: nothing to stop yet
                 self.stop_reason = f"stopped by {self._signal} before the nodes started"
                 self.say(f"dmrack: {self.stop_reason}")
@@ -135,8 +154,15 @@ class Supervisor:
             signal.signal(signal.SIGINT, signal.SIG_IGN)     # a second Ctrl-C must not cut cleanup short
             try:
                 self._stop_children()
+                if self.state is not None:
+                    self._mark_exits()
                 if view is not None:
-                    view.stop()
+                    try:
+                        # The last frame shows how every node ended (a dead node as dead).
+                        view.update(self._phase(), force=True)
+                    finally:
+                        self.last_view = getattr(view, "view", None)
+                        view.stop()
                 if self.state is not None:
                     self._collect()
             finally:
@@ -185,7 +211,7 @@ class Supervisor:
             fatal = self._check_deaths(view, run_dir) or self._check_hangs()
             if fatal:
                 self._stop(fatal, view)
-                return 1
+                return self._fatal_status
             if self._signal:
                 self._stop(f"stopped by {self._signal}", view)
                 return 0
@@ -193,7 +219,12 @@ class Supervisor:
                 self._stop(f"stopped after {self.duration_s:g} s (--duration)", view)
                 return 0
             if self.state.control.get(F_DONE):
-                self._check_deaths(view, run_dir)       # a scripted kill just before the end
+                # A scripted kill just before the end: a SIGKILLed process can take a while to be
+                # torn down on a loaded machine, so wait for the ones the scenario killed.
+                for slot, p in self.procs_by_slot.items():
+                    if p.exitcode is None and self.state.control.death_expected(slot):
+                        p.join(JOIN_S)
+                self._check_deaths(view, run_dir)
                 self._stop("scenario finished", view)
                 return 0
 
@@ -205,22 +236,34 @@ class Supervisor:
             if slot in self._seen_dead or p.exitcode is None:
                 continue
             self._seen_dead.add(slot)
+            state.plane.mark_exited(slot, p.exitcode)
             if p.exitcode == 0:
                 continue                      # finished its part: the rack quiesced at the scenario's end
             decl = c.nodes[slot]
             expected = state.control.death_expected(slot)
             how = describe_exit(p.exitcode)
-            err = os.path.join(run_dir, f"{decl.name}.err")
-            if os.path.exists(err):
-                with open(err) as f:
-                    tb = f.read()
+            gave_up = _read(os.path.join(run_dir, f"{decl.name}.gaveup")) if p.exitcode == EXIT_NODE_GAVE_UP else None
+            tb = _read(os.path.join(run_dir, f"{decl.name}.err"))
+            if gave_up is not None:
+                # Not a bug: the message says it all (the traceback stays out of the way).
+                how = f"the system gave up: {gave_up}"
+            elif tb is not None:
                 self._tracebacks[decl.name] = tb
                 last = [ln.strip() for ln in tb.strip().splitlines() if ln.strip()]
                 how += f": {last[-1]}" if last else ""
+            elif p.exitcode == failpoints.EXIT_STATUS:
+                points = _exit_failpoints(decl.name)
+                how += f" (failpoint {', '.join(points)}: exit)" if points else ""
             self.deaths.append(NodeDeath(decl.name, how, expected))
             stuck = state.fabric.release_stuck_line_locks()
             if stuck:
                 state.plane.log(0, "fault", decl.name, f"released {stuck} line lock(s) {decl.name} died holding")
+            if gave_up is not None and not expected:
+                # One line: the stop reason carries it (the node logged it to the event log).
+                self._fatal_status = EXIT_GAVE_UP
+                if decl.role == "compute":
+                    state.clock.mark_gone(c.compute.index(decl.name))
+                return f"{decl.name}: {how}"
             text = f"{decl.name} {how}" + (" (as the scenario asked)" if expected else "")
             view.note(text)
             state.plane.log(0, "fault", decl.name, text)
@@ -232,6 +275,13 @@ class Supervisor:
             if c.spec.on_node_death != "continue" or decl.role == "manager":
                 return f"node {decl.name} died ({how})"
         return None
+
+    def _mark_exits(self) -> None:
+        """Every node that has exited, into the stats plane (the deaths the watch loop did not see:
+        nodes that ended while or after the rack stopped)."""
+        for slot, p in self.procs_by_slot.items():
+            if p.exitcode is not None and slot not in getattr(self, "_seen_dead", ()):
+                self.state.plane.mark_exited(slot, p.exitcode)
 
     def _check_hangs(self) -> str | None:
         """A live node whose heartbeat has not moved for HEARTBEAT_TIMEOUT_S is hung."""
@@ -324,7 +374,7 @@ class _Silent:
     def __init__(self, say):
         self.say = say
 
-    def update(self, phase: str) -> None:
+    def update(self, phase: str, *, force: bool = False) -> None:
         pass
 
     def note(self, text: str) -> None:
@@ -332,6 +382,23 @@ class _Silent:
 
     def stop(self) -> None:
         pass
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+def _exit_failpoints(node: str) -> list[str]:
+    """The ``exit`` failpoints DMRACK_FAILPOINTS arms in ``node`` (what status 86 came from)."""
+    try:
+        armed = failpoints.parse(os.environ.get(failpoints.ENV, ""))
+    except ValueError:
+        return []
+    return [name for only, name, action, _ in armed if action == "exit" and only in (None, node)]
 
 
 def warm_up(compiled) -> None:

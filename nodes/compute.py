@@ -18,10 +18,20 @@ Steps a compute node executes:
 * ``sleep``: nothing.
 
 Every operation is recorded with its virtual latency in the node's stats slot (``recorder``).
+Beside the operations the node publishes, as counters of its slot, the sums of a few fields of its
+clients' ``statistics()`` records (``CLIENT_COUNTERS``, e.g. the bytes RACE's reclamation gave
+back): at every step end here, and every heartbeat in a node process (``cluster/node_main.py``).
+Summing named fields, read with a default of 0, keeps this generic: a system whose records lack
+a field simply reports 0 for it.
+
+A client stopped by a ``crash`` failpoint is logged as an event of the rack (kind "failpoint",
+"cn0: failpoint race.update.block_written fired (crash)"), so the dashboard and the summary show
+what the fault injection did.
 """
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from typing import Callable, NamedTuple
 
@@ -40,6 +50,9 @@ from shm.profile import with_overrides
 OP_READ, OP_UPDATE, OP_INSERT, OP_SCAN, OP_RMW, OP_DELETE = range(6)
 STATE_LOADING, STATE_RUNNING = 2, 3  # the stats plane's node states (cluster.stats): nodes do not import cluster
 BATCH = 64                      # operations drawn from a stream at a time, per coroutine
+#: Numeric fields of the clients' statistics() records a node sums and publishes (stats counters).
+CLIENT_COUNTERS = ("bytes_reclaimed", "blocks_reused")
+_FAILPOINT_RE = re.compile(r"failpoint (\S+)")     # shm.failpoints.ClientCrash's message
 
 
 class PlanStep(NamedTuple):
@@ -103,11 +116,43 @@ class ComputeNode:
         self.dead: set[tuple[int, int]] = set()
         self._running: dict = {}            # (thread, coroutine) -> the process driving it now
         self.loaded_before = 0              # records loaded by earlier load steps (rack-wide)
+        self.fired: dict[str, int] = {}     # crash failpoints fired in this node, by name
 
     def statistics(self) -> ComputeStats:
         return ComputeStats(self.name, len(self.threads), self.active_threads, len(self.coroutines[0]),
                             self.active_coroutines, self.step_index, self.ops, self.unsupported,
                             self.crashed)
+
+    def client_counters(self) -> dict:
+        """``CLIENT_COUNTERS`` summed over this node's clients (0 for a field a record lacks)."""
+        out = dict.fromkeys(CLIENT_COUNTERS, 0)
+        for client in self.clients:
+            stats = getattr(client, "statistics", None)
+            rec = stats() if stats is not None else None
+            for name in CLIENT_COUNTERS:
+                v = getattr(rec, name, 0)
+                if isinstance(v, (int, np.integer)) and v > 0:
+                    out[name] += int(v)
+        return out
+
+    def publish_counters(self) -> None:
+        setter = getattr(self.recorder, "set_counters", None)
+        if setter is not None:
+            setter(**self.client_counters())
+
+    def _crash(self, t: int, c: int, e: ClientCrash) -> None:
+        """A crash failpoint stopped client (t, c) between two verbs: it stays down, and the
+        firing becomes an event of the rack. The point is named by the exception (the process-wide
+        fire counts of ``failpoints.statistics()`` cannot tell which node of a co-located rack
+        fired it)."""
+        self.crashed += 1
+        self.dead.add((t, c))
+        m = _FAILPOINT_RE.match(str(e))
+        name = m.group(1) if m else "?"
+        self.fired[name] = self.fired.get(name, 0) + 1
+        log = getattr(getattr(self.recorder, "plane", None), "log", None)
+        if log is not None:
+            log(self.env.now, "failpoint", self.name, f"{self.name}: failpoint {name} fired (crash)")
 
     # -- steps -----------------------------------------------------------------------------------
     def start(self, step_index: int, at_ns: int) -> None:
@@ -158,6 +203,7 @@ class ComputeNode:
         if step.action == "load":
             self.loaded_before += step.count
         self.recorder.end_step(self.env.now)
+        self.publish_counters()
         if step.action == "run" and self.rdma.smart is not None:
             # SMART's controller state as the step ended (t_max, c_max, C_max move during the run)
             self.smart_at_step_end[step_index] = tuple(t.smart_statistics() for t in self.threads[:self.active_threads])
@@ -167,6 +213,7 @@ class ComputeNode:
         """The rack was stopped mid-step: close the step record at the current time."""
         if self.step_index >= 0:
             self.recorder.end_step(self.env.now)
+        self.publish_counters()
 
     def _active(self):
         for t in range(self.active_threads):
@@ -200,9 +247,8 @@ class ComputeNode:
                 ok = yield from self._write("insert", t, c, kid, ksize, vsize)
                 record(OP_INSERT, env.now - t0, ok)
                 self.ops += 1
-        except ClientCrash:
-            self.crashed += 1           # a failpoint stopped this client between two verbs
-            self.dead.add((t, c))
+        except ClientCrash as e:
+            self._crash(t, c, e)        # a failpoint stopped this client between two verbs
 
     # -- run -------------------------------------------------------------------------------------
     def _run(self, step: PlanStep):
@@ -253,9 +299,8 @@ class ComputeNode:
                     if end is not None and env.now >= end:
                         return
                     yield from do(t, c, wl, op, kid, n, env.now)
-        except ClientCrash:
-            self.crashed += 1           # its operation never returns: "may or may not have happened"
-            self.dead.add((t, c))
+        except ClientCrash as e:
+            self._crash(t, c, e)        # its operation never returns: "may or may not have happened"
 
     def _arrivals(self, stream, rate_per_s: float, end, queue: deque, waiting: list, t: int, step_index: int):
         env = self.env
@@ -290,9 +335,8 @@ class ComputeNode:
             op, kid, n, arrived = item
             try:
                 yield from self._do(t, c, wl, op, kid, n, arrived)
-            except ClientCrash:
-                self.crashed += 1
-                self.dead.add((t, c))
+            except ClientCrash as e:
+                self._crash(t, c, e)
                 return
 
     def _do(self, t: int, c: int, wl, op: int, kid: int, n: int, t0: int):

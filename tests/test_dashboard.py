@@ -17,6 +17,9 @@ from cluster.dashboard import (
     ProcUsage,
     RackMeter,
     ReporterStats,
+    fit_label,
+    fmt_bytes,
+    fmt_mem,
     fmt_rate,
     fmt_speed,
     fmt_vtime,
@@ -28,6 +31,7 @@ from cluster.stats import (
     N_BUCKETS,
     N_KINDS,
     STATE_RUNNING,
+    Counters,
     Gauges,
     ProcInfo,
     ProcSnapshot,
@@ -39,7 +43,8 @@ from cluster.stats import (
 INFO = {"rack": "rack-7", "system": "sherman", "profile": "cx6-200g", "workload": "ycsb-a zipf 0.99"}
 
 
-def snap(name, *, vnow, ops, role="compute", pid=0, verbs=0, lat=2000, vstart=0, nic=0.0, label="run A"):
+def snap(name, *, vnow, ops, role="compute", pid=0, verbs=0, lat=2000, vstart=0, nic=0.0, label="run A",
+         counters=Counters(), exit_code=None):
     hist = np.zeros((N_KINDS, N_BUCKETS), dtype=np.int64)
     hist[0, bucket_index(lat)] = ops
     zero = (0,) * (N_KINDS - 1)
@@ -47,7 +52,8 @@ def snap(name, *, vnow, ops, role="compute", pid=0, verbs=0, lat=2000, vstart=0,
                       (ops * lat,) + zero, (lat if ops else 0,) + zero, hist)
     return ProcSnapshot(index=0, name=name, role=role, pid=pid, state=STATE_RUNNING, started=0.0,
                         heartbeat_time=0.0, heartbeat_mono_ns=0, vnow_ns=vnow, events=0, verbs=verbs,
-                        gauges=Gauges(nic, 0.0, 0.0), heartbeats=1, step=0, steps=(step,))
+                        gauges=Gauges(nic, 0.0, 0.0), heartbeats=1, step=0, steps=(step,), counters=counters,
+                        exit_code=exit_code)
 
 
 def test_sparkline():
@@ -125,7 +131,7 @@ def test_render_live_layout_once():
 
 def test_plain_line():
     line = plain_line(_two_views())
-    assert line.startswith("[run A] vtime 30.000 µs | 25.000 Mops/s | p99 1.98 us")
+    assert line.startswith("[run A] vtime 30.000 µs | 25.000 Mops/s | p99 2.00 us")
     assert "speed 2e-05x (20.000 µs/s)" in line and "verbs/s 4.00 k" in line
 
 
@@ -222,3 +228,64 @@ def test_proc_usage_tolerates_dead_pids():
     again = u.sample([os.getpid()])
     assert isinstance(again[os.getpid()][0], float)
     assert u.errors == 1
+
+
+def _frame(view, width=160) -> str:
+    buf = io.StringIO()
+    Console(file=buf, width=width, color_system=None).print(render(view, INFO))
+    return buf.getvalue()
+
+
+def _row(out: str, first: str) -> str:
+    """The node table's line whose first word is ``first``."""
+    lines = out.splitlines()
+    top = next(i for i, ln in enumerate(lines) if "role" in ln and "kops/s" in ln)     # the table's header
+    return next(ln for ln in lines[top:] if ln.strip("│ ").split()[:1] == [first])
+
+
+def test_a_node_the_supervisor_saw_die_shows_as_dead():
+    view = RackMeter().update([snap("cn0", vnow=10_000, ops=100, pid=7, exit_code=-9),
+                               snap("cn1", vnow=10_000, ops=100, pid=8)], now_ns=0)
+    assert [n.state for n in view.nodes] == ["dead", "running"]
+    out = _frame(view)
+    assert "dead" in _row(out, "cn0") and "running" not in _row(out, "cn0")
+    assert "running" in _row(out, "cn1")
+
+
+def test_step_labels_are_shortened_not_cut_mid_word():
+    assert fit_label("run default until stopped") == "run default ∞"
+    assert fit_label("load 10,000 records (default)") == "load 10,000 (default)"
+    assert fit_label("run a for 5 ms") == "run a for 5 ms"
+    assert fit_label("run readmostly for 125.5 ms (warm)") == "run readmostly for…"  # at a word boundary
+    assert len(fit_label("set profile_overrides.sync.window_ns = 2000")) == 24
+    view = RackMeter().update([snap("cn0", vnow=10_000, ops=100, label="run default until stopped")], now_ns=0)
+    for width in (160, 120):
+        row = _row(_frame(view, width), "cn0")
+        assert "run default ∞" in row and "stoppe" not in row
+
+
+def test_rack_row_shows_p50_p99_p999_of_the_merged_compute_histograms():
+    view = RackMeter().update([snap("cn0", vnow=10_000, ops=300, lat=2000),
+                               snap("cn1", vnow=10_000, ops=100, lat=8000),
+                               snap("mn0", role="memory", vnow=10_000, ops=0)], now_ns=0)
+    assert view.p50_us == pytest.approx(2.0, rel=0.02)          # 300 of 400 operations took 2 µs
+    assert view.p99_us == pytest.approx(8.0, rel=0.02) and view.p999_us == pytest.approx(8.0, rel=0.02)
+    rack = _row(_frame(view), "rack").strip("│ ").split()
+    assert rack[1:5] == ["40000.0", "2.00", "8.00", "8.00"], rack
+
+
+def test_memory_occupancy_and_reclaimed_bytes_per_node_and_rack():
+    mib = 1 << 20
+    view = RackMeter().update([
+        snap("cn0", vnow=1, ops=0, counters=Counters(bytes_reclaimed=3 * mib // 2)),
+        snap("cn1", vnow=1, ops=0, counters=Counters(bytes_reclaimed=mib // 2)),
+        snap("mn0", role="memory", vnow=1, ops=0, counters=Counters(mem_used=int(3.3 * mib), mem_capacity=8 * mib)),
+        snap("mn1", role="memory", vnow=1, ops=0, counters=Counters(mem_used=mib, mem_capacity=8 * mib)),
+    ], now_ns=0)
+    assert (view.mem_used, view.mem_capacity, view.reclaimed) == (int(3.3 * mib) + mib, 16 * mib, 2 * mib)
+    out = _frame(view)
+    assert "41 % 3.3/8 MiB" in _row(out, "mn0") and "12 % 1/8 MiB" in _row(out, "mn1")
+    assert "1.5 MiB" in _row(out, "cn0") and "512 KiB" in _row(out, "cn1")
+    assert "27 % 4.3/16 MiB" in _row(out, "rack") and "2 MiB" in _row(out, "rack")
+    assert fmt_bytes(0) == "0 B" and fmt_bytes(None) == "–" and fmt_mem(0, 0) == "–"
+    assert fmt_mem(1 << 30, 4 << 30) == "25 % 1/4 GiB"

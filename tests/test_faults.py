@@ -5,6 +5,7 @@ that starts and stops racks repeatedly (in the style of Mininet's pty-leak test)
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 
@@ -133,7 +134,8 @@ def test_a_node_dying_mid_operation_leaves_a_checkable_history(monkeypatch):
                      quiet=True, history=100_000)
     sup.compiled.workloads["default"] = StressWorkload(keys=64, distribution="zipfian", value_size=32)
     assert sup.run() == 0, sup.deaths
-    assert [(d.node, d.how) for d in sup.deaths] == [("cn1", "exited with status 86")]
+    assert [(d.node, d.how) for d in sup.deaths] == [
+        ("cn1", "exited with status 86 (failpoint race.update.block_written: exit)")]
     ops = sup.history_ops
     open_ops = [o.client >> 16 for o in ops if o.ret is None]
     assert open_ops and set(open_ops) == {1}                        # cn1's operations in flight, cut short
@@ -159,3 +161,63 @@ def test_line_locks_left_by_a_dead_writer_are_released(prefix):
         assert locks[7] % 2 == 0
     finally:
         fab.close()
+
+
+# -- the system gives up ---------------------------------------------------------------------------
+
+def _starved(**kw):
+    """Four RACE clients, two memory nodes of 8 MiB and 6 MiB chunks: the table fits and any
+    per-client estimate passes, but only two chunks fit, so the third client to insert runs out
+    during the load (whatever block reclamation does later: nothing has been freed yet)."""
+    d = rack_dict(LOAD, run(0.2), threads=4, coroutines=1, **kw)
+    d["memory"]["memory"] = "8MiB"
+    d["system"]["chunk_bytes"] = 6 << 20
+    return scenario_from_dict(d, source="starved.toml")
+
+
+def test_a_system_that_gives_up_stops_the_rack_with_one_line_and_status_3(tmp_path):
+    import io
+    from rich.console import Console
+    buf = io.StringIO()
+    before = set(_mine())
+    json_path = tmp_path / "r.json"
+    sup = Supervisor(_starved(compute=2, on_death="continue"), dashboard=False, json_path=str(json_path),
+                     console=Console(file=buf, width=200, color_system=None))
+    assert sup.run() == 3                                          # the system gave up, whatever on_node_death says
+    out = buf.getvalue()
+    assert "Traceback" not in out, out
+    said = {ln for ln in out.splitlines() if "gave up" in ln}
+    assert len(said) == 1, said                                     # one line (said again after the summary)
+    line = said.pop()
+    assert re.search(r"the system gave up: RACE: (no memory for KV blocks|out of memory)", line), line
+    assert line.split(": ")[1].startswith("cn")                      # names the node
+    assert sup.stop_reason in line
+    assert "results: rack" in out and json_path.exists()             # the summary and results are written
+    assert {d.node for d in sup.deaths} <= {"cn0", "cn1"} and sup.deaths
+    assert set(_mine()) == before
+    assert not _children()
+
+
+def test_a_system_that_gives_up_co_located_raises_its_message_and_leaks_nothing():
+    from nodes.systems.api import SystemError_
+    with pytest.raises(SystemError_, match="RACE: (no memory for KV blocks|out of memory)"):
+        ColocatedRack(_starved()).run()
+
+
+# -- what the dashboard and the summary say ------------------------------------------------------
+
+def _live_console():
+    import io
+    from rich.console import Console
+    return Console(file=io.StringIO(), width=200, force_terminal=True, color_system=None)
+
+
+def test_the_last_dashboard_frame_shows_a_killed_node_as_dead():
+    from tests.test_rack import scenario
+    sup = Supervisor(scenario(LOAD, run(0.1), {"action": "kill", "node": "cn1"}, run(0.1), compute=2,
+                              on_death="continue"), dashboard=True, console=_live_console())
+    assert sup.run() == 0, sup.deaths
+    states = {n.name: n.state for n in sup.last_view.nodes}
+    assert states["cn1"] == "dead", states                          # SIGKILLed: it never said so itself
+    assert states["cn0"] == "done" and states["mn0"] == "done", states
+    assert {n.node: n.state for n in sup.results.nodes}["cn1"] == "dead"
