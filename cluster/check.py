@@ -10,8 +10,16 @@ Two parts, both against the one KV interface, so every system gets the same verd
    linearizability (``cluster/checker.py``). Real concurrency across OS processes is what finds
    the races a single scheduler cannot produce.
 
-The verdict names how many operations and keys were checked; a failure prints the checker's
-explanation (the key, the operations involved and why no order works).
+The output is built for a failure, which can involve dozens of keys: the verdict comes first
+(with how many operations and keys were checked), then one line per check (the first line of a
+failure, never wrapped), then a short block per failing key (the one reason and the timeline,
+``KeyFailure.brief``), at most SHOWN_KEYS of them. The checker's full explanations -- the partial
+linearization, every blocked operation, every key -- go to a report file named in the output
+(``dmrack-check-SYSTEM.txt``; ``--report``/``--out`` choose where): printed, they ran to a
+thousand lines with the verdict on the last, and timelines wrapped inside table cells.
+
+``dmrack check --history FILE`` (:func:`check_history_file`) checks a history recorded by
+``dmrack up/run --history`` the same way, so a history can be rechecked without ``python -m``.
 """
 
 from __future__ import annotations
@@ -70,8 +78,50 @@ def stress_processes(system: str, options: dict, *, seed: int = 1, run_ms: float
     return check(sup.history_ops, time_limit_s=time_limit_s), sup
 
 
+_STRESS_VERDICT = {"ok": "linearizable", "illegal": "NOT linearizable", "unknown": "undecided (time limit)"}
+
+# Key blocks shown on the terminal; the report file has every key in full.
+SHOWN_KEYS = 5
+
+
+def default_report_path(name: str, out_dir: str | None = None) -> str:
+    """Where the full report goes unless ``--report`` says: ``dmrack-check-NAME.txt`` in ``--out``
+    or the current directory."""
+    import os
+    return os.path.join(out_dir or ".", f"dmrack-check-{name}.txt")
+
+
+def _failure_blocks(result, console, report_path: str | None) -> None:
+    """One short block per failing key (at most SHOWN_KEYS), without any table around it: a
+    timeline wrapped inside a table cell is unreadable, and a thousand lines bury the verdict."""
+    for f in result.failures[:SHOWN_KEYS]:
+        console.print("")
+        console.print(f.brief(), highlight=False, markup=False, soft_wrap=True)
+    hidden = len(result.failures) - SHOWN_KEYS
+    if hidden > 0:
+        console.print(f"... and {hidden} more failing key(s)" + (f" in {report_path}" if report_path else ""),
+                      highlight=False, markup=False)
+    if result.unknown_keys:
+        console.print(f"{len(result.unknown_keys)} key(s) undecided within the time limit (neither a violation "
+                      f"nor a proof)", highlight=False, markup=False)
+    for p in result.scan_problems[:SHOWN_KEYS]:
+        console.print(f"scan problem: {p}", highlight=False, markup=False, soft_wrap=True)
+
+
+def _write_report(path: str, text: str) -> None:
+    import os
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text if text.endswith("\n") else text + "\n")
+
+
 def run(system: str, *, options: dict | None = None, quick: bool = False, seed: int = 1, console=None,
-        json_path: str | None = None) -> CheckReport:
+        json_path: str | None = None, report_path: str | None = None, out_dir: str | None = None) -> CheckReport:
+    """Run the suite and the process stress; print the verdict first, then one line per check
+    and a short block per failing key; the full explanations go to a report file (``report_path``,
+    default ``dmrack-check-SYSTEM.txt`` in ``out_dir`` or the current directory), which is written
+    when something failed or when a path or directory was given."""
     from rich.console import Console
     from rich.table import Table
     from cluster.conformance import run_suite
@@ -85,30 +135,84 @@ def run(system: str, *, options: dict | None = None, quick: bool = False, seed: 
                              progress=lambda m: status.update(f"[bold]check {system}[/]: {m}"))
         status.update(f"[bold]check {system}[/]: stress on a rack of processes (history recorded)")
         result, _ = stress_processes(system, options, seed=seed, run_ms=0.5 if quick else 2.0)
-    table = Table(title=f"dmrack check --system {system}")
-    for col in ("check", "verdict", "detail"):
-        table.add_column(col)
-    for o in outcomes:
-        table.add_row(o.name, "[green]pass[/]" if o.passed else "[bold red]FAIL[/]", o.detail)
-    table.add_row("stress (2 processes, uniform + zipf 0.99)",
-                  "[green]pass[/]" if result.verdict == "ok" else f"[bold red]{result.verdict.upper()}[/]",
-                  result.summary())
-    console.print(table)
     passed = all(o.passed for o in outcomes) and result.verdict == "ok"
     explanation = "" if result.verdict == "ok" else result.explain()
-    if explanation:
-        console.print(explanation, highlight=False, markup=False)
     suite_ops = sum(o.ops_checked for o in outcomes)
     report = CheckReport(system, passed, tuple(outcomes), result.verdict, result.ops + suite_ops, result.keys,
                          explanation, time.perf_counter() - t0)
-    verdict = "PASS" if passed else "FAIL"
-    console.print(f"{verdict}: {system}: {len(outcomes)} conformance checks, "
-                  f"{report.ops:,} operations checked for linearizability ({result.keys:,} keys in the "
-                  f"process stress), {report.wall_s:.1f} s", highlight=False)
+    failed = [o for o in outcomes if not o.passed]
+    verdict = (f"{'PASS' if passed else 'FAIL'}: {system}: {len(outcomes)} conformance checks"
+               + (f" ({len(failed)} failed)" if failed else "")
+               + f", process stress {_STRESS_VERDICT.get(result.verdict, result.verdict)}; "
+               f"{report.ops:,} operations checked for linearizability ({result.keys:,} keys in the process "
+               f"stress), {report.wall_s:.1f} s")
+    stress_name = "stress (2 processes, uniform + zipf 0.99)"
+    write = report_path or out_dir or not passed
+    path = report_path or default_report_path(system, out_dir) if write else None
+    if path:
+        text = [verdict, ""]
+        for o in outcomes:
+            text.append(f"== {o.name}: {'pass' if o.passed else 'FAIL'}")
+            if o.detail:
+                text.append(o.detail)
+        text.append(f"== {stress_name}: {result.verdict}")
+        text.append(result.explain())
+        _write_report(path, "\n".join(text))
+    console.print(verdict, highlight=False, soft_wrap=True)
+    if path:
+        console.print(f"full report: {path}", highlight=False)
+    table = Table(title=f"dmrack check --system {system}", title_justify="left")
+    table.add_column("check", no_wrap=True)
+    table.add_column("verdict", no_wrap=True)
+    # One line per check: the first line of a failure, cut to the terminal; the rest is in the report.
+    table.add_column("detail", no_wrap=True, overflow="ellipsis", max_width=100)
+    for o in outcomes:
+        table.add_row(o.name, "[green]pass[/]" if o.passed else "[bold red]FAIL[/]",
+                      o.detail.strip().splitlines()[0] if o.detail.strip() else "")
+    table.add_row(stress_name, "[green]pass[/]" if result.verdict == "ok" else f"[bold red]{result.verdict.upper()}[/]",
+                  result.summary())
+    console.print(table)
+    if result.verdict != "ok":
+        console.print(f"process stress: {result.summary()}", highlight=False, markup=False, soft_wrap=True)
+        _failure_blocks(result, console, path)
     if json_path:
         import json
         with open(json_path, "w") as f:
             json.dump({"system": system, "passed": passed, "stress": result.verdict, "ops": report.ops,
                        "keys": result.keys, "suite": [o._asdict() for o in outcomes],
-                       "explanation": explanation}, f, indent=1)
+                       "explanation": explanation, "report": path}, f, indent=1)
     return report
+
+
+def check_history_file(path: str, *, time_limit_s: float = 10.0, console=None, report_path: str | None = None,
+                       out_dir: str | None = None, json_path: str | None = None) -> int:
+    """``dmrack check --history FILE``: check a recorded history (``dmrack run --history``, or
+    any JSONL of ``cluster.checker.Op`` records). Prints the verdict, then a short block per
+    failing key; the full explanation goes to a report file when the history is not linearizable
+    (or a report path or directory was given). Returns the exit status: 0 linearizable, 1 not,
+    3 undecided within the time limit. A malformed file raises ``HistoryError`` (a ValueError:
+    one line naming the file and line, exit status 2)."""
+    import os
+    from rich.console import Console
+    from cluster.checker import check, load_jsonl
+    console = console or Console()
+    ops = load_jsonl(path)
+    with console.status(f"[bold]checking {len(ops):,} operations[/] of {path}"):
+        result = check(ops, time_limit_s=time_limit_s)
+    stem = os.path.splitext(os.path.basename(path))[0] or "history"
+    write = report_path or out_dir or result.verdict != "ok"
+    out = report_path or default_report_path(stem, out_dir) if write else None
+    if out:
+        _write_report(out, f"{path}\n{result.explain()}")
+    console.print(result.summary(), highlight=False, markup=False, soft_wrap=True)
+    if out:
+        console.print(f"full report: {out}", highlight=False)
+    if result.verdict != "ok":
+        _failure_blocks(result, console, out)
+    if json_path:
+        import json
+        with open(json_path, "w") as f:
+            json.dump({"history": path, "verdict": result.verdict, "ops": result.ops, "keys": result.keys,
+                       "failing_keys": [fl.key for fl in result.failures], "unknown_keys": list(result.unknown_keys),
+                       "report": out}, f, indent=1)
+    return {"ok": 0, "illegal": 1}.get(result.verdict, 3)

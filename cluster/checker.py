@@ -279,18 +279,36 @@ def load_jsonl(path) -> list[Op]:
     ops: list[Op] = []
     lines: list[int] = []
     try:
-        f = open(path, encoding="utf-8")
+        # Bytes, decoded line by line: a file that is not UTF-8 text (a binary file, a truncated
+        # multi-byte character) is then one HistoryError naming its line, like any other malformed
+        # line, instead of a UnicodeDecodeError from deep in the file iterator.
+        f = open(path, "rb")
     except OSError as e:
         raise HistoryError(f"{path}: cannot read history: {e.strerror}") from None
     with f:
-        for n, line in enumerate(f, 1):
+        n = 0
+        while True:
+            try:
+                raw = f.readline()
+            except OSError as e:        # e.g. a directory on some systems, an I/O error
+                raise HistoryError(f"{path}: cannot read history: {e.strerror}") from None
+            if not raw:
+                break
+            n += 1
+            where = f"{path}:{n}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise HistoryError(f"{where}: not UTF-8 text (byte 0x{raw[e.start]:02x} at column {e.start + 1}); "
+                                   f"a history is JSON lines") from None
             if not line.strip():
                 continue
-            where = f"{path}:{n}"
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as e:
                 raise HistoryError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from None
+            except RecursionError:
+                raise HistoryError(f"{where}: not a history record (JSON nested too deeply)") from None
             ops.append(_op_from_json(obj, where))
             lines.append(n)
     _check_clients(ops, lambda i: f"{path}:{lines[i]}")
@@ -454,6 +472,22 @@ class KeyFailure:
         """An ASCII timeline of :attr:`ops`, one row per operation."""
         return _timeline(self, width)
 
+    def brief(self, width: int = 24) -> str:
+        """A few lines for a terminal, where several keys may fail at once: the key, the one
+        reason (the certificate, or why the first operation that could come next cannot) and the
+        timeline, which is what a reader checks first. :meth:`explain` has the whole story (the
+        partial linearization, every blocked operation); ``dmrack check`` writes it to a file."""
+        lines = [f"key {self.key}: not linearizable ({self.key_ops} operations on this key; "
+                 f"{len(self.ops)} involved)"]
+        if self.witness_reason:
+            lines.append(f"  certain violation: {self.witness_reason}")
+        elif self.blocked:
+            more = len(self.blocked) - 1
+            lines.append(f"  in state {_v(self.state)} nothing can come next: {self.blocked[0].reason}"
+                         + (f" (and {more} more operation(s) that cannot)" if more else ""))
+        lines.extend("    " + row for row in self.timeline(width).splitlines())
+        return "\n".join(lines)
+
     def explain(self) -> str:
         lines = [f"key {self.key}: not linearizable ({self.key_ops} operations on this key; "
                  f"{len(self.ops)} involved)"]
@@ -573,7 +607,10 @@ def _timeline(f: KeyFailure, width: int) -> str:
     def col(t):
         return max(0, min(width - 1, int((t - t0) * (width - 1) / span)))
 
-    rows = [f"{'client':>6}  {'operation':<22} {'call':>12} {'ret':>12}  {'':<{width}}  note"]
+    # The operation column fits the longest outcome (a crashed client's version can be 15 digits)
+    # so the columns after it stay aligned; 22 is the width of the common case.
+    ow = max([22] + [len(_outcome(op)) for op in f.ops])
+    rows = [f"{'client':>6}  {'operation':<{ow}} {'call':>12} {'ret':>12}  {'':<{width}}  note"]
     for op in f.ops:
         a = col(op.call)
         left = "[" if op.call >= t0 else "="
@@ -600,7 +637,7 @@ def _timeline(f: KeyFailure, width: int) -> str:
             note = "part of the certain violation"
         else:
             note = ""
-        rows.append(f"{op.client:>6}  {_outcome(op):<22} {op.call:>12} {_t(op.ret):>12}  {bar}  {note}")
+        rows.append(f"{op.client:>6}  {_outcome(op):<{ow}} {op.call:>12} {_t(op.ret):>12}  {bar}  {note}")
     return "\n".join(rows)
 
 

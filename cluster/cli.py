@@ -37,26 +37,62 @@ def _cmd_bench(args) -> int:
     return 0
 
 
-def _outputs(args) -> tuple[str | None, str | None]:
-    """Where results go: --out DIR gives DIR/results.json and DIR/results.csv; --json/--csv win."""
+def _outputs(args, create: bool = True) -> tuple[str | None, str | None]:
+    """Where results go: --out DIR gives DIR/results.json and DIR/results.csv; --json/--csv win.
+    ``create``: make --out (and its parents) if missing; with False only check the paths, so that
+    a run refused for another reason leaves no empty directory behind."""
     import os
     json_path, csv_path = args.json, args.csv
+    out = os.path.abspath(args.out) if args.out else None
     if args.out:
-        if not os.path.isdir(args.out):
-            raise FileNotFoundError(f"--out {args.out}: no such directory")
+        if create:
+            _make_dir(args.out)
         json_path = json_path or os.path.join(args.out, "results.json")
         csv_path = csv_path or os.path.join(args.out, "results.csv")
     for path in (json_path, csv_path, getattr(args, "history", None)):
-        if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+        parent = os.path.dirname(os.path.abspath(path)) if path else None
+        if path and not os.path.isdir(parent) and not (not create and parent == out):
             raise FileNotFoundError(f"cannot write {path}: no such directory {os.path.dirname(path) or '.'}")
     return json_path, csv_path
 
 
-def _run_scenario(scenario, args) -> int:
-    json_path, csv_path = _outputs(args)
+def _make_dir(path: str) -> None:
+    """``--out DIR``: create DIR and its parents if missing (a run's output directory is usually
+    new); one line if it cannot be (a file in the way, no permission)."""
+    import os
+    if os.path.isdir(path):
+        return
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise FileNotFoundError(f"--out {path}: cannot create the directory: {e.strerror}") from None
+
+
+def _history_wanted(args) -> bool:
+    return bool(args.history or args.check)
+
+
+def _check_failpoints(nodes=None) -> None:
+    """A typo in DMRACK_FAILPOINTS is one line now, not a node killed by ValueError after the rack
+    was built (the nodes arm their points only after they fork)."""
+    import os
+    from shm.failpoints import ENV, validate
+    if os.environ.get(ENV):
+        validate(os.environ[ENV], nodes)
+
+
+def _run_scenario(scenario, args, note: str | None = None) -> int:
     if args.duration is not None and args.duration <= 0:
         raise ValueError(f"--duration must be a positive number of seconds, got {args.duration:g}")
-    history = HISTORY_CAPACITY if (args.history or args.check) else 0
+    _check_failpoints(scenario.spec.node_names())
+    _outputs(args, create=False)
+    if _history_wanted(args):
+        from cluster.scenario import check_history
+        check_history(scenario)
+    json_path, csv_path = _outputs(args)     # last: --out is created only for a rack that will run
+    if note:
+        print(note)
+    history = HISTORY_CAPACITY if _history_wanted(args) else 0
     if args.colocated:
         from cluster.rack import ColocatedRack
         console = _console()
@@ -109,12 +145,21 @@ def _console():
 
 
 def _cmd_up(args) -> int:
-    from cluster.scenario import default_scenario
-    return _run_scenario(default_scenario(seed=args.seed), args)
+    from cluster.scenario import HISTORY_VALUE_SIZE, default_scenario
+    _check_failpoints()
+    overrides = dict(_parse_set(x) for x in args.set or [])
+    history = _history_wanted(args)
+    scenario = default_scenario(seed=args.seed, overrides=overrides or None, history=history)
+    note = None
+    if history and "workload.valuesize" not in overrides:
+        note = (f"dmrack up: values are {HISTORY_VALUE_SIZE} bytes instead of 8, so that each recorded "
+                f"operation carries the version it wrote or read")
+    return _run_scenario(scenario, args, note=note)
 
 
 def _cmd_run(args) -> int:
     from cluster.scenario import load_scenario
+    _check_failpoints()
     overrides = dict(_parse_set(x) for x in args.set or [])
     return _run_scenario(load_scenario(args.file, seed=args.seed, overrides=overrides or None), args)
 
@@ -148,9 +193,21 @@ def _cmd_reproduce(args) -> int:
 
 def _cmd_check(args) -> int:
     from cluster import check
+    if (args.system is None) == (args.history is None):
+        raise ValueError("give --system NAME (check a system) or --history FILE (check a recorded history)")
+    if args.out:
+        _make_dir(args.out)
+    if args.history is not None:
+        if args.option or args.quick or args.seed is not None:
+            raise ValueError("--option, --quick and --seed go with --system, not --history")
+        if args.time_limit <= 0:
+            raise ValueError(f"--time-limit must be a positive number of seconds, got {args.time_limit:g}")
+        return check.check_history_file(args.history, time_limit_s=args.time_limit, console=_console(),
+                                        report_path=args.report, out_dir=args.out, json_path=args.json)
+    _check_failpoints()
     options = dict(_parse_set(x) for x in args.option or [])
     report = check.run(args.system, options=options, quick=args.quick, seed=args.seed or 1, console=_console(),
-                       json_path=args.json)
+                       json_path=args.json, report_path=args.report, out_dir=args.out)
     return 0 if report.passed else 1
 
 
@@ -225,18 +282,22 @@ def main(argv=None) -> int:
         p.add_argument("--history", metavar="PATH", help="record every operation and write them as JSON lines")
         p.add_argument("--check", action="store_true",
                        help="record every operation and check the history for linearizability at the end "
-                            "(values must be >= 16 bytes to carry versions)")
+                            "(values must be >= 16 bytes to carry versions; dmrack up makes them 16)")
         p.add_argument("--colocated", action="store_true",
                        help="run every node in this process (deterministic; scenarios must end by themselves)")
 
+    def set_flag(p):
+        p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                       help="override a spec key, e.g. --set compute.threads=8 (repeatable)")
+
     u = sub.add_parser("up", help="run the built-in default rack (RACE, YCSB-A zipf 0.99) until Ctrl-C")
+    set_flag(u)
     run_flags(u)
     u.set_defaults(func=_cmd_up)
 
     r = sub.add_parser("run", help="run a scenario file (a rack spec plus steps)")
     r.add_argument("file", help="scenario TOML file")
-    r.add_argument("--set", action="append", metavar="KEY=VALUE",
-                   help="override a spec key, e.g. --set compute.threads=8 (repeatable)")
+    set_flag(r)
     run_flags(r)
     r.set_defaults(func=_cmd_run)
 
@@ -260,8 +321,18 @@ def main(argv=None) -> int:
                          f"{available_cpus()} here); the figures do not depend on it")
     rp.set_defaults(func=_cmd_reproduce)
 
-    ck = sub.add_parser("check", help="conformance suite and a multi-process stress with the history checked")
-    ck.add_argument("--system", required=True, help="the system to check (see dmrack systems)")
+    ck = sub.add_parser("check", help="conformance suite and a multi-process stress with the history checked, "
+                                      "or a recorded history checked for linearizability")
+    ck.add_argument("--system", help="the system to check (see dmrack systems)")
+    ck.add_argument("--history", metavar="FILE",
+                    help="instead: check this recorded history (JSON lines, from --history) for linearizability; "
+                         "exit status 0 linearizable, 1 not, 2 malformed, 3 undecided")
+    ck.add_argument("--time-limit", type=float, default=10.0, metavar="S",
+                    help="--history: seconds the checker may take (default 10)")
+    ck.add_argument("--report", metavar="PATH",
+                    help="write the full report (every explanation) here; default dmrack-check-NAME.txt in --out "
+                         "or the current directory, written when something fails")
+    ck.add_argument("--out", metavar="DIR", help="directory for the report (created if missing)")
     ck.add_argument("--option", action="append", metavar="KEY=VALUE", help="a system option (repeatable)")
     ck.add_argument("--quick", action="store_true", help="a shorter stress")
     ck.add_argument("--seed", type=int, help="random seed")

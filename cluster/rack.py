@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 
 from cluster.control import F_DONE, F_LOADED, F_STEP, F_STEP_VSTART, ControlBlock, SharedInsertSequence
+from cluster.scenario import table_capacity
 from cluster.stats import STATE_DONE, ProcInfo, StatsPlane
 from nodes.compute import ComputeNode, PlanStep
 from nodes.history import HistoryLog
@@ -27,6 +28,7 @@ from nodes.manager import MSG_DONE, MSG_START, ColocatedLink, Manager
 from nodes.runtime.env import Environment
 from nodes.runtime.sync import ClockTable
 from nodes.systems import get_system
+from nodes.systems.api import SystemError_
 from shm.fabric import Fabric, NodeSpec
 from shm.segment import new_prefix
 from shm.verbs import VerbsHost
@@ -93,9 +95,7 @@ def compile_scenario(scenario) -> CompiledRack:
                              duration_ns=int(round(duration_ms * 1e6)), count=int(count or 0),
                              knob=getattr(st, "knob", None), value=getattr(st, "value", 0.0) or 0.0,
                              node=getattr(st, "node", None)))
-    loaded = sum(s.count for s in plan if s.action == "load")
-    inserts = max((w.expected_new_keys for w in workloads.values()), default=0)
-    capacity = int(max(loaded, max((w.recordcount for w in workloads.values()), default=0)) + inserts) + 1024
+    capacity = table_capacity(plan, workloads)       # the formula cluster.scenario.check_capacity checked
     nodes = list(spec.nodes())
     compute = [n.name for n in nodes if n.role == "compute"]
     return CompiledRack(scenario, system, options, workloads, plan, nodes, compute, capacity)
@@ -162,7 +162,12 @@ class RackState:
             mns = [i for i, n in enumerate(compiled.nodes) if n.role == "memory"]
             for m in mns:
                 fabric.expose(m)
-            layout = compiled.system.setup(fabric, mns, compiled.options, compiled.capacity)
+            try:
+                layout = compiled.system.setup(fabric, mns, compiled.options, compiled.capacity)
+            except (SystemError_, MemoryError) as e:
+                # The spec's capacity check (System.footprint) is a lower bound; a table that still
+                # does not fit is the same bad input: one line naming the scenario, not a traceback.
+                raise RackError(f"{compiled.scenario.source}: {e}") from None
         except BaseException:
             for p in reversed(parts):
                 p.close()

@@ -63,6 +63,10 @@ __all__ = [
     "default_scenario",
     "default_steps",
     "check_workloads",
+    "check_history",
+    "check_capacity",
+    "table_capacity",
+    "HISTORY_VALUE_SIZE",
     "warmup_scenario",
     "WARMUP_RECORDS",
     "WARMUP_RUN_MS",
@@ -314,16 +318,69 @@ def _parse_steps(spec: RackSpec, label: str, raw: Any) -> tuple[tuple, dict]:
     return tuple(steps), added
 
 
-def check_workloads(scenario: Scenario) -> None:
+def check_workloads(scenario: Scenario) -> dict | None:
     """Build every workload of the scenario (declared or named by a step), so that a bad YCSB
-    property fails now, before anything is spawned.
+    property fails now, before anything is spawned; returns them (name -> built workload).
 
-    Skipped while the workloads package is not installed (see cluster.spec.workloads_available).
+    Skipped (None) while the workloads package is not installed (see
+    cluster.spec.workloads_available).
     """
     if not workloads_available():
+        return None
+    return {name: w.build() for name, w in scenario.spec.workloads.items()}
+
+
+# Keys a system is sized for beyond the workloads' own count: slack for the insert sequence's
+# rounding, so that a table sized exactly never fills on the last key.
+CAPACITY_SLACK = 1024
+
+
+def table_capacity(steps, workloads: Mapping[str, Any]) -> int:
+    """Keys the system must hold (``System.setup``'s ``capacity``): the most of the keys loaded
+    by the load steps and any workload's recordcount, plus the most keys a workload may insert,
+    plus CAPACITY_SLACK. ``workloads``: name -> built ``workloads.ycsb.CoreWorkload``. One
+    formula for the check below and for the rack (``cluster.rack.compile_scenario``)."""
+    loaded = sum(getattr(s, "count", None) or workloads[s.workload or "default"].recordcount
+                 for s in steps if s.action == "load")
+    inserts = max((w.expected_new_keys for w in workloads.values()), default=0)
+    return int(max(loaded, max((w.recordcount for w in workloads.values()), default=0)) + inserts) + CAPACITY_SLACK
+
+
+def check_capacity(scenario: Scenario, built: Mapping[str, Any] | None = None) -> None:
+    """Refuse a scenario whose records cannot fit its memory nodes, now rather than after the rack
+    is built (where ``System.setup`` or the load would fail). The need is the system's own
+    estimate (``System.footprint``, a lower bound), compared with the memory nodes' total.
+    ``built``: the workloads :func:`check_workloads` built (built here if not given)."""
+    if built is None:
+        built = check_workloads(scenario)
+    # Nothing to size without the workloads package, or with a test's stand-in workloads.
+    if built is None or not all(hasattr(w, "recordcount") for w in built.values()):
         return
-    for w in scenario.spec.workloads.values():
-        w.build()
+    from cluster.units import format_size
+    from nodes.systems import get_system
+    spec = scenario.spec
+    capacity = table_capacity(scenario.steps, built)
+    key_size = max(w.key_size for w in built.values())
+    value_size = max(w.value_size for w in built.values())
+    cls = get_system(spec.system.name)
+    need = cls.footprint(cls.check_options(dict(spec.system.options), f"{scenario.source}: [system]"),
+                         capacity, key_size, value_size)
+    have = spec.memory.count * spec.memory.memory_bytes
+    if need <= have:
+        return
+    # Name the key most likely to be the mistake: the largest load count or recordcount.
+    where, count = "workload.recordcount", built["default"].recordcount
+    for name, w in built.items():
+        if w.recordcount > count:
+            where, count = f"{spec.workloads[name].table}.recordcount", w.recordcount
+    for s in scenario.steps:
+        if s.action == "load" and getattr(s, "count", None) and s.count > count:
+            where, count = f"step[{s.index}].count", s.count
+    raise SpecError(f"{scenario.source}: {where} = {count}: system {cls.name!r} needs at least "
+                    f"{format_size(need)} of memory-node memory for {capacity:,} records of {key_size} B keys "
+                    f"and {value_size} B values, but the rack's memory nodes have {format_size(have)} "
+                    f"({spec.memory.count} x {format_size(spec.memory.memory_bytes)}); raise memory.memory or "
+                    f"memory.count, or lower the count")
 
 
 def scenario_from_dict(data: Mapping[str, Any], *, source: str = "<string>", base_dir: str | os.PathLike | None = None,
@@ -340,7 +397,7 @@ def scenario_from_dict(data: Mapping[str, Any], *, source: str = "<string>", bas
         steps = default_steps(spec)
     scenario = Scenario(spec=spec, steps=steps, source=source)
     if check:
-        check_workloads(scenario)
+        check_capacity(scenario, check_workloads(scenario))
     return scenario
 
 
@@ -366,15 +423,42 @@ def load_scenario(path: str | os.PathLike, *, seed: int | None = None,
                               overrides=overrides)
 
 
-def default_scenario(*, seed: int | None = None, duration_ms: float | None = None) -> Scenario:
+def default_scenario(*, seed: int | None = None, duration_ms: float | None = None,
+                     overrides: Mapping[str, Any] | None = None, history: bool = False) -> Scenario:
     """The built-in rack with its default steps (``dmrack up``): load, then run YCSB-A.
 
-    ``duration_ms`` (virtual ms) bounds the run step; None or 0 runs until stopped.
+    ``duration_ms`` (virtual ms) bounds the run step; None or 0 runs until stopped. ``overrides``
+    are ``--set`` keys, as for :func:`load_scenario`. ``history`` (``dmrack up --check`` or
+    ``--history``): the default values become HISTORY_VALUE_SIZE bytes instead of 8, because a
+    recorded operation names the write it saw by the version carried in the value bytes, and 8
+    bytes hold only the key id (``workloads.keys``). The default rack is ours to choose, so it
+    is sized for what was asked; an explicit ``workload.valuesize`` still wins (and is refused by
+    :func:`check_history` if too small). A scenario *file* is taken as written instead.
     """
-    overrides = {}
+    merged: dict[str, Any] = {"workload.valuesize": HISTORY_VALUE_SIZE} if history else {}
     if duration_ms is not None:
-        overrides["run.duration_ms"] = duration_ms
-    return scenario_from_dict({}, source=DEFAULT_SOURCE, seed=seed, overrides=overrides)
+        merged["run.duration_ms"] = duration_ms
+    merged.update(overrides or {})
+    return scenario_from_dict({}, source=DEFAULT_SOURCE, seed=seed, overrides=merged)
+
+
+# Values must hold the 16-byte head (key id, version) of workloads.keys.value_bytes for a history
+# to tell writes apart (nodes/history.py).
+HISTORY_VALUE_SIZE = 16
+
+
+def check_history(scenario: Scenario) -> None:
+    """Refuse, before anything is built, a scenario whose operations cannot be recorded: every
+    workload it defines must have values of at least HISTORY_VALUE_SIZE bytes (nodes/history.py).
+    The message names the table and says how to fix it from the command line."""
+    for name, w in scenario.spec.workloads.items():
+        size = w.build().value_size if workloads_available() else None
+        if size is not None and size < HISTORY_VALUE_SIZE:
+            # A preset letter named by a step inherits its values from [workload]: fix it there.
+            table = w.table if w.table.startswith("workload") else "workload"
+            raise SpecError(f"{scenario.source}: {table}.valuesize = {size}: recording a history (--check, "
+                            f"--history) needs values of at least {HISTORY_VALUE_SIZE} bytes (they carry the "
+                            f"version that tells writes apart); add --set {table}.valuesize={HISTORY_VALUE_SIZE}")
 
 
 

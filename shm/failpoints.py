@@ -20,7 +20,10 @@ once). Arming is per process; racks of processes arm their nodes from the enviro
 (``cn1:`` arms the point in node cn1's process only).
 
 Every point a module offers is listed in ``KNOWN`` so that a typo in an armed name is an error,
-not a point that silently never fires.
+not a point that silently never fires. :func:`validate` applies those rules to the whole
+variable without arming anything; ``dmrack up/run/check`` call it before a rack is built, because
+the nodes arm their points only after they have forked, where a typo would kill a node of a
+rack that took seconds to build instead of being one line at the prompt.
 """
 
 from __future__ import annotations
@@ -104,6 +107,34 @@ def parse(spec: str) -> list[tuple[str | None, str, str, int]]:
         except ValueError:
             raise ValueError(f"{ENV}: {part!r}: after {after!r} is not an integer") from None
         out.append((node if colon else None, point, action.strip(), n))
+    return out
+
+
+def validate(spec: str, nodes=None) -> list[tuple[str | None, str, str, int]]:
+    """Check a ``DMRACK_FAILPOINTS`` value completely without arming anything; returns what
+    :func:`parse` returns, or raises ValueError with one line naming the bad part and, for a
+    misspelt point, action or node, the closest correct one ("did you mean ..."). ``nodes``
+    (optional): the rack's node names, which a ``node:`` prefix must be one of."""
+    import difflib
+
+    def hint(word, choices) -> str:
+        close = difflib.get_close_matches(word, list(choices), 1)
+        return f"; did you mean {close[0]!r}?" if close else ""
+
+    out = parse(spec)
+    for only, name, action, after in out:
+        where = f"{ENV}: {(only + ':') if only is not None else ''}{name}={action}" + (f"@{after}" if after else "")
+        if name not in KNOWN:
+            raise ValueError(f"{where}: unknown failpoint {name!r}{hint(name, KNOWN)} "
+                             f"(known: {', '.join(sorted(KNOWN))})")
+        if action not in ACTIONS:
+            raise ValueError(f"{where}: unknown action {action!r}{hint(action, ACTIONS)} "
+                             f"(choose {', '.join(ACTIONS)})")
+        if after < 0:
+            raise ValueError(f"{where}: after must be >= 0, got {after}")
+        if nodes is not None and only is not None and only not in nodes:
+            raise ValueError(f"{where}: no node {only!r} in this rack{hint(only, nodes)} "
+                             f"(nodes: {', '.join(nodes)})")
     return out
 
 

@@ -10,10 +10,10 @@ import sys
 from tests.test_rack import ROOT
 
 
-def _check(*extra, tmp_path):
+def _check(*extra, tmp_path, cwd=ROOT):
     out = tmp_path / "verdict.json"
     r = subprocess.run([sys.executable, "-m", "cluster.cli", "check", "--system", "race", "--quick", "--json",
-                        str(out), *extra], cwd=ROOT, capture_output=True, text=True, timeout=600)
+                        str(out), *extra], cwd=cwd, capture_output=True, text=True, timeout=600)
     return r, json.loads(out.read_text())
 
 
@@ -26,9 +26,33 @@ def test_race_passes_dmrack_check(tmp_path):
 
 
 def test_a_race_whose_update_skips_its_cas_fails_loudly(tmp_path):
-    r, verdict = _check("--option", "fault=update-skips-cas", tmp_path=tmp_path)
+    """The verdict is the first line; then one unwrapped line per check and a short block per
+    failing key (a handful of keys, not a thousand lines); the full explanation is in the report
+    file the output names (by default dmrack-check-race.txt in the current directory)."""
+    r, verdict = _check("--option", "fault=update-skips-cas", tmp_path=tmp_path, cwd=tmp_path)
     assert r.returncode == 1
-    assert "FAIL: race" in r.stdout
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("FAIL: race: ") and "NOT linearizable" in lines[0]
+    assert lines[1] == "full report: ./dmrack-check-race.txt"
     assert "NOT linearizable" in r.stdout and "no valid order" in r.stdout
+    assert len(lines) < 150, f"{len(lines)} lines of output"
+    # no timeline row wrapped inside a table cell: table rows are one line per check
+    table_rows = [ln for ln in lines if ln.startswith("│")]
+    assert len(table_rows) == 10, "\n".join(table_rows)          # 9 conformance checks + the stress
+    # the blocks: the reason and the timeline of each shown key
+    assert r.stdout.count("not linearizable (") >= 1 and "cannot be next" in r.stdout
+    report = (tmp_path / "dmrack-check-race.txt").read_text()
+    assert report.splitlines()[0] == lines[0]
+    assert "Timeline" in report and "The longest partial linearization" in report
+    assert len(report.splitlines()) > len(lines)
     assert not verdict["passed"] and verdict["stress"] == "illegal"
     assert "Timeline" in verdict["explanation"]
+    assert verdict["report"] == "./dmrack-check-race.txt"
+
+
+def test_report_goes_where_asked(tmp_path):
+    """--report PATH chooses the file (its directory is created)."""
+    r, _ = _check("--option", "fault=update-skips-cas", "--report", str(tmp_path / "r" / "mine.txt"),
+                  tmp_path=tmp_path)
+    assert r.returncode == 1 and f"full report: {tmp_path / 'r' / 'mine.txt'}" in r.stdout
+    assert "Timeline" in (tmp_path / "r" / "mine.txt").read_text()

@@ -370,6 +370,64 @@ def test_jsonl_missing_file(tmp_path):
         load_jsonl(tmp_path / "nope.jsonl")
 
 
+def test_jsonl_that_is_not_text_names_its_line(tmp_path):
+    """Random bytes (`head -c 300 /dev/urandom`) are malformed input, not a UnicodeDecodeError: the
+    line of the first undecodable byte is named, and the command line exits 2, not 1 (which
+    means "not linearizable")."""
+    p = tmp_path / "g.jsonl"
+    good = json.dumps(put(1, 5, 1, 0, 10)._asdict())
+    p.write_bytes(good.encode() + b"\n" + b"\xff\xfe garbage \x80\n")
+    with pytest.raises(HistoryError, match=r"g\.jsonl:2: not UTF-8 text \(byte 0xff at column 1\)"):
+        load_jsonl(p)
+    assert C.main([str(p)]) == 2
+    assert C.main([str(tmp_path)]) == 2                 # a directory: cannot read
+
+
+def test_checker_cli_never_raises_on_mangled_histories(tmp_path, capsys):
+    """Byte-level mutations of a valid history: every one is checked or refused as malformed
+    (exit status 0, 1, 2 or 3), never a traceback."""
+    p = tmp_path / "m.jsonl"
+    dump_jsonl([ins(1, 5, 1, True, 10, 20), get(2, 5, 1, 30, 40), upd(1, 5, 2, True, 50, 60),
+                op(3, "scan", 0, None, True, 70, 80, [(5, 2)])], p)
+    base = p.read_bytes()
+    rnd = random.Random(17)
+    statuses = set()
+    for _ in range(300):
+        b = bytearray(base)
+        for _ in range(rnd.randint(1, 4)):
+            j = rnd.randrange(len(b))
+            r = rnd.random()
+            if r < 0.4:
+                b[j] = rnd.randrange(256)
+            elif r < 0.7:
+                del b[j]
+            else:
+                b.insert(j, rnd.choice(b'0123456789-.e"{}[],:tn'))
+        p.write_bytes(bytes(b))
+        statuses.add(C.main([str(p), "--time-limit", "1"]))
+    capsys.readouterr()
+    assert statuses <= {0, 1, 2, 3} and 2 in statuses
+
+
+def test_brief_is_a_few_aligned_lines_and_explain_has_the_rest():
+    """``KeyFailure.brief``: the key, one reason, the timeline; rows stay aligned when an operation
+    is wider than the column (a version of 15 digits)."""
+    big = 281474976710683
+    h = [ins(1, 42, big, True, 100, 130), upd(1, 42, 9, True, 140, 160), get(3, 42, big, 170, 180)]
+    (f,) = check(h).failures
+    lines = f.brief().splitlines()
+    assert lines[0].startswith("key 42: not linearizable") and len(lines) <= 2 + 1 + len(f.ops)
+    assert f"v{big}" in lines[1]
+    rows = [ln for ln in lines if ln.startswith("    ")]
+    assert f"insert v{big} ok" in "\n".join(rows)
+    # the call column ends at the same place in every row (the header included)
+    ends = {ln.index(" call") + len(" call") if "client" in ln else None for ln in rows[:1]}
+    call_end = ends.pop()
+    for ln in rows[1:]:
+        assert ln[call_end - 1].isdigit() and ln[call_end] == " ", ln
+    assert "Timeline" in f.explain() and len(f.explain().splitlines()) >= len(lines)
+
+
 # -- scans ------------------------------------------------------------------------------------
 
 def scan(c, start, count, result, call, ret):

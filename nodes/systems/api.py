@@ -137,6 +137,17 @@ class System:
         return {name: (o.check(given[name], where) if name in given else o.default) for name, o in known.items()}
 
     @classmethod
+    def footprint(cls, options: dict, capacity: int, key_bytes: int, value_bytes: int) -> int:
+        """Bytes of memory-node memory needed to hold ``capacity`` records of this key and value
+        size (``options`` filled by check_options): the rack spec refuses a rack whose memory
+        nodes hold less, before anything is built, instead of failing in ``setup`` or halfway
+        through the load. It must never overestimate (a rack that would run must not be refused),
+        so the default is the records' raw bytes, which any design stores somewhere; a system
+        that knows its layout (table, index, block headers, allocation chunks) overrides it with
+        a tighter bound."""
+        return int(capacity) * (int(key_bytes) + int(value_bytes))
+
+    @classmethod
     def setup(cls, fabric, memory_nodes: list[int], options: dict, capacity: int) -> dict:
         """Build the remote structures for about ``capacity`` keys; return the picklable layout."""
         raise NotImplementedError
