@@ -20,11 +20,24 @@ Definitions (why they are what they are):
 Files are written atomically (a temporary file in the same directory, then ``os.replace``), so
 a reader never sees half a result file and a crash never leaves one behind.
 
+* Memory figures are end-of-run totals the nodes published as counters of their stats slot
+  (``cluster.stats.COUNTERS``): a memory node's occupancy (bytes carved from its host memory, of
+  its capacity), a compute node's bytes reclaimed and blocks reused by its clients. They are not
+  per step (a memory node records no steps), so they have rows of their own.
+* Events worth keeping from the rack's event log: failpoints that fired and faults (a node that
+  died, a system that gave up), in ``events``; the fired failpoints are also printed under the
+  summary table (faults were already said when they happened).
+
 CSV columns (one row per step x node x kind; ``node`` = "rack" for the rack-wide rows, ``kind``
 = "all" for all kinds together; kinds with no operations are left out, "all" never is):
 
     step, label, node, role, kind, ops, failures, mops, p50_us, p99_us, p999_us, mean_us,
-    max_us, vstart_ns, vend_ns, vdur_ns, real_s
+    max_us, vstart_ns, vend_ns, vdur_ns, real_s, mem_used, mem_capacity, bytes_reclaimed
+
+then one end-of-run row (``step`` empty, ``label`` "end of run", ``kind`` "node") per memory node
+and per compute node that published memory figures, and one for the rack (sums), with ``ops``
+the node's operations over all steps and the last three columns filled (bytes); those three are
+empty on step rows.
 
 Empty cells are values that do not exist (a percentile of no operations, the throughput of a
 zero-length step).
@@ -41,18 +54,24 @@ from typing import Iterable, NamedTuple
 
 from rich.table import Table
 
-from cluster.stats import OP_KINDS, LatencyHistogram, ProcSnapshot, StatsPlane
+from cluster.stats import OP_KINDS, Event, LatencyHistogram, ProcSnapshot, StatsPlane
 
 __all__ = ["Results", "KindFigures", "NodeStep", "StepFigures", "NodeSummary", "COLUMNS",
            "read_csv", "FORMAT"]
 
-FORMAT = "dmrack.results/1"
+FORMAT = "dmrack.results/2"          # 2: memory columns and end-of-run rows, events
 COLUMNS = ("step", "label", "node", "role", "kind", "ops", "failures", "mops", "p50_us", "p99_us",
-           "p999_us", "mean_us", "max_us", "vstart_ns", "vend_ns", "vdur_ns", "real_s")
-_INT_COLUMNS = {"step", "ops", "failures", "vstart_ns", "vend_ns", "vdur_ns"}
+           "p999_us", "mean_us", "max_us", "vstart_ns", "vend_ns", "vdur_ns", "real_s",
+           "mem_used", "mem_capacity", "bytes_reclaimed")
+_MEM_COLUMNS = ("mem_used", "mem_capacity", "bytes_reclaimed")
+_INT_COLUMNS = {"step", "ops", "failures", "vstart_ns", "vend_ns", "vdur_ns", *_MEM_COLUMNS}
 _FLOAT_COLUMNS = {"mops", "p50_us", "p99_us", "p999_us", "mean_us", "max_us", "real_s"}
 RACK = "rack"
 ALL = "all"
+END = "end of run"
+#: Event kinds of the rack's log that results keep (see the module docstring).
+KEPT_EVENTS = ("failpoint", "fault")
+_FAILPOINT_TEXT = ": failpoint "       # nodes.compute's "cn0: failpoint NAME fired (crash)"
 
 
 class KindFigures(NamedTuple):
@@ -100,6 +119,10 @@ class NodeSummary(NamedTuple):
     events: int
     verbs: int
     ops: int
+    mem_used: int = 0               # memory nodes: bytes carved from host memory
+    mem_capacity: int = 0           # memory nodes: host memory bytes (0: not a memory node)
+    bytes_reclaimed: int = 0        # compute nodes: bytes their clients reclaimed
+    blocks_reused: int = 0          # compute nodes: blocks their clients reused
 
 
 def _none_if_nan(x: float) -> float | None:
@@ -173,8 +196,9 @@ class Results:
     """The figures of one run (see the module docstring); build with ``from_plane``."""
 
     def __init__(self, meta: dict, steps: tuple, nodes: tuple, *, verbs: int, real_s: float | None,
-                 vspan_ns: int):
+                 vspan_ns: int, events: tuple = ()):
         self.meta = meta
+        self.events = tuple(events)         # texts of the kept events (KEPT_EVENTS), oldest first
         self.steps = steps
         self.nodes = nodes
         self.verbs = verbs
@@ -185,10 +209,11 @@ class Results:
 
     @classmethod
     def from_plane(cls, plane: StatsPlane, meta: dict) -> "Results":
-        return cls.from_snapshots(plane.snapshot(), meta)
+        return cls.from_snapshots(plane.snapshot(), meta, events=plane.events())
 
     @classmethod
-    def from_snapshots(cls, snaps: Iterable[ProcSnapshot], meta: dict) -> "Results":
+    def from_snapshots(cls, snaps: Iterable[ProcSnapshot], meta: dict,
+                       events: Iterable[Event] = ()) -> "Results":
         if not isinstance(meta, dict):
             raise TypeError(f"meta must be a dict (rack, system, profile, seed, ...), got {type(meta).__name__}")
         meta = _jsonable(dict(meta))
@@ -200,13 +225,15 @@ class Results:
         indices = sorted({s.index for p in snaps for s in p.steps})
         steps = tuple(cls._step(meta, snaps, i) for i in indices)
         nodes = tuple(NodeSummary(p.name, p.role, p.pid, p.state_name, p.vnow_ns, p.events, p.verbs,
-                                  p.ops()) for p in snaps)
+                                  p.ops(), *p.counters) for p in snaps)
+        kept = tuple(dict.fromkeys(e.text for e in events if e.kind in KEPT_EVENTS))   # once each
         starts = [s.real_start for p in snaps for s in p.steps]
         ends = [s.real_end if s.real_end is not None else (p.heartbeat_time or s.real_start)
                 for p in snaps for s in p.steps]
         real_s = max(ends) - min(starts) if starts else None
         vspan = (max(s.vend_ns for s in steps) - min(s.vstart_ns for s in steps)) if steps else 0
-        return cls(meta, steps, nodes, verbs=sum(p.verbs for p in snaps), real_s=real_s, vspan_ns=vspan)
+        return cls(meta, steps, nodes, verbs=sum(p.verbs for p in snaps), real_s=real_s, vspan_ns=vspan,
+                   events=kept)
 
     @staticmethod
     def _step(meta: dict, snaps: tuple, index: int) -> StepFigures:
@@ -248,11 +275,19 @@ class Results:
     def verbs_per_s(self) -> float | None:
         return self.verbs / self.real_s if self.real_s else None
 
+    def _memory_nodes(self) -> list:
+        """Nodes with end-of-run memory figures: memory nodes, and compute nodes that published any."""
+        return [n for n in self.nodes if n.mem_capacity or n.bytes_reclaimed or n.blocks_reused]
+
     def summary(self) -> dict:
         return {"steps": len(self.steps), "ops": sum(s.ops for s in self.steps),
                 "failures": sum(s.failures for s in self.steps), "vspan_ns": self.vspan_ns,
                 "real_s": self.real_s, "speed_vns_per_s": self.speed, "verbs": self.verbs,
-                "verbs_per_s": self.verbs_per_s, "wall_s": self.meta.get("wall_s")}
+                "verbs_per_s": self.verbs_per_s, "wall_s": self.meta.get("wall_s"),
+                "mem_used": sum(n.mem_used for n in self.nodes),
+                "mem_capacity": sum(n.mem_capacity for n in self.nodes),
+                "bytes_reclaimed": sum(n.bytes_reclaimed for n in self.nodes),
+                "blocks_reused": sum(n.blocks_reused for n in self.nodes)}
 
     def records(self) -> list[dict]:
         """One flat dict per step x node x kind (columns ``COLUMNS``), rack rows first."""
@@ -267,7 +302,23 @@ class Results:
                     rows.append({**common, "node": node, "role": role, "kind": kf.kind, "ops": kf.ops,
                                  "failures": kf.failures, "mops": _mops(kf.ops, st.vdur_ns),
                                  "p50_us": kf.p50_us, "p99_us": kf.p99_us, "p999_us": kf.p999_us,
-                                 "mean_us": kf.mean_us, "max_us": kf.max_us, **span})
+                                 "mean_us": kf.mean_us, "max_us": kf.max_us, **span,
+                                 **dict.fromkeys(_MEM_COLUMNS)})
+        mem = self._memory_nodes()
+        if mem:
+            def end_row(node, role, ops, used, cap, rec):
+                row = dict.fromkeys(COLUMNS)
+                row.update(label=END, node=node, role=role, kind="node", ops=ops, failures=None,
+                           mem_used=used, mem_capacity=cap, bytes_reclaimed=rec)
+                return row
+            total = self.summary()
+            rows.append(end_row(RACK, RACK, total["ops"], total["mem_used"], total["mem_capacity"],
+                                total["bytes_reclaimed"]))
+            for n in mem:
+                memory = bool(n.mem_capacity)
+                rows.append(end_row(n.node, n.role, n.ops, n.mem_used if memory else None,
+                                    n.mem_capacity if memory else None,
+                                    None if memory and not n.bytes_reclaimed else n.bytes_reclaimed))
         return rows
 
     def _step_doc(self, st: StepFigures) -> dict:
@@ -284,7 +335,8 @@ class Results:
         """The JSON document: meta, summary, steps (nested), nodes, rows (= records())."""
         return _jsonable({"format": FORMAT, "meta": self.meta, "summary": self.summary(),
                           "steps": [self._step_doc(s) for s in self.steps],
-                          "nodes": [n._asdict() for n in self.nodes], "rows": self.records()})
+                          "nodes": [n._asdict() for n in self.nodes], "events": list(self.events),
+                          "rows": self.records()})
 
     # -- output ------------------------------------------------------------------------------
 
@@ -332,12 +384,32 @@ class Results:
         parts.append(f"{self.verbs:,} verbs" + (f" ({self.verbs_per_s:,.0f}/s)" if self.verbs_per_s else ""))
         if "wall_s" in m:
             parts.append(f"wall {m['wall_s']} s")
-        t.caption = "; ".join(parts)
+        lines = ["; ".join(parts)]
+        mem = self._memory_nodes()
+        occupied = [n for n in mem if n.mem_capacity]
+        if occupied:
+            lines.append("memory: " + ", ".join(
+                f"{n.node} {_mib(n.mem_used)}/{_mib(n.mem_capacity)} MiB ({100 * n.mem_used / n.mem_capacity:.0f} %)"
+                for n in occupied))
+        reclaimers = [n for n in mem if n.role != "memory"]
+        if reclaimers:
+            total = sum(n.bytes_reclaimed for n in reclaimers)
+            lines.append(f"reclaimed: {_mib(total)} MiB (" + ", ".join(
+                f"{n.node} {_mib(n.bytes_reclaimed)}" for n in reclaimers) + f"), "
+                f"{sum(n.blocks_reused for n in reclaimers):,} blocks reused")
+        # Fired failpoints only: faults were said as they happened, and the supervisor ends with
+        # its stop reason (one line for a death, not three).
+        lines += [e for e in self.events if _FAILPOINT_TEXT in e]
+        t.caption = "\n".join(lines)
         t.caption_justify = "left"
         return t
 
     def __repr__(self) -> str:
         return f"<Results steps={len(self.steps)} nodes={len(self.nodes)} ops={self.summary()['ops']}>"
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.1f}".rstrip("0").rstrip(".")
 
 
 def read_csv(path) -> list[dict]:

@@ -221,3 +221,15 @@ def test_the_last_dashboard_frame_shows_a_killed_node_as_dead():
     assert states["cn1"] == "dead", states                          # SIGKILLed: it never said so itself
     assert states["cn0"] == "done" and states["mn0"] == "done", states
     assert {n.node: n.state for n in sup.results.nodes}["cn1"] == "dead"
+
+
+def test_a_fired_failpoint_is_an_event_on_the_dashboard_and_in_the_summary(monkeypatch):
+    monkeypatch.setenv(failpoints.ENV, "cn0:race.update.block_written=crash@20")
+    console = _live_console()
+    sup = Supervisor(checked_scenario(LOAD, run(0.3), compute=2), dashboard=True, console=console)
+    assert sup.run() == 0, sup.deaths
+    said = "cn0: failpoint race.update.block_written fired (crash)"
+    assert sup.results.events == (said,)                            # cn1 was not armed
+    assert any(said in line and "failpoint" in line.split(said)[0] for line in sup.last_view.events), \
+        sup.last_view.events
+    assert said in console.file.getvalue().split("results: rack")[1]   # under the summary table

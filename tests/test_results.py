@@ -169,3 +169,82 @@ def test_bad_meta(run):
         Results.from_snapshots((), {"rack": object()})
     empty = Results.from_snapshots((), {})
     assert empty.steps == () and empty.records() == [] and empty.speed is None
+
+
+# -- memory figures and kept events ---------------------------------------------------------------
+
+def test_memory_figures_and_events_reach_summary_json_csv_and_table(prefix, tmp_path):
+    mib = 1 << 20
+    with StatsPlane.create([ProcInfo("cn0", "compute"), ProcInfo("mn0", "memory"), ProcInfo("mn1", "memory")],
+                           prefix=prefix) as plane:
+        w = plane.writer("cn0")
+        w.begin()
+        w.step(0, 0, "run")
+        w.record_many([1] * 10, [1000] * 10)
+        w.end_step(10_000)
+        w.set_counters(bytes_reclaimed=3 * mib // 2, blocks_reused=24_576)
+        for name, used in (("mn0", int(3.3 * mib)), ("mn1", 2 * mib)):
+            m = plane.writer(name)
+            m.begin()
+            m.heartbeat(10_000, 0, 0, counters={"mem_used": used, "mem_capacity": 8 * mib})
+        plane.log(5_000, "failpoint", "cn0", "cn0: failpoint race.update.block_written fired (crash)")
+        plane.log(6_000, "step", "mgr", "step 2/2")                     # not kept
+        res = Results.from_plane(plane, {"rack": "r"})
+    nodes = {n.node: n for n in res.nodes}
+    assert (nodes["mn0"].mem_used, nodes["mn0"].mem_capacity) == (int(3.3 * mib), 8 * mib)
+    assert (nodes["cn0"].bytes_reclaimed, nodes["cn0"].blocks_reused) == (3 * mib // 2, 24_576)
+    summ = res.summary()
+    assert (summ["mem_used"], summ["mem_capacity"], summ["bytes_reclaimed"]) == (int(5.3 * mib), 16 * mib, 3 * mib // 2)
+    assert res.events == ("cn0: failpoint race.update.block_written fired (crash)",)
+    end = [r for r in res.records() if r["label"] == "end of run"]
+    assert [(r["node"], r["kind"], r["step"], r["mem_used"], r["mem_capacity"], r["bytes_reclaimed"]) for r in end] == [
+        ("rack", "node", None, int(5.3 * mib), 16 * mib, 3 * mib // 2),
+        ("cn0", "node", None, None, None, 3 * mib // 2),
+        ("mn0", "node", None, int(3.3 * mib), 8 * mib, None), ("mn1", "node", None, 2 * mib, 8 * mib, None)]
+    assert all(r["mem_used"] is None for r in res.records() if r["label"] != "end of run")
+    assert read_csv(res.to_csv(tmp_path / "m.csv")) == res.records()
+    doc = json.load(open(res.to_json(tmp_path / "m.json")))
+    assert doc["events"] == list(res.events) and doc["nodes"][1]["mem_capacity"] == 8 * mib
+    buf = io.StringIO()
+    Console(file=buf, width=200, color_system=None).print(res.table())
+    out = buf.getvalue()
+    assert "memory: mn0 3.3/8 MiB (41 %), mn1 2/8 MiB (25 %)" in out
+    assert "reclaimed: 1.5 MiB (cn0 1.5), 24,576 blocks reused" in out
+    assert "cn0: failpoint race.update.block_written fired (crash)" in out
+
+
+def _reclaiming(**kw):
+    """Update-only RACE with 16 KiB chunks: within 2 virtual ms its epochs advance and blocks come back."""
+    from cluster.scenario import scenario_from_dict
+    from tests.test_rack import LOAD, rack_dict, run
+    d = rack_dict(LOAD, run(2.0), threads=1, coroutines=4, records=100, **kw)
+    d["system"]["chunk_bytes"] = 16 << 10
+    d["workload"].update(readproportion=0, updateproportion=1)
+    return scenario_from_dict(d, source="reclaim.toml")
+
+
+def test_colocated_compute_node_publishes_its_clients_reclaimed_bytes():
+    from cluster.rack import ColocatedRack
+    rack = ColocatedRack(_reclaiming())
+    res = rack.run()
+    cn0 = next(n for n in res.nodes if n.node == "cn0")
+    stats = [c.statistics() for c in rack.nodes[0].clients]
+    assert cn0.bytes_reclaimed == sum(s.bytes_reclaimed for s in stats) > 0
+    assert cn0.blocks_reused == sum(s.blocks_reused for s in stats) > 0
+    assert res.summary()["bytes_reclaimed"] == cn0.bytes_reclaimed
+
+
+def test_a_rack_of_processes_reports_memory_occupancy_and_reclaimed_bytes(tmp_path):
+    from cluster.supervisor import Supervisor
+    sup = Supervisor(_reclaiming(), dashboard=True, csv_path=str(tmp_path / "r.csv"),
+                     console=Console(file=io.StringIO(), width=200, force_terminal=True, color_system=None))
+    assert sup.run() == 0, sup.deaths
+    nodes = {n.node: n for n in sup.results.nodes}
+    for mn in ("mn0", "mn1"):
+        assert nodes[mn].mem_capacity == 32 << 20 and 0 < nodes[mn].mem_used < 32 << 20
+    assert nodes["cn0"].bytes_reclaimed > 0
+    view = {n.name: n for n in sup.last_view.nodes}
+    assert (view["mn0"].mem_used, view["mn0"].mem_capacity) == (nodes["mn0"].mem_used, 32 << 20)
+    assert view["cn0"].reclaimed == nodes["cn0"].bytes_reclaimed and sup.last_view.reclaimed > 0
+    end = {r["node"]: r for r in read_csv(tmp_path / "r.csv") if r["label"] == "end of run"}
+    assert end["mn1"]["mem_capacity"] == 32 << 20 and end["cn0"]["bytes_reclaimed"] == nodes["cn0"].bytes_reclaimed
