@@ -22,10 +22,18 @@ from tests.test_rack import ROOT
 
 
 def dmrack(*args, env=None, timeout=120, cwd=ROOT):
+    """Run the CLI as a user would; whatever it did, it must leave no segment of its own."""
     full_env = dict(os.environ, **(env or {}))
-    r = subprocess.run([sys.executable, "-m", "cluster.cli", *args], cwd=cwd, capture_output=True, text=True,
-                       timeout=timeout, env=full_env)
-    return r
+    proc = subprocess.Popen([sys.executable, "-m", "cluster.cli", *args], cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=full_env)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert no_segments_of(proc.pid), f"dmrack {' '.join(args)} left shared memory behind"
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 
 
 def assert_one_line_exit_2(r, *needles):
