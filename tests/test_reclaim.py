@@ -10,7 +10,7 @@ from cluster import conformance
 from cluster.conformance import rig
 from nodes.systems import get_system
 from nodes.systems.api import SystemError_
-from nodes.systems.reclaim import ADVANCE_EVERY, clear_row, global_epoch
+from nodes.systems.reclaim import clear_row, global_epoch
 from shm.atomics import load_acquire
 
 KEYS = [b"k%07d" % i for i in range(400)]
@@ -63,12 +63,12 @@ def test_a_reader_in_flight_holds_retired_blocks_back():
         _load(r)
         reader, writer = r.clients[1].reclaim, r.clients[0].reclaim
         e = reader.enter()                               # thread 1 starts an op and stalls
-        _updates_on_thread0(r, 4 * ADVANCE_EVERY)
+        _updates_on_thread0(r, 256)
         assert writer.limbo and writer.reclaimed == 0    # nothing came back while thread 1 runs
         epoch = global_epoch(r.fabric, r.layout["epochs"])
         assert epoch <= e + 1                            # the epoch moves at most once past a reader
         reader.exit(e)
-        _updates_on_thread0(r, 4 * ADVANCE_EVERY)
+        _updates_on_thread0(r, 256)
         assert writer.reclaimed > 0 and writer.reused > 0
         assert global_epoch(r.fabric, r.layout["epochs"]) > epoch + 1
 
@@ -86,10 +86,10 @@ def test_a_dead_nodes_announcements_are_cleared():
     with rig(get_system("race"), compute_threads=2, coroutines=1, options={"chunk_bytes": 16384}) as r:
         _load(r)
         r.clients[1].reclaim.enter()                     # a thread that will never finish
-        _updates_on_thread0(r, 4 * ADVANCE_EVERY)
+        _updates_on_thread0(r, 256)
         stuck = global_epoch(r.fabric, r.layout["epochs"])
         clear_row(r.fabric, r.layout["epochs"], r.node.node)
-        _updates_on_thread0(r, 4 * ADVANCE_EVERY)
+        _updates_on_thread0(r, 256)
         assert global_epoch(r.fabric, r.layout["epochs"]) > stuck + 1
         assert r.clients[0].reclaim.reused > 0
 

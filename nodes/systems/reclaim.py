@@ -7,15 +7,16 @@ naive reuse a reader that read a slot word just before the swing would READ the 
 rewritten for another key (or another value of the same key) and return the wrong thing. EBR makes
 reuse safe without any per-read cost on the data path:
 
-* Every compute node holds an **epoch row**: its *mirror* of the rack-wide epoch and one
-  announcement word per thread. A thread starting an operation announces the mirror's value (the
+* Every compute node holds an **epoch row**: its *mirror* of the rack-wide epoch, the number of
+  threads registered in the row, and one announcement word per thread. A thread starting an operation announces the mirror's value (the
   minimum over its coroutines' operations in flight; 0 = idle). Rows live where the modelled rack
   would keep them, in compute-node memory, so announcing is a local store; in the emulator the rows
   sit in the first memory node's memory (compute nodes expose none), which changes no cost.
 * The **global epoch** is one word in the memory node. Any client may try to **advance** it from E
-  to E+1 (``Reclaimer.advance``): one round of READs of every compute node's row, then, if every
-  mirror is at least E and every thread is idle or announced at least E, CAS(global, E, E+1), then
-  CAS(mirror, E, E+1) on every row. Mirrors therefore only grow (a CAS cannot set an old value)
+  to E+1 (``Reclaimer.advance``): one round of READs of every compute node's row (as far as its
+  registered threads go: one line for up to 6 threads), then, if every mirror is at least E and
+  every thread is idle or announced at least E, CAS(global, E, E+1), then CAS(mirror, E, E+1) on
+  every row. Mirrors therefore only grow (a CAS cannot set an old value)
   and are never more than one behind the global epoch.
 * A block unlinked by an operation is **retired** with epoch ``r = mirror + 1`` (at least the
   global epoch at that instant, because mirrors lag by at most one) and may be reused once the
@@ -32,9 +33,13 @@ synchronisation share; announcements are atomic exchanges (a full fence) so that
 announcement is visible before its first READ.
 
 Never-published blocks (an update that found no key) go straight back to the free list. Blocks
-are reused by the client that retired them, per size in 64-byte units (``free``). A client asks
-for an advance every ``ADVANCE_EVERY`` retirements and when its chunk runs out, so the memory a
-rack holds in limbo is a few advance periods of updates.
+are reused by the client that retired them, per size in 64-byte units (``free``). A client whose
+retired blocks wait for the epoch tries to advance it **in the background**, on a coroutine of its
+own thread that is not one of the workload's (its verbs and CPU are the thread's, its round trips
+are no operation's latency), at most once per ``ADVANCE_PERIOD_NS`` times the number of threads it
+saw active, so the rack as a whole tries about once per ``ADVANCE_PERIOD_NS``; and in the operation
+itself only when its chunk runs out. The memory a rack holds in limbo is a few operation lifetimes
+of retirements.
 
 A thread that dies holding an announcement (its process killed) would stop the epoch forever;
 :func:`clear_row` is what the rack calls for a dead compute node. Without it the rack runs out of
@@ -51,18 +56,25 @@ from typing import NamedTuple
 
 import numpy as np
 
-from shm.atomics import swap
+from shm.atomics import fetch_max, swap
+from shm.coro import Coroutine
 from shm.fabric import REGION_HOST, gaddr
 
 WORD = 8
+LINE_WORDS = 8
 IDLE = 0                 # an announcement of a thread with no operation in flight
 FIRST_EPOCH = 1
 HEADER_WORDS = 8         # the global epoch, alone on its cache line
 MAX_THREADS = 256        # threads per compute node (the spec's compute.threads range)
-ROW_WORDS = 264          # mirror + MAX_THREADS announcements, padded to whole 64-byte lines
-ADVANCE_EVERY = 64       # retirements between two advance attempts of one client
-#: Modelled CPU of scanning one READ row for the advance decision (a compare per word, 33 lines).
-ROW_SCAN_NS = 40
+ROW_HEAD = 2             # mirror, threads registered (the highest thread index + 1)
+ROW_WORDS = 264          # the head + MAX_THREADS announcements, padded to whole 64-byte lines
+#: A thread tries to move the epoch on at most once per this many ns per thread it saw active at
+#: its last try, so the rack as a whole tries about once per ADVANCE_PERIOD_NS whatever its size:
+#: the epoch word and the rows are not a hot spot, and an epoch still turns over many times per
+#: millisecond (retired blocks wait a few operation lifetimes).
+ADVANCE_PERIOD_NS = 10_000
+#: Modelled CPU of checking one READ line of a row for the advance decision.
+LINE_SCAN_NS = 2
 
 
 class ReclaimStats(NamedTuple):
@@ -86,7 +98,7 @@ def setup_epochs(fabric, node: int) -> dict:
     host[base:base + words] = 0
     host[base] = FIRST_EPOCH
     for r in range(len(rows)):
-        host[base + HEADER_WORDS + r * ROW_WORDS] = FIRST_EPOCH
+        host[base + HEADER_WORDS + r * ROW_WORDS] = FIRST_EPOCH      # mirror; threads registered: 0
     return {"node": node, "offset": off, "rows": {n: r for r, n in enumerate(rows)}}
 
 
@@ -97,7 +109,7 @@ def clear_row(fabric, epochs: dict, node: int) -> None:
     if r is None:
         return
     host = fabric.memory[epochs["node"]].host64
-    first = epochs["offset"] // WORD + HEADER_WORDS + r * ROW_WORDS + 1
+    first = epochs["offset"] // WORD + HEADER_WORDS + r * ROW_WORDS + ROW_HEAD
     for i in range(first, first + MAX_THREADS):
         if host[i] != IDLE:
             swap(host, i, IDLE)
@@ -111,10 +123,6 @@ def global_epoch(fabric, epochs: dict) -> int:
 class Reclaimer:
     """One thread's share of EBR: its announcement, its limbo and its free lists."""
 
-    __slots__ = ("_host", "_mirror", "_slot", "_active", "_announced", "_global_addr", "_row_addrs",
-                 "_mirror_addrs", "limbo", "free", "unsafe", "_since", "_cpu", "retired", "reclaimed",
-                 "bytes_reclaimed", "reused", "advances", "advance_attempts")
-
     def __init__(self, fabric, epochs: dict, thread, *, unsafe: bool = False):
         node, off = epochs["node"], epochs["offset"]
         row = epochs["rows"].get(thread.owner.node)
@@ -123,21 +131,26 @@ class Reclaimer:
                              f"(a memory node cannot run clients)")
         if not 0 <= thread.index < MAX_THREADS:
             raise ValueError(f"reclaim: thread {thread.index} is beyond the {MAX_THREADS} threads of a row")
+        self.thread = thread
+        self.env = thread.env
         self._host = fabric.memory[node].host64
         base = off // WORD
         self._mirror = base + HEADER_WORDS + row * ROW_WORDS
-        self._slot = self._mirror + 1 + thread.index
+        self._slot = self._mirror + ROW_HEAD + thread.index
+        # register before the first announcement: an advancer reads a row only up to its count
+        fetch_max(self._host, self._mirror + 1, thread.index + 1)
         self._global_addr = gaddr(node, off, REGION_HOST)
-        rows = sorted(epochs["rows"].values())
-        self._row_addrs = [gaddr(node, off + (HEADER_WORDS + r * ROW_WORDS) * WORD, REGION_HOST) for r in rows]
-        self._mirror_addrs = self._row_addrs
+        self._row_addrs = [gaddr(node, off + (HEADER_WORDS + r * ROW_WORDS) * WORD, REGION_HOST)
+                           for r in sorted(epochs["rows"].values())]
+        self._row_words = [LINE_WORDS] * len(self._row_addrs)   # how much of each row to READ
         self._active: dict = {}
         self._announced = IDLE
-        self._cpu = thread.cpu
         self.limbo: deque = deque()           # (epoch, node, offset, units), epochs non-decreasing
         self.free: dict = {}                  # units -> [(node, offset)]
         self.unsafe = unsafe
-        self._since = 0
+        self._co = None                       # the coroutine background advances post on
+        self._busy = False
+        self._next_try = 0
         self.retired = self.reclaimed = self.bytes_reclaimed = self.reused = 0
         self.advances = self.advance_attempts = 0
 
@@ -171,20 +184,30 @@ class Reclaimer:
 
     # -- blocks --------------------------------------------------------------------------------
     def retire(self, node: int, offset: int, units: int) -> None:
-        """A block this thread unlinked (called inside the operation that unlinked it)."""
+        """A block this thread unlinked (called inside the operation that unlinked it, after the
+        unlinking verb completed)."""
         self.retired += 1
         if self.unsafe:                        # the deliberate bug: reuse at once
             self._reusable(node, offset, units)
             return
         self.limbo.append((int(self._host[self._mirror]) + 1, node, offset, units))
-        self._since += 1
 
     def release(self, node: int, offset: int, units: int) -> None:
         """A block nobody else ever saw (never published): reusable at once."""
         self.free.setdefault(units, []).append((node, offset))
 
     def take(self, units: int):
-        """A reusable ``(node, offset)`` of exactly ``units`` 64-byte units, or None."""
+        """A reusable ``(node, offset)`` of exactly ``units`` 64-byte units, or None. Moves the epoch
+        on in the background when retired blocks wait for it."""
+        limbo = self.limbo
+        if limbo:
+            if limbo[0][0] <= int(self._host[self._mirror]) - 2:
+                self.collect()
+            elif not self._busy and self.env.now >= self._next_try:
+                self._busy = True
+                if self._co is None:
+                    self._co = Coroutine(self.thread)   # not one of the workload's coroutines
+                self.env.process(self._background(), name="epoch-advance")
         lst = self.free.get(units)
         if not lst:
             return None
@@ -209,28 +232,42 @@ class Reclaimer:
             n += 1
         return n
 
-    @property
-    def due(self) -> bool:
-        """Enough retirements since the last attempt to try moving the epoch on."""
-        return self._since >= ADVANCE_EVERY
-
     # -- moving the epoch on (occasionally, by any client) ---------------------------------------
+    def _background(self):
+        try:
+            yield from self.advance(self._co)
+        finally:
+            self._busy = False
+
     def advance(self, co):
         """Generator: try to move the rack's epoch on by one (see the module docstring), then
         collect. Runs on ``co`` with nothing queued on it. True if the epoch moved (by anyone)."""
-        self._since = 0
         self.advance_attempts += 1
         e = int(self._host[self._mirror])
-        handles = [co.read(a, ROW_WORDS * WORD) for a in self._row_addrs]
+        words = self._row_words
+        handles = [co.read(a, n * WORD) for a, n in zip(self._row_addrs, words)]
         yield co.sync()
-        self._cpu(ROW_SCAN_NS * len(handles))
-        for h in handles:
+        self.thread.cpu(LINE_SCAN_NS * sum(words) // LINE_WORDS)
+        active = 0
+        ok = True
+        for r, h in enumerate(handles):
             row = h.data.view(np.uint64)
+            registered = int(row[1])
+            if ROW_HEAD + registered > words[r]:
+                # a row with more threads than we read: read them all next time (soon)
+                words[r] = min(ROW_WORDS, -(-(ROW_HEAD + registered) // LINE_WORDS) * LINE_WORDS)
+                ok = False
+                continue
             if int(row[0]) < e:
-                return False                   # a mirror still behind: a previous advance is finishing
-            ann = row[1:MAX_THREADS + 1]
-            if ((ann != IDLE) & (ann < e)).any():
-                return False                   # a thread still runs in an older epoch
+                ok = False                     # a mirror still behind: a previous advance is finishing
+            ann = row[ROW_HEAD:ROW_HEAD + registered]
+            busy = ann != IDLE
+            active += int(busy.sum())
+            if (busy & (ann < e)).any():
+                ok = False                     # a thread still runs in an older epoch
+        self._next_try = self.env.now + ADVANCE_PERIOD_NS * max(1, active)
+        if not ok:
+            return False
         c = co.cas(self._global_addr, e, e + 1)
         yield co.sync()
         now = int(c.value)
@@ -239,7 +276,7 @@ class Reclaimer:
             now = e + 1
         elif now < e:                          # cannot happen: mirrors never pass the global epoch
             raise RuntimeError(f"reclaim: global epoch {now} behind a mirror at {e}")
-        for a in self._mirror_addrs:          # help every mirror to the epoch we know of
+        for a in self._row_addrs:              # help every mirror to the epoch we know of
             co.cas(a, now - 1, now)
         yield co.sync()
         self.collect()

@@ -61,11 +61,7 @@ class ChunkAllocator:
         size = units * UNIT
         rec = self.reclaim
         if rec is not None:
-            if rec.due and not co._pending:
-                yield from rec.advance(co)
             got = rec.take(units)
-            if got is None and rec.limbo and rec.collect():
-                got = rec.take(units)
             if got is not None:
                 self.blocks += 1
                 return got
@@ -80,7 +76,7 @@ class ChunkAllocator:
                 continue
             if rec is not None and rec.limbo:
                 # before taking more memory, see whether the epoch lets retired blocks come back
-                if rec.collect() == 0 and not co._pending:
+                if rec.collect() == 0 and not co._pending and not rec._busy:
                     yield from rec.advance(co)
                 got = rec.take(units)
                 if got is not None:
@@ -94,7 +90,7 @@ class ChunkAllocator:
                 if rec is None or not rec.limbo:
                     break
                 yield self.rpc_ns
-                if not co._pending:
+                if not co._pending and not rec._busy:
                     yield from rec.advance(co)
                 rec.collect()
                 got = rec.take(units)
