@@ -101,7 +101,15 @@ def _run_scenario(scenario, args, note: str | None = None) -> int:
             raise ValueError("--colocated needs a scenario whose steps all end (a run step without "
                              "duration_ms runs until stopped)")
         with console.status(f"running {len(rack.compiled.plan)} steps co-located (one process, deterministic)"):
-            res = rack.run()
+            try:
+                res = rack.run()
+            except Exception as e:
+                gave_up = _gave_up(e)
+                if gave_up is None:
+                    raise
+                from cluster.supervisor import EXIT_GAVE_UP
+                print(f"dmrack {args.command}: the system gave up: {gave_up}", file=sys.stderr)
+                return EXIT_GAVE_UP
         console.print(res.table())
         if json_path:
             res.to_json(json_path)
@@ -115,6 +123,18 @@ def _run_scenario(scenario, args, note: str | None = None) -> int:
     if sup.history_ops is not None:
         status = max(status, _history_out(sup.history_ops, args, sup.console))
     return status
+
+
+def _gave_up(e: BaseException) -> str | None:
+    """The one-line message of a SystemError_ (the system gave up: out of memory, a full table)
+    that ``e`` is or was caused by, or None."""
+    from nodes.systems.api import SystemError_
+    seen = 0
+    while e is not None and seen < 8:
+        if isinstance(e, SystemError_):
+            return " ".join(str(e.args[0] if e.args else e).split())
+        e, seen = e.__cause__ or e.__context__, seen + 1
+    return None
 
 
 HISTORY_CAPACITY = 1 << 22      # operations recorded per compute node with --history/--check

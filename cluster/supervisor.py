@@ -258,6 +258,9 @@ class Supervisor:
             stuck = state.fabric.release_stuck_line_locks()
             if stuck:
                 state.plane.log(0, "fault", decl.name, f"released {stuck} line lock(s) {decl.name} died holding")
+            if decl.role == "compute":
+                # its epoch announcements would hold retired blocks back for good (docs/reclaim.md)
+                c.system.node_failed(state.fabric, state.layout, state.fabric.node_index(decl.name))
             if gave_up is not None and not expected:
                 # One line: the stop reason carries it (the node logged it to the event log).
                 self._fatal_status = EXIT_GAVE_UP

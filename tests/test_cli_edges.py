@@ -99,6 +99,20 @@ def test_a_table_larger_than_the_memory_nodes_is_refused_when_the_spec_is_read()
     parse_scenario("[workload]\nrecordcount = 100000\n[memory]\nmemory = \"64MiB\"\n", source="ok.toml")
 
 
+def test_systems_count_their_table_and_blocks_not_just_the_raw_records():
+    """30 M records of 8 + 8 B are 480 MB raw, which 1 GiB of memory nodes would hold; RACE's table
+    and 64-byte KV blocks need 2.3 GiB, Sherman's leaves and SMART-BT's over 1 GiB with 100 B
+    values (out-of-line blocks): refused when the spec is read, not halfway through the load."""
+    with pytest.raises(SpecError, match=r"system 'race' needs at least 2\.3 GiB"):
+        parse_scenario("[workload]\nrecordcount = 30000000\n", source="h.toml")
+    for name in ("sherman", "smart-bt"):
+        with pytest.raises(SpecError, match=f"system '{name}' needs at least"):
+            parse_scenario(f'[system]\nname = "{name}"\n[workload]\nrecordcount = 6000000\nvaluesize = 100\n',
+                           source="h.toml")
+    # the default rack and the README's 20,000-key scenario still fit
+    parse_scenario("[workload]\nrecordcount = 20000\n", source="ok.toml")
+
+
 def test_cli_refuses_a_rack_too_small_for_its_records_in_one_line(tmp_path):
     f = tmp_path / "h.toml"
     f.write_text("[workload]\nrecordcount = 100000000000\n")
@@ -211,3 +225,15 @@ def test_check_history_malformed_is_one_line_exit_2(tmp_path, content, needle):
 def test_check_needs_exactly_one_of_system_and_history(tmp_path):
     assert_one_line_exit_2(dmrack("check", timeout=60), "--system", "--history")
     assert_one_line_exit_2(dmrack("check", "--system", "race", "--history", "x.jsonl", timeout=60), "--history")
+
+
+def test_a_colocated_rack_whose_system_gives_up_is_one_line_exit_3(tmp_path):
+    """Two chunks of 6 MiB fill the 8 MiB memory nodes: the load runs out of memory (co-located:
+    the same line and status as a rack of processes, no traceback)."""
+    f = tmp_path / "e.toml"
+    f.write_text("")
+    r = dmrack("run", str(f), "--colocated", "--set", "memory.memory=8MiB", "--set",
+               "system.chunk_bytes=6291456", "--set", "run.duration_ms=1")
+    assert r.returncode == 3, (r.stdout, r.stderr)
+    assert r.stderr.strip().splitlines() == [r.stderr.strip()]
+    assert "the system gave up: RACE: out of memory" in r.stderr and "Traceback" not in r.stdout + r.stderr

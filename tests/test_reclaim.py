@@ -139,3 +139,21 @@ def test_reuse_without_epochs_is_not_linearizable():
     same run with epochs passes (the conformance suite runs it for every system)."""
     with pytest.raises(conformance.ConformanceFailure, match="not linearizable"):
         conformance.CHECKS["history_uniform"](get_system("race"), {"fault": "reuse-without-epochs"})
+
+
+def test_a_rack_reclaims_past_a_node_that_died_mid_operation(monkeypatch):
+    """cn1 exits in the middle of an update, its announcement still up; the supervisor clears its
+    epoch row (System.node_failed), so cn0 keeps reusing blocks in memory nodes that could not
+    hold 60 virtual ms of its updates otherwise (without the hook: 'the system gave up: RACE: out
+    of memory ... retired blocks still wait for readers', exit status 3)."""
+    from cluster.scenario import scenario_from_dict
+    from cluster.supervisor import Supervisor
+    from shm import failpoints
+    from tests.test_rack import LOAD, rack_dict, run
+    monkeypatch.setenv(failpoints.ENV, "cn1:race.update.block_written=exit@200")
+    d = rack_dict(LOAD, run(60), compute=2, records=1000, on_death="continue")
+    d["memory"]["memory"] = "512KiB"
+    d["system"]["chunk_bytes"] = 16384
+    sup = Supervisor(scenario_from_dict(d, source="reclaim.toml"), quiet=True)
+    assert sup.run() == 0, sup.deaths
+    assert [d.node for d in sup.deaths] == ["cn1"]

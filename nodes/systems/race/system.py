@@ -9,8 +9,8 @@ from shm.fabric import gaddr
 from .client import SEARCH_CPU_NS, WRITE_CPU_NS, RaceClient
 from .directory import directory_words
 from .layout import (
-    BUCKET_BYTES, MAX_BLOCK_BYTES, MAX_NODE, MAX_OFFSET, SLOTS_PER_BUCKET, WORD, Geometry, LayoutError,
-    pack_dir_entry, pack_header,
+    BUCKET_BYTES, MAX_BLOCK_BYTES, MAX_NODE, MAX_OFFSET, SLOTS_PER_BUCKET, UNIT, WORD, Geometry, LayoutError,
+    block_units, pack_dir_entry, pack_header,
 )
 
 LAYOUT_FORMAT = 1
@@ -47,6 +47,18 @@ class RaceSystem(System):
                "'reuse-without-epochs' reuses a replaced KV block at once, while readers may still hold it",
                choices=FAULTS),
     )
+
+    @classmethod
+    def footprint(cls, options: dict, capacity: int, key_bytes: int, value_bytes: int) -> int:
+        """The table ``setup`` builds for ``capacity`` keys (at one memory node: more nodes only add
+        subtables), plus one KV block for each key but the rack's sizing slack (1024 keys). Chunk
+        slack and retired blocks are not counted: the bound stays below what a run needs."""
+        try:
+            geo = Geometry.for_capacity(int(capacity), options["load_factor"], 1)
+        except LayoutError:
+            return 1 << 62                     # more subtables than the directory holds: never fits
+        table = geo.subtables * geo.subtable_bytes + geo.directory_bytes
+        return table + max(0, int(capacity) - 1024) * block_units(int(key_bytes), int(value_bytes)) * UNIT
 
     @classmethod
     def setup(cls, fabric, memory_nodes: list[int], options: dict, capacity: int) -> dict:

@@ -8,7 +8,7 @@ from shm.fabric import REGION_DEVICE, gaddr
 
 from .client import ShermanClient
 from .hocl import FIELD_BITS, FIELDS_PER_WORD
-from .layout import MAX_NODE, NODE_BYTES, leaf_image, pack_root
+from .layout import INLINE_VALUE, LEAF_SLOTS, LINE, MAX_NODE, NODE_BYTES, block_units, leaf_image, pack_root
 
 LAYOUT_FORMAT = 1
 
@@ -33,6 +33,15 @@ class ShermanSystem(System):
         Option("lock_slots", 8192, "16-bit HOCL locks per memory node in NIC device memory (tree nodes hash onto "
                "them; 2 bytes each)", minimum=4, maximum=1 << 16),
     )
+
+    @classmethod
+    def footprint(cls, options: dict, capacity: int, key_bytes: int, value_bytes: int) -> int:
+        """Leaves packed full (15 entries per 1 KB node; splits leave them half full, so a run needs
+        more), plus an out-of-line block per key for values over 48 B, for every key but the rack's
+        sizing slack (1024 keys)."""
+        keys = max(0, int(capacity) - 1024)
+        blocks = block_units(int(value_bytes)) * LINE if int(value_bytes) > INLINE_VALUE else 0
+        return -(-keys // LEAF_SLOTS) * NODE_BYTES + keys * blocks
 
     @classmethod
     def setup(cls, fabric, memory_nodes: list[int], options: dict, capacity: int) -> dict:
