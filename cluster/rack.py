@@ -287,12 +287,27 @@ class ColocatedRack:
                     node.stop()
                 writer.heartbeat(env.now, env.statistics().events, verbs // max(len(nodes), 1))
                 writer.finish(STATE_DONE)
+            self._publish_memory(state)
             if state.history is not None:
                 self.history_ops = collect_history(state)
             self.env = env
             self.manager = mgr
             self.nodes = [n for n, _ in nodes]
             return Results.from_plane(state.plane, self.meta(env.now))
+
+    def _publish_memory(self, state) -> None:
+        """Memory nodes have no process here: publish their occupancy into their slots, as a
+        memory node's heartbeat does in a rack of processes (the results show it either way)."""
+        from shm.fabric import REGION_HOST
+        for decl in self.compiled.nodes:
+            if decl.role != "memory":
+                continue
+            i = state.fabric.node_index(decl.name)
+            cap = state.fabric.region_bytes(i, REGION_HOST)
+            w = state.plane.writer(state.slot(decl.name))
+            w.begin(0)
+            w.set_counters(mem_used=min(int(state.fabric.memory[i].alloc[0]), cap), mem_capacity=cap)
+            w.finish(STATE_DONE)
 
     def meta(self, vnow: int) -> dict:
         c = self.compiled

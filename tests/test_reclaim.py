@@ -157,3 +157,16 @@ def test_a_rack_reclaims_past_a_node_that_died_mid_operation(monkeypatch):
     sup = Supervisor(scenario_from_dict(d, source="reclaim.toml"), quiet=True)
     assert sup.run() == 0, sup.deaths
     assert [d.node for d in sup.deaths] == ["cn1"]
+
+
+def test_colocated_results_show_memory_node_occupancy_and_reclaimed_bytes():
+    from cluster.rack import ColocatedRack
+    from cluster.scenario import scenario_from_dict
+    from tests.test_rack import LOAD, rack_dict, run
+    d = rack_dict(LOAD, run(2), compute=2, records=1000)
+    d["system"]["chunk_bytes"] = 16384
+    res = ColocatedRack(scenario_from_dict(d, source="m.toml")).run()
+    mem = {n.node: n for n in res.nodes if n.role == "memory"}
+    assert set(mem) == {"mn0", "mn1"}
+    assert all(0 < n.mem_used < n.mem_capacity == 32 << 20 for n in mem.values())
+    assert sum(n.bytes_reclaimed for n in res.nodes if n.role == "compute") > 0
