@@ -13,8 +13,9 @@ from nodes.runtime.env import Environment
 from nodes.systems import get_system
 from nodes.systems.api import SystemError_, UnsupportedOperation
 from nodes.systems.race import (
-    Geometry, ItemTooLarge, RaceClient, RaceSystem, decode_block, encode_block, hash64, probe, slot_block,
+    Geometry, ItemTooLarge, RaceClient, RaceSystem, decode_block, encode_block, probe, slot_block,
 )
+from nodes.systems.lib.hashing import hash64
 from nodes.systems.race.bucket import scan, slot_offset
 from nodes.systems.race.layout import (
     BUCKET_BYTES, GROUP_BYTES, SLOTS_PER_BUCKET, TENTATIVE, pack_slot, slot_committed, slot_units, unpack_dir_entry,

@@ -1,4 +1,4 @@
-"""Epoch-based reclamation (nodes/systems/reclaim.py) on co-located rigs: replaced blocks come back,
+"""Epoch-based reclamation (nodes/systems/lib/reclaim.py) on co-located rigs: replaced blocks come back,
 a reader in flight holds them, the memory footprint of an update-only run is flat, running out of
 memory is one line, and reuse without epochs is caught by the linearizability checker."""
 
@@ -10,7 +10,7 @@ from cluster import conformance
 from cluster.conformance import rig
 from nodes.systems import get_system
 from nodes.systems.api import SystemError_
-from nodes.systems.reclaim import clear_row, global_epoch
+from nodes.systems.lib.reclaim import clear_row, global_epoch
 from shm.atomics import load_acquire
 
 KEYS = [b"k%07d" % i for i in range(400)]

@@ -151,12 +151,12 @@ class System:
     def node_failed(cls, fabric, layout: dict, node: int) -> None:
         """Compute node ``node`` (a fabric index) has died (its process is gone): release what it
         held that the rest of the rack waits for. The default clears its epoch announcements
-        (``layout["epochs"]``, nodes/systems/reclaim.py), so that the blocks its unfinished
+        (``layout["epochs"]``, nodes/systems/lib/reclaim.py), so that the blocks its unfinished
         operations held back come back; a system with more per-node state overrides it and calls
         this one. Runs in the rack's owner process."""
         epochs = layout.get("epochs") if isinstance(layout, dict) else None
         if epochs:
-            from nodes.systems.reclaim import clear_row
+            from nodes.systems.lib.reclaim import clear_row
             clear_row(fabric, epochs, node)
 
     @classmethod

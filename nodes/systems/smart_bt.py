@@ -33,10 +33,11 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from nodes.systems.api import Option, SystemError_
+from nodes.systems.lib.hashing import mix64
+from nodes.systems.lib.hocl import FIELD_MASK
 from nodes.systems.sherman import ShermanClient, ShermanSystem
 from nodes.systems.sherman.cache import shared
 from nodes.systems.sherman.client import RETRY_LIMIT, ShermanStats
-from nodes.systems.sherman.hocl import FIELD_MASK
 from nodes.systems.sherman.layout import (
     LINE, LINE_HEAD, NODE_BYTES, OUT_OF_LINE, REF, USED, key_int,
 )
@@ -57,17 +58,6 @@ SPEC_CACHE_SLOTS = 1_000_000
 SmartBTStats = NamedTuple("SmartBTStats", [(f, int) for f in ShermanStats._fields + SPEC_FIELDS])
 
 
-_M64 = 0xFFFFFFFFFFFFFFFF
-
-
-def _mix64(x: int) -> int:
-    """splitmix64's finaliser: sequential keys land in unrelated slots (and deterministically,
-    unlike Python's per-process salted ``hash``)."""
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
-    return x ^ (x >> 31)
-
-
 class SpecCache:
     """key bytes -> (line gaddr, leaf nv) in ``capacity`` direct-mapped slots; one per compute node
     and tree, shared by its threads (coroutines interleave only at ``yield``, so no locking).
@@ -85,7 +75,7 @@ class SpecCache:
         self.capacity = max(int(capacity), 0)
 
     def _slot(self, key: bytes) -> int:
-        return _mix64(int.from_bytes(key, "big")) % self.capacity     # Sherman keys are 8 bytes
+        return mix64(int.from_bytes(key, "big")) % self.capacity     # Sherman keys are 8 bytes
 
     def get(self, key: bytes):
         """``(line gaddr, nv)`` cached for ``key``, or None."""

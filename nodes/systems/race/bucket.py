@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .hashing import B1_SHIFT, B2_SHIFT, BUCKET_BITS, BUCKET_MASK
+from nodes.systems.lib.hashing import B1_SHIFT, B2_SHIFT, BUCKET_BITS, BUCKET_MASK
 from .layout import BUCKET_BYTES, COMBINED_SLOTS, GROUP_BYTES, SLOTS_PER_BUCKET, WORD
 
 # flags of a probe

@@ -30,16 +30,16 @@ from typing import NamedTuple
 import numpy as np
 
 from nodes.systems.api import KVClient, SystemError_
-from nodes.systems.reclaim import Reclaimer
+from nodes.systems.lib.alloc import ChunkAllocator
+from nodes.systems.lib.hashing import hash64
+from nodes.systems.lib.reclaim import Reclaimer
 from shm.fabric import gaddr
 from shm.failpoints import failpoint
 
-from .alloc import ChunkAllocator
 from .bucket import MAX_MATCHES, SAME, probe, scan, slot_offset
 from .directory import DirectoryCache
-from .hashing import hash64
 from .layout import (
-    COMBINED_BYTES, FP_SHIFT, MAX_NODE, NODE_SHIFT, OFFSET_MASK, TENTATIVE, UNIT, UNITS_SHIFT, check_block,
+    COMBINED_BYTES, FP_SHIFT, MAX_NODE, MAX_OFFSET, NODE_SHIFT, OFFSET_MASK, TENTATIVE, UNIT, UNITS_SHIFT, check_block,
     check_item, encode_block,
 )
 
@@ -79,7 +79,7 @@ class RaceStats(NamedTuple):
     chunks: int                # chunk-allocation RPCs
     blocks_written: int        # KV blocks allocated
     blocks_freed: int          # ... replaced, deleted or never published
-    blocks_reused: int         # allocations served by a block that came back (nodes/systems/reclaim.py)
+    blocks_reused: int         # allocations served by a block that came back (nodes/systems/lib/reclaim.py)
     bytes_reclaimed: int       # bytes of retired blocks that became reusable
     limbo_blocks: int          # retired blocks still waiting for the epoch to move on
     epoch_advances: int        # rack epoch advances this client made
@@ -105,7 +105,8 @@ class RaceClient(KVClient):
         node = thread.owner.node
         self.reclaim = Reclaimer(fabric, layout["epochs"], thread, unsafe=self.fault == "reuse-without-epochs")
         self.alloc = ChunkAllocator(fabric, mns, layout["chunk_bytes"], start=node * 7 + thread.index,
-                                    reclaim=self.reclaim)
+                                    reclaim=self.reclaim, owner="RACE", max_offset=MAX_OFFSET,
+                                    offset_limit="the slot's 40-bit offset field (1 TiB per memory node)")
         # global-address prefix of every node (host region): gaddr(node, off) == _nb[node] | off
         self._nb = [gaddr(n, 0) for n in range(min(len(fabric.nodes), MAX_NODE + 1))]
         buf = thread.buf
@@ -291,7 +292,7 @@ class RaceClient(KVClient):
         return ((h >> FP_SHIFT) << FP_SHIFT) | (units << UNITS_SHIFT) | (node << NODE_SHIFT) | off
 
     # -- the KV interface ----------------------------------------------------------------------
-    # Every operation runs inside an epoch (nodes/systems/reclaim.py): the blocks it may read are
+    # Every operation runs inside an epoch (nodes/systems/lib/reclaim.py): the blocks it may read are
     # not reused before it ends.
     def get(self, co, key: bytes):
         e = self.reclaim.enter()

@@ -26,7 +26,8 @@ Directory (on the first memory node): word 0 = global depth, word 1 = groups per
 ``2**global_depth`` entries ``local_depth:8 | 0:8 | node:8 | offset:40``.
 
 KV block: an 8-byte header ``key_len:u16 | value_len:u16 | checksum:u32`` then the key and the
-value, padded to 64-byte units.
+value, padded to 64-byte units. The checksum is the systems library's ``checksum32`` (of the key
+and the value, seeded by their lengths; nodes/systems/lib/record.py).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from numba import njit
 import numpy as np
 
 from nodes.systems.api import SystemError_
+from nodes.systems.lib.record import checksum32
 from shm.fabric import gaddr, gaddr_node, gaddr_offset
 
 # --- buckets --------------------------------------------------------------------------------
@@ -157,21 +159,6 @@ def dir_entry_from_gaddr(local_depth: int, addr: int) -> int:
 
 
 # --- KV blocks ------------------------------------------------------------------------------
-@njit(cache=True)
-def _checksum(a, a_off, a_len, b, b_off, b_len):
-    """32-bit checksum of a[a_off:a_off+a_len] ++ b[b_off:b_off+b_len], seeded by both lengths."""
-    h = np.uint64(0xCBF29CE484222325) ^ (np.uint64(a_len) << np.uint64(16)) ^ np.uint64(b_len)
-    p = np.uint64(0x100000001B3)
-    for i in range(a_len):
-        h = (h ^ np.uint64(a[a_off + i])) * p
-    for i in range(b_len):
-        h = (h ^ np.uint64(b[b_off + i])) * p
-    h ^= h >> np.uint64(33)
-    h *= np.uint64(0xFF51AFD7ED558CCD)
-    h ^= h >> np.uint64(33)
-    return h & np.uint64(0xFFFFFFFF)
-
-
 def block_units(key_len: int, value_len: int) -> int:
     """64-byte units of the KV block of a key and value of these sizes."""
     return (BLOCK_HEADER + key_len + value_len + UNIT - 1) // UNIT
@@ -193,7 +180,7 @@ def check_item(key: bytes, value: bytes) -> int:
 
 def encode_block(key: bytes, value: bytes) -> bytes:
     """The bytes of a KV block (unpadded: the WRITE sends only these)."""
-    cs = int(_checksum(key, 0, len(key), value, 0, len(value)))
+    cs = int(checksum32(key, 0, len(key), value, 0, len(value)))
     return _HDR.pack(len(key), len(value), cs) + key + value
 
 
@@ -218,7 +205,7 @@ def check_block(buf, off, nbytes, key):
         (np.uint64(buf[off + 6]) << np.uint64(16)) | (np.uint64(buf[off + 7]) << np.uint64(24))
     if not match:
         return -1
-    if _checksum(buf, off + 8, klen, buf, off + 8 + klen, vlen) != cs:
+    if checksum32(buf, off + 8, klen, buf, off + 8 + klen, vlen) != cs:
         return -2
     return vlen
 
@@ -233,7 +220,7 @@ def decode_block(data) -> tuple[bytes, bytes] | None:
         return None
     key = data[8:8 + klen]
     value = data[8 + klen:8 + klen + vlen]
-    if int(_checksum(key, 0, klen, value, 0, vlen)) != cs:
+    if int(checksum32(key, 0, klen, value, 0, vlen)) != cs:
         return None
     return key, value
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from nodes.systems.api import Option, System, SystemError_
-from nodes.systems.reclaim import setup_epochs
+from nodes.systems.lib.array import allocate_array
+from nodes.systems.lib.reclaim import setup_epochs
 from shm.fabric import gaddr
 
 from .client import SEARCH_CPU_NS, WRITE_CPU_NS, RaceClient
@@ -83,15 +84,12 @@ class RaceSystem(System):
         geo = Geometry.for_capacity(int(capacity), opts["load_factor"], len(mns))
         try:
             dir_off = fabric.allocate(mns[0], geo.directory_bytes)
+            # subtable i on memory node mns[i % len(mns)], zeroed (the library's record array)
+            tables = allocate_array(fabric, mns, geo.subtables, geo.subtable_bytes)
             entries = []
             for i in range(geo.subtables):
-                node = mns[i % len(mns)]
-                off = fabric.allocate(node, geo.subtable_bytes)
-                words = fabric.memory[node].host64[off // WORD:(off + geo.subtable_bytes) // WORD]
-                words = words.reshape(-1, BUCKET_BYTES // WORD)
-                words[:] = 0
-                words[:, 0] = pack_header(geo.global_depth, i)
-                entries.append(pack_dir_entry(geo.global_depth, node, off))
+                tables.words(fabric, i).reshape(-1, BUCKET_BYTES // WORD)[:, 0] = pack_header(geo.global_depth, i)
+                entries.append(pack_dir_entry(geo.global_depth, tables.node_of(i), tables.offset_of(i)))
         except MemoryError as e:
             raise SystemError_(f"RACE: the table ({geo.subtables} subtables of {geo.subtable_bytes} B for capacity "
                                f"{capacity} at load_factor {opts['load_factor']}) does not fit the memory nodes: "

@@ -31,17 +31,18 @@ from bisect import bisect_right
 from typing import NamedTuple
 
 from nodes.systems.api import KVClient, SystemError_
-from nodes.systems.race.alloc import ChunkAllocator
-from nodes.systems.reclaim import Reclaimer
+from nodes.systems.lib.alloc import ChunkAllocator
+from nodes.systems.lib.hocl import FIELD_MASK, HoclClient, LocalLocks
+from nodes.systems.lib.record import lines_consistent
+from nodes.systems.lib.reclaim import Reclaimer
 from shm.fabric import OFFSET_BITS, REGION_BITS, gaddr, gaddr_node, gaddr_offset
 
 from .cache import IndexCache, IndexNode, shared
-from .hocl import FIELD_MASK, LocalLock, LocalLocks, lock_address
 from .layout import (
-    INLINE_VALUE, INTERNAL_KEYS, LEAF_SLOTS, LINE, MAX_VALUE, NODE_BYTES, NODE_UNITS, OUT_OF_LINE, REF, Header,
+    INLINE_VALUE, INTERNAL_KEYS, LEAF_SLOTS, LINE, LINES, MAX_VALUE, NODE_BYTES, NODE_UNITS, OUT_OF_LINE, REF, Header,
     KeySizeError, ValueTooLarge, as_int64, block_image, block_units, entry_line, internal_entries,
     internal_image, key_int, key_signed_le, leaf_entries, leaf_image, leaf_probe, pack_root, unpack_root,
-    value_field, versions_match,
+    value_field,
 )
 
 #: Modelled CPU (cycles at ``cpu.ghz``): checking/searching one 64-byte line of a node just READ
@@ -79,14 +80,15 @@ class ShermanStats(NamedTuple):
     nodes_allocated: int
     blocks_written: int        # out-of-line value blocks
     chunks: int                # chunk RPCs of the node/block allocator
-    blocks_reused: int         # value blocks that came back (nodes/systems/reclaim.py)
+    blocks_reused: int         # value blocks that came back (nodes/systems/lib/reclaim.py)
     bytes_reclaimed: int       # bytes of replaced value blocks that became reusable
     limbo_blocks: int          # replaced value blocks waiting for the epoch to move on
     epoch_advances: int        # rack epoch advances this client made
 
 
-class ShermanClient(KVClient):
-    """Sherman for one modelled thread (``shm.coro.RdmaThread``)."""
+class ShermanClient(HoclClient, KVClient):
+    """Sherman for one modelled thread (``shm.coro.RdmaThread``); its locks are the library's HOCL
+    (:class:`nodes.systems.lib.hocl.HoclClient`: ``lock_of``, ``acquire``, ``remote_acquire``, ``release``)."""
 
     NAME = "Sherman"                  # in error messages; subclasses (SMART-BT) name themselves
 
@@ -105,7 +107,7 @@ class ShermanClient(KVClient):
         self.max_handover = int(options.get("max_handover", 8))
         self.tag = (owner.node % FIELD_MASK) + 1          # the remote lock's holder: this compute node
         mns = layout["memory_nodes"]
-        # Out-of-line value blocks are reused once no reader can hold them (nodes/systems/reclaim.py);
+        # Out-of-line value blocks are reused once no reader can hold them (nodes/systems/lib/reclaim.py);
         # nodes are never freed (no merging).
         self.reclaim = Reclaimer(fabric, layout["epochs"], thread)
         self.alloc = ChunkAllocator(fabric, mns, layout["chunk_bytes"], start=owner.node * 7 + thread.index,
@@ -157,7 +159,7 @@ class ShermanClient(KVClient):
             h = co.read(addr, NODE_BYTES)
             yield co.sync()
             self.thread.cpu(self._node_ns)
-            if versions_match(self._b64, h._off >> 3):
+            if lines_consistent(self._b64, h._off >> 3, LINES):
                 return h._off
             self.torn_reads += 1
         raise SystemError_(f"Sherman: node {addr:#x} stayed torn for {RETRY_LIMIT} READs")
@@ -225,73 +227,13 @@ class ShermanClient(KVClient):
         self.cache_invalidations += 1
         self.cache.drop(addr)
 
-    # -- pieces: HOCL --------------------------------------------------------------------------------
-    def lock_of(self, addr: int) -> tuple[int, int]:
-        node = addr >> _NODE_SHIFT
-        return lock_address(node, self._lock_base[node], addr & _OFFSET_MASK, self.lock_slots)
-
-    def acquire(self, co, lock):
-        """Generator: take the lock ``lock`` = (word gaddr, shift): locally first (queue behind this
-        node's holder, maybe receive it handed over), then remotely with a masked CAS. Verbs
-        already queued on ``co`` go out with the first CAS."""
-        held = self.locks.held
-        ll = held.get(lock)
-        if ll is not None:
-            self.local_lock_waits += 1
-            ev = self.env.event()
-            ll.waiters.append(ev)
-            co.post()
-            handed = yield ev
-            if handed:
-                self.handovers += 1
-                return
-        else:
-            held[lock] = LocalLock()
-        yield from self.remote_acquire(co, lock)
-
-    def remote_acquire(self, co, lock):
-        """Generator: HOCL's remote tier: masked CAS on the lock's 16-bit field in NIC memory,
-        with Sherman's own back-off after the first few failures."""
-        word, shift = lock
-        mask = FIELD_MASK << shift
-        mine = self.tag << shift
-        for attempt in range(RETRY_LIMIT):
-            h = co.masked_cas(word, 0, mine, mask, mask)
-            yield co.sync()
-            if h.value & mask == 0:
-                return
-            self.remote_lock_retries += 1
-            if attempt >= 2:
-                yield self._rng.randrange(self._backoff_ns, 2 * self._backoff_ns)
-        raise SystemError_(f"{self.NAME}: lock {word:#x}>>{shift} not acquired after {RETRY_LIMIT} tries")
-
-    def release(self, co, lock):
-        """Generator: release ``lock`` after the write-back verbs already queued on ``co``: hand it
-        to the next local waiter (after the write-back completed), or post the unlock masked CAS in
-        the same doorbell batch as the write-back."""
-        ll = self.locks.held[lock]
-        if ll.waiters and ll.handovers < self.max_handover:
-            yield co.sync()
-            ll.handovers += 1
-            ll.waiters.popleft().succeed(True)
-            return
-        word, shift = lock
-        mask = FIELD_MASK << shift
-        co.masked_cas(word, self.tag << shift, 0, mask, mask)
-        yield co.sync()
-        if ll.waiters:
-            ll.handovers = 0
-            ll.waiters.popleft().succeed(False)
-        else:
-            del self.locks.held[lock]
-
     # -- the KV interface --------------------------------------------------------------------------
     def _key(self, key) -> int:
         if type(key) is not bytes:
             key = bytes(key)
         return key_int(key)
 
-    # Every operation runs inside an epoch (nodes/systems/reclaim.py): an out-of-line block it may
+    # Every operation runs inside an epoch (nodes/systems/lib/reclaim.py): an out-of-line block it may
     # read is not reused before it ends. Subclasses override the bodies (_get, modify, _scan).
     def get(self, co, key: bytes):
         e = self.reclaim.enter()

@@ -8,7 +8,8 @@ racing a whole-node write sees a mix and retries). A leaf entry is exactly one l
 entry write (insert into a free line, update, delete) is atomic by itself and keeps ``nv``: it
 bumps only the entry's own 8-bit version ``ev``. That is Sherman's two-level version (node-level
 ``nv`` + entry-level ``ev``) in the per-cache-line form SMART-BT/Sherman+ use, correct whatever
-order the NIC writes the lines in::
+order the NIC writes the lines in (the stamping and the check are the systems library's
+``stamp_lines`` / ``lines_consistent``, nodes/systems/lib/record.py)::
 
     line 0 (header)                         line i = 1..15, leaf: one entry per line
     +0  nv        u32                       +0  nv        u32  (= the header's nv)
@@ -37,6 +38,8 @@ import struct
 
 import numpy as np
 from numba import njit
+
+from nodes.systems.lib.record import lines_consistent, stamp_lines
 
 LINE = 64
 LINES = 16
@@ -99,11 +102,6 @@ def unpack_root(word: int) -> tuple[int, int]:
 
 # -- node images (bytes written by whole-node WRITEs) ---------------------------------------------
 
-def _stamp(img: bytearray, nv: int) -> None:
-    for i in range(LINES):
-        struct.pack_into("<I", img, i * LINE, nv & NV_MASK)
-
-
 def _header(img: bytearray, nv: int, level: int, low: int, high: int | None, sibling: int, count: int = 0,
             leftmost: int = 0) -> None:
     HEADER.pack_into(img, 0, nv & NV_MASK, level, HIGH_INF if high is None else 0, count,
@@ -115,7 +113,7 @@ def leaf_image(nv: int, low: int, high: int | None, sibling: int, entries) -> by
     if len(entries) > LEAF_SLOTS:
         raise ValueError(f"a leaf holds {LEAF_SLOTS} entries, got {len(entries)}")
     img = bytearray(NODE_BYTES)
-    _stamp(img, nv)
+    stamp_lines(img, nv)
     _header(img, nv, 0, low, high, sibling, len(entries))
     for i, (ev, vlen, key, field) in enumerate(entries, 1):
         LINE_HEAD.pack_into(img, i * LINE, nv & NV_MASK, ev & 0xFF, vlen, USED, key)
@@ -129,7 +127,7 @@ def internal_image(nv: int, level: int, low: int, high: int | None, sibling: int
     if len(keys) > INTERNAL_KEYS or len(keys) != len(children):
         raise ValueError(f"an internal node holds {INTERNAL_KEYS} keys; got {len(keys)} keys, {len(children)} children")
     img = bytearray(NODE_BYTES)
-    _stamp(img, nv)
+    stamp_lines(img, nv)
     _header(img, nv, level, low, high, sibling, len(keys), leftmost)
     for e, (k, c) in enumerate(zip(keys, children)):
         off = (1 + e // 3) * LINE + 8 + 16 * (e % 3)
@@ -200,19 +198,9 @@ def internal_entries(buf, off: int, count: int):
     return keys, children
 
 
-# -- the jitted checks ------------------------------------------------------------------------------
+# -- the jitted leaf probe (the version check is lines_consistent, nodes/systems/lib/record.py) -----
 
 TORN = -1
-
-
-@njit(cache=True)
-def versions_match(buf64, w0):
-    """All 16 lines of the node at int64 word ``w0`` carry the header's version."""
-    nv = buf64[w0] & 0xFFFFFFFF
-    for i in range(1, 16):
-        if (buf64[w0 + 8 * i] & 0xFFFFFFFF) != nv:
-            return False
-    return True
 
 
 @njit(cache=True)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from nodes.systems.api import Option, System, SystemError_
-from nodes.systems.reclaim import setup_epochs
-from shm.fabric import REGION_DEVICE, gaddr
+from nodes.systems.lib.hocl import FIELD_BITS, lock_table_slots, setup_lock_tables
+from nodes.systems.lib.reclaim import setup_epochs
+from shm.fabric import gaddr
 
 from .client import ShermanClient
-from .hocl import FIELD_BITS, FIELDS_PER_WORD
 from .layout import INLINE_VALUE, LEAF_SLOTS, LINE, MAX_NODE, NODE_BYTES, block_units, leaf_image, pack_root
 
 LAYOUT_FORMAT = 1
@@ -59,14 +59,10 @@ class ShermanSystem(System):
                                    f"holds 8 bits of node number, so memory nodes must be among the first "
                                    f"{MAX_NODE + 1} nodes")
             fabric.expose(m)
-        slots = (opts["lock_slots"] + FIELDS_PER_WORD - 1) // FIELDS_PER_WORD * FIELDS_PER_WORD
+        slots = lock_table_slots(opts["lock_slots"])
         lock_bytes = slots * FIELD_BITS // 8
-        locks = {}
         try:
-            for m in mns:
-                off = fabric.allocate(m, lock_bytes, region=REGION_DEVICE, align=64)
-                fabric.memory[m].device[off:off + lock_bytes] = 0
-                locks[m] = off
+            locks = setup_lock_tables(fabric, mns, slots)
             root_word = fabric.allocate(mns[0], 64)
             leaf = fabric.allocate(mns[0], NODE_BYTES)
         except MemoryError as e:

@@ -1,5 +1,13 @@
 """Safe reuse of remote blocks: epoch-based reclamation (EBR) across the rack.
 
+Why a library module: any design that writes out of place must eventually reuse what it
+unlinked, and reuse is where a one-sided design most easily goes wrong (a reader still holding
+the old address). RACE, SMART-HT, Sherman and SMART-BT share this one implementation; a new
+design calls :func:`setup_epochs` in ``System.setup`` (the layout's ``"epochs"``, which
+``System.node_failed`` clears for a dead node), makes one :class:`Reclaimer` per client, runs
+every operation between ``enter`` and ``exit``, and hands it to its
+:class:`nodes.systems.lib.alloc.ChunkAllocator`.
+
 Systems that write out of place (RACE's KV blocks, Sherman's out-of-line values) replace a block by
 swinging a pointer to a new one; the old block is garbage once no reader can still hold its
 address. Without reuse a rack that updates keeps eating memory-node memory until it stops. With

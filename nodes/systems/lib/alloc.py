@@ -1,6 +1,8 @@
-"""Client-side KV-block allocation: bump allocation inside chunks obtained from the memory nodes.
+"""Client-side allocation of remote blocks: bump allocation inside chunks obtained from the memory nodes.
 
-RACE clients allocate KV blocks themselves (no memory-node CPU on the data path): a client asks a
+Why a library module: every design that writes out of place (RACE's KV blocks, Sherman's tree
+nodes and out-of-line values, any new design's records) needs remote memory at run time, and the
+memory nodes have no CPU on the data path. So a client allocates blocks itself: it asks a
 memory node for a chunk (``chunk_bytes``, 1 MiB by default) with a control-path RPC, then carves
 64-byte-unit blocks out of it locally. Chunks rotate round-robin over the memory nodes, starting at
 a different node per client so the blocks of a rack spread evenly.
@@ -12,7 +14,7 @@ coroutine of the same thread never asks for a second chunk; the coroutine that a
 cross PCIe at both ends) ``+ cpu.rpc_handler_ns`` (the memory node's handler) ``+ ALLOC_SERVER_NS``
 (the allocator's own work, a documented constant).
 
-With a :class:`nodes.systems.reclaim.Reclaimer` (every system in dmrack gives one), blocks are
+With a :class:`nodes.systems.lib.reclaim.Reclaimer` (every system in dmrack gives one), blocks are
 reused: a block an operation unlinked is retired (``retire``) and comes back once the rack's epoch has
 moved on twice (epoch-based reclamation, see that module); a block nobody ever saw is
 released (``release``) and comes back at once. ``alloc`` serves a request from those free blocks of the
@@ -24,7 +26,9 @@ reclaimer blocks are never reused (what the layout-level tests of the allocator 
 from __future__ import annotations
 
 from nodes.systems.api import SystemError_
-from .layout import MAX_OFFSET, UNIT
+from shm.fabric import OFFSET_BITS
+
+UNIT = 64                     # blocks are whole 64-byte units (one cache line each)
 
 ALLOC_SERVER_NS = 1000        # the memory node's allocator (find, register, answer): an assumption
 OOM_RETRIES = 64              # epoch advances tried before "out of memory" while blocks are in limbo
@@ -39,10 +43,16 @@ class ChunkAllocator:
     """One client's KV-block allocator (shared by the coroutines of its thread)."""
 
     __slots__ = ("fabric", "memory_nodes", "chunk_bytes", "rpc_ns", "_next", "node", "pos", "end", "_refill",
-                 "chunks", "bytes", "blocks", "freed", "reclaim", "owner")
+                 "chunks", "bytes", "blocks", "freed", "reclaim", "owner", "max_offset", "offset_limit")
 
     def __init__(self, fabric, memory_nodes: list[int], chunk_bytes: int, start: int = 0, reclaim=None,
-                 owner: str = "RACE"):
+                 owner: str = "allocator", max_offset: int = (1 << OFFSET_BITS) - 1,
+                 offset_limit: str = "the global address's 48-bit offset field"):
+        """``start``: the index of the memory node the first chunk comes from (spread clients
+        over the nodes: e.g. ``node * 7 + thread.index``); ``reclaim``: the thread's
+        :class:`nodes.systems.lib.reclaim.Reclaimer`, or None (never reuse); ``owner``: how
+        errors name the system; ``max_offset``/``offset_limit``: the highest byte offset the
+        design's pointers can encode, and how to say so (RACE's slots hold 40 bits)."""
         self.fabric = fabric
         self.memory_nodes = list(memory_nodes)
         self.chunk_bytes = (chunk_bytes + UNIT - 1) // UNIT * UNIT
@@ -54,6 +64,8 @@ class ChunkAllocator:
         self.chunks = self.bytes = self.blocks = self.freed = 0
         self.reclaim = reclaim
         self.owner = owner
+        self.max_offset = max_offset
+        self.offset_limit = offset_limit
 
     def alloc(self, co, units: int):
         """Generator: ``(node, offset)`` of a fresh block of ``units`` 64-byte units. ``co`` must
@@ -127,9 +139,8 @@ class ChunkAllocator:
                     continue
             if off is None:
                 return False
-            if off + self.chunk_bytes > MAX_OFFSET:
-                raise SystemError_(f"{self.owner}: chunk at {off:#x} on node {node} is beyond the slot's 40-bit "
-                                   f"offset field (1 TiB per memory node)")
+            if off + self.chunk_bytes > self.max_offset:
+                raise SystemError_(f"{self.owner}: chunk at {off:#x} on node {node} is beyond {self.offset_limit}")
             yield self.rpc_ns
             return True
         finally:
