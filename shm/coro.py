@@ -63,9 +63,10 @@ _REGION_MASK = (1 << REGION_BITS) - 1
 _OFFSET_MASK = (1 << OFFSET_BITS) - 1
 
 # A batch for the NIC model is one int64 row per work request: model opcode, length, offset,
-# region, inline flag (always 0 here), then the model's two outputs (effect ns, completion ns).
+# region, flags (nic.FLAG_FENCE after co.fence(); never inline), then the model's two outputs
+# (effect ns, completion ns).
 _WR_COLS = 8
-_PACK_WR = Struct("<4q").pack_into
+_PACK_WR = Struct("<5q").pack_into
 
 
 class RemoteAccessError(RuntimeError):
@@ -418,7 +419,7 @@ class Coroutine:
     """One coroutine's batch of verbs (see the module docstring)."""
 
     __slots__ = ("thread", "env", "_pending", "_posted", "_outstanding", "_waiter", "_errors", "_mr_off",
-                 "_heap", "_next_seq", "_land_cb", "_batch_done_cb", "_finish_cb", "_submit", "_bo_fail")
+                 "_heap", "_next_seq", "_land_cb", "_batch_done_cb", "_finish_cb", "_submit", "_bo_fail", "_flags")
 
     def __init__(self, thread: RdmaThread):
         self.thread = thread
@@ -436,6 +437,7 @@ class Coroutine:
         self._batch_done_cb = self._batch_done
         self._finish_cb = self._finish_last
         self._bo_fail = 0              # consecutive failed backoff_cas (the back-off exponent)
+        self._flags = 0                # nic.FLAG_FENCE for the next verb queued, after fence()
         if thread._throttle:           # SMART work-request throttling: posts go through credits
             self._submit = self._post_throttled
             self._batch_done_cb = self._batch_done_throttled
@@ -452,8 +454,19 @@ class Coroutine:
         else:
             off = thr.scratch(length)
         h = Handle(thr.buf, off, length)
-        self._pending.append((op, addr, length, off, a, b, am, bm, h))
+        flags = self._flags
+        if flags:
+            self._flags = 0
+        self._pending.append((op, addr, length, off, a, b, am, bm, h, flags))
         return h
+
+    def fence(self) -> None:
+        """The next verb queued waits, at the NIC, until the earlier READs and atomics of its QP
+        have completed (``IBV_SEND_FENCE``). Without it a WRITE may take effect before a READ or
+        atomic posted earlier on the same QP (RC allows it); WRITEs keep their posting order
+        among themselves, and a READ or atomic sees the WRITEs posted before it, fence or not
+        (docs/fabric.md, "Ordering rules")."""
+        self._flags = nic.FLAG_FENCE
 
     def read(self, addr: int, length: int) -> Handle:
         return self._queue(IBV_WR_RDMA_READ, addr, length)
@@ -536,7 +549,7 @@ class Coroutine:
         for item in items:
             addr = item[1]
             _PACK_WR(rows, pos, MODEL_OPCODE[item[0]], item[2], addr & _OFFSET_MASK,
-                     addr >> OFFSET_BITS & _REGION_MASK)
+                     addr >> OFFSET_BITS & _REGION_MASK, item[9])
             pos += 8 * _WR_COLS
         qp._model(dst, arrays[1], arrays[2], arrays[3], arrays[4], arrays[5], arrays[6], thr.cpu_free, thr)
         thr.cpu_free = qp.cpu_free
@@ -556,7 +569,7 @@ class Coroutine:
         heappush(heap, (done if done > now else now, seq(), self._batch_done_cb, (qp, n)))
 
     def _land(self, item) -> None:
-        op, addr, length, off, a, b, am, bm, h = item
+        op, addr, length, off, a, b, am, bm, h, _ = item
         thr = self.thread
         dst = addr >> _NODE_SHIFT & _NODE_MASK
         region = addr >> OFFSET_BITS & _REGION_MASK

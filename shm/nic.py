@@ -16,6 +16,13 @@ reservation calendar (:mod:`shm.calendar`):
        never before the completion of the QP's previous work request (a send queue completes in
        posting order).
 
+RC ordering per QP (docs/fabric.md, "Ordering rules"): a WRITE or SEND takes effect no earlier
+than the QP's previous WRITE/SEND (placement in posting order); a READ or atomic no earlier than
+any earlier work request of the QP (it sees earlier WRITEs; READs and atomics keep their order); a
+WRITE/SEND may pass an earlier READ/atomic unless it carries ``FLAG_FENCE``, which holds it (and
+so the QP's later work requests) until the QP's earlier READs and atomics have completed. Every
+completion comes at or after its effect.
+
 Everything is in picoseconds inside; inputs and outputs are nanoseconds. Per-node hardware lives in
 one int64 *fabric table* (resources, then counters) that is a shared segment when nodes are
 separate processes, so two processes posting to the same memory node contend for real.
@@ -97,13 +104,21 @@ SHARER_UNIT = 2520   # divisible by 1..10: a thread's share of up to 10 doorbell
 # Per-QP private state (a QP lives in one process): when its requester unit is next free,
 # the slot of the oldest outstanding READ/atomic, when its last work request completed, whether
 # more than one thread posts through it (set by the verbs layer) and when its lock is next free,
-# then max_rd_atomic completion times.
+# the effect of its last WRITE/SEND, the latest effect of any of its work requests, when its last
+# READ/atomic completed (what a fence waits for), then max_rd_atomic completion times.
 Q_BUSY = 0
 Q_RD_POS = 1
 Q_DONE = 2
 Q_SHARED = 3
 Q_LOCK = 4
-Q_RD_RING = 5
+Q_PLACED = 5
+Q_EFFECT = 6
+Q_RD_DONE = 7
+Q_RD_RING = 8
+
+# Per-WR flags (the ``flags`` argument of model_post)
+FLAG_INLINE = 1   # payload in the WQE: no payload DMA read
+FLAG_FENCE = 2    # IBV_SEND_FENCE: wait for the QP's earlier READs and atomics to complete
 
 _FS = 1000  # fs per ps
 _PS = 1000  # ps per ns
@@ -219,6 +234,22 @@ def _in_posting_order(qp, t):
 
 
 @njit(cache=True)
+def _in_effect_order(qp, op, eff):
+    """RC placement order: a WRITE/SEND lands no earlier than the QP's previous WRITE/SEND, a
+    READ/atomic no earlier than anything posted before it on the QP (so it sees earlier WRITEs).
+    Returns the effect time and records it."""
+    if op == OP_WRITE or op == OP_SEND:
+        if qp[Q_PLACED] > eff:
+            eff = qp[Q_PLACED]
+        qp[Q_PLACED] = eff
+    elif qp[Q_EFFECT] > eff:
+        eff = qp[Q_EFFECT]
+    if eff > qp[Q_EFFECT]:
+        qp[Q_EFFECT] = eff
+    return eff
+
+
+@njit(cache=True)
 def _wire_ps(prm, nbytes):
     mtu = prm[P_MTU_B]
     packets = (nbytes + mtu - 1) // mtu
@@ -258,10 +289,11 @@ def retire(tbl, rq, n):
 
 
 @njit(cache=True)
-def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, inline, out):
+def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, flags, out):
     """Price one post of ``len(ops)`` work requests from node ``rq`` to node ``rs`` at ``t_ns``.
 
-    ``db`` is the doorbell index on ``rq`` (-1: none, e.g. a loopback engine). Writes
+    ``db`` is the doorbell index on ``rq`` (-1: none, e.g. a loopback engine); ``flags`` per WR
+    ``FLAG_INLINE | FLAG_FENCE``. Writes
     ``out[i, 0]`` (when the effect lands on target memory) and ``out[i, 1]`` (completion, when
     the CQE is visible) in ns, and returns when the posting CPU is free again (after the doorbell
     lock), in ns.
@@ -305,6 +337,8 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, inline
         # in order per QP: the requester handles one QP's WQEs one after the other
         if qp[Q_BUSY] > t1:
             t1 = qp[Q_BUSY]
+        if flags[i] & FLAG_FENCE and qp[Q_RD_DONE] > t1:
+            t1 = qp[Q_RD_DONE]  # fenced: the QP's earlier READs and atomics have completed
         is_rd = op == OP_READ or op == OP_CAS or op == OP_FAA
         if is_rd and rd_k > 0:
             pos = qp[Q_RD_POS]
@@ -313,7 +347,7 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, inline
         t2 = reserve(tbl, rq[D_REQ], t1, prm[P_REQ_COST + op])
         qp[Q_BUSY] = t2
         carries_payload = op == OP_WRITE or op == OP_SEND or op == OP_SEND_UD
-        if carries_payload and inline[i] == 0:
+        if carries_payload and flags[i] & FLAG_INLINE == 0:
             t2 = reserve(tbl, rq[D_PCIE], t2 + pcie_lat, _pcie_ps(prm, 0, nbytes))
         req_b = nbytes if carries_payload else 0
         if op == OP_CAS or op == OP_FAA:
@@ -338,11 +372,11 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, inline
             t5 = reserve(tbl, rs[D_ATOMIC], t5, prm[P_ATOMIC_UNIT])
             slot = ((addrs[i] >> 3) * 0x9E3779B1) % rs[D_N_SLOTS]
             slot_hold = prm[P_ATOMIC_SLOT] if not device else prm[P_DEVMEM]
-            t6 = reserve(tbl, rs[D_SLOT0] + slot * rs[D_SLOT_STRIDE], t5, slot_hold)
+            t6 = _in_effect_order(qp, op, reserve(tbl, rs[D_SLOT0] + slot * rs[D_SLOT_STRIDE], t5, slot_hold))
             eff = t6
             resp_b = 8
         elif op == OP_READ:
-            eff = t5 + mem_lat
+            eff = _in_effect_order(qp, op, t5 + mem_lat)
             if device:
                 t6 = eff
             else:
@@ -353,16 +387,22 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, inline
                 eff = t5 + mem_lat
             else:
                 eff = reserve(tbl, rs[D_PCIE], t5, _pcie_ps(prm, prm[P_PCIE_RESP_B_PER_WR], nbytes)) + mem_lat
+            eff = _in_effect_order(qp, op, eff)
             t6 = t5
             resp_b = 0
         wire_back = _wire_ps(prm, resp_b)
         t7 = reserve(tbl, rs[D_TX], t6, wire_back)
         t8 = reserve(tbl, rq[D_RX], t7 + one_way, wire_back)
-        t9 = _in_posting_order(qp, reserve(tbl, rq[D_PCIE], t8, _pcie_ps(prm, 0, resp_b)) + pcie_lat)
-        if is_rd and rd_k > 0:
-            pos = qp[Q_RD_POS]
-            qp[Q_RD_RING + pos] = t9
-            qp[Q_RD_POS] = (pos + 1) % rd_k
+        t9 = reserve(tbl, rq[D_PCIE], t8, _pcie_ps(prm, 0, resp_b)) + pcie_lat
+        if t9 < eff:
+            t9 = eff            # an ack never announces a WRITE that has not landed
+        t9 = _in_posting_order(qp, t9)
+        if is_rd:
+            qp[Q_RD_DONE] = t9
+            if rd_k > 0:
+                pos = qp[Q_RD_POS]
+                qp[Q_RD_RING + pos] = t9
+                qp[Q_RD_POS] = (pos + 1) % rd_k
         out[i, 0] = _ceil_ns(eff)
         out[i, 1] = _ceil_ns(t9)
     return _ceil_ns(cpu_free)

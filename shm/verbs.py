@@ -44,7 +44,7 @@ __all__ = [
     "RecvWR", "WC", "PyverbsError", "PyverbsRDMAError",
     "IBV_QPT_RC", "IBV_QPT_UD", "IBV_WR_RDMA_WRITE", "IBV_WR_SEND", "IBV_WR_RDMA_READ",
     "IBV_WR_ATOMIC_CMP_AND_SWP", "IBV_WR_ATOMIC_FETCH_AND_ADD", "IBV_WR_MASKED_ATOMIC_CMP_AND_SWP",
-    "IBV_WR_MASKED_ATOMIC_FETCH_AND_ADD", "IBV_SEND_SIGNALED", "IBV_SEND_INLINE",
+    "IBV_WR_MASKED_ATOMIC_FETCH_AND_ADD", "IBV_SEND_FENCE", "IBV_SEND_SIGNALED", "IBV_SEND_INLINE",
     "IBV_WC_SUCCESS", "IBV_WC_LOC_LEN_ERR", "IBV_WC_LOC_PROT_ERR", "IBV_WC_WR_FLUSH_ERR",
     "IBV_WC_REM_INV_REQ_ERR", "IBV_WC_REM_ACCESS_ERR",
     "IBV_ACCESS_LOCAL_WRITE", "IBV_ACCESS_REMOTE_WRITE", "IBV_ACCESS_REMOTE_READ",
@@ -267,7 +267,8 @@ class VerbsHost:
     def _deliver_send(self, at: int, dst_node: int, dst_qpn: int, src_node: int, src_qpn: int, src_addr: int,
                       length: int, imm: int) -> None:
         if self._is_local(dst_node):
-            self.env.schedule(at, self._arrive_send, (dst_node, dst_qpn, src_node, src_qpn, src_addr, length, imm))
+            # placed now, before a WRITE of the same QP that lands at the same ns (RC order)
+            self._arrive_send((dst_node, dst_qpn, src_node, src_qpn, src_addr, length, imm))
         else:
             self.env.send(self.proc_of_node[dst_node], at,
                           (_MSG_SEND, dst_node, dst_qpn, src_node, src_qpn, src_addr, length, imm))
@@ -527,7 +528,7 @@ class QP:
         lens = np.empty(n, np.int64)
         addrs = np.empty(n, np.int64)
         regions = np.empty(n, np.int64)
-        inline = np.zeros(n, np.int64)
+        flags = np.zeros(n, np.int64)
         for i, wr in enumerate(wrs):
             spec = _OPS.get(wr.opcode)
             if spec is None or (self.qp_type == IBV_QPT_UD and wr.opcode != IBV_WR_SEND):
@@ -548,8 +549,10 @@ class QP:
                 if length > self.max_inline:
                     raise PyverbsRDMAError(f"post_send: inline payload of {length} B exceeds max_inline_data="
                                            f"{self.max_inline}", errno.EINVAL)
-                inline[i] = 1
-        out = self._price(dst, ops, lens, addrs, regions, inline)
+                flags[i] = nic.FLAG_INLINE
+            if wr.send_flags & IBV_SEND_FENCE:
+                flags[i] |= nic.FLAG_FENCE   # waits for this QP's earlier READs and atomics
+        out = self._price(dst, ops, lens, addrs, regions, flags)
         self._sq_in_flight += n
         self.host._posted += n
         for i, wr in enumerate(wrs):
@@ -563,17 +566,17 @@ class QP:
                 env.schedule(int(out[i, 0]), self._effect, (p, dst))
             env.schedule(int(out[i, 1]), self._complete, p)   # in posting order (the model)
 
-    def _price(self, dst: int, ops, lens, addrs, regions, inline, cpu_floor: int = 0, user=None) -> np.ndarray:
+    def _price(self, dst: int, ops, lens, addrs, regions, flags, cpu_floor: int = 0, user=None) -> np.ndarray:
         """Run the NIC model for one post and charge the calling actor's CPU up to the moment the
         doorbell is rung; returns ``out`` (per WR: effect ns, completion ns). ``cpu_floor`` is
         when the posting thread's core is free (coroutines of one thread share a core). ``user``
         is the modelled thread that posts (default: the calling actor); it counts once among the
         doorbell's sharers however many coroutines it runs."""
         out = np.empty((ops.shape[0], 2), np.int64)
-        self._model(dst, ops, lens, addrs, regions, inline, out, cpu_floor, user)
+        self._model(dst, ops, lens, addrs, regions, flags, out, cpu_floor, user)
         return out
 
-    def _model(self, dst: int, ops, lens, addrs, regions, inline, out, cpu_floor: int = 0, user=None) -> None:
+    def _model(self, dst: int, ops, lens, addrs, regions, flags, out, cpu_floor: int = 0, user=None) -> None:
         """:meth:`_price` writing into ``out`` (callers that keep their arrays across posts)."""
         env = self.env
         actor = env.active_process
@@ -590,7 +593,7 @@ class QP:
         cpu = fabric.profile.cpu
         cpu_free = self.cpu_free = nic.model_post(
             fabric.table, fabric.params, self.ctx.desc, fabric.descriptors[dst], self._model_state, self.doorbell,
-            start + cpu.post_ns + cpu.wqe_ns * ops.shape[0], ops, lens, addrs, regions, inline, out)
+            start + cpu.post_ns + cpu.wqe_ns * ops.shape[0], ops, lens, addrs, regions, flags, out)
         if actor is not None:
             # env.charge, inlined: never negative, the model frees the CPU no earlier than ``start``
             actor._debt += cpu_free - now - debt

@@ -506,10 +506,11 @@ def _mixed_run(fab, smart, policy):
 # Recorded with the coroutine verbs before the SMART switches existed (backoff_cas replaced by a
 # plain cas + sync there): (end ns, sum of latencies ns, max latency ns, operations). Re-recorded
 # when PCIe payload got its own rate (pcie.payload_gbps), when RC QPs began to complete in order
-# (shm/nic.py) and when lock_per_sharer_ns was refitted (170 ns): model changes, not a switch's.
+# (shm/nic.py), when lock_per_sharer_ns was refitted (170 ns) and when effects began to follow RC
+# order per QP (docs/fabric.md, "Ordering rules"): model changes, not a switch's.
 RECORDED = {
-    "per_thread_doorbell": (134304, 4614644, 9965, 1200),
-    "per_thread_qp": (138835, 4659320, 10407, 1200),
+    "per_thread_doorbell": (134304, 4614650, 9965, 1200),
+    "per_thread_qp": (138835, 4659316, 10407, 1200),
 }
 
 

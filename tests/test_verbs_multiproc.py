@@ -125,6 +125,59 @@ def test_faa_from_two_processes_on_one_remote_word(fabric, table):
     assert int(fabric.memory[MEM_NODE].host64[off // 8 + 1]) == 0   # neighbour untouched
 
 
+# -- ordering: data, then flag, observed from another process ---------------------------------------
+
+def _data_flag_node(fab, env, host, i, data_off, flag_off, load_off, rounds, size):
+    """Process 0 WRITEs [data = k, flag = k] in one post, k = 1..rounds, beside 16 threads WRITEing
+    512 B blocks to m0; process 1's coroutines READ [flag, data] in one post until flag = rounds."""
+    node = NodeRdma(host, i, policy="per_thread_doorbell", buffer_bytes=64 << 10)
+    data, flag = gaddr(MEM_NODE, data_off), gaddr(MEM_NODE, flag_off)
+    bad, looks = [], [0]
+
+    def writer(co):
+        for k in range(1, rounds + 1):
+            co.write(data, bytes([k]) * size)
+            co.write(flag, k)
+            yield co.sync()
+
+    def loader(co, dst):
+        for _ in range(40):
+            co.write(dst, b"\x01" * 512)
+            co.write(dst, b"\x01" * 512)
+            yield co.sync()
+
+    def observer(co):
+        k = 0
+        while k < rounds:
+            f = co.read(flag, 8)
+            d = co.read(data, size)
+            yield co.sync()
+            k = f.value
+            looks[0] += 1
+            if int(d.data.min()) < k:
+                bad.append((env.now, k, int(d.data.min())))
+
+    if i == 0:
+        env.process(writer(node.thread().coroutine()))
+        for j in range(16):
+            env.process(loader(node.thread().coroutine(), gaddr(MEM_NODE, load_off + 512 * j)))
+    else:
+        for _ in range(4):
+            env.process(observer(node.thread().coroutine()))
+    env.run()
+    return bad, looks[0]
+
+
+def test_data_then_flag_across_processes(fabric, table):
+    """The RC order of one QP's WRITEs (docs/fabric.md, "Ordering rules") seen from another
+    process: an observer never READs a round's flag with older data."""
+    size = 8192
+    data_off, flag_off, load_off = fabric.allocate("m0", size), fabric.allocate("m0", 8), fabric.allocate("m0", 16 * 512)
+    (bad0, _), (bad1, looks) = run_nodes(fabric, table, _data_flag_node, data_off, flag_off, load_off, 30, size)
+    assert looks >= 4 and not bad1, bad1[:5]
+    assert int(fabric.memory[MEM_NODE].host64[flag_off // 8]) == 30
+
+
 # -- two-sided: a SEND crosses processes ---------------------------------------------------------
 
 def _send_recv_node(fab, env, host, i, n_msgs):
