@@ -232,24 +232,44 @@ def _cmd_check(args) -> int:
 
 
 def _cmd_systems(args) -> int:
+    """The built-in systems, the installed dmrack.systems entry points and the module:Class names
+    given on the command line, each with where it came from. A named system that does not load is
+    one line, exit 2; an installed entry point that does not load is listed with its error."""
     import json
-    from nodes.systems import get_system, system_names
+    from nodes.systems import BUILTIN, SystemLoadError, entry_points, get_system, system_names, system_origin
+    eps = entry_points()
     rows = []
-    for name in system_names():
-        cls = get_system(name)
-        rows.append({"name": name, "description": cls.description, "paper": cls.paper, "roles": list(cls.roles),
-                     "scan": cls.supports_scan,
+    for name in list(dict.fromkeys(system_names() + list(args.names or []))):
+        asked = name in (args.names or [])
+        try:
+            cls = get_system(name)
+            origin = system_origin(name)
+        except SystemLoadError as e:
+            if asked:
+                raise
+            rows.append({"name": name, "source": f"entry point {eps[name].value}" if name in eps else "?",
+                         "error": str(e), "description": "", "paper": "", "roles": [], "scan": False, "options": {}})
+            continue
+        rows.append({"name": name, "source": origin, "class_name": cls.name, "description": cls.description,
+                     "paper": cls.paper, "roles": list(cls.roles), "scan": cls.supports_scan,
                      "options": {o.name: {"default": o.default, "help": o.help} for o in cls.options}})
+    for name, ep in eps.items():                 # an entry point shadowed by a built-in is a clash
+        if name in BUILTIN:
+            rows.append({"name": name, "source": f"entry point {ep.value}", "description": "", "paper": "",
+                         "error": f"entry point {name!r} ({ep.value}) clashes with the built-in system {name!r}; "
+                                  f"the built-in is used", "roles": [], "scan": False, "options": {}})
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    from rich.console import Console
     from rich.table import Table
     table = Table(title="systems")
-    for col in ("name", "roles", "scan", "options (default)", "description"):
+    for col in ("name", "source", "roles", "scan", "options (default)", "description"):
         table.add_column(col)
     for r in rows:
-        table.add_row(r["name"], ", ".join(r["roles"]), "yes" if r["scan"] else "no",
+        if "error" in r:
+            table.add_row(r["name"], r["source"], "", "", "", f"[bold red]cannot be used:[/] {r['error']}")
+            continue
+        table.add_row(r["name"], r["source"], ", ".join(r["roles"]), "yes" if r["scan"] else "no",
                       "\n".join(f"{k} ({v['default']})" for k, v in r["options"].items()),
                       r["description"] + (f"\n[dim]{r['paper']}[/]" if r["paper"] else ""))
     _console().print(table)
@@ -343,7 +363,7 @@ def main(argv=None) -> int:
 
     ck = sub.add_parser("check", help="conformance suite and a multi-process stress with the history checked, "
                                       "or a recorded history checked for linearizability")
-    ck.add_argument("--system", help="the system to check (see dmrack systems)")
+    ck.add_argument("--system", help="the system to check: a name (see dmrack systems) or a plugin as module:Class")
     ck.add_argument("--history", metavar="FILE",
                     help="instead: check this recorded history (JSON lines, from --history) for linearizability; "
                          "exit status 0 linearizable, 1 not, 2 malformed, 3 undecided")
@@ -359,7 +379,9 @@ def main(argv=None) -> int:
     ck.add_argument("--json", metavar="PATH", help="also write the verdict as JSON")
     ck.set_defaults(func=_cmd_check)
 
-    sy = sub.add_parser("systems", help="list the systems that run on the rack")
+    sy = sub.add_parser("systems", help="list the systems that run on the rack (built-in, installed plugins)")
+    sy.add_argument("names", nargs="*", metavar="MODULE:CLASS",
+                    help="also list these plugin systems (module:Class, imported from PYTHONPATH)")
     sy.add_argument("--json", action="store_true", help="print JSON instead of a table")
     sy.set_defaults(func=_cmd_systems)
 

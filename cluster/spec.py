@@ -618,20 +618,22 @@ def _strip_label(line: str) -> str:
 
 
 def _load_system(label: str, data: Any) -> SystemSpec:
-    from nodes.systems import get_system, system_names
+    from nodes.systems import get_system, is_known, system_names
 
     t = _Table(label, "system", data if data is not None else {})
     name = t.get("name", DEFAULT_SYSTEM, _text)
-    if name not in system_names():
+    # A registered name (built-in or an installed dmrack.systems entry point), or a plugin given
+    # as module:Class (nodes/systems/__init__.py): every failure to load it is one line.
+    if not is_known(name):
         if "name" in t.data:
             t.fail("name", f"unknown system; registered systems are {', '.join(system_names())}"
-                           f"{_suggest(name, system_names())}")
+                           f"{_suggest(name, system_names())} (or a plugin as module:Class)")
         raise SpecError(f"{label}: system.name: the default system {name!r} is not registered")
     try:
         cls = get_system(name)
-    except (ImportError, AttributeError) as e:  # a registry line whose module or class is missing
+    except (ValueError, ImportError, AttributeError) as e:  # a plugin (or a registry line) that does not load
         raise SpecError(f"{label}: system.name = {_show(name)}: the system cannot be loaded "
-                        f"({type(e).__name__}: {e})") from None
+                        f"({' '.join(str(e).split())})") from None
     given = {k: v for k, v in t.data.items() if k != "name"}
     try:
         options = cls.check_options(given, where=f"{label}: system")

@@ -1,0 +1,9 @@
+"""toy-ht: a small lock-based hash table on dmrack, shipped as a plugin in its own package.
+
+Run it with ``PYTHONPATH=examples/plugin dmrack check --system toyht.ht:ToyHT`` or, installed
+(``pip install -e examples/plugin``), by its entry-point name: ``dmrack check --system toy-ht``.
+"""
+
+from .ht import ToyHT, ToyHTClient
+
+__all__ = ["ToyHT", "ToyHTClient"]

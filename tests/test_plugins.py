@@ -1,0 +1,239 @@
+"""Plugin systems (nodes/systems/__init__.py): a system in the user's own package, found as
+``module:Class`` on sys.path or through a ``dmrack.systems`` entry point, checked like the built-in
+ones, and run on a rack of processes; every way it can fail to load is one line, exit status 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import uuid
+from pathlib import Path
+
+import pytest
+
+import nodes.systems as registry
+from nodes.systems import SystemLoadError, get_system, system_names, system_origin
+from nodes.systems.api import System
+from tests.test_cli_edges import assert_one_line_exit_2, no_segments_of
+from tests.test_rack import ROOT
+
+PLUGIN_DIR = Path(ROOT) / "examples" / "plugin"
+EXAMPLE = "toyht.ht:ToyHT"
+
+
+@pytest.fixture(autouse=True)
+def fresh_registry(monkeypatch):
+    """Plugins a test loads are forgotten after it (the registry caches them per process)."""
+    monkeypatch.setattr(registry, "_loaded", dict(registry._loaded))
+    monkeypatch.setattr(registry, "_origins", dict(registry._origins))
+    before = set(sys.modules)
+    yield
+    for name in set(sys.modules) - before:
+        if name.split(".")[0].startswith(("tmpsys_", "toyht")):
+            del sys.modules[name]
+
+
+def _package(tmp_path, monkeypatch, source: str, module: str = "ht") -> str:
+    """A package with one module of ``source`` in a fresh directory on sys.path; its import name."""
+    pkg = f"tmpsys_{uuid.uuid4().hex[:8]}"
+    (tmp_path / pkg).mkdir()
+    (tmp_path / pkg / "__init__.py").write_text("")
+    (tmp_path / pkg / f"{module}.py").write_text(textwrap.dedent(source))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return pkg
+
+
+RACE_COPY = """
+    from nodes.systems.race import RaceSystem
+
+    class TmpHT(RaceSystem):
+        name = "tmp-ht"
+        description = "RACE under another name, from a temporary package"
+
+    class NotASystem:
+        name = "nope"
+
+    class Clash(RaceSystem):
+        pass                      # keeps the name "race"
+"""
+
+
+def _dmrack(*args, cwd, pythonpath=None, timeout=120):
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    if pythonpath:
+        env["PYTHONPATH"] = str(pythonpath)
+    proc = subprocess.Popen([sys.executable, "-m", "cluster.cli", *args], cwd=cwd, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert no_segments_of(proc.pid), f"dmrack {' '.join(args)} left shared memory behind"
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+# -- (a) resolution ------------------------------------------------------------------------------------
+
+def test_module_class_resolves_from_a_temporary_package(tmp_path, monkeypatch):
+    pkg = _package(tmp_path, monkeypatch, RACE_COPY)
+    cls = get_system(f"{pkg}.ht:TmpHT")
+    assert issubclass(cls, System) and cls.name == "tmp-ht"
+    assert get_system("tmp-ht") is cls                      # known by its name once loaded
+    assert system_origin(f"{pkg}.ht:TmpHT") == f"module:Class {pkg}.ht:TmpHT"
+    assert "tmp-ht" not in system_names()                   # only installed entry points are listed
+
+
+def test_a_spec_names_a_plugin_system(tmp_path, monkeypatch):
+    from cluster.rack import compile_scenario
+    from cluster.scenario import scenario_from_dict
+    pkg = _package(tmp_path, monkeypatch, RACE_COPY)
+    s = scenario_from_dict({"system": {"name": f"{pkg}.ht:TmpHT", "load_factor": 0.25},
+                            "workload": {"recordcount": 100}, "step": [{"action": "load"}]})
+    assert s.spec.system.options["load_factor"] == 0.25
+    assert compile_scenario(s).system.name == "tmp-ht"
+
+
+def test_an_entry_point_is_found_and_listed(tmp_path, monkeypatch):
+    pkg = _package(tmp_path, monkeypatch, RACE_COPY)
+    dist = tmp_path / "tmpsys_dist-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: tmpsys-dist\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text(f"[dmrack.systems]\ntmp-ep = {pkg}.ht:TmpHT\n"
+                                           f"race = {pkg}.ht:Clash\n")
+    assert "tmp-ep" in system_names() and system_names().count("race") == 1
+    cls = get_system("tmp-ep")
+    assert cls.name == "tmp-ht" and system_origin("tmp-ep").startswith("entry point tmp-ep (tmpsys-dist")
+    assert get_system("race").__module__ == "nodes.systems.race.system"   # a built-in wins a clash
+    from cluster import cli
+    rows = []
+    monkeypatch.setattr("builtins.print", lambda text, **kw: rows.extend(json.loads(text)))
+    assert cli.main(["systems", "--json"]) == 0
+    by = {(r["name"], r["source"].split()[0]): r for r in rows}
+    assert by[("tmp-ep", "entry")]["class_name"] == "tmp-ht"
+    assert "clashes with the built-in" in by[("race", "entry")]["error"]
+
+
+@pytest.mark.parametrize("target, needle", [
+    ("tmpsys_nowhere_at_all.ht:X", "module 'tmpsys_nowhere_at_all.ht' does not import: ModuleNotFoundError"),
+    ("{pkg}.broken:X", "module '{pkg}.broken' does not import: ZeroDivisionError: division by zero"),
+    ("{pkg}.ht:Missing", "has no 'Missing'"),
+    ("{pkg}.ht:NotASystem", "is not a subclass of nodes.systems.api.System"),
+    ("{pkg}.ht:Clash", "is named 'race', which is a built-in system"),
+])
+def test_load_errors_are_one_line(tmp_path, monkeypatch, target, needle):
+    pkg = _package(tmp_path, monkeypatch, RACE_COPY)
+    (tmp_path / pkg / "broken.py").write_text("import os\nx = 1 / 0\n")
+    with pytest.raises(SystemLoadError) as e:
+        get_system(target.format(pkg=pkg))
+    assert needle.format(pkg=pkg) in str(e.value) and "\n" not in str(e.value)
+    assert isinstance(e.value, ValueError)
+
+
+# -- (b) the conformance suite on the example plugin, co-located ------------------------------------------
+
+@pytest.mark.parametrize("check", ["single_client", "insert_race", "no_torn_values", "history_zipfian"])
+def test_conformance_on_the_example_plugin(monkeypatch, check):
+    from cluster.conformance import run_suite
+    monkeypatch.syspath_prepend(str(PLUGIN_DIR))
+    (out,) = run_suite(EXAMPLE, only=[check])
+    assert out.passed, out.detail
+
+
+# -- (c) the CLI, from outside the repo, with PYTHONPATH -------------------------------------------------
+
+def test_dmrack_check_on_the_example_plugin(tmp_path):
+    r = _dmrack("check", "--system", EXAMPLE, "--quick", cwd=tmp_path, pythonpath=PLUGIN_DIR, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.startswith(f"PASS: {EXAMPLE}: 9 conformance checks, process stress linearizable")
+
+
+def test_dmrack_run_a_rack_of_processes_with_the_example_plugin(tmp_path):
+    r = _dmrack("run", str(PLUGIN_DIR / "toyht.toml"), "--no-dashboard", "--json", str(tmp_path / "r.json"),
+                cwd=tmp_path, pythonpath=PLUGIN_DIR, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "system toy-ht" in r.stdout or EXAMPLE in r.stdout
+    assert (tmp_path / "r.json").exists()
+
+
+def test_dmrack_systems_lists_a_named_plugin(tmp_path):
+    r = _dmrack("systems", "--json", EXAMPLE, cwd=tmp_path, pythonpath=PLUGIN_DIR)
+    assert r.returncode == 0, r.stderr
+    rows = {x["name"]: x for x in json.loads(r.stdout)}
+    assert rows[EXAMPLE]["source"] == f"module:Class {EXAMPLE}" and rows["race"]["source"] == "built-in"
+
+
+# -- (d) one-line errors from the CLI -------------------------------------------------------------------------
+
+def test_cli_load_errors_are_one_line_exit_2(tmp_path, monkeypatch):
+    pkg = _package(tmp_path, monkeypatch, RACE_COPY)
+    (tmp_path / pkg / "broken.py").write_text("import os\nx = 1 / 0\n")
+    for args, needles in [
+        (["check", "--system", f"{pkg}.broken:X"], [f"module '{pkg}.broken' does not import", "ZeroDivisionError"]),
+        (["check", "--system", f"{pkg}.ht:NotASystem"], ["not a subclass of nodes.systems.api.System"]),
+        (["systems", f"{pkg}.ht:Clash"], ["named 'race', which is a built-in system"]),
+        (["run", str(Path(ROOT) / "examples" / "minimal.toml"), "--set", f"system.name={pkg}.nope:X"],
+         ["system.name", f"module '{pkg}.nope' does not import"]),
+    ]:
+        assert_one_line_exit_2(_dmrack(*args, cwd=tmp_path, pythonpath=tmp_path), *needles)
+
+
+TOO_BIG = """
+    from nodes.systems.race import RaceSystem
+
+    class Greedy(RaceSystem):
+        name = "greedy-ht"
+
+        @classmethod
+        def setup(cls, fabric, memory_nodes, options, capacity):
+            fabric.allocate(memory_nodes[0], 1 << 40)          # more than any memory node has
+"""
+
+
+def test_a_plugin_setup_that_does_not_fit_is_one_line(tmp_path, monkeypatch):
+    _package(tmp_path, monkeypatch, TOO_BIG)
+    pkg = next(p.name for p in tmp_path.iterdir() if p.name.startswith("tmpsys_"))
+    r = _dmrack("run", str(Path(ROOT) / "examples" / "minimal.toml"), "--no-dashboard", "--set",
+                f"system.name={pkg}.ht:Greedy", cwd=tmp_path, pythonpath=tmp_path)
+    assert_one_line_exit_2(r, "memory exhausted")
+
+
+WARMUP_ONLY = """
+    from nodes.systems.api import SystemError_
+    from nodes.systems.race import RaceSystem
+
+    class Picky(RaceSystem):
+        name = "picky-ht"
+
+        @classmethod
+        def setup(cls, fabric, memory_nodes, options, capacity):
+            if capacity < 5000:                                  # the supervisor's small warm-up rack
+                raise SystemError_(f"picky-ht: capacity {capacity} is too small")
+            return super().setup(fabric, memory_nodes, options, capacity)
+"""
+
+
+def test_a_setup_error_in_the_warm_up_rack_is_one_line(tmp_path, monkeypatch):
+    """The supervisor builds the rack, then a small co-located warm-up rack of the same system
+    (cluster/supervisor.py warm_up): a setup that fails only there is one line too, exit 2."""
+    _package(tmp_path, monkeypatch, WARMUP_ONLY)
+    pkg = next(p.name for p in tmp_path.iterdir() if p.name.startswith("tmpsys_"))
+    r = _dmrack("run", str(Path(ROOT) / "examples" / "minimal.toml"), "--no-dashboard", "--set",
+                f"system.name={pkg}.ht:Picky", cwd=tmp_path, pythonpath=tmp_path)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "(warm-up)" in r.stderr and "is too small" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in r.stdout + r.stderr
+
+
+def test_the_example_declares_its_entry_point(monkeypatch):
+    """``pip install -e examples/plugin`` would register toy-ht under the dmrack.systems group."""
+    import tomllib
+    data = tomllib.loads((PLUGIN_DIR / "pyproject.toml").read_text())
+    eps = data["project"]["entry-points"][registry.ENTRY_POINT_GROUP]
+    monkeypatch.syspath_prepend(str(PLUGIN_DIR))
+    assert eps == {"toy-ht": EXAMPLE} and get_system(EXAMPLE).name == "toy-ht"
