@@ -117,6 +117,7 @@ def node_main(state, slot: int, parent_pid: int, run_dir: str) -> None:
         writer.set_state(STATE_RUNNING)
         from shm.failpoints import arm_from_env
         arm_from_env(node=decl.name)           # DMRACK_FAILPOINTS, inherited from the supervisor
+        _log_late_compiles(state, decl.name)
         if decl.role == "compute":
             _compute(state, slot, decl.name, writer)
         elif decl.role == "manager":
@@ -141,6 +142,30 @@ def node_main(state, slot: int, parent_pid: int, run_dir: str) -> None:
         except Exception:  # noqa: BLE001 - the stats plane itself may be what broke
             pass
         os._exit(EXIT_GAVE_UP if gave_up else EXIT_FAILED)
+
+
+def _log_late_compiles(state, name: str) -> None:
+    """The warm-up compiles every jitted function before the fork; one compiled later stalls this
+    node for the compile (and keeps LLVM's memory, tens of MiB) and means a call site passes a type
+    the warm-up did not: log each to the rack's event log (kind "compile"), which the dashboard and
+    the results show."""
+    from numba.core import event
+
+    class _Late(event.Listener):
+        def on_start(self, ev):
+            pass
+
+        def on_end(self, ev):
+            try:
+                d = ev.data or {}
+                fn = getattr(d.get("dispatcher"), "py_func", None)
+                what = f"{fn.__module__}.{fn.__qualname__}" if fn is not None else "?"
+                state.plane.log(0, "compile", name, f"{name}: numba compiled {what}{tuple(d.get('args', ()))} "
+                                                    f"after the warm-up"[:200])
+            except Exception:  # noqa: BLE001 - a diagnostic must never take the node down
+                pass
+
+    event.register("numba:compile", _Late())
 
 
 def _sync_env(state, address: int):

@@ -70,7 +70,7 @@ RACK = "rack"
 ALL = "all"
 END = "end of run"
 #: Event kinds of the rack's log that results keep (see the module docstring).
-KEPT_EVENTS = ("failpoint", "fault")
+KEPT_EVENTS = ("failpoint", "fault", "compile")
 _FAILPOINT_TEXT = ": failpoint "       # nodes.compute's "cn0: failpoint NAME fired (crash)"
 
 
