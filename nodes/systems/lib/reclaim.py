@@ -81,6 +81,9 @@ ROW_WORDS = 264          # the head + MAX_THREADS announcements, padded to whole
 #: the epoch word and the rows are not a hot spot, and an epoch still turns over many times per
 #: millisecond (retired blocks wait a few operation lifetimes).
 ADVANCE_PERIOD_NS = 10_000
+#: ... and only after this many retirements since its last try, so that a thread retiring slowly
+#: (a read-mostly workload, one thread) does not spend its CPU on tries the epoch does not need.
+ADVANCE_MIN_RETIRED = 32
 #: Modelled CPU of checking one READ line of a row for the advance decision.
 LINE_SCAN_NS = 2
 
@@ -159,6 +162,7 @@ class Reclaimer:
         self._co = None                       # the coroutine background advances post on
         self._busy = False
         self._next_try = 0
+        self._since = 0                       # retirements since the last try
         self.retired = self.reclaimed = self.bytes_reclaimed = self.reused = 0
         self.advances = self.advance_attempts = 0
 
@@ -199,6 +203,7 @@ class Reclaimer:
             self._reusable(node, offset, units)
             return
         self.limbo.append((int(self._host[self._mirror]) + 1, node, offset, units))
+        self._since += 1
 
     def release(self, node: int, offset: int, units: int) -> None:
         """A block nobody else ever saw (never published): reusable at once."""
@@ -211,7 +216,7 @@ class Reclaimer:
         if limbo:
             if limbo[0][0] <= int(self._host[self._mirror]) - 2:
                 self.collect()
-            elif not self._busy and self.env.now >= self._next_try:
+            elif self._since >= ADVANCE_MIN_RETIRED and not self._busy and self.env.now >= self._next_try:
                 self._busy = True
                 if self._co is None:
                     self._co = Coroutine(self.thread)   # not one of the workload's coroutines
@@ -251,6 +256,7 @@ class Reclaimer:
         """Generator: try to move the rack's epoch on by one (see the module docstring), then
         collect. Runs on ``co`` with nothing queued on it. True if the epoch moved (by anyone)."""
         self.advance_attempts += 1
+        self._since = 0
         e = int(self._host[self._mirror])
         words = self._row_words
         handles = [co.read(a, n * WORD) for a, n in zip(self._row_addrs, words)]
