@@ -277,7 +277,6 @@ def _cmd_systems(args) -> int:
 
 
 def _cmd_profiles(args) -> int:
-    from rich.console import Console
     from rich.table import Table
     from shm.profile import list_profiles, load_profile
     if getattr(args, "json", False):

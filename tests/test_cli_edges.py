@@ -64,14 +64,16 @@ def test_up_check_and_history_work_on_the_default_rack(tmp_path):
     """The README's `dmrack up ... --history PATH --check` on the default rack (a smaller load via
     the new --set, so the test stays short): exit 0, a linearizable verdict, the history written."""
     hist = tmp_path / "h.jsonl"
-    r = dmrack("up", "--check", "--history", str(hist), "--duration", "3", "--no-dashboard",
-               "--set", "workload.recordcount=2000")
+    # 6 real seconds: the rack must build, warm up and load before --duration ends it, also on a
+    # busy 2-core machine (3 s was not always enough there)
+    r = dmrack("up", "--check", "--history", str(hist), "--duration", "6", "--no-dashboard",
+               "--set", "workload.recordcount=500")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "linearizable:" in r.stdout and "NOT" not in r.stdout
-    assert "load 2,000 records" in r.stdout             # --set reached the rack
+    assert "load 500 records" in r.stdout               # --set reached the rack
     assert f"values are {HISTORY_VALUE_SIZE} bytes" in r.stdout
     lines = hist.read_text().splitlines()
-    assert len(lines) > 2000 and json.loads(lines[0])["kind"] in ("insert", "get", "update")
+    assert len(lines) > 500 and json.loads(lines[0])["kind"] in ("insert", "get", "update")
 
 
 @pytest.mark.parametrize("args, needles", [

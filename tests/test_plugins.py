@@ -5,8 +5,6 @@ ones, and run on a rack of processes; every way it can fail to load is one line,
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 import textwrap
 import uuid
@@ -17,7 +15,7 @@ import pytest
 import nodes.systems as registry
 from nodes.systems import SystemLoadError, get_system, system_names, system_origin
 from nodes.systems.api import System
-from tests.test_cli_edges import assert_one_line_exit_2, no_segments_of
+from tests.test_cli_edges import assert_one_line_exit_2, dmrack
 from tests.test_rack import ROOT
 
 PLUGIN_DIR = Path(ROOT) / "examples" / "plugin"
@@ -62,20 +60,8 @@ RACE_COPY = """
 
 
 def _dmrack(*args, cwd, pythonpath=None, timeout=120):
-    env = dict(os.environ)
-    env.pop("PYTHONPATH", None)
-    if pythonpath:
-        env["PYTHONPATH"] = str(pythonpath)
-    proc = subprocess.Popen([sys.executable, "-m", "cluster.cli", *args], cwd=cwd, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert no_segments_of(proc.pid), f"dmrack {' '.join(args)} left shared memory behind"
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    # an empty PYTHONPATH is none: only what the test puts there (and the installed dmrack) is found
+    return dmrack(*args, env={"PYTHONPATH": str(pythonpath) if pythonpath else ""}, cwd=cwd, timeout=timeout)
 
 
 # -- (a) resolution ------------------------------------------------------------------------------------
