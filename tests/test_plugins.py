@@ -223,3 +223,36 @@ def test_the_example_declares_its_entry_point(monkeypatch):
     eps = data["project"]["entry-points"][registry.ENTRY_POINT_GROUP]
     monkeypatch.syspath_prepend(str(PLUGIN_DIR))
     assert eps == {"toy-ht": EXAMPLE} and get_system(EXAMPLE).name == "toy-ht"
+
+
+# -- docs/adding-a-system.md: its commands and its entry point are the ones that work -------------------
+
+def _guide_blocks(lang: str) -> list[str]:
+    import re
+    text = (Path(ROOT) / "docs" / "adding-a-system.md").read_text()
+    return re.findall(rf"```{lang}\n(.*?)```", text, re.S)
+
+
+def test_the_guides_entry_point_is_the_example_packages():
+    (toml,) = _guide_blocks("toml")
+    pyproject = (PLUGIN_DIR / "pyproject.toml").read_text()
+    for line in toml.strip().splitlines():
+        assert line.strip() in pyproject, line
+
+
+def test_the_guides_commands_run_as_written():
+    """Every line of the guide's ``sh`` block, run from the repository as a user would (``dmrack``
+    is ``python -m cluster.cli``; ``VAR=value`` prefixes go to the environment)."""
+    import shlex
+    (block,) = _guide_blocks("sh")
+    lines = [ln for ln in block.strip().splitlines() if ln.strip() and not ln.startswith("#")]
+    assert len(lines) >= 2
+    for line in lines:
+        words = shlex.split(line)
+        env = {}
+        while "=" in words[0] and not words[0].startswith("-"):
+            k, v = words.pop(0).split("=", 1)
+            env[k] = str(Path(ROOT) / v) if k == "PYTHONPATH" else v
+        assert words[0] == "dmrack", line
+        r = dmrack(*words[1:], env=env, cwd=ROOT, timeout=300)
+        assert r.returncode == 0, (line, r.stdout[-2000:], r.stderr[-2000:])
