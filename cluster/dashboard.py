@@ -105,13 +105,17 @@ def fmt_bytes(n: int | None) -> str:
 
 
 def fmt_mem(used: int | None, capacity: int | None) -> str:
-    """Occupancy of a memory: "41 % 3.3/8 MiB" (both figures in the capacity's unit)."""
+    """Occupancy of a memory: "41 % 3.3/8 MiB" (both figures in the capacity's unit), or
+    "1 % 8.2 MiB/1 GiB" when the used part would round to 0 in the capacity's unit."""
     if not capacity:
         return "–"
     used = used or 0
     unit, div = next(((u, d) for u, d in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
                       if capacity >= d), ("B", 1))
-    return f"{100 * used / capacity:.0f} % {_num(used / div)}/{_num(capacity / div)} {unit}"
+    share = f"{100 * used / capacity:.0f} %"
+    if used and _num(used / div) == "0":
+        return f"{share} {fmt_bytes(used)}/{_num(capacity / div)} {unit}"
+    return f"{share} {_num(used / div)}/{_num(capacity / div)} {unit}"
 
 
 def fit_label(label: str, width: int = STEP_WIDTH) -> str:

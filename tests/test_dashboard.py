@@ -289,3 +289,4 @@ def test_memory_occupancy_and_reclaimed_bytes_per_node_and_rack():
     assert "27 % 4.3/16 MiB" in _row(out, "rack") and "2 MiB" in _row(out, "rack")
     assert fmt_bytes(0) == "0 B" and fmt_bytes(None) == "–" and fmt_mem(0, 0) == "–"
     assert fmt_mem(1 << 30, 4 << 30) == "25 % 1/4 GiB"
+    assert fmt_mem(8_600_000, 1 << 30) == "1 % 8.2 MiB/1 GiB"      # not "0/1 GiB" (the rack row)
