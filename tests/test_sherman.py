@@ -255,3 +255,13 @@ def test_without_index_cache_every_descent_reads_the_path():
         assert r.op("get", _k(123)) == _v(123)
         after = r.client.statistics()
         assert after.cache_misses > before.cache_misses and after.cache_hits == before.cache_hits
+
+
+def test_unlock_before_write_is_caught_by_the_checker():
+    """The deliberate bug (system option fault = "unlock-before-write"): the leaf's lock is free
+    before the entry is written back. The co-located stress history is not linearizable; the same
+    run without the fault passes (the conformance suite runs it for every system)."""
+    from cluster import conformance
+    from nodes.systems import get_system
+    with pytest.raises(conformance.ConformanceFailure, match="not linearizable"):
+        conformance.CHECKS["history_uniform"](get_system("sherman"), {"fault": "unlock-before-write"})

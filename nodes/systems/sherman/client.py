@@ -105,6 +105,7 @@ class ShermanClient(HoclClient, KVClient):
         self.cache: IndexCache = shared(owner, self.root_word, "index_cache", lambda: IndexCache(cap))
         self.locks: LocalLocks = shared(owner, self.root_word, "local_locks", LocalLocks)
         self.max_handover = int(options.get("max_handover", 8))
+        self.fault = options.get("fault", "none")
         self.tag = (owner.node % FIELD_MASK) + 1          # the remote lock's holder: this compute node
         mns = layout["memory_nodes"]
         # Out-of-line value blocks are reused once no reader can hold them (nodes/systems/lib/reclaim.py);
@@ -374,17 +375,25 @@ class ShermanClient(HoclClient, KVClient):
                 old = self._block_of(*REF.unpack_from(self._mv, off + line * LINE + 16))
             ev = self._mv[off + (line or free or 1) * LINE + 4] + 1
             if kind == "delete":
-                co.write(addr + line * LINE, entry_line(hd.nv, ev, bytes(8), 0, b"", used=False))
+                wb = (addr + line * LINE, entry_line(hd.nv, ev, bytes(8), 0, b"", used=False))
                 self.entry_gone(key)
             elif kind == "update" or free:
                 vlen, field = value_field(value, block)
-                co.write(addr + (line or free) * LINE, entry_line(hd.nv, ev, key, vlen, field))
+                wb = (addr + (line or free) * LINE, entry_line(hd.nv, ev, key, vlen, field))
                 self.entry_at(key, addr + (line or free) * LINE, hd.nv)
             else:
                 self.entry_gone(key)                  # the split moves it; the next get finds it
                 yield from self.split_leaf(co, addr, lock, off, hd, key, k, value, block)
                 return True
-            yield from self.release(co, lock)
+            if self.fault == "unlock-before-write":
+                # the deliberate bug: the lock is free before the entry is written back, so the
+                # next holder works on a leaf that misses this write (and may be overwritten by it)
+                yield from self.release(co, lock)
+                co.write(*wb)
+                yield co.sync()
+            else:
+                co.write(*wb)                         # the write-back and the unlock in one post
+                yield from self.release(co, lock)
             if old is not None:
                 self.alloc.retire(*old)               # after the entry's WRITE completed
             return True

@@ -32,6 +32,9 @@ class ShermanSystem(System):
                "before it is released remotely (0: no hand-over)", minimum=0, maximum=1 << 16),
         Option("lock_slots", 8192, "16-bit HOCL locks per memory node in NIC device memory (tree nodes hash onto "
                "them; 2 bytes each)", minimum=4, maximum=1 << 16),
+        Option("fault", "none", "a deliberate bug, to prove that dmrack check catches it: 'unlock-before-write' "
+               "releases a leaf's lock before the entry's write-back (lost and overwritten entries)",
+               choices=("none", "unlock-before-write")),
     )
 
     @classmethod
