@@ -31,6 +31,23 @@ STRESS_KEYS = 64
 HISTORY_CAPACITY = 1 << 20
 
 
+class StressShape(NamedTuple):
+    """How hard the process stress pushes: keys, value bytes, threads and coroutines per compute
+    node, virtual ms per phase (uniform, then zipfian)."""
+    keys: int = STRESS_KEYS
+    value_size: int = 32
+    threads: int = 4
+    coroutines: int = 4
+    run_ms: float = 2.0
+
+
+QUICK = StressShape(run_ms=0.5)
+#: ``--heavy``: values over 16 cache lines (a multi-line READ can meet a WRITE of the same block),
+#: four times the clients on a quarter of the keys (every key sees overlapping inserts, updates,
+#: deletes and re-inserts), longer phases. A system shapes it with ``System.heavy_stress``.
+HEAVY = StressShape(keys=16, value_size=1000, threads=8, coroutines=8, run_ms=2.0)
+
+
 class CheckReport(NamedTuple):
     system: str
     passed: bool
@@ -43,7 +60,7 @@ class CheckReport(NamedTuple):
 
 
 def stress_scenario(system: str, options: dict, *, seed: int, run_ms: float, compute: int = 2, threads: int = 4,
-                    coroutines: int = 4):
+                    coroutines: int = 4, keys: int = STRESS_KEYS, value_size: int = 32):
     """The process-rack stress: load half the keys, run uniform, then zipfian (as a scenario)."""
     from cluster.scenario import scenario_from_dict
     data = {
@@ -51,7 +68,7 @@ def stress_scenario(system: str, options: dict, *, seed: int, run_ms: float, com
         "compute": {"count": compute, "threads": threads, "coroutines": coroutines, "memory": "16MiB"},
         "memory": {"count": 2, "memory": "64MiB"},
         "system": {"name": system, **options},
-        "workload": {"preset": "a", "recordcount": STRESS_KEYS // 2, "keysize": 8, "valuesize": 32},
+        "workload": {"preset": "a", "recordcount": keys // 2, "keysize": 8, "valuesize": value_size},
         "workloads": {"zipf": {"preset": "a"}},
         "step": [{"action": "load"}, {"action": "run", "duration_ms": run_ms},
                  {"action": "run", "workload": "zipf", "duration_ms": run_ms}],
@@ -59,18 +76,22 @@ def stress_scenario(system: str, options: dict, *, seed: int, run_ms: float, com
     return scenario_from_dict(data, source=f"dmrack check {system}")
 
 
-def stress_processes(system: str, options: dict, *, seed: int = 1, run_ms: float = 1.0, time_limit_s: float = 60.0):
+def stress_processes(system: str, options: dict, *, seed: int = 1, run_ms: float | None = None,
+                     time_limit_s: float = 60.0, shape: StressShape = StressShape()):
     """Run the stress on a rack of processes; returns (CheckResult, Supervisor)."""
     from cluster.checker import check
     from cluster.supervisor import Supervisor
     from workloads.stress import StressWorkload
-    sup = Supervisor(stress_scenario(system, options, seed=seed, run_ms=run_ms), quiet=True,
-                     history=HISTORY_CAPACITY)
+    if run_ms is not None:
+        shape = shape._replace(run_ms=run_ms)
+    sup = Supervisor(stress_scenario(system, options, seed=seed, run_ms=shape.run_ms, threads=shape.threads,
+                                     coroutines=shape.coroutines, keys=shape.keys, value_size=shape.value_size),
+                     quiet=True, history=HISTORY_CAPACITY)
     # The YCSB workloads of the scenario only shape the rack; the stress workload drives it: every
     # op kind on a small key space, so inserts meet existing keys and deletes meet missing ones.
     wls = sup.compiled.workloads
-    wls["default"] = StressWorkload(keys=STRESS_KEYS, distribution="uniform", value_size=32)
-    wls["zipf"] = StressWorkload(keys=STRESS_KEYS, distribution="zipfian", value_size=32)
+    wls["default"] = StressWorkload(keys=shape.keys, distribution="uniform", value_size=shape.value_size)
+    wls["zipf"] = StressWorkload(keys=shape.keys, distribution="zipfian", value_size=shape.value_size)
     status = sup.run()
     if status != 0:
         deaths = "; ".join(f"{d.node} {d.how}" for d in sup.deaths) or sup.stop_reason
@@ -116,8 +137,9 @@ def _write_report(path: str, text: str) -> None:
         f.write(text if text.endswith("\n") else text + "\n")
 
 
-def run(system: str, *, options: dict | None = None, quick: bool = False, seed: int = 1, console=None,
-        json_path: str | None = None, report_path: str | None = None, out_dir: str | None = None) -> CheckReport:
+def run(system: str, *, options: dict | None = None, quick: bool = False, heavy: bool = False, seed: int = 1,
+        console=None, json_path: str | None = None, report_path: str | None = None,
+        out_dir: str | None = None) -> CheckReport:
     """Run the suite and the process stress; print the verdict first, then one line per check
     and a short block per failing key; the full explanations go to a report file (``report_path``,
     default ``dmrack-check-SYSTEM.txt`` in ``out_dir`` or the current directory), which is written
@@ -134,7 +156,8 @@ def run(system: str, *, options: dict | None = None, quick: bool = False, seed: 
         outcomes = run_suite(system, options=options,
                              progress=lambda m: status.update(f"[bold]check {system}[/]: {m}"))
         status.update(f"[bold]check {system}[/]: stress on a rack of processes (history recorded)")
-        result, _ = stress_processes(system, options, seed=seed, run_ms=0.5 if quick else 2.0)
+        shape = cls.heavy_stress(HEAVY) if heavy else QUICK if quick else StressShape()
+        result, _ = stress_processes(system, options, seed=seed, shape=shape)
     passed = all(o.passed for o in outcomes) and result.verdict == "ok"
     explanation = "" if result.verdict == "ok" else result.explain()
     suite_ops = sum(o.ops_checked for o in outcomes)
@@ -146,7 +169,8 @@ def run(system: str, *, options: dict | None = None, quick: bool = False, seed: 
                + f", process stress {_STRESS_VERDICT.get(result.verdict, result.verdict)}; "
                f"{report.ops:,} operations checked for linearizability ({result.keys:,} keys in the process "
                f"stress), {report.wall_s:.1f} s")
-    stress_name = "stress (2 processes, uniform + zipf 0.99)"
+    stress_name = (f"stress (2 processes x {shape.threads} x {shape.coroutines}, {shape.keys} keys, "
+                   f"{shape.value_size} B values, uniform + zipf 0.99)")
     write = report_path or out_dir or not passed
     path = report_path or default_report_path(system, out_dir) if write else None
     if path:

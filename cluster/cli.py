@@ -218,16 +218,18 @@ def _cmd_check(args) -> int:
     if args.out:
         _make_dir(args.out)
     if args.history is not None:
-        if args.option or args.quick or args.seed is not None:
-            raise ValueError("--option, --quick and --seed go with --system, not --history")
+        if args.option or args.quick or args.heavy or args.seed is not None:
+            raise ValueError("--option, --quick, --heavy and --seed go with --system, not --history")
         if args.time_limit <= 0:
             raise ValueError(f"--time-limit must be a positive number of seconds, got {args.time_limit:g}")
         return check.check_history_file(args.history, time_limit_s=args.time_limit, console=_console(),
                                         report_path=args.report, out_dir=args.out, json_path=args.json)
+    if args.quick and args.heavy:
+        raise ValueError("--quick and --heavy do not go together: --heavy is the longer, harder stress")
     _check_failpoints()
     options = dict(_parse_set(x) for x in args.option or [])
-    report = check.run(args.system, options=options, quick=args.quick, seed=args.seed or 1, console=_console(),
-                       json_path=args.json, report_path=args.report, out_dir=args.out)
+    report = check.run(args.system, options=options, quick=args.quick, heavy=args.heavy, seed=args.seed or 1,
+                       console=_console(), json_path=args.json, report_path=args.report, out_dir=args.out)
     return 0 if report.passed else 1
 
 
@@ -374,6 +376,8 @@ def main(argv=None) -> int:
     ck.add_argument("--out", metavar="DIR", help="directory for the report (created if missing)")
     ck.add_argument("--option", action="append", metavar="KEY=VALUE", help="a system option (repeatable)")
     ck.add_argument("--quick", action="store_true", help="a shorter stress")
+    ck.add_argument("--heavy", action="store_true",
+                    help="a harder stress: 1000-byte values (16 lines), 8 x 8 clients per node on 16 keys")
     ck.add_argument("--seed", type=int, help="random seed")
     ck.add_argument("--json", metavar="PATH", help="also write the verdict as JSON")
     ck.set_defaults(func=_cmd_check)

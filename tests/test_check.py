@@ -56,3 +56,27 @@ def test_report_goes_where_asked(tmp_path):
                   tmp_path=tmp_path)
     assert r.returncode == 1 and f"full report: {tmp_path / 'r' / 'mine.txt'}" in r.stdout
     assert "Timeline" in (tmp_path / "r" / "mine.txt").read_text()
+
+
+def _heavy(system, *extra, tmp_path):
+    out = tmp_path / "verdict.json"
+    r = subprocess.run([sys.executable, "-m", "cluster.cli", "check", "--system", system, "--heavy", "--json",
+                        str(out), *extra], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    return r, json.loads(out.read_text())
+
+
+def test_heavy_stress_passes_race_and_catches_sherman_unlock_before_write(tmp_path):
+    """--heavy: 1000-byte values (16 lines) from 2 x 8 x 8 clients on 16 keys. RACE passes it (with
+    block reuse under way); Sherman releasing its leaf lock before the write-back fails it."""
+    r, verdict = _heavy("race", tmp_path=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "16 keys, 1000 B values" in r.stdout and verdict["keys"] == 16 and verdict["ops"] > 5000
+    r, verdict = _heavy("sherman", "--option", "fault=unlock-before-write", tmp_path=tmp_path)
+    assert r.returncode == 1 and r.stdout.startswith("FAIL: sherman: ") and "NOT linearizable" in r.stdout
+    assert verdict["stress"] == "illegal"
+
+
+def test_quick_and_heavy_together_are_one_line(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "cluster.cli", "check", "--system", "race", "--quick", "--heavy"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "--heavy" in r.stderr

@@ -148,6 +148,14 @@ class System:
         return int(capacity) * (int(key_bytes) + int(value_bytes))
 
     @classmethod
+    def heavy_stress(cls, shape):
+        """The ``dmrack check --heavy`` stress for this system: ``shape`` (a
+        ``cluster.check.StressShape``: keys, value bytes, threads, coroutines, ms per phase) as is,
+        or ``shape._replace(...)`` for a design whose limits or weak spots call for another one
+        (a smaller largest value, a key count that fills one node, ...)."""
+        return shape
+
+    @classmethod
     def node_failed(cls, fabric, layout: dict, node: int) -> None:
         """Compute node ``node`` (a fabric index) has died (its process is gone): release what it
         held that the rest of the rack waits for. The default clears its epoch announcements
