@@ -180,6 +180,16 @@ class Reclaimer:
             self._announce(e)
         return e
 
+    def run(self, op):
+        """Generator: the operation generator ``op`` run inside an epoch (announced before its
+        first verb, withdrawn when it returns, raises or is closed). A client's ``get`` is
+        ``return self.reclaim.run(self._get(co, key))``: no generator layer of its own."""
+        e = self.enter()
+        try:
+            return (yield from op)
+        finally:
+            self.exit(e)
+
     def exit(self, e: int) -> None:
         a = self._active
         n = a[e] - 1

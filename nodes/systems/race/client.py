@@ -295,32 +295,16 @@ class RaceClient(KVClient):
     # Every operation runs inside an epoch (nodes/systems/lib/reclaim.py): the blocks it may read are
     # not reused before it ends.
     def get(self, co, key: bytes):
-        e = self.reclaim.enter()
-        try:
-            return (yield from self._get(co, key))
-        finally:
-            self.reclaim.exit(e)
+        return self.reclaim.run(self._get(co, key))
 
     def update(self, co, key: bytes, value: bytes):
-        e = self.reclaim.enter()
-        try:
-            return (yield from self._update(co, key, value))
-        finally:
-            self.reclaim.exit(e)
+        return self.reclaim.run(self._update(co, key, value))
 
     def delete(self, co, key: bytes):
-        e = self.reclaim.enter()
-        try:
-            return (yield from self._delete(co, key))
-        finally:
-            self.reclaim.exit(e)
+        return self.reclaim.run(self._delete(co, key))
 
     def insert(self, co, key: bytes, value: bytes):
-        e = self.reclaim.enter()
-        try:
-            return (yield from self._insert(co, key, value))
-        finally:
-            self.reclaim.exit(e)
+        return self.reclaim.run(self._insert(co, key, value))
 
     def _get(self, co, key: bytes):
         if type(key) is not bytes:

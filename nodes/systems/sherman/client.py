@@ -237,18 +237,10 @@ class ShermanClient(HoclClient, KVClient):
     # Every operation runs inside an epoch (nodes/systems/lib/reclaim.py): an out-of-line block it may
     # read is not reused before it ends. Subclasses override the bodies (_get, modify, _scan).
     def get(self, co, key: bytes):
-        e = self.reclaim.enter()
-        try:
-            return (yield from self._get(co, key))
-        finally:
-            self.reclaim.exit(e)
+        return self.reclaim.run(self._get(co, key))
 
     def scan(self, co, start: bytes, count: int):
-        e = self.reclaim.enter()
-        try:
-            return (yield from self._scan(co, start, count))
-        finally:
-            self.reclaim.exit(e)
+        return self.reclaim.run(self._scan(co, start, count))
 
     def _get(self, co, key: bytes):
         if type(key) is not bytes:
@@ -318,11 +310,7 @@ class ShermanClient(HoclClient, KVClient):
 
     def modify(self, co, key, value, kind: str):
         """Generator: insert / update / delete inside an epoch (see :meth:`get`)."""
-        e = self.reclaim.enter()
-        try:
-            return (yield from self._modify(co, key, value, kind))
-        finally:
-            self.reclaim.exit(e)
+        return self.reclaim.run(self._modify(co, key, value, kind))
 
     def _block_of(self, block: int, length: int):
         return gaddr_node(block), gaddr_offset(block), block_units(length)
