@@ -73,9 +73,8 @@ class ChunkAllocator:
         size = units * UNIT
         rec = self.reclaim
         if rec is not None:
-            got = rec.take(units)
+            got = self._reuse(units)
             if got is not None:
-                self.blocks += 1
                 return got
         while True:
             pos = self.pos
@@ -88,11 +87,10 @@ class ChunkAllocator:
                 continue
             if rec is not None and rec.limbo:
                 # before taking more memory, see whether the epoch lets retired blocks come back
-                if rec.collect() == 0 and not co._pending and not rec._busy:
-                    yield from rec.advance(co)
-                got = rec.take(units)
+                if rec.collect() == 0:
+                    yield from rec.advance_inline(co)
+                got = self._reuse(units)
                 if got is not None:
-                    self.blocks += 1
                     return got
             if (yield from self._new_chunk(co)):
                 continue
@@ -102,14 +100,19 @@ class ChunkAllocator:
                 if rec is None or not rec.limbo:
                     break
                 yield self.rpc_ns
-                if not co._pending and not rec._busy:
-                    yield from rec.advance(co)
+                yield from rec.advance_inline(co)
                 rec.collect()
-                got = rec.take(units)
+                got = self._reuse(units)
                 if got is not None:
-                    self.blocks += 1
                     return got
             raise self._out_of_memory()
+
+    def _reuse(self, units: int):
+        """A block of ``units`` the reclaimer gives back, counted as allocated, or None."""
+        got = self.reclaim.take(units)
+        if got is not None:
+            self.blocks += 1
+        return got
 
     def retire(self, node: int, offset: int, units: int) -> None:
         """A block an operation unlinked (replaced or deleted): reusable once no reader can hold it."""

@@ -240,7 +240,7 @@ class Reclaimer:
     def _reusable(self, node, offset, units) -> None:
         self.reclaimed += 1
         self.bytes_reclaimed += units * 64
-        self.free.setdefault(units, []).append((node, offset))
+        self.release(node, offset, units)
 
     def collect(self) -> int:
         """Move the blocks whose epoch is two behind the mirror to the free lists; how many."""
@@ -261,6 +261,12 @@ class Reclaimer:
             yield from self.advance(self._co)
         finally:
             self._busy = False
+
+    def advance_inline(self, co):
+        """Generator: :meth:`advance` on ``co``, an operation's coroutine whose chunk ran out, unless
+        a background try is under way or ``co`` has verbs queued (the round trip would carry them)."""
+        if not self._busy and not co._pending:
+            yield from self.advance(co)
 
     def advance(self, co):
         """Generator: try to move the rack's epoch on by one (see the module docstring), then

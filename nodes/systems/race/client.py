@@ -40,7 +40,7 @@ from .bucket import MAX_MATCHES, SAME, probe, scan, slot_offset
 from .directory import DirectoryCache
 from .layout import (
     COMBINED_BYTES, FP_SHIFT, MAX_NODE, MAX_OFFSET, NODE_SHIFT, OFFSET_MASK, TENTATIVE, UNIT, UNITS_SHIFT, check_block,
-    check_item, encode_block,
+    check_item, encode_block, slot_location,
 )
 
 #: Modelled CPU work (cycles at ``cpu.ghz``): hashing a key (a fixed part plus one cycle per byte).
@@ -277,11 +277,11 @@ class RaceClient(KVClient):
 
     def retire_block(self, w: int) -> None:
         """The block slot word ``w`` points to was unlinked by this operation."""
-        self.alloc.retire((w >> NODE_SHIFT) & 0xFF, w & _BLOCK_ADDR, (w >> UNITS_SHIFT) & 0xFF)
+        self.alloc.retire(*slot_location(w))
 
     def release_block(self, w: int) -> None:
         """The block of ``w`` was never published: nobody else has its address."""
-        self.alloc.release((w >> NODE_SHIFT) & 0xFF, w & _BLOCK_ADDR, (w >> UNITS_SHIFT) & 0xFF)
+        self.alloc.release(*slot_location(w))
 
     def new_block(self, co, key: bytes, value: bytes, h: int):
         """Generator: allocate a block for (key, value), queue its WRITE; returns its committed slot word."""

@@ -111,6 +111,11 @@ def slot_offset(w: int) -> int:
     return w & (OFFSET_MASK & ~TENTATIVE)
 
 
+def slot_location(w: int) -> tuple[int, int, int]:
+    """(node, offset, units) of the KV block a slot word points to: what the allocator reuses."""
+    return slot_node(w), slot_offset(w), slot_units(w)
+
+
 def slot_is_tentative(w: int) -> bool:
     return bool(w & TENTATIVE)
 
