@@ -132,7 +132,7 @@ def _gave_up(e: BaseException) -> str | None:
     seen = 0
     while e is not None and seen < 8:
         if isinstance(e, SystemError_):
-            return " ".join(str(e.args[0] if e.args else e).split())
+            return e.one_line()
         e, seen = e.__cause__ or e.__context__, seen + 1
     return None
 

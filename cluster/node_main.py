@@ -19,10 +19,10 @@ A node process
   out of memory for KV blocks, a table full): its one-line message also goes to
   ``<run dir>/<node>.gaveup`` and the node exits with ``EXIT_GAVE_UP``, so the supervisor can say
   "cn0: the system gave up: <message>" instead of printing a traceback;
-* publishes counters with its heartbeat: a memory node its occupancy (the shared bump pointer of
-  its host memory, word 0 of ``fabric.memory[i].alloc``, against the host region's size; it lives
-  in the node's own memory, so the memory node is where it is read), a compute node the sums of
-  its clients' reclamation figures (``ComputeNode.client_counters``).
+* publishes counters with its heartbeat: a memory node its occupancy (``Fabric.occupancy``: the
+  shared bump pointer of its host memory against the host region's size; it lives in the node's
+  own memory, so the memory node is where it is read), a compute node the sums of its clients'
+  reclamation figures (``ComputeNode.client_counters``).
 
 Roles: ``compute`` and the ``manager`` run the scenario in clock-synchronised environments;
 ``memory`` nodes are passive (one-sided verbs never involve their CPU), so they only heartbeat
@@ -130,8 +130,7 @@ def node_main(state, slot: int, parent_pid: int, run_dir: str) -> None:
             f.write(traceback.format_exc())
         gave_up = isinstance(e, SystemError_)
         if gave_up:
-            # The message alone (str() of an exception omits its notes): one line for the user.
-            msg = " ".join(str(e.args[0] if e.args else e).split())
+            msg = e.one_line()
             with open(os.path.join(run_dir, f"{decl.name}.gaveup"), "w") as f:
                 f.write(msg)
         try:
@@ -242,13 +241,9 @@ def _passive(state, name: str, writer) -> None:
 
     counters = None
     if state.compiled.nodes[state.slot(name)].role == "memory":
-        from shm.fabric import REGION_HOST
-        i = state.fabric.node_index(name)
-        alloc, capacity = state.fabric.memory[i].alloc, state.fabric.region_bytes(i, REGION_HOST)
-
         def counters() -> dict:
-            # word 0: the host region's bump pointer (shm.fabric.Fabric.allocate), shared by every process
-            return {"mem_used": min(int(alloc[0]), capacity), "mem_capacity": capacity}
+            used, capacity = state.fabric.occupancy(name)
+            return {"mem_used": used, "mem_capacity": capacity}
 
     hb = _Heartbeat(writer, gauge, rack_time, lambda: 0, lambda: 0, counters)
     while not clock.stop_requested and not state.control.get(F_DONE):

@@ -298,15 +298,13 @@ class ColocatedRack:
     def _publish_memory(self, state) -> None:
         """Memory nodes have no process here: publish their occupancy into their slots, as a
         memory node's heartbeat does in a rack of processes (the results show it either way)."""
-        from shm.fabric import REGION_HOST
         for decl in self.compiled.nodes:
             if decl.role != "memory":
                 continue
-            i = state.fabric.node_index(decl.name)
-            cap = state.fabric.region_bytes(i, REGION_HOST)
+            used, capacity = state.fabric.occupancy(decl.name)
             w = state.plane.writer(state.slot(decl.name))
             w.begin(0)
-            w.set_counters(mem_used=min(int(state.fabric.memory[i].alloc[0]), cap), mem_capacity=cap)
+            w.set_counters(mem_used=used, mem_capacity=capacity)
             w.finish(STATE_DONE)
 
     def meta(self, vnow: int) -> dict:

@@ -140,7 +140,7 @@ class Supervisor:
                 warm_up(self.compiled)
             except SystemError_ as e:
                 # The warm-up rack runs the same system in the same memory: it gave up before any node did.
-                self.stop_reason = f"warm-up: the system gave up: {' '.join(str(e.args[0] if e.args else e).split())}"
+                self.stop_reason = f"warm-up: the system gave up: {e.one_line()}"
                 self.say(f"dmrack: {self.stop_reason}")
                 return EXIT_GAVE_UP
             if self._signal:                  # Ctrl-C while building: nothing to stop yet

@@ -334,6 +334,12 @@ class Fabric:
         mem = self.memory[node]
         return mem.host.shape[0] if region == REGION_HOST else mem.device.shape[0]
 
+    def occupancy(self, node) -> tuple[int, int]:
+        """(bytes carved from the node's host memory by :meth:`allocate`, its host memory size)."""
+        i = self.node_index(node)
+        capacity = self.region_bytes(i, REGION_HOST)
+        return min(int(self.memory[i].alloc[0]), capacity), capacity
+
     def allocate(self, node, nbytes: int, *, region: int = REGION_HOST, align: int = LINE) -> int:
         """Carve ``nbytes`` out of a node's memory (bump allocation, shared by all processes);
         returns the offset. Memory is never reused: registration is a setup-time act."""

@@ -43,10 +43,6 @@ class SystemLoadError(ValueError):
     subclass, a name clash. One line."""
 
 
-def _one_line(text) -> str:
-    return " ".join(str(text).split())
-
-
 def entry_points() -> dict:
     """name -> ``importlib.metadata.EntryPoint`` of every installed ``dmrack.systems`` entry point."""
     from importlib.metadata import entry_points as eps
@@ -76,7 +72,7 @@ def is_plugin_target(name: str) -> bool:
 
 def _import_target(target: str, asked: str, origin: str):
     """The class named by ``module:Class``, checked (subclass of System, a usable name)."""
-    from nodes.systems.api import System
+    from nodes.systems.api import System, one_line
     module, _, attr = target.partition(":")
     if not module or not attr or ":" in attr:
         raise SystemLoadError(f"system {asked!r}: {target!r} is not of the form module:Class")
@@ -84,7 +80,7 @@ def _import_target(target: str, asked: str, origin: str):
         mod = importlib.import_module(module)
     except Exception as e:                  # ImportError, SyntaxError, or whatever the module raised
         raise SystemLoadError(f"system {asked!r}: module {module!r} does not import: "
-                              f"{type(e).__name__}: {_one_line(e)}") from None
+                              f"{type(e).__name__}: {one_line(e)}") from None
     obj = mod
     for part in attr.split("."):
         try:

@@ -33,8 +33,18 @@ class UnsupportedOperation(NotImplementedError):
     """The system does not offer this operation (e.g. scans on a hash table)."""
 
 
+def one_line(text) -> str:
+    """``text`` (a message, an exception) with every run of whitespace, newlines included, as one
+    space: how the rack prints a failure in one line."""
+    return " ".join(str(text).split())
+
+
 class SystemError_(RuntimeError):
     """A system-level failure a workload should report (e.g. the table is full)."""
+
+    def one_line(self) -> str:
+        """The message alone (``str()`` of an exception may carry notes), in one line."""
+        return one_line(self.args[0] if self.args else "")
 
 
 @dataclass(frozen=True)
