@@ -118,6 +118,8 @@ def node_main(state, slot: int, parent_pid: int, run_dir: str) -> None:
         from shm.failpoints import arm_from_env
         arm_from_env(node=decl.name)           # DMRACK_FAILPOINTS, inherited from the supervisor
         _log_late_compiles(state, decl.name)
+        from cluster import memtrace
+        memtrace.start(decl.name)              # DMRACK_MEMTRACE: a diagnostic, off by default
         if decl.role == "compute":
             _compute(state, slot, decl.name, writer)
         elif decl.role == "manager":

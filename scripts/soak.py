@@ -51,19 +51,21 @@ def rack_processes(sup: psutil.Process) -> list[psutil.Process]:
         return []
 
 
-def anon_bytes(procs) -> int:
-    """Sum of the processes' proportional anonymous memory (``Pss_Anon``, Linux 5.x+)."""
-    total = 0
-    for p in procs:
+def anon_by_process(procs) -> dict[str, int]:
+    """Each process's proportional anonymous memory (``Pss_Anon``, Linux 5.x+), by process title
+    (``dmrack-cn0``, ...; the supervisor is ``supervisor``)."""
+    out: dict[str, int] = {}
+    for i, p in enumerate(procs):
         try:
+            name = "supervisor" if i == 0 else p.name()
             with open(f"/proc/{p.pid}/smaps_rollup") as f:
                 for line in f:
                     if line.startswith("Pss_Anon:"):
-                        total += int(line.split()[1]) * 1024
+                        out[name] = out.get(name, 0) + int(line.split()[1]) * 1024
                         break
-        except (FileNotFoundError, ProcessLookupError, PermissionError):
+        except (FileNotFoundError, ProcessLookupError, PermissionError, psutil.NoSuchProcess):
             pass
-    return total
+    return out
 
 
 def shm_bytes(pid: int) -> int:
@@ -132,7 +134,9 @@ def main(argv=None) -> int:
             if proc.poll() is not None:
                 break
             procs = rack_processes(sup)
-            s = {"t": round(now, 1), "anon": anon_bytes(procs), "shm": shm_bytes(proc.pid), "procs": len(procs)}
+            per = anon_by_process(procs)
+            s = {"t": round(now, 1), "anon": sum(per.values()), "shm": shm_bytes(proc.pid), "procs": len(procs),
+                 "anon_by_process": per}
             samples.append(s)
             print(f"{s['t']:8.0f} {s['anon'] / 2**20:10.1f} {s['shm'] / 2**20:10.1f} {s['procs']:6d}", flush=True)
             if now >= duration:
@@ -162,6 +166,11 @@ def main(argv=None) -> int:
         print(f"  {series}: mean {mean / 2**20:.1f} MiB, slope {per_hour / 2**20:+.2f} MiB/hour "
               f"({100 * per_hour / mean if mean else 0:+.2f} % of the mean per hour): "
               f"{'flat' if ok else 'GROWS'}")
+    if len(samples) >= 2:
+        first, last = samples[0]["anon_by_process"], samples[-1]["anon_by_process"]
+        print("  by process (anonymous MiB, first sample -> last):")
+        for name in sorted(set(first) | set(last)):
+            print(f"    {name:<20} {first.get(name, 0) / 2**20:8.1f} -> {last.get(name, 0) / 2**20:8.1f}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"command": cmd[3:], "minutes": a.minutes, "warmup_s": warmup, "samples": samples,
