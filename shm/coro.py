@@ -42,11 +42,12 @@ from typing import NamedTuple
 import numpy as np
 
 from shm import nic
+from shm.landing import Landing
 from shm.failpoints import failpoint
 from shm.smart import ConflictController, SmartConfig, SmartStats, WrTuner
 from shm.fabric import (
-    MAX_NODES, OFFSET_BITS, REGION_BITS, REGION_HOST, format_gaddr, gaddr, gaddr_node, gaddr_offset, gaddr_region,
-    remote_read_write,
+    IBV_ACCESS_REMOTE_READ, IBV_ACCESS_REMOTE_WRITE, MAX_NODES, OFFSET_BITS, REGION_BITS, REGION_HOST, format_gaddr,
+    gaddr, gaddr_node, gaddr_offset, gaddr_region, mr_check, remote_read_write,
 )
 from shm.verbs import (
     IBV_WC_REM_ACCESS_ERR, IBV_WC_SUCCESS, IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD,
@@ -63,9 +64,9 @@ _REGION_MASK = (1 << REGION_BITS) - 1
 _OFFSET_MASK = (1 << OFFSET_BITS) - 1
 
 # A batch for the NIC model is one int64 row per work request: model opcode, length, offset,
-# region, flags (nic.FLAG_FENCE after co.fence(); never inline), then the model's two outputs
-# (effect ns, completion ns).
-_WR_COLS = 8
+# region, flags (nic.FLAG_FENCE after co.fence(); never inline), then the model's three outputs
+# (effect ns, completion ns, the other end of a multi-line landing window: shm/landing.py).
+_WR_COLS = 9
 _PACK_WR = Struct("<5q").pack_into
 
 
@@ -411,7 +412,7 @@ class RdmaThread:
         if arrays is None:
             rows = np.zeros((n, _WR_COLS), np.int64)
             arrays = self._batches[n] = (rows, rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3], rows[:, 4],
-                                         rows[:, 5:7])
+                                         rows[:, 5:8])
         return arrays
 
 
@@ -419,7 +420,8 @@ class Coroutine:
     """One coroutine's batch of verbs (see the module docstring)."""
 
     __slots__ = ("thread", "env", "_pending", "_posted", "_outstanding", "_waiter", "_errors", "_mr_off",
-                 "_heap", "_next_seq", "_land_cb", "_batch_done_cb", "_finish_cb", "_submit", "_bo_fail", "_flags")
+                 "_heap", "_next_seq", "_land_cb", "_batch_done_cb", "_finish_cb", "_submit", "_bo_fail", "_flags",
+                 "_lines_cb", "_more_cb", "_landings")
 
     def __init__(self, thread: RdmaThread):
         self.thread = thread
@@ -434,6 +436,9 @@ class Coroutine:
         self._heap = env._heap
         self._next_seq = env._next_seq
         self._land_cb = self._land
+        self._lines_cb = self._land_lines
+        self._more_cb = self._land_more
+        self._landings: list[Landing] = []   # multi-line transfers still landing
         self._batch_done_cb = self._batch_done
         self._finish_cb = self._finish_last
         self._bo_fail = 0              # consecutive failed backoff_cas (the back-off exponent)
@@ -561,8 +566,12 @@ class Coroutine:
         seq = self._next_seq
         land = self._land_cb
         done = 0
-        for (effect, complete), item in zip(arrays[6].tolist(), items):
-            heappush(heap, (effect if effect > now else now, seq(), land, item))
+        for (effect, complete, other), item in zip(arrays[6].tolist(), items):
+            if other == effect:
+                heappush(heap, (effect if effect > now else now, seq(), land, item))
+            else:                        # several lines, landing one by one (shm/landing.py)
+                first = other if other < effect else effect
+                heappush(heap, (first if first > now else now, seq(), self._lines_cb, (item, effect, other)))
             if complete > done:
                 done = complete
         self._outstanding += 1
@@ -590,8 +599,49 @@ class Coroutine:
             thr.owner.host._errors += 1
             self._errors.append((op, addr, status))
 
+    def _land_lines(self, arg) -> None:
+        """The first line of a multi-line READ or WRITE lands: check the rkey for the whole range
+        (a bad one touches nothing), then land lines as they come due."""
+        item, effect, other = arg
+        op, addr, length, off, a, b, am, bm, h, _ = item
+        thr = self.thread
+        dst = addr >> _NODE_SHIFT & _NODE_MASK
+        rkey = thr._rkeys.get((dst, REGION_HOST))
+        if rkey is None:
+            rkey = thr.rkey(dst, REGION_HOST)
+        mem = thr.fabric.memory[dst]
+        is_read = op == IBV_WR_RDMA_READ
+        roff = addr & _OFFSET_MASK
+        if not mr_check(mem.mrt, rkey, REGION_HOST, roff, length,
+                        IBV_ACCESS_REMOTE_READ if is_read else IBV_ACCESS_REMOTE_WRITE):
+            h.status = IBV_WC_REM_ACCESS_ERR
+            thr.errors += 1
+            thr.owner.host._errors += 1
+            self._errors.append((op, addr, IBV_WC_REM_ACCESS_ERR))
+            return
+        h.status = IBV_WC_SUCCESS
+        lo, hi = (effect, other) if is_read else (other, effect)
+        landing = Landing(is_read, mem.host, mem.host_locks, roff, length, thr.buf, off,
+                          not is_read and not thr.fabric.profile.nic.ordered_multiline_writes, lo, hi)
+        self._landings.append(landing)
+        landing.step(self._heap, self._next_seq, self._more_cb)
+
+    def _land_more(self, landing) -> None:
+        if landing.k < landing.n:        # not already finished by a completion
+            landing.step(self._heap, self._next_seq, self._more_cb)
+
     def _batch_done(self, arg) -> None:
         qp, n = arg
+        if self._landings:
+            # a completion never comes before its effect: lines due by now land first
+            now = self.env.now
+            left = []
+            for landing in self._landings:
+                if landing.hi <= now:
+                    landing.finish()
+                elif not landing.done:
+                    left.append(landing)
+            self._landings = left
         nic.retire(qp.fabric.table, qp.ctx.desc, n)
         qp.host._completed += n
         self._outstanding -= 1

@@ -162,6 +162,28 @@ def read_lines(dst, doff, src, soff, n, src_locks):
                 break
 
 
+@njit(cache=True)
+def land_lines(is_read, rbuf, rlocks, off, length, lbuf, loff, descending, k0, k1):
+    """Lines ``k0 .. k1-1`` (in landing order) of a READ or WRITE of ``length`` bytes at ``off``
+    land now: a READ samples each into ``lbuf[loff:]``, a WRITE places each from it. Line k is
+    the k-th line from the lowest address, or from the highest when ``descending``. The rkey was
+    checked for the whole range before the first line (``mr_check``)."""
+    first = off // 64
+    last = (off + length - 1) // 64
+    for k in range(k0, k1):
+        line = last - k if descending else first + k
+        lo = line * 64
+        if lo < off:
+            lo = off
+        hi = (line + 1) * 64
+        if hi > off + length:
+            hi = off + length
+        if is_read:
+            read_lines(lbuf, loff + (lo - off), rbuf, lo, hi - lo, rlocks)
+        else:
+            copy_lines(rbuf, lo, lbuf, loff + (lo - off), hi - lo, rlocks, False)
+
+
 ATOMIC_CAS, ATOMIC_FAA, ATOMIC_MASKED_CAS, ATOMIC_MASKED_FAA = range(4)
 
 

@@ -294,9 +294,16 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, flags,
 
     ``db`` is the doorbell index on ``rq`` (-1: none, e.g. a loopback engine); ``flags`` per WR
     ``FLAG_INLINE | FLAG_FENCE``. Writes
-    ``out[i, 0]`` (when the effect lands on target memory) and ``out[i, 1]`` (completion, when
-    the CQE is visible) in ns, and returns when the posting CPU is free again (after the doorbell
-    lock), in ns.
+    ``out[i, 0]`` (when the effect lands on target memory), ``out[i, 1]`` (completion, when
+    the CQE is visible) and ``out[i, 2]`` (the other end of the landing window, see below) in ns,
+    and returns when the posting CPU is free again (after the doorbell lock), in ns.
+
+    A READ or WRITE of host memory that spans several 64-byte lines does not land at one instant:
+    its lines pass the responder's PCIe one after the other, one line per ``64 B /
+    pcie.payload_gbps``. A WRITE's effect is its last line placed and ``out[i, 2]`` its first (no
+    earlier than the QP's previous WRITE's last line, nor than the responder starting on it); a
+    READ's effect is its first line sampled and ``out[i, 2]`` its last (no later than its PCIe
+    read ends). Everything else lands at once: ``out[i, 2] == out[i, 0]``.
     """
     n = ops.shape[0]
     t = t_ns * _PS
@@ -327,6 +334,7 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, flags,
         miss_num = cap
     one_way = prm[P_ONE_WAY]
     pcie_lat = prm[P_PCIE_LAT]
+    line_ps = (64 * prm[P_PCIE_PAYLOAD_FS_PER_B]) // _FS
     rd_k = qp.shape[0] - Q_RD_RING
     for i in range(n):
         op = ops[i]
@@ -363,11 +371,16 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, flags,
             done = _in_posting_order(qp, t3 + pcie_lat)
             out[i, 0] = _ceil_ns(eff)
             out[i, 1] = _ceil_ns(done)
+            out[i, 2] = out[i, 0]
             continue
         t4 = reserve(tbl, rs[D_RX], t3 + one_way, wire)
         t5 = reserve(tbl, rs[D_RESP], t4, prm[P_RESP_COST + op])
         device = regions[i] == REGION_DEVICE
         mem_lat = prm[P_DEVMEM] if device else pcie_lat
+        span = 0                # lines after the first, landing one per line_ps (host memory only)
+        if not device and nbytes > 0:
+            span = (addrs[i] + nbytes - 1) // 64 - addrs[i] // 64
+        other = -1
         if op == OP_CAS or op == OP_FAA:
             t5 = reserve(tbl, rs[D_ATOMIC], t5, prm[P_ATOMIC_UNIT])
             slot = ((addrs[i] >> 3) * 0x9E3779B1) % rs[D_N_SLOTS]
@@ -381,13 +394,26 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, flags,
                 t6 = eff
             else:
                 t6 = reserve(tbl, rs[D_PCIE], eff, _pcie_ps(prm, prm[P_PCIE_RESP_B_PER_WR], nbytes))
+                if span > 0:
+                    other = eff + span * line_ps
+                    if other > t6:
+                        other = t6
             resp_b = nbytes
         else:  # WRITE and RC SEND: payload goes to memory, an ack goes back
             if device:
                 eff = t5 + mem_lat
             else:
                 eff = reserve(tbl, rs[D_PCIE], t5, _pcie_ps(prm, prm[P_PCIE_RESP_B_PER_WR], nbytes)) + mem_lat
+            placed_before = qp[Q_PLACED]
             eff = _in_effect_order(qp, op, eff)
+            if op == OP_WRITE and span > 0:
+                other = eff - span * line_ps
+                if other < t5 + mem_lat:
+                    other = t5 + mem_lat
+                if other < placed_before:
+                    other = placed_before
+                if other > eff:
+                    other = eff
             t6 = t5
             resp_b = 0
         wire_back = _wire_ps(prm, resp_b)
@@ -405,6 +431,7 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, flags,
                 qp[Q_RD_POS] = (pos + 1) % rd_k
         out[i, 0] = _ceil_ns(eff)
         out[i, 1] = _ceil_ns(t9)
+        out[i, 2] = _ceil_ns(other) if other >= 0 else out[i, 0]
     return _ceil_ns(cpu_free)
 
 

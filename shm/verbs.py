@@ -38,6 +38,7 @@ from shm.fabric import (
     remote_atomic, remote_read_write, copy_lines, format_gaddr, gaddr, gaddr_node, gaddr_offset,
     gaddr_region, mr_check, read_lines,
 )
+from shm.landing import Landing
 
 __all__ = [
     "VerbsHost", "Context", "PD", "MR", "CQ", "QP", "QPCap", "QPInitAttr", "AH", "SGE", "SendWR",
@@ -479,6 +480,7 @@ class QP:
         self._users: set = set()
         self._wr_seq = 0           # posting order of this QP's send WRs
         self._err_seq = None       # the first WR whose effect failed: later ones are flushed
+        self._landings: list = []  # multi-line READs/WRITEs still landing (shm/landing.py)
         self.cpu_free = 0
         self.host.qps[(self.node, self.qp_num)] = self
 
@@ -562,17 +564,20 @@ class QP:
             self._wr_seq += 1
             if self.state == self.ERR:
                 p.status = IBV_WC_WR_FLUSH_ERR
-            else:
+            elif out[i, 2] == out[i, 0]:
                 env.schedule(int(out[i, 0]), self._effect, (p, dst))
+            else:                      # several lines, landing one by one over a window
+                lo, hi = sorted((int(out[i, 0]), int(out[i, 2])))
+                env.schedule(lo, self._effect, (p, dst, lo, hi))
             env.schedule(int(out[i, 1]), self._complete, p)   # in posting order (the model)
 
     def _price(self, dst: int, ops, lens, addrs, regions, flags, cpu_floor: int = 0, user=None) -> np.ndarray:
         """Run the NIC model for one post and charge the calling actor's CPU up to the moment the
-        doorbell is rung; returns ``out`` (per WR: effect ns, completion ns). ``cpu_floor`` is
+        doorbell is rung; returns ``out`` (per WR: effect ns, completion ns, the other end of a multi-line landing window). ``cpu_floor`` is
         when the posting thread's core is free (coroutines of one thread share a core). ``user``
         is the modelled thread that posts (default: the calling actor); it counts once among the
         doorbell's sharers however many coroutines it runs."""
-        out = np.empty((ops.shape[0], 2), np.int64)
+        out = np.empty((ops.shape[0], 3), np.int64)
         self._model(dst, ops, lens, addrs, regions, flags, out, cpu_floor, user)
         return out
 
@@ -647,7 +652,7 @@ class QP:
         return mem.device, mem.device_locks, off
 
     def _effect(self, arg) -> None:
-        p, dst = arg
+        p, dst = arg[0], arg[1]
         if self.state == self.ERR or (self._err_seq is not None and p.seq > self._err_seq):
             # RC: once a WR fails, the WRs posted after it are not executed, even those already
             # on their way (the responder drops them after its NAK); they complete flushed
@@ -672,16 +677,49 @@ class QP:
             self.host._deliver_send(self.env.now, dst_node, dst_qpn, self.node, self.qp_num,
                                     sge.addr if sge else 0, length, wr.imm_data)
             return
+        if len(arg) == 4:
+            self._start_landing(p, dst, wr, local, length, arg[2], arg[3])
+            return
         p.status = apply_one_sided(self.fabric, dst, op, wr.remote_addr, wr.rkey, local[0], local[2], length,
                                    wr.compare_add, wr.swap, wr.compare_add_mask, wr.swap_mask)
         if p.status != IBV_WC_SUCCESS:
             self._note_error(p)
+
+    def _start_landing(self, p, dst: int, wr, local, length: int, lo: int, hi: int) -> None:
+        """A multi-line READ or WRITE of host memory starts landing: the checks of
+        apply_one_sided for the whole range, then one line at a time (shm/landing.py)."""
+        addr = wr.remote_addr
+        is_read = wr.opcode == IBV_WR_RDMA_READ
+        mem = self.fabric.memory[dst]
+        off = addr & _OFFSET_MASK
+        if addr >> _NODE_SHIFT & _NODE_MASK != dst or addr >> _OFFSET_BITS & _REGION_MASK != REGION_HOST \
+                or not mr_check(mem.mrt, wr.rkey, REGION_HOST, off, length,
+                                IBV_ACCESS_REMOTE_READ if is_read else IBV_ACCESS_REMOTE_WRITE):
+            p.status = IBV_WC_REM_ACCESS_ERR
+            self._note_error(p)
+            return
+        p.status = IBV_WC_SUCCESS
+        landing = Landing(is_read, mem.host, mem.host_locks, off, length, local[0], local[2],
+                          not is_read and not self.fabric.profile.nic.ordered_multiline_writes, lo, hi)
+        self._landings.append(landing)
+        landing.step(self.env._heap, self.env._next_seq, self._land_more)
+
+    def _land_more(self, landing) -> None:
+        if not landing.done:             # not already finished by a completion
+            landing.step(self.env._heap, self.env._next_seq, self._land_more)
 
     def _note_error(self, p: _Pending) -> None:
         if self._err_seq is None or p.seq < self._err_seq:
             self._err_seq = p.seq
 
     def _complete(self, p: _Pending) -> None:
+        if self._landings:
+            # a completion never comes before its effect: lines due by now land first
+            now = self.env.now
+            for landing in self._landings:
+                if landing.hi <= now:
+                    landing.finish()
+            self._landings = [x for x in self._landings if not x.done]
         nic.retire(self.fabric.table, self.ctx.desc, 1)
         self.host._completed += 1
         if p.status != IBV_WC_SUCCESS:

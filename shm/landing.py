@@ -1,0 +1,86 @@
+"""Multi-line transfers landing line by line over their modelled transfer time.
+
+The NIC model (``shm.nic.model_post``) gives a READ or WRITE of host memory that spans several
+64-byte lines a *landing window*: a WRITE places its first line at the window's start and its last
+at its end (its effect), a READ samples its first line at the start (its effect) and its last at
+the end, one line per ``64 B / pcie.payload_gbps`` (about 5 ns on a 100 Gb/s NIC, so a 1 KiB
+transfer takes ~75 ns to land). Real hardware moves a transfer line by line the same way, which is
+why a READ racing a WRITE to the same bytes can return some lines old and some new: a *torn* read.
+Designs guard against it with versions or checksums (``nodes/systems/lib/record.py``); landing line
+by line is what lets those guards be exercised, deterministically in a co-located rack.
+
+A :class:`Landing` is one such transfer in progress. Each step lands the next line, and with it
+every later line due before the next other event of the environment: when nothing else can
+happen in between, landing them now or at their own times is the same, so a transfer costs one
+event unless something really interleaves with it. The rkey is checked for the whole range before
+the first line, so a bad key touches nothing. A completion never comes before its effect: the
+owner calls :meth:`Landing.finish` on what has not fully landed when a completion is due (the
+model puts each completion at or after its window's end, but the last line's event may sort after
+the completion's at the same nanosecond).
+
+Single-line transfers, atomics, SENDs and device memory still land at one instant.
+"""
+
+from __future__ import annotations
+
+from heapq import heappush
+
+from shm.fabric import land_lines
+
+INF = (1 << 63) - 1
+
+
+class Landing:
+    """A multi-line READ or WRITE landing between ``lo`` and ``hi`` (ns) on ``rbuf``."""
+
+    __slots__ = ("is_read", "rbuf", "rlocks", "off", "length", "lbuf", "loff", "descending", "lo", "hi", "n", "k")
+
+    def __init__(self, is_read: bool, rbuf, rlocks, off: int, length: int, lbuf, loff: int, descending: bool,
+                 lo: int, hi: int):
+        self.is_read = is_read
+        self.rbuf = rbuf
+        self.rlocks = rlocks
+        self.off = off
+        self.length = length
+        self.lbuf = lbuf
+        self.loff = loff
+        self.descending = descending
+        self.lo = lo
+        self.hi = hi
+        self.n = (off + length - 1) // 64 - off // 64 + 1
+        self.k = 0                      # the next line to land
+
+    @property
+    def done(self) -> bool:
+        return self.k >= self.n
+
+    def time(self, k: int) -> int:
+        """When line ``k`` (in landing order) lands."""
+        return self.lo + (self.hi - self.lo) * k // (self.n - 1) if self.n > 1 else self.hi
+
+    def advance(self, next_event: int) -> int:
+        """Land the next line and every later one due before ``next_event`` (the time of the
+        environment's next other event); returns when the next line lands, or -1 if none is left."""
+        k = self.k
+        j = k + 1
+        n = self.n
+        while j < n and self.time(j) < next_event:
+            j += 1
+        land_lines(self.is_read, self.rbuf, self.rlocks, self.off, self.length, self.lbuf, self.loff,
+                   self.descending, k, j)
+        self.k = j
+        return self.time(j) if j < n else -1
+
+    def finish(self) -> None:
+        """Land every line left, now."""
+        if self.k < self.n:
+            land_lines(self.is_read, self.rbuf, self.rlocks, self.off, self.length, self.lbuf, self.loff,
+                       self.descending, self.k, self.n)
+            self.k = self.n
+
+    def step(self, heap: list, next_seq, callback) -> None:
+        """One event of the landing on an environment's ``heap``: land what is due, and push
+        ``callback(self)`` back for the next line if one is left."""
+        t = self.advance(heap[0][0] if heap else INF)
+        if t >= 0:
+            heappush(heap, (t, next_seq(), callback, self))

@@ -1,0 +1,183 @@
+"""Multi-line transfers land line by line over their modelled transfer time (shm/landing.py).
+
+Co-located, so deterministic: a watcher actor looks at the memory node's bytes every nanosecond,
+and a READ racing a WRITE to the same bytes tears the same way on every run.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from nodes.runtime.env import Environment
+from shm.coro import NodeRdma, RemoteAccessError
+from shm.fabric import gaddr
+from shm.profile import with_overrides
+from shm.verbs import IBV_WR_RDMA_WRITE
+from tests.test_coro import MN, new_fabric, run, setup
+from tests.test_verbs import build_rack, new_fabric as new_verbs_fabric, rack_profile, rdma, run_actor, wait_cqes
+
+KIB = 1024
+LINES = KIB // 64
+
+
+@pytest.fixture
+def fab(prefix):
+    with new_fabric(prefix, mem=4 << 20) as f:
+        yield f
+
+
+def lines_new(host, off, value) -> list[bool]:
+    """Per line of the KiB at ``off``: holds ``value`` everywhere (True) or nowhere (False);
+    a line holding both would be a tear inside a line, which never happens."""
+    out = []
+    for k in range(LINES):
+        line = host[off + 64 * k: off + 64 * (k + 1)]
+        assert (line == value).all() or (line != value).all(), f"line {k} is torn inside"
+        out.append(bool(line[0] == value))
+    return out
+
+
+def watch_write(env, fab, co, off, ascending=True):
+    """WRITE a KiB of 1s at ``off`` and record, every ns, which lines hold it."""
+    host = fab.memory[MN].host
+    seen = []
+
+    def watcher():
+        while env.now < 20_000:
+            seen.append((env.now, lines_new(host, off, 1)))
+            if all(seen[-1][1]):
+                return
+            yield 1
+
+    done = {}
+
+    def writer():
+        yield 1000
+        co.write(gaddr(MN, off), bytes([1]) * KIB)
+        yield co.sync()
+        done["t"] = env.now
+
+    env.process(watcher())
+    run(env, writer())
+    return seen, done["t"]
+
+
+def ordered(descending: bool):
+    """The tests' ConnectX-6 profile with WRITE lines in ascending (ConnectX-3/5) or descending order."""
+    return with_overrides(rack_profile(), {"nic.ordered_multiline_writes": not descending})
+
+
+def test_a_multi_line_write_lands_one_line_at_a_time_before_its_completion(prefix):
+    with new_fabric(prefix, profile=ordered(False), mem=4 << 20) as fab:
+        env, node = setup(fab)
+        off = fab.allocate("m0", KIB)
+        seen, completed = watch_write(env, fab, node.thread().coroutine(), off)
+        line_ns = 64 * 8 / fab.profile.pcie.payload_gbps
+    partial = [(t, s) for t, s in seen if any(s) and not all(s)]
+    assert partial, "the KiB landed at one instant"
+    for t, s in partial:              # ascending lines: the new ones are always a prefix
+        assert s == sorted(s, reverse=True), f"at {t} ns: {s}"
+    span = partial[-1][0] - partial[0][0] + 1
+    assert span == pytest.approx((LINES - 1) * line_ns, abs=2), "one line per 64 B of PCIe payload time"
+    assert seen[-1][0] <= completed and all(seen[-1][1])
+
+
+def test_descending_profile_lands_lines_from_the_top(prefix):
+    with new_fabric(prefix, profile=ordered(True), mem=4 << 20) as fab:
+        env, node = setup(fab)
+        off = fab.allocate("m0", KIB)
+        seen, _ = watch_write(env, fab, node.thread().coroutine(), off)
+        partial = [s for _, s in seen if any(s) and not all(s)]
+        assert partial and all(s == sorted(s) for s in partial), "new lines are always a suffix"
+
+
+def torn_reads(fab, delays):
+    """For each delay, a fresh KiB of 0s; one coroutine WRITEs 1s over it at t=1000 while another
+    READs it at t=1000+delay; returns the READs' per-line view."""
+    env, node = setup(fab)
+    w, r = node.thread().coroutine(), node.thread().coroutine()
+    results = []
+
+    def one(off, delay):
+        def writer():
+            w.write(gaddr(MN, off), bytes([1]) * KIB)
+            yield w.sync()
+
+        def reader():
+            yield delay
+            h = r.read(gaddr(MN, off), KIB)
+            yield r.sync()
+            data = np.array(h.data)
+            results.append([bool(data[64 * k] == 1) for k in range(LINES)])
+            for k in range(LINES):
+                assert len(set(data[64 * k: 64 * k + 64].tolist())) == 1, "torn inside a line"
+
+        env.process(writer())
+        yield env.process(reader())
+
+    def driver():
+        for d in delays:
+            off = fab.allocate("m0", KIB)
+            yield 1000
+            yield env.process(one(off, d))
+
+    run(env, driver())
+    return results
+
+
+def test_a_read_racing_a_write_tears_and_tears_the_same_way_every_run(prefix):
+    delays = range(0, 3000, 10)
+    with new_fabric(prefix, mem=8 << 20) as fab:
+        first = torn_reads(fab, delays)
+    with new_fabric(prefix, mem=8 << 20) as fab:
+        again = torn_reads(fab, delays)
+    assert first == again, "co-located landing is deterministic"
+    torn = [s for s in first if any(s) and not all(s)]
+    assert torn, "no READ overlapped the WRITE's landing"
+    assert any(all(s) for s in first) and any(not any(s) for s in first)
+
+
+def test_a_bad_rkey_on_a_multi_line_read_touches_nothing(fab):
+    env, node = setup(fab)
+    co = node.thread().coroutine()
+    h = co.read(gaddr(MN, (4 << 20) - 512), KIB)        # runs off the end of m0's memory
+    co.thread.buf[h._off:h._off + KIB] = 7
+
+    def body():
+        with pytest.raises(RemoteAccessError):
+            yield co.sync()
+        return np.array(h.data)
+
+    assert (run(env, body()) == 7).all()
+
+
+def test_pyverbs_multi_line_write_lands_over_a_window(prefix):
+    fab = new_verbs_fabric(prefix)
+    try:
+        env = Environment(seed=1)
+        r = build_rack(fab, env)
+        host = fab.memory[1].host
+        off = r.rmr.addr & ((1 << 48) - 1)
+        r.lmr.write(bytes([5]) * KIB, KIB, 0)
+        seen = []
+
+        def watcher():
+            while env.now < 50_000:
+                n = sum(int(host[off + 64 * k] == 5) for k in range(LINES))
+                seen.append(n)
+                if n == LINES:
+                    return
+                yield 1
+
+        def body():
+            yield 100
+            r.qp.post_send([rdma(IBV_WR_RDMA_WRITE, r.lmr, 0, KIB, r.rmr.addr, r.rmr.rkey)])
+            yield from wait_cqes(env, r.cq, 1)
+            assert (host[off:off + KIB] == 5).all(), "completed before its last line landed"
+
+        env.process(watcher())
+        run_actor(env, body())
+        assert any(0 < n < LINES for n in seen), "the KiB landed at one instant"
+    finally:
+        fab.close()
