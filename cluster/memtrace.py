@@ -7,7 +7,9 @@ appends one record to ``DIR/<node>.memtrace``: the process's anonymous memory (`
 objects Python's allocator holds (``sys.getallocatedblocks``), numba's runtime allocations (NRT
 allocs minus frees: arrays made inside jitted code, which no Python tracer sees) and, with
 ``DMRACK_MEMTRACE_FRAMES=N`` (N > 0), the 12 source lines whose ``tracemalloc`` allocations grew
-most since the first record. So a step in a soak run (``scripts/soak.py``) is pinned to a layer:
+most since the first record. ``DMRACK_MEMTRACE_COLLECT=1`` runs a full garbage collection right
+after the first record, the event that copies a forked node's inherited pages unless the
+supervisor froze them (``gc.freeze`` in ``cluster/supervisor.py``). So a step in a soak run (``scripts/soak.py``) is pinned to a layer:
 Python objects, numpy or numba arrays, or the C heap under them.
 
 A diagnostic, off by default: it costs nothing unless the variable is set, and ``tracemalloc``
@@ -69,6 +71,7 @@ def start(name: str) -> None:
         return
     every = float(os.environ.get("DMRACK_MEMTRACE_EVERY", "60"))
     frames = int(os.environ.get("DMRACK_MEMTRACE_FRAMES", "0"))
+    collect = os.environ.get("DMRACK_MEMTRACE_COLLECT") == "1"
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, f"{name}.memtrace")
     if frames > 0:
@@ -76,6 +79,7 @@ def start(name: str) -> None:
         tracemalloc.start(frames)
 
     def loop() -> None:
+        nonlocal collect
         t0 = time.monotonic()
         first = None
         while True:
@@ -95,6 +99,10 @@ def start(name: str) -> None:
                                                    for fr in stat.traceback))
             with open(path, "a") as f:
                 f.write("\n".join(lines) + "\n")
+            if collect:
+                collect = False
+                import gc
+                gc.collect()
             time.sleep(every)
 
     threading.Thread(target=loop, name="memtrace", daemon=True).start()

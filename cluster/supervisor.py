@@ -28,6 +28,7 @@ failed (died, hung), ``EXIT_GAVE_UP`` (3) when the system gave up.
 
 from __future__ import annotations
 
+import gc
 import multiprocessing as mp
 import os
 import shutil
@@ -182,12 +183,21 @@ class Supervisor:
         order = sorted(range(len(self.compiled.nodes)),
                        key=lambda i: {"memory": 0, "client": 1, "compute": 2, "manager": 3}[self.compiled.nodes[i].role])
         me = os.getpid()
-        for slot in order:
-            decl = self.compiled.nodes[slot]
-            p = _CTX.Process(target=node_main, args=(self.state, slot, me, run_dir), name=f"dmrack-{decl.name}",
-                             daemon=True)
-            p.start()
-            self.procs_by_slot[slot] = p
+        # The nodes inherit the supervisor's heap (numba's compiled code, the warm-up's objects:
+        # ~90 MiB) copy-on-write. A full collection in a node writes to the GC header of every
+        # object it tracks and so copies every inherited page that holds one: tens of MiB per
+        # node, at a random moment of a long run (docs/running.md). Frozen objects are never
+        # visited by a collection, so the pages stay shared.
+        gc.freeze()
+        try:
+            for slot in order:
+                decl = self.compiled.nodes[slot]
+                p = _CTX.Process(target=node_main, args=(self.state, slot, me, run_dir), name=f"dmrack-{decl.name}",
+                                 daemon=True)
+                p.start()
+                self.procs_by_slot[slot] = p
+        finally:
+            gc.unfreeze()
 
     # -- watching ----------------------------------------------------------------------------------
     def _open_view(self):
