@@ -20,6 +20,7 @@ from tests.test_rack import ROOT
 
 PLUGIN_DIR = Path(ROOT) / "examples" / "plugin"
 EXAMPLE = "toyht.ht:ToyHT"
+LOCKHT = "toyht.lockht:LockHT"        # the in-place sibling: lock-free GETs that must check a checksum
 
 
 @pytest.fixture(autouse=True)
@@ -131,7 +132,33 @@ def test_conformance_on_the_example_plugin(monkeypatch, check):
     assert out.passed, out.detail
 
 
+def test_a_get_that_skips_its_checksum_returns_torn_values_co_located(monkeypatch):
+    """lock-ht overwrites records in place and GETs read them without the lock: multi-line
+    transfers land line by line (shm/landing.py), so a GET meets a WRITE halfway and only the
+    checksum tells. Co-located, hence the same on every run: with the checksum the history
+    is linearizable and torn reads were retried; without it a GET returns bytes no write produced."""
+    from cluster.conformance import run_suite
+    monkeypatch.syspath_prepend(str(PLUGIN_DIR))
+    (good,) = run_suite(LOCKHT, only=["history_uniform"])
+    assert good.passed, good.detail
+    (bad,) = run_suite(LOCKHT, only=["history_uniform"], options={"fault": "skip-checksum"})
+    assert not bad.passed and "wrote" in bad.detail, bad.detail
+
+
 # -- (c) the CLI, from outside the repo, with PYTHONPATH -------------------------------------------------
+
+def test_dmrack_check_heavy_catches_lock_ht_skipping_its_checksum(tmp_path):
+    """``dmrack check --heavy`` from outside the package: lock-ht passes; with
+    ``fault=skip-checksum`` the process stress (1000 B values, 16 lines) sees torn values."""
+    r = _dmrack("check", "--system", LOCKHT, "--heavy", "--json", str(tmp_path / "ok.json"), cwd=tmp_path,
+                pythonpath=PLUGIN_DIR, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = _dmrack("check", "--system", LOCKHT, "--heavy", "--option", "fault=skip-checksum", "--json",
+                str(tmp_path / "bad.json"), cwd=tmp_path, pythonpath=PLUGIN_DIR, timeout=300)
+    verdict = json.loads((tmp_path / "bad.json").read_text())
+    assert r.returncode == 1 and not verdict["passed"], r.stdout
+    assert "NOT linearizable" in r.stdout and "which no operation on key" in r.stdout
+
 
 def test_dmrack_check_on_the_example_plugin(tmp_path):
     r = _dmrack("check", "--system", EXAMPLE, "--quick", cwd=tmp_path, pythonpath=PLUGIN_DIR, timeout=300)
@@ -222,7 +249,8 @@ def test_the_example_declares_its_entry_point(monkeypatch):
     data = tomllib.loads((PLUGIN_DIR / "pyproject.toml").read_text())
     eps = data["project"]["entry-points"][registry.ENTRY_POINT_GROUP]
     monkeypatch.syspath_prepend(str(PLUGIN_DIR))
-    assert eps == {"toy-ht": EXAMPLE} and get_system(EXAMPLE).name == "toy-ht"
+    assert eps == {"toy-ht": EXAMPLE, "lock-ht": LOCKHT} and get_system(EXAMPLE).name == "toy-ht"
+    assert get_system(LOCKHT).name == "lock-ht"
 
 
 # -- docs/adding-a-system.md: its commands and its entry point are the ones that work -------------------

@@ -1,9 +1,11 @@
-"""toy-ht: a small lock-based hash table on dmrack, shipped as a plugin in its own package.
+"""toy-ht, a small lock-based hash table on dmrack, shipped as a plugin in its own package, and
+lock-ht, its in-place sibling whose lock-free GETs must check a checksum (``lockht.py``).
 
 Run it with ``PYTHONPATH=examples/plugin dmrack check --system toyht.ht:ToyHT`` or, installed
 (``pip install -e examples/plugin``), by its entry-point name: ``dmrack check --system toy-ht``.
 """
 
 from .ht import ToyHT, ToyHTClient
+from .lockht import LockHT, LockHTClient
 
-__all__ = ["ToyHT", "ToyHTClient"]
+__all__ = ["ToyHT", "ToyHTClient", "LockHT", "LockHTClient"]
