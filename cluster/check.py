@@ -153,7 +153,7 @@ def run(system: str, *, options: dict | None = None, quick: bool = False, heavy:
     options = cls.check_options(dict(options or {}), f"dmrack check --system {system}")
     t0 = time.perf_counter()
     with console.status(f"[bold]check {system}[/]: conformance suite") as status:
-        outcomes = run_suite(system, options=options,
+        outcomes = run_suite(system, options=options, heavy=heavy,
                              progress=lambda m: status.update(f"[bold]check {system}[/]: {m}"))
         status.update(f"[bold]check {system}[/]: stress on a rack of processes (history recorded)")
         shape = cls.heavy_stress(HEAVY) if heavy else QUICK if quick else StressShape()

@@ -290,11 +290,13 @@ def stress_rack(system, workload, *, compute: int = 2, threads: int = 2, corouti
 # -- the checks ------------------------------------------------------------------------------------
 
 CHECKS: "OrderedDict[str, Callable]" = OrderedDict()
+#: Checks only ``dmrack check --heavy`` runs (``run_suite(heavy=True)``): too slow for every run.
+HEAVY_CHECKS: "OrderedDict[str, Callable]" = OrderedDict()
 
 
-def _check(name: str):
-    """Register a check under ``name``; any failure escaping it becomes a ConformanceFailure whose
-    message starts with ``name``."""
+def _check(name: str, registry: "OrderedDict[str, Callable]" = CHECKS):
+    """Register a check under ``name`` (in ``registry``); any failure escaping it becomes a
+    ConformanceFailure whose message starts with ``name``."""
     def deco(fn):
         def check(system, options: dict | None = None) -> None:
             try:
@@ -307,7 +309,7 @@ def _check(name: str):
         check.__qualname__ = check.__name__
         check.__doc__ = fn.__doc__
         check.check_name = name
-        CHECKS[name] = check
+        registry[name] = check
         return check
     return deco
 
@@ -603,11 +605,13 @@ def check_load_then_read(system, options) -> None:
                          + ", ".join(f"key {kid} -> {_short(v)}" for kid, v in bad[:3]))
 
 
-def _history_check(system, options: dict, distribution: str) -> None:
+def _history_check(system, options: dict, distribution: str, *, keys: int = 64, value_size: int = 48,
+                   threads: int = 2, coroutines: int = 4, duration_ms: float = 1.0) -> None:
     from cluster.checker import check
     from workloads.stress import StressWorkload
-    wl = StressWorkload(64, distribution=distribution, value_size=48)
-    rack = stress_rack(system, wl, compute=2, threads=2, coroutines=4, duration_ms=1.0, options=options)
+    wl = StressWorkload(keys, distribution=distribution, value_size=value_size)
+    rack = stress_rack(system, wl, compute=2, threads=threads, coroutines=coroutines, duration_ms=duration_ms,
+                       options=options)
     results = rack.run()
     ops = rack.history_ops
     _tally(len(ops))
@@ -641,6 +645,19 @@ def check_history_zipfian(system, options) -> None:
     _history_check(system, options, "zipfian")
 
 
+@_check("history_heavy", HEAVY_CHECKS)
+def check_history_heavy(system, options) -> None:
+    """``dmrack check --heavy`` only: the process stress's shape (``System.heavy_stress`` of the
+    ``--heavy`` shape: by default 16 keys, 1000-byte values, 8 threads x 8 coroutines per node)
+    on a co-located rack, uniform keys, 1 virtual ms. Multi-line values land line by line, so
+    READs meet WRITEs halfway here too, and being co-located the interleavings are the same on
+    every run: a bug that needs a rare one is caught every time or never."""
+    from cluster.check import HEAVY
+    shape = system.heavy_stress(HEAVY)
+    _history_check(system, options, "uniform", keys=shape.keys, value_size=shape.value_size,
+                   threads=shape.threads, coroutines=shape.coroutines, duration_ms=1.0)
+
+
 @_check("client_statistics")
 def check_client_statistics(system, options) -> None:
     """``KVClient.statistics()`` is None or an immutable record (hashable, and a snapshot: later
@@ -664,21 +681,23 @@ def check_client_statistics(system, options) -> None:
 # -- the suite -------------------------------------------------------------------------------------
 
 def run_suite(system_name: str, *, only: Iterable[str] | None = None, options: dict | None = None,
-              progress: Callable[[str], None] | None = None) -> list[CheckOutcome]:
-    """Run the checks (all, or the names in ``only``, in CHECKS order) on the registered system
+              progress: Callable[[str], None] | None = None, heavy: bool = False) -> list[CheckOutcome]:
+    """Run the checks (all, or the names in ``only``, in CHECKS order; with ``heavy`` also the
+    ``HEAVY_CHECKS``, last) on the registered system
     ``system_name`` with system ``options`` (e.g. ``{"fault": "update-skips-cas"}``); one outcome
     per check. A failing check is recorded, never raised; an unknown system or check name is a
     ValueError. ``progress(message)`` is called before each check with a one-line message
     ("conformance 3/9: no_torn_values") for a status line; outcomes are the return value."""
     system = get_system(system_name)
-    names = list(CHECKS)
+    every = {**CHECKS, **HEAVY_CHECKS}
+    names = list(CHECKS) + (list(HEAVY_CHECKS) if heavy else [])
     if only is not None:
         wanted = list(only)
-        unknown = [n for n in wanted if n not in CHECKS]
+        unknown = [n for n in wanted if n not in every]
         if unknown:
             raise ValueError(f"unknown conformance check(s) {', '.join(map(repr, unknown))}; "
-                             f"the checks are {', '.join(CHECKS)}")
-        names = [n for n in names if n in wanted]
+                             f"the checks are {', '.join(every)}")
+        names = [n for n in every if n in wanted]
     outcomes = []
     for n, name in enumerate(names, 1):
         if progress is not None:
@@ -687,7 +706,7 @@ def run_suite(system_name: str, *, only: Iterable[str] | None = None, options: d
         token = _TALLY.set(tally)
         t0 = time.perf_counter()
         try:
-            CHECKS[name](system, options)
+            every[name](system, options)
             passed, detail = True, ""
         except ConformanceFailure as e:
             passed, detail = False, str(e)

@@ -187,7 +187,10 @@ class Supervisor:
         # ~90 MiB) copy-on-write. A full collection in a node writes to the GC header of every
         # object it tracks and so copies every inherited page that holds one: tens of MiB per
         # node, at a random moment of a long run (docs/running.md). Frozen objects are never
-        # visited by a collection, so the pages stay shared.
+        # visited by a collection, so the pages stay shared. Garbage is collected first: frozen
+        # and then unfrozen, it would wait in the oldest generation (an earlier rack's segments
+        # and files with it).
+        gc.collect()
         gc.freeze()
         try:
             for slot in order:

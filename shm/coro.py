@@ -592,7 +592,7 @@ class Coroutine:
                                                          mem.host, mem.host_locks, thr.buf, off, False) \
                 else IBV_WC_REM_ACCESS_ERR
         else:
-            status = apply_one_sided(thr.fabric, dst, op, addr, rkey, thr.buf, off, length, a, b, am, bm)
+            status = apply_one_sided(thr.fabric, dst, op, addr, rkey, thr.buf, off, length, a, b, am, bm, self.env)
         h.status = status
         if status != IBV_WC_SUCCESS:
             thr.errors += 1

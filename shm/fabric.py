@@ -112,6 +112,41 @@ def _lock_line(locks, line):
 
 
 @njit(cache=True)
+def _line_bounds(line, off, n):
+    """The bytes of line ``line`` that a transfer of ``n`` bytes at ``off`` covers: [lo, hi)."""
+    lo = line * 64
+    if lo < off:
+        lo = off
+    hi = (line + 1) * 64
+    if hi > off + n:
+        hi = off + n
+    return lo, hi
+
+
+@njit(cache=True)
+def _place_line(dst, lo, hi, src, s_lo, dst_locks, line):
+    """Copy dst[lo:hi] from src[s_lo:] under line ``line``'s seqlock (a writer)."""
+    d_lock = _lock_line(dst_locks, line)
+    for b in range(hi - lo):
+        dst[lo + b] = src[s_lo + b]
+    store_release(dst_locks, d_lock, load_acquire(dst_locks, d_lock) + 1)
+
+
+@njit(cache=True)
+def _sample_line(dst, d_lo, src, lo, hi, src_locks, line):
+    """Copy src[lo:hi] into dst[d_lo:], again until line ``line``'s seqlock did not move (a reader)."""
+    i = line & (src_locks.shape[0] - 1)
+    while True:
+        s1 = load_acquire(src_locks, i)
+        if s1 & 1:
+            continue
+        for b in range(hi - lo):
+            dst[d_lo + b] = src[lo + b]
+        if load_acquire(src_locks, i) == s1:
+            return
+
+
+@njit(cache=True)
 def copy_lines(dst, doff, src, soff, n, dst_locks, descending):
     """Copy ``n`` bytes into shared memory, each 64-byte destination line under its seqlock, so a
     concurrent reader sees every line either before or after (never torn), while two lines may
@@ -121,20 +156,10 @@ def copy_lines(dst, doff, src, soff, n, dst_locks, descending):
         return
     first = doff // 64
     last = (doff + n - 1) // 64
-    nlines = last - first + 1
-    for k in range(nlines):
+    for k in range(last - first + 1):
         line = last - k if descending else first + k
-        lo = line * 64
-        if lo < doff:
-            lo = doff
-        hi = (line + 1) * 64
-        if hi > doff + n:
-            hi = doff + n
-        s_lo = soff + (lo - doff)
-        d_lock = _lock_line(dst_locks, line)
-        for b in range(hi - lo):
-            dst[lo + b] = src[s_lo + b]
-        store_release(dst_locks, d_lock, load_acquire(dst_locks, d_lock) + 1)
+        lo, hi = _line_bounds(line, doff, n)
+        _place_line(dst, lo, hi, src, soff + (lo - doff), dst_locks, line)
 
 
 @njit(cache=True)
@@ -142,24 +167,9 @@ def read_lines(dst, doff, src, soff, n, src_locks):
     """Copy ``n`` bytes out of shared memory, retrying each line whose seqlock moved meanwhile."""
     if n <= 0:
         return
-    first = soff // 64
-    last = (soff + n - 1) // 64
-    for line in range(first, last + 1):
-        lo = line * 64
-        if lo < soff:
-            lo = soff
-        hi = (line + 1) * 64
-        if hi > soff + n:
-            hi = soff + n
-        i = line & (src_locks.shape[0] - 1)
-        while True:
-            s1 = load_acquire(src_locks, i)
-            if s1 & 1:
-                continue
-            for b in range(hi - lo):
-                dst[doff + (lo - soff) + b] = src[b + lo]
-            if load_acquire(src_locks, i) == s1:
-                break
+    for line in range(soff // 64, (soff + n - 1) // 64 + 1):
+        lo, hi = _line_bounds(line, soff, n)
+        _sample_line(dst, doff + (lo - soff), src, lo, hi, src_locks, line)
 
 
 @njit(cache=True)
@@ -172,16 +182,11 @@ def land_lines(is_read, rbuf, rlocks, off, length, lbuf, loff, descending, k0, k
     last = (off + length - 1) // 64
     for k in range(k0, k1):
         line = last - k if descending else first + k
-        lo = line * 64
-        if lo < off:
-            lo = off
-        hi = (line + 1) * 64
-        if hi > off + length:
-            hi = off + length
+        lo, hi = _line_bounds(line, off, length)
         if is_read:
-            read_lines(lbuf, loff + (lo - off), rbuf, lo, hi - lo, rlocks)
+            _sample_line(lbuf, loff + (lo - off), rbuf, lo, hi, rlocks, line)
         else:
-            copy_lines(rbuf, lo, lbuf, loff + (lo - off), hi - lo, rlocks, False)
+            _place_line(rbuf, lo, hi, lbuf, loff + (lo - off), rlocks, line)
 
 
 ATOMIC_CAS, ATOMIC_FAA, ATOMIC_MASKED_CAS, ATOMIC_MASKED_FAA = range(4)

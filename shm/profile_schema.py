@@ -53,6 +53,9 @@ class NicProfile:
     device_memory_bytes: int = knob("B", "on-chip NIC device memory (lock tables)", min=0, max=1 << 30)
     device_memory_ns: int = knob("ns", "access time of NIC device memory (replaces the PCIe trip)", min=0, max=1_000_000)
     ordered_multiline_writes: bool = knob("bool", "multi-line WRITEs land in ascending address order")
+    atomic_write_race: bool = knob("bool", "a WRITE landing on a word inside a remote atomic's read-modify-write "
+                                   "(atomic_slot_ns) is lost, as on real NICs (opt-in; false: atomics are "
+                                   "atomic against everything)")
 
 
 @dataclass(frozen=True)

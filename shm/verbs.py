@@ -38,6 +38,7 @@ from shm.fabric import (
     remote_atomic, remote_read_write, copy_lines, format_gaddr, gaddr, gaddr_node, gaddr_offset,
     gaddr_region, mr_check, read_lines,
 )
+from shm.atomic_race import atomic_race_of
 from shm.landing import Landing
 
 __all__ = [
@@ -681,7 +682,7 @@ class QP:
             self._start_landing(p, dst, wr, local, length, arg[2], arg[3])
             return
         p.status = apply_one_sided(self.fabric, dst, op, wr.remote_addr, wr.rkey, local[0], local[2], length,
-                                   wr.compare_add, wr.swap, wr.compare_add_mask, wr.swap_mask)
+                                   wr.compare_add, wr.swap, wr.compare_add_mask, wr.swap_mask, self.env)
         if p.status != IBV_WC_SUCCESS:
             self._note_error(p)
 
@@ -782,11 +783,14 @@ def _i64(v: int) -> int:
 
 
 def apply_one_sided(fabric: Fabric, dst: int, op: int, remote_addr: int, rkey: int, lbuf, loff: int, length: int,
-                    compare_add: int = 0, swap: int = 0, compare_add_mask: int = 0, swap_mask: int = 0) -> int:
+                    compare_add: int = 0, swap: int = 0, compare_add_mask: int = 0, swap_mask: int = 0,
+                    env=None) -> int:
     """The effect of a one-sided verb on node ``dst``'s memory, landing now; returns a WC status.
 
     Checks first (the right node, a valid rkey covering the range with the right access, an
-    8-byte aligned 8-byte atomic) and touches nothing when a check fails."""
+    8-byte aligned 8-byte atomic) and touches nothing when a check fails. ``env`` (the caller's
+    environment) schedules an atomic's write-back when the profile sets
+    ``nic.atomic_write_race`` (shm/atomic_race.py)."""
     # gaddr_region/_node/_offset, inlined: this runs once per work request
     region = remote_addr >> _OFFSET_BITS & _REGION_MASK
     if remote_addr >> _NODE_SHIFT & _NODE_MASK != dst or (region != REGION_HOST and region != REGION_DEVICE):
@@ -805,8 +809,16 @@ def apply_one_sided(fabric: Fabric, dst: int, op: int, remote_addr: int, rkey: i
     if not mr_check(mem.mrt, rkey, region, off, length, _OPS[op][2]):
         return IBV_WC_REM_ACCESS_ERR
     # operands as int64 bit patterns (_i64, inlined)
-    remote_atomic(mem.host64 if region == REGION_HOST else mem.device64, off // 8, _ATOMIC_KIND[op],
-                  ((compare_add + _I64_BIAS) & _U64) - _I64_BIAS, ((swap + _I64_BIAS) & _U64) - _I64_BIAS,
-                  ((compare_add_mask + _I64_BIAS) & _U64) - _I64_BIAS, ((swap_mask + _I64_BIAS) & _U64) - _I64_BIAS,
-                  lbuf, loff)
+    old = remote_atomic(mem.host64 if region == REGION_HOST else mem.device64, off // 8, _ATOMIC_KIND[op],
+                        ((compare_add + _I64_BIAS) & _U64) - _I64_BIAS, ((swap + _I64_BIAS) & _U64) - _I64_BIAS,
+                        ((compare_add_mask + _I64_BIAS) & _U64) - _I64_BIAS,
+                        ((swap_mask + _I64_BIAS) & _U64) - _I64_BIAS, lbuf, loff)
+    if env is not None and fabric.profile.nic.atomic_write_race:
+        if op == IBV_WR_ATOMIC_CMP_AND_SWP:
+            wrote = int(old) == compare_add & _U64
+        elif op == IBV_WR_MASKED_ATOMIC_CMP_AND_SWP:
+            wrote = (int(old) ^ compare_add) & compare_add_mask & _U64 == 0
+        else:
+            wrote = True
+        atomic_race_of(fabric).after_atomic(env, dst, region, off, wrote)
     return IBV_WC_SUCCESS

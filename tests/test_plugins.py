@@ -284,3 +284,21 @@ def test_the_guides_commands_run_as_written():
         assert words[0] == "dmrack", line
         r = dmrack(*words[1:], env=env, cwd=ROOT, timeout=300)
         assert r.returncode == 0, (line, r.stdout[-2000:], r.stderr[-2000:])
+
+
+def test_the_guides_python_is_the_examples_code_or_runs(monkeypatch, capsys):
+    """A python block of the guide that starts with an import runs as written; any other is an
+    excerpt of the example plugin: each of its code lines (comments aside) is a line of it."""
+    source = {ln.split("#")[0].strip() for f in (PLUGIN_DIR / "toyht").glob("*.py")
+              for ln in f.read_text().splitlines()}
+    monkeypatch.syspath_prepend(str(PLUGIN_DIR))
+    ran = 0
+    for block in _guide_blocks("python"):
+        if block.startswith(("from ", "import ")):
+            exec(compile(block, "docs/adding-a-system.md", "exec"), {})
+            ran += 1
+            continue
+        for line in block.splitlines():
+            code = line.split("#")[0].strip()
+            assert not code or code in source, f"not in examples/plugin/toyht: {line!r}"
+    assert ran == 1 and "history_heavy" in capsys.readouterr().out

@@ -57,7 +57,7 @@ def hand_profile() -> Profile:
                        req_atomic_ns=300, req_send_ns=100, resp_read_ns=100, resp_write_ns=100,
                        resp_atomic_ns=300, resp_recv_ns=150, atomic_units=4, atomic_unit_ns=100,
                        atomic_slots=256, atomic_slot_ns=370, device_memory_bytes=262144,
-                       device_memory_ns=100, ordered_multiline_writes=True),
+                       device_memory_ns=100, ordered_multiline_writes=True, atomic_write_race=False),
         pcie=PcieProfile(latency_ns=300, gbps=82.0, bytes_per_wr=93, resp_bytes_per_wr=40, mmio_ns=100),
         doorbell=DoorbellProfile(low_latency=4, medium_latency=12, lock_ns=100, lock_per_sharer_ns=220),
         wqe_cache=WqeCacheProfile(capacity=1024, miss_bytes=87, miss_ns=200),
