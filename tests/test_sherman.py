@@ -265,3 +265,14 @@ def test_unlock_before_write_is_caught_by_the_checker():
     from nodes.systems import get_system
     with pytest.raises(conformance.ConformanceFailure, match="not linearizable"):
         conformance.CHECKS["history_uniform"](get_system("sherman"), {"fault": "unlock-before-write"})
+
+
+def test_retiring_the_new_block_is_caught_by_the_checker():
+    """fault = "retire-new-block": an update or insert retires the out-of-line block it just
+    published instead of the one it replaced, so a live value is reused under its entry (use
+    after free). The conformance suite's load of values up to 56 B (some out of line) reads keys
+    back with another key's bytes."""
+    from cluster import conformance
+    from nodes.systems import get_system
+    with pytest.raises(conformance.ConformanceFailure, match="loaded keys read wrong"):
+        conformance.CHECKS["load_then_read"](get_system("sherman"), {"fault": "retire-new-block"})

@@ -382,6 +382,11 @@ class ShermanClient(HoclClient, KVClient):
             else:
                 co.write(*wb)                         # the write-back and the unlock in one post
                 yield from self.release(co, lock)
+            if self.fault == "retire-new-block" and block:
+                # the deliberate bug: the block just published is retired instead of the one it
+                # replaced, so it is reused under the entry that points to it (only values over
+                # 48 B have blocks)
+                old = self._block_of(block, len(value))
             if old is not None:
                 self.alloc.retire(*old)               # after the entry's WRITE completed
             return True

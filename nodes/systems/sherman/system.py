@@ -33,8 +33,11 @@ class ShermanSystem(System):
         Option("lock_slots", 8192, "16-bit HOCL locks per memory node in NIC device memory (tree nodes hash onto "
                "them; 2 bytes each)", minimum=4, maximum=1 << 16),
         Option("fault", "none", "a deliberate bug, to prove that dmrack check catches it: 'unlock-before-write' "
-               "releases a leaf's lock before the entry's write-back (lost and overwritten entries)",
-               choices=("none", "unlock-before-write")),
+               "releases a leaf's lock before the entry's write-back (lost and overwritten entries); "
+               "'retire-new-block' retires the out-of-line value block an update or insert just published "
+               "instead of the one it replaced, so a live value is reused under its entry (use after free; only "
+               "values over 48 B have blocks)",
+               choices=("none", "unlock-before-write", "retire-new-block")),
     )
 
     @classmethod
