@@ -11,6 +11,8 @@ Experiments (see docs/bench.md for how each maps onto the paper's setup):
 * ``smart-fig3``: 8 B READ throughput against threads at depth 8 for the four QP policies (cx6-200g).
 * ``smart-fig4``: throughput against outstanding WRs per thread (cx6-200g, per-thread doorbells).
 * ``latency``: depth-1 READ, WRITE and CAS against perftest/SMART numbers.
+* ``atomics``: per profile, same-address CAS against clients (host and NIC device memory) and
+  random-address CAS/FAA beside READ: the contention model's numbers per NIC generation.
 * ``speed``: emulated verbs per real second: one process, two processes, and SimPy.
 """
 
@@ -25,7 +27,7 @@ import numpy as np
 from cluster.benchtable import Row, run_experiments
 from nodes.runtime.env import Environment
 from shm.coro import NodeRdma
-from shm.fabric import Fabric, NodeSpec, gaddr
+from shm.fabric import REGION_DEVICE, REGION_HOST, Fabric, NodeSpec, gaddr
 from shm.profile import load_profile
 from shm.verbs import (
     CQ, IBV_ACCESS_LOCAL_WRITE, IBV_QPT_RC, IBV_SEND_SIGNALED, IBV_WR_SEND, MR, PD, QP, SGE, Context,
@@ -330,6 +332,78 @@ def latency(quick: bool, progress) -> list[Row]:
     return rows
 
 
+# --- atomics: the contention tables of every profile ----------------------------------------------------
+
+ATOMIC_PROFILES = ("cx3-56g", "cx5-100g", "cx6-200g", "bf3")
+#: Published values of these rows; the others have no source yet (docs/bench.md, "atomics").
+#: cx3 same-address CAS: ~2.7 Mops, one PCIe read-modify-write (~370 ns) per atomic: rdma_bench's
+#: atomics sequencer on ConnectX-3 (the source of nic.atomic_slot_ns, ../CALIBRATION.md).
+ATOMIC_PUBLISHED = {("cx3-56g", "same-address CAS, host", 128): 2.7}
+
+
+def _atomic_clients(rig: Rig, *, clients: int, op: str, address, warmup: int, window: int) -> float:
+    """``clients`` threads (spread over the rig's compute nodes, one coroutine and one QP each)
+    each post one ``op`` ("cas", "faa" or "read", 8 B) to ``address(rng)`` at a time, closed loop;
+    returns Mops over the window. A CAS compares with 0 and swaps 0, so every one matches and
+    writes: the worst case for the per-address serialisation."""
+    win = Window(warmup, warmup + window)
+    env = rig.env
+    nodes = [NodeRdma(rig.host, cn, policy="per_thread_doorbell") for cn in rig.cns]
+
+    def client(co, rng):
+        while env.now < win.end:
+            a = address(rng)
+            if op == "cas":
+                co.cas(a, 0, 0)
+            elif op == "faa":
+                co.faa(a, 1)
+            else:
+                co.read(a, 8)
+            yield co.sync()
+            win.add(env.now)
+
+    for k in range(clients):
+        thr = nodes[k % len(nodes)].thread()
+        env.process(client(thr.coroutine(), np.random.default_rng(k)))
+    env.run(until=win.end + 50_000)
+    return win.mops()
+
+
+def atomics(quick: bool, progress) -> list[Row]:
+    """Same-address CAS against the number of clients, in host memory and in NIC device memory
+    (on-chip, what Sherman's HOCL locks use), and random-address CAS and FAA beside READ at 8 B,
+    for every shipped profile: the contention model's own numbers, one table per generation."""
+    warm, win = (20_000, 40_000) if quick else (50_000, 200_000)
+    counts = (1, 8, 128) if quick else (1, 4, 16, 64, 128, 256)
+    rows = []
+    for pname in ATOMIC_PROFILES:
+        prof = load_profile(pname)
+        for region, label in ((REGION_HOST, "host"), (REGION_DEVICE, "device memory")):
+            series = f"same-address CAS, {label}"
+            for n in counts:
+                progress(f"atomics {pname} {series} x{n}")
+                with Rig(prof, 4, 1, mem_bytes=1 << 20) as rig:
+                    off = rig.fabric.allocate(rig.mns[0], 8, region=region)
+                    a = gaddr(rig.mns[0], off, region)
+                    mops = _atomic_clients(rig, clients=n, op="cas", address=lambda rng: a, warmup=warm,
+                                           window=win)
+                rows.append(Row("atomics", f"{pname}: {series}", n, "Mops", round(mops, 2),
+                                ATOMIC_PUBLISHED.get((pname, series, n))))
+        rnd = {}
+        for op in ("read", "cas", "faa"):
+            progress(f"atomics {pname} random-address {op.upper()}")
+            with Rig(prof, 4, 1, mem_bytes=64 << 20) as rig:
+                m, words = rig.mns[0], (64 << 20) // 64
+                rnd[op] = _atomic_clients(rig, clients=128, op=op,
+                                          address=lambda rng: gaddr(m, int(rng.integers(words)) * 64),
+                                          warmup=warm, window=win)
+            rows.append(Row("atomics", f"{pname}: random-address {op.upper()}", 128, "Mops", round(rnd[op], 2)))
+        for op in ("cas", "faa"):
+            rows.append(Row("atomics", f"{pname}: random-address {op.upper()} / READ", 128, "ratio",
+                            round(rnd[op] / rnd["read"], 3)))
+    return rows
+
+
 # --- emulation speed ---------------------------------------------------------------------------------
 
 def _speed_one(threads: int, window: int) -> tuple[int, float]:
@@ -458,6 +532,7 @@ EXPERIMENTS = {
     "smart-fig3": smart_fig3,
     "smart-fig4": smart_fig4,
     "latency": latency,
+    "atomics": atomics,
     "speed": speed,
 }
 

@@ -1,0 +1,35 @@
+"""``dmrack bench verbs --only atomics``: the contention model's own numbers (virtual time, so exact).
+
+Same-address CAS in host memory saturates at one atomic per ``nic.atomic_slot_ns`` (the PCIe
+read-modify-write the NIC holds the address for) however many clients there are, unless the
+NIC-wide atomic rate (``atomic_units`` per ``atomic_unit_ns``) is lower; in NIC device
+memory the address is held for ``nic.device_memory_ns`` only, so the NIC-wide atomic rate binds
+instead; one client gets one CAS per round trip.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from cluster.bench_verbs import Rig, _atomic_clients
+from shm.fabric import REGION_DEVICE, REGION_HOST, gaddr
+from shm.profile import load_profile
+
+
+def same_address(pname: str, clients: int, region: int) -> float:
+    with Rig(load_profile(pname), 4, 1, mem_bytes=1 << 20) as rig:
+        a = gaddr(rig.mns[0], rig.fabric.allocate(rig.mns[0], 8, region=region), region)
+        return _atomic_clients(rig, clients=clients, op="cas", address=lambda rng: a, warmup=20_000,
+                               window=40_000)
+
+
+@pytest.mark.parametrize("pname", ["cx3-56g", "cx5-100g"])
+def test_same_address_cas_saturates_at_one_per_slot_time(pname):
+    nic = load_profile(pname).nic
+    bound = min(1e3 / nic.atomic_slot_ns, nic.atomic_units * 1e3 / nic.atomic_unit_ns)
+    assert same_address(pname, 32, REGION_HOST) == pytest.approx(bound, rel=0.02)
+    assert same_address(pname, 1, REGION_HOST) < 0.5 * bound              # one per round trip
+
+
+def test_device_memory_cas_outruns_host_memory_under_contention():
+    assert same_address("cx5-100g", 64, REGION_DEVICE) > 2 * same_address("cx5-100g", 64, REGION_HOST)
