@@ -123,6 +123,7 @@ class NodeSummary(NamedTuple):
     mem_capacity: int = 0           # memory nodes: host memory bytes (0: not a memory node)
     bytes_reclaimed: int = 0        # compute nodes: bytes their clients reclaimed
     blocks_reused: int = 0          # compute nodes: blocks their clients reused
+    torn_reads: int = 0             # compute nodes: READs their clients found torn (a WRITE met halfway)
 
 
 def _none_if_nan(x: float) -> float | None:
@@ -287,7 +288,8 @@ class Results:
                 "mem_used": sum(n.mem_used for n in self.nodes),
                 "mem_capacity": sum(n.mem_capacity for n in self.nodes),
                 "bytes_reclaimed": sum(n.bytes_reclaimed for n in self.nodes),
-                "blocks_reused": sum(n.blocks_reused for n in self.nodes)}
+                "blocks_reused": sum(n.blocks_reused for n in self.nodes),
+                "torn_reads": sum(n.torn_reads for n in self.nodes)}
 
     def records(self) -> list[dict]:
         """One flat dict per step x node x kind (columns ``COLUMNS``), rack rows first."""
@@ -397,6 +399,11 @@ class Results:
             lines.append(f"reclaimed: {_mib(total)} MiB (" + ", ".join(
                 f"{n.node} {_mib(n.bytes_reclaimed)}" for n in reclaimers) + f"), "
                 f"{sum(n.blocks_reused for n in reclaimers):,} blocks reused")
+        torn = [n for n in self.nodes if n.torn_reads]
+        if torn:
+            lines.append(f"torn reads: {sum(n.torn_reads for n in torn):,} (" + ", ".join(
+                f"{n.node} {n.torn_reads:,}" for n in torn) + "): multi-line READs that met a WRITE halfway "
+                "and were read again")
         # Fired failpoints only: faults were said as they happened, and the supervisor ends with
         # its stop reason (one line for a death, not three).
         lines += [e for e in self.events if _FAILPOINT_TEXT in e]

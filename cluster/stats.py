@@ -117,7 +117,7 @@ class Gauges(NamedTuple):
 
 #: Totals a process publishes in its slot header beside the heartbeat (bytes or counts, >= 0):
 #: a memory node's occupancy, a compute node's clients' reclamation (see the module docstring).
-COUNTERS = ("mem_used", "mem_capacity", "bytes_reclaimed", "blocks_reused")
+COUNTERS = ("mem_used", "mem_capacity", "bytes_reclaimed", "blocks_reused", "torn_reads")
 
 
 class Counters(NamedTuple):
@@ -125,6 +125,7 @@ class Counters(NamedTuple):
     mem_capacity: int = 0           # bytes of host memory the node has (memory nodes)
     bytes_reclaimed: int = 0        # bytes the node's clients reclaimed (compute nodes)
     blocks_reused: int = 0          # blocks the node's clients reused (compute nodes)
+    torn_reads: int = 0             # multi-line READs the node's clients found torn and read again
 
 
 # -- histogram geometry -------------------------------------------------------------------------

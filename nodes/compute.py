@@ -51,7 +51,7 @@ OP_READ, OP_UPDATE, OP_INSERT, OP_SCAN, OP_RMW, OP_DELETE = range(6)
 STATE_LOADING, STATE_RUNNING = 2, 3  # the stats plane's node states (cluster.stats): nodes do not import cluster
 BATCH = 64                      # operations drawn from a stream at a time, per coroutine
 #: Numeric fields of the clients' statistics() records a node sums and publishes (stats counters).
-CLIENT_COUNTERS = ("bytes_reclaimed", "blocks_reused")
+CLIENT_COUNTERS = ("bytes_reclaimed", "blocks_reused", "torn_reads")
 _FAILPOINT_RE = re.compile(r"failpoint (\S+)")     # shm.failpoints.ClientCrash's message
 
 

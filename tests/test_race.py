@@ -128,7 +128,7 @@ def test_ops_on_one_key(fab):
     assert r.op("insert", b"", b"") is True and r.op("get", b"") == b""     # empty key and value
     st = r.client.statistics()
     assert (st.inserts, st.updates, st.deletes) == (5, 4, 3)     # a put is an update (+ an insert)
-    assert st.cas_retries == 0 and st.dir_refreshes == 0 and st.torn_blocks == 0
+    assert st.cas_retries == 0 and st.dir_refreshes == 0 and st.torn_reads == 0
     assert st.blocks_written == 9 and st.blocks_written - st.blocks_freed == 3      # 3 live keys
     assert [(w & TENTATIVE) for _, _, w in r.all_slots()] == [0, 0, 0]
 

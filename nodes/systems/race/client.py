@@ -75,7 +75,7 @@ class RaceStats(NamedTuple):
     dir_refreshes: int         # directory re-reads after a bucket header showed the cache stale
     blocks_read: int           # KV blocks read to confirm a fingerprint match
     fp_false_positives: int    # ... that held another key
-    torn_blocks: int           # KV blocks that failed their checksum (re-read; 0 unless a bug)
+    torn_reads: int           # KV blocks that failed their checksum (re-read; 0 unless a bug)
     chunks: int                # chunk-allocation RPCs
     blocks_written: int        # KV blocks allocated
     blocks_freed: int          # ... replaced, deleted or never published
@@ -123,14 +123,14 @@ class RaceClient(KVClient):
         self.gets = self.inserts = self.updates = self.deletes = 0
         self.cas_retries = self.insert_conflicts = self.dir_refreshes = self.stale_aborts = 0
         self.updates_retried = 0
-        self.blocks_read = self.fp_false_positives = self.torn_blocks = 0
+        self.blocks_read = self.fp_false_positives = self.torn_reads = 0
 
     # -- statistics ------------------------------------------------------------------------
     def statistics(self) -> RaceStats:
         a, r = self.alloc, self.reclaim
         return RaceStats(self.gets, self.inserts, self.updates, self.deletes, self.cas_retries, self.updates_retried,
                          self.insert_conflicts, self.stale_aborts, self.dir_refreshes, self.blocks_read, self.fp_false_positives,
-                         self.torn_blocks, a.chunks, a.blocks, a.freed, r.reused, r.bytes_reclaimed, len(r.limbo),
+                         self.torn_reads, a.chunks, a.blocks, a.freed, r.reused, r.bytes_reclaimed, len(r.limbo),
                          r.advances)
 
     # -- pieces ------------------------------------------------------------------------------
@@ -214,7 +214,7 @@ class RaceClient(KVClient):
                     torn = True
             if not torn:
                 return None
-            self.torn_blocks += 1
+            self.torn_reads += 1
         raise SystemError_(f"RACE: lookup of key {key[:32]!r} did not settle after {RETRY_LIMIT} rounds")
 
     def scan_key(self, co, key: bytes, h: int, known: dict, mine_c: int):
@@ -259,7 +259,7 @@ class RaceClient(KVClient):
                     if v >= 0:
                         others.append((nb | slot_offset(idx, off_a, off_b), w))
             if torn:
-                self.torn_blocks += 1
+                self.torn_reads += 1
                 continue
             free = (r >> 6) - 1
             return others, mine, (nb | slot_offset(free, off_a, off_b)) if free >= 0 else None
