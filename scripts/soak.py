@@ -166,9 +166,9 @@ def main(argv=None) -> int:
         print(f"  {series}: mean {mean / 2**20:.1f} MiB, slope {per_hour / 2**20:+.2f} MiB/hour "
               f"({100 * per_hour / mean if mean else 0:+.2f} % of the mean per hour): "
               f"{'flat' if ok else 'GROWS'}")
-    if len(samples) >= 2:
-        first, last = samples[0]["anon_by_process"], samples[-1]["anon_by_process"]
-        print("  by process (anonymous MiB, first sample -> last):")
+    if len(fit) >= 2:
+        first, last = fit[0]["anon_by_process"], fit[-1]["anon_by_process"]
+        print(f"  by process (anonymous MiB, at {fit[0]['t']:.0f} s -> at {fit[-1]['t']:.0f} s):")
         for name in sorted(set(first) | set(last)):
             print(f"    {name:<20} {first.get(name, 0) / 2**20:8.1f} -> {last.get(name, 0) / 2**20:8.1f}")
     if a.json:
