@@ -13,6 +13,9 @@ Experiments (see docs/bench.md for how each maps onto the paper's setup):
 * ``latency``: depth-1 READ, WRITE and CAS against perftest/SMART numbers.
 * ``atomics``: per profile, same-address CAS against clients (host and NIC device memory) and
   random-address CAS/FAA beside READ: the contention model's numbers per NIC generation.
+* ``locks``: one contended spin lock (CAS, READ, WRITE + unlock in one post) against clients, in
+  host and device memory: acquisitions per second, failed CASes per acquisition, fairness; and a
+  same-address CAS that always fails beside one that always succeeds.
 * ``speed``: emulated verbs per real second: one process, two processes, and SimPy.
 """
 
@@ -404,6 +407,89 @@ def atomics(quick: bool, progress) -> list[Row]:
     return rows
 
 
+def _lock_clients(rig: Rig, *, clients: int, region: int, warmup: int, window: int):
+    """``clients`` threads (one coroutine and QP each) take turns on one spin lock: CAS 0 -> 1
+    (again at once on failure), then READ a 64 B record and, in one post, WRITE it back and WRITE
+    0 to the lock (Sherman's write-back and unlock in one doorbell). Returns (acquisitions Mops,
+    failed CASes per acquisition, clients that never got the lock in the window, largest /
+    smallest share among the others)."""
+    env = rig.env
+    m = rig.mns[0]
+    lock = gaddr(m, rig.fabric.allocate(m, 8, region=region), region)
+    rec = gaddr(m, rig.fabric.allocate(m, 64))
+    win = Window(warmup, warmup + window)
+    nodes = [NodeRdma(rig.host, cn, policy="per_thread_doorbell") for cn in rig.cns]
+    per_client = [0] * clients
+    failed = [0]
+
+    def client(co, k):
+        while env.now < win.end:
+            h = co.cas(lock, 0, 1)
+            yield co.sync()
+            if h.value != 0:
+                if win.start <= env.now < win.end:
+                    failed[0] += 1
+                continue
+            r = co.read(rec, 64)
+            yield co.sync()
+            co.write(rec, r.data.tobytes())
+            co.write(lock, 0)
+            yield co.sync()
+            win.add(env.now)
+            if win.start <= env.now < win.end:
+                per_client[k] += 1
+
+    for k in range(clients):
+        env.process(client(nodes[k % len(nodes)].thread().coroutine(), k))
+    env.run(until=win.end + 50_000)
+    got = [c for c in per_client if c]
+    return win.mops(), failed[0] / max(1, win.ops), clients - len(got), max(got) / min(got) if got else 0.0
+
+
+def locks(quick: bool, progress) -> list[Row]:
+    """One contended lock, per profile: acquisitions per second against clients in host memory and
+    in NIC device memory, what a failed CAS costs (failed CASes per acquisition), and how evenly
+    the clients share it; and a CAS that always fails beside one that always succeeds on one
+    address. The model's own numbers (no published value yet: docs/contention.md)."""
+    # a lock serves ~0.2 M acquisitions/s: the window must give each of 64 clients several turns
+    warm, win = (20_000, 1_000_000) if quick else (50_000, 4_000_000)
+    counts = (1, 8, 64) if quick else (1, 4, 16, 64, 128)
+    rows = []
+    for pname in ("cx5-100g", "cx6-200g"):
+        prof = load_profile(pname)
+        for region, label in ((REGION_HOST, "host"), (REGION_DEVICE, "device memory")):
+            for n in counts:
+                progress(f"locks {pname} {label} x{n}")
+                with Rig(prof, 4, 1, mem_bytes=1 << 20) as rig:
+                    mops, fails, starved, share = _lock_clients(rig, clients=n, region=region, warmup=warm,
+                                                                window=win)
+                series = f"{pname}: one lock, {label}"
+                rows.append(Row("locks", series, n, "M acquisitions/s", round(mops, 3)))
+                rows.append(Row("locks", series, n, "failed CAS per acquisition", round(fails, 2)))
+                if n > 1:
+                    rows.append(Row("locks", series, n, "clients never served", starved))
+                    rows.append(Row("locks", series, n, "max/min share of the served", round(share, 2)))
+        for compare, label in ((0, "CAS that succeeds"), (7, "CAS that fails")):
+            progress(f"locks {pname} {label}")
+            with Rig(prof, 4, 1, mem_bytes=1 << 20) as rig:
+                a = gaddr(rig.mns[0], rig.fabric.allocate(rig.mns[0], 8))
+                env = rig.env
+                w = Window(warm, warm + win)
+                nodes = [NodeRdma(rig.host, cn, policy="per_thread_doorbell") for cn in rig.cns]
+
+                def client(co, compare=compare):
+                    while env.now < w.end:
+                        co.cas(a, compare, 0)
+                        yield co.sync()
+                        w.add(env.now)
+
+                for k in range(64):
+                    env.process(client(nodes[k % 4].thread().coroutine()))
+                env.run(until=w.end + 50_000)
+            rows.append(Row("locks", f"{pname}: same-address {label}", 64, "Mops", round(w.mops(), 2)))
+    return rows
+
+
 # --- emulation speed ---------------------------------------------------------------------------------
 
 def _speed_one(threads: int, window: int) -> tuple[int, float]:
@@ -533,6 +619,7 @@ EXPERIMENTS = {
     "smart-fig4": smart_fig4,
     "latency": latency,
     "atomics": atomics,
+    "locks": locks,
     "speed": speed,
 }
 

@@ -33,3 +33,16 @@ def test_same_address_cas_saturates_at_one_per_slot_time(pname):
 
 def test_device_memory_cas_outruns_host_memory_under_contention():
     assert same_address("cx5-100g", 64, REGION_DEVICE) > 2 * same_address("cx5-100g", 64, REGION_HOST)
+
+
+def test_spinning_on_a_lock_fills_its_address_slot_with_failed_cas():
+    """One lock, 8 clients spinning: every failed CAS holds the lock word's address slot as a
+    successful one does, so acquisitions x (1 + failed CASes per acquisition) is the same-address
+    CAS rate; the holder's READ and WRITE + unlock set the acquisition rate."""
+    from cluster.bench_verbs import _lock_clients
+    nic = load_profile("cx5-100g").nic
+    with Rig(load_profile("cx5-100g"), 4, 1, mem_bytes=1 << 20) as rig:
+        mops, fails, starved, _ = _lock_clients(rig, clients=8, region=REGION_HOST, warmup=20_000,
+                                               window=400_000)
+    assert mops * (1 + fails) == pytest.approx(1e3 / nic.atomic_slot_ns, rel=0.05)
+    assert 0.1 < mops < 0.5 and starved == 0
