@@ -32,20 +32,23 @@ HISTORY_CAPACITY = 1 << 20
 
 
 class StressShape(NamedTuple):
-    """How hard the process stress pushes: keys, value bytes, threads and coroutines per compute
-    node, virtual ms per phase (uniform, then zipfian)."""
+    """How hard the process stress pushes: keys, value bytes (the largest, with ``mixed_sizes``
+    each write's size drawn from 16 up to it), threads and coroutines per compute node, virtual
+    ms per phase (uniform, then zipfian)."""
     keys: int = STRESS_KEYS
     value_size: int = 32
     threads: int = 4
     coroutines: int = 4
     run_ms: float = 2.0
+    mixed_sizes: bool = False
 
 
 QUICK = StressShape(run_ms=0.5)
-#: ``--heavy``: values over 16 cache lines (a multi-line READ can meet a WRITE of the same block),
-#: four times the clients on a quarter of the keys (every key sees overlapping inserts, updates,
+#: ``--heavy``: values of 16 to 1000 bytes (up to 16 cache lines: a multi-line READ can meet a
+#: WRITE of the same block, and a key's value moves across size classes and inline limits), four
+#: times the clients on a quarter of the keys (every key sees overlapping inserts, updates,
 #: deletes and re-inserts), longer phases. A system shapes it with ``System.heavy_stress``.
-HEAVY = StressShape(keys=16, value_size=1000, threads=8, coroutines=8, run_ms=2.0)
+HEAVY = StressShape(keys=16, value_size=1000, threads=8, coroutines=8, run_ms=2.0, mixed_sizes=True)
 
 
 class CheckReport(NamedTuple):
@@ -90,8 +93,10 @@ def stress_processes(system: str, options: dict, *, seed: int = 1, run_ms: float
     # The YCSB workloads of the scenario only shape the rack; the stress workload drives it: every
     # op kind on a small key space, so inserts meet existing keys and deletes meet missing ones.
     wls = sup.compiled.workloads
-    wls["default"] = StressWorkload(keys=shape.keys, distribution="uniform", value_size=shape.value_size)
-    wls["zipf"] = StressWorkload(keys=shape.keys, distribution="zipfian", value_size=shape.value_size)
+    wls["default"] = StressWorkload(keys=shape.keys, distribution="uniform", value_size=shape.value_size,
+                                    mixed_sizes=shape.mixed_sizes)
+    wls["zipf"] = StressWorkload(keys=shape.keys, distribution="zipfian", value_size=shape.value_size,
+                                 mixed_sizes=shape.mixed_sizes)
     status = sup.run()
     if status != 0:
         deaths = "; ".join(f"{d.node} {d.how}" for d in sup.deaths) or sup.stop_reason
@@ -170,7 +175,7 @@ def run(system: str, *, options: dict | None = None, quick: bool = False, heavy:
                f"{report.ops:,} operations checked for linearizability ({result.keys:,} keys in the process "
                f"stress), {report.wall_s:.1f} s")
     stress_name = (f"stress (2 processes x {shape.threads} x {shape.coroutines}, {shape.keys} keys, "
-                   f"{shape.value_size} B values, uniform + zipf 0.99)")
+                   f"{'16-' if shape.mixed_sizes else ''}{shape.value_size} B values, uniform + zipf 0.99)")
     write = report_path or out_dir or not passed
     path = report_path or default_report_path(system, out_dir) if write else None
     if path:

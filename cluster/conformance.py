@@ -606,10 +606,10 @@ def check_load_then_read(system, options) -> None:
 
 
 def _history_check(system, options: dict, distribution: str, *, keys: int = 64, value_size: int = 48,
-                   threads: int = 2, coroutines: int = 4, duration_ms: float = 1.0) -> None:
+                   threads: int = 2, coroutines: int = 4, duration_ms: float = 1.0, mixed_sizes: bool = False) -> None:
     from cluster.checker import check
     from workloads.stress import StressWorkload
-    wl = StressWorkload(keys, distribution=distribution, value_size=value_size)
+    wl = StressWorkload(keys, distribution=distribution, value_size=value_size, mixed_sizes=mixed_sizes)
     rack = stress_rack(system, wl, compute=2, threads=threads, coroutines=coroutines, duration_ms=duration_ms,
                        options=options)
     results = rack.run()
@@ -648,14 +648,15 @@ def check_history_zipfian(system, options) -> None:
 @_check("history_heavy", HEAVY_CHECKS)
 def check_history_heavy(system, options) -> None:
     """``dmrack check --heavy`` only: the process stress's shape (``System.heavy_stress`` of the
-    ``--heavy`` shape: by default 16 keys, 1000-byte values, 8 threads x 8 coroutines per node)
+    ``--heavy`` shape: by default 16 keys, values of 16-1000 bytes, 8 threads x 8 coroutines per node)
     on a co-located rack, uniform keys, 1 virtual ms. Multi-line values land line by line, so
     READs meet WRITEs halfway here too, and being co-located the interleavings are the same on
     every run: a bug that needs a rare one is caught every time or never."""
     from cluster.check import HEAVY
     shape = system.heavy_stress(HEAVY)
     _history_check(system, options, "uniform", keys=shape.keys, value_size=shape.value_size,
-                   threads=shape.threads, coroutines=shape.coroutines, duration_ms=1.0)
+                   threads=shape.threads, coroutines=shape.coroutines, duration_ms=1.0,
+                   mixed_sizes=shape.mixed_sizes)
 
 
 @_check("client_statistics")

@@ -341,7 +341,9 @@ class ComputeNode:
 
     def _do(self, t: int, c: int, wl, op: int, kid: int, n: int, t0: int):
         """One YCSB operation; records its latency from ``t0``."""
-        ks, vs = wl.key_size, wl.value_size
+        ks = wl.key_size
+        # a workload that varies its value sizes (workloads.stress, mixed_sizes) gives a size per write
+        vs = wl.value_size_of if getattr(wl, "mixed_sizes", False) else wl.value_size
         thread = self.threads[t]
         issued_in = self.step_index
         yield from thread.op_begin(self.coroutines[t][c])     # SMART's coroutine throttling, if on
@@ -395,7 +397,8 @@ class ComputeNode:
         version = self._version
         slot = h.invoke(self._client_id(t, c), kind, kid, version, env.now) if h is not None else -1
         call = self.clients[t].insert if kind == "insert" else self.clients[t].update
-        ok = yield from call(self.coroutines[t][c], key_bytes(kid, ks), value_bytes(kid, version, vs))
+        size = vs(kid, version) if not isinstance(vs, int) else vs
+        ok = yield from call(self.coroutines[t][c], key_bytes(kid, ks), value_bytes(kid, version, size))
         if h is not None:
             h.complete(slot, ok, env.now)
         return ok

@@ -149,7 +149,7 @@ def test_a_get_that_skips_its_checksum_returns_torn_values_co_located(monkeypatc
 
 def test_dmrack_check_heavy_catches_lock_ht_skipping_its_checksum(tmp_path):
     """``dmrack check --heavy`` from outside the package: lock-ht passes; with
-    ``fault=skip-checksum`` the process stress (1000 B values, 16 lines) sees torn values."""
+    ``fault=skip-checksum`` the process stress (values up to 1000 B, 16 lines) sees torn values."""
     r = _dmrack("check", "--system", LOCKHT, "--heavy", "--json", str(tmp_path / "ok.json"), cwd=tmp_path,
                 pythonpath=PLUGIN_DIR, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr

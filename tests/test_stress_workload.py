@@ -150,3 +150,17 @@ def test_the_surface_the_rack_uses():
 def test_bad_parameters_are_refused(kwargs, match):
     with pytest.raises(WorkloadError, match=match):
         StressWorkload(**kwargs)
+
+
+def test_mixed_sizes_span_16_to_value_size_and_decode():
+    """``mixed_sizes`` (dmrack check --heavy): each write's size is a hash of key and version in
+    16..value_size, covering the range, and every such value decodes to its key and version."""
+    from workloads.keys import decode_value
+    wl = StressWorkload(16, value_size=1000, mixed_sizes=True)
+    sizes = [wl.value_size_of(k, v) for k in range(16) for v in range(1, 200)]
+    assert min(sizes) >= 16 and max(sizes) <= 1000 and len(set(sizes)) > 900
+    assert min(sizes) < 64 and max(sizes) > 960              # one line and sixteen
+    assert decode_value(wl.value_bytes(3, 77), 3) == (3, 77)
+    assert len(wl.value_bytes(3, 77)) == wl.value_size_of(3, 77)
+    assert "16-1000 B values" in wl.describe()
+    assert StressWorkload(16, value_size=1000).value_size_of(3, 77) == 1000

@@ -98,7 +98,7 @@ class StressWorkload:
     def __init__(self, keys: int, mix: Mapping[str, float] | None = None, distribution: str = "uniform", *,
                  key_size: int = 8, value_size: int = 32, zipfian_constant: float = g.ZIPFIAN_CONSTANT,
                  hashed: bool = True, seed: int = 0, operationcount: int = 0, target: float = 0.0,
-                 name: str = "stress"):
+                 mixed_sizes: bool = False, name: str = "stress"):
         if isinstance(keys, bool) or not isinstance(keys, (int, np.integer)) or keys < 1:
             raise WorkloadError(f"{name}: keys = {keys!r}: must be an integer >= 1")
         mix = dict(DEFAULT_MIX if mix is None else mix)
@@ -128,6 +128,7 @@ class StressWorkload:
         self.operationcount = int(operationcount)     # informational: runs are bounded by their duration
         self.key_size = int(key_size)
         self.value_size = int(value_size)
+        self.mixed_sizes = bool(mixed_sizes)      # each write's size drawn from 16..value_size
         self.target = float(target)
         self.distribution = distribution
         self.zipfian_constant = float(zipfian_constant)
@@ -157,7 +158,7 @@ class StressWorkload:
         mix = " ".join(f"{self.mix[op] * 100:.4g}% {op}" for op in MIX_OPS if self.mix[op] > 0)
         dist = f"zipfian {self.zipfian_constant:g}" if self.distribution == "zipfian" else "uniform"
         parts = [mix, dist, f"{self.keys} keys (inserts and deletes included)", f"{self.key_size} B keys",
-                 f"{self.value_size} B values"]
+                 f"16-{self.value_size} B values" if self.mixed_sizes else f"{self.value_size} B values"]
         if self.target > 0:
             parts.append(f"open loop {self.target:g} ops/s")
         return f"{self.name}: {', '.join(parts)}"
@@ -186,7 +187,16 @@ class StressWorkload:
         return key_bytes(key_id, self.key_size)
 
     def value_bytes(self, key_id: int, version: int) -> bytes:
-        return value_bytes(key_id, version, self.value_size)
+        return value_bytes(key_id, version, self.value_size_of(key_id, version))
+
+    def value_size_of(self, key_id: int, version: int) -> int:
+        """The size of the value a write of ``version`` to ``key_id`` carries: ``value_size``, or
+        with ``mixed_sizes`` one drawn from 16..value_size by a hash of both (so a key's value
+        grows and shrinks across lines, inline and out-of-line limits, allocation size classes)."""
+        if not self.mixed_sizes:
+            return self.value_size
+        h = ((key_id * 0x9E3779B97F4A7C15) ^ (version * 0xBF58476D1CE4E5B9)) & 0xFFFFFFFFFFFFFFFF
+        return 16 + (h >> 17) % (self.value_size - 15)
 
     # -- streams ---------------------------------------------------------------------------------
     def stream(self, seed: int | None = None, stream_id: int = 0,
