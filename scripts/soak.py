@@ -15,7 +15,9 @@ process sizes. Every ``--every`` seconds it samples
   memory-node memory grows exactly when blocks are carved from fresh memory);
 
 and fits a least-squares line to the samples after ``--warmup`` seconds (the load and the first
-chunks). A series is flat when the line's growth over one hour is at most ``--tolerance`` MiB or
+chunks). Each sample also keeps every process's anonymous memory (``anon_by_process`` in the JSON;
+the summary prints the first and last fitted ones), and ``DMRACK_MEMTRACE=DIR`` in the environment
+makes the nodes log what inside them holds memory (``cluster/memtrace.py``). A series is flat when the line's growth over one hour is at most ``--tolerance`` MiB or
 1 % of the series' mean, whichever is larger. The rack is stopped with SIGINT (as Ctrl-C would) at the end; its summary is
 printed after the table. ``--json PATH`` writes the samples and slopes.
 
