@@ -27,6 +27,7 @@ from itertools import count
 
 from shm.atomics import cas, load_acquire
 from shm.fabric import REGION_HOST
+from shm.landing import pending_writes_of
 
 
 class AtomicWriteRace:
@@ -54,6 +55,7 @@ class AtomicWriteRace:
         value = int(words[off // 8])
         hold = self.hold_ns.get(region, self.device_hold_ns)
         env.schedule(env.now + hold, self._write_back, (key, words, value, token))
+        pending_writes_of(self.fabric).add(node, env.now + hold, env.now + hold)
 
     def _write_back(self, arg) -> None:
         key, words, value, token = arg

@@ -42,7 +42,7 @@ from typing import NamedTuple
 import numpy as np
 
 from shm import nic
-from shm.landing import Landing
+from shm.landing import Landing, pending_writes_of
 from shm.failpoints import failpoint
 from shm.smart import ConflictController, SmartConfig, SmartStats, WrTuner
 from shm.fabric import (
@@ -421,7 +421,7 @@ class Coroutine:
 
     __slots__ = ("thread", "env", "_pending", "_posted", "_outstanding", "_waiter", "_errors", "_mr_off",
                  "_heap", "_next_seq", "_land_cb", "_batch_done_cb", "_finish_cb", "_submit", "_bo_fail", "_flags",
-                 "_lines_cb", "_more_cb", "_landings")
+                 "_lines_cb", "_more_cb", "_landings", "_pw")
 
     def __init__(self, thread: RdmaThread):
         self.thread = thread
@@ -439,6 +439,7 @@ class Coroutine:
         self._lines_cb = self._land_lines
         self._more_cb = self._land_more
         self._landings: list[Landing] = []   # multi-line transfers still landing
+        self._pw = pending_writes_of(thread.fabric)   # when each node's memory next changes
         self._batch_done_cb = self._batch_done
         self._finish_cb = self._finish_last
         self._bo_fail = 0              # consecutive failed backoff_cas (the back-off exponent)
@@ -566,12 +567,17 @@ class Coroutine:
         seq = self._next_seq
         land = self._land_cb
         done = 0
+        pw = self._pw
         for (effect, complete, other), item in zip(arrays[6].tolist(), items):
             if other == effect:
                 heappush(heap, (effect if effect > now else now, seq(), land, item))
+                if item[0] != IBV_WR_RDMA_READ:
+                    pw.add(dst, effect, effect)
             else:                        # several lines, landing one by one (shm/landing.py)
                 first = other if other < effect else effect
                 heappush(heap, (first if first > now else now, seq(), self._lines_cb, (item, effect, other)))
+                if item[0] != IBV_WR_RDMA_READ:
+                    pw.add(dst, first, effect if effect > other else other)
             if complete > done:
                 done = complete
         self._outstanding += 1
@@ -622,12 +628,17 @@ class Coroutine:
         h.status = IBV_WC_SUCCESS
         lo, hi = (effect, other) if is_read else (other, effect)
         landing = Landing(is_read, mem.host, mem.host_locks, roff, length, thr.buf, off,
-                          not is_read and not thr.fabric.profile.nic.ordered_multiline_writes, lo, hi)
+                          not is_read and not thr.fabric.profile.nic.ordered_multiline_writes, lo, hi, dst)
         self._landings.append(landing)
-        landing.step(self._heap, self._next_seq, self._more_cb)
+        self._land_more(landing)
 
     def _land_more(self, landing) -> None:
-        if landing.k < landing.n:        # not already finished by a completion
+        if landing.k >= landing.n:       # already finished by a completion
+            return
+        if landing.is_read:
+            now = self.env.now
+            landing.step_read(self._heap, self._next_seq, self._more_cb, self._pw.next_change(landing.node, now), now)
+        else:
             landing.step(self._heap, self._next_seq, self._more_cb)
 
     def _batch_done(self, arg) -> None:

@@ -12,7 +12,11 @@ by line is what lets those guards be exercised, deterministically in a co-locate
 A :class:`Landing` is one such transfer in progress. Each step lands the next line, and with it
 every later line due before the next other event of the environment: when nothing else can
 happen in between, landing them now or at their own times is the same, so a transfer costs one
-event unless something really interleaves with it. The rkey is checked for the whole range before
+event unless something really interleaves with it. A READ looks further: what it returns depends
+only on what changes the memory it samples, so its lines due before the next *write* to that
+node (:class:`PendingWrites`: every WRITE, atomic and SEND this process has posted, with its
+landing window) land at once, however many other events (other READs, completions) come between.
+Under a READ-heavy load that keeps a 1 KiB READ at one event instead of sixteen. The rkey is checked for the whole range before
 the first line, so a bad key touches nothing. A completion never comes before its effect: the
 owner calls :meth:`Landing.finish` on what has not fully landed when a completion is due (the
 model puts each completion at or after its window's end, but the last line's event may sort after
@@ -23,7 +27,7 @@ Single-line transfers, atomics, SENDs and device memory still land at one instan
 
 from __future__ import annotations
 
-from heapq import heappush
+from heapq import heappop, heappush
 
 from shm.fabric import land_lines
 
@@ -33,10 +37,12 @@ INF = (1 << 63) - 1
 class Landing:
     """A multi-line READ or WRITE landing between ``lo`` and ``hi`` (ns) on ``rbuf``."""
 
-    __slots__ = ("is_read", "rbuf", "rlocks", "off", "length", "lbuf", "loff", "descending", "lo", "hi", "n", "k")
+    __slots__ = ("is_read", "rbuf", "rlocks", "off", "length", "lbuf", "loff", "descending", "lo", "hi", "n", "k",
+                 "node")
 
     def __init__(self, is_read: bool, rbuf, rlocks, off: int, length: int, lbuf, loff: int, descending: bool,
-                 lo: int, hi: int):
+                 lo: int, hi: int, node: int = -1):
+        self.node = node                # the node whose memory it reads or writes
         self.is_read = is_read
         self.rbuf = rbuf
         self.rlocks = rlocks
@@ -78,9 +84,62 @@ class Landing:
                        self.descending, self.k, self.n)
             self.k = self.n
 
+    def step_read(self, heap: list, next_seq, callback, next_write: int, now: int) -> None:
+        """:meth:`step` for a READ: lines due before ``next_write`` (when the sampled node's memory
+        next changes, from :meth:`PendingWrites.next_change`) land now; while a write is landing
+        (``next_write == now``) the environment's next event bounds it as in :meth:`step`."""
+        bound = next_write if next_write > now else (heap[0][0] if heap else INF)
+        t = self.advance(bound)
+        if t >= 0:
+            heappush(heap, (t, next_seq(), callback, self))
+
     def step(self, heap: list, next_seq, callback) -> None:
         """One event of the landing on an environment's ``heap``: land what is due, and push
         ``callback(self)`` back for the next line if one is left."""
         t = self.advance(heap[0][0] if heap else INF)
         if t >= 0:
             heappush(heap, (t, next_seq(), callback, self))
+
+
+class PendingWrites:
+    """When each node's memory next changes, as far as this process knows: the landing windows
+    ``(first, last)`` (ns) of the WRITEs, atomics and SENDs it has posted (and DMA writes, atomic
+    write-backs), one heap per node ordered by ``first``. Entries whose window has passed are
+    dropped as they reach the top."""
+
+    __slots__ = ("heaps", "floor_ns")
+
+    def __init__(self, floor_ns: int = 0):
+        self.heaps: dict[int, list] = {}
+        # no write posted from now on lands sooner than this after now (a PCIe crossing and the
+        # wire at least), so it bounds what a READ may land at once without looking again
+        self.floor_ns = floor_ns
+
+    def add(self, node: int, first: int, last: int) -> None:
+        h = self.heaps.get(node)
+        if h is None:
+            h = self.heaps[node] = []
+        heappush(h, (first, last))
+
+    def next_change(self, node: int, now: int) -> int:
+        """The earliest time >= ``now`` at which a write may change ``node``'s memory (``now`` while
+        one is landing): a known one, or one posted from now on (``floor_ns`` away at least)."""
+        soonest = now + self.floor_ns
+        h = self.heaps.get(node)
+        while h and h[0][1] < now:
+            heappop(h)
+        if not h:
+            return soonest
+        first = h[0][0]
+        if first <= now:
+            return now
+        return first if first < soonest else soonest
+
+
+def pending_writes_of(fabric) -> PendingWrites:
+    """The process's :class:`PendingWrites` for ``fabric`` (one per process: a fabric object is)."""
+    pw = getattr(fabric, "_pending_writes", None)
+    if pw is None:
+        p = fabric.profile
+        pw = fabric._pending_writes = PendingWrites(min(p.link.one_way_ns, p.pcie.latency_ns))
+    return pw

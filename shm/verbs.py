@@ -39,7 +39,7 @@ from shm.fabric import (
     gaddr_region, mr_check, read_lines,
 )
 from shm.atomic_race import atomic_race_of
-from shm.landing import Landing
+from shm.landing import Landing, pending_writes_of
 
 __all__ = [
     "VerbsHost", "Context", "PD", "MR", "CQ", "QP", "QPCap", "QPInitAttr", "AH", "SGE", "SendWR",
@@ -567,9 +567,13 @@ class QP:
                 p.status = IBV_WC_WR_FLUSH_ERR
             elif out[i, 2] == out[i, 0]:
                 env.schedule(int(out[i, 0]), self._effect, (p, dst))
+                if wr.opcode != IBV_WR_RDMA_READ:
+                    pending_writes_of(self.fabric).add(dst, int(out[i, 0]), int(out[i, 0]))
             else:                      # several lines, landing one by one over a window
                 lo, hi = sorted((int(out[i, 0]), int(out[i, 2])))
                 env.schedule(lo, self._effect, (p, dst, lo, hi))
+                if wr.opcode != IBV_WR_RDMA_READ:
+                    pending_writes_of(self.fabric).add(dst, lo, hi)
             env.schedule(int(out[i, 1]), self._complete, p)   # in posting order (the model)
 
     def _price(self, dst: int, ops, lens, addrs, regions, flags, cpu_floor: int = 0, user=None) -> np.ndarray:
@@ -701,13 +705,19 @@ class QP:
             return
         p.status = IBV_WC_SUCCESS
         landing = Landing(is_read, mem.host, mem.host_locks, off, length, local[0], local[2],
-                          not is_read and not self.fabric.profile.nic.ordered_multiline_writes, lo, hi)
+                          not is_read and not self.fabric.profile.nic.ordered_multiline_writes, lo, hi, dst)
         self._landings.append(landing)
-        landing.step(self.env._heap, self.env._next_seq, self._land_more)
+        self._land_more(landing)
 
     def _land_more(self, landing) -> None:
-        if not landing.done:             # not already finished by a completion
-            landing.step(self.env._heap, self.env._next_seq, self._land_more)
+        if landing.done:                 # already finished by a completion
+            return
+        env = self.env
+        if landing.is_read:
+            landing.step_read(env._heap, env._next_seq, self._land_more,
+                              pending_writes_of(self.fabric).next_change(landing.node, env.now), env.now)
+        else:
+            landing.step(env._heap, env._next_seq, self._land_more)
 
     def _note_error(self, p: _Pending) -> None:
         if self._err_seq is None or p.seq < self._err_seq:

@@ -181,3 +181,17 @@ def test_pyverbs_multi_line_write_lands_over_a_window(prefix):
         assert any(0 < n < LINES for n in seen), "the KiB landed at one instant"
     finally:
         fab.close()
+
+
+def test_reads_land_in_one_event_when_no_write_can_come_between():
+    """Many 1 KiB READs in flight and no WRITE: each lands all its 16 lines at once (what it
+    samples cannot change before its last line), so a READ costs the events an 8 B one does."""
+    from cluster.bench_verbs import Rig, _onesided_closed_loop
+
+    def events_per_verb(size):
+        with Rig(rack_profile(), 1, 1) as rig:
+            _onesided_closed_loop(rig, threads=16, depth=8, policy="per_thread_doorbell", op="read", size=size,
+                                  warmup=0, window=30_000)
+            return rig.env.statistics().events / rig.completed
+
+    assert events_per_verb(1024) <= events_per_verb(8) + 0.2
