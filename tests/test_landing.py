@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from nodes.runtime.env import Environment
-from shm.coro import NodeRdma, RemoteAccessError
+from shm.coro import RemoteAccessError
 from shm.fabric import gaddr
 from shm.profile import with_overrides
 from shm.verbs import IBV_WR_RDMA_WRITE
