@@ -42,12 +42,12 @@ from typing import NamedTuple
 import numpy as np
 
 from shm import nic
-from shm.landing import Landing, pending_writes_of
+from shm.landing import begin_landing, flush_due, pending_writes_of
 from shm.failpoints import failpoint
 from shm.smart import ConflictController, SmartConfig, SmartStats, WrTuner
 from shm.fabric import (
-    IBV_ACCESS_REMOTE_READ, IBV_ACCESS_REMOTE_WRITE, MAX_NODES, OFFSET_BITS, REGION_BITS, REGION_HOST, format_gaddr,
-    gaddr, gaddr_node, gaddr_offset, gaddr_region, mr_check, remote_read_write,
+    MAX_NODES, OFFSET_BITS, REGION_BITS, REGION_HOST, format_gaddr, gaddr, gaddr_node, gaddr_offset, gaddr_region,
+    remote_read_write,
 )
 from shm.verbs import (
     IBV_WC_REM_ACCESS_ERR, IBV_WC_SUCCESS, IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD,
@@ -421,7 +421,7 @@ class Coroutine:
 
     __slots__ = ("thread", "env", "_pending", "_posted", "_outstanding", "_waiter", "_errors", "_mr_off",
                  "_heap", "_next_seq", "_land_cb", "_batch_done_cb", "_finish_cb", "_submit", "_bo_fail", "_flags",
-                 "_lines_cb", "_more_cb", "_landings", "_pw")
+                 "_lines_cb", "_landings", "_pw")
 
     def __init__(self, thread: RdmaThread):
         self.thread = thread
@@ -437,8 +437,7 @@ class Coroutine:
         self._next_seq = env._next_seq
         self._land_cb = self._land
         self._lines_cb = self._land_lines
-        self._more_cb = self._land_more
-        self._landings: list[Landing] = []   # multi-line transfers still landing
+        self._landings: list = []      # multi-line transfers still landing (shm/landing.py)
         self._pw = pending_writes_of(thread.fabric)   # when each node's memory next changes
         self._batch_done_cb = self._batch_done
         self._finish_cb = self._finish_last
@@ -571,13 +570,11 @@ class Coroutine:
         for (effect, complete, other), item in zip(arrays[6].tolist(), items):
             if other == effect:
                 heappush(heap, (effect if effect > now else now, seq(), land, item))
-                if item[0] != IBV_WR_RDMA_READ:
-                    pw.add(dst, effect, effect)
             else:                        # several lines, landing one by one (shm/landing.py)
                 first = other if other < effect else effect
                 heappush(heap, (first if first > now else now, seq(), self._lines_cb, (item, effect, other)))
-                if item[0] != IBV_WR_RDMA_READ:
-                    pw.add(dst, first, effect if effect > other else other)
+            if item[0] != IBV_WR_RDMA_READ:
+                pw.add(dst, effect, other)   # a READ landing meanwhile must see it
             if complete > done:
                 done = complete
         self._outstanding += 1
@@ -615,44 +612,23 @@ class Coroutine:
         rkey = thr._rkeys.get((dst, REGION_HOST))
         if rkey is None:
             rkey = thr.rkey(dst, REGION_HOST)
-        mem = thr.fabric.memory[dst]
         is_read = op == IBV_WR_RDMA_READ
-        roff = addr & _OFFSET_MASK
-        if not mr_check(mem.mrt, rkey, REGION_HOST, roff, length,
-                        IBV_ACCESS_REMOTE_READ if is_read else IBV_ACCESS_REMOTE_WRITE):
+        lo, hi = (effect, other) if is_read else (other, effect)
+        landing = begin_landing(self.env, thr.fabric, dst, is_read, addr & _OFFSET_MASK, length, rkey, thr.buf, off,
+                                lo, hi)
+        if landing is None:
             h.status = IBV_WC_REM_ACCESS_ERR
             thr.errors += 1
             thr.owner.host._errors += 1
             self._errors.append((op, addr, IBV_WC_REM_ACCESS_ERR))
             return
         h.status = IBV_WC_SUCCESS
-        lo, hi = (effect, other) if is_read else (other, effect)
-        landing = Landing(is_read, mem.host, mem.host_locks, roff, length, thr.buf, off,
-                          not is_read and not thr.fabric.profile.nic.ordered_multiline_writes, lo, hi, dst)
         self._landings.append(landing)
-        self._land_more(landing)
-
-    def _land_more(self, landing) -> None:
-        if landing.k >= landing.n:       # already finished by a completion
-            return
-        if landing.is_read:
-            now = self.env.now
-            landing.step_read(self._heap, self._next_seq, self._more_cb, self._pw.next_change(landing.node, now), now)
-        else:
-            landing.step(self._heap, self._next_seq, self._more_cb)
 
     def _batch_done(self, arg) -> None:
         qp, n = arg
         if self._landings:
-            # a completion never comes before its effect: lines due by now land first
-            now = self.env.now
-            left = []
-            for landing in self._landings:
-                if landing.hi <= now:
-                    landing.finish()
-                elif not landing.done:
-                    left.append(landing)
-            self._landings = left
+            self._landings = flush_due(self._landings, self.env.now)
         nic.retire(qp.fabric.table, qp.ctx.desc, n)
         qp.host._completed += n
         self._outstanding -= 1

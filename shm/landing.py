@@ -16,11 +16,12 @@ event unless something really interleaves with it. A READ looks further: what it
 only on what changes the memory it samples, so its lines due before the next *write* to that
 node (:class:`PendingWrites`: every WRITE, atomic and SEND this process has posted, with its
 landing window) land at once, however many other events (other READs, completions) come between.
-Under a READ-heavy load that keeps a 1 KiB READ at one event instead of sixteen. The rkey is checked for the whole range before
-the first line, so a bad key touches nothing. A completion never comes before its effect: the
-owner calls :meth:`Landing.finish` on what has not fully landed when a completion is due (the
-model puts each completion at or after its window's end, but the last line's event may sort after
-the completion's at the same nanosecond).
+Under a READ-heavy load that keeps a 1 KiB READ at one event instead of sixteen.
+
+The rkey is checked for the whole range before the first line, so a bad key touches nothing
+(:func:`begin_landing`). A completion never comes before its effect: the owner passes what is still landing to :func:`flush_due` when a completion
+is due (the model puts each completion at or after its window's end, but the last line's event
+may sort after the completion's at the same nanosecond).
 
 Single-line transfers, atomics, SENDs and device memory still land at one instant.
 """
@@ -29,20 +30,55 @@ from __future__ import annotations
 
 from heapq import heappop, heappush
 
-from shm.fabric import land_lines
+from shm.fabric import IBV_ACCESS_REMOTE_READ, IBV_ACCESS_REMOTE_WRITE, REGION_HOST, land_lines, mr_check
 
 INF = (1 << 63) - 1
 
 
+def begin_landing(env, fabric, node: int, is_read: bool, off: int, length: int, rkey: int, lbuf, loff: int,
+                  lo: int, hi: int) -> "Landing | None":
+    """A multi-line READ or WRITE of ``node``'s host memory starts landing now: None (touching
+    nothing) if ``rkey`` does not grant the access over the whole range, else the
+    :class:`Landing`, its first line landed and the rest scheduled. The lines of a WRITE go in
+    descending order on a NIC without ``nic.ordered_multiline_writes``."""
+    mem = fabric.memory[node]
+    if not mr_check(mem.mrt, rkey, REGION_HOST, off, length,
+                    IBV_ACCESS_REMOTE_READ if is_read else IBV_ACCESS_REMOTE_WRITE):
+        return None
+    landing = Landing(env, pending_writes_of(fabric), node, is_read, mem.host, mem.host_locks, off, length, lbuf,
+                      loff, not is_read and not fabric.profile.nic.ordered_multiline_writes, lo, hi)
+    landing.resume()
+    return landing
+
+
+def flush_due(landings: list, now: int) -> list:
+    """A completion never comes before its effect: land every line of ``landings`` whose window
+    ended by ``now``; returns those still landing."""
+    left = []
+    for landing in landings:
+        if landing.hi <= now:
+            landing.finish()
+        elif not landing.done:
+            left.append(landing)
+    return left
+
+
+def _resume(landing: "Landing") -> None:
+    landing.resume()
+
+
 class Landing:
-    """A multi-line READ or WRITE landing between ``lo`` and ``hi`` (ns) on ``rbuf``."""
+    """A multi-line READ or WRITE landing between ``lo`` and ``hi`` (ns) on ``rbuf`` (the memory of
+    ``node``), one event of ``env`` per :meth:`resume`."""
 
-    __slots__ = ("is_read", "rbuf", "rlocks", "off", "length", "lbuf", "loff", "descending", "lo", "hi", "n", "k",
-                 "node")
+    __slots__ = ("env", "pending", "node", "is_read", "rbuf", "rlocks", "off", "length", "lbuf", "loff",
+                 "descending", "lo", "hi", "n", "k")
 
-    def __init__(self, is_read: bool, rbuf, rlocks, off: int, length: int, lbuf, loff: int, descending: bool,
-                 lo: int, hi: int, node: int = -1):
-        self.node = node                # the node whose memory it reads or writes
+    def __init__(self, env, pending: "PendingWrites", node: int, is_read: bool, rbuf, rlocks, off: int, length: int,
+                 lbuf, loff: int, descending: bool, lo: int, hi: int):
+        self.env = env
+        self.pending = pending
+        self.node = node
         self.is_read = is_read
         self.rbuf = rbuf
         self.rlocks = rlocks
@@ -64,13 +100,13 @@ class Landing:
         """When line ``k`` (in landing order) lands."""
         return self.lo + (self.hi - self.lo) * k // (self.n - 1) if self.n > 1 else self.hi
 
-    def advance(self, next_event: int) -> int:
-        """Land the next line and every later one due before ``next_event`` (the time of the
-        environment's next other event); returns when the next line lands, or -1 if none is left."""
+    def advance(self, bound: int) -> int:
+        """Land the next line and every later one due before ``bound``; returns when the next line
+        lands, or -1 if none is left."""
         k = self.k
         j = k + 1
         n = self.n
-        while j < n and self.time(j) < next_event:
+        while j < n and self.time(j) < bound:
             j += 1
         land_lines(self.is_read, self.rbuf, self.rlocks, self.off, self.length, self.lbuf, self.loff,
                    self.descending, k, j)
@@ -84,21 +120,21 @@ class Landing:
                        self.descending, self.k, self.n)
             self.k = self.n
 
-    def step_read(self, heap: list, next_seq, callback, next_write: int, now: int) -> None:
-        """:meth:`step` for a READ: lines due before ``next_write`` (when the sampled node's memory
-        next changes, from :meth:`PendingWrites.next_change`) land now; while a write is landing
-        (``next_write == now``) the environment's next event bounds it as in :meth:`step`."""
-        bound = next_write if next_write > now else (heap[0][0] if heap else INF)
+    def resume(self) -> None:
+        """One event of the landing: land what is due and schedule the next line if one is left.
+        Due are the lines before the environment's next event, or for a READ the lines before the
+        next write to its node (``pending``), unless a write is landing right now."""
+        if self.k >= self.n:             # already finished by a completion
+            return
+        env = self.env
+        heap = env._heap
+        now = env.now
+        bound = self.pending.next_change(self.node, now) if self.is_read else now
+        if bound <= now:
+            bound = heap[0][0] if heap else INF
         t = self.advance(bound)
         if t >= 0:
-            heappush(heap, (t, next_seq(), callback, self))
-
-    def step(self, heap: list, next_seq, callback) -> None:
-        """One event of the landing on an environment's ``heap``: land what is due, and push
-        ``callback(self)`` back for the next line if one is left."""
-        t = self.advance(heap[0][0] if heap else INF)
-        if t >= 0:
-            heappush(heap, (t, next_seq(), callback, self))
+            heappush(heap, (t, env._next_seq(), _resume, self))
 
 
 class PendingWrites:
@@ -115,11 +151,12 @@ class PendingWrites:
         # wire at least), so it bounds what a READ may land at once without looking again
         self.floor_ns = floor_ns
 
-    def add(self, node: int, first: int, last: int) -> None:
+    def add(self, node: int, a: int, b: int) -> None:
+        """A write to ``node`` landing between ``a`` and ``b`` (ns, either order)."""
         h = self.heaps.get(node)
         if h is None:
             h = self.heaps[node] = []
-        heappush(h, (first, last))
+        heappush(h, (a, b) if a <= b else (b, a))
 
     def next_change(self, node: int, now: int) -> int:
         """The earliest time >= ``now`` at which a write may change ``node``'s memory (``now`` while

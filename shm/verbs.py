@@ -39,7 +39,7 @@ from shm.fabric import (
     gaddr_region, mr_check, read_lines,
 )
 from shm.atomic_race import atomic_race_of
-from shm.landing import Landing, pending_writes_of
+from shm.landing import begin_landing, flush_due, pending_writes_of
 
 __all__ = [
     "VerbsHost", "Context", "PD", "MR", "CQ", "QP", "QPCap", "QPInitAttr", "AH", "SGE", "SendWR",
@@ -565,15 +565,14 @@ class QP:
             self._wr_seq += 1
             if self.state == self.ERR:
                 p.status = IBV_WC_WR_FLUSH_ERR
-            elif out[i, 2] == out[i, 0]:
-                env.schedule(int(out[i, 0]), self._effect, (p, dst))
-                if wr.opcode != IBV_WR_RDMA_READ:
-                    pending_writes_of(self.fabric).add(dst, int(out[i, 0]), int(out[i, 0]))
-            else:                      # several lines, landing one by one over a window
-                lo, hi = sorted((int(out[i, 0]), int(out[i, 2])))
-                env.schedule(lo, self._effect, (p, dst, lo, hi))
-                if wr.opcode != IBV_WR_RDMA_READ:
-                    pending_writes_of(self.fabric).add(dst, lo, hi)
+            else:
+                if out[i, 2] == out[i, 0]:
+                    env.schedule(int(out[i, 0]), self._effect, (p, dst))
+                else:                  # several lines, landing one by one over a window
+                    lo, hi = sorted((int(out[i, 0]), int(out[i, 2])))
+                    env.schedule(lo, self._effect, (p, dst, lo, hi))
+                if wr.opcode != IBV_WR_RDMA_READ:  # a READ landing meanwhile must see it
+                    pending_writes_of(self.fabric).add(dst, int(out[i, 0]), int(out[i, 2]))
             env.schedule(int(out[i, 1]), self._complete, p)   # in posting order (the model)
 
     def _price(self, dst: int, ops, lens, addrs, regions, flags, cpu_floor: int = 0, user=None) -> np.ndarray:
@@ -694,30 +693,16 @@ class QP:
         """A multi-line READ or WRITE of host memory starts landing: the checks of
         apply_one_sided for the whole range, then one line at a time (shm/landing.py)."""
         addr = wr.remote_addr
-        is_read = wr.opcode == IBV_WR_RDMA_READ
-        mem = self.fabric.memory[dst]
-        off = addr & _OFFSET_MASK
-        if addr >> _NODE_SHIFT & _NODE_MASK != dst or addr >> _OFFSET_BITS & _REGION_MASK != REGION_HOST \
-                or not mr_check(mem.mrt, wr.rkey, REGION_HOST, off, length,
-                                IBV_ACCESS_REMOTE_READ if is_read else IBV_ACCESS_REMOTE_WRITE):
+        landing = None
+        if addr >> _NODE_SHIFT & _NODE_MASK == dst and addr >> _OFFSET_BITS & _REGION_MASK == REGION_HOST:
+            landing = begin_landing(self.env, self.fabric, dst, wr.opcode == IBV_WR_RDMA_READ, addr & _OFFSET_MASK,
+                                    length, wr.rkey, local[0], local[2], lo, hi)
+        if landing is None:
             p.status = IBV_WC_REM_ACCESS_ERR
             self._note_error(p)
             return
         p.status = IBV_WC_SUCCESS
-        landing = Landing(is_read, mem.host, mem.host_locks, off, length, local[0], local[2],
-                          not is_read and not self.fabric.profile.nic.ordered_multiline_writes, lo, hi, dst)
         self._landings.append(landing)
-        self._land_more(landing)
-
-    def _land_more(self, landing) -> None:
-        if landing.done:                 # already finished by a completion
-            return
-        env = self.env
-        if landing.is_read:
-            landing.step_read(env._heap, env._next_seq, self._land_more,
-                              pending_writes_of(self.fabric).next_change(landing.node, env.now), env.now)
-        else:
-            landing.step(env._heap, env._next_seq, self._land_more)
 
     def _note_error(self, p: _Pending) -> None:
         if self._err_seq is None or p.seq < self._err_seq:
@@ -725,12 +710,7 @@ class QP:
 
     def _complete(self, p: _Pending) -> None:
         if self._landings:
-            # a completion never comes before its effect: lines due by now land first
-            now = self.env.now
-            for landing in self._landings:
-                if landing.hi <= now:
-                    landing.finish()
-            self._landings = [x for x in self._landings if not x.done]
+            self._landings = flush_due(self._landings, self.env.now)
         nic.retire(self.fabric.table, self.ctx.desc, 1)
         self.host._completed += 1
         if p.status != IBV_WC_SUCCESS:
