@@ -344,11 +344,13 @@ ATOMIC_PROFILES = ("cx3-56g", "cx5-100g", "cx6-200g", "bf3")
 ATOMIC_PUBLISHED = {("cx3-56g", "same-address CAS, host", 128): 2.7}
 
 
-def _atomic_clients(rig: Rig, *, clients: int, op: str, address, warmup: int, window: int) -> float:
+def _atomic_clients(rig: Rig, *, clients: int, op: str, address, warmup: int, window: int,
+                    compare: int = 0) -> float:
     """``clients`` threads (spread over the rig's compute nodes, one coroutine and one QP each)
     each post one ``op`` ("cas", "faa" or "read", 8 B) to ``address(rng)`` at a time, closed loop;
-    returns Mops over the window. A CAS compares with 0 and swaps 0, so every one matches and
-    writes: the worst case for the per-address serialisation."""
+    returns Mops over the window. A CAS compares with ``compare`` and swaps 0: with the default 0
+    every one matches (memory starts zeroed) and writes, the worst case for the per-address
+    serialisation."""
     win = Window(warmup, warmup + window)
     env = rig.env
     nodes = [NodeRdma(rig.host, cn, policy="per_thread_doorbell") for cn in rig.cns]
@@ -357,7 +359,7 @@ def _atomic_clients(rig: Rig, *, clients: int, op: str, address, warmup: int, wi
         while env.now < win.end:
             a = address(rng)
             if op == "cas":
-                co.cas(a, 0, 0)
+                co.cas(a, compare, 0)
             elif op == "faa":
                 co.faa(a, 1)
             else:
@@ -473,20 +475,9 @@ def locks(quick: bool, progress) -> list[Row]:
             progress(f"locks {pname} {label}")
             with Rig(prof, 4, 1, mem_bytes=1 << 20) as rig:
                 a = gaddr(rig.mns[0], rig.fabric.allocate(rig.mns[0], 8))
-                env = rig.env
-                w = Window(warm, warm + win)
-                nodes = [NodeRdma(rig.host, cn, policy="per_thread_doorbell") for cn in rig.cns]
-
-                def client(co, compare=compare):
-                    while env.now < w.end:
-                        co.cas(a, compare, 0)
-                        yield co.sync()
-                        w.add(env.now)
-
-                for k in range(64):
-                    env.process(client(nodes[k % 4].thread().coroutine()))
-                env.run(until=w.end + 50_000)
-            rows.append(Row("locks", f"{pname}: same-address {label}", 64, "Mops", round(w.mops(), 2)))
+                mops = _atomic_clients(rig, clients=64, op="cas", address=lambda rng: a, warmup=warm, window=win,
+                                       compare=compare)
+            rows.append(Row("locks", f"{pname}: same-address {label}", 64, "Mops", round(mops, 2)))
     return rows
 
 

@@ -57,6 +57,7 @@ import traceback
 from collections import OrderedDict
 from typing import Callable, Iterable, NamedTuple
 
+from cluster.check import HEAVY, StressShape
 from nodes.runtime.env import Environment, ProcessError
 from nodes.systems import get_system
 from nodes.systems.api import UnsupportedOperation
@@ -605,13 +606,19 @@ def check_load_then_read(system, options) -> None:
                          + ", ".join(f"key {kid} -> {_short(v)}" for kid, v in bad[:3]))
 
 
-def _history_check(system, options: dict, distribution: str, *, keys: int = 64, value_size: int = 48,
-                   threads: int = 2, coroutines: int = 4, duration_ms: float = 1.0, mixed_sizes: bool = False) -> None:
+#: The history checks' load: 64 keys, 48-byte values, 2 compute nodes x 2 threads x 4 coroutines, 1 ms.
+HISTORY = StressShape(keys=64, value_size=48, threads=2, coroutines=4, run_ms=1.0)
+
+
+def _history_check(system, options: dict, distribution: str, shape: StressShape = HISTORY) -> None:
+    """A StressWorkload of ``shape`` (``run_ms``: the run's length) on a co-located rack of two
+    compute nodes; the recorded history must be linearizable."""
     from cluster.checker import check
     from workloads.stress import StressWorkload
-    wl = StressWorkload(keys, distribution=distribution, value_size=value_size, mixed_sizes=mixed_sizes)
-    rack = stress_rack(system, wl, compute=2, threads=threads, coroutines=coroutines, duration_ms=duration_ms,
-                       options=options)
+    wl = StressWorkload(shape.keys, distribution=distribution, value_size=shape.value_size,
+                        mixed_sizes=shape.mixed_sizes)
+    rack = stress_rack(system, wl, compute=2, threads=shape.threads, coroutines=shape.coroutines,
+                       duration_ms=shape.run_ms, options=options)
     results = rack.run()
     ops = rack.history_ops
     _tally(len(ops))
@@ -633,8 +640,8 @@ def _history_check(system, options: dict, distribution: str, *, keys: int = 64, 
 
 @_check("history_uniform")
 def check_history_uniform(system, options) -> None:
-    """A StressWorkload over 64 keys (uniform), 2 compute nodes x 2 threads x 4 coroutines, 0.6
-    virtual ms after loading half the keys: the recorded history is linearizable."""
+    """A StressWorkload over 64 keys (uniform), 2 compute nodes x 2 threads x 4 coroutines, 1
+    virtual ms after loading half the keys (``HISTORY``): the recorded history is linearizable."""
     _history_check(system, options, "uniform")
 
 
@@ -652,11 +659,7 @@ def check_history_heavy(system, options) -> None:
     on a co-located rack, uniform keys, 1 virtual ms. Multi-line values land line by line, so
     READs meet WRITEs halfway here too, and being co-located the interleavings are the same on
     every run: a bug that needs a rare one is caught every time or never."""
-    from cluster.check import HEAVY
-    shape = system.heavy_stress(HEAVY)
-    _history_check(system, options, "uniform", keys=shape.keys, value_size=shape.value_size,
-                   threads=shape.threads, coroutines=shape.coroutines, duration_ms=1.0,
-                   mixed_sizes=shape.mixed_sizes)
+    _history_check(system, options, "uniform", system.heavy_stress(HEAVY)._replace(run_ms=1.0))
 
 
 @_check("client_statistics")

@@ -36,7 +36,7 @@ class AtomicWriteRace:
     def __init__(self, fabric):
         nic = fabric.profile.nic
         self.fabric = fabric
-        self.hold_ns = {REGION_HOST: nic.atomic_slot_ns}
+        self.host_hold_ns = nic.atomic_slot_ns
         self.device_hold_ns = nic.device_memory_ns
         self.last: dict[tuple[int, int, int], int] = {}   # (node, region, word) -> token of the last atomic
         self._tokens = count(1)
@@ -53,7 +53,7 @@ class AtomicWriteRace:
         mem = self.fabric.memory[node]
         words = mem.host64 if region == REGION_HOST else mem.device64
         value = int(words[off // 8])
-        hold = self.hold_ns.get(region, self.device_hold_ns)
+        hold = self.host_hold_ns if region == REGION_HOST else self.device_hold_ns
         env.schedule(env.now + hold, self._write_back, (key, words, value, token))
         pending_writes_of(self.fabric).add(node, env.now + hold, env.now + hold)
 
