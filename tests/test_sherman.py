@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+from unittest import mock
 
 import pytest
 
@@ -13,8 +14,8 @@ from cluster.conformance import rig
 from nodes.runtime.env import Environment
 from nodes.systems.sherman import INLINE_VALUE, KeySizeError, ShermanSystem
 from nodes.systems.sherman.layout import LINE, NODE_BYTES, unpack_root
-from shm.coro import NodeRdma
-from shm.fabric import Fabric, NodeSpec, gaddr_node, gaddr_offset
+from shm.coro import Coroutine, NodeRdma
+from shm.fabric import REGION_HOST, Fabric, NodeSpec, gaddr_node, gaddr_offset, gaddr_region
 from shm.profile import load_profile
 from shm.segment import new_prefix
 from shm.verbs import VerbsHost
@@ -198,6 +199,70 @@ def test_no_handover_option_releases_remotely_every_time(prefix):
         assert total(clients, "handovers") == 0 and total(clients, "local_lock_waits") > 0
 
 
+def test_without_the_local_tier_every_coroutine_spins_on_the_remote_lock(prefix):
+    with two_node_rig(prefix, threads=2, coroutines=4, options={"hierarchical": False}) as (fabric, layout, env,
+                                                                                              clients, cos):
+        run_all(env, clients[:1], [cos[0][:1]], lambda cl, co, i: cl.insert(co, _k(1), _v(1)))
+
+        def hammer(cl, co, i):
+            for j in range(4):
+                assert (yield from cl.update(co, _k(1), _v(1, 10 * i + j)))
+            return True
+
+        run_all(env, clients, cos, hammer)
+        assert total(clients, "local_lock_waits") == 0 and total(clients, "handovers") == 0
+        assert total(clients, "remote_lock_retries") > 0
+        assert all(not c.locks.held for c in clients)
+
+
+def test_lock_table_in_host_memory_is_used_and_left_free(prefix):
+    with two_node_rig(prefix, threads=2, coroutines=2, options={"lock_memory": "host"}) as (fabric, layout, env,
+                                                                                              clients, cos):
+        run_all(env, clients[:1], [cos[0][:1]], lambda cl, co, i: cl.insert(co, _k(1), _v(1)))
+        lock = clients[0].lock_of(clients[0].cache.root[0])
+        assert gaddr_region(lock[0]) == REGION_HOST
+
+        def hammer(cl, co, i):
+            for j in range(4):
+                assert (yield from cl.update(co, _k(1), _v(1, 10 * i + j)))
+            return True
+
+        run_all(env, clients, cos, hammer)
+        assert total(clients, "remote_lock_retries") > 0
+        for m, off in layout["locks"].items():
+            assert not fabric.memory[m].host[off:off + layout["lock_slots"] * 2].any()
+
+
+def _update_ns(options) -> int:
+    """Virtual ns of one uncontended update of a key in a one-leaf tree."""
+    with rig(ShermanSystem, options=options) as r:
+        assert r.op("insert", _k(5), _v(5)) is True
+        t0 = r.env.now
+        assert r.op("update", _k(5), _v(5, 2)) is True
+        assert r.op("get", _k(5)) == _v(5, 2)
+        return r.env.now - t0
+
+
+def test_ablations_cost_what_they_remove():
+    base = _update_ns({})
+    # without command combination the unlock waits for the write-back: one more round trip
+    assert _update_ns({"combine": False}) > base + 1000
+    # a lock CAS in host memory is a PCIe read-modify-write instead of an on-chip access
+    assert _update_ns({"lock_memory": "host"}) > base
+
+
+@pytest.mark.parametrize("entry_writes, size", [(True, LINE), (False, NODE_BYTES)])
+def test_without_two_level_versions_an_update_writes_back_the_whole_leaf(entry_writes, size):
+    with rig(ShermanSystem, options={"entry_writes": entry_writes}) as r:
+        assert r.op("insert", _k(5), _v(5)) is True
+        sizes = []
+        write = Coroutine.write
+        with mock.patch.object(Coroutine, "write", lambda co, addr, data: sizes.append(len(data)) or write(co, addr, data)):
+            assert r.op("update", _k(5), _v(5, 2)) is True
+        assert r.op("get", _k(5)) == _v(5, 2)
+        assert sizes[0] == size and sizes[1:] == [2]      # the write-back, then the 16-bit unlock
+
+
 def test_torn_leaf_read_is_retried():
     with rig(ShermanSystem) as r:
         assert r.op("insert", _k(7), _v(7)) is True
@@ -240,7 +305,11 @@ def test_statistics_record_is_immutable_and_cache_is_shared_per_node(prefix):
         assert NODE_BYTES == 1024
 
 
-@pytest.mark.parametrize("options", [{"cache_nodes": 0}, {"max_handover": 0, "lock_slots": 4}])
+ABLATIONS = [{"lock_memory": "host"}, {"hierarchical": False}, {"combine": False}, {"entry_writes": False},
+             {"lock_memory": "host", "hierarchical": False, "combine": False, "entry_writes": False}]
+
+
+@pytest.mark.parametrize("options", [{"cache_nodes": 0}, {"max_handover": 0, "lock_slots": 4}] + ABLATIONS)
 def test_conformance_rig_checks_pass_with_options(options):
     from cluster.conformance import CHECKS
     for name in ("single_client", "no_torn_values", "insert_race", "load_then_read"):

@@ -30,6 +30,7 @@ miss / stale               (READ line |) Sherman's get (READ leaf)          1 (2
 
 from __future__ import annotations
 
+import random
 from typing import NamedTuple
 
 from nodes.systems.api import Option, SystemError_
@@ -111,6 +112,10 @@ class SmartBTClient(ShermanClient):
         cap = options.get("spec_cache", SPEC_CACHE_SLOTS)
         self.spec: SpecCache = shared(thread.owner, self.root_word, "spec_cache", lambda: SpecCache(cap))
         self.lock_backoff = bool(options.get("lock_backoff", False))
+        # with lock_backoff but SMART's back-off off: a random pause of one to two link latencies
+        # after the third failed CAS (Sherman's code retries at once; this keeps SMART-BT's earlier rule)
+        self._rng = random.Random((thread.owner.node << 20) ^ thread.index ^ 0x5E4)
+        self._backoff_ns = fabric.profile.link.one_way_ns
         self._probe_ns = fabric.profile.cpu.local_read_ns_per_line   # the hash-table probe
         self.spec_hits = self.spec_misses = self.spec_invalidations = self.spec_fills = 0
         self.spec_evictions = self.read_bytes = 0

@@ -26,7 +26,6 @@ Subclasses (SMART-BT, Dolphin) override the pieces: :meth:`find_node` (the desce
 
 from __future__ import annotations
 
-import random
 from bisect import bisect_right
 from typing import NamedTuple
 
@@ -35,7 +34,7 @@ from nodes.systems.lib.alloc import ChunkAllocator
 from nodes.systems.lib.hocl import FIELD_MASK, HoclClient, LocalLocks
 from nodes.systems.lib.record import lines_consistent
 from nodes.systems.lib.reclaim import Reclaimer
-from shm.fabric import OFFSET_BITS, REGION_BITS, gaddr, gaddr_node, gaddr_offset
+from shm.fabric import OFFSET_BITS, REGION_BITS, REGION_DEVICE, gaddr, gaddr_node, gaddr_offset
 
 from .cache import IndexCache, IndexNode, shared
 from .layout import (
@@ -99,12 +98,16 @@ class ShermanClient(HoclClient, KVClient):
         self.env = thread.env
         self.root_word = layout["root"]
         self.lock_slots = layout["lock_slots"]
+        self.lock_region = layout.get("lock_region", REGION_DEVICE)
         self._lock_base = {int(n): off for n, off in layout["locks"].items()}
         owner = thread.owner
         cap = options.get("cache_nodes", layout.get("cache_nodes", 16384))
         self.cache: IndexCache = shared(owner, self.root_word, "index_cache", lambda: IndexCache(cap))
         self.locks: LocalLocks = shared(owner, self.root_word, "local_locks", LocalLocks)
         self.max_handover = int(options.get("max_handover", 8))
+        self.hierarchical = bool(options.get("hierarchical", True))
+        self.combine = bool(options.get("combine", True))
+        self.entry_writes = bool(options.get("entry_writes", True))
         self.fault = options.get("fault", "none")
         self.tag = (owner.node % FIELD_MASK) + 1          # the remote lock's holder: this compute node
         mns = layout["memory_nodes"]
@@ -121,8 +124,6 @@ class ShermanClient(HoclClient, KVClient):
         self._line_ns = max(1, int(LINE_CYCLES / cpu.ghz))
         self._cached_ns = CACHED_NODE_LINES * cpu.local_read_ns_per_line
         self._op_ns = int(OP_CYCLES / cpu.ghz)
-        self._rng = random.Random((owner.node << 20) ^ thread.index ^ 0x5E4)
-        self._backoff_ns = fabric.profile.link.one_way_ns
         self.gets = self.inserts = self.updates = self.deletes = self.scans = 0
         self.cache_hits = self.cache_misses = self.cache_invalidations = self.sibling_follows = 0
         self.local_lock_waits = self.handovers = self.remote_lock_retries = self.torn_reads = 0
@@ -373,6 +374,11 @@ class ShermanClient(HoclClient, KVClient):
                 self.entry_gone(key)                  # the split moves it; the next get finds it
                 yield from self.split_leaf(co, addr, lock, off, hd, key, k, value, block)
                 return True
+            if not self.entry_writes:                 # ablation: the whole leaf goes back
+                at = wb[0] - addr
+                leaf = bytearray(self._mv[off:off + NODE_BYTES])
+                leaf[at:at + LINE] = wb[1]
+                wb = (addr, bytes(leaf))
             if self.fault == "unlock-before-write":
                 # the deliberate bug: the lock is free before the entry is written back, so the
                 # next holder works on a leaf that misses this write (and may be overwritten by it)

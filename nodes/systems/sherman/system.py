@@ -5,7 +5,7 @@ from __future__ import annotations
 from nodes.systems.api import Option, System, SystemError_
 from nodes.systems.lib.hocl import FIELD_BITS, lock_table_slots, setup_lock_tables
 from nodes.systems.lib.reclaim import setup_epochs
-from shm.fabric import gaddr
+from shm.fabric import REGION_DEVICE, REGION_HOST, gaddr
 
 from .client import ShermanClient
 from .layout import INLINE_VALUE, LEAF_SLOTS, LINE, MAX_NODE, NODE_BYTES, block_units, leaf_image, pack_root
@@ -32,6 +32,15 @@ class ShermanSystem(System):
                "before it is released remotely (0: no hand-over)", minimum=0, maximum=1 << 16),
         Option("lock_slots", 8192, "16-bit HOCL locks per memory node in NIC device memory (tree nodes hash onto "
                "them; 2 bytes each)", minimum=4, maximum=1 << 16),
+        Option("lock_memory", "device", "where the HOCL lock tables are: 'device' (the memory node's NIC on-chip "
+               "memory, Sherman's design) or 'host' (its DRAM: every lock CAS is a PCIe read-modify-write; an "
+               "ablation)", choices=("device", "host")),
+        Option("hierarchical", True, "the local tier of HOCL: threads of a compute node queue for a lock in its "
+               "local lock table and hand it over (false: every coroutine CASes the remote lock; an ablation)"),
+        Option("combine", True, "command combination: the unlock WRITE goes in the write-back's doorbell (false: "
+               "after the write-back has completed, one more round trip holding the lock; an ablation)"),
+        Option("entry_writes", True, "two-level versions: an update, insert or delete writes back its 64-byte "
+               "entry line (false: the whole 1 KB leaf, as a node-versioned tree does; an ablation)"),
         Option("fault", "none", "a deliberate bug, to prove that dmrack check catches it: 'unlock-before-write' "
                "releases a leaf's lock before the entry's write-back (lost and overwritten entries); "
                "'retire-new-block' retires the out-of-line value block an update or insert just published "
@@ -68,7 +77,8 @@ class ShermanSystem(System):
         slots = lock_table_slots(opts["lock_slots"])
         lock_bytes = slots * FIELD_BITS // 8
         try:
-            locks = setup_lock_tables(fabric, mns, slots)
+            region = REGION_DEVICE if opts["lock_memory"] == "device" else REGION_HOST
+            locks = setup_lock_tables(fabric, mns, slots, region)
             root_word = fabric.allocate(mns[0], 64)
             leaf = fabric.allocate(mns[0], NODE_BYTES)
         except MemoryError as e:
@@ -89,6 +99,7 @@ class ShermanSystem(System):
             "root": gaddr(mns[0], root_word),
             "locks": locks,
             "lock_slots": slots,
+            "lock_region": region,
             "chunk_bytes": opts["chunk_bytes"],
             "cache_nodes": opts["cache_nodes"],
             "capacity": int(capacity),
