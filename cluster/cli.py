@@ -196,18 +196,24 @@ def _whole(text: str) -> int | None:
         return None
 
 
+# paper -> the module whose run() reproduces it
+REPRODUCTIONS = {"smart": "cluster.reproduce_smart", "sherman": "cluster.reproduce_sherman"}
+
+
 def _cmd_reproduce(args) -> int:
-    if args.paper != "smart":
-        print(f"dmrack reproduce: unknown paper {args.paper!r}; available: smart", file=sys.stderr)
+    if args.paper not in REPRODUCTIONS:
+        print(f"dmrack reproduce: unknown paper {args.paper!r}; available: {', '.join(REPRODUCTIONS)}",
+              file=sys.stderr)
         return 2
     jobs = available_cpus() if args.jobs is None else _whole(args.jobs)
     if jobs is None or jobs < 1:
         print(f"dmrack reproduce: --jobs takes a whole number of processes, at least 1; got {args.jobs!r}",
               file=sys.stderr)
         return 2
-    from cluster import reproduce_smart
+    import importlib
     only = _only(args.only)
-    reproduce_smart.run(only=only, quick=args.quick, json_path=args.json, console=_console(), jobs=jobs)
+    importlib.import_module(REPRODUCTIONS[args.paper]).run(only=only, quick=args.quick, json_path=args.json,
+                                                          console=_console(), jobs=jobs)
     return 0
 
 
@@ -352,7 +358,7 @@ def main(argv=None) -> int:
     b.set_defaults(func=_cmd_bench)
 
     rp = sub.add_parser("reproduce", help="a paper's experiments at reduced scale, published beside emulated")
-    rp.add_argument("paper", help="which paper: smart")
+    rp.add_argument("paper", help="which paper: smart (SMART, ASPLOS'24) or sherman (Sherman, SIGMOD'22)")
     rp.add_argument("--quick", action="store_true", help="fewer points and shorter windows")
     rp.add_argument("--json", metavar="PATH", help="also write the rows as JSON records")
     rp.add_argument("--only", metavar="EXP[,EXP]", action="append",

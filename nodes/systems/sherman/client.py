@@ -47,9 +47,14 @@ from .layout import (
 #: Modelled CPU (cycles at ``cpu.ghz``): checking/searching one 64-byte line of a node just READ
 #: into the thread's buffer (version compare + key compare; the lines are in cache after DMA).
 LINE_CYCLES = 12
-#: Cached internal nodes are searched in local DRAM: a binary search touches about this many lines,
-#: each priced ``cpu.local_read_ns_per_line``.
-CACHED_NODE_LINES = 3
+#: One search of the index cache, charged once per descent: Sherman's cache is a skiplist of the
+#: cached internal nodes keyed by their ranges (thustorage/Sherman include/IndexCache.h, an
+#: InlineSkipList), searched once per operation for the node above the leaf; each skiplist level
+#: is a dependent load from local DRAM. Dolphin (An et al., its range-query experiment, Fig. 8)
+#: measured "the time for an additional index cache lookup is approximately 1-2 µs" for the
+#: index caches it compares (Marlin's, which is Sherman's, and SMART's) on ConnectX-5 servers
+#: with Xeon E5-2640 CPUs; the midpoint is taken.
+INDEX_CACHE_LOOKUP_NS = 1500
 #: Per-operation fixed work (argument checks, key conversion).
 OP_CYCLES = 100
 RETRY_LIMIT = 100_000
@@ -122,7 +127,7 @@ class ShermanClient(HoclClient, KVClient):
         cpu = fabric.profile.cpu
         self._node_ns = max(1, int(LINE_CYCLES * 16 / cpu.ghz))
         self._line_ns = max(1, int(LINE_CYCLES / cpu.ghz))
-        self._cached_ns = CACHED_NODE_LINES * cpu.local_read_ns_per_line
+        self._lookup_ns = INDEX_CACHE_LOOKUP_NS if cap else 0
         self._op_ns = int(OP_CYCLES / cpu.ghz)
         self.gets = self.inserts = self.updates = self.deletes = self.scans = 0
         self.cache_hits = self.cache_misses = self.cache_invalidations = self.sibling_follows = 0
@@ -190,6 +195,8 @@ class ShermanClient(HoclClient, KVClient):
         the index cache knows (not read), the internal node that pointed to it (0: none, it is
         the root), and ``lvl`` = ``level`` (or the root's level when the tree is lower)."""
         cache = self.cache
+        if self._lookup_ns:
+            self.thread.cpu(self._lookup_ns)
         for _ in range(RETRY_LIMIT):
             root = cache.root
             if root is None:
@@ -202,7 +209,6 @@ class ShermanClient(HoclClient, KVClient):
                     n = yield from self.fetch_internal(co, addr)
                 else:
                     self.cache_hits += 1
-                    self.thread.cpu(self._cached_ns)
                 if n.level != lvl:
                     self.invalidate(addr)         # not the node the path promised: start over
                     self.invalidate(parent)

@@ -1,0 +1,234 @@
+"""``dmrack reproduce sherman``: Sherman (SIGMOD'22) under skewed and uniform writes, and its ablation.
+
+Sherman is the anchor of the tree indexes on disaggregated memory that come after it (SMART-BT,
+Dolphin, Marlin): its whole case is write throughput under contention, so its figures test the
+contention model (docs/contention.md) where it matters most: a hot leaf's lock.
+
+**Scale.** The paper runs 8 servers, each one compute server (22 client threads) and one memory
+server, on ConnectX-5 100 Gb/s; 64 M keys (``kKeySpace``), 80 % of them inserted before the run;
+keys drawn from a zipfian (0.99) over the key space and hashed onto it (``test/benchmark.cpp``).
+Here: ``cx5-100g``, 8 compute nodes x 22 threads, one coroutine per thread (the released
+benchmark runs without coroutines, ``USE_CORO`` off) and 8 memory nodes, each on its own NIC (the
+paper's servers share one NIC between their compute and memory halves; see docs/sherman.md);
+100,000 keys (50,000 with ``--quick``) drawn from a zipfian over 64 M items hashed onto the keys
+loaded (``zipfianitems``), so the hottest keys are as hot as in the paper (about 4.9 % of the
+requests on the hottest); writes are updates of loaded keys (the paper's writes are inserts, a
+fifth of them of new keys, which split leaves now and then). Windows of milliseconds, after a
+warm-up long enough for the hot lock's queue to form (:data:`WINDOWS_MS`).
+
+**Published values.** The paper's text was not at hand. Throughput and p50/p99 latency at 176
+threads are the paper's Fig. 10 (skewed) and Fig. 11 (uniform) values as transcribed in a public
+reproduction's run book (wilsonchang17/Sherman-CS6204, ``RUNBOOK.md``, column "Paper (Mops)");
+Sherman's gain over FG+ (24.7x on write-only, 23.6x on skewed write-intensive workloads) as that
+project's report quotes the paper. docs/sherman.md lists them with these caveats.
+
+Experiments:
+
+* ``fig10``: skewed keys (zipf 0.99), write-only, write-intensive (50 % reads), read-intensive
+  (95 % reads): Mops, p50 and p99 at 176 threads;
+* ``fig11``: the same with uniform keys; both run on one rack (one load);
+* ``skew``: skewed over uniform throughput per mix (published: 0.26 write-only, 0.37
+  write-intensive, about 1 read-intensive);
+* ``ablation``: FG+ (host-memory locks, every thread spinning on them, unlock after the
+  write-back, whole-leaf write-backs), then each of Sherman's techniques added in the order of
+  its abstract: command combination, the lock table in on-chip memory, the hierarchical lock
+  (local lock table and hand-over), two-level versions (entry write-backs) = Sherman, on skewed
+  write-only and write-intensive workloads; a fresh rack per configuration (``--jobs``).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+from cluster.benchtable import Row, run_experiments
+from cluster.pointpool import map_points
+
+PROFILE = "cx5-100g"
+SERVERS = 8                      # compute nodes and memory nodes
+THREADS = 22                     # client threads per compute node
+KEY_SPACE = 64 << 20             # the paper's kKeySpace: the zipfian's items
+# (warm-up, window) in virtual ms by quick: a skewed write run settles within its first
+# millisecond (the hot leaf's lock queue forms; measured: 7.9, 5.0, 5.0 Mops in three 1 ms runs)
+WINDOWS_MS = {True: (1.5, 1.0), False: (3.0, 3.0)}
+RECORDS = {True: 50_000, False: 100_000}
+ABLATION_RECORDS = {True: 20_000, False: 50_000}
+
+MIXES = {"write-only": 0.0, "write-intensive": 0.5, "read-intensive": 0.95}    # read proportion
+DISTRIBUTIONS = {"fig10": "zipfian", "fig11": "uniform"}
+
+# (Mops, p50 µs, p99 µs) at 176 threads, Fig. 10 (zipfian 0.99) and Fig. 11 (uniform), as
+# transcribed by wilsonchang17/Sherman-CS6204 RUNBOOK.md
+PUBLISHED = {
+    ("fig10", "write-only"): (4.14, 9.6, 1136), ("fig10", "write-intensive"): (8.02, 6.9, 659),
+    ("fig10", "read-intensive"): (33.8, 4.8, 12.3),
+    ("fig11", "write-only"): (16.04, 10.7, 17.5), ("fig11", "write-intensive"): (21.53, 8.0, 15),
+    ("fig11", "read-intensive"): (32.4, 5.0, 12.1),
+}
+# Sherman / FG+ throughput, skewed workloads (the same report quoting the paper)
+PUBLISHED_OVER_FG = {"write-only": 24.7, "write-intensive": 23.6}
+
+# The ablation's configurations: Sherman's options (nodes/systems/sherman/system.py)
+FG_PLUS = {"lock_memory": "host", "hierarchical": False, "combine": False, "entry_writes": False}
+ABLATION = (
+    ("FG+", FG_PLUS),
+    ("+Combine", {**FG_PLUS, "combine": True}),
+    ("+On-chip", {**FG_PLUS, "combine": True, "lock_memory": "device"}),
+    ("+Hierarchical", {**FG_PLUS, "combine": True, "lock_memory": "device", "hierarchical": True}),
+    ("+2-level version (Sherman)", {}),
+)
+ABLATION_MIXES = ("write-only", "write-intensive")
+
+
+def scenario(workloads: dict[str, tuple[str, float]], *, records: int, warm_ms: float, measure_ms: float,
+             options: dict | None = None, servers: int = SERVERS, threads: int = THREADS, seed: int = 1) -> dict:
+    """The rack and steps as a scenario document: load, then per named workload (name ->
+    (distribution, read proportion)) a warm-up run and a measured run."""
+    steps = [{"action": "load"}]
+    for name in workloads:
+        steps += [{"action": "run", "workload": name, "duration_ms": warm_ms},
+                  {"action": "run", "workload": name, "duration_ms": measure_ms}]
+    return {
+        "rack": {"name": "reproduce-sherman", "profile": PROFILE, "seed": seed},
+        "compute": {"count": servers, "threads": threads, "coroutines": 1, "memory": "64MiB"},
+        "memory": {"count": servers, "memory": "128MiB"},
+        "system": {"name": "sherman", **(options or {})},
+        "workload": {"preset": "a", "recordcount": records, "keysize": 8, "valuesize": 8},
+        "workloads": {name: {"preset": "a", "readproportion": reads, "updateproportion": round(1 - reads, 6),
+                             "requestdistribution": dist, "zipfianitems": KEY_SPACE}
+                      for name, (dist, reads) in workloads.items()},
+        "step": steps,
+    }
+
+
+def measure(workloads: dict[str, tuple[str, float]], **kw) -> tuple[dict[str, dict], dict]:
+    """Run :func:`scenario` co-located (deterministic); per workload its measured step's Mops,
+    p50 and p99, and the Sherman clients' statistics summed over the whole run."""
+    from cluster.rack import ColocatedRack
+    from cluster.scenario import scenario_from_dict
+    rack = ColocatedRack(scenario_from_dict(scenario(workloads, **kw), source="reproduce sherman"))
+    res = rack.run()
+    by_index = {s.index: s for s in res.steps}
+    out = {}
+    for k, name in enumerate(workloads):
+        step = by_index[3 + 2 * k]             # steps count from 1: load, then (warm, measure) per workload
+        every = next(kf for kf in step.kinds if kf.kind == "all")
+        out[name] = {"mops": step.ops / (kw["measure_ms"] * 1e3), "p50_us": every.p50_us, "p99_us": every.p99_us}
+    stats = [c.statistics() for n in rack.nodes for c in n.clients]
+    totals = {f: sum(getattr(s, f) for s in stats) for f in ("updates", "handovers", "remote_lock_retries")}
+    return out, totals
+
+
+def _figures(quick: bool, progress, *, records=None, warm_ms=None, measure_ms=None, servers=SERVERS,
+             threads=THREADS, mixes=tuple(MIXES)) -> dict:
+    """fig10 and fig11 on one rack (one load): {(fig, mix): point}. Cached per arguments, since
+    ``skew`` needs both."""
+    key = (quick, records, warm_ms, measure_ms, servers, threads, tuple(mixes))
+    if key not in _FIGURES:
+        warm, win = WINDOWS_MS[quick]
+        workloads = {f"{fig}_{mix}": (dist, MIXES[mix]) for fig, dist in DISTRIBUTIONS.items() for mix in mixes}
+        progress(f"{servers} compute nodes x {threads} threads, {servers} memory nodes: loading "
+                 f"{records or RECORDS[quick]:,} keys, then {len(workloads)} workloads")
+        got, _ = measure(workloads, records=records or RECORDS[quick], warm_ms=warm_ms or warm,
+                         measure_ms=measure_ms or win, servers=servers, threads=threads)
+        _FIGURES.clear()
+        _FIGURES[key] = {tuple(name.split("_", 1)): p for name, p in got.items()}
+    return _FIGURES[key]
+
+
+_FIGURES: dict = {}
+
+
+def _figure(fig: str, quick: bool, progress, **kw) -> list[Row]:
+    points = _figures(quick, progress, **kw)
+    clients = kw.get("servers", SERVERS) * kw.get("threads", THREADS)
+    series = "skewed (zipf 0.99)" if fig == "fig10" else "uniform"
+    rows = []
+    for (f, mix), p in points.items():
+        if f != fig:
+            continue
+        pub = PUBLISHED.get((fig, mix), (None, None, None)) if clients == SERVERS * THREADS else (None,) * 3
+        rows.append(Row(fig, f"{series}, {mix}", clients, "Mops", p["mops"], pub[0]))
+        rows.append(Row(fig, f"{series}, {mix}", clients, "p50 µs", p["p50_us"], pub[1]))
+        rows.append(Row(fig, f"{series}, {mix}", clients, "p99 µs", p["p99_us"], pub[2]))
+    return rows
+
+
+def fig10(quick: bool, progress, **kw) -> list[Row]:
+    """Skewed keys (zipf 0.99): write-only, write-intensive and read-intensive at 176 threads.
+    Published (Fig. 10, transcribed): 4.14, 8.02 and 33.8 Mops."""
+    return _figure("fig10", quick, progress, **kw)
+
+
+def fig11(quick: bool, progress, **kw) -> list[Row]:
+    """Uniform keys: write-only, write-intensive and read-intensive at 176 threads. Published
+    (Fig. 11, transcribed): 16.04, 21.53 and 32.4 Mops."""
+    return _figure("fig11", quick, progress, **kw)
+
+
+def skew(quick: bool, progress, **kw) -> list[Row]:
+    """Skewed over uniform throughput per mix: skewed writes far below uniform ones (published,
+    from the transcribed Figs. 10 and 11: 0.26 write-only, 0.37 write-intensive, 1.04
+    read-intensive)."""
+    points = _figures(quick, progress, **kw)
+    rows = []
+    for mix in kw.get("mixes", MIXES):
+        z, u = points[("fig10", mix)], points[("fig11", mix)]
+        pz, pu = PUBLISHED.get(("fig10", mix)), PUBLISHED.get(("fig11", mix))
+        pub = pz[0] / pu[0] if pz and pu else None
+        rows.append(Row("skew", mix, "zipf 0.99 / uniform", "Mops ratio", z["mops"] / u["mops"] if u["mops"] else None,
+                        pub))
+    return rows
+
+
+def ablation(quick: bool, progress, *, records=None, warm_ms=None, measure_ms=None, servers=SERVERS,
+             threads=THREADS, configs=ABLATION, jobs: int = 1) -> list[Row]:
+    """FG+ and Sherman's techniques added one at a time, skewed write-only and write-intensive:
+    Mops, p99, handovers and failed lock CASes per write. Published: each technique helps;
+    Sherman / FG+ = 24.7 (write-only) and 23.6 (write-intensive) as quoted."""
+    warm, win = WINDOWS_MS[quick]
+    workloads = {mix: ("zipfian", MIXES[mix]) for mix in ABLATION_MIXES}
+    kw = {"records": records or ABLATION_RECORDS[quick], "warm_ms": warm_ms or warm, "measure_ms": measure_ms or win,
+          "servers": servers, "threads": threads}
+    points = [(name, options, workloads, kw) for name, options in configs]
+    got = map_points(_ablation_point, points, jobs=jobs, progress=lambda msg: progress(f"ablation: {msg}"),
+                     describe=lambda p: p[0])
+    clients = servers * threads
+    rows, mops = [], {}
+    for (name, _options), (pts, totals) in zip(configs, got):
+        writes = totals["updates"]
+        for mix in ABLATION_MIXES:
+            mops[(name, mix)] = pts[mix]["mops"]
+            rows.append(Row("ablation", f"{name}, {mix}", clients, "Mops", pts[mix]["mops"]))
+            rows.append(Row("ablation", f"{name}, {mix}", clients, "p99 µs", pts[mix]["p99_us"]))
+        rows.append(Row("ablation", name, clients, "failed lock CAS / write",
+                        totals["remote_lock_retries"] / writes if writes else None))
+        rows.append(Row("ablation", name, clients, "hand-overs / write", totals["handovers"] / writes if writes else None))
+    names = [n for n, _ in configs]
+    for mix in ABLATION_MIXES:
+        for prev, name in zip(names, names[1:]):
+            before = mops[(prev, mix)]
+            rows.append(Row("ablation", f"{name} / {prev}, {mix}", clients, "Mops ratio",
+                            mops[(name, mix)] / before if before else None))
+        if names[0] == "FG+" and names[-1] == ABLATION[-1][0]:
+            fg = mops[("FG+", mix)]
+            pub = PUBLISHED_OVER_FG.get(mix) if clients == SERVERS * THREADS else None
+            rows.append(Row("ablation", f"Sherman / FG+, {mix}", clients, "Mops ratio",
+                            mops[(names[-1], mix)] / fg if fg else None, pub))
+    return rows
+
+
+def _ablation_point(name: str, options: dict, workloads: dict, kw: dict):
+    return measure(workloads, options=options, **kw)
+
+
+EXPERIMENTS = {"fig10": fig10, "fig11": fig11, "skew": skew, "ablation": ablation}
+SIDE_BY_SIDE = ("ablation",)
+
+
+def run(only=None, quick: bool = False, json_path: str | None = None, console=None, jobs: int = 1) -> list[Row]:
+    if not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs must be a whole number of processes, at least 1; got {jobs!r}")
+    _FIGURES.clear()
+    experiments = {name: (partial(fn, jobs=jobs) if name in SIDE_BY_SIDE else fn) for name, fn in EXPERIMENTS.items()}
+    return run_experiments(experiments, only=only, quick=quick, json_path=json_path, console=console,
+                           label="reproduce sherman", title_prefix="Sherman ")
