@@ -406,7 +406,55 @@ def atomics(quick: bool, progress) -> list[Row]:
         for op in ("cas", "faa"):
             rows.append(Row("atomics", f"{pname}: random-address {op.upper()} / READ", 128, "ratio",
                             round(rnd[op] / rnd["read"], 3)))
+        alone = None
+        for region, label in ((None, "alone"), (REGION_HOST, "host"), (REGION_DEVICE, "device memory")):
+            progress(f"atomics {pname} READs beside CASes on one address ({label})")
+            with Rig(prof, 4, 1, mem_bytes=64 << 20) as rig:
+                mops = _reads_beside_hot_cas(rig, readers=64, casers=0 if region is None else 64, region=region,
+                                             warmup=warm, window=win)
+            if region is None:
+                alone = mops
+                continue
+            series = f"{pname}: random READ beside same-address CAS, {label}"
+            rows.append(Row("atomics", series, 64, "READ Mops", round(mops, 2)))
+            rows.append(Row("atomics", series, 64, "READ slowdown", round(alone / mops, 2) if mops else None,
+                            INTERFERENCE_PUBLISHED.get((pname, label))))
     return rows
+
+
+#: FORGE (Yang et al., OSDI'26, §2.2, ConnectX-5 100 Gb/s): atomics "degrade concurrent RDMA_READ
+#: throughput by 4.3x"; on-chip memory as the atomics' destination reduces that interference by
+#: 2.4-3.0x (docs/contention.md). Their client counts are not in the text at hand.
+INTERFERENCE_PUBLISHED = {("cx5-100g", "host"): 4.3}
+
+
+def _reads_beside_hot_cas(rig: Rig, *, readers: int, casers: int, region, warmup: int, window: int) -> float:
+    """``readers`` clients READ 8 B at random addresses of one memory node, closed loop, while
+    ``casers`` clients CAS one address of it (in ``region``); returns the READs' Mops."""
+    env = rig.env
+    m = rig.mns[0]
+    words = (32 << 20) // 64
+    hot = gaddr(m, rig.fabric.allocate(m, 8, region=region), region) if casers else 0
+    win = Window(warmup, warmup + window)
+    nodes = [NodeRdma(rig.host, cn, policy="per_thread_doorbell") for cn in rig.cns]
+
+    def reader(co, rng):
+        while env.now < win.end:
+            co.read(gaddr(m, int(rng.integers(words)) * 64), 8)
+            yield co.sync()
+            win.add(env.now)
+
+    def caser(co):
+        while env.now < win.end:
+            co.cas(hot, 0, 0)
+            yield co.sync()
+
+    for k in range(readers):
+        env.process(reader(nodes[k % len(nodes)].thread().coroutine(), np.random.default_rng(k)))
+    for k in range(casers):
+        env.process(caser(nodes[k % len(nodes)].thread().coroutine()))
+    env.run(until=win.end + 50_000)
+    return win.mops()
 
 
 def _lock_clients(rig: Rig, *, clients: int, region: int, warmup: int, window: int):

@@ -74,7 +74,8 @@ P_PCIE_PAYLOAD_FS_PER_B = 18
 P_REQ_COST = 19             # N_OPS entries
 P_RESP_COST = P_REQ_COST + N_OPS
 P_QP_LOCK = P_RESP_COST + N_OPS
-N_PARAMS = P_QP_LOCK + 1
+P_ATOMIC_HOLDS_UNIT = P_QP_LOCK + 1
+N_PARAMS = P_ATOMIC_HOLDS_UNIT + 1
 
 # A node descriptor: offsets of its resources in the fabric table.
 D_TX = 0
@@ -150,6 +151,7 @@ def pack_params(p: Profile) -> np.ndarray:
     prm[P_ATOMIC_SLOT] = p.nic.atomic_slot_ns * _PS
     prm[P_DEVMEM] = p.nic.device_memory_ns * _PS
     prm[P_QP_LOCK] = p.doorbell.qp_lock_ns * _PS
+    prm[P_ATOMIC_HOLDS_UNIT] = 1 if p.nic.atomic_holds_unit else 0
     prm[P_MAX_INLINE] = p.qp.max_inline
     n = p.nic
     req = (n.req_read_ns, n.req_write_ns, n.req_atomic_ns, n.req_atomic_ns, n.req_send_ns, n.req_send_ns)
@@ -382,10 +384,23 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, flags,
             span = (addrs[i] + nbytes - 1) // 64 - addrs[i] // 64
         other = -1
         if op == OP_CAS or op == OP_FAA:
+            t_unit = t5
             t5 = reserve(tbl, rs[D_ATOMIC], t5, prm[P_ATOMIC_UNIT])
             slot = ((addrs[i] >> 3) * 0x9E3779B1) % rs[D_N_SLOTS]
             slot_hold = prm[P_ATOMIC_SLOT] if not device else prm[P_DEVMEM]
             t6 = _in_effect_order(qp, op, reserve(tbl, rs[D_SLOT0] + slot * rs[D_SLOT_STRIDE], t5, slot_hold))
+            if prm[P_ATOMIC_HOLDS_UNIT]:
+                # The processing unit that took the atomic stays with it until its read-modify-
+                # write is done: it takes the NIC's internal lock on the address and issues the
+                # RMW itself (Kalia et al., ATC'16 §3.4), so atomics queued on a hot address hold
+                # units every other request to this NIC needs (FORGE, OSDI'26 §2.2: atomics
+                # degrade concurrent READs 4.3x on ConnectX-5). At most all k units wait on one
+                # address, so an atomic holds its unit for at most the k - 1 RMWs ahead of it; the
+                # rest of its wait is in the NIC's input queue. Booked as more of the units' time
+                # (the fluid calendar has no "hold until", shm/calendar.py).
+                held = t6 - t_unit
+                most = (tbl[rs[D_RESP]] - 1) * slot_hold
+                reserve(tbl, rs[D_RESP], t_unit, held if held < most else most)
             eff = t6
             resp_b = 8
         elif op == OP_READ:

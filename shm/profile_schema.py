@@ -56,6 +56,9 @@ class NicProfile:
     atomic_write_race: bool = knob("bool", "a WRITE landing on a word inside a remote atomic's read-modify-write "
                                    "(atomic_slot_ns) is lost, as on real NICs (opt-in; false: atomics are "
                                    "atomic against everything)")
+    atomic_holds_unit: bool = knob("bool", "an atomic keeps its responder unit while it waits for its address "
+                                   "slot (up to responder_units - 1 read-modify-writes), so atomics queued on "
+                                   "a hot address slow every request to the NIC")
 
 
 @dataclass(frozen=True)

@@ -46,3 +46,21 @@ def test_spinning_on_a_lock_fills_its_address_slot_with_failed_cas():
                                                window=400_000)
     assert mops * (1 + fails) == pytest.approx(1e3 / nic.atomic_slot_ns, rel=0.05)
     assert 0.1 < mops < 0.5 and starved == 0
+
+
+def test_atomics_queued_on_a_hot_address_hold_processing_units_other_requests_need():
+    """A CAS holds its responder unit while it waits for its address (Kalia et al. ATC'16 §3.4):
+    64 clients CASing one host-memory word leave random READs to the same NIC a fraction of
+    their rate alone; on NIC device memory the address is held for an SRAM access and the READs
+    barely notice; a few CAS clients cannot fill the units either."""
+    from cluster.bench_verbs import _reads_beside_hot_cas
+
+    def reads(casers, region=REGION_HOST):
+        with Rig(load_profile("cx5-100g"), 4, 1, mem_bytes=64 << 20) as rig:
+            return _reads_beside_hot_cas(rig, readers=64, casers=casers, region=region, warmup=20_000,
+                                         window=40_000)
+
+    alone = reads(0)
+    assert reads(64) < alone / 3
+    assert reads(64, REGION_DEVICE) > 0.9 * alone
+    assert reads(4) > 0.9 * alone
