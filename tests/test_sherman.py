@@ -215,6 +215,24 @@ def test_without_the_local_tier_every_coroutine_spins_on_the_remote_lock(prefix)
         assert all(not c.locks.held for c in clients)
 
 
+def test_readers_that_wait_for_the_lock_read_again_while_it_is_held(prefix):
+    for free, expect_locked in ((True, False), (False, True)):
+        with two_node_rig(prefix, threads=2, coroutines=4, options={"lock_free_reads": free}) as (
+                fabric, layout, env, clients, cos):
+            run_all(env, clients[:1], [cos[0][:1]], lambda cl, co, i: cl.insert(co, _k(1), _v(1)))
+
+            def mixed(cl, co, i):
+                for j in range(6):
+                    if i % 2:
+                        assert (yield from cl.update(co, _k(1), _v(1, 10 * i + j)))
+                    else:
+                        assert (yield from cl.get(co, _k(1))) is not None
+                return True
+
+            run_all(env, clients, cos, mixed)
+            assert (total(clients, "locked_reads") > 0) == expect_locked
+
+
 def test_lock_table_in_host_memory_is_used_and_left_free(prefix):
     with two_node_rig(prefix, threads=2, coroutines=2, options={"lock_memory": "host"}) as (fabric, layout, env,
                                                                                               clients, cos):
@@ -306,7 +324,9 @@ def test_statistics_record_is_immutable_and_cache_is_shared_per_node(prefix):
 
 
 ABLATIONS = [{"lock_memory": "host"}, {"hierarchical": False}, {"combine": False}, {"entry_writes": False},
-             {"lock_memory": "host", "hierarchical": False, "combine": False, "entry_writes": False}]
+             {"lock_free_reads": False},
+             {"lock_memory": "host", "hierarchical": False, "combine": False, "entry_writes": False,
+              "lock_free_reads": False}]
 
 
 @pytest.mark.parametrize("options", [{"cache_nodes": 0}, {"max_handover": 0, "lock_slots": 4}] + ABLATIONS)

@@ -88,6 +88,7 @@ class ShermanStats(NamedTuple):
     bytes_reclaimed: int       # bytes of replaced value blocks that became reusable
     limbo_blocks: int          # replaced value blocks waiting for the epoch to move on
     epoch_advances: int        # rack epoch advances this client made
+    locked_reads: int          # get READs that found the leaf locked and read again (lock_free_reads off)
 
 
 class ShermanClient(HoclClient, KVClient):
@@ -113,6 +114,8 @@ class ShermanClient(HoclClient, KVClient):
         self.hierarchical = bool(options.get("hierarchical", True))
         self.combine = bool(options.get("combine", True))
         self.entry_writes = bool(options.get("entry_writes", True))
+        self.lock_free_reads = bool(options.get("lock_free_reads", True))
+        self.locked_reads = 0
         self.fault = options.get("fault", "none")
         self.tag = (owner.node % FIELD_MASK) + 1          # the remote lock's holder: this compute node
         mns = layout["memory_nodes"]
@@ -141,7 +144,8 @@ class ShermanClient(HoclClient, KVClient):
                             self.local_lock_waits, self.handovers, self.remote_lock_retries, self.torn_reads,
                             self.leaf_splits, self.internal_splits, self.root_splits, self.root_cas_failures,
                             self.nodes_allocated, self.blocks_written, self.alloc.chunks, self.reclaim.reused,
-                            self.reclaim.bytes_reclaimed, len(self.reclaim.limbo), self.reclaim.advances)
+                            self.reclaim.bytes_reclaimed, len(self.reclaim.limbo), self.reclaim.advances,
+                            self.locked_reads)
 
     # -- pieces: allocation ----------------------------------------------------------------------
     def new_node(self, co):
@@ -170,6 +174,20 @@ class ShermanClient(HoclClient, KVClient):
                 return h._off
             self.torn_reads += 1
         raise SystemError_(f"Sherman: node {addr:#x} stayed torn for {RETRY_LIMIT} READs")
+
+    def read_unlocked(self, co, addr: int):
+        """Generator (option ``lock_free_reads`` off, FG+'s readers): READ a leaf together with its
+        lock word, in one doorbell, until the lock is free: a tree whose lock sits in the node
+        header (FG) cannot tell a reader that a node is being written but by its lock."""
+        word, shift = self.lock_of(addr)
+        mask = FIELD_MASK << shift
+        for _ in range(RETRY_LIMIT):
+            lk = co.read(word, 8)
+            off = yield from self.read_node(co, addr)
+            if lk.value & mask == 0:
+                return off
+            self.locked_reads += 1
+        raise SystemError_(f"{self.NAME}: node {addr:#x} stayed locked for {RETRY_LIMIT} READs")
 
     def fetch_internal(self, co, addr: int) -> IndexNode:
         """Generator: READ an internal node, parse it, put it in the index cache."""
@@ -263,7 +281,7 @@ class ShermanClient(HoclClient, KVClient):
         ks = key_signed_le(key)
         addr, parent, _ = yield from self.find_node(co, k, 0)
         for _ in range(RETRY_LIMIT):
-            off = yield from self.read_node(co, addr)
+            off = yield from (self.read_node(co, addr) if self.lock_free_reads else self.read_unlocked(co, addr))
             hd = Header(self._mv, off)
             if hd.high is not None and k >= hd.high:
                 self.sibling_follows += 1

@@ -41,6 +41,9 @@ class ShermanSystem(System):
                "after the write-back has completed, one more round trip holding the lock; an ablation)"),
         Option("entry_writes", True, "two-level versions: an update, insert or delete writes back its 64-byte "
                "entry line (false: the whole 1 KB leaf, as a node-versioned tree does; an ablation)"),
+        Option("lock_free_reads", True, "a get trusts the versions of the leaf it READs (false: it READs the leaf's "
+               "lock word with it and reads again while the lock is held, as a tree whose lock is in the node "
+               "header does; an ablation)"),
         Option("fault", "none", "a deliberate bug, to prove that dmrack check catches it: 'unlock-before-write' "
                "releases a leaf's lock before the entry's write-back (lost and overwritten entries); "
                "'retire-new-block' retires the out-of-line value block an update or insert just published "
