@@ -22,7 +22,6 @@ Experiments (see docs/bench.md for how each maps onto the paper's setup):
 from __future__ import annotations
 
 import multiprocessing
-import os
 import time
 
 import numpy as np
@@ -531,17 +530,6 @@ def locks(quick: bool, progress) -> list[Row]:
 
 # --- emulation speed ---------------------------------------------------------------------------------
 
-def _speed_one(threads: int, window: int) -> tuple[int, float]:
-    prof = load_profile("cx6-200g")
-    with Rig(prof, 1, 1, mem_bytes=16 << 20) as rig:
-        t0 = time.perf_counter()
-        mops = _onesided_closed_loop(rig, threads=threads, depth=8, policy="per_thread_doorbell", op="read", size=8,
-                                     warmup=0, window=window)
-        real = time.perf_counter() - t0
-        verbs = rig.completed
-    return verbs, real
-
-
 def _speed_child(desc, table_names, index, window, out_q):
     from nodes.runtime.sync import ClockSync, ClockTable
     table = ClockTable.attach(table_names)
@@ -573,10 +561,15 @@ def _speed_child(desc, table_names, index, window, out_q):
         table.close()
 
 
-def _speed_two(window: int) -> tuple[int, float]:
+def _speed_two(window: int, sync_window_ns: int | None = None) -> tuple[int, float]:
+    """Two compute-node processes, 16 threads each, READing one memory node (``cx6-200g``, its
+    lax sync window or ``sync_window_ns``): (verbs completed, real seconds)."""
     from nodes.runtime.sync import ClockTable
+    from shm.profile import with_overrides
     from shm.segment import new_prefix
     prof = load_profile("cx6-200g")
+    if sync_window_ns is not None:
+        prof = with_overrides(prof, {"sync.window_ns": sync_window_ns})
     prefix = new_prefix()
     fabric = Fabric.create(prof, [NodeSpec("cn0"), NodeSpec("cn1"), NodeSpec("mn0", "memory", 16 << 20)], prefix=prefix)
     fabric.expose(2)
@@ -602,54 +595,10 @@ def _speed_two(window: int) -> tuple[int, float]:
         fabric.close()
 
 
-def _speed_simpy(threads: int, window: int) -> tuple[int, float] | None:
-    """The same closed loop (threads posting 8 READs and waiting) in SimPy, with the NIC as a
-    capacity-limited resource and a fixed round trip: the textbook way to write this model."""
-    try:
-        import simpy
-    except ImportError:
-        return None
-    env = simpy.Environment()
-    nic = simpy.Resource(env, capacity=16)
-    count = [0]
-
-    def read(env):
-        with nic.request() as req:
-            yield req
-            yield env.timeout(9)
-        yield env.timeout(2300)
-        count[0] += 1
-
-    def thread(env):
-        while env.now < window:
-            yield env.all_of([env.process(read(env)) for _ in range(8)])
-
-    for _ in range(threads):
-        env.process(thread(env))
-    t0 = time.perf_counter()
-    env.run(until=window)
-    return count[0], time.perf_counter() - t0
-
-
 def speed(quick: bool, progress) -> list[Row]:
-    window = 200_000 if quick else 1_000_000
-    rows = []
-    progress("speed: one process")
-    _speed_one(8, 20_000)  # warm the JIT caches so compile time is not counted
-    verbs, real = _speed_one(32, window)
-    rows.append(Row("speed", "one process", "32 threads", "verbs/s real", round(verbs / real)))
-    progress("speed: two processes")
-    try:
-        verbs, real = _speed_two(window)
-        rows.append(Row("speed", "two processes", "2x16 threads", "verbs/s real", round(verbs / real)))
-    except Exception as e:  # the table still reports the rest; the error is shown in the row
-        rows.append(Row("speed", f"two processes failed: {e}", "2x16 threads", "verbs/s real", None))
-    progress("speed: SimPy")
-    simpy_res = _speed_simpy(32, window)
-    if simpy_res is not None:
-        rows.append(Row("speed", "SimPy model", "32 threads", "verbs/s real", round(simpy_res[0] / simpy_res[1])))
-    rows.append(Row("speed", "target", "per process", "verbs/s real", None, 500_000))
-    return rows
+    """The verbs-level rows of ``dmrack bench speed`` (cluster/bench_speed.py)."""
+    from cluster.bench_speed import verbs_rows
+    return verbs_rows(quick, progress)
 
 
 EXPERIMENTS = {

@@ -24,8 +24,17 @@ def _cmd_bench(args) -> int:
         from cluster import bench_ycsb
         bench_ycsb.run(system=args.system, only=only, quick=args.quick, json_path=args.json)
         return 0
+    if args.suite == "speed":
+        from cluster import bench_speed
+        unknown = [x for x in only or [] if x not in bench_speed.EXPERIMENTS]
+        if unknown:
+            print(f"dmrack bench speed: unknown part {unknown[0]!r}; choose from "
+                  f"{', '.join(bench_speed.EXPERIMENTS)}", file=sys.stderr)
+            return 2
+        bench_speed.run(only=only, quick=args.quick, json_path=args.json)
+        return 0
     if args.suite != "verbs":
-        print(f"dmrack bench: unknown suite {args.suite!r}; available: verbs, ycsb", file=sys.stderr)
+        print(f"dmrack bench: unknown suite {args.suite!r}; available: verbs, ycsb, speed", file=sys.stderr)
         return 2
     from cluster import bench_verbs
     unknown = [x for x in only or [] if x not in bench_verbs.EXPERIMENTS]
@@ -349,7 +358,7 @@ def main(argv=None) -> int:
     r.set_defaults(func=_cmd_run)
 
     b = sub.add_parser("bench", help="benchmarks that print published vs emulated tables")
-    b.add_argument("suite", help="which suite: verbs, ycsb")
+    b.add_argument("suite", help="which suite: verbs, ycsb, speed (how fast the emulator runs, in real time)")
     b.add_argument("--system", default="race", help="ycsb: the system to measure (default race)")
     b.add_argument("--quick", action="store_true", help="reduced sweeps (about two minutes)")
     b.add_argument("--json", metavar="PATH", help="also write the rows as JSON records")

@@ -63,6 +63,8 @@ RUNS = {
     "dmrack bench ycsb --system race": [["bench", "ycsb", "--system", "race", "--quick", "--only", "c"]],
     "dmrack bench verbs": [["bench", "verbs", "--quick", "--only", "latency", "--json", "{tmp}/verbs.json"]],
     "dmrack reproduce smart": [["reproduce", "smart", "--quick", "--only", "fig4", "--jobs", "2"]],
+    "dmrack reproduce sherman": [["reproduce", "sherman", "--quick", "--only", "skew", "--json", "{tmp}/sherman.json"]],
+    "dmrack bench speed": [["bench", "speed", "--quick", "--only", "verbs", "--json", "{tmp}/speed.json"]],
 }
 
 

@@ -1,0 +1,36 @@
+"""``dmrack bench speed``: every layer's closed loop runs and completes verbs (how fast is the
+bench's business, never a test's); the SimPy model and the emulator complete the same loop."""
+
+from __future__ import annotations
+
+import pytest
+
+from cluster import bench_speed as bs
+
+
+@pytest.mark.parametrize("loop", [bs.coroutine_loop, bs.raw_verbs_loop,
+                                  lambda t, w: bs.coroutine_loop(t, w, numpy_addresses=True)])
+def test_each_layer_completes_its_verbs(loop):
+    verbs, real = loop(2, 30_000)
+    # two threads of 8 outstanding READs, ~2.3 µs a round trip: about 2 x 8 x 30 / 2.3 verbs
+    assert 100 <= verbs <= 300 and verbs % bs.DEPTH == 0 and real > 0
+
+
+def test_simpy_model_runs_the_same_loop():
+    pytest.importorskip("simpy")
+    verbs, real = bs.simpy_loop(2, 30_000)
+    assert 100 <= verbs <= 300 and real > 0
+
+
+def test_verbs_rows_name_their_targets(monkeypatch):
+    monkeypatch.setattr(bs, "two_processes", lambda window, sync=None: (1000, 0.5))
+    rows = bs.verbs_rows(True, lambda msg: None)
+    by = {r.series: r for r in rows}
+    assert by["one process"].published == bs.TARGET_COROUTINE and by["raw verbs"].published == bs.TARGET_RAW
+    assert by["two processes, default window"].emulated == 2000
+    assert all(r.metric == "verbs/s real" and r.emulated and r.emulated > 0 for r in rows)
+
+
+def test_ycsb_rows_measure_a_whole_run():
+    got = bs.ycsb_a("race", records=300, threads=2, coroutines=2, run_ms=0.05)
+    assert got["ops_per_s"] > 0 and got["verbs_per_s"] > got["ops_per_s"] and got["virtual_us_per_s"] > 0
