@@ -90,11 +90,15 @@ def compile_scenario(scenario) -> CompiledRack:
         count = getattr(st, "count", None)
         if action == "load" and not count:
             count = wl.recordcount
+        bulk = bool(getattr(st, "bulk", False))
+        if bulk and getattr(system, "bulk_load", None) is None:
+            raise RackError(f"{scenario.source}: step {st.index}: bulk = true, but system {system.name!r} has no "
+                            f"bulk load; load its keys with inserts (drop bulk)")
         label = _label(action, st, wname, wl, duration_ms, count)
         plan.append(PlanStep(index=i, action=action, label=label, workload=wname,
                              duration_ns=int(round(duration_ms * 1e6)), count=int(count or 0),
                              knob=getattr(st, "knob", None), value=getattr(st, "value", 0.0) or 0.0,
-                             node=getattr(st, "node", None)))
+                             node=getattr(st, "node", None), bulk=bulk))
     capacity = table_capacity(plan, workloads)       # the formula cluster.scenario.check_capacity checked
     nodes = list(spec.nodes())
     compute = [n.name for n in nodes if n.role == "compute"]
@@ -103,7 +107,7 @@ def compile_scenario(scenario) -> CompiledRack:
 
 def _label(action, st, wname, wl, duration_ms, count) -> str:
     if action == "load":
-        return f"load {count:,} records ({wname})"
+        return f"{'bulk-load' if getattr(st, 'bulk', False) else 'load'} {count:,} records ({wname})"
     if action == "run":
         how = f"for {duration_ms:g} ms" if duration_ms else "until stopped"
         return f"run {wname} {how}"

@@ -4,7 +4,7 @@ There is one file format. ``dmrack up`` runs the built-in default rack with its 
 ``dmrack run FILE`` runs a file that holds the rack tables of :mod:`cluster.spec` (all optional)
 and, optionally, a list of ``[[step]]`` tables::
 
-    [[step]]  action = "load"   count = N, workload = NAME        (both optional)
+    [[step]]  action = "load"   count = N, workload = NAME, bulk = true|false   (all optional)
     [[step]]  action = "run"    workload = NAME, duration_ms = T  (T required except on the last step)
     [[step]]  action = "set"    knob = "link.gbps" | "threads" | "coroutines", value = V
     [[step]]  action = "kill"   node = "cn1"
@@ -95,10 +95,13 @@ class Step:
 
 @dataclass(frozen=True)
 class LoadStep(Step):
-    """Insert ``count`` keys of workload ``workload`` (a key of spec.workloads); None: its recordcount."""
+    """Insert ``count`` keys of workload ``workload`` (a key of spec.workloads); None: its recordcount.
+    ``bulk``: write them straight into the memory nodes (the system's ``bulk_load``) instead of
+    inserting them one by one (only a first load step: a bulk load builds an empty structure)."""
 
     workload: str
     count: int | None = None
+    bulk: bool = False
     action: ClassVar[str] = "load"
 
     def describe(self, spec: RackSpec | None = None) -> str:
@@ -106,7 +109,8 @@ class LoadStep(Step):
         w = spec.workloads.get(self.workload) if spec is not None else None
         if self.count is None and w is not None and isinstance(w.overrides.get("recordcount"), int):
             n = f"{w.overrides['recordcount']:,} (recordcount)"
-        return f"step {self.index}: load {n} keys of workload {self.workload}"
+        how = "bulk-load" if self.bulk else "load"
+        return f"step {self.index}: {how} {n} keys of workload {self.workload}"
 
 
 @dataclass(frozen=True)
@@ -165,7 +169,7 @@ class SleepStep(Step):
 ACTIONS = {cls.action: cls for cls in (LoadStep, RunStep, SetStep, KillStep, SleepStep)}
 # action -> (required fields, optional fields), as written in the file.
 _FIELDS = {
-    "load": ((), ("count", "workload")),
+    "load": ((), ("count", "workload", "bulk")),
     "run": ((), ("workload", "duration_ms")),
     "set": (("knob", "value"), ()),
     "kill": (("node",), ()),
@@ -272,7 +276,13 @@ def _parse_steps(spec: RackSpec, label: str, raw: Any) -> tuple[tuple, dict]:
             count = t.get("count")
             if count is not None and (type(count) is not int or count < 1):
                 raise SpecError(f"{label}: {where}.count = {_show(count)}: must be an integer >= 1")
-            steps.append(LoadStep(index=i, workload=w, count=count))
+            bulk = t.get("bulk", False)
+            if type(bulk) is not bool:
+                raise SpecError(f"{label}: {where}.bulk = {_show(bulk)}: must be true or false")
+            if bulk and any(isinstance(s, LoadStep) for s in steps):
+                raise SpecError(f"{label}: {where}.bulk = true: only the first load step may be a bulk load "
+                                f"(it builds an empty structure); load these keys with inserts")
+            steps.append(LoadStep(index=i, workload=w, count=count, bulk=bulk))
         elif action == "run":
             w = _resolve_workload(spec, label, f"{where}.workload", t.get("workload", "default"), added)
             d = t.get("duration_ms", 0)

@@ -67,6 +67,7 @@ class PlanStep(NamedTuple):
     knob: str | None = None
     value: float = 0.0
     node: str | None = None     # kill
+    bulk: bool = False          # load: the system's bulk_load writes the keys (compute node 0)
 
 
 class ComputeStats(NamedTuple):
@@ -98,6 +99,8 @@ class ComputeNode:
         self.threads = [self.rdma.thread() for _ in range(threads)]
         self.smart_at_step_end: dict = {}   # plan step index -> active threads' SmartStats at its end
         self.clients = [system.client(self.fabric, layout, t, options) for t in self.threads]
+        self.system = system
+        self.layout = layout
         self.coroutines = [[t.coroutine() for _ in range(coroutines)] for t in self.threads]
         self.active_threads = threads
         self.active_coroutines = coroutines
@@ -224,6 +227,9 @@ class ComputeNode:
     # -- load ------------------------------------------------------------------------------------
     def _load(self, step: PlanStep):
         wl = self.workloads[step.workload]
+        if step.bulk:
+            self._bulk_load(step, wl)
+            return None
         share = step.count // self.n_compute
         first = self.loaded_before + self.index * share
         if self.index == self.n_compute - 1:
@@ -237,6 +243,29 @@ class ComputeNode:
                 procs.append(self.env.process(self._load_loop(t, c, mine, wl.key_size, wl.value_size),
                                               name=f"{self.name}.load.t{t}c{c}"))
         return all_of(self.env, procs)
+
+    def _bulk_load(self, step: PlanStep, wl) -> None:
+        """The whole step's keys written straight into the memory nodes by the system's
+        ``bulk_load``, at once in virtual time, by compute node 0 (a structure such as a tree is
+        built over all keys together); the other compute nodes have nothing to do. Each key is
+        recorded as an insert (stats, and the history the checker reads) completing now."""
+        if self.index != 0:
+            return
+        keys = wl.load_keys(self.loaded_before, step.count)
+        ks, vs = wl.key_size, wl.value_size
+        h, now, record = self.history, self.env.now, self.recorder.record
+        client = self._client_id(0, 0)
+        pairs = []
+        for kid in keys.tolist():
+            self._version += 1
+            size = vs(kid, self._version) if not isinstance(vs, int) else vs
+            pairs.append((key_bytes(kid, ks), value_bytes(kid, self._version, size)))
+            if h is not None:
+                h.complete(h.invoke(client, "insert", kid, self._version, now), True, now)
+        self.system.bulk_load(self.fabric, self.layout, pairs)
+        for _ in range(len(pairs)):
+            record(OP_INSERT, 0, True)
+        self.ops += len(pairs)
 
     def _load_loop(self, t: int, c: int, keys: np.ndarray, ksize: int, vsize: int):
         env = self.env

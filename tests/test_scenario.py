@@ -257,6 +257,9 @@ BAD_STEPS = [
     ('[[step]]\naction = "load"\nworkload = 3\n', ["step[1].workload = 3", "workload name"]),
     ('[[step]]\naction = "load"\ncount = 0\n', ["step[1].count = 0", "integer >= 1"]),
     ('[[step]]\naction = "load"\ncount = 2.5\n', ["step[1].count = 2.5", "integer >= 1"]),
+    ('[[step]]\naction = "load"\nbulk = "yes"\n', ['step[1].bulk = "yes"', "true or false"]),
+    ('[[step]]\naction = "load"\ncount = 10\n[[step]]\naction = "load"\nbulk = true\n',
+     ["step[2].bulk = true", "only the first load step"]),
     ('[[step]]\naction = "kill"\nnode = "cn9"\n', ['step[1].node = "cn9"', "no such node", "cn0, cn1, mn0, mn1"]),
     ('[[step]]\naction = "kill"\nnode = "mgr"\n', ['step[1].node = "mgr"', "manager"]),
     ('[rack]\non_node_death = "continue"\n[[step]]\naction = "kill"\nnode = "cn1"\n'

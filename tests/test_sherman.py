@@ -281,6 +281,36 @@ def test_without_two_level_versions_an_update_writes_back_the_whole_leaf(entry_w
         assert sizes[0] == size and sizes[1:] == [2]      # the write-back, then the 16-bit unlock
 
 
+def test_bulk_load_builds_a_tree_that_answers_as_an_inserted_one():
+    rnd = random.Random(9)
+    pairs = [(_k(i), bytes(rnd.randbytes(rnd.choice((8, INLINE_VALUE, INLINE_VALUE + 1, 300))))) for i in range(1500)]
+    with rig(ShermanSystem) as bulk, rig(ShermanSystem) as inserted:
+        ShermanSystem.bulk_load(bulk.fabric, bulk.layout, pairs)
+        for k, v in pairs:
+            assert inserted.op("insert", k, v) is True
+        for k, v in pairs[::3] + [(_k(i), None) for i in range(1500, 1520)]:
+            assert bulk.op("get", k) == inserted.op("get", k) == v
+        assert bulk.op("scan", _k(0), 2000) == inserted.op("scan", _k(0), 2000)
+        assert len(bulk.op("scan", _k(0), 2000)) == 1500
+        # the bulk-loaded tree takes writes as any other: updates, deletes, inserts that split
+        assert bulk.op("update", _k(7), b"seven") is True and bulk.op("get", _k(7)) == b"seven"
+        assert bulk.op("delete", _k(8)) is True and bulk.op("get", _k(8)) is None
+        for i in range(1500, 4000):
+            assert bulk.op("insert", _k(i), _v(i)) is True
+        assert bulk.client.statistics().leaf_splits > 0
+        assert all(bulk.op("get", _k(i)) == _v(i) for i in range(1500, 4000, 37))
+
+
+def test_bulk_load_refuses_a_tree_with_keys_and_duplicate_keys():
+    from nodes.systems.api import SystemError_
+    with rig(ShermanSystem) as r:
+        with pytest.raises(SystemError_, match="twice"):
+            ShermanSystem.bulk_load(r.fabric, r.layout, [(_k(1), b"a"), (_k(1), b"b")])
+        assert r.op("insert", _k(2), b"x") is True
+        with pytest.raises(SystemError_, match="empty tree"):
+            ShermanSystem.bulk_load(r.fabric, r.layout, [(_k(3), b"a")])
+
+
 def test_torn_leaf_read_is_retried():
     with rig(ShermanSystem) as r:
         assert r.op("insert", _k(7), _v(7)) is True
