@@ -493,3 +493,27 @@ def test_virtual_time_of_one_get_is_two_round_trips(fab):
     hit, miss = times
     assert 4000 <= hit <= 8000, hit                         # bucket READs, then the block READ
     assert 2000 <= miss <= 4000, miss                       # no fingerprint match: one round trip
+
+
+def test_bulk_load_places_keys_as_inserts_do():
+    import random as _random
+
+    from cluster.conformance import rig as _rig
+    from nodes.systems.api import SystemError_
+    from nodes.systems.race import RaceSystem
+    from workloads.keys import key_bytes
+    rnd = _random.Random(1)
+    pairs = [(key_bytes(i, 8), bytes(rnd.randbytes(rnd.choice((8, 32, 300))))) for i in range(2000)]
+    with _rig(RaceSystem) as bulk, _rig(RaceSystem) as inserted:
+        RaceSystem.bulk_load(bulk.fabric, bulk.layout, pairs)
+        for k, v in pairs:
+            assert inserted.op("insert", k, v) is True
+        for k, v in pairs[::3] + [(key_bytes(i, 8), None) for i in range(2000, 2020)]:
+            assert bulk.op("get", k) == inserted.op("get", k) == v
+        assert bulk.op("insert", pairs[5][0], b"again") is False          # present, as after an insert
+        assert bulk.op("update", pairs[5][0], b"x") is True and bulk.op("get", pairs[5][0]) == b"x"
+        assert bulk.op("delete", pairs[6][0]) is True and bulk.op("get", pairs[6][0]) is None
+        with pytest.raises(SystemError_, match="empty table"):
+            RaceSystem.bulk_load(bulk.fabric, bulk.layout, [(key_bytes(9999, 8), b"v")])
+    with _rig(RaceSystem) as r, pytest.raises(SystemError_, match="twice"):
+        RaceSystem.bulk_load(r.fabric, r.layout, [(b"k" * 8, b"a"), (b"k" * 8, b"b")])

@@ -129,11 +129,17 @@ def test_colocated_refuses_kill_and_endless_steps():
         ColocatedRack(scenario(LOAD, {"action": "run"})).run()
 
 
-def test_bulk_load_needs_a_system_that_has_one_and_fills_the_tree_at_once():
+def test_bulk_load_needs_a_system_that_has_one(monkeypatch):
+    from nodes.systems.race import RaceSystem
+    monkeypatch.setattr(RaceSystem, "bulk_load", None)
     with pytest.raises(RackError, match="has no bulk load"):
         ColocatedRack(scenario({"action": "load", "bulk": True}, run(0.1)))
+
+
+@pytest.mark.parametrize("system", ["race", "sherman"])
+def test_bulk_load_fills_the_structure_at_once(system):
     d = rack_dict({"action": "load", "bulk": True}, run(0.2, "c"), compute=2)
-    d["system"] = {"name": "sherman"}
+    d["system"] = {"name": system}
     res = ColocatedRack(scenario_from_dict(d, source="bulk.toml")).run()
     load, reads = by_step(res)[1], by_step(res)[2]
     assert load.ops == 400 and load.failures == 0 and load.vdur_ns == 0   # no virtual time
