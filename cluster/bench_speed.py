@@ -9,7 +9,8 @@ waiting for them, ``cx6-200g``):
   precomputed list per client, as cheap as the SimPy model's, so the row measures the emulator
   and not ``numpy.random`` (``one process, numpy addresses``: two ``rng.integers`` calls per
   verb, as the closed loops of ``bench verbs`` draw them);
-* ``raw verbs``: the pyverbs layer (``QP.post_send`` of ``depth`` READ work requests, ``CQ.poll``);
+* ``raw verbs``: the pyverbs layer (``QP.post_send`` of ``depth`` READ work requests, ``CQ.wait``
+  for all of them, one ``CQ.poll``);
 * ``two processes``: two compute-node processes under the default lax sync window, and under
   wider windows (which let the processes drift further apart and wait less);
 * ``simpy``: the textbook SimPy model of the same loop (a capacity-limited NIC, a fixed round
@@ -82,7 +83,7 @@ def coroutine_loop(threads: int, window_ns: int, *, numpy_addresses: bool = Fals
 
 def raw_verbs_loop(threads: int, window_ns: int) -> tuple[int, float]:
     """One process, pyverbs: each thread its own QP and CQ, ``DEPTH`` READs per ``post_send``,
-    then ``CQ.poll`` until they are all back."""
+    then ``CQ.wait(DEPTH)`` and one ``CQ.poll``."""
     from cluster.bench_verbs import Rig
     from shm.profile import load_profile
     from shm.verbs import (
@@ -114,13 +115,9 @@ def raw_verbs_loop(threads: int, window_ns: int) -> tuple[int, float]:
                     wr.set_wr_rdma(rmr.rkey, addrs[i])
                     i = i + 1 if i + 1 < n else 0
                 qp.post_send(wrs)
-                got = 0
-                while got < DEPTH:
-                    k_, _wcs = cq.poll(DEPTH - got)
-                    got += k_
-                    if got < DEPTH:
-                        yield cq.wait()
-                done[0] += DEPTH
+                yield cq.wait(DEPTH)          # asleep until the whole batch is back
+                got, _wcs = cq.poll(DEPTH)
+                done[0] += got
 
         for k in range(threads):
             env.process(client(k))

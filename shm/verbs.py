@@ -375,7 +375,8 @@ class AH:
 
 class CQ:
     """A completion queue; ``poll`` takes what has completed by now, ``wait`` is an event that
-    fires when something is there (so an actor needs not spin in virtual time)."""
+    fires when something (or ``min_entries`` completions) is there, so an actor needs not spin in
+    virtual time."""
 
     def __init__(self, ctx: Context, cqe: int = 4096):
         if cqe < 1:
@@ -393,9 +394,14 @@ class CQ:
             raise PyverbsRDMAError(f"CQ overrun: more than {self.cqe} unpolled completions", errno.ENOSPC)
         self._entries.append(wc)
         if self._waiters:
-            waiters, self._waiters = self._waiters, []
-            for ev in waiters:
-                ev.succeed()
+            have = len(self._entries) - self._head
+            waiting = []
+            for ev, need in self._waiters:
+                if have >= need:
+                    ev.succeed()
+                else:
+                    waiting.append((ev, need))
+            self._waiters = waiting
 
     def poll(self, num_entries: int = 1) -> tuple[int, list[WC]]:
         env = self.env
@@ -412,13 +418,16 @@ class CQ:
                 qp._retire_polled()
         return len(got), got
 
-    def wait(self):
-        """Event that fires once the CQ holds at least one completion."""
+    def wait(self, min_entries: int = 1):
+        """Event that fires once the CQ holds at least ``min_entries`` completions: an actor that
+        posted a batch can sleep until all of it is back instead of waking for each one."""
+        if type(min_entries) is not int or min_entries < 1:
+            raise PyverbsError(f"CQ.wait: min_entries must be an integer >= 1, got {min_entries!r}")
         ev = self.env.event()
-        if len(self._entries) > self._head:
+        if len(self._entries) - self._head >= min_entries:
             ev.succeed()
         else:
-            self._waiters.append(ev)
+            self._waiters.append((ev, min_entries))
         return ev
 
     def __len__(self) -> int:
@@ -482,6 +491,7 @@ class QP:
         self._wr_seq = 0           # posting order of this QP's send WRs
         self._err_seq = None       # the first WR whose effect failed: later ones are flushed
         self._landings: list = []  # multi-line READs/WRITEs still landing (shm/landing.py)
+        self._post_arrays: dict = {}  # post size -> the model's input and output arrays
         self.cpu_free = 0
         self.host.qps[(self.node, self.qp_num)] = self
 
@@ -527,11 +537,12 @@ class QP:
                     self.post_send([wr for wr in wrs if wr.ah.node == node])
                 return
             dst = dsts.pop()
-        ops = np.empty(n, np.int64)
-        lens = np.empty(n, np.int64)
-        addrs = np.empty(n, np.int64)
-        regions = np.empty(n, np.int64)
-        flags = np.zeros(n, np.int64)
+        arrays = self._post_arrays.get(n)
+        if arrays is None:          # kept per post size: the model reads them before post_send returns
+            arrays = self._post_arrays[n] = tuple(np.empty(n, np.int64) for _ in range(5)) + (
+                np.empty((n, 3), np.int64),)
+        ops, lens, addrs, regions, flags, out = arrays
+        flags[:] = 0
         for i, wr in enumerate(wrs):
             spec = _OPS.get(wr.opcode)
             if spec is None or (self.qp_type == IBV_QPT_UD and wr.opcode != IBV_WR_SEND):
@@ -555,25 +566,29 @@ class QP:
                 flags[i] = nic.FLAG_INLINE
             if wr.send_flags & IBV_SEND_FENCE:
                 flags[i] |= nic.FLAG_FENCE   # waits for this QP's earlier READs and atomics
-        out = self._price(dst, ops, lens, addrs, regions, flags)
+        self._model(dst, ops, lens, addrs, regions, flags, out)
         self._sq_in_flight += n
         self.host._posted += n
+        times = out.tolist()
+        sizes = lens.tolist()
+        pending = pending_writes_of(self.fabric)
         for i, wr in enumerate(wrs):
             spec = _OPS[wr.opcode]
             signaled = bool(self.sq_sig_all or wr.send_flags & IBV_SEND_SIGNALED)
-            p = _Pending(wr, signaled, spec[1], lens[i], self._wr_seq)
+            p = _Pending(wr, signaled, spec[1], sizes[i], self._wr_seq)
             self._wr_seq += 1
+            effect, done, other = times[i]
             if self.state == self.ERR:
                 p.status = IBV_WC_WR_FLUSH_ERR
             else:
-                if out[i, 2] == out[i, 0]:
-                    env.schedule(int(out[i, 0]), self._effect, (p, dst))
+                if other == effect:
+                    env.schedule(effect, self._effect, (p, dst))
                 else:                  # several lines, landing one by one over a window
-                    lo, hi = sorted((int(out[i, 0]), int(out[i, 2])))
+                    lo, hi = (effect, other) if effect < other else (other, effect)
                     env.schedule(lo, self._effect, (p, dst, lo, hi))
                 if wr.opcode != IBV_WR_RDMA_READ:  # a READ landing meanwhile must see it
-                    pending_writes_of(self.fabric).add(dst, int(out[i, 0]), int(out[i, 2]))
-            env.schedule(int(out[i, 1]), self._complete, p)   # in posting order (the model)
+                    pending.add(dst, effect, other)
+            env.schedule(done, self._complete, p)   # in posting order (the model)
 
     def _price(self, dst: int, ops, lens, addrs, regions, flags, cpu_floor: int = 0, user=None) -> np.ndarray:
         """Run the NIC model for one post and charge the calling actor's CPU up to the moment the

@@ -729,3 +729,27 @@ def test_sharing_a_doorbell_makes_posts_slower():
     # once all 8 have posted, each post holds the lock for lock_ns + 7 x lock_per_sharer_ns
     assert np.median(shared8) >= prof.doorbell.lock_ns + 7 * prof.doorbell.lock_per_sharer_ns
     assert np.mean(alone) < np.mean(shared4) < np.mean(shared8)
+
+
+def test_cq_wait_for_several_completions_wakes_once_all_are_there(rack):
+    """``CQ.wait(n)`` fires when the n-th completion arrives, not at the first; a bad n is one line."""
+    wrs = [SendWR(wr_id=i, opcode=IBV_WR_RDMA_READ, sg=[SGE(rack.lmr.addr + 64 * i, 8, rack.lmr.lkey)])
+           for i in range(4)]
+    for i, wr in enumerate(wrs):
+        wr.set_wr_rdma(rack.rmr.rkey, rack.rmr.addr + 64 * i)
+
+    def actor(need):
+        t0 = rack.env.now
+        rack.qp.post_send(wrs)
+        yield rack.cq.wait(need)
+        woke = rack.env.now - t0
+        n, _ = rack.cq.poll(need)
+        while n < 4:                       # the rest of the batch, for the next round
+            yield rack.cq.wait()
+            n += rack.cq.poll(4 - n)[0]
+        return woke
+
+    first, all_four = run_actor(rack.env, actor(1)), run_actor(rack.env, actor(4))
+    assert 0 < first < all_four             # the 4th completion comes after the 1st
+    with pytest.raises(Exception, match="min_entries"):
+        rack.cq.wait(0)
