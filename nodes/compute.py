@@ -253,19 +253,24 @@ class ComputeNode:
             return
         keys = wl.load_keys(self.loaded_before, step.count)
         ks, vs = wl.key_size, wl.value_size
-        h, now, record = self.history, self.env.now, self.recorder.record
+        h, now = self.history, self.env.now
         client = self._client_id(0, 0)
-        pairs = []
-        for kid in keys.tolist():
-            self._version += 1
-            size = vs(kid, self._version) if not isinstance(vs, int) else vs
-            pairs.append((key_bytes(kid, ks), value_bytes(kid, self._version, size)))
-            if h is not None:
-                h.complete(h.invoke(client, "insert", kid, self._version, now), True, now)
-        self.system.bulk_load(self.fabric, self.layout, pairs)
-        for _ in range(len(pairs)):
+        given = [0]
+
+        def pairs():                # streamed: a system that can place keys one by one holds none
+            for kid in keys.tolist():
+                self._version += 1
+                size = vs(kid, self._version) if not isinstance(vs, int) else vs
+                if h is not None:
+                    h.complete(h.invoke(client, "insert", kid, self._version, now), True, now)
+                given[0] += 1
+                yield key_bytes(kid, ks), value_bytes(kid, self._version, size)
+
+        self.system.bulk_load(self.fabric, self.layout, pairs())
+        record = self.recorder.record
+        for _ in range(given[0]):
             record(OP_INSERT, 0, True)
-        self.ops += len(pairs)
+        self.ops += given[0]
 
     def _load_loop(self, t: int, c: int, keys: np.ndarray, ksize: int, vsize: int):
         env = self.env

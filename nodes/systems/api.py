@@ -135,8 +135,10 @@ class System:
     options: tuple[Option, ...] = ()
     supports_scan: bool = False
     smart_defaults: dict = {}            # SMART switches it runs with unless the rack's [smart] says otherwise
-    #: Optional: a classmethod ``bulk_load(fabric, layout, pairs)`` that writes ``pairs`` (key
-    #: bytes, value bytes) straight into the memory nodes of a freshly set-up, empty structure, as
+    #: Optional: a classmethod ``bulk_load(fabric, layout, pairs)`` that writes ``pairs`` (an
+    #: iterable of key bytes, value bytes, consumed once: a system that can place keys one at a
+    #: time should, so a large load holds no list) straight into the memory nodes of a freshly
+    #: set-up, empty structure, as
     #: if they had been inserted (a load step with ``bulk = true``); None: the system has none.
     #: It runs in one compute node's process before any client runs, takes memory with
     #: ``fabric.allocate`` and must leave exactly what the clients' lookups expect.
