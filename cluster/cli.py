@@ -18,31 +18,27 @@ def _only(values) -> list[str] | None:
     return [x for v in (values or ()) for x in v.split(",") if x] or None
 
 
+# suite -> module with EXPERIMENTS and run(only, quick, json_path), for the suites that take --only parts
+BENCH_SUITES = {"verbs": "cluster.bench_verbs", "speed": "cluster.bench_speed"}
+
+
 def _cmd_bench(args) -> int:
     only = _only(args.only)
     if args.suite == "ycsb":
         from cluster import bench_ycsb
         bench_ycsb.run(system=args.system, only=only, quick=args.quick, json_path=args.json)
         return 0
-    if args.suite == "speed":
-        from cluster import bench_speed
-        unknown = [x for x in only or [] if x not in bench_speed.EXPERIMENTS]
-        if unknown:
-            print(f"dmrack bench speed: unknown part {unknown[0]!r}; choose from "
-                  f"{', '.join(bench_speed.EXPERIMENTS)}", file=sys.stderr)
-            return 2
-        bench_speed.run(only=only, quick=args.quick, json_path=args.json)
-        return 0
-    if args.suite != "verbs":
+    if args.suite not in BENCH_SUITES:
         print(f"dmrack bench: unknown suite {args.suite!r}; available: verbs, ycsb, speed", file=sys.stderr)
         return 2
-    from cluster import bench_verbs
-    unknown = [x for x in only or [] if x not in bench_verbs.EXPERIMENTS]
+    import importlib
+    suite = importlib.import_module(BENCH_SUITES[args.suite])
+    unknown = [x for x in only or [] if x not in suite.EXPERIMENTS]
     if unknown:
-        print(f"dmrack bench verbs: unknown experiment {unknown[0]!r}; choose from "
-              f"{', '.join(bench_verbs.EXPERIMENTS)}", file=sys.stderr)
+        print(f"dmrack bench {args.suite}: unknown experiment {unknown[0]!r}; choose from "
+              f"{', '.join(suite.EXPERIMENTS)}", file=sys.stderr)
         return 2
-    bench_verbs.run(only=only, quick=args.quick, json_path=args.json)
+    suite.run(only=only, quick=args.quick, json_path=args.json)
     return 0
 
 
