@@ -118,79 +118,14 @@ class RaceSystem(System):
             "epochs": epochs,
         }
 
-    #: KV blocks of a bulk load are carved out of regions of this size, taken per memory node as
-    #: needed (so the keys can stream in: nothing per key is held beyond its own placement)
-    BULK_REGION_BYTES = 4 << 20
-
     @classmethod
     def bulk_load(cls, fabric, layout: dict, pairs) -> None:
-        """Place ``pairs`` (an iterable of key bytes, value bytes; consumed once, in order) as
-        inserts would, straight into the memory nodes: each key's two combined buckets by the same
-        probe, its slot by the same placement rule (:func:`bucket.scan`: the combined bucket with
-        more free slots, its main bucket first), its KV block in a region carved per memory node
-        (blocks round-robin over them), the committed slot word last. Only into the empty table
-        ``setup`` made; a key given twice (found by the same fingerprint scan an insert makes) or
-        a table too small is a SystemError_."""
-        import numpy as np
-
-        from nodes.systems.lib.hashing import hash64
-
-        from .bucket import MAX_MATCHES, probe, scan, slot_offset
-        from .layout import (
-            FP_SHIFT, GROUP_BYTES, NODE_SHIFT, UNITS_SHIFT, check_item, encode_block, slot_node,
-            slot_offset as block_offset, unpack_dir_entry,
-        )
-        mns = layout["memory_nodes"]
-        entries = layout["directory_entries"]
-        mask = (1 << layout["global_depth"]) - 1
-        n_main = 2 * layout["groups_per_subtable"]
-        sub_words = layout["groups_per_subtable"] * GROUP_BYTES // WORD
-        for e in set(entries):
-            _, node, off = unpack_dir_entry(e)
-            buckets = fabric.memory[node].host64[off // WORD:off // WORD + sub_words].reshape(-1, BUCKET_BYTES // WORD)
-            if buckets[:, 1:].any():
-                raise SystemError_("RACE: a bulk load needs the empty table setup made; this one holds keys")
-        region = {m: [0, 0] for m in mns}          # memory node -> [next free offset, end] of its region
-        buf = np.zeros(4 * BUCKET_BYTES // WORD, np.uint64)
-        out = np.zeros(2 * MAX_MATCHES, np.uint64)
-        half = 2 * BUCKET_BYTES // WORD
-        for j, (key, value) in enumerate(pairs):
-            key, value = bytes(key), bytes(value)
-            units = check_item(key, value)
-            h = int(hash64(key))
-            i = h & mask
-            ld, node, base = unpack_dir_entry(entries[i])
-            off_a, off_b, flags = probe(h, base, n_main)
-            host64 = fabric.memory[node].host64
-            buf[:half] = host64[off_a // WORD:off_a // WORD + half].view(np.uint64)
-            buf[half:] = host64[off_b // WORD:off_b // WORD + half].view(np.uint64)
-            r = scan(buf, 0, half, flags, h >> FP_SHIFT, pack_header(ld, i & ((1 << ld) - 1)), out)
-            for k in range(r & 63):                # same fingerprint: the same key given twice?
-                w = int(out[2 * k + 1])
-                host = fabric.memory[slot_node(w)].host
-                b = block_offset(w)
-                if int(host[b]) | int(host[b + 1]) << 8 == len(key) and bytes(host[b + 8:b + 8 + len(key)]) == key:
-                    raise SystemError_(f"RACE: bulk load of key {key[:32]!r} twice")
-            free = (r >> 6) - 1
-            if free < 0:
-                raise SystemError_(f"RACE table full during a bulk load: both combined buckets of key {key[:32]!r} "
-                                   f"have no free slot ({layout['slots']} slots sized for capacity "
-                                   f"{layout['capacity']} at load_factor {layout['load_factor']})")
-            m = mns[j % len(mns)]
-            reg = region[m]
-            if reg[0] + units * UNIT > reg[1]:
-                size = max(cls.BULK_REGION_BYTES, units * UNIT)
-                try:
-                    reg[0] = fabric.allocate(m, size)
-                except MemoryError as e:
-                    raise SystemError_(f"RACE: the KV blocks of a bulk load do not fit the memory nodes: {e}") from None
-                reg[1] = reg[0] + size
-            boff = reg[0]
-            reg[0] += units * UNIT
-            block = encode_block(key, value)
-            fabric.memory[m].host[boff:boff + len(block)] = np.frombuffer(block, np.uint8)
-            word = ((h >> FP_SHIFT) << FP_SHIFT) | (units << UNITS_SHIFT) | (m << NODE_SHIFT) | boff
-            host64[slot_offset(free, off_a, off_b) // WORD] = np.uint64(word).view(np.int64)
+        """Place ``pairs`` (an iterable of key bytes, value bytes; consumed once) as inserts would,
+        straight into the memory nodes of the empty table ``setup`` made: the same probe, the same
+        slot choice, the KV block then the committed slot word, in compiled batches
+        (:mod:`nodes.systems.race.bulk`). A key given twice or a table too small is a SystemError_."""
+        from .bulk import bulk_load
+        bulk_load(fabric, layout, pairs)
 
     @classmethod
     def client(cls, fabric, layout: dict, thread, options: dict) -> RaceClient:
