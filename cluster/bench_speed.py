@@ -16,7 +16,8 @@ waiting for them, ``cx6-200g``):
 * ``simpy``: the textbook SimPy model of the same loop (a capacity-limited NIC, a fixed round
   trip; the ``bench`` extra), drawing addresses as ``one process`` does;
 * ``race ycsb-a`` and ``sherman ycsb-a``: a co-located rack loading and running YCSB-A (operations
-  and verbs per real second of the whole run);
+  and verbs per real second of the whole run); ``race bulk load`` and ``sherman bulk load``: keys
+  per real second of a load step with ``bulk = true``;
 * ``reproduce smart --quick fig12``: the wall time of one reproduction part (``fig3``, ``fig4``
   and ``fig13`` too without ``--quick``).
 
@@ -183,6 +184,23 @@ def ycsb_a(system: str, *, records: int, threads: int, coroutines: int, run_ms: 
     return {"ops_per_s": ops / wall, "verbs_per_s": rack.verbs / wall, "virtual_us_per_s": rack.env.now / 1e3 / wall}
 
 
+def bulk_load_rate(system: str, keys: int) -> float:
+    """Keys per real second of ``system``'s bulk load (cn0's whole load step: the keys generated,
+    recorded and placed), on a co-located rack of 2 compute and 2 memory nodes."""
+    from cluster.rack import ColocatedRack
+    from cluster.scenario import scenario_from_dict
+    doc = {"rack": {"name": f"bench-speed-bulk-{system}", "profile": "cx6-200g", "seed": 1},
+           "compute": {"count": 2, "threads": 1, "coroutines": 1, "memory": "16MiB"},
+           "memory": {"count": 2, "memory": f"{max(64, keys * 600 // 2 >> 20)}MiB"},
+           "system": {"name": system},
+           "workload": {"preset": "c", "recordcount": keys, "keysize": 8, "valuesize": 8},
+           "step": [{"action": "load", "bulk": True}]}
+    rack = ColocatedRack(scenario_from_dict(doc, source=f"bench speed bulk {system}"))
+    res = rack.run()
+    real = res.steps[0].real_s
+    return keys / real if real else 0.0
+
+
 def _rate(got) -> float | None:
     if got is None:
         return None
@@ -231,6 +249,11 @@ def systems_rows(quick: bool, progress) -> list[Row]:
         rows.append(Row("speed", f"{system} ycsb-a", x, "ops/s real", round(got["ops_per_s"])))
         rows.append(Row("speed", f"{system} ycsb-a", x, "verbs/s real", round(got["verbs_per_s"])))
         rows.append(Row("speed", f"{system} ycsb-a", x, "virtual µs per real s", round(got["virtual_us_per_s"], 1)))
+    keys = 100_000 if quick else 1_000_000
+    for system in ("race", "sherman"):
+        progress(f"speed: {system} bulk load of {keys:,} keys")
+        rows.append(Row("speed", f"{system} bulk load", f"{keys:,} keys", "keys/s real",
+                        round(bulk_load_rate(system, keys))))
     return rows
 
 

@@ -34,3 +34,8 @@ def test_verbs_rows_name_their_targets(monkeypatch):
 def test_ycsb_rows_measure_a_whole_run():
     got = bs.ycsb_a("race", records=300, threads=2, coroutines=2, run_ms=0.05)
     assert got["ops_per_s"] > 0 and got["verbs_per_s"] > got["ops_per_s"] and got["virtual_us_per_s"] > 0
+
+
+@pytest.mark.parametrize("system", ["race", "sherman"])
+def test_bulk_load_rate_is_measured(system):
+    assert bs.bulk_load_rate(system, 2_000) > 0
