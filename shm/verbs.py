@@ -590,18 +590,12 @@ class QP:
                     pending.add(dst, effect, other)
             env.schedule(done, self._complete, p)   # in posting order (the model)
 
-    def _price(self, dst: int, ops, lens, addrs, regions, flags, cpu_floor: int = 0, user=None) -> np.ndarray:
-        """Run the NIC model for one post and charge the calling actor's CPU up to the moment the
-        doorbell is rung; returns ``out`` (per WR: effect ns, completion ns, the other end of a multi-line landing window). ``cpu_floor`` is
-        when the posting thread's core is free (coroutines of one thread share a core). ``user``
-        is the modelled thread that posts (default: the calling actor); it counts once among the
-        doorbell's sharers however many coroutines it runs."""
-        out = np.empty((ops.shape[0], 3), np.int64)
-        self._model(dst, ops, lens, addrs, regions, flags, out, cpu_floor, user)
-        return out
-
     def _model(self, dst: int, ops, lens, addrs, regions, flags, out, cpu_floor: int = 0, user=None) -> None:
-        """:meth:`_price` writing into ``out`` (callers that keep their arrays across posts)."""
+        """Run the NIC model for one post into ``out`` (per WR: effect ns, completion ns, the other
+        end of a multi-line landing window) and charge the calling actor's CPU up to the moment the
+        doorbell is rung. ``cpu_floor`` is when the posting thread's core is free (coroutines of one
+        thread share a core). ``user`` is the modelled thread that posts (default: the calling
+        actor); it counts once among the doorbell's sharers however many coroutines it runs."""
         env = self.env
         actor = env.active_process
         if user is None:

@@ -158,8 +158,8 @@ class HoclClient:
 
     def release(self, co, lock):
         """Generator: release ``lock`` after the write-back verbs already queued on ``co``: hand it
-        to the next local waiter (after the write-back completed), or post the unlock masked CAS in
-        the same doorbell batch as the write-back."""
+        to the next local waiter (after the write-back completed), or release it remotely
+        (:meth:`remote_release`: the unlock WRITE in the write-back's doorbell batch)."""
         if not self.hierarchical:
             yield from self.remote_release(co, lock)
             return

@@ -163,14 +163,23 @@ class ShermanSystem(System):
 
         def write(addr: int, img) -> None:
             off = gaddr_offset(addr)
-            fabric.memory[gaddr_node(addr)].host[off:off + len(img)] = memoryview(bytes(img))
+            fabric.memory[gaddr_node(addr)].host[off:off + len(img)] = memoryview(img)
 
-        groups = [items[i:i + BULK_LEAF_ENTRIES] for i in range(0, len(items), BULK_LEAF_ENTRIES)]
-        leaves = place(len(groups))
-        lows = [0] + [g[0][0] for g in groups[1:]]
-        for i, (g, addr) in enumerate(zip(groups, leaves)):
+        def build(groups: list, image) -> list:
+            """One level: a node per group, ``image(i, group, low, high, sibling)`` the bytes of the
+            i-th, fences from the groups' first keys (the leftmost node's low fence 0, the
+            rightmost's high fence +inf), chained left to right; returns the level's (low fence,
+            address)s."""
+            addrs = place(len(groups))
+            lows = [0] + [g[0][0] for g in groups[1:]]
+            for i, (g, addr) in enumerate(zip(groups, addrs)):
+                last = i == len(groups) - 1
+                write(addr, image(i, g, lows[i], None if last else lows[i + 1], 0 if last else addrs[i + 1]))
+            return list(zip(lows, addrs))
+
+        def leaf(i, group, low, high, sibling):
             entries = []
-            for j, (_, key, value) in enumerate(g):
+            for j, (_, key, value) in enumerate(group):
                 block = 0
                 if len(value) > INLINE_VALUE:
                     m = mns[(i + j) % len(mns)]
@@ -178,21 +187,19 @@ class ShermanSystem(System):
                     write(block, block_image(key, value))
                 vlen, field = value_field(value, block)
                 entries.append((1, vlen, key, field))
-            last = i == len(groups) - 1
-            write(addr, leaf_image(1, lows[i], None if last else lows[i + 1], 0 if last else leaves[i + 1], entries))
-        level, nodes = 0, list(zip(lows, leaves))
+            return leaf_image(1, low, high, sibling, entries)
+
+        nodes = build([items[i:i + BULK_LEAF_ENTRIES] for i in range(0, len(items), BULK_LEAF_ENTRIES)], leaf)
+        level = 0
         while len(nodes) > 1:
             level += 1
+
+            def internal(i, group, low, high, sibling, level=level):
+                return internal_image(1, level, low, high, sibling, group[0][1], [lo for lo, _ in group[1:]],
+                                      [a for _, a in group[1:]])
+
             fan = BULK_INTERNAL_KEYS + 1
-            groups = [nodes[i:i + fan] for i in range(0, len(nodes), fan)]
-            addrs = place(len(groups))
-            up_lows = [0] + [g[0][0] for g in groups[1:]]
-            for i, (g, addr) in enumerate(zip(groups, addrs)):
-                last = i == len(groups) - 1
-                write(addr, internal_image(1, level, up_lows[i], None if last else up_lows[i + 1],
-                                           0 if last else addrs[i + 1], g[0][1], [lo for lo, _ in g[1:]],
-                                           [a for _, a in g[1:]]))
-            nodes = list(zip(up_lows, addrs))
+            nodes = build([nodes[i:i + fan] for i in range(0, len(nodes), fan)], internal)
         # the root word last: a client that reads it finds a whole tree below
         fabric.memory[rnode].host64[roff // 8] = pack_root(nodes[0][1], level)
 
