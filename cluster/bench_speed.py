@@ -161,11 +161,77 @@ def simpy_loop(threads: int, window_ns: int) -> tuple[int, float] | None:
     return count[0], time.perf_counter() - t0
 
 
+def _two_processes_child(desc, table_names, index, window_ns, out_q):
+    """One of :func:`two_processes`' compute nodes: 16 threads of the closed loop, fair addresses."""
+    from nodes.runtime.env import Environment
+    from nodes.runtime.sync import ClockSync, ClockTable
+    from shm.coro import NodeRdma
+    from shm.fabric import Fabric
+    from shm.verbs import VerbsHost
+    table = ClockTable.attach(table_names)
+    fabric = Fabric.attach(desc)
+    try:
+        env = Environment(seed=index, sync=ClockSync(table, index, fabric.profile.sync.window_ns))
+        # the memory node is passive (one-sided verbs only): no process of its own
+        host = VerbsHost(fabric, env, proc_of_node={0: 0, 1: 1, 2: 0}, my_proc=index)
+        node = NodeRdma(host, index, policy="per_thread_doorbell")
+        done = [0]
+
+        def client(co, addrs):
+            i, n = 0, len(addrs)
+            while env.now < window_ns:
+                for _ in range(DEPTH):
+                    co.read(addrs[i], 8)
+                    i = i + 1 if i + 1 < n else 0
+                yield co.sync()
+                done[0] += DEPTH
+
+        for t in range(16):
+            env.process(client(node.thread().coroutine(), _addresses(2, (16 << 20) // 64, 100 * index + t)))
+        t0 = time.perf_counter()
+        env.run(until=window_ns + 50_000)
+        out_q.put((index, done[0], time.perf_counter() - t0))
+    finally:
+        fabric.close()
+        table.close()
+
+
 def two_processes(window_ns: int, sync_window_ns: int | None = None) -> tuple[int, float]:
     """Two compute-node processes (16 threads each) READing one memory node under the lax sync
-    window of ``cx6-200g`` (or ``sync_window_ns``)."""
-    from cluster.bench_verbs import _speed_two
-    return _speed_two(window_ns, sync_window_ns)
+    window of ``cx6-200g`` (or ``sync_window_ns``): (verbs completed, real seconds)."""
+    import multiprocessing
+
+    from nodes.runtime.sync import ClockTable
+    from shm.fabric import Fabric, NodeSpec
+    from shm.profile import load_profile, with_overrides
+    from shm.segment import new_prefix
+    prof = load_profile("cx6-200g")
+    if sync_window_ns is not None:
+        prof = with_overrides(prof, {"sync.window_ns": sync_window_ns})
+    prefix = new_prefix()
+    fabric = Fabric.create(prof, [NodeSpec("cn0"), NodeSpec("cn1"), NodeSpec("mn0", "memory", 16 << 20)], prefix=prefix)
+    fabric.expose(2)
+    table = ClockTable.create(2, prefix=prefix)
+    ctx = multiprocessing.get_context("fork")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_two_processes_child, args=(fabric.describe(), table.names(), i, window_ns, q))
+             for i in range(2)]
+    try:
+        t0 = time.perf_counter()
+        for p in procs:
+            p.start()
+        results = [q.get(timeout=600) for _ in procs]
+        real = time.perf_counter() - t0
+        for p in procs:
+            p.join(timeout=30)
+        return sum(r[1] for r in results), real
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join()
+        table.close()
+        fabric.close()
 
 
 def ycsb_a(system: str, *, records: int, threads: int, coroutines: int, run_ms: float) -> dict:

@@ -21,8 +21,6 @@ Experiments (see docs/bench.md for how each maps onto the paper's setup):
 
 from __future__ import annotations
 
-import multiprocessing
-import time
 
 import numpy as np
 
@@ -344,12 +342,13 @@ ATOMIC_PUBLISHED = {("cx3-56g", "same-address CAS, host", 128): 2.7}
 
 
 def _atomic_clients(rig: Rig, *, clients: int, op: str, address, warmup: int, window: int,
-                    compare: int = 0) -> float:
+                    compare: int = 0, beside: int = 0, beside_address: int = 0) -> float:
     """``clients`` threads (spread over the rig's compute nodes, one coroutine and one QP each)
     each post one ``op`` ("cas", "faa" or "read", 8 B) to ``address(rng)`` at a time, closed loop;
     returns Mops over the window. A CAS compares with ``compare`` and swaps 0: with the default 0
     every one matches (memory starts zeroed) and writes, the worst case for the per-address
-    serialisation."""
+    serialisation. ``beside`` more threads CAS ``beside_address`` meanwhile, uncounted (the
+    interference rows)."""
     win = Window(warmup, warmup + window)
     env = rig.env
     nodes = [NodeRdma(rig.host, cn, policy="per_thread_doorbell") for cn in rig.cns]
@@ -366,9 +365,16 @@ def _atomic_clients(rig: Rig, *, clients: int, op: str, address, warmup: int, wi
             yield co.sync()
             win.add(env.now)
 
+    def caser(co):
+        while env.now < win.end:
+            co.cas(beside_address, 0, 0)
+            yield co.sync()
+
     for k in range(clients):
         thr = nodes[k % len(nodes)].thread()
         env.process(client(thr.coroutine(), np.random.default_rng(k)))
+    for k in range(beside):
+        env.process(caser(nodes[k % len(nodes)].thread().coroutine()))
     env.run(until=win.end + 50_000)
     return win.mops()
 
@@ -430,30 +436,11 @@ INTERFERENCE_PUBLISHED = {("cx5-100g", "host"): 4.3}
 def _reads_beside_hot_cas(rig: Rig, *, readers: int, casers: int, region, warmup: int, window: int) -> float:
     """``readers`` clients READ 8 B at random addresses of one memory node, closed loop, while
     ``casers`` clients CAS one address of it (in ``region``); returns the READs' Mops."""
-    env = rig.env
     m = rig.mns[0]
     words = (32 << 20) // 64
     hot = gaddr(m, rig.fabric.allocate(m, 8, region=region), region) if casers else 0
-    win = Window(warmup, warmup + window)
-    nodes = [NodeRdma(rig.host, cn, policy="per_thread_doorbell") for cn in rig.cns]
-
-    def reader(co, rng):
-        while env.now < win.end:
-            co.read(gaddr(m, int(rng.integers(words)) * 64), 8)
-            yield co.sync()
-            win.add(env.now)
-
-    def caser(co):
-        while env.now < win.end:
-            co.cas(hot, 0, 0)
-            yield co.sync()
-
-    for k in range(readers):
-        env.process(reader(nodes[k % len(nodes)].thread().coroutine(), np.random.default_rng(k)))
-    for k in range(casers):
-        env.process(caser(nodes[k % len(nodes)].thread().coroutine()))
-    env.run(until=win.end + 50_000)
-    return win.mops()
+    return _atomic_clients(rig, clients=readers, op="read", address=lambda rng: gaddr(m, int(rng.integers(words)) * 64),
+                           warmup=warmup, window=window, beside=casers, beside_address=hot)
 
 
 def _lock_clients(rig: Rig, *, clients: int, region: int, warmup: int, window: int):
@@ -529,71 +516,6 @@ def locks(quick: bool, progress) -> list[Row]:
 
 
 # --- emulation speed ---------------------------------------------------------------------------------
-
-def _speed_child(desc, table_names, index, window, out_q):
-    from nodes.runtime.sync import ClockSync, ClockTable
-    table = ClockTable.attach(table_names)
-    fabric = Fabric.attach(desc)
-    try:
-        env = Environment(seed=index, sync=ClockSync(table, index, fabric.profile.sync.window_ns))
-        # the memory node is passive (one-sided verbs only): no process of its own
-        host = VerbsHost(fabric, env, proc_of_node={0: 0, 1: 1, 2: 0}, my_proc=index)
-        node = NodeRdma(host, index, policy="per_thread_doorbell")
-        mn = 2
-        words = (16 << 20) // 64
-
-        done = [0]
-
-        def client(co, rng):
-            while env.now < window:
-                for _ in range(8):
-                    co.read(gaddr(mn, int(rng.integers(words)) * 64), 8)
-                yield co.sync()
-                done[0] += 8
-
-        for t in range(16):
-            env.process(client(node.thread().coroutine(), np.random.default_rng(100 * index + t)))
-        t0 = time.perf_counter()
-        env.run(until=window + 50_000)
-        out_q.put((index, done[0], time.perf_counter() - t0))
-    finally:
-        fabric.close()
-        table.close()
-
-
-def _speed_two(window: int, sync_window_ns: int | None = None) -> tuple[int, float]:
-    """Two compute-node processes, 16 threads each, READing one memory node (``cx6-200g``, its
-    lax sync window or ``sync_window_ns``): (verbs completed, real seconds)."""
-    from nodes.runtime.sync import ClockTable
-    from shm.profile import with_overrides
-    from shm.segment import new_prefix
-    prof = load_profile("cx6-200g")
-    if sync_window_ns is not None:
-        prof = with_overrides(prof, {"sync.window_ns": sync_window_ns})
-    prefix = new_prefix()
-    fabric = Fabric.create(prof, [NodeSpec("cn0"), NodeSpec("cn1"), NodeSpec("mn0", "memory", 16 << 20)], prefix=prefix)
-    fabric.expose(2)
-    table = ClockTable.create(2, prefix=prefix)
-    ctx = multiprocessing.get_context("fork")
-    q = ctx.Queue()
-    procs = [ctx.Process(target=_speed_child, args=(fabric.describe(), table.names(), i, window, q)) for i in range(2)]
-    try:
-        t0 = time.perf_counter()
-        for p in procs:
-            p.start()
-        results = [q.get(timeout=600) for _ in procs]
-        real = time.perf_counter() - t0
-        for p in procs:
-            p.join(timeout=30)
-        return sum(r[1] for r in results), real
-    finally:
-        for p in procs:
-            if p.is_alive():
-                p.kill()
-                p.join()
-        table.close()
-        fabric.close()
-
 
 def speed(quick: bool, progress) -> list[Row]:
     """The verbs-level rows of ``dmrack bench speed`` (cluster/bench_speed.py)."""

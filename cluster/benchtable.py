@@ -53,10 +53,18 @@ def write_json(console, path: str, rows: list[Row]) -> None:
 
 
 def run_experiments(experiments: dict, *, only=None, quick: bool = False, json_path: str | None = None,
-                    console=None, label: str, title_prefix: str = "") -> list[Row]:
+                    console=None, label: str, title_prefix: str = "", jobs: int = 1,
+                    side_by_side: tuple = ()) -> list[Row]:
     """Run the named experiments (``name -> fn(quick, progress) -> [Row]``) in order with a progress
-    line, print each one's table as it finishes, and write every row as JSON at the end."""
+    line, print each one's table as it finishes, and write every row as JSON at the end. The
+    experiments named in ``side_by_side`` are sweeps of fresh racks that also take ``jobs``: how
+    many racks run at a time (cluster.pointpool), which does not change a figure."""
+    from functools import partial
+
     from rich.console import Console
+    if not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs must be a whole number of processes, at least 1; got {jobs!r}")
+    experiments = {name: (partial(fn, jobs=jobs) if name in side_by_side else fn) for name, fn in experiments.items()}
     console = console or Console()
     names = list(experiments) if not only else list(only)
     for n in names:

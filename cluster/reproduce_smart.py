@@ -37,8 +37,6 @@ change a figure.
 
 from __future__ import annotations
 
-from functools import partial
-
 from cluster.bench_ycsb import CONTENDED_MS, SMART_KEYS, UNCONTENDED_MS
 from cluster.benchtable import Row, run_experiments
 from cluster.pointpool import map_points
@@ -500,8 +498,5 @@ SIDE_BY_SIDE = ("fig5", "fig7", "fig14")
 
 
 def run(only=None, quick: bool = False, json_path: str | None = None, console=None, jobs: int = 1) -> list[Row]:
-    if not isinstance(jobs, int) or jobs < 1:
-        raise ValueError(f"jobs must be a whole number of processes, at least 1; got {jobs!r}")
-    experiments = {name: (partial(fn, jobs=jobs) if name in SIDE_BY_SIDE else fn) for name, fn in EXPERIMENTS.items()}
-    return run_experiments(experiments, only=only, quick=quick, json_path=json_path, console=console,
-                           label="reproduce smart", title_prefix="SMART ")
+    return run_experiments(EXPERIMENTS, only=only, quick=quick, json_path=json_path, console=console,
+                           label="reproduce smart", title_prefix="SMART ", jobs=jobs, side_by_side=SIDE_BY_SIDE)
