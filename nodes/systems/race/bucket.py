@@ -58,6 +58,13 @@ def slot_offset(idx: int, off_a: int, off_b: int) -> int:
     return (off_a if p < 2 else off_b) + (p & 1) * BUCKET_BYTES + WORD * (1 + s)
 
 
+# The same arithmetic for compiled callers (the bulk load's kernel, nodes/systems/race/bulk.py),
+# which pass the hash's low 63 bits as an int64: probe reads bits 16..55 only. The
+# clients call the plain functions: from Python a numba call costs more than the arithmetic.
+probe_nb = njit(cache=True)(probe)
+slot_offset_nb = njit(cache=True)(slot_offset)
+
+
 @njit(cache=True)
 def scan(buf64, wa, wb, flags, fp, header, out):
     """One pass over two combined buckets read into ``buf64`` (the thread buffer as uint64) at

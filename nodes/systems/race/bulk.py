@@ -2,8 +2,8 @@
 
 A load step with ``bulk = true`` (docs/rack.md) hands the keys to :meth:`RaceSystem.bulk_load`,
 which calls :func:`bulk_load` here. Per key it does what an insert does, without the verbs:
-hash the key, find its two combined buckets through the directory (:func:`bucket.probe`'s
-arithmetic), pick the free slot :func:`bucket.scan` picks (the combined bucket with more free
+hash the key, find its two combined buckets through the directory (:func:`bucket.probe`,
+compiled), pick the free slot :func:`bucket.scan` picks (the combined bucket with more free
 slots, its main bucket first), refuse a key already there (same fingerprint, same key bytes in
 the block), write the KV block and then the committed slot word.
 
@@ -25,12 +25,12 @@ import numpy as np
 from numba import njit
 
 from nodes.systems.api import SystemError_
-from nodes.systems.lib.hashing import B1_SHIFT, B2_SHIFT, BUCKET_BITS, BUCKET_MASK, hash64
+from nodes.systems.lib.hashing import hash64
 from nodes.systems.lib.record import checksum32
 
-from .bucket import MAX_MATCHES, scan
+from .bucket import MAX_MATCHES, probe_nb, scan, slot_offset_nb
 from .layout import (
-    BLOCK_HEADER, BUCKET_BYTES, GROUP_BYTES, NODE_SHIFT, OFFSET_MASK, SLOTS_PER_BUCKET, UNIT, UNITS_SHIFT, WORD,
+    BLOCK_HEADER, BUCKET_BYTES, GROUP_BYTES, NODE_SHIFT, OFFSET_MASK, UNIT, UNITS_SHIFT, WORD,
     check_item, unpack_dir_entry,
 )
 
@@ -55,17 +55,8 @@ def _place(h64s, h8s, pos_of, keys, koff, vals, voff, j0, mn, dnode, dbase, dld,
         h = hash64(key)
         e = np.int64(h & np.uint64(mask))
         host64 = h64s[pos_of[dnode[e]]]
-        # bucket.probe
-        ma = np.int64((((h >> np.uint64(B1_SHIFT)) & np.uint64(BUCKET_MASK)) * np.uint64(n_main)) >> np.uint64(BUCKET_BITS))
-        mb = np.int64((((h >> np.uint64(B2_SHIFT)) & np.uint64(BUCKET_MASK)) * np.uint64(n_main)) >> np.uint64(BUCKET_BITS))
-        sa, sb = ma & 1, mb & 1
-        off_a = dbase[e] + (ma >> 1) * GROUP_BYTES + sa * BUCKET_BYTES
-        off_b = dbase[e] + (mb >> 1) * GROUP_BYTES + sb * BUCKET_BYTES
-        flags = sa | (sb << 1)
-        if ma == mb:
-            flags |= 12
-        elif ma >> 1 == mb >> 1:
-            flags |= 4 if sb else 8
+        # as an int64 (probe's fields are bits 16..55; numba mixes uint64 and int64 into floats)
+        off_a, off_b, flags = probe_nb(np.int64(h & np.uint64(0x7FFFFFFFFFFFFFFF)), dbase[e], n_main)
         for k in range(half):
             buf[k] = host64[off_a // WORD + k]
             buf[half + k] = host64[off_b // WORD + k]
@@ -107,10 +98,8 @@ def _place(h64s, h8s, pos_of, keys, koff, vals, voff, j0, mn, dnode, dbase, dld,
             host8[b + BLOCK_HEADER + t] = key[t]
         for t in range(vlen):
             host8[b + BLOCK_HEADER + klen + t] = vals[voff[i] + t]
-        # then the committed slot word (bucket.slot_offset)
-        q, s = free // SLOTS_PER_BUCKET, free % SLOTS_PER_BUCKET
-        slot = (off_a if q < 2 else off_b) + (q & 1) * BUCKET_BYTES + WORD * (1 + s)
-        host64[slot // WORD] = ((h >> np.uint64(56)) << np.uint64(56)) | (np.uint64(units) << np.uint64(UNITS_SHIFT)) \
+        # then the committed slot word
+        host64[slot_offset_nb(free, off_a, off_b) // WORD] = ((h >> np.uint64(56)) << np.uint64(56)) | (np.uint64(units) << np.uint64(UNITS_SHIFT)) \
             | (np.uint64(m) << np.uint64(NODE_SHIFT)) | np.uint64(b)
     return PLACED
 
