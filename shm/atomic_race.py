@@ -27,6 +27,7 @@ from itertools import count
 
 from shm.atomics import cas, load_acquire
 from shm.fabric import REGION_HOST
+from shm.deferred import before_write
 from shm.landing import pending_writes_of
 
 
@@ -62,6 +63,7 @@ class AtomicWriteRace:
         if self.last.get(key) != token:
             return                       # a later atomic owns the word now: its write-back decides
         del self.last[key]
+        before_write(self.fabric, key[0])
         i = key[2]
         while True:
             cur = int(load_acquire(words, i))

@@ -42,6 +42,7 @@ from typing import NamedTuple
 import numpy as np
 
 from shm import nic
+from shm.deferred import C_STATE, LANDED, ReadBatch, deferred_reads_of
 from shm.landing import begin_landing, flush_due, pending_writes_of
 from shm.failpoints import failpoint
 from shm.smart import ConflictController, SmartConfig, SmartStats, WrTuner
@@ -65,9 +66,10 @@ _OFFSET_MASK = (1 << OFFSET_BITS) - 1
 
 # A batch for the NIC model is one int64 row per work request: model opcode, length, offset,
 # region, flags (nic.FLAG_FENCE after co.fence(); never inline), then the model's three outputs
-# (effect ns, completion ns, the other end of a multi-line landing window: shm/landing.py).
+# (effect ns, completion ns, the other end of a multi-line landing window: shm/landing.py), then
+# the offset in the thread's buffer (which deferred READs land into: shm/deferred.py).
 _WR_COLS = 9
-_PACK_WR = Struct("<5q").pack_into
+_PACK_WR = Struct("<9q").pack_into
 
 
 class RemoteAccessError(RuntimeError):
@@ -421,7 +423,7 @@ class Coroutine:
 
     __slots__ = ("thread", "env", "_pending", "_posted", "_outstanding", "_waiter", "_errors", "_mr_off",
                  "_heap", "_next_seq", "_land_cb", "_batch_done_cb", "_finish_cb", "_submit", "_bo_fail", "_flags",
-                 "_lines_cb", "_landings", "_pw")
+                 "_lines_cb", "_landings", "_pw", "_dr")
 
     def __init__(self, thread: RdmaThread):
         self.thread = thread
@@ -439,6 +441,7 @@ class Coroutine:
         self._lines_cb = self._land_lines
         self._landings: list = []      # multi-line transfers still landing (shm/landing.py)
         self._pw = pending_writes_of(thread.fabric)   # when each node's memory next changes
+        self._dr = deferred_reads_of(thread.fabric, env)   # None: every READ lands at its effect time
         self._batch_done_cb = self._batch_done
         self._finish_cb = self._finish_last
         self._bo_fail = 0              # consecutive failed backoff_cas (the back-off exponent)
@@ -551,10 +554,15 @@ class Coroutine:
             arrays = thr._batch_arrays(n)
         rows = arrays[0]
         pos = 0
+        reads = self._dr is not None     # every request a one-line READ of host memory: deferred
         for item in items:
             addr = item[1]
-            _PACK_WR(rows, pos, MODEL_OPCODE[item[0]], item[2], addr & _OFFSET_MASK,
-                     addr >> OFFSET_BITS & _REGION_MASK, item[9])
+            op = item[0]
+            off = addr & _OFFSET_MASK
+            region = addr >> OFFSET_BITS & _REGION_MASK
+            if reads and (op != IBV_WR_RDMA_READ or region != REGION_HOST or (off & 63) + item[2] > 64):
+                reads = False
+            _PACK_WR(rows, pos, MODEL_OPCODE[op], item[2], off, region, item[9], 0, 0, 0, item[3])
             pos += 8 * _WR_COLS
         qp._model(dst, arrays[1], arrays[2], arrays[3], arrays[4], arrays[5], arrays[6], thr.cpu_free, thr)
         thr.cpu_free = qp.cpu_free
@@ -564,10 +572,14 @@ class Coroutine:
         now = self.env.now
         heap = self._heap
         seq = self._next_seq
+        times = arrays[6].tolist()
+        if reads:                        # one line each: the model lands each at one instant
+            self._defer(dst, qp, items, rows, times, now)
+            return
         land = self._land_cb
         done = 0
         pw = self._pw
-        for (effect, complete, other), item in zip(arrays[6].tolist(), items):
+        for (effect, complete, other), item in zip(times, items):
             if other == effect:
                 heappush(heap, (effect if effect > now else now, seq(), land, item))
             else:                        # several lines, landing one by one (shm/landing.py)
@@ -578,7 +590,23 @@ class Coroutine:
             if complete > done:
                 done = complete
         self._outstanding += 1
-        heappush(heap, (done if done > now else now, seq(), self._batch_done_cb, (qp, n)))
+        heappush(heap, (done if done > now else now, seq(), self._batch_done_cb, (qp, n, None)))
+
+    def _defer(self, dst: int, qp, items: list, rows, times: list, now: int) -> None:
+        """A batch of single-line READs: they land at its completion, or before a write to their
+        node that comes after them (shm/deferred.py); each keeps the place (time, sequence
+        number) its own event would have had."""
+        seq = self._next_seq
+        keys = []
+        done = 0
+        for effect, complete, _ in times:
+            keys.append((effect if effect > now else now, seq()))
+            if complete > done:
+                done = complete
+        batch = ReadBatch(dst, rows.copy(), keys, items, self.thread)
+        self._dr.add(batch)
+        self._outstanding += 1
+        heappush(self._heap, (done if done > now else now, seq(), self._batch_done_cb, (qp, len(items), batch)))
 
     def _land(self, item) -> None:
         op, addr, length, off, a, b, am, bm, h, _ = item
@@ -626,7 +654,10 @@ class Coroutine:
         self._landings.append(landing)
 
     def _batch_done(self, arg) -> None:
-        qp, n = arg
+        qp, n, batch = arg
+        if batch is not None:
+            self._dr.complete(batch)
+            self._read_statuses(batch)
         if self._landings:
             self._landings = flush_due(self._landings, self.env.now)
         nic.retire(qp.fabric.table, qp.ctx.desc, n)
@@ -642,6 +673,18 @@ class Coroutine:
             wake += thr.fabric.profile.cpu.poll_ns
             thr.cpu_free = wake
             heappush(self._heap, (wake, self._next_seq(), self._finish_cb, ev))
+
+    def _read_statuses(self, batch: ReadBatch) -> None:
+        """Each deferred READ's handle gets its status (errors as ``_land`` reports them)."""
+        thr = self.thread
+        for item, state in zip(batch.items, batch.rows[:, C_STATE].tolist()):
+            if state == LANDED:
+                item[8].status = IBV_WC_SUCCESS
+            else:
+                item[8].status = IBV_WC_REM_ACCESS_ERR
+                thr.errors += 1
+                thr.owner.host._errors += 1
+                self._errors.append((item[0], item[1], IBV_WC_REM_ACCESS_ERR))
 
     def _batch_done_throttled(self, arg) -> None:
         """SmartPollCQ: the completion returns its credits, feeds the C_max tuner, then rings

@@ -15,6 +15,7 @@ import numpy as np
 
 from shm import nic
 from shm.fabric import REGION_HOST, copy_lines, format_gaddr, gaddr_node, gaddr_offset, gaddr_region, read_lines
+from shm.deferred import before_write
 from shm.landing import pending_writes_of
 
 _FS_PER_NS = 1_000_000
@@ -78,7 +79,10 @@ class DmaEngine:
         off = self._check(addr, length)
         eff, done = nic.model_dma(self.fabric.table, self._lat_ps, self._fs_per_b, self._desc, self.env.now, length)
         mem = self.fabric.memory[self.host]
-        self.env.schedule(int(eff), lambda: copy_lines(mem.host, off, payload, 0, length, mem.host_locks, False))
+        def land():
+            before_write(self.fabric, self.host)
+            copy_lines(mem.host, off, payload, 0, length, mem.host_locks, False)
+        self.env.schedule(int(eff), land)
         pending_writes_of(self.fabric).add(self.host, int(eff), int(eff))   # READs landing meanwhile see it
         self.writes += 1
         self.nbytes += length

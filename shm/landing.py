@@ -46,7 +46,8 @@ def begin_landing(env, fabric, node: int, is_read: bool, off: int, length: int, 
                     IBV_ACCESS_REMOTE_READ if is_read else IBV_ACCESS_REMOTE_WRITE):
         return None
     landing = Landing(env, pending_writes_of(fabric), node, is_read, mem.host, mem.host_locks, off, length, lbuf,
-                      loff, not is_read and not fabric.profile.nic.ordered_multiline_writes, lo, hi)
+                      loff, not is_read and not fabric.profile.nic.ordered_multiline_writes, lo, hi,
+                      None if is_read else getattr(fabric, "_deferred_reads", None))
     landing.resume()
     return landing
 
@@ -72,10 +73,10 @@ class Landing:
     ``node``), one event of ``env`` per :meth:`resume`."""
 
     __slots__ = ("env", "pending", "node", "is_read", "rbuf", "rlocks", "off", "length", "lbuf", "loff",
-                 "descending", "lo", "hi", "n", "k")
+                 "descending", "lo", "hi", "n", "k", "deferred")
 
     def __init__(self, env, pending: "PendingWrites", node: int, is_read: bool, rbuf, rlocks, off: int, length: int,
-                 lbuf, loff: int, descending: bool, lo: int, hi: int):
+                 lbuf, loff: int, descending: bool, lo: int, hi: int, deferred=None):
         self.env = env
         self.pending = pending
         self.node = node
@@ -91,6 +92,7 @@ class Landing:
         self.hi = hi
         self.n = (off + length - 1) // 64 - off // 64 + 1
         self.k = 0                      # the next line to land
+        self.deferred = deferred        # a WRITE's: the READs deferred on its node (shm/deferred.py)
 
     @property
     def done(self) -> bool:
@@ -116,6 +118,8 @@ class Landing:
     def finish(self) -> None:
         """Land every line left, now."""
         if self.k < self.n:
+            if self.deferred is not None:
+                self.deferred.before_write(self.node)
             land_lines(self.is_read, self.rbuf, self.rlocks, self.off, self.length, self.lbuf, self.loff,
                        self.descending, self.k, self.n)
             self.k = self.n
@@ -132,6 +136,13 @@ class Landing:
         bound = self.pending.next_change(self.node, now) if self.is_read else now
         if bound <= now:
             bound = heap[0][0] if heap else INF
+        deferred = self.deferred
+        if deferred is not None:
+            # a WRITE lands lines ahead of their times only before the node's next deferred READ
+            deferred.before_write(self.node)
+            t = deferred.next_time(self.node)
+            if t < bound:
+                bound = t
         t = self.advance(bound)
         if t >= 0:
             heappush(heap, (t, env._next_seq(), _resume, self))

@@ -39,6 +39,7 @@ from shm.fabric import (
     gaddr_region, mr_check, read_lines,
 )
 from shm.atomic_race import atomic_race_of
+from shm.deferred import before_write
 from shm.landing import begin_landing, flush_due, pending_writes_of
 
 __all__ = [
@@ -757,6 +758,7 @@ class QP:
                 src_mem = self.fabric.memory[gaddr_node(src_addr)]
                 src_buf = src_mem.host if gaddr_region(src_addr) == REGION_HOST else src_mem.device
                 so = gaddr_offset(src_addr)
+                before_write(self.fabric, self.node)
                 copy_lines(local[0], local[2], src_buf, so, length, local[1], False)
         self.host._delivered += 1
         self.rcq._push(WC(rwr.wr_id, status, IBV_WC_RECV, length, self.qp_num, src_qpn, imm, 0, src_node))
@@ -796,6 +798,10 @@ def apply_one_sided(fabric: Fabric, dst: int, op: int, remote_addr: int, rkey: i
         return IBV_WC_REM_ACCESS_ERR
     off = remote_addr & _OFFSET_MASK
     mem = fabric.memory[dst]
+    if op != IBV_WR_RDMA_READ:
+        dr = getattr(fabric, "_deferred_reads", None)
+        if dr is not None:
+            dr.before_write(dst)         # READs deferred past now land first (shm/deferred.py)
     if op == IBV_WR_RDMA_READ or op == IBV_WR_RDMA_WRITE:
         target, locks = (mem.host, mem.host_locks) if region == REGION_HOST else (mem.device, mem.device_locks)
         # the descending flag only orders the lines of a WRITE

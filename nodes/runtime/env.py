@@ -406,10 +406,13 @@ class Process(Event):
 class Environment:
     """Virtual-time scheduler; see the module docstring."""
     __slots__ = ("now", "rng", "active_process", "on_message", "_heap", "_next_seq", "_alive",
-                 "_events", "_sync", "_seed", "_inline")
+                 "_events", "_sync", "_seed", "_inline", "seq_now")
 
     def __init__(self, *, seed: int = 0, sync=None):
         self.now = 0
+        # the sequence number of the entry running: with ``now``, the running entry's place in
+        # the total order, which deferred READs (shm/deferred.py) compare their own places with
+        self.seq_now = -1
         self._seed = seed
         self.rng = random.Random(seed)
         self.active_process: Process | None = None
@@ -473,7 +476,7 @@ class Environment:
         ev.triggered = True
         ev.ok = True
         ev.value = value
-        self._next_seq()          # the entry's sequence number, so later ones stay the same
+        self.seq_now = self._next_seq()   # the entry's sequence number, so later ones stay the same
         self._events += 1
         _process_event(ev)
 
@@ -515,8 +518,9 @@ class Environment:
         """Run exactly one heap entry (co-located mode)."""
         if not self._heap:
             raise RuntimeError("no more events")
-        t, _, fn, arg = heappop(self._heap)
+        t, s, fn, arg = heappop(self._heap)
         self.now = t
+        self.seq_now = s
         self._events += 1
         fn(arg)
 
@@ -566,11 +570,12 @@ class Environment:
         try:
             while heap:
                 entry = heappop(heap)
-                t, _, fn, arg = entry
+                t, s, fn, arg = entry
                 if t > until_t:
                     heappush(heap, entry)     # rare: once per run(until=...)
                     break
                 self.now = t
+                self.seq_now = s
                 n += 1
                 fn(arg)
         finally:
@@ -591,8 +596,9 @@ class Environment:
                     horizon = until_t
                 budget = POLL_EVENTS
                 while budget and heap and heap[0][0] <= horizon:
-                    t, _, fn, arg = heappop(heap)
+                    t, s, fn, arg = heappop(heap)
                     self.now = t
+                    self.seq_now = s
                     n += 1
                     budget -= 1
                     fn(arg)

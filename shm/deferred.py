@@ -1,0 +1,178 @@
+"""Deferred READs: single-line READs land when someone could tell the difference.
+
+A READ's effect is a copy of remote bytes into the poster's buffer at its modelled effect time
+``E``. Nobody can observe that copy before the READ's batch completes (the buffer belongs to the
+posting thread, and a coroutine reads its handles only after ``sync``), and the copy's result
+depends only on writes to the node it reads. So a READ may land at any moment between ``E`` and
+its completion ``C``, provided no write to its node lands in between: sampling late then returns
+exactly what sampling at ``E`` would have.
+
+That turns one Python event per READ (a heap push and pop, a call, a numba dispatch of eleven
+arguments) into one compiled call per batch at its completion (:func:`sample_reads`), which is
+most of what a READ-heavy closed loop spends. The rule that keeps results identical:
+
+* each deferred READ keeps its place in the environment's total order, ``(E, seq)``, with the
+  sequence number the event would have had (so every other entry keeps its own);
+* every write that lands on a node's memory first calls :meth:`DeferredReads.before_write`,
+  which lands the node's deferred READs whose place comes before the running entry's
+  (``env.now``, ``env.seq_now``): WRITEs and atomics (``apply_one_sided``), lines of multi-line
+  WRITEs (``shm/landing.py``, which also never lands lines early past a deferred READ), DMA writes,
+  atomic write-backs and SENDs;
+* a batch's completion lands what is left of it before it wakes anyone.
+
+Only batches whose every work request is a single-line READ of host memory are deferred (a
+batch mixing in a WRITE keeps per-request events), and only in a co-located rack: in a rack of
+processes the writes of other processes are not announced, so READs land at their effect times
+there as before. ``defer_reads(fabric, False)`` turns deferral off, which tests use as the
+reference path.
+"""
+
+from __future__ import annotations
+
+from heapq import heapify, heappop, heappush
+
+from numba import njit
+
+from shm.fabric import REGION_HOST, remote_read_write
+
+INF = (1 << 63) - 1
+
+# Columns of a batch's work-request rows (the coroutine's model rows, copied at post: shm/coro.py)
+C_LEN, C_OFF, C_STATE, C_LOFF = 1, 2, 4, 8
+# A row's C_STATE after it landed (before, it holds the request's non-negative model flags)
+LANDED, FAILED = -1, -2
+
+
+@njit(cache=True)
+def sample_reads(mrt, rkey, rbuf, rlocks, lbuf, rows, lo, hi):
+    """Land rows ``lo .. hi-1`` of a READ batch that have not landed: check the rkey over each
+    range, copy the line into ``lbuf`` at the row's buffer offset, mark the row LANDED or FAILED."""
+    for i in range(lo, hi):
+        if rows[i, C_STATE] < 0:
+            continue
+        ok = remote_read_write(True, mrt, rkey, REGION_HOST, rows[i, C_OFF], rows[i, C_LEN], rbuf, rlocks, lbuf,
+                               rows[i, C_LOFF], False)
+        rows[i, C_STATE] = LANDED if ok else FAILED
+
+
+class ReadBatch:
+    """The single-line READs of one post, landing late (see the module docstring)."""
+
+    __slots__ = ("node", "rows", "keys", "items", "lbuf", "thread", "left")
+
+    def __init__(self, node: int, rows, keys: list, items: list, thread):
+        self.node = node
+        self.rows = rows            # a private copy: C_STATE tells which rows landed
+        self.keys = keys            # (effect ns, seq) per row: its place in the total order
+        self.items = items          # the coroutine's queued verbs (handles at index 8)
+        self.thread = thread
+        self.lbuf = thread.buf
+        self.left = len(keys)       # rows not landed yet
+
+    def first(self):
+        """The earliest place of a row not landed yet."""
+        rows = self.rows
+        return min(k for i, k in enumerate(self.keys) if rows[i, C_STATE] >= 0)
+
+    def land(self, lo: int, hi: int) -> None:
+        thr = self.thread
+        mem = thr.fabric.memory[self.node]
+        rkey = thr._rkeys.get((self.node, REGION_HOST))
+        if rkey is None:
+            rkey = thr.rkey(self.node, REGION_HOST)
+        sample_reads(mem.mrt, rkey, mem.host, mem.host_locks, self.lbuf, self.rows, lo, hi)
+
+    def land_before(self, key) -> bool:
+        """Land the rows whose place comes before ``key``; True if rows are left."""
+        rows = self.rows
+        for i, k in enumerate(self.keys):
+            if k < key and rows[i, C_STATE] >= 0:
+                self.land(i, i + 1)
+                self.left -= 1
+        return self.left > 0
+
+
+class DeferredReads:
+    """The deferred READ batches of one process, per node, ordered by their earliest row."""
+
+    __slots__ = ("env", "heaps", "live", "batches", "early")
+
+    def __init__(self, env):
+        self.env = env
+        self.batches = 0                    # batches deferred
+        self.early = 0                      # of them, landed (in part) before a write, not at completion
+        self.heaps: dict[int, list] = {}    # node -> heap of (time, seq, batch)
+        self.live: dict[int, int] = {}      # node -> batches with rows not landed
+
+    def add(self, batch: ReadBatch) -> None:
+        node = batch.node
+        h = self.heaps.get(node)
+        if h is None:
+            h = self.heaps[node] = []
+            self.live[node] = 0
+        live = self.live[node] = self.live[node] + 1
+        self.batches += 1
+        if len(h) > 64 and len(h) > 2 * live:
+            # batches that completed stay in the heap until popped: under READs alone nothing
+            # pops them, so drop them once they are half of it
+            h[:] = [e for e in h if e[2].left]
+            heapify(h)
+        t, s = min(batch.keys)
+        heappush(h, (t, s, batch))
+
+    def complete(self, batch: ReadBatch) -> None:
+        """The batch completes now: land what is left of it (its heap entry goes stale)."""
+        if batch.left:
+            batch.land(0, len(batch.keys))
+            batch.left = 0
+            self.live[batch.node] -= 1
+
+    def before_write(self, node: int) -> None:
+        """A write lands on ``node`` in the running entry: land first the node's deferred READs
+        that come before it in the total order."""
+        h = self.heaps.get(node)
+        if not h:
+            return
+        env = self.env
+        key = (env.now, env.seq_now)
+        while h and h[0][:2] < key:
+            batch = heappop(h)[2]
+            if not batch.left:
+                continue                    # completed meanwhile
+            self.early += 1
+            if batch.land_before(key):
+                t, s = batch.first()
+                heappush(h, (t, s, batch))
+            else:
+                self.live[node] -= 1
+
+    def next_time(self, node: int) -> int:
+        """When the node's earliest deferred READ lands at the latest (INF if none): a write may
+        land lines ahead of time only before it."""
+        h = self.heaps.get(node)
+        while h and not h[0][2].left:
+            heappop(h)
+        return h[0][0] if h else INF
+
+
+def deferred_reads_of(fabric, env) -> DeferredReads | None:
+    """The process's :class:`DeferredReads` for ``fabric`` and ``env``, or None where READs land at
+    their effect times (a rack of processes, or deferral turned off)."""
+    if not getattr(fabric, "_defer_reads", True) or env._sync is not None:
+        return None
+    dr = getattr(fabric, "_deferred_reads", None)
+    if dr is None or (dr.env is not env and not any(dr.live.values())):
+        dr = fabric._deferred_reads = DeferredReads(env)
+    return dr if dr.env is env else None
+
+
+def defer_reads(fabric, on: bool) -> None:
+    """Turn deferral on or off for coroutines created from now on (tests compare both paths)."""
+    fabric._defer_reads = on
+
+
+def before_write(fabric, node: int) -> None:
+    """Hook for every writer of node memory: see the module docstring."""
+    dr = getattr(fabric, "_deferred_reads", None)
+    if dr is not None:
+        dr.before_write(node)

@@ -1,0 +1,213 @@
+"""Deferred READs (shm/deferred.py) return exactly what READs landing at their effect times return.
+
+Each test runs the same co-located workload twice on fresh fabrics, once with deferral (the
+default) and once with every READ landing at its effect time (``defer_reads(fabric, False)``, the
+reference path), and compares everything a client can see: every handle's bytes, value and
+status, every error, the memory image, the final virtual time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+
+import pytest
+
+from shm.coro import RemoteAccessError
+from shm.deferred import defer_reads
+from shm.fabric import gaddr
+from shm.profile import with_overrides
+from tests.test_coro import MN, new_fabric, setup
+from tests.test_verbs import rack_profile
+
+SPAN = 4096                          # bytes under contention: 64 lines, 512 words
+
+
+def mixed_workload(prefix, *, defer: bool, seed: int, profile=None, coroutines: int = 12, batches: int = 40,
+                   read_share: float = 0.7) -> tuple:
+    """``coroutines`` clients on 3 threads post random batches (READs of one line or several,
+    WRITEs, CAS, FAA, fences, now and then a READ past the memory region) on ``SPAN`` bytes."""
+    with new_fabric(prefix, profile=profile, mem=1 << 20) as fab:
+        defer_reads(fab, defer)
+        env, node = setup(fab, buffer_bytes=64 << 10)
+        base = fab.allocate("m0", SPAN)
+        threads = [node.thread() for _ in range(3)]
+        seen = []
+
+        def client(k, co):
+            rng = random.Random(seed * 1000 + k)
+            for b in range(batches):
+                yield rng.randrange(0, 300)
+                handles = []
+                for _ in range(rng.randint(1, 8)):
+                    word = rng.randrange(SPAN // 8)
+                    a = gaddr(MN, base + 8 * word)
+                    r = rng.random()
+                    if rng.random() < 0.05:
+                        co.fence()
+                    if r < read_share:
+                        if rng.random() < 0.02:
+                            handles.append(("read", co.read(gaddr(MN, (1 << 20) + 64), 8)))   # out of the MR
+                        elif rng.random() < 0.2:
+                            off = base + rng.randrange(SPAN - 256)
+                            handles.append(("read", co.read(gaddr(MN, off), rng.randint(65, 256))))
+                        else:
+                            handles.append(("read", co.read(a, 8)))
+                    elif r < read_share + 0.15:
+                        handles.append(("write", co.write(a, rng.getrandbits(64))))
+                    elif r < read_share + 0.2:
+                        off = base + 64 * rng.randrange(SPAN // 64 - 4)
+                        handles.append(("write", co.write(gaddr(MN, off), bytes([k]) * rng.randint(65, 256))))
+                    elif r < read_share + 0.25:
+                        handles.append(("cas", co.cas(a, rng.getrandbits(2), rng.getrandbits(64))))
+                    else:
+                        handles.append(("faa", co.faa(a, rng.randint(1, 9))))
+                try:
+                    yield co.sync()
+                    err = None
+                except RemoteAccessError as e:
+                    err = str(e)
+                seen.append((k, b, env.now, err,
+                             [(kind, h.status, bytes(h.data) if kind == "read" else h.value) for kind, h in handles]))
+
+        for k in range(coroutines):
+            env.process(client(k, threads[k % 3].coroutine()))
+        env.run()
+        image = hashlib.sha256(bytes(fab.memory[MN].host[base:base + SPAN])).hexdigest()
+        if defer:
+            dr = threads[0].coroutine()._dr
+            assert dr.batches > 0 and dr.early > 0, "no deferred READ had a write land before its completion"
+        return env.now, image, sorted(seen, key=lambda s: (s[0], s[1]))
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_mixed_workload_sees_the_same_bytes_with_reads_deferred(prefix, seed):
+    ref = mixed_workload(prefix, defer=False, seed=seed)
+    got = mixed_workload(prefix, defer=True, seed=seed)
+    assert got[0] == ref[0] and got[1] == ref[1]
+    for a, b in zip(got[2], ref[2]):
+        assert a == b
+    assert any(s[3] for s in ref[2]), "no batch failed: the out-of-region READ never ran"
+
+
+@pytest.mark.parametrize("knob", ["nic.ordered_multiline_writes", "nic.atomic_write_race"])
+def test_deferred_reads_agree_under_the_profile_knobs_that_reorder_writes(prefix, knob):
+    base = rack_profile()
+    profile = with_overrides(base, {knob: not getattr(base.nic, knob.split(".")[1])})
+    ref = mixed_workload(prefix, defer=False, seed=7, profile=profile, read_share=0.5)
+    got = mixed_workload(prefix, defer=True, seed=7, profile=profile, read_share=0.5)
+    assert got == ref
+
+
+def test_reads_only_batches_are_deferred_and_land_by_their_completion(prefix):
+    with new_fabric(prefix) as fab:
+        env, node = setup(fab)
+        co = node.thread().coroutine()
+        off = fab.allocate("m0", 128)
+        fab.memory[MN].host[off:off + 8] = 7
+        dr = co._dr
+        assert dr is not None
+
+        def body():
+            h = co.read(gaddr(MN, off), 8)
+            co.post()
+            assert h.status == -1 and dr.live[MN] == 1      # posted, deferred, not landed
+            yield co.sync()
+            assert h.ok and list(h.data) == [7] * 8 and dr.live[MN] == 0
+
+        env.process(body())
+        env.run()
+
+
+def test_a_write_landing_after_a_deferred_read_is_not_seen_by_it(prefix):
+    """Two coroutines: a READ posted first, a WRITE of the same word landing after the READ's
+    effect time but before its completion: the READ returns the old bytes (it landed before the
+    write), exactly as at its effect time."""
+    with new_fabric(prefix) as fab:
+        env, node = setup(fab)
+        reader, writer = node.thread().coroutine(), node.thread().coroutine()
+        off = fab.allocate("m0", 64)
+        a = gaddr(MN, off)
+        got = {}
+
+        def read():
+            h = reader.read(a, 8)
+            yield reader.sync()
+            got["read"] = h.value
+
+        def write():
+            yield 300                      # lands after the READ's effect, before its completion
+            writer.write(a, 0xABCD)
+            yield writer.sync()
+
+        env.process(read())
+        env.process(write())
+        env.run()
+        assert got["read"] == 0 and int(fab.memory[MN].host64[off // 8]) == 0xABCD
+        assert reader._dr.early == 1       # the write landed it, not its completion
+
+
+def test_deferral_is_off_in_a_rack_of_processes(prefix):
+    from nodes.runtime.env import Environment
+    from shm.deferred import deferred_reads_of
+
+    class FakeSync:
+        pass
+
+    with new_fabric(prefix) as fab:
+        env = Environment(seed=1)
+        assert deferred_reads_of(fab, env) is not None
+        env._sync = FakeSync()
+        assert deferred_reads_of(fab, env) is None
+
+
+def race(prefix, *, defer: bool, delay: int, write_bytes: int, read_line: int) -> tuple:
+    """A WRITE of ``write_bytes`` 1s posted at 1,000 ns and an 8-byte READ of line ``read_line``
+    of it posted ``delay`` ns later (by another thread): what the READ returned, and when."""
+    with new_fabric(prefix) as fab:
+        defer_reads(fab, defer)
+        env, node = setup(fab)
+        writer, reader = node.thread().coroutine(), node.thread().coroutine()
+        off = fab.allocate("m0", 1024)
+        got = {}
+
+        def write():
+            yield 1000
+            writer.write(gaddr(MN, off), bytes([1]) * write_bytes)
+            yield writer.sync()
+
+        def read():
+            yield 1000 + delay
+            h = reader.read(gaddr(MN, off + 64 * read_line), 8)
+            yield reader.sync()
+            got["read"] = (env.now, bytes(h.data))
+
+        env.process(write())
+        env.process(read())
+        env.run()
+        return got["read"]
+
+
+def crossing(prefix, **kw) -> int:
+    """The first delay at which the reference READ returns the WRITE's bytes (bisection)."""
+    lo, hi = -200, 1200
+    assert race(prefix, defer=False, delay=lo, **kw)[1] == bytes(8)
+    assert race(prefix, defer=False, delay=hi, **kw)[1] == bytes([1]) * 8
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if race(prefix, defer=False, delay=mid, **kw)[1] == bytes(8):
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+@pytest.mark.parametrize("write_bytes,line", [(8, 0), (1024, 0), (1024, 8), (1024, 15)])
+def test_a_read_racing_a_write_agrees_at_every_nanosecond_around_the_crossing(prefix, write_bytes, line):
+    """Posting the READ 1 ns later at a time moves its effect across the WRITE's (for a 1 KiB
+    WRITE, across the landing of the line it reads): at one of these delays both meet at the same
+    nanosecond, and ties are ordered as their events would have been."""
+    c = crossing(prefix, write_bytes=write_bytes, read_line=line)
+    for delay in range(c - 3, c + 3):
+        ref = race(prefix, defer=False, delay=delay, write_bytes=write_bytes, read_line=line)
+        assert race(prefix, defer=True, delay=delay, write_bytes=write_bytes, read_line=line) == ref, delay
