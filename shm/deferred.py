@@ -58,15 +58,16 @@ def sample_reads(mrt, rkey, rbuf, rlocks, lbuf, rows, lo, hi):
 class ReadBatch:
     """The single-line READs of one post, landing late (see the module docstring)."""
 
-    __slots__ = ("node", "rows", "keys", "items", "lbuf", "thread", "left")
+    __slots__ = ("mem", "rkey", "rows", "keys", "items", "lbuf", "node", "left")
 
-    def __init__(self, node: int, rows, keys: list, items: list, thread):
-        self.node = node
+    def __init__(self, mem, rkey: int, rows, keys: list, items: list, lbuf, node: int):
+        self.mem = mem              # the node's memory (shm.fabric.NodeMemory)
+        self.rkey = rkey
         self.rows = rows            # a private copy: C_STATE tells which rows landed
         self.keys = keys            # (effect ns, seq) per row: its place in the total order
         self.items = items          # the coroutine's queued verbs (handles at index 8)
-        self.thread = thread
-        self.lbuf = thread.buf
+        self.lbuf = lbuf            # the posting thread's buffer
+        self.node = node
         self.left = len(keys)       # rows not landed yet
 
     def first(self):
@@ -75,12 +76,8 @@ class ReadBatch:
         return min(k for i, k in enumerate(self.keys) if rows[i, C_STATE] >= 0)
 
     def land(self, lo: int, hi: int) -> None:
-        thr = self.thread
-        mem = thr.fabric.memory[self.node]
-        rkey = thr._rkeys.get((self.node, REGION_HOST))
-        if rkey is None:
-            rkey = thr.rkey(self.node, REGION_HOST)
-        sample_reads(mem.mrt, rkey, mem.host, mem.host_locks, self.lbuf, self.rows, lo, hi)
+        mem = self.mem
+        sample_reads(mem.mrt, self.rkey, mem.host, mem.host_locks, self.lbuf, self.rows, lo, hi)
 
     def land_before(self, key) -> bool:
         """Land the rows whose place comes before ``key``; True if rows are left."""

@@ -30,26 +30,63 @@ from __future__ import annotations
 
 from heapq import heappop, heappush
 
-from shm.fabric import IBV_ACCESS_REMOTE_READ, IBV_ACCESS_REMOTE_WRITE, REGION_HOST, land_lines, mr_check
+from shm.fabric import IBV_ACCESS_REMOTE_READ, IBV_ACCESS_REMOTE_WRITE, REGION_HOST, land_lines, mr_check, remote_read_write
 
 INF = (1 << 63) - 1
 
 
+class _Landed:
+    """What :func:`begin_landing` returns for a transfer that landed whole in its first step."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "ALL_LANDED"
+
+
+ALL_LANDED = _Landed()
+
+
 def begin_landing(env, fabric, node: int, is_read: bool, off: int, length: int, rkey: int, lbuf, loff: int,
-                  lo: int, hi: int) -> "Landing | None":
+                  lo: int, hi: int) -> "Landing | _Landed | None":
     """A multi-line READ or WRITE of ``node``'s host memory starts landing now: None (touching
-    nothing) if ``rkey`` does not grant the access over the whole range, else the
+    nothing) if ``rkey`` does not grant the access over the whole range, ``ALL_LANDED`` if every line
+    is due now (the common case: nothing can come between, see :meth:`Landing.resume`), else the
     :class:`Landing`, its first line landed and the rest scheduled. The lines of a WRITE go in
     descending order on a NIC without ``nic.ordered_multiline_writes``."""
     mem = fabric.memory[node]
+    pending = pending_writes_of(fabric)
+    deferred = None if is_read else getattr(fabric, "_deferred_reads", None)
+    descending = not is_read and not fabric.profile.nic.ordered_multiline_writes
+    if hi < _bound(env, pending, deferred, node, is_read):
+        # Landing.resume would land every line in this step: one compiled call, no Landing
+        ok = remote_read_write(is_read, mem.mrt, rkey, REGION_HOST, off, length, mem.host, mem.host_locks, lbuf, loff,
+                               descending)
+        return ALL_LANDED if ok else None
     if not mr_check(mem.mrt, rkey, REGION_HOST, off, length,
                     IBV_ACCESS_REMOTE_READ if is_read else IBV_ACCESS_REMOTE_WRITE):
         return None
-    landing = Landing(env, pending_writes_of(fabric), node, is_read, mem.host, mem.host_locks, off, length, lbuf,
-                      loff, not is_read and not fabric.profile.nic.ordered_multiline_writes, lo, hi,
-                      None if is_read else getattr(fabric, "_deferred_reads", None))
+    landing = Landing(env, pending, node, is_read, mem.host, mem.host_locks, off, length, lbuf, loff, descending, lo,
+                      hi, deferred)
     landing.resume()
     return landing
+
+
+def _bound(env, pending: "PendingWrites", deferred, node: int, is_read: bool) -> int:
+    """Lines due before this time (ns) land now (:meth:`Landing.resume`). A WRITE's deferred READs
+    that come before now land first (shm/deferred.py)."""
+    now = env.now
+    bound = pending.next_change(node, now) if is_read else now
+    if bound <= now:
+        heap = env._heap
+        bound = heap[0][0] if heap else INF
+    if deferred is not None:
+        # a WRITE lands lines ahead of their times only before the node's next deferred READ
+        deferred.before_write(node)
+        t = deferred.next_time(node)
+        if t < bound:
+            bound = t
+    return bound
 
 
 def flush_due(landings: list, now: int) -> list:
@@ -106,10 +143,13 @@ class Landing:
         """Land the next line and every later one due before ``bound``; returns when the next line
         lands, or -1 if none is left."""
         k = self.k
-        j = k + 1
         n = self.n
-        while j < n and self.time(j) < bound:
-            j += 1
+        if self.hi < bound:              # every line left is due (time(n - 1) == hi)
+            j = n
+        else:
+            j = k + 1
+            while j < n and self.time(j) < bound:
+                j += 1
         land_lines(self.is_read, self.rbuf, self.rlocks, self.off, self.length, self.lbuf, self.loff,
                    self.descending, k, j)
         self.k = j
@@ -131,21 +171,9 @@ class Landing:
         if self.k >= self.n:             # already finished by a completion
             return
         env = self.env
-        heap = env._heap
-        now = env.now
-        bound = self.pending.next_change(self.node, now) if self.is_read else now
-        if bound <= now:
-            bound = heap[0][0] if heap else INF
-        deferred = self.deferred
-        if deferred is not None:
-            # a WRITE lands lines ahead of their times only before the node's next deferred READ
-            deferred.before_write(self.node)
-            t = deferred.next_time(self.node)
-            if t < bound:
-                bound = t
-        t = self.advance(bound)
+        t = self.advance(_bound(env, self.pending, self.deferred, self.node, self.is_read))
         if t >= 0:
-            heappush(heap, (t, env._next_seq(), _resume, self))
+            heappush(env._heap, (t, env._next_seq(), _resume, self))
 
 
 class PendingWrites:

@@ -40,7 +40,7 @@ from shm.fabric import (
 )
 from shm.atomic_race import atomic_race_of
 from shm.deferred import before_write
-from shm.landing import begin_landing, flush_due, pending_writes_of
+from shm.landing import ALL_LANDED, begin_landing, flush_due, pending_writes_of
 
 __all__ = [
     "VerbsHost", "Context", "PD", "MR", "CQ", "QP", "QPCap", "QPInitAttr", "AH", "SGE", "SendWR",
@@ -540,9 +540,10 @@ class QP:
             dst = dsts.pop()
         arrays = self._post_arrays.get(n)
         if arrays is None:          # kept per post size: the model reads them before post_send returns
-            arrays = self._post_arrays[n] = tuple(np.empty(n, np.int64) for _ in range(5)) + (
-                np.empty((n, 3), np.int64),)
-        ops, lens, addrs, regions, flags, out = arrays
+            rows = np.zeros((n, 8), np.int64)   # the columns of nic.model_post_rows
+            arrays = self._post_arrays[n] = (rows, rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3], rows[:, 4],
+                                             rows[:, 5:8])
+        rows, ops, lens, addrs, regions, flags, out = arrays
         flags[:] = 0
         for i, wr in enumerate(wrs):
             spec = _OPS.get(wr.opcode)
@@ -567,7 +568,7 @@ class QP:
                 flags[i] = nic.FLAG_INLINE
             if wr.send_flags & IBV_SEND_FENCE:
                 flags[i] |= nic.FLAG_FENCE   # waits for this QP's earlier READs and atomics
-        self._model(dst, ops, lens, addrs, regions, flags, out)
+        self._model(dst, rows)
         self._sq_in_flight += n
         self.host._posted += n
         times = out.tolist()
@@ -591,8 +592,9 @@ class QP:
                     pending.add(dst, effect, other)
             env.schedule(done, self._complete, p)   # in posting order (the model)
 
-    def _model(self, dst: int, ops, lens, addrs, regions, flags, out, cpu_floor: int = 0, user=None) -> None:
-        """Run the NIC model for one post into ``out`` (per WR: effect ns, completion ns, the other
+    def _model(self, dst: int, rows, cpu_floor: int = 0, user=None) -> None:
+        """Run the NIC model for one post (``rows``: the work requests as the columns of
+        :func:`shm.nic.model_post_rows`; it writes their outputs: effect ns, completion ns, the other
         end of a multi-line landing window) and charge the calling actor's CPU up to the moment the
         doorbell is rung. ``cpu_floor`` is when the posting thread's core is free (coroutines of one
         thread share a core). ``user`` is the modelled thread that posts (default: the calling
@@ -610,9 +612,9 @@ class QP:
             start = cpu_floor
         fabric = self.fabric
         cpu = fabric.profile.cpu
-        cpu_free = self.cpu_free = nic.model_post(
-            fabric.table, fabric.params, self.ctx.desc, fabric.descriptors[dst], self._model_state, self.doorbell,
-            start + cpu.post_ns + cpu.wqe_ns * ops.shape[0], ops, lens, addrs, regions, flags, out)
+        cpu_free = self.cpu_free = nic.model_post_rows(
+            fabric.table, fabric.params, fabric.descriptors, self.node, dst, self._model_state, self.doorbell,
+            start + cpu.post_ns + cpu.wqe_ns * rows.shape[0], rows)
         if actor is not None:
             # env.charge, inlined: never negative, the model frees the CPU no earlier than ``start``
             actor._debt += cpu_free - now - debt
@@ -712,7 +714,8 @@ class QP:
             self._note_error(p)
             return
         p.status = IBV_WC_SUCCESS
-        self._landings.append(landing)
+        if landing is not ALL_LANDED:
+            self._landings.append(landing)
 
     def _note_error(self, p: _Pending) -> None:
         if self._err_seq is None or p.seq < self._err_seq:

@@ -13,7 +13,7 @@ import random
 
 import pytest
 
-from shm.coro import RemoteAccessError
+from shm.coro import DEFER_MIN, RemoteAccessError
 from shm.deferred import defer_reads
 from shm.fabric import gaddr
 from shm.profile import with_overrides
@@ -109,11 +109,14 @@ def test_reads_only_batches_are_deferred_and_land_by_their_completion(prefix):
         assert dr is not None
 
         def body():
-            h = co.read(gaddr(MN, off), 8)
+            hs = [co.read(gaddr(MN, off), 8) for _ in range(DEFER_MIN)]
             co.post()
-            assert h.status == -1 and dr.live[MN] == 1      # posted, deferred, not landed
+            assert hs[0].status == -1 and dr.live[MN] == 1      # posted, deferred, not landed
             yield co.sync()
-            assert h.ok and list(h.data) == [7] * 8 and dr.live[MN] == 0
+            assert all(h.ok and list(h.data) == [7] * 8 for h in hs) and dr.live[MN] == 0
+            co.read(gaddr(MN, off), 8)
+            co.post()
+            assert dr.live[MN] == 0                             # a batch too small to defer
 
         env.process(body())
         env.run()
@@ -131,9 +134,9 @@ def test_a_write_landing_after_a_deferred_read_is_not_seen_by_it(prefix):
         got = {}
 
         def read():
-            h = reader.read(a, 8)
+            hs = [reader.read(a, 8) for _ in range(DEFER_MIN)]
             yield reader.sync()
-            got["read"] = h.value
+            got["read"] = hs[-1].value
 
         def write():
             yield 300                      # lands after the READ's effect, before its completion
@@ -162,8 +165,9 @@ def test_deferral_is_off_in_a_rack_of_processes(prefix):
 
 
 def race(prefix, *, defer: bool, delay: int, write_bytes: int, read_line: int) -> tuple:
-    """A WRITE of ``write_bytes`` 1s posted at 1,000 ns and an 8-byte READ of line ``read_line``
-    of it posted ``delay`` ns later (by another thread): what the READ returned, and when."""
+    """A WRITE of ``write_bytes`` 1s posted at 1,000 ns and a batch of 8-byte READs (enough to be
+    deferred) of line ``read_line`` of it posted ``delay`` ns later (by another thread): what the
+    last READ returned, and when."""
     with new_fabric(prefix) as fab:
         defer_reads(fab, defer)
         env, node = setup(fab)
@@ -178,9 +182,9 @@ def race(prefix, *, defer: bool, delay: int, write_bytes: int, read_line: int) -
 
         def read():
             yield 1000 + delay
-            h = reader.read(gaddr(MN, off + 64 * read_line), 8)
+            hs = [reader.read(gaddr(MN, off + 64 * read_line), 8) for _ in range(DEFER_MIN)]
             yield reader.sync()
-            got["read"] = (env.now, bytes(h.data))
+            got["read"] = (env.now, bytes(hs[-1].data))
 
         env.process(write())
         env.process(read())
