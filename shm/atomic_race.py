@@ -56,6 +56,7 @@ class AtomicWriteRace:
         value = int(words[off // 8])
         hold = self.host_hold_ns if region == REGION_HOST else self.device_hold_ns
         env.schedule(env.now + hold, self._write_back, (key, words, value, token))
+        env.effect_at(env.now + hold)
         pending_writes_of(self.fabric).add(node, env.now + hold, env.now + hold)
 
     def _write_back(self, arg) -> None:

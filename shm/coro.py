@@ -585,14 +585,19 @@ class Coroutine:
         land = self._land_cb
         done = 0
         pw = self._pw
+        effects = self.env._effects       # a rack of processes: the others wait for these
         for (effect, complete, other), item in zip(times, items):
+            first = other if other < effect else effect   # == effect but for a multi-line transfer
             if other == effect:
                 heappush(heap, (effect if effect > now else now, seq(), land, item))
             else:                        # several lines, landing one by one (shm/landing.py)
-                first = other if other < effect else effect
                 heappush(heap, (first if first > now else now, seq(), self._lines_cb, (item, effect, other)))
             if item[0] != IBV_WR_RDMA_READ:
                 pw.add(dst, effect, other)   # a READ landing meanwhile must see it
+                if effects is not None:
+                    self.env.effect_at(first if first > now else now)
+            elif effects is not None:
+                heappush(effects, first if first > now else now)
             if complete > done:
                 done = complete
         self._outstanding += 1

@@ -42,6 +42,7 @@ class DmaEngine:
         prof = self.fabric.profile.dma
         self._lat_ps = prof.latency_ns * 1000
         self._fs_per_b = int(round(8_000_000.0 / prof.gbps))
+        self.env.limit_lookahead(prof.latency_ns // 2)   # nic.model_dma: an effect >= half the latency away
         self._desc = self.fabric.descriptors[self.device]
         self.reads = self.writes = self.nbytes = 0
 
@@ -67,6 +68,7 @@ class DmaEngine:
         eff, done = nic.model_dma(self.fabric.table, self._lat_ps, self._fs_per_b, self._desc, self.env.now, length)
         mem = self.fabric.memory[self.host]
         self.env.schedule(int(eff), lambda: read_lines(into, 0, mem.host, off, length, mem.host_locks))
+        self.env.effect_at(int(eff), False)
         self.reads += 1
         self.nbytes += length
         return self.env.timeout(int(done) - self.env.now)
@@ -83,6 +85,7 @@ class DmaEngine:
             before_write(self.fabric, self.host)
             copy_lines(mem.host, off, payload, 0, length, mem.host_locks, False)
         self.env.schedule(int(eff), land)
+        self.env.effect_at(int(eff))
         pending_writes_of(self.fabric).add(self.host, int(eff), int(eff))   # READs landing meanwhile see it
         self.writes += 1
         self.nbytes += length

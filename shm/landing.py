@@ -174,6 +174,8 @@ class Landing:
         t = self.advance(_bound(env, self.pending, self.deferred, self.node, self.is_read))
         if t >= 0:
             heappush(env._heap, (t, env._next_seq(), _resume, self))
+            if env._effects is not None:
+                env.effect_at(t, not self.is_read)
 
 
 class PendingWrites:

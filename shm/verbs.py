@@ -223,6 +223,7 @@ class VerbsHost:
     def __init__(self, fabric: Fabric, env, *, proc_of_node: dict | None = None, my_proc: int = 0):
         self.fabric = fabric
         self.env = env
+        env.limit_lookahead(fabric.profile.link.one_way_ns)   # a verb's effect is a wire crossing away at least
         self.profile = fabric.profile
         self.proc_of_node = proc_of_node
         self.my_proc = my_proc
@@ -585,9 +586,11 @@ class QP:
             else:
                 if other == effect:
                     env.schedule(effect, self._effect, (p, dst))
+                    env.effect_at(effect, wr.opcode != IBV_WR_RDMA_READ)
                 else:                  # several lines, landing one by one over a window
                     lo, hi = (effect, other) if effect < other else (other, effect)
                     env.schedule(lo, self._effect, (p, dst, lo, hi))
+                    env.effect_at(lo, wr.opcode != IBV_WR_RDMA_READ)
                 if wr.opcode != IBV_WR_RDMA_READ:  # a READ landing meanwhile must see it
                     pending.add(dst, effect, other)
             env.schedule(done, self._complete, p)   # in posting order (the model)

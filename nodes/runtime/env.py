@@ -97,6 +97,14 @@ def _raise_stop(_):
     raise _StopRun
 
 
+def _earliest(times: list, nxt: int, bound: int) -> int:
+    """The earliest of a heap of entry times that is still due (at ``nxt`` or later: the earlier
+    ones ran and are dropped), or ``bound`` if that is earlier."""
+    while times and times[0] < nxt:
+        heappop(times)
+    return times[0] if times and times[0] < bound else bound
+
+
 def _call0(fn):
     fn()
 
@@ -406,7 +414,7 @@ class Process(Event):
 class Environment:
     """Virtual-time scheduler; see the module docstring."""
     __slots__ = ("now", "rng", "active_process", "on_message", "_heap", "_next_seq", "_alive",
-                 "_events", "_sync", "_seed", "_inline", "seq_now")
+                 "_events", "_sync", "_seed", "_inline", "seq_now", "lookahead_ns", "_effects", "_writes")
 
     def __init__(self, *, seed: int = 0, sync=None):
         self.now = 0
@@ -423,6 +431,13 @@ class Environment:
         self._events = 0
         self._inline = False      # True while _run_local runs: see _succeed_last
         self._sync = sync
+        # Sync mode: the times of pending entries that touch memory other processes see (verb
+        # effects, DMA, message deliveries; _writes: those that may change it), and the least
+        # delay from any entry to an effect it causes (None: unknown, so 0). Together they bound
+        # this process's next effects (frontiers()), which the others wait for (nodes/runtime/sync.py).
+        self.lookahead_ns: int | None = None
+        self._effects: list | None = [] if sync is not None else None
+        self._writes: list | None = [] if sync is not None else None
         if sync is not None:
             sync._bind(self)
 
@@ -479,6 +494,36 @@ class Environment:
         self.seq_now = self._next_seq()   # the entry's sequence number, so later ones stay the same
         self._events += 1
         _process_event(ev)
+
+    def effect_at(self, t: int, write: bool = True) -> None:
+        """Sync mode: an entry scheduled at ``t`` reads (``write`` False) or may change memory
+        that other processes see."""
+        if self._effects is not None:
+            heappush(self._effects, t)
+            if write:
+                heappush(self._writes, t)
+                self._sync.note_write(t)
+
+    def limit_lookahead(self, ns: int) -> None:
+        """A device of this process turns what an event posts into an effect ``ns`` later at the
+        earliest (verbs: the wire; DMA: half its latency). Code that writes shared memory from an
+        event itself must call ``limit_lookahead(0)``."""
+        self.lookahead_ns = ns if self.lookahead_ns is None else min(self.lookahead_ns, ns)
+
+    def frontiers(self) -> tuple[int, int]:
+        """The earliest times this process may still touch memory others see, and change it: a
+        pending effect (a pending write), or the next event plus the lookahead; INF when idle.
+        Never before the next event."""
+        heap = self._heap
+        if not heap:
+            return INF, INF
+        nxt = heap[0][0]
+        f = nxt + (self.lookahead_ns or 0)
+        return _earliest(self._effects, nxt, f), _earliest(self._writes, nxt, f)
+
+    def pending_writes(self) -> list:
+        """Sync mode: the times of this process's pending writes (unordered; some may have run)."""
+        return self._writes
 
     def charge(self, ns: int) -> None:
         """Charge CPU time to the active process (see module docstring)."""

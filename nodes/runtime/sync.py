@@ -66,6 +66,8 @@ from .env import INF
 __all__ = ["ClockTable", "ClockSync", "ClockTableStats", "ClockSyncStats"]
 
 STRIDE = 8            # one clock per 64-byte cache line: no false sharing between writers
+FRONTIER = 1          # a process's frontiers, next to its clock in the same line: any effect,
+FRONTIER_W = 2        # and a write
 HDR_WORDS = 3         # message header: arrival, src, nwords
 DRAIN_BATCH = 256     # messages taken per refresh; the rest on the next one
 
@@ -92,21 +94,26 @@ class ClockSyncStats(NamedTuple):
 # -- jitted cores: one call per refresh / send / termination test -----------------
 
 @njit(cache=True)
-def _min_others(clocks, me, n):
+def _min_others(clocks, me, n, slot):
+    """The smallest of the other processes' clocks (``slot`` 0) or frontiers (FRONTIER, FRONTIER_W)."""
     m = INF
     for j in range(n):
         if j != me:
-            c = load_acquire(clocks, j * STRIDE)
+            c = load_acquire(clocks, j * STRIDE + slot)
             if c < m:
                 m = c
     return m
 
 
 @njit(cache=True)
-def _refresh_core(clocks, me, n, pub, hdr, seqs, slots, out, now, consumed_i, stop_i):
-    """Publish ``pub``; return (min of others' clocks, messages drained, stop flag)."""
+def _refresh_core(clocks, me, n, pub, front, front_w, hdr, seqs, slots, out, now, consumed_i, stop_i):
+    """Publish our clock ``pub`` and frontiers; return (min of others' frontiers of any effect,
+    of writes, messages drained, stop flag)."""
+    swap(clocks, me * STRIDE + FRONTIER, front)
+    swap(clocks, me * STRIDE + FRONTIER_W, front_w)
     swap(clocks, me * STRIDE, pub)            # full fence: store before the loads below
-    m = _min_others(clocks, me, n)
+    m = _min_others(clocks, me, n, FRONTIER)
+    m_w = _min_others(clocks, me, n, FRONTIER_W)
     k = 0
     first = INF
     while k < out.shape[0] and ring_try_pop(hdr, seqs, slots, out[k]):
@@ -116,9 +123,17 @@ def _refresh_core(clocks, me, n, pub, hdr, seqs, slots, out, now, consumed_i, st
         k += 1
     if k:
         # Visibly busy (slot <= delivery time) before the consumption counts.
-        fetch_min(clocks, me * STRIDE, max(first, now))
+        _lower(clocks, me, max(first, now))
         faa(clocks, consumed_i, k)
-    return m, k, load_acquire(clocks, stop_i)
+    return m, m_w, k, load_acquire(clocks, stop_i)
+
+
+@njit(cache=True)
+def _lower(clocks, i, t):
+    """Process ``i`` has something to do at ``t`` (a message): its clock and frontiers drop to it."""
+    fetch_min(clocks, i * STRIDE + FRONTIER, t)
+    fetch_min(clocks, i * STRIDE + FRONTIER_W, t)
+    fetch_min(clocks, i * STRIDE, t)
 
 
 @njit(cache=True)
@@ -127,8 +142,16 @@ def _send_core(clocks, dest, sent_i, count_it, hdr, seqs, slots, msg):
         faa(clocks, sent_i, 1)                # before the push: consumed <= sent always
     if not ring_try_push(hdr, seqs, slots, msg):
         return False
-    fetch_min(clocks, dest * STRIDE, msg[0])
+    _lower(clocks, dest, msg[0])
     return True
+
+
+@njit(cache=True)
+def _leave(clocks, i):
+    """Process ``i`` holds nobody back any more."""
+    swap(clocks, i * STRIDE + FRONTIER, INF)
+    swap(clocks, i * STRIDE + FRONTIER_W, INF)
+    swap(clocks, i * STRIDE, INF)
 
 
 @njit(cache=True)
@@ -208,7 +231,7 @@ class ClockTable:
         """Process ``i`` died: publish INF for it so it holds nobody back (as ``leave`` would have)."""
         if not 0 <= i < self.n_procs:
             raise ValueError(f"index {i} outside 0..{self.n_procs - 1}")
-        swap(self.clocks, i * STRIDE, INF)
+        _leave(self.clocks, i)
 
     def close(self) -> None:
         """Unmap; the creating process also unlinks the segments."""
@@ -238,6 +261,7 @@ class ClockSync:
         self.window = int(window_ns)
         self.env = None
         self.horizon = -1            # read by the env's hot loop; refreshed by refresh()
+        self.horizon_w = -1          # how far our writes may run (see refresh())
         self.stopped = False         # why the last refresh() returned -1
         self._clocks = table.clocks
         self._n = table.n_procs
@@ -279,8 +303,9 @@ class ClockSync:
         try:
             while True:
                 nxt = heap[0][0] if heap else INF
-                m, k, stop = _refresh_core(clocks, self.index, self._n, nxt, hdr, seqs, slots,
-                                           self._out, env.now, table.consumed_i, table.stop_i)
+                front, front_w = env.frontiers()
+                m, m_w, k, stop = _refresh_core(clocks, self.index, self._n, nxt, front, front_w, hdr, seqs, slots,
+                                                self._out, env.now, table.consumed_i, table.stop_i)
                 if k:
                     self._deliver_batch(k)
                     sleeps, delay = 0, 1e-5
@@ -289,9 +314,10 @@ class ClockSync:
                     self.stopped = True
                     return -1
                 if nxt <= until_t:
-                    if nxt <= m + window:
-                        self.horizon = m + window
-                        return self.horizon
+                    horizon = self._horizon(m, m_w)
+                    if nxt <= horizon:
+                        self.horizon = horizon
+                        return horizon
                 elif _finished_core(clocks, self._n, until_t, table.sent_i, table.consumed_i):
                     self.stopped = False
                     return -1
@@ -308,6 +334,26 @@ class ClockSync:
             self.sleeps += sleeps
             self.wait_s += t_wait
 
+    def _horizon(self, m: int, m_w: int) -> int:
+        """How far this process may run, given the others' earliest effects ``m`` and writes
+        ``m_w``: a READ (or an entry touching no shared memory) up to ``m_w + W``, since READs
+        never conflict with READs; a write up to ``m + W``. So our own pending writes later than
+        ``m + W`` stop the run just before them (and so does a write posted meanwhile:
+        :meth:`note_write`)."""
+        window = self.window
+        horizon = m_w + window
+        horizon_w = self.horizon_w = m + window
+        if horizon > horizon_w:
+            for t in self.env.pending_writes():
+                if horizon_w < t <= horizon:
+                    horizon = t - 1
+        return horizon
+
+    def note_write(self, t: int) -> None:
+        """A write was scheduled at ``t``: the run stops before it unless it may run."""
+        if self.horizon_w < t <= self.horizon:
+            self.horizon = t - 1
+
     def _deliver_batch(self, k: int) -> None:
         env = self.env
         heap = env._heap
@@ -317,6 +363,7 @@ class ClockSync:
         for row in self._out[:k].view(np.int64).tolist():
             a, src, nw = row[0], row[1], row[2]
             heappush(heap, (a if a > now else now, seq(), deliver, (src, tuple(row[3:3 + nw]))))
+            env.effect_at(a if a > now else now)   # a message may write (a SEND's payload lands then)
 
     def _deliver(self, src_payload) -> None:
         self.received += 1
@@ -334,6 +381,7 @@ class ClockSync:
             env = self.env
             heappush(env._heap, (max(arrival_ns, env.now), env._next_seq(), self._deliver,
                                  (dest, tuple(payload))))
+            env.effect_at(max(arrival_ns, env.now))
             return
         msg = self._msg
         msg[:HDR_WORDS + n] = (arrival_ns, self.index, n, *payload)
@@ -361,22 +409,23 @@ class ClockSync:
         heap = env._heap
         nxt = heap[0][0] if heap else INF
         nxt = min(nxt, env.now)     # we are mid-event: never publish later than now
-        _, k, _ = _refresh_core(self._clocks, self.index, self._n, nxt, hdr, seqs, slots,
-                                self._out, env.now, self.table.consumed_i, self.table.stop_i)
+        front, front_w = env.frontiers()
+        _, _, k, _ = _refresh_core(self._clocks, self.index, self._n, nxt, min(front, env.now), min(front_w, env.now),
+                                   hdr, seqs, slots, self._out, env.now, self.table.consumed_i, self.table.stop_i)
         if k:
             self._deliver_batch(k)
 
     # -- user helpers --------------------------------------------------------------
     def min_others(self) -> int:
         """Smallest clock published by the other processes (INF if none)."""
-        return int(_min_others(self._clocks, self.index, self._n))
+        return int(_min_others(self._clocks, self.index, self._n, 0))
 
     def request_stop(self) -> None:
         self.table.set_stop()
 
     def leave(self) -> None:
         """Publish INF for good: this process takes no further part (does not hold others back)."""
-        swap(self._clocks, self.index * STRIDE, INF)
+        _leave(self._clocks, self.index)
 
     def statistics(self) -> ClockSyncStats:
         return ClockSyncStats(self.index, self.window, self.refreshes, self.sleeps, self.wait_s,
@@ -398,8 +447,9 @@ def _warm_up() -> None:
     slots = np.zeros((2, 4), dtype=np.uint64)
     out = np.zeros((2, 4), dtype=np.uint64)
     msg = np.zeros(4, dtype=np.int64)
-    _refresh_core(clocks, 0, 1, 5, hdr, seqs, slots, out, 0, STRIDE, 2 * STRIDE)
+    _refresh_core(clocks, 0, 1, 5, 5, 5, hdr, seqs, slots, out, 0, STRIDE, 2 * STRIDE)
+    _leave(clocks, 0)
     _send_core(clocks, 0, STRIDE, True, hdr, seqs, slots, msg)
     _finished_core(clocks, 1, 5, STRIDE, 2 * STRIDE)
-    _min_others(clocks, 0, 1)
+    _min_others(clocks, 0, 1, 0)
     _warm = True
