@@ -198,7 +198,9 @@ def _two_processes_child(desc, table_names, index, window_ns, out_q):
 
 def two_processes(window_ns: int, sync_window_ns: int | None = None) -> tuple[int, float]:
     """Two compute-node processes (16 threads each) READing one memory node under the lax sync
-    window of ``cx6-200g`` (or ``sync_window_ns``): (verbs completed, real seconds)."""
+    window of ``cx6-200g`` (or ``sync_window_ns``): (verbs completed, real seconds of the longer
+    run). Runs only: starting the processes (fork, attaching the segments) is not the emulator's
+    speed, and the clock table starts nobody before both are there."""
     import multiprocessing
 
     from nodes.runtime.sync import ClockTable
@@ -217,14 +219,12 @@ def two_processes(window_ns: int, sync_window_ns: int | None = None) -> tuple[in
     procs = [ctx.Process(target=_two_processes_child, args=(fabric.describe(), table.names(), i, window_ns, q))
              for i in range(2)]
     try:
-        t0 = time.perf_counter()
         for p in procs:
             p.start()
         results = [q.get(timeout=600) for _ in procs]
-        real = time.perf_counter() - t0
         for p in procs:
             p.join(timeout=30)
-        return sum(r[1] for r in results), real
+        return sum(r[1] for r in results), max(r[2] for r in results)
     finally:
         for p in procs:
             if p.is_alive():
@@ -293,12 +293,15 @@ def verbs_rows(quick: bool, progress) -> list[Row]:
     simpy_rate = _rate(simpy_loop(32, window))
     if simpy_rate is not None:
         rows.append(Row("speed", "simpy", "32 threads x depth 8", "verbs/s real", simpy_rate))
+    one = rows[0].emulated
     for sync in (None, 4_000) if quick else (None, 2_000, 8_000):
         label = "default window" if sync is None else f"window {sync:,} ns"
         progress(f"speed: two processes, {label}")
         try:
             rate = _rate(two_processes(window, sync))
-            rows.append(Row("speed", f"two processes, {label}", "2 x 16 threads x depth 8", "verbs/s real", rate))
+            # the target: two processes on two cores run 1.5x one process in total
+            rows.append(Row("speed", f"two processes, {label}", "2 x 16 threads x depth 8", "verbs/s real", rate,
+                            1.5 * one if sync is None and one else None))
         except Exception as e:  # the table still reports the rest; the error is shown in the row
             rows.append(Row("speed", f"two processes, {label} failed: {e}", "2 x 16 threads", "verbs/s real", None))
     return rows

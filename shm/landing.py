@@ -58,7 +58,8 @@ def begin_landing(env, fabric, node: int, is_read: bool, off: int, length: int, 
     pending = pending_writes_of(fabric)
     deferred = None if is_read else getattr(fabric, "_deferred_reads", None)
     descending = not is_read and not fabric.profile.nic.ordered_multiline_writes
-    if hi < _bound(env, pending, deferred, node, is_read):
+    bound = _bound(env, pending, deferred, node, is_read)
+    if hi < bound:
         # Landing.resume would land every line in this step: one compiled call, no Landing
         ok = remote_read_write(is_read, mem.mrt, rkey, REGION_HOST, off, length, mem.host, mem.host_locks, lbuf, loff,
                                descending)
@@ -68,7 +69,7 @@ def begin_landing(env, fabric, node: int, is_read: bool, off: int, length: int, 
         return None
     landing = Landing(env, pending, node, is_read, mem.host, mem.host_locks, off, length, lbuf, loff, descending, lo,
                       hi, deferred)
-    landing.resume()
+    landing.step(bound)
     return landing
 
 
@@ -99,6 +100,17 @@ def flush_due(landings: list, now: int) -> list:
         elif not landing.done:
             left.append(landing)
     return left
+
+
+def due_end(lo: int, hi: int, n: int, k: int, bound: int) -> int:
+    """Lines ``k .. j-1`` of a transfer landing ``n`` lines between ``lo`` and ``hi`` land now:
+    line ``k`` and every later one due before ``bound``; returns ``j`` (arithmetic instead of a
+    loop over :meth:`Landing.time`: line j is due before bound iff (hi - lo) * j < (bound - lo) * (n - 1))."""
+    if hi < bound:                   # every line left is due (time(n - 1) == hi)
+        return n
+    # with hi == lo every line is due at hi, which is not before bound
+    j = -(-(bound - lo) * (n - 1) // (hi - lo)) if hi > lo else k + 1
+    return k + 1 if j <= k else (n if j > n else j)
 
 
 def _resume(landing: "Landing") -> None:
@@ -144,12 +156,7 @@ class Landing:
         lands, or -1 if none is left."""
         k = self.k
         n = self.n
-        if self.hi < bound:              # every line left is due (time(n - 1) == hi)
-            j = n
-        else:
-            j = k + 1
-            while j < n and self.time(j) < bound:
-                j += 1
+        j = due_end(self.lo, self.hi, n, k, bound)
         land_lines(self.is_read, self.rbuf, self.rlocks, self.off, self.length, self.lbuf, self.loff,
                    self.descending, k, j)
         self.k = j
@@ -170,8 +177,12 @@ class Landing:
         next write to its node (``pending``), unless a write is landing right now."""
         if self.k >= self.n:             # already finished by a completion
             return
+        self.step(_bound(self.env, self.pending, self.deferred, self.node, self.is_read))
+
+    def step(self, bound: int) -> None:
+        """Land what is due before ``bound`` (:func:`_bound`) and schedule the next line if one is left."""
         env = self.env
-        t = self.advance(_bound(env, self.pending, self.deferred, self.node, self.is_read))
+        t = self.advance(bound)
         if t >= 0:
             heappush(env._heap, (t, env._next_seq(), _resume, self))
             if env._effects is not None:

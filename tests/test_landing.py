@@ -200,3 +200,26 @@ def test_reads_land_in_one_event_when_no_write_can_come_between():
 
     assert events_per_verb(1024) <= events_per_verb(8, defer=False) + 0.2
     assert events_per_verb(8) < 0.5
+
+
+def test_the_lines_due_before_a_bound_are_counted_as_landing_times_say():
+    """``due_end`` (arithmetic) agrees with walking the lines' landing times one by one."""
+    import random
+
+    from shm.landing import Landing, due_end
+
+    def walk(lo, hi, n, k, bound):
+        time = Landing.time.__get__(type("L", (), {"lo": lo, "hi": hi, "n": n})())
+        j = k + 1
+        while j < n and time(j) < bound:
+            j += 1
+        return j
+
+    rng = random.Random(5)
+    for _ in range(20_000):
+        n = rng.randint(2, 40)
+        lo = rng.randint(0, 1000)
+        hi = lo + rng.choice([0, rng.randint(0, 5), rng.randint(0, 300)])
+        k = rng.randint(0, n - 1)
+        bound = rng.randint(lo - 50, hi + 50)
+        assert due_end(lo, hi, n, k, bound) == walk(lo, hi, n, k, bound), (lo, hi, n, k, bound)

@@ -4,16 +4,27 @@ Each emulated node runs its own :class:`~nodes.runtime.env.Environment` in its
 own OS process.  They stay within a window ``W`` of each other through a
 shared **clock table**:
 
-* Slot ``i`` holds the time of process ``i``'s next event (``INF`` = idle).
-  Before running an event at ``t``, process ``i`` requires
-  ``t <= min(clock[j], j != i) + W``; otherwise it backs off (``sleep(0)``,
+* Slot ``i`` holds the time of process ``i``'s next event (``INF`` = idle),
+  and beside it (same cache line) two *frontiers*: the earliest time process
+  ``i`` may still touch memory other processes see, and the earliest it may
+  still change it (``Environment.frontiers()``: a pending verb effect, DMA or
+  message delivery, or the next event plus the process's *lookahead*, the
+  least delay from an event to an effect it causes).  Before running an event
+  at ``t``, process ``i`` requires ``t <= min(write frontier[j], j != i) + W``,
+  and for a write ``t <= min(frontier[j], j != i) + W``: two processes'
+  conflicting accesses (one of them a write) keep their virtual order up to
+  ``W``, and READs never wait for READs.  Otherwise it backs off (``sleep(0)``,
   then 10 µs doubling to 1 ms), never spinning: two cores host six or more
   node processes.  The check is done against a cached *horizon* and refreshed
-  every ``POLL_EVENTS`` events, so the hot loop touches no shared memory.
+  every ``POLL_EVENTS`` events, so the hot loop touches no shared memory; a
+  write scheduled meanwhile beyond the write horizon lowers it (``note_write``).
+  Frontiers never precede the next event, so the process with the earliest
+  next event can always run: no deadlock.
 * Messages: ``send(dest, arrival, payload)`` does FAA(``sent``), pushes
   ``[arrival, src, nwords, payload...]`` into ``dest``'s inbox ring, then
-  ``fetch_min(clock[dest], arrival)`` so nobody runs past ``arrival + W``
-  before the receiver has seen the message.  The receiver delivers it at
+  ``fetch_min`` of ``dest``'s clock and frontiers to ``arrival`` so nobody runs
+  past ``arrival + W`` before the receiver has seen the message (a delivery
+  counts as a write: a SEND's payload lands then).  The receiver delivers it at
   ``max(arrival, now)`` by calling ``env.on_message(src, payload)`` as a
   scheduled callback.  If every sender publishes its current time before it
   sends, a message whose latency is ``>= W`` is always delivered exactly at its
