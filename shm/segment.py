@@ -21,8 +21,12 @@ Ownership.  The creator of a segment is its owner and is responsible for
 unlinking it: on ``close()``/``unlink()`` or, as a safety net, in an
 ``atexit`` handler. Forked children inherit the Python registry but must never
 unlink their parent's segments, so every unlink is gated on
-``os.getpid() == owner_pid``. A process killed with SIGKILL runs no handler at
-all; its segments are reclaimed later by ``reclaim_stale``.
+``os.getpid() == owner_pid``. SIGTERM would end a process without either, so
+creating the first segment makes SIGTERM raise ``SystemExit`` (exit status
+143) when nobody handles it yet: ``finally`` blocks and the ``atexit`` handler
+run, as after Ctrl-C (``kill`` of a ``dmrack reproduce`` or of a script driving
+a co-located rack leaves nothing behind). A process killed with SIGKILL runs no
+handler at all; its segments are reclaimed later by ``reclaim_stale``.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import mmap
 import os
 import re
 import secrets
+import signal
 import threading
 from typing import NamedTuple
 
@@ -110,6 +115,17 @@ _owned_lock = threading.Lock()
 def _register(name: str, pid: int) -> None:
     with _owned_lock:
         _owned[name] = pid
+    _exit_on_sigterm()
+
+
+def _exit_on_sigterm() -> None:
+    """SIGTERM unwinds this process (see the module docstring), unless it is handled already."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def _on_sigterm(signum, frame):
+    raise SystemExit(128 + signum)
 
 
 def _unregister(name: str) -> None:

@@ -248,6 +248,31 @@ def test_atexit_in_real_interpreters(prefix):
     assert list_segments(prefix) == []  # removed by the owner's exit
 
 
+def test_sigterm_unlinks_what_the_process_created(prefix):
+    """``kill`` (SIGTERM) of a script holding segments: they go with it, exit status 143."""
+    script = textwrap.dedent(
+        f"""
+        import sys, time
+        sys.path.insert(0, {REPO!r})
+        from shm.segment import Segment
+        seg = Segment.create("held", 4096, prefix={prefix!r})
+        print("ready", flush=True)
+        time.sleep(60)
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        assert len(list_segments(prefix)) == 1
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 128 + signal.SIGTERM
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert list_segments(prefix) == []
+
+
 def _child_attach_and_hang(name: str, ready) -> None:
     seg = Segment.attach(name)
     seg.array(np.uint64, 0, 1)[0] = 77
