@@ -258,7 +258,7 @@ class ComputeNode:
         given = [0]
 
         def pairs():                # streamed: a system that can place keys one by one holds none
-            for kid in keys.tolist():
+            for kid in _ints(keys):
                 self._version += 1
                 size = vs(kid, self._version) if not isinstance(vs, int) else vs
                 if h is not None:
@@ -462,6 +462,12 @@ class ComputeNode:
             self.active_coroutines = max(1, min(int(value), len(self.coroutines[0])))
         else:
             apply_profile_knob(self.fabric, knob, value)
+
+
+def _ints(keys: np.ndarray, chunk: int = 1 << 16):
+    """The keys as Python ints, a chunk at a time: ``tolist()`` of 100 M keys would hold 3.6 GB."""
+    for i in range(0, keys.shape[0], chunk):
+        yield from keys[i:i + chunk].tolist()
 
 
 def apply_profile_knob(fabric, knob: str, value) -> None:
