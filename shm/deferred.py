@@ -21,9 +21,13 @@ most of what a READ-heavy closed loop spends. The rule that keeps results identi
 * a batch's completion lands what is left of it before it wakes anyone.
 
 Only batches whose every work request is a single-line READ of host memory are deferred (a
-batch mixing in a WRITE keeps per-request events), and only in a co-located rack: in a rack of
-processes the writes of other processes are not announced, so READs land at their effect times
-there as before. ``defer_reads(fabric, False)`` turns deferral off, which tests use as the
+batch mixing in a WRITE keeps per-request events). In a rack of processes the other processes'
+writes land in real time, unannounced; there a process counts the earliest READ still deferred
+in its frontier (``Environment.frontiers``), and at each visit to the clock table lands those due
+before its next event that a READ event at their time could run by then (up to the READ
+horizon) whenever it is blocked or idle (where the others may be waiting for them). Then no other process applies a write more than W after a deferred READ's effect time
+before that READ lands, nor has a write more than W before it still to apply: the same tolerance
+as a READ landing at its effect time (nodes/runtime/sync.py). ``defer_reads(fabric, False)`` turns deferral off, which tests use as the
 reference path.
 """
 
@@ -82,7 +86,12 @@ class ReadBatch:
     def land_before(self, key) -> bool:
         """Land the rows whose place comes before ``key``; True if rows are left."""
         rows = self.rows
-        for i, k in enumerate(self.keys):
+        keys = self.keys
+        if max(keys) < key:                 # all of them: one call
+            self.land(0, len(keys))
+            self.left = 0
+            return False
+        for i, k in enumerate(keys):
             if k < key and rows[i, C_STATE] >= 0:
                 self.land(i, i + 1)
                 self.left -= 1
@@ -127,11 +136,12 @@ class DeferredReads:
     def before_write(self, node: int) -> None:
         """A write lands on ``node`` in the running entry: land first the node's deferred READs
         that come before it in the total order."""
-        h = self.heaps.get(node)
-        if not h:
-            return
-        env = self.env
-        key = (env.now, env.seq_now)
+        if self.heaps.get(node):
+            env = self.env
+            self._land_node_before(node, (env.now, env.seq_now))
+
+    def _land_node_before(self, node: int, key) -> None:
+        h = self.heaps[node]
         while h and h[0][:2] < key:
             batch = heappop(h)[2]
             if not batch.left:
@@ -142,6 +152,23 @@ class DeferredReads:
                 heappush(h, (t, s, batch))
             else:
                 self.live[node] -= 1
+
+    def land_past(self, t: int) -> bool:
+        """Land every deferred READ due before time ``t`` (a rack of processes: see the module
+        docstring); True if there was one."""
+        landed = False
+        for node in self.heaps:
+            h = self.heaps[node]
+            while h and not h[0][2].left:
+                heappop(h)
+            if h and h[0][0] < t:
+                self._land_node_before(node, (t, -1))
+                landed = True
+        return landed
+
+    def earliest(self) -> int:
+        """The earliest effect time of a READ still deferred (INF if none)."""
+        return min((self.next_time(node) for node in self.heaps), default=INF)
 
     def next_time(self, node: int) -> int:
         """When the node's earliest deferred READ lands at the latest (INF if none): a write may
@@ -154,12 +181,14 @@ class DeferredReads:
 
 def deferred_reads_of(fabric, env) -> DeferredReads | None:
     """The process's :class:`DeferredReads` for ``fabric`` and ``env``, or None where READs land at
-    their effect times (a rack of processes, or deferral turned off)."""
-    if not getattr(fabric, "_defer_reads", True) or env._sync is not None:
+    their effect times (deferral turned off)."""
+    if not getattr(fabric, "_defer_reads", True):
         return None
     dr = getattr(fabric, "_deferred_reads", None)
     if dr is None or (dr.env is not env and not any(dr.live.values())):
         dr = fabric._deferred_reads = DeferredReads(env)
+        if env._sync is not None:
+            env._deferred = dr              # its earliest READ counts in the process's frontier
     return dr if dr.env is env else None
 
 

@@ -150,18 +150,44 @@ def test_a_write_landing_after_a_deferred_read_is_not_seen_by_it(prefix):
         assert reader._dr.early == 1       # the write landed it, not its completion
 
 
-def test_deferral_is_off_in_a_rack_of_processes(prefix):
-    from nodes.runtime.env import Environment
-    from shm.deferred import deferred_reads_of
+def test_in_a_rack_of_processes_deferred_reads_count_in_the_frontier_until_they_land(prefix):
+    """Sync mode: the earliest READ still deferred bounds the process's frontier (the others'
+    writes wait for it), and a visit to the clock table lands those whose time has passed."""
+    from nodes.runtime.env import INF, Environment
+    from nodes.runtime.sync import ClockSync, ClockTable
+    from shm.verbs import VerbsHost
+    from shm.coro import NodeRdma
 
-    class FakeSync:
-        pass
+    table = ClockTable.create(1, prefix=prefix)
+    try:
+        with new_fabric(prefix) as fab:
+            env = Environment(seed=1, sync=ClockSync(table, 0, 500))
+            node = NodeRdma(VerbsHost(fab, env), "c0", buffer_bytes=16 << 10)
+            co = node.thread().coroutine()
+            off = fab.allocate("m0", 64)
+            seen = {}
 
-    with new_fabric(prefix) as fab:
-        env = Environment(seed=1)
-        assert deferred_reads_of(fab, env) is not None
-        env._sync = FakeSync()
-        assert deferred_reads_of(fab, env) is None
+            def body():
+                hs = [co.read(gaddr(MN, off), 8) for _ in range(DEFER_MIN)]
+                co.post()
+                dr = co._dr
+                assert env._deferred is dr and dr.live[MN] == 1
+                first = min(dr.heaps[MN])[0]
+                assert env.frontiers()[0] == first          # the READ is what others wait for
+                last = max(dr.heaps[MN][0][2].keys)[0]
+                yield last + 1 - env.now                     # past every effect time of the batch
+                seen["before"] = dr.live[MN]
+                dr.land_past(env.now)                        # as a visit to the clock table does
+                seen["after"] = dr.live[MN]
+                yield co.sync()
+                assert all(h.ok for h in hs)
+
+            env.process(body())
+            env.run()
+            assert seen == {"before": 1, "after": 0}
+            assert env.frontiers() == (INF, INF)
+    finally:
+        table.close()
 
 
 def race(prefix, *, defer: bool, delay: int, write_bytes: int, read_line: int) -> tuple:

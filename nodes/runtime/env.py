@@ -49,8 +49,10 @@ INF = (1 << 63) - 1
 
 #: In sync mode, how many events may run between two visits to the clock table.
 #: Small enough that others see our progress often, big enough to amortise the
-#: shared-memory round trip (a few µs).
-POLL_EVENTS = 64
+#: shared-memory round trip (a few µs). With 64, two busy compute nodes fell into
+#: a lockstep of sleeps in some runs (half their speed): each saw the other's
+#: clock up to ~800 virtual ns stale and hit its horizon; 16 kept them apart.
+POLL_EVENTS = 16
 
 
 class ProcessError(RuntimeError):
@@ -414,7 +416,8 @@ class Process(Event):
 class Environment:
     """Virtual-time scheduler; see the module docstring."""
     __slots__ = ("now", "rng", "active_process", "on_message", "_heap", "_next_seq", "_alive",
-                 "_events", "_sync", "_seed", "_inline", "seq_now", "lookahead_ns", "_effects", "_writes")
+                 "_events", "_sync", "_seed", "_inline", "seq_now", "lookahead_ns", "_effects", "_writes",
+                 "_deferred")
 
     def __init__(self, *, seed: int = 0, sync=None):
         self.now = 0
@@ -438,6 +441,7 @@ class Environment:
         self.lookahead_ns: int | None = None
         self._effects: list | None = [] if sync is not None else None
         self._writes: list | None = [] if sync is not None else None
+        self._deferred = None     # sync mode: the process's deferred READs (shm/deferred.py)
         if sync is not None:
             sync._bind(self)
 
@@ -513,13 +517,20 @@ class Environment:
     def frontiers(self) -> tuple[int, int]:
         """The earliest times this process may still touch memory others see, and change it: a
         pending effect (a pending write), or the next event plus the lookahead; INF when idle.
-        Never before the next event."""
+        Never before the next event, but for a READ deferred past its time until the sync layer
+        lands it (shm/deferred.py)."""
         heap = self._heap
         if not heap:
             return INF, INF
         nxt = heap[0][0]
         f = nxt + (self.lookahead_ns or 0)
-        return _earliest(self._effects, nxt, f), _earliest(self._writes, nxt, f)
+        f_all = _earliest(self._effects, nxt, f)
+        deferred = self._deferred
+        if deferred is not None:          # a READ deferred past its time (shm/deferred.py)
+            t = deferred.earliest()
+            if t < f_all:
+                f_all = t
+        return f_all, _earliest(self._writes, nxt, f)
 
     def pending_writes(self) -> list:
         """Sync mode: the times of this process's pending writes (unordered; some may have run)."""

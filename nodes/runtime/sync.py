@@ -61,7 +61,6 @@ single numba call each (atomics from ``shm.atomics``, rings from ``shm.ring``).
 """
 from __future__ import annotations
 
-import os
 import time
 from heapq import heappush
 from typing import NamedTuple
@@ -82,7 +81,6 @@ FRONTIER = 1          # a process's frontiers, next to its clock in the same lin
 FRONTIER_W = 2        # and a write
 HDR_WORDS = 3         # message header: arrival, src, nwords
 DRAIN_BATCH = 256     # messages taken per refresh; the rest on the next one
-SPIN_S = 50e-6        # see ClockSync._spin_s
 
 
 class ClockTableStats(NamedTuple):
@@ -290,11 +288,6 @@ class ClockSync:
         self.sleeps = 0
         self.wait_s = 0.0
         self.send_retries = 0
-        # A blocked process polls for this long before it sleeps, when every process of the table
-        # but one (an idle coordinator) can have a core: the one it waits for is running and about
-        # to move, and a sleep costs 60 µs or more on Linux, tens of events of the other process.
-        # With more processes than cores it sleeps at once, leaving the core to them.
-        self._spin_s = SPIN_S if table.n_procs <= len(os.sched_getaffinity(0)) + 1 else 0.0
 
     def _bind(self, env) -> None:
         if self.env is not None:
@@ -331,19 +324,22 @@ class ClockSync:
                 if stop:
                     self.stopped = True
                     return -1
+                horizon = self._horizon(m, m_w)
                 if nxt <= until_t:
-                    horizon = self._horizon(m, m_w)
                     if nxt <= horizon:
                         self.horizon = horizon
                         return horizon
                 elif _finished_core(clocks, self._n, until_t, table.sent_i, table.consumed_i):
                     self.stopped = False
                     return -1
-                # Blocked by a slower process, or idle: give the CPU away (but see _spin_s).
+                if env._deferred is not None and env._deferred.land_past(min(nxt, horizon + 1)):
+                    # Blocked or idle with READs deferred past their time, which may be what the
+                    # others wait for: they land (as a READ at that time could run by now,
+                    # shm/deferred.py), and our frontier is published again without them.
+                    continue
+                # Blocked by a slower process, or idle: give the CPU away.
                 t0 = time.perf_counter()
-                if nxt <= until_t and t_wait < self._spin_s:
-                    pass                       # blocked by a process with a core of its own: poll again
-                elif sleeps < 3:
+                if sleeps < 3:
                     time.sleep(0)
                 else:
                     time.sleep(delay)
