@@ -46,6 +46,18 @@ def _addresses(m: int, words: int, seed: int) -> list[int]:
     return [gaddr(m, int(w) * 64) for w in rng.integers(words, size=ADDRESSES)]
 
 
+def _fair_client(env, co, addrs: list, window_ns: int, done: list):
+    """The closed loop's client: ``DEPTH`` 8-byte READs from its precomputed addresses (cycled),
+    wait for them, again until ``window_ns``; counts the verbs completed in ``done[0]``."""
+    i, n = 0, len(addrs)
+    while env.now < window_ns:
+        for _ in range(DEPTH):
+            co.read(addrs[i], 8)
+            i = i + 1 if i + 1 < n else 0
+        yield co.sync()
+        done[0] += DEPTH
+
+
 def coroutine_loop(threads: int, window_ns: int, *, numpy_addresses: bool = False) -> tuple[int, float]:
     """One process, the coroutine API: (verbs completed, real seconds) for ``window_ns`` of
     virtual time."""
@@ -57,15 +69,6 @@ def coroutine_loop(threads: int, window_ns: int, *, numpy_addresses: bool = Fals
         env, m, words = rig.env, rig.mns[0], (16 << 20) // 64
         done = [0]
 
-        def fair(co, addrs):
-            i, n = 0, len(addrs)
-            while env.now < window_ns:
-                for _ in range(DEPTH):
-                    co.read(addrs[i], 8)
-                    i = i + 1 if i + 1 < n else 0
-                yield co.sync()
-                done[0] += DEPTH
-
         def drawn(co, rng):
             while env.now < window_ns:
                 for _ in range(DEPTH):
@@ -76,7 +79,8 @@ def coroutine_loop(threads: int, window_ns: int, *, numpy_addresses: bool = Fals
         node = NodeRdma(rig.host, rig.cns[0], policy="per_thread_doorbell")
         for t in range(threads):
             co = node.thread().coroutine()
-            env.process(drawn(co, np.random.default_rng(t)) if numpy_addresses else fair(co, _addresses(m, words, t)))
+            env.process(drawn(co, np.random.default_rng(t)) if numpy_addresses
+                        else _fair_client(env, co, _addresses(m, words, t), window_ns, done))
         t0 = time.perf_counter()
         env.run(until=window_ns + 50_000)
         return done[0], time.perf_counter() - t0
@@ -176,18 +180,9 @@ def _two_processes_child(desc, table_names, index, window_ns, out_q):
         host = VerbsHost(fabric, env, proc_of_node={0: 0, 1: 1, 2: 0}, my_proc=index)
         node = NodeRdma(host, index, policy="per_thread_doorbell")
         done = [0]
-
-        def client(co, addrs):
-            i, n = 0, len(addrs)
-            while env.now < window_ns:
-                for _ in range(DEPTH):
-                    co.read(addrs[i], 8)
-                    i = i + 1 if i + 1 < n else 0
-                yield co.sync()
-                done[0] += DEPTH
-
         for t in range(16):
-            env.process(client(node.thread().coroutine(), _addresses(2, (16 << 20) // 64, 100 * index + t)))
+            env.process(_fair_client(env, node.thread().coroutine(), _addresses(2, (16 << 20) // 64, 100 * index + t),
+                                     window_ns, done))
         t0 = time.perf_counter()
         env.run(until=window_ns + 50_000)
         out_q.put((index, done[0], time.perf_counter() - t0))

@@ -414,13 +414,12 @@ class RdmaThread:
 
     def _batch_arrays(self, n: int) -> tuple:
         """The NIC model's arrays for a batch of ``n`` work requests, allocated once per size:
-        ``(rows, ops, lens, addrs, regions, inline, out)``, the last six being column views of
-        ``rows`` (one row per work request, filled with one ``_PACK_WR`` call)."""
+        ``(rows, out)``: one row per work request (filled with one ``_PACK_WR`` call, read by
+        ``nic.model_post_rows``) and the view of the model's three outputs."""
         arrays = self._batches.get(n)
         if arrays is None:
             rows = np.zeros((n, _WR_COLS), np.int64)
-            arrays = self._batches[n] = (rows, rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3], rows[:, 4],
-                                         rows[:, 5:8])
+            arrays = self._batches[n] = (rows, rows[:, 5:8])
         return arrays
 
 
@@ -578,7 +577,7 @@ class Coroutine:
         now = self.env.now
         heap = self._heap
         seq = self._next_seq
-        times = arrays[6].tolist()
+        times = arrays[1].tolist()
         if reads:                        # one line each: the model lands each at one instant
             self._defer(dst, qp, items, rows, times, now)
             return

@@ -805,9 +805,7 @@ def apply_one_sided(fabric: Fabric, dst: int, op: int, remote_addr: int, rkey: i
     off = remote_addr & _OFFSET_MASK
     mem = fabric.memory[dst]
     if op != IBV_WR_RDMA_READ:
-        dr = getattr(fabric, "_deferred_reads", None)
-        if dr is not None:
-            dr.before_write(dst)         # READs deferred past now land first (shm/deferred.py)
+        before_write(fabric, dst)        # READs deferred past now land first (shm/deferred.py)
     if op == IBV_WR_RDMA_READ or op == IBV_WR_RDMA_WRITE:
         target, locks = (mem.host, mem.host_locks) if region == REGION_HOST else (mem.device, mem.device_locks)
         # the descending flag only orders the lines of a WRITE
