@@ -73,7 +73,8 @@ def stress_scenario(system: str, options: dict, *, seed: int, run_ms: float, com
         "system": {"name": system, **options},
         "workload": {"preset": "a", "recordcount": keys // 2, "keysize": 8, "valuesize": value_size},
         "workloads": {"zipf": {"preset": "a"}},
-        "step": [{"action": "load"}, {"action": "run", "duration_ms": run_ms},
+        # inserts, not a bulk load: concurrent inserts are part of what is checked
+        "step": [{"action": "load", "bulk": False}, {"action": "run", "duration_ms": run_ms},
                  {"action": "run", "workload": "zipf", "duration_ms": run_ms}],
     }
     return scenario_from_dict(data, source=f"dmrack check {system}")

@@ -266,7 +266,8 @@ def stress_rack(system, workload, *, compute: int = 2, threads: int = 2, corouti
     from cluster.rack import ColocatedRack
     from cluster.scenario import scenario_from_dict
     load = workload.recordcount // 2 if load is None else load
-    steps = ([{"action": "load", "count": load}] if load else []) + [{"action": "run", "duration_ms": duration_ms}]
+    # inserts, not a bulk load: the suite checks the system's own insert path
+    steps = ([{"action": "load", "count": load, "bulk": False}] if load else []) + [{"action": "run", "duration_ms": duration_ms}]
     # A YCSB placeholder of the same key count and sizes: what the scenario schema can express.
     d = {
         "rack": {"name": f"conformance-{system.name}", "profile": profile, "seed": seed},

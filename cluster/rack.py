@@ -90,11 +90,14 @@ def compile_scenario(scenario) -> CompiledRack:
         count = getattr(st, "count", None)
         if action == "load" and not count:
             count = wl.recordcount
-        bulk = bool(getattr(st, "bulk", False))
+        bulk = getattr(st, "bulk", None) if action == "load" else False
+        if bulk is None:            # the file left it to the rack: bulk while the structure is empty
+            bulk = (getattr(system, "bulk_load", None) is not None
+                    and not any(p.action in ("load", "run") for p in plan))
         if bulk and getattr(system, "bulk_load", None) is None:
             raise RackError(f"{scenario.source}: step {st.index}: bulk = true, but system {system.name!r} has no "
                             f"bulk load; load its keys with inserts (drop bulk)")
-        label = _label(action, st, wname, wl, duration_ms, count)
+        label = _label(action, st, wname, wl, duration_ms, count, bulk)
         plan.append(PlanStep(index=i, action=action, label=label, workload=wname,
                              duration_ns=int(round(duration_ms * 1e6)), count=int(count or 0),
                              knob=getattr(st, "knob", None), value=getattr(st, "value", 0.0) or 0.0,
@@ -105,9 +108,9 @@ def compile_scenario(scenario) -> CompiledRack:
     return CompiledRack(scenario, system, options, workloads, plan, nodes, compute, capacity)
 
 
-def _label(action, st, wname, wl, duration_ms, count) -> str:
+def _label(action, st, wname, wl, duration_ms, count, bulk) -> str:
     if action == "load":
-        return f"{'bulk-load' if getattr(st, 'bulk', False) else 'load'} {count:,} records ({wname})"
+        return f"{'bulk-load' if bulk else 'load'} {count:,} records ({wname})"
     if action == "run":
         how = f"for {duration_ms:g} ms" if duration_ms else "until stopped"
         return f"run {wname} {how}"

@@ -88,7 +88,9 @@ def scenario(workloads: dict[str, tuple[str, float]], *, records: int, warm_ms: 
              options: dict | None = None, servers: int = SERVERS, threads: int = THREADS, seed: int = 1) -> dict:
     """The rack and steps as a scenario document: load, then per named workload (name ->
     (distribution, read proportion)) a warm-up run and a measured run."""
-    steps = [{"action": "load"}]
+    # Inserts, as Sherman's benchmark loads its tree (thread by thread before the measured
+    # phase); docs/sherman.md compares against a bulk-loaded tree.
+    steps = [{"action": "load", "bulk": False}]
     for name in workloads:
         steps += [{"action": "run", "workload": name, "duration_ms": warm_ms},
                   {"action": "run", "workload": name, "duration_ms": measure_ms}]

@@ -136,6 +136,24 @@ def test_bulk_load_needs_a_system_that_has_one(monkeypatch):
         ColocatedRack(scenario({"action": "load", "bulk": True}, run(0.1)))
 
 
+def test_a_load_step_bulk_loads_by_default_while_the_structure_is_empty(monkeypatch):
+    """docs/rack.md: a load step that does not say ``bulk`` is a bulk load when it is the first
+    step to add keys and the system has one; inserts otherwise; ``bulk = false`` asks for inserts."""
+    from cluster.rack import compile_scenario
+
+    def loads(*steps):
+        return [(p.bulk, p.label.split()[0]) for p in compile_scenario(scenario(*steps)).plan if p.action == "load"]
+
+    assert loads(LOAD, run(0.1)) == [(True, "bulk-load")]
+    assert loads({"action": "load", "bulk": False}, run(0.1)) == [(False, "load")]
+    assert loads({"action": "load", "count": 10}, LOAD, run(0.1)) == [(True, "bulk-load"), (False, "load")]
+    assert loads(run(0.1), LOAD, run(0.1)) == [(False, "load")]          # a run may have inserted keys
+    assert loads({"action": "set", "knob": "threads", "value": 1}, LOAD) == [(True, "bulk-load")]
+    from nodes.systems.race import RaceSystem
+    monkeypatch.setattr(RaceSystem, "bulk_load", None)                      # a system without one
+    assert loads(LOAD, run(0.1)) == [(False, "load")]
+
+
 @pytest.mark.parametrize("system", ["race", "sherman"])
 def test_bulk_load_fills_the_structure_at_once(system):
     d = rack_dict({"action": "load", "bulk": True}, run(0.2, "c"), compute=2)

@@ -15,6 +15,7 @@ from cluster.scenario import (
     ACTIONS, KillStep, LoadStep, RunStep, Scenario, SetStep, SleepStep, SpecError, WARMUP_RECORDS, WARMUP_RUN_MS,
     default_scenario, load_scenario, parse_scenario, warmup_scenario,
 )
+from cluster.rack import compile_scenario
 from cluster.spec import DEFAULT_SOURCE, default_spec
 from tests.test_spec import _fake_workloads, test_systems, write  # noqa: F401  (autouse fixture)
 
@@ -331,8 +332,12 @@ def test_warmup_scenario_is_small_and_same_hardware():
     for name, wl in ws.workloads.items():
         assert wl.preset == spec.workloads[name].preset
         assert wl.overrides["recordcount"] == WARMUP_RECORDS and wl.overrides["keysize"] == 8
-    assert w.steps[0] == LoadStep(1, "default")
-    assert [(s.workload, s.duration_ms) for s in w.steps[1:]] == [("default", WARMUP_RUN_MS),
+    # both load paths compiled: the rack's own choice (a bulk load here), then inserts
+    half = WARMUP_RECORDS // 2
+    assert w.steps[:2] == (LoadStep(1, "default", half), LoadStep(2, "default", WARMUP_RECORDS - half, bulk=False))
+    plan = compile_scenario(w).plan
+    assert [(p.action, p.bulk) for p in plan[:2]] == [("load", True), ("load", False)]
+    assert [(s.workload, s.duration_ms) for s in w.steps[2:]] == [("default", WARMUP_RUN_MS),
                                                                   ("read-mostly", WARMUP_RUN_MS)]
     assert not w.until_stopped and not any(isinstance(s, KillStep) for s in w.steps)
     assert pickle.loads(pickle.dumps(w)) == w

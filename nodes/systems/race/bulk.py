@@ -35,7 +35,6 @@ from .layout import (
 )
 
 BATCH = 65_536                  # keys flattened and placed per call
-REGION_BYTES = 4 << 20          # KV-block regions are taken at least this big
 PLACED, DUPLICATE, FULL = -1, 0, 1
 
 
@@ -142,7 +141,9 @@ def bulk_load(fabric, layout: dict, pairs, *, compiled: bool = True) -> int:
         need = np.bincount((done + np.arange(len(batch))) % len(mns), weights=units * UNIT, minlength=len(mns))
         for p, n in enumerate(need.astype(np.int64).tolist()):
             if cursor[p] + n > end[p]:              # a new region (the rest of the old one stays unused)
-                size = max(REGION_BYTES, n)
+                # at least a client's chunk (chunk_bytes), not more: a table that
+                # inserts can fill, a bulk load can fill too
+                size = max(layout["chunk_bytes"], n)
                 try:
                     cursor[p] = fabric.allocate(mns[p], size)
                 except MemoryError as e:
