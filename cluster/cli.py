@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cluster.pointpool import available_cpus
+from cluster.experiments.pointpool import available_cpus
 
 
 def _only(values) -> list[str] | None:
@@ -18,28 +18,30 @@ def _only(values) -> list[str] | None:
     return [x for v in (values or ()) for x in v.split(",") if x] or None
 
 
-# suite -> module with EXPERIMENTS and run(only, quick, json_path), for the suites that take --only parts
-BENCH_SUITES = {"verbs": "cluster.bench_verbs", "speed": "cluster.bench_speed"}
+def _experiment(kind: str, name: str):
+    """The experiment ``dmrack <kind> <name>`` runs (cluster.experiments.registry), or None after
+    one line naming what is available."""
+    from cluster.experiments.registry import UnknownExperiment, find
+    try:
+        return find(kind, name)
+    except UnknownExperiment as e:
+        print(f"dmrack {kind}: {e}", file=sys.stderr)
+        return None
+
+
+def _run_experiment(exp, args, **options) -> int:
+    """Run ``exp`` with the command line's --only, --quick and --json and those of ``options`` it
+    takes; an unknown --only name is its run's ValueError, one line and exit status 2."""
+    exp.run(only=_only(args.only), quick=args.quick, json_path=args.json, console=_console(),
+            **{k: v for k, v in options.items() if k in exp.options})
+    return 0
 
 
 def _cmd_bench(args) -> int:
-    only = _only(args.only)
-    if args.suite == "ycsb":
-        from cluster import bench_ycsb
-        bench_ycsb.run(system=args.system, only=only, quick=args.quick, json_path=args.json)
-        return 0
-    if args.suite not in BENCH_SUITES:
-        print(f"dmrack bench: unknown suite {args.suite!r}; available: verbs, ycsb, speed", file=sys.stderr)
+    exp = _experiment("bench", args.suite)
+    if exp is None:
         return 2
-    import importlib
-    suite = importlib.import_module(BENCH_SUITES[args.suite])
-    unknown = [x for x in only or [] if x not in suite.EXPERIMENTS]
-    if unknown:
-        print(f"dmrack bench {args.suite}: unknown experiment {unknown[0]!r}; choose from "
-              f"{', '.join(suite.EXPERIMENTS)}", file=sys.stderr)
-        return 2
-    suite.run(only=only, quick=args.quick, json_path=args.json)
-    return 0
+    return _run_experiment(exp, args, system=args.system)
 
 
 def _outputs(args, create: bool = True) -> tuple[str | None, str | None]:
@@ -149,7 +151,7 @@ def _history_out(ops, args, console) -> int:
     """Write the recorded history (--history) and check it (--check); 1 if it is not linearizable."""
     if ops is None:
         return 0
-    from cluster.checker import check, dump_jsonl
+    from cluster.correctness.checker import check, dump_jsonl
     if args.history:
         dump_jsonl(ops, args.history)
         console.print(f"dmrack: wrote {len(ops):,} operations to {args.history}")
@@ -201,29 +203,20 @@ def _whole(text: str) -> int | None:
         return None
 
 
-# paper -> the module whose run() reproduces it
-REPRODUCTIONS = {"smart": "cluster.reproduce_smart", "sherman": "cluster.reproduce_sherman"}
-
-
 def _cmd_reproduce(args) -> int:
-    if args.paper not in REPRODUCTIONS:
-        print(f"dmrack reproduce: unknown paper {args.paper!r}; available: {', '.join(REPRODUCTIONS)}",
-              file=sys.stderr)
+    exp = _experiment("reproduce", args.paper)
+    if exp is None:
         return 2
     jobs = available_cpus() if args.jobs is None else _whole(args.jobs)
     if jobs is None or jobs < 1:
         print(f"dmrack reproduce: --jobs takes a whole number of processes, at least 1; got {args.jobs!r}",
               file=sys.stderr)
         return 2
-    import importlib
-    only = _only(args.only)
-    importlib.import_module(REPRODUCTIONS[args.paper]).run(only=only, quick=args.quick, json_path=args.json,
-                                                          console=_console(), jobs=jobs)
-    return 0
+    return _run_experiment(exp, args, jobs=jobs)
 
 
 def _cmd_check(args) -> int:
-    from cluster import check
+    from cluster.correctness import check
     if (args.system is None) == (args.history is None):
         raise ValueError("give --system NAME (check a system) or --history FILE (check a recorded history)")
     if args.out:
@@ -320,8 +313,35 @@ def _cmd_clean(args) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose --help can end with the experiments of a kind (``experiments``:
+    "bench" or "reproduce"), each with its title and the parts --only takes. They are read from
+    the registry when the help is printed, not when the parser is built, so that no other command
+    imports an experiment."""
+
+    def __init__(self, *args, experiments: str | None = None, **kwargs):
+        if experiments:
+            kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
+        self.experiments = experiments
+
+    def format_help(self) -> str:
+        if self.experiments and self.epilog is None:
+            from cluster.experiments.registry import KINDS, available
+            found = available(self.experiments)
+            width = max((len(e.name) for e in found), default=0)
+            noun = KINDS[self.experiments]
+            lines = [f"{noun}s (dmrack {self.experiments} {noun.upper()}):"]
+            for e in found:
+                lines.append(f"  {e.name:<{width}}  {e.title}")
+                if e.parts:
+                    lines.append(f"  {'':<{width}}  --only {', '.join(e.parts)}")
+            self.epilog = "\n".join(lines)
+        return super().format_help()
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="dmrack", description="Emulated disaggregated-memory rack")
+    parser = _Parser(prog="dmrack", description="Emulated disaggregated-memory rack")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def run_flags(p):
@@ -353,8 +373,8 @@ def main(argv=None) -> int:
     run_flags(r)
     r.set_defaults(func=_cmd_run)
 
-    b = sub.add_parser("bench", help="benchmarks that print published vs emulated tables")
-    b.add_argument("suite", help="which suite: verbs, ycsb, speed (how fast the emulator runs, in real time)")
+    b = sub.add_parser("bench", help="benchmarks that print published vs emulated tables", experiments="bench")
+    b.add_argument("suite", help="which suite (listed below)")
     b.add_argument("--system", default="race", help="ycsb: the system to measure (default race)")
     b.add_argument("--quick", action="store_true", help="reduced sweeps (about two minutes)")
     b.add_argument("--json", metavar="PATH", help="also write the rows as JSON records")
@@ -362,8 +382,9 @@ def main(argv=None) -> int:
                    help="run only these experiments / workloads (comma-separated or repeated)")
     b.set_defaults(func=_cmd_bench)
 
-    rp = sub.add_parser("reproduce", help="a paper's experiments at reduced scale, published beside emulated")
-    rp.add_argument("paper", help="which paper: smart (SMART, ASPLOS'24) or sherman (Sherman, SIGMOD'22)")
+    rp = sub.add_parser("reproduce", help="a paper's experiments at reduced scale, published beside emulated",
+                        experiments="reproduce")
+    rp.add_argument("paper", help="which paper (listed below)")
     rp.add_argument("--quick", action="store_true", help="fewer points and shorter windows")
     rp.add_argument("--json", metavar="PATH", help="also write the rows as JSON records")
     rp.add_argument("--only", metavar="EXP[,EXP]", action="append",

@@ -323,8 +323,8 @@ class ColocatedRack:
 
 
 def collect_history(state: RackState) -> list:
-    """Every compute node's recorded operations as checker ops (``cluster.checker.Op``)."""
-    from cluster.checker import Op
+    """Every compute node's recorded operations as checker ops (``cluster.correctness.checker.Op``)."""
+    from cluster.correctness.checker import Op
     from nodes import history as h
     log = state.history
     full = [state.compiled.compute[i] for i in range(log.n_procs) if log.overflowed(i)]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.bench_verbs import Rig, _atomic_clients
+from cluster.experiments.verbs import Rig, _atomic_clients
 from shm.fabric import REGION_DEVICE, REGION_HOST, gaddr
 from shm.profile import load_profile
 
@@ -39,7 +39,7 @@ def test_spinning_on_a_lock_fills_its_address_slot_with_failed_cas():
     """One lock, 8 clients spinning: every failed CAS holds the lock word's address slot as a
     successful one does, so acquisitions x (1 + failed CASes per acquisition) is the same-address
     CAS rate; the holder's READ and WRITE + unlock set the acquisition rate."""
-    from cluster.bench_verbs import _lock_clients
+    from cluster.experiments.verbs import _lock_clients
     nic = load_profile("cx5-100g").nic
     with Rig(load_profile("cx5-100g"), 4, 1, mem_bytes=1 << 20) as rig:
         mops, fails, starved, _ = _lock_clients(rig, clients=8, region=REGION_HOST, warmup=20_000,
@@ -53,7 +53,7 @@ def test_atomics_queued_on_a_hot_address_hold_processing_units_other_requests_ne
     64 clients CASing one host-memory word leave random READs to the same NIC a fraction of
     their rate alone; on NIC device memory the address is held for an SRAM access and the READs
     barely notice; a few CAS clients cannot fill the units either."""
-    from cluster.bench_verbs import _reads_beside_hot_cas
+    from cluster.experiments.verbs import _reads_beside_hot_cas
 
     def reads(casers, region=REGION_HOST):
         with Rig(load_profile("cx5-100g"), 4, 1, mem_bytes=64 << 20) as rig:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cluster import bench_speed as bs
+from cluster.experiments import speed as bs
 
 
 @pytest.mark.parametrize("loop", [bs.coroutine_loop, bs.raw_verbs_loop,

@@ -1,4 +1,4 @@
-"""The per-key linearizability checker (cluster/checker.py): hand-built classic histories, crashed
+"""The per-key linearizability checker (cluster/correctness/checker.py): hand-built classic histories, crashed
 operations, independence of keys, the time limit, explanations, JSONL, scans, malformed input,
 randomized correct histories and their mutations, and agreement with a brute-force checker."""
 
@@ -9,9 +9,9 @@ import random
 
 import pytest
 
-from cluster import checker as C
-from cluster.checker import (CheckResult, HistoryError, KeyFailure, Op, check, dump_jsonl, load_jsonl,
-                             synthetic_history)
+from cluster.correctness import checker as C
+from cluster.correctness.checker import (CheckResult, HistoryError, KeyFailure, Op, check, dump_jsonl,
+                                         load_jsonl, synthetic_history)
 
 
 def op(client, kind, key, value, ok, call, ret, result=()):

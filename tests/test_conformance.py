@@ -1,4 +1,4 @@
-"""The conformance suite (cluster/conformance.py) on every registered system, and proof that it
+"""The conformance suite (cluster/correctness/conformance.py) on every registered system, and proof that it
 has teeth: deliberately broken systems fail the check meant to catch them, with a message that
 names the check and the problem.
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.conformance import CHECKS, CheckOutcome, ConformanceFailure, rig, run_suite, stress_rack
+from cluster.correctness.conformance import CHECKS, CheckOutcome, ConformanceFailure, rig, run_suite, stress_rack
 from nodes.systems import get_system, system_names
 from nodes.systems.api import KVClient, System
 from nodes.systems.race import RaceSystem

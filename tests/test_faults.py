@@ -12,7 +12,7 @@ import time
 import psutil
 import pytest
 
-from cluster.checker import check
+from cluster.correctness.checker import check
 from cluster.rack import ColocatedRack
 from cluster.scenario import scenario_from_dict
 from cluster.supervisor import Supervisor

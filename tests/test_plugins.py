@@ -126,7 +126,7 @@ def test_load_errors_are_one_line(tmp_path, monkeypatch, target, needle):
 
 @pytest.mark.parametrize("check", ["single_client", "insert_race", "no_torn_values", "history_zipfian"])
 def test_conformance_on_the_example_plugin(monkeypatch, check):
-    from cluster.conformance import run_suite
+    from cluster.correctness.conformance import run_suite
     monkeypatch.syspath_prepend(str(PLUGIN_DIR))
     (out,) = run_suite(EXAMPLE, only=[check])
     assert out.passed, out.detail
@@ -137,7 +137,7 @@ def test_a_get_that_skips_its_checksum_returns_torn_values_co_located(monkeypatc
     transfers land line by line (shm/landing.py), so a GET meets a WRITE halfway and only the
     checksum tells. Co-located, hence the same on every run: with the checksum the history
     is linearizable and torn reads were retried; without it a GET returns bytes no write produced."""
-    from cluster.conformance import run_suite
+    from cluster.correctness.conformance import run_suite
     monkeypatch.syspath_prepend(str(PLUGIN_DIR))
     (good,) = run_suite(LOCKHT, only=["history_uniform"])
     assert good.passed, good.detail

@@ -1,4 +1,4 @@
-"""cluster.pointpool: independent points side by side give what they give one after the other."""
+"""cluster.experiments.pointpool: independent points side by side give what they give one after the other."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 import psutil
 import pytest
 
-from cluster.pointpool import available_cpus, map_points
+from cluster.experiments.pointpool import available_cpus, map_points
 
 
 def _square_and_pid(x):
@@ -59,7 +59,7 @@ def test_jobs_must_be_positive():
 def test_fresh_racks_side_by_side_give_the_same_figures():
     """Co-located racks are deterministic for their seed and share nothing, so the reproduction's
     sweeps of fresh racks may run side by side (dmrack reproduce --jobs)."""
-    from cluster.reproduce_smart import UPDATE_ONLY, _fresh_points
+    from cluster.experiments.smart import UPDATE_ONLY, _fresh_points
     kw = dict(records=1_000, warm_ms=0.05, measure_ms=0.05, properties=UPDATE_ONLY)
     points = [(f"{t} threads", "race", "a", t, kw) for t in (1, 2, 4)]
     serial = _fresh_points(points)

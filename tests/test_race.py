@@ -498,7 +498,7 @@ def test_virtual_time_of_one_get_is_two_round_trips(fab):
 def test_bulk_load_places_keys_as_inserts_do():
     import random as _random
 
-    from cluster.conformance import rig as _rig
+    from cluster.correctness.conformance import rig as _rig
     from nodes.systems.api import SystemError_
     from nodes.systems.race import RaceSystem
     from workloads.keys import key_bytes
@@ -525,7 +525,7 @@ def test_compiled_bulk_placement_matches_its_python_source_byte_for_byte():
     memory nodes; both tables answer every key."""
     import random as _random
 
-    from cluster.conformance import rig as _rig
+    from cluster.correctness.conformance import rig as _rig
     from nodes.systems.race import RaceSystem
     from nodes.systems.race.bulk import bulk_load
     rnd = _random.Random(5)

@@ -24,7 +24,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from cluster.checker import Op, dump_jsonl
+from cluster.correctness.checker import Op, dump_jsonl
 from shm.segment import list_segments, owner_pid_of
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from cluster import conformance
-from cluster.conformance import rig
+from cluster.correctness import conformance
+from cluster.correctness.conformance import rig
 from nodes.systems import get_system
 from nodes.systems.api import SystemError_
 from nodes.systems.lib.reclaim import clear_row, global_epoch

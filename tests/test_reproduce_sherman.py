@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cluster import reproduce_sherman as rsh
+from cluster.experiments import sherman as rsh
 
 TINY = dict(records=400, warm_ms=0.05, measure_ms=0.1, servers=2, threads=2)
 
@@ -33,4 +33,4 @@ def test_unknown_paper_is_one_line(capsys):
     from cluster.cli import main
     assert main(["reproduce", "shermann"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "smart, sherman" in err[0]
+    assert len(err) == 1 and "unknown paper" in err[0] and "available: sherman, smart" in err[0]

@@ -10,7 +10,7 @@ from unittest import mock
 
 import pytest
 
-from cluster.conformance import rig
+from cluster.correctness.conformance import rig
 from nodes.runtime.env import Environment
 from nodes.systems.sherman import INLINE_VALUE, KeySizeError, ShermanSystem
 from nodes.systems.sherman.layout import LINE, NODE_BYTES, unpack_root
@@ -361,7 +361,7 @@ ABLATIONS = [{"lock_memory": "host"}, {"hierarchical": False}, {"combine": False
 
 @pytest.mark.parametrize("options", [{"cache_nodes": 0}, {"max_handover": 0, "lock_slots": 4}] + ABLATIONS)
 def test_conformance_rig_checks_pass_with_options(options):
-    from cluster.conformance import CHECKS
+    from cluster.correctness.conformance import CHECKS
     for name in ("single_client", "no_torn_values", "insert_race", "load_then_read"):
         CHECKS[name](ShermanSystem, options)
 
@@ -380,7 +380,7 @@ def test_unlock_before_write_is_caught_by_the_checker():
     """The deliberate bug (system option fault = "unlock-before-write"): the leaf's lock is free
     before the entry is written back. The co-located stress history is not linearizable; the same
     run without the fault passes (the conformance suite runs it for every system)."""
-    from cluster import conformance
+    from cluster.correctness import conformance
     from nodes.systems import get_system
     with pytest.raises(conformance.ConformanceFailure, match="not linearizable"):
         conformance.CHECKS["history_uniform"](get_system("sherman"), {"fault": "unlock-before-write"})
@@ -391,7 +391,7 @@ def test_retiring_the_new_block_is_caught_by_the_checker():
     published instead of the one it replaced, so a live value is reused under its entry (use
     after free). The conformance suite's load of values up to 56 B (some out of line) reads keys
     back with another key's bytes."""
-    from cluster import conformance
+    from cluster.correctness import conformance
     from nodes.systems import get_system
     with pytest.raises(conformance.ConformanceFailure, match="loaded keys read wrong"):
         conformance.CHECKS["load_then_read"](get_system("sherman"), {"fault": "retire-new-block"})

@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import random
 
-from cluster.conformance import rig
+from cluster.correctness.conformance import rig
 from nodes.runtime.env import Environment
 from nodes.systems.sherman.layout import LINE, NODE_BYTES
 from nodes.systems.smart_bt import SmartBTStats, SmartBTSystem, SpecCache

@@ -13,7 +13,7 @@ the same key at the same time. ``StressWorkload`` is the opposite, on purpose:
   taken thousands of times in a short run;
 * values are ``workloads.keys.value_bytes`` of at least 16 bytes, so each carries the version of
   the write that produced it: the rack's history records which write a get saw, which is what
-  the linearizability checker (``cluster.checker``) needs.
+  the linearizability checker (``cluster.correctness.checker``) needs.
 
 It is a drop-in for ``workloads.ycsb.CoreWorkload`` where the rack uses one (the compiled rack's
 ``workloads`` dict, ``nodes.compute.ComputeNode``): the same attributes (``name``,

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from cluster.benchtable import Row, run_experiments
+from cluster.experiments.registry import Experiment
+from cluster.experiments.rows import Row, run_experiments
 from nodes.runtime.env import Environment
 from shm.coro import NodeRdma
 from shm.fabric import REGION_DEVICE, REGION_HOST, Fabric, NodeSpec, gaddr
@@ -518,8 +519,8 @@ def locks(quick: bool, progress) -> list[Row]:
 # --- emulation speed ---------------------------------------------------------------------------------
 
 def speed(quick: bool, progress) -> list[Row]:
-    """The verbs-level rows of ``dmrack bench speed`` (cluster/bench_speed.py)."""
-    from cluster.bench_speed import verbs_rows
+    """The verbs-level rows of ``dmrack bench speed`` (cluster/experiments/speed.py)."""
+    from cluster.experiments.speed import verbs_rows
     return verbs_rows(quick, progress)
 
 
@@ -537,3 +538,8 @@ EXPERIMENTS = {
 def run(only=None, quick: bool = False, json_path: str | None = None, console=None) -> list[Row]:
     return run_experiments(EXPERIMENTS, only=only, quick=quick, json_path=json_path, console=console,
                            label="bench verbs")
+
+
+EXPERIMENT = Experiment(kind="bench", name="verbs", run=run, parts=tuple(EXPERIMENTS),
+                        title="fabric calibration: FlexKV Fig. 3, SMART Fig. 3 and 4, latency, atomics, locks, "
+                              "speed")

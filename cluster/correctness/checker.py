@@ -1450,7 +1450,7 @@ def _accumulate(xs):
 # -- command line ----------------------------------------------------------------------------
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python3 -m cluster.checker",
+    ap = argparse.ArgumentParser(prog="python3 -m cluster.correctness.checker",
                                  description="Check a KV history (JSONL) for per-key linearizability.")
     ap.add_argument("history", nargs="?", help="a JSONL history (see docs/checking.md)")
     ap.add_argument("--time-limit", type=float, default=10.0, help="seconds for the whole check (default 10)")

@@ -2,12 +2,12 @@
 
 Two parts, both against the one KV interface, so every system gets the same verdict procedure:
 
-1. the conformance suite (``cluster/conformance.py``): single-client semantics, large values,
+1. the conformance suite (``cluster/correctness/conformance.py``): single-client semantics, large values,
    load-then-read and co-located concurrent stress with the history checked, in one process;
 2. a stress of a rack of *processes*: two compute nodes whose coroutines hammer a small key space
    with gets, inserts, updates and deletes, first uniform, then zipfian 0.99 keys, every
    operation recorded in the shared history; the merged history is then checked for per-key
-   linearizability (``cluster/checker.py``). Real concurrency across OS processes is what finds
+   linearizability (``cluster/correctness/checker.py``). Real concurrency across OS processes is what finds
    the races a single scheduler cannot produce.
 
 The output is built for a failure, which can involve dozens of keys: the verdict comes first
@@ -83,7 +83,7 @@ def stress_scenario(system: str, options: dict, *, seed: int, run_ms: float, com
 def stress_processes(system: str, options: dict, *, seed: int = 1, run_ms: float | None = None,
                      time_limit_s: float = 60.0, shape: StressShape = StressShape()):
     """Run the stress on a rack of processes; returns (CheckResult, Supervisor)."""
-    from cluster.checker import check
+    from cluster.correctness.checker import check
     from cluster.supervisor import Supervisor
     from workloads.stress import StressWorkload
     if run_ms is not None:
@@ -152,7 +152,7 @@ def run(system: str, *, options: dict | None = None, quick: bool = False, heavy:
     when something failed or when a path or directory was given."""
     from rich.console import Console
     from rich.table import Table
-    from cluster.conformance import run_suite
+    from cluster.correctness.conformance import run_suite
     from nodes.systems import get_system
     console = console or Console()
     cls = get_system(system)
@@ -217,14 +217,14 @@ def run(system: str, *, options: dict | None = None, quick: bool = False, heavy:
 def check_history_file(path: str, *, time_limit_s: float = 10.0, console=None, report_path: str | None = None,
                        out_dir: str | None = None, json_path: str | None = None) -> int:
     """``dmrack check --history FILE``: check a recorded history (``dmrack run --history``, or
-    any JSONL of ``cluster.checker.Op`` records). Prints the verdict, then a short block per
+    any JSONL of ``cluster.correctness.checker.Op`` records). Prints the verdict, then a short block per
     failing key; the full explanation goes to a report file when the history is not linearizable
     (or a report path or directory was given). Returns the exit status: 0 linearizable, 1 not,
     3 undecided within the time limit. A malformed file raises ``HistoryError`` (a ValueError:
     one line naming the file and line, exit status 2)."""
     import os
     from rich.console import Console
-    from cluster.checker import check, load_jsonl
+    from cluster.correctness.checker import check, load_jsonl
     console = console or Console()
     ops = load_jsonl(path)
     with console.status(f"[bold]checking {len(ops):,} operations[/] of {path}"):

@@ -37,18 +37,19 @@ change a figure.
 
 from __future__ import annotations
 
-from cluster.bench_ycsb import CONTENDED_MS, SMART_KEYS, UNCONTENDED_MS
-from cluster.benchtable import Row, run_experiments
-from cluster.pointpool import map_points
+from cluster.experiments.pointpool import map_points
+from cluster.experiments.registry import Experiment
+from cluster.experiments.rows import Row, run_experiments
+from cluster.experiments.ycsb import CONTENDED_MS, SMART_KEYS, UNCONTENDED_MS
 
 
 def fig3(quick: bool, progress) -> list[Row]:
-    from cluster.bench_verbs import smart_fig3
+    from cluster.experiments.verbs import smart_fig3
     return [_renamed(r, "fig3") for r in smart_fig3(quick, progress)]
 
 
 def fig4(quick: bool, progress) -> list[Row]:
-    from cluster.bench_verbs import smart_fig4
+    from cluster.experiments.verbs import smart_fig4
     return [_renamed(r, "fig4") for r in smart_fig4(quick, progress)]
 
 
@@ -98,7 +99,7 @@ def fig5(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
 
 def _ycsb_rack(system: str, workload: str, threads: tuple[int, ...], *, records: int, warm_ms: float,
                measure_ms: float, **scenario):
-    """Like :func:`cluster.bench_ycsb.measure` but keeps the rack, so the clients' and threads'
+    """Like :func:`cluster.experiments.ycsb.measure` but keeps the rack, so the clients' and threads'
     statistics can be read after the run. Returns (points, rack); a point's ``plan_step`` is its
     measured step in the rack's plan (``ComputeNode.smart_at_step_end`` is keyed by it).
 
@@ -106,7 +107,7 @@ def _ycsb_rack(system: str, workload: str, threads: tuple[int, ...], *, records:
     timed run step ends with its window, and an operation that returns later is still counted in
     the step that issued it (nodes/compute.py), so the rack's step figure is the same number.
     """
-    from cluster.bench_ycsb import scenario_dict
+    from cluster.experiments.ycsb import scenario_dict
     from cluster.rack import ColocatedRack
     from cluster.scenario import scenario_from_dict
     scenario["properties"] = {**SMART_KEYS, **(scenario.get("properties") or {})}
@@ -129,7 +130,7 @@ def _fresh_points(points, progress=None, *, jobs: int = 1) -> list[dict]:
     memory-node backends and reload the table for every point (ae/collect/fig5-*, fig8-*): a
     sweep on one rack would carry the previous point's hot-key stragglers into the next. A point
     is ``(label, system, workload, threads, scenario kwargs)``; the racks run ``jobs`` at a time
-    (:mod:`cluster.pointpool`), and the figures do not depend on it."""
+    (:mod:`cluster.experiments.pointpool`), and the figures do not depend on it."""
     return map_points(_fresh_point, points, jobs=jobs, progress=progress, describe=lambda p: p[0])
 
 
@@ -146,13 +147,13 @@ RIG_SCALE = 8_000_000 // RIG_TUNER["delta_ns"]          # paper time / emulated 
 def _reads(rig, *, threads: int, depth: int, smart: dict | None, warmup: int, window: int,
            policy: str = "per_thread_doorbell", schedule=None) -> float:
     """``threads`` threads, one coroutine each, ring a doorbell per 8-byte READ, ``depth`` READs
-    per batch, wait for the batch, repeat (SMART's bench tool, as ``bench_verbs._onesided_closed_loop``
+    per batch, wait for the batch, repeat (SMART's bench tool, as ``verbs._onesided_closed_loop``
     with ``post_each``), on a :class:`NodeRdma` built with ``smart``. ``schedule``: a list of
     (time ns, active threads); a thread turned off finishes its batch, calls ``idle()`` and waits;
     turned on, it calls ``resume()``. Returns Mops in [warmup, warmup + window)."""
     import numpy as np
 
-    from cluster.bench_verbs import Window
+    from cluster.experiments.verbs import Window
     from shm.coro import NodeRdma
     from shm.fabric import gaddr
     env = rig.env
@@ -201,7 +202,7 @@ def _reads(rig, *, threads: int, depth: int, smart: dict | None, warmup: int, wi
 
 
 def _rig():
-    from cluster.bench_verbs import Rig
+    from cluster.experiments.verbs import Rig
     from shm.profile import load_profile
     return Rig(load_profile("cx6-200g"), 1, 1)
 
@@ -493,10 +494,14 @@ EXPERIMENTS = {"fig3": fig3, "fig4": fig4, "fig5": fig5, "fig7": fig7, "fig12": 
                "fig14": fig14, "table1": table1}
 
 
-# the experiments made of fresh racks, which can run side by side (cluster.pointpool)
+# the experiments made of fresh racks, which can run side by side (cluster.experiments.pointpool)
 SIDE_BY_SIDE = ("fig5", "fig7", "fig14")
 
 
 def run(only=None, quick: bool = False, json_path: str | None = None, console=None, jobs: int = 1) -> list[Row]:
     return run_experiments(EXPERIMENTS, only=only, quick=quick, json_path=json_path, console=console,
                            label="reproduce smart", title_prefix="SMART ", jobs=jobs, side_by_side=SIDE_BY_SIDE)
+
+
+EXPERIMENT = Experiment(kind="reproduce", name="smart", run=run, parts=tuple(EXPERIMENTS), options=("jobs",),
+                        title="SMART (ASPLOS'24): Fig. 3, 4, 5, 7, 12, 13, 14 and Table 1")

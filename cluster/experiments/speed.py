@@ -32,7 +32,8 @@ import time
 
 import numpy as np
 
-from cluster.benchtable import Row, run_experiments
+from cluster.experiments.registry import Experiment
+from cluster.experiments.rows import Row, run_experiments
 
 DEPTH = 8
 TARGET_COROUTINE = 500_000
@@ -61,7 +62,7 @@ def _fair_client(env, co, addrs: list, window_ns: int, done: list):
 def coroutine_loop(threads: int, window_ns: int, *, numpy_addresses: bool = False) -> tuple[int, float]:
     """One process, the coroutine API: (verbs completed, real seconds) for ``window_ns`` of
     virtual time."""
-    from cluster.bench_verbs import Rig
+    from cluster.experiments.verbs import Rig
     from shm.coro import NodeRdma
     from shm.fabric import gaddr
     from shm.profile import load_profile
@@ -89,7 +90,7 @@ def coroutine_loop(threads: int, window_ns: int, *, numpy_addresses: bool = Fals
 def raw_verbs_loop(threads: int, window_ns: int) -> tuple[int, float]:
     """One process, pyverbs: each thread its own QP and CQ, ``DEPTH`` READs per ``post_send``,
     then ``CQ.wait(DEPTH)`` and one ``CQ.poll``."""
-    from cluster.bench_verbs import Rig
+    from cluster.experiments.verbs import Rig
     from shm.profile import load_profile
     from shm.verbs import (
         CQ, IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_READ, IBV_WR_RDMA_READ, MR, PD, QP, SGE, Context, QPInitAttr,
@@ -232,7 +233,7 @@ def two_processes(window_ns: int, sync_window_ns: int | None = None) -> tuple[in
 def ycsb_a(system: str, *, records: int, threads: int, coroutines: int, run_ms: float) -> dict:
     """A co-located rack: load ``records`` keys with one thread, run YCSB-A (zipf 0.99) for
     ``run_ms`` virtual ms; operations and verbs per real second over the whole run."""
-    from cluster.bench_ycsb import SMART_KEYS, scenario_dict
+    from cluster.experiments.ycsb import SMART_KEYS, scenario_dict
     from cluster.rack import ColocatedRack
     from cluster.scenario import scenario_from_dict
     doc = scenario_dict(system, "a", (threads,), records=records, warm_ms=run_ms / 4, measure_ms=run_ms,
@@ -322,12 +323,12 @@ def systems_rows(quick: bool, progress) -> list[Row]:
 
 
 def reproduce_rows(quick: bool, progress) -> list[Row]:
-    from cluster import reproduce_smart
+    from cluster.experiments import smart
     rows = []
     for name in ("fig12",) if quick else ("fig3", "fig4", "fig12", "fig13"):
         progress(f"speed: reproduce smart --quick {name}")
         t0 = time.perf_counter()
-        reproduce_smart.EXPERIMENTS[name](True, lambda msg: None)
+        smart.EXPERIMENTS[name](True, lambda msg: None)
         rows.append(Row("speed", f"reproduce smart --quick {name}", "-", "wall s", round(time.perf_counter() - t0, 1)))
     return rows
 
@@ -338,3 +339,7 @@ EXPERIMENTS = {"verbs": verbs_rows, "systems": systems_rows, "reproduce": reprod
 def run(only=None, quick: bool = False, json_path: str | None = None, console=None) -> list[Row]:
     return run_experiments(EXPERIMENTS, only=only, quick=quick, json_path=json_path, console=console,
                            label="bench speed", title_prefix="speed: ")
+
+
+EXPERIMENT = Experiment(kind="bench", name="speed", run=run, parts=tuple(EXPERIMENTS),
+                        title="how fast the emulator runs in real time: verbs, systems, reproduction parts")

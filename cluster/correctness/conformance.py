@@ -31,7 +31,7 @@ Why these checks, and how they are sized:
   ``history_zipfian``): one key inserted and deleted by everyone at once has exactly one winner
   each time; a parallel load loses nothing; and a run of ``workloads.stress.StressWorkload``
   (gets, inserts, updates and deletes over 64 contended keys, many threads x coroutines on two
-  compute nodes) on a co-located rack records a history that ``cluster.checker.check`` must find
+  compute nodes) on a co-located rack records a history that ``cluster.correctness.checker.check`` must find
   linearizable;
 * *hygiene* (``client_statistics``): ``KVClient.statistics()`` is None or an immutable record.
 
@@ -57,7 +57,7 @@ import traceback
 from collections import OrderedDict
 from typing import Callable, Iterable, NamedTuple
 
-from cluster.check import HEAVY, StressShape
+from cluster.correctness.check import HEAVY, StressShape
 from nodes.runtime.env import Environment, ProcessError
 from nodes.systems import get_system
 from nodes.systems.api import UnsupportedOperation
@@ -614,7 +614,7 @@ HISTORY = StressShape(keys=64, value_size=48, threads=2, coroutines=4, run_ms=1.
 def _history_check(system, options: dict, distribution: str, shape: StressShape = HISTORY) -> None:
     """A StressWorkload of ``shape`` (``run_ms``: the run's length) on a co-located rack of two
     compute nodes; the recorded history must be linearizable."""
-    from cluster.checker import check
+    from cluster.correctness.checker import check
     from workloads.stress import StressWorkload
     wl = StressWorkload(shape.keys, distribution=distribution, value_size=shape.value_size,
                         mixed_sizes=shape.mixed_sizes)

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import time
 
-from cluster.benchtable import Row, check_json_path, print_rows, write_json
+from cluster.experiments.registry import Experiment
+from cluster.experiments.rows import Row, check_json_path, print_rows, write_json
 
 WORKLOADS = {"a": "write-heavy (A: 50% update)", "b": "read-heavy (B: 5% update)", "c": "read-only (C)"}
 THREADS_FULL = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96)
@@ -158,3 +159,7 @@ def _rows(system: str, w: str, points: list[dict]) -> list[Row]:
         out.append(Row(exp, system, "max", "max Mops (published: stays under)", best["mops"],
                        PUBLISHED_READ_CEILING))
     return out
+
+
+EXPERIMENT = Experiment(kind="bench", name="ycsb", run=run, parts=tuple(WORKLOADS), options=("system",),
+                        title="YCSB A, B and C by thread count beside SMART §6.2.1's RACE figures (--system)")

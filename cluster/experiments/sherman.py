@@ -39,8 +39,9 @@ Experiments:
 
 from __future__ import annotations
 
-from cluster.benchtable import Row, run_experiments
-from cluster.pointpool import map_points
+from cluster.experiments.pointpool import map_points
+from cluster.experiments.registry import Experiment
+from cluster.experiments.rows import Row, run_experiments
 
 PROFILE = "cx5-100g"
 SERVERS = 8                      # compute nodes and memory nodes
@@ -236,3 +237,7 @@ def run(only=None, quick: bool = False, json_path: str | None = None, console=No
     _FIGURES.clear()
     return run_experiments(EXPERIMENTS, only=only, quick=quick, json_path=json_path, console=console,
                            label="reproduce sherman", title_prefix="Sherman ", jobs=jobs, side_by_side=SIDE_BY_SIDE)
+
+
+EXPERIMENT = Experiment(kind="reproduce", name="sherman", run=run, parts=tuple(EXPERIMENTS), options=("jobs",),
+                        title="Sherman (SIGMOD'22): Fig. 10, 11 and the ablation from FG+")

@@ -1,6 +1,6 @@
-"""Rows and tables shared by every ``dmrack bench`` suite: each result is one record of
-(experiment, series, x, metric, emulated, published), printed as a rich table per experiment and
-optionally written as a JSON list, so all suites read and compare alike."""
+"""Rows and tables shared by every ``dmrack bench`` suite and ``dmrack reproduce`` paper: each
+result is one record of (experiment, series, x, metric, emulated, published), printed as a rich
+table per experiment and optionally written as a JSON list, so all suites read and compare alike."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def run_experiments(experiments: dict, *, only=None, quick: bool = False, json_p
     """Run the named experiments (``name -> fn(quick, progress) -> [Row]``) in order with a progress
     line, print each one's table as it finishes, and write every row as JSON at the end. The
     experiments named in ``side_by_side`` are sweeps of fresh racks that also take ``jobs``: how
-    many racks run at a time (cluster.pointpool), which does not change a figure."""
+    many racks run at a time (cluster.experiments.pointpool), which does not change a figure."""
     from functools import partial
 
     from rich.console import Console

@@ -1,0 +1,107 @@
+"""The experiments' registry (cluster/experiments/registry.py): every module of the package that
+declares an experiment is found by kind and name, a new module is found with no edit anywhere
+else (a paper dropped into the package runs as ``dmrack reproduce NAME``), an unknown name is one
+line listing what is available, and importing the command line imports no experiment."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import cluster.experiments
+from cluster.experiments.registry import OPTIONS, Experiment, UnknownExperiment, available, find
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_package_declares_the_benches_and_the_papers():
+    assert [(e.kind, e.name) for e in available()] == [
+        ("bench", "speed"), ("bench", "verbs"), ("bench", "ycsb"), ("reproduce", "sherman"), ("reproduce", "smart")]
+    assert [e.name for e in available("reproduce")] == ["sherman", "smart"]
+    for e in available():
+        assert e.title and callable(e.run) and e.parts and set(e.options) <= set(OPTIONS)
+
+
+def test_find_returns_the_module_declaration():
+    from cluster.experiments import sherman, smart, verbs, ycsb
+    assert find("reproduce", "smart") is smart.EXPERIMENT
+    assert find("reproduce", "sherman").run is sherman.run
+    assert find("bench", "verbs").parts == tuple(verbs.EXPERIMENTS)
+    assert find("bench", "ycsb").options == ("system",)
+    assert find("reproduce", "smart").options == ("jobs",) == find("reproduce", "sherman").options
+    assert ycsb.EXPERIMENT.parts == ("a", "b", "c")
+
+
+@pytest.mark.parametrize("kind, name, message", [
+    ("reproduce", "shermann", "unknown paper 'shermann'; available: sherman, smart"),
+    ("bench", "nosuch", "unknown suite 'nosuch'; available: speed, verbs, ycsb"),
+    ("reproduce", "verbs", "unknown paper 'verbs'"),           # a bench is not a paper
+    ("bench", "rows", "unknown suite 'rows'"),                  # a helper declares nothing
+])
+def test_an_unknown_name_lists_what_is_available(kind, name, message):
+    with pytest.raises(UnknownExperiment, match=message):
+        find(kind, name)
+
+
+def test_a_declaration_is_checked():
+    with pytest.raises(ValueError, match="kind must be one of"):
+        Experiment(kind="paper", name="x", title="x", run=print)
+    with pytest.raises(ValueError, match="unknown option 'threads'"):
+        Experiment(kind="bench", name="x", title="x", run=print, options=("threads",))
+
+
+NEW_PAPER = '''
+"""A paper added as one module: declares itself, no edit to the command line."""
+from cluster.experiments.registry import Experiment
+from cluster.experiments.rows import Row, run_experiments
+
+def fig1(quick, progress):
+    return [Row("fig1", "toy", 1, "Mops", 1.5 if quick else 3.0, 2.0)]
+
+EXPERIMENTS = {"fig1": fig1}
+
+def run(only=None, quick=False, json_path=None, console=None, jobs=1):
+    assert jobs == 3
+    return run_experiments(EXPERIMENTS, only=only, quick=quick, json_path=json_path, console=console,
+                           label="reproduce toypaper")
+
+EXPERIMENT = Experiment(kind="reproduce", name="toypaper", title="a toy paper", run=run,
+                        parts=tuple(EXPERIMENTS), options=("jobs",))
+'''
+
+
+def test_a_new_module_is_a_new_command(tmp_path, monkeypatch, capsys):
+    """A module that is not in the package's directory but on its path stands for a new file in
+    cluster/experiments/: ``dmrack reproduce toypaper`` finds and runs it, --help lists it."""
+    (tmp_path / "toypaper.py").write_text(NEW_PAPER)
+    monkeypatch.setattr(cluster.experiments, "__path__", [*cluster.experiments.__path__, str(tmp_path)])
+    monkeypatch.delitem(sys.modules, "cluster.experiments.toypaper", raising=False)
+    try:
+        from cluster.cli import main
+        out = tmp_path / "rows.json"
+        assert main(["reproduce", "toypaper", "--quick", "--jobs", "3", "--json", str(out)]) == 0
+        assert json.loads(out.read_text()) == [{"experiment": "fig1", "series": "toy", "x": 1, "metric": "Mops",
+                                                "emulated": 1.5, "published": 2.0}]
+        assert [e.name for e in available("reproduce")] == ["sherman", "smart", "toypaper"]
+        with pytest.raises(SystemExit):
+            main(["reproduce", "--help"])
+        help_text = capsys.readouterr().out
+        assert "toypaper  a toy paper" in help_text and "--only fig1" in help_text
+        assert main(["reproduce", "toypaper", "--only", "fig2", "--jobs", "3"]) == 2
+        assert "unknown experiment 'fig2'; choose from fig1" in capsys.readouterr().err
+    finally:
+        sys.modules.pop("cluster.experiments.toypaper", None)
+
+
+def test_the_command_line_imports_no_experiment():
+    """``dmrack --help`` and every command but bench and reproduce stay as fast as before the
+    registry: building the parser imports no experiment module."""
+    code = ("import sys\nfrom cluster.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in sys.modules if m.startswith('cluster.experiments.')))")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "['cluster.experiments.pointpool']"
