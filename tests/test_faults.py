@@ -18,7 +18,10 @@ from cluster.scenario import scenario_from_dict
 from cluster.supervisor import Supervisor
 from shm import failpoints
 from shm.segment import list_segments, owner_pid_of
-from tests.test_rack import LOAD, _dmrack, _leftovers, _wait_for_nodes, by_step, endless_file, rack_dict, run
+from tests.test_rack import _dmrack, _leftovers, _wait_for_nodes, by_step, endless_file, rack_dict, run
+
+# inserts, not the default bulk load: faults injected during loading are part of what is tested
+LOAD = {"action": "load", "bulk": False}
 
 
 @pytest.fixture(autouse=True)

@@ -141,9 +141,9 @@ def bulk_load(fabric, layout: dict, pairs, *, compiled: bool = True) -> int:
         need = np.bincount((done + np.arange(len(batch))) % len(mns), weights=units * UNIT, minlength=len(mns))
         for p, n in enumerate(need.astype(np.int64).tolist()):
             if cursor[p] + n > end[p]:              # a new region (the rest of the old one stays unused)
-                # at least a client's chunk (chunk_bytes), not more: a table that
-                # inserts can fill, a bulk load can fill too
-                size = max(layout["chunk_bytes"], n)
+                # just the batch's blocks: a region of a fixed size (it was 4 MiB) can
+                # refuse a memory node that inserts fill, and leaves its rest unused
+                size = n
                 try:
                     cursor[p] = fabric.allocate(mns[p], size)
                 except MemoryError as e:
