@@ -407,8 +407,8 @@ def main(argv=None) -> int:
 
     cp = sub.add_parser("compare", help="what changed between two --json files of bench or reproduce; "
                                         "exit 1 if a row left ±30 %% of its published value")
-    cp.add_argument("old", metavar="OLD.json")
-    cp.add_argument("new", metavar="NEW.json")
+    cp.add_argument("old", metavar="OLD.json", help="the earlier run's --json file (bench or reproduce)")
+    cp.add_argument("new", metavar="NEW.json", help="the later run's --json file")
     cp.add_argument("--tolerance", type=float, default=0.0, metavar="PCT",
                     help="relative moves up to PCT %% count as unchanged (default 0: any change is a move)")
     real = cp.add_mutually_exclusive_group()

@@ -103,7 +103,7 @@ def _keyed(rows: list[dict]) -> dict[tuple, dict]:
 
 
 def verdict(row: dict) -> str | None:
-    """"within" or "outside" ±30 % of the published value; None for a row with nothing published."""
+    """``"within"`` or ``"outside"`` ±30 % of the published value; None for a row with nothing published."""
     pub, emu = row.get("published"), row.get("emulated")
     if pub is None or pub == 0:
         return None
@@ -209,13 +209,17 @@ def _signed(v, suffix: str = "") -> str:
     return ("+" if v > 0 else "") + (f"{v:,.2f}" if abs(v) < 1000 else f"{v:,.0f}") + suffix
 
 
+NUMERIC = ("old", "new", "Δ", "Δ %", "emulated", "published")       # right-aligned columns
+CHANGE = {"worse": "[red]worse[/]", "better": "[green]better[/]"}
+
+
 def print_comparison(console, c: Comparison) -> None:
     from rich.table import Table
 
     def table(title, cols, rows):
         t = Table(title=title)
         for col in cols:
-            t.add_column(col, justify="right" if col in ("old", "new", "Δ", "Δ %", "emulated", "published") else "left")
+            t.add_column(col, justify="right" if col in NUMERIC else "left")
         for r in rows:
             t.add_row(*r)
         console.print(t)
@@ -233,7 +237,7 @@ def print_comparison(console, c: Comparison) -> None:
         table(f"verdict changes (±{WITHIN:.0%} of published): {len(c.verdict_changes)}",
               ("experiment", "series", "x", "metric", "published", "old", "new", "verdict"),
               [(*ident(r), _fmt(r["published"]), _fmt(r["old"]), _fmt(r["new"]),
-                f"{r['old_verdict']} -> {r['new_verdict']} ({'[red]worse[/]' if r['change'] == 'worse' else '[green]better[/]'})")
+                f"{r['old_verdict']} -> {r['new_verdict']} ({CHANGE[r['change']]})")
                for r in c.verdict_changes])
     if c.wall_clock:
         table(f"wall-clock rows (not compared): {len(c.wall_clock)}",
