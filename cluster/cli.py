@@ -215,6 +215,17 @@ def _cmd_reproduce(args) -> int:
     return _run_experiment(exp, args, jobs=jobs)
 
 
+def _cmd_compare(args) -> int:
+    from cluster.experiments import compare
+    from cluster.experiments.rows import check_json_path
+    check_json_path(args.json)
+    c = compare.compare_files(args.old, args.new, tolerance_pct=args.tolerance, include_real=args.include_real)
+    compare.print_comparison(_console(), c)
+    if args.json:
+        compare.write_json(args.json, c)
+    return c.status
+
+
 def _cmd_check(args) -> int:
     from cluster.correctness import check
     if (args.system is None) == (args.history is None):
@@ -393,6 +404,21 @@ def main(argv=None) -> int:
                     help=f"fresh racks run side by side, N at a time (default: the CPUs available, "
                          f"{available_cpus()} here); the figures do not depend on it")
     rp.set_defaults(func=_cmd_reproduce)
+
+    cp = sub.add_parser("compare", help="what changed between two --json files of bench or reproduce; "
+                                        "exit 1 if a row left ±30 %% of its published value")
+    cp.add_argument("old", metavar="OLD.json", help="the earlier run's --json file (bench or reproduce)")
+    cp.add_argument("new", metavar="NEW.json", help="the later run's --json file")
+    cp.add_argument("--tolerance", type=float, default=0.0, metavar="PCT",
+                    help="relative moves up to PCT %% count as unchanged (default 0: any change is a move)")
+    real = cp.add_mutually_exclusive_group()
+    real.add_argument("--ignore-real", dest="include_real", action="store_false", default=False,
+                      help="list rows that measure wall-clock time (metric with 'real' or 'wall') apart, "
+                           "not compared (the default)")
+    real.add_argument("--include-real", dest="include_real", action="store_true",
+                      help="compare the wall-clock rows too")
+    cp.add_argument("--json", metavar="PATH", help="also write the comparison as JSON")
+    cp.set_defaults(func=_cmd_compare)
 
     ck = sub.add_parser("check", help="conformance suite and a multi-process stress with the history checked, "
                                       "or a recorded history checked for linearizability")

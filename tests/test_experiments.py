@@ -41,6 +41,7 @@ def test_find_returns_the_module_declaration():
     ("bench", "nosuch", "unknown suite 'nosuch'; available: speed, verbs, ycsb"),
     ("reproduce", "verbs", "unknown paper 'verbs'"),           # a bench is not a paper
     ("bench", "rows", "unknown suite 'rows'"),                  # a helper declares nothing
+    ("bench", "compare", "unknown suite 'compare'"),            # nor does dmrack compare's module
 ])
 def test_an_unknown_name_lists_what_is_available(kind, name, message):
     with pytest.raises(UnknownExperiment, match=message):

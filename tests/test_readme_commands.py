@@ -65,6 +65,8 @@ RUNS = {
     "dmrack reproduce smart": [["reproduce", "smart", "--quick", "--only", "fig4", "--jobs", "2"]],
     "dmrack reproduce sherman": [["reproduce", "sherman", "--quick", "--only", "skew", "--json", "{tmp}/sherman.json"]],
     "dmrack bench speed": [["bench", "speed", "--quick", "--only", "verbs", "--json", "{tmp}/speed.json"]],
+    "dmrack compare OLD.json NEW.json": [["compare", "{tmp}/old.json", "{tmp}/old.json", "--tolerance", "1",
+                                          "--include-real", "--json", "{tmp}/compare.json"]],
 }
 
 
@@ -109,6 +111,9 @@ def _run(args: list[str], timeout: float = 300):
 def test_readme_command_runs(base, tmp_path):
     if base == "dmrack check --history FILE":
         dump_jsonl([Op(1, "insert", 5, 1, True, 10, 20), Op(2, "get", 5, 1, True, 30, 40)], tmp_path / "given.jsonl")
+    if base == "dmrack compare OLD.json NEW.json":
+        (tmp_path / "old.json").write_text('[{"experiment": "fig1", "series": "s", "x": 1, "metric": "Mops", '
+                                           '"emulated": 1.0, "published": 1.1}]')
     for args in RUNS[base]:
         args = [a.replace("{tmp}", str(tmp_path)) for a in args]
         before = set(list_segments())

@@ -1,0 +1,261 @@
+"""``dmrack compare OLD.json NEW.json``: what changed between two runs of ``dmrack bench`` or
+``dmrack reproduce`` (their ``--json`` files, lists of :class:`cluster.experiments.rows.Row`).
+
+Design, and why:
+
+* Rows are matched by their key (experiment, series, x, metric), not by position: a run with a
+  different ``--only`` or a new part adds or drops rows without shifting every other one. Rows
+  whose key is in only one file are listed as added or removed and are not a failure. Should a file
+  repeat a key, its k-th row with that key is matched with the other file's k-th, so nothing is
+  silently dropped.
+* A row *moved* when its ``emulated`` value differs. The default tolerance is 0 because the
+  emulator is deterministic for a seed (a co-located rack in virtual time): any change is a
+  change in behaviour and worth seeing. ``tolerance_pct`` lets noisy rows through
+  (a relative move up to that many percent counts as unchanged).
+* Rows that measure wall-clock speed (a metric with the word ``real`` or ``wall``: "verbs/s
+  real", "virtual µs per real s", "wall s") differ between any two runs, so by default they are
+  listed apart as "wall-clock rows (not compared)" and neither counted as moved nor given a
+  verdict change; ``include_real`` compares them like any row.
+* A row with a ``published`` value has a verdict: "within" when |emulated/published - 1| <= 0.30
+  (the ±30 % the docs use), else "outside" (a row with no emulated value is outside). The exit
+  status tells a regression from a change: 1 only when some row was within in OLD and is outside
+  in NEW, 0 otherwise (moves, added or removed rows and better verdicts are reported, not failed),
+  2 for a file that is not a list of rows (:class:`BadRows`, a ValueError: one line at the command
+  line).
+
+This module is a helper of the experiments package and declares no ``EXPERIMENT``, so the
+registry imports it like ``rows`` and finds nothing to run. It imports only the standard library
+(rich when printing), so ``dmrack compare`` does not pay for the fabric.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+
+KEYS = ("experiment", "series", "x", "metric", "emulated", "published")
+WITHIN = 0.30                     # a verdict is "within" when |emulated/published - 1| <= WITHIN
+_WALL = re.compile(r"\b(real|wall)\b", re.I)
+
+
+class BadRows(ValueError):
+    """A file that cannot be compared: missing, not JSON, not a list of rows; one line naming it."""
+
+
+def is_wall_clock(row: dict) -> bool:
+    """Whether the row measures real (wall-clock) time, which differs between any two runs."""
+    return bool(_WALL.search(str(row.get("metric", ""))))
+
+
+def _number(v) -> bool:
+    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
+
+
+def load_rows(path: str) -> list[dict]:
+    """The rows of a ``--json`` file, checked; :class:`BadRows` naming the file and the problem."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise BadRows(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise BadRows(f"{path}: cannot read it: {getattr(e, 'strerror', None) or e}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise BadRows(f"{path}: not JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+    if not isinstance(data, list):
+        kind = {dict: "object", str: "string", bool: "boolean", type(None): "null"}.get(type(data), "number")
+        raise BadRows(f"{path}: not a list of rows (a JSON {kind}); "
+                      f"expected the --json file of dmrack bench or dmrack reproduce")
+    for i, row in enumerate(data, 1):
+        if not isinstance(row, dict):
+            raise BadRows(f"{path}: row {i} is not an object ({json.dumps(row)[:40]})")
+        missing = [k for k in KEYS if k not in row and k != "published"]
+        if missing:
+            raise BadRows(f"{path}: row {i} has no {', '.join(repr(k) for k in missing)}")
+        for k in ("emulated", "published"):
+            if not _number(row.get(k)):
+                raise BadRows(f"{path}: row {i}: {k} is {json.dumps(row[k])[:40]}, not a number or null")
+    return data
+
+
+def key_of(row: dict) -> tuple:
+    x = row["x"]
+    if isinstance(x, float) and x.is_integer():
+        x = int(x)                  # 16 and 16.0 are one point
+    return (str(row["experiment"]), str(row["series"]), x if isinstance(x, (int, float)) else str(x),
+            str(row["metric"]))
+
+
+def _keyed(rows: list[dict]) -> dict[tuple, dict]:
+    """key -> row; the k-th repeat of a key gets the key plus (k,) so repeats match in order."""
+    out: dict[tuple, dict] = {}
+    seen: dict[tuple, int] = {}
+    for row in rows:
+        k = key_of(row)
+        n = seen.get(k, 0)
+        seen[k] = n + 1
+        out[k if n == 0 else (*k, n)] = row
+    return out
+
+
+def verdict(row: dict) -> str | None:
+    """``"within"`` or ``"outside"`` ±30 % of the published value; None for a row with nothing published."""
+    pub, emu = row.get("published"), row.get("emulated")
+    if pub is None or pub == 0:
+        return None
+    if emu is None or not math.isfinite(emu):
+        return "outside"
+    return "within" if abs(emu / pub - 1) <= WITHIN else "outside"
+
+
+@dataclass
+class Comparison:
+    old_path: str
+    new_path: str
+    tolerance_pct: float
+    include_real: bool
+    compared: int = 0                                      # rows in both files, compared
+    moved: list[dict] = field(default_factory=list)
+    added: list[dict] = field(default_factory=list)        # rows only in NEW
+    removed: list[dict] = field(default_factory=list)      # rows only in OLD
+    wall_clock: list[dict] = field(default_factory=list)   # in both, not compared
+    verdict_changes: list[dict] = field(default_factory=list)
+
+    @property
+    def identical(self) -> int:
+        return self.compared - len(self.moved)
+
+    @property
+    def worse(self) -> list[dict]:
+        return [v for v in self.verdict_changes if v["change"] == "worse"]
+
+    @property
+    def status(self) -> int:
+        """The exit status: 1 when some verdict got worse, else 0."""
+        return 1 if self.worse else 0
+
+    def counts(self) -> dict:
+        return {"compared": self.compared, "identical": self.identical, "moved": len(self.moved),
+                "added": len(self.added), "removed": len(self.removed), "wall_clock": len(self.wall_clock),
+                "verdicts_worse": len(self.worse), "verdicts_better": len(self.verdict_changes) - len(self.worse)}
+
+    def to_dict(self) -> dict:
+        return {"old": self.old_path, "new": self.new_path, "tolerance_pct": self.tolerance_pct,
+                "include_real": self.include_real, "counts": self.counts(), "moved": self.moved,
+                "added": self.added, "removed": self.removed, "verdict_changes": self.verdict_changes,
+                "wall_clock": self.wall_clock}
+
+
+def _ident(row: dict) -> dict:
+    return {k: row[k] for k in ("experiment", "series", "x", "metric")}
+
+
+def compare_rows(old: list[dict], new: list[dict], *, tolerance_pct: float = 0.0, include_real: bool = False,
+                 old_path: str = "OLD", new_path: str = "NEW") -> Comparison:
+    """Compare two lists of rows (see the module docstring); every list in the result is in
+    experiment order (experiments in the order they first appear in NEW, then OLD; rows in file order)."""
+    if not (tolerance_pct >= 0 and math.isfinite(tolerance_pct)):
+        raise ValueError(f"--tolerance must be a percentage >= 0, got {tolerance_pct:g}")
+    old_k, new_k = _keyed(old), _keyed(new)
+    exp_rank: dict[str, int] = {}
+    pos: dict[tuple, int] = {}
+    for i, (k, row) in enumerate([*new_k.items(), *old_k.items()]):
+        exp_rank.setdefault(k[0], len(exp_rank))
+        pos.setdefault(k, i)
+    order = sorted(set(old_k) | set(new_k), key=lambda k: (exp_rank[k[0]], pos[k]))
+    c = Comparison(old_path, new_path, tolerance_pct, include_real)
+    for k in order:
+        o, n = old_k.get(k), new_k.get(k)
+        if o is None:
+            c.added.append(n)
+            continue
+        if n is None:
+            c.removed.append(o)
+            continue
+        a, b = o["emulated"], n["emulated"]
+        delta = b - a if a is not None and b is not None else None
+        rel = 100.0 * delta / abs(a) if delta is not None and a != 0 else None
+        entry = {**_ident(n), "old": a, "new": b, "delta": delta, "delta_pct": rel}
+        if not include_real and (is_wall_clock(o) or is_wall_clock(n)):
+            c.wall_clock.append(entry)
+            continue
+        c.compared += 1
+        if a != b and not (tolerance_pct > 0 and rel is not None and abs(rel) <= tolerance_pct):
+            c.moved.append(entry)
+        vo, vn = verdict(o), verdict(n)
+        if vo is not None and vn is not None and vo != vn:
+            c.verdict_changes.append({**_ident(n), "published": n.get("published"), "old": a, "new": b,
+                                      "old_verdict": vo, "new_verdict": vn,
+                                      "change": "worse" if vo == "within" else "better"})
+    return c
+
+
+def compare_files(old_path: str, new_path: str, **kw) -> Comparison:
+    return compare_rows(load_rows(old_path), load_rows(new_path), old_path=old_path, new_path=new_path, **kw)
+
+
+def _fmt(v) -> str:
+    from cluster.experiments.rows import fmt
+    return fmt(v)
+
+
+def _signed(v, suffix: str = "") -> str:
+    if v is None:
+        return "-"
+    return ("+" if v > 0 else "") + (f"{v:,.2f}" if abs(v) < 1000 else f"{v:,.0f}") + suffix
+
+
+NUMERIC = ("old", "new", "Δ", "Δ %", "emulated", "published")       # right-aligned columns
+CHANGE = {"worse": "[red]worse[/]", "better": "[green]better[/]"}
+
+
+def print_comparison(console, c: Comparison) -> None:
+    from rich.table import Table
+
+    def table(title, cols, rows):
+        t = Table(title=title)
+        for col in cols:
+            t.add_column(col, justify="right" if col in NUMERIC else "left")
+        for r in rows:
+            t.add_row(*r)
+        console.print(t)
+
+    ident = lambda r: (str(r["experiment"]), str(r["series"]), str(r["x"]), str(r["metric"]))   # noqa: E731
+    if c.moved:
+        table(f"moved ({len(c.moved)})", ("experiment", "series", "x", "metric", "old", "new", "Δ", "Δ %"),
+              [(*ident(r), _fmt(r["old"]), _fmt(r["new"]), _signed(r["delta"]), _signed(r["delta_pct"], " %"))
+               for r in c.moved])
+    for title, rows in (("added (only in NEW)", c.added), ("removed (only in OLD)", c.removed)):
+        if rows:
+            table(f"{title}: {len(rows)}", ("experiment", "series", "x", "metric", "emulated", "published"),
+                  [(*ident(r), _fmt(r["emulated"]), _fmt(r.get("published"))) for r in rows])
+    if c.verdict_changes:
+        table(f"verdict changes (±{WITHIN:.0%} of published): {len(c.verdict_changes)}",
+              ("experiment", "series", "x", "metric", "published", "old", "new", "verdict"),
+              [(*ident(r), _fmt(r["published"]), _fmt(r["old"]), _fmt(r["new"]),
+                f"{r['old_verdict']} -> {r['new_verdict']} ({CHANGE[r['change']]})")
+               for r in c.verdict_changes])
+    if c.wall_clock:
+        table(f"wall-clock rows (not compared): {len(c.wall_clock)}",
+              ("experiment", "series", "x", "metric", "old", "new", "Δ %"),
+              [(*ident(r), _fmt(r["old"]), _fmt(r["new"]), _signed(r["delta_pct"], " %")) for r in c.wall_clock])
+    tol = f" (within {c.tolerance_pct:g} %)" if c.tolerance_pct else ""
+    extra = [f"{n} {what}" for n, what in ((len(c.added), "added"), (len(c.removed), "removed"),
+                                          (len(c.wall_clock), "wall-clock not compared")) if n]
+    console.print(f"{c.identical} of {c.compared} rows identical{tol}"
+                  + (f"; {', '.join(extra)}" if extra else ""), highlight=False)
+    worse = len(c.worse)
+    if worse:
+        console.print(f"[red]{worse} verdict(s) got worse[/] (within ±{WITHIN:.0%} in OLD, outside in NEW)")
+
+
+def write_json(path: str, c: Comparison) -> None:
+    import os
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(c.to_dict(), f, indent=1, ensure_ascii=False)
+    os.replace(tmp, path)

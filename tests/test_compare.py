@@ -1,0 +1,101 @@
+"""``dmrack compare OLD.json NEW.json`` (cluster.experiments.compare), through cluster.cli.main."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cluster.cli import main
+
+ROWS = [
+    {"experiment": "fig3", "series": "SMART", "x": 16, "metric": "Mops", "emulated": 10.0, "published": 10.0},
+    {"experiment": "fig3", "series": "SMART", "x": 32, "metric": "Mops", "emulated": 20.0, "published": 30.0},
+    {"experiment": "fig4", "series": "RACE", "x": 8, "metric": "µs", "emulated": 3.0, "published": None},
+    {"experiment": "speed", "series": "raw verbs", "x": "-", "metric": "verbs/s real", "emulated": 250000,
+     "published": 300000},
+    {"experiment": "speed", "series": "reproduce smart --quick fig12", "x": "-", "metric": "wall s",
+     "emulated": 12.5},
+]
+
+
+def write(tmp_path, name, rows):
+    path = tmp_path / name
+    path.write_text(json.dumps(rows))
+    return str(path)
+
+
+def changed(**emulated):
+    """ROWS with the emulated value of row i replaced: changed(r0=14.0)."""
+    rows = json.loads(json.dumps(ROWS))
+    for k, v in emulated.items():
+        rows[int(k[1:])]["emulated"] = v
+    return rows
+
+
+def test_identical_files(tmp_path, capsys):
+    old, new = write(tmp_path, "old.json", ROWS), write(tmp_path, "new.json", ROWS)
+    assert main(["compare", old, new]) == 0
+    out = capsys.readouterr().out
+    assert "3 of 3 rows identical" in out and "moved" not in out
+
+
+def test_a_moved_row_with_its_delta(tmp_path, capsys):
+    old, new = write(tmp_path, "old.json", ROWS), write(tmp_path, "new.json", changed(r2=3.3))
+    assert main(["compare", old, new, "--json", str(tmp_path / "cmp.json")]) == 0   # no verdict: still 0
+    out = capsys.readouterr().out
+    assert "moved (1)" in out and "+0.30" in out and "+10.00 %" in out and "2 of 3 rows identical" in out
+    got = json.loads((tmp_path / "cmp.json").read_text())
+    assert got["counts"]["moved"] == 1 and got["moved"][0]["x"] == 8
+    assert got["moved"][0]["delta_pct"] == pytest.approx(10.0)
+    # within the tolerance it is unchanged
+    assert main(["compare", old, new, "--tolerance", "10.5"]) == 0
+    assert "3 of 3 rows identical (within 10.5 %)" in capsys.readouterr().out
+
+
+def test_a_verdict_getting_worse_exits_1_and_better_is_listed(tmp_path, capsys):
+    old = write(tmp_path, "old.json", ROWS)
+    new = write(tmp_path, "new.json", changed(r0=14.0, r1=28.0))    # 16: within -> outside; 32: outside -> within
+    assert main(["compare", old, new, "--json", str(tmp_path / "cmp.json")]) == 1
+    out = capsys.readouterr().out
+    assert "within -> outside (worse)" in out and "outside -> within (better)" in out
+    assert "1 verdict(s) got worse" in out
+    got = json.loads((tmp_path / "cmp.json").read_text())
+    assert [(v["x"], v["change"]) for v in got["verdict_changes"]] == [(16, "worse"), (32, "better")]
+    assert main(["compare", new, old]) == 1          # the other way round, 32 gets worse
+
+
+def test_wall_clock_rows_are_not_counted(tmp_path, capsys):
+    old = write(tmp_path, "old.json", ROWS)
+    new = write(tmp_path, "new.json", changed(r3=100000, r4=30.0))   # raw verbs leaves ±30 % too
+    assert main(["compare", old, new]) == 0
+    out = capsys.readouterr().out
+    assert "3 of 3 rows identical" in out and "wall-clock rows (not compared): 2" in out
+    assert main(["compare", old, new, "--include-real"]) == 1
+    out = capsys.readouterr().out
+    assert "3 of 5 rows identical" in out and "within -> outside" in out
+
+
+def test_added_and_removed_rows(tmp_path, capsys):
+    extra = {"experiment": "fig3", "series": "SMART", "x": 64, "metric": "Mops", "emulated": 1.0, "published": None}
+    old, new = write(tmp_path, "old.json", ROWS[1:]), write(tmp_path, "new.json", [*ROWS[:2], extra])
+    assert main(["compare", old, new]) == 0
+    out = capsys.readouterr().out
+    assert "added (only in NEW): 2" in out and "removed (only in OLD): 3" in out
+    assert "1 of 1 rows identical" in out
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "no such file"),
+    ("{not json", "not JSON"),
+    ('{"rows": []}', "not a list of rows (a JSON object)"),
+    ('[{"experiment": "fig3", "series": "s", "x": 1, "emulated": 1}]', "row 1 has no 'metric'"),
+    ('[{"experiment": "e", "series": "s", "x": 1, "metric": "m", "emulated": "fast"}]', "emulated is \"fast\""),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, content, message):
+    bad = tmp_path / "bad.json"
+    if content is not None:
+        bad.write_text(content)
+    assert main(["compare", write(tmp_path, "old.json", ROWS), str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"dmrack compare: {bad}: ") and message in err, err
