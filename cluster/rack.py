@@ -74,6 +74,7 @@ def compile_scenario(scenario) -> CompiledRack:
     workloads = {}
     for name, ws in spec.workloads.items():
         workloads[name] = ws.build()
+    has_bulk = getattr(system, "bulk_load", None) is not None
     plan: list[PlanStep] = []
     for i, st in enumerate(scenario.steps):
         action = st.action
@@ -92,9 +93,8 @@ def compile_scenario(scenario) -> CompiledRack:
             count = wl.recordcount
         bulk = getattr(st, "bulk", None) if action == "load" else False
         if bulk is None:            # the file left it to the rack: bulk while the structure is empty
-            bulk = (getattr(system, "bulk_load", None) is not None
-                    and not any(p.action in ("load", "run") for p in plan))
-        if bulk and getattr(system, "bulk_load", None) is None:
+            bulk = has_bulk and not any(p.action in ("load", "run") for p in plan)
+        if bulk and not has_bulk:
             raise RackError(f"{scenario.source}: step {st.index}: bulk = true, but system {system.name!r} has no "
                             f"bulk load; load its keys with inserts (drop bulk)")
         label = _label(action, st, wname, wl, duration_ms, count, bulk)

@@ -25,7 +25,7 @@ Design, and why:
 
 This module is a helper of the experiments package and declares no ``EXPERIMENT``, so the
 registry imports it like ``rows`` and finds nothing to run. It imports only the standard library
-(rich when printing), so ``dmrack compare`` does not pay for the fabric.
+and ``rows`` (rich when printing), so ``dmrack compare`` does not pay for the fabric.
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
+
+from cluster.experiments.rows import dump_json, fmt
 
 KEYS = ("experiment", "series", "x", "metric", "emulated", "published")
 WITHIN = 0.30                     # a verdict is "within" when |emulated/published - 1| <= WITHIN
@@ -198,15 +200,10 @@ def compare_files(old_path: str, new_path: str, **kw) -> Comparison:
     return compare_rows(load_rows(old_path), load_rows(new_path), old_path=old_path, new_path=new_path, **kw)
 
 
-def _fmt(v) -> str:
-    from cluster.experiments.rows import fmt
-    return fmt(v)
-
-
 def _signed(v, suffix: str = "") -> str:
     if v is None:
         return "-"
-    return ("+" if v > 0 else "") + (f"{v:,.2f}" if abs(v) < 1000 else f"{v:,.0f}") + suffix
+    return ("+" if v > 0 else "") + fmt(float(v)) + suffix
 
 
 NUMERIC = ("old", "new", "Δ", "Δ %", "emulated", "published")       # right-aligned columns
@@ -227,22 +224,22 @@ def print_comparison(console, c: Comparison) -> None:
     ident = lambda r: (str(r["experiment"]), str(r["series"]), str(r["x"]), str(r["metric"]))   # noqa: E731
     if c.moved:
         table(f"moved ({len(c.moved)})", ("experiment", "series", "x", "metric", "old", "new", "Δ", "Δ %"),
-              [(*ident(r), _fmt(r["old"]), _fmt(r["new"]), _signed(r["delta"]), _signed(r["delta_pct"], " %"))
+              [(*ident(r), fmt(r["old"]), fmt(r["new"]), _signed(r["delta"]), _signed(r["delta_pct"], " %"))
                for r in c.moved])
     for title, rows in (("added (only in NEW)", c.added), ("removed (only in OLD)", c.removed)):
         if rows:
             table(f"{title}: {len(rows)}", ("experiment", "series", "x", "metric", "emulated", "published"),
-                  [(*ident(r), _fmt(r["emulated"]), _fmt(r.get("published"))) for r in rows])
+                  [(*ident(r), fmt(r["emulated"]), fmt(r.get("published"))) for r in rows])
     if c.verdict_changes:
         table(f"verdict changes (±{WITHIN:.0%} of published): {len(c.verdict_changes)}",
               ("experiment", "series", "x", "metric", "published", "old", "new", "verdict"),
-              [(*ident(r), _fmt(r["published"]), _fmt(r["old"]), _fmt(r["new"]),
+              [(*ident(r), fmt(r["published"]), fmt(r["old"]), fmt(r["new"]),
                 f"{r['old_verdict']} -> {r['new_verdict']} ({CHANGE[r['change']]})")
                for r in c.verdict_changes])
     if c.wall_clock:
         table(f"wall-clock rows (not compared): {len(c.wall_clock)}",
               ("experiment", "series", "x", "metric", "old", "new", "Δ %"),
-              [(*ident(r), _fmt(r["old"]), _fmt(r["new"]), _signed(r["delta_pct"], " %")) for r in c.wall_clock])
+              [(*ident(r), fmt(r["old"]), fmt(r["new"]), _signed(r["delta_pct"], " %")) for r in c.wall_clock])
     tol = f" (within {c.tolerance_pct:g} %)" if c.tolerance_pct else ""
     extra = [f"{n} {what}" for n, what in ((len(c.added), "added"), (len(c.removed), "removed"),
                                           (len(c.wall_clock), "wall-clock not compared")) if n]
@@ -254,8 +251,4 @@ def print_comparison(console, c: Comparison) -> None:
 
 
 def write_json(path: str, c: Comparison) -> None:
-    import os
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(c.to_dict(), f, indent=1, ensure_ascii=False)
-    os.replace(tmp, path)
+    dump_json(path, c.to_dict(), ensure_ascii=False)

@@ -44,11 +44,16 @@ def check_json_path(path: str | None) -> None:
         raise FileNotFoundError(f"--json {path}: no such directory")
 
 
-def write_json(console, path: str, rows: list[Row]) -> None:
+def dump_json(path: str, data, **kw) -> None:
+    """Write ``data`` as JSON to ``path`` whole or not at all (a stopped run leaves no half file)."""
     tmp = f"{path}.tmp"
     with open(tmp, "w") as f:
-        json.dump([asdict(r) for r in rows], f, indent=1)
+        json.dump(data, f, indent=1, **kw)
     os.replace(tmp, path)
+
+
+def write_json(console, path: str, rows: list[Row]) -> None:
+    dump_json(path, [asdict(r) for r in rows])
     console.print(f"wrote {len(rows)} records to {path}")
 
 

@@ -125,8 +125,7 @@ def bulk_load(fabric, layout: dict, pairs, *, compiled: bool = True) -> int:
     h64s = tuple(fabric.memory[m].host64 for m in mns)
     h8s = tuple(fabric.memory[m].host for m in mns)
     mn = np.array(mns, np.int64)
-    cursor = np.zeros(len(mns), np.int64)
-    end = np.zeros(len(mns), np.int64)
+    cursor = np.zeros(len(mns), np.int64)       # where _place writes each memory node's next block
     buf = np.zeros(4 * BUCKET_BYTES // WORD, np.uint64)
     out = np.zeros(2 * MAX_MATCHES, np.uint64)
     mask = (1 << layout["global_depth"]) - 1
@@ -140,15 +139,13 @@ def bulk_load(fabric, layout: dict, pairs, *, compiled: bool = True) -> int:
         units = np.array([check_item(k, v) for k, v in batch], np.int64)
         need = np.bincount((done + np.arange(len(batch))) % len(mns), weights=units * UNIT, minlength=len(mns))
         for p, n in enumerate(need.astype(np.int64).tolist()):
-            if cursor[p] + n > end[p]:              # a new region (the rest of the old one stays unused)
-                # just the batch's blocks: a region of a fixed size (it was 4 MiB) can
-                # refuse a memory node that inserts fill, and leaves its rest unused
-                size = n
+            # a region of just this batch's blocks per memory node: a region of a fixed size
+            # (it was 4 MiB) refused memory nodes that inserts fill, and left its rest unused
+            if n:
                 try:
-                    cursor[p] = fabric.allocate(mns[p], size)
+                    cursor[p] = fabric.allocate(mns[p], n)
                 except MemoryError as e:
                     raise SystemError_(f"RACE: the KV blocks of a bulk load do not fit the memory nodes: {e}") from None
-                end[p] = cursor[p] + size
         keys = np.frombuffer(b"".join(k for k, _ in batch), np.uint8)
         vals = np.frombuffer(b"".join(v for _, v in batch) or b"\0", np.uint8)
         koff = np.zeros(len(batch) + 1, np.int64)
