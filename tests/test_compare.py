@@ -85,10 +85,19 @@ def test_added_and_removed_rows(tmp_path, capsys):
     assert "1 of 1 rows identical" in out
 
 
+def test_reads_the_result_object_with_its_run_record_and_the_older_plain_list(tmp_path, capsys):
+    import json
+    new = tmp_path / "new.json"
+    new.write_text(json.dumps({"format": "dmrack-result/1", "run": {"command": "reproduce smart"}, "rows": ROWS}))
+    assert main(["compare", write(tmp_path, "old.json", ROWS), str(new)]) == 0
+    assert "3 of 3 rows identical" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("content, message", [
     (None, "no such file"),
     ("{not json", "not JSON"),
-    ('{"rows": []}', "not a list of rows (a JSON object)"),
+    ('{"runs": []}', "not rows (a JSON object without 'rows')"),
+    ('{"format": "other/9", "rows": []}', "format 'other/9' is not 'dmrack-result/1'"),
     ('[{"experiment": "fig3", "series": "s", "x": 1, "emulated": 1}]', "row 1 has no 'metric'"),
     ('[{"experiment": "e", "series": "s", "x": 1, "metric": "m", "emulated": "fast"}]', "emulated is \"fast\""),
 ])

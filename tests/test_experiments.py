@@ -85,8 +85,10 @@ def test_a_new_module_is_a_new_command(tmp_path, monkeypatch, capsys):
         from cluster.cli import main
         out = tmp_path / "rows.json"
         assert main(["reproduce", "toypaper", "--quick", "--jobs", "3", "--json", str(out)]) == 0
-        assert json.loads(out.read_text()) == [{"experiment": "fig1", "series": "toy", "x": 1, "metric": "Mops",
-                                                "emulated": 1.5, "published": 2.0}]
+        written = json.loads(out.read_text())
+        assert written["rows"] == [{"experiment": "fig1", "series": "toy", "x": 1, "metric": "Mops",
+                                    "emulated": 1.5, "published": 2.0}]
+        assert written["run"]["quick"] is True and written["run"]["parts"] == ["fig1"]
         assert [e.name for e in available("reproduce")] == ["sherman", "smart", "toypaper"]
         with pytest.raises(SystemExit):
             main(["reproduce", "--help"])

@@ -335,7 +335,7 @@ def test_cli_reproduce_runs_an_experiment_with_the_default_jobs(tmp_path):
     r = subprocess.run([sys.executable, "-m", "cluster.cli", "reproduce", "smart", "--quick", "--only", "fig4",
                         "--json", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    rows = json.loads(out.read_text())
+    rows = json.loads(out.read_text())["rows"]
     assert rows and {row["experiment"] for row in rows} == {"fig4"}
 
 

@@ -30,58 +30,11 @@ and ``rows`` (rich when printing), so ``dmrack compare`` does not pay for the fa
 
 from __future__ import annotations
 
-import json
 import math
-import re
 from dataclasses import dataclass, field
 
-from cluster.experiments.rows import dump_json, fmt
-
-KEYS = ("experiment", "series", "x", "metric", "emulated", "published")
-WITHIN = 0.30                     # a verdict is "within" when |emulated/published - 1| <= WITHIN
-_WALL = re.compile(r"\b(real|wall)\b", re.I)
-
-
-class BadRows(ValueError):
-    """A file that cannot be compared: missing, not JSON, not a list of rows; one line naming it."""
-
-
-def is_wall_clock(row: dict) -> bool:
-    """Whether the row measures real (wall-clock) time, which differs between any two runs."""
-    return bool(_WALL.search(str(row.get("metric", ""))))
-
-
-def _number(v) -> bool:
-    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
-
-
-def load_rows(path: str) -> list[dict]:
-    """The rows of a ``--json`` file, checked; :class:`BadRows` naming the file and the problem."""
-    try:
-        with open(path) as f:
-            text = f.read()
-    except FileNotFoundError:
-        raise BadRows(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise BadRows(f"{path}: cannot read it: {getattr(e, 'strerror', None) or e}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise BadRows(f"{path}: not JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
-    if not isinstance(data, list):
-        kind = {dict: "object", str: "string", bool: "boolean", type(None): "null"}.get(type(data), "number")
-        raise BadRows(f"{path}: not a list of rows (a JSON {kind}); "
-                      f"expected the --json file of dmrack bench or dmrack reproduce")
-    for i, row in enumerate(data, 1):
-        if not isinstance(row, dict):
-            raise BadRows(f"{path}: row {i} is not an object ({json.dumps(row)[:40]})")
-        missing = [k for k in KEYS if k not in row and k != "published"]
-        if missing:
-            raise BadRows(f"{path}: row {i} has no {', '.join(repr(k) for k in missing)}")
-        for k in ("emulated", "published"):
-            if not _number(row.get(k)):
-                raise BadRows(f"{path}: row {i}: {k} is {json.dumps(row[k])[:40]}, not a number or null")
-    return data
+from cluster.experiments.rows import (WITHIN, BadRows, dump_json, fmt, is_wall_clock,  # noqa: F401
+                                      load_rows, verdict)
 
 
 def key_of(row: dict) -> tuple:
@@ -102,16 +55,6 @@ def _keyed(rows: list[dict]) -> dict[tuple, dict]:
         seen[k] = n + 1
         out[k if n == 0 else (*k, n)] = row
     return out
-
-
-def verdict(row: dict) -> str | None:
-    """``"within"`` or ``"outside"`` ±30 % of the published value; None for a row with nothing published."""
-    pub, emu = row.get("published"), row.get("emulated")
-    if pub is None or pub == 0:
-        return None
-    if emu is None or not math.isfinite(emu):
-        return "outside"
-    return "within" if abs(emu / pub - 1) <= WITHIN else "outside"
 
 
 @dataclass

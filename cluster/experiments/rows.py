@@ -1,13 +1,31 @@
 """Rows and tables shared by every ``dmrack bench`` suite and ``dmrack reproduce`` paper: each
 result is one record of (experiment, series, x, metric, emulated, published), printed as a rich
-table per experiment and optionally written as a JSON list, so all suites read and compare alike."""
+table per experiment and optionally written as JSON, so all suites read, plot and compare alike.
+
+The JSON file of a run (``--json``) is one object::
+
+    {"format": "dmrack-result/1", "run": {...provenance...}, "rows": [{...}, ...]}
+
+``run`` says where the numbers came from (:mod:`cluster.experiments.provenance`: command, parts,
+quick or full, dmrack version and git commit, profile, spec, seed, scale, wall time, machine), so
+a figure or a report made from the file later can say it too. Files written before the run
+record existed are a plain list of rows; :func:`load_result` reads both, with ``run`` None for the
+old kind, so every reader (compare, plot, report) takes either.
+"""
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import time
 from dataclasses import asdict, dataclass
+
+FORMAT = "dmrack-result/1"
+KEYS = ("experiment", "series", "x", "metric", "emulated", "published")
+WITHIN = 0.30                     # a verdict is "within" when |emulated/published - 1| <= WITHIN
+_WALL = re.compile(r"\b(real|wall)\b", re.I)
 
 
 @dataclass
@@ -52,21 +70,101 @@ def dump_json(path: str, data, **kw) -> None:
     os.replace(tmp, path)
 
 
-def write_json(console, path: str, rows: list[Row]) -> None:
-    dump_json(path, [asdict(r) for r in rows])
+class Rows(list):
+    """The rows a run returns (a list of :class:`Row`), with the run's provenance record as ``run``."""
+    run: dict | None = None
+
+
+def result_dict(rows: list[Row], run: dict | None) -> dict:
+    return {"format": FORMAT, "run": run, "rows": [asdict(r) if isinstance(r, Row) else dict(r) for r in rows]}
+
+
+def write_json(console, path: str, rows: list[Row], run: dict | None = None) -> None:
+    dump_json(path, result_dict(rows, run if run is not None else getattr(rows, "run", None)))
     console.print(f"wrote {len(rows)} records to {path}")
+
+
+class BadRows(ValueError):
+    """A result file that cannot be read: missing, not JSON, not rows; one line naming it."""
+
+
+def is_wall_clock(row: dict) -> bool:
+    """Whether the row measures real (wall-clock) time, which differs between any two runs."""
+    return bool(_WALL.search(str(row.get("metric", ""))))
+
+
+def verdict(row: dict) -> str | None:
+    """``"within"`` or ``"outside"`` ±30 % of the published value; None for a row with nothing published."""
+    pub, emu = row.get("published"), row.get("emulated")
+    if pub is None or pub == 0:
+        return None
+    if emu is None or not math.isfinite(emu):
+        return "outside"
+    return "within" if abs(emu / pub - 1) <= WITHIN else "outside"
+
+
+def _number(v) -> bool:
+    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
+
+
+def load_result(path: str) -> tuple[dict | None, list[dict]]:
+    """``(run, rows)`` of a ``--json`` file of bench or reproduce, checked: the current object form
+    or the older plain list of rows (``run`` None). :class:`BadRows` names the file and the problem."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise BadRows(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise BadRows(f"{path}: cannot read it: {getattr(e, 'strerror', None) or e}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise BadRows(f"{path}: not JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+    run = None
+    if isinstance(data, dict) and "rows" in data:
+        if data.get("format") != FORMAT:
+            raise BadRows(f"{path}: format {data.get('format')!r} is not {FORMAT!r} "
+                          f"(written by another version of dmrack?)")
+        run = data.get("run")
+        if run is not None and not isinstance(run, dict):
+            raise BadRows(f"{path}: 'run' is not an object")
+        data = data["rows"]
+    if not isinstance(data, list):
+        kind = {dict: "object", str: "string", bool: "boolean", type(None): "null"}.get(type(data), "number")
+        raise BadRows(f"{path}: not rows (a JSON {kind} without 'rows'); "
+                      f"expected the --json file of dmrack bench or dmrack reproduce")
+    for i, row in enumerate(data, 1):
+        if not isinstance(row, dict):
+            raise BadRows(f"{path}: row {i} is not an object ({json.dumps(row)[:40]})")
+        missing = [k for k in KEYS if k not in row and k != "published"]
+        if missing:
+            raise BadRows(f"{path}: row {i} has no {', '.join(repr(k) for k in missing)}")
+        for k in ("emulated", "published"):
+            if not _number(row.get(k)):
+                raise BadRows(f"{path}: row {i}: {k} is {json.dumps(row[k])[:40]}, not a number or null")
+    return run, data
+
+
+def load_rows(path: str) -> list[dict]:
+    """The rows of a ``--json`` file (either form), checked."""
+    return load_result(path)[1]
 
 
 def run_experiments(experiments: dict, *, only=None, quick: bool = False, json_path: str | None = None,
                     console=None, label: str, title_prefix: str = "", jobs: int = 1,
-                    side_by_side: tuple = ()) -> list[Row]:
+                    side_by_side: tuple = (), setup=None, title: str = "", options: dict | None = None) -> Rows:
     """Run the named experiments (``name -> fn(quick, progress) -> [Row]``) in order with a progress
-    line, print each one's table as it finishes, and write every row as JSON at the end. The
+    line, print each one's table as it finishes, and write every row as JSON at the end, with the
+    run's provenance (``label`` is the command, ``reproduce smart``; ``setup(quick)`` the
+    experiment's description of its racks, :mod:`cluster.experiments.provenance`). The
     experiments named in ``side_by_side`` are sweeps of fresh racks that also take ``jobs``: how
     many racks run at a time (cluster.experiments.pointpool), which does not change a figure."""
     from functools import partial
 
     from rich.console import Console
+
+    from cluster.experiments.provenance import record
     if not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs must be a whole number of processes, at least 1; got {jobs!r}")
     experiments = {name: (partial(fn, jobs=jobs) if name in side_by_side else fn) for name, fn in experiments.items()}
@@ -76,7 +174,8 @@ def run_experiments(experiments: dict, *, only=None, quick: bool = False, json_p
         if n not in experiments:
             raise ValueError(f"unknown experiment {n!r}; choose from {', '.join(experiments)}")
     check_json_path(json_path)
-    rows: list[Row] = []
+    started, t_start = time.time(), time.perf_counter()
+    rows = Rows()
     with console.status("starting") as status:
         def progress(msg):
             status.update(f"[bold]{label}[/]: {msg}")
@@ -85,6 +184,10 @@ def run_experiments(experiments: dict, *, only=None, quick: bool = False, json_p
             got = experiments[n](quick, progress)
             rows.extend(got)
             print_rows(console, f"{title_prefix}{n}  ({time.perf_counter() - t0:.1f} s real)", got)
+    rows.run = record(label, title=title, parts=names, quick=quick,
+                      options={**({"jobs": jobs} if side_by_side else {}), **(options or {})}, setup=setup,
+                      started=started,
+                      wall_s=time.perf_counter() - t_start)
     if json_path:
         write_json(console, json_path, rows)
     return rows

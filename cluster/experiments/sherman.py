@@ -233,11 +233,23 @@ EXPERIMENTS = {"fig10": fig10, "fig11": fig11, "skew": skew, "ablation": ablatio
 SIDE_BY_SIDE = ("ablation",)
 
 
+def setup(quick: bool) -> dict:
+    """The racks of this reproduction, for the run record (cluster.experiments.provenance)."""
+    return {"profile": PROFILE, "seed": 1,
+            "spec": f"co-located racks: {SERVERS} compute nodes x {THREADS} threads, {SERVERS} memory nodes",
+            "scale": f"{RECORDS[quick]:,} keys for Fig. 10 and 11, {ABLATION_RECORDS:,} for the ablation "
+                     f"(paper: 1 G); windows of virtual milliseconds"}
+
+
 def run(only=None, quick: bool = False, json_path: str | None = None, console=None, jobs: int = 1) -> list[Row]:
     _FIGURES.clear()
     return run_experiments(EXPERIMENTS, only=only, quick=quick, json_path=json_path, console=console,
-                           label="reproduce sherman", title_prefix="Sherman ", jobs=jobs, side_by_side=SIDE_BY_SIDE)
+                           label="reproduce sherman", title_prefix="Sherman ", jobs=jobs, side_by_side=SIDE_BY_SIDE,
+                           setup=setup, title=TITLE)
+
+
+TITLE = "Sherman (SIGMOD'22): Fig. 10, 11 and the ablation from FG+"
 
 
 EXPERIMENT = Experiment(kind="reproduce", name="sherman", run=run, parts=tuple(EXPERIMENTS), options=("jobs",),
-                        title="Sherman (SIGMOD'22): Fig. 10, 11 and the ablation from FG+")
+                        title=TITLE)

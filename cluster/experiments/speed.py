@@ -336,10 +336,21 @@ def reproduce_rows(quick: bool, progress) -> list[Row]:
 EXPERIMENTS = {"verbs": verbs_rows, "systems": systems_rows, "reproduce": reproduce_rows}
 
 
+def setup(quick: bool) -> dict:
+    """The rigs and racks of this bench, for the run record (cluster.experiments.provenance)."""
+    return {"profile": "cx6-200g", "seed": 1,
+            "spec": "a raw-verbs rig (1 compute, 1 memory node) and the systems' co-located racks",
+            "scale": "short windows" if quick else "full windows",
+            "note": "measures this machine's real time: compare only with runs on the same machine"}
+
+
 def run(only=None, quick: bool = False, json_path: str | None = None, console=None) -> list[Row]:
     return run_experiments(EXPERIMENTS, only=only, quick=quick, json_path=json_path, console=console,
-                           label="bench speed", title_prefix="speed: ")
+                           label="bench speed", title_prefix="speed: ", setup=setup, title=TITLE)
+
+
+TITLE = "how fast the emulator runs in real time: verbs, systems, reproduction parts"
 
 
 EXPERIMENT = Experiment(kind="bench", name="speed", run=run, parts=tuple(EXPERIMENTS),
-                        title="how fast the emulator runs in real time: verbs, systems, reproduction parts")
+                        title=TITLE)

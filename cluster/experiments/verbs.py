@@ -535,11 +535,20 @@ EXPERIMENTS = {
 }
 
 
+def setup(quick: bool) -> dict:
+    """The rigs of this bench, for the run record (cluster.experiments.provenance)."""
+    return {"profile": ", ".join(ATOMIC_PROFILES) + " (each experiment names its own)", "seed": 1,
+            "spec": "raw-verbs rigs: compute and memory nodes in one process, no KV system",
+            "scale": "shorter windows and fewer points" if quick else "full sweeps"}
+
+
 def run(only=None, quick: bool = False, json_path: str | None = None, console=None) -> list[Row]:
     return run_experiments(EXPERIMENTS, only=only, quick=quick, json_path=json_path, console=console,
-                           label="bench verbs")
+                           label="bench verbs", setup=setup, title=TITLE)
+
+
+TITLE = "fabric calibration: FlexKV Fig. 3, SMART Fig. 3 and 4, latency, atomics, locks, speed"
 
 
 EXPERIMENT = Experiment(kind="bench", name="verbs", run=run, parts=tuple(EXPERIMENTS),
-                        title="fabric calibration: FlexKV Fig. 3, SMART Fig. 3 and 4, latency, atomics, locks, "
-                              "speed")
+                        title=TITLE)

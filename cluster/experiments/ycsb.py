@@ -26,7 +26,7 @@ from __future__ import annotations
 import time
 
 from cluster.experiments.registry import Experiment
-from cluster.experiments.rows import Row, check_json_path, print_rows, write_json
+from cluster.experiments.rows import Row, run_experiments
 
 WORKLOADS = {"a": "write-heavy (A: 50% update)", "b": "read-heavy (B: 5% update)", "c": "read-only (C)"}
 THREADS_FULL = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96)
@@ -103,41 +103,44 @@ def measure(system: str, workload: str, threads: tuple[int, ...], *, records: in
     return points, speed
 
 
+def setup(quick: bool) -> dict:
+    """The rack of this bench, for the run record (cluster.experiments.provenance)."""
+    warm, win = CONTENDED_MS[quick]
+    return {"profile": "cx6-200g", "seed": 1,
+            "spec": "a co-located rack: 1 compute node (threads swept, 8 coroutines each), 2 memory nodes",
+            "scale": f"{20_000 if quick else 100_000:,} keys (paper: 100 M); YCSB A measured for {win:g} ms "
+                     f"after {warm:g} ms of warm-up"}
+
+
+def _workload(system: str, w: str, policy: str, quick: bool, progress) -> list[Row]:
+    """One workload over every thread count: its rows, then its emulation speed (wall clock)."""
+    warm_ms, measure_ms = (CONTENDED_MS if w == "a" else UNCONTENDED_MS)[quick]
+    points, speed = measure(system, w, THREADS_QUICK if quick else THREADS_FULL,
+                            records=20_000 if quick else 100_000, warm_ms=warm_ms, measure_ms=measure_ms,
+                            progress=progress, qp_policy=policy, properties=SMART_KEYS)
+    return _rows(system, w, points) + [
+        Row("speed", w, "-", "virtual µs per real s", speed["virtual_us_per_s"]),
+        Row("speed", w, "-", "verbs per real s", speed["verbs_per_s"])]
+
+
 def run(system: str = "race", only=None, quick: bool = False, json_path: str | None = None, console=None):
-    from rich.console import Console
+    from functools import partial
+
     from nodes.systems import get_system
-    console = console or Console()
     cls = get_system(system)                    # unknown system: one-line error before any work
     # Baselines run with QPs per thread, as in SMART's evaluation; systems on the SMART framework
     # with its thread-aware allocation (a doorbell per thread).
     policy = "per_thread_doorbell" if getattr(cls, "smart_defaults", None) else "per_thread_qp"
-    check_json_path(json_path)
-    names = [w.lower() for w in only] if only else list(WORKLOADS)
-    for w in names:
+    only = [w.lower() for w in only] if only else None
+    for w in only or ():
         if w not in WORKLOADS:
             raise ValueError(f"unknown workload {w!r} for bench ycsb; choose from {', '.join(WORKLOADS)}")
-    threads = THREADS_QUICK if quick else THREADS_FULL
-    records = 20_000 if quick else 100_000
-    rows: list[Row] = []
-    speed_rows: list[Row] = []
-    with console.status("starting") as status:
-        def progress(msg):
-            status.update(f"[bold]bench ycsb[/] ({system}): {msg}")
-        for w in names:
-            t0 = time.perf_counter()
-            warm_ms, measure_ms = (CONTENDED_MS if w == "a" else UNCONTENDED_MS)[quick]
-            points, speed = measure(system, w, threads, records=records, warm_ms=warm_ms, measure_ms=measure_ms,
-                                    progress=progress, qp_policy=policy, properties=SMART_KEYS)
-            got = _rows(system, w, points)
-            rows.extend(got)
-            speed_rows.append(Row("speed", w, "-", "virtual µs per real s", speed["virtual_us_per_s"]))
-            speed_rows.append(Row("speed", w, "-", "verbs per real s", speed["verbs_per_s"]))
-            print_rows(console, f"ycsb {w}: {WORKLOADS[w]}, {system}  ({time.perf_counter() - t0:.1f} s real)", got)
-    rows.extend(speed_rows)
-    print_rows(console, "emulation speed", speed_rows)
-    if json_path:
-        write_json(console, json_path, rows)
-    return rows
+    return run_experiments({w: partial(_workload, system, w, policy) for w in WORKLOADS}, only=only, quick=quick,
+                           json_path=json_path, console=console, label=f"bench ycsb ({system})",
+                           title_prefix="ycsb ", setup=setup, title=TITLE, options={"system": system})
+
+
+TITLE = "YCSB A, B and C by thread count beside SMART §6.2.1's RACE figures (--system)"
 
 
 def _rows(system: str, w: str, points: list[dict]) -> list[Row]:
@@ -162,4 +165,4 @@ def _rows(system: str, w: str, points: list[dict]) -> list[Row]:
 
 
 EXPERIMENT = Experiment(kind="bench", name="ycsb", run=run, parts=tuple(WORKLOADS), options=("system",),
-                        title="YCSB A, B and C by thread count beside SMART §6.2.1's RACE figures (--system)")
+                        title=TITLE)
