@@ -30,8 +30,10 @@ def _experiment(kind: str, name: str):
 
 
 def _run_experiment(exp, args, **options) -> int:
-    """Run ``exp`` with the command line's --only, --quick and --json and those of ``options`` it
-    takes; an unknown --only name is its run's ValueError, one line and exit status 2."""
+    """Run ``exp`` with the command line's --only, --quick, --json and --quiet and those of
+    ``options`` it takes; an unknown --only name is its run's ValueError, one line and exit status 2."""
+    from cluster.experiments.progress import set_quiet
+    set_quiet(args.quiet)
     exp.run(only=_only(args.only), quick=args.quick, json_path=args.json, console=_console(),
             **{k: v for k, v in options.items() if k in exp.options})
     return 0
@@ -228,6 +230,8 @@ def _cmd_compare(args) -> int:
 
 def _cmd_check(args) -> int:
     from cluster.correctness import check
+    from cluster.experiments.progress import set_quiet
+    set_quiet(args.quiet)
     if (args.system is None) == (args.history is None):
         raise ValueError("give --system NAME (check a system) or --history FILE (check a recorded history)")
     if args.out:
@@ -384,6 +388,10 @@ def main(argv=None) -> int:
     run_flags(r)
     r.set_defaults(func=_cmd_run)
 
+    def quiet_flag(p):
+        p.add_argument("--quiet", action="store_true",
+                       help="no progress bar on stderr (there is none anyway when stderr is not a terminal)")
+
     b = sub.add_parser("bench", help="benchmarks that print published vs emulated tables", experiments="bench")
     b.add_argument("suite", help="which suite (listed below)")
     b.add_argument("--system", default="race", help="ycsb: the system to measure (default race)")
@@ -391,6 +399,7 @@ def main(argv=None) -> int:
     b.add_argument("--json", metavar="PATH", help="also write the rows as JSON records")
     b.add_argument("--only", metavar="EXP[,EXP]", action="append",
                    help="run only these experiments / workloads (comma-separated or repeated)")
+    quiet_flag(b)
     b.set_defaults(func=_cmd_bench)
 
     rp = sub.add_parser("reproduce", help="a paper's experiments at reduced scale, published beside emulated",
@@ -403,6 +412,7 @@ def main(argv=None) -> int:
     rp.add_argument("--jobs", metavar="N",
                     help=f"fresh racks run side by side, N at a time (default: the CPUs available, "
                          f"{available_cpus()} here); the figures do not depend on it")
+    quiet_flag(rp)
     rp.set_defaults(func=_cmd_reproduce)
 
     cp = sub.add_parser("compare", help="what changed between two --json files of bench or reproduce; "
@@ -438,6 +448,7 @@ def main(argv=None) -> int:
                     help="a harder stress: 1000-byte values (16 lines), 8 x 8 clients per node on 16 keys")
     ck.add_argument("--seed", type=int, help="random seed")
     ck.add_argument("--json", metavar="PATH", help="also write the verdict as JSON")
+    quiet_flag(ck)
     ck.set_defaults(func=_cmd_check)
 
     sy = sub.add_parser("systems", help="list the systems that run on the rack (built-in, installed plugins)")

@@ -153,15 +153,15 @@ def run(system: str, *, options: dict | None = None, quick: bool = False, heavy:
     from rich.console import Console
     from rich.table import Table
     from cluster.correctness.conformance import run_suite
+    from cluster.experiments.progress import Sweep
     from nodes.systems import get_system
     console = console or Console()
     cls = get_system(system)
     options = cls.check_options(dict(options or {}), f"dmrack check --system {system}")
     t0 = time.perf_counter()
-    with console.status(f"[bold]check {system}[/]: conformance suite") as status:
-        outcomes = run_suite(system, options=options, heavy=heavy,
-                             progress=lambda m: status.update(f"[bold]check {system}[/]: {m}"))
-        status.update(f"[bold]check {system}[/]: stress on a rack of processes (history recorded)")
+    with Sweep(f"check {system}", ["conformance suite", "process stress"]) as sweep:
+        outcomes = run_suite(system, options=options, heavy=heavy, progress=sweep.part("conformance suite"))
+        sweep.part("process stress")("stress on a rack of processes (history recorded)")
         shape = cls.heavy_stress(HEAVY) if heavy else QUICK if quick else StressShape()
         result, _ = stress_processes(system, options, seed=seed, shape=shape)
     passed = all(o.passed for o in outcomes) and result.verdict == "ok"

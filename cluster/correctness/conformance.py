@@ -703,7 +703,9 @@ def run_suite(system_name: str, *, only: Iterable[str] | None = None, options: d
             raise ValueError(f"unknown conformance check(s) {', '.join(map(repr, unknown))}; "
                              f"the checks are {', '.join(every)}")
         names = [n for n in every if n in wanted]
+    from cluster.experiments.progress import advance, expect
     outcomes = []
+    expect(progress, len(names))
     for n, name in enumerate(names, 1):
         if progress is not None:
             progress(f"conformance {n}/{len(names)}: {name}")
@@ -721,4 +723,5 @@ def run_suite(system_name: str, *, only: Iterable[str] | None = None, options: d
         finally:
             _TALLY.reset(token)
         outcomes.append(CheckOutcome(name, passed, detail, tally[0], time.perf_counter() - t0))
+        advance(progress)
     return outcomes

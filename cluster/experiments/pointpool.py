@@ -45,17 +45,21 @@ def map_points(fn: Callable, points: Sequence[tuple], *, jobs: int = 1,
     """``[fn(*p) for p in points]``, on up to ``jobs`` processes. ``fn`` must be a module-level
     function (workers receive it by name) and its results picklable. ``progress`` hears
     ``describe(p)`` as each point starts when serial, and as each finishes (with a count) when
-    parallel, where start order says nothing."""
+    parallel, where start order says nothing; a ``progress`` that counts points
+    (:mod:`cluster.experiments.progress`) is told how many there are and each one done."""
     if jobs < 1:
         raise ValueError(f"jobs must be at least 1, got {jobs}")
+    from cluster.experiments.progress import advance, expect
     points = list(points)
     jobs = min(jobs, len(points))
+    expect(progress, len(points))
     if jobs <= 1:
         out = []
         for p in points:
             if progress is not None:
                 progress(describe(p))
             out.append(fn(*p))
+            advance(progress)
         return out
     results: list = [None] * len(points)
     ctx = multiprocessing.get_context("fork")
@@ -65,6 +69,7 @@ def map_points(fn: Callable, points: Sequence[tuple], *, jobs: int = 1,
         for index, result in pool.imap_unordered(_call, [(i, fn, p) for i, p in enumerate(points)]):
             results[index] = result
             done += 1
+            advance(progress)
             if progress is not None:
                 progress(f"{describe(points[index])} done ({done}/{len(points)}, {jobs} at a time)")
     return results

@@ -155,7 +155,7 @@ def run_experiments(experiments: dict, *, only=None, quick: bool = False, json_p
                     console=None, label: str, title_prefix: str = "", jobs: int = 1,
                     side_by_side: tuple = (), setup=None, title: str = "", options: dict | None = None) -> Rows:
     """Run the named experiments (``name -> fn(quick, progress) -> [Row]``) in order with a progress
-    line, print each one's table as it finishes, and write every row as JSON at the end, with the
+    bar on stderr (:mod:`cluster.experiments.progress`), print each one's table as it finishes, and write every row as JSON at the end, with the
     run's provenance (``label`` is the command, ``reproduce smart``; ``setup(quick)`` the
     experiment's description of its racks, :mod:`cluster.experiments.provenance`). The
     experiments named in ``side_by_side`` are sweeps of fresh racks that also take ``jobs``: how
@@ -164,6 +164,7 @@ def run_experiments(experiments: dict, *, only=None, quick: bool = False, json_p
 
     from rich.console import Console
 
+    from cluster.experiments.progress import Sweep
     from cluster.experiments.provenance import record
     if not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs must be a whole number of processes, at least 1; got {jobs!r}")
@@ -176,12 +177,10 @@ def run_experiments(experiments: dict, *, only=None, quick: bool = False, json_p
     check_json_path(json_path)
     started, t_start = time.time(), time.perf_counter()
     rows = Rows()
-    with console.status("starting") as status:
-        def progress(msg):
-            status.update(f"[bold]{label}[/]: {msg}")
+    with Sweep(label, names) as sweep:
         for n in names:
             t0 = time.perf_counter()
-            got = experiments[n](quick, progress)
+            got = experiments[n](quick, sweep.part(n))
             rows.extend(got)
             print_rows(console, f"{title_prefix}{n}  ({time.perf_counter() - t0:.1f} s real)", got)
     rows.run = record(label, title=title, parts=names, quick=quick,

@@ -40,6 +40,7 @@ Experiments:
 from __future__ import annotations
 
 from cluster.experiments.pointpool import map_points
+from cluster.experiments.progress import prefixed
 from cluster.experiments.registry import Experiment
 from cluster.experiments.rows import Row, run_experiments
 
@@ -198,7 +199,7 @@ def ablation(quick: bool, progress, *, records=None, warm_ms=None, measure_ms=No
     kw = {"records": records or ABLATION_RECORDS, "warm_ms": warm_ms or warm, "measure_ms": measure_ms or win,
           "servers": servers, "threads": threads}
     points = [(name, options, workloads, kw) for name, options in configs]
-    got = map_points(_ablation_point, points, jobs=jobs, progress=lambda msg: progress(f"ablation: {msg}"),
+    got = map_points(_ablation_point, points, jobs=jobs, progress=prefixed(progress, "ablation: "),
                      describe=lambda p: p[0])
     clients = servers * threads
     rows, mops = [], {}

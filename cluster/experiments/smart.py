@@ -38,6 +38,7 @@ change a figure.
 from __future__ import annotations
 
 from cluster.experiments.pointpool import map_points
+from cluster.experiments.progress import advance, expect, prefixed
 from cluster.experiments.registry import Experiment
 from cluster.experiments.rows import Row, run_experiments
 from cluster.experiments.ycsb import CONTENDED_MS, SMART_KEYS, UNCONTENDED_MS
@@ -75,7 +76,7 @@ def fig5(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
                           {**sizes, "properties": UPDATE_ONLY}) for t in threads]
                         + [(f"RACE updates at 16 threads, zipf {theta}", "race", "a", 16,
                             {**sizes, "properties": {**UPDATE_ONLY, **skew}}) for theta, skew in zip(thetas, skews)],
-                        lambda msg: progress(f"fig5: {msg}"), jobs=jobs)
+                        prefixed(progress, "fig5: "), jobs=jobs)
     pts, by_theta = got[:len(threads)], dict(zip(thetas, got[len(threads):]))
     rows = []
     for p in pts:
@@ -241,7 +242,7 @@ def fig7(quick: bool, progress, *, threads=None, records=None, warm_ms=None, mea
         for system, policy in FIG7_SYSTEMS:
             points += [(f"{system}, YCSB {w.upper()} ({FIG7_WORKLOADS[w]}): {t} threads", system, w, t,
                         {**sizes, "qp_policy": policy}) for t in threads]
-    got = iter(_fresh_points(points, lambda msg: progress(f"fig7: {msg}"), jobs=jobs))
+    got = iter(_fresh_points(points, prefixed(progress, "fig7: "), jobs=jobs))
     rows, peaks = [], {}
     for w in workloads:
         for system, _ in FIG7_SYSTEMS:
@@ -299,6 +300,7 @@ def fig12(quick: bool, progress, *, threads=None, records=None, warm_ms=None, me
     progress(f"fig12: speculative cache of {slots} slots for {records} keys (expected hit rate {target:.2f}, "
              f"as the artifact's 10^6 slots over 10^8 keys)")
     rows = []
+    expect(progress, len(workloads) * len(FIG12_SYSTEMS))
     for w in workloads:
         at_max = {}
         for series, system, smart, policy in FIG12_SYSTEMS:
@@ -306,6 +308,7 @@ def fig12(quick: bool, progress, *, threads=None, records=None, warm_ms=None, me
             pts, _ = _ycsb_rack(system, w, threads, records=records, warm_ms=warm, measure_ms=win, qp_policy=policy,
                                 smart=smart, options={"spec_cache": slots} if system == "smart-bt" else None,
                                 memory_nodes=FIG12_MEMORY_NODES)
+            advance(progress)
             for p in pts:
                 rows.append(Row("fig12", f"{series}, YCSB {w.upper()}", p["threads"], "Mops", p["mops"]))
             at_max[series] = pts[-1]["mops"]
@@ -335,12 +338,14 @@ def fig13(quick: bool, progress, *, threads=None, depths=None, warm_us=None, win
     configs = (("per-thread QP", "per_thread_qp", None), ("+ThdResAlloc", "per_thread_doorbell", None),
                ("+WorkReqThrot", "per_thread_doorbell", RIG_TUNER))
     rows, got = [], {}
+    expect(progress, 3 * len(threads) + 3 * len(depths))
     for name, policy, smart in configs:
         for t in threads:
             progress(f"fig13a: {name}, {t} threads")
             with _rig() as rig:
                 got[(name, t)] = m = _reads(rig, threads=t, depth=16, smart=smart, warmup=warm, window=win,
                                             policy=policy)
+            advance(progress)
             rows.append(Row("fig13a", name, t, "Mops", m))
     rows.append(Row("fig13a", "+ThdResAlloc", "peak", "Mops", max(got[("+ThdResAlloc", t)] for t in threads), 110.0))
     thr = [got[("+WorkReqThrot", t)] for t in threads]
@@ -363,6 +368,7 @@ def fig13(quick: bool, progress, *, threads=None, depths=None, warm_us=None, win
             progress(f"fig13b: {name}, batch {d}")
             with _rig() as rig:
                 m = _reads(rig, threads=t96, depth=d, smart=smart, warmup=warm, window=win)
+            advance(progress)
             best_b[(name, d)] = m
             rows.append(Row("fig13b", f"{name}, {t96} threads", d, "Mops", m))
     above8 = [d for d in depths if d > 8]
@@ -424,7 +430,7 @@ def fig14(quick: bool, progress, *, threads=None, records=None, warm_ms=None, me
     threads = threads or ((32, 96) if quick else (8, 16, 32, 64, 96))
     configs = configs or FIG14_CONFIGS
     points = [(f"{name}, {t} threads", t, smart, records, warm, win) for name, smart in configs for t in threads]
-    got = iter(map_points(_fig14_point, points, jobs=jobs, progress=lambda msg: progress(f"fig14: {msg}"),
+    got = iter(map_points(_fig14_point, points, jobs=jobs, progress=prefixed(progress, "fig14: "),
                           describe=lambda p: p[0]))
     rows, mops = [], {}
     for name, smart in configs:
@@ -475,6 +481,7 @@ def table1(quick: bool, progress, *, intervals_ms=None, duration_us=None, depth:
     import random
     intervals_ms = intervals_ms or ((32, 128, 512) if quick else tuple(TABLE1_PUBLISHED))
     rows = []
+    expect(progress, 2 * len(intervals_ms))
     for iv in intervals_ms:
         step = int(iv * 1e6 / RIG_SCALE)
         dur = int((duration_us * 1000) if duration_us else max(3 * step, (3_000_000 if quick else 10_000_000)))
@@ -485,6 +492,7 @@ def table1(quick: bool, progress, *, intervals_ms=None, duration_us=None, depth:
             with _rig() as rig:
                 m = _reads(rig, threads=max(TABLE1_THREADS), depth=depth, smart=smart, warmup=0, window=dur,
                            schedule=schedule)
+            advance(progress)
             pub = TABLE1_PUBLISHED.get(iv, (None, None))[col]
             rows.append(Row("table1", name, f"{iv} ms -> {step / 1000:g} µs", "Mops", m, pub))
     return rows

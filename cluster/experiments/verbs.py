@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from cluster.experiments.registry import Experiment
+from cluster.experiments.progress import advance, expect
 from cluster.experiments.rows import Row, run_experiments
 from nodes.runtime.env import Environment
 from shm.coro import NodeRdma
@@ -251,12 +252,14 @@ def smart_fig3(quick: bool, progress) -> list[Row]:
     warm, win = (15_000, 40_000) if quick else (30_000, 150_000)
     rows = []
     peak = {}
+    expect(progress, len(FIG3_POLICIES) * len(threads))
     for series, policy, q in FIG3_POLICIES:
         for t in threads:
             progress(f"smart-fig3 {series} {t} threads")
             with Rig(prof, 1, 1) as rig:
                 mops = _onesided_closed_loop(rig, threads=t, depth=8, policy=policy, op="read", size=8,
                                              warmup=warm, window=win, post_each=True, threads_per_qp=q)
+            advance(progress)
             pub = 110.0 if (policy == "per_thread_doorbell" and t == 96) else None
             rows.append(Row("smart-fig3", series, t, "Mops", round(mops, 2), pub))
             peak.setdefault(series, {})[t] = mops
@@ -278,12 +281,14 @@ def smart_fig4(quick: bool, progress) -> list[Row]:
     depths = (1, 8, 32) if quick else (1, 2, 4, 8, 16, 32)
     warm, win = (15_000, 40_000) if quick else (30_000, 120_000)
     rows, got = [], {}
+    expect(progress, len(threads) * len(depths))
     for t in threads:
         for d in depths:
             progress(f"smart-fig4 {t} threads depth {d}")
             with Rig(prof, 1, 1) as rig:
                 mops = _onesided_closed_loop(rig, threads=t, depth=d, policy="per_thread_doorbell", op="read", size=8,
                                              warmup=warm, window=win, post_each=True)
+            advance(progress)
             got[(t, d)] = mops
             pub = 101.0 if (t, d) == (36, 32) else None
             rows.append(Row("smart-fig4", f"{t} threads", d, "Mops", round(mops, 2), pub))
