@@ -77,15 +77,21 @@ def scenario_dict(system: str, workload: str, threads: tuple[int, ...], *, recor
     return doc
 
 
+# the plan step (0-based) of the first point's measured run: set threads, load, then set, warm-up, measure
+FIRST_MEASURED_STEP = 4
+
+
 def measure(system: str, workload: str, threads: tuple[int, ...], *, records: int, warm_ms: float,
-            measure_ms: float, progress=lambda msg: None, **scenario) -> tuple[list[dict], dict]:
+            measure_ms: float, progress=lambda msg: None, trace=None, **scenario) -> tuple[list[dict], dict]:
     """Run one workload over every thread count; returns per-point figures and speed figures.
-    ``scenario``: more arguments of :func:`scenario_dict` (properties, options, qp_policy, ...)."""
+    ``scenario``: more arguments of :func:`scenario_dict` (properties, options, qp_policy, ...).
+    ``trace``: ``(path, TraceBounds)``: write a timeline of the first point's measured run there
+    (nodes/runtime/trace.py); the figures are the same with or without it."""
     from cluster.rack import ColocatedRack
     from cluster.scenario import scenario_from_dict
     scen = scenario_from_dict(scenario_dict(system, workload, threads, records=records, warm_ms=warm_ms,
                                             measure_ms=measure_ms, **scenario), source=f"bench ycsb {workload}")
-    rack = ColocatedRack(scen)
+    rack = ColocatedRack(scen, trace=trace[1]._replace(start_step=FIRST_MEASURED_STEP) if trace else None)
     progress(f"{WORKLOADS.get(workload, workload)}: loading {records:,} records, then {len(threads)} thread counts")
     t0 = time.perf_counter()
     res = rack.run()
@@ -97,13 +103,17 @@ def measure(system: str, workload: str, threads: tuple[int, ...], *, records: in
         every = next(kf for kf in step.kinds if kf.kind == "all")
         points.append({"threads": t, "mops": step.mops, "p50_us": every.p50_us, "p99_us": every.p99_us,
                        "ops": step.ops, "failures": step.failures})
+    if trace:
+        rack.tracer.provenance.update(bench="ycsb", workload=workload, threads=min(threads))
+        rack.tracer.write(trace[0])
     vns = rack.env.now
     speed = {"wall_s": wall, "virtual_ms": vns / 1e6, "verbs_per_s": rack.verbs / wall if wall else 0.0,
              "virtual_us_per_s": vns / 1e3 / wall if wall else 0.0}
     return points, speed
 
 
-def run(system: str = "race", only=None, quick: bool = False, json_path: str | None = None, console=None):
+def run(system: str = "race", only=None, quick: bool = False, json_path: str | None = None, console=None,
+        trace=None):
     from rich.console import Console
     from nodes.systems import get_system
     console = console or Console()
@@ -127,7 +137,12 @@ def run(system: str = "race", only=None, quick: bool = False, json_path: str | N
             t0 = time.perf_counter()
             warm_ms, measure_ms = (CONTENDED_MS if w == "a" else UNCONTENDED_MS)[quick]
             points, speed = measure(system, w, threads, records=records, warm_ms=warm_ms, measure_ms=measure_ms,
-                                    progress=progress, qp_policy=policy, properties=SMART_KEYS)
+                                    progress=progress, qp_policy=policy, properties=SMART_KEYS,
+                                    trace=trace if w == names[0] else None)
+            if trace and w == names[0]:
+                console.print(f"bench ycsb: wrote a trace of ycsb {w} at {min(threads)} thread(s) to {trace[0]}; "
+                              f"open it in https://ui.perfetto.dev or chrome://tracing", highlight=False,
+                              soft_wrap=True)
             got = _rows(system, w, points)
             rows.extend(got)
             speed_rows.append(Row("speed", w, "-", "virtual µs per real s", speed["virtual_us_per_s"]))
@@ -161,5 +176,5 @@ def _rows(system: str, w: str, points: list[dict]) -> list[Row]:
     return out
 
 
-EXPERIMENT = Experiment(kind="bench", name="ycsb", run=run, parts=tuple(WORKLOADS), options=("system",),
+EXPERIMENT = Experiment(kind="bench", name="ycsb", run=run, parts=tuple(WORKLOADS), options=("system", "trace"),
                         title="YCSB A, B and C by thread count beside SMART §6.2.1's RACE figures (--system)")
