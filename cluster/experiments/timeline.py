@@ -4,7 +4,8 @@
 document) and draws, for each of its first ``max_ops`` operations of the kinds asked, one row for
 the operation, then per verb it issued one row with its stages as coloured bars (the NIC model's
 stages: WQE fetch over PCIe, requester unit, links, responder, remote memory or atomic, CQE...),
-and the operation's CPU time on the thread as a row of its own; x is virtual µs from the
+the operation's CPU time on its thread as a row of its own, and the same core's time for the
+thread's other coroutines (why an operation waits for its CPU); x is virtual µs from the
 operation's start. It is what docs/trace.md shows for a RACE update.
 
 This module declares no experiment (``dmrack plot`` draws result files; this draws traces).
@@ -25,6 +26,18 @@ def load_trace(trace) -> dict:
         return trace
     with open(trace, encoding="utf-8") as f:
         return json.load(f)
+
+
+def _thread_cpu(doc: dict) -> dict:
+    """(pid, thread track name "tN") -> every CPU slice of that thread's core (all coroutines)."""
+    names = {(ev["pid"], ev["tid"]): ev["args"]["name"] for ev in doc.get("traceEvents", [])
+             if ev.get("ph") == "M" and ev.get("name") == "thread_name"}
+    out: dict = {}
+    for ev in doc.get("traceEvents", []):
+        if ev.get("ph") == "X" and ev.get("cat") == "cpu":
+            track = names.get((ev["pid"], ev["tid"]), "").split(" ")[0]
+            out.setdefault((ev["pid"], track), []).append(ev)
+    return out
 
 
 def _slices(doc: dict):
@@ -79,9 +92,11 @@ def op_breakdown(trace, kind: str = "UPDATE", *, max_ops: int | None = None) -> 
 
 
 def draw_timeline(trace, png_path: str, *, max_ops: int = 3, kinds: tuple[str, ...] | None = None,
-                  title: str | None = None, dpi: int = 110) -> str:
+                  skip: int = 0, title: str | None = None, dpi: int = 110) -> str:
     """Draw the first ``max_ops`` finished operations of ``trace`` (those whose name is in
-    ``kinds``, default every kind), each with its verbs' stages, to ``png_path``; returns the path."""
+    ``kinds``, default every kind; after the first ``skip`` of them), each with its verbs'
+    stages, its CPU time and the thread's CPU time for other coroutines meanwhile, to
+    ``png_path``; returns the path."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -90,9 +105,10 @@ def draw_timeline(trace, png_path: str, *, max_ops: int = 3, kinds: tuple[str, .
 
     doc = load_trace(trace)
     ops, verbs, stages, cpu = _slices(doc)
+    thread_cpu = _thread_cpu(doc)
     chosen = [e for e in sorted(ops.values(), key=lambda e: e["ts"])
               if (kinds is None or e["name"] in kinds) and not (e.get("args") or {}).get("unfinished")]
-    chosen = chosen[:max_ops]
+    chosen = chosen[skip:skip + max_ops]
     if not chosen:
         raise ValueError(f"the trace has no finished operation{' of kind ' + '/'.join(kinds) if kinds else ''}")
     cmap = plt.get_cmap("tab20")
@@ -102,9 +118,19 @@ def draw_timeline(trace, png_path: str, *, max_ops: int = 3, kinds: tuple[str, .
         t0 = e["ts"]
         args = e.get("args") or {}
         rows.append((f"{e['name']} key {args.get('key')} ({e['dur']:.2f} µs)", [(0.0, e["dur"], "0.35")], True))
-        cpu_bars = [(c["ts"] - t0, c["dur"], "0.65") for c in cpu.get(args.get("op_id"), ())]
+        cpu_bars = [(c["ts"] - t0, c["dur"], "0.45") for c in cpu.get(args.get("op_id"), ())]
         if cpu_bars:
-            rows.append(("  CPU of the thread", cpu_bars, False))
+            rows.append(("  CPU: this operation", cpu_bars, False))
+        # the same core's time for the thread's other coroutines: why an operation waits for its CPU
+        names = {(ev["pid"], ev["tid"]): ev["args"]["name"] for ev in doc["traceEvents"]
+                 if ev.get("ph") == "M" and ev.get("name") == "thread_name"}
+        thread = names.get((e["pid"], e["tid"]), "").split(".")[0]
+        others = [(max(c["ts"], t0) - t0, min(c["ts"] + c["dur"], t0 + e["dur"]) - max(c["ts"], t0), "0.8")
+                  for c in thread_cpu.get((e["pid"], thread), ())
+                  if (c.get("args") or {}).get("op_id") != args.get("op_id")
+                  and c["ts"] < t0 + e["dur"] and c["ts"] + c["dur"] > t0]
+        if others:
+            rows.append(("  CPU: other coroutines", others, False))
         for v in sorted(verbs.get(args.get("op_id"), ()), key=lambda v: (v["ts"], v["dur"])):
             bars = [(s["ts"] - t0, s["dur"], colour.get(s["name"], "0.8")) for s in _stages_of(v, stages)]
             va = v.get("args") or {}
@@ -124,7 +150,8 @@ def draw_timeline(trace, png_path: str, *, max_ops: int = 3, kinds: tuple[str, .
     ax.grid(axis="x", color="0.9")
     ax.set_axisbelow(True)
     used = [n for n in STAGE_NAMES if any(c == colour[n] for _, bars, _ in rows for _, _, c in bars)]
-    handles = [Patch(color=colour[n], label=n) for n in used] + [Patch(color="0.65", label="CPU (thread)")]
+    handles = [Patch(color=colour[n], label=n) for n in used] + \
+        [Patch(color="0.45", label="CPU: this operation"), Patch(color="0.8", label="CPU: other coroutines")]
     ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     other = doc.get("otherData") or {}
     ax.set_title(title or f"{other.get('system', '')} on {other.get('profile', '')}: the first "
