@@ -165,7 +165,7 @@ def trace_stress(system: str, options: dict, path: str, bounds, *, seed: int, sh
     wls["zipf"] = StressWorkload(keys=shape.keys, distribution="zipfian", value_size=shape.value_size,
                                  mixed_sizes=shape.mixed_sizes)
     rack.run()
-    rack.tracer.provenance.update(check=system, options=dict(options), phase_ms=run_ms)
+    rack.tracer.provenance.update(check=system, options=dict(options), phase_ms=round(run_ms, 6))
     extra = []
     if result is not None and result.verdict == "illegal" and history:
         for k, f in enumerate(result.failures[:SHOWN_KEYS]):
