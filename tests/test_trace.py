@@ -212,6 +212,12 @@ def test_dmrack_run_trace_and_its_errors(tmp_path):
     assert_one_line_exit_2(r, "--trace FILE")
     r = dmrack("bench", "verbs", "--trace", str(tmp_path / "x.json"))
     assert_one_line_exit_2(r, "bench ycsb")
+    hist = tmp_path / "h.jsonl"
+    hist.write_text(STALE)
+    r = dmrack("check", "--history", str(hist), "--trace", str(tmp_path / "x.json"))
+    assert_one_line_exit_2(r, "--trace")
+    r = dmrack("check", "--system", "race", "--trace", str(tmp_path / "nodir" / "x.json"))
+    assert_one_line_exit_2(r, "no such directory")
     assert not (tmp_path / "x.json").exists()
 
 
