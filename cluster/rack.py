@@ -278,7 +278,7 @@ class ColocatedRack:
                 from nodes.runtime.trace import Tracer
                 self.tracer = env.tracer = Tracer(state.fabric, self.trace_bounds, provenance={
                     "rack": c.spec.name, "system": c.system.name, "profile": c.spec.profile_name,
-                    "seed": c.spec.seed, "steps": [s.label for s in c.plan]})
+                    "seed": c.spec.seed, "steps": [s.label for s in c.plan]}, env=env)
             host = VerbsHost(state.fabric, env)
             link = ColocatedLink(env)
             nodes = []

@@ -177,6 +177,8 @@ def test_the_bounds_hold(traced):
     start = doc["otherData"]["window_start_ns"]
     assert 0 < len(ops) <= 60
     assert all(start <= ns(o["ts"]) < start + 40_000 for o in ops)
+    # the run went on past the window: the tracer took itself off once its operations returned
+    assert rack.env.tracer is None and rack.tracer.closed and rack.env.now > start + 60_000
     # a count bound closes the recording before the window does
     rack2 = ColocatedRack(scenario_from_dict(rack_doc(), source="trace.toml"), trace=TraceBounds(max_ops=7))
     rack2.run()

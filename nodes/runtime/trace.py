@@ -33,7 +33,9 @@ Design, and why:
   whose start opens the window; default the first ``run`` step) and takes the operations that
   *begin* within ``window_ns`` of it, at most ``max_ops`` of them; the verbs and charges of an
   operation that began inside are kept to its end, so an operation is never cut. Nothing else is
-  kept, so a file is a few MB at most whatever the run's length.
+  kept, so a file is a few MB at most whatever the run's length; once the bounds have closed and
+  the recorded operations have returned, the tracer takes itself off the environment and the
+  rest of the run goes on the untraced path.
 * **Proper nesting by construction.** Chrome's and Perfetto's slice tracks need slices on one
   (pid, tid) to nest. Operations of one coroutine are sequential; the verbs of one coroutine
   overlap (a batch is in flight together), so each kind of track is split into *lanes*: a verb
@@ -115,8 +117,9 @@ class Tracer:
     """Records a bounded stretch of a co-located run (see the module docstring). Attach with
     ``env.tracer = Tracer(fabric, ...)``; ``write(path)`` when the run is over."""
 
-    def __init__(self, fabric, bounds: TraceBounds = TraceBounds(), *, provenance: dict | None = None):
+    def __init__(self, fabric, bounds: TraceBounds = TraceBounds(), *, provenance: dict | None = None, env=None):
         self.fabric = fabric
+        self.env = env                      # given: the tracer detaches itself once it has all it keeps
         self.names = [n.name for n in fabric.nodes]
         self.bounds = bounds
         self.provenance = dict(provenance or {})
@@ -145,8 +148,15 @@ class Tracer:
             return False
         if now >= self.window_end or len(self.ops) >= self.bounds.max_ops:
             self.closed = True
+            self._detach_if_done()
             return False
         return True
+
+    def _detach_if_done(self) -> None:
+        """Closed, and every recorded operation has returned: nothing more is kept, so the rest of
+        the run goes without the tracer (``env.tracer = None``: the untraced hot path)."""
+        if self.closed and not self._current and self.env is not None and self.env.tracer is self:
+            self.env.tracer = None
 
     # -- operations ---------------------------------------------------------------------------
     def op_begin(self, actor, node: str, thread: int, coro: int, kind: int, key: int, now: int, co=None):
@@ -170,6 +180,8 @@ class Tracer:
             del self._current[id(actor)]
         if co is not None and self._by_coro.get(id(co)) is op:
             del self._by_coro[id(co)]
+        if self.closed:
+            self._detach_if_done()
 
     def _op_of(self, actor, now: int):
         """(recorded?, the operation ``actor`` runs or None)."""
@@ -183,17 +195,17 @@ class Tracer:
         """Price one post as ``shm.nic.model_post_rows`` does, recording its stages; returns the
         model's result (when the posting CPU is free)."""
         fabric = qp.fabric
-        n = rows.shape[0]
-        stages = np.zeros((n, nic.N_STAGES), np.int64)
+        keep, op = self._op_of(actor, qp.env.now)
+        if not keep:
+            return nic.model_post_rows(fabric.table, fabric.params, fabric.descriptors, qp.node, dst,
+                                       qp._model_state, qp.doorbell, t_ns, rows)
+        stages = np.zeros((rows.shape[0], nic.N_STAGES), np.int64)
         cpu_free = nic.model_post_rows_staged(fabric.table, fabric.params, fabric.descriptors, qp.node, dst,
                                               qp._model_state, qp.doorbell, t_ns, rows, stages)
-        now = qp.env.now
-        keep, op = self._op_of(actor, now)
-        if keep:
-            track = self._track_of(qp, user, actor)
-            self.posts.append((op, track, qp.qp_num, qp.node, dst, start, rows[:, :5].copy(), stages,
-                               rows[:, 5:8].copy()))
-            self.cpu.append((op, qp.node, track[0], "post (build WQEs, doorbell)", start, int(cpu_free)))
+        track = self._track_of(qp, user, actor)
+        self.posts.append((op, track, qp.qp_num, qp.node, dst, start, rows[:, :5].copy(), stages,
+                           rows[:, 5:8].copy()))
+        self.cpu.append((op, qp.node, track[0], "post (build WQEs, doorbell)", start, int(cpu_free)))
         return cpu_free
 
     def _track_of(self, qp, user, actor) -> tuple:
