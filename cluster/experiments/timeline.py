@@ -106,6 +106,8 @@ def draw_timeline(trace, png_path: str, *, max_ops: int = 3, kinds: tuple[str, .
     doc = load_trace(trace)
     ops, verbs, stages, cpu = _slices(doc)
     thread_cpu = _thread_cpu(doc)
+    names = {(ev["pid"], ev["tid"]): ev["args"]["name"] for ev in doc["traceEvents"]
+             if ev.get("ph") == "M" and ev.get("name") == "thread_name"}
     chosen = [e for e in sorted(ops.values(), key=lambda e: e["ts"])
               if (kinds is None or e["name"] in kinds) and not (e.get("args") or {}).get("unfinished")]
     chosen = chosen[skip:skip + max_ops]
@@ -122,8 +124,6 @@ def draw_timeline(trace, png_path: str, *, max_ops: int = 3, kinds: tuple[str, .
         if cpu_bars:
             rows.append(("  CPU: this operation", cpu_bars, False))
         # the same core's time for the thread's other coroutines: why an operation waits for its CPU
-        names = {(ev["pid"], ev["tid"]): ev["args"]["name"] for ev in doc["traceEvents"]
-                 if ev.get("ph") == "M" and ev.get("name") == "thread_name"}
         thread = names.get((e["pid"], e["tid"]), "").split(".")[0]
         others = [(max(c["ts"], t0) - t0, min(c["ts"] + c["dur"], t0 + e["dur"]) - max(c["ts"], t0), "0.8")
                   for c in thread_cpu.get((e["pid"], thread), ())
