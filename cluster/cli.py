@@ -43,7 +43,12 @@ def _cmd_bench(args) -> int:
     exp = _experiment("bench", args.suite)
     if exp is None:
         return 2
-    return _run_experiment(exp, args, system=args.system)
+    bounds = _trace_bounds(args)
+    if bounds is None:
+        return _run_experiment(exp, args, system=args.system)
+    if "trace" not in exp.options:
+        raise ValueError(f"--trace goes with bench ycsb (a co-located rack per workload), not bench {args.suite}")
+    return _run_experiment(exp, args, system=args.system, trace=(args.trace, bounds))
 
 
 def _outputs(args, create: bool = True) -> tuple[str | None, str | None]:
@@ -98,6 +103,10 @@ def _run_scenario(scenario, args, note: str | None = None) -> int:
     if _history_wanted(args):
         from cluster.scenario import check_history
         check_history(scenario)
+    bounds = _trace_bounds(args)
+    if bounds is not None and not args.colocated:
+        raise ValueError("--trace records a co-located run: add --colocated (in a rack of processes each node "
+                         "keeps its own clock; see docs/trace.md)")
     json_path, csv_path = _outputs(args)     # last: --out is created only for a rack that will run
     if note:
         print(note)
@@ -105,7 +114,7 @@ def _run_scenario(scenario, args, note: str | None = None) -> int:
     if args.colocated:
         from cluster.rack import ColocatedRack
         console = _console()
-        rack = ColocatedRack(scenario, history=history)
+        rack = ColocatedRack(scenario, history=history, trace=bounds)
         if not rack.compiled.finite:
             raise ValueError("--colocated needs a scenario whose steps all end (a run step without "
                              "duration_ms runs until stopped)")
@@ -124,7 +133,11 @@ def _run_scenario(scenario, args, note: str | None = None) -> int:
             res.to_json(json_path)
         if csv_path:
             res.to_csv(csv_path)
-        return _history_out(rack.history_ops, args, console)
+        checked = []
+        status = _history_out(rack.history_ops, args, console, on_result=checked.append)
+        if rack.tracer is not None:
+            _write_trace(rack.tracer, args.trace, console, checked[0] if checked else None, rack.history_ops)
+        return status
     from cluster.supervisor import Supervisor
     sup = Supervisor(scenario, duration_s=args.duration, dashboard=False if args.no_dashboard else None,
                      json_path=json_path, csv_path=csv_path, history=history)
@@ -149,8 +162,9 @@ def _gave_up(e: BaseException) -> str | None:
 HISTORY_CAPACITY = 1 << 22      # operations recorded per compute node with --history/--check
 
 
-def _history_out(ops, args, console) -> int:
-    """Write the recorded history (--history) and check it (--check); 1 if it is not linearizable."""
+def _history_out(ops, args, console, on_result=None) -> int:
+    """Write the recorded history (--history) and check it (--check); 1 if it is not linearizable.
+    ``on_result`` is given the checker's result."""
     if ops is None:
         return 0
     from cluster.correctness.checker import check, dump_jsonl
@@ -160,11 +174,48 @@ def _history_out(ops, args, console) -> int:
     if not args.check:
         return 0
     result = check(ops)
+    if on_result is not None:
+        on_result(result)
     console.print(result.summary(), highlight=False)
     if result.verdict == "illegal":
         console.print(result.explain(), highlight=False, markup=False)
         return 1
     return 0
+
+
+def _trace_bounds(args):
+    """--trace FILE: the bounds of the recording (None without --trace); a path that cannot be
+    written, or bounds that record nothing, is one line before anything runs."""
+    path = getattr(args, "trace", None)
+    if not path:
+        if getattr(args, "trace_window_us", None) is not None or getattr(args, "trace_ops", None) is not None:
+            raise ValueError("--trace-window-us and --trace-ops go with --trace FILE")
+        return None
+    from nodes.runtime.trace import DEFAULT_MAX_OPS, DEFAULT_WINDOW_US, TraceBounds, check_trace_path
+    check_trace_path(path)
+    window = DEFAULT_WINDOW_US if args.trace_window_us is None else args.trace_window_us
+    ops = DEFAULT_MAX_OPS if args.trace_ops is None else args.trace_ops
+    if not window > 0:
+        raise ValueError(f"--trace-window-us must be a positive number of virtual µs, got {window:g}")
+    if ops < 1:
+        raise ValueError(f"--trace-ops must be at least 1, got {ops}")
+    return TraceBounds(window_ns=int(round(window * 1000)), max_ops=ops)
+
+
+def _write_trace(tracer, path: str, console, result=None, history=None) -> None:
+    """Write a recorded trace; with a checker result that found violations, the operations of the
+    failing keys (at most five) go into the same file, a process track per key."""
+    from nodes.runtime.trace import violation_events
+    extra = []
+    if result is not None and result.verdict == "illegal" and history:
+        for k, f in enumerate(result.failures[:5]):
+            extra.extend(violation_events(f.key, history, first_pid=1000 + 100 * k))
+    doc = tracer.write(path, extra_events=extra)
+    o = doc["otherData"]
+    console.print(f"dmrack: wrote a trace of {o['ops_recorded']:,} operations and {o['verbs_recorded']:,} verbs "
+                  f"({len(doc['traceEvents']):,} events) to {path}" +
+                  (f", with the operations of {min(len(result.failures), 5)} failing key(s)" if extra else "") +
+                  "; open it in https://ui.perfetto.dev or chrome://tracing", highlight=False, soft_wrap=True)
 
 
 def _console():
@@ -237,8 +288,8 @@ def _cmd_check(args) -> int:
     if args.out:
         _make_dir(args.out)
     if args.history is not None:
-        if args.option or args.quick or args.heavy or args.seed is not None:
-            raise ValueError("--option, --quick, --heavy and --seed go with --system, not --history")
+        if args.option or args.quick or args.heavy or args.seed is not None or args.trace:
+            raise ValueError("--option, --quick, --heavy, --seed and --trace go with --system, not --history")
         if args.time_limit <= 0:
             raise ValueError(f"--time-limit must be a positive number of seconds, got {args.time_limit:g}")
         return check.check_history_file(args.history, time_limit_s=args.time_limit, console=_console(),
@@ -247,8 +298,10 @@ def _cmd_check(args) -> int:
         raise ValueError("--quick and --heavy do not go together: --heavy is the longer, harder stress")
     _check_failpoints()
     options = dict(_parse_set(x) for x in args.option or [])
+    bounds = _trace_bounds(args)
     report = check.run(args.system, options=options, quick=args.quick, heavy=args.heavy, seed=args.seed or 1,
-                       console=_console(), json_path=args.json, report_path=args.report, out_dir=args.out)
+                       console=_console(), json_path=args.json, report_path=args.report, out_dir=args.out,
+                       trace=(args.trace, bounds) if bounds is not None else None)
     return 0 if report.passed else 1
 
 
@@ -372,6 +425,17 @@ def main(argv=None) -> int:
                             "(values must be >= 16 bytes to carry versions; dmrack up makes them 16)")
         p.add_argument("--colocated", action="store_true",
                        help="run every node in this process (deterministic; scenarios must end by themselves)")
+        trace_flags(p, "the start of the first run step (needs --colocated)")
+
+    def trace_flags(p, what):
+        p.add_argument("--trace", metavar="FILE",
+                       help=f"write {what} as a Chrome trace-event / Perfetto JSON timeline to FILE "
+                            f"(operations, verbs with their NIC, PCIe and link stages, CPU; docs/trace.md)")
+        p.add_argument("--trace-window-us", type=float, metavar="US",
+                       help="--trace: record the operations that begin within US virtual µs of the start of "
+                            "the measured part (default 100)")
+        p.add_argument("--trace-ops", type=int, metavar="N",
+                       help="--trace: record at most N operations (default 1000)")
 
     def set_flag(p):
         p.add_argument("--set", action="append", metavar="KEY=VALUE",
@@ -400,6 +464,7 @@ def main(argv=None) -> int:
     b.add_argument("--only", metavar="EXP[,EXP]", action="append",
                    help="run only these experiments / workloads (comma-separated or repeated)")
     quiet_flag(b)
+    trace_flags(b, "the first point of ycsb (its measured step)")
     b.set_defaults(func=_cmd_bench)
 
     rp = sub.add_parser("reproduce", help="a paper's experiments at reduced scale, published beside emulated",
@@ -449,6 +514,7 @@ def main(argv=None) -> int:
     ck.add_argument("--seed", type=int, help="random seed")
     ck.add_argument("--json", metavar="PATH", help="also write the verdict as JSON")
     quiet_flag(ck)
+    trace_flags(ck, "a co-located run of the stress (and the operations of failing keys)")
     ck.set_defaults(func=_cmd_check)
 
     sy = sub.add_parser("systems", help="list the systems that run on the rack (built-in, installed plugins)")

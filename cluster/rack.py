@@ -249,9 +249,12 @@ def make_manager(state: RackState, env, send, *, kill_node=None, is_alive=None) 
 class ColocatedRack:
     """Every node of the rack in this process, on one scheduler: deterministic for a seed."""
 
-    def __init__(self, scenario, *, history: int = 0):
+    def __init__(self, scenario, *, history: int = 0, trace=None):
         self.compiled = compile_scenario(scenario)
         self.history_capacity = history
+        # a nodes.runtime.trace.TraceBounds: record a timeline of the run (self.tracer after run())
+        self.trace_bounds = trace
+        self.tracer = None
         self.history_ops = None             # the recorded operations, when history > 0
         for s in self.compiled.plan:
             if s.action == "kill":
@@ -271,6 +274,11 @@ class ColocatedRack:
         with RackState.create(c, processes=False, history=self.history_capacity) as state:
             self.state = state
             env = Environment(seed=c.spec.seed)
+            if self.trace_bounds is not None:
+                from nodes.runtime.trace import Tracer
+                self.tracer = env.tracer = Tracer(state.fabric, self.trace_bounds, provenance={
+                    "rack": c.spec.name, "system": c.system.name, "profile": c.spec.profile_name,
+                    "seed": c.spec.seed, "steps": [s.label for s in c.plan]}, env=env)
             host = VerbsHost(state.fabric, env)
             link = ColocatedLink(env)
             nodes = []

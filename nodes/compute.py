@@ -167,6 +167,8 @@ class ComputeNode:
         env = self.env
         self.step_index = step_index
         self.recorder.step(step_index + 1, env.now, step.label)   # stats steps count from 1, as scenario files do
+        if env.tracer is not None:
+            env.tracer.step_started(step_index, step.action, env.now)
         if step.action in ("load", "run"):
             self.recorder.set_state(STATE_LOADING if step.action == "load" else STATE_RUNNING)
         if step.action == "load":
@@ -380,6 +382,9 @@ class ComputeNode:
         vs = wl.value_size_of if getattr(wl, "mixed_sizes", False) else wl.value_size
         thread = self.threads[t]
         issued_in = self.step_index
+        tracer = self.env.tracer
+        traced = None if tracer is None else tracer.op_begin(self.env.active_process, self.name, t, c, op, kid,
+                                                             self.env.now, self.coroutines[t][c])
         yield from thread.op_begin(self.coroutines[t][c])     # SMART's coroutine throttling, if on
         try:
             if op == OP_READ:
@@ -406,6 +411,8 @@ class ComputeNode:
             ok = False
         finally:
             thread.op_end()
+        if traced is not None:
+            tracer.op_end(self.env.active_process, traced, self.env.now, ok, self.coroutines[t][c])
         if self.step_index == issued_in:
             self.recorder.record(op, self.env.now - t0, ok)
         else:                       # returned after the next step began: it belongs to its own step

@@ -411,6 +411,8 @@ class RdmaThread:
             raise ValueError(f"negative charge {charge}")
         actor._debt = debt + charge
         actor._charged += charge
+        if env.tracer is not None:
+            env.tracer.cpu_charge(self, actor, "compute", start, start + ns)
 
     def _batch_arrays(self, n: int) -> tuple:
         """The NIC model's arrays for a batch of ``n`` work requests, allocated once per size:
@@ -687,6 +689,8 @@ class Coroutine:
                 wake = thr.cpu_free
             wake += thr.fabric.profile.cpu.poll_ns
             thr.cpu_free = wake
+            if self.env.tracer is not None:
+                self.env.tracer.cpu_charge(thr, None, "poll CQ", wake - thr.fabric.profile.cpu.poll_ns, wake, co=self)
             heappush(self._heap, (wake, self._next_seq(), self._finish_cb, ev))
 
     def _read_statuses(self, batch: ReadBatch) -> None:

@@ -117,6 +117,31 @@ Q_EFFECT = 6
 Q_RD_DONE = 7
 Q_RD_RING = 8
 
+# Stage times of one work request, in ps, as model_post computes them (the ``stages`` argument,
+# for traces only: nodes/runtime/trace.py). In walking order: the post reaches the NIC model
+# (CPU built the WQEs), the QP lock is held, the doorbell is rung (the CPU is free), the WQE is
+# fetched over PCIe, the requester unit starts and ends (the start also waits for the QP's order,
+# a fence or max_rd_atomic), the payload is read over PCIe (WRITE/SEND), the request has crossed
+# the links to the responder, the responder unit is done, the remote work is done (READ: the
+# PCIe read of memory; atomics: the atomic unit and the address slot; WRITE: = the responder
+# unit, the ack leaves then), the effect lands, the response has crossed back, the CQE is written
+# (never before the effect), and completion (in posting order).
+ST_POSTED = 0
+ST_LOCKS = 1
+ST_RUNG = 2
+ST_FETCHED = 3
+ST_REQ_START = 4
+ST_REQ_DONE = 5
+ST_PAYLOAD = 6
+ST_ARRIVED = 7
+ST_RESP_DONE = 8
+ST_REMOTE_DONE = 9
+ST_EFFECT = 10
+ST_BACK = 11
+ST_CQE = 12
+ST_DONE = 13
+N_STAGES = 14
+
 # Per-WR flags (the ``flags`` argument of model_post)
 FLAG_INLINE = 1   # payload in the WQE: no payload DMA read
 FLAG_FENCE = 2    # IBV_SEND_FENCE: wait for the QP's earlier READs and atomics to complete
@@ -297,11 +322,20 @@ def model_post_rows(tbl, prm, descs, rq, rs, qp, db, t_ns, rows):
     indices into ``descs``, the fabric's descriptors. Five arrays to pass instead of eleven: numba
     unboxes each array argument of a call from Python, about 0.1 µs apiece, once per post."""
     return model_post(tbl, prm, descs[rq], descs[rs], qp, db, t_ns, rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3],
-                      rows[:, 4], rows[:, 5:8])
+                      rows[:, 4], rows[:, 5:8], rows[:0, :])
 
 
 @njit(cache=True)
-def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, flags, out):
+def model_post_rows_staged(tbl, prm, descs, rq, rs, qp, db, t_ns, rows, stages):
+    """:func:`model_post_rows` that also writes each work request's stage times (ps, the
+    ``ST_*`` columns) into ``stages`` (``len(rows)`` x ``N_STAGES`` int64): what a trace shows
+    (``nodes/runtime/trace.py``). Same prices: the stages are only observed."""
+    return model_post(tbl, prm, descs[rq], descs[rs], qp, db, t_ns, rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3],
+                      rows[:, 4], rows[:, 5:8], stages)
+
+
+@njit(cache=True)
+def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, flags, out, stages):
     """Price one post of ``len(ops)`` work requests from node ``rq`` to node ``rs`` at ``t_ns``.
 
     ``db`` is the doorbell index on ``rq`` (-1: none, e.g. a loopback engine); ``flags`` per WR
@@ -316,12 +350,18 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, flags,
     earlier than the QP's previous WRITE's last line, nor than the responder starting on it); a
     READ's effect is its first line sampled and ``out[i, 2]`` its last (no later than its PCIe
     read ends). Everything else lands at once: ``out[i, 2] == out[i, 0]``.
+
+    ``stages``: empty (``shape[0] == 0``, no trace), or one row per work request that receives
+    the times (ps) the walk computes anyway, in the ``ST_*`` columns; writing them changes no
+    price.
     """
     n = ops.shape[0]
     t = t_ns * _PS
+    rec = stages.shape[0] > 0
     shared = qp[Q_SHARED] != 0
     if shared and qp[Q_LOCK] > t:
         t = qp[Q_LOCK]          # another thread holds the QP's lock
+    t_locks = t
     if db >= 0:
         users = load_acquire(tbl, rq[D_STATE] + S_DB_USERS + db)
         if users < SHARER_UNIT:
@@ -354,6 +394,11 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, flags,
         fetch_b = prm[P_PCIE_B_PER_WR] + (prm[P_WQE_MISS_B] * miss_num) // cap
         t1 = reserve(tbl, rq[D_PCIE], t_nic, _pcie_ps(prm, fetch_b, 0))
         t1 += pcie_lat + (prm[P_WQE_MISS_PS] * miss_num) // cap
+        if rec:
+            stages[i, ST_POSTED] = t_ns * _PS
+            stages[i, ST_LOCKS] = t_locks
+            stages[i, ST_RUNG] = cpu_free
+            stages[i, ST_FETCHED] = t1
         # in order per QP: the requester handles one QP's WQEs one after the other
         if qp[Q_BUSY] > t1:
             t1 = qp[Q_BUSY]
@@ -366,9 +411,14 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, flags,
                 t1 = qp[Q_RD_RING + pos]
         t2 = reserve(tbl, rq[D_REQ], t1, prm[P_REQ_COST + op])
         qp[Q_BUSY] = t2
+        if rec:
+            stages[i, ST_REQ_START] = t1
+            stages[i, ST_REQ_DONE] = t2
         carries_payload = op == OP_WRITE or op == OP_SEND or op == OP_SEND_UD
         if carries_payload and flags[i] & FLAG_INLINE == 0:
             t2 = reserve(tbl, rq[D_PCIE], t2 + pcie_lat, _pcie_ps(prm, 0, nbytes))
+        if rec:
+            stages[i, ST_PAYLOAD] = t2
         req_b = nbytes if carries_payload else 0
         if op == OP_CAS or op == OP_FAA:
             req_b = 16
@@ -381,12 +431,23 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, flags,
             eff = t5 + pcie_lat
             t5 = reserve(tbl, rs[D_PCIE], eff, _pcie_ps(prm, prm[P_PCIE_RESP_B_PER_WR], nbytes))
             done = _in_posting_order(qp, t3 + pcie_lat)
+            if rec:             # no response: sent at t3, complete once the CQE is written
+                stages[i, ST_ARRIVED] = t3
+                stages[i, ST_RESP_DONE] = t3
+                stages[i, ST_REMOTE_DONE] = t3
+                stages[i, ST_EFFECT] = eff
+                stages[i, ST_BACK] = t3
+                stages[i, ST_CQE] = t3 + pcie_lat
+                stages[i, ST_DONE] = done
             out[i, 0] = _ceil_ns(eff)
             out[i, 1] = _ceil_ns(done)
             out[i, 2] = out[i, 0]
             continue
         t4 = reserve(tbl, rs[D_RX], t3 + one_way, wire)
         t5 = reserve(tbl, rs[D_RESP], t4, prm[P_RESP_COST + op])
+        if rec:
+            stages[i, ST_ARRIVED] = t4
+            stages[i, ST_RESP_DONE] = t5
         device = regions[i] == REGION_DEVICE
         mem_lat = prm[P_DEVMEM] if device else pcie_lat
         span = 0                # lines after the first, landing one per line_ps (host memory only)
@@ -447,7 +508,14 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, flags,
         t9 = reserve(tbl, rq[D_PCIE], t8, _pcie_ps(prm, 0, resp_b)) + pcie_lat
         if t9 < eff:
             t9 = eff            # an ack never announces a WRITE that has not landed
+        if rec:
+            stages[i, ST_REMOTE_DONE] = t6
+            stages[i, ST_EFFECT] = eff
+            stages[i, ST_BACK] = t8
+            stages[i, ST_CQE] = t9
         t9 = _in_posting_order(qp, t9)
+        if rec:
+            stages[i, ST_DONE] = t9
         if is_rd:
             qp[Q_RD_DONE] = t9
             if rd_k > 0:

@@ -615,9 +615,14 @@ class QP:
             start = cpu_floor
         fabric = self.fabric
         cpu = fabric.profile.cpu
-        cpu_free = self.cpu_free = nic.model_post_rows(
-            fabric.table, fabric.params, fabric.descriptors, self.node, dst, self._model_state, self.doorbell,
-            start + cpu.post_ns + cpu.wqe_ns * rows.shape[0], rows)
+        tracer = env.tracer
+        if tracer is None:
+            cpu_free = self.cpu_free = nic.model_post_rows(
+                fabric.table, fabric.params, fabric.descriptors, self.node, dst, self._model_state, self.doorbell,
+                start + cpu.post_ns + cpu.wqe_ns * rows.shape[0], rows)
+        else:                           # the same prices, with the stages recorded (nodes/runtime/trace.py)
+            cpu_free = self.cpu_free = tracer.post(self, dst, rows, start,
+                                                   start + cpu.post_ns + cpu.wqe_ns * rows.shape[0], user, actor)
         if actor is not None:
             # env.charge, inlined: never negative, the model frees the CPU no earlier than ``start``
             actor._debt += cpu_free - now - debt

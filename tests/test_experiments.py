@@ -31,7 +31,7 @@ def test_find_returns_the_module_declaration():
     assert find("reproduce", "smart") is smart.EXPERIMENT
     assert find("reproduce", "sherman").run is sherman.run
     assert find("bench", "verbs").parts == tuple(verbs.EXPERIMENTS)
-    assert find("bench", "ycsb").options == ("system",)
+    assert find("bench", "ycsb").options == ("system", "trace")
     assert find("reproduce", "smart").options == ("jobs",) == find("reproduce", "sherman").options
     assert ycsb.EXPERIMENT.parts == ("a", "b", "c")
 

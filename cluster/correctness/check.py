@@ -143,9 +143,39 @@ def _write_report(path: str, text: str) -> None:
         f.write(text if text.endswith("\n") else text + "\n")
 
 
+def trace_stress(system: str, options: dict, path: str, bounds, *, seed: int, shape: StressShape,
+                 history=None, result=None) -> dict:
+    """``dmrack check --trace FILE``: the stress's first phase run again co-located (one process,
+    one virtual clock: what a trace needs; the rack of processes keeps a clock per node), recorded
+    from the start of its run within ``bounds`` (nodes/runtime/trace.py) and written to ``path``.
+    With the process stress's ``history`` and a checker ``result`` that found violations, the
+    operations of the failing keys (at most SHOWN_KEYS) go into the same file, a process track
+    named ``violation: key K`` each. Returns the written document."""
+    from cluster.rack import ColocatedRack
+    from nodes.runtime.trace import violation_events
+    from workloads.stress import StressWorkload
+    # long enough to hold the window, no longer: the trace is of the first phase's start
+    run_ms = min(shape.run_ms, bounds.window_ns / 1e6 + 0.05)
+    scen = stress_scenario(system, options, seed=seed, run_ms=run_ms, threads=shape.threads,
+                           coroutines=shape.coroutines, keys=shape.keys, value_size=shape.value_size)
+    rack = ColocatedRack(scen, trace=bounds)
+    wls = rack.compiled.workloads
+    wls["default"] = StressWorkload(keys=shape.keys, distribution="uniform", value_size=shape.value_size,
+                                    mixed_sizes=shape.mixed_sizes)
+    wls["zipf"] = StressWorkload(keys=shape.keys, distribution="zipfian", value_size=shape.value_size,
+                                 mixed_sizes=shape.mixed_sizes)
+    rack.run()
+    rack.tracer.provenance.update(check=system, options=dict(options), phase_ms=round(run_ms, 6))
+    extra = []
+    if result is not None and result.verdict == "illegal" and history:
+        for k, f in enumerate(result.failures[:SHOWN_KEYS]):
+            extra.extend(violation_events(f.key, history, first_pid=1000 + 100 * k))
+    return rack.tracer.write(path, extra_events=extra)
+
+
 def run(system: str, *, options: dict | None = None, quick: bool = False, heavy: bool = False, seed: int = 1,
         console=None, json_path: str | None = None, report_path: str | None = None,
-        out_dir: str | None = None) -> CheckReport:
+        out_dir: str | None = None, trace=None) -> CheckReport:
     """Run the suite and the process stress; print the verdict first, then one line per check
     and a short block per failing key; the full explanations go to a report file (``report_path``,
     default ``dmrack-check-SYSTEM.txt`` in ``out_dir`` or the current directory), which is written
@@ -163,7 +193,11 @@ def run(system: str, *, options: dict | None = None, quick: bool = False, heavy:
         outcomes = run_suite(system, options=options, heavy=heavy, progress=sweep.part("conformance suite"))
         sweep.part("process stress")("stress on a rack of processes (history recorded)")
         shape = cls.heavy_stress(HEAVY) if heavy else QUICK if quick else StressShape()
-        result, _ = stress_processes(system, options, seed=seed, shape=shape)
+        result, sup = stress_processes(system, options, seed=seed, shape=shape)
+        if trace is not None:
+            status.update(f"[bold]check {system}[/]: a co-located run of the stress, traced")
+            doc = trace_stress(system, options, trace[0], trace[1], seed=seed, shape=shape,
+                               history=sup.history_ops, result=result)
     passed = all(o.passed for o in outcomes) and result.verdict == "ok"
     explanation = "" if result.verdict == "ok" else result.explain()
     suite_ops = sum(o.ops_checked for o in outcomes)
@@ -191,6 +225,12 @@ def run(system: str, *, options: dict | None = None, quick: bool = False, heavy:
     console.print(verdict, highlight=False, soft_wrap=True)
     if path:
         console.print(f"full report: {path}", highlight=False)
+    if trace is not None:
+        o = doc["otherData"]
+        failing = min(len(result.failures), SHOWN_KEYS) if result.verdict == "illegal" else 0
+        console.print(f"trace: {trace[0]} ({o['ops_recorded']:,} operations of a co-located stress run"
+                      + (f", and the operations of {failing} failing key(s) of the process stress" if failing else "")
+                      + "; open it in https://ui.perfetto.dev)", highlight=False, soft_wrap=True)
     table = Table(title=f"dmrack check --system {system}", title_justify="left")
     table.add_column("check", no_wrap=True)
     table.add_column("verdict", no_wrap=True)

@@ -77,15 +77,21 @@ def scenario_dict(system: str, workload: str, threads: tuple[int, ...], *, recor
     return doc
 
 
+# the plan step (0-based) of the first point's measured run: set threads, load, then set, warm-up, measure
+FIRST_MEASURED_STEP = 4
+
+
 def measure(system: str, workload: str, threads: tuple[int, ...], *, records: int, warm_ms: float,
-            measure_ms: float, progress=lambda msg: None, **scenario) -> tuple[list[dict], dict]:
+            measure_ms: float, progress=lambda msg: None, trace=None, **scenario) -> tuple[list[dict], dict]:
     """Run one workload over every thread count; returns per-point figures and speed figures.
-    ``scenario``: more arguments of :func:`scenario_dict` (properties, options, qp_policy, ...)."""
+    ``scenario``: more arguments of :func:`scenario_dict` (properties, options, qp_policy, ...).
+    ``trace``: ``(path, TraceBounds)``: write a timeline of the first point's measured run there
+    (nodes/runtime/trace.py); the figures are the same with or without it."""
     from cluster.rack import ColocatedRack
     from cluster.scenario import scenario_from_dict
     scen = scenario_from_dict(scenario_dict(system, workload, threads, records=records, warm_ms=warm_ms,
                                             measure_ms=measure_ms, **scenario), source=f"bench ycsb {workload}")
-    rack = ColocatedRack(scen)
+    rack = ColocatedRack(scen, trace=trace[1]._replace(start_step=FIRST_MEASURED_STEP) if trace else None)
     progress(f"{WORKLOADS.get(workload, workload)}: loading {records:,} records, then {len(threads)} thread counts")
     t0 = time.perf_counter()
     res = rack.run()
@@ -97,6 +103,9 @@ def measure(system: str, workload: str, threads: tuple[int, ...], *, records: in
         every = next(kf for kf in step.kinds if kf.kind == "all")
         points.append({"threads": t, "mops": step.mops, "p50_us": every.p50_us, "p99_us": every.p99_us,
                        "ops": step.ops, "failures": step.failures})
+    if trace:
+        rack.tracer.provenance.update(bench="ycsb", workload=workload, threads=min(threads))
+        rack.tracer.write(trace[0])
     vns = rack.env.now
     speed = {"wall_s": wall, "virtual_ms": vns / 1e6, "verbs_per_s": rack.verbs / wall if wall else 0.0,
              "virtual_us_per_s": vns / 1e3 / wall if wall else 0.0}
@@ -112,20 +121,24 @@ def setup(quick: bool) -> dict:
                      f"after {warm:g} ms of warm-up"}
 
 
-def _workload(system: str, w: str, policy: str, quick: bool, progress) -> list[Row]:
+def _workload(system: str, w: str, policy: str, trace, quick: bool, progress) -> list[Row]:
     """One workload over every thread count: its rows, then its emulation speed (wall clock)."""
     warm_ms, measure_ms = (CONTENDED_MS if w == "a" else UNCONTENDED_MS)[quick]
     points, speed = measure(system, w, THREADS_QUICK if quick else THREADS_FULL,
                             records=20_000 if quick else 100_000, warm_ms=warm_ms, measure_ms=measure_ms,
-                            progress=progress, qp_policy=policy, properties=SMART_KEYS)
+                            progress=progress, qp_policy=policy, properties=SMART_KEYS, trace=trace)
     return _rows(system, w, points) + [
         Row("speed", w, "-", "virtual µs per real s", speed["virtual_us_per_s"]),
         Row("speed", w, "-", "verbs per real s", speed["verbs_per_s"])]
 
 
-def run(system: str = "race", only=None, quick: bool = False, json_path: str | None = None, console=None):
+def run(system: str = "race", only=None, quick: bool = False, json_path: str | None = None, console=None,
+        trace=None):
+    """``trace``: ``(path, TraceBounds)`` of ``--trace``: a timeline of the first workload's first point."""
     from functools import partial
 
+    from rich.console import Console
+    console = console or Console()
     from nodes.systems import get_system
     cls = get_system(system)                    # unknown system: one-line error before any work
     # Baselines run with QPs per thread, as in SMART's evaluation; systems on the SMART framework
@@ -135,9 +148,16 @@ def run(system: str = "race", only=None, quick: bool = False, json_path: str | N
     for w in only or ():
         if w not in WORKLOADS:
             raise ValueError(f"unknown workload {w!r} for bench ycsb; choose from {', '.join(WORKLOADS)}")
-    return run_experiments({w: partial(_workload, system, w, policy) for w in WORKLOADS}, only=only, quick=quick,
-                           json_path=json_path, console=console, label=f"bench ycsb ({system})",
-                           title_prefix="ycsb ", setup=setup, title=TITLE, options={"system": system})
+    first = (only or list(WORKLOADS))[0]
+    rows = run_experiments({w: partial(_workload, system, w, policy, trace if w == first else None)
+                            for w in WORKLOADS}, only=only, quick=quick, json_path=json_path, console=console,
+                           label=f"bench ycsb ({system})", title_prefix="ycsb ", setup=setup, title=TITLE,
+                           options={"system": system})
+    if trace:
+        console.print(f"bench ycsb: wrote a trace of ycsb {first} at {min(THREADS_QUICK if quick else THREADS_FULL)} "
+                      f"thread(s) to {trace[0]}; open it in https://ui.perfetto.dev or chrome://tracing",
+                      highlight=False, soft_wrap=True)
+    return rows
 
 
 TITLE = "YCSB A, B and C by thread count beside SMART §6.2.1's RACE figures (--system)"
@@ -164,5 +184,5 @@ def _rows(system: str, w: str, points: list[dict]) -> list[Row]:
     return out
 
 
-EXPERIMENT = Experiment(kind="bench", name="ycsb", run=run, parts=tuple(WORKLOADS), options=("system",),
+EXPERIMENT = Experiment(kind="bench", name="ycsb", run=run, parts=tuple(WORKLOADS), options=("system", "trace"),
                         title=TITLE)

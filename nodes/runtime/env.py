@@ -417,7 +417,7 @@ class Environment:
     """Virtual-time scheduler; see the module docstring."""
     __slots__ = ("now", "rng", "active_process", "on_message", "_heap", "_next_seq", "_alive",
                  "_events", "_sync", "_seed", "_inline", "seq_now", "lookahead_ns", "_effects", "_writes",
-                 "_deferred")
+                 "_deferred", "tracer")
 
     def __init__(self, *, seed: int = 0, sync=None):
         self.now = 0
@@ -442,6 +442,7 @@ class Environment:
         self._effects: list | None = [] if sync is not None else None
         self._writes: list | None = [] if sync is not None else None
         self._deferred = None     # sync mode: the process's deferred READs (shm/deferred.py)
+        self.tracer = None        # a nodes.runtime.trace.Tracer while a trace is recorded
         if sync is not None:
             sync._bind(self)
 
