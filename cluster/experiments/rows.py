@@ -103,6 +103,34 @@ def verdict(row: dict) -> str | None:
     return "within" if abs(emu / pub - 1) <= WITHIN else "outside"
 
 
+# a row compares two things (and so has a direction) when its metric says ratio or growth or
+# "x <baseline>" (times), or its series or x is "A / B" (FlexKV's "x RDMA_CAS", SMART's "p99 growth",
+# "smart-ht / race", "zipf 0.99 / uniform", "d32/d8")
+_RATIO_METRIC = re.compile(r"ratio|growth|^x\s", re.I)
+_RATIO_NAME = re.compile(r"\S\s*/\s*\S")
+
+
+def is_comparison(row: dict) -> bool:
+    """Whether the row is a ratio of two measurements (see :func:`direction`)."""
+    series, x = str(row.get("series", "")), str(row.get("x", ""))
+    return bool(_RATIO_METRIC.search(str(row.get("metric", ""))) or " / " in series
+                or _RATIO_NAME.search(x))
+
+
+def direction(row: dict) -> str | None:
+    """``"held"`` or ``"not held"`` for a row whose published value is a ratio (:func:`is_comparison`)
+    other than 1: held when the emulated ratio is on the same side of 1 as the published one (the
+    paper says A beats B, or A is below B, and so does the emulation), whatever the distance. None
+    where no direction is defined: nothing published, a published ratio of exactly 1 (no side), or
+    a row that is not a ratio (a throughput, a thread count: its verdict says all)."""
+    pub, emu = row.get("published"), row.get("emulated")
+    if pub is None or pub == 1 or not is_comparison(row):
+        return None
+    if emu is None or not math.isfinite(emu):
+        return "not held"
+    return "held" if (emu > 1) == (pub > 1) and emu != 1 else "not held"
+
+
 def _number(v) -> bool:
     return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
 

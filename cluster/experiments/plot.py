@@ -1,0 +1,214 @@
+"""Drawing result files as PNG figures (``--plot DIR``, ``dmrack plot``, the report's images).
+
+What a figure holds is declared elsewhere (:mod:`cluster.experiments.figures`: a spec per paper
+figure in its experiment module, or automatic figures); this module only draws a spec: one line
+(or bar) per series, the emulated values as the curve, the published ones as star markers of the
+same colour, the headline published values (a peak, a ceiling) as dotted reference lines or a
+marker at the published peak, and a caption saying where the numbers came from (command, --quick
+or full, profile, scale, commit).
+
+matplotlib is an optional extra (``pip install 'dmrack[plot]'``): it is the standard, well-kept
+plotting library, but the emulator does not need it, so it is imported only here, only when a
+figure is asked for (``dmrack --help`` and every other command never import it), and
+:func:`require` fails with one line before a run starts rather than after it. The figures are
+drawn on :class:`matplotlib.figure.Figure` with the Agg canvas directly, never through pyplot:
+no display is needed or touched, and no global backend of the caller's process is changed.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+
+from cluster.experiments.figures import Figure, caption, figures_for, numeric, ref_rows, select
+
+INSTALL = "pip install 'dmrack[plot]'"
+DPI = 100
+
+
+class MissingMatplotlib(ValueError):
+    """matplotlib is not installed; the message is one line saying how to get it."""
+
+
+def require() -> None:
+    """Fail with :class:`MissingMatplotlib` (one line) when matplotlib cannot be imported."""
+    try:
+        import matplotlib  # noqa: F401
+        from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: F401
+    except ImportError:
+        raise MissingMatplotlib(f"plots need matplotlib, which is not installed: {INSTALL}") from None
+
+
+def _short_labels(series: list[str]) -> dict[str, str]:
+    """Series names without the part they all share after their last comma ("FG+, write-only",
+    "+Combine, write-only" -> "FG+", "+Combine"): the figure's title says it once."""
+    tails = {s.rsplit(", ", 1)[1] if ", " in s else None for s in series}
+    if len(series) > 1 and len(tails) == 1 and None not in tails:
+        return {s: s.rsplit(", ", 1)[0] for s in series}
+    return {s: s for s in series}
+
+
+def _xtick(x) -> str:
+    return f"{x:g}" if isinstance(x, float) else str(x)
+
+
+def draw(fig: Figure, rows: list[dict], run: dict | None):
+    """The matplotlib Figure of one spec over a result's rows (not saved)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure as MplFigure
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import NullLocator
+
+    sel = select(fig, rows)
+    order = list(fig.series or ())
+    order = [s for s in order if any(r["series"] == s for r in sel)] or list(dict.fromkeys(r["series"] for r in sel))
+    order += [s for s in dict.fromkeys(r["series"] for r in sel) if s not in order]
+    colors = {s: f"C{i % 10}" for i, s in enumerate(order)}
+    labels = _short_labels(order)
+    xs = list(dict.fromkeys(r["x"] for r in sel))
+    categorical = not all(numeric(x) for x in xs)
+    single_x = fig.kind == "bar" and len(xs) == 1
+
+    panels = fig.panels()
+    text = caption(run)
+    cap_lines = text.count("\n") + 1
+    width, height = 5.4 * len(panels) + (1.0 if len(panels) == 1 else 0.6), 4.2 + 0.16 * cap_lines
+    mfig = MplFigure(figsize=(width, height), dpi=DPI)
+    FigureCanvasAgg(mfig)
+    axes = mfig.subplots(1, len(panels), squeeze=False)[0]
+    any_published = False
+    for ax, (metrics, ylabel, ylog) in zip(axes, panels):
+        styles = {m: ("-", "--", ":", "-.")[i % 4] for i, m in enumerate(metrics)}
+
+        def label(s, m):
+            if len(metrics) == 1:
+                return labels[s]
+            return m if len(order) == 1 else f"{labels[s]}, {m}"
+
+        if fig.kind == "line":
+            for s in order:
+                for m in metrics:
+                    pts = [r for r in sel if r["series"] == s and r["metric"] == m]
+                    if not categorical:
+                        pts.sort(key=lambda r: r["x"])
+                    pos = [xs.index(r["x"]) if categorical else r["x"] for r in pts]
+                    emu = [(p, r["emulated"]) for p, r in zip(pos, pts) if r["emulated"] is not None]
+                    if emu:
+                        ax.plot(*zip(*emu), marker="o", markersize=4, linestyle=styles[m], color=colors[s],
+                                label=label(s, m))
+                    pub = [(p, r["published"]) for p, r in zip(pos, pts) if r["published"] is not None]
+                    if pub:
+                        any_published = True
+                        ax.scatter(*zip(*pub), marker="*", s=150, color=colors[s], edgecolors="black",
+                                   linewidths=0.8, zorder=5)
+        else:
+            # bars: one group per x category (or per series when every row has the same x),
+            # one bar per series and metric in a group
+            groups = order if single_x else xs
+            members = [(s, m) for s in order for m in metrics] if not single_x else [(None, m) for m in metrics]
+            width_bar = 0.8 / max(1, len(members))
+            for k, (s, m) in enumerate(members):
+                offset = (k - (len(members) - 1) / 2) * width_bar
+                bars, pubs = [], []
+                for g, group in enumerate(groups):
+                    for r in sel:
+                        ser = group if single_x else s
+                        if r["series"] == ser and r["metric"] == m and (single_x or r["x"] == group):
+                            if r["emulated"] is not None:
+                                bars.append((g + offset, r["emulated"], colors[ser]))
+                            if r["published"] is not None:
+                                pubs.append((g + offset, r["published"], colors[ser]))
+                if bars:
+                    p, h, c = zip(*bars)
+                    ax.bar(p, h, width=width_bar * 0.9, color=c,
+                           hatch=("", "//", "..", "xx")[metrics.index(m) % 4],
+                           label=None if single_x and len(metrics) == 1 else label(s, m) if s else m)
+                if pubs:
+                    any_published = True
+                    p, h, c = zip(*pubs)
+                    ax.scatter(p, h, marker="*", s=150, color=c, edgecolors="black", linewidths=0.8, zorder=5)
+            ax.set_xticks(range(len(groups)), [labels[g] if single_x else _xtick(g) for g in groups],
+                          rotation=20 if sum(len(_xtick(g)) for g in groups) > 40 else 0,
+                          ha="right" if sum(len(_xtick(g)) for g in groups) > 40 else "center", fontsize=8)
+        values = [v for r in sel if r["metric"] in metrics for v in (r["emulated"], r["published"])
+                  if v is not None]
+        if ylog and values and min(values) > 0:
+            ax.set_yscale("log")
+        elif fig.kind == "bar" or (values and min(values) >= 0):
+            ax.set_ylim(bottom=0)
+        ax.set_ylabel(ylabel)
+        ax.set_xlabel(fig.xlabel or ("" if single_x else "x"))
+        if fig.kind == "line":
+            if categorical:
+                ax.set_xticks(range(len(xs)), [_xtick(x) for x in xs], fontsize=8,
+                              rotation=20 if sum(len(_xtick(x)) for x in xs) > 50 else 0)
+            else:
+                if fig.xlog and min(xs) > 0:
+                    ax.set_xscale("log", base=fig.xbase)
+                    ax.xaxis.set_minor_locator(NullLocator())
+                if len(xs) <= 12:
+                    ax.set_xticks(sorted(xs), [_xtick(x) for x in sorted(xs)])
+        ax.grid(True, alpha=0.3)
+
+    refs = _draw_refs(fig, rows, axes[0], colors, categorical)
+    handles, _ = axes[0].get_legend_handles_labels()
+    if any_published or refs:
+        handles.append(Line2D([], [], marker="*", markersize=11, color="0.6", markeredgecolor="black",
+                              linestyle="none", label="published (paper)"))
+    if refs:
+        handles.append(Line2D([], [], color="0.4", linestyle=":", label="published headline value"))
+    if handles:
+        axes[0].legend(handles=handles, fontsize=7.5, loc="best", framealpha=0.85)
+    mfig.suptitle(fig.title or fig.id, fontsize=11)
+    foot = (0.16 * cap_lines + 0.12) / height
+    mfig.text(0.01, 0.02 / height * 4, text, fontsize=7, color="0.3", va="bottom", ha="left")
+    mfig.tight_layout(rect=(0, foot, 1, 0.97))
+    return mfig
+
+
+def _draw_refs(fig: Figure, rows: list[dict], ax, colors: dict, categorical: bool) -> int:
+    """Headline published values (a peak, a ceiling) on the first panel: a star at (published
+    x, published value) when ``peak_at`` gives that x on a numeric axis, else a dotted line.
+    Returns how many were drawn."""
+    n = 0
+    for r in ref_rows(fig, rows):
+        where = [q for q in rows if q.get("experiment") == fig.experiment and q.get("series") == r["series"]
+                 and q.get("metric") == fig.peak_at and q.get("x") == r["x"] and q.get("published") is not None]
+        color = colors.get(r["series"], "0.3")
+        if where and not categorical:
+            ax.scatter([where[0]["published"]], [r["published"]], marker="*", s=170, color=color,
+                       edgecolors="black", linewidths=0.8, zorder=6)
+            ax.annotate(f"published {r['metric']}", (where[0]["published"], r["published"]), fontsize=7,
+                        xytext=(6, 6), textcoords="offset points", color=color)
+        else:
+            ax.axhline(r["published"], color=color, linestyle=":", linewidth=1.2)
+            ax.annotate(f"published {r['metric']}: {r['published']:g}", (1, r["published"]),
+                        xycoords=("axes fraction", "data"), fontsize=7, ha="right", va="bottom", color=color)
+        n += 1
+    return n
+
+
+def png(mfig) -> bytes:
+    buf = io.BytesIO()
+    mfig.savefig(buf, format="png", dpi=DPI)
+    return buf.getvalue()
+
+
+def render(run: dict | None, rows: list[dict]) -> list[tuple[Figure, bytes]]:
+    """Every figure of a result (:func:`cluster.experiments.figures.figures_for`) as PNG bytes."""
+    require()
+    return [(f, png(draw(f, rows, run))) for f in figures_for(run, rows)]
+
+
+def write_plots(run: dict | None, rows: list[dict], out_dir: str, stem: str) -> list[str]:
+    """Write ``out_dir/<stem>-<figure id>.png`` for every figure of a result; the paths written."""
+    os.makedirs(out_dir, exist_ok=True)
+    paths = []
+    for f, data in render(run, rows):
+        path = os.path.join(out_dir, f"{stem}-{f.id}.png")
+        tmp = f"{path}.tmp"
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+        paths.append(path)
+    return paths
