@@ -56,7 +56,7 @@ class Figure:
             raise ValueError(f"figure {self.id!r}: kind must be 'line' or 'bar', got {self.kind!r}")
         if self.xs not in ("auto", "numeric", "category"):
             raise ValueError(f"figure {self.id!r}: xs must be 'auto', 'numeric' or 'category', got {self.xs!r}")
-        n = len(self.panels())
+        n = len(self.metric) if isinstance(self.metric, tuple) else 1
         for name in ("ylabel", "ylog"):
             v = getattr(self, name)
             if isinstance(v, tuple) and len(v) != n:
@@ -108,7 +108,8 @@ def rows_of(fig: Figure, rows: list[dict]) -> list[dict]:
 
 
 def slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9]+", "-", str(text)).strip("-").lower() or "x"
+    """A file-name part: "p99 µs" -> "p99-us"."""
+    return re.sub(r"[^A-Za-z0-9]+", "-", str(text).replace("µ", "u")).strip("-").lower() or "x"
 
 
 def automatic(rows: list[dict], *, wall_clock: bool = False, experiments=None) -> list[Figure]:
@@ -128,9 +129,11 @@ def automatic(rows: list[dict], *, wall_clock: bool = False, experiments=None) -
         num = [r for r in got if numeric(r["x"])]
         cat = [r for r in got if not numeric(r["x"])]
         base = dict(experiment=exp, metric=metric, ylabel=metric, ylog=ylog)
-        if num:
-            out.append(Figure(f"{slug(exp)}-{slug(metric)}", title=f"{exp}: {metric}", xlabel="x", xs="numeric",
-                              **base))
+        if num:     # a line over x; bars when every row has the same x (one point per series)
+            kind = "bar" if len({r["x"] for r in num}) == 1 else "line"
+            out.append(Figure(f"{slug(exp)}-{slug(metric)}", title=f"{exp}: {metric}", xs="numeric",
+                              xlabel="x" if kind == "line" else "",
+                              kind=kind, **base))
         if len(cat) >= 2:
             suffix = "-by-category" if num else ""
             out.append(Figure(f"{slug(exp)}-{slug(metric)}{suffix}", title=f"{exp}: {metric}", kind="bar",

@@ -40,12 +40,25 @@ def require() -> None:
 
 
 def _short_labels(series: list[str]) -> dict[str, str]:
-    """Series names without the part they all share after their last comma ("FG+, write-only",
-    "+Combine, write-only" -> "FG+", "+Combine"): the figure's title says it once."""
-    tails = {s.rsplit(", ", 1)[1] if ", " in s else None for s in series}
-    if len(series) > 1 and len(tails) == 1 and None not in tails:
-        return {s: s.rsplit(", ", 1)[0] for s in series}
-    return {s: s for s in series}
+    """Series names without the part they all share before their first comma or after their last
+    ("FG+, write-only", "+Combine, write-only" -> "FG+", "+Combine"): the title says it once."""
+    labels = {s: s for s in series}
+    if len(series) < 2 or not all(", " in s for s in series):
+        return labels
+    if len({s.rsplit(", ", 1)[1] for s in series}) == 1:
+        labels = {s: s.rsplit(", ", 1)[0] for s in series}
+    elif len({s.split(", ", 1)[0] for s in series}) == 1:
+        labels = {s: s.split(", ", 1)[1] for s in series}
+    return labels
+
+
+def _log_axis(axis, values) -> None:
+    """Plain numbers on a log axis (200, 400 rather than 2 x 10^2); the minor ticks labelled too
+    when the values span less than a factor of 20 (else they crowd)."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+    plain = FuncFormatter(lambda v, _: f"{v:g}")
+    axis.set_major_formatter(plain)
+    axis.set_minor_formatter(plain if max(values) < 20 * min(values) else NullFormatter())
 
 
 def _xtick(x) -> str:
@@ -67,7 +80,9 @@ def draw(fig: Figure, rows: list[dict], run: dict | None):
     labels = _short_labels(order)
     xs = list(dict.fromkeys(r["x"] for r in sel))
     categorical = not all(numeric(x) for x in xs)
-    single_x = fig.kind == "bar" and len(xs) == 1
+    # bars of series that each have one x (one workload at 176 clients, one configuration) are
+    # one bar per series; otherwise one group per x, a bar per series in it
+    single_x = fig.kind == "bar" and all(len({r["x"] for r in sel if r["series"] == s}) == 1 for s in order)
 
     panels = fig.panels()
     text = caption(run)
@@ -102,8 +117,8 @@ def draw(fig: Figure, rows: list[dict], run: dict | None):
                         ax.scatter(*zip(*pub), marker="*", s=150, color=colors[s], edgecolors="black",
                                    linewidths=0.8, zorder=5)
         else:
-            # bars: one group per x category (or per series when every row has the same x),
-            # one bar per series and metric in a group
+            # bars: one group per x category (or per series, see single_x), one bar per series
+            # and metric in a group
             groups = order if single_x else xs
             members = [(s, m) for s in order for m in metrics] if not single_x else [(None, m) for m in metrics]
             width_bar = 0.8 / max(1, len(members))
@@ -134,6 +149,7 @@ def draw(fig: Figure, rows: list[dict], run: dict | None):
                   if v is not None]
         if ylog and values and min(values) > 0:
             ax.set_yscale("log")
+            _log_axis(ax.yaxis, values)
         elif fig.kind == "bar" or (values and min(values) >= 0):
             ax.set_ylim(bottom=0)
         ax.set_ylabel(ylabel)
