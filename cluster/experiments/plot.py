@@ -53,12 +53,13 @@ def _short_labels(series: list[str]) -> dict[str, str]:
 
 
 def _log_axis(axis, values) -> None:
-    """Plain numbers on a log axis (200, 400 rather than 2 x 10^2); the minor ticks labelled too
-    when the values span less than a factor of 20 (else they crowd)."""
-    from matplotlib.ticker import FuncFormatter, NullFormatter
-    plain = FuncFormatter(lambda v, _: f"{v:g}")
-    axis.set_major_formatter(plain)
-    axis.set_minor_formatter(plain if max(values) < 20 * min(values) else NullFormatter())
+    """Plain numbers on a log axis (20, 50, 100, 200 rather than 10^2): ticks at 1, 2 and 5 per
+    decade, only at the powers of ten when the values span more than three decades."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    subs = (1.0, 2.0, 5.0) if max(values) < 1000 * min(values) else (1.0,)
+    axis.set_major_locator(LogLocator(base=10, subs=subs))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
 
 
 def _xtick(x) -> str:
@@ -73,9 +74,8 @@ def draw(fig: Figure, rows: list[dict], run: dict | None):
     from matplotlib.ticker import NullLocator
 
     sel = select(fig, rows)
-    order = list(fig.series or ())
-    order = [s for s in order if any(r["series"] == s for r in sel)] or list(dict.fromkeys(r["series"] for r in sel))
-    order += [s for s in dict.fromkeys(r["series"] for r in sel) if s not in order]
+    present = list(dict.fromkeys(r["series"] for r in sel))
+    order = [s for s in fig.series or () if s in present] + [s for s in present if s not in (fig.series or ())]
     colors = {s: f"C{i % 10}" for i, s in enumerate(order)}
     labels = _short_labels(order)
     xs = list(dict.fromkeys(r["x"] for r in sel))
@@ -166,27 +166,27 @@ def draw(fig: Figure, rows: list[dict], run: dict | None):
                     ax.set_xticks(sorted(xs), [_xtick(x) for x in sorted(xs)])
         ax.grid(True, alpha=0.3)
 
-    refs = _draw_refs(fig, rows, axes[0], colors, categorical)
+    stars, lines = _draw_refs(fig, rows, axes[0], colors, categorical)
     handles, _ = axes[0].get_legend_handles_labels()
-    if any_published or refs:
+    if any_published or stars:
         handles.append(Line2D([], [], marker="*", markersize=11, color="0.6", markeredgecolor="black",
                               linestyle="none", label="published (paper)"))
-    if refs:
+    if lines:
         handles.append(Line2D([], [], color="0.4", linestyle=":", label="published headline value"))
     if handles:
         axes[0].legend(handles=handles, fontsize=7.5, loc="best", framealpha=0.85)
     mfig.suptitle(fig.title or fig.id, fontsize=11)
     foot = (0.16 * cap_lines + 0.12) / height
-    mfig.text(0.01, 0.02 / height * 4, text, fontsize=7, color="0.3", va="bottom", ha="left")
+    mfig.text(0.01, 0.08 / height, text, fontsize=7, color="0.3", va="bottom", ha="left")   # 0.08 in up
     mfig.tight_layout(rect=(0, foot, 1, 0.97))
     return mfig
 
 
-def _draw_refs(fig: Figure, rows: list[dict], ax, colors: dict, categorical: bool) -> int:
+def _draw_refs(fig: Figure, rows: list[dict], ax, colors: dict, categorical: bool) -> tuple[int, int]:
     """Headline published values (a peak, a ceiling) on the first panel: a star at (published
     x, published value) when ``peak_at`` gives that x on a numeric axis, else a dotted line.
-    Returns how many were drawn."""
-    n = 0
+    Returns how many stars and lines were drawn."""
+    stars = lines = 0
     for r in ref_rows(fig, rows):
         where = [q for q in rows if q.get("experiment") == fig.experiment and q.get("series") == r["series"]
                  and q.get("metric") == fig.peak_at and q.get("x") == r["x"] and q.get("published") is not None]
@@ -196,12 +196,13 @@ def _draw_refs(fig: Figure, rows: list[dict], ax, colors: dict, categorical: boo
                        edgecolors="black", linewidths=0.8, zorder=6)
             ax.annotate(f"published {r['metric']}", (where[0]["published"], r["published"]), fontsize=7,
                         xytext=(6, 6), textcoords="offset points", color=color)
+            stars += 1
         else:
             ax.axhline(r["published"], color=color, linestyle=":", linewidth=1.2)
             ax.annotate(f"published {r['metric']}: {r['published']:g}", (1, r["published"]),
                         xycoords=("axes fraction", "data"), fontsize=7, ha="right", va="bottom", color=color)
-        n += 1
-    return n
+            lines += 1
+    return stars, lines
 
 
 def png(mfig) -> bytes:
