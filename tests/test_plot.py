@@ -181,3 +181,17 @@ def test_reproduce_with_plot_writes_the_json_and_a_png_per_figure(tmp_path, caps
     assert main(["plot", str(out / "reproduce-smart.json"), "--out", str(out2)]) == 0
     assert sorted(p.name for p in out2.iterdir()) == ["reproduce-smart-fig4.png"]
     assert not js.exists()
+
+
+def test_matplotlib_is_imported_only_for_figures():
+    """``dmrack --help``, ``dmrack reproduce --help`` (which imports every experiment module and
+    so their FIGURES) do not import matplotlib."""
+    import subprocess
+    from pathlib import Path
+    code = ("import sys\nfrom cluster.cli import main\nfor argv in (['--help'], ['reproduce', '--help']):\n"
+            "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
+            "print('matplotlib' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parent.parent,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "False"
