@@ -144,10 +144,11 @@ def build(results: list[tuple[str, dict | None, list[dict]]]) -> str:
              "<th>within ±30 %</th><th>outside</th><th>directions held</th></tr>"]
     for i, (path, run, rows) in enumerate(results, 1):
         c = counts(rows)
+        held = f"{c['held']} of {c['directions']}" if c["directions"] else "-"
         parts.append(f"<tr><td><a href=\"#run-{i}\">{escape(_title(path, run))}</a></td><td>{escape(path)}</td>"
                      f"<td class=num>{len(rows)}</td><td class=num>{c['published']}</td>"
                      f"<td class=num>{c['within']}</td><td class=num>{c['outside']}</td>"
-                     f"<td class=num>{c['held']} of {c['directions']}</td></tr>")
+                     f"<td class=num>{held}</td></tr>")
     parts.append("</table>")
     for i, (path, run, rows) in enumerate(results, 1):
         c = counts(rows)
