@@ -14,7 +14,8 @@ latency panel); ``ylabel`` and ``ylog`` are then one per panel. Published values
 drawn as distinct markers. ``refs`` names headline metrics (x = "peak", "max": one value per
 series, not a point of the curve) whose published value is drawn as a horizontal reference line,
 or as a marker at the published x when the metric ``peak_at`` gives one ("peak Mops" at "threads
-at peak").
+at peak"); ``xrefs`` names headline metrics whose published value is an x, drawn as a vertical
+line ("threads at peak" alone).
 
 Why declarative: the drawing code (:mod:`cluster.experiments.plot`) is written once, the specs
 stay readable next to the rows they describe, and this module needs no matplotlib, so an
@@ -49,6 +50,7 @@ class Figure:
     xbase: int = 10                         # log base of x (2 for batch sizes)
     refs: tuple[str, ...] = ()              # headline metrics drawn as published reference lines
     peak_at: str | None = None              # the headline metric giving the x of a ref's marker
+    xrefs: tuple[str, ...] = ()             # headline metrics whose published value is an x (threads at peak)
     xs: str = "auto"                        # "numeric", "category" or "auto" (numeric x if any, else all)
 
     def __post_init__(self):
@@ -94,17 +96,18 @@ def select(fig: Figure, rows: list[dict]) -> list[dict]:
     return got
 
 
-def ref_rows(fig: Figure, rows: list[dict]) -> list[dict]:
-    """The headline rows drawn as published references: metric in ``refs``, x not a number,
-    a published value, a series the figure draws."""
+def ref_rows(fig: Figure, rows: list[dict], metrics=None) -> list[dict]:
+    """The headline rows drawn as published references: metric in ``refs`` (or ``metrics``), x
+    not a number, a published value, a series the figure draws."""
     drawn = {r["series"] for r in select(fig, rows)}
-    return [r for r in rows if r.get("experiment") == fig.experiment and r.get("metric") in fig.refs
+    metrics = fig.refs if metrics is None else metrics
+    return [r for r in rows if r.get("experiment") == fig.experiment and r.get("metric") in metrics
             and not numeric(r.get("x")) and r.get("published") is not None and r.get("series") in drawn]
 
 
 def rows_of(fig: Figure, rows: list[dict]) -> list[dict]:
     """Every row a figure shows: its points and its references."""
-    return select(fig, rows) + ref_rows(fig, rows)
+    return select(fig, rows) + ref_rows(fig, rows) + ref_rows(fig, rows, fig.xrefs)
 
 
 def slug(text: str) -> str:

@@ -175,6 +175,9 @@ def draw(fig: Figure, rows: list[dict], run: dict | None):
         handles.append(Line2D([], [], color="0.4", linestyle=":", label="published headline value"))
     if handles:
         axes[0].legend(handles=handles, fontsize=7.5, loc="best", framealpha=0.85)
+    for ax in axes[1:]:           # a panel with lines of its own (p50 and p99) says which is which
+        if len(ax.get_legend_handles_labels()[0]) > 1:
+            ax.legend(fontsize=7.5, loc="best", framealpha=0.85)
     mfig.suptitle(fig.title or fig.id, fontsize=11)
     foot = (0.16 * cap_lines + 0.12) / height
     mfig.text(0.01, 0.08 / height, text, fontsize=7, color="0.3", va="bottom", ha="left")   # 0.08 in up
@@ -201,6 +204,14 @@ def _draw_refs(fig: Figure, rows: list[dict], ax, colors: dict, categorical: boo
             ax.axhline(r["published"], color=color, linestyle=":", linewidth=1.2)
             ax.annotate(f"published {r['metric']}: {r['published']:g}", (1, r["published"]),
                         xycoords=("axes fraction", "data"), fontsize=7, ha="right", va="bottom", color=color)
+            lines += 1
+    if not categorical:
+        for r in ref_rows(fig, rows, fig.xrefs):
+            color = colors.get(r["series"], "0.3")
+            ax.axvline(r["published"], color=color, linestyle=":", linewidth=1.2)
+            ax.annotate(f"published {r['metric']}: {r['published']:g}", (r["published"], 1),
+                        xycoords=("data", "axes fraction"), xytext=(3, -3), textcoords="offset points",
+                        fontsize=7, ha="left", va="top", color=color)
             lines += 1
     return stars, lines
 
