@@ -66,6 +66,92 @@ def _xtick(x) -> str:
     return f"{x:g}" if isinstance(x, float) else str(x)
 
 
+class _Layout:
+    """What the panels of one figure share: its rows, series order, colours, labels and x."""
+
+    def __init__(self, fig: Figure, rows: list[dict]):
+        self.sel = select(fig, rows)
+        present = list(dict.fromkeys(r["series"] for r in self.sel))
+        wanted = fig.series or ()
+        self.order = [s for s in wanted if s in present] + [s for s in present if s not in wanted]
+        self.colors = {s: f"C{i % 10}" for i, s in enumerate(self.order)}
+        self.labels = _short_labels(self.order)
+        self.xs = list(dict.fromkeys(r["x"] for r in self.sel))
+        self.categorical = not all(numeric(x) for x in self.xs)
+        # bars of series that each have one x (one workload at 176 clients, one configuration)
+        # are one bar per series; otherwise one group per x, a bar per series in it
+        self.single_x = fig.kind == "bar" and all(len({r["x"] for r in self.sel if r["series"] == s}) == 1
+                                                  for s in self.order)
+
+    def label(self, series: str | None, metric: str, metrics: tuple) -> str:
+        if len(metrics) == 1:
+            return self.labels[series] if series is not None else metric
+        return metric if series is None or len(self.order) == 1 else f"{self.labels[series]}, {metric}"
+
+
+def _stars(ax, points, colors) -> None:
+    """Published values: stars of their series' colour."""
+    ax.scatter([p for p, _ in points], [v for _, v in points], marker="*", s=150, color=colors,
+               edgecolors="black", linewidths=0.8, zorder=5)
+
+
+def _draw_lines(ax, lay: _Layout, metrics: tuple) -> bool:
+    """One line per series and metric (dashed for a panel's second metric); True if a published
+    value was drawn."""
+    published = False
+    for s in lay.order:
+        for i, m in enumerate(metrics):
+            pts = [r for r in lay.sel if r["series"] == s and r["metric"] == m]
+            if not lay.categorical:
+                pts.sort(key=lambda r: r["x"])
+            pos = [lay.xs.index(r["x"]) if lay.categorical else r["x"] for r in pts]
+            emu = [(p, r["emulated"]) for p, r in zip(pos, pts) if r["emulated"] is not None]
+            if emu:
+                ax.plot(*zip(*emu), marker="o", markersize=4, linestyle=("-", "--", ":", "-.")[i % 4],
+                        color=lay.colors[s], label=lay.label(s, m, metrics))
+            pub = [(p, r["published"]) for p, r in zip(pos, pts) if r["published"] is not None]
+            if pub:
+                _stars(ax, pub, lay.colors[s])
+                published = True
+    if lay.categorical:
+        ax.set_xticks(range(len(lay.xs)), [_xtick(x) for x in lay.xs], fontsize=8,
+                      rotation=20 if sum(len(_xtick(x)) for x in lay.xs) > 50 else 0)
+    return published
+
+
+def _draw_bars(ax, lay: _Layout, metrics: tuple) -> bool:
+    """Bars: one group per x (or one bar per series, ``single_x``), in a group a bar per series and
+    metric (hatched for a panel's second metric); True if a published value was drawn."""
+    groups = lay.order if lay.single_x else lay.xs
+    members = [(None, m) for m in metrics] if lay.single_x else [(s, m) for s in lay.order for m in metrics]
+    width = 0.8 / len(members)
+    published = False
+    for k, (s, m) in enumerate(members):
+        offset = (k - (len(members) - 1) / 2) * width
+        bars, pubs, colors = [], [], []
+        for g, group in enumerate(groups):
+            series, x = (group, None) if lay.single_x else (s, group)
+            for r in lay.sel:
+                if r["series"] == series and r["metric"] == m and (x is None or r["x"] == x):
+                    if r["emulated"] is not None:
+                        bars.append((g + offset, r["emulated"], lay.colors[series]))
+                    if r["published"] is not None:
+                        pubs.append((g + offset, r["published"]))
+                        colors.append(lay.colors[series])
+        if bars:
+            label = None if lay.single_x and len(metrics) == 1 else lay.label(s, m, metrics)
+            ax.bar([b[0] for b in bars], [b[1] for b in bars], width=width * 0.9, color=[b[2] for b in bars],
+                   hatch=("", "//", "..", "xx")[metrics.index(m) % 4], label=label)
+        if pubs:
+            _stars(ax, pubs, colors)
+            published = True
+    names = [lay.labels[g] if lay.single_x else _xtick(g) for g in groups]
+    long = sum(map(len, names)) > 40
+    ax.set_xticks(range(len(groups)), names, rotation=20 if long else 0, ha="right" if long else "center",
+                  fontsize=8)
+    return published
+
+
 def draw(fig: Figure, rows: list[dict], run: dict | None):
     """The matplotlib Figure of one spec over a result's rows (not saved)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -73,17 +159,7 @@ def draw(fig: Figure, rows: list[dict], run: dict | None):
     from matplotlib.lines import Line2D
     from matplotlib.ticker import NullLocator
 
-    sel = select(fig, rows)
-    present = list(dict.fromkeys(r["series"] for r in sel))
-    order = [s for s in fig.series or () if s in present] + [s for s in present if s not in (fig.series or ())]
-    colors = {s: f"C{i % 10}" for i, s in enumerate(order)}
-    labels = _short_labels(order)
-    xs = list(dict.fromkeys(r["x"] for r in sel))
-    categorical = not all(numeric(x) for x in xs)
-    # bars of series that each have one x (one workload at 176 clients, one configuration) are
-    # one bar per series; otherwise one group per x, a bar per series in it
-    single_x = fig.kind == "bar" and all(len({r["x"] for r in sel if r["series"] == s}) == 1 for s in order)
-
+    lay = _Layout(fig, rows)
     panels = fig.panels()
     text = caption(run)
     cap_lines = text.count("\n") + 1
@@ -93,59 +169,8 @@ def draw(fig: Figure, rows: list[dict], run: dict | None):
     axes = mfig.subplots(1, len(panels), squeeze=False)[0]
     any_published = False
     for ax, (metrics, ylabel, ylog) in zip(axes, panels):
-        styles = {m: ("-", "--", ":", "-.")[i % 4] for i, m in enumerate(metrics)}
-
-        def label(s, m):
-            if len(metrics) == 1:
-                return labels[s]
-            return m if len(order) == 1 else f"{labels[s]}, {m}"
-
-        if fig.kind == "line":
-            for s in order:
-                for m in metrics:
-                    pts = [r for r in sel if r["series"] == s and r["metric"] == m]
-                    if not categorical:
-                        pts.sort(key=lambda r: r["x"])
-                    pos = [xs.index(r["x"]) if categorical else r["x"] for r in pts]
-                    emu = [(p, r["emulated"]) for p, r in zip(pos, pts) if r["emulated"] is not None]
-                    if emu:
-                        ax.plot(*zip(*emu), marker="o", markersize=4, linestyle=styles[m], color=colors[s],
-                                label=label(s, m))
-                    pub = [(p, r["published"]) for p, r in zip(pos, pts) if r["published"] is not None]
-                    if pub:
-                        any_published = True
-                        ax.scatter(*zip(*pub), marker="*", s=150, color=colors[s], edgecolors="black",
-                                   linewidths=0.8, zorder=5)
-        else:
-            # bars: one group per x category (or per series, see single_x), one bar per series
-            # and metric in a group
-            groups = order if single_x else xs
-            members = [(s, m) for s in order for m in metrics] if not single_x else [(None, m) for m in metrics]
-            width_bar = 0.8 / max(1, len(members))
-            for k, (s, m) in enumerate(members):
-                offset = (k - (len(members) - 1) / 2) * width_bar
-                bars, pubs = [], []
-                for g, group in enumerate(groups):
-                    for r in sel:
-                        ser = group if single_x else s
-                        if r["series"] == ser and r["metric"] == m and (single_x or r["x"] == group):
-                            if r["emulated"] is not None:
-                                bars.append((g + offset, r["emulated"], colors[ser]))
-                            if r["published"] is not None:
-                                pubs.append((g + offset, r["published"], colors[ser]))
-                if bars:
-                    p, h, c = zip(*bars)
-                    ax.bar(p, h, width=width_bar * 0.9, color=c,
-                           hatch=("", "//", "..", "xx")[metrics.index(m) % 4],
-                           label=None if single_x and len(metrics) == 1 else label(s, m) if s else m)
-                if pubs:
-                    any_published = True
-                    p, h, c = zip(*pubs)
-                    ax.scatter(p, h, marker="*", s=150, color=c, edgecolors="black", linewidths=0.8, zorder=5)
-            ax.set_xticks(range(len(groups)), [labels[g] if single_x else _xtick(g) for g in groups],
-                          rotation=20 if sum(len(_xtick(g)) for g in groups) > 40 else 0,
-                          ha="right" if sum(len(_xtick(g)) for g in groups) > 40 else "center", fontsize=8)
-        values = [v for r in sel if r["metric"] in metrics for v in (r["emulated"], r["published"])
+        any_published |= (_draw_lines if fig.kind == "line" else _draw_bars)(ax, lay, metrics)
+        values = [v for r in lay.sel if r["metric"] in metrics for v in (r["emulated"], r["published"])
                   if v is not None]
         if ylog and values and min(values) > 0:
             ax.set_yscale("log")
@@ -153,20 +178,16 @@ def draw(fig: Figure, rows: list[dict], run: dict | None):
         elif fig.kind == "bar" or (values and min(values) >= 0):
             ax.set_ylim(bottom=0)
         ax.set_ylabel(ylabel)
-        ax.set_xlabel(fig.xlabel or ("" if single_x else "x"))
-        if fig.kind == "line":
-            if categorical:
-                ax.set_xticks(range(len(xs)), [_xtick(x) for x in xs], fontsize=8,
-                              rotation=20 if sum(len(_xtick(x)) for x in xs) > 50 else 0)
-            else:
-                if fig.xlog and min(xs) > 0:
-                    ax.set_xscale("log", base=fig.xbase)
-                    ax.xaxis.set_minor_locator(NullLocator())
-                if len(xs) <= 12:
-                    ax.set_xticks(sorted(xs), [_xtick(x) for x in sorted(xs)])
+        ax.set_xlabel(fig.xlabel or ("" if lay.single_x else "x"))
+        if fig.kind == "line" and not lay.categorical:
+            if fig.xlog and min(lay.xs) > 0:
+                ax.set_xscale("log", base=fig.xbase)
+                ax.xaxis.set_minor_locator(NullLocator())
+            if len(lay.xs) <= 12:
+                ax.set_xticks(sorted(lay.xs), [_xtick(x) for x in sorted(lay.xs)])
         ax.grid(True, alpha=0.3)
 
-    stars, lines = _draw_refs(fig, rows, axes[0], colors, categorical)
+    stars, lines = _draw_refs(fig, rows, axes[0], lay.colors, lay.categorical)
     handles, _ = axes[0].get_legend_handles_labels()
     if any_published or stars:
         handles.append(Line2D([], [], marker="*", markersize=11, color="0.6", markeredgecolor="black",
