@@ -128,7 +128,7 @@ def _draw_bars(ax, lay: _Layout, metrics: tuple) -> bool:
     published = False
     for k, (s, m) in enumerate(members):
         offset = (k - (len(members) - 1) / 2) * width
-        bars, pubs, colors = [], [], []
+        bars, pubs = [], []
         for g, group in enumerate(groups):
             series, x = (group, None) if lay.single_x else (s, group)
             for r in lay.sel:
@@ -137,13 +137,12 @@ def _draw_bars(ax, lay: _Layout, metrics: tuple) -> bool:
                         bars.append((g + offset, r["emulated"], lay.colors[series]))
                     if r["published"] is not None:
                         pubs.append((g + offset, r["published"]))
-                        colors.append(lay.colors[series])
         if bars:
             label = None if lay.single_x and len(metrics) == 1 else lay.label(s, m, metrics)
             ax.bar([b[0] for b in bars], [b[1] for b in bars], width=width * 0.9, color=[b[2] for b in bars],
                    hatch=("", "//", "..", "xx")[metrics.index(m) % 4], label=label)
-        if pubs:
-            _stars(ax, pubs, colors)
+        if pubs:            # white: a star of the bar's own colour would vanish in it
+            _stars(ax, pubs, "white")
             published = True
     names = [lay.labels[g] if lay.single_x else _xtick(g) for g in groups]
     long = sum(map(len, names)) > 40
