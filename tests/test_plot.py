@@ -195,3 +195,9 @@ def test_matplotlib_is_imported_only_for_figures():
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().splitlines()[-1] == "False"
+
+
+def test_figure_names_never_collide():
+    rows = [_row("e", "a", 1, "p99 µs", 1.0), _row("e", "a", 2, "p99 µs", 2.0),
+            _row("e", "a", 1, "p99 us", 1.0), _row("e", "a", 2, "p99 us", 2.0)]
+    assert [f.id for f in figures.figures_for(None, rows)] == ["e-p99-us", "e-p99-us-2"]

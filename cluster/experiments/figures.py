@@ -29,7 +29,7 @@ from __future__ import annotations
 import importlib
 import re
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from cluster.experiments.rows import is_wall_clock
 
@@ -172,7 +172,14 @@ def figures_for(run: dict | None, rows: list[dict]) -> list[Figure]:
     command = (run or {}).get("command") or ""
     # wall-clock rows get figures only in the speed bench (or a file of nothing else, without a record)
     wall = command.startswith("bench speed") or (run is None and bool(rows) and all(map(is_wall_clock, rows)))
-    return specs + automatic(rest, wall_clock=wall)
+    out, ids = [], set()
+    for f in specs + automatic(rest, wall_clock=wall):      # file names must not collide
+        k, fid = 2, f.id
+        while fid in ids:
+            fid, k = f"{f.id}-{k}", k + 1
+        ids.add(fid)
+        out.append(f if fid == f.id else replace(f, id=fid))
+    return out
 
 
 def stem(run: dict | None, fallback: str) -> str:
