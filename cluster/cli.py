@@ -461,7 +461,8 @@ def main(argv=None) -> int:
 
     pl = sub.add_parser("plot", help="figures (PNG) of saved --json files of bench or reproduce, without rerunning")
     pl.add_argument("results", nargs="+", metavar="RESULT.json", help="--json files of bench or reproduce")
-    pl.add_argument("--out", required=True, metavar="DIR", help="write DIR/<file name>-<figure>.png (created if missing)")
+    pl.add_argument("--out", required=True, metavar="DIR",
+                    help="write DIR/<file name>-<figure>.png (created if missing)")
     pl.set_defaults(func=_cmd_plot)
 
     rep = sub.add_parser("report", help="one self-contained HTML page of --json files: summary, provenance, "

@@ -193,7 +193,8 @@ def caption(run: dict | None, width: int = 110) -> str:
     """Where the numbers came from, for the foot of a figure: command, quick or full, profile,
     scale, commit, date."""
     if not run:
-        return "no run record (a result file from before provenance was recorded): scale, profile and commit not recorded"
+        return ("no run record (a result file from before provenance was recorded): "
+                "scale, profile and commit not recorded")
     setup = run.get("setup") or {}
     commit = run.get("git_commit")
     parts = [f"dmrack {run.get('command', '?')} {'--quick' if run.get('quick') else '(full)'}"]
@@ -201,7 +202,8 @@ def caption(run: dict | None, width: int = 110) -> str:
         parts.append(f"profile {setup['profile']}")
     if setup.get("scale"):
         parts.append(f"scale: {setup['scale']}")
-    parts.append(f"commit {commit[:10]}{' (dirty)' if run.get('git_dirty') else ''}" if commit else "commit not recorded")
+    dirty = " (dirty)" if run.get("git_dirty") else ""
+    parts.append(f"commit {commit[:10]}{dirty}" if commit else "commit not recorded")
     if run.get("started_utc"):
         parts.append(run["started_utc"])
     return "\n".join(textwrap.wrap(" · ".join(parts), width))

@@ -137,7 +137,8 @@ def build(results: list[tuple[str, dict | None, list[dict]]]) -> str:
     parts = ["<!DOCTYPE html>", "<html lang=en><head><meta charset=utf-8>",
              "<title>dmrack results</title>", f"<style>{STYLE}</style></head><body>",
              "<h1>dmrack results</h1>",
-             f"<p class=note>Made by <code>dmrack report</code> at {escape(time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime()))} "
+             f"<p class=note>Made by <code>dmrack report</code> at "
+             f"{escape(time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime()))} "
              f"from {len(results)} result file(s). Legend at the end.</p>",
              "<h2>Summary</h2>",
              "<table><tr><th>run</th><th>file</th><th>rows</th><th>with a published value</th>"
