@@ -242,8 +242,8 @@ FIGURES = [
     Figure("skew", "skew", "Mops ratio", "Skewed / uniform throughput by workload (Figs. 10 and 11)", "",
            "zipf 0.99 / uniform (Mops)", kind="bar"),
     *[Figure(f"ablation-{mix}", "ablation", ("Mops", "p99 µs"),
-             f"Ablation: FG+ and Sherman's techniques, skewed {mix}", "", ("throughput (Mops)", "p99 latency (µs)"), ylog=(False, True), kind="bar",
-             series=tuple(f"{name}, {mix}" for name, _ in ABLATION))
+             f"Ablation: FG+ and Sherman's techniques, skewed {mix}", "", ("throughput (Mops)", "p99 latency (µs)"),
+             ylog=(False, True), kind="bar", series=tuple(f"{name}, {mix}" for name, _ in ABLATION))
       for mix in ABLATION_MIXES],
     Figure("ablation-locks", "ablation", ("failed lock CAS / write", "hand-overs / write"),
            "Ablation: lock contention per write (skewed writes)", "", ("failed lock CASes per write",
