@@ -122,7 +122,8 @@ def _draw_lines(ax, lay: _Layout, metrics: tuple) -> bool:
 def _draw_bars(ax, lay: _Layout, metrics: tuple) -> bool:
     """Bars: one group per x (or one bar per series, ``single_x``), in a group a bar per series and
     metric (hatched for a panel's second metric); True if a published value was drawn."""
-    groups = lay.order if lay.single_x else lay.xs
+    panel_xs = [x for x in lay.xs if any(r["x"] == x and r["metric"] in metrics for r in lay.sel)]
+    groups = lay.order if lay.single_x else panel_xs
     members = [(None, m) for m in metrics] if lay.single_x else [(s, m) for s in lay.order for m in metrics]
     width = 0.8 / len(members)
     published = False
@@ -195,8 +196,10 @@ def draw(fig: Figure, rows: list[dict], run: dict | None):
         handles.append(Line2D([], [], color="0.4", linestyle=":", label="published headline value"))
     if handles:
         axes[0].legend(handles=handles, fontsize=7.5, loc="best", framealpha=0.85)
+    first = set(axes[0].get_legend_handles_labels()[1])
     for ax in axes[1:]:           # a panel with lines of its own (p50 and p99) says which is which
-        if len(ax.get_legend_handles_labels()[0]) > 1:
+        own = ax.get_legend_handles_labels()[1]
+        if len(own) > 1 and set(own) != first:
             ax.legend(fontsize=7.5, loc="best", framealpha=0.85)
     mfig.suptitle(fig.title or fig.id, fontsize=11)
     foot = (0.16 * cap_lines + 0.12) / height

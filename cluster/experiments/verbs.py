@@ -525,9 +525,11 @@ def speed(quick: bool, progress) -> list[Row]:
     return verbs_rows(quick, progress)
 
 
-# the figures with a paper's axes (cluster.experiments.figures); latency, flexkv-fig3 and the rest
-# get automatic ones (bars by category)
+# the figures with a paper's axes (cluster.experiments.figures); flexkv-fig3 gets an automatic one
+# (a bar per series)
 FIGURES = [
+    Figure("latency", "latency", ("us (RTT)", "us (half RTT)"), "Unloaded latency of one verb, by profile", "verb",
+           ("round trip (µs): READ, CAS", "half round trip (µs): WRITE, as perftest"), kind="bar"),
     Figure("smart-fig3", "smart-fig3", "Mops", "SMART Fig. 3: 8-byte READ throughput by QP policy (cx6-200g)",
            "threads", "throughput (Mops)"),
     Figure("smart-fig4", "smart-fig4", "Mops", "SMART Fig. 4: READ throughput by outstanding WRs per thread",
