@@ -217,6 +217,9 @@ def _draw_refs(fig: Figure, rows: list[dict], ax, colors: dict, categorical: boo
         where = [q for q in rows if q.get("experiment") == fig.experiment and q.get("series") == r["series"]
                  and q.get("metric") == fig.peak_at and q.get("x") == r["x"] and q.get("published") is not None]
         color = colors.get(r["series"], "0.3")
+        bottom, top = ax.get_ylim()             # a published peak above every point still shows
+        if r["published"] > top and ax.get_yscale() == "linear":
+            ax.set_ylim(bottom, r["published"] * 1.08)
         if where and not categorical:
             ax.scatter([where[0]["published"]], [r["published"]], marker="*", s=170, color=color,
                        edgecolors="black", linewidths=0.8, zorder=6)
