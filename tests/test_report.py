@@ -56,6 +56,8 @@ def test_direction_of_ratio_rows():
     assert direction(_row("flexkv", "FAA", "8B", "x RDMA_CAS", 3.0, 2.5)) == "held"
     assert direction(_row("fig7", "race", "peak", "peak Mops", 5.0, 2.8)) is None       # not a ratio
     assert direction(_row("fig13a", "+W", "≥56", "min / peak", 0.9, 1.0)) is None      # published 1: no side
+    assert direction(_row("skew", "read", "zipf / uniform", "Mops ratio", 0.99, 1.04)) is None   # about even
+    assert direction(_row("skew", "write", "zipf / uniform", "Mops ratio", 0.21, 0.26)) == "held"
     assert direction(_row("fig5", "race", "0.99/0", "p99 ratio", None, 78.4)) == "not held"
     assert direction(_row("fig5", "race", "0.99/0", "p99 ratio", 2.0, None)) is None
 

@@ -26,7 +26,7 @@ import os
 import time
 from html import escape
 
-from cluster.experiments.rows import WITHIN, direction, fmt, is_wall_clock, load_result, verdict
+from cluster.experiments.rows import EVEN, WITHIN, direction, fmt, is_wall_clock, load_result, verdict
 
 STYLE = """
 body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 2em auto; max-width: 72em;
@@ -191,7 +191,8 @@ emulated value is outside.</li>
 or comparison (its metric says ratio, growth or "x &lt;baseline&gt;", its series is "A / B", or its
 x is "A/B"), whether the emulated ratio is on the same side of 1 as the published one: the paper
 says A is above (or below) B, and so does the emulation, whatever the distance. Not defined
-("-") for other rows, and for a published ratio of exactly 1.</li>
+("-") for other rows, nor for a published ratio within {EVEN * 100:.0f} % of 1 (the paper says
+"about even"; the verdict says whether the emulation is too).</li>
 <li>In the figures: lines (or bars) are the emulated values, one per series; stars of the same
 colour are the paper's values; dotted lines are published headline values (a peak, a ceiling) and
 a large star marks a published peak at its published x. The caption gives the command, --quick or

@@ -106,6 +106,7 @@ def verdict(row: dict) -> str | None:
 # a row compares two things (and so has a direction) when its metric says ratio or growth or
 # "x <baseline>" (times), or its series or x is "A / B" (FlexKV's "x RDMA_CAS", SMART's "p99 growth",
 # "smart-ht / race", "zipf 0.99 / uniform", "d32/d8")
+EVEN = 0.10                       # a published ratio within 10 % of 1 says "about even": no direction
 _RATIO_METRIC = re.compile(r"ratio|growth|^x\s", re.I)
 _RATIO_NAME = re.compile(r"\S\s*/\s*\S")
 
@@ -118,13 +119,14 @@ def is_comparison(row: dict) -> bool:
 
 
 def direction(row: dict) -> str | None:
-    """``"held"`` or ``"not held"`` for a row whose published value is a ratio (:func:`is_comparison`)
-    other than 1: held when the emulated ratio is on the same side of 1 as the published one (the
-    paper says A beats B, or A is below B, and so does the emulation), whatever the distance. None
-    where no direction is defined: nothing published, a published ratio of exactly 1 (no side), or
-    a row that is not a ratio (a throughput, a thread count: its verdict says all)."""
+    """``"held"`` or ``"not held"`` for a row whose published value is a ratio (:func:`is_comparison`):
+    held when the emulated ratio is on the same side of 1 as the published one (the paper says A
+    beats B, or A is below B, and so does the emulation), whatever the distance. None where no
+    direction is defined: nothing published, a published ratio within :data:`EVEN` of 1 (the paper
+    says "about even", as Sherman's skewed / uniform reads at 1.04: its verdict says whether the
+    emulation is too), or a row that is not a ratio (a throughput, a thread count)."""
     pub, emu = row.get("published"), row.get("emulated")
-    if pub is None or pub == 1 or not is_comparison(row):
+    if pub is None or abs(pub - 1) < EVEN or not is_comparison(row):
         return None
     if emu is None or not math.isfinite(emu):
         return "not held"
