@@ -59,6 +59,7 @@ def _cmd_plot(args) -> int:
     """Figures of saved result files, without running anything: DIR/<file name>-<figure>.png."""
     import os
 
+    from cluster.experiments.figures import slug
     from cluster.experiments.plot import require, write_plots
     from cluster.experiments.rows import load_result
     require()
@@ -66,7 +67,6 @@ def _cmd_plot(args) -> int:
     _make_dir(args.out, flag="--out")
     stems: set[str] = set()
     for path, run, rows in loaded:
-        from cluster.experiments.figures import slug
         stem = base = slug(os.path.splitext(os.path.basename(path))[0])
         k = 2
         while stem in stems:

@@ -201,3 +201,20 @@ def test_figure_names_never_collide():
     rows = [_row("e", "a", 1, "p99 µs", 1.0), _row("e", "a", 2, "p99 µs", 2.0),
             _row("e", "a", 1, "p99 us", 1.0), _row("e", "a", 2, "p99 us", 2.0)]
     assert [f.id for f in figures.figures_for(None, rows)] == ["e-p99-us", "e-p99-us-2"]
+
+
+def test_the_module_is_found_through_the_command_or_not_at_all():
+    rows = [_row("ycsb-a", "race", t, "Mops", float(t)) for t in (1, 8)]
+    assert [f.id for f in figures.figures_for({"command": "bench ycsb (race)"}, rows)] == ["ycsb-a"]
+    for run in ({"command": "reproduce nosuchpaper"}, {"command": "compare"}, {"command": "nosuch kind"}, {}):
+        assert [f.id for f in figures.figures_for(run, rows)] == ["ycsb-a-mops"]
+
+
+def test_the_same_file_name_twice_gets_two_sets_of_figures(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    one = write_result(tmp_path / "a" / "run.json", smart_rows())
+    two = write_result(tmp_path / "b" / "run.json", smart_rows())
+    assert main(["plot", one, two, "--out", str(tmp_path / "o")]) == 0
+    names = {p.name for p in (tmp_path / "o").iterdir()}
+    assert {"run-fig4.png", "run-2-fig4.png"} <= names
