@@ -218,3 +218,19 @@ def test_the_same_file_name_twice_gets_two_sets_of_figures(tmp_path):
     assert main(["plot", one, two, "--out", str(tmp_path / "o")]) == 0
     names = {p.name for p in (tmp_path / "o").iterdir()}
     assert {"run-fig4.png", "run-2-fig4.png"} <= names
+
+
+def test_the_speed_bench_draws_its_wall_clock_rows(tmp_path):
+    rows = [_row("speed", "one process", "32 threads x depth 8", "verbs/s real", 2e5),
+            _row("speed", "raw verbs", "32 threads x depth 8", "verbs/s real", 3e6),
+            _row("speed", "two processes, sync 10 µs", "2 x 16 threads x depth 8", "verbs/s real", 1.5e5, 3e5),
+            _row("speed", "two processes, x failed: boom", "2 x 16 threads", "verbs/s real", None),
+            _row("speed", "race ycsb-a", "16 threads", "ops/s real", 5e4),
+            _row("speed", "race ycsb-a", "16 threads", "virtual µs per real s", 80.0),
+            _row("speed", "race bulk load", "100,000 keys", "keys/s real", 4e5),
+            _row("speed", "reproduce smart --quick fig12", "-", "wall s", 30.0)]
+    paths = plot.write_plots({"command": "bench speed"}, rows, str(tmp_path), "bench-speed")
+    assert sorted(p.rsplit("/", 1)[1] for p in paths) == [
+        "bench-speed-bulk-load.png", "bench-speed-reproduce.png", "bench-speed-systems.png", "bench-speed-verbs.png"]
+    for p in paths:
+        check_png(p)
