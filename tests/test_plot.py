@@ -176,11 +176,15 @@ def test_reproduce_with_plot_writes_the_json_and_a_png_per_figure(tmp_path, caps
     data = json.loads((out / "reproduce-smart.json").read_text())
     assert data["run"]["command"] == "reproduce smart" and data["run"]["quick"] is True
     assert {r["experiment"] for r in data["rows"]} == {"fig4"}
-    # --json wins over the file in DIR; the figures still go to DIR
-    out2, js = tmp_path / "out2", tmp_path / "elsewhere.json"
+    # the JSON written into DIR draws the same figures again without a run
+    out2 = tmp_path / "out2"
     assert main(["plot", str(out / "reproduce-smart.json"), "--out", str(out2)]) == 0
     assert sorted(p.name for p in out2.iterdir()) == ["reproduce-smart-fig4.png"]
-    assert not js.exists()
+    # --json says where the JSON goes; DIR then holds only the figures
+    out3, js = tmp_path / "out3", tmp_path / "elsewhere.json"
+    assert main(["reproduce", "smart", "--quick", "--only", "fig4", "--jobs", "1", "--plot", str(out3),
+                 "--json", str(js)]) == 0
+    assert sorted(p.name for p in out3.iterdir()) == ["reproduce-smart-fig4.png"] and js.exists()
 
 
 def test_matplotlib_is_imported_only_for_figures():
