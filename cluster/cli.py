@@ -30,12 +30,61 @@ def _experiment(kind: str, name: str):
 
 
 def _run_experiment(exp, args, **options) -> int:
-    """Run ``exp`` with the command line's --only, --quick, --json and --quiet and those of
-    ``options`` it takes; an unknown --only name is its run's ValueError, one line and exit status 2."""
+    """Run ``exp`` with the command line's --only, --quick, --json, --quiet and --plot and those of
+    ``options`` it takes; an unknown --only name is its run's ValueError, one line and exit status
+    2. --plot DIR checks for matplotlib before anything runs, writes the result JSON into DIR too
+    (unless --json says where) and a PNG per figure after the run."""
+    import os
+
     from cluster.experiments.progress import set_quiet
     set_quiet(args.quiet)
-    exp.run(only=_only(args.only), quick=args.quick, json_path=args.json, console=_console(),
-            **{k: v for k, v in options.items() if k in exp.options})
+    options = {k: v for k, v in options.items() if k in exp.options}
+    json_path, plot_dir = args.json, getattr(args, "plot", None)
+    if plot_dir:
+        from cluster.experiments.figures import slug
+        from cluster.experiments.plot import require
+        require()
+        _make_dir(plot_dir, flag="--plot")
+        stem = slug(" ".join([exp.kind, exp.name] + ([str(options["system"])] if "system" in options else [])))
+        json_path = json_path or os.path.join(plot_dir, f"{stem}.json")
+    rows = exp.run(only=_only(args.only), quick=args.quick, json_path=json_path, console=_console(), **options)
+    if plot_dir:
+        from dataclasses import asdict, is_dataclass
+
+        from cluster.experiments.plot import write_plots
+        paths = write_plots(getattr(rows, "run", None), [asdict(r) if is_dataclass(r) else dict(r) for r in rows],
+                            plot_dir, stem)
+        print(f"wrote {len(paths)} figure(s) to {plot_dir}")
+    return 0
+
+
+def _cmd_plot(args) -> int:
+    """Figures of saved result files, without running anything: DIR/<file name>-<figure>.png."""
+    import os
+
+    from cluster.experiments.figures import slug
+    from cluster.experiments.plot import require, write_plots
+    from cluster.experiments.rows import load_result
+    require()
+    loaded = [(path, *load_result(path)) for path in args.results]     # every file read before any is drawn
+    _make_dir(args.out, flag="--out")
+    stems: set[str] = set()
+    for path, run, rows in loaded:
+        stem = base = slug(os.path.splitext(os.path.basename(path))[0])
+        k = 2
+        while stem in stems:
+            stem, k = f"{base}-{k}", k + 1
+        stems.add(stem)
+        paths = write_plots(run, rows, args.out, stem)
+        print(f"{path}: wrote {len(paths)} figure(s) to {args.out}")
+    return 0
+
+
+def _cmd_report(args) -> int:
+    """One self-contained HTML page of result files: summary, provenance, figures, tables."""
+    from cluster.experiments.report import write_report
+    write_report(args.results, args.output)
+    print(f"wrote {args.output}")
     return 0
 
 
@@ -70,16 +119,16 @@ def _outputs(args, create: bool = True) -> tuple[str | None, str | None]:
     return json_path, csv_path
 
 
-def _make_dir(path: str) -> None:
-    """``--out DIR``: create DIR and its parents if missing (a run's output directory is usually
-    new); one line if it cannot be (a file in the way, no permission)."""
+def _make_dir(path: str, flag: str = "--out") -> None:
+    """``--out DIR`` (or ``flag``): create DIR and its parents if missing (a run's output directory
+    is usually new); one line if it cannot be (a file in the way, no permission)."""
     import os
     if os.path.isdir(path):
         return
     try:
         os.makedirs(path, exist_ok=True)
     except OSError as e:
-        raise FileNotFoundError(f"--out {path}: cannot create the directory: {e.strerror}") from None
+        raise FileNotFoundError(f"{flag} {path}: cannot create the directory: {e.strerror}") from None
 
 
 def _history_wanted(args) -> bool:
@@ -381,6 +430,10 @@ def _cmd_clean(args) -> int:
     return 0
 
 
+PLOT_HELP = ("write a PNG per figure into DIR (created if missing), and the result JSON too unless --json "
+             "is given; needs matplotlib: pip install 'dmrack[plot]'")
+
+
 class _Parser(argparse.ArgumentParser):
     """An argument parser whose --help can end with the experiments of a kind (``experiments``:
     "bench" or "reproduce"), each with its title and the parts --only takes. They are read from
@@ -463,6 +516,7 @@ def main(argv=None) -> int:
     b.add_argument("--json", metavar="PATH", help="also write the rows as JSON records")
     b.add_argument("--only", metavar="EXP[,EXP]", action="append",
                    help="run only these experiments / workloads (comma-separated or repeated)")
+    b.add_argument("--plot", metavar="DIR", help=PLOT_HELP)
     quiet_flag(b)
     trace_flags(b, "the first point of ycsb (its measured step)")
     b.set_defaults(func=_cmd_bench)
@@ -477,8 +531,21 @@ def main(argv=None) -> int:
     rp.add_argument("--jobs", metavar="N",
                     help=f"fresh racks run side by side, N at a time (default: the CPUs available, "
                          f"{available_cpus()} here); the figures do not depend on it")
+    rp.add_argument("--plot", metavar="DIR", help=PLOT_HELP)
     quiet_flag(rp)
     rp.set_defaults(func=_cmd_reproduce)
+
+    pl = sub.add_parser("plot", help="figures (PNG) of saved --json files of bench or reproduce, without rerunning")
+    pl.add_argument("results", nargs="+", metavar="RESULT.json", help="--json files of bench or reproduce")
+    pl.add_argument("--out", required=True, metavar="DIR",
+                    help="write DIR/<file name>-<figure>.png (created if missing)")
+    pl.set_defaults(func=_cmd_plot)
+
+    rep = sub.add_parser("report", help="one self-contained HTML page of --json files: summary, provenance, "
+                                        "figures, published beside emulated")
+    rep.add_argument("results", nargs="+", metavar="RESULT.json", help="--json files of bench or reproduce")
+    rep.add_argument("-o", "--output", required=True, metavar="PATH", help="the HTML file to write")
+    rep.set_defaults(func=_cmd_report)
 
     cp = sub.add_parser("compare", help="what changed between two --json files of bench or reproduce; "
                                         "exit 1 if a row left ±30 %% of its published value")

@@ -62,11 +62,14 @@ RUNS = {
     "dmrack clean": [["clean"]],
     "dmrack bench ycsb --system race": [["bench", "ycsb", "--system", "race", "--quick", "--only", "c"]],
     "dmrack bench verbs": [["bench", "verbs", "--quick", "--only", "latency", "--json", "{tmp}/verbs.json"]],
-    "dmrack reproduce smart": [["reproduce", "smart", "--quick", "--only", "fig4", "--jobs", "2"]],
+    "dmrack reproduce smart": [["reproduce", "smart", "--quick", "--only", "fig4", "--jobs", "2",
+                                "--plot", "{tmp}/plots"]],
     "dmrack reproduce sherman": [["reproduce", "sherman", "--quick", "--only", "skew", "--json", "{tmp}/sherman.json"]],
     "dmrack bench speed": [["bench", "speed", "--quick", "--only", "verbs", "--json", "{tmp}/speed.json"]],
     "dmrack compare OLD.json NEW.json": [["compare", "{tmp}/old.json", "{tmp}/old.json", "--tolerance", "1",
                                           "--include-real", "--json", "{tmp}/compare.json"]],
+    "dmrack plot RESULT.json... --out DIR": [["plot", "{tmp}/old.json", "--out", "{tmp}/figs"]],
+    "dmrack report RESULT.json... -o PATH": [["report", "{tmp}/old.json", "-o", "{tmp}/report.html"]],
 }
 
 
@@ -111,7 +114,8 @@ def _run(args: list[str], timeout: float = 300):
 def test_readme_command_runs(base, tmp_path):
     if base == "dmrack check --history FILE":
         dump_jsonl([Op(1, "insert", 5, 1, True, 10, 20), Op(2, "get", 5, 1, True, 30, 40)], tmp_path / "given.jsonl")
-    if base == "dmrack compare OLD.json NEW.json":
+    if base in ("dmrack compare OLD.json NEW.json", "dmrack plot RESULT.json... --out DIR",
+                "dmrack report RESULT.json... -o PATH"):
         (tmp_path / "old.json").write_text('[{"experiment": "fig1", "series": "s", "x": 1, "metric": "Mops", '
                                            '"emulated": 1.0, "published": 1.1}]')
     for args in RUNS[base]:
@@ -125,3 +129,9 @@ def test_readme_command_runs(base, tmp_path):
     if base == "dmrack up":
         assert (tmp_path / "up" / "new" / "dir" / "results.json").exists()      # --out was created
         assert (tmp_path / "h.jsonl").stat().st_size > 0 and "linearizable:" in stdout
+    if base == "dmrack reproduce smart":
+        assert (tmp_path / "plots" / "reproduce-smart-fig4.png").exists()
+    if base.startswith("dmrack plot"):
+        assert (tmp_path / "figs" / "old-fig1-mops.png").exists()
+    if base.startswith("dmrack report"):
+        assert (tmp_path / "report.html").read_text().count("data:image/png;base64,") == 1

@@ -86,11 +86,13 @@ def machine() -> dict:
 
 def record(command: str, *, title: str = "", parts: list[str], quick: bool, options: dict | None = None,
            setup: Callable[[bool], dict] | None = None, started: float, wall_s: float,
-           failed: list[dict] | None = None) -> dict:
+           failed: list[dict] | None = None, code: dict | None = None) -> dict:
     """The ``run`` record of a result file (see the module docstring). ``started`` is a
-    ``time.time()``; ``setup(quick)`` the experiment's own description of its racks."""
+    ``time.time()``; ``setup(quick)`` the experiment's own description of its racks; ``code``
+    the :func:`software` read when the run started (a commit made during a long run is not the
+    code that ran), else read now."""
     return {"command": command, "title": title, "parts": list(parts), "quick": bool(quick),
             "options": dict(options or {}), "setup": setup(quick) if setup is not None else {},
-            **software(), "machine": machine(), "argv": list(sys.argv),
+            **(code if code is not None else software()), "machine": machine(), "argv": list(sys.argv),
             "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
             "wall_s": round(wall_s, 3), "failed": list(failed or [])}

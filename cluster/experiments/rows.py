@@ -103,6 +103,36 @@ def verdict(row: dict) -> str | None:
     return "within" if abs(emu / pub - 1) <= WITHIN else "outside"
 
 
+# a row compares two things (and so has a direction) when its metric says ratio or growth or
+# "x <baseline>" (times), or its series or x is "A / B" (FlexKV's "x RDMA_CAS", SMART's "p99 growth",
+# "smart-ht / race", "zipf 0.99 / uniform", "d32/d8")
+EVEN = 0.10                       # a published ratio within 10 % of 1 says "about even": no direction
+_RATIO_METRIC = re.compile(r"ratio|growth|^x\s", re.I)
+_RATIO_NAME = re.compile(r"\S\s*/\s*\S")
+
+
+def is_comparison(row: dict) -> bool:
+    """Whether the row is a ratio of two measurements (see :func:`direction`)."""
+    series, x = str(row.get("series", "")), str(row.get("x", ""))
+    return bool(_RATIO_METRIC.search(str(row.get("metric", ""))) or " / " in series
+                or _RATIO_NAME.search(x))
+
+
+def direction(row: dict) -> str | None:
+    """``"held"`` or ``"not held"`` for a row whose published value is a ratio (:func:`is_comparison`):
+    held when the emulated ratio is on the same side of 1 as the published one (the paper says A
+    beats B, or A is below B, and so does the emulation), whatever the distance. None where no
+    direction is defined: nothing published, a published ratio within :data:`EVEN` of 1 (the paper
+    says "about even", as Sherman's skewed / uniform reads at 1.04: its verdict says whether the
+    emulation is too), or a row that is not a ratio (a throughput, a thread count)."""
+    pub, emu = row.get("published"), row.get("emulated")
+    if pub is None or abs(pub - 1) < EVEN or not is_comparison(row):
+        return None
+    if emu is None or not math.isfinite(emu):
+        return "not held"
+    return "held" if (emu > 1) == (pub > 1) and emu != 1 else "not held"
+
+
 def _number(v) -> bool:
     return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
 
@@ -155,8 +185,8 @@ def run_experiments(experiments: dict, *, only=None, quick: bool = False, json_p
                     console=None, label: str, title_prefix: str = "", jobs: int = 1,
                     side_by_side: tuple = (), setup=None, title: str = "", options: dict | None = None) -> Rows:
     """Run the named experiments (``name -> fn(quick, progress) -> [Row]``) in order with a progress
-    bar on stderr (:mod:`cluster.experiments.progress`), print each one's table as it finishes, and write every row as JSON at the end, with the
-    run's provenance (``label`` is the command, ``reproduce smart``; ``setup(quick)`` the
+    bar on stderr (:mod:`cluster.experiments.progress`), print each one's table as it finishes, and
+    write every row as JSON at the end, with the run's provenance (``label`` is the command, ``reproduce smart``; ``setup(quick)`` the
     experiment's description of its racks, :mod:`cluster.experiments.provenance`). The
     experiments named in ``side_by_side`` are sweeps of fresh racks that also take ``jobs``: how
     many racks run at a time (cluster.experiments.pointpool), which does not change a figure."""
@@ -165,7 +195,7 @@ def run_experiments(experiments: dict, *, only=None, quick: bool = False, json_p
     from rich.console import Console
 
     from cluster.experiments.progress import Sweep
-    from cluster.experiments.provenance import record
+    from cluster.experiments.provenance import record, software
     if not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs must be a whole number of processes, at least 1; got {jobs!r}")
     experiments = {name: (partial(fn, jobs=jobs) if name in side_by_side else fn) for name, fn in experiments.items()}
@@ -175,7 +205,7 @@ def run_experiments(experiments: dict, *, only=None, quick: bool = False, json_p
         if n not in experiments:
             raise ValueError(f"unknown experiment {n!r}; choose from {', '.join(experiments)}")
     check_json_path(json_path)
-    started, t_start = time.time(), time.perf_counter()
+    started, t_start, code = time.time(), time.perf_counter(), software()
     rows = Rows()
     with Sweep(label, names) as sweep:
         for n in names:
@@ -185,8 +215,7 @@ def run_experiments(experiments: dict, *, only=None, quick: bool = False, json_p
             print_rows(console, f"{title_prefix}{n}  ({time.perf_counter() - t0:.1f} s real)", got)
     rows.run = record(label, title=title, parts=names, quick=quick,
                       options={**({"jobs": jobs} if side_by_side else {}), **(options or {})}, setup=setup,
-                      started=started,
-                      wall_s=time.perf_counter() - t_start)
+                      started=started, wall_s=time.perf_counter() - t_start, code=code)
     if json_path:
         write_json(console, json_path, rows)
     return rows

@@ -39,6 +39,7 @@ Experiments:
 
 from __future__ import annotations
 
+from cluster.experiments.figures import Figure
 from cluster.experiments.pointpool import map_points
 from cluster.experiments.progress import prefixed
 from cluster.experiments.registry import Experiment
@@ -228,6 +229,27 @@ def ablation(quick: bool, progress, *, records=None, warm_ms=None, measure_ms=No
 
 def _ablation_point(name: str, options: dict, workloads: dict, kw: dict):
     return measure(workloads, options=options, **kw)
+
+
+# --- the paper's figures (cluster.experiments.figures; drawn by --plot, dmrack plot, dmrack report) ---
+# One point per workload (176 clients), so the figures are bars: one per workload, the published
+# value a star on it; the ablation one bar per configuration, a figure per mix.
+
+_PERF = (("Mops", "p50 µs", "p99 µs"), ("throughput (Mops)", "p50 latency (µs)", "p99 latency (µs)"))
+FIGURES = [
+    Figure("fig10", "fig10", _PERF[0], "Fig. 10: skewed keys (zipf 0.99), 176 clients", "", _PERF[1],
+           ylog=(False, False, True), kind="bar"),
+    Figure("fig11", "fig11", _PERF[0], "Fig. 11: uniform keys, 176 clients", "", _PERF[1], kind="bar"),
+    Figure("skew", "skew", "Mops ratio", "Skewed / uniform throughput by workload (Figs. 10 and 11)", "",
+           "zipf 0.99 / uniform (Mops)", kind="bar"),
+    *[Figure(f"ablation-{mix}", "ablation", ("Mops", "p99 µs"),
+             f"Ablation: FG+ and Sherman's techniques, skewed {mix}", "", ("throughput (Mops)", "p99 latency (µs)"),
+             ylog=(False, True), kind="bar", series=tuple(f"{name}, {mix}" for name, _ in ABLATION))
+      for mix in ABLATION_MIXES],
+    Figure("ablation-locks", "ablation", ("failed lock CAS / write", "hand-overs / write"),
+           "Ablation: lock contention per write (skewed writes)", "", ("failed lock CASes per write",
+           "lock hand-overs per write"), kind="bar", series=tuple(name for name, _ in ABLATION)),
+]
 
 
 EXPERIMENTS = {"fig10": fig10, "fig11": fig11, "skew": skew, "ablation": ablation}

@@ -37,6 +37,7 @@ change a figure.
 
 from __future__ import annotations
 
+from cluster.experiments.figures import Figure
 from cluster.experiments.pointpool import map_points
 from cluster.experiments.progress import advance, expect, prefixed
 from cluster.experiments.registry import Experiment
@@ -496,6 +497,40 @@ def table1(quick: bool, progress, *, intervals_ms=None, duration_us=None, depth:
             pub = TABLE1_PUBLISHED.get(iv, (None, None))[col]
             rows.append(Row("table1", name, f"{iv} ms -> {step / 1000:g} µs", "Mops", m, pub))
     return rows
+
+
+# --- the paper's figures (cluster.experiments.figures; drawn by --plot, dmrack plot, dmrack report) ---
+
+THREADS = "threads (one compute node)"
+_FIG7 = {"a": "write-heavy", "b": "read-heavy", "c": "read-only"}
+FIGURES = [
+    Figure("fig3", "fig3", "Mops", "Fig. 3: 8-byte READ throughput by QP policy", THREADS, "throughput (Mops)"),
+    Figure("fig4", "fig4", "Mops", "Fig. 4: READ throughput by outstanding work requests per thread",
+           "outstanding WRs per thread", "throughput (Mops)", xlog=True, xbase=2),
+    Figure("fig5a", "fig5", ("Mops", "p99 µs"), "Fig. 5a: RACE, 100 % updates, zipf 0.99, by thread count",
+           THREADS, ("throughput (Mops)", "p99 latency (µs)"), ylog=(False, True), series=("race, zipf 0.99",),
+           xrefs=("threads at peak",)),
+    Figure("fig5b", "fig5", ("Mops", ("p50 µs", "p99 µs")), "Fig. 5b: RACE, 100 % updates, 16 threads, by zipf θ",
+           "key skew (zipf θ; 0 = uniform)", ("throughput (Mops)", "latency (µs)"), ylog=(False, True),
+           series=("race, 16 threads",)),
+    *[Figure(f"fig7{w}", "fig7", "Mops", f"Fig. 7{w}: RACE vs SMART-HT, YCSB {w.upper()} ({name}), zipf 0.99",
+             THREADS, "throughput (Mops)", series=(f"race, {name}", f"smart-ht, {name}"),
+             refs=("peak Mops", "max Mops (published: stays under)"), peak_at="threads at peak")
+      for w, name in _FIG7.items()],
+    *[Figure(f"fig12{w}", "fig12", "Mops", f"Fig. 12{w}: B+-trees, YCSB {w.upper()}, zipf 0.99", THREADS,
+             "throughput (Mops)", series=tuple(f"{s}, YCSB {w.upper()}" for s, *_ in FIG12_SYSTEMS))
+      for w in ("b", "c")],
+    Figure("fig13a", "fig13a", "Mops", "Fig. 13a: 8-byte READs, 16 outstanding WRs per thread", THREADS,
+           "throughput (Mops)", refs=("Mops",)),
+    Figure("fig13b", "fig13b", "Mops", "Fig. 13b: 8-byte READs at 96 threads by batch size",
+           "outstanding WRs per thread (batch)", "throughput (Mops)", xlog=True, xbase=2),
+    Figure("fig14a", "fig14", "Mops", "Fig. 14: conflict avoidance, 100 % updates, zipf 0.99: throughput",
+           THREADS, "throughput (Mops)"),
+    Figure("fig14b", "fig14", "retries / update", "Fig. 14: conflict avoidance: retries per update", THREADS,
+           "failed CASes per update"),
+    Figure("table1", "table1", "Mops", "Table 1: READs while the active thread count changes every X",
+           "interval X (paper -> emulated)", "throughput (Mops)", xs="category"),
+]
 
 
 EXPERIMENTS = {"fig3": fig3, "fig4": fig4, "fig5": fig5, "fig7": fig7, "fig12": fig12, "fig13": fig13,

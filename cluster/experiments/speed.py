@@ -32,6 +32,7 @@ import time
 
 import numpy as np
 
+from cluster.experiments.figures import Figure
 from cluster.experiments.registry import Experiment
 from cluster.experiments.rows import Row, run_experiments
 
@@ -331,6 +332,19 @@ def reproduce_rows(quick: bool, progress) -> list[Row]:
         smart.EXPERIMENTS[name](True, lambda msg: None)
         rows.append(Row("speed", f"reproduce smart --quick {name}", "-", "wall s", round(time.perf_counter() - t0, 1)))
     return rows
+
+
+# wall-clock figures (cluster.experiments.figures): bars per configuration, log scale where
+# rates differ by orders of magnitude (raw verbs against SimPy)
+FIGURES = [
+    Figure("verbs", "speed", "verbs/s real", "Emulation speed: verbs per real second", "",
+           "verbs per real second", kind="bar", ylog=True, xs="category"),
+    Figure("systems", "speed", ("ops/s real", "virtual µs per real s"), "Systems co-located: YCSB A speed", "",
+           ("operations per real second", "virtual µs per real second"), kind="bar", xs="category"),
+    Figure("bulk-load", "speed", "keys/s real", "Bulk load speed", "", "keys per real second", kind="bar",
+           xs="category"),
+    Figure("reproduce", "speed", "wall s", "Reproduction parts: wall time", "", "seconds", kind="bar", xs="category"),
+]
 
 
 EXPERIMENTS = {"verbs": verbs_rows, "systems": systems_rows, "reproduce": reproduce_rows}

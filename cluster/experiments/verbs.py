@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from cluster.experiments.figures import Figure
 from cluster.experiments.registry import Experiment
 from cluster.experiments.progress import advance, expect
 from cluster.experiments.rows import Row, run_experiments
@@ -527,6 +528,22 @@ def speed(quick: bool, progress) -> list[Row]:
     """The verbs-level rows of ``dmrack bench speed`` (cluster/experiments/speed.py)."""
     from cluster.experiments.speed import verbs_rows
     return verbs_rows(quick, progress)
+
+
+# the figures with a paper's axes (cluster.experiments.figures); flexkv-fig3 gets an automatic one
+# (a bar per series)
+FIGURES = [
+    Figure("latency", "latency", ("us (RTT)", "us (half RTT)"), "Unloaded latency of one verb, by profile", "verb",
+           ("round trip (µs): READ, CAS", "half round trip (µs): WRITE, as perftest"), kind="bar"),
+    Figure("smart-fig3", "smart-fig3", "Mops", "SMART Fig. 3: 8-byte READ throughput by QP policy (cx6-200g)",
+           "threads", "throughput (Mops)"),
+    Figure("smart-fig4", "smart-fig4", "Mops", "SMART Fig. 4: READ throughput by outstanding WRs per thread",
+           "outstanding WRs per thread", "throughput (Mops)", xlog=True, xbase=2),
+    Figure("atomics", "atomics", "Mops", "Atomics: same-address CAS and random-address atomics", "clients",
+           "throughput (Mops)", xlog=True, xbase=2, ylog=True),
+    Figure("locks", "locks", ("M acquisitions/s", "failed CAS per acquisition"), "One spin lock by client count",
+           "clients", ("M acquisitions/s", "failed CASes per acquisition"), xlog=True, xbase=2, xs="numeric"),
+]
 
 
 EXPERIMENTS = {

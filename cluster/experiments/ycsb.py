@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import time
 
+from cluster.experiments.figures import Figure
 from cluster.experiments.registry import Experiment
 from cluster.experiments.rows import Row, run_experiments
 
@@ -182,6 +183,14 @@ def _rows(system: str, w: str, points: list[dict]) -> list[Row]:
         out.append(Row(exp, system, "max", "max Mops (published: stays under)", best["mops"],
                        PUBLISHED_READ_CEILING))
     return out
+
+
+# SMART Fig. 7's axes, one figure per workload (cluster.experiments.figures): throughput and p99
+# by thread count, the published peak (YCSB A) or ceiling (B, C) as a reference
+FIGURES = [Figure(f"ycsb-{w}", f"ycsb-{w}", ("Mops", "p99 µs"), f"YCSB {w.upper()}, zipf 0.99, by thread count",
+                  "threads (one compute node)", ("throughput (Mops)", "p99 latency (µs)"), ylog=(False, True),
+                  refs=("peak Mops", "max Mops (published: stays under)"), peak_at="threads at peak")
+           for w in WORKLOADS]
 
 
 EXPERIMENT = Experiment(kind="bench", name="ycsb", run=run, parts=tuple(WORKLOADS), options=("system", "trace"),

@@ -1,0 +1,148 @@
+"""dmrack report: one self-contained HTML page of result files."""
+
+from __future__ import annotations
+
+import base64
+import sys
+from html.parser import HTMLParser
+
+import pytest
+
+from cluster.cli import main
+from cluster.experiments.report import counts
+from cluster.experiments.rows import direction
+from tests.test_plot import PNG_MAGIC, RUN, _row, smart_rows, write_result
+
+
+class Page(HTMLParser):
+    """Collects what the tests look at: image sources, links, table cells, all text."""
+
+    def __init__(self):
+        super().__init__()
+        self.imgs, self.links, self.cells, self.text = [], [], [], []
+        self._cell = None
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "img":
+            self.imgs.append(attrs.get("src", ""))
+        for key in ("src", "href"):
+            if key in attrs:
+                self.links.append(attrs[key])
+        if tag in ("td", "th", "dt", "dd"):
+            self._cell = []
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th", "dt", "dd") and self._cell is not None:
+            self.cells.append("".join(self._cell).strip())
+            self._cell = None
+
+    def handle_data(self, data):
+        self.text.append(data)
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+def parse(path) -> Page:
+    page = Page()
+    page.feed(path.read_text(encoding="utf-8"))
+    page.close()
+    return page
+
+
+def test_direction_of_ratio_rows():
+    assert direction(_row("fig5", "race", "0.99/0", "p99 ratio", 50.0, 78.4)) == "held"
+    assert direction(_row("fig7", "smart-ht / race, a", "peak", "ratio", 0.9, 2.04)) == "not held"
+    assert direction(_row("flexkv", "FAA", "8B", "x RDMA_CAS", 3.0, 2.5)) == "held"
+    assert direction(_row("fig7", "race", "peak", "peak Mops", 5.0, 2.8)) is None       # not a ratio
+    assert direction(_row("fig13a", "+W", "≥56", "min / peak", 0.9, 1.0)) is None      # published 1: no side
+    assert direction(_row("skew", "read", "zipf / uniform", "Mops ratio", 0.99, 1.04)) is None   # about even
+    assert direction(_row("skew", "write", "zipf / uniform", "Mops ratio", 0.21, 0.26)) == "held"
+    assert direction(_row("fig5", "race", "0.99/0", "p99 ratio", None, 78.4)) == "not held"
+    assert direction(_row("fig5", "race", "0.99/0", "p99 ratio", 2.0, None)) is None
+
+
+def test_the_report_is_self_contained_and_counts_match(tmp_path, capsys):
+    rows = smart_rows()
+    res = write_result(tmp_path / "smart.json", rows)
+    out = tmp_path / "report.html"
+    assert main(["report", res, "-o", str(out)]) == 0
+    page = parse(out)
+    assert page.imgs, "no figure embedded"
+    for src in page.imgs:
+        assert src.startswith("data:image/png;base64,")
+        assert base64.b64decode(src.split(",", 1)[1])[:8] == PNG_MAGIC
+    assert not [u for u in page.links if u.startswith(("http://", "https://", "//"))]
+    html = out.read_text()
+    assert "<script" not in html and "<link" not in html
+    c = counts(rows)
+    published = [r for r in rows if r["published"] is not None]
+    assert c["published"] == len(published) == 9
+    assert c["within"] == sum(abs(r["emulated"] / r["published"] - 1) <= 0.3 for r in published)
+    assert (c["directions"], c["held"]) == (3, 2)          # fig4 d32/d8 and fig5 p99 held, fig7 ratio not
+    summary = page.cells[page.cells.index("directions held") + 1:][:7]
+    assert summary[0] == "dmrack reproduce smart" and summary[2:] == [
+        str(len(rows)), "9", str(c["within"]), str(9 - c["within"]), "2 of 3"]
+    text = " ".join(page.text)
+    for field in ("0123456789abcdef0123456789abcdef01234567 (uncommitted changes)", "cx6-200g", "--quick",
+                  "20,000 keys (paper: 100 M)", "12.5 s", "box: cpu, 2 CPUs, 4 GiB", "2026-01-01T00:00:00Z",
+                  "0.1.0", "a rack"):
+        assert field in text, field
+    # every headline row is in a table, with its verdict and direction
+    assert page.cells.count("within") + page.cells.count("outside") == 9 + 1     # + the summary's "outside" header
+    assert page.cells.count("held") == 2 and page.cells.count("not held") == 1
+
+
+def test_text_from_files_is_escaped(tmp_path):
+    rows = [_row("fig<1>", "<script>alert(1)</script>", 1, "Mops & more", 1.0, 1.1),
+            _row("fig<1>", "<script>alert(1)</script>", 2, "Mops & more", 2.0)]
+    run = {**RUN, "command": "reproduce <b>x</b>", "setup": {"scale": "\"quoted\" <i>"}}
+    out = tmp_path / "r.html"
+    assert main(["report", write_result(tmp_path / "x.json", rows, run=run), "-o", str(out)]) == 0
+    html = out.read_text()
+    assert "<script>" not in html and "<b>x</b>" not in html and "<i>" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+
+
+def test_an_old_plain_list_file_says_not_recorded(tmp_path):
+    out = tmp_path / "r.html"
+    old = write_result(tmp_path / "old.json", smart_rows(), plain=True)
+    new = write_result(tmp_path / "new.json", smart_rows())
+    assert main(["report", old, new, "-o", str(out)]) == 0
+    page = parse(out)
+    assert "not recorded (a result file written before runs carried their provenance)" in page.cells
+    assert "old.json" in page.cells and "dmrack reproduce smart" in page.cells
+    assert len(page.imgs) > 4
+
+
+@pytest.mark.parametrize("content, message", [(None, "no such file"), ("[1, 2", "not JSON"),
+                                              ('{"a": 1}', "not rows"), ("[[1]]", "row 1 is not an object")])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, content, message):
+    bad = tmp_path / "bad.json"
+    if content is not None:
+        bad.write_text(content)
+    out = tmp_path / "r.html"
+    assert main(["report", write_result(tmp_path / "ok.json", smart_rows()), str(bad), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "bad.json" in err and message in err
+    assert not out.exists()
+    assert main(["report", str(tmp_path / "ok.json"), "-o", str(tmp_path / "no" / "r.html")]) == 2
+    assert "no such directory" in capsys.readouterr().err
+
+
+def test_without_matplotlib_the_report_says_how_to_get_the_figures(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    out = tmp_path / "r.html"
+    assert main(["report", write_result(tmp_path / "s.json", smart_rows()), "-o", str(out)]) == 0
+    page = parse(out)
+    assert not page.imgs and "pip install 'dmrack[plot]'" in " ".join(page.text)
+
+
+def test_the_issue_s_commands_from_a_real_run(tmp_path):
+    """``reproduce smart --quick --plot out/ && report out/*.json -o out/report.html`` (Fig. 4 only)."""
+    out = tmp_path / "out"
+    assert main(["reproduce", "smart", "--quick", "--only", "fig4", "--jobs", "1", "--plot", str(out)]) == 0
+    assert main(["report", *map(str, out.glob("*.json")), "-o", str(out / "report.html")]) == 0
+    page = parse(out / "report.html")
+    assert len(page.imgs) == 1 and "fig4" in page.text
+    assert "96 threads" in page.cells and "d32/d8" in page.cells
