@@ -31,9 +31,15 @@ def _experiment(kind: str, name: str):
 
 def _run_experiment(exp, args, **options) -> int:
     """Run ``exp`` with the command line's --only, --quick and --json and those of ``options`` it
-    takes; an unknown --only name is its run's ValueError, one line and exit status 2."""
-    exp.run(only=_only(args.only), quick=args.quick, json_path=args.json, console=_console(),
-            **{k: v for k, v in options.items() if k in exp.options})
+    takes; an unknown --only name is its run's ValueError, one line and exit status 2. Points that
+    failed on a Dask cluster (the others' rows printed and written) are exit status 1."""
+    from cluster.experiments.rows import ExperimentsFailed
+    try:
+        exp.run(only=_only(args.only), quick=args.quick, json_path=args.json, console=_console(),
+                **{k: v for k, v in options.items() if k in exp.options})
+    except ExperimentsFailed as e:
+        print(f"dmrack {args.command}: {e}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -207,6 +213,16 @@ def _cmd_reproduce(args) -> int:
     exp = _experiment("reproduce", args.paper)
     if exp is None:
         return 2
+    if args.dask is not None:
+        if args.jobs is not None:
+            print("dmrack reproduce: --dask and --jobs do not go together: on a Dask cluster its worker threads "
+                  "say how many racks run at a time", file=sys.stderr)
+            return 2
+        from cluster.experiments import pointpool
+        with pointpool.backend(dask=args.dask) as dask:
+            print(f"dmrack reproduce: fresh racks run on the Dask cluster at {dask.address} "
+                  f"({dask.threads()} worker threads now)", file=sys.stderr)
+            return _run_experiment(exp, args, jobs=1)
     jobs = available_cpus() if args.jobs is None else _whole(args.jobs)
     if jobs is None or jobs < 1:
         print(f"dmrack reproduce: --jobs takes a whole number of processes, at least 1; got {args.jobs!r}",
@@ -403,6 +419,10 @@ def main(argv=None) -> int:
     rp.add_argument("--jobs", metavar="N",
                     help=f"fresh racks run side by side, N at a time (default: the CPUs available, "
                          f"{available_cpus()} here); the figures do not depend on it")
+    rp.add_argument("--dask", metavar="ADDRESS",
+                    help="run the fresh racks as tasks on a Dask cluster instead: a scheduler's tcp://HOST:PORT, "
+                         "or local:N to start N worker processes on this machine (needs dmrack[dist]); "
+                         "the same rows as --jobs")
     rp.set_defaults(func=_cmd_reproduce)
 
     cp = sub.add_parser("compare", help="what changed between two --json files of bench or reproduce; "

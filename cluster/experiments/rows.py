@@ -9,6 +9,8 @@ import os
 import time
 from dataclasses import asdict, dataclass
 
+from cluster.experiments.pointpool import PointsFailed
+
 
 @dataclass
 class Row:
@@ -57,13 +59,26 @@ def write_json(console, path: str, rows: list[Row]) -> None:
     console.print(f"wrote {len(rows)} records to {path}")
 
 
+class ExperimentsFailed(RuntimeError):
+    """Points of some experiments failed (cluster.experiments.pointpool.PointsFailed); the other
+    experiments ran, and their rows were printed and written. ``rows``: those rows; ``failed``:
+    ``(experiment, [(point, error), ...])`` per experiment that lost points."""
+
+    def __init__(self, rows: list[Row], failed: list[tuple[str, list[tuple[str, str]]]]):
+        self.rows, self.failed = rows, failed
+        super().__init__(f"{sum(len(f) for _, f in failed)} point(s) failed, in "
+                         f"{', '.join(n for n, _ in failed)}; the other experiments' rows are complete")
+
+
 def run_experiments(experiments: dict, *, only=None, quick: bool = False, json_path: str | None = None,
                     console=None, label: str, title_prefix: str = "", jobs: int = 1,
                     side_by_side: tuple = ()) -> list[Row]:
     """Run the named experiments (``name -> fn(quick, progress) -> [Row]``) in order with a progress
     line, print each one's table as it finishes, and write every row as JSON at the end. The
     experiments named in ``side_by_side`` are sweeps of fresh racks that also take ``jobs``: how
-    many racks run at a time (cluster.experiments.pointpool), which does not change a figure."""
+    many racks run at a time (cluster.experiments.pointpool), which does not change a figure.
+    An experiment whose points failed (on a Dask cluster) prints one line per failed point and
+    has no rows; the others run, and :class:`ExperimentsFailed` is raised after the JSON is written."""
     from functools import partial
 
     from rich.console import Console
@@ -77,14 +92,23 @@ def run_experiments(experiments: dict, *, only=None, quick: bool = False, json_p
             raise ValueError(f"unknown experiment {n!r}; choose from {', '.join(experiments)}")
     check_json_path(json_path)
     rows: list[Row] = []
+    failed = []
     with console.status("starting") as status:
         def progress(msg):
             status.update(f"[bold]{label}[/]: {msg}")
         for n in names:
             t0 = time.perf_counter()
-            got = experiments[n](quick, progress)
+            try:
+                got = experiments[n](quick, progress)
+            except PointsFailed as e:
+                for what, err in e.failures:
+                    console.print(f"{title_prefix}{n}: point failed: {what}: {err}", markup=False, highlight=False)
+                failed.append((n, e.failures))
+                continue
             rows.extend(got)
             print_rows(console, f"{title_prefix}{n}  ({time.perf_counter() - t0:.1f} s real)", got)
     if json_path:
         write_json(console, json_path, rows)
+    if failed:
+        raise ExperimentsFailed(rows, failed)
     return rows
