@@ -121,23 +121,34 @@ def map_points(fn: Callable, points: Sequence[tuple], *, jobs: int = 1,
 # --- the Dask backend ------------------------------------------------------------------------------
 
 @contextmanager
-def backend(dask: str | None = None, *, connect_timeout: float = CONNECT_TIMEOUT_S) -> Iterator["DaskBackend | None"]:
+def backend(dask: str | None = None, *, connect_timeout: float | None = None) -> Iterator["DaskBackend | None"]:
     """While entered, :func:`map_points` runs every point as a task on a Dask cluster: ``dask``
     is a scheduler's address (``tcp://HOST:PORT``, or another protocol distributed knows) or
     ``local:N`` (a LocalCluster of N one-thread worker processes on 127.0.0.1, closed on exit).
     ``dask=None`` changes nothing. A bad address, an unreachable scheduler (after
-    ``connect_timeout`` seconds) or distributed missing is a one-line ValueError."""
-    global _active
+    ``connect_timeout`` seconds, default :data:`CONNECT_TIMEOUT_S`) or distributed missing is a
+    one-line ValueError."""
     if dask is None:
         yield None
         return
-    b = DaskBackend(dask, connect_timeout=connect_timeout)
+    b = DaskBackend(dask, connect_timeout=CONNECT_TIMEOUT_S if connect_timeout is None else connect_timeout)
+    try:
+        with activated(b):
+            yield b
+    finally:
+        b.close()
+
+
+@contextmanager
+def activated(b: "DaskBackend | None") -> Iterator["DaskBackend | None"]:
+    """:func:`map_points` uses the open backend ``b`` while entered (None: this machine again);
+    :func:`backend` opens one and enters this."""
+    global _active
     previous, _active = _active, b
     try:
         yield b
     finally:
         _active = previous
-        b.close()
 
 
 def _import_distributed():

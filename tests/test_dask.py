@@ -1,0 +1,204 @@
+"""cluster.experiments.pointpool's Dask backend (dmrack reproduce --dask): the points of a sweep as
+tasks on a dask.distributed cluster give what --jobs gives; a point whose worker dies is retried
+once and then reported without losing the others; a point may start processes on a worker."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import socket
+import sys
+import time
+from types import SimpleNamespace
+
+import psutil
+import pytest
+
+from cluster.experiments import pointpool
+from cluster.experiments.pointpool import PointsFailed, map_points
+from shm.segment import list_segments, owner_pid_of
+
+
+# --- point functions (module level: workers import them from tests.test_dask) ------------------------
+
+def _times_ten(x):
+    return x * 10
+
+
+def _dies_or_raises(x, log):
+    """Point 1 kills its worker (as a crash or the OOM killer would), point 2 raises; each attempt
+    is logged with its process id."""
+    if x in (1, 2):
+        with open(log, "a") as f:
+            f.write(f"{x} {os.getpid()}\n")
+        if x == 1:
+            os._exit(17)
+        raise ValueError(f"point {x} is bad")
+    return x * 10
+
+
+def _child_exit_code(code):
+    """Start a process and return its exit code, as a process rack does with its nodes."""
+    child = multiprocessing.get_context("fork").Process(target=os._exit, args=(code,))
+    child.start()
+    child.join()
+    return child.exitcode
+
+
+def _source():
+    import cluster
+    return cluster.__file__
+
+
+# --- a LocalCluster of two worker processes for the module -----------------------------------------
+
+@pytest.fixture(scope="module")
+def dask2():
+    """An open Dask backend of two one-thread worker processes (not active: tests activate it).
+    Afterwards: no process of it is left (the resource tracker multiprocessing's spawn started for
+    the workers included) and no shared-memory segment of its workers."""
+    pytest.importorskip("distributed")
+    from multiprocessing import resource_tracker
+    tracker_was_running = resource_tracker._resource_tracker._pid is not None
+    segments_before = set(list_segments())
+    b = pointpool.DaskBackend("local:2")
+    pids = set()
+    try:
+        b.pids = pids
+        pids.update(b.client.run(os.getpid).values())
+        yield b
+        pids.update(b.client.run(os.getpid).values())
+    finally:
+        b.close()
+    if not tracker_was_running:
+        resource_tracker._resource_tracker._stop()
+    deadline = time.monotonic() + 10
+    while psutil.Process().children(recursive=True) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not psutil.Process().children(recursive=True)
+    left = [n for n in set(list_segments()) - segments_before if owner_pid_of(n) in pids]
+    assert not left, f"the workers left shared-memory segments behind: {left}"
+
+
+def test_workers_import_this_dmrack_and_listen_on_localhost_only(dask2):
+    assert set(dask2.client.run(_source).values()) == {_source()}
+    assert dask2.address.startswith("tcp://127.0.0.1:")
+    assert all(w.startswith("tcp://127.0.0.1:") for w in dask2.client.nthreads())
+    assert dask2.threads() == 2
+
+
+def test_fresh_racks_on_dask_give_the_rows_of_jobs_2(dask2):
+    """Co-located racks are deterministic for their seed, so the sweep gives the same results in
+    point order on a Dask cluster as on a fork pool."""
+    from cluster.experiments.smart import UPDATE_ONLY, _fresh_points
+    kw = dict(records=2_000, warm_ms=0.05, measure_ms=0.05, properties=UPDATE_ONLY)
+    points = [(f"{t} threads", "race", "a", t, kw) for t in (1, 2, 4)]
+    heard = []
+    with pointpool.activated(dask2):
+        on_dask = _fresh_points(points, heard.append, jobs=5)       # jobs is ignored on Dask
+    forked = _fresh_points(points, jobs=2)
+    assert on_dask == forked
+    assert [p["threads"] for p in on_dask] == [1, 2, 4] and all(p["ops"] > 0 for p in on_dask)
+    assert len(heard) == 3 and heard[-1].startswith(tuple(p[0] for p in points)) and "(3/3 on Dask" in heard[-1]
+
+
+def test_a_dead_worker_is_retried_once_then_reported_and_the_others_finish(dask2, tmp_path):
+    log = tmp_path / "attempts"
+    with pointpool.activated(dask2), pytest.raises(PointsFailed) as got:
+        map_points(_dies_or_raises, [(x, str(log)) for x in range(5)], describe=lambda p: f"x={p[0]}")
+    assert got.value.results == [0, None, None, 30, 40]
+    (what1, err1), (what2, err2) = got.value.failures
+    assert what1 == "x=1" and "worker died" in err1 and "2 times" in err1
+    assert what2 == "x=2" and err2 == "ValueError: point 2 is bad"
+    attempts = log.read_text().split("\n")[:-1]
+    killed = [line.split()[1] for line in attempts if line.startswith("1 ")]
+    assert len(killed) == 2 and len(set(killed)) == 2          # two workers, each killed once
+    assert sum(line.startswith("2 ") for line in attempts) == 1  # a raising point is not run again
+    dask2.pids.update(int(pid) for pid in killed)
+    dask2.client.wait_for_workers(2, timeout=30)                 # the nannies restart them
+    with pointpool.activated(dask2):
+        assert map_points(_times_ten, [(x,) for x in range(3)]) == [0, 10, 20]
+
+
+def test_a_point_may_start_processes_on_a_daemonic_worker(dask2):
+    """Nanny workers are daemonic, and multiprocessing refuses children of a daemonic process:
+    a bare task fails, a point (the flag cleared while it runs) does not."""
+    with pytest.raises(AssertionError, match="daemonic"):
+        dask2.client.submit(_child_exit_code, 3, pure=False).result()
+    with pointpool.activated(dask2):
+        assert map_points(_child_exit_code, [(3,), (4,)]) == [3, 4]
+
+
+# --- without a cluster ------------------------------------------------------------------------------
+
+def test_without_distributed_one_line_says_what_to_install(monkeypatch, capsys):
+    from cluster.cli import main
+    monkeypatch.setitem(sys.modules, "distributed", None)        # import distributed -> ImportError
+    with pytest.raises(ValueError, match=r"pip install 'dmrack\[dist\]'"):
+        with pointpool.backend(dask="local:1"):
+            pass
+    assert main(["reproduce", "smart", "--only", "fig5", "--dask", "local:1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "pip install 'dmrack[dist]'" in err
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_unreachable_scheduler_is_one_line_and_exit_2(monkeypatch, capsys):
+    pytest.importorskip("distributed")
+    from cluster.cli import main
+    monkeypatch.setattr(pointpool, "CONNECT_TIMEOUT_S", 1.0)
+    address = f"tcp://127.0.0.1:{_closed_port()}"
+    t0 = time.monotonic()
+    assert main(["reproduce", "smart", "--only", "fig5", "--dask", address]) == 2
+    assert time.monotonic() - t0 < 15
+    err = capsys.readouterr().err.strip()
+    assert err == f"dmrack reproduce: --dask {address}: cannot reach the Dask scheduler: no answer within 1 s"
+    for bad in ("localhost:8786", "local:0", "local:x"):
+        assert main(["reproduce", "smart", "--dask", bad]) == 2
+        assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_dask_and_jobs_do_not_go_together(capsys):
+    from cluster.cli import main
+    assert main(["reproduce", "smart", "--dask", "local:2", "--jobs", "2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--dask and --jobs" in err
+
+
+def test_failed_points_lose_only_their_experiment_and_exit_1(tmp_path, capsys):
+    """run_experiments prints a line per failed point, runs the other experiments, writes their
+    rows and then raises; the command exits 1."""
+    import json
+
+    from rich.console import Console
+
+    from cluster.cli import _run_experiment
+    from cluster.experiments.rows import ExperimentsFailed, Row, run_experiments
+
+    def sweep(quick, progress, jobs=1):
+        raise PointsFailed([1, None], [("x=2", "its worker died while running it, 2 times")])
+
+    def other(quick, progress):
+        return [Row("other", "s", 1, "Mops", 1.5)]
+
+    experiments = {"sweep": sweep, "other": other}
+
+    def run(only=None, quick=False, json_path=None, console=None, jobs=1):
+        return run_experiments(experiments, only=only, quick=quick, json_path=json_path, console=console,
+                               label="test", jobs=jobs, side_by_side=("sweep",))
+
+    path = tmp_path / "rows.json"
+    with pytest.raises(ExperimentsFailed) as got:
+        run(json_path=str(path), console=Console(width=200))
+    assert got.value.failed == [("sweep", [("x=2", "its worker died while running it, 2 times")])]
+    assert [r["experiment"] for r in json.loads(path.read_text())] == ["other"]
+    assert "sweep: point failed: x=2: its worker died while running it, 2 times" in capsys.readouterr().out
+    exp = SimpleNamespace(run=run, options=("jobs",))
+    args = SimpleNamespace(only=None, quick=True, json=str(path), command="reproduce")
+    assert _run_experiment(exp, args, jobs=1) == 1
+    assert "1 point(s) failed, in sweep" in capsys.readouterr().err
