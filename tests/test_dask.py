@@ -45,6 +45,21 @@ def _child_exit_code(code):
     return child.exitcode
 
 
+def _process_rack(seed):
+    """A rack of node processes under a supervisor, run to its end: its exit status and the
+    operations of its steps."""
+    from cluster.scenario import scenario_from_dict
+    from cluster.supervisor import Supervisor
+    spec = {"rack": {"name": "t", "profile": "cx6-200g", "seed": seed},
+            "compute": {"count": 1, "threads": 1, "coroutines": 2, "memory": "8MiB"},
+            "memory": {"count": 1, "memory": "16MiB"}, "system": {"name": "race"},
+            "workload": {"preset": "a", "recordcount": 200, "keysize": 8, "valuesize": 8},
+            "step": [{"action": "load"}, {"action": "run", "duration_ms": 0.1}]}
+    sup = Supervisor(scenario_from_dict(spec, source="test_dask"), quiet=True, dashboard=False)
+    status = sup.run()
+    return status, [s.ops for s in sup.results.steps]
+
+
 def _source():
     import cluster
     return cluster.__file__
@@ -122,11 +137,14 @@ def test_a_dead_worker_is_retried_once_then_reported_and_the_others_finish(dask2
 
 def test_a_point_may_start_processes_on_a_daemonic_worker(dask2):
     """Nanny workers are daemonic, and multiprocessing refuses children of a daemonic process:
-    a bare task fails, a point (the flag cleared while it runs) does not."""
+    a bare task fails, a point (the flag cleared while it runs) does not. A rack of node processes
+    runs too (its supervisor, in a worker's task thread, leaves signal handlers alone)."""
     with pytest.raises(AssertionError, match="daemonic"):
         dask2.client.submit(_child_exit_code, 3, pure=False).result()
     with pointpool.activated(dask2):
         assert map_points(_child_exit_code, [(3,), (4,)]) == [3, 4]
+        [(status, ops)] = map_points(_process_rack, [(1,)])
+    assert status == 0 and ops[0] == 200 and ops[1] > 0
 
 
 # --- without a cluster ------------------------------------------------------------------------------

@@ -192,8 +192,11 @@ class DaskBackend:
                                                                       .split(os.pathsep) if x])}
             # one retry when a point's worker dies (dask's default allows three)
             with dask.config.set({"distributed.scheduler.allowed-failures": 1}):
+                # no dashboard; the scheduler's other HTTP routes (health, metrics) on a free
+                # localhost port, not 8787, which another cluster may hold
                 self.cluster = distributed.LocalCluster(n_workers=n_local, threads_per_worker=1, processes=True,
-                                                        host="127.0.0.1", dashboard_address=None, env=env)
+                                                        host="127.0.0.1", dashboard_address=None, env=env,
+                                                        scheduler_kwargs={"dashboard_address": "127.0.0.1:0"})
             try:
                 self.client = distributed.Client(self.cluster, set_as_default=False)
             except BaseException:
