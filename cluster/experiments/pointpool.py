@@ -240,7 +240,7 @@ class DaskBackend:
         run = uuid.uuid4().hex[:8]
         index: dict = {}
         todo = iter(enumerate(points))
-        running = as_completed(loop=self.client.loop, with_results=True, raise_errors=False)
+        running = as_completed(loop=self.client.loop)
 
         def submit_more() -> None:
             # one point per worker thread at a time: a dying worker takes only its running point
@@ -256,12 +256,13 @@ class DaskBackend:
         done = 0
         try:
             submit_more()
-            for fut, result in running:          # results gathered as each ends
+            for fut in running:
                 i = index[fut.key]
-                if fut.status == "finished":
-                    results[i] = result
-                else:
-                    errors[i] = _task_error(fut)
+                try:
+                    # waits again if the worker that held the result died since (it is recomputed)
+                    results[i] = fut.result()
+                except Exception as e:                # the point's exception, KilledWorker, cancelled
+                    errors[i] = _task_error(e)
                 fut.release()
                 done += 1
                 if progress is not None:
@@ -295,12 +296,8 @@ def _one_line(e: BaseException) -> str:
     return lines[0].strip() if lines else ""
 
 
-def _task_error(fut) -> str:
+def _task_error(e: BaseException) -> str:
     """One line for a failed task: how its worker died, or the point's exception."""
-    try:
-        e = fut.exception()
-    except BaseException as cancelled:            # the future itself was cancelled
-        e = cancelled
     if type(e).__name__ == "KilledWorker":
         tries = getattr(e, "allowed_failures", None)
         worker = getattr(getattr(e, "last_worker", None), "address", None)
