@@ -8,6 +8,7 @@ import multiprocessing
 import os
 import socket
 import sys
+import threading
 import time
 from types import SimpleNamespace
 
@@ -25,15 +26,18 @@ def _times_ten(x):
     return x * 10
 
 
-def _dies_or_raises(x, log):
-    """Point 1 kills its worker (as a crash or the OOM killer would), point 2 raises; each attempt
-    is logged with its process id."""
-    if x in (1, 2):
+def _raises_or_dies(x, log):
+    """Point 0 raises, point 2 kills its worker (as a crash or the OOM killer would); each attempt
+    of theirs is logged with its process id. The others take a moment, so that point 0 has
+    failed before point 2 starts: a worker that dies also loses the reports it had not sent yet,
+    and the points they were about would run again."""
+    if x in (0, 2):
         with open(log, "a") as f:
             f.write(f"{x} {os.getpid()}\n")
-        if x == 1:
+        if x == 2:
             os._exit(17)
         raise ValueError(f"point {x} is bad")
+    time.sleep(0.3)
     return x * 10
 
 
@@ -117,22 +121,45 @@ def test_fresh_racks_on_dask_give_the_rows_of_jobs_2(dask2):
     assert len(heard) == 3 and heard[-1].startswith(tuple(p[0] for p in points)) and "(3/3 on Dask" in heard[-1]
 
 
+def _map_within(seconds, fn, points, **kw):
+    """map_points on a thread, failing the test instead of hanging if the cluster lost every
+    worker for good (closing the cluster at the module's end then ends the thread)."""
+    box = {}
+
+    def go():
+        try:
+            box["value"] = map_points(fn, points, **kw)
+        except BaseException as e:            # handed to the test
+            box["error"] = e
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    t.join(seconds)
+    assert not t.is_alive(), f"the sweep did not end within {seconds} s"
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
 def test_a_dead_worker_is_retried_once_then_reported_and_the_others_finish(dask2, tmp_path):
     log = tmp_path / "attempts"
     with pointpool.activated(dask2), pytest.raises(PointsFailed) as got:
-        map_points(_dies_or_raises, [(x, str(log)) for x in range(5)], describe=lambda p: f"x={p[0]}")
-    assert got.value.results == [0, None, None, 30, 40]
-    (what1, err1), (what2, err2) = got.value.failures
-    assert what1 == "x=1" and "worker died" in err1 and "2 times" in err1
-    assert what2 == "x=2" and err2 == "ValueError: point 2 is bad"
+        _map_within(60, _raises_or_dies, [(x, str(log)) for x in range(5)], describe=lambda p: f"x={p[0]}")
+    results, failures = got.value.results, dict(got.value.failures)
+    assert results[0] is None and failures["x=0"] == "ValueError: point 0 is bad"
+    assert results[2] is None and "worker died" in failures["x=2"] and "2 times" in failures["x=2"]
+    # The others finish. Dask counts every point on a worker that dies against it, also one
+    # queued behind the point that killed it: one per worker thread at a time makes that rare,
+    # and then a point fails only if it was on both workers that died.
+    finished = [x for x in (1, 3, 4) if results[x] == x * 10]
+    assert len(finished) >= 2 and all("worker died" in failures[f"x={x}"] for x in (1, 3, 4) if x not in finished)
     attempts = log.read_text().split("\n")[:-1]
-    killed = [line.split()[1] for line in attempts if line.startswith("1 ")]
-    assert len(killed) == 2 and len(set(killed)) == 2          # two workers, each killed once
-    assert sum(line.startswith("2 ") for line in attempts) == 1  # a raising point is not run again
+    killed = [line.split()[1] for line in attempts if line.startswith("2 ")]
+    assert len(killed) == 2 and len(set(killed)) == 2, attempts     # two workers, each killed once
+    assert sum(line.startswith("0 ") for line in attempts) == 1, attempts  # a raising point is not run again
     dask2.pids.update(int(pid) for pid in killed)
-    dask2.client.wait_for_workers(2, timeout=30)                 # the nannies restart them
+    dask2.client.wait_for_workers(1, timeout=30)                 # the nannies restart them
     with pointpool.activated(dask2):
-        assert map_points(_times_ten, [(x,) for x in range(3)]) == [0, 10, 20]
+        assert _map_within(60, _times_ten, [(x,) for x in range(3)]) == [0, 10, 20]
 
 
 def test_a_point_may_start_processes_on_a_daemonic_worker(dask2):
