@@ -24,8 +24,9 @@ runs them:
   (``pip install 'dmrack[dist]'``).
 
   How the Dask backend keeps a sweep whole: tasks are submitted at most one per worker thread at a
-  time (as a pool would; a worker that dies then takes only its running point with it, not points
-  queued behind it). A point that raises fails (co-located racks are deterministic: running it
+  time, as a pool would (the scheduler counts a worker's death against every task on it, also
+  those queued behind the one that killed it; with one point per thread that is rare, though the
+  scheduler may still place two on one worker). A point that raises fails (co-located racks are deterministic: running it
   again would raise again). A point whose worker dies is run again by the scheduler on another
   worker: ``retries=`` of ``Client.submit`` covers only exceptions, worker deaths are counted by the
   scheduler against ``distributed.scheduler.allowed-failures``, which the ``local:N`` cluster sets
@@ -243,7 +244,7 @@ class DaskBackend:
         running = as_completed(loop=self.client.loop)
 
         def submit_more() -> None:
-            # one point per worker thread at a time: a dying worker takes only its running point
+            # one point per worker thread at a time: a dying worker seldom takes others along
             while running.count() < max(1, self.threads()):
                 nxt = next(todo, None)
                 if nxt is None:
