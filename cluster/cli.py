@@ -32,12 +32,15 @@ def _experiment(kind: str, name: str):
 def _run_experiment(exp, args, **options) -> int:
     """Run ``exp`` with the command line's --only, --quick, --json, --quiet and --plot and those of
     ``options`` it takes; an unknown --only name is its run's ValueError, one line and exit status
-    2. --plot DIR checks for matplotlib before anything runs, writes the result JSON into DIR too
+    2; points that failed on a Dask cluster (the others' rows printed and written) are exit
+    status 1. --plot DIR checks for matplotlib before anything runs, writes the result JSON into DIR too
     (unless --json says where) and a PNG per figure after the run."""
     import os
 
     from cluster.experiments.progress import set_quiet
+    from cluster.experiments.rows import ExperimentsFailed
     set_quiet(args.quiet)
+    status = 0
     options = {k: v for k, v in options.items() if k in exp.options}
     json_path, plot_dir = args.json, getattr(args, "plot", None)
     if plot_dir:
@@ -47,7 +50,11 @@ def _run_experiment(exp, args, **options) -> int:
         _make_dir(plot_dir, flag="--plot")
         stem = slug(" ".join([exp.kind, exp.name] + ([str(options["system"])] if "system" in options else [])))
         json_path = json_path or os.path.join(plot_dir, f"{stem}.json")
-    rows = exp.run(only=_only(args.only), quick=args.quick, json_path=json_path, console=_console(), **options)
+    try:
+        rows = exp.run(only=_only(args.only), quick=args.quick, json_path=json_path, console=_console(), **options)
+    except ExperimentsFailed as e:
+        print(f"dmrack {args.command}: {e}", file=sys.stderr)
+        rows, status = e.rows, 1
     if plot_dir:
         from dataclasses import asdict, is_dataclass
 
@@ -55,7 +62,7 @@ def _run_experiment(exp, args, **options) -> int:
         paths = write_plots(getattr(rows, "run", None), [asdict(r) if is_dataclass(r) else dict(r) for r in rows],
                             plot_dir, stem)
         print(f"wrote {len(paths)} figure(s) to {plot_dir}")
-    return 0
+    return status
 
 
 def _cmd_plot(args) -> int:
@@ -309,6 +316,16 @@ def _cmd_reproduce(args) -> int:
     exp = _experiment("reproduce", args.paper)
     if exp is None:
         return 2
+    if args.dask is not None:
+        if args.jobs is not None:
+            print("dmrack reproduce: --dask and --jobs do not go together: on a Dask cluster its worker threads "
+                  "say how many racks run at a time", file=sys.stderr)
+            return 2
+        from cluster.experiments import pointpool
+        with pointpool.backend(dask=args.dask) as dask:
+            print(f"dmrack reproduce: fresh racks run on the Dask cluster at {dask.address} "
+                  f"({dask.threads()} worker threads now)", file=sys.stderr)
+            return _run_experiment(exp, args, jobs=1)
     jobs = available_cpus() if args.jobs is None else _whole(args.jobs)
     if jobs is None or jobs < 1:
         print(f"dmrack reproduce: --jobs takes a whole number of processes, at least 1; got {args.jobs!r}",
@@ -533,6 +550,10 @@ def main(argv=None) -> int:
                          f"{available_cpus()} here); the figures do not depend on it")
     rp.add_argument("--plot", metavar="DIR", help=PLOT_HELP)
     quiet_flag(rp)
+    rp.add_argument("--dask", metavar="ADDRESS",
+                    help="run the fresh racks as tasks on a Dask cluster instead: a scheduler's tcp://HOST:PORT, "
+                         "or local:N to start N worker processes on this machine (needs dmrack[dist]); "
+                         "the same rows as --jobs")
     rp.set_defaults(func=_cmd_reproduce)
 
     pl = sub.add_parser("plot", help="figures (PNG) of saved --json files of bench or reproduce, without rerunning")

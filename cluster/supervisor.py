@@ -34,6 +34,7 @@ import os
 import shutil
 import signal
 import tempfile
+import threading
 import time
 from typing import NamedTuple
 
@@ -128,8 +129,12 @@ class Supervisor:
         gone = reclaim_stale()
         if gone:
             self.say(f"dmrack: reclaimed {len(gone)} segment(s) left by a killed rack")
-        old_int = signal.signal(signal.SIGINT, self._on_signal)
-        old_term = signal.signal(signal.SIGTERM, self._on_signal)
+        # Signal handlers can only be set from the main thread. A supervisor run from another
+        # thread (a point of a sweep on a Dask worker, cluster.experiments.pointpool) leaves
+        # Ctrl-C and SIGTERM to whoever runs that thread.
+        own_signals = threading.current_thread() is threading.main_thread()
+        old_int = signal.signal(signal.SIGINT, self._on_signal) if own_signals else None
+        old_term = signal.signal(signal.SIGTERM, self._on_signal) if own_signals else None
         run_dir = tempfile.mkdtemp(prefix="dmrack-run-")
         status = 1
         view = None
@@ -152,7 +157,8 @@ class Supervisor:
             view = self._open_view()
             status = self._watch(view, run_dir)
         finally:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)     # a second Ctrl-C must not cut cleanup short
+            if own_signals:
+                signal.signal(signal.SIGINT, signal.SIG_IGN)     # a second Ctrl-C must not cut cleanup short
             try:
                 self._stop_children()
                 if self.state is not None:
@@ -170,8 +176,9 @@ class Supervisor:
                 if self.state is not None:
                     self.state.close()
                 shutil.rmtree(run_dir, ignore_errors=True)
-                signal.signal(signal.SIGINT, old_int)
-                signal.signal(signal.SIGTERM, old_term)
+                if own_signals:
+                    signal.signal(signal.SIGINT, old_int)
+                    signal.signal(signal.SIGTERM, old_term)
         return status
 
     def _on_signal(self, signum, frame) -> None:

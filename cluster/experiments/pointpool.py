@@ -1,15 +1,41 @@
-"""Independent benchmark points side by side, one per core.
+"""Independent benchmark points side by side: on this machine's cores, or on a Dask cluster.
 
 A benchmark point that runs on a fresh co-located rack (load, warm up, measure) shares nothing
 with the next one, and a co-located rack is deterministic for its seed, so a sweep of such points
-gives the same figures whether they run one after the other or side by side. :func:`map_points`
-runs them on ``jobs`` forked worker processes (forked, so a worker inherits the imported modules
-and any machine code already compiled) and returns the results in the order of the points.
+gives the same figures whether they run one after the other, side by side or on other machines.
+:func:`map_points` runs them and returns the results in the order of the points, whichever backend
+runs them:
 
-Workers are a rack's helpers like its nodes are: they ignore Ctrl-C (the parent decides to stop,
-and then terminates them), ask the kernel to kill them if the parent dies (``PR_SET_PDEATHSIG``),
-and show up as ``dmrack-point`` in ps. A point that raises re-raises in the parent. With
-``jobs=1`` (the default) the points run in this process and nothing is forked.
+* **serial** (``jobs=1``, the default): in this process, nothing is forked;
+* **a fork pool** (``jobs=N``): ``N`` forked worker processes (forked, so a worker inherits the
+  imported modules and any machine code already compiled). Workers are a rack's helpers like its
+  nodes are: they ignore Ctrl-C (the parent decides to stop, and then terminates them), ask the
+  kernel to kill them if the parent dies (``PR_SET_PDEATHSIG``), and show up as ``dmrack-point`` in
+  ps. A point that raises re-raises in the parent;
+* **a Dask cluster** (``with backend(dask="tcp://HOST:PORT")`` or ``dask="local:N"``; ``dmrack
+  reproduce --dask``): each point is a task on a ``dask.distributed`` cluster, which is the
+  well-kept way to use the machines of a user's existing cluster (a Slurm allocation through
+  dask-jobqueue, a Kubernetes deployment). The backend is a context manager rather than an argument
+  so that the experiment modules, which call ``map_points(..., jobs=jobs)``, need no change: while
+  it is entered, every ``map_points`` call sends its points to the cluster and ``jobs`` is ignored
+  (the cluster's worker threads say how many run at a time). ``local:N`` starts a LocalCluster of
+  ``N`` one-thread worker processes listening on 127.0.0.1 only, without a dashboard, and closes
+  it on exit. ``distributed`` is imported only here, when a Dask backend is entered
+  (``pip install 'dmrack[dist]'``).
+
+  How the Dask backend keeps a sweep whole: tasks are submitted at most one per worker thread at a
+  time, as a pool would (the scheduler counts a worker's death against every task on it, also
+  those queued behind the one that killed it; with one point per thread that is rare, though the
+  scheduler may still place two on one worker). A point that raises fails (co-located racks are deterministic: running it
+  again would raise again). A point whose worker dies is run again by the scheduler on another
+  worker: ``retries=`` of ``Client.submit`` covers only exceptions, worker deaths are counted by the
+  scheduler against ``distributed.scheduler.allowed-failures``, which the ``local:N`` cluster sets
+  to 1 (one retry) and a cluster of the user's keeps as configured (dask's default is 3). Failed
+  points do not stop the others: when every point has ended, :class:`PointsFailed` carries the
+  results (None for the failed ones) and one line per failure. Nanny worker processes are
+  daemonic, and ``multiprocessing`` refuses to start children from a daemonic process, so a point
+  runs with its worker's daemon flag cleared: a point whose rack forks node processes (or a fork
+  pool) works on a worker as it does here.
 """
 
 from __future__ import annotations
@@ -17,7 +43,23 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
-from typing import Callable, Sequence
+from contextlib import contextmanager
+from typing import Callable, Iterator, Sequence
+
+DIST_HINT = "pip install 'dmrack[dist]'"
+CONNECT_TIMEOUT_S = 5.0        # how long --dask tcp://... tries to reach the scheduler
+
+
+class PointsFailed(RuntimeError):
+    """Some points of a sweep failed (their worker died twice, or they raised) while the others
+    finished. ``results``: one per point, in point order, None for a failed one; ``failures``:
+    ``(describe(point), error text)`` per failed point, in point order."""
+
+    def __init__(self, results: list, failures: list[tuple[str, str]]):
+        self.results = results
+        self.failures = failures
+        super().__init__(f"{len(failures)} of {len(results)} points failed: "
+                         + "; ".join(f"{what}: {err}" for what, err in failures))
 
 
 def available_cpus() -> int:
@@ -39,18 +81,30 @@ def _call(job):
     return index, fn(*args)
 
 
+_active: "DaskBackend | None" = None       # the backend entered with backend(), if any
+
+
+def active() -> "DaskBackend | None":
+    """The Dask backend :func:`map_points` uses now, or None (this machine)."""
+    return _active
+
+
 def map_points(fn: Callable, points: Sequence[tuple], *, jobs: int = 1,
                progress: Callable[[str], None] | None = None,
                describe: Callable[[tuple], str] = str) -> list:
-    """``[fn(*p) for p in points]``, on up to ``jobs`` processes. ``fn`` must be a module-level
-    function (workers receive it by name) and its results picklable. ``progress`` hears
-    ``describe(p)`` as each point starts when serial, and as each finishes (with a count) when
-    parallel, where start order says nothing; a ``progress`` that counts points
-    (:mod:`cluster.experiments.progress`) is told how many there are and each one done."""
+    """``[fn(*p) for p in points]``, on up to ``jobs`` processes, or on the Dask cluster of the
+    :func:`backend` entered (then ``jobs`` is ignored). ``fn`` must be a module-level function
+    (workers receive it by name) and its results picklable. ``progress`` hears ``describe(p)`` as
+    each point starts when serial, and as each finishes (with a count) when parallel, where start
+    order says nothing. On a Dask cluster, failed points raise :class:`PointsFailed` once all the
+    points have ended. A ``progress`` that counts points (:mod:`cluster.experiments.progress`)
+    is told how many there are and each one done."""
     if jobs < 1:
         raise ValueError(f"jobs must be at least 1, got {jobs}")
     from cluster.experiments.progress import advance, expect
     points = list(points)
+    if _active is not None:
+        return _active.map(fn, points, progress=progress, describe=describe)
     jobs = min(jobs, len(points))
     expect(progress, len(points))
     if jobs <= 1:
@@ -73,3 +127,192 @@ def map_points(fn: Callable, points: Sequence[tuple], *, jobs: int = 1,
             if progress is not None:
                 progress(f"{describe(points[index])} done ({done}/{len(points)}, {jobs} at a time)")
     return results
+
+
+# --- the Dask backend ------------------------------------------------------------------------------
+
+@contextmanager
+def backend(dask: str | None = None, *, connect_timeout: float | None = None) -> Iterator["DaskBackend | None"]:
+    """While entered, :func:`map_points` runs every point as a task on a Dask cluster: ``dask``
+    is a scheduler's address (``tcp://HOST:PORT``, or another protocol distributed knows) or
+    ``local:N`` (a LocalCluster of N one-thread worker processes on 127.0.0.1, closed on exit).
+    ``dask=None`` changes nothing. A bad address, an unreachable scheduler (after
+    ``connect_timeout`` seconds, default :data:`CONNECT_TIMEOUT_S`) or distributed missing is a
+    one-line ValueError."""
+    if dask is None:
+        yield None
+        return
+    b = DaskBackend(dask, connect_timeout=CONNECT_TIMEOUT_S if connect_timeout is None else connect_timeout)
+    try:
+        with activated(b):
+            yield b
+    finally:
+        b.close()
+
+
+@contextmanager
+def activated(b: "DaskBackend | None") -> Iterator["DaskBackend | None"]:
+    """:func:`map_points` uses the open backend ``b`` while entered (None: this machine again);
+    :func:`backend` opens one and enters this."""
+    global _active
+    previous, _active = _active, b
+    try:
+        yield b
+    finally:
+        _active = previous
+
+
+def _import_distributed():
+    try:
+        import distributed
+    except ImportError:
+        raise ValueError(f"--dask needs dask.distributed, which is not installed: {DIST_HINT}") from None
+    return distributed
+
+
+def _local_workers(address: str) -> int | None:
+    """N of ``local:N``; None if ``address`` is not of that form; ValueError if N is not >= 1."""
+    if not address.startswith("local:"):
+        return None
+    n = address[len("local:"):]
+    if not n.isdigit() or int(n) < 1:
+        raise ValueError(f"--dask {address}: local:N takes a whole number of worker processes, at least 1")
+    return int(n)
+
+
+def _source_root() -> str:
+    """The directory this dmrack is imported from (its parent of ``cluster/``)."""
+    import cluster
+    return os.path.dirname(os.path.dirname(os.path.abspath(cluster.__file__)))
+
+
+class DaskBackend:
+    """A client of a Dask cluster (and the LocalCluster it started, for ``local:N``)."""
+
+    def __init__(self, address: str, *, connect_timeout: float = CONNECT_TIMEOUT_S):
+        n_local = _local_workers(address)
+        if n_local is None and "://" not in address:
+            raise ValueError(f"--dask {address}: give a scheduler address like tcp://HOST:PORT, or local:N")
+        distributed = _import_distributed()
+        import dask
+        self.cluster = None
+        self.client = None
+        if n_local is not None:
+            # workers are spawned: they import the same dmrack as this process
+            env = {"PYTHONPATH": os.pathsep.join([_source_root()] + [x for x in os.environ.get("PYTHONPATH", "")
+                                                                      .split(os.pathsep) if x])}
+            # one retry when a point's worker dies (dask's default allows three)
+            with dask.config.set({"distributed.scheduler.allowed-failures": 1}):
+                # no dashboard; the scheduler's other HTTP routes (health, metrics) on a free
+                # localhost port, not 8787, which another cluster may hold
+                self.cluster = distributed.LocalCluster(n_workers=n_local, threads_per_worker=1, processes=True,
+                                                        host="127.0.0.1", dashboard_address=None, env=env,
+                                                        scheduler_kwargs={"dashboard_address": "127.0.0.1:0"})
+            try:
+                self.client = distributed.Client(self.cluster, set_as_default=False)
+            except BaseException:
+                self.cluster.close()
+                raise
+        else:
+            try:
+                self.client = distributed.Client(address, timeout=connect_timeout, set_as_default=False)
+            except (OSError, TimeoutError) as e:
+                why = _one_line(e) or type(e).__name__
+                if "Timed out" in why:
+                    why = f"no answer within {connect_timeout:g} s"
+                raise ValueError(f"--dask {address}: cannot reach the Dask scheduler: {why}") from None
+        self.address = self.client.scheduler.address
+
+    def __repr__(self) -> str:
+        return f"DaskBackend({self.address!r}, {self.threads()} worker threads)"
+
+    def threads(self) -> int:
+        return sum(self.client.nthreads().values())
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.client.close()
+        if self.cluster is not None:
+            self.cluster.close()
+
+    def map(self, fn: Callable, points: list, *, progress=None, describe=str) -> list:
+        """The points' results in point order; :class:`PointsFailed` if some failed."""
+        import uuid
+
+        from distributed import as_completed
+        results: list = [None] * len(points)
+        errors: dict[int, str] = {}
+        if not points:
+            return results
+        if self.threads() == 0:
+            if progress is not None:
+                progress(f"waiting for a worker of the Dask cluster at {self.address}")
+            self.client.wait_for_workers(1)
+        run = uuid.uuid4().hex[:8]
+        index: dict = {}
+        todo = iter(enumerate(points))
+        running = as_completed(loop=self.client.loop)
+
+        def submit_more() -> None:
+            # one point per worker thread at a time: a dying worker seldom takes others along
+            while running.count() < max(1, self.threads()):
+                nxt = next(todo, None)
+                if nxt is None:
+                    return
+                i, p = nxt
+                fut = self.client.submit(_run_task, fn, tuple(p), key=f"dmrack-point-{run}-{i}", pure=False)
+                index[fut.key] = i
+                running.add(fut)
+
+        done = 0
+        try:
+            submit_more()
+            for fut in running:
+                i = index[fut.key]
+                try:
+                    # waits again if the worker that held the result died since (it is recomputed)
+                    results[i] = fut.result()
+                except Exception as e:                # the point's exception, KilledWorker, cancelled
+                    errors[i] = _task_error(e)
+                fut.release()
+                done += 1
+                if progress is not None:
+                    state = "failed" if i in errors else "done"
+                    progress(f"{describe(points[i])} {state} ({done}/{len(points)} on Dask, "
+                             f"{self.threads()} worker threads)")
+                submit_more()
+        except BaseException:
+            self.client.cancel(list(running.futures))
+            raise
+        if errors:
+            raise PointsFailed(results, [(describe(points[i]), errors[i]) for i in sorted(errors)])
+        return results
+
+
+def _run_task(fn: Callable, args: tuple):
+    """A point on a Dask worker. The worker process of a nanny is daemonic, and multiprocessing
+    refuses to start children of a daemonic process; a point whose rack forks its nodes must
+    start them, so the flag is cleared while the point runs."""
+    proc = multiprocessing.current_process()
+    daemonic = proc._config.get("daemon", False)
+    proc._config["daemon"] = False
+    try:
+        return fn(*args)
+    finally:
+        proc._config["daemon"] = daemonic
+
+
+def _one_line(e: BaseException) -> str:
+    lines = [x for x in str(e).splitlines() if x.strip()]
+    return lines[0].strip() if lines else ""
+
+
+def _task_error(e: BaseException) -> str:
+    """One line for a failed task: how its worker died, or the point's exception."""
+    if type(e).__name__ == "KilledWorker":
+        tries = getattr(e, "allowed_failures", None)
+        worker = getattr(getattr(e, "last_worker", None), "address", None)
+        return ("its worker died while running it" + ("" if tries is None else f", {tries + 1} times")
+                + (f" (last {worker})" if worker else ""))
+    text = _one_line(e)
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__

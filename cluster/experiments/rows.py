@@ -181,19 +181,35 @@ def load_rows(path: str) -> list[dict]:
     return load_result(path)[1]
 
 
+class ExperimentsFailed(RuntimeError):
+    """Points of some experiments failed (cluster.experiments.pointpool.PointsFailed); the other
+    experiments ran, and their rows were printed and written. ``rows``: those rows; ``failed``:
+    ``(experiment, [(point, error), ...])`` per experiment that lost points."""
+
+    def __init__(self, rows: list[Row], failed: list[tuple[str, list[tuple[str, str]]]]):
+        self.rows, self.failed = rows, failed
+        super().__init__(f"{sum(len(f) for _, f in failed)} point(s) failed, in "
+                         f"{', '.join(n for n, _ in failed)}; the other experiments' rows are complete")
+
+
 def run_experiments(experiments: dict, *, only=None, quick: bool = False, json_path: str | None = None,
                     console=None, label: str, title_prefix: str = "", jobs: int = 1,
                     side_by_side: tuple = (), setup=None, title: str = "", options: dict | None = None) -> Rows:
     """Run the named experiments (``name -> fn(quick, progress) -> [Row]``) in order with a progress
     bar on stderr (:mod:`cluster.experiments.progress`), print each one's table as it finishes, and
-    write every row as JSON at the end, with the run's provenance (``label`` is the command, ``reproduce smart``; ``setup(quick)`` the
-    experiment's description of its racks, :mod:`cluster.experiments.provenance`). The
+    write every row as JSON at the end, with the run's provenance (``label`` is the command,
+    ``reproduce smart``; ``setup(quick)`` the experiment's description of its racks,
+    :mod:`cluster.experiments.provenance`). The
     experiments named in ``side_by_side`` are sweeps of fresh racks that also take ``jobs``: how
-    many racks run at a time (cluster.experiments.pointpool), which does not change a figure."""
+    many racks run at a time (cluster.experiments.pointpool), which does not change a figure.
+    An experiment whose points failed (on a Dask cluster) prints one line per failed point and
+    has no rows; the others run, and :class:`ExperimentsFailed` is raised after the JSON is written."""
     from functools import partial
 
     from rich.console import Console
 
+    from cluster.experiments import pointpool
+    from cluster.experiments.pointpool import PointsFailed
     from cluster.experiments.progress import Sweep
     from cluster.experiments.provenance import record, software
     if not isinstance(jobs, int) or jobs < 1:
@@ -207,15 +223,28 @@ def run_experiments(experiments: dict, *, only=None, quick: bool = False, json_p
     check_json_path(json_path)
     started, t_start, code = time.time(), time.perf_counter(), software()
     rows = Rows()
+    failed = []
     with Sweep(label, names) as sweep:
         for n in names:
             t0 = time.perf_counter()
-            got = experiments[n](quick, sweep.part(n))
+            try:
+                got = experiments[n](quick, sweep.part(n))
+            except PointsFailed as e:
+                for what, err in e.failures:
+                    console.print(f"{title_prefix}{n}: point failed: {what}: {err}", markup=False, highlight=False)
+                failed.append((n, e.failures))
+                continue
             rows.extend(got)
             print_rows(console, f"{title_prefix}{n}  ({time.perf_counter() - t0:.1f} s real)", got)
-    rows.run = record(label, title=title, parts=names, quick=quick,
-                      options={**({"jobs": jobs} if side_by_side else {}), **(options or {})}, setup=setup,
-                      started=started, wall_s=time.perf_counter() - t_start, code=code)
+    where = {}
+    if side_by_side:
+        dask = pointpool.active()
+        where = {"dask": dask.address} if dask is not None else {"jobs": jobs}
+    rows.run = record(label, title=title, parts=names, quick=quick, options={**where, **(options or {})},
+                      setup=setup, started=started, wall_s=time.perf_counter() - t_start, code=code,
+                      failed=[{"experiment": n, "point": what, "error": err} for n, fs in failed for what, err in fs])
     if json_path:
         write_json(console, json_path, rows)
+    if failed:
+        raise ExperimentsFailed(rows, failed)
     return rows
