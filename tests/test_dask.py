@@ -241,9 +241,12 @@ def test_failed_points_lose_only_their_experiment_and_exit_1(tmp_path, capsys):
     with pytest.raises(ExperimentsFailed) as got:
         run(json_path=str(path), console=Console(width=200))
     assert got.value.failed == [("sweep", [("x=2", "its worker died while running it, 2 times")])]
-    assert [r["experiment"] for r in json.loads(path.read_text())] == ["other"]
+    written = json.loads(path.read_text())
+    assert [r["experiment"] for r in written["rows"]] == ["other"]
+    assert written["run"]["failed"] == [{"experiment": "sweep", "point": "x=2",
+                                         "error": "its worker died while running it, 2 times"}]
     assert "sweep: point failed: x=2: its worker died while running it, 2 times" in capsys.readouterr().out
     exp = SimpleNamespace(run=run, options=("jobs",))
-    args = SimpleNamespace(only=None, quick=True, json=str(path), command="reproduce")
+    args = SimpleNamespace(only=None, quick=True, json=str(path), command="reproduce", quiet=True, plot=None)
     assert _run_experiment(exp, args, jobs=1) == 1
     assert "1 point(s) failed, in sweep" in capsys.readouterr().err
