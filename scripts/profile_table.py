@@ -37,7 +37,7 @@ def _num(v) -> str:
 
 def schema_table() -> str:
     rows = ["| key | type | unit | range | meaning |", "|---|---|---|---|---|"]
-    for key, typ, meta in schema_fields():
+    for key, typ, meta in schema_fields(optional=True):
         lo, hi = meta.get("min"), meta.get("max")
         rng = "" if lo is None and hi is None else f"{_num(lo)} .. {_num(hi)}"
         rows.append(f"| `{key}` | {typ.__name__} | {meta.get('unit', '')} | {rng} | {meta.get('doc', '')} |")
@@ -48,9 +48,11 @@ def values_table() -> str:
     names = list_profiles()
     profiles = [load_profile(n) for n in names]
     rows = ["| key | unit | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
-    for key, _typ, meta in schema_fields():
+    for key, _typ, meta in schema_fields(optional=True):
         section, field = key.split(".")
-        vals = [_num(getattr(getattr(p, section), field)) for p in profiles]
+        # an optional section ([dpa]) that a profile does not have: "-"
+        vals = [_num(getattr(getattr(p, section), field)) if getattr(p, section) is not None else "-"
+                for p in profiles]
         rows.append(f"| `{key}` | {meta.get('unit', '')} | " + " | ".join(vals) + " |")
     return "\n".join(rows)
 

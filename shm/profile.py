@@ -11,7 +11,9 @@ generic loader on top of it:
   ``load_profile("path/to/my.toml")`` reads any file. A string is a *path* when it contains a path
   separator or ends in ``.toml``; otherwise it is a shipped *name*.
 * Validation is strict and complete, because a silently wrong number gives silently wrong results:
-  every section and every key must be present, nothing unknown is accepted, types are exact
+  every section and every key must be present (an *optional* section, such as ``[dpa]`` of a card
+  with a Data Path Accelerator, may be left out as a whole, but if present it gives every key),
+  nothing unknown is accepted, types are exact
   (an ``int`` field takes an integer only -- not ``true``, not ``1.0``; a ``float`` field takes an
   integer or a float; a ``bool`` field takes ``true``/``false`` only), values must lie within the
   inclusive ``min``/``max`` of the field metadata, and a few cross-field rules reject combinations
@@ -48,7 +50,7 @@ try:  # Python >= 3.11
 except ModuleNotFoundError:  # pragma: no cover - Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
-from shm.profile_schema import SECTIONS, Profile
+from shm.profile_schema import OPTIONAL_SECTIONS, SECTIONS, Profile
 
 __all__ = [
     "Profile",
@@ -86,10 +88,12 @@ def _field_types(cls: type) -> dict[str, type]:
     return typing.get_type_hints(cls)
 
 
-def schema_fields() -> list[tuple[str, type, dict]]:
-    """Every key of the schema as ``(dotted_key, python_type, metadata)``, in schema order."""
+def schema_fields(*, optional: bool = False) -> list[tuple[str, type, dict]]:
+    """Every key of the schema as ``(dotted_key, python_type, metadata)``, in schema order: the keys
+    every profile has, and with ``optional=True`` also those of the optional sections (``dpa.*``)."""
     out = []
-    for section, cls in SECTIONS.items():
+    sections = {**SECTIONS, **OPTIONAL_SECTIONS} if optional else SECTIONS
+    for section, cls in sections.items():
         types = _field_types(cls)
         for f in dataclasses.fields(cls):
             out.append((f"{section}.{f.name}", types[f.name], dict(f.metadata)))
@@ -255,6 +259,35 @@ def _cross_checks(values: dict[str, dict[str, Any]], errors: list[str], label: s
                 f"{label}: 'link.header_bytes' ({get('link.header_bytes')}) must be < 'link.mtu_bytes' "
                 f"({mtu}): a packet must have room for payload"
             )
+    _dpa_checks(have, get, errors, label)
+
+
+def _dpa_checks(have, get, errors: list[str], label: str) -> None:
+    """Rules of the optional [dpa] table (skipped when the profile has none)."""
+    if have("dpa.usable_threads", "dpa.cores", "dpa.threads_per_core"):
+        hw = get("dpa.cores") * get("dpa.threads_per_core")
+        if get("dpa.usable_threads") > hw:
+            errors.append(
+                f"{label}: 'dpa.usable_threads' ({get('dpa.usable_threads')}) must be <= 'dpa.cores' x "
+                f"'dpa.threads_per_core' ({hw}): there are no more hardware threads"
+            )
+    if have("dpa.line_bytes"):
+        line = get("dpa.line_bytes")
+        if line & (line - 1):
+            errors.append(f"{label}: 'dpa.line_bytes' must be a power of two, got {line}")
+        else:
+            for key in ("dpa.l1_bytes", "dpa.l2_bytes", "dpa.l3_bytes", "dpa.memory_bytes"):
+                if have(key) and get(key) % line:
+                    errors.append(f"{label}: {key!r} must be a multiple of 'dpa.line_bytes' ({line}), got {get(key)}")
+    prev = None
+    for key in ("dpa.l1_ns", "dpa.l2_ns", "dpa.l3_ns", "dpa.memory_ns"):
+        if not have(key):
+            prev = None
+            continue
+        if prev is not None and get(key) < get(prev):
+            errors.append(f"{label}: {key!r} ({get(key)}) must be >= {prev!r} ({get(prev)}): "
+                          f"a farther level is not faster")
+        prev = key
 
 
 def profile_from_dict(data: Mapping[str, Any], *, source: str = "", label: str | None = None) -> Profile:
@@ -281,19 +314,20 @@ def profile_from_dict(data: Mapping[str, Any], *, source: str = "", label: str |
     for key, v in data.items():
         if key in _TOP_LEVEL:
             continue
-        if key in SECTIONS:
+        if key in SECTIONS or key in OPTIONAL_SECTIONS:
             if not isinstance(v, Mapping):
                 errors.append(f"{label}: {key!r} must be a table [{key}], got {_describe(v)}")
         elif isinstance(v, Mapping):
-            errors.append(f"{label}: unknown section [{key}] (known: {', '.join(SECTIONS)})")
+            errors.append(f"{label}: unknown section [{key}] (known: {', '.join([*SECTIONS, *OPTIONAL_SECTIONS])})")
         else:
             errors.append(f"{label}: unknown key {key!r}")
 
     values: dict[str, dict[str, Any]] = {}
-    for section, cls in SECTIONS.items():
+    for section, cls in {**SECTIONS, **OPTIONAL_SECTIONS}.items():
         table = data.get(section)
         if table is None:
-            errors.append(f"{label}: missing section [{section}]")
+            if section not in OPTIONAL_SECTIONS:
+                errors.append(f"{label}: missing section [{section}]")
             continue
         if not isinstance(table, Mapping):
             continue  # reported above
@@ -315,6 +349,7 @@ def profile_from_dict(data: Mapping[str, Any], *, source: str = "", label: str |
     if errors:
         raise ProfileError(errors)
     sections = {s: SECTIONS[s](**values[s]) for s in SECTIONS}
+    sections.update({s: OPTIONAL_SECTIONS[s](**values[s]) for s in OPTIONAL_SECTIONS if s in values})
     return Profile(name=top["name"], description=top["description"], source=source, **sections)
 
 
@@ -326,6 +361,9 @@ def profile_to_dict(p: Profile) -> dict[str, Any]:
     out: dict[str, Any] = {"name": p.name, "description": p.description}
     for section in SECTIONS:
         out[section] = dataclasses.asdict(getattr(p, section))
+    for section in OPTIONAL_SECTIONS:   # only the optional sections the profile has
+        if getattr(p, section) is not None:
+            out[section] = dataclasses.asdict(getattr(p, section))
     return out
 
 
@@ -346,7 +384,9 @@ def with_overrides(p: Profile, overrides: Mapping[str, Any]) -> Profile:
             data[key] = v
             continue
         section, _, fname = key.partition(".")
-        if section not in SECTIONS:
+        if section in OPTIONAL_SECTIONS and section not in data:
+            errors.append(f"{label}: unknown key {key!r} (this profile has no [{section}] table)")
+        elif section not in SECTIONS and section not in OPTIONAL_SECTIONS:
             errors.append(f"{label}: unknown key {key!r} (no section [{section}])")
         elif fname not in data[section]:
             errors.append(f"{label}: unknown key {key!r}")
@@ -373,7 +413,9 @@ def dump_profile(p: Profile) -> str:
     """TOML text of ``p`` (no comments) that :func:`load_profile` reads back to an equal profile."""
     d = profile_to_dict(p)
     lines = [f"name = {_toml_value(d['name'])}", f"description = {_toml_value(d['description'])}"]
-    for section in SECTIONS:
+    for section in [*SECTIONS, *OPTIONAL_SECTIONS]:
+        if section not in d:
+            continue
         lines.append("")
         lines.append(f"[{section}]")
         for k, v in d[section].items():

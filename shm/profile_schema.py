@@ -113,6 +113,30 @@ class DmaProfile:
     gbps: float = knob("Gbit/s", "DMA engine bandwidth", min=0.001, max=10_000)
 
 
+@dataclass(frozen=True)
+class DpaProfile:
+    """A BlueField-3 Data Path Accelerator (optional: only profiles of a card with a DPA have one).
+
+    DMA from a DPA thread to host memory is not here: it is ``[dma]`` (one engine, one cost)."""
+    cores: int = knob("cores", "DPA cores; a core runs one hardware thread at a time", min=1, max=1024)
+    threads_per_core: int = knob("threads", "hardware threads per core (switched on memory stalls)", min=1, max=1024)
+    usable_threads: int = knob("threads", "hardware threads an application may use (the rest are the firmware's)",
+                               min=1, max=1 << 20)
+    ghz: float = knob("GHz", "core clock (converts cycle counts to ns)", min=0.1, max=10)
+    memory_bytes: int = knob("B", "DPA memory (a region of the card's DDR) that DPA threads load and store",
+                             min=64, max=1 << 40)
+    memory_ns: int = knob("ns", "one DPA-memory access that misses every cache (one line)", min=0, max=1_000_000)
+    line_bytes: int = knob("B", "cache line: the unit of the caches and of a memory access", min=8, max=4096)
+    l1_bytes: int = knob("B", "private L1 data cache of each hardware thread", min=0, max=1 << 30)
+    l1_ns: int = knob("ns", "L1 hit", min=0, max=1_000_000)
+    l2_bytes: int = knob("B", "L2 cache shared by all DPA threads", min=0, max=1 << 34)
+    l2_ns: int = knob("ns", "L2 hit (the line then also fills the thread's L1)", min=0, max=1_000_000)
+    l3_bytes: int = knob("B", "L3 cache shared by all DPA threads", min=0, max=1 << 34)
+    l3_ns: int = knob("ns", "L3 hit (the line then also fills L2 and L1)", min=0, max=1_000_000)
+    host_copy_mb_per_s: float = knob("MB/s", "host memory -> DPA memory copies through polling DPA threads "
+                                     "(a software path, not the DMA engine)", min=0.001, max=1_000_000)
+
+
 SECTIONS = {
     "sync": SyncProfile,
     "link": LinkProfile,
@@ -123,6 +147,12 @@ SECTIONS = {
     "qp": QpProfile,
     "cpu": CpuProfile,
     "dma": DmaProfile,
+}
+
+#: Sections a profile may leave out (the attribute of :class:`Profile` is then None). A profile that
+#: has one gives every key of it, validated like the required ones.
+OPTIONAL_SECTIONS = {
+    "dpa": DpaProfile,
 }
 
 
@@ -141,4 +171,5 @@ class Profile:
     qp: QpProfile
     cpu: CpuProfile
     dma: DmaProfile
+    dpa: DpaProfile | None = None   # optional: a card with a DPA (bf3)
     source: str = ""  # the file it was read from

@@ -21,7 +21,7 @@ from shm.profile import (
     schema_fields,
     with_overrides,
 )
-from shm.profile_schema import SECTIONS, Profile
+from shm.profile_schema import OPTIONAL_SECTIONS, SECTIONS, Profile
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = ["bf3", "cx3-56g", "cx5-100g", "cx6-200g"]
@@ -96,7 +96,8 @@ def test_shipped_profile_loads(name):
 def test_shipped_profile_round_trips(name, tmp_path):
     p = load_profile(name)
     d = profile_to_dict(p)
-    assert set(d) == {"name", "description", *SECTIONS}
+    # optional sections ([dpa]) appear only in the profiles that have them
+    assert set(d) == {"name", "description", *SECTIONS, *(s for s in OPTIONAL_SECTIONS if getattr(p, s) is not None)}
     assert profile_from_dict(d, source=p.source) == p
     # through TOML text and a file path as well
     path = _write(tmp_path, dump_profile(p), f"{name}.toml")
@@ -432,3 +433,44 @@ def test_profile_table_script_covers_every_key():
     r = subprocess.run([sys.executable, str(REPO / "scripts" / "profile_table.py"), "--values"],
                        capture_output=True, text=True)
     assert r.returncode == 0 and all(n in r.stdout.splitlines()[0] for n in SHIPPED)
+
+
+# ----------------------------------------------------------------------------- the optional [dpa] table
+
+
+def _bf3_text() -> str:
+    return dump_profile(dataclasses.replace(load_profile("bf3"), name="mine"))
+
+
+def test_dpa_table_is_optional_and_complete_when_present(tmp_path):
+    assert load_profile("cx6-200g").dpa is None
+    dpa = load_profile("bf3").dpa
+    assert (dpa.cores, dpa.threads_per_core, dpa.usable_threads, dpa.memory_ns) == (16, 16, 189, 465)
+    assert "[dpa]" not in _good_text() and "[dpa]" in _bf3_text()
+    _refused(_write(tmp_path, _edit(_bf3_text(), "dpa", "l2_ns", None)), "my.toml: missing key 'dpa.l2_ns'")
+    assert "dpa.cores" in [k for k, _, _ in schema_fields(optional=True)]
+    assert "dpa.cores" not in [k for k, _, _ in schema_fields()]
+
+
+@pytest.mark.parametrize("key, line, needle", [
+    ("cores", "cores = 0", "'dpa.cores' must be >= 1, got 0"),
+    ("ghz", 'ghz = "fast"', "'dpa.ghz' must be a number, got 'fast'"),
+    ("usable_threads", "usable_threads = 257", "'dpa.usable_threads' (257) must be <= 'dpa.cores' x "
+                                               "'dpa.threads_per_core' (256)"),
+    ("line_bytes", "line_bytes = 48", "'dpa.line_bytes' must be a power of two, got 48"),
+    ("l2_bytes", "l2_bytes = 1000", "'dpa.l2_bytes' must be a multiple of 'dpa.line_bytes' (64), got 1000"),
+    ("l3_ns", "l3_ns = 10", "'dpa.l3_ns' (10) must be >= 'dpa.l2_ns' (20)"),
+    ("memory_ns", "memory_ns = -1", "'dpa.memory_ns' must be >= 0, got -1"),
+])
+def test_bad_dpa_value_is_one_line_naming_the_key(tmp_path, key, line, needle):
+    e = _refused(_write(tmp_path, _edit(_bf3_text(), "dpa", key, line)), needle)
+    assert len(e.errors) == 1 and "\n" not in e.errors[0] and e.errors[0].startswith(str(tmp_path))
+
+
+def test_dpa_overrides():
+    p = with_overrides(load_profile("bf3"), {"dpa.memory_ns": 100})
+    assert p.dpa.memory_ns == 100 and p.dma == load_profile("bf3").dma
+    with pytest.raises(ProfileError, match=r"unknown key 'dpa.cores' \(this profile has no \[dpa\] table\)"):
+        with_overrides(load_profile("cx6-200g"), {"dpa.cores": 4})
+    with pytest.raises(ProfileError, match="'dpa.usable_threads' .* must be <="):
+        with_overrides(load_profile("bf3"), {"dpa.threads_per_core": 8})
