@@ -20,6 +20,10 @@ What an engine models (docs/dma-rings.md has the costs and their sources):
 * **Outstanding limit.** At most ``[dma] max_outstanding`` DMAs of one engine are in flight;
   a further post is not refused but starts when the oldest in-flight DMA completes (the engine's
   descriptor ring has that many slots; posting past it waits, as a DOCA/PCIe tag limit would).
+* **Aligned words.** An element of 8 bytes at an 8-byte-aligned address is read or written as one
+  atomic word (one PCIe TLP), so a host CAS on a state word DMA-written by the device, or a
+  device's read of a head/tail word a host thread CASes, never sees a torn value. Longer elements
+  land line by line in ascending address order, each 64-byte line under its seqlock.
 * **Bad addresses.** ``read_sg``/``write_sg`` return a completion with status ``DMA_BAD_ADDRESS``
   (nothing is copied, no time is booked, the event fires at once); ``read``/``write`` raise
   :class:`DmaError` in the caller, as before. Either way only the caller sees it: no other node's
@@ -35,6 +39,7 @@ import numpy as np
 
 from nodes.runtime.env import Event
 from shm import nic
+from shm.atomics import load_acquire, store_release
 from shm.fabric import REGION_HOST, copy_lines, format_gaddr, gaddr_node, gaddr_offset, gaddr_region, read_lines
 from shm.deferred import before_write
 from shm.landing import pending_writes_of
@@ -202,7 +207,11 @@ class DmaEngine:
         mem = self.fabric.memory[self.host]
         def land():
             for off, loc, length in els:
-                read_lines(into, loc, mem.host, off, length, mem.host_locks)
+                if length == 8 and off & 7 == 0:   # one aligned word: read atomically (one PCIe TLP)
+                    into[loc:loc + 8] = np.frombuffer(int(load_acquire(mem.host64, off >> 3)).to_bytes(8, "little"),
+                                                      np.uint8)
+                else:
+                    read_lines(into, loc, mem.host, off, length, mem.host_locks)
         self.env.schedule(eff, land)
         self.env.effect_at(eff, False)
         self.reads += 1
@@ -235,7 +244,10 @@ class DmaEngine:
         def land():
             before_write(self.fabric, self.host)
             for off, loc, length in els:
-                copy_lines(mem.host, off, payload, loc, length, mem.host_locks, False)
+                if length == 8 and off & 7 == 0:   # one aligned word: stored atomically (host CAS sees old or new)
+                    store_release(mem.host64, off >> 3, int.from_bytes(payload[loc:loc + 8].tobytes(), "little"))
+                else:
+                    copy_lines(mem.host, off, payload, loc, length, mem.host_locks, False)
         self.env.schedule(eff, land)
         self.env.effect_at(eff)
         pending_writes_of(self.fabric).add(self.host, eff, eff)   # READs landing meanwhile see it
