@@ -58,7 +58,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from shm.atomics import cas, load_acquire
+from shm.atomics import cas, load_acquire, store_release
 from shm.dma import DmaCompletion
 from shm.fabric import REGION_HOST, copy_lines, gaddr, read_lines
 
@@ -195,9 +195,9 @@ class DmaRing:
                 out = np.empty(self.payload_bytes, np.uint8)
                 read_lines(out, 0, self._mem.host, off, self.payload_bytes, self._mem.host_locks)
                 lines += (self.payload_bytes + 63) // 64
-                # free: EMPTY of the next lap (atomic store through CAS: only the taker writes it now)
-                cas(m64, sw, _word(c, TAKEN), _word(c + self.capacity, EMPTY))
-                cas_ops += 1 + self._advance_tail()
+                # free: EMPTY of the next lap (a plain store: only the taker writes the word now)
+                store_release(m64, sw, _word(c + self.capacity, EMPTY))
+                cas_ops += self._advance_tail()
                 self.taken += 1
                 self._charge(thread, cas_ops, lines)
                 return out.tobytes()

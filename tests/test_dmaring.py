@@ -71,7 +71,6 @@ def test_device_push_fifo_and_visible_only_at_the_effect_time(rack):
     env.run()
     assert seen["before"] == (None, 0)      # state words not published yet: nothing to take
     assert seen["at"] == ([rec(0), rec(1), rec(2)], 3, 3)
-    lat = fabric.profile.dma.latency_ns
     assert dma.writes == 1                  # records + head: one scatter-gather descriptor
 
 
