@@ -2,22 +2,9 @@
 
 import pytest
 
-from nodes.runtime.env import Environment
-from shm.dma import DmaEngine
+from shm.dma import DMA_BAD_ADDRESS
 from shm.dmaring import EMPTY, READY, RING_BUSY, RING_FULL, DmaRing
-from shm.fabric import Fabric, NodeSpec
-from shm.profile import load_profile
-from shm.verbs import VerbsHost
-
-
-@pytest.fixture
-def rack():
-    fabric = Fabric.create(load_profile("bf3"), [NodeSpec("host0"), NodeSpec("dpa0", "dpa", 1 << 20)])
-    env = Environment(seed=1)
-    try:
-        yield fabric, env, DmaEngine(VerbsHost(fabric, env), "dpa0", "host0")
-    finally:
-        fabric.close()
+from tests.test_dma import rack  # noqa: F401  (the fixture: host0 and dpa0 on bf3, one env, host0's engine)
 
 
 def rec(i: int) -> bytes:
@@ -271,3 +258,20 @@ def test_a_push_that_wraps_is_one_descriptor_of_two_runs(rack):
     env.run()
     assert out == [[rec(0), rec(1), rec(2)], [rec(3), rec(4), rec(5)]]
     assert ring.head() == ring.tail() == 6
+
+
+def test_a_ring_the_engine_cannot_reach_is_an_error_status(rack):
+    fabric, env, dma = rack
+    ring = DmaRing.layout(fabric, "dpa0", 4, 64)        # not in the engine's host's memory
+    out = []
+
+    def dpu():
+        c = ring.device_push(dma, [rec(0)])
+        out.append(c.status)
+        yield c
+        out.append((ring.device_poll(dma).status, ring.device_refresh(dma).status, env.now))
+
+    env.process(dpu())
+    env.run()
+    assert out == [DMA_BAD_ADDRESS, (DMA_BAD_ADDRESS, DMA_BAD_ADDRESS, 0)]
+    assert ring.statistics().pushed == 0
