@@ -91,8 +91,9 @@ D_STATE = 9       # offset of the node's counters
 D_DB0 = 10
 D_DB_STRIDE = 11
 D_N_DB = 12
-D_DMA = 13
-N_DESC = 14
+D_DMA = 13        # the DMA engine, device -> host (writes)
+D_DMA_RD = 14     # the DMA engine, host -> device (reads): PCIe is full duplex
+N_DESC = 15
 
 # Node counters at desc[D_STATE]: outstanding WRs (WQE cache), doorbells handed out, then per
 # doorbell the threads that post through it, in SHARER_UNITs: a thread posting through k doorbells
@@ -222,6 +223,7 @@ class FabricLayout:
             d[D_PCIE] = lay.add(f"{name}.pcie", 1, 64 * ns, 4096)
             d[D_ATOMIC] = lay.add(f"{name}.atomic", profile.nic.atomic_units, 256 * ns, 1024)
             d[D_DMA] = lay.add(f"{name}.dma", 1, 256 * ns, 1024)
+            d[D_DMA_RD] = lay.add(f"{name}.dma_rd", 1, 256 * ns, 1024)
             d[D_SLOT0], d[D_SLOT_STRIDE] = _add_array(lay, f"{name}.slot", profile.nic.atomic_slots, 1024 * ns, 64)
             d[D_N_SLOTS] = profile.nic.atomic_slots
             d[D_DB0], d[D_DB_STRIDE] = _add_array(lay, f"{name}.db", doorbells_per_node, 1024 * ns, 256)
@@ -529,10 +531,11 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, flags,
 
 
 @njit(cache=True)
-def model_dma(tbl, prm_dma_lat_ps, prm_dma_fs_per_b, node, t_ns, nbytes):
-    """A DPU/DPA DMA access to its host's memory: returns (effect_ns, done_ns)."""
+def model_dma(tbl, prm_dma_lat_ps, prm_dma_fs_per_b, node, t_ns, nbytes, res=D_DMA):
+    """A DPU/DPA DMA access to its host's memory: returns (effect_ns, done_ns). ``res`` is the
+    descriptor slot of the direction's calendar (``D_DMA`` writes, ``D_DMA_RD`` reads)."""
     t = t_ns * _PS
-    done = reserve(tbl, node[D_DMA], t, (nbytes * prm_dma_fs_per_b) // _FS) + prm_dma_lat_ps
+    done = reserve(tbl, node[res], t, (nbytes * prm_dma_fs_per_b) // _FS) + prm_dma_lat_ps
     return _ceil_ns(done - prm_dma_lat_ps // 2), _ceil_ns(done)
 
 

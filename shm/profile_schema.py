@@ -110,7 +110,11 @@ class CpuProfile:
 @dataclass(frozen=True)
 class DmaProfile:
     latency_ns: int = knob("ns", "DMA from a DPU/DPA to its host's memory, one access", min=0, max=1_000_000)
-    gbps: float = knob("Gbit/s", "DMA engine bandwidth", min=0.001, max=10_000)
+    gbps: float = knob("Gbit/s", "DMA engine bandwidth, device -> host (DMA writes)", min=0.001, max=10_000)
+    read_gbps: float = knob("Gbit/s", "DMA engine bandwidth, host -> device (DMA reads); a calendar of its own, "
+                            "so reads and writes overlap", min=0.001, max=10_000)
+    max_outstanding: int = knob("DMAs", "DMAs one engine keeps in flight; further posts wait for the oldest "
+                                "to complete", min=1, max=1 << 16)
 
 
 @dataclass(frozen=True)

@@ -175,7 +175,7 @@ def test_unknown_section(tmp_path):
 
 
 def test_section_that_is_not_a_table(tmp_path):
-    text = "dma = 5\n" + _good_text().replace("[dma]\nlatency_ns = 310\ngbps = 81.84\n", "")
+    text = "dma = 5\n" + _good_text().replace("[dma]\nlatency_ns = 310\ngbps = 81.84\nread_gbps = 81.84\nmax_outstanding = 64\n", "")
     err = _refused(_write(tmp_path, text), "my.toml", "'dma' must be a table [dma], got 5")
     assert "missing section" not in str(err)
 
@@ -186,7 +186,7 @@ def test_missing_key(tmp_path):
 
 
 def test_missing_section(tmp_path):
-    text = _good_text().replace("[dma]\nlatency_ns = 310\ngbps = 81.84\n", "")
+    text = _good_text().replace("[dma]\nlatency_ns = 310\ngbps = 81.84\nread_gbps = 81.84\nmax_outstanding = 64\n", "")
     _refused(_write(tmp_path, text), "my.toml", "missing section [dma]")
 
 
