@@ -141,6 +141,16 @@ class DpaProfile:
                                      "(a software path, not the DMA engine)", min=0.001, max=1_000_000)
 
 
+@dataclass(frozen=True)
+class UdpProfile:
+    """The unreliable datagram path for UDP-style services (optional: ``shm/udp.py`` refuses a profile
+    without it). A datagram is priced as a UD SEND of its payload plus IPv4 and UDP headers."""
+    mtu_bytes: int = knob("B", "largest IP packet of the datagram path (Ethernet: 1500); a datagram's payload "
+                          "may be mtu_bytes - 28 (IPv4 20 + UDP 8) at most", min=68, max=65535)
+    rx_depth: int = knob("datagrams", "default depth of a receive queue's ring; a datagram arriving at a full "
+                         "ring is dropped and counted", min=1, max=1 << 20)
+
+
 SECTIONS = {
     "sync": SyncProfile,
     "link": LinkProfile,
@@ -157,6 +167,7 @@ SECTIONS = {
 #: has one gives every key of it, validated like the required ones.
 OPTIONAL_SECTIONS = {
     "dpa": DpaProfile,
+    "udp": UdpProfile,
 }
 
 
@@ -176,4 +187,5 @@ class Profile:
     cpu: CpuProfile
     dma: DmaProfile
     dpa: DpaProfile | None = None   # optional: a card with a DPA (bf3)
+    udp: UdpProfile | None = None   # optional: the datagram path (shm/udp.py)
     source: str = ""  # the file it was read from

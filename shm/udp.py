@@ -1,0 +1,380 @@
+"""An unreliable datagram path for UDP-style services: RX queues, steering and mirror rules, resends.
+
+What it models (issue 22, items 4 and 5 at the fabric level; node roles and client processes come
+later):
+
+* **Datagrams** of at most ``udp.mtu_bytes - 28`` bytes of payload (an IP packet of the profile's
+  MTU, 1500 B on Ethernet, less the IPv4 and UDP headers), sent by a :class:`UdpSocket` on one node
+  to ``(node, port)`` or straight to a named queue. A larger one is refused with
+  :data:`UDP_TOO_BIG` and nothing is sent.
+* **Pricing: a UD SEND.** Each socket owns a verbs UD QP (``shm/verbs.py``) and a datagram is priced
+  by the same call of the NIC model as a UD SEND of ``payload + 28`` bytes
+  (:func:`shm.nic.model_post_rows`, opcode ``OP_SEND_UD``): the sender's CPU (post, WQE, doorbell),
+  its PCIe and requester unit, the egress link, the wire, the receiver's ingress link, responder
+  unit and PCIe. The datagram is in its RX ring at the UD SEND's effect time; the send never waits
+  for it (no acknowledgement, as UD and UDP). Reusing the one pricing function keeps the two paths
+  identical and leaves every existing verb's timing unchanged (nothing in ``shm/nic.py`` changed).
+* **RX queues** (:class:`RxQueue`): a ring of ``depth`` datagrams (default ``udp.rx_depth``); a
+  datagram arriving at a full ring is **dropped and counted**, never blocks the sender and never
+  raises. Receivers ``poll()`` (one ``cpu.poll_ns``, as a CQ poll) or ``yield q.wait(timeout_ns)``,
+  an event that fires when a datagram is there or at the timeout, in virtual time.
+* **Steering** (:class:`SteerRule`, item 5): per destination node, an ordered list of plain-data
+  rules mapping a destination port or an inclusive port range to a target queue id, or to several
+  (a flow hash of source node, source port and destination port picks one, as RSS does). The first
+  rule that matches wins; a datagram no rule matches is dropped and counted ``unsteered``. Targets
+  are queue ids (today host queues; a DPA thread's or DPU's queue later is a queue id too); an
+  unknown target is refused with one line naming it.
+* **Mirroring**: a rule's ``mirror`` names a second queue that receives a copy of every matching
+  datagram while the original still reaches the primary target (PD3 mirrors client packets to the
+  DPU). ASSUMPTION (no published figure): the NIC's switch replicates the packet after the
+  receiver's ingress, so the copy costs no second wire crossing but a second pass through a
+  responder unit (``nic.resp_recv_ns``) and its own PCIe write of the payload at the receiving
+  node, booked on that node's calendars: the copy lands after the original, and copies contend
+  with everything else the NIC serves.
+* **Request/response with timeout and resends** (:func:`call`): ``reply = yield from call(...)``
+  from any actor or coroutine sends a request, waits for a matching reply up to ``timeout_ns``,
+  resends up to ``resends`` times, and counts timeouts and resends.
+
+:meth:`UdpNet.statistics` is an immutable record (:class:`UdpStats`) of sent, received, dropped and
+the rest. Not built yet: datagrams between processes of a rack (every queue of a net lives in the
+process that made it; a datagram to a queue elsewhere is refused), IP fragmentation (refused as
+too big), checksum or loss models on the wire (drops happen only at full rings and unmatched ports).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable, NamedTuple
+
+import numpy as np
+
+from shm import nic
+from shm.calendar import reserve
+from shm.fabric import REGION_HOST
+from shm.verbs import CQ, IBV_QPT_UD, PD, QP, Context, QPInitAttr, VerbsHost
+
+__all__ = [
+    "UdpNet", "UdpSocket", "RxQueue", "SteerRule", "Datagram", "UdpStats", "RxQueueStats", "UdpError", "call",
+    "UDP_OK", "UDP_TOO_BIG", "IP_UDP_HEADER_BYTES",
+]
+
+#: IPv4 (20 B, RFC 791) + UDP (8 B, RFC 768) headers: they travel with the payload and count toward the MTU
+IP_UDP_HEADER_BYTES = 28
+
+UDP_OK = 0
+UDP_TOO_BIG = 1          # payload over udp.mtu_bytes - 28: nothing sent
+
+_PS = 1000
+
+
+class UdpError(ValueError):
+    """Bad input to the datagram path (an unknown queue, a bad rule): one line naming it."""
+
+
+@dataclass(frozen=True)
+class SteerRule:
+    """Datagrams to ``port`` (or ``port``..``port_hi``, inclusive) go to queue ``target``; with a
+    tuple of targets a flow hash picks one. ``mirror``: a queue that also gets a copy."""
+
+    port: int
+    target: str | tuple[str, ...]
+    port_hi: int | None = None
+    mirror: str | None = None
+
+    def matches(self, port: int) -> bool:
+        hi = self.port if self.port_hi is None else self.port_hi
+        return self.port <= port <= hi
+
+    def targets(self) -> tuple[str, ...]:
+        return (self.target,) if isinstance(self.target, str) else tuple(self.target)
+
+
+class Datagram(NamedTuple):
+    src_node: int
+    src_port: int
+    dst_node: int
+    dst_port: int
+    data: bytes
+    sent_ns: int         # when the sender posted it
+    arrived_ns: int      # when it landed in the queue
+    queue: str           # the queue it landed in
+    mirrored: bool = False   # a mirror copy
+
+
+class UdpStats(NamedTuple):
+    sent: int            # datagrams put on the wire
+    received: int        # datagrams placed in a queue (mirror copies included)
+    dropped: int         # arrived at a full queue
+    too_big: int         # refused at the sender: payload over the MTU
+    unsteered: int       # no rule of the destination node matched the port
+    mirrored: int        # mirror copies placed
+    timeouts: int        # call(): waits for a reply that ran out
+    resends: int         # call(): requests sent again after a timeout
+
+
+class RxQueueStats(NamedTuple):
+    received: int
+    dropped: int
+    depth: int
+    queued: int
+
+
+def _flow_hash(src_node: int, src_port: int, dst_port: int) -> int:
+    """A fixed integer mix (not Python's hash, which varies between runs for strings)."""
+    h = (src_node * 0x9E3779B1 + src_port * 0x85EBCA77 + dst_port * 0xC2B2AE3D) & 0xFFFFFFFF
+    h ^= h >> 15
+    return (h * 0x2C1B3C6D) & 0xFFFFFFFF
+
+
+class RxQueue:
+    """A receive ring of ``depth`` datagrams on ``node``, named ``qid`` (unique in its net)."""
+
+    def __init__(self, net: "UdpNet", node: int, qid: str, depth: int):
+        self.net = net
+        self.env = net.env
+        self.node = node
+        self.id = qid
+        self.depth = depth
+        self._ring: deque[Datagram] = deque()
+        self._waiters: list = []
+        self.received = self.dropped = 0
+
+    def __len__(self) -> int:
+        return len(self._ring)
+
+    def _land(self, dg: Datagram) -> bool:
+        if len(self._ring) >= self.depth:
+            self.dropped += 1
+            self.net._dropped += 1
+            return False
+        self._ring.append(dg)
+        self.received += 1
+        self.net._received += 1
+        if self._waiters:
+            waiters, self._waiters = self._waiters, []
+            for ev in waiters:
+                if not ev.triggered:
+                    ev.succeed(True)
+        return True
+
+    def poll(self) -> Datagram | None:
+        """The oldest datagram, or None; charges one ``cpu.poll_ns`` to the calling actor."""
+        env = self.env
+        if env.active_process is not None:
+            env.charge(self.net.profile.cpu.poll_ns)
+        return self._ring.popleft() if self._ring else None
+
+    def wait(self, timeout_ns: int | None = None):
+        """An event that fires with True once a datagram is queued (at once if one is), or with
+        False ``timeout_ns`` from now if none came."""
+        ev = self.env.event()
+        if self._ring:
+            ev.succeed(True)
+            return ev
+        self._waiters.append(ev)
+        if timeout_ns is not None:
+            if timeout_ns < 0:
+                raise UdpError(f"queue {self.id!r}: negative timeout {timeout_ns}")
+            self.env.schedule(self.env.now + timeout_ns, self._expire, ev)
+        return ev
+
+    def _expire(self, ev) -> None:
+        if not ev.triggered:
+            self._waiters = [w for w in self._waiters if w is not ev]
+            ev.succeed(False)
+
+    def statistics(self) -> RxQueueStats:
+        return RxQueueStats(self.received, self.dropped, self.depth, len(self._ring))
+
+
+class UdpNet:
+    """The datagram path of one process's fabric: its queues, every node's steering rules, stats."""
+
+    def __init__(self, host: VerbsHost):
+        self.host = host
+        self.env = host.env
+        self.fabric = host.fabric
+        self.profile = host.fabric.profile
+        if self.profile.udp is None:
+            raise UdpError(f"profile {self.profile.name!r} has no [udp] table (udp.mtu_bytes, udp.rx_depth)")
+        self.max_payload = self.profile.udp.mtu_bytes - IP_UDP_HEADER_BYTES
+        self.queues: dict[str, RxQueue] = {}
+        self.rules: dict[int, tuple[SteerRule, ...]] = {}
+        self._contexts: dict[int, tuple[Context, PD, CQ]] = {}
+        self._sent = self._received = self._dropped = self._too_big = 0
+        self._unsteered = self._mirrored = self._timeouts = self._resends = 0
+
+    # -- set-up ---------------------------------------------------------------------------------
+    def add_queue(self, node, qid: str, depth: int | None = None) -> RxQueue:
+        n = self.fabric.node_index(node)
+        if not isinstance(qid, str) or not qid:
+            raise UdpError(f"a queue id must be a non-empty string, got {qid!r}")
+        if qid in self.queues:
+            raise UdpError(f"queue {qid!r} already exists")
+        depth = self.profile.udp.rx_depth if depth is None else depth
+        if type(depth) is not int or depth < 1:
+            raise UdpError(f"queue {qid!r}: depth must be an integer >= 1, got {depth!r}")
+        q = self.queues[qid] = RxQueue(self, n, qid, depth)
+        return q
+
+    def set_rules(self, node, rules) -> None:
+        """Replace the steering rules of ``node`` (a list of :class:`SteerRule`, first match wins);
+        checked whole before any is used, so a bad list changes nothing."""
+        n = self.fabric.node_index(node)
+        name = self.fabric.nodes[n].name
+        rules = tuple(rules)
+        for i, r in enumerate(rules):
+            where = f"steering rule {i} of node {name!r}"
+            if not isinstance(r, SteerRule):
+                raise UdpError(f"{where}: expected a SteerRule, got {type(r).__name__}")
+            hi = r.port if r.port_hi is None else r.port_hi
+            if not (type(r.port) is int and type(hi) is int and 0 <= r.port <= hi <= 65535):
+                raise UdpError(f"{where}: ports must satisfy 0 <= port <= port_hi <= 65535, got {r.port}..{hi}")
+            targets = r.targets()
+            if not targets:
+                raise UdpError(f"{where}: no target queue")
+            for t in (*targets, *((r.mirror,) if r.mirror is not None else ())):
+                if t not in self.queues:
+                    raise UdpError(f"{where}: unknown target queue {t!r}")
+        self.rules[n] = rules
+
+    def socket(self, node, port: int) -> "UdpSocket":
+        n = self.fabric.node_index(node)
+        if type(port) is not int or not 0 <= port <= 65535:
+            raise UdpError(f"UDP port must be an integer 0..65535, got {port!r}")
+        if n not in self._contexts:
+            ctx = Context(self.host, n)
+            self._contexts[n] = (ctx, PD(ctx), CQ(ctx))
+        return UdpSocket(self, n, port)
+
+    # -- the path -------------------------------------------------------------------------------
+    def _steer(self, dg: Datagram) -> tuple[str | None, str | None]:
+        for r in self.rules.get(dg.dst_node, ()):
+            if r.matches(dg.dst_port):
+                targets = r.targets()
+                t = targets[0] if len(targets) == 1 else \
+                    targets[_flow_hash(dg.src_node, dg.src_port, dg.dst_port) % len(targets)]
+                return t, r.mirror
+        return None, None
+
+    def _arrive(self, dg: Datagram, qid: str | None) -> None:
+        """The datagram reached its node's NIC (the UD SEND's effect time): steer, mirror, land."""
+        now = self.env.now
+        mirror = None
+        if qid is None:
+            qid, mirror = self._steer(dg)
+            if qid is None:
+                self._unsteered += 1
+                return
+        self.queues[qid]._land(dg._replace(arrived_ns=now, queue=qid))
+        if mirror is not None:
+            # the copy: a second responder-unit pass and its own PCIe write at the receiving node
+            prm = self.fabric.params
+            desc = self.fabric.descriptors[dg.dst_node]
+            tbl = self.fabric.table
+            t = reserve(tbl, desc[nic.D_RESP], now * _PS, int(prm[nic.P_RESP_COST + nic.OP_SEND_UD]))
+            nbytes = len(dg.data) + IP_UDP_HEADER_BYTES
+            cost = (int(prm[nic.P_PCIE_RESP_B_PER_WR]) * int(prm[nic.P_PCIE_FS_PER_B])
+                    + nbytes * int(prm[nic.P_PCIE_PAYLOAD_FS_PER_B])) // 1000
+            t = reserve(tbl, desc[nic.D_PCIE], t, cost) + int(prm[nic.P_PCIE_LAT])
+            self.env.schedule((t + _PS - 1) // _PS, self._land_copy, (dg, mirror))
+
+    def _land_copy(self, arg) -> None:
+        dg, qid = arg
+        if self.queues[qid]._land(dg._replace(arrived_ns=self.env.now, queue=qid, mirrored=True)):
+            self._mirrored += 1
+
+    def statistics(self) -> UdpStats:
+        return UdpStats(self._sent, self._received, self._dropped, self._too_big, self._unsteered,
+                        self._mirrored, self._timeouts, self._resends)
+
+
+class UdpSocket:
+    """A UDP endpoint on ``node`` with source port ``port``; owns one UD QP for the NIC model."""
+
+    def __init__(self, net: UdpNet, node: int, port: int):
+        self.net = net
+        self.env = net.env
+        self.node = node
+        self.port = port
+        ctx, pd, cq = net._contexts[node]
+        self.qp = QP(pd, QPInitAttr(qp_type=IBV_QPT_UD, scq=cq))
+        self._rows = np.zeros((1, 8), np.int64)   # the columns of nic.model_post_rows
+
+    def send(self, dst_node, dst_port: int = 0, data: bytes = b"", *, queue: str | None = None) -> int:
+        """Send ``data`` to ``(dst_node, dst_port)`` through that node's steering rules, or with
+        ``queue`` straight to that queue (no steering, no mirror). Returns :data:`UDP_OK` or
+        :data:`UDP_TOO_BIG`; never waits for the datagram to arrive."""
+        net = self.net
+        data = bytes(data)
+        if len(data) > net.max_payload:
+            net._too_big += 1
+            return UDP_TOO_BIG
+        dst = net.fabric.node_index(dst_node)
+        if queue is not None:
+            q = net.queues.get(queue)
+            if q is None:
+                raise UdpError(f"unknown target queue {queue!r}")
+            if q.node != dst:
+                raise UdpError(f"queue {queue!r} is on node {net.fabric.nodes[q.node].name!r}, "
+                               f"not {net.fabric.nodes[dst].name!r}")
+        host = net.host
+        if not host._is_local(dst):
+            raise UdpError(f"node {net.fabric.nodes[dst].name!r} runs in another process: datagrams between "
+                           f"processes are not built yet")
+        rows = self._rows
+        rows[0, :] = 0
+        rows[0, 0] = nic.OP_SEND_UD
+        rows[0, 1] = len(data) + IP_UDP_HEADER_BYTES
+        rows[0, 3] = REGION_HOST
+        sent = self.env.now
+        self.qp._model(dst, rows)          # the UD SEND's price: CPU, PCIe, units, links (shm/nic.py)
+        effect, done = int(rows[0, 5]), int(rows[0, 6])
+        net._sent += 1
+        dg = Datagram(self.node, self.port, dst, dst_port, data, sent, -1, "")
+        self.env.schedule(effect, net._arrive, dg, queue)
+        self.env.schedule(done, _retire, (net.fabric, self.qp.ctx.desc))
+        return UDP_OK
+
+
+def _retire(arg) -> None:
+    fabric, desc = arg
+    nic.retire(fabric.table, desc, 1)   # the WQE leaves the NIC's cache at its completion, as a verb's
+
+
+def call(sock: UdpSocket, dst_node, dst_port: int, data: bytes, reply_queue: RxQueue, *, timeout_ns: int,
+         resends: int = 3, match: Callable[[Datagram], bool] | None = None, queue: str | None = None):
+    """Request/response over datagrams, for actors and coroutines: ``reply = yield from call(...)``.
+
+    Sends ``data``, waits up to ``timeout_ns`` for a datagram in ``reply_queue`` that ``match``
+    accepts (others are consumed and skipped: stale replies of earlier requests), and sends again
+    up to ``resends`` times. Returns the reply, or None when every attempt timed out. Each wait
+    that runs out counts one timeout, each repeated send one resend (``UdpNet.statistics``)."""
+    net = sock.net
+    env = sock.env
+    if type(timeout_ns) is not int or timeout_ns <= 0:
+        raise UdpError(f"call: timeout_ns must be an integer > 0, got {timeout_ns!r}")
+    if type(resends) is not int or resends < 0:
+        raise UdpError(f"call: resends must be an integer >= 0, got {resends!r}")
+    for attempt in range(resends + 1):
+        if attempt:
+            net._resends += 1
+        status = sock.send(dst_node, dst_port, data, queue=queue)
+        if status != UDP_OK:
+            raise UdpError(f"call: a request of {len(data)} B exceeds the datagram payload limit "
+                           f"({net.max_payload} B)")
+        deadline = env.now + timeout_ns
+        while True:
+            left = deadline - env.now
+            if left <= 0 and not len(reply_queue):
+                break
+            ev = reply_queue.wait(max(left, 0))
+            yield ev
+            if not ev.value:
+                break
+            dg = reply_queue.poll()
+            if dg is not None and (match is None or match(dg)):
+                return dg
+        net._timeouts += 1
+    return None
