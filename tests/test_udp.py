@@ -287,3 +287,16 @@ def test_wait_times_out_in_virtual_time(fab):
     env.process(waiter())
     env.run()
     assert seen == [(7_000, False)]
+
+
+def test_the_docs_example_runs(fab, capsys):
+    """docs/udp.md's example, as written there."""
+    from pathlib import Path
+    text = (Path(__file__).resolve().parents[1] / "docs" / "udp.md").read_text()
+    code = text.split("```python\n", 1)[1].split("```", 1)[0]
+    env = Environment(seed=1)
+    exec(code, {"UdpNet": UdpNet, "VerbsHost": VerbsHost, "SteerRule": SteerRule, "call": call,
+                "fabric": fab, "env": env})
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "b'pong'"
+    assert out[1].startswith("UdpStats(sent=2, received=3,") and "mirrored=1" in out[1]
