@@ -302,10 +302,15 @@ class UdpSocket:
         self.qp = QP(pd, QPInitAttr(qp_type=IBV_QPT_UD, scq=cq))
         self._rows = np.zeros((1, 8), np.int64)   # the columns of nic.model_post_rows
 
-    def send(self, dst_node, dst_port: int = 0, data: bytes = b"", *, queue: str | None = None) -> int:
+    def send(self, dst_node, dst_port: int = 0, data: bytes = b"", *, queue: str | None = None,
+             thread=None) -> int:
         """Send ``data`` to ``(dst_node, dst_port)`` through that node's steering rules, or with
         ``queue`` straight to that queue (no steering, no mirror). Returns :data:`UDP_OK` or
-        :data:`UDP_TOO_BIG`; never waits for the datagram to arrive."""
+        :data:`UDP_TOO_BIG`; never waits for the datagram to arrive.
+
+        ``thread``: the modelled CPU thread whose core the post runs on (a ``shm.coro.RdmaThread``,
+        or anything with a ``cpu_free`` ns): coroutines of one thread then share its core, as
+        their verbs do. Without it the calling actor is its own core."""
         net = self.net
         data = bytes(data)
         if len(data) > net.max_payload:
@@ -329,7 +334,11 @@ class UdpSocket:
         rows[0, 1] = len(data) + IP_UDP_HEADER_BYTES
         rows[0, 3] = REGION_HOST
         sent = self.env.now
-        self.qp._model(dst, rows)          # the UD SEND's price: CPU, PCIe, units, links (shm/nic.py)
+        if thread is None:             # the UD SEND's price: CPU, PCIe, units, links (shm/nic.py)
+            self.qp._model(dst, rows)
+        else:
+            self.qp._model(dst, rows, thread.cpu_free, thread)
+            thread.cpu_free = self.qp.cpu_free
         effect, done = int(rows[0, 5]), int(rows[0, 6])
         net._sent += 1
         dg = Datagram(self.node, self.port, dst, dst_port, data, sent, -1, "")
@@ -344,13 +353,15 @@ def _retire(arg) -> None:
 
 
 def call(sock: UdpSocket, dst_node, dst_port: int, data: bytes, reply_queue: RxQueue, *, timeout_ns: int,
-         resends: int = 3, match: Callable[[Datagram], bool] | None = None, queue: str | None = None):
+         resends: int = 3, match: Callable[[Datagram], bool] | None = None, queue: str | None = None,
+         thread=None):
     """Request/response over datagrams, for actors and coroutines: ``reply = yield from call(...)``.
 
     Sends ``data``, waits up to ``timeout_ns`` for a datagram in ``reply_queue`` that ``match``
     accepts (others are consumed and skipped: stale replies of earlier requests), and sends again
     up to ``resends`` times. Returns the reply, or None when every attempt timed out. Each wait
-    that runs out counts one timeout, each repeated send one resend (``UdpNet.statistics``)."""
+    that runs out counts one timeout, each repeated send one resend (``UdpNet.statistics``).
+    ``thread``: as in :meth:`UdpSocket.send`, for coroutines of a ``shm.coro`` thread."""
     net = sock.net
     env = sock.env
     if type(timeout_ns) is not int or timeout_ns <= 0:
@@ -360,7 +371,7 @@ def call(sock: UdpSocket, dst_node, dst_port: int, data: bytes, reply_queue: RxQ
     for attempt in range(resends + 1):
         if attempt:
             net._resends += 1
-        status = sock.send(dst_node, dst_port, data, queue=queue)
+        status = sock.send(dst_node, dst_port, data, queue=queue, thread=thread)
         if status != UDP_OK:
             raise UdpError(f"call: a request of {len(data)} B exceeds the datagram payload limit "
                            f"({net.max_payload} B)")

@@ -300,3 +300,32 @@ def test_the_docs_example_runs(fab, capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "b'pong'"
     assert out[1].startswith("UdpStats(sent=2, received=3,") and "mirrored=1" in out[1]
+
+
+def test_coroutines_of_one_thread_share_its_core_when_sending(fab):
+    """Two coroutines of one shm.coro thread send at t=0: the second post's CPU starts after the
+    first's, as their verbs would; with no thread each actor is its own core."""
+    from shm.coro import NodeRdma
+
+    def arrivals(use_thread):
+        env = Environment(seed=1)
+        host = VerbsHost(fab, env)
+        net = UdpNet(host)
+        q = net.add_queue("h0", f"q{use_thread}")
+        net.set_rules("h0", [SteerRule(port=1, target=f"q{use_thread}")])
+        thr = NodeRdma(host, "c0", buffer_bytes=4096).thread() if use_thread else None
+        socks = [net.socket("c0", 10 + i) for i in range(2)]
+        charged = []
+
+        def coro(sock):
+            sock.send("h0", 1, b"hi", thread=thr)
+            yield 0
+            charged.append(env.now)
+        for s in socks:
+            env.process(coro(s))
+        env.run()
+        return charged
+
+    alone, shared = arrivals(False), arrivals(True)
+    assert alone[0] == alone[1]               # two cores: both posts done at the same time
+    assert shared[1] > shared[0] == alone[0]  # one core: the second waits for the first
