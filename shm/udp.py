@@ -317,6 +317,8 @@ class UdpSocket:
             net._too_big += 1
             return UDP_TOO_BIG
         dst = net.fabric.node_index(dst_node)
+        if type(dst_port) is not int or not 0 <= dst_port <= 65535:
+            raise UdpError(f"UDP port must be an integer 0..65535, got {dst_port!r}")
         if queue is not None:
             q = net.queues.get(queue)
             if q is None:

@@ -198,6 +198,9 @@ def test_mirror_delivers_to_both_the_copy_later(fab):
     assert copy.arrived_ns > orig.arrived_ns     # a second responder pass and PCIe write
     s = net.statistics()
     assert (s.sent, s.received, s.mirrored) == (1, 2, 1)
+    net.socket("c0", 2).send("h0", 4791, b"direct", queue="host")   # straight to a queue: no rule, no mirror
+    env.run()
+    assert host_q.poll().data == b"direct" and dpu_q.poll() is None and net.statistics().mirrored == 1
 
 
 def test_unknown_target_is_one_line_naming_it(fab):
@@ -214,6 +217,10 @@ def test_unknown_target_is_one_line_naming_it(fab):
     assert net.rules.get(1) is None               # nothing half-applied
     with pytest.raises(UdpError, match="unknown target queue 'x'"):
         net.socket("c0", 1).send("h0", 0, b"", queue="x")
+    with pytest.raises(UdpError, match="^UDP port must be an integer 0..65535, got 70000$"):
+        net.socket("c0", 1).send("h0", 70000, b"")
+    with pytest.raises(UdpError, match="^queue 'host' is on node 'h0', not 'd0'$"):
+        net.socket("c0", 1).send("d0", 0, b"", queue="host")
 
 
 def test_call_times_out_resends_and_succeeds_after_a_drop(fab):
