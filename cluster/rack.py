@@ -291,7 +291,17 @@ class ColocatedRack:
                 nodes.append((node, writer))
             mgr = make_manager(state, env, link.sender(len(c.compute)))
             link.bind(len(c.compute), mgr.on_message)
-            env.process(mgr.run(), name="manager")
+            self.actor_contexts = []
+            if getattr(c.system, "servers", None):
+                # server actors (nodes/actors.py): only a system that declares some gets any
+                from nodes.actors import actor_contexts, start_actors
+                self.actor_contexts = actor_contexts(state, env, host)
+                start_actors(c.system, self.actor_contexts)
+            mgr_proc = env.process(mgr.run(), name="manager")
+            if self.actor_contexts:
+                # ctx.stopped fires when the plan is over: an actor that polls ends on it
+                stopped = self.actor_contexts[0].stopped
+                mgr_proc.callbacks.append(lambda _ev: stopped.succeed())
             t0 = time.perf_counter()
             env.run(until=until_ns)
             self.wall_s = time.perf_counter() - t0

@@ -14,7 +14,7 @@ every missing key takes the value of the built-in default rack -- ::
     [rack]              name, profile, seed, on_node_death
     [profile_overrides] "section.key" = value, applied with shm.profile.with_overrides
     [compute]           count, threads, coroutines, memory, qp_policy, threads_per_qp
-    [memory]            count, memory
+    [memory]            count, memory, cores (modelled CPU cores for server actors, default 0)
     [client]            count, memory
     [manager]           count (exactly 1)
     [system]            name, and every other key is an option of that system
@@ -109,6 +109,8 @@ DEFAULT_SOURCE = "<default>"
 
 # Count ranges. Upper bounds keep a rack on one machine sensible (each node is a process) and within
 # what the fabric's address format and tables are sized for; they are not hardware limits.
+#: The most modelled cores a memory node may have (``[memory] cores``); 0 keeps it passive.
+MAX_MEMORY_CORES = 256
 COUNT_RANGES = {"compute": (1, 64), "memory": (1, 16), "client": (0, 64)}
 THREADS_RANGE = (1, 256)
 COROUTINES_RANGE = (1, 64)
@@ -148,7 +150,7 @@ DEFAULT_WORKLOAD_OVERRIDES = {"recordcount": 10_000, "keysize": 8, "valuesize": 
 DEFAULTS = {
     "compute": {"count": 2, "threads": 4, "coroutines": 4, "memory": 64 << 20, "qp_policy": "per_thread_doorbell",
                 "threads_per_qp": None},
-    "memory": {"count": 2, "memory": 512 << 20},
+    "memory": {"count": 2, "memory": 512 << 20, "cores": 0},
     "client": {"count": 0, "memory": 64 << 20},
     "manager": {"count": 1},
     "run": {"duration_ms": 0, "load": True},
@@ -198,6 +200,7 @@ class ComputeSpec:
 class MemorySpec:
     count: int
     memory_bytes: int
+    cores: int = 0   # modelled CPU cores per memory node for server actors (0: passive, the default)
 
 
 @dataclass(frozen=True)
@@ -217,6 +220,7 @@ class SystemSpec:
     name: str
     options: dict  # every option of the system, defaults filled in by System.check_options
     roles: tuple  # node roles the system uses (System.roles)
+    servers: tuple = ()  # roles the system runs server actors on (System.servers, nodes/actors.py)
 
 
 @dataclass(frozen=True)
@@ -343,7 +347,7 @@ class RackSpec:
             f"on node death: {self.on_node_death}",
             f"compute: {c.count} x {c.threads} threads x {c.coroutines} coroutines "
             f"({c.count * c.threads * c.coroutines} clients), {format_size(c.memory_bytes)} each, {c.qp_policy}",
-            f"memory: {m.count} x {format_size(m.memory_bytes)}",
+            f"memory: {m.count} x {format_size(m.memory_bytes)}" + (f", {m.cores} cores each" if m.cores else ""),
         ]
         if self.client.count:
             lines.append(f"client: {self.client.count} x {format_size(self.client.memory_bytes)}")
@@ -639,7 +643,22 @@ def _load_system(label: str, data: Any) -> SystemSpec:
         options = cls.check_options(given, where=f"{label}: system")
     except ValueError as e:
         raise SpecError(str(e)) from None
-    return SystemSpec(name=name, options=dict(options), roles=tuple(getattr(cls, "roles", ("compute", "memory"))))
+    servers = getattr(cls, "servers", None) or {}
+    from nodes.actors import ACTOR_ROLES, AVAILABLE_ROLES
+    if not isinstance(servers, dict):
+        raise SpecError(f"{label}: system.name = {_show(name)}: {cls.__name__}.servers must be a dict "
+                        f"role -> function(ctx), got {type(servers).__name__}")
+    for role, fn in servers.items():
+        if role not in ACTOR_ROLES:
+            raise SpecError(f"{label}: system.name = {_show(name)}: {cls.__name__}.servers names role {role!r}; "
+                            f"server actors run on {', '.join(ACTOR_ROLES)}")
+        if role not in AVAILABLE_ROLES:
+            raise SpecError(f"{label}: system.name = {_show(name)}: {cls.__name__}.servers names role {role!r}, "
+                            f"which this version of the rack does not have yet (it has {', '.join(AVAILABLE_ROLES)})")
+        if not callable(fn):
+            raise SpecError(f"{label}: system.name = {_show(name)}: {cls.__name__}.servers[{role!r}] is not callable")
+    return SystemSpec(name=name, options=dict(options), roles=tuple(getattr(cls, "roles", ("compute", "memory"))),
+                      servers=tuple(r for r in ACTOR_ROLES if r in servers))
 
 
 def _workload(label: str, base_dir: Path, name: str, path: str, data: Any, *, defaults: dict,
@@ -784,7 +803,8 @@ def spec_from_dict(data: Mapping[str, Any], *, source: str = "<string>", base_di
     t = _Table(label, "memory", data.get("memory", {}))
     t.only(_TABLE_KEYS["memory"])
     memory = MemorySpec(count=t.get("count", DEFAULTS["memory"]["count"], _int(*COUNT_RANGES["memory"])),
-                        memory_bytes=t.get("memory", DEFAULTS["memory"]["memory"], _size()))
+                        memory_bytes=t.get("memory", DEFAULTS["memory"]["memory"], _size()),
+                        cores=t.get("cores", DEFAULTS["memory"]["cores"], _int(0, MAX_MEMORY_CORES)))
 
     t = _Table(label, "client", data.get("client", {}))
     t.only(_TABLE_KEYS["client"])
@@ -802,6 +822,10 @@ def spec_from_dict(data: Mapping[str, Any], *, source: str = "<string>", base_di
 
     # [system]: its options are checked by the system itself.
     system = _load_system(label, data.get("system"))
+    if "memory" in system.servers and memory.cores == 0:
+        shown = "0" if "cores" in (data.get("memory") or {}) else "0 (default)"
+        raise SpecError(f"{label}: memory.cores = {shown}: system {system.name!r} runs server actors on memory "
+                        f"nodes, which need a CPU; give memory.cores >= 1")
     warnings = []
     counts = {"compute": compute.count, "memory": memory.count, "client": client.count}
     for role, count in counts.items():

@@ -40,7 +40,7 @@ from typing import NamedTuple
 
 from cluster.control import F_DONE, F_STEP
 from cluster.node_main import EXIT_GAVE_UP as EXIT_NODE_GAVE_UP
-from cluster.rack import RackState, compile_scenario
+from cluster.rack import RackError, RackState, compile_scenario
 from nodes.systems.api import SystemError_
 from shm import failpoints
 from shm.segment import reclaim_stale
@@ -100,6 +100,11 @@ class Supervisor:
                 console = Console(width=160)
         self.console = console
         self.compiled = compile_scenario(scenario)
+        if getattr(self.compiled.system, "servers", None):
+            # nodes/actors.py: a memory node process here only heartbeats, outside the virtual clock
+            raise RackError(f"{scenario.source}: system {self.compiled.system.name!r} runs server actors "
+                            f"(on {', '.join(self.compiled.spec.system.servers)} nodes), which only a co-located "
+                            f"rack supports for now (dmrack run --colocated)")
         self.state: RackState | None = None
         self.procs_by_slot: dict = {}       # fabric slot -> multiprocessing.Process
         self.deaths: list[NodeDeath] = []

@@ -470,7 +470,8 @@ class QP:
             raise PyverbsError("QPInitAttr.scq is required")
         self.qp_type = init_attr.qp_type
         self.scq = init_attr.scq
-        self.rcq = init_attr.rcq or init_attr.scq
+        # "is not None": an empty CQ is falsy (it has a __len__), and "or" sent every RECV completion to scq
+        self.rcq = init_attr.rcq if init_attr.rcq is not None else init_attr.scq
         cap = init_attr.cap
         self.max_send_wr = cap.max_send_wr or prof.qp.max_send_wr
         self.max_recv_wr = cap.max_recv_wr or prof.qp.max_recv_wr

@@ -143,6 +143,11 @@ class System:
     #: It runs in one compute node's process before any client runs, takes memory with
     #: ``fabric.allocate`` and must leave exactly what the clients' lookups expect.
     bulk_load = None
+    #: Server actors per node role (nodes/actors.py): ``{"memory": fn, "compute": fn}``, each
+    #: ``fn(ctx: nodes.actors.NodeContext)`` called once per node of that role before the
+    #: scenario starts and returning the generators to run there as actors. Empty (the default):
+    #: no actors, memory nodes stay passive. Actors on memory nodes need ``[memory] cores >= 1``.
+    servers: dict = {}
 
     @classmethod
     def check_options(cls, given: dict, where: str) -> dict:
