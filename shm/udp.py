@@ -239,10 +239,21 @@ class UdpNet:
                     raise UdpError(f"{where}: unknown target queue {t!r}")
         self.rules[n] = rules
 
-    def socket(self, node, port: int) -> "UdpSocket":
+    def socket(self, node, port: int, *, context: Context | None = None) -> "UdpSocket":
+        """A socket on ``node``. By default the sockets of one node share one verbs context, so their
+        QPs share its 16 doorbells (and their locks, as threads of one host process do). ``context``:
+        a verbs :class:`Context` on ``node`` to make this socket's QP in instead, e.g. one with a
+        doorbell per device thread (``Context(host, node, low_latency=0, doorbells=n)``, SMART's
+        thread-aware allocation) for DPA threads that each ring their own."""
         n = self.fabric.node_index(node)
         if type(port) is not int or not 0 <= port <= 65535:
             raise UdpError(f"UDP port must be an integer 0..65535, got {port!r}")
+        if context is not None:
+            if context.node != n:
+                raise UdpError(f"socket on node {self.fabric.nodes[n].name!r}: its context is on node "
+                               f"{self.fabric.nodes[context.node].name!r}")
+            pd = PD(context)
+            return UdpSocket(self, n, port, (context, pd, CQ(context)))
         if n not in self._contexts:
             ctx = Context(self.host, n)
             self._contexts[n] = (ctx, PD(ctx), CQ(ctx))
@@ -293,12 +304,12 @@ class UdpNet:
 class UdpSocket:
     """A UDP endpoint on ``node`` with source port ``port``; owns one UD QP for the NIC model."""
 
-    def __init__(self, net: UdpNet, node: int, port: int):
+    def __init__(self, net: UdpNet, node: int, port: int, context=None):
         self.net = net
         self.env = net.env
         self.node = node
         self.port = port
-        ctx, pd, cq = net._contexts[node]
+        ctx, pd, cq = context if context is not None else net._contexts[node]
         self.qp = QP(pd, QPInitAttr(qp_type=IBV_QPT_UD, scq=cq))
         self._rows = np.zeros((1, 8), np.int64)   # the columns of nic.model_post_rows
 

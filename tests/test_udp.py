@@ -336,3 +336,16 @@ def test_coroutines_of_one_thread_share_its_core_when_sending(fab):
     alone, shared = arrivals(False), arrivals(True)
     assert alone[0] == alone[1]               # two cores: both posts done at the same time
     assert shared[1] > shared[0] == alone[0]  # one core: the second waits for the first
+
+
+def test_a_socket_can_have_a_context_of_its_own_on_its_node(fab):
+    env, net = new_net(fab)
+    ctx = Context(net.host, "d0", low_latency=0, doorbells=4)
+    socks = [net.socket("d0", 100 + i, context=ctx) for i in range(4)]
+    assert all(s.qp.ctx is ctx for s in socks)
+    assert len({s.qp.doorbell for s in socks}) == 4          # one doorbell each, none shared
+    shared = net.socket("d0", 200)
+    assert shared.qp.ctx is not ctx
+    with pytest.raises(UdpError) as e:
+        net.socket("c0", 300, context=ctx)
+    assert str(e.value).count("\n") == 0 and "'d0'" in str(e.value)

@@ -1,0 +1,319 @@
+"""``dmrack bench devices``: the device models' calibration table (issue 22, "Calibration"),
+published beside emulated.
+
+Every part builds a small co-located rig (fabric + environment in one process, deterministic in
+virtual time) holding a host, its card's DPA node and, for the ping part, client compute nodes, and
+measures through the device models -- :class:`nodes.devices.dpa_core.Dpa` threads on cores,
+:class:`shm.dma.DmaEngine`, :class:`shm.udp.UdpNet` steering -- never by printing a profile
+constant back. Where a number is a profile input by construction (the host copy rate), the row
+says so.
+
+Parts (``--only``):
+
+* ``dpa-memory``: a DPA thread's load that misses every cache (DPA-Store §4.2.6: ~465 ns) and a
+  load that hits L1, L2, L3 (no published value: emulated only).
+* ``dma``: a 64 B DMA read of host memory by the DPA's engine (DPA-Store §4.2.6: ~910 ns), and the
+  engine's bandwidth with large reads (emulated only).
+* ``host-copy``: host -> DPA-memory copies by polling threads (DPA-Store §4.2.7: ~120 MB/s).
+* ``udp-ping``: clients on compute nodes ping DPA threads, steered by port to each thread's RX
+  queue; Mops by number of DPA threads (DPA-Store Fig. 14: 44.9 Mops at full threads on a B3140L;
+  Fig. 9: grows with threads).
+
+Not built yet: the DPU forwarder of PD3 §6.1 (94 Mops vs 63 Mops host-issued RDMA).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cluster.experiments.figures import Figure
+from cluster.experiments.registry import Experiment
+from cluster.experiments.rows import Row, run_experiments
+from nodes.devices.dpa_core import Dpa
+from nodes.runtime.env import Environment
+from shm.dma import DmaEngine
+from shm.fabric import Fabric, NodeSpec, gaddr
+from shm.profile import load_profile
+from shm.udp import SteerRule, UdpNet
+from shm.verbs import Context, VerbsHost
+
+PROFILE = "bf3"
+
+# ASSUMPTION (no published cycle count for a DPA-Store ping): the DPA CPU work of one ping -- read
+# the datagram's descriptor and headers, check the request, build the reply's headers and post it
+# -- is 300 cycles of the DPA's in-order 1.8 GHz RISC-V core (~167 ns). Reasoning: a lean
+# run-to-completion UDP echo on a small in-order core is a few hundred instructions (header parse
+# ~50, reply build ~50, WQE write + doorbell ~100, loop and bookkeeping), at about 1 IPC. Chosen
+# once, before any run; never tuned to the published 44.9 Mops.
+PING_CYCLES = 300
+PING_BYTES = 16           # payload of a ping and of its reply (a sequence number and a tag)
+PING_PORT = 9000          # DPA thread i listens on PING_PORT + i
+
+
+class Rig:
+    """One host (``host0``), its card's DPA node (``dpa0``) and ``clients`` compute nodes, co-located:
+    fabric + environment + verbs host, as :class:`cluster.experiments.verbs.Rig`."""
+
+    def __init__(self, clients: int = 0, *, seed: int = 1, profile: str = PROFILE):
+        self.profile = load_profile(profile)
+        specs = [NodeSpec("host0", "compute", 32 << 20), NodeSpec("dpa0", "dpa", 8 << 20)]
+        specs += [NodeSpec(f"cn{i}", "compute", 1 << 20) for i in range(clients)]
+        self.fabric = Fabric.create(self.profile, specs)
+        self.env = Environment(seed=seed)
+        self.host = VerbsHost(self.fabric, self.env)
+        self.cns = [f"cn{i}" for i in range(clients)]
+
+    def close(self):
+        self.fabric.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _timed(env, gen_fn):
+    """Run the actor ``gen_fn()`` (a generator) alone and return the virtual ns it took."""
+    out = {}
+
+    def actor():
+        t0 = env.now
+        yield from gen_fn()
+        out["ns"] = env.now - t0
+
+    env.process(actor())
+    env.run()
+    return out["ns"]
+
+
+# --- DPA memory -----------------------------------------------------------------------------------
+
+def dpa_load_costs() -> dict[str, int]:
+    """Virtual ns of one 8 B load by a DPA thread (an actor on a DpaCore) that misses every cache,
+    and that hits L1, L2 (a line another thread loaded) and L3 (a line pushed out of L2 by 2 MiB of
+    other lines, which the 3 MiB L3 still holds)."""
+    with Rig() as rig:
+        env = rig.env
+        dpa = Dpa(env, rig.profile)
+        a, b = dpa.thread(), dpa.thread()
+        p = rig.profile.dpa
+        out = {"miss": _timed(env, lambda: (yield a.load(0x1000, 8)))}
+        out["L1 hit"] = _timed(env, lambda: (yield a.load(0x1000, 8)))
+        out["L2 hit"] = _timed(env, lambda: (yield b.load(0x1000, 8)))
+        # thread b streams (l2 + l3) / 2 bytes of other lines: 0x1000 leaves L2 (LRU), stays in L3
+        stream = (p.l2_bytes + p.l3_bytes) // 2
+        for off in range(0x100000, 0x100000 + stream, p.line_bytes):
+            dpa.memory.access(b.id, off, 8)
+        c = dpa.thread()
+        out["L3 hit"] = _timed(env, lambda: (yield c.load(0x1000, 8)))
+        return out
+
+
+def dpa_memory(quick: bool, progress) -> list[Row]:
+    progress("dpa-memory: loads by a DPA thread")
+    c = dpa_load_costs()
+    rows = [Row("dpa-memory", "DPA thread load, misses every cache", "8B", "ns", c["miss"], 465)]
+    for level in ("L1 hit", "L2 hit", "L3 hit"):
+        rows.append(Row("dpa-memory", f"DPA thread load, {level}", "8B", "ns", c[level]))
+    return rows
+
+
+# --- DMA ------------------------------------------------------------------------------------------
+
+def dma_read_ns(nbytes: int = 64) -> int:
+    """Virtual ns from posting one DMA read of ``nbytes`` of host memory on the DPA's engine to its
+    completion, alone on the engine."""
+    with Rig() as rig:
+        eng = DmaEngine(rig.host, "dpa0", "host0")
+        buf = np.zeros(nbytes, np.uint8)
+        return _timed(rig.env, lambda: (yield eng.read(gaddr(0, 0), buf, nbytes)))
+
+
+def dma_read_gbps(nbytes: int, count: int) -> float:
+    """Gbit/s of ``count`` DMA reads of ``nbytes`` posted at once on the DPA's engine (the engine
+    keeps ``dma.max_outstanding`` in flight); bytes over the time until the last completes."""
+    with Rig() as rig:
+        eng = DmaEngine(rig.host, "dpa0", "host0")
+        buf = np.zeros(nbytes, np.uint8)
+
+        def gen():
+            done = [eng.read(gaddr(0, (i * nbytes) % (16 << 20)), buf, nbytes) for i in range(count)]
+            for c in done:
+                yield c
+
+        ns = _timed(rig.env, gen)
+        return count * nbytes * 8 / ns
+
+
+def dma(quick: bool, progress) -> list[Row]:
+    progress("dma: one 64 B read")
+    prof = load_profile(PROFILE)
+    rows = [Row("dma", "DPA DMA read of host memory", "64B", "ns", dma_read_ns(64), 910)]
+    n = 64 if quick else 256
+    for size in (64, 4096, 65536):
+        progress(f"dma: bandwidth, {n} reads of {size} B")
+        rows.append(Row("dma", f"DMA read bandwidth ({prof.dma.max_outstanding} in flight)", f"{size}B",
+                        "Gbit/s", round(dma_read_gbps(size, n), 1)))
+    return rows
+
+
+# --- host copy --------------------------------------------------------------------------------------
+
+def host_copy_mb_per_s(total: int, threads: int = 4, chunk: int = 64 << 10) -> float:
+    """MB/s of ``threads`` polling DPA threads (actors on DpaCores) copying ``total`` bytes from host
+    memory into DPA memory in ``chunk``-byte pieces. Each piece is a stall priced by
+    ``DpaMemory.host_copy_ns`` at the thread's share of the aggregate rate (``dpa.host_copy_mb_per_s``
+    / threads), then a store of its first line to DPA memory."""
+    with Rig() as rig:
+        env = rig.env
+        dpa = Dpa(env, rig.profile)
+        ths = [dpa.thread() for _ in range(threads)]
+        share = total // threads
+
+        def stitcher(th, base):
+            done = 0
+            while done < share:
+                n = min(chunk, share - done)
+                yield th.stall(dpa.memory.host_copy_ns(n) * threads)
+                yield th.load(base + done, 8, write=True)
+                done += n
+
+        for i, th in enumerate(ths):
+            env.process(stitcher(th, i * share))
+        env.run()
+        return total / env.now * 1e3
+
+
+def host_copy(quick: bool, progress) -> list[Row]:
+    total = (24 if quick else 192) * 1_000_000
+    progress(f"host-copy: {total // 1_000_000} MB by 4 stitcher threads")
+    return [Row("host-copy", "host -> DPA memory, 4 polling threads (profile rate)", f"{total // 1_000_000}MB",
+                "MB/s", round(host_copy_mb_per_s(total), 1), 120)]
+
+
+# --- UDP ping -----------------------------------------------------------------------------------------
+
+def udp_ping(threads: int, *, clients_per_thread: int = 8, client_nodes: int = 8, warmup: int = 20_000,
+             window: int = 50_000, seed: int = 1) -> dict:
+    """Closed-loop UDP pings to ``threads`` DPA threads; returns Mops in the window and the DPA
+    cores' mean utilisation.
+
+    Each client (a coroutine on one of ``client_nodes`` compute nodes) sends a ``PING_BYTES`` ping
+    to ``dpa0`` port ``PING_PORT + k % threads``; the DPA's steering rules send port
+    ``PING_PORT + i`` to thread i's RX queue. Thread i (an actor on its DpaCore) waits on its queue,
+    takes a datagram (one poll), loads its first line (the NIC put it in L2), computes
+    ``PING_CYCLES`` on its core as a doorbell burst and sends the reply to the client's queue."""
+    with Rig(client_nodes, seed=seed) as rig:
+        env, prof = rig.env, rig.profile
+        net = UdpNet(rig.host)
+        dpa = Dpa(env, prof)
+        ping_ns = round(PING_CYCLES / prof.dpa.ghz)
+        end = warmup + window
+        served = [0]
+        qs = []
+        for i in range(threads):
+            qs.append(net.add_queue("dpa0", f"dpa{i}"))
+        net.set_rules("dpa0", [SteerRule(PING_PORT + i, f"dpa{i}") for i in range(threads)])
+        line = prof.dpa.line_bytes
+
+        def server(i, th, q, sock):
+            buf = i * line
+            while env.now < end:
+                got = yield q.wait(end - env.now)
+                if not got:
+                    break
+                dg = q.poll()
+                dpa.memory.install(buf, PING_BYTES)        # the NIC wrote the packet: L2
+                yield th.load(buf, PING_BYTES)
+                yield th.compute(ping_ns, doorbell=True)
+                sock.send(dg.src_node, dg.src_port, dg.data, queue=f"r{dg.src_port}")
+                if warmup <= env.now < end:
+                    served[0] += 1
+
+        # a doorbell per DPA thread (each rings its own send queue), and per client (the load
+        # generator must not be what binds): no doorbell is shared, so no doorbell lock contention
+        dctx = Context(rig.host, "dpa0", low_latency=0, doorbells=threads)
+        for i, q in enumerate(qs):
+            env.process(server(i, dpa.thread(), q, net.socket("dpa0", PING_PORT + i, context=dctx)))
+        n_clients = threads * clients_per_thread
+        cctx = {node: Context(rig.host, node, low_latency=0, doorbells=-(-n_clients // client_nodes))
+                for node in rig.cns}
+
+        def client(k, node):
+            sock = net.socket(node, k, context=cctx[node])
+            rq = net.add_queue(node, f"r{k}")
+            port = PING_PORT + k % threads
+            while env.now < end:
+                sock.send("dpa0", port, k.to_bytes(PING_BYTES, "little"))
+                got = yield rq.wait(end - env.now)
+                if not got:
+                    break
+                rq.poll()
+
+        for k in range(n_clients):
+            env.process(client(k, rig.cns[k % client_nodes]))
+        used = [c for c in dpa.cores if c.threads]
+        busy = {}
+
+        def meter():                   # the cores' busy time inside the window only
+            yield env.timeout(warmup)
+            busy["start"] = sum(c.statistics().busy_ns for c in used)
+            yield env.timeout(window)
+            busy["end"] = sum(c.statistics().busy_ns for c in used)
+
+        env.process(meter())
+        env.run(until=end + 20_000)
+        util = (busy["end"] - busy["start"]) / (len(used) * window)
+        return {"mops": served[0] / window * 1e3, "core_util": util, "cores": len(used),
+                "drops": net.statistics().dropped}
+
+
+def udp_ping_part(quick: bool, progress) -> list[Row]:
+    counts = (1, 16, 64, 189) if quick else (1, 4, 16, 32, 64, 128, 189)
+    window = 20_000 if quick else 100_000
+    nic = load_profile(PROFILE).nic
+    bound = nic.responder_units * 1e3 / nic.resp_recv_ns
+    rows = []
+    for n in counts:
+        progress(f"udp-ping: {n} DPA threads")
+        r = udp_ping(n, window=window)
+        pub = 44.9 if n == load_profile(PROFILE).dpa.usable_threads else None
+        rows.append(Row("udp-ping", "pings served by DPA threads", n, "Mops", round(r["mops"], 2), pub))
+        rows.append(Row("udp-ping", "pings served by DPA threads", n, "DPA core utilisation",
+                        round(r["core_util"], 2)))
+    rows.append(Row("udp-ping", "dpa0 NIC receive bound: responder_units / resp_recv_ns", "-", "Mops",
+                    round(bound, 2)))
+    return rows
+
+
+FIGURES = [
+    Figure("udp-ping", "udp-ping", "Mops", "UDP pings served by DPA threads (bf3; DPA-Store Fig. 9/14)",
+           "DPA threads", "throughput (Mops)", series=("pings served by DPA threads",), xs="numeric"),
+]
+
+EXPERIMENTS = {
+    "dpa-memory": dpa_memory,
+    "dma": dma,
+    "host-copy": host_copy,
+    "udp-ping": udp_ping_part,
+}
+
+
+def setup(quick: bool) -> dict:
+    """The rigs of this bench, for the run record (cluster.experiments.provenance)."""
+    return {"profile": PROFILE, "seed": 1,
+            "spec": "device rigs: host0, its DPA node dpa0 and client compute nodes in one process",
+            "scale": "fewer thread counts, shorter windows" if quick else "full sweeps",
+            "assumption": f"a ping costs {PING_CYCLES} DPA cycles of CPU work (no published count)"}
+
+
+TITLE = "device calibration: DPA memory, DMA, host copy, UDP ping on DPA threads (DPA-Store)"
+
+
+def run(only=None, quick: bool = False, json_path: str | None = None, console=None) -> list[Row]:
+    return run_experiments(EXPERIMENTS, only=only, quick=quick, json_path=json_path, console=console,
+                           label="bench devices", setup=setup, title=TITLE)
+
+
+EXPERIMENT = Experiment(kind="bench", name="devices", run=run, parts=tuple(EXPERIMENTS), title=TITLE)

@@ -1,0 +1,57 @@
+"""``dmrack bench devices`` (cluster/experiments/devices.py): each part on a tiny configuration, in
+virtual time (exact), measured through the device models and checked against what they define."""
+
+from __future__ import annotations
+
+import pytest
+
+from cluster.experiments import devices
+from cluster.experiments.registry import find
+from shm.profile import load_profile
+
+P = load_profile("bf3")
+
+
+def test_dpa_load_costs_are_memory_ns_on_a_miss_and_each_level_on_a_hit():
+    c = devices.dpa_load_costs()
+    # the model's path for a miss is memory_ns alone (no lookup cost added per level)
+    assert c == {"miss": P.dpa.memory_ns, "L1 hit": P.dpa.l1_ns, "L2 hit": P.dpa.l2_ns, "L3 hit": P.dpa.l3_ns}
+
+
+def test_dma_read_is_latency_plus_bytes_over_the_read_bandwidth():
+    ns = devices.dma_read_ns(64)
+    assert ns == pytest.approx(P.dma.latency_ns + 64 * 8 / P.dma.read_gbps, abs=2)
+    small = devices.dma_read_gbps(64, 16)
+    large = devices.dma_read_gbps(65536, 16)
+    assert small < large <= P.dma.read_gbps * 1.001      # large reads approach the engine's link rate
+    assert large > 0.8 * P.dma.read_gbps
+
+
+def test_host_copy_runs_at_the_profile_rate_however_the_threads_share_it():
+    for threads in (1, 4):
+        assert devices.host_copy_mb_per_s(4_000_000, threads) == pytest.approx(P.dpa.host_copy_mb_per_s, rel=0.01)
+
+
+def test_udp_ping_grows_with_threads_and_stops_at_the_nic_receive_bound():
+    one = devices.udp_ping(1, client_nodes=2, warmup=5_000, window=10_000)
+    four = devices.udp_ping(4, client_nodes=2, warmup=5_000, window=10_000)
+    assert one["mops"] > 0 and one["drops"] == 0
+    assert four["mops"] > 3 * one["mops"]
+    # a DPA thread's core holds it for PING_CYCLES per ping, no longer
+    ping_ns = round(devices.PING_CYCLES / P.dpa.ghz)
+    assert four["core_util"] == pytest.approx(four["mops"] / 4 * ping_ns / 1e3, rel=0.05)
+    many = devices.udp_ping(64, client_nodes=4, warmup=10_000, window=10_000)
+    bound = P.nic.responder_units * 1e3 / P.nic.resp_recv_ns
+    assert many["mops"] == pytest.approx(bound, rel=0.02)
+
+
+def test_registered_with_its_parts():
+    exp = find("bench", "devices")
+    assert exp.parts == ("dpa-memory", "dma", "host-copy", "udp-ping")
+
+
+def test_cli_quick_only_exits_0(capsys):
+    from cluster.cli import main
+    assert main(["bench", "devices", "--quick", "--only", "dpa-memory,dma", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "465" in out and "910" in out
