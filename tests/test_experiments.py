@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_the_package_declares_the_benches_and_the_papers():
     assert [(e.kind, e.name) for e in available()] == [
-        ("bench", "speed"), ("bench", "verbs"), ("bench", "ycsb"), ("reproduce", "sherman"), ("reproduce", "smart")]
+        ("bench", "devices"), ("bench", "speed"), ("bench", "verbs"), ("bench", "ycsb"), ("reproduce", "sherman"), ("reproduce", "smart")]
     assert [e.name for e in available("reproduce")] == ["sherman", "smart"]
     for e in available():
         assert e.title and callable(e.run) and e.parts and set(e.options) <= set(OPTIONS)
@@ -38,7 +38,7 @@ def test_find_returns_the_module_declaration():
 
 @pytest.mark.parametrize("kind, name, message", [
     ("reproduce", "shermann", "unknown paper 'shermann'; available: sherman, smart"),
-    ("bench", "nosuch", "unknown suite 'nosuch'; available: speed, verbs, ycsb"),
+    ("bench", "nosuch", "unknown suite 'nosuch'; available: devices, speed, verbs, ycsb"),
     ("reproduce", "verbs", "unknown paper 'verbs'"),           # a bench is not a paper
     ("bench", "rows", "unknown suite 'rows'"),                  # a helper declares nothing
     ("bench", "compare", "unknown suite 'compare'"),            # nor does dmrack compare's module

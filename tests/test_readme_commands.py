@@ -65,6 +65,8 @@ RUNS = {
     "dmrack reproduce smart": [["reproduce", "smart", "--quick", "--only", "fig4", "--jobs", "2",
                                 "--plot", "{tmp}/plots"]],
     "dmrack reproduce sherman": [["reproduce", "sherman", "--quick", "--only", "skew", "--json", "{tmp}/sherman.json"]],
+    "dmrack bench devices": [["bench", "devices", "--quick", "--only", "dpa-memory,dma", "--json",
+                              "{tmp}/devices.json"]],
     "dmrack bench speed": [["bench", "speed", "--quick", "--only", "verbs", "--json", "{tmp}/speed.json"]],
     "dmrack compare OLD.json NEW.json": [["compare", "{tmp}/old.json", "{tmp}/old.json", "--tolerance", "1",
                                           "--include-real", "--json", "{tmp}/compare.json"]],
