@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 
@@ -10,6 +11,10 @@ import pytest
 from cluster.cli import main
 from cluster.experiments import figures, plot
 from cluster.experiments.figures import Figure
+
+# the figures need the optional 'plot' extra (matplotlib); without it these tests are skipped
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None,
+                                reason="matplotlib not installed: pip install -e '.[plot]'")
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

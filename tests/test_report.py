@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import base64
 import sys
 from html.parser import HTMLParser
@@ -12,6 +13,10 @@ from cluster.cli import main
 from cluster.experiments.report import counts
 from cluster.experiments.rows import direction
 from tests.test_plot import PNG_MAGIC, RUN, _row, smart_rows, write_result
+
+# the figures need the optional 'plot' extra (matplotlib); without it these tests are skipped
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None,
+                                reason="matplotlib not installed: pip install -e '.[plot]'")
 
 
 class Page(HTMLParser):

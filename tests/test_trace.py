@@ -266,6 +266,7 @@ def test_a_violation_is_a_track_of_its_own(tmp_path):
 
 
 def test_the_timeline_png(traced, tmp_path):
+    pytest.importorskip("matplotlib")               # the picture needs the 'plot' extra
     from cluster.experiments.timeline import draw_timeline, op_breakdown
     path, _, _ = traced
     png = tmp_path / "update.png"
