@@ -56,11 +56,10 @@ def _run_experiment(exp, args, **options) -> int:
         print(f"dmrack {args.command}: {e}", file=sys.stderr)
         rows, status = e.rows, 1
     if plot_dir:
-        from dataclasses import asdict, is_dataclass
-
         from cluster.experiments.plot import write_plots
-        paths = write_plots(getattr(rows, "run", None), [asdict(r) if is_dataclass(r) else dict(r) for r in rows],
-                            plot_dir, stem)
+        from cluster.experiments.rows import result_dict
+        result = result_dict(rows, getattr(rows, "run", None))      # what the JSON file holds
+        paths = write_plots(result["run"], result["rows"], plot_dir, stem)
         print(f"wrote {len(paths)} figure(s) to {plot_dir}")
     return status
 

@@ -29,13 +29,13 @@ import numpy as np
 from cluster.experiments.figures import Figure
 from cluster.experiments.registry import Experiment
 from cluster.experiments.rows import Row, run_experiments
+from cluster.experiments.verbs import FabricRig
 from nodes.devices.dpa_core import Dpa
-from nodes.runtime.env import Environment
 from shm.dma import DmaEngine
-from shm.fabric import Fabric, NodeSpec, gaddr
+from shm.fabric import NodeSpec, gaddr
 from shm.profile import load_profile
 from shm.udp import SteerRule, UdpNet
-from shm.verbs import Context, VerbsHost
+from shm.verbs import Context
 
 PROFILE = "bf3"
 
@@ -50,27 +50,15 @@ PING_BYTES = 16           # payload of a ping and of its reply (a sequence numbe
 PING_PORT = 9000          # DPA thread i listens on PING_PORT + i
 
 
-class Rig:
-    """One host (``host0``), its card's DPA node (``dpa0``) and ``clients`` compute nodes, co-located:
-    fabric + environment + verbs host, as :class:`cluster.experiments.verbs.Rig`."""
+class Rig(FabricRig):
+    """One host (``host0``), its card's DPA node (``dpa0``) and ``clients`` compute nodes, co-located."""
 
     def __init__(self, clients: int = 0, *, seed: int = 1, profile: str = PROFILE):
         self.profile = load_profile(profile)
         specs = [NodeSpec("host0", "compute", 32 << 20), NodeSpec("dpa0", "dpa", 8 << 20)]
         specs += [NodeSpec(f"cn{i}", "compute", 1 << 20) for i in range(clients)]
-        self.fabric = Fabric.create(self.profile, specs)
-        self.env = Environment(seed=seed)
-        self.host = VerbsHost(self.fabric, self.env)
         self.cns = [f"cn{i}" for i in range(clients)]
-
-    def close(self):
-        self.fabric.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
+        super().__init__(self.profile, specs, seed=seed)
 
 
 def _timed(env, gen_fn):

@@ -38,20 +38,16 @@ from shm.verbs import (
 )
 
 
-class Rig:
-    """A co-located rack for one measurement: fabric + environment + verbs host."""
+class FabricRig:
+    """Nodes for one measurement, in this process: fabric + environment + verbs host, closed (its
+    segments removed) on leaving the ``with``. ``expose``: the nodes whose memory is remote memory."""
 
-    def __init__(self, profile, compute: int, memory: int, *, mem_bytes: int = 64 << 20, seed: int = 1):
-        specs = [NodeSpec(f"cn{i}", "compute", 32 << 20) for i in range(compute)]
-        specs += [NodeSpec(f"mn{i}", "memory", mem_bytes) for i in range(memory)]
+    def __init__(self, profile, specs: list, *, expose=(), seed: int = 1):
         self.fabric = Fabric.create(profile, specs)
-        self.cns = list(range(compute))
-        self.mns = list(range(compute, compute + memory))
-        for m in self.mns:
-            self.fabric.expose(m)
+        for node in expose:
+            self.fabric.expose(node)
         self.env = Environment(seed=seed)
         self.host = VerbsHost(self.fabric, self.env)
-        self.mem_bytes = mem_bytes
 
     def close(self):
         self.fabric.close()
@@ -61,6 +57,18 @@ class Rig:
 
     def __exit__(self, *exc):
         self.close()
+
+
+class Rig(FabricRig):
+    """A co-located rack of compute and memory nodes for one measurement."""
+
+    def __init__(self, profile, compute: int, memory: int, *, mem_bytes: int = 64 << 20, seed: int = 1):
+        specs = [NodeSpec(f"cn{i}", "compute", 32 << 20) for i in range(compute)]
+        specs += [NodeSpec(f"mn{i}", "memory", mem_bytes) for i in range(memory)]
+        self.cns = list(range(compute))
+        self.mns = list(range(compute, compute + memory))
+        super().__init__(profile, specs, expose=self.mns, seed=seed)
+        self.mem_bytes = mem_bytes
 
 
 class Window:
