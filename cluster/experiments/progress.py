@@ -26,7 +26,6 @@ functions, which a new paper writes, keep their one signature.
 from __future__ import annotations
 
 import sys
-import time
 from typing import Callable
 
 _quiet = False
@@ -58,7 +57,6 @@ class Sweep:
         self.points_total: int | None = None
         self.points_done = 0
         self.now = "starting"
-        self.started = time.perf_counter()
         self._progress = None
         self._task = None
 
