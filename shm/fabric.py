@@ -243,6 +243,25 @@ class NodeSpec:
     name: str
     role: str = "compute"
     memory_bytes: int = 64 << 20
+    # the node whose NIC this one shares (a DPU or DPA node names its host): their verbs queue on
+    # the same NIC units, link and atomic pipeline, as a BlueField's host and Arm cores do
+    nic_of: str | None = None
+
+
+def _nic_of(nodes) -> dict:
+    """Node index -> index of the node whose NIC it shares (a missing name is one line)."""
+    names = [n.name for n in nodes]
+    out = {}
+    for i, n in enumerate(nodes):
+        if getattr(n, "nic_of", None) is None:
+            continue
+        if n.nic_of not in names or n.nic_of == n.name:
+            raise ValueError(f"node {n.name!r}: nic_of = {n.nic_of!r} names no other node of the fabric")
+        host = names.index(n.nic_of)
+        if getattr(nodes[host], "nic_of", None) is not None:
+            raise ValueError(f"node {n.name!r}: nic_of = {n.nic_of!r}, which itself shares another node's NIC")
+        out[i] = host
+    return out
 
 
 class FabricStats(NamedTuple):
@@ -261,7 +280,7 @@ class Fabric:
         self.prefix = prefix
         self.owner = owner
         self._segments = segments
-        self.layout = nic.FabricLayout.build(profile, [n.name for n in nodes])
+        self.layout = nic.FabricLayout.build(profile, [n.name for n in nodes], nic_of=_nic_of(nodes))
         self.params = nic.pack_params(profile)
         self.table = segments["fabric"].array(np.int64, 0, self.layout.words)
         self.descriptors = self.layout.descriptors
@@ -297,7 +316,7 @@ class Fabric:
             if spec.memory_bytes < 4096 or spec.memory_bytes > (1 << OFFSET_BITS):
                 raise ValueError(f"node {spec.name!r}: memory_bytes {spec.memory_bytes} out of range")
         prefix = prefix or new_prefix()
-        layout = nic.FabricLayout.build(profile, [n.name for n in nodes])
+        layout = nic.FabricLayout.build(profile, [n.name for n in nodes], nic_of=_nic_of(nodes))
         segments = {}
         try:
             segments["fabric"] = Segment.create("fabric", layout.words * 8, prefix=prefix)

@@ -205,7 +205,12 @@ class FabricLayout:
     words: int
 
     @classmethod
-    def build(cls, profile: Profile, nodes, *, doorbells_per_node: int = 512) -> "FabricLayout":
+    def build(cls, profile: Profile, nodes, *, doorbells_per_node: int = 512,
+              nic_of: dict | None = None) -> "FabricLayout":
+        """``nic_of``: node index -> index of the node whose NIC it shares (a DPU or DPA on its
+        host's card): that node's link, requester and responder units and atomic pipeline and
+        slots are the host's calendars; its PCIe (the card's internal path), DMA engine, doorbells
+        and counters stay its own."""
         nodes = tuple(nodes)
         if len(set(nodes)) != len(nodes):
             raise ValueError(f"node names must be unique, got {nodes}")
@@ -228,6 +233,9 @@ class FabricLayout:
             d[D_N_SLOTS] = profile.nic.atomic_slots
             d[D_DB0], d[D_DB_STRIDE] = _add_array(lay, f"{name}.db", doorbells_per_node, 1024 * ns, 256)
             d[D_N_DB] = doorbells_per_node
+        for i, host in (nic_of or {}).items():
+            for k in (D_TX, D_RX, D_REQ, D_RESP, D_ATOMIC, D_SLOT0, D_SLOT_STRIDE, D_N_SLOTS):
+                desc[i, k] = desc[host, k]
         state_words = S_DB_USERS + doorbells_per_node
         for i in range(len(nodes)):
             desc[i, D_STATE] = lay.words + i * state_words

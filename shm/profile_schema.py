@@ -142,6 +142,20 @@ class DpaProfile:
 
 
 @dataclass(frozen=True)
+class DpuProfile:
+    """A DPU's Arm cores (optional: only profiles of a card with a DPU have one). The DPU shares the
+    card's NIC with its host; its DMA engine to host memory is ``[dma]``."""
+    cores: int = knob("cores", "Arm cores of the DPU a rack may give its DPU nodes", min=1, max=1024)
+    ghz: float = knob("GHz", "Arm core clock (converts cycle counts to ns)", min=0.1, max=10)
+    memory_bytes: int = knob("B", "DPU DRAM on the card: the most a DPU node's memory may be", min=4096, max=1 << 44)
+    post_ns: int = knob("ns", "Arm CPU time to post one RDMA or DMA work request (build the WQE, ring the "
+                        "doorbell)", min=0, max=1_000_000)
+    poll_ns: int = knob("ns", "Arm CPU time of one completion-queue poll", min=0, max=1_000_000)
+    record_ns: int = knob("ns", "Arm CPU time to handle one small request record in a batch (read its header, "
+                          "route it)", min=0, max=1_000_000)
+
+
+@dataclass(frozen=True)
 class UdpProfile:
     """The unreliable datagram path for UDP-style services (optional: ``shm/udp.py`` refuses a profile
     without it). A datagram is priced as a UD SEND of its payload plus IPv4 and UDP headers."""
@@ -167,6 +181,7 @@ SECTIONS = {
 #: has one gives every key of it, validated like the required ones.
 OPTIONAL_SECTIONS = {
     "dpa": DpaProfile,
+    "dpu": DpuProfile,
     "udp": UdpProfile,
 }
 
@@ -187,5 +202,6 @@ class Profile:
     cpu: CpuProfile
     dma: DmaProfile
     dpa: DpaProfile | None = None   # optional: a card with a DPA (bf3)
+    dpu: DpuProfile | None = None   # optional: a card with Arm cores (bf3)
     udp: UdpProfile | None = None   # optional: the datagram path (shm/udp.py)
     source: str = ""  # the file it was read from
