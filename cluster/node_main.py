@@ -26,7 +26,13 @@ A node process
 
 Roles: ``compute`` and the ``manager`` run the scenario in clock-synchronised environments;
 ``memory`` nodes are passive (one-sided verbs never involve their CPU), so they only heartbeat
-until the rack is stopped.
+until the rack is stopped. A node whose role the system runs server actors on (a memory node
+with cores, a DPU, a DPA: ``CompiledRack.actor_nodes``) runs its actors in a clock-synchronised
+environment too, and publishes its device counters (cores busy, DPA threads and stalls, DMA
+bytes, RX queue depth, datagram drops) with its heartbeat. Every synchronised process routes
+its messages by kind (``nodes/runtime/router.py``): the manager's, verbs SENDs, datagrams, and
+the end of the plan, which the manager announces to every process once its plan is over so that
+polling actors end (``ctx.stopped``).
 """
 
 from __future__ import annotations
@@ -124,6 +130,8 @@ def node_main(state, slot: int, parent_pid: int, run_dir: str) -> None:
             _compute(state, slot, decl.name, writer)
         elif decl.role == "manager":
             _manager(state, decl.name, writer)
+        elif decl.name in state.compiled.actor_nodes:
+            _actor_node(state, decl.name, writer)
         else:
             _passive(state, decl.name, writer)
     except BaseException as e:  # noqa: BLE001 - every failure is reported, then the process exits
@@ -177,19 +185,104 @@ def _sync_env(state, address: int):
     return Environment(seed=spec.seed * 1000 + address, sync=sync)
 
 
+def _wire(state, env, name: str):
+    """A synchronised node's verbs host, datagram net, message router and server actors."""
+    from nodes.actors import actor_contexts, rack_udp, start_actors
+    from nodes.runtime.router import MSG_STOP, MSG_UDP, MSG_UDP_COPY, MSG_VERBS_SEND, Router
+    from shm.verbs import VerbsHost
+    c = state.compiled
+    host = VerbsHost(state.fabric, env, proc_of_node=c.proc_of_node(), my_proc=c.address(name))
+    udp = rack_udp(state, host, only={name})
+    router = Router(name)
+    router.on(MSG_VERBS_SEND, host._on_message)
+    if udp is not None:
+        router.on(MSG_UDP, lambda _src, p: udp.deliver(False, p[1:]))
+        router.on(MSG_UDP_COPY, lambda _src, p: udp.deliver(True, p[1:]))
+    contexts = []
+    if getattr(c.system, "servers", None):
+        contexts = actor_contexts(state, env, host, only={name}, udp=udp)
+        start_actors(c.system, contexts)
+    stopped = contexts[0].stopped if contexts else None
+
+    def stop(_src, _p):
+        if stopped is not None and not stopped.triggered:
+            stopped.succeed()
+    router.on(MSG_STOP, stop)
+    env.on_message = router
+    return host, udp, router, contexts
+
+
+def _device_counters(contexts, udp, name: str):
+    """() -> the device counters of this node's actors (cluster.stats.COUNTERS), for the heartbeat."""
+    def counters() -> dict:
+        try:
+            return read()
+        except RuntimeError:          # an actor added a queue or thread while this thread read: next beat
+            return {}
+
+    def read() -> dict:
+        out = {"cpu_cores": 0, "cpu_busy_ns": 0, "dpa_threads": 0, "dpa_stall_ns": 0, "dma_bytes": 0}
+        for ctx in contexts:
+            if ctx.dpa is not None:
+                out["cpu_cores"] += len(ctx.dpa.cores)
+                out["cpu_busy_ns"] += sum(core.statistics().busy_ns for core in ctx.dpa.cores)
+                out["dpa_threads"] += len(ctx.dpa.threads)
+                out["dpa_stall_ns"] += sum(th.statistics().stall_ns for th in ctx.dpa.threads)
+            else:
+                out["cpu_cores"] += ctx.cores.n
+                out["cpu_busy_ns"] += ctx.cores.busy_ns
+            if ctx.dma is not None:
+                out["dma_bytes"] += ctx.dma.statistics().bytes
+        if udp is not None:
+            out["rx_queued"] = sum(len(q) for q in list(udp.queues.values()))
+            st = udp.statistics()
+            out["udp_dropped"] = st.dropped
+            out["udp_resends"] = st.resends
+        return out
+    return counters
+
+
 def _compute(state, slot: int, name: str, writer) -> None:
     from cluster.rack import compute_handler, make_compute
-    from shm.verbs import VerbsHost
+    from nodes.runtime.router import MSG_START
     c = state.compiled
     address = c.compute.index(name)
     env = _sync_env(state, address)
-    host = VerbsHost(state.fabric, env)
-    node = make_compute(state, env, host, name, env.send, writer)
-    env.on_message = compute_handler(node)
+    host, udp, router, contexts = _wire(state, env, name)
+    node = make_compute(state, env, host, name, env.send, writer, udp=udp)
+    router.on(MSG_START, compute_handler(node))
+    dev = _device_counters(contexts, udp, name)
+
+    def counters() -> dict:
+        out = dict(node.client_counters() or {})
+        out.update(dev())
+        return out
     hb = _Heartbeat(writer, NicGauge(state.fabric, name), lambda: env.now, lambda: node.ops,
-                    lambda: host._posted, node.client_counters)
+                    lambda: host._posted, counters)
     hb.during(env)
     node.stop()
+    hb.last()
+
+
+def _actor_node(state, name: str, writer) -> None:
+    """A memory node with cores, a DPU or a DPA: its server actors in the rack's virtual clock."""
+    env = _sync_env(state, state.compiled.address(name))
+    host, udp, _router, contexts = _wire(state, env, name)
+    base = None
+    if state.compiled.nodes[state.slot(name)].role == "memory":
+        def base() -> dict:
+            used, capacity = state.fabric.occupancy(name)
+            return {"mem_used": used, "mem_capacity": capacity}
+    dev = _device_counters(contexts, udp, name)
+
+    def counters() -> dict:
+        out = dev()
+        if base is not None:
+            out.update(base())
+        return out
+    hb = _Heartbeat(writer, NicGauge(state.fabric, name), lambda: env.now, lambda: env.statistics().events,
+                    lambda: host._posted, counters)
+    hb.during(env)
     hb.last()
 
 
@@ -210,8 +303,8 @@ def _manager(state, name: str, writer) -> None:
             except ProcessLookupError:
                 pass
             _wait_gone(pid)
-        if victim in c.compute:
-            state.clock.mark_gone(c.compute.index(victim))
+        if c.address(victim) >= 0:
+            state.clock.mark_gone(c.address(victim))
         state.fabric.release_stuck_line_locks()      # it may have died inside a 64-byte line copy
 
     def is_alive(addr: int) -> bool:
@@ -220,7 +313,17 @@ def _manager(state, name: str, writer) -> None:
 
     mgr = make_manager(state, env, env.send, kill_node=kill_node, is_alive=is_alive)
     env.on_message = mgr.on_message
-    env.process(mgr.run(), name="manager")
+    proc = env.process(mgr.run(), name="manager")
+    if getattr(c.system, "servers", None):
+        from nodes.runtime.router import MSG_STOP
+        latency = c.spec.profile.link.one_way_ns
+
+        def announce(_ev) -> None:
+            # the plan is over: every other process's actors that poll may end (ctx.stopped)
+            for dest in range(c.n_procs):
+                if dest != address and not state.clock.gone(dest):
+                    env.send(dest, env.now + latency, (MSG_STOP,))
+        proc.callbacks.append(announce)
     hb = _Heartbeat(writer, NicGauge(state.fabric, name), lambda: env.now, lambda: mgr.step, lambda: 0)
     hb.during(env)
     if mgr.step >= len(c.plan):

@@ -29,7 +29,7 @@ from nodes.runtime.env import Environment
 from nodes.runtime.sync import ClockTable
 from nodes.systems import get_system
 from nodes.systems.api import SystemError_
-from shm.fabric import Fabric, NodeSpec
+from shm.fabric import Fabric
 from shm.segment import new_prefix
 from shm.verbs import VerbsHost
 
@@ -52,6 +52,26 @@ class CompiledRack:
     nodes: list               # NodeDecl(name, role, memory_bytes), fabric order
     compute: list[str]        # compute node names, link addresses 0..K-1
     capacity: int             # keys the system is sized for
+    actor_nodes: list = field(default_factory=list)   # other nodes that run server actors: addresses K+1..
+
+    def address(self, name: str) -> int:
+        """A node's process address in the clock table (-1: it has none, a passive node)."""
+        if name in self.compute:
+            return self.compute.index(name)
+        if name == "mgr":
+            return len(self.compute)
+        if name in self.actor_nodes:
+            return len(self.compute) + 1 + self.actor_nodes.index(name)
+        return -1
+
+    @property
+    def n_procs(self) -> int:
+        """Processes in the clock table: compute nodes, the manager, the other actor nodes."""
+        return len(self.compute) + 1 + len(self.actor_nodes)
+
+    def proc_of_node(self) -> dict:
+        """Fabric index -> clock address, for every node (shm.verbs.VerbsHost, shm.udp)."""
+        return {i: self.address(n.name) for i, n in enumerate(self.nodes)}
 
     @property
     def spec(self):
@@ -105,7 +125,9 @@ def compile_scenario(scenario) -> CompiledRack:
     capacity = table_capacity(plan, workloads)       # the formula cluster.scenario.check_capacity checked
     nodes = list(spec.nodes())
     compute = [n.name for n in nodes if n.role == "compute"]
-    return CompiledRack(scenario, system, options, workloads, plan, nodes, compute, capacity)
+    servers = getattr(system, "servers", None) or {}
+    actor_nodes = [n.name for n in nodes if n.role in servers and n.role != "compute"]
+    return CompiledRack(scenario, system, options, workloads, plan, nodes, compute, capacity, actor_nodes)
 
 
 def _label(action, st, wname, wl, duration_ms, count, bulk) -> str:
@@ -149,8 +171,7 @@ class RackState:
         prefix = new_prefix()
         parts = []
         try:
-            fabric = Fabric.create(spec.profile, [NodeSpec(n.name, n.role, n.memory_bytes) for n in compiled.nodes],
-                                   prefix=prefix)
+            fabric = Fabric.create(spec.profile, [n.fabric_spec() for n in compiled.nodes], prefix=prefix)
             parts.append(fabric)
             plane = StatsPlane.create([ProcInfo(n.name, n.role) for n in compiled.nodes], prefix=prefix,
                                       max_steps=len(compiled.plan) + 1)
@@ -159,8 +180,9 @@ class RackState:
             parts.append(control)
             clock = None
             if processes:
-                # compute nodes are link addresses 0..K-1, the manager K: they run the scenario
-                clock = ClockTable.create(len(compiled.compute) + 1, prefix=prefix)
+                # compute nodes are link addresses 0..K-1, the manager K: they run the scenario;
+                # nodes with server actors (memory with cores, DPUs, DPAs) K+1.. (CompiledRack.address)
+                clock = ClockTable.create(compiled.n_procs, prefix=prefix)
                 parts.append(clock)
             log = None
             if history:
@@ -196,7 +218,7 @@ class RackState:
         self.close()
 
 
-def make_compute(state: RackState, env, host, name: str, send, recorder) -> ComputeNode:
+def make_compute(state: RackState, env, host, name: str, send, recorder, udp=None) -> ComputeNode:
     """One compute node wired to the manager through ``send`` (link address of the manager = K)."""
     c = state.compiled
     spec = c.spec
@@ -214,7 +236,7 @@ def make_compute(state: RackState, env, host, name: str, send, recorder) -> Comp
                        layout=state.layout, options=c.options, workloads=c.workloads, plan=c.plan,
                        recorder=recorder, inserts=SharedInsertSequence(state.control), on_done=on_done,
                        seed=spec.seed, history=state.history.writer(index) if state.history else None,
-                       smart=smart)
+                       smart=smart, udp=udp)
 
 
 def compute_handler(node: ComputeNode):
@@ -280,13 +302,15 @@ class ColocatedRack:
                     "rack": c.spec.name, "system": c.system.name, "profile": c.spec.profile_name,
                     "seed": c.spec.seed, "steps": [s.label for s in c.plan]}, env=env)
             host = VerbsHost(state.fabric, env)
+            from nodes.actors import rack_udp
+            self.udp = rack_udp(state, host)
             link = ColocatedLink(env)
             nodes = []
             for i, name in enumerate(c.compute):
                 slot = state.slot(name)
                 writer = state.plane.writer(slot)
                 writer.begin(0)
-                node = make_compute(state, env, host, name, link.sender(i), writer)
+                node = make_compute(state, env, host, name, link.sender(i), writer, udp=self.udp)
                 link.bind(i, compute_handler(node))
                 nodes.append((node, writer))
             mgr = make_manager(state, env, link.sender(len(c.compute)))
@@ -295,7 +319,7 @@ class ColocatedRack:
             if getattr(c.system, "servers", None):
                 # server actors (nodes/actors.py): only a system that declares some gets any
                 from nodes.actors import actor_contexts, start_actors
-                self.actor_contexts = actor_contexts(state, env, host)
+                self.actor_contexts = actor_contexts(state, env, host, udp=self.udp)
                 start_actors(c.system, self.actor_contexts)
             mgr_proc = env.process(mgr.run(), name="manager")
             if self.actor_contexts:

@@ -124,6 +124,15 @@ class NodeSummary(NamedTuple):
     bytes_reclaimed: int = 0        # compute nodes: bytes their clients reclaimed
     blocks_reused: int = 0          # compute nodes: blocks their clients reused
     torn_reads: int = 0             # compute nodes: READs their clients found torn (a WRITE met halfway)
+    # nodes with server actors (cluster.stats.Counters): DPUs, DPAs, memory nodes with cores
+    cpu_cores: int = 0
+    cpu_busy_ns: int = 0
+    dpa_threads: int = 0
+    dpa_stall_ns: int = 0
+    dma_bytes: int = 0
+    rx_queued: int = 0
+    udp_dropped: int = 0
+    udp_resends: int = 0
 
 
 def _none_if_nan(x: float) -> float | None:

@@ -152,17 +152,22 @@ DEFAULTS = {
                 "threads_per_qp": None},
     "memory": {"count": 2, "memory": 512 << 20, "cores": 0},
     "client": {"count": 0, "memory": 64 << 20},
+    "dpu": {"hosts": [], "cores": None, "memory": 64 << 20},
+    "dpa": {"hosts": [], "threads": 16, "memory": 64 << 20},
     "manager": {"count": 1},
     "run": {"duration_ms": 0, "load": True},
 }
 
-TABLES = ("rack", "profile_overrides", "compute", "memory", "client", "manager", "system", "workload",
-          "workloads", "run", "smart")
+TABLES = ("rack", "profile_overrides", "compute", "memory", "client", "dpu", "dpa", "steer", "manager", "system",
+          "workload", "workloads", "run", "smart")
 _TABLE_KEYS = {
     "rack": ("name", "profile", "seed", "on_node_death"),
     "compute": tuple(DEFAULTS["compute"]),
     "memory": tuple(DEFAULTS["memory"]),
     "client": tuple(DEFAULTS["client"]),
+    "dpu": tuple(DEFAULTS["dpu"]),
+    "dpa": tuple(DEFAULTS["dpa"]),
+    "steer": ("node", "port", "port_hi", "target", "mirror"),
     "manager": tuple(DEFAULTS["manager"]),
     "run": tuple(DEFAULTS["run"]),
 }
@@ -176,14 +181,15 @@ class NodeDecl:
     """One node process of the rack: its unique name, its role and its host memory in bytes."""
 
     name: str
-    role: str  # "compute" | "memory" | "client" | "manager"
+    role: str  # "compute" | "memory" | "client" | "dpu" | "dpa" | "manager"
     memory_bytes: int
+    host: str | None = None   # a DPU's or DPA's host compute node: they share its NIC
 
     def fabric_spec(self):
         """The :class:`shm.fabric.NodeSpec` the fabric is created from (imported here: the fabric
         pulls in numba, which reading a spec does not need)."""
         from shm.fabric import NodeSpec
-        return NodeSpec(self.name, self.role, self.memory_bytes)
+        return NodeSpec(self.name, self.role, self.memory_bytes, nic_of=self.host)
 
 
 @dataclass(frozen=True)
@@ -207,6 +213,31 @@ class MemorySpec:
 class ClientSpec:
     count: int
     memory_bytes: int
+
+
+@dataclass(frozen=True)
+class DpuSpec:
+    hosts: tuple = ()          # compute node names: one DPU per entry, dpu0, dpu1, ... in this order
+    cores: int = 0             # Arm cores each DPU gives its actors
+    memory_bytes: int = 64 << 20   # DPU DRAM of each (its segment)
+
+
+@dataclass(frozen=True)
+class DpaSpec:
+    hosts: tuple = ()          # compute node names: one DPA per entry, dpa0, dpa1, ...
+    threads: int = 16          # hardware threads each DPA runs actors on
+    memory_bytes: int = 64 << 20   # DPA memory of each (its segment)
+
+
+@dataclass(frozen=True)
+class SteerSpec:
+    """A NIC steering rule of the rack ([[steer]]): datagrams to ``node`` on ``port``..``port_hi``
+    land in ``target`` (a node on the same card, or one of its queues), a copy in ``mirror``."""
+    node: str
+    port: int
+    port_hi: int
+    target: str
+    mirror: str | None = None
 
 
 @dataclass(frozen=True)
@@ -308,6 +339,9 @@ class RackSpec:
     base_dir: str = "."  # absolute directory relative paths of the file were resolved against
     warnings: tuple = ()  # things that are legal but probably not meant (shown, never fatal)
     smart: dict | None = None  # [smart]: SMART's switches for the compute nodes' verbs (shm.smart.SmartConfig)
+    dpu: DpuSpec = DpuSpec()
+    dpa: DpaSpec = DpaSpec()
+    steer: tuple = ()          # SteerSpec rules, in file order (first match wins per node)
 
     def smart_config(self, system_defaults: dict | None = None):
         """The SMART switches the compute nodes run with: the system's defaults, then [smart]."""
@@ -315,7 +349,7 @@ class RackSpec:
         return SmartConfig.from_dict({**(system_defaults or {}), **(self.smart or {})})
 
     def nodes(self) -> list[NodeDecl]:
-        """Every node in fabric order: cn0.., mn0.., cl0.., then mgr.
+        """Every node in fabric order: cn0.., mn0.., cl0.., dpu0.., dpa0.., then mgr.
 
         The order is fixed (a node's index is its fabric node id, which systems store in remote
         pointers), so the same spec always gives the same addresses.
@@ -323,6 +357,8 @@ class RackSpec:
         out = [NodeDecl(f"cn{i}", "compute", self.compute.memory_bytes) for i in range(self.compute.count)]
         out += [NodeDecl(f"mn{i}", "memory", self.memory.memory_bytes) for i in range(self.memory.count)]
         out += [NodeDecl(f"cl{i}", "client", self.client.memory_bytes) for i in range(self.client.count)]
+        out += [NodeDecl(f"dpu{i}", "dpu", self.dpu.memory_bytes, h) for i, h in enumerate(self.dpu.hosts)]
+        out += [NodeDecl(f"dpa{i}", "dpa", self.dpa.memory_bytes, h) for i, h in enumerate(self.dpa.hosts)]
         out.append(NodeDecl("mgr", "manager", self.manager.memory_bytes))
         return out
 
@@ -351,6 +387,15 @@ class RackSpec:
         ]
         if self.client.count:
             lines.append(f"client: {self.client.count} x {format_size(self.client.memory_bytes)}")
+        if self.dpu.hosts:
+            lines.append(f"dpu: {len(self.dpu.hosts)} ({', '.join(f'dpu{i} on {h}' for i, h in enumerate(self.dpu.hosts))}),"
+                         f" {self.dpu.cores} Arm cores and {format_size(self.dpu.memory_bytes)} each")
+        if self.dpa.hosts:
+            lines.append(f"dpa: {len(self.dpa.hosts)} ({', '.join(f'dpa{i} on {h}' for i, h in enumerate(self.dpa.hosts))}),"
+                         f" {self.dpa.threads} threads and {format_size(self.dpa.memory_bytes)} each")
+        for r in self.steer:
+            ports = f"{r.port}" if r.port_hi == r.port else f"{r.port}-{r.port_hi}"
+            lines.append(f"steer: {r.node} udp {ports} -> {r.target}" + (f", mirror to {r.mirror}" if r.mirror else ""))
         lines.append(f"nodes: {', '.join(self.node_names())} ({format_size(self.total_memory_bytes())} mapped lazily)")
         opts = ", ".join(f"{k}={_show(v)}" for k, v in self.system.options.items())
         lines.append(f"system: {self.system.name}{' (' + opts + ')' if opts else ''}")
@@ -758,6 +803,10 @@ def spec_from_dict(data: Mapping[str, Any], *, source: str = "<string>", base_di
             owner = next((t for t, keys in _TABLE_KEYS.items() if k in keys), None)
             hint = f"; it belongs in [{owner}]" if owner else _suggest(k, known_tables)
             raise SpecError(f"{label}: {k} = {_show(v)}: unknown top-level key{hint}")
+        if k == "steer":
+            if not (isinstance(v, list) and all(isinstance(x, dict) for x in v)):
+                raise SpecError(f"{label}: steer = {_show(v)}: must be an array of tables [[steer]]")
+            continue
         if not isinstance(v, dict):
             raise SpecError(f"{label}: {k} = {_show(v)}: must be a table [{k}]")
 
@@ -811,6 +860,9 @@ def spec_from_dict(data: Mapping[str, Any], *, source: str = "<string>", base_di
     client = ClientSpec(count=t.get("count", DEFAULTS["client"]["count"], _int(*COUNT_RANGES["client"])),
                         memory_bytes=t.get("memory", DEFAULTS["client"]["memory"], _size()))
 
+    dpu, dpa = _devices(label, data, profile, compute)
+    steer = _steering(label, data.get("steer") or [], compute, memory, dpu, dpa)
+
     t = _Table(label, "manager", data.get("manager", {}))
     t.only(_TABLE_KEYS["manager"])
 
@@ -826,6 +878,10 @@ def spec_from_dict(data: Mapping[str, Any], *, source: str = "<string>", base_di
         shown = "0" if "cores" in (data.get("memory") or {}) else "0 (default)"
         raise SpecError(f"{label}: memory.cores = {shown}: system {system.name!r} runs server actors on memory "
                         f"nodes, which need a CPU; give memory.cores >= 1")
+    for role, spec_of in (("dpu", dpu), ("dpa", dpa)):
+        if role in system.servers and not spec_of.hosts:
+            raise SpecError(f"{label}: {role}.hosts = [] (default): system {system.name!r} runs server actors on "
+                            f"{role.upper()} nodes; attach one to a compute node, e.g. {role}.hosts = [\"cn0\"]")
     warnings = []
     counts = {"compute": compute.count, "memory": memory.count, "client": client.count}
     for role, count in counts.items():
@@ -860,7 +916,7 @@ def spec_from_dict(data: Mapping[str, Any], *, source: str = "<string>", base_di
         name=name, source=source, profile=profile, profile_name=profile_name, profile_overrides=prof_over,
         seed=file_seed if seed is None else seed, on_node_death=on_death, compute=compute, memory=memory,
         client=client, manager=manager, system=system, workloads=workloads, run=run, base_dir=str(base),
-        warnings=tuple(warnings), smart=dict(smart) if smart else None,
+        warnings=tuple(warnings), smart=dict(smart) if smart else None, dpu=dpu, dpa=dpa, steer=steer,
     )
 
     # Memory segments are mapped lazily, so a rack larger than RAM would start -- and then be killed
@@ -870,8 +926,91 @@ def spec_from_dict(data: Mapping[str, Any], *, source: str = "<string>", base_di
         raise SpecError(f"{label}: the rack asks for {format_size(total)} of node memory but this machine has "
                         f"{format_size(have)} (compute {compute.count} x {format_size(compute.memory_bytes)}, "
                         f"memory {memory.count} x {format_size(memory.memory_bytes)}, "
-                        f"client {client.count} x {format_size(client.memory_bytes)})")
+                        f"client {client.count} x {format_size(client.memory_bytes)}"
+                        + (f", dpu {len(dpu.hosts)} x {format_size(dpu.memory_bytes)}" if dpu.hosts else "")
+                        + (f", dpa {len(dpa.hosts)} x {format_size(dpa.memory_bytes)}" if dpa.hosts else "") + ")")
     return spec
+
+
+def _hosts(t: "_Table", compute: ComputeSpec) -> tuple:
+    names = [f"cn{i}" for i in range(compute.count)]
+    hosts = t.data.get("hosts", [])
+    if not isinstance(hosts, list) or not all(isinstance(h, str) for h in hosts):
+        t.fail("hosts", "must be a list of compute node names, e.g. [\"cn0\"]")
+    for i, h in enumerate(hosts):
+        if h not in names:
+            raise SpecError(f"{t.label}: {t.path}.hosts[{i}] = {_show(h)}: no such compute node; the rack has "
+                            f"{', '.join(names)}{_suggest(h, names)}")
+        if h in hosts[:i]:
+            raise SpecError(f"{t.label}: {t.path}.hosts[{i}] = {_show(h)}: listed twice; a card has one "
+                            f"{t.path.upper()}")
+    return tuple(hosts)
+
+
+def _devices(label: str, data: Mapping, profile: Profile, compute: ComputeSpec) -> tuple:
+    """[dpu] and [dpa]: the offload devices attached to compute nodes (docs/devices.md)."""
+    t = _Table(label, "dpu", data.get("dpu", {}))
+    t.only(_TABLE_KEYS["dpu"])
+    hosts = _hosts(t, compute)
+    if hosts and profile.dpu is None:
+        t.fail("hosts", f"profile {profile.name!r} has no [dpu] table (a card without Arm cores); "
+                        f"use rack.profile = \"bf3\" or a profile with one")
+    most = profile.dpu.cores if profile.dpu else 1024
+    cores = t.get("cores", profile.dpu.cores if profile.dpu else 0, _int(1, most))
+    mem_hi = min(MAX_NODE_MEMORY, profile.dpu.memory_bytes) if profile.dpu else MAX_NODE_MEMORY
+    dpu = DpuSpec(hosts, cores, t.get("memory", DEFAULTS["dpu"]["memory"], _size(hi=mem_hi)))
+    t = _Table(label, "dpa", data.get("dpa", {}))
+    t.only(_TABLE_KEYS["dpa"])
+    hosts = _hosts(t, compute)
+    if hosts and profile.dpa is None:
+        t.fail("hosts", f"profile {profile.name!r} has no [dpa] table (a card without a DPA); "
+                        f"use rack.profile = \"bf3\" or a profile with one")
+    most = profile.dpa.usable_threads if profile.dpa else 1 << 20
+
+    def _threads(v):
+        try:
+            return _int(1, most)(v)
+        except ValueError as e:
+            raise ValueError(f"{e} (dpa.usable_threads of profile {profile.name!r})" if profile.dpa else str(e)) from None
+    threads = t.get("threads", DEFAULTS["dpa"]["threads"], _threads)
+    mem_hi = min(MAX_NODE_MEMORY, profile.dpa.memory_bytes) if profile.dpa else MAX_NODE_MEMORY
+    dpa = DpaSpec(hosts, threads, t.get("memory", DEFAULTS["dpa"]["memory"], _size(hi=mem_hi)))
+    return dpu, dpa
+
+
+def _steering(label: str, rules: list, compute, memory, dpu, dpa) -> tuple:
+    """[[steer]]: a rule is applied by ``node``'s NIC, so its targets must be on that card: the node
+    itself or a DPU/DPA attached to it (a queue ``node.name`` names one queue of such a node)."""
+    nodes = ([f"cn{i}" for i in range(compute.count)] + [f"mn{i}" for i in range(memory.count)]
+             + [f"dpu{i}" for i in range(len(dpu.hosts))] + [f"dpa{i}" for i in range(len(dpa.hosts))])
+    card = {f"dpu{i}": h for i, h in enumerate(dpu.hosts)} | {f"dpa{i}": h for i, h in enumerate(dpa.hosts)}
+    out = []
+    for i, data in enumerate(rules):
+        t = _Table(label, f"steer[{i}]", data)
+        t.only(_TABLE_KEYS["steer"])
+        for key in ("node", "port", "target"):
+            if key not in data:
+                raise SpecError(f"{label}: steer[{i}]: missing key {key!r} (a rule needs node, port and target)")
+        node = t.get("node", "", _text)
+        if node not in nodes:
+            t.fail("node", f"no such node; the rack has {', '.join(nodes)}{_suggest(node, nodes)}")
+        port = t.get("port", 0, _int(0, 65535))
+        hi = t.get("port_hi", port, _int(port, 65535))
+        host = card.get(node, node)
+        on_card = [n for n in nodes if n == host or card.get(n) == host]
+
+        def target(key, v):
+            owner = v.split(".", 1)[0]
+            if owner not in on_card:
+                t.fail(key, f"unknown steering target: {owner!r} is not a node on {node}'s card "
+                            f"(there: {', '.join(on_card)})")
+            return v
+        tgt = target("target", t.get("target", "", _text))
+        mirror = t.get("mirror", None, _text)
+        if mirror is not None:
+            target("mirror", mirror)
+        out.append(SteerSpec(node, port, hi, tgt, mirror))
+    return tuple(out)
 
 
 def default_spec(*, seed: int | None = None) -> RackSpec:

@@ -117,7 +117,9 @@ class Gauges(NamedTuple):
 
 #: Totals a process publishes in its slot header beside the heartbeat (bytes or counts, >= 0):
 #: a memory node's occupancy, a compute node's clients' reclamation (see the module docstring).
-COUNTERS = ("mem_used", "mem_capacity", "bytes_reclaimed", "blocks_reused", "torn_reads")
+COUNTERS = ("mem_used", "mem_capacity", "bytes_reclaimed", "blocks_reused", "torn_reads",
+            "cpu_cores", "cpu_busy_ns", "dpa_threads", "dpa_stall_ns", "dma_bytes", "rx_queued", "udp_dropped",
+            "udp_resends")
 
 
 class Counters(NamedTuple):
@@ -126,6 +128,15 @@ class Counters(NamedTuple):
     bytes_reclaimed: int = 0        # bytes the node's clients reclaimed (compute nodes)
     blocks_reused: int = 0          # blocks the node's clients reused (compute nodes)
     torn_reads: int = 0             # multi-line READs the node's clients found torn and read again
+    # nodes that run server actors (docs/devices.md, "Observability")
+    cpu_cores: int = 0              # modelled cores the node's actors run on (a DPU's Arm cores, a DPA's cores)
+    cpu_busy_ns: int = 0            # virtual ns those cores were busy, summed over cores
+    dpa_threads: int = 0            # DPA hardware threads started (DPA nodes)
+    dpa_stall_ns: int = 0           # virtual ns DPA threads waited off their cores (memory, DMA)
+    dma_bytes: int = 0              # bytes the node's DMA engine moved to or from its host
+    rx_queued: int = 0              # datagrams waiting in the node's RX queues now
+    udp_dropped: int = 0            # datagrams the node's queues dropped (full ring, or overrun)
+    udp_resends: int = 0            # requests the node's processes sent again after a timeout
 
 
 # -- histogram geometry -------------------------------------------------------------------------
@@ -140,7 +151,7 @@ REL_ERROR = 1.0 / (2 * SUB)         # bound on a percentile's relative error (se
 # -- segment layout -----------------------------------------------------------------------------
 
 MAGIC = 0x7374_6174_536B_6344       # b"DckSstat" little-endian-ish; fits in int64
-VERSION = 2                         # 2: 32 sub-buckets, counters and exit words in the slot header
+VERSION = 3                         # 2: 32 sub-buckets, counters and exit words; 3: device counters
 LINE = 8                            # int64 words per cache line
 
 # global header words
@@ -155,7 +166,7 @@ W_EVENTS, W_VERBS, W_CUR_STEP, W_STEP_HI, W_HEARTBEATS = range(8, 13)
 W_EXIT_CODE, W_EXITED = 13, 14      # written by the supervisor once the owner is dead (not seqlocked)
 W_GAUGES = 16                       # float64 words: nic_util, link_util, pcie_util
 W_COUNTERS = 24                     # int64 words: COUNTERS, in order
-SLOT_HDR_WORDS = 32
+SLOT_HDR_WORDS = 40
 
 # per-step data (the hot part): counters per kind, then one histogram per kind
 S_COUNT = 0

@@ -100,11 +100,6 @@ class Supervisor:
                 console = Console(width=160)
         self.console = console
         self.compiled = compile_scenario(scenario)
-        if getattr(self.compiled.system, "servers", None):
-            # nodes/actors.py: a memory node process here only heartbeats, outside the virtual clock
-            raise RackError(f"{scenario.source}: system {self.compiled.system.name!r} runs server actors "
-                            f"(on {', '.join(self.compiled.spec.system.servers)} nodes), which only a co-located "
-                            f"rack supports for now (dmrack run --colocated)")
         self.state: RackState | None = None
         self.procs_by_slot: dict = {}       # fabric slot -> multiprocessing.Process
         self.deaths: list[NodeDeath] = []
@@ -193,7 +188,8 @@ class Supervisor:
     def _spawn(self, run_dir: str) -> None:
         from cluster.node_main import node_main
         order = sorted(range(len(self.compiled.nodes)),
-                       key=lambda i: {"memory": 0, "client": 1, "compute": 2, "manager": 3}[self.compiled.nodes[i].role])
+                       key=lambda i: {"memory": 0, "client": 1, "dpu": 2, "dpa": 2, "compute": 3,
+                                      "manager": 4}[self.compiled.nodes[i].role])
         me = os.getpid()
         # The nodes inherit the supervisor's heap (numba's compiled code, the warm-up's objects:
         # ~90 MiB) copy-on-write. A full collection in a node writes to the GC header of every
@@ -289,17 +285,17 @@ class Supervisor:
             if gave_up is not None and not expected:
                 # One line: the stop reason carries it (the node logged it to the event log).
                 self._fatal_status = EXIT_GAVE_UP
-                if decl.role == "compute":
-                    state.clock.mark_gone(c.compute.index(decl.name))
+                if c.address(decl.name) >= 0:
+                    state.clock.mark_gone(c.address(decl.name))
                 return f"{decl.name}: {how}"
             text = f"{decl.name} {how}" + (" (as the scenario asked)" if expected else "")
             view.note(text)
             state.plane.log(0, "fault", decl.name, text)
             if expected:
                 continue
-            if decl.role in ("compute", "manager"):
+            if c.address(decl.name) >= 0:
                 # It holds nobody back any more (its clock would stay put forever).
-                state.clock.mark_gone(c.compute.index(decl.name) if decl.role == "compute" else len(c.compute))
+                state.clock.mark_gone(c.address(decl.name))
             if c.spec.on_node_death != "continue" or decl.role == "manager":
                 return f"node {decl.name} died ({how})"
         return None

@@ -22,15 +22,20 @@ Order: the functions run for every memory node (in node order), then every compu
 any actor runs; ``ctx.directory`` is one dict shared by the rack, so a server can publish what its
 peers need to connect (a QP number) and the functions called after it can read it.
 
-Roles: ``memory`` and ``compute`` today; ``dpu`` and ``dpa`` are reserved for the device roles of
-issue 22 (a spec whose system names them is refused until they exist). A memory node runs actors
-only with ``[memory] cores`` >= 1 (the spec refuses a system with memory actors on a rack whose
-memory nodes have no CPU; without actors memory nodes stay passive, as before). A compute node's
-actors get cores of their own (``[compute] threads`` of them), not shared with its client threads:
-an assumption, stated so, that keeps the clients' timing exactly what it was.
+Roles: ``memory``, ``compute``, ``dpu`` and ``dpa`` (the device nodes of a rack's ``[dpu]`` and
+``[dpa]`` tables, docs/devices.md). A memory node runs actors only with ``[memory] cores`` >= 1
+(the spec refuses a system with memory actors on a rack whose memory nodes have no CPU; without
+actors memory nodes stay passive, as before). A compute node's actors get cores of their own
+(``[compute] threads`` of them), not shared with its client threads: an assumption, stated so,
+that keeps the clients' timing exactly what it was. A DPU's context has its Arm cores
+(``[dpu] cores`` at ``dpu.ghz``), its DMA engine into its host's memory (``ctx.dma``) and its RX
+queue; a DPA's has ``ctx.dpa`` (cores, caches, up to ``[dpa] threads`` hardware threads), its DMA
+engine and one RX queue per thread. Every context has the process's datagram net (``ctx.udp``).
 
-Actors are co-located-rack only for now: a rack of processes refuses a system that declares any
-(the memory nodes there are heartbeat-only processes outside the virtual clock).
+In a rack of processes every node that runs actors is a process in the virtual clock (compute
+nodes already are; memory nodes with actors, DPUs and DPAs join it), and ``ctx.directory`` is
+per process: a server must not count on what another process published, but derive addresses
+from the layout its ``setup`` made. ``ctx.stopped`` fires in every process when the plan is over.
 
 An actor must wait on events rather than poll with timeouts for ever: the co-located rack runs
 until nothing is left to happen, exactly as without actors (so operations in flight at the end of
@@ -47,7 +52,7 @@ from typing import Any
 #: Every role a system may name in ``servers`` (the device roles plug in here when they exist).
 ACTOR_ROLES = ("memory", "compute", "dpu", "dpa")
 #: The roles this version of the rack can run actors on.
-AVAILABLE_ROLES = ("memory", "compute")
+AVAILABLE_ROLES = ("memory", "compute", "dpu", "dpa")
 
 
 class Cores:
@@ -99,6 +104,11 @@ class NodeContext:
     cores: Cores                 # the node's modelled CPU
     directory: dict = field(default_factory=dict)   # rack-wide, shared by every node's context
     stopped: Any = None          # rack-wide event: fires when the manager has finished the plan
+    host_node: int | None = None  # a DPU's or DPA's host compute node (fabric index); else None
+    dma: Any = None              # a DPU's or DPA's DMA engine into its host's memory (shm.dma.DmaEngine)
+    dpa: Any = None              # a DPA node's cores, caches and threads (nodes.devices.dpa_core.Dpa)
+    udp: Any = None              # the process's datagram net (shm.udp.UdpNet), if the profile has [udp]
+    queues: tuple = ()           # this node's default RX queues (see rack_udp)
     _verbs: Any = None
 
     @property
@@ -127,25 +137,99 @@ class NodeContext:
         self.cores.charge(int(ns))
 
 
-def actor_contexts(state, env, host, *, directory: dict | None = None) -> list[NodeContext]:
-    """A context for every node the system runs actors on: memory nodes, then compute nodes."""
+#: The order in which a rack calls the servers functions of its nodes' roles.
+ROLE_ORDER = ("memory", "compute", "dpu", "dpa")
+
+
+def actor_contexts(state, env, host, *, directory: dict | None = None, only=None, udp=None) -> list[NodeContext]:
+    """A context for every node the system runs actors on: memory nodes, compute nodes, DPUs, DPAs.
+    ``only``: the node names this process runs (a rack of processes; default: all). ``udp``: the
+    process's datagram net (:func:`rack_udp`)."""
     c = state.compiled
     servers = getattr(c.system, "servers", None) or {}
     spec = c.spec
-    ghz = spec.profile.cpu.ghz
+    prof = spec.profile
     directory = {} if directory is None else directory
     stopped = env.event()
     out = []
-    for role in ("memory", "compute"):
+    for role in ROLE_ORDER:
         if role not in servers:
             continue
-        n = spec.memory.cores if role == "memory" else spec.compute.threads
         for i, decl in enumerate(c.nodes):
-            if decl.role != role:
+            if decl.role != role or (only is not None and decl.name not in only):
                 continue
+            host_node = dma = dpa = None
+            if role == "memory":
+                cores = Cores(env, spec.memory.cores, prof.cpu.ghz)
+            elif role == "compute":
+                cores = Cores(env, spec.compute.threads, prof.cpu.ghz)
+            elif role == "dpu":
+                cores = Cores(env, spec.dpu.cores, prof.dpu.ghz)
+            else:
+                from nodes.devices.dpa_core import Dpa
+                dpa = Dpa(env, prof, threads=spec.dpa.threads, name=decl.name)
+                # the DPA's own work is charged to its threads (dpa.thread()); these cores stand for
+                # the DPA cores for code that charges ctx.cpu() instead
+                cores = Cores(env, prof.dpa.cores, prof.dpa.ghz)
+            if decl.host is not None:
+                from shm.dma import DmaEngine
+                host_node = state.fabric.node_index(decl.host)
+                dma = DmaEngine(host, i, host_node)
+            queues = tuple(q for q in (udp.queues.values() if udp is not None else ()) if q.node == i)
             out.append(NodeContext(decl.name, i, role, env, host, state.fabric, state.layout, c.options,
-                                   Cores(env, n, ghz), directory, stopped))
+                                   cores, directory, stopped, host_node=host_node, dma=dma, dpa=dpa, udp=udp,
+                                   queues=queues))
     return out
+
+
+def default_queues(spec, decl) -> list[str]:
+    """The RX queues a node has from the start: one per DPA thread (``dpa0.t3``), one for any
+    other node (``cn0.rx``)."""
+    if decl.role == "dpa":
+        return [f"{decl.name}.t{i}" for i in range(spec.dpa.threads)]
+    return [f"{decl.name}.rx"]
+
+
+def steer_rules(compiled) -> dict:
+    """The rack's steering rules per node name, as ``shm.udp.SteerRule``s: the spec's ``[[steer]]``
+    first (first match wins, so a file can override), then the system's (``System.steering``)."""
+    from shm.udp import SteerRule
+    spec = compiled.spec
+    decls = {d.name: d for d in compiled.nodes}
+    system_rules = getattr(compiled.system, "steering", None)
+    rules = list(spec.steer) + list(system_rules(spec) if system_rules else ())
+
+    def queues(target: str):
+        if "." in target:
+            return (target,)
+        return tuple(default_queues(spec, decls[target]))
+
+    out: dict = {}
+    for r in rules:
+        targets = queues(r.target)
+        mirror = queues(r.mirror)[0] if r.mirror else None
+        out.setdefault(r.node, []).append(SteerRule(r.port, targets[0] if len(targets) == 1 else targets,
+                                                    port_hi=r.port_hi, mirror=mirror, spread="port"))
+    return out
+
+
+def rack_udp(state, host, *, only=None):
+    """The datagram net of one process of a rack: the default queues of the nodes it runs
+    (``only``; default all) and every node's steering rules (the same in every process). None if
+    the profile has no ``[udp]`` table."""
+    if state.compiled.spec.profile.udp is None:
+        return None
+    from shm.udp import UdpNet
+    c = state.compiled
+    net = UdpNet(host)
+    for decl in c.nodes:
+        if decl.role == "manager" or (only is not None and decl.name not in only):
+            continue
+        for qid in default_queues(c.spec, decl):
+            net.add_queue(decl.name, qid)
+    for node, rules in steer_rules(c).items():
+        net.set_rules(node, rules)
+    return net
 
 
 def start_actors(system, contexts: list[NodeContext]) -> list:

@@ -88,7 +88,8 @@ class ComputeNode:
     def __init__(self, env, host, node: str, *, index: int, n_compute: int, threads: int, coroutines: int,
                  qp_policy: str, system, layout: dict, options: dict, workloads: dict, plan: list[PlanStep],
                  recorder, inserts, on_done: Callable[[int, int, int], None], seed: int = 0,
-                 buffer_bytes: int = 256 << 10, history=None, smart=None, threads_per_qp: int | None = None):
+                 buffer_bytes: int = 256 << 10, history=None, smart=None, threads_per_qp: int | None = None,
+                 udp=None):
         self.env = env
         self.name = node
         self.index = index                  # among compute nodes: picks this node's load share
@@ -96,6 +97,8 @@ class ComputeNode:
         self.fabric = host.fabric
         self.rdma = NodeRdma(host, node, policy=qp_policy, threads_per_qp=threads_per_qp, buffer_bytes=buffer_bytes,
                              smart=smart)
+        # the process's datagram net (shm.udp.UdpNet): a client of a service reaches it as thread.owner.udp
+        self.rdma.udp = udp
         self.threads = [self.rdma.thread() for _ in range(threads)]
         self.smart_at_step_end: dict = {}   # plan step index -> active threads' SmartStats at its end
         self.clients = [system.client(self.fabric, layout, t, options) for t in self.threads]

@@ -66,6 +66,9 @@ UDP_OK = 0
 UDP_TOO_BIG = 1          # payload over udp.mtu_bytes - 28: nothing sent
 
 _PS = 1000
+#: slots of a node's staging ring for datagrams to other processes (see UdpNet._stage): a slot is
+#: reused after this many later sends of that node, long after its datagram was read
+STAGING_SLOTS = 64
 
 
 class UdpError(ValueError):
@@ -81,6 +84,10 @@ class SteerRule:
     target: str | tuple[str, ...]
     port_hi: int | None = None
     mirror: str | None = None
+    # how a tuple of targets is chosen: "flow" (a hash of source node, source port and destination
+    # port, as RSS) or "port" (target (port - self.port) mod len: a port per queue, as DPA-Store's
+    # clients pick a DPA thread by the key's port)
+    spread: str = "flow"
 
     def matches(self, port: int) -> bool:
         hi = self.port if self.port_hi is None else self.port_hi
@@ -201,9 +208,13 @@ class UdpNet:
         self.max_payload = self.profile.udp.mtu_bytes - IP_UDP_HEADER_BYTES
         self.queues: dict[str, RxQueue] = {}
         self.rules: dict[int, tuple[SteerRule, ...]] = {}
+        self.bound: dict[tuple[int, int], str] = {}      # (node, port) -> queue id (bind())
+        self._names = {nd.name: i for i, nd in enumerate(self.fabric.nodes)}
+        self._staging: dict[int, list] = {}              # node -> [base, next slot] (remote sends)
         self._contexts: dict[int, tuple[Context, PD, CQ]] = {}
         self._sent = self._received = self._dropped = self._too_big = 0
         self._unsteered = self._mirrored = self._timeouts = self._resends = 0
+        self._overrun = 0
 
     # -- set-up ---------------------------------------------------------------------------------
     def add_queue(self, node, qid: str, depth: int | None = None) -> RxQueue:
@@ -234,10 +245,33 @@ class UdpNet:
             targets = r.targets()
             if not targets:
                 raise UdpError(f"{where}: no target queue")
+            if r.spread not in ("flow", "port"):
+                raise UdpError(f"{where}: spread must be 'flow' or 'port', got {r.spread!r}")
             for t in (*targets, *((r.mirror,) if r.mirror is not None else ())):
-                if t not in self.queues:
+                if t not in self.queues and not self._remote_queue(t):
                     raise UdpError(f"{where}: unknown target queue {t!r}")
         self.rules[n] = rules
+
+    def _remote_queue(self, qid) -> bool:
+        """A queue of a node another process runs (named ``<node>.<name>``): that process owns it,
+        and a datagram steered to it is delivered there (a queue it lacks counts as unsteered)."""
+        if not isinstance(qid, str) or "." not in qid:
+            return False
+        owner = qid.split(".", 1)[0]
+        return owner in self._names and not self.host._is_local(self._names[owner])
+
+    def bind(self, node, port: int, depth: int | None = None) -> RxQueue:
+        """A queue ``<node>.p<port>`` for datagrams to ``(node, port)`` that no steering rule of
+        ``node`` matches: a socket bound to a port, as UDP's bind(). Replies to a client's port
+        land in its bound queue, in whatever process the client runs."""
+        n = self.fabric.node_index(node)
+        if type(port) is not int or not 0 <= port <= 65535:
+            raise UdpError(f"UDP port must be an integer 0..65535, got {port!r}")
+        if (n, port) in self.bound:
+            raise UdpError(f"port {port} of node {self.fabric.nodes[n].name!r} is already bound")
+        q = self.add_queue(n, f"{self.fabric.nodes[n].name}.p{port}", depth)
+        self.bound[(n, port)] = q.id
+        return q
 
     def socket(self, node, port: int, *, context: Context | None = None) -> "UdpSocket":
         """A socket on ``node``. By default the sockets of one node share one verbs context, so their
@@ -264,10 +298,15 @@ class UdpNet:
         for r in self.rules.get(dg.dst_node, ()):
             if r.matches(dg.dst_port):
                 targets = r.targets()
-                t = targets[0] if len(targets) == 1 else \
-                    targets[_flow_hash(dg.src_node, dg.src_port, dg.dst_port) % len(targets)]
+                if len(targets) == 1:
+                    t = targets[0]
+                elif r.spread == "port":
+                    t = targets[(dg.dst_port - r.port) % len(targets)]
+                else:
+                    t = targets[_flow_hash(dg.src_node, dg.src_port, dg.dst_port) % len(targets)]
                 return t, r.mirror
-        return None, None
+        bound = self.bound.get((dg.dst_node, dg.dst_port))
+        return (bound, None) if bound is not None else (None, None)
 
     def _arrive(self, dg: Datagram, qid: str | None) -> None:
         """The datagram reached its node's NIC (the UD SEND's effect time): steer, mirror, land."""
@@ -278,7 +317,11 @@ class UdpNet:
             if qid is None:
                 self._unsteered += 1
                 return
-        self.queues[qid]._land(dg._replace(arrived_ns=now, queue=qid))
+        q = self.queues.get(qid)
+        if q is None:
+            self._unsteered += 1         # steered to a queue nobody made (a remote process's check)
+            return
+        q._land(dg._replace(arrived_ns=now, queue=qid))
         if mirror is not None:
             # the copy: a second responder-unit pass and its own PCIe write at the receiving node
             prm = self.fabric.params
@@ -289,12 +332,81 @@ class UdpNet:
             cost = (int(prm[nic.P_PCIE_RESP_B_PER_WR]) * int(prm[nic.P_PCIE_FS_PER_B])
                     + nbytes * int(prm[nic.P_PCIE_PAYLOAD_FS_PER_B])) // 1000
             t = reserve(tbl, desc[nic.D_PCIE], t, cost) + int(prm[nic.P_PCIE_LAT])
-            self.env.schedule((t + _PS - 1) // _PS, self._land_copy, (dg, mirror))
+            at = (t + _PS - 1) // _PS
+            owner = self._owner(mirror)
+            if owner is None or self.host._is_local(owner):
+                self.env.schedule(at, self._land_copy, (dg, mirror))
+            else:
+                self._ship(owner, at, dg, copy=True, stage_on=q.node)
 
     def _land_copy(self, arg) -> None:
         dg, qid = arg
-        if self.queues[qid]._land(dg._replace(arrived_ns=self.env.now, queue=qid, mirrored=True)):
+        q = self.queues.get(qid)
+        if q is None:
+            self._unsteered += 1
+            return
+        if q._land(dg._replace(arrived_ns=self.env.now, queue=qid, mirrored=True)):
             self._mirrored += 1
+
+    # -- between processes ---------------------------------------------------------------------
+    def _owner(self, qid: str) -> int | None:
+        """The node that owns queue ``qid``: its own, or the ``<node>.`` prefix of its name."""
+        q = self.queues.get(qid)
+        if q is not None:
+            return q.node
+        return self._names.get(qid.split(".", 1)[0]) if "." in qid else None
+
+    def _stage(self, dg: Datagram, node: int) -> tuple[int, int]:
+        """Put ``dg.data`` in a slot of ``node``'s staging ring (the sender's own memory, where a NIC
+        would DMA the payload from; for a mirror copy, the node that received the original) for the
+        receiving process to copy at arrival; returns the slot's
+        offset and the sequence number written at its head, which the receiver checks (a slot
+        reused before its datagram was read is an overrun, counted and dropped)."""
+        slot_bytes = 8 + ((self.max_payload + 7) // 8) * 8
+        st = self._staging.get(node)
+        if st is None:
+            st = self._staging[node] = [self.fabric.allocate(node, STAGING_SLOTS * slot_bytes), 0]
+        seq = st[1]
+        st[1] += 1
+        off = st[0] + (seq % STAGING_SLOTS) * slot_bytes
+        mem = self.fabric.memory[node].host
+        mem[off:off + 8] = np.frombuffer(np.int64(seq + 1).tobytes(), np.uint8)
+        mem[off + 8:off + 8 + len(dg.data)] = np.frombuffer(dg.data, np.uint8)
+        return off, seq + 1
+
+    def _ship(self, node: int, at: int, dg: Datagram, *, copy: bool = False, stage_on: int | None = None) -> None:
+        proc = self.host.proc_of_node[node]
+        if proc < 0:                     # a node without a process clock (a passive memory node)
+            self._unsteered += 1
+            return
+        holder = dg.src_node if stage_on is None else stage_on
+        off, seq = self._stage(dg, holder)
+        nodes = (holder << 32) | (dg.src_node << 16) | dg.dst_node
+        ports = (dg.src_port << 16) | dg.dst_port
+        from nodes.runtime.router import MSG_UDP, MSG_UDP_COPY
+        self.host.env.send(proc, at, (MSG_UDP_COPY if copy else MSG_UDP, nodes, ports, off, seq, len(dg.data),
+                                      dg.sent_ns))
+
+    def deliver(self, kind_copy: bool, payload) -> None:
+        """A datagram from another process reached this one (``nodes.runtime.router``): read its
+        payload from the sender's staging slot, then steer and land it as a local one."""
+        nodes, ports, off, seq, length, sent = (int(x) for x in payload)
+        holder, src, dst = nodes >> 32, (nodes >> 16) & 0xFFFF, nodes & 0xFFFF
+        sport, dport = ports >> 16, ports & 0xFFFF
+        mem = self.fabric.memory[holder].host
+        if int(np.frombuffer(mem[off:off + 8].tobytes(), np.int64)[0]) != seq:
+            self._overrun += 1
+            self._dropped += 1
+            return
+        dg = Datagram(src, sport, dst, dport, bytes(mem[off + 8:off + 8 + length]), sent, -1, "")
+        if not kind_copy:
+            self._arrive(dg, None)
+            return
+        _qid, mirror = self._steer(dg)
+        if mirror is None:
+            self._unsteered += 1
+            return
+        self._land_copy((dg, mirror))
 
     def statistics(self) -> UdpStats:
         return UdpStats(self._sent, self._received, self._dropped, self._too_big, self._unsteered,
@@ -338,9 +450,9 @@ class UdpSocket:
                 raise UdpError(f"queue {queue!r} is on node {net.fabric.nodes[q.node].name!r}, "
                                f"not {net.fabric.nodes[dst].name!r}")
         host = net.host
-        if not host._is_local(dst):
-            raise UdpError(f"node {net.fabric.nodes[dst].name!r} runs in another process: datagrams between "
-                           f"processes are not built yet")
+        if queue is not None and not host._is_local(dst):
+            raise UdpError(f"queue {queue!r}: a datagram to a named queue of another process is not possible; "
+                           f"send to its node and port (steering or a bound port picks the queue)")
         rows = self._rows
         rows[0, :] = 0
         rows[0, 0] = nic.OP_SEND_UD
@@ -355,7 +467,15 @@ class UdpSocket:
         effect, done = int(rows[0, 5]), int(rows[0, 6])
         net._sent += 1
         dg = Datagram(self.node, self.port, dst, dst_port, data, sent, -1, "")
-        self.env.schedule(effect, net._arrive, dg, queue)
+        owner = dst
+        if queue is None and host.proc_of_node is not None:
+            qid, _mirror = net._steer(dg)       # the rules are the rack's, the same in every process
+            owner = net._owner(qid) if qid is not None else dst
+            owner = dst if owner is None else owner
+        if host._is_local(owner):
+            self.env.schedule(effect, net._arrive, dg, queue)
+        else:
+            net._ship(owner, effect, dg)
         self.env.schedule(done, _retire, (net.fabric, self.qp.ctx.desc))
         return UDP_OK
 

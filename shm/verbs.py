@@ -108,7 +108,7 @@ MODEL_OPCODE = {opcode: spec[0] for opcode, spec in _OPS.items()}
 _ATOMICS = (IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_MASKED_ATOMIC_CMP_AND_SWP,
             IBV_WR_MASKED_ATOMIC_FETCH_AND_ADD)
 
-_MSG_SEND = 1  # cross-process message kind: a SEND arriving at a QP of this process
+from nodes.runtime.router import MSG_VERBS_SEND as _MSG_SEND  # noqa: E402 - a SEND arriving at a QP of this process
 
 
 def wc_status_str(status: int) -> str:

@@ -209,10 +209,3 @@ def test_spec_refuses_memory_actors_without_cores():
 def test_memory_cores_without_actors_keep_race_running():
     res = ColocatedRack(_scenario("race", cores=4)).run()
     assert res.steps[-1].ops > 0
-
-
-def test_a_rack_of_processes_refuses_actors_in_one_line():
-    from cluster.supervisor import Supervisor
-    with pytest.raises(RackError) as e:
-        Supervisor(_scenario("tests.test_actors:EchoRace", cores=1), quiet=True)
-    assert "co-located" in str(e.value) and "\n" not in str(e.value)

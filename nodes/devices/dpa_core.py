@@ -169,10 +169,16 @@ class DpaThread:
 class Dpa:
     """The DPA of one card: its cores, its memory model and its threads (limits checked)."""
 
-    def __init__(self, env, profile: Profile):
+    def __init__(self, env, profile: Profile, *, threads: int | None = None, name: str = "dpa"):
+        """``threads``: the most threads this DPA hands out (a rack's ``dpa.threads``; default and
+        at most ``dpa.usable_threads``)."""
         if profile.dpa is None:
             raise DpaError(f"profile {profile.name!r} has no [dpa] table: the card has no DPA")
         p = self.p = profile.dpa
+        if threads is not None and not (type(threads) is int and 1 <= threads <= p.usable_threads):
+            raise DpaError(f"{name}: {threads!r} threads: 'dpa.usable_threads' allows 1 to {p.usable_threads}")
+        self.limit = p.usable_threads if threads is None else threads
+        self.limit_key = "dpa.usable_threads" if threads is None else f"dpa.threads of the rack ({name})"
         self.env = env
         self.dma_ns = profile.dma.latency_ns     # DPA DMA to host memory is the [dma] engine's cost
         self.memory = DpaMemory(p)
@@ -183,9 +189,8 @@ class Dpa:
         """A new hardware thread, on ``core`` or else on the core with the fewest threads (the lowest
         index among equals)."""
         p = self.p
-        if len(self.threads) >= p.usable_threads:
-            raise DpaError(f"DPA thread {len(self.threads)} is one too many: 'dpa.usable_threads' is "
-                           f"{p.usable_threads}")
+        if len(self.threads) >= self.limit:
+            raise DpaError(f"DPA thread {len(self.threads)} is one too many: '{self.limit_key}' is {self.limit}")
         if core is None:
             c = min(self.cores, key=lambda c: len(c.threads))
         elif type(core) is int and 0 <= core < p.cores:

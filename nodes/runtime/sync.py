@@ -79,6 +79,7 @@ __all__ = ["ClockTable", "ClockSync", "ClockTableStats", "ClockSyncStats"]
 STRIDE = 8            # one clock per 64-byte cache line: no false sharing between writers
 FRONTIER = 1          # a process's frontiers, next to its clock in the same line: any effect,
 FRONTIER_W = 2        # and a write
+GONE = 3              # set once a process died (ClockTable.mark_gone): messages to it are dropped
 HDR_WORDS = 3         # message header: arrival, src, nwords
 DRAIN_BATCH = 256     # messages taken per refresh; the rest on the next one
 
@@ -242,7 +243,11 @@ class ClockTable:
         """Process ``i`` died: publish INF for it so it holds nobody back (as ``leave`` would have)."""
         if not 0 <= i < self.n_procs:
             raise ValueError(f"index {i} outside 0..{self.n_procs - 1}")
+        store_release(self.clocks, i * STRIDE + GONE, 1)
         _leave(self.clocks, i)
+
+    def gone(self, i: int) -> bool:
+        return bool(load_acquire(self.clocks, i * STRIDE + GONE))
 
     def close(self) -> None:
         """Unmap; the creating process also unlinks the segments."""
@@ -288,6 +293,7 @@ class ClockSync:
         self.sleeps = 0
         self.wait_s = 0.0
         self.send_retries = 0
+        self.dropped_gone = 0
 
     def _bind(self, env) -> None:
         if self.env is not None:
@@ -391,6 +397,11 @@ class ClockSync:
             raise ValueError(f"payload of {n} words exceeds payload_words={self._pw}")
         if not 0 <= dest < self._n:
             raise ValueError(f"destination {dest} outside 0..{self._n - 1}")
+        if dest != self.index and load_acquire(self._clocks, dest * STRIDE + GONE):
+            # the receiver died: nobody will take it (and counting it would keep the rack from
+            # ever seeing every message consumed)
+            self.dropped_gone += 1
+            return
         self.sent += 1
         if dest == self.index:
             # To ourselves: no shared memory needed, same delivery rule.
@@ -409,6 +420,10 @@ class ClockSync:
             delay = 1e-5
             t0 = time.perf_counter()
             while not _send_core(self._clocks, dest, table.sent_i, False, hdr, seqs, slots, msg):
+                if load_acquire(self._clocks, dest * STRIDE + GONE):
+                    self.dropped_gone += 1      # died while its inbox was full: it never drains
+                    faa(self._clocks, table.consumed_i, 1)   # the send above was counted: balance it
+                    break
                 self.send_retries += 1
                 self._drain_only()
                 time.sleep(delay)
