@@ -284,6 +284,9 @@ def _cmd_up(args) -> int:
     _check_failpoints()
     overrides = dict(_parse_set(x) for x in args.set or [])
     history = _history_wanted(args)
+    if args.rack is not None:
+        from cluster.scenario import rack_scenario
+        return _run_scenario(rack_scenario(args.rack, seed=args.seed, overrides=overrides or None), args)
     scenario = default_scenario(seed=args.seed, overrides=overrides or None, history=history)
     note = None
     if history and "workload.valuesize" not in overrides:
@@ -510,7 +513,11 @@ def main(argv=None) -> int:
         p.add_argument("--set", action="append", metavar="KEY=VALUE",
                        help="override a spec key, e.g. --set compute.threads=8 (repeatable)")
 
-    u = sub.add_parser("up", help="run the built-in default rack (RACE, YCSB-A zipf 0.99) until Ctrl-C")
+    u = sub.add_parser("up", help="run the built-in default rack (RACE, YCSB-A zipf 0.99), or a file's rack, "
+                                  "until Ctrl-C")
+    u.add_argument("rack", nargs="?", help="a scenario file whose rack to bring up with the default steps (its "
+                                           "[[step]] list is left out: load, then run until Ctrl-C); default: the "
+                                           "built-in rack")
     set_flag(u)
     run_flags(u)
     u.set_defaults(func=_cmd_up)

@@ -45,7 +45,7 @@ from rich.text import Text
 from cluster.stats import STATE_NAMES, LatencyHistogram, ProcSnapshot, StatsPlane
 
 __all__ = [
-    "NodeView", "RackView", "RackMeter", "ProcUsage", "sparkline", "render", "plain_line",
+    "NodeView", "DeviceView", "RackView", "RackMeter", "ProcUsage", "sparkline", "render", "plain_line",
     "fmt_vtime", "fmt_speed", "fmt_rate", "fmt_bytes", "fmt_mem", "fit_label", "STEP_WIDTH", "Dashboard", "PlainReporter", "ReporterStats",
     "TITLE_KEYS",
 ]
@@ -178,6 +178,19 @@ class NodeView(NamedTuple):
     mem_used: int | None = None     # memory nodes: bytes carved from host memory
     mem_capacity: int | None = None # memory nodes: host memory bytes
     reclaimed: int | None = None    # compute nodes: bytes their clients reclaimed
+    device: "DeviceView | None" = None   # nodes with server actors (DPU, DPA, memory with cores)
+
+
+class DeviceView(NamedTuple):
+    """What a node's server actors do, from its counters (rates over the last update's virtual time)."""
+    cores: int                      # modelled cores (a DPU's Arm cores, a DPA's cores)
+    busy: float | None              # fraction of those cores busy
+    threads: int                    # DPA hardware threads started (0: not a DPA)
+    stalled: float | None           # fraction of the DPA threads' time waiting off their cores
+    dma_gbps: float | None          # DMA engine traffic to and from the host, Gbit/s of virtual time
+    rx_queued: int                  # datagrams waiting in its RX queues
+    udp_dropped: int                # datagrams dropped so far (full queues)
+    udp_resends: int                # requests sent again after a timeout
 
 
 class RackView(NamedTuple):
@@ -202,6 +215,24 @@ class _Prev(NamedTuple):
     ops: int
     vnow_ns: int
     verbs: int
+    busy_ns: int = 0
+    stall_ns: int = 0
+    dma_bytes: int = 0
+
+
+def _device(c, prev: "_Prev | None", vnow_ns: int) -> DeviceView:
+    """A node's DeviceView from its counters; rates over the virtual time since ``prev``, or the
+    whole run at first sight."""
+    dv = vnow_ns - (prev.vnow_ns if prev is not None else 0)
+    d_busy = c.cpu_busy_ns - (prev.busy_ns if prev is not None else 0)
+    d_stall = c.dpa_stall_ns - (prev.stall_ns if prev is not None else 0)
+    d_dma = c.dma_bytes - (prev.dma_bytes if prev is not None else 0)
+    ok = dv > 0
+    return DeviceView(cores=c.cpu_cores, busy=min(1.0, d_busy / (c.cpu_cores * dv)) if ok and c.cpu_cores else None,
+                      threads=c.dpa_threads,
+                      stalled=min(1.0, d_stall / (c.dpa_threads * dv)) if ok and c.dpa_threads else None,
+                      dma_gbps=d_dma * 8 / dv if ok else None, rx_queued=c.rx_queued, udp_dropped=c.udp_dropped,
+                      udp_resends=c.udp_resends)
 
 
 def _us(ns: float) -> float | None:
@@ -253,7 +284,9 @@ class RackMeter:
                 verbs_rate = (verbs_rate or 0.0) + vps
             if kops is not None:
                 total_kops = (total_kops or 0.0) + kops
-            self._prev[s.name] = _Prev(ops, s.vnow_ns, s.verbs)
+            c = s.counters
+            device = _device(c, prev, s.vnow_ns) if (c.cpu_cores or s.role in ("dpu", "dpa")) else None
+            self._prev[s.name] = _Prev(ops, s.vnow_ns, s.verbs, c.cpu_busy_ns, c.dpa_stall_ns, c.dma_bytes)
             hist = self._hist.setdefault(s.name, deque(maxlen=self.history))
             hist.append(kops)
             p50 = p99 = p999 = None
@@ -274,7 +307,8 @@ class RackMeter:
                 step=cur.label if cur is not None else "", vnow_ns=s.vnow_ns, kops=kops,
                 p50_us=p50, p99_us=p99, p999_us=p999, nic_util=s.gauges.nic_util,
                 cpu_pct=cpu, rss_mib=None if rss is None else rss / (1 << 20),
-                verbs_per_s=vps, history=tuple(hist), mem_used=used, mem_capacity=cap, reclaimed=rec))
+                verbs_per_s=vps, history=tuple(hist), mem_used=used, mem_capacity=cap, reclaimed=rec,
+                device=device))
         vnow = max((s.vnow_ns for s in snaps), default=0)
         speed = None
         if dt_s is not None and self._vnow_prev is not None:
@@ -396,6 +430,24 @@ def _history_table(view: RackView) -> Table:
     return table
 
 
+def _device_table(view: RackView) -> Table | None:
+    """DPUs, DPAs and memory nodes with cores: what their actors keep busy (None: the rack has none)."""
+    devs = [n for n in view.nodes if n.device is not None]
+    if not devs:
+        return None
+    table = Table(expand=True, box=None, header_style="bold", pad_edge=False)
+    for col in ("node", "role", "cores", "busy %", "DPA threads", "stalled %", "DMA Gbit/s", "RX queued",
+                "UDP drops", "resends", "NIC %"):
+        table.add_column(col, justify="left" if col in ("node", "role") else "right", no_wrap=True)
+    for n in devs:
+        d = n.device
+        table.add_row(n.name, n.role, str(d.cores) if d.cores else "–", _fmt(None if d.busy is None else d.busy * 100, ".0f"),
+                      str(d.threads) if d.threads else "–",
+                      _fmt(None if d.stalled is None else d.stalled * 100, ".0f"), _fmt(d.dma_gbps, ".2f"),
+                      f"{d.rx_queued:,}", f"{d.udp_dropped:,}", f"{d.udp_resends:,}", _fmt(n.nic_util * 100, ".0f"))
+    return table
+
+
 def render(view: RackView, title_info: dict):
     """The dashboard frame for ``view`` (a rich renderable)."""
     header = Panel(Group(_title_line(title_info), *_status_lines(view)), title="dmrack", border_style="cyan")
@@ -404,7 +456,12 @@ def render(view: RackView, title_info: dict):
                  border_style="dim")
     ev = Text("\n".join(view.events) if view.events else "(no events yet)")
     events = Panel(ev, title="events", border_style="dim")
-    return Group(header, nodes, hist, events)
+    table = _device_table(view)
+    if table is None:
+        return Group(header, nodes, hist, events)
+    devices = Panel(table, title="devices (rates over the last update's virtual time; NIC shared with the host)",
+                    border_style="dim")
+    return Group(header, nodes, devices, hist, events)
 
 
 def plain_line(view: RackView) -> str:

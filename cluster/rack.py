@@ -52,7 +52,7 @@ class CompiledRack:
     nodes: list               # NodeDecl(name, role, memory_bytes), fabric order
     compute: list[str]        # compute node names, link addresses 0..K-1
     capacity: int             # keys the system is sized for
-    actor_nodes: list = field(default_factory=list)   # other nodes that run server actors: addresses K+1..
+    actor_nodes: list = field(default_factory=list)   # DPUs, DPAs, memory nodes with actors: addresses K+1..
 
     def address(self, name: str) -> int:
         """A node's process address in the clock table (-1: it has none, a passive node)."""
@@ -126,7 +126,9 @@ def compile_scenario(scenario) -> CompiledRack:
     nodes = list(spec.nodes())
     compute = [n.name for n in nodes if n.role == "compute"]
     servers = getattr(system, "servers", None) or {}
-    actor_nodes = [n.name for n in nodes if n.role in servers and n.role != "compute"]
+    # DPUs and DPAs always run in the virtual clock: their RX queues take steered and mirrored
+    # datagrams even when the system runs no actor there
+    actor_nodes = [n.name for n in nodes if n.role in ("dpu", "dpa") or (n.role in servers and n.role != "compute")]
     return CompiledRack(scenario, system, options, workloads, plan, nodes, compute, capacity, actor_nodes)
 
 

@@ -437,6 +437,17 @@ def load_scenario(path: str | os.PathLike, *, seed: int | None = None,
                               overrides=overrides)
 
 
+def rack_scenario(path: str | os.PathLike, *, seed: int | None = None,
+                  overrides: Mapping[str, Any] | None = None) -> Scenario:
+    """The rack of a scenario file with the default steps (``dmrack up FILE``): its ``[[step]]``
+    list is left out, so the rack loads its keys and runs its default workload until stopped
+    (``[run] duration_ms`` still bounds it, as for the built-in rack)."""
+    data = dict(read_toml(path, "scenario"))
+    data.pop("step", None)
+    return scenario_from_dict(data, source=str(path), base_dir=Path(path).resolve().parent, seed=seed,
+                              overrides=overrides)
+
+
 def default_scenario(*, seed: int | None = None, duration_ms: float | None = None,
                      overrides: Mapping[str, Any] | None = None, history: bool = False) -> Scenario:
     """The built-in rack with its default steps (``dmrack up``): load, then run YCSB-A.

@@ -290,3 +290,22 @@ def test_memory_occupancy_and_reclaimed_bytes_per_node_and_rack():
     assert fmt_bytes(0) == "0 B" and fmt_bytes(None) == "–" and fmt_mem(0, 0) == "–"
     assert fmt_mem(1 << 30, 4 << 30) == "25 % 1/4 GiB"
     assert fmt_mem(8_600_000, 1 << 30) == "1 % 8.2 MiB/1 GiB"      # not "0/1 GiB" (the rack row)
+
+
+def test_device_panel_shows_core_busy_stalls_dma_and_drops_of_dpu_and_dpa_nodes():
+    m = RackMeter()
+    dpa0 = Counters(cpu_cores=16, cpu_busy_ns=0, dpa_threads=4, dpa_stall_ns=0, dma_bytes=0)
+    dpa1 = dpa0._replace(cpu_busy_ns=16 * 5_000, dpa_threads=4, dpa_stall_ns=2 * 10_000, dma_bytes=12_500,
+                         rx_queued=3, udp_dropped=7, udp_resends=2)
+    m.update([snap("cn0", vnow=0, ops=0), snap("dpa0", vnow=0, ops=0, role="dpa", counters=dpa0),
+              snap("dpu0", vnow=0, ops=0, role="dpu")], now_ns=0)
+    view = m.update([snap("cn0", vnow=10_000, ops=5), snap("dpa0", vnow=10_000, ops=0, role="dpa", counters=dpa1),
+                     snap("dpu0", vnow=10_000, ops=0, role="dpu")], now_ns=10**9)
+    d = next(n.device for n in view.nodes if n.name == "dpa0")
+    assert d.busy == 0.5 and d.stalled == 0.5 and d.dma_gbps == 10.0 and d.threads == 4
+    assert next(n.device for n in view.nodes if n.name == "cn0") is None        # no actors, no device row
+    buf = io.StringIO()
+    Console(file=buf, width=160, color_system=None).print(render(view, INFO))
+    out = buf.getvalue()
+    for s in ("devices", "DPA threads", "stalled %", "DMA Gbit/s", "UDP drops", "dpa0", "dpu0"):
+        assert s in out, s
