@@ -62,6 +62,17 @@ class CheckReport(NamedTuple):
     wall_s: float
 
 
+def with_rack_tables(system, data: dict) -> dict:
+    """``data`` (a rack the project builds: conformance rigs, the stress) with the tables ``system``
+    needs to run at all (``System.rack_tables``: a profile with a DPA, the devices it serves from)
+    merged in; they are requirements, so they win over the builder's defaults key by key."""
+    need = getattr(system, "rack_tables", None) or {}
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
+    for table, keys in need.items():
+        out[table] = {**out.get(table, {}), **keys}
+    return out
+
+
 def stress_scenario(system: str, options: dict, *, seed: int, run_ms: float, compute: int = 2, threads: int = 4,
                     coroutines: int = 4, keys: int = STRESS_KEYS, value_size: int = 32):
     """The process-rack stress: load half the keys, run uniform, then zipfian (as a scenario)."""
@@ -77,7 +88,8 @@ def stress_scenario(system: str, options: dict, *, seed: int, run_ms: float, com
         "step": [{"action": "load", "bulk": False}, {"action": "run", "duration_ms": run_ms},
                  {"action": "run", "workload": "zipf", "duration_ms": run_ms}],
     }
-    return scenario_from_dict(data, source=f"dmrack check {system}")
+    from nodes.systems import get_system
+    return scenario_from_dict(with_rack_tables(get_system(system), data), source=f"dmrack check {system}")
 
 
 def stress_processes(system: str, options: dict, *, seed: int = 1, run_ms: float | None = None,

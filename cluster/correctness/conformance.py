@@ -57,7 +57,7 @@ import traceback
 from collections import OrderedDict
 from typing import Callable, Iterable, NamedTuple
 
-from cluster.correctness.check import HEAVY, StressShape
+from cluster.correctness.check import HEAVY, StressShape, with_rack_tables
 from nodes.runtime.env import Environment, ProcessError
 from nodes.systems import get_system
 from nodes.systems.api import UnsupportedOperation
@@ -232,6 +232,12 @@ def rig(system, *, compute_threads: int = 1, coroutines: int = 1, memory_nodes: 
     ``compute_threads`` x ``coroutines``, ``memory_nodes`` memory nodes of ``memory_bytes``, the
     system set up for ``capacity`` keys with ``options`` (checked and filled by the system).
     Deterministic for ``seed``. The fabric is closed (its segments unlinked) on every path out."""
+    if getattr(system, "servers", None):
+        # a service: its servers run as actors of a co-located rack (devices, steering, datagrams)
+        yield from _service_rig(system, compute_threads=compute_threads, coroutines=coroutines,
+                                memory_nodes=memory_nodes, profile=profile, options=options, capacity=capacity,
+                                seed=seed, memory_bytes=memory_bytes)
+        return
     opts = system.check_options(dict(options or {}), where=f"conformance rig of {system.name!r}")
     specs = [NodeSpec("cn0", "compute", 32 << 20)] + [NodeSpec(f"mn{i}", "memory", memory_bytes)
                                                        for i in range(memory_nodes)]
@@ -252,6 +258,39 @@ def rig(system, *, compute_threads: int = 1, coroutines: int = 1, memory_nodes: 
         if r is not None:
             _tally(r.ops)
         fabric.close()
+
+
+def _service_rig(system, *, compute_threads, coroutines, memory_nodes, profile, options, capacity, seed,
+                 memory_bytes):
+    """The rig of a system with server actors: a co-located rack's state (its spec gets the tables
+    the system asks for, ``System.rack_tables``), the actors started, one compute node's clients."""
+    from cluster.rack import RackState, compile_scenario
+    from cluster.scenario import scenario_from_dict
+    from nodes.actors import actor_contexts, rack_udp, start_actors
+    d = with_rack_tables(system, {
+        "rack": {"name": f"conformance-{system.name}", "profile": profile, "seed": seed},
+        "compute": {"count": 1, "threads": compute_threads, "coroutines": coroutines, "memory": "32MiB"},
+        "memory": {"count": memory_nodes, "memory": memory_bytes},
+        "system": {"name": system.name, **(options or {})},
+        "workload": {"preset": "a", "recordcount": capacity}})
+    compiled = compile_scenario(scenario_from_dict(d, source=f"conformance rig of {system.name!r}"))
+    compiled.system = system
+    r = None
+    with RackState.create(compiled, processes=False) as state:
+        try:
+            env = Environment(seed=seed)
+            host = VerbsHost(state.fabric, env)
+            udp = rack_udp(state, host)
+            start_actors(system, actor_contexts(state, env, host, udp=udp))
+            node = NodeRdma(host, "cn0")
+            node.udp = udp
+            for _ in range(compute_threads):
+                node.thread()
+            r = Rig(system, state.fabric, state.layout, compiled.options, env, node, coroutines, memory_nodes)
+            yield r
+        finally:
+            if r is not None:
+                _tally(r.ops)
 
 
 # -- running the stress workload on a co-located rack ---------------------------------------------
@@ -278,6 +317,7 @@ def stress_rack(system, workload, *, compute: int = 2, threads: int = 2, corouti
                      "valuesize": workload.value_size},
         "step": steps,
     }
+    d = with_rack_tables(system, d)
     rack = ColocatedRack(scenario_from_dict(d, source=f"conformance {system.name}"), history=history)
     c = rack.compiled
     c.system = system

@@ -148,6 +148,14 @@ class System:
     #: scenario starts and returning the generators to run there as actors. Empty (the default):
     #: no actors, memory nodes stay passive. Actors on memory nodes need ``[memory] cores >= 1``.
     servers: dict = {}
+    #: Rack tables the system needs to run at all (a profile with a DPA, the devices it serves from),
+    #: e.g. ``{"rack": {"profile": "bf3"}, "dpa": {"hosts": ["cn0"]}}``: racks the project builds
+    #: for it (the conformance suite, ``dmrack check``) merge them under their own tables. A scenario
+    #: file is taken as written.
+    rack_tables: dict = {}
+    #: Optional: a classmethod ``steering(spec) -> [cluster.spec.SteerSpec]``, NIC steering rules
+    #: the system's service needs (after the file's ``[[steer]]``; docs/devices.md).
+    steering = None
 
     @classmethod
     def check_options(cls, given: dict, where: str) -> dict:

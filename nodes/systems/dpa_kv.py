@@ -264,7 +264,7 @@ class DpaKvSystem(System):
     roles = ("compute",)
     options = (
         Option("key_max", 64, "largest key in bytes (a slot's key field)", minimum=1, maximum=255),
-        Option("value_max", 256, "largest value in bytes (a slot's value field; a request must fit one datagram)",
+        Option("value_max", 1024, "largest value in bytes (a slot's value field; a request must fit one datagram)",
                minimum=1, maximum=1400),
         Option("load_factor", 0.5, "keys per slot the table is sized for", minimum=0.05, maximum=0.95),
         Option("timeout_us", 100.0, "a client's wait for a reply before it sends again (virtual us)",
@@ -272,6 +272,7 @@ class DpaKvSystem(System):
         Option("resends", 3, "times a client sends a request again before it gives up", minimum=0, maximum=100),
     )
     servers = {"dpa": dpa_server}
+    rack_tables = {"rack": {"profile": "bf3"}, "dpa": {"hosts": ["cn0"], "threads": 4, "memory": "32MiB"}}
 
     @classmethod
     def steering(cls, spec):
