@@ -204,6 +204,9 @@ class DpuForwarder(_Actor):
         if unified.length < slots * max_batch * RECORD_BYTES or resp_space.length < slots * max_batch * RECORD_BYTES:
             raise ValueError(f"the unified buffer and the response space need {slots} x {max_batch} x "
                              f"{RECORD_BYTES} B")
+        if max_batch > resp_ring.capacity:
+            raise ValueError(f"max_batch {max_batch} exceeds the response ring's capacity {resp_ring.capacity}: "
+                             f"a full batch of responses could never be pushed")
         self.engine, self.req_ring, self.resp_ring = engine, req_ring, resp_ring
         self.qps, self.cq = list(qps), cq
         self.unified, self.resp_space = unified, resp_space
@@ -365,7 +368,7 @@ class MemoryServer(_Actor):
             if not len(cq):
                 yield any_of(env, [cq.wait(), end])
                 continue
-            _, wcs = cq.poll(4)
+            _, wcs = self._topped(0, cq.poll, 4)
             for wc in wcs:
                 if wc.status != IBV_WC_SUCCESS:
                     return self._fail(FWD_WC_ERROR, f"work completion {wc.wr_id} on QP {wc.qp_num}: "
