@@ -241,21 +241,24 @@ class DpuForwarder(_Actor):
         end = env.timeout(max(0, until - env.now))      # one event for every wait of this run
         while env.now < until:
             did = False
-            if poll is None and self._free:
+            recs = None
+            if poll is not None and poll.processed:
+                recs, poll = poll.records, None
+                did = True
+                if not recs:
+                    self.empty_polls += 1
+            # post the next poll before forwarding this batch, so its DMA overlaps the work; it
+            # needs a batch slot of its own besides the one this batch takes
+            if poll is None and len(self._free) > (1 if recs else 0):
                 yield from self._cpu(self.p.poll_ns + self.p.post_ns)      # poll the ring: one DMA read
                 poll = self.req_ring.device_poll(self.engine, self.max_batch)
                 if not poll.succeeded:
                     return self._fail(poll.status, poll.error)
                 self.polls += 1
-            if poll is not None and poll.processed:
-                recs, poll = poll.records, None
-                did = True
-                if recs:
-                    yield from self._forward(recs)
-                    if self.status:
-                        return self.status
-                else:
-                    self.empty_polls += 1
+            if recs:
+                yield from self._forward(recs)
+                if self.status:
+                    return self.status
             if len(self.cq) or self._pending:
                 did = True
                 yield from self._responses()
