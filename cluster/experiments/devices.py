@@ -451,6 +451,12 @@ def dpu_forwarder_part(quick: bool, progress) -> list[Row]:
 FIGURES = [
     Figure("udp-ping", "udp-ping", "Mops", "UDP pings served by DPA threads (bf3; DPA-Store Fig. 9/14)",
            "DPA threads", "throughput (Mops)", series=("pings served by DPA threads",), xs="numeric"),
+    Figure("dpu-forwarder", "dpu-forwarder", "Mops",
+           "PD3 Fig. A.1: 64 B records, Transfer Engine vs host-issued RDMA (bf3)",
+           "host cores / threads", "throughput (Mops)", kind="bar", xs="category",
+           series=("Transfer Engine (1 DPU Arm core), 64 B records host -> DPU -> mn0 -> host",
+                   "Transfer Engine, record_ns = 0 (sensitivity, not calibration)",
+                   "host-issued RDMA WRITE 64 B, a QP per thread")),
 ]
 
 EXPERIMENTS = {
