@@ -137,3 +137,13 @@ def test_wire_refuses_a_profile_without_a_dpu_and_a_batch_larger_than_the_respon
                           NodeSpec("mn0", "memory")]) as rig:
         with pytest.raises(ValueError, match=r"no \[dpu\] table"):
             wire(rig.host, host_node="host0", dpu_node="dpu0", mem_node="mn0")
+
+
+def test_a_full_response_ring_holds_responses_back_until_the_host_takes_some():
+    with _rig() as rig:
+        pl = wire(rig.host, host_node="host0", dpu_node="dpu0", mem_node="mn0", ring_capacity=32, max_batch=16,
+                  slots=4, server_cores=2)
+        got, _ = _run(rig, pl, [(k, OP_PUT, k, b"z") for k in range(200)], 150_000, drain_every=5_000)
+        assert sorted(r.tag for r in got) == list(range(200))
+        assert pl.resp_ring.statistics().refused > 0      # the forwarder found it full and waited
+        assert pl.forwarder.statistics().status == FWD_OK
