@@ -80,7 +80,7 @@ import numpy as np
 
 from nodes.actors import Cores
 from nodes.runtime.env import any_of
-from shm.dma import DMA_OK, DmaEngine
+from shm.dma import DmaEngine
 from shm.dmaring import RING_FULL, DmaRing
 from shm.fabric import IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_WRITE
 from shm.verbs import (
