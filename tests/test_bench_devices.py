@@ -45,9 +45,29 @@ def test_udp_ping_grows_with_threads_and_stops_at_the_nic_receive_bound():
     assert many["mops"] == pytest.approx(bound, rel=0.02)
 
 
+def test_transfer_engine_moves_records_with_no_host_qp_and_is_bound_by_its_arm_core():
+    te = devices.transfer_engine(warmup=10_000, window=60_000, max_batch=64, slots=4, ring=512)
+    assert te["status"] == 0 and te["host_qps"] == 0
+    assert te["mean_batch"] > 32                       # a full ring: batches of many records
+    d = P.dpu
+    bound = 1e3 / (2 * d.record_ns + (2 * d.poll_ns + 4 * d.post_ns) / 64)
+    assert te["dpu_util"] > 0.9                        # the Arm core binds ...
+    assert 0.8 * bound < te["mops"] <= 1.02 * bound    # ... at its per-record and per-batch costs
+    assert te["server_util"] < 0.5
+    free = devices.transfer_engine(warmup=10_000, window=60_000, max_batch=64, slots=4, ring=512, record_ns=0)
+    assert free["mops"] > 1.5 * te["mops"]              # then the slots in flight bind, not the core
+
+
+def test_host_issued_writes_cost_the_host_cpu_of_each_post():
+    h = devices.host_rdma_writes(4, depth=8, warmup=10_000, window=40_000)
+    assert h["mops"] > 0 and 0 < h["host_cores_busy"] <= 4
+    per_write = h["host_cores_busy"] * 1e3 / h["mops"]
+    assert per_write >= P.cpu.post_ns + P.cpu.wqe_ns  # one post and one WQE per WRITE, at least
+
+
 def test_registered_with_its_parts():
     exp = find("bench", "devices")
-    assert exp.parts == ("dpa-memory", "dma", "host-copy", "udp-ping")
+    assert exp.parts == ("dpa-memory", "dma", "host-copy", "udp-ping", "dpu-forwarder")
 
 
 def test_cli_quick_only_exits_0(capsys):

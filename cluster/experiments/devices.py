@@ -19,7 +19,10 @@ Parts (``--only``):
   queue; Mops by number of DPA threads (DPA-Store Fig. 14: 44.9 Mops at full threads on a B3140L;
   Fig. 9: grows with threads).
 
-Not built yet: the DPU forwarder of PD3 §6.1 (94 Mops vs 63 Mops host-issued RDMA).
+* ``dpu-forwarder``: PD3's Transfer Engine (:mod:`nodes.services.dpu_forwarder`) on one Arm core
+  of ``dpu0`` (a DPU node sharing ``host0``'s NIC) moving 64 B records host -> DPU -> memory node
+  ``mn0`` and back with no host core on the path, beside host-issued 64 B RDMA WRITEs from 16 host
+  threads (PD3 §6.1 / Fig. A.1: 94 Mops with zero host cores vs 63 Mops on 16 host cores).
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from cluster.experiments.registry import Experiment
 from cluster.experiments.rows import Row, run_experiments
 from cluster.experiments.verbs import FabricRig
 from nodes.devices.dpa_core import Dpa
+from nodes.services.dpu_forwarder import OP_PUT, RECORD_BYTES, wire
+from shm.coro import NodeRdma
 from shm.dma import DmaEngine
 from shm.fabric import NodeSpec, gaddr
 from shm.profile import load_profile
@@ -275,9 +280,183 @@ def udp_ping_part(quick: bool, progress) -> list[Row]:
     return rows
 
 
+# --- DPU forwarder (PD3's Transfer Engine) ---------------------------------------------------------------
+
+# ASSUMPTIONS of this part, stated once, chosen before any run (never tuned to PD3's numbers):
+FWD_SERVER_CORES = 4      # memory-node cores executing batches (PD3 does not say how many it used)
+FWD_MAX_BATCH = 256       # records per DMA poll of the host ring (PD3: "all available requests")
+FWD_SLOTS = 8             # batches in flight between the DPU and the memory node
+FWD_RING = 4096           # records in each host ring
+HOST_DEPTH = 8            # host-issued baseline: WRITEs in flight per thread, one doorbell each
+                          # (SMART's bench-tool convention, as the verbs bench's smart-fig4); the
+                          # part also runs depth 32 to show where the host threads' CPU binds
+
+
+class FwdRig(FabricRig):
+    """``host0`` (compute), its DPU ``dpu0`` (sharing host0's NIC: own PCIe, DMA engine, doorbells)
+    and the memory node ``mn0`` (exposed: the host-issued baseline writes into it)."""
+
+    def __init__(self, *, seed: int = 1, profile: str = PROFILE):
+        self.profile = load_profile(profile)
+        specs = [NodeSpec("host0", "compute", 32 << 20), NodeSpec("dpu0", "dpu", 16 << 20, nic_of="host0"),
+                 NodeSpec("mn0", "memory", 64 << 20)]
+        super().__init__(self.profile, specs, expose=("mn0",), seed=seed)
+
+
+class _HostTally:
+    """The feeding host thread's CPU: counted (``cpu(ns)``), never delaying anyone -- PD3's
+    benchmark keeps the request ring filled and does not count the filling."""
+
+    def __init__(self):
+        self.ns = 0
+
+    def cpu(self, ns):
+        self.ns += ns
+
+
+def transfer_engine(*, warmup: int = 20_000, window: int = 80_000, record_ns: int | None = None,
+                    server_cores: int = FWD_SERVER_CORES, max_batch: int = FWD_MAX_BATCH, slots: int = FWD_SLOTS,
+                    ring: int = FWD_RING, seed: int = 1) -> dict:
+    """64 B records through the Transfer Engine (one Arm core of dpu0) to mn0's server and back;
+    returns Mops of responses reaching the host response ring inside the window, the Arm core's and
+    the server cores' utilisation in it, the mean batch, host CPU ns per record spent feeding and
+    draining the rings (not counted, PD3's setup) and the host threads on the transfer path.
+
+    The host side is two uncounted actors: a feeder that refills the request ring every 100 ns
+    (``HostClient.submit``, PUTs of 64 B records) and a drain that takes every response every 100 ns."""
+    with FwdRig(seed=seed) as rig:
+        env = rig.env
+        pl = wire(rig.host, host_node="host0", dpu_node="dpu0", mem_node="mn0", ring_capacity=ring,
+                  max_batch=max_batch, slots=slots, server_cores=server_cores, record_ns=record_ns)
+        end = warmup + window
+        tally = _HostTally()
+        got = [0, 0]            # responses taken: in the window, all
+
+        def feeder():
+            k = 0
+            while env.now < end:
+                while pl.client.submit(k, OP_PUT, k, b"v", thread=tally):
+                    k += 1
+                yield 100
+
+        def drain():
+            while env.now < end:
+                while pl.client.take(tally) is not None:
+                    got[1] += 1
+                    if warmup <= env.now:
+                        got[0] += 1
+                yield 100
+
+        env.process(feeder())
+        env.process(drain())
+        pl.processes(end)
+        busy = {}
+
+        def meter():
+            yield env.timeout(warmup)
+            busy["fwd"], busy["srv"] = pl.forwarder.busy_ns, pl.server.busy_ns
+            yield env.timeout(window)
+            busy["fwd"], busy["srv"] = pl.forwarder.busy_ns - busy["fwd"], pl.server.busy_ns - busy["srv"]
+
+        env.process(meter())
+        env.run(until=end + 20_000)
+        s = pl.forwarder.statistics()
+        host = rig.fabric.node_index("host0")
+        # a charge counts when it is made, so the last one may run past the window: at most 1.0
+        return {"mops": got[0] / window * 1e3, "dpu_util": min(1.0, busy["fwd"] / window),
+                "server_util": min(1.0, busy["srv"] / (server_cores * window)), "mean_batch": s.mean_batch,
+                "status": s.status,
+                "host_qps": sum(1 for node, _ in rig.host.qps if node == host),
+                "dma_gbps": s.dma_bytes * 8 / (end + 20_000)}
+
+
+def host_rdma_writes(threads: int = 16, *, depth: int = HOST_DEPTH, warmup: int = 20_000, window: int = 80_000,
+                     seed: int = 1) -> dict:
+    """64 B RDMA WRITEs from ``threads`` host threads of host0 (one QP each, the profile's CPU
+    costs, ``depth`` in flight, one doorbell per WRITE) to random lines of mn0; returns Mops and the
+    host cores busy in the window (the threads' charged CPU over the window)."""
+    with FwdRig(seed=seed) as rig:
+        env = rig.env
+        m = rig.fabric.node_index("mn0")
+        lines = (64 << 20) // 64
+        end = warmup + window
+        done = [0]
+        node = NodeRdma(rig.host, "host0", policy="per_thread_qp")
+        payload = b"\x01" * RECORD_BYTES
+
+        def client(co, rng):
+            while env.now < end:
+                for _ in range(depth):
+                    co.write(gaddr(m, int(rng.integers(lines)) * 64), payload)
+                    co.post()
+                yield co.sync()
+                if warmup <= env.now < end:
+                    done[0] += depth
+
+        procs = [env.process(client(node.thread().coroutine(), np.random.default_rng(k))) for k in range(threads)]
+        cpu = {}
+
+        def meter():
+            yield env.timeout(warmup)
+            cpu["start"] = sum(p.statistics().charged_ns for p in procs)
+            yield env.timeout(window)
+            cpu["end"] = sum(p.statistics().charged_ns for p in procs)
+
+        env.process(meter())
+        env.run(until=end + 20_000)
+        return {"mops": done[0] / window * 1e3, "host_cores_busy": (cpu["end"] - cpu["start"]) / window}
+
+
+def dpu_forwarder_part(quick: bool, progress) -> list[Row]:
+    # the Transfer Engine delivers 256 records at a time: its window must hold many batches
+    warm, win = (20_000, 60_000) if quick else (50_000, 300_000)
+    te_win = 200_000 if quick else 1_000_000
+    prof = load_profile(PROFILE)
+    progress("dpu-forwarder: Transfer Engine, 1 Arm core")
+    te = transfer_engine(warmup=warm, window=te_win)
+    series = "Transfer Engine (1 DPU Arm core), 64 B records host -> DPU -> mn0 -> host"
+    rows = [Row("dpu-forwarder", series, "0 host cores", "Mops", round(te["mops"], 2), 94),
+            Row("dpu-forwarder", series, "0 host cores", "DPU Arm core utilisation", round(te["dpu_util"], 2)),
+            Row("dpu-forwarder", series, "0 host cores", "memory-node core utilisation", round(te["server_util"], 2)),
+            Row("dpu-forwarder", series, "0 host cores", "mean batch (records)", round(te["mean_batch"], 1)),
+            Row("dpu-forwarder", series, "0 host cores", "host QPs on the transfer path", te["host_qps"], 0)]
+    d = prof.dpu
+    per_batch = 2 * d.poll_ns + 4 * d.post_ns        # ring poll, free write, RDMA post, CQ poll, push post
+    bound = 1e3 / (2 * d.record_ns + per_batch / FWD_MAX_BATCH)
+    rows.append(Row("dpu-forwarder", "Arm core bound: 1 / (2 x record_ns + per-batch posts and polls / batch)",
+                    "-", "Mops", round(bound, 2)))
+    progress("dpu-forwarder: Transfer Engine, record_ns = 0 (sensitivity)")
+    z = transfer_engine(warmup=warm, window=te_win, record_ns=0)
+    zs = "Transfer Engine, record_ns = 0 (sensitivity, not calibration)"
+    rows += [Row("dpu-forwarder", zs, "0 host cores", "Mops", round(z["mops"], 2)),
+             Row("dpu-forwarder", zs, "0 host cores", "DPU Arm core utilisation", round(z["dpu_util"], 2)),
+             Row("dpu-forwarder", zs, "0 host cores", "memory-node core utilisation", round(z["server_util"], 2))]
+    hs = "host-issued RDMA WRITE 64 B, a QP per thread"
+    for t, depth in (((16, HOST_DEPTH), (16, 32)) if quick else ((1, HOST_DEPTH), (4, HOST_DEPTH), (16, HOST_DEPTH),
+                                                                  (16, 32))):
+        progress(f"dpu-forwarder: host-issued RDMA WRITE, {t} host threads, depth {depth}")
+        h = host_rdma_writes(t, depth=depth, warmup=warm, window=win)
+        x = f"{t} host threads, depth {depth}"
+        pub = (t, depth) == (16, HOST_DEPTH)
+        rows.append(Row("dpu-forwarder", hs, x, "Mops", round(h["mops"], 2), 63 if pub else None))
+        rows.append(Row("dpu-forwarder", hs, x, "host cores busy", round(h["host_cores_busy"], 2), 16 if pub else None))
+        if (t, depth) == (16, 32):
+            per_write = h["host_cores_busy"] * 1e3 / h["mops"]       # host CPU ns per WRITE, measured
+            rows.append(Row("dpu-forwarder", hs, x, "host CPU ns per WRITE", round(per_write, 1)))
+            rows.append(Row("dpu-forwarder", "host-issued bound: 16 busy cores / CPU ns per WRITE", "16 cores", "Mops",
+                            round(16 * 1e3 / per_write, 2)))
+    return rows
+
+
 FIGURES = [
     Figure("udp-ping", "udp-ping", "Mops", "UDP pings served by DPA threads (bf3; DPA-Store Fig. 9/14)",
            "DPA threads", "throughput (Mops)", series=("pings served by DPA threads",), xs="numeric"),
+    Figure("dpu-forwarder", "dpu-forwarder", "Mops",
+           "PD3 Fig. A.1: 64 B records, Transfer Engine vs host-issued RDMA (bf3)",
+           "host cores / threads", "throughput (Mops)", kind="bar", xs="category",
+           series=("Transfer Engine (1 DPU Arm core), 64 B records host -> DPU -> mn0 -> host",
+                   "Transfer Engine, record_ns = 0 (sensitivity, not calibration)",
+                   "host-issued RDMA WRITE 64 B, a QP per thread")),
 ]
 
 EXPERIMENTS = {
@@ -285,6 +464,7 @@ EXPERIMENTS = {
     "dma": dma,
     "host-copy": host_copy,
     "udp-ping": udp_ping_part,
+    "dpu-forwarder": dpu_forwarder_part,
 }
 
 
@@ -293,10 +473,14 @@ def setup(quick: bool) -> dict:
     return {"profile": PROFILE, "seed": 1,
             "spec": "device rigs: host0, its DPA node dpa0 and client compute nodes in one process",
             "scale": "fewer thread counts, shorter windows" if quick else "full sweeps",
-            "assumption": f"a ping costs {PING_CYCLES} DPA cycles of CPU work (no published count)"}
+            "assumption": (f"a ping costs {PING_CYCLES} DPA cycles of CPU work (no published count); the DPU "
+                           f"forwarder's memory node executes on {FWD_SERVER_CORES} cores, batches of up to "
+                           f"{FWD_MAX_BATCH} records, {FWD_SLOTS} in flight; the host baseline keeps {HOST_DEPTH} "
+                           f"WRITEs in flight per thread")}
 
 
-TITLE = "device calibration: DPA memory, DMA, host copy, UDP ping on DPA threads (DPA-Store)"
+TITLE = ("device calibration: DPA memory, DMA, host copy, UDP ping on DPA threads (DPA-Store), "
+         "DPU forwarder (PD3)")
 
 
 def run(only=None, quick: bool = False, json_path: str | None = None, console=None) -> list[Row]:
