@@ -151,8 +151,8 @@ class DpuProfile:
     post_ns: int = knob("ns", "Arm CPU time to post one RDMA or DMA work request (build the WQE, ring the "
                         "doorbell)", min=0, max=1_000_000)
     poll_ns: int = knob("ns", "Arm CPU time of one completion-queue poll", min=0, max=1_000_000)
-    record_ns: int = knob("ns", "Arm CPU time to handle one small request record in a batch (read its header, "
-                          "route it)", min=0, max=1_000_000)
+    record_ns: int = knob("ns", "Arm CPU time per small request record in a batch (read its header, add up "
+                          "the response space it needs)", min=0, max=1_000_000)
 
 
 @dataclass(frozen=True)

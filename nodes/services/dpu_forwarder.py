@@ -48,8 +48,8 @@ Costs (docs/devices.md, "The DPU forwarder", has their sources):
 * DPU core (``[dpu]``): ``poll_ns`` per ring poll and per CQ poll, ``post_ns`` per DMA or RDMA
   post (the ring poll's DMA read, the free write the ring posts after it, the RDMA WRITE + SEND,
   the response ring's DMA write, a tail refresh when the host ring is full), ``record_ns`` per
-  record per direction (read a request's header, append it to the outgoing batch; the same for a
-  response). The verbs layer charges its own post and poll costs (``[cpu]``, the host's clock);
+  request record (read its header to reserve response space, PD3 step 2). Responses cost no
+  per-record work: the server wrote them as one block, and one DMA write forwards it (step 4). The verbs layer charges its own post and poll costs (``[cpu]``, the host's clock);
   the forwarder tops each up to the ``[dpu]`` figure, so a post costs ``max(dpu.post_ns, what the
   verbs model charged)`` -- never both.
 * Memory server CPU (``[cpu]``): ``rpc_handler_ns`` per batch (wake up, take the completion, find
@@ -212,7 +212,7 @@ class DpuForwarder(_Actor):
         self.unified, self.resp_space = unified, resp_space
         self.remote_req = remote_req
         self.p = dpu_profile
-        # per record per direction; ``record_ns`` overrides the profile's (a sensitivity run only)
+        # per request record; ``record_ns`` overrides the profile's (a sensitivity run only)
         self.record_ns = dpu_profile.record_ns if record_ns is None else record_ns
         self.max_batch, self.slots = max_batch, slots
         self.slot_bytes = max_batch * RECORD_BYTES
@@ -247,18 +247,19 @@ class DpuForwarder(_Actor):
                 did = True
                 if not recs:
                     self.empty_polls += 1
-            # post the next poll before forwarding this batch, so its DMA overlaps the work; it
-            # needs a batch slot of its own besides the one this batch takes
-            if poll is None and len(self._free) > (1 if recs else 0):
+            if recs:
+                yield from self._forward(recs)
+                if self.status:
+                    return self.status
+            # PD3's loop runs its steps in order: the next poll of the host ring is posted once this
+            # batch is on its way (step 1 again), not overlapped with the work on it; while the DMA
+            # read is in flight the core hands responses to the host (below)
+            if poll is None and self._free:
                 yield from self._cpu(self.p.poll_ns + self.p.post_ns)      # poll the ring: one DMA read
                 poll = self.req_ring.device_poll(self.engine, self.max_batch)
                 if not poll.succeeded:
                     return self._fail(poll.status, poll.error)
                 self.polls += 1
-            if recs:
-                yield from self._forward(recs)
-                if self.status:
-                    return self.status
             if len(self.cq) or self._pending:
                 did = True
                 yield from self._responses()
@@ -310,7 +311,8 @@ class DpuForwarder(_Actor):
             self._qp_of[wc.qp_num].post_recv(RecvWR(slot, 1, [self._recv_sge]))
         while self._pending:
             slot, payloads = self._pending[0]
-            yield from self._cpu(self.p.post_ns + self.record_ns * len(payloads))
+            # one DMA write of the whole response block: no per-record work (PD3 step 4)
+            yield from self._cpu(self.p.post_ns)
             c = self.resp_ring.device_push(self.engine, payloads)
             if c.status == RING_FULL:                 # learn what the host freed, retry on the next loop
                 yield from self._cpu(self.p.post_ns)
