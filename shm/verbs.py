@@ -110,6 +110,10 @@ _ATOMICS = (IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_MASKE
 
 from nodes.runtime.router import MSG_VERBS_SEND as _MSG_SEND  # noqa: E402 - a SEND arriving at a QP of this process
 
+#: QP numbers from here on are chosen by services (``QP(..., qp_num=)``); the counter of a process
+#: (``VerbsHost._new_qpn``: 1 + process << 20, ...) stays far below them
+WELL_KNOWN_QPN = 1 << 40
+
 
 def wc_status_str(status: int) -> str:
     return _STATUS_NAMES.get(status, f"status {status}")
@@ -456,7 +460,10 @@ class QP:
 
     RESET, RTS, ERR = "RESET", "RTS", "ERR"
 
-    def __init__(self, pd: PD, init_attr: QPInitAttr):
+    def __init__(self, pd: PD, init_attr: QPInitAttr, *, qp_num: int | None = None):
+        """``qp_num``: a well-known QP number (>= ``WELL_KNOWN_QPN``) instead of the next free one,
+        so that a peer in another process can connect to ``(node, qp_num)`` without an exchange
+        (as a service listens on a well-known port); taken twice on one node is an error."""
         ctx = pd.ctx
         self.pd = pd
         self.ctx = ctx
@@ -480,7 +487,14 @@ class QP:
             raise PyverbsRDMAError(f"QP caps exceed the device limits (max_send_wr <= {prof.qp.max_send_wr}, "
                                    f"max_recv_wr <= {prof.qp.max_recv_wr})", errno.EINVAL)
         self.sq_sig_all = init_attr.sq_sig_all
-        self.qp_num = self.host._new_qpn()
+        if qp_num is None:
+            self.qp_num = self.host._new_qpn()
+        else:
+            if type(qp_num) is not int or not WELL_KNOWN_QPN <= qp_num < 1 << 62:
+                raise PyverbsError(f"a well-known QP number must be an integer >= {WELL_KNOWN_QPN}, got {qp_num!r}")
+            if (ctx.node, qp_num) in self.host.qps:
+                raise PyverbsError(f"QP number {qp_num} is already taken on node {ctx.node}")
+            self.qp_num = qp_num
         self.node = ctx.node
         self.doorbell = ctx._bind_doorbell()
         self.state = self.RTS if self.qp_type == IBV_QPT_UD else self.RESET

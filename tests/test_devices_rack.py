@@ -149,3 +149,115 @@ def test_killing_the_dpa_process_is_reported_and_leaves_no_segment():
     assert any(x.node == "dpa0" and "SIGKILL" in x.how for x in sup.deaths), sup.deaths
     assert set(_mine()) == before
     assert not [p for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
+
+
+# -- the DPU forwarder in a rack ----------------------------------------------------------------------
+
+class _FwdClient:
+    """GET and PUT through the host rings of cn0: a coroutine pushes its request and polls the
+    response ring, keeping others' responses for them (one dict per node)."""
+
+    def __init__(self, client, thread, inbox):
+        self.client, self.thread, self.inbox = client, thread, inbox
+        self.env = thread.env
+
+    def _call(self, op, key, value=b""):
+        from nodes.services.dpu_forwarder import OP_GET  # noqa: F401 - the ops are the service's
+        tag = self.inbox.setdefault("next", 1)
+        self.inbox["next"] = tag + 1
+        kid = int.from_bytes(key[:8], "little")
+        while not self.client.submit(tag, op, kid, value, thread=self.thread):
+            yield self.env.timeout(500)                      # the request ring is full
+        while tag not in self.inbox:
+            r = self.client.take(self.thread)
+            while r is not None:
+                self.inbox[r.tag] = r
+                r = self.client.take(self.thread)
+            if tag not in self.inbox:
+                yield self.env.timeout(200)                  # a host thread polling its ring
+        return self.inbox.pop(tag)
+
+    def get(self, co, key):
+        from nodes.services.dpu_forwarder import OP_GET
+        r = yield from self._call(OP_GET, key)
+        return None if not any(r.value) else r.value
+
+    def put(self, co, key, value):
+        from nodes.services.dpu_forwarder import OP_PUT
+        yield from self._call(OP_PUT, key, value)
+
+    def insert(self, co, key, value):          # the load inserts fresh keys: a PUT
+        yield from self.put(co, key, value)
+        return True
+
+    def update(self, co, key, value):          # YCSB updates keys it loaded: a PUT
+        yield from self.put(co, key, value)
+        return True
+
+    def statistics(self):
+        return None
+
+
+def _fwd_dpu(ctx):
+    from nodes.services import dpu_forwarder as f
+    return [f.dpu_side(ctx, ctx.layout["fwd"]).run(stop=ctx.stopped)]
+
+
+def _fwd_memory(ctx):
+    from nodes.services import dpu_forwarder as f
+    return f.server_side(ctx, ctx.layout["fwd"]).runs()
+
+
+from nodes.systems.api import System  # noqa: E402
+
+
+class FwdKV(System):
+    """A test service: cn0's clients -> host rings -> dpu0's Transfer Engine -> mn0's CPU (GET/PUT
+    of 32 B values keyed by the key id) and back. Not a full KV (no insert/delete semantics)."""
+
+    name = "fwd-kv-test"
+    roles = ("compute", "memory")
+    servers = {"dpu": _fwd_dpu, "memory": _fwd_memory}
+
+    @classmethod
+    def setup(cls, fabric, memory_nodes, options, capacity):
+        from nodes.services.dpu_forwarder import rack_layout
+        return {"fwd": rack_layout(fabric, host="cn0", dpu="dpu0", mem="mn0", ring_capacity=256, max_batch=32,
+                                   slots=4, lanes=2, table_slots=1024)}
+
+    @classmethod
+    def client(cls, fabric, layout, thread, options):
+        from nodes.services.dpu_forwarder import host_side
+        inbox = thread.owner.__dict__.setdefault("_fwd_inbox", {})
+        return _FwdClient(host_side(fabric, layout["fwd"]), thread, inbox)
+
+
+def fwd_dict(*steps):
+    d = rack_dict(*steps, compute=1, threads=2, coroutines=4, records=64)
+    d["rack"]["profile"] = "bf3"
+    d["memory"] = {"count": 1, "memory": "32MiB", "cores": 2}
+    d["dpu"] = {"hosts": ["cn0"], "cores": 1, "memory": "8MiB"}
+    d["system"] = {"name": "tests.test_devices_rack:FwdKV"}
+    d["workload"]["valuesize"] = 32
+    return d
+
+
+def test_the_dpu_forwarder_serves_a_rack_of_processes_with_a_linearizable_history():
+    """Host threads of cn0 -> DMA-read by dpu0's Arm core -> one RDMA WRITE per batch to mn0's CPU
+    -> responses RDMA-written to dpu0 -> DMA-written to cn0's response ring: three processes."""
+    before = set(_mine())
+    sup = Supervisor(scenario_from_dict(fwd_dict(LOAD, run(0.3)), source="t.toml"), quiet=True, history=20_000)
+    assert sup.run() == 0, sup.deaths
+    res = sup.results
+    assert res.steps[0].ops == 64 and res.steps[-1].ops > 200
+    nodes = {n.node: n for n in res.nodes}
+    assert nodes["dpu0"].dma_bytes > 0 and nodes["dpu0"].cpu_busy_ns > 0 and nodes["dpu0"].cpu_cores == 1
+    assert nodes["mn0"].cpu_busy_ns > 0 and nodes["mn0"].cpu_cores == 2
+    assert check(sup.history_ops).verdict == "ok"
+    assert set(_mine()) == before
+
+
+def test_the_dpu_forwarder_co_located_gives_the_same_operations():
+    rack = ColocatedRack(scenario_from_dict(fwd_dict(LOAD, run(0.3)), source="t.toml"))
+    res = rack.run()
+    assert res.steps[0].ops == 64 and res.steps[-1].ops > 200

@@ -15,6 +15,7 @@ only ``latency`` (~2 s), ``reproduce smart`` only ``fig4`` (~4 s; ``table1`` tak
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -52,6 +53,7 @@ RUNS = {
     "dmrack up": [
         ["up", "--duration", "3", "--no-dashboard", "--seed", "2", "--out", "{tmp}/up/new/dir"],
         ["up", "--check", "--history", "{tmp}/h.jsonl", "--duration", "3", "--no-dashboard"],
+        ["up", "examples/devices.toml", "--duration", "4", "--no-dashboard", "--json", "{tmp}/devices.json"],
     ],
     "dmrack run FILE": [["run", "examples/minimal.toml", "--duration", "3", "--no-dashboard",
                          "--set", "compute.threads=2"]],
@@ -133,6 +135,9 @@ def test_readme_command_runs(base, tmp_path):
     if base == "dmrack up":
         assert (tmp_path / "up" / "new" / "dir" / "results.json").exists()      # --out was created
         assert (tmp_path / "h.jsonl").stat().st_size > 0 and "linearizable:" in stdout
+        nodes = {n["node"]: n for n in json.loads((tmp_path / "devices.json").read_text())["nodes"]}
+        assert nodes["dpa0"]["role"] == "dpa" and nodes["dpa0"]["dpa_threads"] == 16      # the DPA served
+        assert nodes["dpu0"]["udp_dropped"] + nodes["dpu0"]["rx_queued"] > 0               # mirrored copies
     if base == "dmrack reproduce smart":
         assert (tmp_path / "plots" / "reproduce-smart-fig4.png").exists()
     if base.startswith("dmrack plot"):

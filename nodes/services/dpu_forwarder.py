@@ -82,7 +82,7 @@ from nodes.actors import Cores
 from nodes.runtime.env import any_of
 from shm.dma import DmaEngine
 from shm.dmaring import RING_FULL, DmaRing
-from shm.fabric import IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_WRITE
+from shm.fabric import IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_WRITE, gaddr
 from shm.verbs import (
     CQ, IBV_QPT_RC, IBV_SEND_SIGNALED, IBV_WC_RECV, IBV_WC_SUCCESS, IBV_WR_RDMA_WRITE, IBV_WR_SEND, MR, PD, QP,
     SGE, Context, QPInitAttr, RecvWR, SendWR, wc_status_str,
@@ -234,12 +234,16 @@ class DpuForwarder(_Actor):
                               self.responses, self.polls, self.empty_polls,
                               self.engine.statistics().bytes - self._dma0, self.rdma_bytes, self.busy_ns, self.status)
 
-    def run(self, until: int):
-        """The Transfer Engine's loop until virtual time ``until``; returns its status."""
+    def run(self, until: int | None = None, stop=None):
+        """The Transfer Engine's loop until virtual time ``until``, or, with the event ``stop`` (a
+        rack's ``ctx.stopped``), until it has fired *and* the engine is idle: a poll of the host
+        ring found nothing, no batch is at the server and no response waits for the host. Requests
+        still in the ring when the plan ends are served, so no client waits for ever."""
         env = self.env
         poll = None
-        end = env.timeout(max(0, until - env.now))      # one event for every wait of this run
-        while env.now < until:
+        end = stop if stop is not None else env.timeout(max(0, until - env.now))  # one event for every wait
+        until = until if until is not None else float("inf")
+        while env.now < until and (stop is not None or not end.processed):
             did = False
             recs = None
             if poll is not None and poll.processed:
@@ -247,6 +251,8 @@ class DpuForwarder(_Actor):
                 did = True
                 if not recs:
                     self.empty_polls += 1
+                    if end.processed and len(self._free) == self.slots and not self._pending and not len(self.cq):
+                        return self.status          # stopped and drained
             if recs:
                 yield from self._forward(recs)
                 if self.status:
@@ -266,7 +272,7 @@ class DpuForwarder(_Actor):
                 if self.status:
                     return self.status
             if not did:
-                waits = [self.cq.wait(), end]
+                waits = [self.cq.wait()] + ([] if end.processed else [end])
                 if poll is not None:
                     waits.append(poll)
                 yield any_of(env, waits)
@@ -361,14 +367,18 @@ class MemoryServer(_Actor):
         return ServerStats(self.batches, self.records, self.records / self.batches if self.batches else 0.0,
                            self.busy_ns, self.status)
 
-    def runs(self, until: int) -> list:
-        """One generator per lane: start each as a process."""
+    def runs(self, until: int | None = None) -> list:
+        """One generator per lane: start each as a process (until ``until``; None: for ever)."""
         return [self.run(lane, until) for lane in range(len(self.qps))]
 
-    def run(self, lane: int, until: int):
+    def run(self, lane: int, until: int | None = None):
+        """Lane ``lane`` until virtual time ``until``; without it for ever, parked on its CQ between
+        batches (a parked actor costs nothing and ends no run early: a batch a draining forwarder
+        sends after the plan's end is still served)."""
         env = self.env
         qp, cq = self.qps[lane], self.cqs[lane]
-        end = env.timeout(max(0, until - env.now))
+        end = env.timeout(max(0, until - env.now)) if until is not None else env.event()
+        until = until if until is not None else float("inf")
         while env.now < until and not self.status:
             if not len(cq):
                 yield any_of(env, [cq.wait(), end])
@@ -503,3 +513,85 @@ def wire(verbs_host, *, host_node, dpu_node, mem_node, ring_capacity: int = 1024
     srv.post_receives(mnote)
     return Pipeline(env, fwd, srv, HostClient(req_ring, resp_ring), engine, req_ring, resp_ring,
                     {"table": table, "unified": unified, "resp_space": resp_space, "requests": requests})
+
+
+# --- wiring in a rack (one side per process) ------------------------------------------------------------------
+
+#: the well-known QP numbers of the forwarder's lanes: lane k is QP ``FWD_QPN + k`` on the DPU node
+#: and on the memory node, so each side connects to the other without an exchange between processes
+FWD_QPN = (1 << 40) + 0x46570000
+
+
+def rack_layout(fabric, *, host, dpu, mem, ring_capacity: int = 1024, max_batch: int = 128, slots: int = 8,
+                lanes: int = 4, table_slots: int = 4096) -> dict:
+    """Set-up time (``System.setup``, before any node process): the two host rings in ``host``'s
+    memory, the unified buffer and response space in ``dpu``'s, the request ring, staging buffer
+    and table in ``mem``'s; both device and memory node exposed for RDMA. Returns the plain-data
+    layout every side builds its objects from (:func:`dpu_side`, :func:`server_side`, :func:`host_side`)."""
+    if max_batch > ring_capacity:
+        raise ValueError(f"max_batch {max_batch} exceeds the ring capacity {ring_capacity}")
+    shape = slots * max_batch * RECORD_BYTES
+    for node in (dpu, mem):
+        fabric.expose(node)
+    idx = fabric.node_index
+    return {
+        "host": idx(host), "dpu": idx(dpu), "mem": idx(mem), "max_batch": max_batch, "slots": slots,
+        "lanes": lanes, "shape": shape,
+        "req_ring": DmaRing.layout(fabric, host, ring_capacity, RECORD_BYTES).base,
+        "resp_ring": DmaRing.layout(fabric, host, ring_capacity, RECORD_BYTES).base,
+        "unified": fabric.allocate(dpu, shape, align=64), "resp_space": fabric.allocate(dpu, shape, align=64),
+        "requests": fabric.allocate(mem, shape, align=64), "staging": fabric.allocate(mem, shape, align=64),
+        "table": fabric.allocate(mem, table_slots * VALUE_BYTES, align=64), "table_bytes": table_slots * VALUE_BYTES,
+    }
+
+
+def host_side(fabric, lay: dict) -> HostClient:
+    """The host's end: the two rings, attached where :func:`rack_layout` put them."""
+    return HostClient(DmaRing.attach(fabric, lay["host"], lay["req_ring"]),
+                      DmaRing.attach(fabric, lay["host"], lay["resp_ring"]))
+
+
+def _lane_qps(pd, node_lanes: int, cq_of):
+    return [QP(pd, QPInitAttr(qp_type=IBV_QPT_RC, scq=cq_of(k), rcq=cq_of(k)), qp_num=FWD_QPN + k)
+            for k in range(node_lanes)]
+
+
+def dpu_side(ctx, lay: dict) -> DpuForwarder:
+    """The Transfer Engine on a DPU node (a ``nodes.actors.NodeContext`` of role ``dpu``): its DMA
+    engine, the host rings, its buffers and one RC QP per lane connected to the memory node's."""
+    fabric = ctx.fabric
+    remote_w = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE
+    pd = PD(ctx.verbs())
+    cq = CQ(ctx.verbs(), 4 * lay["slots"] * lay["lanes"] + 64)
+    qps = _lane_qps(pd, lay["lanes"], lambda _k: cq)
+    for k, qp in enumerate(qps):
+        qp.connect((lay["mem"], FWD_QPN + k))
+    client = host_side(fabric, lay)
+    unified = MR(pd, lay["shape"], offset=lay["unified"])
+    resp_space = MR(pd, lay["shape"], remote_w, offset=lay["resp_space"])
+    fwd = DpuForwarder(ctx.env, ctx.cores, ctx.dma, client.req_ring, client.resp_ring, qps=qps, cq=cq,
+                       unified=unified, resp_space=resp_space,
+                       remote_req=(gaddr(lay["mem"], lay["requests"]), fabric.exposed_key(lay["mem"])),
+                       dpu_profile=ctx.profile.dpu, max_batch=lay["max_batch"], slots=lay["slots"])
+    fwd.post_receives(MR(pd, 64))
+    return fwd
+
+
+def server_side(ctx, lay: dict) -> MemoryServer:
+    """The memory server on a memory node with cores (role ``memory``): a lane (QP, CQ, actor) per
+    lane of the layout, on the node's cores."""
+    fabric = ctx.fabric
+    pd = PD(ctx.verbs())
+    cqs = [CQ(ctx.verbs(), 4 * lay["slots"] + 16) for _ in range(lay["lanes"])]
+    qps = _lane_qps(pd, lay["lanes"], cqs.__getitem__)
+    for k, qp in enumerate(qps):
+        qp.connect((lay["dpu"], FWD_QPN + k))
+    remote_w = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE
+    srv = MemoryServer(ctx.env, ctx.cores, qps=qps, cqs=cqs,
+                       requests=MR(pd, lay["shape"], remote_w, offset=lay["requests"]),
+                       staging=MR(pd, lay["shape"], offset=lay["staging"]),
+                       table=MR(pd, lay["table_bytes"], offset=lay["table"]),
+                       remote_resp=(gaddr(lay["dpu"], lay["resp_space"]), fabric.exposed_key(lay["dpu"])),
+                       cpu_profile=ctx.profile.cpu, max_batch=lay["max_batch"], slots=lay["slots"])
+    srv.post_receives(MR(pd, 64))
+    return srv
