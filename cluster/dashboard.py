@@ -299,7 +299,7 @@ class RackMeter:
             if s.counters.mem_capacity:
                 used, cap = s.counters.mem_used, s.counters.mem_capacity
                 mem_used, mem_cap = (mem_used or 0) + used, (mem_cap or 0) + cap
-            if s.role == "compute":
+            if s.role in ("compute", "client"):
                 rec = s.counters.bytes_reclaimed
                 reclaimed = (reclaimed or 0) + rec
             nodes.append(NodeView(

@@ -126,7 +126,7 @@ def node_main(state, slot: int, parent_pid: int, run_dir: str) -> None:
         _log_late_compiles(state, decl.name)
         from cluster import memtrace
         memtrace.start(decl.name)              # DMRACK_MEMTRACE: a diagnostic, off by default
-        if decl.role == "compute":
+        if decl.name in state.compiled.compute:       # the KV clients' nodes (System.client_role)
             _compute(state, slot, decl.name, writer)
         elif decl.role == "manager":
             _manager(state, decl.name, writer)

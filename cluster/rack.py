@@ -50,7 +50,7 @@ class CompiledRack:
     workloads: dict           # name -> workloads.ycsb.CoreWorkload
     plan: list[PlanStep]
     nodes: list               # NodeDecl(name, role, memory_bytes), fabric order
-    compute: list[str]        # compute node names, link addresses 0..K-1
+    compute: list[str]        # the nodes running the KV clients (compute, or client nodes), addresses 0..K-1
     capacity: int             # keys the system is sized for
     actor_nodes: list = field(default_factory=list)   # DPUs, DPAs, memory nodes with actors: addresses K+1..
 
@@ -124,11 +124,14 @@ def compile_scenario(scenario) -> CompiledRack:
                              node=getattr(st, "node", None), bulk=bulk))
     capacity = table_capacity(plan, workloads)       # the formula cluster.scenario.check_capacity checked
     nodes = list(spec.nodes())
-    compute = [n.name for n in nodes if n.role == "compute"]
+    # the nodes that run the KV clients (YCSB, histories): compute nodes, or the client nodes of a
+    # system whose clients reach a server over the network (System.client_role)
+    compute = [n.name for n in nodes if n.role == getattr(system, "client_role", "compute")]
     servers = getattr(system, "servers", None) or {}
     # DPUs and DPAs always run in the virtual clock: their RX queues take steered and mirrored
     # datagrams even when the system runs no actor there
-    actor_nodes = [n.name for n in nodes if n.role in ("dpu", "dpa") or (n.role in servers and n.role != "compute")]
+    actor_nodes = [n.name for n in nodes
+                   if n.name not in compute and (n.role in ("dpu", "dpa") or n.role in servers)]
     return CompiledRack(scenario, system, options, workloads, plan, nodes, compute, capacity, actor_nodes)
 
 

@@ -279,7 +279,7 @@ class Supervisor:
             stuck = state.fabric.release_stuck_line_locks()
             if stuck:
                 state.plane.log(0, "fault", decl.name, f"released {stuck} line lock(s) {decl.name} died holding")
-            if decl.role == "compute":
+            if decl.name in c.compute:
                 # its epoch announcements would hold retired blocks back for good (docs/reclaim.md)
                 c.system.node_failed(state.fabric, state.layout, state.fabric.node_index(decl.name))
             if gave_up is not None and not expected:
@@ -335,7 +335,7 @@ class Supervisor:
             # Loading is long: show how far it got (ops of this step on every compute node).
             done = 0
             for snap in self.state.plane.snapshot():
-                rec = snap.step_record(step + 1) if snap.role == "compute" else None
+                rec = snap.step_record(step + 1) if snap.name in self.compiled.compute else None
                 done += rec.ops() if rec is not None else 0
             text += f" ({done:,}/{plan[step].count:,}, {100 * done // plan[step].count}%)"
         return text

@@ -26,7 +26,8 @@ LOAD = {"action": "load"}
 
 
 def device_dict(*steps, threads=4, dpu=True, mirror=False, records=200, **kw):
-    d = rack_dict(*steps, compute=2, threads=2, coroutines=2, records=records, **kw)
+    d = rack_dict(*steps, compute=1, threads=2, coroutines=2, records=records, **kw)
+    d["client"] = {"count": 2, "memory": "8MiB"}
     d["rack"]["profile"] = "bf3"
     d["memory"]["count"] = 1
     d["dpa"] = {"hosts": ["cn0"], "threads": threads, "memory": "8MiB"}
@@ -67,7 +68,7 @@ def test_device_nodes_are_named_after_their_order_and_share_their_hosts_card():
     (lambda d: d["dpa"].update(threads=190), "dpa.threads = 190: must be an integer from 1 to 189"),
     (lambda d: d["dpu"].update(cores=17), "dpu.cores = 17"),
     (lambda d: d["rack"].update(profile="cx6-200g"), "has no [dpu] table"),
-    (lambda d: d.update(steer=[{"node": "cn1", "port": 1, "target": "dpa0"}]),
+    (lambda d: d.update(steer=[{"node": "mn0", "port": 1, "target": "dpa0"}]),
      "steer[0].target = \"dpa0\": unknown steering target"),
     (lambda d: d.update(steer=[{"node": "cn0", "port": 1, "target": "dpu0", "mirror": "dpx0"}]),
      "steer[0].mirror = \"dpx0\": unknown steering target"),
@@ -120,6 +121,8 @@ def test_a_rack_of_processes_runs_the_dpa_service_and_publishes_device_counters(
     dpa, dpu = nodes["dpa0"], nodes["dpu0"]
     assert dpa.role == "dpa" and dpa.dpa_threads == 4 and dpa.cpu_cores == 16 and dpa.cpu_busy_ns > 0
     assert dpu.role == "dpu" and dpu.dpa_threads == 0                # the DPU runs no actor here: passive
+    # active clients: the client nodes ran the workload, the server's host ran none of it
+    assert nodes["cl0"].ops > 0 and nodes["cl1"].ops > 0 and nodes["cn0"].ops == 0
     assert set(_mine()) == before
 
 

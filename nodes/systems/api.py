@@ -148,6 +148,11 @@ class System:
     #: scenario starts and returning the generators to run there as actors. Empty (the default):
     #: no actors, memory nodes stay passive. Actors on memory nodes need ``[memory] cores >= 1``.
     servers: dict = {}
+    #: Which nodes run the system's KV clients (the workloads, histories, latency): ``"compute"``
+    #: (the default: clients on the compute nodes' threads) or ``"client"`` (the ``[client]`` nodes,
+    #: ``cl0``..: *active clients* that reach a server over the network, each with ``[compute]``
+    #: threads x coroutines; the compute nodes are then the servers' hosts).
+    client_role: str = "compute"
     #: Rack tables the system needs to run at all (a profile with a DPA, the devices it serves from),
     #: e.g. ``{"rack": {"profile": "bf3"}, "dpa": {"hosts": ["cn0"]}}``: racks the project builds
     #: for it (the conformance suite, ``dmrack check``) merge them under their own tables. A scenario

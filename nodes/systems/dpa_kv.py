@@ -3,8 +3,10 @@
 The smallest complete service of the offload-device roles (docs/devices.md, "Reference services"),
 and the pattern DPA-Store builds on: a key-value store whose server is a BlueField-3 DPA.
 
-* **Clients** are the compute nodes' KV clients (YCSB, the checker, the dashboard: whatever any
-  system gets). An operation is one datagram to the DPA's *host* ``dpa.hosts[0]`` on UDP port
+* **Clients** are *active clients* on the rack's client nodes (``[client]``, ``cl0``..:
+  ``System.client_role = "client"``), each with ``[compute]`` threads x coroutines running the
+  workloads (YCSB, the checker's stress) and measuring latency at the client; the compute node
+  ``dpa.hosts[0]`` is the server's host. An operation is one datagram to that host on UDP port
   ``BASE_PORT + h(key) mod PORTS``, and the reply (``shm.udp.call``: timeout, resends, counted).
   Each coroutine binds a port of its own node for its replies (``UdpNet.bind``), so replies reach
   it in whatever process it runs, and coroutines never take each other's replies.
@@ -261,7 +263,8 @@ class DpaKvSystem(System):
     description = ("reference service: a key-value table in DPA memory served by DPA threads over "
                    "steered UDP (clients -> host NIC -> a DPA thread per port -> reply)")
     paper = "dmrack reference service for the device roles (the DPA-Store pattern, Ni et al.)"
-    roles = ("compute",)
+    roles = ("compute", "client")
+    client_role = "client"              # active clients on cl0..: the compute node is the DPA's host
     options = (
         Option("key_max", 64, "largest key in bytes (a slot's key field)", minimum=1, maximum=255),
         Option("value_max", 1024, "largest value in bytes (a slot's value field; a request must fit one datagram)",
@@ -272,7 +275,8 @@ class DpaKvSystem(System):
         Option("resends", 3, "times a client sends a request again before it gives up", minimum=0, maximum=100),
     )
     servers = {"dpa": dpa_server}
-    rack_tables = {"rack": {"profile": "bf3"}, "dpa": {"hosts": ["cn0"], "threads": 4, "memory": "32MiB"}}
+    rack_tables = {"rack": {"profile": "bf3"}, "dpa": {"hosts": ["cn0"], "threads": 4, "memory": "32MiB"},
+                   "client": {"count": 2}}
 
     @classmethod
     def steering(cls, spec):
