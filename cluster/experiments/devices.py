@@ -33,7 +33,7 @@ from cluster.experiments.figures import Figure
 from cluster.experiments.registry import Experiment
 from cluster.experiments.rows import Row, run_experiments
 from cluster.experiments.verbs import FabricRig
-from nodes.devices.dpa_core import Dpa
+from nodes.devices.dpa_core import PACKET_CYCLES, Dpa
 from nodes.services.dpu_forwarder import OP_PUT, RECORD_BYTES, wire
 from shm.coro import NodeRdma
 from shm.dma import DmaEngine
@@ -44,13 +44,9 @@ from shm.verbs import Context
 
 PROFILE = "bf3"
 
-# ASSUMPTION (no published cycle count for a DPA-Store ping): the DPA CPU work of one ping -- read
-# the datagram's descriptor and headers, check the request, build the reply's headers and post it
-# -- is 300 cycles of the DPA's in-order 1.8 GHz RISC-V core (~167 ns). Reasoning: a lean
-# run-to-completion UDP echo on a small in-order core is a few hundred instructions (header parse
-# ~50, reply build ~50, WQE write + doorbell ~100, loop and bookkeeping), at about 1 IPC. Chosen
-# once, before any run; never tuned to the published 44.9 Mops.
-PING_CYCLES = 300
+# the DPA CPU work of one ping: the one packet-handling assumption of the DPA model (its reasoning
+# is at nodes.devices.dpa_core.PACKET_CYCLES); never tuned to the published 44.9 Mops
+PING_CYCLES = PACKET_CYCLES
 PING_BYTES = 16           # payload of a ping and of its reply (a sequence number and a tag)
 PING_PORT = 9000          # DPA thread i listens on PING_PORT + i
 

@@ -37,15 +37,15 @@ from typing import NamedTuple
 
 import numpy as np
 
+from nodes.devices.dpa_core import PACKET_CYCLES
 from nodes.systems.api import KVClient, Option, System, SystemError_
 
 BASE_PORT = 9000
 PORTS = 256                     # partitions of the table, each owned by one DPA thread
 REPLY_PORT = 20000              # coroutine k of thread t of a node binds REPLY_PORT + t * 64 + k
-# ASSUMPTION (as the udp-ping part of `dmrack bench devices`, PING_CYCLES there): a request costs
-# a few hundred instructions on an in-order DPA core at about 1 IPC to parse, probe and post the
-# reply; no published cycle count. The probe's memory accesses are priced by the cache model on top.
-REQUEST_CYCLES = 300
+# the DPA model's packet-handling assumption (nodes.devices.dpa_core.PACKET_CYCLES, as the UDP ping
+# of `dmrack bench devices`): parse, probe and post the reply; the probe's loads are priced on top
+REQUEST_CYCLES = PACKET_CYCLES
 
 OP_GET, OP_INSERT, OP_UPDATE, OP_DELETE = 1, 2, 3, 4
 ST_OK, ST_MISSING, ST_EXISTS = 0, 1, 2
