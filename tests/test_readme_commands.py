@@ -51,9 +51,9 @@ def flags_of(command: str) -> list[str]:
 # The concrete runs of each row (keyed by base_of); {tmp} is the test's temporary directory.
 RUNS = {
     "dmrack up": [
-        ["up", "--duration", "3", "--no-dashboard", "--seed", "2", "--out", "{tmp}/up/new/dir"],
-        ["up", "--check", "--history", "{tmp}/h.jsonl", "--duration", "3", "--no-dashboard"],
         ["up", "examples/devices.toml", "--duration", "4", "--no-dashboard", "--json", "{tmp}/devices.json"],
+        ["up", "--duration", "3", "--no-dashboard", "--seed", "2", "--out", "{tmp}/up/new/dir"],
+        ["up", "--check", "--history", "{tmp}/h.jsonl", "--duration", "3", "--no-dashboard"],      # last: its stdout is checked
     ],
     "dmrack run FILE": [["run", "examples/minimal.toml", "--duration", "3", "--no-dashboard",
                          "--set", "compute.threads=2"]],
