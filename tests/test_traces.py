@@ -281,3 +281,37 @@ def _small_trace():
         f.write(SMALL)
     yield
     os.unlink(SMALL_PATH)
+
+
+# -- the range presets in a rack (scans need a system with scans: sherman) ----------------------------
+
+def test_range_presets_in_a_rack_on_sherman():
+    d = {"rack": {"name": "t", "profile": "cx6-200g", "seed": 3},
+         "compute": {"count": 1, "threads": 2, "coroutines": 2, "memory": "8MiB"},
+         "memory": {"count": 2, "memory": "32MiB"},
+         "system": {"name": "sherman"},
+         "workload": {"preset": "range-only", "recordcount": 400, "valuesize": 8},
+         "step": [{"action": "load"}, {"action": "run", "duration_ms": 0.2},
+                  {"action": "run", "duration_ms": 0.2, "workload": "range-write"}]}
+    sc = scenario_from_dict(d, source="t.toml")
+    assert sc.spec.workload.title == "YCSB RANGE-ONLY"
+    res = ColocatedRack(sc).run()
+    ro, rw = res.steps[1], res.steps[2]
+    assert {k.kind for k in ro.kinds} == {"all", "scan"} and ro.ops > 0
+    assert {k.kind for k in rw.kinds} == {"all", "scan", "insert"}
+    assert {k.kind: k.failures for k in rw.kinds}["insert"] == 0
+
+
+def test_range_presets_need_a_system_with_scans():
+    from cluster.rack import RackError, compile_scenario
+    d = {"workload": {"preset": "range-only", "recordcount": 100},
+         "step": [{"action": "load"}, {"action": "run", "duration_ms": 0.1}]}
+    with pytest.raises(RackError, match="has scans"):
+        compile_scenario(scenario_from_dict(d, source="t.toml"))
+
+
+def test_preset_names_in_a_spec():
+    with pytest.raises(SpecError, match="one of a, b, c, d, e, f, or one of load, range-only, range-write"):
+        scenario_from_dict({"workload": {"preset": "range"}}, source="t.toml")
+    sc = scenario_from_dict({"workload": {"preset": "load", "recordcount": 100}}, source="t.toml")
+    assert sc.spec.workload.build().proportions.insert == 1
