@@ -79,7 +79,10 @@ class CompiledRack:
 
     @property
     def finite(self) -> bool:
-        return all(s.action not in ("run", "sleep") or s.duration_ns > 0 for s in self.plan)
+        # a run of a trace replayed once (workloads.traces, loop = false) ends with the trace
+        return all(s.action not in ("run", "sleep") or s.duration_ns > 0
+                   or (s.action == "run" and getattr(self.workloads.get(s.workload), "finite", False))
+                   for s in self.plan)
 
     def describe_workloads(self) -> str:
         used = [s.workload for s in self.plan if s.workload]

@@ -18,7 +18,8 @@ every missing key takes the value of the built-in default rack -- ::
     [client]            count, memory
     [manager]           count (exactly 1)
     [system]            name, and every other key is an option of that system
-    [workload]          preset or file, and every other key is a YCSB property override
+    [workload]          preset or file, and every other key is a YCSB property override; or
+                        trace (a Twitter-format CSV) with its own keys (workloads/traces.py)
     [workloads.NAME]    more workloads of the same form
     [run]               duration_ms, load (the default steps of a scenario)
 
@@ -129,7 +130,8 @@ MIN_NODE_MEMORY = 4096
 MAX_NODE_MEMORY = 1 << 48
 
 ON_NODE_DEATH = ("stop", "continue")
-WORKLOAD_PRESETS = ("a", "b", "c", "d", "e", "f")
+# YCSB's core workloads A-F, then dmrack's presets for Dolphin's workloads (workloads/properties.py)
+WORKLOAD_PRESETS = ("a", "b", "c", "d", "e", "f", "load", "range-only", "range-write")
 
 # YCSB properties that fix *which keys exist and how big they are*. Every preset-based workload of a
 # scenario inherits these from [workload] unless it sets them itself, so that "run B" after
@@ -269,11 +271,12 @@ class WorkloadSpec:
     """
 
     name: str  # "default", a [workloads.NAME] name, or a preset letter used directly in a step
-    preset: str | None  # "a".."f", or None when ``file`` is given
+    preset: str | None  # "a".."f" (or a dmrack preset), or None when ``file`` or ``trace`` is given
     file: str | None  # absolute path of a YCSB .properties file, or None
     overrides: dict  # YCSB property -> value (str, int, float or bool), applied over the preset/file
     source: str = DEFAULT_SOURCE
     table: str = "workload"
+    trace: str | None = None  # absolute path of a Twitter-format trace (workloads.traces), or None
 
     def build(self):
         """The :class:`workloads.ycsb.CoreWorkload`, or a SpecError naming the file and the table.
@@ -285,6 +288,12 @@ class WorkloadSpec:
         from workloads.ycsb import CoreWorkload
 
         where = f"{self.source}: {self.table}"
+        if self.trace is not None:
+            from workloads.traces import TraceWorkload
+            try:
+                return TraceWorkload(self.trace, self.overrides, source=where)
+            except WorkloadError as e:
+                raise SpecError(str(e)) from None
         props = self.properties()
         try:
             if self.file is not None:
@@ -309,11 +318,14 @@ class WorkloadSpec:
 
     @property
     def title(self) -> str:
-        """``"YCSB A"`` or ``"YCSB file x.properties"``: the short name for step lines."""
+        """``"YCSB A"``, ``"YCSB file x.properties"`` or ``"trace x.csv"``: the short name for step lines."""
+        if self.trace is not None:
+            return f"trace {Path(self.trace).name}"
         return f"YCSB {self.preset.upper()}" if self.preset else f"YCSB file {Path(self.file).name}"
 
     def describe(self) -> str:
-        base = self.title if self.preset else f"YCSB file {self.file}"
+        base = (f"trace {self.trace}" if self.trace is not None else
+                self.title if self.preset else f"YCSB file {self.file}")
         props = " ".join(f"{k}={_show(v)}" for k, v in self.overrides.items())
         return f"{base}{' ' + props if props else ''}"
 
@@ -711,6 +723,21 @@ def _workload(label: str, base_dir: Path, name: str, path: str, data: Any, *, de
     t = _Table(label, path, data)
     if "preset" in t.data and "file" in t.data:
         t.fail("file", "give preset or file, not both")
+    if "trace" in t.data:
+        for other in ("preset", "file"):
+            if other in t.data:
+                t.fail("trace", f"give trace or {other}, not both")
+        resolved = (base_dir / t.get("trace", None, _text_path)).resolve()
+        if not resolved.is_file():
+            t.fail("trace", f"no such trace file {resolved}")
+        overrides = {}
+        for k, v in _flatten({k: v for k, v in t.data.items() if k != "trace"}).items():
+            if isinstance(v, (list, dict)) or v is None:
+                raise SpecError(f"{label}: {path}.{k} = {_show(v)}: a trace property must be a string, number or "
+                                f"boolean")
+            overrides[k] = v
+        return WorkloadSpec(name=name, preset=None, file=None, overrides=overrides, source=label, table=path,
+                            trace=str(resolved))
     preset = file = None
     if "file" in t.data:
         file_s = t.get("file", None, _text_path)
@@ -737,7 +764,8 @@ def _text_path(v):
 
 def _preset(v):
     if not isinstance(v, str) or v.lower() not in WORKLOAD_PRESETS:
-        raise ValueError(f"must be a YCSB preset letter, one of {', '.join(WORKLOAD_PRESETS)}")
+        raise ValueError(f"must be a YCSB preset letter, one of {', '.join(WORKLOAD_PRESETS[:6])}, or one of "
+                         f"{', '.join(WORKLOAD_PRESETS[6:])}")
     return v.lower()
 
 
@@ -757,8 +785,9 @@ def preset_workload(default: WorkloadSpec, letter: str, table: str) -> WorkloadS
 
 
 def _workloads(label: str, base_dir: Path, data: dict) -> dict:
+    given = data.get("workload") or {}
     default = _workload(label, base_dir, "default", "workload", data.get("workload", {}),
-                        defaults=DEFAULT_WORKLOAD_OVERRIDES if "file" not in (data.get("workload") or {}) else {},
+                        defaults=DEFAULT_WORKLOAD_OVERRIDES if "file" not in given and "trace" not in given else {},
                         inherit={})
     out = {"default": default}
     named = data.get("workloads")
@@ -773,7 +802,7 @@ def _workloads(label: str, base_dir: Path, data: dict) -> dict:
                             f"and -, not 'default' nor a preset letter (a step names those directly)")
         if not isinstance(table, dict):
             raise SpecError(f"{label}: workloads.{name} = {_show(table)}: must be a table [workloads.{name}]")
-        inherit = {k: v for k, v in shape.items() if k not in table} if "file" not in table else {}
+        inherit = {k: v for k, v in shape.items() if k not in table} if not {"file", "trace"} & set(table) else {}
         out[name] = _workload(label, base_dir, name, f"workloads.{name}", table, defaults={}, inherit=inherit)
     return out
 

@@ -242,10 +242,12 @@ class ComputeNode:
         keys = wl.load_keys(first, share) if share else np.empty(0, np.int64)
         actors = list(self._active())
         procs = []
+        # a trace (workloads.traces) sizes each loaded key's value by the trace
+        vsize = getattr(wl, "load_value_size", None) or wl.value_size
         for j, (t, c) in enumerate(actors):
             mine = keys[j::len(actors)]
             if len(mine):
-                procs.append(self.env.process(self._load_loop(t, c, mine, wl.key_size, wl.value_size),
+                procs.append(self.env.process(self._load_loop(t, c, mine, wl.key_size, vsize),
                                               name=f"{self.name}.load.t{t}c{c}"))
         return all_of(self.env, procs)
 
@@ -257,7 +259,7 @@ class ComputeNode:
         if self.index != 0:
             return
         keys = wl.load_keys(self.loaded_before, step.count)
-        ks, vs = wl.key_size, wl.value_size
+        ks, vs = wl.key_size, getattr(wl, "load_value_size", None) or wl.value_size
         h, now = self.history, self.env.now
         client = self._client_id(0, 0)
         given = [0]
@@ -277,7 +279,7 @@ class ComputeNode:
             record(OP_INSERT, 0, True)
         self.ops += given[0]
 
-    def _load_loop(self, t: int, c: int, keys: np.ndarray, ksize: int, vsize: int):
+    def _load_loop(self, t: int, c: int, keys: np.ndarray, ksize: int, vsize):
         env = self.env
         record = self.recorder.record
         try:
@@ -296,13 +298,20 @@ class ComputeNode:
         end = env.now + step.duration_ns if step.duration_ns > 0 else None
         procs = []
         target = getattr(wl, "target", 0) or 0
+        # A replayed trace (workloads.traces) is one sequence of operations shared by the rack's
+        # clients: each opens its own share, numbered across the compute nodes.
+        replayed = getattr(wl, "replayed", False)
         if target > 0:
             # The rack-wide rate is shared evenly by the compute nodes and their active threads.
             rate = target / (self.n_compute * self.active_threads)
             for t in range(self.active_threads):
                 queue: deque = deque()
                 waiting: list = []
-                stream = wl.stream(self.seed, self._stream_id(step, t, 0), self.inserts)
+                if replayed:
+                    stream = wl.client_stream(self.index * self.active_threads + t,
+                                              self.n_compute * self.active_threads, self.inserts, self.seed)
+                else:
+                    stream = wl.stream(self.seed, self._stream_id(step, t, 0), self.inserts)
                 procs.append(env.process(self._arrivals(stream, rate, end, queue, waiting, t, step.index),
                                          name=f"{self.name}.arrivals.t{t}"))
                 for c in range(self.active_coroutines):
@@ -311,8 +320,13 @@ class ComputeNode:
                     procs.append(env.process(self._serve(t, c, wl, queue, waiting, end),
                                              name=f"{self.name}.t{t}c{c}"))
         else:
+            per_node = self.active_threads * self.active_coroutines
             for t, c in self._active():
-                stream = wl.stream(self.seed, self._stream_id(step, t, c), self.inserts)
+                if replayed:
+                    stream = wl.client_stream(self.index * per_node + t * self.active_coroutines + c,
+                                              self.n_compute * per_node, self.inserts, self.seed)
+                else:
+                    stream = wl.stream(self.seed, self._stream_id(step, t, c), self.inserts)
                 procs.append(env.process(self._closed_loop(t, c, wl, stream, end), name=f"{self.name}.t{t}c{c}"))
         return all_of(env, procs)
 
@@ -334,6 +348,8 @@ class ComputeNode:
         try:
             while end is None or env.now < end:
                 ops, keys, scans = stream.next_batch(BATCH)
+                if not len(ops):
+                    return                  # a trace's share is done
                 for op, kid, n in zip(ops.tolist(), keys.tolist(), scans.tolist()):
                     if end is not None and env.now >= end:
                         return
@@ -346,6 +362,12 @@ class ComputeNode:
         while True:
             ops, keys, scans = stream.next_batch(BATCH)
             gaps = stream.interarrivals_ns(BATCH, rate_per_s)
+            if not len(ops):                    # a trace's share is done: the servers go home
+                queue.append(None)
+                for ev in waiting:
+                    ev.succeed()
+                waiting.clear()
+                return
             for op, kid, n, gap in zip(ops.tolist(), keys.tolist(), scans.tolist(), gaps.tolist()):
                 yield int(gap) + 1
                 if end is not None and env.now >= end:
@@ -383,6 +405,8 @@ class ComputeNode:
         ks = wl.key_size
         # a workload that varies its value sizes (workloads.stress, mixed_sizes) gives a size per write
         vs = wl.value_size_of if getattr(wl, "mixed_sizes", False) else wl.value_size
+        if op != OP_SCAN and n > 0 and getattr(wl, "sized_writes", False):
+            vs = n                  # a trace (workloads.traces) gives each write its row's value size
         thread = self.threads[t]
         issued_in = self.step_index
         tracer = self.env.tracer
@@ -396,7 +420,8 @@ class ComputeNode:
                 ok = yield from self._write("update", t, c, kid, ks, vs)
             elif op == OP_INSERT:
                 ok = yield from self._write("insert", t, c, kid, ks, vs)
-                self.inserts.acknowledge()
+                if not getattr(wl, "replayed", False):   # a trace's inserts claim no YCSB record number
+                    self.inserts.acknowledge()
             elif op == OP_DELETE:
                 ok = yield from self._delete(t, c, kid, ks)
             elif op == OP_SCAN:

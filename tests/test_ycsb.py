@@ -429,3 +429,32 @@ def test_zipfianitems_sets_the_hottest_keys_share():
     assert hottest({"zipfianitems": 100_000_000}) == pytest.approx(0.048, abs=0.002)
     with pytest.raises(WorkloadError, match=r"property 'zipfianitems' = 1: must be >= 2"):
         CoreWorkload.preset("c", {"zipfianitems": 1})
+
+
+# -- dmrack's presets for Dolphin's workloads ------------------------------------------------------
+
+def test_dmrack_presets_are_the_documented_properties():
+    from workloads.properties import DMRACK_PRESETS, YCSB_LETTERS
+    assert DMRACK_PRESETS == ("load", "range-only", "range-write") and YCSB_LETTERS == tuple("abcdef")
+    ro = CoreWorkload.preset("range-only")
+    assert ro.proportions == (0, 0, 0, 1, 0) and ro.distribution == "uniform"
+    assert (ro.min_scan_length, ro.max_scan_length, ro.scan_length_distribution) == (1, 100, "uniform")
+    rw = CoreWorkload.preset("Range-Write")
+    assert rw.proportions == (0, 0, 0.5, 0.5, 0) and rw.distribution == "uniform" and rw.max_scan_length == 100
+    ld = CoreWorkload.preset("load")
+    assert ld.proportions == (0, 0, 1, 0, 0)
+    ops, _, scans = ro.stream(1, 0).next_batch(2000)
+    assert set(ops.tolist()) == {3} and scans.min() >= 1 and scans.max() <= 100
+    ops, _, _ = ld.stream(1, 0).next_batch(100)
+    assert set(ops.tolist()) == {2}
+
+
+def test_yscb_presets_unchanged_by_the_dmrack_ones():
+    # the A-F presets are YCSB's files key for key (test above); their streams do not move either
+    for w in "abcdef":
+        assert PRESETS[w]["workload"] == "site.ycsb.workloads.CoreWorkload"
+    ops, keys, _ = CoreWorkload.preset("a", {"recordcount": 1000}).stream(7, 3).next_batch(8)
+    again = CoreWorkload.preset("a", {"recordcount": 1000}).stream(7, 3).next_batch(8)
+    assert (ops == again[0]).all() and (keys == again[1]).all()
+    with pytest.raises(WorkloadError, match="choose one of a, b, c, d, e, f or load, range-only, range-write"):
+        CoreWorkload.preset("range")

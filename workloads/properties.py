@@ -11,7 +11,8 @@ ignored typo changes what a benchmark measures.
 The parsed dict remembers the line each property came from (``Properties.lines``), so that
 validation in ``workloads.ycsb`` can name ``file:line`` when a value is wrong.
 
-The presets are YCSB's ``workloads/workloada`` .. ``workloadf`` key for key, and ``DEFAULTS`` are
+The presets are YCSB's ``workloads/workloada`` .. ``workloadf`` key for key, plus dmrack's
+``load``, ``range-only`` and ``range-write`` (Dolphin's workloads), and ``DEFAULTS`` are
 the defaults of YCSB's ``CoreWorkload`` (and of its ``Client`` for the counts); see
 docs/workloads.md for the table and for the dmrack extensions.
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 import os
 
 __all__ = ["WorkloadError", "Properties", "parse_properties", "load_properties", "PRESETS", "PRESET_TITLES",
+           "YCSB_LETTERS", "DMRACK_PRESETS",
            "DEFAULTS", "IGNORED", "IGNORED_PREFIXES", "EXTENSIONS"]
 
 
@@ -159,9 +161,36 @@ PRESETS: dict[str, dict[str, str]] = {
           "readmodifywriteproportion": "0.5", "requestdistribution": "zipfian"},
 }
 
+# dmrack's own presets (not YCSB files), for the workloads of Dolphin (Xu et al., VLDB'25-style
+# ordered-index evaluations, Fig. 7c and Fig. 8): "LOAD" (inserts only), "range-only" (scans of up
+# to 100 items) and "range-write" (half scans, half inserts), uniform request distribution, scan
+# lengths uniform in 1..100 (YCSB-E's scan shape). Built like YCSB's files (recordcount,
+# operationcount, readallfields), so they combine with the same overrides.
+YCSB_LETTERS = ("a", "b", "c", "d", "e", "f")
+PRESETS["load"] = {
+    "recordcount": "1000", "operationcount": "1000", "workload": "site.ycsb.workloads.CoreWorkload",
+    "readallfields": "true",
+    "readproportion": "0", "updateproportion": "0", "scanproportion": "0", "insertproportion": "1",
+    "requestdistribution": "uniform"}
+PRESETS["range-only"] = {
+    "recordcount": "1000", "operationcount": "1000", "workload": "site.ycsb.workloads.CoreWorkload",
+    "readallfields": "true",
+    "readproportion": "0", "updateproportion": "0", "scanproportion": "1", "insertproportion": "0",
+    "requestdistribution": "uniform", "minscanlength": "1", "maxscanlength": "100",
+    "scanlengthdistribution": "uniform"}
+PRESETS["range-write"] = {
+    "recordcount": "1000", "operationcount": "1000", "workload": "site.ycsb.workloads.CoreWorkload",
+    "readallfields": "true",
+    "readproportion": "0", "updateproportion": "0", "scanproportion": "0.5", "insertproportion": "0.5",
+    "requestdistribution": "uniform", "minscanlength": "1", "maxscanlength": "100",
+    "scanlengthdistribution": "uniform"}
+DMRACK_PRESETS = ("load", "range-only", "range-write")
+
 PRESET_TITLES = {
     "a": "Update heavy workload", "b": "Read mostly workload", "c": "Read only",
     "d": "Read latest workload", "e": "Short ranges", "f": "Read-modify-write workload",
+    "load": "Load (inserts only)", "range-only": "Range only (scans of up to 100 items)",
+    "range-write": "Range and write (50% scan, 50% insert)",
 }
 
 # YCSB CoreWorkload's defaults. recordcount and operationcount have no usable YCSB default (the

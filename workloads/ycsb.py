@@ -40,7 +40,8 @@ from workloads.generators import (
 )
 from workloads.keys import decode_value, key_bytes, value_bytes
 from workloads.properties import (
-    DEFAULTS, IGNORED, IGNORED_PREFIXES, PRESET_TITLES, PRESETS, Properties, WorkloadError, load_properties,
+    DEFAULTS, DMRACK_PRESETS, IGNORED, IGNORED_PREFIXES, PRESET_TITLES, PRESETS, YCSB_LETTERS, Properties,
+    WorkloadError, load_properties,
 )
 
 __all__ = [
@@ -350,13 +351,14 @@ class CoreWorkload:
     # -- constructors ----------------------------------------------------------------------------
     @classmethod
     def preset(cls, name: str, overrides: Mapping | None = None, source: str = "preset") -> "CoreWorkload":
-        """YCSB's core workload ``name`` ("a".."f", any case), with ``overrides`` winning."""
+        """YCSB's core workload ``name`` ("a".."f", any case), or one of dmrack's presets
+        ("load", "range-only", "range-write"), with ``overrides`` winning."""
         key = str(name).strip().lower()
         if key.startswith("workload"):
             key = key[len("workload"):]
         if key not in PRESETS:
             raise WorkloadError(f"{source}: unknown YCSB core workload {name!r}; choose one of "
-                                f"{', '.join(sorted(PRESETS))}")
+                                f"{', '.join(YCSB_LETTERS)} or {', '.join(DMRACK_PRESETS)}")
         layers: list[tuple[Mapping, str]] = [(PRESETS[key], f"{source} {key}")]
         if overrides:
             layers.append((overrides, "overrides"))
