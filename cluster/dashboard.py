@@ -191,6 +191,7 @@ class DeviceView(NamedTuple):
     rx_queued: int                  # datagrams waiting in its RX queues
     udp_dropped: int                # datagrams dropped so far (full queues)
     udp_resends: int                # requests sent again after a timeout
+    ring_depth: int = 0             # records waiting in the DMA rings its actors serve
 
 
 class RackView(NamedTuple):
@@ -232,7 +233,7 @@ def _device(c, prev: "_Prev | None", vnow_ns: int) -> DeviceView:
                       threads=c.dpa_threads,
                       stalled=min(1.0, d_stall / (c.dpa_threads * dv)) if ok and c.dpa_threads else None,
                       dma_gbps=d_dma * 8 / dv if ok else None, rx_queued=c.rx_queued, udp_dropped=c.udp_dropped,
-                      udp_resends=c.udp_resends)
+                      udp_resends=c.udp_resends, ring_depth=c.ring_depth)
 
 
 def _us(ns: float) -> float | None:
@@ -436,15 +437,15 @@ def _device_table(view: RackView) -> Table | None:
     if not devs:
         return None
     table = Table(expand=True, box=None, header_style="bold", pad_edge=False)
-    for col in ("node", "role", "cores", "busy %", "DPA threads", "stalled %", "DMA Gbit/s", "RX queued",
-                "UDP drops", "resends", "NIC %"):
+    for col in ("node", "role", "cores", "busy %", "DPA threads", "stalled %", "DMA Gbit/s", "ring depth",
+                "RX queued", "UDP drops", "resends", "NIC %"):
         table.add_column(col, justify="left" if col in ("node", "role") else "right", no_wrap=True)
     for n in devs:
         d = n.device
         table.add_row(n.name, n.role, str(d.cores) if d.cores else "–", _fmt(None if d.busy is None else d.busy * 100, ".0f"),
                       str(d.threads) if d.threads else "–",
                       _fmt(None if d.stalled is None else d.stalled * 100, ".0f"), _fmt(d.dma_gbps, ".2f"),
-                      f"{d.rx_queued:,}", f"{d.udp_dropped:,}", f"{d.udp_resends:,}", _fmt(n.nic_util * 100, ".0f"))
+                      f"{d.ring_depth:,}", f"{d.rx_queued:,}", f"{d.udp_dropped:,}", f"{d.udp_resends:,}", _fmt(n.nic_util * 100, ".0f"))
     return table
 
 

@@ -233,6 +233,7 @@ def _device_counters(contexts, udp, name: str):
                 out["cpu_busy_ns"] += ctx.cores.busy_ns
             if ctx.dma is not None:
                 out["dma_bytes"] += ctx.dma.statistics().bytes
+        out["ring_depth"] = sum(max(0, r.depth()) for ctx in contexts for r in list(ctx.rings))
         if udp is not None:
             out["rx_queued"] = sum(len(q) for q in list(udp.queues.values()))
             st = udp.statistics()

@@ -133,6 +133,7 @@ class NodeSummary(NamedTuple):
     rx_queued: int = 0
     udp_dropped: int = 0
     udp_resends: int = 0
+    ring_depth: int = 0
 
 
 def _none_if_nan(x: float) -> float | None:

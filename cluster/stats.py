@@ -119,7 +119,7 @@ class Gauges(NamedTuple):
 #: a memory node's occupancy, a compute node's clients' reclamation (see the module docstring).
 COUNTERS = ("mem_used", "mem_capacity", "bytes_reclaimed", "blocks_reused", "torn_reads",
             "cpu_cores", "cpu_busy_ns", "dpa_threads", "dpa_stall_ns", "dma_bytes", "rx_queued", "udp_dropped",
-            "udp_resends")
+            "udp_resends", "ring_depth")
 
 
 class Counters(NamedTuple):
@@ -137,6 +137,7 @@ class Counters(NamedTuple):
     rx_queued: int = 0              # datagrams waiting in the node's RX queues now
     udp_dropped: int = 0            # datagrams the node's queues dropped (full ring, or overrun)
     udp_resends: int = 0            # requests the node's processes sent again after a timeout
+    ring_depth: int = 0             # records waiting in the DMA rings the node's actors serve (ctx.rings)
 
 
 # -- histogram geometry -------------------------------------------------------------------------

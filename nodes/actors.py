@@ -109,6 +109,8 @@ class NodeContext:
     dpa: Any = None              # a DPA node's cores, caches and threads (nodes.devices.dpa_core.Dpa)
     udp: Any = None              # the process's datagram net (shm.udp.UdpNet), if the profile has [udp]
     queues: tuple = ()           # this node's default RX queues (see rack_udp)
+    rings: list = field(default_factory=list)   # DMA rings its actors serve (shm.dmaring.DmaRing): their
+                                                # depth is published with the node's counters
     _verbs: Any = None
 
     @property

@@ -307,5 +307,5 @@ def test_device_panel_shows_core_busy_stalls_dma_and_drops_of_dpu_and_dpa_nodes(
     buf = io.StringIO()
     Console(file=buf, width=160, color_system=None).print(render(view, INFO))
     out = buf.getvalue()
-    for s in ("devices", "DPA threads", "stalled %", "DMA Gbit/s", "UDP drops", "dpa0", "dpu0"):
+    for s in ("devices", "DPA threads", "stalled %", "DMA Gbit/s", "ring depth", "UDP drops", "dpa0", "dpu0"):
         assert s in out, s

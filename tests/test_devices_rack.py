@@ -203,7 +203,9 @@ class _FwdClient:
 
 def _fwd_dpu(ctx):
     from nodes.services import dpu_forwarder as f
-    return [f.dpu_side(ctx, ctx.layout["fwd"]).run(stop=ctx.stopped)]
+    fwd = f.dpu_side(ctx, ctx.layout["fwd"])
+    ctx.rings += [fwd.req_ring, fwd.resp_ring]          # their depth goes on the dashboard
+    return [fwd.run(stop=ctx.stopped)]
 
 
 def _fwd_memory(ctx):
