@@ -976,24 +976,26 @@ def _hosts(t: "_Table", compute: ComputeSpec) -> tuple:
     return tuple(hosts)
 
 
+def _device_table(label: str, data: Mapping, role: str, profile: Profile, card: str, compute: ComputeSpec):
+    """The part [dpu] and [dpa] share: the table, its hosts, the profile table the card needs
+    (None if the profile has none) and the node memory, at most what the card has."""
+    table = getattr(profile, role)
+    t = _Table(label, role, data.get(role, {}))
+    t.only(_TABLE_KEYS[role])
+    hosts = _hosts(t, compute)
+    if hosts and table is None:
+        t.fail("hosts", f"profile {profile.name!r} has no [{role}] table (a card without {card}); use "
+                        f"rack.profile = \"bf3\" or a profile with one")
+    hi = min(MAX_NODE_MEMORY, table.memory_bytes) if table is not None else MAX_NODE_MEMORY
+    return t, hosts, t.get("memory", DEFAULTS[role]["memory"], _size(hi=hi))
+
+
 def _devices(label: str, data: Mapping, profile: Profile, compute: ComputeSpec) -> tuple:
     """[dpu] and [dpa]: the offload devices attached to compute nodes (docs/devices.md)."""
-    t = _Table(label, "dpu", data.get("dpu", {}))
-    t.only(_TABLE_KEYS["dpu"])
-    hosts = _hosts(t, compute)
-    if hosts and profile.dpu is None:
-        t.fail("hosts", f"profile {profile.name!r} has no [dpu] table (a card without Arm cores); "
-                        f"use rack.profile = \"bf3\" or a profile with one")
+    t, hosts, memory = _device_table(label, data, "dpu", profile, "Arm cores", compute)
     most = profile.dpu.cores if profile.dpu else 1024
-    cores = t.get("cores", profile.dpu.cores if profile.dpu else 0, _int(1, most))
-    mem_hi = min(MAX_NODE_MEMORY, profile.dpu.memory_bytes) if profile.dpu else MAX_NODE_MEMORY
-    dpu = DpuSpec(hosts, cores, t.get("memory", DEFAULTS["dpu"]["memory"], _size(hi=mem_hi)))
-    t = _Table(label, "dpa", data.get("dpa", {}))
-    t.only(_TABLE_KEYS["dpa"])
-    hosts = _hosts(t, compute)
-    if hosts and profile.dpa is None:
-        t.fail("hosts", f"profile {profile.name!r} has no [dpa] table (a card without a DPA); "
-                        f"use rack.profile = \"bf3\" or a profile with one")
+    dpu = DpuSpec(hosts, t.get("cores", profile.dpu.cores if profile.dpu else 0, _int(1, most)), memory)
+    t, hosts, memory = _device_table(label, data, "dpa", profile, "a DPA", compute)
     most = profile.dpa.usable_threads if profile.dpa else 1 << 20
 
     def _threads(v):
@@ -1001,9 +1003,7 @@ def _devices(label: str, data: Mapping, profile: Profile, compute: ComputeSpec) 
             return _int(1, most)(v)
         except ValueError as e:
             raise ValueError(f"{e} (dpa.usable_threads of profile {profile.name!r})" if profile.dpa else str(e)) from None
-    threads = t.get("threads", DEFAULTS["dpa"]["threads"], _threads)
-    mem_hi = min(MAX_NODE_MEMORY, profile.dpa.memory_bytes) if profile.dpa else MAX_NODE_MEMORY
-    dpa = DpaSpec(hosts, threads, t.get("memory", DEFAULTS["dpa"]["memory"], _size(hi=mem_hi)))
+    dpa = DpaSpec(hosts, t.get("threads", DEFAULTS["dpa"]["threads"], _threads), memory)
     return dpu, dpa
 
 

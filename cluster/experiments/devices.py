@@ -62,6 +62,21 @@ class Rig(FabricRig):
         super().__init__(self.profile, specs, seed=seed)
 
 
+def _in_window(env, warmup: int, window: int, read) -> list:
+    """A one-item list that holds, once the run has passed ``warmup + window``, how much ``read()``
+    (a running total: busy ns, charged ns) grew inside the measured window ``[warmup, warmup + window)``."""
+    out = [0]
+
+    def meter():
+        yield env.timeout(warmup)
+        start = read()
+        yield env.timeout(window)
+        out[0] = read() - start
+
+    env.process(meter())
+    return out
+
+
 def _timed(env, gen_fn):
     """Run the actor ``gen_fn()`` (a generator) alone and return the virtual ns it took."""
     out = {}
@@ -243,17 +258,9 @@ def udp_ping(threads: int, *, clients_per_thread: int = 8, client_nodes: int = 8
         for k in range(n_clients):
             env.process(client(k, rig.cns[k % client_nodes]))
         used = [c for c in dpa.cores if c.threads]
-        busy = {}
-
-        def meter():                   # the cores' busy time inside the window only
-            yield env.timeout(warmup)
-            busy["start"] = sum(c.statistics().busy_ns for c in used)
-            yield env.timeout(window)
-            busy["end"] = sum(c.statistics().busy_ns for c in used)
-
-        env.process(meter())
+        busy = _in_window(env, warmup, window, lambda: sum(c.statistics().busy_ns for c in used))
         env.run(until=end + 20_000)
-        util = (busy["end"] - busy["start"]) / (len(used) * window)
+        util = busy[0] / (len(used) * window)
         return {"mops": served[0] / window * 1e3, "core_util": util, "cores": len(used),
                 "drops": net.statistics().dropped}
 
@@ -349,21 +356,14 @@ def transfer_engine(*, warmup: int = 20_000, window: int = 80_000, record_ns: in
         env.process(feeder())
         env.process(drain())
         pl.processes(end)
-        busy = {}
-
-        def meter():
-            yield env.timeout(warmup)
-            busy["fwd"], busy["srv"] = pl.forwarder.busy_ns, pl.server.busy_ns
-            yield env.timeout(window)
-            busy["fwd"], busy["srv"] = pl.forwarder.busy_ns - busy["fwd"], pl.server.busy_ns - busy["srv"]
-
-        env.process(meter())
+        fwd_busy = _in_window(env, warmup, window, lambda: pl.forwarder.busy_ns)
+        srv_busy = _in_window(env, warmup, window, lambda: pl.server.busy_ns)
         env.run(until=end + 20_000)
         s = pl.forwarder.statistics()
         host = rig.fabric.node_index("host0")
         # a charge counts when it is made, so the last one may run past the window: at most 1.0
-        return {"mops": got[0] / window * 1e3, "dpu_util": min(1.0, busy["fwd"] / window),
-                "server_util": min(1.0, busy["srv"] / (server_cores * window)), "mean_batch": s.mean_batch,
+        return {"mops": got[0] / window * 1e3, "dpu_util": min(1.0, fwd_busy[0] / window),
+                "server_util": min(1.0, srv_busy[0] / (server_cores * window)), "mean_batch": s.mean_batch,
                 "status": s.status,
                 "host_qps": sum(1 for node, _ in rig.host.qps if node == host),
                 "dma_gbps": s.dma_bytes * 8 / (end + 20_000)}
@@ -444,17 +444,9 @@ def host_rdma_writes(threads: int = 16, *, depth: int = HOST_DEPTH, warmup: int 
                     done[0] += depth
 
         procs = [env.process(client(node.thread().coroutine(), np.random.default_rng(k))) for k in range(threads)]
-        cpu = {}
-
-        def meter():
-            yield env.timeout(warmup)
-            cpu["start"] = sum(p.statistics().charged_ns for p in procs)
-            yield env.timeout(window)
-            cpu["end"] = sum(p.statistics().charged_ns for p in procs)
-
-        env.process(meter())
+        cpu = _in_window(env, warmup, window, lambda: sum(p.statistics().charged_ns for p in procs))
         env.run(until=end + 20_000)
-        return {"mops": done[0] / window * 1e3, "host_cores_busy": (cpu["end"] - cpu["start"]) / window}
+        return {"mops": done[0] / window * 1e3, "host_cores_busy": cpu[0] / window}
 
 
 TE_A1A = "Transfer Engine (1 DPU Arm core), 64 B records host -> DPU memory"
