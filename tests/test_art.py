@@ -15,7 +15,7 @@ from nodes.systems.lib.alloc import ChunkAllocator
 from nodes.systems.lib.art import (
     ADDR_MASK, NODE_4, NODE_8, NODE_16, NODE_128, NODE_256, ArtTree, Header, build_node, create_root, decode_entry,
     decode_forward, decode_header, dump_tree, encode_entry, encode_forward, encode_header, encode_leaf_entry,
-    first_difference, header_type, node_bytes, node_units, prefix_mismatch, slots_of, type_for,
+    first_difference, freeze_entry, header_type, is_frozen, node_bytes, node_units, prefix_mismatch, slots_of, type_for,
 )
 from nodes.systems.lib.radix_cache import RadixCache
 from shm.coro import NodeRdma
@@ -89,6 +89,16 @@ def test_forwarding_header_is_never_live_nor_zero():
         assert decode_forward(w) == (mn, off, t)
     assert decode_forward(0) is None
     assert decode_forward(encode_header(3, NODE_4, b"ab")) is None
+
+
+def test_frozen_entries_are_neither_live_nor_empty():
+    for w in (encode_entry(0, 0, NODE_4, 0), encode_entry(255, 15, NODE_256, ADDR_MASK), encode_leaf_entry(0, 0, 0),
+              encode_leaf_entry(7, 127, ADDR_MASK)):
+        f = freeze_entry(w)
+        assert not is_frozen(w) and is_frozen(f) and f != 0
+        assert f >> 56 == w >> 56                          # the key byte stays: find() still matches
+        assert not decode_entry(f).is_leaf and decode_entry(f).node_type == 0
+    assert not is_frozen(0)
 
 
 def test_prefix_helpers():
@@ -183,10 +193,13 @@ def test_tree_of_a_few_hundred_keys_is_found_again(prefix):
         def body():
             for k in keys:
                 leaves[k] = la = yield from new_leaf(tree, co, k)
-                assert (yield from tree.insert(co, k, la)) == (True, la)
+                got = yield from tree.insert(co, k, la)
+                assert got[:2] == (True, la)
+                word = fabric.memory[gaddr_node(got.entry_addr)].host64[gaddr_offset(got.entry_addr) // 8]
+                assert decode_entry(int(word)).is_leaf and tree.target(int(word)) == la
             for k in keys[::7]:                                    # again: the existing leaf
                 other = yield from new_leaf(tree, co, k)
-                assert (yield from tree.insert(co, k, other)) == (False, leaves[k])
+                assert (yield from tree.insert(co, k, other))[:2] == (False, leaves[k])
             for k in keys:
                 assert (yield from tree.lookup(co, k)) == leaves[k], k.hex()
             rng = random.Random(3)
@@ -248,7 +261,8 @@ def test_lookups_from_a_radix_cache_skip_the_upper_levels(prefix):
         assert tree.restarts > 0                                   # the negatives went to the root
 
 
-def test_concurrent_inserts_into_one_node_all_land(prefix):
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_concurrent_inserts_into_one_node_all_land(prefix, seed):
     """4 threads x 4 coroutines on each of two compute nodes insert disjoint keys that share 6
     bytes, so they race on the same node from NODE_4 up to NODE_256 (CAS failures, freezes,
     forwarding), plus keys diverging inside partials (concurrent prefix splits)."""
@@ -256,17 +270,27 @@ def test_concurrent_inserts_into_one_node_all_land(prefix):
     keys = [base + bytes([i, 7]) for i in range(256)]
     keys += [b"\x10\x20\x30" + bytes([i, 1, 2, 3, 4]) for i in range(1, 40)]
     keys += [b"\x10\x20" + bytes([i]) + b"\x40\x50\x60\x00\x09" for i in range(40, 60)]
-    random.Random(2).shuffle(keys)
-    with art_rig(prefix, threads=4, coroutines=4) as (fabric, root, env, trees, cos):
+    random.Random(seed).shuffle(keys)
+    with art_rig(prefix, threads=4, coroutines=4, seed=seed) as (fabric, root, env, trees, cos):
         workers = [(t, co) for t, cs in zip(trees, cos) for co in cs]
         leaves = {}
 
-        def body(tree, co, mine):
+        caches = [RadixCache(64 << 10), RadixCache(4 << 10)]       # one per compute node; the second tight
+
+        def body(tree, co, mine, cache):
+            done = []
             for k in mine:
                 leaves[k] = la = yield from new_leaf(tree, co, k)
-                assert (yield from tree.insert(co, k, la)) == (True, la)
+                assert (yield from tree.insert(co, k, la, cache=cache))[:2] == (True, la)
+                done.append(k)
+                old = done[len(done) // 2]                         # read back while others insert
+                assert (yield from tree.lookup(co, old, cache=cache)) == leaves[old]
 
-        run(env, [body(t, co, keys[i::len(workers)]) for i, (t, co) in enumerate(workers)])
+        run(env, [body(t, co, keys[i::len(workers)], caches[i // 16]) for i, (t, co) in enumerate(workers)])
+        for c in caches:
+            st = c.statistics()
+            assert st.hits > 0 and st.bytes_used <= st.budget_bytes
+        assert caches[1].statistics().evictions > 0
 
         def check(tree, co):
             for k in keys:
@@ -303,11 +327,11 @@ def test_stale_rev_ptr_is_repaired_and_invalidates_the_cache(prefix):
                 assert cache.invalidate(p5 + bytes([v, 0x33]), 7)
             k5 = p5 + bytes([50, 0, 0])                            # N is full: b upgrades it
             leaves[k5] = la = yield from new_leaf(b, co_b, k5)
-            assert (yield from b.insert(co_b, k5, la)) == (True, la)
+            assert (yield from b.insert(co_b, k5, la))[:2] == (True, la)
             assert b.upgrades == 1
             # the frozen N forwards to its replacement
             old = yield from b.read_node(co_b, n_old.addr, NODE_4)
-            assert not old.live
+            assert not old.live and all(is_frozen(e) for e in old.entries)
             new = yield from b.follow(co_b, old)
             assert new.node_type == NODE_8 and len(new.children()) == 5 and new.addr != n_old.addr
             # b walks from the root: the first child's rev_ptr still names N's slot: repaired
@@ -352,3 +376,34 @@ def test_keys_must_be_eight_bytes(prefix):
                 yield from trees[0].insert(cos[0][0], b"short", 0)
             yield 1
         run(env, [body()])
+
+
+@pytest.mark.parametrize("seed", [1, 6])
+def test_concurrent_inserts_of_keys_sharing_prefixes_with_cached_reads(prefix, seed):
+    """32 coroutines insert keys sharing random prefixes (concurrent leaf splits, prefix splits and
+    upgrades at every depth) and read their first key back from a per-node cache after each insert
+    (seed 6 once lost a key: a writer descended into a child it learnt from a CAS on a node
+    already being replaced; fixed by freezing entries)."""
+    keys = sharing_keys(500, seed)
+    with art_rig(prefix, threads=4, coroutines=4, seed=seed) as (fabric, root, env, trees, cos):
+        workers = [(t, co) for t, cs in zip(trees, cos) for co in cs]
+        caches = [RadixCache(8000), RadixCache(1 << 20)]
+        leaves = {}
+
+        def body(tree, co, mine, cache):
+            for k in mine:
+                leaves[k] = la = yield from new_leaf(tree, co, k)
+                assert (yield from tree.insert(co, k, la, cache=cache))[:2] == (True, la)
+                assert (yield from tree.lookup(co, mine[0], cache=cache)) == leaves[mine[0]]
+
+        run(env, [body(t, co, keys[i::len(workers)], caches[i // 16]) for i, (t, co) in enumerate(workers)])
+
+        def check(tree, co):
+            for k in keys:
+                assert (yield from tree.lookup(co, k)) == leaves[k], k.hex()
+
+        run(env, [check(*workers[0])])
+        nodes, found = dump_tree(fabric, MNS, root)
+        assert sorted(a for _, a in found) == sorted(leaves.values())
+        st = [t.statistics() for t in trees]
+        assert sum(s.prefix_splits for s in st) > 0 and sum(s.upgrades for s in st) > 0

@@ -36,12 +36,18 @@ Concurrency, all by CAS on 8-byte words, no locks:
 * a new child (a leaf turned into a node of two leaves, a prefix split) is written whole before
   one CAS of the parent entry old -> new publishes it (out-of-place, as ART on DM does);
 * a full node is upgraded out of place: the upgrader allocates the bigger node, CASes the old
-  node's header to a *forwarding header* naming it (this freezes the old node: only one upgrader
-  wins), READs the old entries, WRITEs the new node and CASes the parent entry old -> new. A
-  reader meeting a forwarding header follows it (waiting while the new node is still zero);
-* every successful slot CAS is followed, in the same post, by a READ of that node's header (one
-  QP keeps READs behind atomics). If the node was frozen meanwhile the change may have missed the
-  copy, and the insert is run again from the root (it finds its own leaf if the copy had it).
+  node's header to a *forwarding header* naming it (only one upgrader wins), then CASes every
+  entry to its *frozen* form (``is_leaf`` = 0, ``node_type`` = 0: no live entry looks like that),
+  all in one post, again for those that changed meanwhile, WRITEs the new node with the entries it
+  froze and CASes the parent entry old -> new. A writer's CAS on a frozen slot fails, so the copy
+  misses nothing and no new child can hang under a node being replaced. A walker that meets a
+  frozen entry re-reads the node and follows its forwarding header (waiting while the new node is
+  still zero), and points the parent entry at the replacement with an unsignaled CAS (help).
+
+(A first version froze the header only and had each writer READ the header after its CAS: a
+writer that learnt a child from a failed CAS on a frozen node, or from a READ whose entry lines
+were sampled after its header line, could descend into a node reachable only from the frozen one
+and insert there for nothing. Freezing the entries closes both.)
 
 A node's header never changes except to become a forwarding header; a prefix split does not
 shorten the displaced node's partial (it is re-checked, redundantly). So a cached image's header
@@ -180,6 +186,21 @@ def encode_leaf_entry(partial: int, mn_id: int, offset: int) -> int:
     if not 0 <= offset <= ADDR_MASK:
         raise ValueError(f"entry address {offset:#x} does not fit 48 bits")
     return (partial << 56) | (mn_id << 49) | (1 << 48) | offset
+
+
+FROZEN_BIT = 1 << 52
+_KIND_BITS = 0xF << 48        # is_leaf and node_type
+
+
+def freeze_entry(word: int) -> int:
+    """The frozen form of a live entry (its node is being replaced): ``is_leaf`` and
+    ``node_type`` cleared, bit 52 set, the ``partial`` byte kept. No live entry looks like this
+    (an internal entry has a type >= 1, a leaf entry ``is_leaf`` = 1) and it is never 0."""
+    return (word & ~_KIND_BITS) | FROZEN_BIT
+
+
+def is_frozen(word: int) -> bool:
+    return word != 0 and word & _KIND_BITS == 0
 
 
 def decode_entry(word: int) -> Entry:
@@ -326,6 +347,12 @@ def dump_tree(fabric, memory_nodes, root: int):
 
 # -- the client -----------------------------------------------------------------------------------
 
+class InsertResult(NamedTuple):
+    inserted: bool
+    leaf: int                 # global address of the key's leaf (the new one, or the one there)
+    entry_addr: int           # global address of the leaf entry pointing at it
+
+
 class ArtStats(NamedTuple):
     lookups: int
     inserts: int
@@ -428,19 +455,20 @@ class ArtTree:
         self.nodes_written += 1
 
     def cas_slot(self, co, img: NodeImage, slot: int, old: int, new: int):
-        """Generator: CAS entry ``slot`` of ``img`` old -> new and, in the same post, READ the
-        node's header. Returns ``(ok, current word, node still live)``; on failure the image's
-        slot takes the returned word."""
+        """Generator: CAS entry ``slot`` of ``img`` old -> new. Returns ``(ok, current word)``;
+        the image's slot takes the word (a frozen one if the node is being replaced). A frozen
+        ``old`` is never CASed (that would unfreeze a slot under its upgrader)."""
+        if is_frozen(old):
+            return False, old
         h = co.cas(img.entry_addr(slot), old, new)
-        hh = co.read(img.addr + HEADER_OFF, 8)
         yield co.sync()
         cur = h.value
         if cur != old:
             self.cas_failures += 1
             img.entries[slot] = cur
-            return False, cur, header_type(hh.value) != 0
+            return False, cur
         img.entries[slot] = new
-        return True, new, header_type(hh.value) != 0
+        return True, new
 
     def fix_rev_ptr(self, co, node_addr: int, seen: int, want: int) -> None:
         """Queue an unsignaled CAS of a node's (or leaf's) ``rev_ptr`` ``seen`` -> ``want``: posted
@@ -448,6 +476,14 @@ class ArtTree:
         co.cas(node_addr + REV_PTR_OFF, seen, want)
         co.post()
         self.rev_ptr_repairs += 1
+
+    def refresh(self, co, img: NodeImage):
+        """Generator: READ the node of ``img`` again and follow it if it is being replaced (an
+        image that showed a frozen entry: its header forwards by then)."""
+        img = yield from self.read_node(co, img.addr, img.node_type)
+        if not img.live:
+            img = yield from self.follow(co, img)
+        return img
 
     def follow(self, co, img: NodeImage):
         """Generator: the live node a forwarding header leads to (waiting while it is unwritten)."""
@@ -465,9 +501,11 @@ class ArtTree:
 
     def upgrade(self, co, img: NodeImage, parent: NodeImage, pslot: int):
         """Generator: replace the full node ``img`` (reached through entry ``pslot`` of
-        ``parent``) by one of the next type: allocate it, freeze ``img`` by a CAS of its header to
-        a forwarding header, READ the frozen entries, WRITE the new node, CAS the parent entry old
-        -> new. Returns the new node's image, or None if another client froze ``img`` first."""
+        ``parent``) by one of the next type: allocate it, CAS ``img``'s header to a forwarding
+        header naming it (only one upgrader wins), freeze every entry by CAS (one post; a slot
+        that changed meanwhile is CASed again with what it holds), WRITE the new node with the
+        entries as frozen, CAS the parent entry old -> new. Returns the new node's image, or None
+        if another client began replacing ``img`` first."""
         new_type = img.node_type + 1
         naddr = yield from self.alloc_node(co, new_type)
         fwd = encode_forward(self.mn_of(naddr), gaddr_offset(naddr), new_type)
@@ -477,9 +515,7 @@ class ArtTree:
             self.cas_failures += 1
             self.alloc.release(gaddr_node(naddr), gaddr_offset(naddr), node_units(new_type))
             return None
-        r = co.read(img.addr + ENTRIES_OFF, 8 * len(img.entries))   # after the freeze: complete
-        yield co.sync()
-        entries = list(struct.unpack(f"<{len(img.entries)}Q", bytes(r.data)))
+        entries = yield from self.freeze_entries(co, img)
         hd = img.header
         pe = parent.entry_addr(pslot)
         new = build_node(naddr, new_type, hd.depth, hd.partial, pe, [e for e in entries if e])
@@ -488,16 +524,34 @@ class ArtTree:
             yield co.sync()                          # another QP: the node lands before its pointer
         self.upgrades += 1
         pv = parent.entries[pslot]
-        # a lost parent CAS (the parent replaced meanwhile) is harmless: the forwarding header stays
+        # a lost parent CAS (the parent being replaced) is harmless: the forwarding header stays
         yield from self.cas_slot(co, parent, pslot, pv, with_partial(self.entry_for(0, naddr, new_type), pv >> 56))
         return new
+
+    def freeze_entries(self, co, img: NodeImage):
+        """Generator: CAS every entry of a full node to its frozen form, all in one post, again
+        for those that changed under the image, until all are frozen. Returns the entries as they
+        were frozen: the node's final contents (no writer can CAS a frozen slot)."""
+        final = list(img.entries)
+        todo = list(range(len(final)))
+        while todo:
+            hs = [(i, co.cas(img.entry_addr(i), final[i], freeze_entry(final[i]))) for i in todo]
+            yield co.sync()
+            todo = []
+            for i, h in hs:
+                cur = h.value
+                if cur != final[i]:
+                    self.cas_failures += 1
+                    final[i] = cur
+                    todo.append(i)
+        return final
 
     def split_prefix(self, co, img: NodeImage, parent: NodeImage, pslot: int, key: bytes, j: int, leaf_addr: int):
         """Generator: ``key`` leaves the partial of ``img`` (reached through entry ``pslot`` of
         ``parent``) at byte ``j``: a new NODE_4 at depth ``j`` with partial ``key[pd+1:j]`` (``pd``
         the parent's depth) takes the node and the new leaf, published by a CAS of the parent
-        entry; the node's ``rev_ptr`` then moves by an unsignaled CAS. True if it took and the
-        parent was still live (else the insert runs again)."""
+        entry; the node's ``rev_ptr`` then moves by an unsignaled CAS. The address of the new leaf's
+        entry if it took, else 0 (the insert runs again)."""
         hd = img.header
         pd = parent.header.depth
         node_byte = hd.partial[j - (hd.depth - len(hd.partial))]
@@ -509,14 +563,13 @@ class ArtTree:
         self.write_node(co, node)
         if gaddr_node(naddr) != gaddr_node(pe):
             yield co.sync()
-        ok, _, live = yield from self.cas_slot(co, parent, pslot, pv,
-                                               with_partial(self.entry_for(0, naddr, NODE_4), pv >> 56))
+        ok, _ = yield from self.cas_slot(co, parent, pslot, pv, with_partial(self.entry_for(0, naddr, NODE_4), pv >> 56))
         if not ok:
             self.alloc.release(gaddr_node(naddr), gaddr_offset(naddr), node_units(NODE_4))
-            return False
+            return 0
         self.prefix_splits += 1
         self.fix_rev_ptr(co, img.addr, img.rev_ptr, node.entry_addr(0))
-        return live
+        return node.entry_addr(1)
 
     # -- descents ---------------------------------------------------------------------------------
     def _start(self, co, key: bytes, cache, use_cache: bool):
@@ -536,9 +589,12 @@ class ArtTree:
         ``rev_ptr``. Returns the child's image, or None if the cached ``img`` proved stale."""
         d = decode_entry(word)
         child = yield from self.read_node(co, gaddr(self.memory_nodes[d.mn_id], d.addr), d.node_type)
+        ea = img.entry_addr(slot)
         if not child.live:
             child = yield from self.follow(co, child)
-        ea = img.entry_addr(slot)
+            # help: point the entry at the replacement (unsignaled; a frozen or changed entry stays)
+            co.cas(ea, word, with_partial(self.entry_for(0, child.addr, child.node_type), word >> 56))
+            co.post()
         if child.rev_ptr != ea:
             if img_cached:
                 self.stale_cache += 1
@@ -580,6 +636,9 @@ class ArtTree:
             slot, word = img.find(key[hd.depth])
             if word == 0:
                 return miss
+            if is_frozen(word):                      # being replaced: the header forwards
+                img, img_cached = (yield from self.refresh(co, img)), False
+                continue
             if is_leaf_entry(word):
                 leaf = self.target(word)
                 if verify and (yield from self.leaf_key(co, leaf)) != key:
@@ -592,8 +651,9 @@ class ArtTree:
 
     def insert(self, co, key: bytes, leaf_addr: int, cache=None):
         """Generator: enter ``key`` -> the leaf at ``leaf_addr`` (written by the caller, holding
-        ``key`` where ``leaf_key`` finds it). Returns ``(True, leaf_addr)`` once entered, or
-        ``(False, existing leaf address)`` if the key was there. Runs again from the root (uncached)
+        ``key`` where ``leaf_key`` finds it). Returns an ``InsertResult``: ``(True, leaf_addr,
+        entry address)`` once entered, or ``(False, existing leaf, its entry address)`` if the key
+        was there (the entry address is what a leaf's own ``rev_ptr`` would hold). Runs again from the root (uncached)
         whenever a step cannot finish where it is (see the module docstring)."""
         if len(key) != KEY_BYTES:
             raise ValueError(f"ART keys are {KEY_BYTES} bytes, got {len(key)}")
@@ -620,8 +680,8 @@ class ArtTree:
             if j >= 0:
                 if parent is None:
                     return None
-                ok = yield from self.split_prefix(co, img, parent, pslot, key, j, leaf_addr)
-                return (True, leaf_addr) if ok else None
+                at = yield from self.split_prefix(co, img, parent, pslot, key, j, leaf_addr)
+                return InsertResult(True, leaf_addr, at) if at else None
             b = key[hd.depth]
             slot, word = img.find(b)
             if slot < 0:                             # full
@@ -633,14 +693,15 @@ class ArtTree:
                 img, img_cached = new, False
                 continue
             if word == 0:
-                ok, _, live = yield from self.cas_slot(co, img, slot, 0, self.leaf_entry_for(b, leaf_addr))
+                ok, _ = yield from self.cas_slot(co, img, slot, 0, self.leaf_entry_for(b, leaf_addr))
                 if ok:
-                    if not live:
-                        return None
                     if cache is not None:
                         cache.put(key[:hd.depth], img)     # the image with the new entry
-                    return True, leaf_addr
+                    return InsertResult(True, leaf_addr, img.entry_addr(slot))
                 continue                             # the slot took another entry: look again
+            if is_frozen(word):                      # being replaced: the header forwards
+                img, img_cached = (yield from self.refresh(co, img)), False
+                continue
             if is_leaf_entry(word):
                 got = yield from self._at_leaf(co, img, slot, word, key, leaf_addr)
                 if got is False:
@@ -658,10 +719,10 @@ class ArtTree:
         (the slot changed: look again)."""
         old_leaf = self.target(word)
         if old_leaf == leaf_addr:
-            return True, leaf_addr                   # ours (an insert run again after a freeze)
+            return InsertResult(True, leaf_addr, img.entry_addr(slot))   # this very leaf: already in
         old_key = yield from self.leaf_key(co, old_leaf)
         if old_key == key:
-            return False, old_leaf
+            return InsertResult(False, old_leaf, img.entry_addr(slot))
         depth = img.header.depth
         j = first_difference(old_key, key, depth + 1)
         naddr = yield from self.alloc_node(co, NODE_4)
@@ -671,9 +732,9 @@ class ArtTree:
         if gaddr_node(naddr) != gaddr_node(img.addr):
             yield co.sync()                          # another QP: the node lands before its pointer
         new = with_partial(self.entry_for(0, naddr, NODE_4), key[depth])
-        ok, _, live = yield from self.cas_slot(co, img, slot, word, new)
+        ok, _ = yield from self.cas_slot(co, img, slot, word, new)
         if not ok:
             self.alloc.release(gaddr_node(naddr), gaddr_offset(naddr), node_units(NODE_4))
             return False
         self.leaf_splits += 1
-        return (True, leaf_addr) if live else None
+        return InsertResult(True, leaf_addr, node.entry_addr(1))
