@@ -454,6 +454,20 @@ class ArtTree:
         co.write(img.addr, img.pack())
         self.nodes_written += 1
 
+    def write_reachable_node(self, co, img: NodeImage):
+        """Generator: write a node readers may already reach (an upgrade's replacement, named by a
+        forwarding header): everything but the header, then the header. A multi-line WRITE lands
+        line by line, and a reader that saw the header early could CAS a slot the copy is about
+        to fill; readers wait while the header is zero. The two WRITEs are synced apart: in the
+        model, on a profile landing lines in descending order (cx6-200g), an 8-byte WRITE posted
+        after a WRITE of 1 KiB or more to the same line can land before it (see docs/art.md)."""
+        raw = bytearray(img.pack())
+        raw[HEADER_OFF:HEADER_OFF + 8] = bytes(8)
+        co.write(img.addr, bytes(raw))
+        yield co.sync()
+        co.write(img.addr + HEADER_OFF, img.header_word)
+        self.nodes_written += 1
+
     def cas_slot(self, co, img: NodeImage, slot: int, old: int, new: int):
         """Generator: CAS entry ``slot`` of ``img`` old -> new. Returns ``(ok, current word)``;
         the image's slot takes the word (a frozen one if the node is being replaced). A frozen
@@ -508,6 +522,9 @@ class ArtTree:
         if another client began replacing ``img`` first."""
         new_type = img.node_type + 1
         naddr = yield from self.alloc_node(co, new_type)
+        if self.alloc.reclaim is not None:          # a reused block: "not written yet" needs a zero header
+            co.write(naddr + HEADER_OFF, 0)
+            yield co.sync()
         fwd = encode_forward(self.mn_of(naddr), gaddr_offset(naddr), new_type)
         h = co.cas(img.addr + HEADER_OFF, img.header_word, fwd)
         yield co.sync()
@@ -519,7 +536,7 @@ class ArtTree:
         hd = img.header
         pe = parent.entry_addr(pslot)
         new = build_node(naddr, new_type, hd.depth, hd.partial, pe, [e for e in entries if e])
-        self.write_node(co, new)
+        yield from self.write_reachable_node(co, new)
         if gaddr_node(naddr) != gaddr_node(pe):
             yield co.sync()                          # another QP: the node lands before its pointer
         self.upgrades += 1
