@@ -629,7 +629,9 @@ class ArtTree:
         when a ``cache`` (``RadixCache``) is given; every internal node READ is cached. With
         ``verify`` the leaf's key is read (``leaf_key``) and compared. A walk that started from
         the cache and ends without the key (or meets a stale ``rev_ptr``) is run again from the
-        root: a cached image may lack newer entries, so only positive answers are trusted."""
+        root: a cached image may lack newer entries, so only positive answers are trusted.
+        Without ``verify`` the caller compares the key at the leaf, and on a mismatch after a
+        cached walk calls again with ``cache=None`` (a stale image can lead to another key's leaf)."""
         self.lookups += 1
         key = bytes(key)
         got = yield from self._lookup_once(co, key, cache, verify, True)
