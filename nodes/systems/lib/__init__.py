@@ -14,7 +14,11 @@ these modules instead of copying them; docs/systems-library.md shows each with a
 * :mod:`.reclaim`: epoch-based reclamation, safe reuse of the blocks an operation unlinked
   (``setup_epochs``, ``Reclaimer``);
 * :mod:`.hocl`: Sherman's hierarchical on-chip lock (lock tables in NIC device memory, the
-  compute node's local lock table with hand-over; ``setup_lock_tables``, ``HoclClient``).
+  compute node's local lock table with hand-over; ``setup_lock_tables``, ``HoclClient``);
+* :mod:`.art`: ART internal nodes on remote memory, SMART-ART's and Dolphin's format, with
+  lock-free insertion and reverse pointers (``ArtTree``, docs/art.md);
+* :mod:`.radix_cache`: a compute node's radix cache of node images under a byte budget
+  (``RadixCache``).
 
 Modules are imported on use (``from nodes.systems.lib.alloc import ChunkAllocator``): this
 package imports nothing itself, so using one module does not compile the others' jitted code.
