@@ -625,6 +625,11 @@ class Coroutine:
         heappush(self._heap, (done if done > now else now, seq(), self._batch_done_cb, (qp, len(items), batch)))
 
     def _land(self, item) -> None:
+        if self._landings:
+            # RC order: this verb's effect is no earlier than the end of the landing windows of
+            # the multi-line WRITEs posted before it (nic._in_effect_order), but their last lines
+            # are events that may sort after this one at the same ns: land them first
+            self._landings = flush_due(self._landings, self.env.now)
         op, addr, length, off, a, b, am, bm, h, _ = item
         thr = self.thread
         dst = addr >> _NODE_SHIFT & _NODE_MASK
@@ -650,6 +655,8 @@ class Coroutine:
         """The first line of a multi-line READ or WRITE lands: check the rkey for the whole range
         (a bad one touches nothing), then land lines as they come due."""
         item, effect, other = arg
+        if self._landings:          # as in _land: earlier multi-line WRITEs first
+            self._landings = flush_due(self._landings, self.env.now)
         op, addr, length, off, a, b, am, bm, h, _ = item
         thr = self.thread
         dst = addr >> _NODE_SHIFT & _NODE_MASK

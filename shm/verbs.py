@@ -697,6 +697,12 @@ class QP:
             # on their way (the responder drops them after its NAK); they complete flushed
             p.status = IBV_WC_WR_FLUSH_ERR
             return
+        if self._landings:
+            # RC order: this WR's effect is no earlier than the end of the QP's earlier WRITEs'
+            # landing windows (nic._in_effect_order), but at the same nanosecond their last lines
+            # are events that may sort after this one: land them first, so a READ, atomic or WRITE
+            # posted after a multi-line WRITE sees all of it
+            self._landings = flush_due(self._landings, self.env.now)
         wr = p.wr
         op = wr.opcode
         sge = wr.sg[0] if wr.sg else None

@@ -387,3 +387,29 @@ def test_pyverbs_write_then_flag_and_send_fence(rack):
     got = run_actor(r.env, actor2())
     cas_done = got[0][0]
     assert times["write"] >= cas_done - 200 and times["write"] > times["cas"] + 1000
+
+
+@pytest.mark.parametrize("profile", ["cx6-200g", "cx5-100g", "bf3"])
+@pytest.mark.parametrize("size", [1024, 2064])
+def test_every_line_of_a_multi_line_write_is_seen_by_the_verbs_posted_after_it(profile, size, prefix):
+    """A CAS and a READ posted after a multi-line WRITE, in the same post, see all of it whichever
+    line lands last (the first on a NIC that places lines in descending order, the last on one that
+    ascends): their effects come no earlier than the WRITE's last line, also at the same ns."""
+    from shm.fabric import Fabric, NodeSpec
+    from shm.profile import load_profile
+    with Fabric.create(load_profile(profile), [NodeSpec("cn0"), NodeSpec("mn0", "memory", 1 << 20)],
+                       prefix=prefix) as f:
+        f.expose(1)
+        env = Environment(seed=1)
+        co = NodeRdma(VerbsHost(f, env), "cn0").thread().coroutine()
+        base = gaddr(1, f.allocate(1, size + 64))
+        for off in (0, size // 2 // 8 * 8, size - 8):
+            def body():
+                co.write(base, bytes([off % 200 + 1]) * size)
+                c = co.cas(base + off, int.from_bytes(bytes([off % 200 + 1]) * 8, "little"), 7)
+                r = co.read(base + off, 8)
+                yield co.sync()
+                return c.value, r.value
+            old, seen = run(env, body())
+            assert old == int.from_bytes(bytes([off % 200 + 1]) * 8, "little"), (profile, size, off)
+            assert seen == 7, (profile, size, off)
