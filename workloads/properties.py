@@ -166,24 +166,14 @@ PRESETS: dict[str, dict[str, str]] = {
 # to 100 items) and "range-write" (half scans, half inserts), uniform request distribution, scan
 # lengths uniform in 1..100 (YCSB-E's scan shape). Built like YCSB's files (recordcount,
 # operationcount, readallfields), so they combine with the same overrides.
+_DMRACK_BASE = {"recordcount": "1000", "operationcount": "1000", "workload": "site.ycsb.workloads.CoreWorkload",
+                "readallfields": "true", "readproportion": "0", "updateproportion": "0", "scanproportion": "0",
+                "insertproportion": "0", "requestdistribution": "uniform"}
+_SCANS_UP_TO_100 = {"minscanlength": "1", "maxscanlength": "100", "scanlengthdistribution": "uniform"}
+PRESETS["load"] = {**_DMRACK_BASE, "insertproportion": "1"}
+PRESETS["range-only"] = {**_DMRACK_BASE, "scanproportion": "1", **_SCANS_UP_TO_100}
+PRESETS["range-write"] = {**_DMRACK_BASE, "scanproportion": "0.5", "insertproportion": "0.5", **_SCANS_UP_TO_100}
 YCSB_LETTERS = ("a", "b", "c", "d", "e", "f")
-PRESETS["load"] = {
-    "recordcount": "1000", "operationcount": "1000", "workload": "site.ycsb.workloads.CoreWorkload",
-    "readallfields": "true",
-    "readproportion": "0", "updateproportion": "0", "scanproportion": "0", "insertproportion": "1",
-    "requestdistribution": "uniform"}
-PRESETS["range-only"] = {
-    "recordcount": "1000", "operationcount": "1000", "workload": "site.ycsb.workloads.CoreWorkload",
-    "readallfields": "true",
-    "readproportion": "0", "updateproportion": "0", "scanproportion": "1", "insertproportion": "0",
-    "requestdistribution": "uniform", "minscanlength": "1", "maxscanlength": "100",
-    "scanlengthdistribution": "uniform"}
-PRESETS["range-write"] = {
-    "recordcount": "1000", "operationcount": "1000", "workload": "site.ycsb.workloads.CoreWorkload",
-    "readallfields": "true",
-    "readproportion": "0", "updateproportion": "0", "scanproportion": "0.5", "insertproportion": "0.5",
-    "requestdistribution": "uniform", "minscanlength": "1", "maxscanlength": "100",
-    "scanlengthdistribution": "uniform"}
 DMRACK_PRESETS = ("load", "range-only", "range-write")
 
 PRESET_TITLES = {

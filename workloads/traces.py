@@ -59,6 +59,7 @@ from workloads import generators as g
 from workloads.generators import OP_INSERT, OP_READ, OP_UPDATE, rng_state
 from workloads.keys import key_bytes, value_bytes
 from workloads.properties import WorkloadError
+from workloads.stress import StressProportions
 
 __all__ = ["TRACE_OPS", "OP_DELETE", "READ_OPS", "WRITE_OPS", "CREATE_OPS", "TraceRows", "TraceWorkload",
            "TraceStream", "TraceStreamStats", "TraceProportions", "read_trace", "trace_key_id",
@@ -215,14 +216,9 @@ def classify(rows: TraceRows, present: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return out, present
 
 
-class TraceProportions(NamedTuple):
-    """The replayed mix (first pass), with CoreWorkload's field names plus ``delete``."""
-    read: float
-    update: float
-    insert: float
-    scan: float
-    rmw: float
-    delete: float
+#: The replayed mix (first pass): the stress workload's record, CoreWorkload's field names plus
+#: ``delete`` (``scan`` and ``rmw`` are 0 in a trace too)
+TraceProportions = StressProportions
 
 
 class TraceStreamStats(NamedTuple):

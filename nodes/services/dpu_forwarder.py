@@ -172,6 +172,13 @@ class _Actor:
         self.busy_ns += max(spent, target)
         return out
 
+    def post_receives(self, notify: MR) -> None:
+        """Post ``slots`` receives per QP for the other side's notifications (zero-length SENDs
+        naming a batch slot; setup time)."""
+        self._recv_sge = SGE(notify.addr, 8, notify.lkey)
+        for qp in self.qps:
+            qp.post_recv([RecvWR(i, 1, [self._recv_sge]) for i in range(self.slots)])
+
     def _fail(self, status: int, error: str):
         self.status, self.error = status, error
         return status
@@ -222,12 +229,6 @@ class DpuForwarder(_Actor):
         self._recv_sge = None
         self.batches = self.records = self.responses = self.polls = self.empty_polls = self.rdma_bytes = 0
         self._dma0 = engine.statistics().bytes
-
-    def post_receives(self, notify: MR) -> None:
-        """Post ``slots`` receives per QP for the server's notifications (setup time)."""
-        self._recv_sge = SGE(notify.addr, 8, notify.lkey)
-        for qp in self.qps:
-            qp.post_recv([RecvWR(i, 1, [self._recv_sge]) for i in range(self.slots)])
 
     def statistics(self) -> ForwarderStats:
         return ForwarderStats(self.batches, self.records, self.records / self.batches if self.batches else 0.0,
@@ -357,11 +358,6 @@ class MemoryServer(_Actor):
         self.table_slots = table.length // VALUE_BYTES
         self.batches = self.records = 0
         self._recv_sge = None
-
-    def post_receives(self, notify: MR) -> None:
-        self._recv_sge = SGE(notify.addr, 8, notify.lkey)
-        for qp in self.qps:
-            qp.post_recv([RecvWR(i, 1, [self._recv_sge]) for i in range(self.slots)])
 
     def statistics(self) -> ServerStats:
         return ServerStats(self.batches, self.records, self.records / self.batches if self.batches else 0.0,
