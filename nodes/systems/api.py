@@ -26,7 +26,7 @@ Keys and values are ``bytes``. Operations a design does not offer raise
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Generator
+from typing import Any, Generator, NamedTuple
 
 
 class UnsupportedOperation(NotImplementedError):
@@ -124,6 +124,14 @@ class KVClient:
         return None
 
 
+class MemoryUse(NamedTuple):
+    """What an index occupies (Dolphin's Table II): bytes of index cache on the compute nodes and
+    bytes of memory-node memory holding the index and its data."""
+
+    cache_bytes: int       # summed over compute nodes (a node's threads share one cache)
+    memory_bytes: int      # setup structures plus the blocks clients allocated and still link
+
+
 class System:
     """A design that runs on the rack (see the module docstring). Subclasses set the class
     attributes and implement :meth:`setup` and :meth:`client`."""
@@ -202,6 +210,27 @@ class System:
         if epochs:
             from nodes.systems.lib.reclaim import clear_row
             clear_row(fabric, epochs, node)
+
+    @classmethod
+    def memory_use(cls, layout: dict, stats_by_node: dict) -> MemoryUse | None:
+        """Bytes of compute-node cache and of memory-node memory the index uses now, from the
+        layout and the clients' ``statistics()`` records grouped by compute node (``{node: [record,
+        ...]}``). The default reads the convention of the tree indexes: a record's ``cache_bytes``
+        is its node's shared index cache (so one per node counts), ``memory_bytes`` the bytes of
+        the blocks that client allocated and has not unlinked (``ChunkAllocator.used_bytes``), and
+        ``layout["setup_bytes"]`` what ``setup`` carved. None if the records do not say."""
+        total_cache = total_mem = 0
+        seen = False
+        for records in stats_by_node.values():
+            records = [r for r in records if r is not None and hasattr(r, "memory_bytes")]
+            if not records:
+                continue
+            seen = True
+            total_cache += max(getattr(r, "cache_bytes", 0) for r in records)
+            total_mem += sum(r.memory_bytes for r in records)
+        if not seen:
+            return None
+        return MemoryUse(int(total_cache), int(total_mem + (layout or {}).get("setup_bytes", 0)))
 
     @classmethod
     def setup(cls, fabric, memory_nodes: list[int], options: dict, capacity: int) -> dict:

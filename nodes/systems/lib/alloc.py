@@ -43,7 +43,7 @@ class ChunkAllocator:
     """One client's KV-block allocator (shared by the coroutines of its thread)."""
 
     __slots__ = ("fabric", "memory_nodes", "chunk_bytes", "rpc_ns", "_next", "node", "pos", "end", "_refill",
-                 "chunks", "bytes", "blocks", "freed", "reclaim", "owner", "max_offset", "offset_limit")
+                 "chunks", "bytes", "blocks", "freed", "used_bytes", "reclaim", "owner", "max_offset", "offset_limit")
 
     def __init__(self, fabric, memory_nodes: list[int], chunk_bytes: int, start: int = 0, reclaim=None,
                  owner: str = "allocator", max_offset: int = (1 << OFFSET_BITS) - 1,
@@ -62,6 +62,7 @@ class ChunkAllocator:
         self.pos = self.end = 0
         self._refill = None            # the event of a chunk RPC in flight
         self.chunks = self.bytes = self.blocks = self.freed = 0
+        self.used_bytes = 0            # bytes of blocks handed out and not yet retired or released
         self.reclaim = reclaim
         self.owner = owner
         self.max_offset = max_offset
@@ -81,6 +82,7 @@ class ChunkAllocator:
             if pos + size <= self.end:
                 self.pos = pos + size
                 self.blocks += 1
+                self.used_bytes += size
                 return self.node, pos
             if self._refill is not None:
                 yield self._refill
@@ -112,17 +114,20 @@ class ChunkAllocator:
         got = self.reclaim.take(units)
         if got is not None:
             self.blocks += 1
+            self.used_bytes += units * UNIT
         return got
 
     def retire(self, node: int, offset: int, units: int) -> None:
         """A block an operation unlinked (replaced or deleted): reusable once no reader can hold it."""
         self.freed += 1
+        self.used_bytes -= units * UNIT
         if self.reclaim is not None:
             self.reclaim.retire(node, offset, units)
 
     def release(self, node: int, offset: int, units: int) -> None:
         """A block that was never published: nobody else knows its address."""
         self.freed += 1
+        self.used_bytes -= units * UNIT
         if self.reclaim is not None:
             self.reclaim.release(node, offset, units)
 
