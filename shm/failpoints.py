@@ -42,6 +42,13 @@ KNOWN = {
     "race.insert.settled": "RACE insert: duplicates settled, before the commit CAS",
     "race.update.block_written": "RACE update: the new KV block is written, the slot not yet swung",
     "race.delete.found": "RACE delete: the slot is found, before the CAS that clears it",
+    "dolphin.idu.entered": "Dolphin IDU: Spear taken shared (FAA +1 with the leaf READ), nothing written yet",
+    "dolphin.update.found": "Dolphin update: the key's slot found, before the value WRITE and the release",
+    "dolphin.update.written": "Dolphin update: the value WRITE posted, the Spear release not yet",
+    "dolphin.insert.key_set": "Dolphin insert: the key CASed into its slot, its value not yet written",
+    "dolphin.smo.new_leaf_written": "Dolphin split: the new leaf written (unreachable), the old one not yet shrunk",
+    "dolphin.smo.old_leaf_shrunk": "Dolphin split: the old leaf shrunk, the new one not yet published",
+    "dolphin.smo.special_written": "Dolphin split: a prefix's special node written, not yet CASed into the ART",
 }
 
 

@@ -1,0 +1,708 @@
+"""One modelled thread's Dolphin: the pathfinding walk, the Spear-bracketed IDUs, SMOs and scans.
+
+The walk (paper §III-B): from the deepest cached ART node matching the key's prefix, descend byte
+by byte (``lib.art``); an ART leaf entry names a Dolphin leaf holding the keys of one 7-byte
+prefix, a *special node* at depth 7 names the leaves a split prefix was divided into (the entry of
+the largest ``partial`` <= the key's last byte holds it). A leaf whose ``[min, max]`` does not hold
+the key after a split: re-READ the special node and choose again (*backtracking*), instead of a
+new walk from the root. A walk that started from the cache and finds nothing is confirmed from
+the root (a cached image may lack newer entries).
+
+IDUs (insert, delete, update) hold Spear (Marlin's ternary-state lock, FAA only) in the leaf: FAA
++1 posted with the READ of the leaf's header and keys, one round trip; then the write posted with
+the release (FAA -1), the second. Many IDUs run on one leaf at once: updates synchronise in the
+memory node's NIC (one in-place WRITE of the value), inserts by a CAS of the first empty key slot,
+deletes by a CAS of the key to a tombstone. Slots fill in ascending order and only an SMO empties
+them, so the first empty slot is always the lowest one: two inserts of one key always race for
+the same slot, and the loser sees the key in the CAS's answer.
+
+An SMO (a leaf with no empty slot) takes Spear exclusively (FAA of SMO_STATUS, then READ the lock
+until the IDUs have drained) and either compacts the leaf (tombstones out) or splits it: the upper
+quarter of the keys moves to a new leaf. Order, chosen so that no key is ever readable from two
+leaves: WRITE the new leaf (unreachable yet), WRITE the old leaf shrunk (its max lowered; bytes up
+to the lock word, then the rear version), then publish the new leaf: a CAS of an empty entry of
+the special node, or, at a prefix's first split, a new special node holding both leaves CASed over
+the ART entry that named the old leaf. Between the shrink and the publish, readers of the moved
+keys find no leaf for them and wait (docs/dolphin.md: the paper publishes first and shrinks last,
+which lets a reader take a moved key's old value from the old leaf after an update in the new one).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import NamedTuple
+
+from nodes.systems.api import KVClient, SystemError_
+from nodes.systems.lib.alloc import ChunkAllocator
+from nodes.systems.lib.art import (
+    KEY_BYTES, NODE_16, ArtTree, build_node, decode_entry, entry_byte, is_frozen, is_leaf_entry,
+    node_units, prefix_mismatch, read_leaf_key_at, with_partial,
+)
+from nodes.systems.lib.radix_cache import RadixCache
+from nodes.systems.sherman.cache import shared
+from shm.failpoints import failpoint
+from shm.fabric import gaddr, gaddr_node, gaddr_offset
+
+from .layout import (
+    EMPTY, KEYS_OFF, MIN_OFF, NORMAL_OP, SMO_STATUS, SMO_UP_LIMIT, TOMBSTONE, LeafFormat, LeafImage,
+    key_num, key_word, leaf_bytes, num_key, rear_bytes, signed64, word_key,
+)
+
+SPECIAL_DEPTH = KEY_BYTES - 1        # the special node dispatches on the last key byte, by range
+#: A leaf this small or smaller is READ whole by a get (1 round trip, Dolphin's evaluation: 1088 B);
+#: a bigger one (large value slots) as header and keys, then the value slot (2 round trips).
+WHOLE_LEAF_BYTES = 4096
+#: Modelled CPU, as Sherman's client (nodes/systems/sherman/client.py): fixed work per operation,
+#: a search of the compute node's index cache (the same published 1-2 µs Dolphin measured for an
+#: index cache lookup), and the scan of a leaf's key array (12 cycles per 64-byte line).
+OP_CYCLES = 100
+LINE_CYCLES = 12
+INDEX_CACHE_LOOKUP_NS = 1500
+RETRY_NS = 500                       # wait before reading again what another client is changing
+RETRY_LIMIT = 200_000
+
+
+class DolphinStats(NamedTuple):
+    gets: int
+    inserts: int
+    updates: int
+    deletes: int
+    scans: int
+    backtracks: int          # special node READ again after a leaf split under a walk
+    restarts: int            # walks run again from the root
+    spear_waits: int         # IDUs that found an SMO holding Spear and waited
+    smo_waits: int           # SMOs that waited for another SMO of the same leaf
+    torn_reads: int          # leaf or value READs that were torn or caught an insert in flight, read again
+    insert_cas_failures: int
+    leaf_splits: int
+    compactions: int
+    special_nodes: int       # special nodes created (a prefix's first split)
+    new_leaves: int          # leaves created for a new 7-byte prefix
+    cache_hits: int          # walks that started from a cached node (the compute node's cache)
+    cache_misses: int
+    cache_bytes: int         # bytes the compute node's radix cache holds now
+    memory_bytes: int        # bytes of leaves and nodes this thread allocated
+    chunks: int
+
+
+class Located(NamedTuple):
+    leaf: int                # the leaf's global address, 0 if no leaf can hold the key
+    path: tuple              # ((node image, slot), ...) from the walk's start to the leaf's entry
+    cached: bool             # the walk started from the cache
+
+
+class DolphinClient(KVClient):
+    NAME = "Dolphin"
+
+    def __init__(self, fabric, layout: dict, thread, options: dict):
+        self.fabric = fabric
+        self.layout = layout
+        self.thread = thread
+        self.env = thread.env
+        self.fmt = LeafFormat.of(int(layout["value_bytes"]))
+        owner = thread.owner
+        budget = int(options.get("cache_bytes", layout.get("cache_bytes", 0)))
+        self.cache: RadixCache | None = shared(owner, layout["root"], "radix_cache", lambda: RadixCache(budget)) \
+            if budget else None
+        mns = layout["memory_nodes"]
+        self.alloc = ChunkAllocator(fabric, mns, layout["chunk_bytes"], start=owner.node * 7 + thread.index,
+                                    owner=self.NAME)
+        self.tree = ArtTree(layout["root"], mns, self.alloc, leaf_key=read_leaf_key_at(MIN_OFF), retry_ns=RETRY_NS)
+        self.fault = options.get("fault", "none")
+        cpu = fabric.profile.cpu
+        self._op_ns = int(OP_CYCLES / cpu.ghz)
+        self._keys_ns = max(1, int(LINE_CYCLES * (self.fmt.keys_end // 64 + 1) / cpu.ghz))
+        self._lookup_ns = INDEX_CACHE_LOOKUP_NS if self.cache is not None else 0
+        self._version = (owner.node * 64 + thread.index) * 40503 & 0xFFFF
+        self.gets = self.inserts = self.updates = self.deletes = self.scans = 0
+        self.backtracks = self.restarts = self.spear_waits = self.smo_waits = self.torn_reads = 0
+        self.insert_cas_failures = self.leaf_splits = self.compactions = self.special_nodes = self.new_leaves = 0
+        self.cache_hits = self.cache_misses = 0
+
+    def statistics(self) -> DolphinStats:
+        return DolphinStats(self.gets, self.inserts, self.updates, self.deletes, self.scans, self.backtracks,
+                            self.restarts, self.spear_waits, self.smo_waits, self.torn_reads,
+                            self.insert_cas_failures, self.leaf_splits, self.compactions, self.special_nodes,
+                            self.new_leaves, self.cache_hits, self.cache_misses,
+                            self.cache.bytes_used if self.cache is not None else 0, self.alloc.used_bytes,
+                            self.alloc.chunks)
+
+    # -- keys and versions ---------------------------------------------------------------------------
+    def _key(self, key) -> bytes:
+        key = bytes(key)
+        if len(key) != KEY_BYTES:
+            raise SystemError_(f"{self.NAME} keys are exactly {KEY_BYTES} bytes; got {len(key)} bytes: {key[:16]!r}")
+        w = key_word(key)
+        if w == EMPTY or w == TOMBSTONE:
+            raise SystemError_(f"{self.NAME}: key {key.hex()} cannot be stored: its slot word would be the empty "
+                               f"or the deleted mark (nodes/systems/dolphin/layout.py, KEY_MASK)")
+        return key
+
+    def _next_version(self) -> int:
+        v = self._version = (self._version + 1) & 0xFFFF
+        if v == 0:
+            v = self._version = 1
+        return v
+
+    # -- the walk ----------------------------------------------------------------------------------
+    def _locate(self, co, key: bytes, use_cache: bool):
+        """Generator: a :class:`Located` for ``key``, or None to walk again from the root (a cached
+        image proved stale)."""
+        tree, cache = self.tree, self.cache
+        if use_cache and cache is not None:
+            self.thread.cpu(self._lookup_ns)
+        img, cached = yield from tree._start(co, key, cache, use_cache)
+        started_cached = cached
+        if started_cached:
+            self.cache_hits += 1
+        elif use_cache and cache is not None:
+            self.cache_misses += 1
+        path = []
+        while True:
+            if not img.live:
+                img = yield from tree.follow(co, img)
+                cached = False
+            hd = img.header
+            if prefix_mismatch(hd, key) >= 0:
+                return Located(0, tuple(path), started_cached)
+            if hd.depth == SPECIAL_DEPTH:
+                slot, word = self._choose(img, key[SPECIAL_DEPTH])
+                if word and is_frozen(word):
+                    img, cached = (yield from tree.refresh(co, img)), False
+                    continue
+                if slot < 0:
+                    return Located(0, tuple(path), started_cached)
+                path.append((img, slot))
+                return Located(tree.target(word), tuple(path), started_cached)
+            slot, word = img.find(key[hd.depth])
+            if word == 0:
+                return Located(0, tuple(path), started_cached)
+            if is_frozen(word):
+                img, cached = (yield from tree.refresh(co, img)), False
+                continue
+            path.append((img, slot))
+            if is_leaf_entry(word):
+                return Located(tree.target(word), tuple(path), started_cached)
+            child = yield from tree._child(co, img, slot, word, cached, cache, key)
+            if child is None:
+                return None
+            img, cached = child, False
+
+    @staticmethod
+    def _choose(img, byte: int) -> tuple[int, int]:
+        """The special node's entry for a key whose last byte is ``byte``: the one of the largest
+        partial <= byte (``(slot, word)``; a frozen word if the node is being replaced)."""
+        best, best_word, best_byte = -1, 0, -1
+        for i, w in enumerate(img.entries):
+            if w == 0:
+                continue
+            if is_frozen(w):
+                return i, w
+            b = entry_byte(w)
+            if best_byte < b <= byte:
+                best, best_word, best_byte = i, w, b
+        return best, best_word
+
+    def _find(self, co, key: bytes):
+        """Generator: the :class:`Located` leaf for ``key`` (cache first, confirmed from the root when a
+        cached walk finds nothing)."""
+        for attempt in range(RETRY_LIMIT):
+            loc = yield from self._locate(co, key, attempt == 0)
+            if loc is None or (not loc.leaf and loc.cached):
+                self.restarts += 1
+                continue
+            return loc
+        raise SystemError_(f"{self.NAME}: no stable walk for key {key.hex()} after {RETRY_LIMIT} tries")
+
+    def _backtrack(self, co, key: bytes, loc: Located):
+        """Generator: the leaf for ``key`` after the one ``loc`` found did not hold it (a split moved
+        the key): the parent special node READ again and the entry chosen again; a walk from the root
+        when the parent is not a special node. Waits a little first when the same leaf comes back
+        (a split between its shrink and its publish)."""
+        self.backtracks += 1
+        parent, _ = loc.path[-1] if loc.path else (None, -1)
+        if parent is not None and parent.header.depth == SPECIAL_DEPTH:
+            img = yield from self.tree.refresh(co, parent)
+            slot, word = self._choose(img, key[SPECIAL_DEPTH])
+            if slot >= 0 and not is_frozen(word):
+                leaf = self.tree.target(word)
+                if self.cache is not None:
+                    self.cache.put(key[:SPECIAL_DEPTH], img)
+                if leaf == loc.leaf:
+                    yield RETRY_NS
+                return Located(leaf, loc.path[:-1] + ((img, slot),), False)
+        yield RETRY_NS
+        self.restarts += 1
+        got = yield from self._locate(co, key, False)
+        return got if got is not None else Located(0, (), False)
+
+    # -- leaf READs --------------------------------------------------------------------------------
+    def _read_whole(self, co, leaf: int) -> LeafImage:
+        fmt = self.fmt
+        h = co.read(leaf, fmt.size)
+        yield co.sync()
+        raw = bytes(h.data)
+        return LeafImage(fmt, leaf, raw, raw[fmt.rear_off])
+
+    def _read_keys(self, co, leaf: int, lock_faa: int = 0):
+        """Generator: the leaf's header and keys (and its rear version, in the same doorbell), with a
+        FAA of ``lock_faa`` on its Spear word posted first when not 0. Returns ``(image, old lock)``."""
+        fmt = self.fmt
+        hl = co.faa(leaf + fmt.lock_off, lock_faa) if lock_faa else None
+        hk = co.read(leaf, fmt.keys_end)
+        hr = co.read(leaf + fmt.rear_off, 8)
+        yield co.sync()
+        img = LeafImage(fmt, leaf, bytes(hk.data), int(hr.data[0]))
+        return img, (signed64(hl.value) if hl is not None else 0)
+
+    def _read_slot(self, co, leaf: int, slot: int):
+        h = co.read(leaf + self.fmt.slot_off(slot), self.fmt.slot_bytes)
+        yield co.sync()
+        return bytes(h.data)
+
+    # -- get -----------------------------------------------------------------------------------------
+    def get(self, co, key: bytes):
+        key = self._key(key)
+        self.gets += 1
+        self.thread.cpu(self._op_ns)
+        kw, k = key_word(key), key_num(key)
+        fmt = self.fmt
+        loc = yield from self._find(co, key)
+        for _ in range(RETRY_LIMIT):
+            if not loc.leaf:
+                return None
+            whole = fmt.size <= WHOLE_LEAF_BYTES
+            img = (yield from self._read_whole(co, loc.leaf)) if whole else (yield from self._read_keys(co, loc.leaf))[0]
+            self.thread.cpu(self._keys_ns)
+            if not img.consistent:
+                self.torn_reads += 1
+                continue
+            if not img.covers(k):
+                if k > img.max and (img.max >> 8) == (k >> 8):
+                    loc = yield from self._backtrack(co, key, loc)
+                    continue
+                if loc.cached:                       # a stale cached path led to another prefix's leaf
+                    loc = yield from self._find_uncached(co, key)
+                    continue
+                return None
+            i = img.find(kw)
+            if i < 0:
+                return None
+            raw = img.raw[fmt.slot_off(i):fmt.slot_off(i) + fmt.slot_bytes] if whole else \
+                (yield from self._read_slot(co, loc.leaf, i))
+            if not fmt.slot_written(raw, key):
+                if whole:
+                    return None                      # the key's insert has not written its value: not in yet
+                continue                             # or an SMO moved the key since the keys were READ
+            value, ok = fmt.decode_slot(raw, key)
+            if ok:
+                return value
+            self.torn_reads += 1                     # lines of two updates: read again
+        raise SystemError_(f"{self.NAME}: get of {key.hex()} found no consistent leaf after {RETRY_LIMIT} READs")
+
+    def _find_uncached(self, co, key):
+        self.restarts += 1
+        for _ in range(RETRY_LIMIT):
+            loc = yield from self._locate(co, key, False)
+            if loc is not None:
+                return loc
+        raise SystemError_(f"{self.NAME}: no stable walk for key {key.hex()}")
+
+    # -- Spear, the IDU side -----------------------------------------------------------------------
+    def _idu_enter(self, co, key: bytes, loc: Located):
+        """Generator: Spear taken shared on the leaf holding ``key`` (FAA +1 posted with the READ of
+        the leaf); ``(loc, image)`` with the image covering the key, or ``(loc, None)`` if no leaf
+        holds it (nothing held). A leaf of at most WHOLE_LEAF_BYTES is READ whole, values included
+        (Dolphin's code READs it without values; docs/dolphin.md says why not here), a bigger one
+        as header and keys."""
+        k = key_num(key)
+        fmt = self.fmt
+        lock_of = fmt.lock_off
+        for _ in range(RETRY_LIMIT):
+            if not loc.leaf:
+                return loc, None
+            if fmt.size <= WHOLE_LEAF_BYTES:
+                hl = co.faa(loc.leaf + lock_of, NORMAL_OP)
+                h = co.read(loc.leaf, fmt.size)
+                yield co.sync()
+                raw = bytes(h.data)
+                img, old = LeafImage(fmt, loc.leaf, raw, raw[fmt.rear_off]), signed64(hl.value)
+            else:
+                img, old = yield from self._read_keys(co, loc.leaf, NORMAL_OP)
+            self.thread.cpu(self._keys_ns)
+            if old < SMO_UP_LIMIT:                  # an SMO holds the leaf: back off until it is done
+                self.spear_waits += 1
+                co.faa(loc.leaf + lock_of, -NORMAL_OP)
+                co.post()
+                yield from self._wait_smo(co, loc.leaf)
+                continue
+            failpoint("dolphin.idu.entered")
+            if img.consistent and img.covers(k):
+                i = img.find(key_word(key))
+                if i < 0 or (yield from self._written(co, img, i, key)):
+                    return loc, img
+                # the key's insert has CASed its slot but not written its value: it is not in yet,
+                # and nothing may act on it before it is (an update would be overwritten by it)
+                self.torn_reads += 1
+                co.faa(loc.leaf + lock_of, -NORMAL_OP)
+                co.post()
+                yield RETRY_NS
+                continue
+            co.faa(loc.leaf + lock_of, -NORMAL_OP)
+            co.post()
+            if not img.consistent:
+                self.torn_reads += 1
+                continue
+            if k > img.max and (img.max >> 8) == (k >> 8):
+                loc = yield from self._backtrack(co, key, loc)
+            elif loc.cached:
+                loc = yield from self._find_uncached(co, key)
+            else:
+                return Located(0, loc.path, False), None
+        raise SystemError_(f"{self.NAME}: no leaf for {key.hex()} after {RETRY_LIMIT} tries")
+
+    def _written(self, co, img: LeafImage, i: int, key: bytes):
+        """Generator: whether slot ``i``'s value is written for ``key`` (from the image when it was
+        READ whole, else one more READ of the slot's first line)."""
+        fmt = self.fmt
+        off = fmt.slot_off(i)
+        if len(img.raw) >= off + 16:
+            return fmt.slot_written(img.raw[off:off + 16], key)
+        h = co.read(img.addr + off, 16)
+        yield co.sync()
+        return fmt.slot_written(bytes(h.data), key)
+
+    def _wait_smo(self, co, leaf: int):
+        """Generator: READ the Spear word until no SMO holds it."""
+        while True:
+            yield RETRY_NS
+            h = co.read(leaf + self.fmt.lock_off, 8)
+            yield co.sync()
+            if signed64(h.value) >= SMO_UP_LIMIT:
+                return
+
+    def _release(self, co, leaf: int) -> None:
+        """Queue the IDU's release (posted with the caller's last write)."""
+        co.faa(leaf + self.fmt.lock_off, -NORMAL_OP)
+
+    # -- update, delete --------------------------------------------------------------------------------
+    def update(self, co, key: bytes, value: bytes):
+        key = self._key(key)
+        value = bytes(value)
+        self.fmt.check_value(value, self.NAME)
+        self.updates += 1
+        self.thread.cpu(self._op_ns)
+        loc = yield from self._find(co, key)
+        loc, img = yield from self._idu_enter(co, key, loc)
+        if img is None:
+            return False
+        i = img.find(key_word(key))
+        if i < 0:
+            self._release(co, loc.leaf)
+            co.post()
+            return False
+        failpoint("dolphin.update.found")
+        co.write(loc.leaf + self.fmt.slot_off(i), self.fmt.encode_slot(key, value, self._next_version()))
+        if self.fault == "release-before-write":
+            self._release(co, loc.leaf)
+            yield co.sync()
+            failpoint("dolphin.update.written")
+            return True
+        failpoint("dolphin.update.written")
+        self._release(co, loc.leaf)
+        yield co.sync()
+        return True
+
+    def delete(self, co, key: bytes):
+        key = self._key(key)
+        self.deletes += 1
+        self.thread.cpu(self._op_ns)
+        loc = yield from self._find(co, key)
+        loc, img = yield from self._idu_enter(co, key, loc)
+        if img is None:
+            return False
+        kw = key_word(key)
+        i = img.find(kw)
+        if i < 0:
+            self._release(co, loc.leaf)
+            co.post()
+            return False
+        h = co.cas(loc.leaf + KEYS_OFF + 8 * i, kw, TOMBSTONE)
+        self._release(co, loc.leaf)
+        yield co.sync()
+        return h.value == kw
+
+    # -- insert ----------------------------------------------------------------------------------------
+    def insert(self, co, key: bytes, value: bytes):
+        key = self._key(key)
+        value = bytes(value)
+        self.fmt.check_value(value, self.NAME)
+        self.inserts += 1
+        self.thread.cpu(self._op_ns)
+        kw = key_word(key)
+        for _ in range(RETRY_LIMIT):
+            loc = yield from self._find(co, key)
+            loc, img = yield from self._idu_enter(co, key, loc)
+            if img is None:
+                got = yield from self._insert_new_leaf(co, key, value)
+                if got is not None:
+                    return got
+                continue                              # the prefix got a leaf meanwhile: insert into it
+            if img.find(kw) >= 0:
+                self._release(co, loc.leaf)
+                co.post()
+                return False
+            i = img.first_empty()
+            while i >= 0:
+                h = co.cas(loc.leaf + KEYS_OFF + 8 * i, EMPTY, kw)
+                yield co.sync()
+                cur = h.value
+                if cur == EMPTY:
+                    failpoint("dolphin.insert.key_set")
+                    co.write(loc.leaf + self.fmt.slot_off(i), self.fmt.encode_slot(key, value, self._next_version()))
+                    self._release(co, loc.leaf)
+                    yield co.sync()
+                    return True
+                self.insert_cas_failures += 1
+                if cur == kw:
+                    break                             # the same key won the slot: look again once it is in
+                img.keys[i] = cur
+                i = img.first_empty(i + 1)
+            self._release(co, loc.leaf)
+            co.post()
+            if i >= 0:
+                yield RETRY_NS
+                continue
+            # full: restructure, then try again
+            yield from self._smo(co, key, loc.leaf)
+        raise SystemError_(f"{self.NAME}: insert of {key.hex()} did not settle after {RETRY_LIMIT} tries")
+
+    def _insert_new_leaf(self, co, key: bytes, value: bytes):
+        """Generator: no leaf holds the key's 7-byte prefix: a new leaf ``[prefix.00, prefix.ff]`` with
+        the key, entered into the ART under ``prefix.00`` (lib.art). True once in, None if another
+        client created the prefix's leaf first (the caller inserts into that one)."""
+        fmt = self.fmt
+        node, off = yield from self.alloc.alloc(co, fmt.units)
+        leaf = gaddr(node, off)
+        lo = key_num(key) >> 8 << 8
+        v = self._next_version()
+        co.write(leaf, leaf_bytes(fmt, rev_ptr=0, version=v, node_id=off // 64, lo=lo, hi=lo | 0xFF,
+                                  entries=[(key, fmt.encode_slot(key, value, self._next_version()))]))
+        co.write(leaf + fmt.rear_off, rear_bytes(v))
+        yield co.sync()
+        got = yield from self.tree.insert(co, num_key(lo), leaf, self.cache)
+        if not got.inserted:
+            self.alloc.release(node, off, fmt.units)
+            return None
+        self.new_leaves += 1
+        co.write(leaf, got.entry_addr)               # its rev_ptr: a hint, unsignaled
+        co.post()
+        return True
+
+    # -- SMO ---------------------------------------------------------------------------------------
+    def _smo(self, co, key: bytes, leaf: int):
+        """Generator: restructure the full ``leaf`` under Spear held exclusively: compact it if
+        tombstones free enough slots, else split it. Returns when done or when another SMO of the
+        leaf was running (the caller looks again)."""
+        fmt = self.fmt
+        lock = leaf + fmt.lock_off
+        h = co.faa(lock, SMO_STATUS)
+        yield co.sync()
+        if signed64(h.value) < SMO_UP_LIMIT:
+            self.smo_waits += 1
+            co.faa(lock, -SMO_STATUS)
+            co.post()
+            yield from self._wait_smo(co, leaf)
+            return
+        while True:                                  # the IDUs drain
+            h = co.read(lock, 8)
+            yield co.sync()
+            if signed64(h.value) == SMO_STATUS:
+                break
+            yield RETRY_NS
+        img = yield from self._read_whole(co, leaf)
+        live = sorted(img.live(), key=lambda iw: key_num(word_key(iw[1])))
+        entries = [(word_key(w), img.raw[fmt.slot_off(i):fmt.slot_off(i) + fmt.slot_bytes]) for i, w in live]
+        version = (img.front + 1) & 0xFF
+        if len(entries) <= fmt.slots * 3 // 4 or len(entries) < 2:
+            co.write(leaf, leaf_bytes(fmt, rev_ptr=img.rev_ptr, version=version, node_id=img.node_id, lo=img.min,
+                                      hi=img.max, entries=entries))
+            co.write(leaf + fmt.rear_off, rear_bytes(version))
+            yield co.sync()
+            self.compactions += 1
+        else:
+            yield from self._split(co, img, entries, version)
+        co.faa(lock, -SMO_STATUS)
+        yield co.sync()
+
+    def _split(self, co, img: LeafImage, entries: list, version: int):
+        """Generator: split the (Spear-held) leaf of ``img``: the upper quarter of ``entries`` (sorted
+        key, slot bytes) to a new leaf, the old one shrunk, then the new one published."""
+        fmt, leaf = self.fmt, img.addr
+        m = len(entries) // 4 * 3
+        low, high = entries[:m], entries[m:]
+        s = key_num(high[0][0])
+        node, off = yield from self.alloc.alloc(co, fmt.units)
+        new = gaddr(node, off)
+        co.write(new, leaf_bytes(fmt, rev_ptr=0, version=1, node_id=off // 64, lo=s, hi=img.max, entries=high))
+        co.write(new + fmt.rear_off, rear_bytes(1))
+        yield co.sync()
+        failpoint("dolphin.smo.new_leaf_written")
+        co.write(leaf, leaf_bytes(fmt, rev_ptr=img.rev_ptr, version=version, node_id=img.node_id, lo=img.min,
+                                  hi=s - 1, entries=low))
+        co.write(leaf + fmt.rear_off, rear_bytes(version))
+        yield co.sync()
+        failpoint("dolphin.smo.old_leaf_shrunk")
+        self.leaf_splits += 1
+        yield from self._publish(co, num_key(img.min), leaf, new, s & 0xFF)
+
+    def _publish(self, co, lo_key: bytes, leaf: int, new: int, byte: int):
+        """Generator: make the new leaf ``new`` (min's last byte ``byte``) reachable next to ``leaf``
+        (whose min is ``lo_key``), whatever the ART did around them meanwhile."""
+        tree = self.tree
+        for _ in range(RETRY_LIMIT):
+            loc = yield from self._locate(co, lo_key, False)
+            if loc is None or loc.leaf != leaf or not loc.path:
+                yield RETRY_NS
+                continue
+            parent, pslot = loc.path[-1]
+            if parent.header.depth == SPECIAL_DEPTH:
+                slot, word = parent.find(byte)
+                if slot < 0:                          # full: a bigger special node, then again
+                    if len(loc.path) >= 2:
+                        gp, gslot = loc.path[-2]
+                        yield from tree.upgrade(co, parent, gp, gslot)
+                    continue
+                if word != 0:
+                    yield RETRY_NS
+                    continue
+                ok, _ = yield from tree.cas_slot(co, parent, slot, 0, tree.leaf_entry_for(byte, new))
+                if ok:
+                    co.write(new, parent.entry_addr(slot))     # the new leaf's rev_ptr
+                    yield co.sync()
+                    if self.cache is not None:
+                        self.cache.put(lo_key[:SPECIAL_DEPTH], parent)
+                    return
+                continue
+            # the prefix's first split: a special node with both leaves replaces the leaf entry
+            word = parent.entries[pslot]
+            pd = parent.header.depth
+            saddr = yield from tree.alloc_node(co, NODE_16)
+            special = build_node(saddr, NODE_16, SPECIAL_DEPTH, lo_key[pd + 1:SPECIAL_DEPTH], parent.entry_addr(pslot),
+                                 [tree.leaf_entry_for(lo_key[SPECIAL_DEPTH], leaf), tree.leaf_entry_for(byte, new)])
+            tree.write_node(co, special)
+            co.write(leaf, special.entry_addr(0))              # rev_ptrs: hints, before the node is reachable
+            co.write(new, special.entry_addr(1))
+            yield co.sync()
+            failpoint("dolphin.smo.special_written")
+            entry = with_partial(tree.entry_for(0, saddr, NODE_16), entry_byte(word))
+            ok, _ = yield from tree.cas_slot(co, parent, pslot, word, entry)
+            if ok:
+                self.special_nodes += 1
+                if self.cache is not None:
+                    self.cache.put(lo_key[:SPECIAL_DEPTH], special)
+                return
+            self.alloc.release(gaddr_node(saddr), gaddr_offset(saddr), node_units(NODE_16))
+        raise SystemError_(f"{self.NAME}: could not publish a split leaf after {RETRY_LIMIT} tries")
+
+    # -- scan --------------------------------------------------------------------------------------------
+    def scan(self, co, start: bytes, count: int):
+        """Up to ``count`` pairs with key >= start, in order: an ordered walk of the ART from the
+        root (internal nodes READ, not cached images: a stale image could skip a leaf), the leaves
+        READ up to four at a time in one doorbell. A leaf shrunk by a split whose new half is not
+        published yet shows as a gap in the range (the next leaf does not start where it ends): the
+        scan waits and walks again from the gap."""
+        start = bytes(start)
+        if len(start) != KEY_BYTES:
+            raise SystemError_(f"{self.NAME} keys are exactly {KEY_BYTES} bytes; got {len(start)}")
+        self.scans += 1
+        self.thread.cpu(self._op_ns)
+        out: list = []
+        pos = key_num(start)
+        for _ in range(RETRY_LIMIT):
+            if count <= 0:
+                return []
+            done, pos = yield from self._scan_from(co, pos, count, out)
+            if done:
+                return out[:count]
+            yield RETRY_NS
+        raise SystemError_(f"{self.NAME}: scan from {start.hex()} did not settle")
+
+    def _scan_from(self, co, pos: int, count: int, out: list):
+        """Generator: append pairs with key >= ``pos`` to ``out`` in order; ``(True, _)`` when the
+        walk ended or ``count`` pairs are in, ``(False, resume position)`` at a gap."""
+        tree, fmt = self.tree, self.fmt
+        start = num_key(pos)
+        # stack of pending items, last = next: ("node", addr, type, tight) / ("leaf", addr, tight)
+        stack = [("node", tree.root, 7, True)]
+        expect = None                                # the min the next leaf of a split prefix must have
+        while stack:
+            if stack[-1][0] == "leaf":
+                batch = []
+                # the READs land in the thread's ring buffer: a batch must not wrap it
+                most = max(1, min(4, self.thread.owner.buffer_bytes // (2 * fmt.size)))
+                while stack and stack[-1][0] == "leaf" and len(batch) < most:
+                    batch.append(stack.pop())
+                hs = [co.read(addr, fmt.size) for _, addr, _ in batch]
+                yield co.sync()
+                for (_, addr, _), h in zip(batch, hs):
+                    raw = bytes(h.data)
+                    img = LeafImage(fmt, addr, raw, raw[fmt.rear_off])
+                    while not img.consistent:
+                        self.torn_reads += 1
+                        img = yield from self._read_whole(co, addr)
+                    if expect is not None and img.min != expect and img.max >= expect:
+                        return False, expect          # a gap: the upper half of a split is not published yet
+                    expect = img.max + 1 if img.max & 0xFF != 0xFF else None
+                    pairs = []
+                    for i, w in img.live():
+                        k = key_num(word_key(w))
+                        if k < pos:
+                            continue
+                        value, ok = fmt.decode_slot(img.raw[fmt.slot_off(i):fmt.slot_off(i) + fmt.slot_bytes],
+                                                    word_key(w))
+                        if not ok:
+                            if fmt.raw:
+                                continue             # an insert in flight: not in yet
+                            self.torn_reads += 1
+                            return False, pos if not out else key_num(out[-1][0]) + 1
+                        pairs.append((k, word_key(w), value))
+                    pairs.sort()
+                    for _, kb, value in pairs:
+                        out.append((kb, value))
+                    if len(out) >= count:
+                        return True, 0
+                continue
+            _, addr, t, tight = stack.pop()
+            img = yield from tree.read_node(co, addr, t)
+            if not img.live:
+                img = yield from tree.follow(co, img)
+            if any(is_frozen(w) for w in img.entries):
+                img = yield from tree.refresh(co, img)
+            hd = img.header
+            d = hd.depth
+            if tight:
+                node_prefix = start[:d - len(hd.partial)] + hd.partial
+                if node_prefix < start[:d]:
+                    continue
+                tight = node_prefix == start[:d]
+            kids = sorted((entry_byte(w), w) for w in img.entries if w)
+            if d == SPECIAL_DEPTH:
+                if tight:
+                    first = 0
+                    for j, (b, _) in enumerate(kids):
+                        if b <= start[d]:
+                            first = j
+                    kids = kids[first:]
+                for b, w in reversed(kids):
+                    stack.append(("leaf", tree.target(w), tight))
+                continue
+            for b, w in reversed(kids):
+                if tight and b < start[d]:
+                    continue
+                sub_tight = tight and b == start[d]
+                if is_leaf_entry(w):
+                    stack.append(("leaf", tree.target(w), sub_tight))
+                else:
+                    stack.append(("node", tree.target(w), decode_entry(w).node_type, sub_tight))
+        return True, 0
