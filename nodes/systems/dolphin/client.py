@@ -60,6 +60,10 @@ LINE_CYCLES = 12
 INDEX_CACHE_LOOKUP_NS = 1500
 RETRY_NS = 500                       # wait before reading again what another client is changing
 RETRY_LIMIT = 200_000
+#: How long an IDU waits for an insert that has CASed its key but not written the value (normally
+#: well under a round trip) before it gives up with an error: Dolphin has no recovery for a client
+#: that stops between the two (the paper describes no failure handling), so the key stays "in flight".
+IN_FLIGHT_WAITS = 2_000              # x RETRY_NS = 1 ms of virtual time
 
 
 class DolphinStats(NamedTuple):
@@ -318,6 +322,7 @@ class DolphinClient(KVClient):
         k = key_num(key)
         fmt = self.fmt
         lock_of = fmt.lock_off
+        in_flight = 0
         for _ in range(RETRY_LIMIT):
             if not loc.leaf:
                 return loc, None
@@ -346,6 +351,11 @@ class DolphinClient(KVClient):
                 self.torn_reads += 1
                 co.faa(loc.leaf + lock_of, -NORMAL_OP)
                 co.post()
+                in_flight += 1
+                if in_flight > IN_FLIGHT_WAITS:
+                    raise SystemError_(f"{self.NAME}: the insert of key {key.hex()} CASed its key slot but has not "
+                                       f"written its value for {IN_FLIGHT_WAITS * RETRY_NS // 1000} µs: its client "
+                                       f"stopped between the two (Dolphin has no recovery for that)")
                 yield RETRY_NS
                 continue
             co.faa(loc.leaf + lock_of, -NORMAL_OP)

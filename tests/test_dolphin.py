@@ -1,0 +1,175 @@
+"""Dolphin (nodes/systems/dolphin): verbs per operation, leaf splits and special nodes, backtracking,
+scans, the raw 8-byte layout, failpoints at each protocol step. Co-located and deterministic."""
+
+from __future__ import annotations
+
+import pytest
+
+from cluster.correctness.checker import check
+from cluster.correctness.conformance import rig
+from cluster.rack import ColocatedRack
+from nodes.systems import get_system
+from nodes.systems.dolphin.layout import SLOTS, LeafFormat
+from nodes.systems.lib.art import dump_tree
+from shm import failpoints
+from cluster.scenario import scenario_from_dict
+from tests.test_faults import LOAD
+from tests.test_rack import rack_dict, run
+
+DOLPHIN = get_system("dolphin")
+RAW = {"value_bytes": 8}
+
+
+def be(n: int) -> bytes:
+    """Key number ``n`` as Dolphin orders keys (big-endian)."""
+    return n.to_bytes(8, "big")
+
+
+def v8(n: int) -> bytes:
+    return (n + 1).to_bytes(8, "little")
+
+
+@pytest.fixture(autouse=True)
+def _disarm():
+    failpoints.disarm_all()
+    yield
+    failpoints.disarm_all()
+
+
+def posts(r) -> int:
+    return r.threads[0].statistics().posts
+
+
+def test_raw_leaf_is_the_papers_1088_bytes():
+    fmt = LeafFormat.of(8)
+    assert (fmt.slots, fmt.values_off, fmt.lock_off, fmt.rear_off, fmt.size) == (SLOTS, 552, 1072, 1080, 1088)
+    big = LeafFormat.of(1000)
+    assert big.values_off % 64 == 0 and big.slot_bytes % 64 == 0 and big.size <= 17 << 10
+
+
+def test_get_is_one_read_and_update_two_round_trips_with_a_warm_cache():
+    with rig(DOLPHIN, options=RAW) as r:
+        for n in range(40):
+            assert r.op("insert", be(0x1000 + n), v8(n)) is True
+        r.op("get", be(0x1000))                      # warms the radix cache
+        p = posts(r)
+        assert r.op("get", be(0x1005)) == v8(5)
+        assert posts(r) - p == 1                     # READ leaf
+        p = posts(r)
+        assert r.op("update", be(0x1005), v8(99)) is True
+        assert posts(r) - p == 2                     # [FAA +1, READ leaf] then [WRITE value, FAA -1]
+        p = posts(r)
+        assert r.op("delete", be(0x1006)) is True
+        assert posts(r) - p == 2                     # [FAA +1, READ leaf] then [CAS key, FAA -1]
+        assert r.op("get", be(0x1005)) == v8(99) and r.op("get", be(0x1006)) is None
+
+
+def test_a_full_prefix_splits_into_leaves_under_a_special_node_and_every_key_stays():
+    keys = [(0xAB << 56) | (0x42 << 8) | b for b in range(256)]          # one 7-byte prefix, 256 keys
+    with rig(DOLPHIN, options=RAW) as r:
+        for i, k in enumerate(keys):
+            assert r.op("insert", be(k), v8(i)) is True
+        st = r.clients[0].statistics()
+        assert st.special_nodes == 1 and st.leaf_splits >= 3
+        assert all(r.op("get", be(k)) == v8(i) for i, k in enumerate(keys))
+        nodes, _ = dump_tree(r.fabric, r.layout["memory_nodes"], r.layout["root"])
+        special = [n for n in nodes if n.header.depth == 7]
+        assert len(special) == 1 and len(special[0].children()) == st.leaf_splits + 1
+        got = r.op("scan", be(keys[100]), 120)
+        assert [k for k, _ in got] == [be(k) for k in keys[100:220]]
+
+
+def test_a_walk_from_stale_cached_nodes_finds_the_leaf_a_split_moved_the_key_to():
+    base = (0x17 << 56) | (0x99 << 8)
+    with rig(DOLPHIN, options=RAW) as r:
+        cl = r.clients[0]
+        for n in range(60):
+            assert r.op("insert", be(base | n), v8(n)) is True
+        old_root = cl.cache.get(b"").copy()            # names the prefix's only leaf
+        for n in range(60, 200):
+            assert r.op("insert", be(base | n), v8(n)) is True
+        assert cl.statistics().special_nodes == 1
+        special = cl.cache.get(be(base)[:7]).copy()
+        for n in range(200, 256):                      # more splits the cached special node misses
+            assert r.op("insert", be(base | n), v8(n)) is True
+        cl.cache.put(be(base)[:7], special)
+        before = cl.statistics().backtracks
+        assert r.op("get", be(base | 250)) == v8(250)
+        assert cl.statistics().backtracks == before + 1   # the special node READ again, not the root
+        cl.cache.clear()
+        cl.cache.put(b"", old_root)
+        before = cl.statistics().restarts
+        assert r.op("get", be(base | 190)) == v8(190)
+        assert r.op("update", be(base | 191), v8(1)) is True
+        assert cl.statistics().restarts > before
+
+
+def test_deleted_slots_come_back_through_compaction_not_reuse():
+    base = 0x5500000000000000
+    with rig(DOLPHIN, options=RAW) as r:
+        for n in range(SLOTS):
+            assert r.op("insert", be(base | n), v8(n)) is True
+        for n in range(0, SLOTS, 2):
+            assert r.op("delete", be(base | n)) is True
+        assert r.op("insert", be(base | 200), v8(200)) is True      # no empty slot: an SMO compacts
+        st = r.clients[0].statistics()
+        assert st.compactions == 1 and st.leaf_splits == 0
+        assert r.op("scan", be(base), 100) == [(be(base | n), v8(n)) for n in range(1, SLOTS, 2)] + \
+            [(be(base | 200), v8(200))]
+
+
+def test_values_of_other_sizes_are_refused_in_one_line_by_raw_slots():
+    with rig(DOLPHIN, options=RAW) as r:
+        with pytest.raises(Exception, match="raw 8 B"):
+            r.op("insert", be(1), b"x" * 9)
+        with pytest.raises(Exception, match="all-zero"):
+            r.op("insert", be(1), bytes(8))
+    with rig(DOLPHIN, options={"value_bytes": 100}) as r:
+        with pytest.raises(Exception, match="does not fit the leaves' value slots of 100 B"):
+            r.op("insert", be(1), b"x" * 101)
+
+
+@pytest.mark.parametrize("profile", ["cx5-100g", "cx6-200g"])
+def test_concurrent_large_updates_of_one_key_leave_one_whole_value(profile):
+    """The paper's argument for values over a line: concurrent WRITEs of one slot settle on one
+    writer's value. Per-line versions let readers see it whole or read again."""
+    with rig(DOLPHIN, compute_threads=4, coroutines=2, profile=profile) as r:
+        k = be(0x77)
+        assert r.op("insert", k, b"0" * 1000) is True
+        vals = [bytes([65 + i]) * 1000 for i in range(8)]
+
+        def body(cl, co, i):
+            return (yield from cl.update(co, k, vals[i]))
+
+        assert r.each(body) == [True] * 8
+        assert r.op("get", k) in vals
+
+
+@pytest.mark.parametrize("point", ["dolphin.idu.entered", "dolphin.update.found", "dolphin.update.written",
+                                   "dolphin.smo.new_leaf_written",
+                                   "dolphin.smo.old_leaf_shrunk"])
+def test_crashed_clients_leave_a_linearizable_history(point):
+    """A client stopped for good at each protocol step: its operation never returns and the history
+    of the rest stays linearizable (a crash inside an SMO leaves its leaf locked, so operations on
+    that leaf wait: they stay open, never wrong)."""
+    from workloads.stress import StressWorkload
+    d = rack_dict(LOAD, run(0.3), threads=2, coroutines=4, records=32, system={"name": "dolphin"})
+    d["workload"]["valuesize"] = 32
+    rack = ColocatedRack(scenario_from_dict(d, source="dolphin-faults.toml"), history=100_000)
+    rack.compiled.workloads["default"] = StressWorkload(keys=64, distribution="zipfian", value_size=32)
+    failpoints.arm(point, "crash", after=5, times=2)
+    rack.run()
+    res = check(rack.history_ops)
+    assert res.verdict == "ok", res.explain()
+
+
+def test_a_client_stopped_between_an_inserts_key_and_value_is_reported_not_waited_for_forever():
+    with rig(DOLPHIN, compute_threads=2, options=RAW) as r:
+        a, b = r.clients
+        assert r.op("insert", be(4), v8(4)) is True            # the prefix's leaf
+        failpoints.arm("dolphin.insert.key_set", "crash")
+        with pytest.raises(BaseException):
+            r.op("insert", be(5), v8(5))
+        assert r.op("get", be(5)) is None                       # not in: its value was never written
+        with pytest.raises(Exception, match="has not written its value for 1000 µs: its client stopped"):
+            r.run(b.update(r.cos[1][0], be(5), v8(6)))
