@@ -112,7 +112,6 @@ class DolphinClient(KVClient):
         self.alloc = ChunkAllocator(fabric, mns, layout["chunk_bytes"], start=owner.node * 7 + thread.index,
                                     owner=self.NAME)
         self.tree = ArtTree(layout["root"], mns, self.alloc, leaf_key=read_leaf_key_at(MIN_OFF), retry_ns=RETRY_NS)
-        self.fault = options.get("fault", "none")
         cpu = fabric.profile.cpu
         self._op_ns = int(OP_CYCLES / cpu.ghz)
         self._keys_ns = max(1, int(LINE_CYCLES * (self.fmt.keys_end // 64 + 1) / cpu.ghz))
@@ -413,11 +412,6 @@ class DolphinClient(KVClient):
             return False
         failpoint("dolphin.update.found")
         co.write(loc.leaf + self.fmt.slot_off(i), self.fmt.encode_slot(key, value, self._next_version()))
-        if self.fault == "release-before-write":
-            self._release(co, loc.leaf)
-            yield co.sync()
-            failpoint("dolphin.update.written")
-            return True
         failpoint("dolphin.update.written")
         self._release(co, loc.leaf)
         yield co.sync()

@@ -28,10 +28,6 @@ class DolphinSystem(System):
                "64-byte lines with per-line versions", minimum=1, maximum=MAX_VALUE_BYTES - 1),
         Option("chunk_bytes", 1 << 20, "bytes of the chunks a client obtains from a memory node (one RPC each) "
                "and carves leaves and ART nodes out of", minimum=4096, maximum=1 << 30),
-        Option("fault", "none", "a deliberate bug, to prove that dmrack check catches it: "
-               "'release-before-write' posts an update's Spear release before its value WRITE, so an SMO can "
-               "move the leaf's entries while the WRITE is on its way (an update lost in the old slot)",
-               choices=("none", "release-before-write")),
     )
 
     @classmethod
