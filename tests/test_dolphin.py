@@ -173,3 +173,23 @@ def test_a_client_stopped_between_an_inserts_key_and_value_is_reported_not_waite
         assert r.op("get", be(5)) is None                       # not in: its value was never written
         with pytest.raises(Exception, match="has not written its value for 1000 µs: its client stopped"):
             r.run(b.update(r.cos[1][0], be(5), v8(6)))
+
+
+@pytest.mark.parametrize("value_bytes", [8, 64])
+def test_a_bulk_load_builds_what_inserts_find(value_bytes):
+    import random
+    rnd = random.Random(5)
+    dense = rnd.sample(range(1, 1 << 12), 1500)                       # ~3 prefixes of 256, some split
+    sparse = [rnd.getrandbits(64) for _ in range(500)]                 # one key per prefix
+    keys = sorted(set(dense + sparse + [(0x42 << 56) | b for b in range(200)]))
+    val = (lambda n: v8(n)) if value_bytes == 8 else (lambda n: bytes([n % 251 + 1]) * 40)
+    with rig(DOLPHIN, options={"value_bytes": value_bytes, "cache_bytes": 1 << 20}) as r:
+        DOLPHIN.bulk_load(r.fabric, r.layout, ((be(k), val(k)) for k in keys))
+        assert all(r.op("get", be(k)) == val(k) for k in keys[::7])
+        assert r.op("scan", be(keys[100]), 50) == [(be(k), val(k)) for k in keys[100:150]]
+        extra = [k + 1 for k in keys[:300] if k + 1 not in set(keys)]
+        for k in extra:                                                # inserts into bulk-loaded leaves
+            assert r.op("insert", be(k), val(k)) is True
+        assert all(r.op("get", be(k)) == val(k) for k in extra + keys[::11])
+        nodes, _ = dump_tree(r.fabric, r.layout["memory_nodes"], r.layout["root"])
+        assert any(n.header.depth == 7 for n in nodes)
