@@ -612,10 +612,12 @@ class DolphinClient(KVClient):
     # -- scan --------------------------------------------------------------------------------------------
     def scan(self, co, start: bytes, count: int):
         """Up to ``count`` pairs with key >= start, in order: an ordered walk of the ART from the
-        root (internal nodes READ, not cached images: a stale image could skip a leaf), the leaves
-        READ up to four at a time in one doorbell. A leaf shrunk by a split whose new half is not
-        published yet shows as a gap in the range (the next leaf does not start where it ends): the
-        scan waits and walks again from the gap."""
+        deepest cached node covering ``start`` (READ again: its cached image could lack a newer
+        entry, but a node at depth d holds every key of its d-byte prefix, whatever split happened
+        above it), then from the root past that node's prefix if more pairs are wanted; internal
+        nodes READ one per round trip, leaves up to four per doorbell. A leaf shrunk by a split whose
+        new half is not published yet shows as a gap in the range (the next leaf does not start where
+        it ends): the scan waits and walks again from the gap."""
         start = bytes(start)
         if len(start) != KEY_BYTES:
             raise SystemError_(f"{self.NAME} keys are exactly {KEY_BYTES} bytes; got {len(start)}")
@@ -623,22 +625,33 @@ class DolphinClient(KVClient):
         self.thread.cpu(self._op_ns)
         out: list = []
         pos = key_num(start)
+        use_cache = True
         for _ in range(RETRY_LIMIT):
             if count <= 0:
                 return []
-            done, pos = yield from self._scan_from(co, pos, count, out)
-            if done:
+            status, pos = yield from self._scan_from(co, pos, count, out, use_cache)
+            if status == "done":
                 return out[:count]
-            yield RETRY_NS
+            use_cache = False
+            if status == "gap":
+                yield RETRY_NS
         raise SystemError_(f"{self.NAME}: scan from {start.hex()} did not settle")
 
-    def _scan_from(self, co, pos: int, count: int, out: list):
-        """Generator: append pairs with key >= ``pos`` to ``out`` in order; ``(True, _)`` when the
-        walk ended or ``count`` pairs are in, ``(False, resume position)`` at a gap."""
+    def _scan_from(self, co, pos: int, count: int, out: list, use_cache: bool):
+        """Generator: append pairs with key >= ``pos`` to ``out`` in order. Returns ``("done", _)``
+        when the walk ended or ``count`` pairs are in, ``("next", key)`` when a walk that started
+        below the root has gone through its node's prefix, ``("gap", key)`` at a gap."""
         tree, fmt = self.tree, self.fmt
         start = num_key(pos)
         # stack of pending items, last = next: ("node", addr, type, tight) / ("leaf", addr, tight)
         stack = [("node", tree.root, 7, True)]
+        depth = 0
+        if use_cache and self.cache is not None:
+            self.thread.cpu(self._lookup_ns)
+            hit = self.cache.lookup(start)
+            if hit is not None and hit.header.depth > 0:
+                depth = hit.header.depth
+                stack = [("node", hit.addr, hit.node_type, True)]
         expect = None                                # the min the next leaf of a split prefix must have
         while stack:
             if stack[-1][0] == "leaf":
@@ -656,7 +669,7 @@ class DolphinClient(KVClient):
                         self.torn_reads += 1
                         img = yield from self._read_whole(co, addr)
                     if expect is not None and img.min != expect and img.max >= expect:
-                        return False, expect          # a gap: the upper half of a split is not published yet
+                        return "gap", expect          # the upper half of a split is not published yet
                     expect = img.max + 1 if img.max & 0xFF != 0xFF else None
                     pairs = []
                     for i, w in img.live():
@@ -669,13 +682,13 @@ class DolphinClient(KVClient):
                             if fmt.raw:
                                 continue             # an insert in flight: not in yet
                             self.torn_reads += 1
-                            return False, pos if not out else key_num(out[-1][0]) + 1
+                            return "gap", pos if not out else key_num(out[-1][0]) + 1
                         pairs.append((k, word_key(w), value))
                     pairs.sort()
                     for _, kb, value in pairs:
                         out.append((kb, value))
                     if len(out) >= count:
-                        return True, 0
+                        return "done", 0
                 continue
             _, addr, t, tight = stack.pop()
             img = yield from tree.read_node(co, addr, t)
@@ -709,4 +722,9 @@ class DolphinClient(KVClient):
                     stack.append(("leaf", tree.target(w), sub_tight))
                 else:
                     stack.append(("node", tree.target(w), decode_entry(w).node_type, sub_tight))
-        return True, 0
+        if depth:
+            shift = 8 * (KEY_BYTES - depth)
+            nxt = ((pos >> shift) + 1) << shift
+            if nxt < 1 << 64:
+                return "next", nxt
+        return "done", 0
