@@ -44,7 +44,7 @@ from shm.failpoints import failpoint
 from shm.fabric import gaddr, gaddr_node, gaddr_offset
 
 from .layout import (
-    EMPTY, KEYS_OFF, MIN_OFF, NORMAL_OP, SMO_STATUS, SMO_UP_LIMIT, TOMBSTONE, LeafFormat, LeafImage,
+    EMPTY, FRONT_OFF, KEYS_OFF, MIN_OFF, NORMAL_OP, SMO_STATUS, SMO_UP_LIMIT, TOMBSTONE, LeafFormat, LeafImage,
     key_num, key_word, leaf_bytes, num_key, rear_bytes, signed64, word_key,
 )
 
@@ -112,6 +112,7 @@ class DolphinClient(KVClient):
         self.alloc = ChunkAllocator(fabric, mns, layout["chunk_bytes"], start=owner.node * 7 + thread.index,
                                     owner=self.NAME)
         self.tree = ArtTree(layout["root"], mns, self.alloc, leaf_key=read_leaf_key_at(MIN_OFF), retry_ns=RETRY_NS)
+        self.leaf_writes = options.get("leaf_writes", layout.get("leaf_writes", "any-order"))
         cpu = fabric.profile.cpu
         self._op_ns = int(OP_CYCLES / cpu.ghz)
         self._keys_ns = max(1, int(LINE_CYCLES * (self.fmt.keys_end // 64 + 1) / cpu.ghz))
@@ -529,14 +530,37 @@ class DolphinClient(KVClient):
         entries = [(word_key(w), img.raw[fmt.slot_off(i):fmt.slot_off(i) + fmt.slot_bytes]) for i, w in live]
         version = (img.front + 1) & 0xFF
         if len(entries) <= fmt.slots * 3 // 4 or len(entries) < 2:
-            co.write(leaf, leaf_bytes(fmt, rev_ptr=img.rev_ptr, version=version, node_id=img.node_id, lo=img.min,
-                                      hi=img.max, entries=entries))
-            co.write(leaf + fmt.rear_off, rear_bytes(version))
-            yield co.sync()
+            yield from self._rewrite(co, img, version, leaf_bytes(fmt, rev_ptr=img.rev_ptr, version=version,
+                                                                  node_id=img.node_id, lo=img.min, hi=img.max,
+                                                                  entries=entries))
             self.compactions += 1
         else:
             yield from self._split(co, img, entries, version)
         co.faa(lock, -SMO_STATUS)
+        yield co.sync()
+
+    def _rewrite(self, co, img: LeafImage, version: int, data: bytes):
+        """Generator: WRITE a reachable leaf's new bytes (up to its lock word) under Spear, so that a
+        lock-free reader (one READ, front version first, rear version last) never takes a torn leaf
+        for a whole one. ``leaf_writes = "ordered"`` (the paper): one WRITE then the rear version,
+        which relies on the lines landing in ascending order (a reader that started before the
+        front line changed stays ahead of the writer). ``"any-order"`` (the default): the rear
+        version first, then everything but the front version, then the front version, each WRITE
+        waited for: a reader that sees any new line reads the new rear after it, and a new front
+        only once every line is in, whatever order the lines of one WRITE land in."""
+        fmt, leaf = self.fmt, img.addr
+        if self.leaf_writes == "ordered":
+            co.write(leaf, data)
+            co.write(leaf + fmt.rear_off, rear_bytes(version))
+            yield co.sync()
+            return
+        co.write(leaf + fmt.rear_off, rear_bytes(version))
+        yield co.sync()
+        body = bytearray(data)
+        body[FRONT_OFF] = img.front
+        co.write(leaf, bytes(body))
+        yield co.sync()
+        co.write(leaf + FRONT_OFF, bytes([version & 0xFF]))
         yield co.sync()
 
     def _split(self, co, img: LeafImage, entries: list, version: int):
@@ -552,10 +576,8 @@ class DolphinClient(KVClient):
         co.write(new + fmt.rear_off, rear_bytes(1))
         yield co.sync()
         failpoint("dolphin.smo.new_leaf_written")
-        co.write(leaf, leaf_bytes(fmt, rev_ptr=img.rev_ptr, version=version, node_id=img.node_id, lo=img.min,
-                                  hi=s - 1, entries=low))
-        co.write(leaf + fmt.rear_off, rear_bytes(version))
-        yield co.sync()
+        yield from self._rewrite(co, img, version, leaf_bytes(fmt, rev_ptr=img.rev_ptr, version=version,
+                                                              node_id=img.node_id, lo=img.min, hi=s - 1, entries=low))
         failpoint("dolphin.smo.old_leaf_shrunk")
         self.leaf_splits += 1
         yield from self._publish(co, num_key(img.min), leaf, new, s & 0xFF)

@@ -35,6 +35,11 @@ class DolphinSystem(System):
         Option("value_bytes", 1024, "largest value a leaf's value slot holds: 8 gives the paper's raw 8-byte "
                "slots (1088-byte leaves; values exactly 8 B, not all zero); any other size gives slots of whole "
                "64-byte lines with per-line versions", minimum=1, maximum=MAX_VALUE_BYTES - 1),
+        Option("leaf_writes", "any-order", "how an SMO rewrites a leaf readers may be reading without a lock: "
+               "'ordered' as the paper (one WRITE, front version first and rear version last, correct only where "
+               "a WRITE's lines land in ascending order: cx3-56g, cx5-100g), 'any-order' (rear version, body, "
+               "front version, three WRITEs waited for one by one: correct on every profile, two more round trips "
+               "per SMO)", choices=("any-order", "ordered")),
         Option("chunk_bytes", 1 << 20, "bytes of the chunks a client obtains from a memory node (one RPC each) "
                "and carves leaves and ART nodes out of", minimum=4096, maximum=1 << 30),
     )
@@ -69,6 +74,7 @@ class DolphinSystem(System):
             "memory_nodes": mns,
             "root": root,
             "value_bytes": opts["value_bytes"],
+            "leaf_writes": opts["leaf_writes"],
             "cache_bytes": opts["cache_bytes"],
             "chunk_bytes": opts["chunk_bytes"],
             "capacity": int(capacity),
