@@ -42,6 +42,10 @@ KNOWN = {
     "race.insert.settled": "RACE insert: duplicates settled, before the commit CAS",
     "race.update.block_written": "RACE update: the new KV block is written, the slot not yet swung",
     "race.delete.found": "RACE delete: the slot is found, before the CAS that clears it",
+    "marlin.idu.entered": "Marlin insert/update/delete: the leaf's Spear count is taken (FAA +1 done), nothing changed",
+    "marlin.item.written": "Marlin insert/update: the new data item is written, the entry's CAS not yet posted",
+    "marlin.split.drained": "Marlin split: the Spear word is the SMO's and the IDUs have drained, nothing written",
+    "marlin.split.right_written": "Marlin split: the new right leaf is written, the old leaf not yet cut",
 }
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from nodes.systems.api import Option, System, SystemError_
 from nodes.systems.lib.hocl import FIELD_BITS, lock_table_slots, setup_lock_tables
-from nodes.systems.lib.reclaim import setup_epochs
+from nodes.systems.lib.reclaim import epochs_bytes, setup_epochs
 from shm.fabric import REGION_DEVICE, REGION_HOST, gaddr, gaddr_node, gaddr_offset
 
 from .client import ShermanClient
@@ -117,6 +117,9 @@ class ShermanSystem(System):
             "cache_nodes": opts["cache_nodes"],
             "capacity": int(capacity),
             "epochs": epochs,
+            # memory-node host memory setup carved (the root word's line, the root leaf, the epoch
+            # table); the lock tables sit in the NICs' device memory and are not counted
+            "setup_bytes": 64 + NODE_BYTES + epochs_bytes(epochs),
         }
 
     @classmethod
