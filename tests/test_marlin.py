@@ -415,3 +415,23 @@ def test_spear_constants_and_signed_words():
     assert SMO_STATUS == -1_000_000 and SMO_UP_LIMIT == -100_000
     assert signed((SMO_STATUS + 1) & ((1 << 64) - 1)) == SMO_STATUS + 1 and signed(5) == 5
     assert ITEM == 16 and TOMBSTONE == 1 and LOCK_OFFSET == NODE_BYTES - 8
+
+
+def test_bulk_load_builds_a_tree_that_answers_as_an_inserted_one():
+    rnd = random.Random(9)
+    pairs = [(_k(i), bytes(rnd.randbytes(rnd.choice((8, 48, 49, 300))))) for i in range(1200)]
+    with rig(MarlinSystem) as bulk, rig(MarlinSystem) as inserted:
+        MarlinSystem.bulk_load(bulk.fabric, bulk.layout, pairs)
+        for k, v in pairs:
+            assert inserted.op("insert", k, v) is True
+        for k, v in pairs[::3] + [(_k(i), None) for i in range(1200, 1210)]:
+            assert bulk.op("get", k) == inserted.op("get", k) == v
+        assert bulk.op("scan", _k(0), 2000) == inserted.op("scan", _k(0), 2000)
+        assert bulk.op("update", _k(7), b"seven") is True and bulk.op("get", _k(7)) == b"seven"
+        assert bulk.op("delete", _k(8)) is True and bulk.op("get", _k(8)) is None
+        for i in range(1200, 2500):
+            assert bulk.op("insert", _k(i), _v(i)) is True
+        assert bulk.client.statistics().leaf_splits > 0
+        assert all(bulk.op("get", _k(i)) == _v(i) for i in range(1200, 2500, 37))
+        with pytest.raises(SystemError_, match="empty tree"):
+            MarlinSystem.bulk_load(bulk.fabric, bulk.layout, [(_k(5000), b"a")])
