@@ -13,19 +13,19 @@ What changes from :class:`nodes.systems.sherman.client.ShermanClient` (docs/marl
 Internal nodes, their splits (HOCL-locked, as Sherman's) and the root are Sherman's unchanged.
 
 Verbs with a warm index cache, no contention (a round is one ``sync``; "+" = the same doorbell;
-the IDU's release FAA is posted unsignaled, nothing waits for it):
+"then" = posted once the round before completed, unsignaled: nothing waits for it;
+``tests/test_marlin.py`` asserts these sequences):
 
-=========================  ===================================================  ======
-op                         rounds                                               rounds
-=========================  ===================================================  ======
-get                        READ leaf | READ item                                2
-update                     WRITE item + FAA +1 + READ leaf | CAS entry, FAA -1   2
-insert (empty entry)       WRITE item + FAA +1 + READ leaf | CAS entry |         2
-                           WRITE key + FAA -1 (unsignaled)
-insert (tombstone entry)   WRITE item + FAA +1 + READ leaf | CAS entry, FAA -1   2
-delete                     FAA +1 + READ leaf | CAS entry, FAA -1                2
-scan                       READ leaf | READ its items (one doorbell), per leaf   2/leaf
-=========================  ===================================================  ======
+=========================  ======================================================  ======
+op                         rounds                                                  rounds
+=========================  ======================================================  ======
+get                        READ leaf | READ item                                   2
+update                     WRITE item + FAA +1 + READ leaf | CAS entry, then FAA -1  2
+insert (empty entry)       ... | CAS entry, then WRITE key + FAA -1                 2
+insert (tombstone entry)   ... | CAS entry + FAA -1                                2
+delete                     FAA +1 + READ leaf | CAS entry, then FAA -1             2
+scan                       READ leaf | READ its items (one doorbell), per leaf      2/leaf
+=========================  ======================================================  ======
 """
 
 from __future__ import annotations
