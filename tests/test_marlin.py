@@ -435,3 +435,13 @@ def test_bulk_load_builds_a_tree_that_answers_as_an_inserted_one():
         assert all(bulk.op("get", _k(i)) == _v(i) for i in range(1200, 2500, 37))
         with pytest.raises(SystemError_, match="empty tree"):
             MarlinSystem.bulk_load(bulk.fabric, bulk.layout, [(_k(5000), b"a")])
+
+
+def test_histories_stay_linearizable_with_atomics_as_weak_as_a_nics():
+    """``nic.atomic_write_race`` (docs/fabric.md, "Atomicity"): a WRITE landing inside another
+    client's atomic can be undone. Marlin WRITEs an entry's item word only in a split, when no IDU
+    can CAS it (Spear drained them), and never WRITEs the lock word, so nothing is lost."""
+    class WeakAtomics(MarlinSystem):
+        rack_tables = {"profile_overrides": {"nic.atomic_write_race": True}}
+
+    conformance.CHECKS["history_zipfian"](WeakAtomics, None)
