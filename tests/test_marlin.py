@@ -445,3 +445,39 @@ def test_histories_stay_linearizable_with_atomics_as_weak_as_a_nics():
         rack_tables = {"profile_overrides": {"nic.atomic_write_race": True}}
 
     conformance.CHECKS["history_zipfian"](WeakAtomics, None)
+
+
+def test_spear_smo_from_outside_an_idu_waits_for_every_idu_and_a_second_smo_backs_off():
+    from nodes.systems.lib.spear import Spear
+    from shm.fabric import gaddr
+    with rig(MarlinSystem, coroutines=2) as r:
+        off = r.fabric.allocate(1, 64)
+        lock = gaddr(1, off)
+        host = r.fabric.memory[1].host64
+        host[off // 8] = 2                                        # two IDUs inside
+        first, second = Spear("t"), Spear("t")
+        a, b = r.cos[0]
+        times = {}
+
+        def smo(spear, co, name, delay):
+            yield delay
+            ok = yield from spear.smo_enter(co, lock, inside_idu=False)
+            times[name] = (ok, r.env.now)
+            if ok:
+                yield 5_000                                       # the split's work
+                spear.queue_smo_exit(co, lock, inside_idu=False)
+                yield co.sync()
+
+        def idus_leave():
+            for t in (10_000, 20_000):
+                yield t - r.env.now
+                host[off // 8] = int(host[off // 8]) - 1 & ((1 << 64) - 1)
+
+        r.env.process(smo(first, a, "first", 0))
+        r.env.process(smo(second, b, "second", 3_000))
+        r.env.process(idus_leave())
+        r.env.run()
+        assert times["first"][0] is True and times["first"][1] >= 20_000
+        assert times["second"] == (False, times["second"][1]) and times["second"][1] >= times["first"][1] + 5_000
+        assert second.smo_conflicts == 1 and first.spin_reads > 3
+        assert int(host[off // 8]) == 0
