@@ -34,7 +34,7 @@ class MarlinSystem(ShermanSystem):
         Option("cache_bytes", 0, "bytes of index cache per compute node (cached internal nodes x 1088 B: the 1 KB "
                "image and 64 B of entry overhead); 0: cache_nodes decides", minimum=0, maximum=1 << 40),
         Option("fault", "none", "a deliberate bug, to prove that dmrack check catches it: 'retire-new-item' "
-               "retires the item an insert or update just published instead of the one it replaced (a live "
+               "retires the item an update just published instead of the one it replaced (a live "
                "item is reused: use after free); 'smo-skips-drain' lets a split write the leaf without "
                "waiting for the IDUs inside it (their CASes are lost under the split's WRITE)",
                choices=("none", "retire-new-item", "smo-skips-drain")),
