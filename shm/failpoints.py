@@ -49,6 +49,10 @@ KNOWN = {
     "dolphin.smo.new_leaf_written": "Dolphin split: the new leaf written (unreachable), the old one not yet shrunk",
     "dolphin.smo.old_leaf_shrunk": "Dolphin split: the old leaf shrunk, the new one not yet published",
     "dolphin.smo.special_written": "Dolphin split: a prefix's special node written, not yet CASed into the ART",
+    "marlin.idu.entered": "Marlin insert/update/delete: the leaf's Spear count is taken (FAA +1 done), nothing changed",
+    "marlin.item.written": "Marlin insert/update: the new data item is written, the entry's CAS not yet posted",
+    "marlin.split.drained": "Marlin split: the Spear word is the SMO's and the IDUs have drained, nothing written",
+    "marlin.split.right_written": "Marlin split: the new right leaf is written, the old leaf not yet cut",
 }
 
 

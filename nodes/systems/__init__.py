@@ -30,6 +30,7 @@ BUILTIN = {
     "smart-ht": "nodes.systems.smart_ht:SmartHTSystem",
     "sherman": "nodes.systems.sherman:ShermanSystem",
     "smart-bt": "nodes.systems.smart_bt:SmartBTSystem",
+    "marlin": "nodes.systems.marlin:MarlinSystem",
     "dpa-kv": "nodes.systems.dpa_kv:DpaKvSystem",
     "dolphin": "nodes.systems.dolphin:DolphinSystem",
 }

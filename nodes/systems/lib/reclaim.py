@@ -113,6 +113,11 @@ def setup_epochs(fabric, node: int) -> dict:
     return {"node": node, "offset": off, "rows": {n: r for r, n in enumerate(rows)}}
 
 
+def epochs_bytes(epochs: dict) -> int:
+    """Bytes of memory-node memory the epoch table of ``epochs`` (:func:`setup_epochs`) takes."""
+    return (HEADER_WORDS + len(epochs["rows"]) * ROW_WORDS) * WORD
+
+
 def clear_row(fabric, epochs: dict, node: int) -> None:
     """Forget every announcement of compute node ``node`` (fabric index): the node is dead and none
     of its operations will read again."""

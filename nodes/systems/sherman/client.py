@@ -32,6 +32,7 @@ from typing import NamedTuple
 from nodes.systems.api import KVClient, SystemError_
 from nodes.systems.lib.alloc import ChunkAllocator
 from nodes.systems.lib.hocl import FIELD_MASK, HoclClient, LocalLocks
+from nodes.systems.lib.radix_cache import ENTRY_OVERHEAD
 from nodes.systems.lib.record import lines_consistent
 from nodes.systems.lib.reclaim import Reclaimer
 from shm.fabric import OFFSET_BITS, REGION_BITS, REGION_DEVICE, gaddr, gaddr_node, gaddr_offset
@@ -58,6 +59,10 @@ INDEX_CACHE_LOOKUP_NS = 1500
 #: Per-operation fixed work (argument checks, key conversion).
 OP_CYCLES = 100
 RETRY_LIMIT = 100_000
+#: Bytes one cached internal node counts for in ``cache_bytes``: its 1 KB image and the same
+#: per-entry overhead the radix cache assumes (nodes/systems/lib/radix_cache.ENTRY_OVERHEAD), so
+#: that the trees' caches are measured alike (Dolphin's Table II).
+CACHED_NODE_BYTES = NODE_BYTES + ENTRY_OVERHEAD
 
 _NODE_SHIFT = REGION_BITS + OFFSET_BITS
 _OFFSET_MASK = (1 << OFFSET_BITS) - 1
@@ -89,6 +94,8 @@ class ShermanStats(NamedTuple):
     limbo_blocks: int          # replaced value blocks waiting for the epoch to move on
     epoch_advances: int        # rack epoch advances this client made
     locked_reads: int          # get READs that found the leaf locked and read again (lock_free_reads off)
+    cache_bytes: int           # the compute node's index cache now: cached nodes x CACHED_NODE_BYTES (shared)
+    memory_bytes: int          # this thread's allocated blocks still linked (ChunkAllocator.used_bytes)
 
 
 class ShermanClient(HoclClient, KVClient):
@@ -145,7 +152,7 @@ class ShermanClient(HoclClient, KVClient):
                             self.leaf_splits, self.internal_splits, self.root_splits, self.root_cas_failures,
                             self.nodes_allocated, self.blocks_written, self.alloc.chunks, self.reclaim.reused,
                             self.reclaim.bytes_reclaimed, len(self.reclaim.limbo), self.reclaim.advances,
-                            self.locked_reads)
+                            self.locked_reads, len(self.cache.nodes) * CACHED_NODE_BYTES, self.alloc.used_bytes)
 
     # -- pieces: allocation ----------------------------------------------------------------------
     def new_node(self, co):

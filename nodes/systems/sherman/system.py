@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from nodes.systems.api import Option, System, SystemError_
 from nodes.systems.lib.hocl import FIELD_BITS, lock_table_slots, setup_lock_tables
-from nodes.systems.lib.reclaim import setup_epochs
+from nodes.systems.lib.reclaim import epochs_bytes, setup_epochs
 from shm.fabric import REGION_DEVICE, REGION_HOST, gaddr, gaddr_node, gaddr_offset
 
 from .client import ShermanClient
@@ -117,6 +117,9 @@ class ShermanSystem(System):
             "cache_nodes": opts["cache_nodes"],
             "capacity": int(capacity),
             "epochs": epochs,
+            # memory-node host memory setup carved (the root word's line, the root leaf, the epoch
+            # table); the lock tables sit in the NICs' device memory and are not counted
+            "setup_bytes": 64 + NODE_BYTES + epochs_bytes(epochs),
         }
 
     @classmethod
@@ -133,14 +136,14 @@ class ShermanSystem(System):
         root_addr, root_level = unpack_root(int(fabric.memory[rnode].host64[roff // 8]))
         first = fabric.memory[gaddr_node(root_addr)].host
         fo = gaddr_offset(root_addr)
-        if root_level != 0 or leaf_entries(memoryview(first[fo:fo + NODE_BYTES]), 0):
+        if root_level != 0 or cls.bulk_leaf_holds_keys(memoryview(first[fo:fo + NODE_BYTES])):
             raise SystemError_(f"{name}: a bulk load needs the empty tree setup made; this one holds keys")
         items = []
         for key, value in pairs:
             if len(key) != 8:
                 raise KeySizeError(f"{name}: keys are 8 bytes; got {len(key)}")
-            if len(value) > MAX_VALUE:
-                raise ValueTooLarge(f"{name} values are at most {MAX_VALUE} bytes; got {len(value)}")
+            if len(value) > cls.max_value:
+                raise ValueTooLarge(f"{name} values are at most {cls.max_value} bytes; got {len(value)}")
             items.append((key_int(key), key, value))
         items.sort(key=lambda it: it[0])
         for a, b in zip(items, items[1:]):
@@ -178,16 +181,7 @@ class ShermanSystem(System):
             return list(zip(lows, addrs))
 
         def leaf(i, group, low, high, sibling):
-            entries = []
-            for j, (_, key, value) in enumerate(group):
-                block = 0
-                if len(value) > INLINE_VALUE:
-                    m = mns[(i + j) % len(mns)]
-                    block = gaddr(m, fabric.allocate(m, block_units(len(value)) * LINE))
-                    write(block, block_image(key, value))
-                vlen, field = value_field(value, block)
-                entries.append((1, vlen, key, field))
-            return leaf_image(1, low, high, sibling, entries)
+            return cls.bulk_leaf(fabric, mns, write, i, group, low, high, sibling)
 
         nodes = build([items[i:i + BULK_LEAF_ENTRIES] for i in range(0, len(items), BULK_LEAF_ENTRIES)], leaf)
         level = 0
@@ -202,6 +196,31 @@ class ShermanSystem(System):
             nodes = build([nodes[i:i + fan] for i in range(0, len(nodes), fan)], internal)
         # the root word last: a client that reads it finds a whole tree below
         fabric.memory[rnode].host64[roff // 8] = pack_root(nodes[0][1], level)
+
+    #: The longest value a bulk load accepts (the client refuses longer ones the same way).
+    max_value = MAX_VALUE
+
+    @classmethod
+    def bulk_leaf_holds_keys(cls, leaf) -> bool:
+        """Does the leaf image ``leaf`` (bytes of one node) hold any key? (bulk load's check that
+        the tree is the empty one setup made)"""
+        return bool(leaf_entries(leaf, 0))
+
+    @classmethod
+    def bulk_leaf(cls, fabric, mns: list[int], write, i: int, group, low: int, high: int | None, sibling: int):
+        """The image of the ``i``-th leaf of a bulk load: ``group`` its (key int, key, value)s in
+        order, fences and sibling given; values over 48 B go to out-of-line blocks allocated
+        round-robin over ``mns`` and written with ``write(gaddr, bytes)``."""
+        entries = []
+        for j, (_, key, value) in enumerate(group):
+            block = 0
+            if len(value) > INLINE_VALUE:
+                m = mns[(i + j) % len(mns)]
+                block = gaddr(m, fabric.allocate(m, block_units(len(value)) * LINE))
+                write(block, block_image(key, value))
+            vlen, field = value_field(value, block)
+            entries.append((1, vlen, key, field))
+        return leaf_image(1, low, high, sibling, entries)
 
     @classmethod
     def where(cls) -> str:

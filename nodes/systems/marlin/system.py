@@ -1,0 +1,71 @@
+"""MarlinSystem: the System contract for Marlin (docs/marlin.md).
+
+Setup is Sherman's (root word, an empty root leaf, HOCL tables for the internal nodes, the epoch
+table): an empty Sherman leaf is byte for byte an empty Marlin leaf (every entry's item word 0,
+the Spear word 0). So is the bulk load, with Marlin leaves and a data item per key. Options are Sherman's that still mean something once the leaves are Spear's,
+plus ``cache_bytes`` (the index cache as a byte budget, what Dolphin's cache-size sweep varies)
+and Marlin's deliberate bugs.
+"""
+
+from __future__ import annotations
+
+from nodes.systems.api import Option
+from nodes.systems.sherman.layout import LINE, NODE_BYTES
+from shm.fabric import gaddr
+from nodes.systems.sherman.system import ShermanSystem
+
+from .client import MarlinClient
+from .layout import LEAF_SLOTS, MAX_VALUE, item_image, item_units, item_word, leaf_entries, leaf_image
+
+#: Sherman's options that apply to Marlin (the HOCL ones lock internal nodes only).
+_KEPT = ("chunk_bytes", "cache_nodes", "max_handover", "lock_slots", "lock_memory", "hierarchical")
+
+
+class MarlinSystem(ShermanSystem):
+    name = "marlin"
+    description = ("Marlin: Sherman's B-link tree (1 KB nodes, index cache of internal nodes) whose leaf entries "
+                   "point to out-of-place data items changed by CAS, with IDUs and splits of a leaf ordered by "
+                   "the FAA-only ternary-state Spear lock in the leaf (IDUs concurrent, splits exclusive)")
+    paper = ("Wang et al., Marlin: A Concurrent and Write-Optimized B+-tree Index on Disaggregated Memory, "
+             "ICPP'23 (no public code; rebuilt from Sherman and Dolphin's Spear code, MSST'24)")
+    client_class = MarlinClient
+    max_value = MAX_VALUE
+    options = tuple(o for o in ShermanSystem.options if o.name in _KEPT) + (
+        Option("cache_bytes", 0, "bytes of index cache per compute node (cached internal nodes x 1088 B: the 1 KB "
+               "image and 64 B of entry overhead); 0: cache_nodes decides", minimum=0, maximum=1 << 40),
+        Option("fault", "none", "a deliberate bug, to prove that dmrack check catches it: 'retire-new-item' "
+               "retires the item an update just published instead of the one it replaced (a live "
+               "item is reused: use after free); 'smo-skips-drain' lets a split write the leaf without "
+               "waiting for the IDUs inside it (their CASes are lost under the split's WRITE)",
+               choices=("none", "retire-new-item", "smo-skips-drain")),
+    )
+
+    @classmethod
+    def footprint(cls, options: dict, capacity: int, key_bytes: int, value_bytes: int) -> int:
+        """Leaves packed full (15 entries per 1 KB node) and one data item per key, for every key
+        but the rack's sizing slack (1024 keys)."""
+        keys = max(0, int(capacity) - 1024)
+        return -(-keys // LEAF_SLOTS) * NODE_BYTES + keys * item_units(int(value_bytes)) * LINE
+
+    @classmethod
+    def bulk_leaf_holds_keys(cls, leaf) -> bool:
+        return bool(leaf_entries(leaf, 0))
+
+    @classmethod
+    def bulk_leaf(cls, fabric, mns, write, i, group, low, high, sibling):
+        """Sherman's bulk load with Marlin leaves: every value in a data item of its own, allocated
+        round-robin over the memory nodes; entries keyed (no pending entry)."""
+        entries = []
+        for j, (_, key, value) in enumerate(group):
+            m = mns[(i + j) % len(mns)]
+            units = item_units(len(value))
+            off = fabric.allocate(m, units * LINE)
+            write(gaddr(m, off), item_image(key, value))
+            entries.append((key, item_word(units, m, off)))
+        return leaf_image(1, low, high, sibling, entries)
+
+    @classmethod
+    def setup(cls, fabric, memory_nodes: list[int], options: dict, capacity: int) -> dict:
+        layout = super().setup(fabric, memory_nodes, options, capacity)
+        layout["cache_bytes"] = cls.check_options(dict(options or {}), cls.where())["cache_bytes"]
+        return layout
