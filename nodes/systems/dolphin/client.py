@@ -39,13 +39,14 @@ from nodes.systems.lib.art import (
     node_units, prefix_mismatch, read_leaf_key_at, with_partial,
 )
 from nodes.systems.lib.radix_cache import RadixCache
+from nodes.systems.lib.spear import Spear
 from nodes.systems.sherman.cache import shared
 from shm.failpoints import failpoint
 from shm.fabric import gaddr, gaddr_node, gaddr_offset
 
 from .layout import (
-    EMPTY, FRONT_OFF, KEYS_OFF, MIN_OFF, NORMAL_OP, SMO_STATUS, SMO_UP_LIMIT, TOMBSTONE, LeafFormat, LeafImage,
-    key_num, key_word, leaf_bytes, num_key, rear_bytes, signed64, word_key,
+    EMPTY, FRONT_OFF, KEYS_OFF, MIN_OFF, TOMBSTONE, LeafFormat, LeafImage, key_num, key_word, leaf_bytes,
+    num_key, rear_bytes, word_key,
 )
 
 SPECIAL_DEPTH = KEY_BYTES - 1        # the special node dispatches on the last key byte, by range
@@ -113,19 +114,20 @@ class DolphinClient(KVClient):
                                     owner=self.NAME)
         self.tree = ArtTree(layout["root"], mns, self.alloc, leaf_key=read_leaf_key_at(MIN_OFF), retry_ns=RETRY_NS)
         self.leaf_writes = options.get("leaf_writes", layout.get("leaf_writes", "any-order"))
+        self.spear = Spear(self.NAME)
         cpu = fabric.profile.cpu
         self._op_ns = int(OP_CYCLES / cpu.ghz)
         self._keys_ns = max(1, int(LINE_CYCLES * (self.fmt.keys_end // 64 + 1) / cpu.ghz))
         self._lookup_ns = INDEX_CACHE_LOOKUP_NS if self.cache is not None else 0
         self._version = (owner.node * 64 + thread.index) * 40503 & 0xFFFF
         self.gets = self.inserts = self.updates = self.deletes = self.scans = 0
-        self.backtracks = self.restarts = self.spear_waits = self.smo_waits = self.torn_reads = 0
+        self.backtracks = self.restarts = self.torn_reads = 0
         self.insert_cas_failures = self.leaf_splits = self.compactions = self.special_nodes = self.new_leaves = 0
         self.cache_hits = self.cache_misses = 0
 
     def statistics(self) -> DolphinStats:
         return DolphinStats(self.gets, self.inserts, self.updates, self.deletes, self.scans, self.backtracks,
-                            self.restarts, self.spear_waits, self.smo_waits, self.torn_reads,
+                            self.restarts, self.spear.idu_waits, self.spear.smo_conflicts, self.torn_reads,
                             self.insert_cas_failures, self.leaf_splits, self.compactions, self.special_nodes,
                             self.new_leaves, self.cache_hits, self.cache_misses,
                             self.cache.bytes_used if self.cache is not None else 0, self.alloc.used_bytes,
@@ -248,16 +250,16 @@ class DolphinClient(KVClient):
         raw = bytes(h.data)
         return LeafImage(fmt, leaf, raw, raw[fmt.rear_off])
 
-    def _read_keys(self, co, leaf: int, lock_faa: int = 0):
-        """Generator: the leaf's header and keys (and its rear version, in the same doorbell), with a
-        FAA of ``lock_faa`` on its Spear word posted first when not 0. Returns ``(image, old lock)``."""
+    def _read_keys(self, co, leaf: int, enter: bool = False):
+        """Generator: the leaf's header and keys (and its rear version, in the same doorbell), with
+        Spear's IDU FAA +1 posted first if ``enter``. Returns ``(image, entered)``."""
         fmt = self.fmt
-        hl = co.faa(leaf + fmt.lock_off, lock_faa) if lock_faa else None
+        hl = Spear.queue_idu_enter(co, leaf + fmt.lock_off) if enter else None
         hk = co.read(leaf, fmt.keys_end)
         hr = co.read(leaf + fmt.rear_off, 8)
         yield co.sync()
         img = LeafImage(fmt, leaf, bytes(hk.data), int(hr.data[0]))
-        return img, (signed64(hl.value) if hl is not None else 0)
+        return img, (hl is None or Spear.idu_entered(hl))
 
     def _read_slot(self, co, leaf: int, slot: int):
         h = co.read(leaf + self.fmt.slot_off(slot), self.fmt.slot_bytes)
@@ -326,20 +328,18 @@ class DolphinClient(KVClient):
         for _ in range(RETRY_LIMIT):
             if not loc.leaf:
                 return loc, None
+            lock = loc.leaf + lock_of
             if fmt.size <= WHOLE_LEAF_BYTES:
-                hl = co.faa(loc.leaf + lock_of, NORMAL_OP)
+                hl = Spear.queue_idu_enter(co, lock)
                 h = co.read(loc.leaf, fmt.size)
                 yield co.sync()
                 raw = bytes(h.data)
-                img, old = LeafImage(fmt, loc.leaf, raw, raw[fmt.rear_off]), signed64(hl.value)
+                img, entered = LeafImage(fmt, loc.leaf, raw, raw[fmt.rear_off]), Spear.idu_entered(hl)
             else:
-                img, old = yield from self._read_keys(co, loc.leaf, NORMAL_OP)
+                img, entered = yield from self._read_keys(co, loc.leaf, enter=True)
             self.thread.cpu(self._keys_ns)
-            if old < SMO_UP_LIMIT:                  # an SMO holds the leaf: back off until it is done
-                self.spear_waits += 1
-                co.faa(loc.leaf + lock_of, -NORMAL_OP)
-                co.post()
-                yield from self._wait_smo(co, loc.leaf)
+            if not entered:                          # an SMO holds the leaf: back off until it is done
+                yield from self.spear.idu_back_off(co, lock)
                 continue
             failpoint("dolphin.idu.entered")
             if img.consistent and img.covers(k):
@@ -349,8 +349,7 @@ class DolphinClient(KVClient):
                 # the key's insert has CASed its slot but not written its value: it is not in yet,
                 # and nothing may act on it before it is (an update would be overwritten by it)
                 self.torn_reads += 1
-                co.faa(loc.leaf + lock_of, -NORMAL_OP)
-                co.post()
+                Spear.queue_idu_exit(co, lock)
                 in_flight += 1
                 if in_flight > IN_FLIGHT_WAITS:
                     raise SystemError_(f"{self.NAME}: the insert of key {key.hex()} CASed its key slot but has not "
@@ -358,8 +357,7 @@ class DolphinClient(KVClient):
                                        f"stopped between the two (Dolphin has no recovery for that)")
                 yield RETRY_NS
                 continue
-            co.faa(loc.leaf + lock_of, -NORMAL_OP)
-            co.post()
+            Spear.queue_idu_exit(co, lock)
             if not img.consistent:
                 self.torn_reads += 1
                 continue
@@ -382,18 +380,9 @@ class DolphinClient(KVClient):
         yield co.sync()
         return fmt.slot_written(bytes(h.data), key)
 
-    def _wait_smo(self, co, leaf: int):
-        """Generator: READ the Spear word until no SMO holds it."""
-        while True:
-            yield RETRY_NS
-            h = co.read(leaf + self.fmt.lock_off, 8)
-            yield co.sync()
-            if signed64(h.value) >= SMO_UP_LIMIT:
-                return
-
     def _release(self, co, leaf: int) -> None:
-        """Queue the IDU's release (posted with the caller's last write)."""
-        co.faa(leaf + self.fmt.lock_off, -NORMAL_OP)
+        """The IDU's release, posted with the caller's last write (the caller syncs if it waits)."""
+        Spear.queue_idu_exit(co, leaf + self.fmt.lock_off)
 
     # -- update, delete --------------------------------------------------------------------------------
     def update(self, co, key: bytes, value: bytes):
@@ -409,7 +398,6 @@ class DolphinClient(KVClient):
         i = img.find(key_word(key))
         if i < 0:
             self._release(co, loc.leaf)
-            co.post()
             return False
         failpoint("dolphin.update.found")
         co.write(loc.leaf + self.fmt.slot_off(i), self.fmt.encode_slot(key, value, self._next_version()))
@@ -430,7 +418,6 @@ class DolphinClient(KVClient):
         i = img.find(kw)
         if i < 0:
             self._release(co, loc.leaf)
-            co.post()
             return False
         h = co.cas(loc.leaf + KEYS_OFF + 8 * i, kw, TOMBSTONE)
         self._release(co, loc.leaf)
@@ -455,7 +442,6 @@ class DolphinClient(KVClient):
                 continue                              # the prefix got a leaf meanwhile: insert into it
             if img.find(kw) >= 0:
                 self._release(co, loc.leaf)
-                co.post()
                 return False
             i = img.first_empty()
             while i >= 0:
@@ -474,7 +460,6 @@ class DolphinClient(KVClient):
                 img.keys[i] = cur
                 i = img.first_empty(i + 1)
             self._release(co, loc.leaf)
-            co.post()
             if i >= 0:
                 yield RETRY_NS
                 continue
@@ -511,20 +496,8 @@ class DolphinClient(KVClient):
         leaf was running (the caller looks again)."""
         fmt = self.fmt
         lock = leaf + fmt.lock_off
-        h = co.faa(lock, SMO_STATUS)
-        yield co.sync()
-        if signed64(h.value) < SMO_UP_LIMIT:
-            self.smo_waits += 1
-            co.faa(lock, -SMO_STATUS)
-            co.post()
-            yield from self._wait_smo(co, leaf)
-            return
-        while True:                                  # the IDUs drain
-            h = co.read(lock, 8)
-            yield co.sync()
-            if signed64(h.value) == SMO_STATUS:
-                break
-            yield RETRY_NS
+        if not (yield from self.spear.smo_enter(co, lock, inside_idu=False)):
+            return                                   # another SMO had the leaf: look again
         img = yield from self._read_whole(co, leaf)
         live = sorted(img.live(), key=lambda iw: key_num(word_key(iw[1])))
         entries = [(word_key(w), img.raw[fmt.slot_off(i):fmt.slot_off(i) + fmt.slot_bytes]) for i, w in live]
@@ -536,7 +509,7 @@ class DolphinClient(KVClient):
             self.compactions += 1
         else:
             yield from self._split(co, img, entries, version)
-        co.faa(lock, -SMO_STATUS)
+        Spear.queue_smo_exit(co, lock, inside_idu=False)
         yield co.sync()
 
     def _rewrite(self, co, img: LeafImage, version: int, data: bytes):

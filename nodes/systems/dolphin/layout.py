@@ -72,19 +72,9 @@ MAX_VALUE_BYTES = 1 << 16            # the line format's u16 length
 LINE_LEAF_BUDGET = 16 << 10
 MIN_SLOTS = 4
 
-# Spear, Marlin's ternary-state node lock (Dolphin's code: normalOp, SMOstatus, SMOUpLimit)
-NORMAL_OP = 1
-SMO_STATUS = -1_000_000
-SMO_UP_LIMIT = -100_000
-
 _U64 = (1 << 64) - 1
 _KEY = struct.Struct("<Q")
 KEY_MASK = 0x9E3779B97F4A7C15        # 2^64 / golden ratio: any constant far from 0 and all ones
-
-
-def signed64(word: int) -> int:
-    """A lock word as the signed count Spear reasons about."""
-    return word - (1 << 64) if word >> 63 else word
 
 
 def key_word(key: bytes) -> int:
