@@ -42,6 +42,11 @@ KNOWN = {
     "race.insert.settled": "RACE insert: duplicates settled, before the commit CAS",
     "race.update.block_written": "RACE update: the new KV block is written, the slot not yet swung",
     "race.delete.found": "RACE delete: the slot is found, before the CAS that clears it",
+    "art.upgrade.written": "ART node upgrade: the replacement node is written (header posted), the parent entry "
+                           "not yet swung",
+    "smart-art.insert.leaf_written": "SMART-ART insert: the new leaf is written, not yet linked into the tree",
+    "smart-art.update.leaf_written": "SMART-ART out-of-place update: the new leaf is written, the old leaf not yet "
+                                     "marked replaced",
 }
 
 
@@ -83,6 +88,11 @@ def arm(name: str, action: str = "crash", *, after: int = 0, times: int = 1) -> 
     _armed[name] = Armed(action, after, times)
     _hits[name] = 0
     _fired[name] = 0
+
+
+def armed(name: str) -> bool:
+    """``name`` is armed in this process (for a point that must post its verbs before it stops)."""
+    return name in _armed
 
 
 def disarm_all() -> None:

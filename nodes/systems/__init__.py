@@ -31,6 +31,7 @@ BUILTIN = {
     "sherman": "nodes.systems.sherman:ShermanSystem",
     "smart-bt": "nodes.systems.smart_bt:SmartBTSystem",
     "dpa-kv": "nodes.systems.dpa_kv:DpaKvSystem",
+    "smart-art": "nodes.systems.smart_art:SmartArtSystem",
 }
 
 ENTRY_POINT_GROUP = "dmrack.systems"
