@@ -234,7 +234,9 @@ class SmartArtClient(KVClient):
                                     owner="SMART-ART")
         self.tree = ArtTree(root, mns, self.alloc, leaf_key=read_leaf_key_at(KEY))
         self.retry_ns = self.tree.retry_ns
-        self.read_bytes = UNIT                   # the last leaf's size: a GET's first READ
+        # a GET's first READ: the size of the last leaf this client read or wrote (SMART's leaves
+        # have one size; here values vary, and a longer leaf costs a second READ)
+        self.read_bytes = UNIT
         cpu = fabric.profile.cpu
         self._op_ns = int(OP_CYCLES / cpu.ghz)
         self._lookup_ns = INDEX_CACHE_LOOKUP_NS if cache_bytes else 0
@@ -304,6 +306,7 @@ class SmartArtClient(KVClient):
         addr = gaddr(node, off)
         co.write(addr, leaf_image(key, value, units, rev_ptr))
         self.leaves_written += 1
+        self.read_bytes = units * UNIT
         return addr, units
 
     def _unlinked(self, leaf_addr: int, units: int) -> None:
