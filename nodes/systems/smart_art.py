@@ -334,7 +334,7 @@ class SmartArtClient(KVClient):
                 nxt = successor_of(leaf.status)
                 if first and not loc.cached:
                     # help the replacement: swing the entry to the successor (unsignaled)
-                    co.cas(loc.entry_addr, loc.word, with_partial(self.tree.leaf_entry_for(0, nxt), loc.word >> 56))
+                    co.cas(loc.entry_addr, loc.word, self._entry_to(nxt, loc.word))
                     co.post()
                     self.entry_helps += 1
                 first = False
@@ -346,6 +346,10 @@ class SmartArtClient(KVClient):
                     fresh = True
                     continue
                 return None, loc
+            if not first and loc.cached:
+                # the cached image lags behind the chain: point it at the live end, so that this
+                # node's next walks do not hop again (the image stays a stale-tolerant hint)
+                self.cache.patch(key, loc.entry_addr, loc.word, self._entry_to(leaf.addr, loc.word))
             return leaf, loc
         raise SystemError_(f"SMART-ART: key {key!r} could not be found in {RETRY_LIMIT} walks")
 
@@ -424,8 +428,7 @@ class SmartArtClient(KVClient):
     def _replace(self, co, leaf: Leaf, loc, key: bytes, value: bytes):
         """Generator: the out-of-place update (see the module docstring). False if the leaf died
         first (find it again)."""
-        at_head = loc.leaf == leaf.addr
-        new, units = yield from self.new_leaf(co, key, value, loc.entry_addr if at_head else 0)
+        new, units = yield from self.new_leaf(co, key, value, loc.entry_addr)
         yield co.sync()                             # whole before anyone can reach it
         failpoint("smart-art.update.leaf_written")
         if not (yield from self._decide(co, leaf, dead(new))):
@@ -433,13 +436,19 @@ class SmartArtClient(KVClient):
             return False
         self.out_of_place_updates += 1
         self._unlinked(leaf.addr, leaf.units)
-        if at_head:
-            want = with_partial(self.tree.leaf_entry_for(0, new), loc.word >> 56)
-            co.cas(loc.entry_addr, loc.word, want)     # unsignaled: readers follow the chain meanwhile
-            co.post()
-            if self.cache is not None:
-                self.cache.patch(key, loc.entry_addr, loc.word, want)
+        # swing the entry old -> new, unsignaled (readers follow the chain meanwhile); it names
+        # the replaced leaf unless the walk came through older dead leaves, whose entry a walk
+        # from the root swings (a stale entry address fails harmlessly: nodes are never reused)
+        old, want = self._entry_to(leaf.addr, loc.word), self._entry_to(new, loc.word)
+        co.cas(loc.entry_addr, old, want)
+        co.post()
+        if self.cache is not None:
+            self.cache.patch(key, loc.entry_addr, loc.word, want)
         return True
+
+    def _entry_to(self, leaf_addr: int, like: int) -> int:
+        """The leaf entry for ``leaf_addr`` in the slot of the entry word ``like`` (its key byte)."""
+        return with_partial(self.tree.leaf_entry_for(0, leaf_addr), like >> 56)
 
     def delete(self, co, key: bytes):
         key = self._key(key)
@@ -475,7 +484,7 @@ class SmartArtClient(KVClient):
                 self.alloc.release(gaddr_node(addr), gaddr_offset(addr), units)
                 return False
             # deleted: a new chain starts at the entry, if it still holds what the walk saw
-            want = with_partial(self.tree.leaf_entry_for(0, addr), res.word >> 56)
+            want = self._entry_to(addr, res.word)
             h = co.cas(res.entry_addr, res.word, want)
             yield co.sync()
             if h.value == res.word:
