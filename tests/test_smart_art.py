@@ -114,6 +114,7 @@ def test_leaf_image_layout_and_checksum_catch_a_torn_read():
     assert raw[24:32] == key and int.from_bytes(raw[32:36], "little") == len(value)
     assert int.from_bytes(raw[36:40], "little") == units and raw[40:51] == value
     c = SmartArtClient.__new__(SmartArtClient)
+    c.fault = "none"
     leaf, _ = c.parse_leaf(99, raw)
     assert leaf == Leaf(99, LIVE, key, value, units) and leaf.capacity == 64 - 40
     torn = bytearray(raw)
@@ -371,3 +372,15 @@ def test_a_stopped_upgrader_does_not_stop_other_inserts_into_the_node():
             if n % 8 != stopped:
                 assert got == _v(n)
         assert sum(c.statistics().upgrades for c in r.clients) >= 3
+
+
+# -- teeth ------------------------------------------------------------------------------------------
+
+def test_publishing_a_replacement_at_the_entry_is_caught_by_the_checker():
+    """fault=entry-decides: SMART's out-of-place order (CAS the entry, then mark the old leaf),
+    with cached leaf entries and in-place writers and deletes working on the old leaf."""
+    from cluster.correctness.conformance import run_suite
+    (out,) = run_suite("smart-art", only=["history_heavy"], options={"fault": "entry-decides"})
+    assert not out.passed and "not linearizable" in out.detail
+    (ok,) = run_suite("smart-art", only=["history_heavy"])
+    assert ok.passed, ok.detail

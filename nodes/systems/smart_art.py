@@ -227,6 +227,7 @@ class SmartArtClient(KVClient):
         cache_bytes = int(options.get("cache_bytes", layout.get("cache_bytes", 0)))
         self.shared_cache = shared(owner, root, "radix_cache", lambda: RadixCache(cache_bytes)) if cache_bytes else None
         self.cache = _CountingCache(self.shared_cache) if self.shared_cache is not None else None
+        self.fault = options.get("fault", "none")
         use_locks = bool(options.get("local_lock", layout.get("local_lock", True)))
         self.locks = shared(owner, root, "local_lock_table", lambda: LocalLockTable(thread.env)) if use_locks else None
         # No reclaimer: unlinked leaves are never reused (module docstring); nodes never are either.
@@ -278,7 +279,7 @@ class SmartArtClient(KVClient):
         if end > len(raw):
             return "short", units
         value = raw[VALUE:end]
-        if checksum(key, vlen, units, value) != csum:
+        if checksum(key, vlen, units, value) != csum and self.fault != "skip-checksum":
             return None, units
         return Leaf(addr, status, key, value, units), units
 
@@ -431,6 +432,19 @@ class SmartArtClient(KVClient):
         new, units = yield from self.new_leaf(co, key, value, loc.entry_addr)
         yield co.sync()                             # whole before anyone can reach it
         failpoint("smart-art.update.leaf_written")
+        if self.fault == "entry-decides":
+            # the deliberate bug: the entry CAS publishes the new leaf before the old one is
+            # marked dead (SMART's out-of-place order), so a reader through a stale cached image
+            # can still return the old value, and an in-place writer still lock and write it
+            old, want = self._entry_to(leaf.addr, loc.word), self._entry_to(new, loc.word)
+            h = co.cas(loc.entry_addr, old, want)
+            yield co.sync()
+            if h.value != old:
+                self.alloc.release(gaddr_node(new), gaddr_offset(new), units)
+                return False
+            yield from self._decide(co, leaf, dead(new))     # (a delete may have decided first)
+            self.out_of_place_updates += 1
+            return True
         if not (yield from self._decide(co, leaf, dead(new))):
             self.alloc.release(gaddr_node(new), gaddr_offset(new), units)
             return False
@@ -589,6 +603,11 @@ class SmartArtSystem(System):
         Option("local_lock", True, "the local lock table: same-key GETs of a compute node share one remote read "
                "(read delegation) and same-key UPDATEs write only the last value (write combining); false: "
                "every request goes remote (an ablation)"),
+        Option("fault", "none", "a deliberate bug, to prove that dmrack check catches it: 'skip-checksum' takes a "
+               "leaf READ without checking its checksum (a READ torn by an in-place update is returned); "
+               "'entry-decides' publishes an out-of-place update by the entry CAS before the old leaf is marked "
+               "dead (a stale cached reader or an in-place writer still uses the old leaf)",
+               choices=("none", "skip-checksum", "entry-decides")),
     )
 
     @classmethod
