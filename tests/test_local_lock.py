@@ -152,3 +152,31 @@ def test_a_write_leader_that_stops_stops_its_carried_writers_and_the_next_one_le
     env.run()
     assert out["a"] == (510, "stopped") and out["b"] == (510, "stopped")
     assert out["c"] == (1600, True) and s.writes == [b"c"]
+
+
+def test_with_stamps_a_get_takes_a_value_read_by_a_read_posted_after_it_arrived():
+    env = Environment(seed=1)
+    t, s, out = LocalLockTable(env), Store(env), {}
+
+    def walk_then_read(mark):
+        yield 100                                  # walk: READs that do not produce the value
+        yield 400
+        stamp = mark()                             # the leaf READ: posted at 500, samples at 1000
+        got = yield from s.read()
+        return got, stamp
+
+    def absent(mark):
+        mark()
+        yield 1000
+        return None, 0                             # "absent": never taken early
+
+    spawn(env, 0, lambda: t.read("k", walk_then_read, marks=True), out, "a")
+    spawn(env, 200, lambda: t.read("k", walk_then_read, marks=True), out, "b")   # before the leaf READ
+    spawn(env, 700, lambda: t.read("k", walk_then_read, marks=True), out, "c")   # after it
+    spawn(env, 3000, lambda: t.read("j", absent, marks=True), out, "d")
+    spawn(env, 3100, lambda: t.read("j", absent, marks=True), out, "e")
+    env.run()
+    assert out["a"] == (1500, b"v0") and out["b"] == (1500, b"v0")
+    assert out["c"] == (3000, b"v0")               # led its own read after a's
+    assert out["d"] == (4000, None) and out["e"] == (5000, None)
+    assert t.read_handover == 1 and s.reads == 2

@@ -139,6 +139,7 @@ class Leaf(NamedTuple):
     key: bytes
     value: bytes
     units: int
+    stamp: int = 0             # the local lock table's stamp of the READ it came from (0: none)
 
     @property
     def capacity(self) -> int:
@@ -283,16 +284,18 @@ class SmartArtClient(KVClient):
             return None, units
         return Leaf(addr, status, key, value, units), units
 
-    def read_leaf(self, co, addr: int):
-        """Generator: the Leaf at ``addr``, READ until its checksum holds."""
+    def read_leaf(self, co, addr: int, mark=None):
+        """Generator: the Leaf at ``addr``, READ until its checksum holds. ``mark``: the local
+        lock table's stamp, taken before each READ is posted (read delegation)."""
         size = self.read_bytes
         for _ in range(RETRY_LIMIT):
+            stamp = mark() if mark is not None else 0
             h = co.read(addr, size)
             yield co.sync()
             leaf, units = self.parse_leaf(addr, bytes(h.data))
             if isinstance(leaf, Leaf):
                 self.read_bytes = leaf.units * UNIT
-                return leaf
+                return leaf._replace(stamp=stamp) if stamp else leaf
             if leaf == "short":
                 self.short_reads += 1
                 size = units * UNIT
@@ -315,15 +318,16 @@ class SmartArtClient(KVClient):
         self.alloc.retire(gaddr_node(leaf_addr), gaddr_offset(leaf_addr), units)
 
     # -- finding a key's current leaf ------------------------------------------------------------
-    def find(self, co, key: bytes):
+    def find(self, co, key: bytes, mark=None):
         """Generator: ``(leaf, located)``: the key's current (live) leaf and where the walk found
-        its chain's entry, or ``(None, located or None)`` if the key is absent."""
+        its chain's entry, or ``(None, located or None)`` if the key is absent. ``mark``: see
+        ``read_leaf``."""
         fresh = self.cache is None
         for _ in range(RETRY_LIMIT):
             loc = yield from self.tree.locate(co, key, None if fresh else self.cache)
             if loc is None:
                 return None, None
-            leaf = yield from self.read_leaf(co, loc.leaf)
+            leaf = yield from self.read_leaf(co, loc.leaf, mark)
             if leaf.key != key:
                 if loc.cached:                     # a stale image led to another key's leaf
                     self.stale_restarts += 1
@@ -340,7 +344,7 @@ class SmartArtClient(KVClient):
                     self.entry_helps += 1
                 first = False
                 self.chain_hops += 1
-                leaf = yield from self.read_leaf(co, nxt)
+                leaf = yield from self.read_leaf(co, nxt, mark)
             if leaf.status & DEAD:                 # deleted
                 if loc.cached:                     # an insert may have started a new chain since
                     self.stale_restarts += 1
@@ -363,12 +367,20 @@ class SmartArtClient(KVClient):
         self.gets += 1
         if self.locks is None:
             return (yield from self._get(co, key))
-        return (yield from self.locks.read(key, lambda: self._get(co, key), stats=self))
+        return (yield from self.locks.read(key, lambda mark: self._get_stamped(co, key, mark), stats=self, marks=True))
 
     def _get(self, co, key: bytes):
         self._cache_cost()
         leaf, _ = yield from self.find(co, key)
         return None if leaf is None else leaf.value
+
+    def _get_stamped(self, co, key: bytes, mark):
+        """Generator: a GET leading the local lock table: ``(value, stamp)``. A live leaf's value
+        is the key's value at the instant its READ took effect, so GETs that arrived before that
+        READ was posted may take it; "absent" is decided across READs: stamp 0."""
+        self._cache_cost()
+        leaf, _ = yield from self.find(co, key, mark)
+        return (None, 0) if leaf is None else (leaf.value, leaf.stamp)
 
     def update(self, co, key: bytes, value: bytes):
         key, value = self._key(key), self._value(value)

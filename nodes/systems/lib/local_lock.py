@@ -15,15 +15,20 @@ Both are wrappers around the system's own operation::
     ok = yield from table.write(key, value, lambda take: client.remote_update(co, key, take))
 
 **Reads.** At most one remote read per key is in flight on the node. A GET that arrives while one
-is in flight does *not* take that read's result: that read may have looked at the key before the
-GET was even invoked, and returning a value older than the GET's invocation breaks linearizability
-(a local UPDATE that returned just before this GET started, a value another node read meanwhile).
-It waits instead, with every other GET that arrives meanwhile, for the read in flight to end; then
-the first of them (the *leader*) runs one remote read for the whole group and every member returns
-its result. That read starts after every member was invoked and ends before any of them returns,
-and a remote read is linearizable at some instant inside its own run, so that instant lies inside
-every member's interval: each member may be linearized at it, with the value it returns.
-``read_handover`` counts the members served without a remote access (a group of n: n - 1).
+is in flight may take that read's result only if the result comes from a READ *posted after* the
+GET arrived: the in-flight read may have looked at the key before the GET was even invoked, and a
+value older than the GET's invocation breaks linearizability (a local UPDATE that returned just
+before this GET started, a value another node read meanwhile). The remote read tells the table
+when it posts each READ that may produce its answer (``mark()``, which stamps it) and returns the
+stamp of the READ its value came from; a waiting GET that arrived before that stamp takes the
+value: the READ took effect at an instant after the GET arrived and before the leader returned,
+and a value read at that instant (in SMART-ART: a live leaf's value, the key's current one then)
+may be the GET's linearization point. Other waiting GETs (they arrived after that READ was
+posted, or the answer is "absent", which is decided across several READs and carries stamp 0)
+wait for the read in flight to end; then the first of them (the *leader*) runs one remote read for
+all of them, which starts after every member was invoked and ends before any returns, so its
+linearization instant lies in every member's interval. ``read_handover`` counts the GETs served
+without a remote access.
 
 **Writes.** At most one remote update per key is in flight on the node (its *leader*). An UPDATE
 that arrives meanwhile appends its value to the key's queue and waits. The leader's operation
@@ -63,6 +68,14 @@ class LocalLockStats(NamedTuple):
     write_retries: int    # carried UPDATEs queued again (the leader found the key missing)
 
 
+class _ReadState:
+    __slots__ = ("waiting", "stamp")
+
+    def __init__(self):
+        self.waiting: list = []          # (event, stamp at arrival) of GETs that arrived during a read
+        self.stamp = 0                   # READs posted by this key's leaders (``mark``)
+
+
 class _WriteQueue:
     __slots__ = ("latest", "pending", "carried")
 
@@ -91,15 +104,18 @@ class LocalLockTable:
         return key in self._reads or key in self._writes
 
     # -- read delegation ---------------------------------------------------------------------------
-    def read(self, key, remote, stats=None):
+    def read(self, key, remote, stats=None, marks: bool = False):
         """Generator: the result of ``remote()`` (a generator: the remote read), or of the read a
         group of this node's GETs of ``key`` shared (see the module docstring). ``stats``: an
-        object whose ``read_handover`` is counted too (the calling client)."""
+        object whose ``read_handover`` is counted too (the calling client). With ``marks`` the
+        remote read is ``remote(mark)``: it calls ``mark()`` right before it posts each READ that
+        may produce its answer and returns ``(value, stamp)``, ``stamp`` the ``mark()`` of the
+        READ the value was taken from (0: a value no other GET may take early, such as "absent")."""
         members: list = []
-        waiting = self._reads.get(key)
-        if waiting is not None:
+        st = self._reads.get(key)
+        if st is not None:
             ev = self.env.event()
-            waiting.append(ev)
+            st.waiting.append((ev, st.stamp))
             kind, got = yield ev
             if kind is not _LEAD:
                 self.read_handover += 1
@@ -107,23 +123,35 @@ class LocalLockTable:
                     stats.read_handover += 1
                 return got
             members = got                         # the GETs that waited with us: ours to serve
-            waiting = self._reads[key]            # the previous leader started the next waiting list
         else:
-            self._reads[key] = waiting = []       # GETs arriving from now on wait for the next read
+            st = self._reads[key] = _ReadState()
         self.read_leads += 1
+
+        def mark():
+            st.stamp += 1
+            return st.stamp
+
         ok = False
         try:
-            value = yield from remote()
+            if marks:
+                value, stamp = yield from remote(mark)
+            else:
+                value, stamp = (yield from remote()), 0
             ok = True
         finally:
             if ok:
                 for ev in members:
                     ev.succeed((None, value))
-                nxt = waiting
+                nxt = []
+                for ev, arrived in st.waiting:
+                    if stamp > arrived:           # the READ it came from was posted after this GET arrived
+                        ev.succeed((None, value))
+                    else:
+                        nxt.append(ev)
             else:                                 # stopped: nobody got a value; the earliest leads
-                nxt = members + waiting
+                nxt = members + [ev for ev, _ in st.waiting]
+            st.waiting = []
             if nxt:
-                self._reads[key] = []
                 nxt[0].succeed((_LEAD, nxt[1:]))
             else:
                 del self._reads[key]
