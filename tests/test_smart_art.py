@@ -384,3 +384,11 @@ def test_publishing_a_replacement_at_the_entry_is_caught_by_the_checker():
     assert not out.passed and "not linearizable" in out.detail
     (ok,) = run_suite("smart-art", only=["history_heavy"])
     assert ok.passed, ok.detail
+
+
+def test_eager_read_delegation_is_caught_by_the_checker():
+    """fault=eager-delegation: a GET takes the result of any same-key read in flight on its node,
+    also one that read before the GET was invoked (lib/local_lock.py argues why not)."""
+    from cluster.correctness.conformance import run_suite
+    (out,) = run_suite("smart-art", only=["history_zipfian"], options={"fault": "eager-delegation"})
+    assert not out.passed and "not linearizable" in out.detail

@@ -230,7 +230,9 @@ class SmartArtClient(KVClient):
         self.cache = _CountingCache(self.shared_cache) if self.shared_cache is not None else None
         self.fault = options.get("fault", "none")
         use_locks = bool(options.get("local_lock", layout.get("local_lock", True)))
-        self.locks = shared(owner, root, "local_lock_table", lambda: LocalLockTable(thread.env)) if use_locks else None
+        eager = self.fault == "eager-delegation"
+        self.locks = (shared(owner, root, "local_lock_table", lambda: LocalLockTable(thread.env, eager_reads=eager))
+                      if use_locks else None)
         # No reclaimer: unlinked leaves are never reused (module docstring); nodes never are either.
         self.alloc = ChunkAllocator(fabric, mns, layout["chunk_bytes"], start=owner.node * 7 + thread.index,
                                     owner="SMART-ART")
@@ -618,8 +620,10 @@ class SmartArtSystem(System):
         Option("fault", "none", "a deliberate bug, to prove that dmrack check catches it: 'skip-checksum' takes a "
                "leaf READ without checking its checksum (a READ torn by an in-place update is returned); "
                "'entry-decides' publishes an out-of-place update by the entry CAS before the old leaf is marked "
-               "dead (a stale cached reader or an in-place writer still uses the old leaf)",
-               choices=("none", "skip-checksum", "entry-decides")),
+               "dead (a stale cached reader or an in-place writer still uses the old leaf); 'eager-delegation' "
+               "lets a GET take the result of any same-key read in flight on its node, also one that read before "
+               "the GET was invoked",
+               choices=("none", "skip-checksum", "entry-decides", "eager-delegation")),
     )
 
     @classmethod

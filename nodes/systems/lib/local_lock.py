@@ -88,8 +88,11 @@ class _WriteQueue:
 class LocalLockTable:
     """One compute node's table (see the module docstring); ``env`` is the node's environment."""
 
-    def __init__(self, env):
+    def __init__(self, env, eager_reads: bool = False):
+        """``eager_reads``: the deliberate bug of taking any in-flight read's result (what the
+        docstring argues against), for checking that the checker sees it."""
         self.env = env
+        self.eager_reads = eager_reads
         self._reads: dict = {}
         self._writes: dict = {}
         self.read_handover = self.write_handover = 0
@@ -144,7 +147,7 @@ class LocalLockTable:
                     ev.succeed((None, value))
                 nxt = []
                 for ev, arrived in st.waiting:
-                    if stamp > arrived:           # the READ it came from was posted after this GET arrived
+                    if stamp > arrived or self.eager_reads:   # its READ was posted after this GET arrived
                         ev.succeed((None, value))
                     else:
                         nxt.append(ev)
