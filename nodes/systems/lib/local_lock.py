@@ -3,7 +3,7 @@
 Why: under a skewed workload many coroutines of one compute node ask for the same hot key at the
 same time. SMART keeps a table per compute node through which same-key requests meet before going
 remote: a GET that finds a GET of its key in flight takes that read's result instead of reading
-the key itself (*read delegation*), and an UPDATE that finds an UPDATE of its key in flight hands
+the key itself (*read delegation*; here only a result it may take, see below), and an UPDATE that finds an UPDATE of its key in flight hands
 its value to it, so that only the last value is written (*write combining*). Dolphin (MSST'24)
 reuses the same table, so it lives in the systems library. One table per compute node, shared by
 its threads and coroutines (``nodes.systems.sherman.cache.shared``); coroutines interleave only at
@@ -12,7 +12,11 @@ its threads and coroutines (``nodes.systems.sherman.cache.shared``); coroutines 
 Both are wrappers around the system's own operation::
 
     value = yield from table.read(key, lambda: client.remote_get(co, key))
+    value = yield from table.read(key, lambda mark: client.stamped_get(co, key, mark), marks=True)
     ok = yield from table.write(key, value, lambda take: client.remote_update(co, key, take))
+
+(the second form lets waiting GETs take the value early, see **Reads**; the first only shares
+reads that start after the waiting GETs).
 
 **Reads.** At most one remote read per key is in flight on the node. A GET that arrives while one
 is in flight may take that read's result only if the result comes from a READ *posted after* the
