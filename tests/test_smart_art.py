@@ -14,10 +14,9 @@ import pytest
 from cluster.correctness.checker import check
 from cluster.correctness.conformance import rig, stress_rack
 from nodes.runtime.env import Environment
-from nodes.systems import get_system
 from nodes.systems.lib.art import NODE_4, NODE_256, dump_tree
 from nodes.systems.smart_art import (
-    DEAD, LIVE, UNIT, VALUE, KeySizeError, Leaf, SmartArtClient, SmartArtSystem, ValueTooLarge, leaf_image,
+    LIVE, UNIT, VALUE, KeySizeError, Leaf, SmartArtClient, SmartArtSystem, ValueTooLarge, leaf_image,
     leaf_units,
 )
 from shm import failpoints
@@ -123,7 +122,9 @@ def test_leaf_image_layout_and_checksum_catch_a_torn_read():
     assert c.parse_leaf(99, leaf_image(key, b"x" * 100, leaf_units(100))[:64]) == ("short", 3)
 
 
-def test_keys_must_be_eight_bytes_and_values_bounded():
+def test_registered_and_keys_must_be_eight_bytes_and_values_bounded():
+    from nodes.systems import get_system
+    assert get_system("smart-art") is SmartArtSystem and SmartArtSystem.supports_scan
     with rig(SmartArtSystem) as r:
         with pytest.raises(KeySizeError, match="exactly 8 bytes; got 5"):
             next(r.client._client.insert(r.co, b"short", b"v"))
