@@ -6,9 +6,9 @@ remote: a GET that finds a GET of its key in flight takes that read's result ins
 the key itself (*read delegation*; here only a result it may take, see below), and an UPDATE
 that finds an UPDATE of its key in flight hands its value to it, so that only the last value is
 written (*write combining*). Dolphin (MSST'24) reuses the same table, so it lives in the systems
-library. One table per compute node, shared by
-its threads and coroutines (``nodes.systems.sherman.cache.shared``); coroutines interleave only at
-``yield``, so no locking is needed.
+library. One table per compute node, shared by its threads and coroutines
+(``nodes.systems.sherman.cache.shared``); coroutines interleave only at ``yield``, so no locking
+is needed.
 
 Both are wrappers around the system's own operation::
 
