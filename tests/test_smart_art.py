@@ -271,6 +271,30 @@ def test_concurrent_clients_on_two_nodes_keep_every_key():
         assert sum(cl.statistics().upgrades for cl in clients) > 0
 
 
+def test_scans_during_inserts_and_upgrades_are_ordered_and_miss_no_finished_insert():
+    with rig(SmartArtSystem, compute_threads=2, coroutines=2) as r:
+        done, scans = [], []
+
+        def body(cl, co, i):
+            if i < 2:                                  # inserters: keys sharing 7 bytes (upgrades)
+                for n in range(i, 300, 2):
+                    assert (yield from cl.insert(co, _k(n), _v(n)))
+                    done.append(n)
+                return
+            while len(done) < 300:
+                before = list(done)
+                got = yield from cl.scan(co, _k(0), 400)
+                keys = [k for k, _ in got]
+                assert keys == sorted(set(keys))
+                assert all(v == _v(int.from_bytes(k, "big")) for k, v in got)
+                assert set(map(_k, before)) <= set(keys)
+                scans.append(len(keys))
+
+        r.each(body)
+        assert len(scans) > 5 and sum(c.statistics().upgrades for c in r.clients) >= 4
+        assert r.op("scan", _k(0), 400) == [(_k(n), _v(n)) for n in range(300)]
+
+
 # -- the local lock table ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("local_lock", [True, False])
