@@ -613,7 +613,8 @@ class SmartArtSystem(System):
                "its threads; an entry costs its node image + 64 B); 0: no cache, every walk starts at the root",
                minimum=0, maximum=1 << 40),
         Option("chunk_bytes", 1 << 20, "bytes of the chunks a client obtains from a memory node (one RPC each) "
-               "and carves nodes and leaves out of", minimum=4096, maximum=1 << 30),
+               "and carves nodes and leaves out of (at least the largest leaf)", minimum=MAX_LEAF_BYTES,
+               maximum=1 << 30),
         Option("local_lock", True, "the local lock table: same-key GETs of a compute node share one remote read "
                "(read delegation) and same-key UPDATEs write only the last value (write combining); false: "
                "every request goes remote (an ablation)"),
@@ -643,9 +644,6 @@ class SmartArtSystem(System):
             raise SystemError_(f"SMART-ART: memory node listed twice in {mns}")
         if len(mns) > 16:
             raise SystemError_(f"SMART-ART: internal entries name at most 16 memory nodes (mn_id:4); got {len(mns)}")
-        if opts["chunk_bytes"] < MAX_LEAF_BYTES:
-            raise SystemError_(f"SMART-ART: chunk_bytes {opts['chunk_bytes']} is below the largest leaf "
-                               f"({MAX_LEAF_BYTES} B)")
         for m in mns:
             fabric.expose(m)
         try:
