@@ -14,6 +14,7 @@ import pytest
 from cluster.correctness.checker import check
 from cluster.correctness.conformance import rig, stress_rack
 from nodes.runtime.env import Environment
+from nodes.systems.api import SystemError_
 from nodes.systems.lib.art import NODE_4, NODE_256, dump_tree
 from nodes.systems.smart_art import (
     LIVE, UNIT, VALUE, KeySizeError, Leaf, SmartArtClient, SmartArtSystem, ValueTooLarge, leaf_image,
@@ -338,6 +339,51 @@ def test_memory_use_counts_cache_and_leaves_and_nodes():
             r.op("delete", _k(i * 1000))
         after = SmartArtSystem.memory_use(r.layout, {0: [c.statistics() for c in r.clients]}).memory_bytes
         assert before - after == 100 * UNIT
+
+
+# -- bulk load --------------------------------------------------------------------------------------
+
+def test_bulk_load_builds_a_tree_that_answers_as_an_inserted_one():
+    rnd = random.Random(9)
+    ids = sorted(set(list(range(0, 700)) + [rnd.getrandbits(64) for _ in range(500)]))
+    pairs = [(_k(i), _v(i, 1, 16 + i % 90)) for i in ids]
+    with rig(SmartArtSystem) as r:
+        SmartArtSystem.bulk_load(r.fabric, r.layout, iter(reversed(pairs)))
+        nodes, leaves = dump_tree(r.fabric, r.layout["memory_nodes"], r.layout["root"])
+        assert len(leaves) == len(pairs) and {n.node_type for n in nodes} >= {NODE_4, NODE_256}
+        for k, v in pairs:
+            assert r.op("get", k) == v
+        assert r.op("scan", _k(0), 2000) == pairs
+        st = r.client.statistics()
+        assert st.bulk_bytes > len(pairs) * UNIT
+        use = SmartArtSystem.memory_use(r.layout, {0: [st]})
+        assert use.memory_bytes == r.layout["setup_bytes"] + st.bulk_bytes + st.memory_bytes
+        # writes on top: updates in and out of place, deletes, inserts splitting bulk-built nodes
+        model = dict(pairs)
+        for i in ids[::7]:
+            v = _v(i, 2, 300 if i % 2 else 20)
+            assert r.op("update", _k(i), v) is True
+            model[_k(i)] = v
+        for i in ids[3::11]:
+            assert r.op("delete", _k(i)) is True
+            del model[_k(i)]
+        for i in range(700, 1400, 3):
+            assert r.op("insert", _k(i), _v(i)) is True
+            model[_k(i)] = _v(i)
+        assert r.op("scan", _k(0), 5000) == sorted(model.items())
+        assert r.client.statistics().upgrades > 0
+
+
+def test_bulk_load_refuses_a_tree_with_keys_and_duplicate_keys():
+    with rig(SmartArtSystem) as r:
+        with pytest.raises(SystemError_, match="twice"):
+            SmartArtSystem.bulk_load(r.fabric, r.layout, [(_k(1), b"a"), (_k(1), b"b")])
+        SmartArtSystem.bulk_load(r.fabric, r.layout, [(_k(1), b"a")])
+        with pytest.raises(SystemError_, match="empty tree"):
+            SmartArtSystem.bulk_load(r.fabric, r.layout, [(_k(2), b"a")])
+        with pytest.raises(KeySizeError):
+            with rig(SmartArtSystem) as r2:
+                SmartArtSystem.bulk_load(r2.fabric, r2.layout, [(b"abc", b"a")])
 
 
 # -- failpoints -------------------------------------------------------------------------------------

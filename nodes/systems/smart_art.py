@@ -75,8 +75,9 @@ import numpy as np
 from nodes.systems.api import KVClient, Option, System, SystemError_
 from nodes.systems.lib.alloc import UNIT, ChunkAllocator
 from nodes.systems.lib.art import (
-    ENTRIES_OFF, NODE_256, ArtTree, create_root, decode_entry, entry_byte, is_frozen, is_leaf_entry, node_bytes,
-    node_units, parse_node, read_leaf_key_at, with_partial,
+    ENTRIES_OFF, NODE_256, ArtTree, NodeImage, create_root, decode_entry, encode_entry, encode_header,
+    encode_leaf_entry, entry_byte, first_difference, is_frozen, is_leaf_entry, node_bytes, node_units, parse_node,
+    read_leaf_key_at, type_for, with_partial,
 )
 from nodes.systems.lib.hashing import hash64
 from nodes.systems.lib.local_lock import LocalLockTable
@@ -176,6 +177,7 @@ class SmartArtStats(NamedTuple):
     chunks: int
     cache_bytes: int           # the compute node's radix cache (shared by its threads)
     memory_bytes: int          # bytes of the blocks this client allocated and has not unlinked
+    bulk_bytes: int            # bytes a bulk load wrote (in the records of the node that ran it)
 
 
 class _CountingCache:
@@ -224,6 +226,7 @@ class SmartArtClient(KVClient):
         self.env = thread.env
         owner = thread.owner
         root = layout["root"]
+        self.layout = layout                     # a bulk load adds "bulk_bytes" to it
         mns = layout["memory_nodes"]
         cache_bytes = int(options.get("cache_bytes", layout.get("cache_bytes", 0)))
         self.shared_cache = shared(owner, root, "radix_cache", lambda: RadixCache(cache_bytes)) if cache_bytes else None
@@ -259,7 +262,8 @@ class SmartArtClient(KVClient):
             self.lock_retries, self.decision_retries, self.chain_hops, self.entry_helps, self.torn_reads,
             self.short_reads, self.leaves_written, a.node_reads, a.upgrades, a.leaf_splits, a.prefix_splits,
             a.cas_failures, a.restarts, self.alloc.chunks,
-            self.shared_cache.bytes_used if self.shared_cache is not None else 0, self.alloc.used_bytes)
+            self.shared_cache.bytes_used if self.shared_cache is not None else 0, self.alloc.used_bytes,
+            int(self.layout.get("bulk_bytes", 0)))
 
     # -- leaves ------------------------------------------------------------------------------------
     def _key(self, key) -> bytes:
@@ -661,6 +665,107 @@ class SmartArtSystem(System):
             "capacity": int(capacity),
             "setup_bytes": node_units(NODE_256) * UNIT,
         }
+
+    @classmethod
+    def memory_use(cls, layout: dict, stats_by_node: dict):
+        """The default (caches, clients' blocks, setup) plus what a bulk load wrote."""
+        use = super().memory_use(layout, stats_by_node)
+        if use is None:
+            return None
+        bulk = max((getattr(r, "bulk_bytes", 0) for recs in stats_by_node.values() for r in recs if r is not None),
+                   default=0)
+        return use._replace(memory_bytes=use.memory_bytes + bulk)
+
+    @classmethod
+    def bulk_load(cls, fabric, layout: dict, pairs) -> None:
+        """Build the tree of ``pairs`` (key bytes, value bytes) straight into the memory nodes, as
+        inserts would have left it up to the order of slots: under the root, per group of keys
+        sharing a prefix, the smallest node type that holds its children, at the depth where they
+        differ (partial = the bytes in between); one leaf per key with its ``rev_ptr`` set. Nodes
+        and leaves go round-robin over the memory nodes. Only into the empty tree ``setup`` made."""
+        mns = layout["memory_nodes"]
+        root = layout["root"]
+        rnode, roff = gaddr_node(root), gaddr_offset(root)
+        host = fabric.memory[rnode].host64
+        if host[roff // 8 + 2: roff // 8 + 2 + 256].any():
+            raise SystemError_("SMART-ART: a bulk load needs the empty tree setup made; this one holds keys")
+        items = []
+        for key, value in pairs:
+            key, value = bytes(key), bytes(value)
+            if len(key) != KEY_BYTES:
+                raise KeySizeError(f"SMART-ART keys are exactly {KEY_BYTES} bytes; got {len(key)}")
+            if len(value) > MAX_VALUE:
+                raise ValueTooLarge(f"SMART-ART values are at most {MAX_VALUE} bytes; got {len(value)}")
+            items.append((key, value))
+        items.sort(key=lambda kv: kv[0])
+        for a, b in zip(items, items[1:]):
+            if a[0] == b[0]:
+                raise SystemError_(f"SMART-ART: bulk load of key {a[0]!r} twice")
+        mn_id = {n: i for i, n in enumerate(mns)}
+        total = 0
+        turn = 0
+
+        def place(nbytes: int) -> int:
+            nonlocal turn, total
+            node = mns[turn % len(mns)]
+            turn += 1
+            try:
+                off = fabric.allocate(node, nbytes)
+            except MemoryError as e:
+                raise SystemError_(f"SMART-ART: bulk load: {e}") from None
+            total += nbytes
+            return gaddr(node, off)
+
+        def write(addr: int, raw: bytes) -> None:
+            off = gaddr_offset(addr)
+            fabric.memory[gaddr_node(addr)].host[off:off + len(raw)] = memoryview(raw)
+
+        def leaf_entry(byte: int, addr: int) -> int:
+            return encode_leaf_entry(byte, mn_id[gaddr_node(addr)], gaddr_offset(addr))
+
+        def build(group, lo: int, hi: int, pd: int, byte: int, entry_addr: int) -> int:
+            """The entry (for key byte ``byte`` under a node at depth ``pd``) of keys lo..hi-1."""
+            if hi - lo == 1:
+                key, value = group[lo]
+                units = leaf_units(len(value))
+                addr = place(units * UNIT)
+                write(addr, leaf_image(key, value, units, entry_addr))
+                return leaf_entry(byte, addr)
+            first, last = group[lo][0], group[hi - 1][0]
+            j = first_difference(first, last, pd + 1)
+            children = []                              # (byte, lo, hi)
+            i = lo
+            while i < hi:
+                b = group[i][0][j]
+                k = i
+                while k < hi and group[k][0][j] == b:
+                    k += 1
+                children.append((b, i, k))
+                i = k
+            t = type_for(len(children))
+            addr = place(node_units(t) * UNIT)
+            slots = [0] * (1 << (t + 1))
+            for n, (b, clo, chi) in enumerate(children):
+                slot = b if t == NODE_256 else n
+                slots[slot] = build(group, clo, chi, j, b, addr + ENTRIES_OFF + 8 * slot)
+            img = NodeImage(addr, t, entry_addr, encode_header(j, t, first[pd + 1:j]), slots)
+            write(addr, img.pack())
+            return encode_entry(byte, mn_id[gaddr_node(addr)], t, gaddr_offset(addr))
+
+        i = 0
+        entries = {}
+        while i < len(items):
+            b = items[i][0][0]
+            k = i
+            while k < len(items) and items[k][0][0] == b:
+                k += 1
+            entries[b] = build(items, i, k, 0, b, root + ENTRIES_OFF + 8 * b)
+            i = k
+        # counted where the clients' records can say it (the compute node that ran the load
+        # holds this layout dict; System.memory_use takes the largest record's figure)
+        layout["bulk_bytes"] = int(layout.get("bulk_bytes", 0)) + total
+        for b, e in entries.items():                   # the root's entries last: a walker finds whole subtrees
+            host[roff // 8 + 2 + b] = e
 
     @classmethod
     def client(cls, fabric, layout: dict, thread, options: dict) -> SmartArtClient:
