@@ -12,8 +12,8 @@ the exact offsets are ours). Leaves are whole 64-byte units, written whole befor
 =======  =========  ==================================================================
 offset   field      meaning
 =======  =========  ==================================================================
-0        rev_ptr    u64: the parent entry's address for a replacement leaf; 0 for an inserted
-                    one (nothing reads it: see "never reused" below)
+0        rev_ptr    u64: the parent entry's address for a replacement or bulk-loaded leaf; 0
+                    for an inserted one (nothing reads it: see "never reused" below)
 8        status     u64: 0 live; 1 live with ``w_lock`` held (an in-place update); otherwise
                     *dead*: bit 1 set and the rest the global address of the leaf that replaced
                     it (0: deleted). SMART's valid byte and lock bit, in one word
@@ -43,6 +43,10 @@ offset   field      meaning
   upgrade). If the key has an entry whose chain ends live, the key exists.
 * SCAN: from the root, READ the nodes of a level in one doorbell, keep the children that can hold
   keys >= start in key order, down to the leaves, READ leaves in one doorbell, up to ``count``.
+
+GETs and UPDATEs go through the compute node's local lock table (option ``local_lock``): a GET
+may take the value of a same-key GET's leaf READ posted after it arrived, an UPDATE hands its
+value to a same-key UPDATE in flight (lib/local_lock.py has the linearizability argument).
 
 Why deciding on the old leaf rather than on the entry: a cached node image keeps leaf entries, so
 a GET that starts from the cache can reach a leaf long after the entry moved on. Were the entry
