@@ -341,6 +341,20 @@ def test_memory_use_counts_cache_and_leaves_and_nodes():
         assert before - after == 100 * UNIT
 
 
+def test_full_nodes_take_smart_s_footprint_and_answer_the_same():
+    got = {}
+    for full in (False, True):
+        with rig(SmartArtSystem, options={"full_nodes": full}) as r:
+            for i in range(300):
+                r.op("insert", _k(i * 37), _v(i))
+            assert r.op("scan", _k(0), 400) == [(_k(i * 37), _v(i)) for i in range(300)]
+            st = r.client.statistics()
+            got[full] = (st.memory_bytes - 300 * UNIT, st.leaf_splits + st.prefix_splits + st.upgrades)
+    (exact, made0), (full, made1) = got[False], got[True]
+    assert made0 == made1 and made0 > 50                         # the same tree, node by node
+    assert full == made1 * 2112 and exact < full / 4             # every node block NODE_256-sized
+
+
 # -- bulk load --------------------------------------------------------------------------------------
 
 def test_bulk_load_builds_a_tree_that_answers_as_an_inserted_one():

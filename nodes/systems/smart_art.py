@@ -243,7 +243,8 @@ class SmartArtClient(KVClient):
         # No reclaimer: unlinked leaves are never reused (module docstring); nodes never are either.
         self.alloc = ChunkAllocator(fabric, mns, layout["chunk_bytes"], start=owner.node * 7 + thread.index,
                                     owner="SMART-ART")
-        self.tree = ArtTree(root, mns, self.alloc, leaf_key=read_leaf_key_at(KEY))
+        self.tree = ArtTree(root, mns, self.alloc, leaf_key=read_leaf_key_at(KEY),
+                            full_nodes=bool(options.get("full_nodes", layout.get("full_nodes", False))))
         self.retry_ns = self.tree.retry_ns
         # a GET's first READ: the size of the last leaf this client read or wrote (SMART's leaves
         # have one size; here values vary, and a longer leaf costs a second READ)
@@ -626,6 +627,9 @@ class SmartArtSystem(System):
         Option("local_lock", True, "the local lock table: same-key GETs of a compute node share one remote read "
                "(read delegation) and same-key UPDATEs write only the last value (write combining); false: "
                "every request goes remote (an ablation)"),
+        Option("full_nodes", False, "allocate every internal node at NODE_256 size (2112 B), as SMART's code does "
+               "to grow nodes in place: its memory footprint (Dolphin's Table II); nodes still grow out of place "
+               "and are READ at their type's size"),
         Option("fault", "none", "a deliberate bug, to prove that dmrack check catches it: 'skip-checksum' takes a "
                "leaf READ without checking its checksum (a READ torn by an in-place update is returned); "
                "'entry-decides' publishes an out-of-place update by the entry CAS before the old leaf is marked "
@@ -666,6 +670,7 @@ class SmartArtSystem(System):
             "chunk_bytes": opts["chunk_bytes"],
             "cache_bytes": opts["cache_bytes"],
             "local_lock": opts["local_lock"],
+            "full_nodes": opts["full_nodes"],
             "capacity": int(capacity),
             "setup_bytes": node_units(NODE_256) * UNIT,
         }
@@ -747,7 +752,7 @@ class SmartArtSystem(System):
                 children.append((b, i, k))
                 i = k
             t = type_for(len(children))
-            addr = place(node_units(t) * UNIT)
+            addr = place(node_units(NODE_256 if layout.get("full_nodes") else t) * UNIT)
             slots = [0] * (1 << (t + 1))
             for n, (b, clo, chi) in enumerate(children):
                 slot = b if t == NODE_256 else n

@@ -397,8 +397,12 @@ class ArtTree:
     ``cas_slot``, ``upgrade``, ...) are public for systems that walk differently (Dolphin's
     special node). ``retry_ns``: the wait before re-reading a node still being written."""
 
-    def __init__(self, root: int, memory_nodes, allocator: ChunkAllocator, leaf_key=None, retry_ns: int = 500):
+    def __init__(self, root: int, memory_nodes, allocator: ChunkAllocator, leaf_key=None, retry_ns: int = 500,
+                 full_nodes: bool = False):
         self.root = root
+        # SMART's code allocates every internal node at NODE_256 size (to grow it in place); with
+        # ``full_nodes`` this tree does too (the memory footprint only: nodes still grow out of place)
+        self.full_nodes = bool(full_nodes)
         self.memory_nodes = tuple(memory_nodes)
         if len(self.memory_nodes) > MAX_INTERNAL_MN + 1:
             raise ValueError(f"ART entries name at most {MAX_INTERNAL_MN + 1} memory nodes (mn_id:4), "
@@ -436,9 +440,13 @@ class ArtTree:
         return gaddr(self.memory_nodes[d.mn_id], d.addr)
 
     # -- node verbs -------------------------------------------------------------------------------
+    def units_for(self, node_type: int) -> int:
+        """64-byte units a node of ``node_type`` takes (``full_nodes``: a NODE_256's)."""
+        return node_units(NODE_256 if self.full_nodes else node_type)
+
     def alloc_node(self, co, node_type: int):
         """Generator: the global address of a fresh (zeroed) block for a node of ``node_type``."""
-        node, off = yield from self.alloc.alloc(co, node_units(node_type))
+        node, off = yield from self.alloc.alloc(co, self.units_for(node_type))
         return gaddr(node, off)
 
     def read_node(self, co, addr: int, node_type: int):
@@ -541,7 +549,7 @@ class ArtTree:
         yield co.sync()
         if h.value != img.header_word:
             self.cas_failures += 1
-            self.alloc.release(gaddr_node(naddr), gaddr_offset(naddr), node_units(new_type))
+            self.alloc.release(gaddr_node(naddr), gaddr_offset(naddr), self.units_for(new_type))
             return None
         entries = yield from self.freeze_entries(co, img)
         hd = img.header
@@ -596,7 +604,7 @@ class ArtTree:
             yield co.sync()
         ok, _ = yield from self.cas_slot(co, parent, pslot, pv, with_partial(self.entry_for(0, naddr, NODE_4), pv >> 56))
         if not ok:
-            self.alloc.release(gaddr_node(naddr), gaddr_offset(naddr), node_units(NODE_4))
+            self.alloc.release(gaddr_node(naddr), gaddr_offset(naddr), self.units_for(NODE_4))
             return 0
         self.prefix_splits += 1
         self.fix_rev_ptr(co, img.addr, img.rev_ptr, node.entry_addr(0))
@@ -776,7 +784,7 @@ class ArtTree:
         new = with_partial(self.entry_for(0, naddr, NODE_4), key[depth])
         ok, _ = yield from self.cas_slot(co, img, slot, word, new)
         if not ok:
-            self.alloc.release(gaddr_node(naddr), gaddr_offset(naddr), node_units(NODE_4))
+            self.alloc.release(gaddr_node(naddr), gaddr_offset(naddr), self.units_for(NODE_4))
             return False
         self.leaf_splits += 1
         return InsertResult(True, leaf_addr, node.entry_addr(1), node.entries[1])
