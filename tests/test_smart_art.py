@@ -477,3 +477,11 @@ def test_eager_read_delegation_is_caught_by_the_checker():
     from cluster.correctness.conformance import run_suite
     (out,) = run_suite("smart-art", only=["history_zipfian"], options={"fault": "eager-delegation"})
     assert not out.passed and "not linearizable" in out.detail
+
+
+@pytest.mark.parametrize("options", [{"local_lock": False}, {"cache_bytes": 0}, {"cache_bytes": 3000},
+                                     {"full_nodes": True}])
+def test_conformance_checks_pass_with_options(options):
+    from cluster.correctness.conformance import run_suite
+    outs = run_suite("smart-art", options=options, only=["sequential_model", "history_zipfian", "history_heavy"])
+    assert all(o.passed for o in outs), [o.detail for o in outs if not o.passed]
