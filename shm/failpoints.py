@@ -53,6 +53,11 @@ KNOWN = {
     "marlin.item.written": "Marlin insert/update: the new data item is written, the entry's CAS not yet posted",
     "marlin.split.drained": "Marlin split: the Spear word is the SMO's and the IDUs have drained, nothing written",
     "marlin.split.right_written": "Marlin split: the new right leaf is written, the old leaf not yet cut",
+    "art.upgrade.written": "ART node upgrade: the replacement node is written (header posted), the parent entry "
+                           "not yet swung",
+    "smart-art.insert.leaf_written": "SMART-ART insert: the new leaf is written, not yet linked into the tree",
+    "smart-art.update.leaf_written": "SMART-ART out-of-place update: the new leaf is written, the old leaf not yet "
+                                     "marked replaced",
 }
 
 
@@ -94,6 +99,11 @@ def arm(name: str, action: str = "crash", *, after: int = 0, times: int = 1) -> 
     _armed[name] = Armed(action, after, times)
     _hits[name] = 0
     _fired[name] = 0
+
+
+def armed(name: str) -> bool:
+    """``name`` is armed in this process (for a point that must post its verbs before it stops)."""
+    return name in _armed
 
 
 def disarm_all() -> None:

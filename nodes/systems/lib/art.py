@@ -65,6 +65,8 @@ import struct
 from typing import NamedTuple
 
 from nodes.systems.lib.alloc import UNIT, ChunkAllocator
+from shm import failpoints
+from shm.failpoints import failpoint
 from shm.fabric import gaddr, gaddr_node, gaddr_offset
 
 KEY_BYTES = 8
@@ -351,6 +353,15 @@ class InsertResult(NamedTuple):
     inserted: bool
     leaf: int                 # global address of the key's leaf (the new one, or the one there)
     entry_addr: int           # global address of the leaf entry pointing at it
+    word: int = 0             # that entry's word as last seen (what a CAS of the entry expects)
+
+
+class Located(NamedTuple):
+    """Where ``locate`` found a leaf entry for a key's bytes (the leaf's key is not checked)."""
+    leaf: int                 # global address of the leaf
+    entry_addr: int           # global address of the entry pointing at it
+    word: int                 # the entry word as read
+    cached: bool              # the walk started from a cached image (the entry may be stale)
 
 
 class ArtStats(NamedTuple):
@@ -386,8 +397,12 @@ class ArtTree:
     ``cas_slot``, ``upgrade``, ...) are public for systems that walk differently (Dolphin's
     special node). ``retry_ns``: the wait before re-reading a node still being written."""
 
-    def __init__(self, root: int, memory_nodes, allocator: ChunkAllocator, leaf_key=None, retry_ns: int = 500):
+    def __init__(self, root: int, memory_nodes, allocator: ChunkAllocator, leaf_key=None, retry_ns: int = 500,
+                 full_nodes: bool = False):
         self.root = root
+        # SMART's code allocates every internal node at NODE_256 size (to grow it in place); with
+        # ``full_nodes`` this tree does too (the memory footprint only: nodes still grow out of place)
+        self.full_nodes = bool(full_nodes)
         self.memory_nodes = tuple(memory_nodes)
         if len(self.memory_nodes) > MAX_INTERNAL_MN + 1:
             raise ValueError(f"ART entries name at most {MAX_INTERNAL_MN + 1} memory nodes (mn_id:4), "
@@ -425,9 +440,13 @@ class ArtTree:
         return gaddr(self.memory_nodes[d.mn_id], d.addr)
 
     # -- node verbs -------------------------------------------------------------------------------
+    def units_for(self, node_type: int) -> int:
+        """64-byte units a node of ``node_type`` takes (``full_nodes``: a NODE_256's)."""
+        return node_units(NODE_256 if self.full_nodes else node_type)
+
     def alloc_node(self, co, node_type: int):
         """Generator: the global address of a fresh (zeroed) block for a node of ``node_type``."""
-        node, off = yield from self.alloc.alloc(co, node_units(node_type))
+        node, off = yield from self.alloc.alloc(co, self.units_for(node_type))
         return gaddr(node, off)
 
     def read_node(self, co, addr: int, node_type: int):
@@ -530,13 +549,16 @@ class ArtTree:
         yield co.sync()
         if h.value != img.header_word:
             self.cas_failures += 1
-            self.alloc.release(gaddr_node(naddr), gaddr_offset(naddr), node_units(new_type))
+            self.alloc.release(gaddr_node(naddr), gaddr_offset(naddr), self.units_for(new_type))
             return None
         entries = yield from self.freeze_entries(co, img)
         hd = img.header
         pe = parent.entry_addr(pslot)
         new = build_node(naddr, new_type, hd.depth, hd.partial, pe, [e for e in entries if e])
         yield from self.write_reachable_node(co, new)
+        if failpoints.armed("art.upgrade.written"):
+            co.post()                                # the header WRITE goes out; then the client may stop
+            failpoint("art.upgrade.written")
         if gaddr_node(naddr) != gaddr_node(pe):
             yield co.sync()                          # another QP: the node lands before its pointer
         self.upgrades += 1
@@ -582,7 +604,7 @@ class ArtTree:
             yield co.sync()
         ok, _ = yield from self.cas_slot(co, parent, pslot, pv, with_partial(self.entry_for(0, naddr, NODE_4), pv >> 56))
         if not ok:
-            self.alloc.release(gaddr_node(naddr), gaddr_offset(naddr), node_units(NODE_4))
+            self.alloc.release(gaddr_node(naddr), gaddr_offset(naddr), self.units_for(NODE_4))
             return 0
         self.prefix_splits += 1
         self.fix_rev_ptr(co, img.addr, img.rev_ptr, node.entry_addr(0))
@@ -632,6 +654,15 @@ class ArtTree:
         root: a cached image may lack newer entries, so only positive answers are trusted.
         Without ``verify`` the caller compares the key at the leaf, and on a mismatch after a
         cached walk calls again with ``cache=None`` (a stale image can lead to another key's leaf)."""
+        got = yield from self.locate(co, key, cache, verify)
+        return None if got is None else got.leaf
+
+    def locate(self, co, key: bytes, cache=None, verify: bool = False):
+        """Generator: ``lookup`` that returns where the leaf entry is: a ``Located`` (leaf, entry
+        address, entry word, whether the walk started from the cache) or None. Without ``verify``
+        (the default here) the caller checks the leaf's key; a walk that started from the cache
+        may then have led to another key's leaf or to an entry since replaced, so on any doubt
+        the caller calls again with ``cache=None``."""
         self.lookups += 1
         key = bytes(key)
         got = yield from self._lookup_once(co, key, cache, verify, True)
@@ -641,7 +672,7 @@ class ArtTree:
         return got
 
     def _lookup_once(self, co, key, cache, verify, use_cache):
-        """Generator: the leaf address, None (not there), or False (a cached walk failed)."""
+        """Generator: a ``Located``, None (not there), or False (a cached walk failed)."""
         img, img_cached = yield from self._start(co, key, cache, use_cache)
         cached_walk = img_cached
         miss = False if cached_walk else None
@@ -662,7 +693,7 @@ class ArtTree:
                 leaf = self.target(word)
                 if verify and (yield from self.leaf_key(co, leaf)) != key:
                     return miss
-                return leaf
+                return Located(leaf, img.entry_addr(slot), word, cached_walk)
             child = yield from self._child(co, img, slot, word, img_cached, cache, key)
             if child is None:
                 return False
@@ -700,7 +731,7 @@ class ArtTree:
                 if parent is None:
                     return None
                 at = yield from self.split_prefix(co, img, parent, pslot, key, j, leaf_addr)
-                return InsertResult(True, leaf_addr, at) if at else None
+                return InsertResult(True, leaf_addr, at, self.leaf_entry_for(key[j], leaf_addr)) if at else None
             b = key[hd.depth]
             slot, word = img.find(b)
             if slot < 0:                             # full
@@ -716,7 +747,7 @@ class ArtTree:
                 if ok:
                     if cache is not None:
                         cache.put(key[:hd.depth], img)     # the image with the new entry
-                    return InsertResult(True, leaf_addr, img.entry_addr(slot))
+                    return InsertResult(True, leaf_addr, img.entry_addr(slot), img.entries[slot])
                 continue                             # the slot took another entry: look again
             if is_frozen(word):                      # being replaced: the header forwards
                 img, img_cached = (yield from self.refresh(co, img)), False
@@ -738,10 +769,10 @@ class ArtTree:
         (the slot changed: look again)."""
         old_leaf = self.target(word)
         if old_leaf == leaf_addr:
-            return InsertResult(True, leaf_addr, img.entry_addr(slot))   # this very leaf: already in
+            return InsertResult(True, leaf_addr, img.entry_addr(slot), word)   # this very leaf: already in
         old_key = yield from self.leaf_key(co, old_leaf)
         if old_key == key:
-            return InsertResult(False, old_leaf, img.entry_addr(slot))
+            return InsertResult(False, old_leaf, img.entry_addr(slot), word)
         depth = img.header.depth
         j = first_difference(old_key, key, depth + 1)
         naddr = yield from self.alloc_node(co, NODE_4)
@@ -753,7 +784,7 @@ class ArtTree:
         new = with_partial(self.entry_for(0, naddr, NODE_4), key[depth])
         ok, _ = yield from self.cas_slot(co, img, slot, word, new)
         if not ok:
-            self.alloc.release(gaddr_node(naddr), gaddr_offset(naddr), node_units(NODE_4))
+            self.alloc.release(gaddr_node(naddr), gaddr_offset(naddr), self.units_for(NODE_4))
             return False
         self.leaf_splits += 1
-        return InsertResult(True, leaf_addr, node.entry_addr(1))
+        return InsertResult(True, leaf_addr, node.entry_addr(1), node.entries[1])

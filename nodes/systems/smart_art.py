@@ -1,0 +1,784 @@
+"""SMART-ART (Luo et al., OSDI'23): an adaptive radix tree on disaggregated memory (docs/smart_art.md).
+
+The internal nodes are the systems library's ART (nodes/systems/lib/art.py: node types 4..256,
+compressed prefixes, lock-free slot CAS, out-of-place type upgrade, reverse pointers), cached on
+each compute node in a byte-budgeted radix cache (nodes/systems/lib/radix_cache.py). What is
+SMART-ART's own is here: one leaf per KV pair, the update paths, and the local lock table (read
+delegation and write combining, nodes/systems/lib/local_lock.py).
+
+**Leaf** (dmemsys/SMART ``include/Node.h``: rev_ptr, valid byte, checksum, key, value, lock byte;
+the exact offsets are ours). Leaves are whole 64-byte units, written whole before a CAS links them:
+
+=======  =========  ==================================================================
+offset   field      meaning
+=======  =========  ==================================================================
+0        rev_ptr    u64: the parent entry's address for a replacement or bulk-loaded leaf; 0
+                    for an inserted one (nothing reads it: see "never reused" below)
+8        status     u64: 0 live; 1 live with ``w_lock`` held (an in-place update); otherwise
+                    *dead*: bit 1 set and the rest the global address of the leaf that replaced
+                    it (0: deleted). SMART's valid byte and lock bit, in one word
+16       checksum   u64: ``hash64`` (FNV-1a + MurmurHash3 fmix64, lib/hashing.py; not a CRC) of
+                    bytes 24 .. 40 + vlen
+24       key        8 bytes (compared as given, big-endian order)
+32       vlen       u32
+36       units      u32: the leaf's size in 64-byte units (fixed at allocation)
+40       value      vlen bytes, up to ``units * 64 - 40``
+=======  =========  ==================================================================
+
+**Operations** (the walk: from the deepest cached node, one READ per level below it):
+
+* GET: walk; READ the leaf; the checksum catches a READ torn by an in-place WRITE (READ again);
+  the key must match. A dead leaf with a successor: READ the successor (a *chain*; a walk from
+  the root also swings the entry to it, unsignaled, as a helper).
+* UPDATE, in place (SMART's default, ``TREE_ENABLE_IN_PLACE_UPDATE``) when the value fits the
+  leaf: CAS status 0 -> 1 (the lock), then WRITE checksum + key + value and CAS status 1 -> 0 in
+  one doorbell (the CAS lands after the WRITE: same QP). The CAS returns the status, so a leaf
+  that died under the walk is seen without another READ.
+* UPDATE out of place when the value does not fit: WRITE a new leaf; CAS the old leaf's status
+  0 -> dead(new) (the *decision*: the update takes effect here); swing the parent entry old ->
+  new (unsignaled: readers follow the chain until it lands).
+* DELETE: CAS status 0 -> dead(0). The entry keeps pointing at the dead leaf; an insert of the key
+  later swings it to its new leaf (CAS of the entry from the word it found).
+* INSERT: WRITE the leaf, then ``ArtTree.insert`` (slot CAS, leaf split, prefix split or node
+  upgrade). If the key has an entry whose chain ends live, the key exists.
+* SCAN: from the root, READ the nodes of a level in one doorbell, keep the children that can hold
+  keys >= start in key order, down to the leaves, READ leaves in one doorbell, up to ``count``.
+
+GETs and UPDATEs go through the compute node's local lock table (option ``local_lock``): a GET
+may take the value of a same-key GET's leaf READ posted after it arrived, an UPDATE hands its
+value to a same-key UPDATE in flight (lib/local_lock.py has the linearizability argument).
+
+Why deciding on the old leaf rather than on the entry: a cached node image keeps leaf entries, so
+a GET that starts from the cache can reach a leaf long after the entry moved on. Were the entry
+the point where an update or delete takes effect, such a reader could return the old value after
+a reader from the root had returned the new one. With the decision in the leaf's status every
+reader sees it, wherever it came from: a live leaf (reached by any entry that ever pointed at it)
+is the key's current leaf, because a leaf leaves its key's chain only by dying first. A chain
+that ends deleted is finished for good (a dead status never changes), and only then may an insert
+start a new one at the entry; so a reader from the cache that finds a deleted leaf or another
+key's leaf walks again from the root, where the entry is authoritative. This needs a leaf's address
+never to name anything else: **replaced and deleted leaves are never reused** (counted out of
+``memory_bytes`` as retired, their memory not reclaimed, as SMART's code also only clears the old
+leaf's valid byte). Epoch reclamation would not make reuse safe here: a cached image's leaf
+pointer outlives every epoch.
+
+A client that stops while holding a leaf's ``w_lock`` (between the lock CAS and the unlock, one
+round trip) blocks that key's writers, as in SMART. Every other stop point leaves a state others
+finish or ignore: a written leaf not yet linked (leaked), a decided replacement whose entry was
+not swung (readers follow the chain, walks from the root swing it), an upgrade whose new node is
+written but not linked (walkers follow the forwarding header and swing the parent entry).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import NamedTuple
+
+import numpy as np
+
+from nodes.systems.api import KVClient, Option, System, SystemError_
+from nodes.systems.lib.alloc import UNIT, ChunkAllocator
+from nodes.systems.lib.art import (
+    ENTRIES_OFF, NODE_256, ArtTree, NodeImage, create_root, decode_entry, encode_entry, encode_header,
+    encode_leaf_entry, entry_byte, first_difference, is_frozen, is_leaf_entry, node_bytes, node_units, parse_node,
+    read_leaf_key_at, type_for, with_partial,
+)
+from nodes.systems.lib.hashing import hash64
+from nodes.systems.lib.local_lock import LocalLockTable
+from nodes.systems.lib.radix_cache import RadixCache
+from nodes.systems.sherman.cache import shared
+from nodes.systems.sherman.client import INDEX_CACHE_LOOKUP_NS, OP_CYCLES
+from shm.failpoints import failpoint
+from shm.fabric import gaddr, gaddr_node, gaddr_offset
+
+KEY_BYTES = 8
+REV_PTR, STATUS, CHECKSUM, KEY, VLEN, UNITS, VALUE = 0, 8, 16, 24, 32, 36, 40
+LIVE, LOCKED, DEAD = 0, 1, 2
+MAX_LEAF_BYTES = 256 * UNIT
+MAX_VALUE = MAX_LEAF_BYTES - VALUE
+RETRY_LIMIT = 100_000
+LAYOUT_FORMAT = 1
+_HEAD = struct.Struct("<QQQ8sII")         # rev_ptr, status, checksum, key, vlen, units
+_BODY = struct.Struct("<Q8sII")           # checksum, key, vlen, units (the in-place WRITE starts here)
+
+
+class KeySizeError(SystemError_):
+    """SMART-ART indexes 8-byte keys only."""
+
+
+class ValueTooLarge(SystemError_):
+    pass
+
+
+def leaf_units(vlen: int) -> int:
+    return (VALUE + vlen + UNIT - 1) // UNIT
+
+
+def checksum(key: bytes, vlen: int, units: int, value: bytes) -> int:
+    return int(hash64(np.frombuffer(key + struct.pack("<II", vlen, units) + value, np.uint8)))
+
+
+def leaf_body(key: bytes, value: bytes, units: int) -> bytes:
+    """Bytes 16 .. 40 + vlen: what an in-place update WRITEs."""
+    vlen = len(value)
+    return _BODY.pack(checksum(key, vlen, units, value), key, vlen, units) + value
+
+
+def leaf_image(key: bytes, value: bytes, units: int, rev_ptr: int = 0) -> bytes:
+    raw = struct.pack("<QQ", rev_ptr, LIVE) + leaf_body(key, value, units)
+    return raw.ljust(units * UNIT, b"\0")
+
+
+def dead(successor: int) -> int:
+    """The status of a leaf replaced by the leaf at ``successor`` (0: deleted)."""
+    return successor | DEAD
+
+
+def successor_of(status: int) -> int:
+    return status & ~(UNIT - 1)
+
+
+class Leaf(NamedTuple):
+    addr: int
+    status: int
+    key: bytes
+    value: bytes
+    units: int
+    stamp: int = 0             # the local lock table's stamp of the READ it came from (0: none)
+
+    @property
+    def capacity(self) -> int:
+        return self.units * UNIT - VALUE
+
+
+class SmartArtStats(NamedTuple):
+    gets: int
+    inserts: int
+    updates: int
+    deletes: int
+    scans: int
+    cache_hits: int            # walks that started from a cached node
+    cache_misses: int          # ... that started from the root
+    cache_invalidations: int   # cached nodes this client dropped (stale rev_ptr)
+    stale_restarts: int        # cached walks that met another key's or a deleted leaf: walked again from the root
+    read_handover: int         # GETs answered by another GET's read (local lock table)
+    write_handover: int        # UPDATEs whose value another UPDATE wrote (local lock table)
+    in_place_updates: int
+    out_of_place_updates: int
+    lock_retries: int          # lock CASes that found the leaf's w_lock held
+    decision_retries: int      # status CASes (replace, delete) that found the leaf locked or already dead
+    chain_hops: int            # READs of a successor leaf (a replacement whose entry had not moved yet)
+    entry_helps: int           # entry swings posted for a replacement found from the root
+    torn_reads: int            # leaf READs whose checksum failed (read again)
+    short_reads: int           # leaf READs shorter than the leaf (read again, whole)
+    leaves_written: int
+    node_reads: int
+    upgrades: int
+    leaf_splits: int
+    prefix_splits: int
+    cas_failures: int
+    restarts: int
+    chunks: int
+    cache_bytes: int           # the compute node's radix cache (shared by its threads)
+    memory_bytes: int          # bytes of the blocks this client allocated and has not unlinked
+    bulk_bytes: int            # bytes a bulk load wrote (in the records of the node that ran it)
+
+
+class _CountingCache:
+    """The node's shared RadixCache, seen through one client: counts this client's hits, misses
+    and invalidations (the shared cache's own counters are the node's)."""
+
+    __slots__ = ("cache", "hits", "misses", "invalidations")
+
+    def __init__(self, cache: RadixCache):
+        self.cache = cache
+        self.hits = self.misses = self.invalidations = 0
+
+    def lookup(self, key):
+        got = self.cache.lookup(key)
+        if got is None:
+            self.misses += 1
+        else:
+            self.hits += 1
+        return got
+
+    def put(self, prefix, image):
+        return self.cache.put(prefix, image)
+
+    def invalidate(self, prefix, depth=None):
+        self.invalidations += 1
+        return self.cache.invalidate(prefix, depth)
+
+    def patch(self, key: bytes, entry_addr: int, old: int, new: int) -> None:
+        """A cached image holding the entry at ``entry_addr`` as ``old`` takes ``new`` (this
+        client swung it), so that the next walk from the cache does not meet the old leaf."""
+        for d in range(KEY_BYTES - 1, -1, -1):
+            img = self.cache.get(key[:d])
+            if img is not None and img.addr + ENTRIES_OFF <= entry_addr < img.addr + img.size:
+                slot = (entry_addr - img.addr - ENTRIES_OFF) // 8
+                if img.entries[slot] == old:
+                    img.entries[slot] = new
+                return
+
+
+class SmartArtClient(KVClient):
+    """SMART-ART for one modelled thread (see the module docstring)."""
+
+    def __init__(self, fabric, layout: dict, thread, options: dict):
+        self.fabric = fabric
+        self.thread = thread
+        self.env = thread.env
+        owner = thread.owner
+        root = layout["root"]
+        self.layout = layout                     # a bulk load adds "bulk_bytes" to it
+        mns = layout["memory_nodes"]
+        cache_bytes = int(options.get("cache_bytes", layout.get("cache_bytes", 0)))
+        self.shared_cache = shared(owner, root, "radix_cache", lambda: RadixCache(cache_bytes)) if cache_bytes else None
+        self.cache = _CountingCache(self.shared_cache) if self.shared_cache is not None else None
+        self.fault = options.get("fault", "none")
+        use_locks = bool(options.get("local_lock", layout.get("local_lock", True)))
+        eager = self.fault == "eager-delegation"
+        self.locks = (shared(owner, root, "local_lock_table", lambda: LocalLockTable(thread.env, eager_reads=eager))
+                      if use_locks else None)
+        # No reclaimer: unlinked leaves are never reused (module docstring); nodes never are either.
+        self.alloc = ChunkAllocator(fabric, mns, layout["chunk_bytes"], start=owner.node * 7 + thread.index,
+                                    owner="SMART-ART")
+        self.tree = ArtTree(root, mns, self.alloc, leaf_key=read_leaf_key_at(KEY),
+                            full_nodes=bool(options.get("full_nodes", layout.get("full_nodes", False))))
+        self.retry_ns = self.tree.retry_ns
+        # a GET's first READ: the size of the last leaf this client read or wrote (SMART's leaves
+        # have one size; here values vary, and a longer leaf costs a second READ)
+        self.read_bytes = UNIT
+        cpu = fabric.profile.cpu
+        self._op_ns = int(OP_CYCLES / cpu.ghz)
+        self._lookup_ns = INDEX_CACHE_LOOKUP_NS if cache_bytes else 0
+        self.gets = self.inserts = self.updates = self.deletes = self.scans = 0
+        self.stale_restarts = self.read_handover = self.write_handover = 0
+        self.in_place_updates = self.out_of_place_updates = self.lock_retries = self.decision_retries = 0
+        self.chain_hops = self.entry_helps = self.torn_reads = self.short_reads = self.leaves_written = 0
+
+    def statistics(self) -> SmartArtStats:
+        a = self.tree.statistics()
+        c = self.cache
+        return SmartArtStats(
+            self.gets, self.inserts, self.updates, self.deletes, self.scans,
+            c.hits if c else 0, c.misses if c else 0, c.invalidations if c else 0, self.stale_restarts,
+            self.read_handover, self.write_handover, self.in_place_updates, self.out_of_place_updates,
+            self.lock_retries, self.decision_retries, self.chain_hops, self.entry_helps, self.torn_reads,
+            self.short_reads, self.leaves_written, a.node_reads, a.upgrades, a.leaf_splits, a.prefix_splits,
+            a.cas_failures, a.restarts, self.alloc.chunks,
+            self.shared_cache.bytes_used if self.shared_cache is not None else 0, self.alloc.used_bytes,
+            int(self.layout.get("bulk_bytes", 0)))
+
+    # -- leaves ------------------------------------------------------------------------------------
+    def _key(self, key) -> bytes:
+        key = bytes(key)
+        if len(key) != KEY_BYTES:
+            raise KeySizeError(f"SMART-ART keys are exactly {KEY_BYTES} bytes; got {len(key)}")
+        return key
+
+    def _value(self, value) -> bytes:
+        value = bytes(value)
+        if len(value) > MAX_VALUE:
+            raise ValueTooLarge(f"SMART-ART values are at most {MAX_VALUE} bytes; got {len(value)}")
+        return value
+
+    def parse_leaf(self, addr: int, raw: bytes):
+        """A Leaf from a READ of its first ``len(raw)`` bytes; "short" if the leaf is longer,
+        None if the checksum fails (a READ torn by an in-place WRITE)."""
+        _, status, csum, key, vlen, units = _HEAD.unpack_from(raw, 0)
+        end = VALUE + vlen
+        if end > len(raw):
+            return "short", units
+        value = raw[VALUE:end]
+        if checksum(key, vlen, units, value) != csum and self.fault != "skip-checksum":
+            return None, units
+        return Leaf(addr, status, key, value, units), units
+
+    def read_leaf(self, co, addr: int, mark=None):
+        """Generator: the Leaf at ``addr``, READ until its checksum holds. ``mark``: the local
+        lock table's stamp, taken before each READ is posted (read delegation)."""
+        size = self.read_bytes
+        for _ in range(RETRY_LIMIT):
+            stamp = mark() if mark is not None else 0
+            h = co.read(addr, size)
+            yield co.sync()
+            leaf, units = self.parse_leaf(addr, bytes(h.data))
+            if isinstance(leaf, Leaf):
+                self.read_bytes = leaf.units * UNIT
+                return leaf._replace(stamp=stamp) if stamp else leaf
+            if leaf == "short":
+                self.short_reads += 1
+                size = units * UNIT
+            else:
+                self.torn_reads += 1
+        raise SystemError_(f"SMART-ART: leaf {addr:#x} stayed torn for {RETRY_LIMIT} READs")
+
+    def new_leaf(self, co, key: bytes, value: bytes, rev_ptr: int = 0):
+        """Generator: allocate a leaf for ``value`` and queue its WRITE; ``(addr, units)``."""
+        units = leaf_units(len(value))
+        node, off = yield from self.alloc.alloc(co, units)
+        addr = gaddr(node, off)
+        co.write(addr, leaf_image(key, value, units, rev_ptr))
+        self.leaves_written += 1
+        self.read_bytes = units * UNIT
+        return addr, units
+
+    def _unlinked(self, leaf_addr: int, units: int) -> None:
+        """The leaf left its key's chain: out of ``memory_bytes``, never reused."""
+        self.alloc.retire(gaddr_node(leaf_addr), gaddr_offset(leaf_addr), units)
+
+    # -- finding a key's current leaf ------------------------------------------------------------
+    def find(self, co, key: bytes, mark=None):
+        """Generator: ``(leaf, located)``: the key's current (live) leaf and where the walk found
+        its chain's entry, or ``(None, located or None)`` if the key is absent. ``mark``: see
+        ``read_leaf``."""
+        fresh = self.cache is None
+        for _ in range(RETRY_LIMIT):
+            loc = yield from self.tree.locate(co, key, None if fresh else self.cache)
+            if loc is None:
+                return None, None
+            leaf = yield from self.read_leaf(co, loc.leaf, mark)
+            if leaf.key != key:
+                if loc.cached:                     # a stale image led to another key's leaf
+                    self.stale_restarts += 1
+                    fresh = True
+                    continue
+                return None, loc
+            first = True
+            while leaf.status & DEAD and successor_of(leaf.status):
+                nxt = successor_of(leaf.status)
+                if first and not loc.cached:
+                    # help the replacement: swing the entry to the successor (unsignaled)
+                    co.cas(loc.entry_addr, loc.word, self._entry_to(nxt, loc.word))
+                    co.post()
+                    self.entry_helps += 1
+                first = False
+                self.chain_hops += 1
+                leaf = yield from self.read_leaf(co, nxt, mark)
+            if leaf.status & DEAD:                 # deleted
+                if loc.cached:                     # an insert may have started a new chain since
+                    self.stale_restarts += 1
+                    fresh = True
+                    continue
+                return None, loc
+            if not first and loc.cached:
+                # the cached image lags behind the chain: point it at the live end, so that this
+                # node's next walks do not hop again (the image stays a stale-tolerant hint)
+                self.cache.patch(key, loc.entry_addr, loc.word, self._entry_to(leaf.addr, loc.word))
+            return leaf, loc
+        raise SystemError_(f"SMART-ART: key {key!r} could not be found in {RETRY_LIMIT} walks")
+
+    def _cache_cost(self) -> None:
+        self.thread.cpu(self._op_ns + self._lookup_ns)
+
+    # -- the KV interface --------------------------------------------------------------------------
+    def get(self, co, key: bytes):
+        key = self._key(key)
+        self.gets += 1
+        if self.locks is None:
+            return (yield from self._get(co, key))
+        return (yield from self.locks.read(key, lambda mark: self._get_stamped(co, key, mark), stats=self, marks=True))
+
+    def _get(self, co, key: bytes):
+        self._cache_cost()
+        leaf, _ = yield from self.find(co, key)
+        return None if leaf is None else leaf.value
+
+    def _get_stamped(self, co, key: bytes, mark):
+        """Generator: a GET leading the local lock table: ``(value, stamp)``. A live leaf's value
+        is the key's value at the instant its READ took effect, so GETs that arrived before that
+        READ was posted may take it; "absent" is decided across READs: stamp 0."""
+        self._cache_cost()
+        leaf, _ = yield from self.find(co, key, mark)
+        return (None, 0) if leaf is None else (leaf.value, leaf.stamp)
+
+    def update(self, co, key: bytes, value: bytes):
+        key, value = self._key(key), self._value(value)
+        self.updates += 1
+        if self.locks is None:
+            return (yield from self._update(co, key, lambda: value))
+        return (yield from self.locks.write(key, value, lambda take: self._update(co, key, take), stats=self))
+
+    def _update(self, co, key: bytes, take):
+        self._cache_cost()
+        for _ in range(RETRY_LIMIT):
+            leaf, loc = yield from self.find(co, key)
+            if leaf is None:
+                return False
+            value = take()
+            if len(value) <= leaf.capacity:
+                done = yield from self._update_in_place(co, leaf, key, value)
+            else:
+                done = yield from self._replace(co, leaf, loc, key, value)
+            if done:
+                return True
+        raise SystemError_(f"SMART-ART: update of key {key!r} did not settle after {RETRY_LIMIT} tries")
+
+    def _update_in_place(self, co, leaf: Leaf, key: bytes, value: bytes):
+        """Generator: lock, WRITE the body and unlock in one doorbell. False if the leaf died."""
+        for _ in range(RETRY_LIMIT):
+            h = co.cas(leaf.addr + STATUS, LIVE, LOCKED)
+            yield co.sync()
+            old = h.value
+            if old == LOCKED:
+                self.lock_retries += 1
+                yield self.retry_ns
+                continue
+            if old != LIVE:
+                return False                        # replaced or deleted meanwhile: find it again
+            co.write(leaf.addr + CHECKSUM, leaf_body(key, value, leaf.units))
+            co.cas(leaf.addr + STATUS, LOCKED, LIVE)   # same QP: lands after the WRITE
+            yield co.sync()
+            self.in_place_updates += 1
+            return True
+        raise SystemError_(f"SMART-ART: leaf {leaf.addr:#x} stayed locked for {RETRY_LIMIT} tries")
+
+    def _decide(self, co, leaf: Leaf, status: int):
+        """Generator: CAS the live leaf's status to ``status`` (dead), waiting while it is locked.
+        True once decided; False if it was already dead (another client decided first)."""
+        for _ in range(RETRY_LIMIT):
+            h = co.cas(leaf.addr + STATUS, LIVE, status)
+            yield co.sync()
+            old = h.value
+            if old == LIVE:
+                return True
+            self.decision_retries += 1
+            if old != LOCKED:
+                return False
+            yield self.retry_ns
+        raise SystemError_(f"SMART-ART: leaf {leaf.addr:#x} stayed locked for {RETRY_LIMIT} tries")
+
+    def _replace(self, co, leaf: Leaf, loc, key: bytes, value: bytes):
+        """Generator: the out-of-place update (see the module docstring). False if the leaf died
+        first (find it again)."""
+        new, units = yield from self.new_leaf(co, key, value, loc.entry_addr)
+        yield co.sync()                             # whole before anyone can reach it
+        failpoint("smart-art.update.leaf_written")
+        if self.fault == "entry-decides":
+            # the deliberate bug: the entry CAS publishes the new leaf before the old one is
+            # marked dead (SMART's out-of-place order), so a reader through a stale cached image
+            # can still return the old value, and an in-place writer still lock and write it
+            old, want = self._entry_to(leaf.addr, loc.word), self._entry_to(new, loc.word)
+            h = co.cas(loc.entry_addr, old, want)
+            yield co.sync()
+            if h.value != old:
+                self.alloc.release(gaddr_node(new), gaddr_offset(new), units)
+                return False
+            yield from self._decide(co, leaf, dead(new))     # (a delete may have decided first)
+            self.out_of_place_updates += 1
+            return True
+        if not (yield from self._decide(co, leaf, dead(new))):
+            self.alloc.release(gaddr_node(new), gaddr_offset(new), units)
+            return False
+        self.out_of_place_updates += 1
+        self._unlinked(leaf.addr, leaf.units)
+        # swing the entry old -> new, unsignaled (readers follow the chain meanwhile); it names
+        # the replaced leaf unless the walk came through older dead leaves, whose entry a walk
+        # from the root swings (a stale entry address fails harmlessly: nodes are never reused)
+        old, want = self._entry_to(leaf.addr, loc.word), self._entry_to(new, loc.word)
+        co.cas(loc.entry_addr, old, want)
+        co.post()
+        if self.cache is not None:
+            self.cache.patch(key, loc.entry_addr, loc.word, want)
+        return True
+
+    def _entry_to(self, leaf_addr: int, like: int) -> int:
+        """The leaf entry for ``leaf_addr`` in the slot of the entry word ``like`` (its key byte)."""
+        return with_partial(self.tree.leaf_entry_for(0, leaf_addr), like >> 56)
+
+    def delete(self, co, key: bytes):
+        key = self._key(key)
+        self.deletes += 1
+        self._cache_cost()
+        for _ in range(RETRY_LIMIT):
+            leaf, _ = yield from self.find(co, key)
+            if leaf is None:
+                return False
+            if (yield from self._decide(co, leaf, dead(0))):
+                self._unlinked(leaf.addr, leaf.units)
+                return True
+        raise SystemError_(f"SMART-ART: delete of key {key!r} did not settle after {RETRY_LIMIT} tries")
+
+    def insert(self, co, key: bytes, value: bytes):
+        key, value = self._key(key), self._value(value)
+        self.inserts += 1
+        self._cache_cost()
+        addr, units = yield from self.new_leaf(co, key, value)
+        yield co.sync()                             # the leaf lands before the CAS that links it
+        failpoint("smart-art.insert.leaf_written")
+        cache = self.cache
+        for _ in range(RETRY_LIMIT):
+            res = yield from self.tree.insert(co, key, addr, cache)
+            if res.inserted:
+                return True
+            # the key has an entry: its chain says whether the key is there
+            leaf = yield from self.read_leaf(co, res.leaf)
+            while leaf.status & DEAD and successor_of(leaf.status):
+                self.chain_hops += 1
+                leaf = yield from self.read_leaf(co, successor_of(leaf.status))
+            if not leaf.status & DEAD:
+                self.alloc.release(gaddr_node(addr), gaddr_offset(addr), units)
+                return False
+            # deleted: a new chain starts at the entry, if it still holds what the walk saw
+            want = self._entry_to(addr, res.word)
+            h = co.cas(res.entry_addr, res.word, want)
+            yield co.sync()
+            if h.value == res.word:
+                if cache is not None:
+                    cache.patch(key, res.entry_addr, res.word, want)
+                return True
+            cache = None                            # the entry moved (split, upgrade, insert): from the root
+        raise SystemError_(f"SMART-ART: insert of key {key!r} did not settle after {RETRY_LIMIT} tries")
+
+    # -- scans -------------------------------------------------------------------------------------
+    def scan(self, co, start: bytes, count: int):
+        start = self._key(start)
+        self.scans += 1
+        self.thread.cpu(self._op_ns)
+        out: list = []
+        if count <= 0:
+            return out
+        # items in key order: ("n", addr, type, tight) a node to READ, ("l", addr) a leaf; "tight":
+        # the subtree's prefix equals start's, so its entries below start's bytes are skipped
+        items: list = [("n", self.tree.root, NODE_256, True)]
+        while items and len(out) < count:
+            need = count - len(out)
+            head, leaves = [], 0
+            for i, it in enumerate(items):
+                if it[0] == "n":
+                    head.append(i)
+                else:
+                    leaves += 1
+                    if leaves >= need:
+                        break
+            if head:
+                handles = [(i, co.read(items[i][1], node_bytes(items[i][2]))) for i in head]
+                yield co.sync()
+                imgs = {}
+                for i, h in handles:
+                    img = parse_node(items[i][1], items[i][2], bytes(h.data))
+                    self.tree.node_reads += 1
+                    for _ in range(RETRY_LIMIT):
+                        if img.live and not any(is_frozen(e) for e in img.entries):
+                            break
+                        img = yield from self.tree.refresh(co, img)
+                    imgs[i] = img
+                expanded = []
+                for i, it in enumerate(items):
+                    expanded.extend(self._children(imgs[i], it[3], start) if i in imgs else [it])
+                items = expanded
+                continue
+            batch, items = items[:leaves], items[leaves:]
+            handles = [co.read(it[1], self.read_bytes) for it in batch]
+            yield co.sync()
+            got = []
+            for it, h in zip(batch, handles):
+                leaf, _ = self.parse_leaf(it[1], bytes(h.data))
+                got.append(leaf if isinstance(leaf, Leaf) else it[1])
+            for leaf in got:
+                if not isinstance(leaf, Leaf):
+                    leaf = yield from self.read_leaf(co, leaf)
+                while leaf.status & DEAD and successor_of(leaf.status):
+                    self.chain_hops += 1
+                    leaf = yield from self.read_leaf(co, successor_of(leaf.status))
+                if not leaf.status & DEAD and leaf.key >= start and len(out) < count:
+                    out.append((leaf.key, leaf.value))
+        return out
+
+    def _children(self, img, tight: bool, start: bytes) -> list:
+        """The scan items under a node, in key order, without subtrees wholly below ``start``."""
+        hd = img.header
+        if tight:
+            lo = hd.depth - len(hd.partial)
+            mine, theirs = bytes(hd.partial), start[lo:hd.depth]
+            if mine < theirs:
+                return []
+            tight = mine == theirs
+        out = []
+        sb = start[hd.depth]
+        for e in sorted(img.children(), key=entry_byte):
+            b = entry_byte(e)
+            if tight and b < sb:
+                continue
+            if is_leaf_entry(e):
+                out.append(("l", self.tree.target(e)))
+            else:
+                out.append(("n", self.tree.target(e), decode_entry(e).node_type, tight and b == sb))
+        return out
+
+
+class SmartArtSystem(System):
+    name = "smart-art"
+    description = ("SMART-ART: adaptive radix tree on one-sided verbs (ART nodes 4..256 with compressed prefixes, "
+                   "lock-free slot CAS, one leaf per KV with checksum and lock, compute-side radix cache under a "
+                   "byte budget, reverse pointers, read delegation and write combining)")
+    paper = ("Luo, Zuo, Shen, Zhang, Feng, Chen, Chen, Hua, Lu: SMART: A High-Performance Adaptive Radix Tree "
+             "for Disaggregated Memory, OSDI'23")
+    roles = ("compute", "memory")
+    supports_scan = True
+    options = (
+        Option("cache_bytes", 64_000_000, "bytes of the radix cache of internal nodes per compute node (shared by "
+               "its threads; an entry costs its node image + 64 B); 0: no cache, every walk starts at the root",
+               minimum=0, maximum=1 << 40),
+        Option("chunk_bytes", 1 << 20, "bytes of the chunks a client obtains from a memory node (one RPC each) "
+               "and carves nodes and leaves out of (at least the largest leaf)", minimum=MAX_LEAF_BYTES,
+               maximum=1 << 30),
+        Option("local_lock", True, "the local lock table: same-key GETs of a compute node share one remote read "
+               "(read delegation) and same-key UPDATEs write only the last value (write combining); false: "
+               "every request goes remote (an ablation)"),
+        Option("full_nodes", False, "allocate every internal node at NODE_256 size (2112 B), as SMART's code does "
+               "to grow nodes in place: its memory footprint (Dolphin's Table II); nodes still grow out of place "
+               "and are READ at their type's size"),
+        Option("fault", "none", "a deliberate bug, to prove that dmrack check catches it: 'skip-checksum' takes a "
+               "leaf READ without checking its checksum (a READ torn by an in-place update is returned); "
+               "'entry-decides' publishes an out-of-place update by the entry CAS before the old leaf is marked "
+               "dead (a stale cached reader or an in-place writer still uses the old leaf); 'eager-delegation' "
+               "lets a GET take the result of any same-key read in flight on its node, also one that read before "
+               "the GET was invoked",
+               choices=("none", "skip-checksum", "entry-decides", "eager-delegation")),
+    )
+
+    @classmethod
+    def footprint(cls, options: dict, capacity: int, key_bytes: int, value_bytes: int) -> int:
+        """One leaf per key (its 64-byte units), for every key but the rack's sizing slack (1024
+        keys); internal nodes not counted (a lower bound)."""
+        return max(0, int(capacity) - 1024) * leaf_units(int(value_bytes)) * UNIT
+
+    @classmethod
+    def setup(cls, fabric, memory_nodes: list[int], options: dict, capacity: int) -> dict:
+        """The root (a NODE_256 that is never replaced) on the first memory node."""
+        opts = cls.check_options(dict(options or {}), f"system {cls.name!r}")
+        mns = [fabric.node_index(m) for m in memory_nodes]
+        if not mns:
+            raise SystemError_("SMART-ART needs at least one memory node")
+        if len(set(mns)) != len(mns):
+            raise SystemError_(f"SMART-ART: memory node listed twice in {mns}")
+        if len(mns) > 16:
+            raise SystemError_(f"SMART-ART: internal entries name at most 16 memory nodes (mn_id:4); got {len(mns)}")
+        for m in mns:
+            fabric.expose(m)
+        try:
+            root = create_root(fabric, mns[0])
+        except MemoryError as e:
+            raise SystemError_(f"SMART-ART: the root does not fit memory node {mns[0]}: {e}") from None
+        return {
+            "system": cls.name,
+            "format": LAYOUT_FORMAT,
+            "memory_nodes": mns,
+            "root": root,
+            "chunk_bytes": opts["chunk_bytes"],
+            "cache_bytes": opts["cache_bytes"],
+            "local_lock": opts["local_lock"],
+            "full_nodes": opts["full_nodes"],
+            "capacity": int(capacity),
+            "setup_bytes": node_units(NODE_256) * UNIT,
+        }
+
+    @classmethod
+    def memory_use(cls, layout: dict, stats_by_node: dict):
+        """The default (caches, clients' blocks, setup) plus what a bulk load wrote."""
+        use = super().memory_use(layout, stats_by_node)
+        if use is None:
+            return None
+        bulk = max((getattr(r, "bulk_bytes", 0) for recs in stats_by_node.values() for r in recs if r is not None),
+                   default=0)
+        return use._replace(memory_bytes=use.memory_bytes + bulk)
+
+    @classmethod
+    def bulk_load(cls, fabric, layout: dict, pairs) -> None:
+        """Build the tree of ``pairs`` (key bytes, value bytes) straight into the memory nodes, as
+        inserts would have left it up to the order of slots: under the root, per group of keys
+        sharing a prefix, the smallest node type that holds its children, at the depth where they
+        differ (partial = the bytes in between); one leaf per key with its ``rev_ptr`` set. Nodes
+        and leaves go round-robin over the memory nodes. Only into the empty tree ``setup`` made."""
+        mns = layout["memory_nodes"]
+        root = layout["root"]
+        rnode, roff = gaddr_node(root), gaddr_offset(root)
+        host = fabric.memory[rnode].host64
+        if host[roff // 8 + 2: roff // 8 + 2 + 256].any():
+            raise SystemError_("SMART-ART: a bulk load needs the empty tree setup made; this one holds keys")
+        items = []
+        for key, value in pairs:
+            key, value = bytes(key), bytes(value)
+            if len(key) != KEY_BYTES:
+                raise KeySizeError(f"SMART-ART keys are exactly {KEY_BYTES} bytes; got {len(key)}")
+            if len(value) > MAX_VALUE:
+                raise ValueTooLarge(f"SMART-ART values are at most {MAX_VALUE} bytes; got {len(value)}")
+            items.append((key, value))
+        items.sort(key=lambda kv: kv[0])
+        for a, b in zip(items, items[1:]):
+            if a[0] == b[0]:
+                raise SystemError_(f"SMART-ART: bulk load of key {a[0]!r} twice")
+        mn_id = {n: i for i, n in enumerate(mns)}
+        total = 0
+        turn = 0
+
+        def place(nbytes: int) -> int:
+            nonlocal turn, total
+            node = mns[turn % len(mns)]
+            turn += 1
+            try:
+                off = fabric.allocate(node, nbytes)
+            except MemoryError as e:
+                raise SystemError_(f"SMART-ART: bulk load: {e}") from None
+            total += nbytes
+            return gaddr(node, off)
+
+        def write(addr: int, raw: bytes) -> None:
+            off = gaddr_offset(addr)
+            fabric.memory[gaddr_node(addr)].host[off:off + len(raw)] = memoryview(raw)
+
+        def leaf_entry(byte: int, addr: int) -> int:
+            return encode_leaf_entry(byte, mn_id[gaddr_node(addr)], gaddr_offset(addr))
+
+        def build(group, lo: int, hi: int, pd: int, byte: int, entry_addr: int) -> int:
+            """The entry (for key byte ``byte`` under a node at depth ``pd``) of keys lo..hi-1."""
+            if hi - lo == 1:
+                key, value = group[lo]
+                units = leaf_units(len(value))
+                addr = place(units * UNIT)
+                write(addr, leaf_image(key, value, units, entry_addr))
+                return leaf_entry(byte, addr)
+            first, last = group[lo][0], group[hi - 1][0]
+            j = first_difference(first, last, pd + 1)
+            children = []                              # (byte, lo, hi)
+            i = lo
+            while i < hi:
+                b = group[i][0][j]
+                k = i
+                while k < hi and group[k][0][j] == b:
+                    k += 1
+                children.append((b, i, k))
+                i = k
+            t = type_for(len(children))
+            addr = place(node_units(NODE_256 if layout.get("full_nodes") else t) * UNIT)
+            slots = [0] * (1 << (t + 1))
+            for n, (b, clo, chi) in enumerate(children):
+                slot = b if t == NODE_256 else n
+                slots[slot] = build(group, clo, chi, j, b, addr + ENTRIES_OFF + 8 * slot)
+            img = NodeImage(addr, t, entry_addr, encode_header(j, t, first[pd + 1:j]), slots)
+            write(addr, img.pack())
+            return encode_entry(byte, mn_id[gaddr_node(addr)], t, gaddr_offset(addr))
+
+        i = 0
+        entries = {}
+        while i < len(items):
+            b = items[i][0][0]
+            k = i
+            while k < len(items) and items[k][0][0] == b:
+                k += 1
+            entries[b] = build(items, i, k, 0, b, root + ENTRIES_OFF + 8 * b)
+            i = k
+        # counted where the clients' records can say it (the compute node that ran the load
+        # holds this layout dict; System.memory_use takes the largest record's figure)
+        layout["bulk_bytes"] = int(layout.get("bulk_bytes", 0)) + total
+        for b, e in entries.items():                   # the root's entries last: a walker finds whole subtrees
+            host[roff // 8 + 2 + b] = e
+
+    @classmethod
+    def client(cls, fabric, layout: dict, thread, options: dict) -> SmartArtClient:
+        if layout.get("system") != cls.name or layout.get("format") != LAYOUT_FORMAT:
+            raise SystemError_(f"SMART-ART: layout is not a SMART-ART layout of format {LAYOUT_FORMAT}: "
+                               f"{layout.get('system')!r}/{layout.get('format')!r}")
+        return SmartArtClient(fabric, layout, thread, cls.check_options(dict(options or {}), f"system {cls.name!r}"))
