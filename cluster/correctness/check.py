@@ -219,11 +219,12 @@ def run(system: str, *, options: dict | None = None, quick: bool = False, heavy:
     t0 = time.perf_counter()
     with Sweep(f"check {system}", ["conformance suite", "process stress"]) as sweep:
         outcomes = run_suite(system, options=options, heavy=heavy, progress=sweep.part("conformance suite"))
-        sweep.part("process stress")("stress on a rack of processes (history recorded)")
+        stress_part = sweep.part("process stress")
+        stress_part("stress on a rack of processes (history recorded)")
         shape = cls.heavy_stress(HEAVY) if heavy else QUICK if quick else StressShape()
         result, sup = stress_processes(system, options, seed=seed, shape=shape)
         if trace is not None:
-            status.update(f"[bold]check {system}[/]: a co-located run of the stress, traced")
+            stress_part("a co-located run of the stress, traced")
             doc = trace_stress(system, options, trace[0], trace[1], seed=seed, shape=shape,
                                history=sup.history_ops, result=result)
     passed = all(o.passed for o in outcomes) and result.verdict == "ok"
