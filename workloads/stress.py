@@ -13,7 +13,11 @@ the same key at the same time. ``StressWorkload`` is the opposite, on purpose:
   taken thousands of times in a short run;
 * values are ``workloads.keys.value_bytes`` of at least 16 bytes, so each carries the version of
   the write that produced it: the rack's history records which write a get saw, which is what
-  the linearizability checker (``cluster.correctness.checker``) needs.
+  the linearizability checker (``cluster.correctness.checker``) needs;
+* optionally (a mix naming "scan", for a system with ``supports_scan``), scans of 1..``max_scan``
+  keys from a start key drawn like any other op's, whose recorded (key, version) pairs the
+  checker's scan checks read. A mix without "scan" draws exactly what it drew before scans
+  existed.
 
 It is a drop-in for ``workloads.ycsb.CoreWorkload`` where the rack uses one (the compiled rack's
 ``workloads`` dict, ``nodes.compute.ComputeNode``): the same attributes (``name``,
@@ -21,7 +25,7 @@ It is a drop-in for ``workloads.ycsb.CoreWorkload`` where the rack uses one (the
 with a ``scan`` field, ``expected_new_keys``), ``describe()``, ``key_id``/``load_keys`` and
 ``stream(seed, stream_id, inserts)`` whose ``next_batch(n)`` returns ``(ops int8[n], keys
 int64[n], scan_lengths int32[n])``. Operation codes are the rack's: ``OP_READ`` for get,
-``OP_UPDATE``, ``OP_INSERT`` and ``OP_DELETE = 5``.
+``OP_UPDATE``, ``OP_INSERT``, ``OP_SCAN`` and ``OP_DELETE = 5``.
 
 Generation is vectorised numpy over the jitted generators of ``workloads.generators`` (uniform,
 YCSB's zipfian, ``fnvhash64``), each stream owning explicit xoshiro state from ``rng_state``: a
@@ -46,7 +50,7 @@ from workloads.properties import WorkloadError
 from workloads.ycsb import InsertSequence, LocalInsertSequence
 
 __all__ = ["StressWorkload", "StressStream", "StressStreamStats", "StressProportions", "OP_READ", "OP_UPDATE",
-           "OP_INSERT", "OP_SCAN", "OP_DELETE", "MIX_OPS", "DEFAULT_MIX", "decode_value"]
+           "OP_INSERT", "OP_SCAN", "OP_DELETE", "MIX_OPS", "DEFAULT_MIX", "MAX_SCAN", "decode_value"]
 
 # Matches nodes.compute.OP_DELETE and cluster.stats' "delete" kind (index 5 of its kinds): the
 # workloads package may not import nodes or cluster, so the number is repeated here.
