@@ -438,6 +438,7 @@ def test_good_scan_has_no_problems():
     h = [put(1, 5, 1, 0, 10), put(1, 8, 2, 20, 30), scan(2, 4, 3, [(5, 1), (8, 2)], 40, 50)]
     r = check(h)
     assert r.verdict == "ok" and r.scan_problems == () and r.statistics().scans == 1
+    assert r.summary().startswith("linearizable: 3 operations (1 scan) on 2 keys in ")
     # a concurrent write may be seen: invoked before the scan returned
     h = [put(1, 5, 1, 0, 100), scan(2, 0, 3, [(5, 1)], 40, 50)]
     assert check(h).scan_problems == ()

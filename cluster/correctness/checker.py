@@ -542,7 +542,9 @@ class CheckResult:
         return self.stats
 
     def summary(self) -> str:
-        took = f"{self.ops:,} operations on {self.keys:,} keys in {_secs(self.elapsed_s)}"
+        scans = self.stats.scans if self.stats is not None else 0
+        took = (f"{self.ops:,} operations" + (f" ({scans:,} scan{'s' if scans != 1 else ''})" if scans else "")
+                + f" on {self.keys:,} keys in {_secs(self.elapsed_s)}")
         if self.verdict == "ok":
             return f"linearizable: {took}"
         if self.verdict == "illegal":
