@@ -383,12 +383,20 @@ def collect_history(state: RackState) -> list:
                         f"checked (an unrecorded write could explain any read); record fewer operations")
     ops = []
     for i in range(log.n_procs):
-        for r in log.records(i).tolist():
+        rows = log.records(i).tolist()
+        try:
+            scans = h.scan_results(rows)
+        except ValueError as e:
+            raise RackError(f"the history of {state.compiled.compute[i]}: {e}") from None
+        for slot, r in enumerate(rows):
+            if r[h.R_KIND] == h.SCAN_ITEM:
+                continue                # part of a scan's result (nodes/history.py)
             kind = h.KINDS[r[h.R_KIND]]
             ret = None if r[h.R_RET] == h.NONE else r[h.R_RET]
             value = None if r[h.R_VALUE] == h.NONE else r[h.R_VALUE]
             ok = None if ret is None else bool(r[h.R_OK])
             ops.append(Op(client=r[h.R_CLIENT], kind=kind, key=r[h.R_KEY], value=value, ok=ok, call=r[h.R_CALL],
-                          ret=ret, call_real=r[h.R_CALL_REAL] / 1e9,
+                          ret=ret, result=scans.get(slot, ()) if kind == "scan" else (),
+                          call_real=r[h.R_CALL_REAL] / 1e9,
                           ret_real=None if ret is None else r[h.R_RET_REAL] / 1e9))
     return ops

@@ -425,7 +425,7 @@ class ComputeNode:
             elif op == OP_DELETE:
                 ok = yield from self._delete(t, c, kid, ks)
             elif op == OP_SCAN:
-                got = yield from self.clients[t].scan(self.coroutines[t][c], key_bytes(kid, ks), n)
+                got = yield from self._scan(t, c, kid, ks, n)
                 ok = len(got) > 0
             elif op == OP_RMW:
                 # YCSB's read-modify-write is a read and then a write, not an atomic operation
@@ -458,6 +458,22 @@ class ComputeNode:
         if h is not None:
             seen = decode_value(got, kid) if got is not None else None
             h.complete(slot, True, env.now, None if got is None else (seen[1] if seen else GARBAGE))
+        return got
+
+    def _scan(self, t: int, c: int, kid: int, ks: int, n: int):
+        """A scan of ``n`` from ``kid``; recorded as a scan and its (key id, version) pairs: the
+        key id is the key's first 8 bytes (little-endian, workloads.keys), the version that of
+        the value (GARBAGE if the bytes are not a value of that key)."""
+        h, env = self.history, self.env
+        slot = h.invoke(self._client_id(t, c), "scan", kid, n, env.now) if h is not None else -1
+        got = yield from self.clients[t].scan(self.coroutines[t][c], key_bytes(kid, ks), n)
+        if h is not None:
+            pairs = []
+            for key, value in got:
+                k = int.from_bytes(bytes(key[:8]), "little")
+                seen = decode_value(value, k) if value is not None else None
+                pairs.append((k, seen[1] if seen else GARBAGE))
+            h.complete_scan(slot, env.now, pairs)
         return got
 
     def _write(self, kind: str, t: int, c: int, kid: int, ks: int, vs: int):

@@ -13,6 +13,19 @@ Values are identified by *versions*: every write of the rack writes a unique ver
 the value bytes (``workloads.keys.value_bytes``), so a read records which write it saw. Values
 shorter than 16 bytes cannot carry a version, so histories need ``valuesize >= 16``.
 
+A scan's result is variable-length, so it is recorded as the scan's own record (kind "scan":
+key = the start key id, value = the requested count) plus one *scan-item* record per (key,
+version) pair returned, appended to the same region when the scan returns (other coroutines of
+the process may have appended records since the scan was invoked, so items are linked to their
+scan by slot, not by position). An item record holds: client, kind "scan-item", key = the
+returned key id, value = the version (GARBAGE for bytes that are not a value of that key),
+ok = the item's position j in the result, call = the slot of its scan record, ret = the number
+of items of that scan, seq = its own slot. Every item is published before the scan record's
+return time is set, so a scan record with a return time has all its items. If the region fills
+up part-way through the items, the overflow flag is set and the scan record is left without a
+return time (as for any operation the region could not take): an overflowed region is refused
+by the merge anyway. :func:`scan_results` rebuilds the results from the records.
+
 A region that fills up sets its overflow flag and stops recording; a truncated history cannot be
 checked (an unrecorded write could explain any read), which the merge reports.
 """
@@ -32,9 +45,17 @@ WORDS = 10
 NONE = -1               # value: none (not found / not applicable); ret: not returned
 UNKNOWN = -1            # ok: not known (crashed)
 GARBAGE = -2            # value: bytes that no write produced (torn or foreign)
-KINDS = ("get", "insert", "update", "put", "delete", "scan")
+KINDS = ("get", "insert", "update", "put", "delete", "scan", "scan-item")
 KIND_CODE = {k: i for i, k in enumerate(KINDS)}
+SCAN_ITEM = KIND_CODE["scan-item"]     # a continuation record of a scan's result (module docstring)
 _HDR = 8                # words per region header: count, overflow
+_MASK64 = (1 << 64) - 1
+
+
+def _signed(x: int) -> int:
+    """A 64-bit key id as the int64 a record holds (ids >= 2**63 wrap to negative)."""
+    x &= _MASK64
+    return x - (1 << 64) if x >= (1 << 63) else x
 
 
 class HistoryStats(NamedTuple):
@@ -106,7 +127,7 @@ class HistoryWriter:
         r = self._rec[i]
         r[R_CLIENT] = client
         r[R_KIND] = KIND_CODE[kind]
-        r[R_KEY] = key if key < (1 << 63) else key - (1 << 64)
+        r[R_KEY] = _signed(key)
         r[R_VALUE] = NONE if value is None else value
         r[R_OK] = UNKNOWN
         r[R_CALL] = call_ns
@@ -127,3 +148,66 @@ class HistoryWriter:
         r[R_OK] = 1 if ok else 0
         r[R_RET_REAL] = time.time_ns()
         r[R_RET] = ret_ns               # last: a set return time means a complete record
+
+    def complete_scan(self, slot: int, ret_ns: int, pairs) -> bool:
+        """Record the return of the scan in ``slot`` with its result ``pairs`` of (key id,
+        version): one scan-item record per pair, then the scan's return time (last, so a
+        returned scan has all its items). False (and the overflow flag set, the scan left
+        unreturned) when the region cannot hold every item."""
+        if slot < 0:
+            return False
+        pairs = list(pairs)
+        n = len(pairs)
+        i = int(self._hdr[0])
+        if i + n > self._cap:
+            # write what fits (well-defined: the items are there, the scan is not returned), flag
+            for j, (k, v) in enumerate(pairs[:max(self._cap - i, 0)]):
+                self._item(i + j, slot, j, n, k, v)
+                self._hdr[0] = i + j + 1
+            self._hdr[1] = 1
+            return False
+        for j, (k, v) in enumerate(pairs):
+            self._item(i + j, slot, j, n, k, v)
+            self._hdr[0] = i + j + 1    # publish each item after its row is complete
+        r = self._rec[slot]
+        r[R_OK] = 1
+        r[R_RET_REAL] = time.time_ns()
+        r[R_RET] = ret_ns               # last: a set return time means a complete record and items
+        return True
+
+    def _item(self, i: int, slot: int, j: int, n: int, key: int, version: int) -> None:
+        r = self._rec[i]
+        s = self._rec[slot]
+        r[R_CLIENT] = s[R_CLIENT]
+        r[R_KIND] = SCAN_ITEM
+        r[R_KEY] = _signed(key)
+        r[R_VALUE] = NONE if version is None else version
+        r[R_OK] = j
+        r[R_CALL] = slot
+        r[R_RET] = n
+        r[R_CALL_REAL] = NONE
+        r[R_RET_REAL] = time.time_ns()
+        r[R_SEQ] = i
+
+
+def scan_results(records) -> dict[int, tuple]:
+    """``{slot: ((key, version), ...)}`` for every *returned* scan among ``records`` (rows of one
+    region, as ``HistoryLog.records`` gives them, or their ``tolist()``), from its scan-item
+    records in result order. Raises ValueError if a returned scan's items are missing or
+    inconsistent (a writer bug: items are published before the return time)."""
+    rows = records.tolist() if hasattr(records, "tolist") else records
+    items: dict[int, list] = {}
+    for r in rows:
+        if r[R_KIND] == SCAN_ITEM:
+            items.setdefault(r[R_CALL], []).append(r)
+    out = {}
+    for slot, r in enumerate(rows):
+        if r[R_KIND] != KIND_CODE["scan"] or r[R_RET] == NONE:
+            continue
+        its = sorted(items.get(slot, ()), key=lambda x: x[R_OK])
+        n = its[0][R_RET] if its else 0
+        if [x[R_OK] for x in its] != list(range(n)) or any(x[R_RET] != n for x in its):
+            raise ValueError(f"history record {slot}: a returned scan whose {len(its)} scan-item record(s) are not "
+                             f"its complete result (positions {[x[R_OK] for x in its][:8]})")
+        out[slot] = tuple((x[R_KEY], x[R_VALUE]) for x in its)
+    return out

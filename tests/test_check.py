@@ -25,6 +25,15 @@ def test_race_passes_dmrack_check(tmp_path):
     assert verdict["ops"] > 1000 and verdict["keys"] > 10
 
 
+def test_check_with_a_trace_writes_it(tmp_path):
+    """--trace re-runs the stress's first phase co-located and writes its timeline (this used to
+    raise NameError after the stress passed)."""
+    r, verdict = _check("--trace", str(tmp_path / "t.json"), tmp_path=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert verdict["passed"] and f"trace: {tmp_path / 't.json'}" in r.stdout
+    assert json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+
+
 def test_a_race_whose_update_skips_its_cas_fails_loudly(tmp_path):
     """The verdict is the first line; then one unwrapped line per check and a short block per
     failing key (a handful of keys, not a thousand lines); the full explanation is in the report
@@ -97,3 +106,16 @@ def test_a_bulk_load_is_in_the_history_and_checks_linearizable(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert "linearizable" in r.stdout and "NOT" not in r.stdout
     assert sum(1 for _ in open(tmp_path / "h.jsonl")) > 2000
+
+
+def test_the_stress_mix_has_scans_only_where_the_system_has_them():
+    from cluster.correctness.check import SCAN_SHARE, StressShape, stress_mix, stress_workloads
+    from nodes.systems import get_system
+    from workloads.stress import DEFAULT_MIX
+    assert stress_mix(get_system("race")) is None
+    wls = stress_workloads(get_system("race"), StressShape())
+    assert wls["default"].mix == {**DEFAULT_MIX, "scan": 0.0} and wls["zipf"].distribution == "zipfian"
+    wls = stress_workloads(get_system("sherman"), StressShape())
+    for wl in wls.values():
+        assert abs(wl.proportions.scan - SCAN_SHARE) < 1e-12
+        assert abs(wl.mix["get"] - DEFAULT_MIX["get"] * (1 - SCAN_SHARE)) < 1e-12

@@ -438,6 +438,7 @@ def test_good_scan_has_no_problems():
     h = [put(1, 5, 1, 0, 10), put(1, 8, 2, 20, 30), scan(2, 4, 3, [(5, 1), (8, 2)], 40, 50)]
     r = check(h)
     assert r.verdict == "ok" and r.scan_problems == () and r.statistics().scans == 1
+    assert r.summary().startswith("linearizable: 3 operations (1 scan) on 2 keys in ")
     # a concurrent write may be seen: invoked before the scan returned
     h = [put(1, 5, 1, 0, 100), scan(2, 0, 3, [(5, 1)], 40, 50)]
     assert check(h).scan_problems == ()
@@ -461,6 +462,28 @@ def test_scan_problems(result, count, needle):
     assert any(needle in p for p in r.scan_problems), r.scan_problems
     assert "scan by client 2 at [40, 50]" in r.scan_problems[0]
     assert "scan problem" in r.summary() and "Scan problems:" in r.explain()
+
+
+def test_scan_order_is_key_byte_order():
+    # Keys are the 8 little-endian bytes of their ids, compared as bytes: 256 (00 01 00 ..) sorts
+    # before 1 (01 00 ..), and 2**63 + 1 (stored as the int64 -(2**63) + 1: 01 00 .. 80) right
+    # after 1 -- id order would call both results wrong.
+    from cluster.correctness.checker import key_order
+    big = 1 - (1 << 63)
+    assert key_order(256) < key_order(1) < key_order(big) < key_order(2)
+    assert key_order(big) == key_order((1 << 63) + 1)
+    h = [put(1, 256, 1, 0, 10), put(4, 1, 2, 0, 10), put(5, big, 3, 0, 10), put(6, 2, 4, 0, 10),
+         scan(2, 256, 4, [(256, 1), (1, 2), (big, 3), (2, 4)], 40, 50),
+         scan(3, 1, 4, [(1, 2), (big, 3), (2, 4)], 40, 50)]
+    assert check(h).scan_problems == ()
+    # numeric order is not byte order
+    h = [put(1, 256, 1, 0, 10), put(4, 1, 2, 0, 10), scan(2, 0, 4, [(1, 2), (256, 1)], 40, 50)]
+    assert "not after result[0] key 1" in check(h).scan_problems[0]
+    # "below the start key" in byte order: 256 is below 1, 2 is not below 256
+    h = [put(1, 256, 1, 0, 10), put(4, 2, 2, 0, 10), scan(2, 1, 4, [(256, 1)], 40, 50),
+         scan(3, 256, 4, [(2, 2)], 40, 50)]
+    problems = check(h).scan_problems
+    assert len(problems) == 1 and "key 256 is below the start key 1" in problems[0]
 
 
 def test_failed_insert_does_not_make_a_version_real():

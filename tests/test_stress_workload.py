@@ -139,7 +139,8 @@ def test_the_surface_the_rack_uses():
 
 @pytest.mark.parametrize("kwargs, match", [
     ({"keys": 0}, "keys"),
-    ({"keys": 8, "mix": {"scan": 1}}, "unknown operation 'scan'"),
+    ({"keys": 8, "mix": {"rmw": 1}}, "unknown operation 'rmw'"),
+    ({"keys": 8, "mix": {"scan": 1}, "max_scan": 0}, "max_scan"),
     ({"keys": 8, "mix": {"get": -1, "update": 2}}, "must be a finite number >= 0"),
     ({"keys": 8, "mix": {"get": 0}}, "no operation"),
     ({"keys": 8, "distribution": "latest"}, "uniform, zipfian"),
@@ -164,3 +165,40 @@ def test_mixed_sizes_span_16_to_value_size_and_decode():
     assert len(wl.value_bytes(3, 77)) == wl.value_size_of(3, 77)
     assert "16-1000 B values" in wl.describe()
     assert StressWorkload(16, value_size=1000).value_size_of(3, 77) == 1000
+
+
+# -- scans ---------------------------------------------------------------------------------------
+
+def test_a_mix_without_scans_draws_what_it_drew_before_scans_existed():
+    # Pinned: the first ops/keys of the default mix's stream (seed 1, stream 0), recorded before
+    # "scan" joined MIX_OPS. A mix that does not name "scan" must not move.
+    wl = StressWorkload(64)
+    ops, keys, scans = wl.stream(1, 0).next_batch(12)
+    assert ops.tolist() == PINNED_OPS and keys.tolist() == PINNED_KEYS and not scans.any()
+    with_zero = StressWorkload(64, mix={**DEFAULT_MIX, "scan": 0})
+    o2, k2, s2 = with_zero.stream(1, 0).next_batch(12)
+    assert o2.tolist() == PINNED_OPS and k2.tolist() == PINNED_KEYS and not s2.any()
+    assert with_zero.describe() == wl.describe()
+
+
+def test_scans_in_the_mix():
+    from workloads.stress import OP_SCAN
+    wl = StressWorkload(64, mix={"get": 1, "scan": 1}, max_scan=5)
+    assert wl.proportions.scan == 0.5 and "50% scan (scans of 1-5)" in wl.describe()
+    s = wl.stream(3, 1)
+    ops, keys, scans = s.next_batch(4000)
+    is_scan = ops == OP_SCAN
+    assert 1800 < is_scan.sum() < 2200
+    assert set(scans[is_scan].tolist()) == {1, 2, 3, 4, 5} and not scans[~is_scan].any()
+    assert set(keys.tolist()) <= set(wl.key_ids().tolist())       # start keys from the key space
+    assert s.statistics().scans == int(is_scan.sum())
+    # deterministic, and the keys do not depend on the mix
+    o2, k2, s2 = wl.stream(3, 1).next_batch(4000)
+    assert (o2 == ops).all() and (k2 == keys).all() and (s2 == scans).all()
+    assert (StressWorkload(64).stream(3, 1).next_batch(4000)[1] == keys).all()
+
+
+PINNED_OPS = [0, 0, 5, 5, 1, 1, 1, 0, 0, 0, 0, 5]
+PINNED_KEYS = [6053236810108242522, 3464245635730951458, 8873773035044668275, 8164984352168075964,
+               4409142221109489457, 6641457628077078866, 1699583181824442426, 5817128907606296834,
+               2176826814141900048, 8984750220696046997, 6752434813728457588, 2765047632110736392]

@@ -13,7 +13,11 @@ the same key at the same time. ``StressWorkload`` is the opposite, on purpose:
   taken thousands of times in a short run;
 * values are ``workloads.keys.value_bytes`` of at least 16 bytes, so each carries the version of
   the write that produced it: the rack's history records which write a get saw, which is what
-  the linearizability checker (``cluster.correctness.checker``) needs.
+  the linearizability checker (``cluster.correctness.checker``) needs;
+* optionally (a mix naming "scan", for a system with ``supports_scan``), scans of 1..``max_scan``
+  keys from a start key drawn like any other op's, whose recorded (key, version) pairs the
+  checker's scan checks read. A mix without "scan" draws exactly what it drew before scans
+  existed.
 
 It is a drop-in for ``workloads.ycsb.CoreWorkload`` where the rack uses one (the compiled rack's
 ``workloads`` dict, ``nodes.compute.ComputeNode``): the same attributes (``name``,
@@ -21,7 +25,7 @@ It is a drop-in for ``workloads.ycsb.CoreWorkload`` where the rack uses one (the
 with a ``scan`` field, ``expected_new_keys``), ``describe()``, ``key_id``/``load_keys`` and
 ``stream(seed, stream_id, inserts)`` whose ``next_batch(n)`` returns ``(ops int8[n], keys
 int64[n], scan_lengths int32[n])``. Operation codes are the rack's: ``OP_READ`` for get,
-``OP_UPDATE``, ``OP_INSERT`` and ``OP_DELETE = 5``.
+``OP_UPDATE``, ``OP_INSERT``, ``OP_SCAN`` and ``OP_DELETE = 5``.
 
 Generation is vectorised numpy over the jitted generators of ``workloads.generators`` (uniform,
 YCSB's zipfian, ``fnvhash64``), each stream owning explicit xoshiro state from ``rng_state``: a
@@ -46,27 +50,30 @@ from workloads.properties import WorkloadError
 from workloads.ycsb import InsertSequence, LocalInsertSequence
 
 __all__ = ["StressWorkload", "StressStream", "StressStreamStats", "StressProportions", "OP_READ", "OP_UPDATE",
-           "OP_INSERT", "OP_SCAN", "OP_DELETE", "MIX_OPS", "DEFAULT_MIX", "decode_value"]
+           "OP_INSERT", "OP_SCAN", "OP_DELETE", "MIX_OPS", "DEFAULT_MIX", "MAX_SCAN", "decode_value"]
 
 # Matches nodes.compute.OP_DELETE and cluster.stats' "delete" kind (index 5 of its kinds): the
 # workloads package may not import nodes or cluster, so the number is repeated here.
 OP_DELETE = 5
 
-# The mix names, in the order the operation draw walks them, and their rack op codes.
-MIX_OPS = ("get", "insert", "update", "delete")
-_MIX_CODE = {"get": OP_READ, "insert": OP_INSERT, "update": OP_UPDATE, "delete": OP_DELETE}
+# The mix names, in the order the operation draw walks them, and their rack op codes. "scan" is
+# last, so a mix without scans walks (and draws) exactly as before scans existed.
+MIX_OPS = ("get", "insert", "update", "delete", "scan")
+_MIX_CODE = {"get": OP_READ, "insert": OP_INSERT, "update": OP_UPDATE, "delete": OP_DELETE, "scan": OP_SCAN}
+MAX_SCAN = 16
 DEFAULT_MIX = {"get": 0.4, "insert": 0.2, "update": 0.2, "delete": 0.2}
 DISTRIBUTIONS = ("uniform", "zipfian")
 
 # Salts of the two random streams of one (seed, stream_id); any distinct non-zero constants.
 _KEY_SALT = 0x5EED_C0DE
 _ARRIVAL_SALT = 0xA7721BA2
+_SCAN_SALT = 0x5CA71E57
 _TWO53 = float(1 << 53)
 
 
 class StressProportions(NamedTuple):
     """The normalised mix, with CoreWorkload's field names (``read`` is get) plus ``delete``;
-    ``scan`` and ``rmw`` are always 0. Indexing by op code works: ``p[OP_DELETE]``."""
+    ``rmw`` is always 0. Indexing by op code works: ``p[OP_DELETE]``."""
     read: float
     update: float
     insert: float
@@ -83,13 +90,17 @@ class StressStreamStats(NamedTuple):
     deletes: int
     batches: int
     insert_claims: int    # insert-sequence numbers claimed (one per insert, see StressStream)
+    scans: int = 0
 
 
 class StressWorkload:
-    """Gets/inserts/updates/deletes over ``keys`` records (see the module docstring).
+    """Gets/inserts/updates/deletes (and scans) over ``keys`` records (see the module docstring).
 
-    ``mix`` maps any of get/insert/update/delete to a non-negative weight (normalised; missing
-    names weigh 0). ``distribution`` is "uniform" or "zipfian" (YCSB's ZipfianGenerator over the
+    ``mix`` maps any of get/insert/update/delete/scan to a non-negative weight (normalised;
+    missing names weigh 0). A scan starts at a key drawn like any other op's and asks for a
+    count drawn uniformly from 1..``max_scan``, from a random stream of its own: a mix without
+    "scan" draws exactly what it drew before scans existed. Scans need a system with
+    ``supports_scan`` (the rack refuses the step otherwise). ``distribution`` is "uniform" or "zipfian" (YCSB's ZipfianGenerator over the
     records, record 0 the most popular, ``zipfian_constant`` default 0.99). ``hashed`` makes key
     ids ``fnvhash64(record)`` (YCSB's insertorder=hashed) so that a system's hashing or ordering
     sees ids spread over 64 bits; ``False`` keeps them 0..keys-1. ``seed`` is the default seed of
@@ -98,7 +109,7 @@ class StressWorkload:
     def __init__(self, keys: int, mix: Mapping[str, float] | None = None, distribution: str = "uniform", *,
                  key_size: int = 8, value_size: int = 32, zipfian_constant: float = g.ZIPFIAN_CONSTANT,
                  hashed: bool = True, seed: int = 0, operationcount: int = 0, target: float = 0.0,
-                 mixed_sizes: bool = False, name: str = "stress"):
+                 mixed_sizes: bool = False, max_scan: int = MAX_SCAN, name: str = "stress"):
         if isinstance(keys, bool) or not isinstance(keys, (int, np.integer)) or keys < 1:
             raise WorkloadError(f"{name}: keys = {keys!r}: must be an integer >= 1")
         mix = dict(DEFAULT_MIX if mix is None else mix)
@@ -121,6 +132,8 @@ class StressWorkload:
             # versions a history cannot say which write a get saw: the whole point of this workload.
             raise WorkloadError(f"{name}: value_size = {value_size}: must be >= 16 bytes so that values carry "
                                 f"their write's version")
+        if isinstance(max_scan, bool) or not isinstance(max_scan, (int, np.integer)) or max_scan < 1:
+            raise WorkloadError(f"{name}: max_scan = {max_scan!r}: must be an integer >= 1")
         if not (isinstance(target, (int, float)) and math.isfinite(target) and target >= 0):
             raise WorkloadError(f"{name}: target = {target!r}: must be a finite number >= 0")
         self.name = name
@@ -134,9 +147,10 @@ class StressWorkload:
         self.zipfian_constant = float(zipfian_constant)
         self.hashed = bool(hashed)
         self.seed = int(seed)
+        self.max_scan = int(max_scan)
         self.mix = {op: float(mix.get(op, 0.0)) / total for op in MIX_OPS}
         self.proportions = StressProportions(read=self.mix["get"], update=self.mix["update"],
-                                             insert=self.mix["insert"], scan=0.0, rmw=0.0,
+                                             insert=self.mix["insert"], scan=self.mix["scan"], rmw=0.0,
                                              delete=self.mix["delete"])
         # Inserts reuse the key space, so the table never holds more than ``keys`` records: the
         # rack sizes the system for recordcount + expected_new_keys, and there are none.
@@ -156,6 +170,8 @@ class StressWorkload:
     def describe(self) -> str:
         """One line, e.g. "stress: 40% get 20% insert 20% update 20% delete, uniform, 64 keys, ..."."""
         mix = " ".join(f"{self.mix[op] * 100:.4g}% {op}" for op in MIX_OPS if self.mix[op] > 0)
+        if self.mix["scan"] > 0:
+            mix += f" (scans of 1-{self.max_scan})"
         dist = f"zipfian {self.zipfian_constant:g}" if self.distribution == "zipfian" else "uniform"
         parts = [mix, dist, f"{self.keys} keys (inserts and deletes included)", f"{self.key_size} B keys",
                  f"16-{self.value_size} B values" if self.mixed_sizes else f"{self.value_size} B values"]
@@ -226,6 +242,8 @@ class StressStream:
         self.rng = rng_state(seed, stream_id)                    # which operation
         self.key_rng = rng_state(seed, stream_id, _KEY_SALT)     # which key
         self._arrival_rng = rng_state(seed, stream_id, _ARRIVAL_SALT)
+        self._scan_rng = rng_state(seed, stream_id, _SCAN_SALT)         # how long a scan
+        self._sip = np.array([1, workload.max_scan], np.int64)          # uniform 1..max_scan
         kind, ip, fp = workload._key_template
         self._kkind, self._kip, self._kfp = kind, ip.copy(), fp.copy()
         # 53-bit uniform integers, turned into doubles in [0, 1) exactly as next_double does.
@@ -237,7 +255,8 @@ class StressStream:
 
     def next_batch(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(ops int8[n], keys int64[n], scan_lengths int32[n])``: codes OP_READ (get),
-        OP_UPDATE, OP_INSERT or OP_DELETE; key ids of the key space; scan lengths all 0."""
+        OP_UPDATE, OP_INSERT, OP_DELETE or OP_SCAN; key ids of the key space (a scan's start
+        key); scan lengths (1..max_scan for a scan, else 0)."""
         n = int(n)
         ops = np.empty(max(n, 0), np.int8)
         keys = np.empty(max(n, 0), np.int64)
@@ -251,6 +270,12 @@ class StressStream:
         g.draw_batch(self._kkind, self.key_rng, self._kip, self._kfp, 0, keys)
         if w.hashed:
             g.fnvhash64_inplace(keys)
+        if w.mix["scan"] > 0:
+            # one length per op, drawn whatever the op, so a stream's lengths do not depend on the mix
+            lengths = np.empty(n, np.int64)
+            g.draw_batch(g.K_UNIFORM, self._scan_rng, self._sip, self._ufp, 0, lengths)
+            is_scan = ops == OP_SCAN
+            scans[is_scan] = lengths[is_scan]
         self._counts += np.bincount(ops, minlength=6)[:6]
         n_ins = int(np.count_nonzero(ops == OP_INSERT))
         claim = self.inserts.next
@@ -268,4 +293,4 @@ class StressStream:
     def statistics(self) -> StressStreamStats:
         c = self._counts.tolist()
         return StressStreamStats(sum(c), c[OP_READ], c[OP_INSERT], c[OP_UPDATE], c[OP_DELETE], self._batches,
-                                 self._claims)
+                                 self._claims, c[OP_SCAN])

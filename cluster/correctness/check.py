@@ -5,7 +5,8 @@ Two parts, both against the one KV interface, so every system gets the same verd
 1. the conformance suite (``cluster/correctness/conformance.py``): single-client semantics, large values,
    load-then-read and co-located concurrent stress with the history checked, in one process;
 2. a stress of a rack of *processes*: two compute nodes whose coroutines hammer a small key space
-   with gets, inserts, updates and deletes, first uniform, then zipfian 0.99 keys, every
+   with gets, inserts, updates and deletes (and, on a system with ``supports_scan``, 10 % scans
+   of 1-16 keys), first uniform, then zipfian 0.99 keys, every
    operation recorded in the shared history; the merged history is then checked for per-key
    linearizability (``cluster/correctness/checker.py``). Real concurrency across OS processes is what finds
    the races a single scheduler cannot produce.
@@ -29,6 +30,9 @@ from typing import NamedTuple
 
 STRESS_KEYS = 64
 HISTORY_CAPACITY = 1 << 20
+#: The share of scans in the stress mix of a system with ``supports_scan`` (the rest: the
+#: default get/insert/update/delete mix); systems without scans run the default mix unchanged.
+SCAN_SHARE = 0.1
 
 
 class StressShape(NamedTuple):
@@ -73,6 +77,25 @@ def with_rack_tables(system, data: dict) -> dict:
     return out
 
 
+def stress_mix(system_cls) -> dict | None:
+    """The StressWorkload mix of the checks for ``system_cls``: None (the default mix) for a
+    system without scans, else the default mix with SCAN_SHARE of scans."""
+    if not getattr(system_cls, "supports_scan", False):
+        return None
+    from workloads.stress import DEFAULT_MIX
+    rest = sum(DEFAULT_MIX.values())
+    return {**DEFAULT_MIX, "scan": rest * SCAN_SHARE / (1.0 - SCAN_SHARE)}
+
+
+def stress_workloads(system_cls, shape: "StressShape") -> dict:
+    """The process stress's two workloads (uniform, then zipfian 0.99), by scenario name."""
+    from workloads.stress import StressWorkload
+    mix = stress_mix(system_cls)
+    return {name: StressWorkload(keys=shape.keys, mix=mix, distribution=dist, value_size=shape.value_size,
+                                 mixed_sizes=shape.mixed_sizes)
+            for name, dist in (("default", "uniform"), ("zipf", "zipfian"))}
+
+
 def stress_scenario(system: str, options: dict, *, seed: int, run_ms: float, compute: int = 2, threads: int = 4,
                     coroutines: int = 4, keys: int = STRESS_KEYS, value_size: int = 32):
     """The process-rack stress: load half the keys, run uniform, then zipfian (as a scenario)."""
@@ -97,19 +120,16 @@ def stress_processes(system: str, options: dict, *, seed: int = 1, run_ms: float
     """Run the stress on a rack of processes; returns (CheckResult, Supervisor)."""
     from cluster.correctness.checker import check
     from cluster.supervisor import Supervisor
-    from workloads.stress import StressWorkload
+    from nodes.systems import get_system
     if run_ms is not None:
         shape = shape._replace(run_ms=run_ms)
     sup = Supervisor(stress_scenario(system, options, seed=seed, run_ms=shape.run_ms, threads=shape.threads,
                                      coroutines=shape.coroutines, keys=shape.keys, value_size=shape.value_size),
                      quiet=True, history=HISTORY_CAPACITY)
     # The YCSB workloads of the scenario only shape the rack; the stress workload drives it: every
-    # op kind on a small key space, so inserts meet existing keys and deletes meet missing ones.
-    wls = sup.compiled.workloads
-    wls["default"] = StressWorkload(keys=shape.keys, distribution="uniform", value_size=shape.value_size,
-                                    mixed_sizes=shape.mixed_sizes)
-    wls["zipf"] = StressWorkload(keys=shape.keys, distribution="zipfian", value_size=shape.value_size,
-                                 mixed_sizes=shape.mixed_sizes)
+    # op kind on a small key space, so inserts meet existing keys and deletes meet missing ones
+    # (and scans, on a system that has them).
+    sup.compiled.workloads.update(stress_workloads(get_system(system), shape))
     status = sup.run()
     if status != 0:
         deaths = "; ".join(f"{d.node} {d.how}" for d in sup.deaths) or sup.stop_reason
@@ -165,17 +185,13 @@ def trace_stress(system: str, options: dict, path: str, bounds, *, seed: int, sh
     named ``violation: key K`` each. Returns the written document."""
     from cluster.rack import ColocatedRack
     from nodes.runtime.trace import violation_events
-    from workloads.stress import StressWorkload
+    from nodes.systems import get_system
     # long enough to hold the window, no longer: the trace is of the first phase's start
     run_ms = min(shape.run_ms, bounds.window_ns / 1e6 + 0.05)
     scen = stress_scenario(system, options, seed=seed, run_ms=run_ms, threads=shape.threads,
                            coroutines=shape.coroutines, keys=shape.keys, value_size=shape.value_size)
     rack = ColocatedRack(scen, trace=bounds)
-    wls = rack.compiled.workloads
-    wls["default"] = StressWorkload(keys=shape.keys, distribution="uniform", value_size=shape.value_size,
-                                    mixed_sizes=shape.mixed_sizes)
-    wls["zipf"] = StressWorkload(keys=shape.keys, distribution="zipfian", value_size=shape.value_size,
-                                 mixed_sizes=shape.mixed_sizes)
+    rack.compiled.workloads.update(stress_workloads(get_system(system), shape))
     rack.run()
     rack.tracer.provenance.update(check=system, options=dict(options), phase_ms=round(run_ms, 6))
     extra = []
@@ -203,11 +219,12 @@ def run(system: str, *, options: dict | None = None, quick: bool = False, heavy:
     t0 = time.perf_counter()
     with Sweep(f"check {system}", ["conformance suite", "process stress"]) as sweep:
         outcomes = run_suite(system, options=options, heavy=heavy, progress=sweep.part("conformance suite"))
-        sweep.part("process stress")("stress on a rack of processes (history recorded)")
+        stress_part = sweep.part("process stress")
+        stress_part("stress on a rack of processes (history recorded)")
         shape = cls.heavy_stress(HEAVY) if heavy else QUICK if quick else StressShape()
         result, sup = stress_processes(system, options, seed=seed, shape=shape)
         if trace is not None:
-            status.update(f"[bold]check {system}[/]: a co-located run of the stress, traced")
+            stress_part("a co-located run of the stress, traced")
             doc = trace_stress(system, options, trace[0], trace[1], seed=seed, shape=shape,
                                history=sup.history_ops, result=result)
     passed = all(o.passed for o in outcomes) and result.verdict == "ok"
@@ -222,7 +239,8 @@ def run(system: str, *, options: dict | None = None, quick: bool = False, heavy:
                f"{report.ops:,} operations checked for linearizability ({result.keys:,} keys in the process "
                f"stress), {report.wall_s:.1f} s")
     stress_name = (f"stress (2 processes x {shape.threads} x {shape.coroutines}, {shape.keys} keys, "
-                   f"{'16-' if shape.mixed_sizes else ''}{shape.value_size} B values, uniform + zipf 0.99)")
+                   f"{'16-' if shape.mixed_sizes else ''}{shape.value_size} B values, uniform + zipf 0.99"
+                   + (f", {SCAN_SHARE:.0%} scans included" if stress_mix(cls) else "") + ")")
     write = report_path or out_dir or not passed
     path = report_path or default_report_path(system, out_dir) if write else None
     if path:

@@ -96,7 +96,9 @@ failure is reduced to those.
 
 Scans are not part of the search (a multi-key read would couple the keys and void
 P-compositionality); they get structural checks instead: order, bounds, count, and no phantom
-(key, version) pairs. See docs/checking.md.
+(key, version) pairs. Order and bounds are in key *byte* order (:func:`key_order`: a key is
+the little-endian bytes of its id, compared as bytes), not numeric id order. See
+docs/checking.md.
 """
 
 from __future__ import annotations
@@ -115,7 +117,7 @@ from typing import Iterable, NamedTuple
 
 __all__ = ["Op", "HistoryError", "CheckResult", "KeyFailure", "Placed", "Blocked", "KeySearchStats",
            "CheckStatistics", "check", "load_jsonl", "dump_jsonl", "validate_op", "synthetic_history",
-           "KINDS"]
+           "KINDS", "key_order"]
 
 KINDS = ("get", "insert", "update", "put", "delete", "scan")
 _WRITES = ("insert", "update", "put")          # kinds whose value is a version written
@@ -540,7 +542,9 @@ class CheckResult:
         return self.stats
 
     def summary(self) -> str:
-        took = f"{self.ops:,} operations on {self.keys:,} keys in {_secs(self.elapsed_s)}"
+        scans = self.stats.scans if self.stats is not None else 0
+        took = (f"{self.ops:,} operations" + (f" ({scans:,} scan{'s' if scans != 1 else ''})" if scans else "")
+                + f" on {self.keys:,} keys in {_secs(self.elapsed_s)}")
         if self.verdict == "ok":
             return f"linearizable: {took}"
         if self.verdict == "illegal":
@@ -1191,6 +1195,17 @@ def _certificate(kops: list[Op], prefer: list[Op], initial) -> tuple[tuple[Op, .
 
 # -- scans -----------------------------------------------------------------------------------
 
+_MASK64 = (1 << 64) - 1
+
+
+def key_order(key: int) -> int:
+    """The rank of key id ``key`` in the order systems keep keys: a key is the 8 little-endian
+    bytes of its id (``workloads.keys.key_bytes``; negative ids are the int64 form of ids >=
+    2**63) and systems compare keys as bytes, so the order is that of the byte-reversed id (ids
+    below 256 keep their numeric order)."""
+    return int.from_bytes((key & _MASK64).to_bytes(8, "little"), "big")
+
+
 def _check_scans(ops: list[Op], scans: list[int], first_write: dict, initial: dict) -> list[str]:
     problems = []
     for i in scans:
@@ -1201,12 +1216,13 @@ def _check_scans(ops: list[Op], scans: list[int], first_write: dict, initial: di
         res = s.result
         if s.value is not None and len(res) > s.value:
             problems.append(f"{head}: returned {len(res)} pairs, more than the {s.value} requested")
+        start = key_order(s.key)
         for j, (k, ver) in enumerate(res):
-            if k < s.key:
-                problems.append(f"{head}: result[{j}] key {k} is below the start key {s.key}")
-            if j and k <= res[j - 1][0]:
+            if key_order(k) < start:
+                problems.append(f"{head}: result[{j}] key {k} is below the start key {s.key} (in key byte order)")
+            if j and key_order(k) <= key_order(res[j - 1][0]):
                 problems.append(f"{head}: result[{j}] key {k} is not after result[{j - 1}] key "
-                                f"{res[j - 1][0]} (keys must be strictly increasing)")
+                                f"{res[j - 1][0]} (keys must be strictly increasing in key byte order)")
             if initial.get(k, _NO) == ver:
                 continue
             t = first_write.get((k, ver))

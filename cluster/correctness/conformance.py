@@ -57,7 +57,7 @@ import traceback
 from collections import OrderedDict
 from typing import Callable, Iterable, NamedTuple
 
-from cluster.correctness.check import HEAVY, StressShape, with_rack_tables
+from cluster.correctness.check import HEAVY, StressShape, stress_mix, with_rack_tables
 from nodes.runtime.env import Environment, ProcessError
 from nodes.systems import get_system
 from nodes.systems.api import UnsupportedOperation
@@ -323,8 +323,9 @@ def stress_rack(system, workload, *, compute: int = 2, threads: int = 2, corouti
     c.system = system
     c.workloads["default"] = workload
     # Nothing else compiled from the placeholder needs changing: the load count was given
-    # explicitly, the plan has no scans, and the capacity (recordcount + expected new keys) is the
-    # same for the stress workload, whose inserts never add keys beyond recordcount.
+    # explicitly, the suite gives a workload with scans only to a system with supports_scan (the
+    # compile-time scan check saw the placeholder), and the capacity (recordcount + expected new
+    # keys) is the same for the stress workload, whose inserts never add keys beyond recordcount.
     c.capacity = max(c.capacity, workload.recordcount + workload.expected_new_keys + 1024)
     return rack
 
@@ -653,24 +654,29 @@ HISTORY = StressShape(keys=64, value_size=48, threads=2, coroutines=4, run_ms=1.
 
 def _history_check(system, options: dict, distribution: str, shape: StressShape = HISTORY) -> None:
     """A StressWorkload of ``shape`` (``run_ms``: the run's length) on a co-located rack of two
-    compute nodes; the recorded history must be linearizable."""
+    compute nodes; the recorded history must be linearizable. A system with ``supports_scan``
+    runs the mix with scans (``check.stress_mix``): their results are checked too."""
     from cluster.correctness.checker import check
     from workloads.stress import StressWorkload
-    wl = StressWorkload(shape.keys, distribution=distribution, value_size=shape.value_size,
+    mix = stress_mix(system)
+    wl = StressWorkload(shape.keys, mix=mix, distribution=distribution, value_size=shape.value_size,
                         mixed_sizes=shape.mixed_sizes)
     rack = stress_rack(system, wl, compute=2, threads=shape.threads, coroutines=shape.coroutines,
                        duration_ms=shape.run_ms, options=options)
     results = rack.run()
     ops = rack.history_ops
     _tally(len(ops))
-    writes = sum(1 for op in ops if op.kind != "get" and op.ok)
+    writes = sum(1 for op in ops if op.kind not in ("get", "scan") and op.ok)
     _expect(len(ops) > 500 and writes > 100,
             f"the stress run recorded only {len(ops)} operations ({writes} successful writes): too few to check")
-    kinds = {(op.kind, op.ok) for op in ops if op.kind != "get"}
+    kinds = {(op.kind, op.ok) for op in ops if op.kind not in ("get", "scan")}
     for want in (("insert", True), ("insert", False), ("update", True), ("update", False), ("delete", True),
                  ("delete", False)):
         _expect(want in kinds, f"the stress run never saw a {want[0]} that "
                                f"{'succeeded' if want[1] else 'failed'}: the workload did not exercise that path")
+    if mix is not None:
+        _expect(any(len(op.result) > 1 for op in ops if op.kind == "scan"),
+                "the stress run recorded no scan returning more than one key: the workload did not exercise scans")
     unsupported = sum(n.unsupported for n in rack.nodes)
     _expect(unsupported == 0, f"{unsupported} operations raised UnsupportedOperation")
     del results
