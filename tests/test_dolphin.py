@@ -44,7 +44,7 @@ def test_raw_leaf_is_the_papers_1088_bytes():
     fmt = LeafFormat.of(8)
     assert (fmt.slots, fmt.values_off, fmt.lock_off, fmt.rear_off, fmt.size) == (SLOTS, 552, 1072, 1080, 1088)
     big = LeafFormat.of(1000)
-    assert big.values_off % 64 == 0 and big.slot_bytes % 64 == 0 and big.size <= 17 << 10
+    assert big.values_off % 64 == 0 and big.slot_bytes % 64 == 0 and big.size <= 9 << 10
 
 
 def test_get_is_one_read_and_update_two_round_trips_with_a_warm_cache():

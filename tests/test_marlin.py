@@ -407,8 +407,10 @@ def test_a_client_stopped_inside_a_split_blocks_only_that_leafs_idus(point):
 
 @pytest.mark.parametrize("fault", ["retire-new-item", "smo-skips-drain"])
 def test_deliberate_bugs_are_caught_by_the_checker(fault):
-    with pytest.raises(conformance.ConformanceFailure, match="history_uniform"):
-        conformance.CHECKS["history_uniform"](get_system("marlin"), {"fault": fault})
+    # the zipfian history (the suite's mix has had 10 % scans since dmrack check's stress has
+    # them; its uniform history no longer meets smo-skips-drain's window)
+    with pytest.raises(conformance.ConformanceFailure, match="history_zipfian"):
+        conformance.CHECKS["history_zipfian"](get_system("marlin"), {"fault": fault})
 
 
 def test_spear_constants_and_signed_words():

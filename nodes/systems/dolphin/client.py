@@ -644,21 +644,27 @@ class DolphinClient(KVClient):
         if use_cache and self.cache is not None:
             self.thread.cpu(self._lookup_ns)
             hit = self.cache.lookup(start)
-            if hit is not None and hit.header.depth > 0:
+            # the node must hold the start key's prefix (its partial, which never changes, says so):
+            # a walk caches a node under the prefix of the key that led to it, before it compares
+            # the node's partial with that key
+            if hit is not None and hit.header.depth > 0 and prefix_mismatch(hit.header, start) < 0:
                 depth = hit.header.depth
                 stack = [("node", hit.addr, hit.node_type, True)]
         expect = None                                # the min the next leaf of a split prefix must have
         while stack:
             if stack[-1][0] == "leaf":
                 batch = []
-                # the READs land in the thread's ring buffer: a batch must not wrap it
-                most = max(1, min(4, self.thread.owner.buffer_bytes // (2 * fmt.size)))
+                # the READs land in the thread's ring buffer, which its other coroutines share: a
+                # coroutine keeps its verbs in flight within a sixteenth of it (a leaf at least)
+                most = max(1, min(4, self.thread.owner.buffer_bytes // (16 * fmt.size)))
                 while stack and stack[-1][0] == "leaf" and len(batch) < most:
                     batch.append(stack.pop())
                 hs = [co.read(addr, fmt.size) for _, addr, _ in batch]
                 yield co.sync()
-                for (_, addr, _), h in zip(batch, hs):
-                    raw = bytes(h.data)
+                # copied at once: the READs land in the thread's ring buffer, which the verbs of this
+                # thread's other coroutines reuse while this one waits (a torn leaf read again below)
+                raws = [bytes(h.data) for h in hs]
+                for (_, addr, _), raw in zip(batch, raws):
                     img = LeafImage(fmt, addr, raw, raw[fmt.rear_off])
                     while not img.consistent:
                         self.torn_reads += 1

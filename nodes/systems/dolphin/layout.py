@@ -26,7 +26,7 @@ Two value formats, chosen by the system option ``value_bytes``:
   line n > 0: ``version u16 | data 62``. The value array starts on a line.
 
 Leaf (offsets for the raw format; the line format gives a leaf fewer slots when they are large,
-at most 65 and at least 4 within 16 KiB, and moves ``values``, ``lock`` and the rear version):
+at most 65 and at least 4 within 8 KiB, and moves ``values``, ``lock`` and the rear version):
 
 =====  ===============  ====  ===================================================================
 off    field            size
@@ -69,7 +69,9 @@ LINEN_DATA = 62                      # ... in each further line
 MAX_VALUE_BYTES = 1 << 16            # the line format's u16 length
 #: The line format keeps a leaf within this many bytes by giving it fewer slots (at least
 #: MIN_SLOTS): the paper's leaf is 1 KB, and 65 slots of 1 KB values would make every SMO move 70 KB.
-LINE_LEAF_BUDGET = 16 << 10
+#: Also a bound of the emulator: a thread's coroutines share one 256 KiB ring buffer for the data
+#: of their verbs in flight (shm/coro.py), and 8 coroutines each READing and WRITing a leaf must fit.
+LINE_LEAF_BUDGET = 8 << 10
 MIN_SLOTS = 4
 
 _U64 = (1 << 64) - 1

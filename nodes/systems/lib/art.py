@@ -642,7 +642,11 @@ class ArtTree:
                 return None
             self.fix_rev_ptr(co, child.addr, child.rev_ptr, ea)
             child.rev_ptr = ea
-        if cache is not None:
+        # cached under the prefix it holds: the key's own bytes only if the child's partial matches
+        # them (a child the key leaves at its partial is a prefix split to be, not the key's node; a
+        # later walk that found it under this key's prefix would take it for its own: an insert into
+        # the wrong subtree)
+        if cache is not None and prefix_mismatch(child.header, key) < 0:
             cache.put(key[:child.header.depth], child)
         return child
 
