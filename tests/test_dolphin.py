@@ -204,7 +204,7 @@ def test_leaf_rewrites_need_ascending_lines_unless_written_in_three_steps(profil
     key that is there. Written rear, body, front (the default), it never does."""
     rounds = 12
     with rig(DOLPHIN, compute_threads=4, coroutines=4, profile=profile,
-             options={"value_bytes": 8, "leaf_writes": leaf_writes}) as r:
+             options={"value_bytes": 8, "leaf_writes": leaf_writes, "local_lock": False}) as r:
         for rnd in range(rounds):
             base = (0x33 + rnd) << 56
             for n in range(64):
@@ -231,3 +231,27 @@ def test_leaf_rewrites_need_ascending_lines_unless_written_in_three_steps(profil
         r.each(body)
         assert r.clients[0].statistics().compactions == rounds
         assert bool(misses) == torn, misses[:3]
+
+
+def test_the_local_lock_table_shares_reads_and_combines_writes_of_a_hot_key():
+    with rig(DOLPHIN, compute_threads=4, coroutines=4, options=RAW) as r:
+        k = be(0x42)
+        assert r.op("insert", k, v8(0)) is True
+        vals = [v8(i + 1) for i in range(16)]
+
+        def upd(cl, co, i):
+            return (yield from cl.update(co, k, vals[i]))
+
+        assert r.each(upd) == [True] * 16
+        assert r.op("get", k) in vals
+
+        def get(cl, co, i):
+            return (yield from cl.get(co, k))
+
+        assert len(set(r.each(get))) == 1
+        st = [c.statistics() for c in r.clients]
+        assert sum(s.write_handover for s in st) > 0 and sum(s.read_handover for s in st) > 0
+    with rig(DOLPHIN, compute_threads=4, coroutines=4, options={**RAW, "local_lock": False}) as r:
+        assert r.op("insert", be(0x42), v8(0)) is True
+        assert r.each(lambda cl, co, i: cl.update(co, be(0x42), v8(i + 1))) == [True] * 16
+        assert all(c.statistics().write_handover == 0 for c in r.clients)

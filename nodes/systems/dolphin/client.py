@@ -38,6 +38,7 @@ from nodes.systems.lib.art import (
     KEY_BYTES, NODE_16, ArtTree, build_node, decode_entry, entry_byte, is_frozen, is_leaf_entry,
     node_units, prefix_mismatch, read_leaf_key_at, with_partial,
 )
+from nodes.systems.lib.local_lock import LocalLockTable
 from nodes.systems.lib.radix_cache import RadixCache
 from nodes.systems.lib.spear import Spear
 from nodes.systems.sherman.cache import shared
@@ -83,6 +84,8 @@ class DolphinStats(NamedTuple):
     compactions: int
     special_nodes: int       # special nodes created (a prefix's first split)
     new_leaves: int          # leaves created for a new 7-byte prefix
+    read_handover: int       # GETs answered by another GET's leaf READ on this compute node
+    write_handover: int      # UPDATEs whose value another UPDATE of this compute node wrote
     cache_hits: int          # walks that started from a cached node (the compute node's cache)
     cache_misses: int
     cache_bytes: int         # bytes the compute node's radix cache holds now
@@ -115,6 +118,10 @@ class DolphinClient(KVClient):
         self.tree = ArtTree(layout["root"], mns, self.alloc, leaf_key=read_leaf_key_at(MIN_OFF), retry_ns=RETRY_NS)
         self.leaf_writes = options.get("leaf_writes", layout.get("leaf_writes", "any-order"))
         self.spear = Spear(self.NAME)
+        # read delegation and write combining among this compute node's GETs and UPDATEs of a key
+        self.local = shared(owner, layout["root"], "local_lock", lambda: LocalLockTable(thread.env)) \
+            if options.get("local_lock", True) else None
+        self.read_handover = self.write_handover = 0
         cpu = fabric.profile.cpu
         self._op_ns = int(OP_CYCLES / cpu.ghz)
         self._keys_ns = max(1, int(LINE_CYCLES * (self.fmt.keys_end // 64 + 1) / cpu.ghz))
@@ -129,7 +136,8 @@ class DolphinClient(KVClient):
         return DolphinStats(self.gets, self.inserts, self.updates, self.deletes, self.scans, self.backtracks,
                             self.restarts, self.spear.idu_waits, self.spear.smo_conflicts, self.torn_reads,
                             self.insert_cas_failures, self.leaf_splits, self.compactions, self.special_nodes,
-                            self.new_leaves, self.cache_hits, self.cache_misses,
+                            self.new_leaves, self.read_handover, self.write_handover, self.cache_hits,
+                            self.cache_misses,
                             self.cache.bytes_used if self.cache is not None else 0, self.alloc.used_bytes,
                             self.alloc.chunks)
 
@@ -271,13 +279,22 @@ class DolphinClient(KVClient):
         key = self._key(key)
         self.gets += 1
         self.thread.cpu(self._op_ns)
+        if self.local is not None:
+            return (yield from self.local.read(key, lambda mark: self._remote_get(co, key, mark), self, marks=True))
+        return (yield from self._remote_get(co, key, None))[0]
+
+    def _remote_get(self, co, key: bytes, mark):
+        """Generator: ``(value or None, stamp)``: the get's walk and leaf READs; ``mark`` (the local
+        lock table's, or None) is called right before each leaf READ that may give the answer, and
+        the stamp of the one that did is returned (0 for "absent": nobody takes that early)."""
         kw, k = key_word(key), key_num(key)
         fmt = self.fmt
         loc = yield from self._find(co, key)
         for _ in range(RETRY_LIMIT):
             if not loc.leaf:
-                return None
+                return None, 0
             whole = fmt.size <= WHOLE_LEAF_BYTES
+            stamp = mark() if mark is not None else 0
             img = (yield from self._read_whole(co, loc.leaf)) if whole else (yield from self._read_keys(co, loc.leaf))[0]
             self.thread.cpu(self._keys_ns)
             if not img.consistent:
@@ -290,19 +307,19 @@ class DolphinClient(KVClient):
                 if loc.cached:                       # a stale cached path led to another prefix's leaf
                     loc = yield from self._find_uncached(co, key)
                     continue
-                return None
+                return None, 0
             i = img.find(kw)
             if i < 0:
-                return None
+                return None, 0
             raw = img.raw[fmt.slot_off(i):fmt.slot_off(i) + fmt.slot_bytes] if whole else \
                 (yield from self._read_slot(co, loc.leaf, i))
             if not fmt.slot_written(raw, key):
                 if whole:
-                    return None                      # the key's insert has not written its value: not in yet
+                    return None, 0                   # the key's insert has not written its value: not in yet
                 continue                             # or an SMO moved the key since the keys were READ
             value, ok = fmt.decode_slot(raw, key)
             if ok:
-                return value
+                return value, stamp
             self.torn_reads += 1                     # lines of two updates: read again
         raise SystemError_(f"{self.NAME}: get of {key.hex()} found no consistent leaf after {RETRY_LIMIT} READs")
 
@@ -315,7 +332,7 @@ class DolphinClient(KVClient):
         raise SystemError_(f"{self.NAME}: no stable walk for key {key.hex()}")
 
     # -- Spear, the IDU side -----------------------------------------------------------------------
-    def _idu_enter(self, co, key: bytes, loc: Located):
+    def _idu_enter(self, co, key: bytes, loc: Located, before_read=None):
         """Generator: Spear taken shared on the leaf holding ``key`` (FAA +1 posted with the READ of
         the leaf); ``(loc, image)`` with the image covering the key, or ``(loc, None)`` if no leaf
         holds it (nothing held). A leaf of at most WHOLE_LEAF_BYTES is READ whole, values included
@@ -329,6 +346,8 @@ class DolphinClient(KVClient):
             if not loc.leaf:
                 return loc, None
             lock = loc.leaf + lock_of
+            if before_read is not None:
+                before_read()
             if fmt.size <= WHOLE_LEAF_BYTES:
                 hl = Spear.queue_idu_enter(co, lock)
                 h = co.read(loc.leaf, fmt.size)
@@ -391,8 +410,23 @@ class DolphinClient(KVClient):
         self.fmt.check_value(value, self.NAME)
         self.updates += 1
         self.thread.cpu(self._op_ns)
+        if self.local is not None:
+            return (yield from self.local.write(key, value, lambda take: self._remote_update(co, key, take), self))
+        return (yield from self._remote_update(co, key, lambda: value))
+
+    def _remote_update(self, co, key: bytes, take):
+        """Generator: the update's two round trips. ``take()`` gives the value to write (the local
+        lock table's write combining: the last value handed over); it is called right before each
+        READ of the leaf, because that READ, which finds the key present, is where the update takes
+        effect: a delete that lands between it and the WRITE leaves the WRITE in a tombstoned slot,
+        and an update handed over after that READ must not return True for it."""
         loc = yield from self._find(co, key)
-        loc, img = yield from self._idu_enter(co, key, loc)
+        value = [None]
+
+        def before_read():
+            value[0] = take()
+
+        loc, img = yield from self._idu_enter(co, key, loc, before_read)
         if img is None:
             return False
         i = img.find(key_word(key))
@@ -400,7 +434,7 @@ class DolphinClient(KVClient):
             self._release(co, loc.leaf)
             return False
         failpoint("dolphin.update.found")
-        co.write(loc.leaf + self.fmt.slot_off(i), self.fmt.encode_slot(key, value, self._next_version()))
+        co.write(loc.leaf + self.fmt.slot_off(i), self.fmt.encode_slot(key, value[0], self._next_version()))
         failpoint("dolphin.update.written")
         self._release(co, loc.leaf)
         yield co.sync()

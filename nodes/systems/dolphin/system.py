@@ -35,6 +35,9 @@ class DolphinSystem(System):
         Option("value_bytes", 1024, "largest value a leaf's value slot holds: 8 gives the paper's raw 8-byte "
                "slots (1088-byte leaves; values exactly 8 B, not all zero); any other size gives slots of whole "
                "64-byte lines with per-line versions", minimum=1, maximum=MAX_VALUE_BYTES - 1),
+        Option("local_lock", True, "the local lock table (SMART-ART's, which Dolphin reuses): a compute node's "
+               "concurrent GETs of a key share one leaf READ and its UPDATEs of a key one value WRITE "
+               "(nodes/systems/lib/local_lock.py)"),
         Option("leaf_writes", "any-order", "how an SMO rewrites a leaf readers may be reading without a lock: "
                "'ordered' as the paper (one WRITE, front version first and rear version last, correct only where "
                "a WRITE's lines land in ascending order: cx3-56g, cx5-100g), 'any-order' (rear version, body, "
