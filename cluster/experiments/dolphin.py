@@ -61,6 +61,7 @@ COMPUTE = 4                      # compute nodes (the paper's compute servers)
 MEMORY = 4                       # memory nodes
 THREADS = 18                     # client threads per compute node
 PAPER_ITEMS = 1 << 29            # the paper's 512 M warm-up items ("50 % full" key space)
+PAPER_COMPUTE, PAPER_THREADS = 4, 18
 # items loaded (key space: twice as many); chosen so that --quick runs in under 10 minutes with
 # --jobs 2 on a 2-core machine (docs/dolphin.md, "Reproduction", has the measured times)
 RECORDS = {True: 16_384, False: 65_536}
@@ -132,15 +133,16 @@ def _keys(records: int) -> dict:
 
 
 def scenario(system: str, cache_bytes: int, workloads: dict[str, dict], *, records: int, warm_ms: float,
-             measure_ms: float, compute: int = COMPUTE, memory: int = MEMORY, threads: int = THREADS,
-             seed: int = 1, load: str = "default") -> dict:
+             measure_ms: float, compute: int | None = None, memory: int | None = None,
+             threads: int | None = None, seed: int = 1, load: str = "default") -> dict:
     """A rack of ``system`` with ``cache_bytes`` of index cache per compute node: load the items by
     inserts (as the paper's warm-up; also its LOAD workload), then per named workload (name ->
     its properties, a ``preset`` among them, or a ``trace``) a warm-up run and a measured run."""
-    steps = [{"action": "load", "bulk": False, "workload": load}]
+    compute, memory, threads = compute or COMPUTE, memory or MEMORY, threads or THREADS
+    steps = [{"action": "load", "bulk": False, "workload": "default"}]
     for name in workloads:
-        steps += [{"action": "run", "workload": name, "duration_ms": warm_ms},
-                  {"action": "run", "workload": name, "duration_ms": measure_ms}]
+        steps += [{"action": "run", "workload": _table(name, load), "duration_ms": warm_ms},
+                  {"action": "run", "workload": _table(name, load), "duration_ms": measure_ms}]
     keys = _keys(records)
     tables = {}
     for name, props in workloads.items():
@@ -152,9 +154,15 @@ def scenario(system: str, cache_bytes: int, workloads: dict[str, dict], *, recor
         "memory": {"count": memory, "memory": "256MiB"},
         "system": {"name": system, **system_options(system, cache_bytes)},
         "workload": default,
-        "workloads": {n: t for n, t in tables.items() if n != load},
+        "workloads": {_table(n, load): t for n, t in tables.items() if n != load},
         "step": steps,
     }
+
+
+def _table(name: str, load: str) -> str:
+    """The scenario's name of workload ``name`` (the one loaded is the default workload; a rack's
+    workload may not be named like a preset, "a" or "range-only")."""
+    return "default" if name == load else f"w-{name}"
 
 
 def _step_point(step, window_ms: float | None) -> dict:
@@ -203,13 +211,21 @@ def _point(label: str, system: str, cache_bytes: int, workloads: dict, kw: dict)
 
 def _sizes(quick: bool, records, warm_ms, measure_ms, compute, threads) -> dict:
     warm, win = WINDOWS_MS[quick]
+    compute = compute or COMPUTE
     return {"records": records or RECORDS[quick], "warm_ms": warm if warm_ms is None else warm_ms,
-            "measure_ms": win if measure_ms is None else measure_ms, "compute": compute, "memory": compute,
-            "threads": threads}
+            "measure_ms": win if measure_ms is None else measure_ms, "compute": compute,
+            "memory": MEMORY if compute == COMPUTE else compute, "threads": threads or THREADS}
+
+
+def _paper_shape(kw: dict) -> bool:
+    """Whether a rack has the paper's shape (4 compute nodes x 18 threads): only then do rows carry
+    a published value (a tiny test rack compares with nothing)."""
+    return kw["compute"] == PAPER_COMPUTE and kw["threads"] == PAPER_THREADS
 
 
 def _scale_row(experiment: str, records: int) -> Row:
-    return Row(experiment, f"scale: {records:,} items / 512 M (2^29)", "-", "factor", scale_of(records))
+    # 1 / scale: the factor itself (about 3e-5) would print as 0.00
+    return Row(experiment, f"scale: {records:,} items / 512 M (2^29)", "-", "1 / scale", 1 / scale_of(records))
 
 
 def _ratio(a, b):
@@ -219,7 +235,7 @@ def _ratio(a, b):
 # --- Fig. 6: throughput against the index-cache size --------------------------------------------
 
 def fig6(quick: bool, progress, *, systems=None, records=None, warm_ms=None, measure_ms=None,
-         compute: int = COMPUTE, threads: int = THREADS, cache_mb=CACHE_MB, jobs: int = 1) -> list[Row]:
+         compute: int | None = None, threads: int | None = None, cache_mb=CACHE_MB, jobs: int = 1) -> list[Row]:
     """YCSB A by index-cache size (paper MB, scaled), Sherman, SMART-ART, Dolphin, at zipf 0.99
     (fig6a), zipf 0.8 (fig6b) and uniform (fig6c). Published: Dolphin 1.16x-3.26x the others at
     200 MB; at 800 MB (6a) 1.51x Sherman and 1.32x SMART-ART; Dolphin with 50 MB reaches what the
@@ -238,7 +254,7 @@ def fig6(quick: bool, progress, *, systems=None, records=None, warm_ms=None, mea
             p = next(got)
             for fig in FIG6_SKEWS:
                 mops[(fig, label, mb)] = p[fig]["mops"]
-    paper = compute == COMPUTE and threads == THREADS
+    paper = _paper_shape(kw)
     rows = []
     for fig, (skew, _) in FIG6_SKEWS.items():
         rows.append(_scale_row(fig, n))
@@ -279,7 +295,7 @@ FIG8_WORKLOADS = {"range-only": {"preset": "range-only"}, "range-write": {"prese
 
 
 def _large(quick: bool, progress, *, systems=None, records=None, warm_ms=None, measure_ms=None,
-           compute: int = COMPUTE, threads: int = THREADS, jobs: int = 1) -> dict:
+           compute: int | None = None, threads: int | None = None, jobs: int = 1) -> dict:
     """The racks of fig7 and fig8 (one per system: load, A, C, range-only, range-write), cached
     per arguments since both experiments read them."""
     sysmap = _systems(systems)
@@ -303,7 +319,7 @@ def fig7(quick: bool, progress, *, jobs: int = 1, **kw) -> list[Row]:
     Published: Dolphin 1.25x-1.45x the others on A, p50 5.5 µs (1.4-2.5 µs below the others);
     C: Sherman ~ Dolphin; LOAD: SMART-ART ~1.54x lower, p50 +8 µs."""
     got, sizes = _large(quick, prefixed(progress, "fig7: "), jobs=jobs, **kw)
-    paper = sizes["compute"] == COMPUTE and sizes["threads"] == THREADS
+    paper = _paper_shape(sizes)
     n = sizes["records"]
     rows = [_scale_row("fig7", n),
             Row("fig7", "index cache per compute node, emulated", LARGE_CACHE_MB, "KB",
@@ -357,7 +373,7 @@ def fig8(quick: bool, progress, *, jobs: int = 1, **kw) -> list[Row]:
     22.4x SMART-ART; Marlin 5.11x SMART-ART. range-write: Marlin, SMART-ART and Dolphin slightly up
     from range-only, Sherman slightly down (no values given)."""
     got, sizes = _large(quick, prefixed(progress, "fig8: "), jobs=jobs, **kw)
-    paper = sizes["compute"] == COMPUTE and sizes["threads"] == THREADS
+    paper = _paper_shape(sizes)
     rows = [_scale_row("fig8", sizes["records"])]
     for wl in FIG8_WORKLOADS:
         for label in SYSTEMS:
@@ -398,7 +414,7 @@ def _trace_workload(path: str, records: int) -> dict:
 
 
 def fig9(quick: bool, progress, *, systems=None, records=None, warm_ms=None, measure_ms=None,
-         compute: int = COMPUTE, threads: int = THREADS, trace_rows=None, jobs: int = 1) -> list[Row]:
+         compute: int | None = None, threads: int | None = None, trace_rows=None, jobs: int = 1) -> list[Row]:
     """The synthetic cluster8-like (write-intensive) and cluster9-like (read-only) traces, 2000 MB
     cache (scaled), all four. Published (directions only): cluster8 Dolphin best; cluster9
     Sherman slightly above Dolphin."""
@@ -441,7 +457,7 @@ TABLE2_WORKLOAD = {"warm": {"preset": "c", "requestdistribution": "uniform"}}
 
 
 def table2(quick: bool, progress, *, systems=None, records=None, warm_ms=None, measure_ms=None,
-           compute: int = COMPUTE, threads: int = THREADS, jobs: int = 1) -> list[Row]:
+           compute: int | None = None, threads: int | None = None, jobs: int = 1) -> list[Row]:
     """Compute-node cache for the best performance (MB) and memory-node memory (GB) per index,
     scaled back up to 512 M items. Published (Table II): Sherman 460 MB / 12 GB, Marlin 460 / 26,
     SMART-ART 5200 / 156, Dolphin 320 / 14. Measured with a cache larger than any index after a
