@@ -123,7 +123,7 @@ def test_memory_use_is_read_per_compute_node():
 
     node = lambda name: SimpleNamespace(name=name, system=Fake, layout={"setup_bytes": 1},  # noqa: E731
                                         clients=[SimpleNamespace(statistics=lambda: None)])
-    assert rd._memory(SimpleNamespace(nodes=[node("cn0"), node("cn1")])) == (1000, 3 << 20)
+    assert rd._memory(SimpleNamespace(nodes=[node("cn0"), node("cn1")])) == (1000, 3 << 20, 1)
 
 
 def test_run_writes_json_with_the_scale(tmp_path, monkeypatch):

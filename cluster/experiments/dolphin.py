@@ -189,9 +189,9 @@ def measure(system: str, cache_bytes: int, workloads: dict[str, dict], **kw) -> 
     return out
 
 
-def _memory(rack) -> tuple[float, int] | None:
+def _memory(rack) -> tuple[float, int, int] | None:
     """``System.memory_use`` of the rack after its run: (cache bytes per compute node, memory-node
-    bytes), None when the system's statistics do not carry the fields."""
+    bytes, of which ``setup`` carved), None when the system's statistics do not carry the fields."""
     nodes = rack.nodes
     if not nodes:
         return None
@@ -202,7 +202,8 @@ def _memory(rack) -> tuple[float, int] | None:
     got = use(layout, {n.name: [c.statistics() for c in n.clients] for n in nodes})
     if got is None:
         return None
-    return got.cache_bytes / len(nodes), got.memory_bytes
+    setup = int((layout or {}).get("setup_bytes", 0) or 0)
+    return got.cache_bytes / len(nodes), got.memory_bytes, setup
 
 
 def _point(label: str, system: str, cache_bytes: int, workloads: dict, kw: dict) -> dict:
@@ -474,12 +475,13 @@ def table2(quick: bool, progress, *, systems=None, records=None, warm_ms=None, m
     for label, p in zip(sysmap, got):
         mem = p["memory"]
         pub_mb, pub_gb = PUB_TABLE2[label]
-        cache_b, mem_b = mem if mem is not None else (None, None)
+        cache_b, mem_b, setup_b = mem if mem is not None else (None, None, 0)
         cache_mb[label] = cache_b / scale / (1 << 20) if cache_b is not None else None
         rows.append(Row("table2", label, "512 M items", "CS cache for best performance, MB (scaled up)",
                         cache_mb[label], pub_mb))
+        # what setup carved (roots, lock tables) does not grow with the items: not scaled up
         rows.append(Row("table2", label, "512 M items", "MS memory, GB (scaled up)",
-                        mem_b / scale / (1 << 30) if mem_b is not None else None, pub_gb))
+                        ((mem_b - setup_b) / scale + setup_b) / (1 << 30) if mem_b is not None else None, pub_gb))
         rows.append(Row("table2", label, f"{n:,} items", "CS cache in use, KB (emulated)",
                         cache_b / 1024 if cache_b is not None else None))
         rows.append(Row("table2", label, f"{n:,} items", "MS memory, MB (emulated)",
