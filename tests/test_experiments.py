@@ -37,7 +37,7 @@ def test_find_returns_the_module_declaration():
 
 
 @pytest.mark.parametrize("kind, name, message", [
-    ("reproduce", "shermann", "unknown paper 'shermann'; available: sherman, smart"),
+    ("reproduce", "shermann", "unknown paper 'shermann'; available: dolphin, sherman, smart"),
     ("bench", "nosuch", "unknown suite 'nosuch'; available: devices, speed, verbs, ycsb"),
     ("reproduce", "verbs", "unknown paper 'verbs'"),           # a bench is not a paper
     ("bench", "rows", "unknown suite 'rows'"),                  # a helper declares nothing
