@@ -20,8 +20,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_the_package_declares_the_benches_and_the_papers():
     assert [(e.kind, e.name) for e in available()] == [
-        ("bench", "devices"), ("bench", "speed"), ("bench", "verbs"), ("bench", "ycsb"), ("reproduce", "sherman"), ("reproduce", "smart")]
-    assert [e.name for e in available("reproduce")] == ["sherman", "smart"]
+        ("bench", "devices"), ("bench", "speed"), ("bench", "verbs"), ("bench", "ycsb"), ("reproduce", "dolphin"),
+        ("reproduce", "sherman"), ("reproduce", "smart")]
+    assert [e.name for e in available("reproduce")] == ["dolphin", "sherman", "smart"]
     for e in available():
         assert e.title and callable(e.run) and e.parts and set(e.options) <= set(OPTIONS)
 
@@ -89,7 +90,7 @@ def test_a_new_module_is_a_new_command(tmp_path, monkeypatch, capsys):
         assert written["rows"] == [{"experiment": "fig1", "series": "toy", "x": 1, "metric": "Mops",
                                     "emulated": 1.5, "published": 2.0}]
         assert written["run"]["quick"] is True and written["run"]["parts"] == ["fig1"]
-        assert [e.name for e in available("reproduce")] == ["sherman", "smart", "toypaper"]
+        assert [e.name for e in available("reproduce")] == ["dolphin", "sherman", "smart", "toypaper"]
         with pytest.raises(SystemExit):
             main(["reproduce", "--help"])
         help_text = capsys.readouterr().out
