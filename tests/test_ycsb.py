@@ -554,3 +554,10 @@ def test_keyspace_load_beyond_the_space_is_refused():
     wl = CoreWorkload.preset("a", {"recordcount": 10, "keyspace": 12})
     with pytest.raises(WorkloadError, match="keyspace = 12"):
         wl.load_keys(10, 5)
+
+
+def test_compute_nodes_pack_keys_in_the_workloads_order():
+    from nodes.compute import _packer
+    big = CoreWorkload.preset("a", {"keyorder": "big"})
+    assert _packer(big)(0x0102) == bytes(6) + b"\x01\x02"
+    assert _packer(CoreWorkload.preset("a", {"keysize": 12}))(0x0102) == b"\x02\x01" + bytes(10)
