@@ -348,8 +348,10 @@ def fig7(quick: bool, progress, *, jobs: int = 1, **kw) -> list[Row]:
     gaps = [_diff(m[(o, "A")]["p50_us"], m[("Dolphin", "A")]["p50_us"]) for o in others]
     gaps = [g for g in gaps if g is not None]
     lo, hi = PUB_FIG7_A_P50_GAP if paper else (None, None)
-    rows.append(Row("fig7", "others - Dolphin, YCSB A, min", LARGE_CACHE_MB, "p50 gap µs", min(gaps) if gaps else None, lo))
-    rows.append(Row("fig7", "others - Dolphin, YCSB A, max", LARGE_CACHE_MB, "p50 gap µs", max(gaps) if gaps else None, hi))
+    rows.append(Row("fig7", "others - Dolphin, YCSB A, min", LARGE_CACHE_MB, "p50 gap µs",
+                    min(gaps) if gaps else None, lo))
+    rows.append(Row("fig7", "others - Dolphin, YCSB A, max", LARGE_CACHE_MB, "p50 gap µs",
+                    max(gaps) if gaps else None, hi))
     rows.append(Row("fig7", "Sherman / Dolphin, YCSB C", LARGE_CACHE_MB, "Mops ratio",
                     _ratio(m[("Sherman", "C")]["mops"], m[("Dolphin", "C")]["mops"]), 1.0 if paper else None))
     rows.append(Row("fig7", "Marlin - Dolphin, YCSB C", LARGE_CACHE_MB, "p50 gap µs",
