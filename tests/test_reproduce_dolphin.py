@@ -147,6 +147,13 @@ def test_run_writes_json_with_the_scale(tmp_path, monkeypatch):
     assert scale["metric"] == "1 / scale" and scale["emulated"] == (1 << 29) / 500
 
 
+def test_unregistered_systems_are_one_line(monkeypatch):
+    monkeypatch.setattr(rd, "SYSTEMS", {**ON_SHERMAN, "Dolphin": "no-such-system"})
+    with pytest.raises(ValueError, match="not registered: no-such-system$"):
+        rd.run(quick=True)
+    rd.check_systems({"Dolphin": "sherman"})            # an override that is registered passes
+
+
 def test_registered():
     from cluster.experiments.registry import find
     exp = find("reproduce", "dolphin")

@@ -550,8 +550,22 @@ def setup(quick: bool) -> dict:
                      f"1/scale; {warm:g} ms warm-up + {win:g} ms windows (virtual)"}
 
 
+def check_systems(systems: dict | None = None) -> None:
+    """One line (ValueError) naming the systems of the series that are not registered, before
+    any rack runs."""
+    from nodes.systems import is_known
+    missing = sorted({name for name in _systems(systems).values() if not is_known(name)})
+    if missing:
+        raise ValueError(f"reproduce dolphin needs the systems {', '.join(SYSTEMS.values())}; not registered: "
+                         f"{', '.join(missing)}")
+
+
 def run(only=None, quick: bool = False, json_path: str | None = None, console=None, jobs: int = 1) -> list[Row]:
     from rich.console import Console
+    unknown = [n for n in (only or ()) if n not in EXPERIMENTS]
+    if unknown:
+        raise ValueError(f"unknown experiment {unknown[0]!r}; choose from {', '.join(EXPERIMENTS)}")
+    check_systems()
     console = console or Console()
     s = setup(quick)
     console.print(f"Dolphin reproduction, scaled: {s['scale']}", markup=False, highlight=False)
