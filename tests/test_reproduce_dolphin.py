@@ -5,6 +5,7 @@ docs/dolphin.md)."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -91,7 +92,8 @@ def test_fig7_and_fig8_share_their_racks():
 
 
 def test_fig9_rows(tmp_path):
-    rows = rd.fig9(True, quiet, **TINY, trace_rows=3000)
+    rows = rd.fig9(True, quiet, **TINY, trace_rows=3000, trace_dir=str(tmp_path))
+    assert sorted(os.listdir(tmp_path)) == ["cluster8-600-3000.csv", "cluster9-600-3000.csv"]
     for label in rd.SYSTEMS:
         for trace in rd.TRACES:
             assert any(r.series.startswith(f"{label}, {trace}-like") and r.metric == "Mops" and r.emulated > 0

@@ -433,14 +433,15 @@ def _trace_workload(path: str, records: int) -> dict:
 
 
 def fig9(quick: bool, progress, *, systems=None, records=None, warm_ms=None, measure_ms=None,
-         compute: int | None = None, threads: int | None = None, trace_rows=None, jobs: int = 1) -> list[Row]:
+         compute: int | None = None, threads: int | None = None, trace_rows=None, trace_dir=None,
+         jobs: int = 1) -> list[Row]:
     """The synthetic cluster8-like (write-intensive) and cluster9-like (read-only) traces, 2000 MB
     cache (scaled), all four. Published (directions only): cluster8 Dolphin best; cluster9
     Sherman slightly above Dolphin."""
     sysmap = _systems(systems)
     kw = _sizes(quick, records, warm_ms, measure_ms, compute, threads)
     n = kw["records"]
-    directory = os.path.join(tempfile.gettempdir(), "dmrack-dolphin-traces")
+    directory = trace_dir or os.path.join(tempfile.gettempdir(), "dmrack-dolphin-traces")
     os.makedirs(directory, exist_ok=True)
     paths = make_traces(directory, n, trace_rows or TRACE_ROWS[quick])
     cache = scaled_cache_bytes(LARGE_CACHE_MB, n)
