@@ -496,6 +496,15 @@ WARMUP_RECORDS = 1000
 WARMUP_RUN_MS = 0.2
 
 
+def _warmup_keyspace(overrides) -> dict:
+    """A dense key space (workload property ``keyspace``) wide enough for the warm-up's records."""
+    k = overrides.get("keyspace")
+    try:
+        return {} if k is None or int(k) >= 2 * WARMUP_RECORDS else {"keyspace": 2 * WARMUP_RECORDS}
+    except (TypeError, ValueError):
+        return {}
+
+
 def warmup_scenario(spec: RackSpec) -> Scenario:
     """A tiny co-located scenario with ``spec``'s profile, system, options, QP policy and workloads.
 
@@ -509,7 +518,8 @@ def warmup_scenario(spec: RackSpec) -> Scenario:
     Nothing is killed (a co-located rack has no processes to kill).
     """
     small = {"recordcount": WARMUP_RECORDS, "operationcount": WARMUP_RECORDS}
-    workloads = {name: dataclasses.replace(w, overrides={**w.overrides, **small}, table=f"{w.table} (warm-up)")
+    workloads = {name: dataclasses.replace(w, overrides={**w.overrides, **small, **_warmup_keyspace(w.overrides)},
+                                           table=f"{w.table} (warm-up)")
                  for name, w in spec.workloads.items()}
     compute = dataclasses.replace(spec.compute, count=1, threads=min(2, spec.compute.threads),
                                   coroutines=min(2, spec.compute.coroutines))

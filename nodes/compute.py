@@ -31,6 +31,7 @@ what the fault injection did.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import deque
 from typing import Callable, NamedTuple
@@ -40,7 +41,7 @@ import numpy as np
 from nodes.runtime.env import all_of
 from nodes.systems.api import UnsupportedOperation
 from nodes.history import GARBAGE
-from workloads.keys import decode_value, key_bytes, value_bytes
+from workloads.keys import decode_value, key_packer, value_bytes
 from shm import nic
 from shm.coro import NodeRdma
 from shm.failpoints import ClientCrash
@@ -53,6 +54,16 @@ BATCH = 64                      # operations drawn from a stream at a time, per 
 #: Numeric fields of the clients' statistics() records a node sums and publishes (stats counters).
 CLIENT_COUNTERS = ("bytes_reclaimed", "blocks_reused", "torn_reads")
 _FAILPOINT_RE = re.compile(r"failpoint (\S+)")     # shm.failpoints.ClientCrash's message
+
+
+def _packer(wl):
+    """The workload's key bytes of a key id: its size and (``keyorder``) byte order."""
+    return _packers(wl.key_size, getattr(wl, "key_order", "little"))
+
+
+@functools.lru_cache(maxsize=None)
+def _packers(key_size: int, order: str):
+    return key_packer(key_size, order)
 
 
 class PlanStep(NamedTuple):
@@ -247,7 +258,7 @@ class ComputeNode:
         for j, (t, c) in enumerate(actors):
             mine = keys[j::len(actors)]
             if len(mine):
-                procs.append(self.env.process(self._load_loop(t, c, mine, wl.key_size, vsize),
+                procs.append(self.env.process(self._load_loop(t, c, mine, _packer(wl), vsize),
                                               name=f"{self.name}.load.t{t}c{c}"))
         return all_of(self.env, procs)
 
@@ -259,7 +270,7 @@ class ComputeNode:
         if self.index != 0:
             return
         keys = wl.load_keys(self.loaded_before, step.count)
-        ks, vs = wl.key_size, getattr(wl, "load_value_size", None) or wl.value_size
+        ks, vs = _packer(wl), getattr(wl, "load_value_size", None) or wl.value_size
         h, now = self.history, self.env.now
         client = self._client_id(0, 0)
         given = [0]
@@ -271,7 +282,7 @@ class ComputeNode:
                 if h is not None:
                     h.complete(h.invoke(client, "insert", kid, self._version, now), True, now)
                 given[0] += 1
-                yield key_bytes(kid, ks), value_bytes(kid, self._version, size)
+                yield ks(kid), value_bytes(kid, self._version, size)
 
         self.system.bulk_load(self.fabric, self.layout, pairs())
         record = self.recorder.record
@@ -279,7 +290,7 @@ class ComputeNode:
             record(OP_INSERT, 0, True)
         self.ops += given[0]
 
-    def _load_loop(self, t: int, c: int, keys: np.ndarray, ksize: int, vsize):
+    def _load_loop(self, t: int, c: int, keys: np.ndarray, ksize, vsize):
         env = self.env
         record = self.recorder.record
         try:
@@ -402,7 +413,7 @@ class ComputeNode:
 
     def _do(self, t: int, c: int, wl, op: int, kid: int, n: int, t0: int):
         """One YCSB operation; records its latency from ``t0``."""
-        ks = wl.key_size
+        ks = _packer(wl)                # key id -> key bytes (the workload's key size and byte order)
         # a workload that varies its value sizes (workloads.stress, mixed_sizes) gives a size per write
         vs = wl.value_size_of if getattr(wl, "mixed_sizes", False) else wl.value_size
         if op != OP_SCAN and n > 0 and getattr(wl, "sized_writes", False):
@@ -425,7 +436,7 @@ class ComputeNode:
             elif op == OP_DELETE:
                 ok = yield from self._delete(t, c, kid, ks)
             elif op == OP_SCAN:
-                got = yield from self._scan(t, c, kid, ks, n)
+                got = yield from self._scan(t, c, kid, ks, n, getattr(wl, "key_order", "little"))
                 ok = len(got) > 0
             elif op == OP_RMW:
                 # YCSB's read-modify-write is a read and then a write, not an atomic operation
@@ -451,47 +462,49 @@ class ComputeNode:
     def _client_id(self, t: int, c: int) -> int:
         return (self.index << 16) | (t << 8) | c
 
-    def _get(self, t: int, c: int, kid: int, ks: int):
+    def _get(self, t: int, c: int, kid: int, ks):
         h, env = self.history, self.env
         slot = h.invoke(self._client_id(t, c), "get", kid, None, env.now) if h is not None else -1
-        got = yield from self.clients[t].get(self.coroutines[t][c], key_bytes(kid, ks))
+        got = yield from self.clients[t].get(self.coroutines[t][c], ks(kid))
         if h is not None:
             seen = decode_value(got, kid) if got is not None else None
             h.complete(slot, True, env.now, None if got is None else (seen[1] if seen else GARBAGE))
         return got
 
-    def _scan(self, t: int, c: int, kid: int, ks: int, n: int):
+    def _scan(self, t: int, c: int, kid: int, ks, n: int, order: str = "little"):
         """A scan of ``n`` from ``kid``; recorded as a scan and its (key id, version) pairs: the
-        key id is the key's first 8 bytes (little-endian, workloads.keys), the version that of
-        the value (GARBAGE if the bytes are not a value of that key)."""
+        key id is the key's first 8 bytes in the workload's byte order (workloads.keys), the version
+        that of the value (GARBAGE if the bytes are not a value of that key). The checker orders
+        scan results by key bytes taking ids as little-endian (the stress's keys), so a history of
+        scans over big-endian keys (``keyorder = big``) is not checked for order correctly."""
         h, env = self.history, self.env
         slot = h.invoke(self._client_id(t, c), "scan", kid, n, env.now) if h is not None else -1
-        got = yield from self.clients[t].scan(self.coroutines[t][c], key_bytes(kid, ks), n)
+        got = yield from self.clients[t].scan(self.coroutines[t][c], ks(kid), n)
         if h is not None:
             pairs = []
             for key, value in got:
-                k = int.from_bytes(bytes(key[:8]), "little")
+                k = int.from_bytes(bytes(key[:8]), order)
                 seen = decode_value(value, k) if value is not None else None
                 pairs.append((k, seen[1] if seen else GARBAGE))
             h.complete_scan(slot, env.now, pairs)
         return got
 
-    def _write(self, kind: str, t: int, c: int, kid: int, ks: int, vs: int):
+    def _write(self, kind: str, t: int, c: int, kid: int, ks, vs: int):
         h, env = self.history, self.env
         self._version += 1
         version = self._version
         slot = h.invoke(self._client_id(t, c), kind, kid, version, env.now) if h is not None else -1
         call = self.clients[t].insert if kind == "insert" else self.clients[t].update
         size = vs(kid, version) if not isinstance(vs, int) else vs
-        ok = yield from call(self.coroutines[t][c], key_bytes(kid, ks), value_bytes(kid, version, size))
+        ok = yield from call(self.coroutines[t][c], ks(kid), value_bytes(kid, version, size))
         if h is not None:
             h.complete(slot, ok, env.now)
         return ok
 
-    def _delete(self, t: int, c: int, kid: int, ks: int):
+    def _delete(self, t: int, c: int, kid: int, ks):
         h, env = self.history, self.env
         slot = h.invoke(self._client_id(t, c), "delete", kid, None, env.now) if h is not None else -1
-        ok = yield from self.clients[t].delete(self.coroutines[t][c], key_bytes(kid, ks))
+        ok = yield from self.clients[t].delete(self.coroutines[t][c], ks(kid))
         if h is not None:
             h.complete(slot, ok, env.now)
         return ok

@@ -315,3 +315,20 @@ def test_preset_names_in_a_spec():
         scenario_from_dict({"workload": {"preset": "range"}}, source="t.toml")
     sc = scenario_from_dict({"workload": {"preset": "load", "recordcount": 100}}, source="t.toml")
     assert sc.spec.workload.build().proportions.insert == 1
+
+
+def test_trace_keyspace_gives_dense_big_endian_ids(tmp_path):
+    from workloads.traces import TraceWorkload
+    path = tmp_path / "t.csv"
+    path.write_text("0,a,1,8,1,get,0\n1,b,1,8,1,set,0\n2,c,1,8,1,get,0\n3,a,1,8,1,set,0\n")
+    wl = TraceWorkload(path, {"keyspace": 10, "keyorder": "big", "recordcount": 5})
+    ids = wl.key_ids.tolist()
+    assert len(set(ids)) == 3 and all(1 <= i <= 10 for i in ids)
+    loaded = wl.load_keys(0, 5).tolist()        # a and c (read first), then 3 fillers after the trace's keys
+    assert loaded[:2] == [ids[0], ids[2]] and len(set(loaded)) == 5 and not set(loaded[2:]) & set(ids)
+    assert all(1 <= i <= 10 for i in loaded)
+    assert wl.key_bytes(0x0102) == bytes(6) + b"\x01\x02"
+    _, keys, _ = wl.stream().next_batch(4)
+    assert keys.tolist() == [ids[0], ids[1], ids[2], ids[0]]
+    with pytest.raises(WorkloadError, match="'keyspace' = 2: must be >= the trace's 3 distinct keys"):
+        TraceWorkload(path, {"keyspace": 2})

@@ -458,3 +458,106 @@ def test_yscb_presets_unchanged_by_the_dmrack_ones():
     assert (ops == again[0]).all() and (keys == again[1]).all()
     with pytest.raises(WorkloadError, match="choose one of a, b, c, d, e, f or load, range-only, range-write"):
         CoreWorkload.preset("range")
+
+
+# --- dense key spaces: keyspace and keyorder (dmrack extensions) ----------------------------------
+
+def _feistel_reference(x: int, k: int) -> int:
+    """map_keynum's dense mode in plain Python, from its definition (generators.py)."""
+    from workloads.generators import KP_HALF, KP_KEY0, key_map_params
+    kp = key_map_params(True, k).tolist()
+    half, mask = kp[KP_HALF], (1 << kp[KP_HALF]) - 1
+    m64 = (1 << 64) - 1
+    while True:
+        left, right = (x >> half) & mask, x & mask
+        for r in range(4):
+            z = right ^ kp[KP_KEY0 + r]
+            z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & m64
+            z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & m64
+            z ^= z >> 31
+            left, right = right, left ^ (z & mask)
+        x = (left << half) | right
+        if x < k:
+            return x + 1
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 5, 1000, 4096, 100_003])
+def test_keyspace_is_a_bijection_onto_one_to_k(k):
+    wl = CoreWorkload.preset("a", {"recordcount": (k + 1) // 2, "keyspace": k})
+    ids = wl.load_keys(0, k)
+    assert sorted(ids.tolist()) == list(range(1, k + 1))
+    # the Python path (key_id) and the jitted one (load_keys) agree, and both follow the definition
+    for n in (0, k // 3, k - 1):
+        assert wl.key_id(n) == ids[n] == _feistel_reference(n, k)
+    # past the key space ids go on at record number + 1: distinct, never a loaded id
+    assert wl.key_id(k) == k + 1 and wl.key_id(k + 5) == k + 6
+
+
+def test_keyspace_half_full_and_inserts_take_free_ids():
+    k = 20_000
+    wl = CoreWorkload.preset("a", {"recordcount": k // 2, "keyspace": k, "insertproportion": 0.2,
+                                   "readproportion": 0.4, "updateproportion": 0.4})
+    loaded = wl.load_keys(0, k // 2)
+    assert loaded.min() >= 1 and loaded.max() <= k and len(set(loaded.tolist())) == k // 2
+    # loaded at random positions: each of the 78 blocks of 256 ids (a Dolphin leaf's 7-byte prefix)
+    # holds about half its ids, neither packed at one end nor evenly spaced
+    per_block = np.bincount((loaded - 1) // 256)[:k // 256]
+    assert 90 < per_block.mean() < 166 and per_block.std() > 2
+    assert loaded[:k // 4].max() > k * 0.9           # the first records are not the low ids
+    ops, keys, _ = wl.stream(7, 0).next_batch(5000)
+    assert np.isin(keys[ops != OP_INSERT], loaded).all()
+    new = keys[ops == OP_INSERT]
+    assert len(new) > 0 and not np.isin(new, loaded).any() and new.max() <= k
+    assert new.tolist() == [wl.key_id(k // 2 + i) for i in range(len(new))]
+
+
+@pytest.mark.parametrize("dist", ["zipfian", "uniform"])
+def test_keyspace_request_distributions_map_like_the_load(dist):
+    k = 8192
+    wl = CoreWorkload.preset("c", {"recordcount": k // 2, "keyspace": k, "requestdistribution": dist})
+    plain = CoreWorkload.preset("c", {"recordcount": k // 2, "requestdistribution": dist, "insertorder": "ordered"})
+    _, keys, _ = wl.stream(5, 1).next_batch(4000)
+    _, nums, _ = plain.stream(5, 1).next_batch(4000)       # the same record numbers, unmapped
+    assert keys.tolist() == [wl.key_id(n) for n in nums.tolist()]
+    assert np.isin(keys, wl.load_keys(0, k // 2)).all()
+
+
+def test_keyspace_ordered_is_record_number_plus_one():
+    wl = CoreWorkload.preset("a", {"recordcount": 10, "keyspace": 20, "insertorder": "ordered"})
+    assert wl.load_keys(0, 10).tolist() == list(range(1, 11))
+
+
+def test_keyorder_big_makes_byte_order_numeric():
+    wl = CoreWorkload.preset("a", {"keyorder": "big", "keysize": 16})
+    assert wl.key_bytes(0x0102) == bytes(6) + b"\x01\x02" + bytes(8)
+    ids = [1, 255, 256, 257, 1 << 40, (1 << 62) + 3]
+    assert sorted(ids, key=wl.key_bytes) == ids
+    little = CoreWorkload.preset("a")
+    assert little.key_order == "little" and little.key_bytes(0x0102) == b"\x02\x01" + bytes(6)
+    from workloads.keys import key_packer
+    assert key_packer(16, "big")(0x0102) == wl.key_bytes(0x0102)
+
+
+@pytest.mark.parametrize("props, words", [
+    ({"keyspace": 0}, "'keyspace' = 0: must be >= 1"),
+    ({"keyspace": 999, "recordcount": 1000}, "must be >= recordcount (1000)"),
+    ({"keyspace": "many"}, "must be an integer"),
+    ({"keyorder": "middle"}, "must be one of little, big"),
+])
+def test_keyspace_and_keyorder_errors_are_one_line(props, words):
+    with pytest.raises(WorkloadError) as e:
+        CoreWorkload.preset("a", props)
+    assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_keyspace_load_beyond_the_space_is_refused():
+    wl = CoreWorkload.preset("a", {"recordcount": 10, "keyspace": 12})
+    with pytest.raises(WorkloadError, match="keyspace = 12"):
+        wl.load_keys(10, 5)
+
+
+def test_compute_nodes_pack_keys_in_the_workloads_order():
+    from nodes.compute import _packer
+    big = CoreWorkload.preset("a", {"keyorder": "big"})
+    assert _packer(big)(0x0102) == bytes(6) + b"\x01\x02"
+    assert _packer(CoreWorkload.preset("a", {"keysize": 12}))(0x0102) == b"\x02\x01" + bytes(10)

@@ -198,6 +198,104 @@ def _fill_load_keys(start, hashed, out):
         out[i] = fnvhash64(k) if hashed else k
 
 
+# --- dense key spaces (the workload properties ``keyspace`` and ``insertorder``) -----------------
+#
+# How record numbers become key ids, as an int64 parameter array ``kp`` (see key_map_params):
+#   KM_ORDERED   id = keynum                       (insertorder=ordered, YCSB's)
+#   KM_HASHED    id = fnvhash64(keynum)            (insertorder=hashed, YCSB's default)
+#   KM_DENSE     id = 1 + perm_K(keynum)           (keyspace=K, hashed): a pseudo-random bijection
+#                                                  of 0..K-1 onto the ids 1..K
+#   KM_DENSE_ORD id = 1 + keynum                   (keyspace=K, ordered)
+# In both dense modes a record number >= K gets id keynum + 1: past the key space, but still
+# distinct from every other id, so inserts beyond K never overwrite a key.
+#
+# perm_K is a 4-round Feistel network on 2h bits (2^2h >= K, the smallest even width, at least 2),
+# restricted to 0..K-1 by cycle walking (apply it again until the value is below K; since
+# 2^2h < 4K, fewer than 4 steps on average). A Feistel network is a permutation whatever its round
+# function, and cycle walking of a permutation stays a permutation of the subset, so perm_K is a
+# bijection of 0..K-1; the round function is splitmix64's finaliser keyed by round keys derived from
+# K alone, so the map depends on K only. Why not an affine map (a*keynum + b) mod K: by the
+# three-gap theorem, the first N multiples of a modulo K leave at most three distinct gaps, so
+# loading half the space would fill it in a rigid near-periodic pattern; the Feistel map fills it
+# like a hash (a key's neighbours are loaded independently, each with probability N/K), as
+# Sherman's and Dolphin's benchmarks do (CityHash of i, modulo the key space).
+KM_ORDERED, KM_HASHED, KM_DENSE, KM_DENSE_ORD = range(4)
+KP_MODE, KP_K, KP_HALF, KP_KEY0 = 0, 1, 2, 3
+KP_SIZE = KP_KEY0 + 4
+KEYSPACE_MAX = 1 << 62
+
+
+def key_map_params(hashed: bool = True, keyspace: int | None = None) -> np.ndarray:
+    """The ``kp`` array of :func:`map_keynum` for YCSB's ``insertorder`` (``hashed``) and dmrack's
+    ``keyspace`` (None: YCSB's key ids)."""
+    kp = np.zeros(KP_SIZE, np.int64)
+    if keyspace is None:
+        kp[KP_MODE] = KM_HASHED if hashed else KM_ORDERED
+        return kp
+    k = int(keyspace)
+    if not 1 <= k <= KEYSPACE_MAX:
+        raise ValueError(f"keyspace must be in 1..2^62, got {k}")
+    kp[KP_MODE] = KM_DENSE if hashed else KM_DENSE_ORD
+    kp[KP_K] = k
+    bits = max(2, (k - 1).bit_length())
+    kp[KP_HALF] = (bits + 1) // 2
+    z = k
+    for r in range(4):                      # round keys from K alone, 63 bits (stay positive int64)
+        z = _mix64(z)
+        kp[KP_KEY0 + r] = z & ((1 << 63) - 1)
+    return kp
+
+
+@njit(cache=True)
+def _feistel(x, half, kp):
+    mask = (np.uint64(1) << np.uint64(half)) - np.uint64(1)
+    left = (np.uint64(x) >> np.uint64(half)) & mask
+    right = np.uint64(x) & mask
+    for r in range(4):
+        z = right ^ np.uint64(kp[KP_KEY0 + r])
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+        left, right = right, left ^ (z & mask)
+    return np.int64((left << np.uint64(half)) | right)
+
+
+@njit(cache=True)
+def map_keynum(v, kp):
+    """The key id of record number ``v`` under the key map ``kp`` (see key_map_params)."""
+    mode = kp[KP_MODE]
+    if mode == KM_HASHED:
+        return fnvhash64(v)
+    if mode == KM_ORDERED:
+        return np.int64(v)
+    k = kp[KP_K]
+    if v >= k or v < 0:
+        return np.int64(v) + 1
+    if mode == KM_DENSE_ORD:
+        return np.int64(v) + 1
+    x = np.int64(v)
+    half = kp[KP_HALF]
+    while True:
+        x = _feistel(x, half, kp)
+        if x < k:
+            return x + 1
+
+
+@njit(cache=True)
+def map_keynums_inplace(a, kp):
+    """Record numbers to key ids in place (``map_keynum`` of each)."""
+    if kp[KP_MODE] == KM_ORDERED:
+        return
+    for i in range(a.shape[0]):
+        a[i] = map_keynum(a[i], kp)
+
+
+@njit(cache=True)
+def _fill_mapped_keys(start, kp, out):
+    for i in range(out.shape[0]):
+        out[i] = map_keynum(start + i, kp)
+
+
 # --- zeta and the zipfian kernel ----------------------------------------------------------------
 
 @njit(cache=True)
@@ -621,12 +719,16 @@ def number_generator(distribution: str, lo: int, hi: int, seed: int = 0, stream_
     raise ValueError(f"unknown length distribution {distribution!r}; choose constant, uniform or zipfian")
 
 
-def load_keys(start: int, count: int, hashed: bool = True) -> np.ndarray:
+def load_keys(start: int, count: int, hashed: bool = True, kp: np.ndarray | None = None) -> np.ndarray:
     """Key ids of records ``start .. start+count-1``: fnvhash64 of the record number when
-    ``hashed`` (YCSB's insertorder=hashed), the number itself otherwise."""
+    ``hashed`` (YCSB's insertorder=hashed), the number itself otherwise; with a key map ``kp``
+    (:func:`key_map_params`, e.g. a dense ``keyspace``), ``map_keynum`` of it (``hashed`` unused)."""
     if count < 0:
         raise ValueError(f"count must be >= 0, got {count}")
     out = np.empty(int(count), np.int64)
     if count:
-        _fill_load_keys(int(start), bool(hashed), out)
+        if kp is None:
+            _fill_load_keys(int(start), bool(hashed), out)
+        else:
+            _fill_mapped_keys(int(start), kp, out)
     return out

@@ -4,7 +4,8 @@ YCSB names a record ``"user" + fnvhash64(keynum)`` and fills its fields with ran
 dmrack's systems store binary keys and fixed-size values, so:
 
 * a key is the 8 little-endian bytes of the key id (the hashed record number, see
-  ``CoreWorkload.load_keys``), zero-padded to ``keysize`` bytes. Keys shorter than 8 bytes could
+  ``CoreWorkload.load_keys``), zero-padded to ``keysize`` bytes; with the workload property
+  ``keyorder = big`` the 8 bytes are big-endian, so that byte order is numeric order. Keys shorter than 8 bytes could
   not hold every id, so ``keysize`` below 8 is refused when the workload is validated.
 * a value is deterministic, not random: its 16-byte head is the key id and a version number
   (both little-endian u64), repeated to fill the value. A checker can therefore tell which key
@@ -18,25 +19,45 @@ from __future__ import annotations
 
 import struct
 
-__all__ = ["key_bytes", "value_bytes", "decode_value"]
+__all__ = ["key_bytes", "key_packer", "value_bytes", "decode_value", "KEY_ORDERS"]
 
 _MASK64 = (1 << 64) - 1
 _pack_key = struct.Struct("<Q").pack
+_pack_key_be = struct.Struct(">Q").pack
+KEY_ORDERS = ("little", "big")
 _pack_head = struct.Struct("<QQ").pack
 _unpack_head = struct.Struct("<QQ").unpack_from
 _PADS: dict[int, bytes] = {}
 
 
-def key_bytes(key_id: int, key_size: int = 8) -> bytes:
-    """The key of record ``key_id``: its 8 little-endian bytes, zero-padded to ``key_size``."""
+def key_bytes(key_id: int, key_size: int = 8, order: str = "little") -> bytes:
+    """The key of record ``key_id``: its 8 little-endian bytes (``order="big"``: big-endian, so
+    that byte order is numeric order; the workload property ``keyorder``), zero-padded to
+    ``key_size``."""
+    pack = _pack_key if order == "little" else _pack_key_be
+    if order != "little" and order != "big":
+        raise ValueError(f"key byte order must be one of {', '.join(KEY_ORDERS)}, got {order!r}")
     if key_size == 8:
-        return _pack_key(key_id & _MASK64)
+        return pack(key_id & _MASK64)
     if key_size < 8:
         raise ValueError(f"key_size must be >= 8 bytes to hold a key id, got {key_size}")
     pad = _PADS.get(key_size)
     if pad is None:
         pad = _PADS[key_size] = bytes(key_size - 8)
-    return _pack_key(key_id & _MASK64) + pad
+    return pack(key_id & _MASK64) + pad
+
+
+def key_packer(key_size: int = 8, order: str = "little"):
+    """``key_bytes`` with the size and order fixed: ``f(key_id) -> bytes`` (the compute nodes' hot path)."""
+    if order not in KEY_ORDERS:
+        raise ValueError(f"key byte order must be one of {', '.join(KEY_ORDERS)}, got {order!r}")
+    if key_size < 8:
+        raise ValueError(f"key_size must be >= 8 bytes to hold a key id, got {key_size}")
+    pack = _pack_key if order == "little" else _pack_key_be
+    if key_size == 8:
+        return lambda key_id: pack(key_id & _MASK64)
+    pad = bytes(key_size - 8)
+    return lambda key_id: pack(key_id & _MASK64) + pad
 
 
 def value_bytes(key_id: int, version: int, value_size: int) -> bytes:

@@ -213,6 +213,7 @@ DEFAULTS: dict[str, str] = {
     "zipfianconstant": "0.99",
     "zipfianitems": "10000000000",          # YCSB's ITEM_COUNT, generators.SCRAMBLED_ITEM_COUNT
     "keysize": "8",
+    "keyorder": "little",
     "target": "0",
 }
 
@@ -222,7 +223,11 @@ DEFAULTS: dict[str, str] = {
 # request distribution draws from before hashing them onto the keys: YCSB fixes it at 10^10;
 # SMART's benchmark (MICA's zipf, then FNV) draws from its key count, which makes the hottest key
 # 1/zeta(10^8) = 4.8 % of requests against YCSB's 3.8 %.
-EXTENSIONS = ("keysize", "valuesize", "zipfianconstant", "zipfianitems")
+# ``keyspace`` makes key ids dense (a pseudo-random bijection of the record numbers onto 1..K) and
+# ``keyorder = big`` writes a key id's 8 bytes big-endian, so that byte order is numeric order:
+# Dolphin's leaves cover the keys that share their first 7 bytes, and its benchmark (like
+# Sherman's) loads integer keys into half of a key space [1, K].
+EXTENSIONS = ("keysize", "valuesize", "zipfianconstant", "zipfianitems", "keyspace", "keyorder")
 
 # YCSB properties that mean nothing to a key-value emulator: accepted and ignored, so that YCSB's
 # own files and templates load unchanged.

@@ -36,6 +36,11 @@ clients run closed loop, or open loop at the workload's ``target`` rate.
 
 Keys: a key id is the first 8 bytes (little-endian, top bit cleared) of BLAKE2b of the anonymized
 key's UTF-8 bytes: deterministic, independent of the order keys appear in, and a C-speed hash.
+With ``keyspace = K`` key ids are dense instead, as YCSB's ``keyspace`` makes them: the i-th
+distinct key in order of first appearance gets ``generators.map_keynum(i)`` in 1..K (a fixed
+pseudo-random bijection), filler load records the numbers after the trace's keys; ``keyorder =
+big`` writes key ids big-endian (byte order = numeric order). For indexes whose leaves group
+neighbouring integer keys (Dolphin), hashed 63-bit ids would put every key in a leaf of its own.
 Values: each write carries the row's value size, clamped to ``[minvaluesize, valuesize]``
 (defaults 16 and the largest size in the trace); ``valuesizes = "fixed"`` writes every value at
 ``valuesize`` bytes instead, for experiments with a fixed value size (Dolphin's 8 B). A loaded
@@ -83,7 +88,7 @@ VALUE_SIZES = ("trace", "fixed")
 MIN_VALUE_SIZE = 16                             # default minvaluesize: a value carries its key id and version
 # The properties a trace table takes (besides ``trace`` itself); see docs/workloads.md.
 TRACE_PROPERTIES = ("loop", "limit", "split", "keysize", "valuesize", "minvaluesize", "valuesizes",
-                    "recordcount", "operationcount", "target")
+                    "recordcount", "operationcount", "target", "keyspace", "keyorder")
 
 
 def trace_key_id(key: str) -> int:
@@ -295,6 +300,20 @@ class TraceWorkload:
             raise WorkloadError(f"{where}: valuesizes = 'fixed' needs valuesize (the size of every value)")
         rows = self.rows = read_trace(self.path, self.limit, source=self.path)
         nkeys = len(rows.key_ids)
+        # dense integer keys (the YCSB properties of the same names): the i-th distinct key of the
+        # trace (in order of first appearance) gets generators.map_keynum(i) in 1..keyspace, filler
+        # load records the numbers after the trace's keys; keyorder = big: big-endian key bytes
+        self.keyspace = _prop(props, "keyspace", "int", None, where, lo=1)
+        self.key_order = _prop(props, "keyorder", "choice", "little", where, choices=("little", "big"))
+        if self.keyspace is not None:
+            if self.keyspace < nkeys:
+                raise WorkloadError(f"{where}: property 'keyspace' = {self.keyspace}: must be >= the trace's "
+                                    f"{nkeys} distinct keys")
+            self._kp = g.key_map_params(True, self.keyspace)
+            self.key_ids = g.load_keys(0, nkeys, kp=self._kp)
+        else:
+            self._kp = None
+            self.key_ids = rows.key_ids
         first = np.full(nkeys, -1, np.int64)
         # the first row of each key (rows.keys numbers keys in order of first appearance)
         _, first_rows = np.unique(rows.keys, return_index=True)
@@ -326,7 +345,7 @@ class TraceWorkload:
             ksize[:] = self.value_size
         else:
             ksize = np.clip(np.where(ksize > 0, ksize, self.value_size), self.min_value_size, self.value_size)
-        self._key_size_of = dict(zip(rows.key_ids.tolist(), ksize.tolist()))
+        self._key_size_of = dict(zip(self.key_ids.tolist(), ksize.tolist()))
         self.recordcount = _prop(props, "recordcount", "int", max(1, len(self.preload)), where, lo=1)
         self.operationcount = len(rows.ops)         # one pass; ``operationcount`` in a table is ignored
         self.distinct_keys = nkeys
@@ -342,7 +361,10 @@ class TraceWorkload:
         self._assign: dict[int, np.ndarray] = {}
         self.properties = {"trace": self.path, "loop": self.loop, "limit": self.limit, "split": self.split,
                            "keysize": self.key_size, "valuesize": self.value_size, "minvaluesize": self.min_value_size,
-                           "valuesizes": self.value_sizes, "recordcount": self.recordcount, "target": self.target}
+                           "valuesizes": self.value_sizes, "recordcount": self.recordcount, "target": self.target,
+                           "keyorder": self.key_order}
+        if self.keyspace is not None:
+            self.properties["keyspace"] = self.keyspace
 
     # -- what it is ------------------------------------------------------------------------------
     def describe(self) -> str:
@@ -370,15 +392,18 @@ class TraceWorkload:
         "50 % full")."""
         if start < 0 or count < 0:
             raise ValueError(f"load_keys needs start >= 0 and count >= 0, got start={start} count={count}")
-        pre = self.rows.key_ids[self.preload]
+        pre = self.key_ids[self.preload]
         head = pre[start:start + count]
         if len(head) == count:
             return head.copy()
         lo = max(start, len(pre))
+        if self._kp is not None:       # fillers: the key numbers after the trace's distinct keys
+            return np.concatenate([head, g.load_keys(self.distinct_keys + lo - len(pre), start + count - lo,
+                                                     kp=self._kp)])
         return np.concatenate([head, g.load_keys(lo, start + count - lo, True)])
 
     def key_bytes(self, key_id: int) -> bytes:
-        return key_bytes(key_id, self.key_size)
+        return key_bytes(key_id, self.key_size, self.key_order)
 
     def value_size_of(self, key_id: int, version: int) -> int:
         """A loaded key's value size (its first non-zero size in the trace, clamped); filler keys
@@ -399,7 +424,7 @@ class TraceWorkload:
             return np.arange(client, len(self.rows.ops), clients, dtype=np.int64)
         assign = self._assign.get(clients)
         if assign is None:
-            by_key = (self.rows.key_ids % clients).astype(np.int64)
+            by_key = (self.key_ids % clients).astype(np.int64)
             assign = self._assign[clients] = by_key[self.rows.keys]
         return np.flatnonzero(assign == client)
 
@@ -424,7 +449,7 @@ class TraceStream:
         self.client, self.clients = client, clients
         rows = workload.share(client, clients)
         self._rows = rows
-        self._keys = workload.rows.key_ids[workload.rows.keys[rows]]
+        self._keys = workload.key_ids[workload.rows.keys[rows]]
         self._codes = [workload._codes1[rows], workload._codes2[rows]]
         self._sizes = workload._row_sizes[rows]
         self._pos = 0

@@ -13,7 +13,8 @@ operations, key ids and scan lengths with the semantics of YCSB's ``CoreWorkload
 the operation is drawn from the normalised proportions, the record from the request
 distribution and redrawn until it is one the insert sequence has acknowledged
 (``nextKeynum``), inserts take the next record number from the insert sequence, and record
-numbers become key ids through fnvhash64 unless ``insertorder=ordered`` (``buildKeyName``). The
+numbers become key ids through fnvhash64 unless ``insertorder=ordered`` (``buildKeyName``), or,
+with dmrack's ``keyspace = K``, through a pseudo-random bijection onto 1..K. The
 whole batch except the insert claims is one numba kernel (``generators.stream_batch``), so a
 client spends its time in the emulated system, not in choosing keys.
 
@@ -136,6 +137,8 @@ _SPECS: dict[str, tuple] = {
     "readallfields": ("bool",),
     "writeallfields": ("bool",),
     "keysize": ("int", 8, 1 << 20),
+    "keyspace": ("int", 1, g.KEYSPACE_MAX),
+    "keyorder": ("choice", ("little", "big")),
     "valuesize": ("int", 1, 1 << 30),
     "target": ("float", 0.0, None),
 }
@@ -323,6 +326,15 @@ class CoreWorkload:
         self.read_all_fields = bool(v["readallfields"])
         self.write_all_fields = bool(v["writeallfields"])
         self.key_size = int(v["keysize"])
+        # dmrack's dense key spaces: ids 1..keyspace (generators.key_map_params), and the byte order
+        # of a key's 8 bytes (big: byte order = numeric order, as in Sherman's and Dolphin's keys)
+        self.keyspace = int(v["keyspace"]) if "keyspace" in v else None
+        self.key_order = str(v["keyorder"])
+        if self.keyspace is not None and self.recordcount > self.keyspace:
+            _fail(self._w("keyspace"), "keyspace", self.keyspace,
+                  f"must be >= recordcount ({self.recordcount}): the loaded records need distinct key ids "
+                  f"in 1..keyspace")
+        self._kp = g.key_map_params(self.hashed, self.keyspace)
         self.value_size = int(v["valuesize"]) if "valuesize" in v else self.field_count * self.field_length
         if self.value_size > 1 << 30:
             _fail(self._w("fieldlength"), "fieldlength", self.field_length,
@@ -418,18 +430,22 @@ class CoreWorkload:
 
     # -- keys and values -------------------------------------------------------------------------
     def key_id(self, keynum: int) -> int:
-        """The key id of record number ``keynum`` (YCSB's buildKeyName without the "user")."""
-        return int(fnvhash64(keynum)) if self.hashed else int(keynum)
+        """The key id of record number ``keynum`` (YCSB's buildKeyName without the "user"); with
+        ``keyspace``, its place in 1..keyspace (``generators.map_keynum``)."""
+        return int(g.map_keynum(int(keynum), self._kp))
 
     def load_keys(self, start: int, count: int) -> np.ndarray:
         """Key ids of records ``start .. start+count-1`` (absolute record numbers), for splitting
         the load phase among clients; YCSB's load inserts records insertstart..+insertcount-1."""
         if start < 0 or count < 0:
             raise ValueError(f"load_keys needs start >= 0 and count >= 0, got start={start} count={count}")
-        return g.load_keys(start, count, self.hashed)
+        if self.keyspace is not None and start + count > self.keyspace:
+            raise WorkloadError(f"{self.name}: loading records {start}..{start + count - 1} needs more than "
+                                f"keyspace = {self.keyspace} key ids; raise keyspace or load fewer keys")
+        return g.load_keys(start, count, self.hashed, self._kp)
 
     def key_bytes(self, key_id: int) -> bytes:
-        return key_bytes(key_id, self.key_size)
+        return key_bytes(key_id, self.key_size, self.key_order)
 
     def value_bytes(self, key_id: int, version: int) -> bytes:
         return value_bytes(key_id, version, self.value_size)
@@ -522,8 +538,7 @@ class OpStream:
             claim = self.inserts.next
             for i in np.flatnonzero(ops == OP_INSERT).tolist():
                 keys[i] = claim()
-        if self.workload.hashed:
-            g.fnvhash64_inplace(keys)
+        g.map_keynums_inplace(keys, self.workload._kp)
         self._batches += 1
         return ops, keys, scans
 
