@@ -67,6 +67,8 @@ RUNS = {
     "dmrack reproduce smart": [["reproduce", "smart", "--quick", "--only", "fig4", "--jobs", "2",
                                 "--plot", "{tmp}/plots"]],
     "dmrack reproduce sherman": [["reproduce", "sherman", "--quick", "--only", "skew", "--json", "{tmp}/sherman.json"]],
+    "dmrack reproduce dolphin": [["reproduce", "dolphin", "--quick", "--only", "table2", "--jobs", "2", "--json",
+                                  "{tmp}/dolphin.json"]],
     "dmrack bench devices": [["bench", "devices", "--quick", "--only", "dpa-memory,dma", "--json",
                               "{tmp}/devices.json"]],
     "dmrack bench speed": [["bench", "speed", "--quick", "--only", "verbs", "--json", "{tmp}/speed.json"]],

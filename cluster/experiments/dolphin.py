@@ -115,12 +115,16 @@ def scaled_cache_bytes(paper_mb: float, records: int) -> int:
 def system_options(system: str, cache_bytes: int) -> dict:
     """The [system] options of ``system`` with an index cache of ``cache_bytes`` per compute node:
     Sherman counts internal nodes (``cache_nodes``, at least 1: 0 would turn its cache off),
-    the others take bytes; Dolphin stores the paper's 8-byte values."""
+    the others take bytes; Dolphin stores the paper's 8-byte values; SMART-ART allocates every
+    internal node at NODE_256 size, as SMART's code does (its memory in Table II; reads and the
+    cache still use each node's own size)."""
     if system == "sherman":
         return {"cache_nodes": max(1, cache_bytes // SHERMAN_NODE_BYTES)}
     opts = {"cache_bytes": int(cache_bytes)}
     if system == "dolphin":
         opts["value_bytes"] = 8
+    if system == "smart-art":
+        opts["full_nodes"] = True
     return opts
 
 
