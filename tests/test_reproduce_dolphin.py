@@ -30,7 +30,8 @@ def test_scaling_and_options():
     assert rd.system_options("sherman", 10 * 1088 + 5) == {"cache_nodes": 10}
     assert rd.system_options("sherman", 3) == {"cache_nodes": 1}          # never 0 (no cache)
     assert rd.system_options("dolphin", 5000) == {"cache_bytes": 5000, "value_bytes": 8}
-    assert rd.system_options("smart-art", 5000) == {"cache_bytes": 5000}
+    assert rd.system_options("smart-art", 5000) == {"cache_bytes": 5000, "full_nodes": True}   # SMART's node blocks
+    assert rd.system_options("marlin", 5000) == {"cache_bytes": 5000}
     assert rd.SYSTEMS == {"Sherman": "sherman", "Marlin": "marlin", "SMART-ART": "smart-art", "Dolphin": "dolphin"}
     with pytest.raises(ValueError, match="unknown series"):
         rd._systems({"Shermann": "sherman"})
