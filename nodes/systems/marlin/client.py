@@ -146,18 +146,7 @@ class MarlinClient(ShermanClient):
         addr, parent, _ = yield from self.find_node(co, k, 0)
         mismatches = 0
         for _ in range(RETRY_LIMIT):
-            off = yield from self.read_node(co, addr)
-            hd = Header(self._mv, off)
-            move = self._moved(hd, k)
-            if move == 1:
-                self.sibling_follows += 1
-                self.invalidate(parent)
-                addr, parent = hd.sibling, 0
-                continue
-            if move == 2:
-                self.invalidate(parent)
-                addr, parent, _ = yield from self.find_node(co, k, 0)
-                continue
+            addr, parent, off, hd = yield from self._covering_leaf(co, k, addr, parent)
             r = leaf_probe(self._b64, off >> 3, ks, home)
             line, pending = r & 0xFF, r >> 16
             if line:
@@ -179,6 +168,25 @@ class MarlinClient(ShermanClient):
                 continue
             return None
         raise SystemError_(f"{self.NAME}: get of key {key!r} did not settle after {RETRY_LIMIT} tries")
+
+    def _covering_leaf(self, co, k: int, addr: int, parent: int):
+        """Generator: READ the leaf at ``addr`` and move along the B-link (or walk again) until the
+        leaf READ covers ``k``; ``(addr, parent, off, header)`` of that READ (lock-free: a get or a
+        scan takes no Spear count)."""
+        for _ in range(RETRY_LIMIT):
+            off = yield from self.read_node(co, addr)
+            hd = Header(self._mv, off)
+            move = self._moved(hd, k)
+            if move == 1:
+                self.sibling_follows += 1
+                self.invalidate(parent)
+                addr, parent = hd.sibling, 0
+            elif move == 2:
+                self.invalidate(parent)
+                addr, parent, _ = yield from self.find_node(co, k, 0)
+            else:
+                return addr, parent, off, hd
+        raise SystemError_(f"{self.NAME}: no leaf covering key {k:#x} after {RETRY_LIMIT} moves")
 
     def _mismatch(self, key: bytes, seen: int) -> int:
         self.item_mismatches += 1
@@ -379,18 +387,7 @@ class MarlinClient(ShermanClient):
         addr, parent, _ = yield from self.find_node(co, cursor, 0)
         mismatches = 0
         for _ in range(RETRY_LIMIT):
-            off = yield from self.read_node(co, addr)
-            hd = Header(self._mv, off)
-            move = self._moved(hd, cursor)
-            if move == 1:
-                self.sibling_follows += 1
-                self.invalidate(parent)
-                addr, parent = hd.sibling, 0
-                continue
-            if move == 2:
-                self.invalidate(parent)
-                addr, parent, _ = yield from self.find_node(co, cursor, 0)
-                continue
+            addr, parent, off, hd = yield from self._covering_leaf(co, cursor, addr, parent)
             ents = leaf_entries(self._mv, off)
             self.thread.cpu(self._node_ns)
             need = count - len(out)
