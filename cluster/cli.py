@@ -356,8 +356,9 @@ def _cmd_check(args) -> int:
     if args.out:
         _make_dir(args.out)
     if args.history is not None:
-        if args.option or args.quick or args.heavy or args.seed is not None or args.trace:
-            raise ValueError("--option, --quick, --heavy, --seed and --trace go with --system, not --history")
+        if args.option or args.quick or args.heavy or args.seed is not None or args.trace or args.profile:
+            raise ValueError("--option, --quick, --heavy, --seed, --profile and --trace go with --system, not "
+                             "--history")
         if args.time_limit <= 0:
             raise ValueError(f"--time-limit must be a positive number of seconds, got {args.time_limit:g}")
         return check.check_history_file(args.history, time_limit_s=args.time_limit, console=_console(),
@@ -365,11 +366,14 @@ def _cmd_check(args) -> int:
     if args.quick and args.heavy:
         raise ValueError("--quick and --heavy do not go together: --heavy is the longer, harder stress")
     _check_failpoints()
+    if args.profile is not None:
+        from shm.profile import load_profile
+        load_profile(args.profile)               # an unknown name: one line, exit 2
     options = dict(_parse_set(x) for x in args.option or [])
     bounds = _trace_bounds(args)
     report = check.run(args.system, options=options, quick=args.quick, heavy=args.heavy, seed=args.seed or 1,
                        console=_console(), json_path=args.json, report_path=args.report, out_dir=args.out,
-                       trace=(args.trace, bounds) if bounds is not None else None)
+                       trace=(args.trace, bounds) if bounds is not None else None, profile=args.profile)
     return 0 if report.passed else 1
 
 
@@ -606,6 +610,9 @@ def main(argv=None) -> int:
     ck.add_argument("--heavy", action="store_true",
                     help="a harder stress: 1000-byte values (16 lines), 8 x 8 clients per node on 16 keys")
     ck.add_argument("--seed", type=int, help="random seed")
+    ck.add_argument("--profile", metavar="NAME",
+                    help="the hardware profile of the checks' racks (default cx6-200g, whose multi-line WRITEs land "
+                         "in descending order; see dmrack profiles)")
     ck.add_argument("--json", metavar="PATH", help="also write the verdict as JSON")
     quiet_flag(ck)
     trace_flags(ck, "a co-located run of the stress (and the operations of failing keys)")

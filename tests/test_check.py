@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.test_rack import ROOT
 
 
@@ -119,3 +121,24 @@ def test_the_stress_mix_has_scans_only_where_the_system_has_them():
     for wl in wls.values():
         assert abs(wl.proportions.scan - SCAN_SHARE) < 1e-12
         assert abs(wl.mix["get"] - DEFAULT_MIX["get"] * (1 - SCAN_SHARE)) < 1e-12
+
+
+def test_the_profile_of_the_checks_can_be_chosen():
+    from cluster.correctness import conformance
+    from cluster.correctness.check import stress_scenario
+    from nodes.systems import get_system
+    seen = []
+    token = conformance._PROFILE.set("cx5-100g")
+    try:
+        with conformance.rig(get_system("race")) as r:
+            seen.append(r.fabric.profile.name)
+    finally:
+        conformance._PROFILE.reset(token)
+    with conformance.rig(get_system("race")) as r:
+        seen.append(r.fabric.profile.name)
+    assert seen == ["cx5-100g", "cx6-200g"]
+    (out,) = conformance.run_suite("race", only=["single_client"], profile="cx5-100g")
+    assert out.passed and conformance._PROFILE.get() == "cx6-200g"
+    assert stress_scenario("race", {}, seed=1, run_ms=0.1, profile="cx5-100g").spec.profile.name == "cx5-100g"
+    with pytest.raises(ValueError, match="unknown profile 'nope'"):
+        conformance.run_suite("race", only=["single_client"], profile="nope")

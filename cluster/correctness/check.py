@@ -97,11 +97,14 @@ def stress_workloads(system_cls, shape: "StressShape") -> dict:
 
 
 def stress_scenario(system: str, options: dict, *, seed: int, run_ms: float, compute: int = 2, threads: int = 4,
-                    coroutines: int = 4, keys: int = STRESS_KEYS, value_size: int = 32):
-    """The process-rack stress: load half the keys, run uniform, then zipfian (as a scenario)."""
+                    coroutines: int = 4, keys: int = STRESS_KEYS, value_size: int = 32, profile: str | None = None):
+    """The process-rack stress: load half the keys, run uniform, then zipfian (as a scenario), on
+    ``profile`` (default the conformance rigs' ``cx6-200g``)."""
+    from cluster.correctness.conformance import DEFAULT_PROFILE
     from cluster.scenario import scenario_from_dict
     data = {
-        "rack": {"name": f"check-{system}", "profile": "cx6-200g", "seed": seed, "on_node_death": "stop"},
+        "rack": {"name": f"check-{system}", "profile": profile or DEFAULT_PROFILE, "seed": seed,
+                 "on_node_death": "stop"},
         "compute": {"count": compute, "threads": threads, "coroutines": coroutines, "memory": "16MiB"},
         "memory": {"count": 2, "memory": "64MiB"},
         "system": {"name": system, **options},
@@ -116,7 +119,7 @@ def stress_scenario(system: str, options: dict, *, seed: int, run_ms: float, com
 
 
 def stress_processes(system: str, options: dict, *, seed: int = 1, run_ms: float | None = None,
-                     time_limit_s: float = 60.0, shape: StressShape = StressShape()):
+                     time_limit_s: float = 60.0, shape: StressShape = StressShape(), profile: str | None = None):
     """Run the stress on a rack of processes; returns (CheckResult, Supervisor)."""
     from cluster.correctness.checker import check
     from cluster.supervisor import Supervisor
@@ -124,7 +127,8 @@ def stress_processes(system: str, options: dict, *, seed: int = 1, run_ms: float
     if run_ms is not None:
         shape = shape._replace(run_ms=run_ms)
     sup = Supervisor(stress_scenario(system, options, seed=seed, run_ms=shape.run_ms, threads=shape.threads,
-                                     coroutines=shape.coroutines, keys=shape.keys, value_size=shape.value_size),
+                                     coroutines=shape.coroutines, keys=shape.keys, value_size=shape.value_size,
+                                     profile=profile),
                      quiet=True, history=HISTORY_CAPACITY)
     # The YCSB workloads of the scenario only shape the rack; the stress workload drives it: every
     # op kind on a small key space, so inserts meet existing keys and deletes meet missing ones
@@ -176,7 +180,7 @@ def _write_report(path: str, text: str) -> None:
 
 
 def trace_stress(system: str, options: dict, path: str, bounds, *, seed: int, shape: StressShape,
-                 history=None, result=None) -> dict:
+                 history=None, result=None, profile: str | None = None) -> dict:
     """``dmrack check --trace FILE``: the stress's first phase run again co-located (one process,
     one virtual clock: what a trace needs; the rack of processes keeps a clock per node), recorded
     from the start of its run within ``bounds`` (nodes/runtime/trace.py) and written to ``path``.
@@ -189,7 +193,7 @@ def trace_stress(system: str, options: dict, path: str, bounds, *, seed: int, sh
     # long enough to hold the window, no longer: the trace is of the first phase's start
     run_ms = min(shape.run_ms, bounds.window_ns / 1e6 + 0.05)
     scen = stress_scenario(system, options, seed=seed, run_ms=run_ms, threads=shape.threads,
-                           coroutines=shape.coroutines, keys=shape.keys, value_size=shape.value_size)
+                           coroutines=shape.coroutines, keys=shape.keys, value_size=shape.value_size, profile=profile)
     rack = ColocatedRack(scen, trace=bounds)
     rack.compiled.workloads.update(stress_workloads(get_system(system), shape))
     rack.run()
@@ -203,7 +207,7 @@ def trace_stress(system: str, options: dict, path: str, bounds, *, seed: int, sh
 
 def run(system: str, *, options: dict | None = None, quick: bool = False, heavy: bool = False, seed: int = 1,
         console=None, json_path: str | None = None, report_path: str | None = None,
-        out_dir: str | None = None, trace=None) -> CheckReport:
+        out_dir: str | None = None, trace=None, profile: str | None = None) -> CheckReport:
     """Run the suite and the process stress; print the verdict first, then one line per check
     and a short block per failing key; the full explanations go to a report file (``report_path``,
     default ``dmrack-check-SYSTEM.txt`` in ``out_dir`` or the current directory), which is written
@@ -218,15 +222,16 @@ def run(system: str, *, options: dict | None = None, quick: bool = False, heavy:
     options = cls.check_options(dict(options or {}), f"dmrack check --system {system}")
     t0 = time.perf_counter()
     with Sweep(f"check {system}", ["conformance suite", "process stress"]) as sweep:
-        outcomes = run_suite(system, options=options, heavy=heavy, progress=sweep.part("conformance suite"))
+        outcomes = run_suite(system, options=options, heavy=heavy, progress=sweep.part("conformance suite"),
+                             profile=profile)
         stress_part = sweep.part("process stress")
         stress_part("stress on a rack of processes (history recorded)")
         shape = cls.heavy_stress(HEAVY) if heavy else QUICK if quick else StressShape()
-        result, sup = stress_processes(system, options, seed=seed, shape=shape)
+        result, sup = stress_processes(system, options, seed=seed, shape=shape, profile=profile)
         if trace is not None:
             stress_part("a co-located run of the stress, traced")
             doc = trace_stress(system, options, trace[0], trace[1], seed=seed, shape=shape,
-                               history=sup.history_ops, result=result)
+                               history=sup.history_ops, result=result, profile=profile)
     passed = all(o.passed for o in outcomes) and result.verdict == "ok"
     explanation = "" if result.verdict == "ok" else result.explain()
     suite_ops = sum(o.ops_checked for o in outcomes)

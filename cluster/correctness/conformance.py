@@ -87,6 +87,11 @@ class CheckOutcome(NamedTuple):
 # checks add what they checked. A context variable rather than a return value so that a check
 # stays "return None or raise", the shape a test calls directly.
 _TALLY: contextvars.ContextVar[list | None] = contextvars.ContextVar("conformance_tally", default=None)
+#: The hardware profile the rigs build on unless a check names one (``run_suite(profile=)``,
+#: ``dmrack check --profile``): cx6-200g, whose multi-line WRITEs land in descending order, so that
+#: designs leaning on ascending order show it.
+DEFAULT_PROFILE = "cx6-200g"
+_PROFILE: contextvars.ContextVar[str] = contextvars.ContextVar("conformance_profile", default=DEFAULT_PROFILE)
 
 
 def _tally(n: int) -> None:
@@ -226,12 +231,13 @@ class Rig:
 
 @contextlib.contextmanager
 def rig(system, *, compute_threads: int = 1, coroutines: int = 1, memory_nodes: int = 2,
-        profile: str = "cx6-200g", options: dict | None = None, capacity: int = 10_000, seed: int = 1,
+        profile: str | None = None, options: dict | None = None, capacity: int = 10_000, seed: int = 1,
         memory_bytes: int = 64 << 20, prefix: str | None = None):
     """A co-located rig of ``system`` (a System class): one compute node ``cn0`` with
     ``compute_threads`` x ``coroutines``, ``memory_nodes`` memory nodes of ``memory_bytes``, the
     system set up for ``capacity`` keys with ``options`` (checked and filled by the system).
     Deterministic for ``seed``. The fabric is closed (its segments unlinked) on every path out."""
+    profile = profile or _PROFILE.get()
     if getattr(system, "servers", None):
         # a service: its servers run as actors of a co-located rack (devices, steering, datagrams)
         yield from _service_rig(system, compute_threads=compute_threads, coroutines=coroutines,
@@ -296,7 +302,7 @@ def _service_rig(system, *, compute_threads, coroutines, memory_nodes, profile, 
 # -- running the stress workload on a co-located rack ---------------------------------------------
 
 def stress_rack(system, workload, *, compute: int = 2, threads: int = 2, coroutines: int = 4,
-                load: int | None = None, duration_ms: float = 0.5, seed: int = 7, profile: str = "cx6-200g",
+                load: int | None = None, duration_ms: float = 0.5, seed: int = 7, profile: str | None = None,
                 options: dict | None = None, history: int = 1 << 16):
     """A ``cluster.rack.ColocatedRack`` (not yet run) that loads ``load`` records (default: half
     the key space) and then runs ``workload`` (a ``StressWorkload``) for ``duration_ms`` virtual
@@ -305,6 +311,7 @@ def stress_rack(system, workload, *, compute: int = 2, threads: int = 2, corouti
     from cluster.rack import ColocatedRack
     from cluster.scenario import scenario_from_dict
     load = workload.recordcount // 2 if load is None else load
+    profile = profile or _PROFILE.get()
     # inserts, not a bulk load: the suite checks the system's own insert path
     steps = ([{"action": "load", "count": load, "bulk": False}] if load else []) + [{"action": "run", "duration_ms": duration_ms}]
     # A YCSB placeholder of the same key count and sizes: what the scenario schema can express.
@@ -732,14 +739,24 @@ def check_client_statistics(system, options) -> None:
 # -- the suite -------------------------------------------------------------------------------------
 
 def run_suite(system_name: str, *, only: Iterable[str] | None = None, options: dict | None = None,
-              progress: Callable[[str], None] | None = None, heavy: bool = False) -> list[CheckOutcome]:
+              progress: Callable[[str], None] | None = None, heavy: bool = False,
+              profile: str | None = None) -> list[CheckOutcome]:
     """Run the checks (all, or the names in ``only``, in CHECKS order; with ``heavy`` also the
     ``HEAVY_CHECKS``, last) on the registered system
     ``system_name`` with system ``options`` (e.g. ``{"fault": "update-skips-cas"}``); one outcome
     per check. A failing check is recorded, never raised; an unknown system or check name is a
     ValueError. ``progress(message)`` is called before each check with a one-line message
-    ("conformance 3/9: no_torn_values") for a status line; outcomes are the return value."""
+    ("conformance 3/9: no_torn_values") for a status line; outcomes are the return value.
+    ``profile``: the hardware profile of the rigs (default :data:`DEFAULT_PROFILE`; a system's
+    ``rack_tables`` that name one still win for its service rigs)."""
     system = get_system(system_name)
+    if profile is not None:
+        load_profile(profile)                     # an unknown name: one error now, not one per check
+        token = _PROFILE.set(profile)
+        try:
+            return run_suite(system_name, only=only, options=options, progress=progress, heavy=heavy)
+        finally:
+            _PROFILE.reset(token)
     every = {**CHECKS, **HEAVY_CHECKS}
     names = list(CHECKS) + (list(HEAVY_CHECKS) if heavy else [])
     if only is not None:
