@@ -1,0 +1,329 @@
+"""Two-sided RPC over datagrams for coroutines and server actors (issue 24, item 1).
+
+Why here, in ``shm/`` beside ``shm/udp.py`` and ``shm/coro.py``, and not in ``nodes/``: the layer
+is a thin protocol on the datagram path (a header, request ids, a dedup table) that needs nothing
+of a rack. Its client runs from a ``shm.coro`` coroutine or thread, or from any actor, and its
+server is a plain generator per server thread over a ``UdpNet`` queue; ``rpc_server`` only adapts
+it to the ``System.servers`` hook of ``nodes/actors.py`` (it takes a ``NodeContext``, or anything
+with the same few fields), so unit tests run it on a bare fabric and systems run it in a rack.
+
+Client::
+
+    reply = yield from rpc(co, "cn1", payload, method=3, timeout_ns=50_000, retries=3)
+
+``co`` is a ``shm.coro.Coroutine``, an ``RdmaThread`` (its ``owner.udp`` is the net, as a rack's
+compute node sets it) or a ``NodeContext`` (a server actor calling out: nested RPCs). Each calling
+actor gets its own endpoint: a UDP socket and a reply port bound on its node (``REPLY_PORT_BASE``
+upwards), so concurrent callers never take each other's replies. The reply is the handler's bytes.
+
+* **Pricing**: the request and the reply are datagrams of ``shm.udp``, i.e. UD SENDs of
+  ``payload + header + 28`` bytes through the NIC model (``UdpSocket.send``); from a coroutine the
+  post is charged to its thread's core (``thread=``), as its verbs are. Waiting for the reply polls
+  the reply queue (``cpu.poll_ns``). On the server: one ``cpu.poll_ns`` to take the request, then
+  ``cpu.rpc_handler_ns`` (receive, dispatch, answer) on the node's cores, plus whatever the handler
+  charges (``ctx.cpu``, verbs, nested RPCs), then the reply's UD SEND. No verb changed price.
+* **Request ids**: a call has one id (a per-endpoint counter) that every resend repeats; a reply is
+  taken only if its id is the current call's, so a late reply of an earlier call (one that timed
+  out) is skipped, never returned.
+* **Retries and errors**: ``timeout_ns`` per attempt, ``retries`` resends; when every attempt
+  timed out, :class:`RpcTimeout`, one line naming the node, the method and the attempts (the node is
+  gone, has no server on the port, or is overloaded: a datagram to a full RX ring is dropped).
+  An unknown method is :class:`RpcError` naming node and method.
+* **At most once**: the server keeps, per client endpoint (node, port), the id of its latest
+  request and, once executed, its reply. A resend of an executed request gets the cached reply
+  again; a resend while it still runs is dropped (its reply is on its way); an older id is stale
+  and dropped. A client endpoint has one call outstanding at a time, so one entry per endpoint is
+  exact and the table stays as small as the number of clients.
+* **Server threads**: ``rpc_server(handlers, threads=2)`` starts ``threads`` actors on one RX
+  queue (the node's port ``RPC_PORT``); each takes one request at a time and runs its handler to
+  the end, so with all threads busy requests wait in the ring (and beyond ``depth`` are dropped).
+  FlexKV runs 2 proxy threads per compute node.
+
+Not built yet: RPC from the manager process (it has no datagram net; a manager that needs RPCs
+would get a socket on a node of its own), handler exceptions are not sent back (they propagate
+in the server actor), no batching of several requests in one datagram, payloads are limited to
+one datagram (``udp.mtu_bytes - 28 - HEADER.size`` bytes).
+"""
+
+from __future__ import annotations
+
+import struct
+import weakref
+from typing import Any, Callable, NamedTuple
+
+from shm.udp import UDP_OK, UdpError, call
+
+__all__ = ["rpc", "rpc_server", "RpcServer", "RpcEndpoint", "Request", "RpcError", "RpcTimeout", "RpcStats",
+           "RPC_PORT", "REPLY_PORT_BASE", "HEADER", "encode_request"]
+
+#: the UDP port every node's RPC server listens on (a bound port: no steering rule needed)
+RPC_PORT = 7471
+#: reply ports of a node's client endpoints count up from here
+REPLY_PORT_BASE = 40000
+
+KIND_REQUEST, KIND_REPLY = 1, 2
+ST_OK, ST_NO_METHOD = 0, 1
+#: kind u8, status u8, method u16, request id u64
+HEADER = struct.Struct("<BBHQ")
+
+
+class RpcError(RuntimeError):
+    """An RPC that cannot complete (unknown method, a payload too big): one line naming the node."""
+
+
+class RpcTimeout(RpcError):
+    """Every attempt of an RPC timed out: one line naming the node."""
+
+
+class Request(NamedTuple):
+    src_node: int        # fabric index of the caller's node
+    src_port: int        # the caller's reply port
+    method: int
+    rid: int             # the request id (the same in every resend)
+    payload: bytes
+    arrived_ns: int      # when the request landed in the server's RX queue
+
+
+class RpcStats(NamedTuple):
+    requests: int        # requests received (resends included)
+    executed: int        # handler executions
+    duplicates: int      # resends answered from the cache (at most once)
+    in_progress: int     # resends dropped because the request was still running
+    stale: int           # requests older than the endpoint's latest, dropped
+    no_method: int       # requests for a method nobody registered
+
+
+def encode_request(method: int, rid: int, payload: bytes) -> bytes:
+    """The datagram of a request (for tests that send one by hand)."""
+    return HEADER.pack(KIND_REQUEST, ST_OK, method, rid) + bytes(payload)
+
+
+# -- client -------------------------------------------------------------------------------------
+
+class RpcEndpoint:
+    """One caller's socket, bound reply queue and request-id counter on ``node`` of ``net``."""
+
+    def __init__(self, net, node, port: int | None = None):
+        self.net = net
+        self.node = net.fabric.node_index(node)
+        if port is None:
+            port = _next_port(net, self.node)
+        self.port = port
+        self.sock = net.socket(self.node, port)
+        self.queue = net.bind(self.node, port)
+        self._rid = 0
+        self.calls = self.resends = self.timeouts = 0
+
+    def call(self, dst_node, payload: bytes, *, method: int = 0, timeout_ns: int = 100_000, retries: int = 3,
+             thread=None):
+        """``reply = yield from ep.call(...)``: see :func:`rpc`."""
+        net = self.net
+        dst = net.fabric.node_index(dst_node)
+        name = net.fabric.nodes[dst].name
+        if type(method) is not int or not 0 <= method <= 0xFFFF:
+            raise RpcError(f"rpc to node {name!r}: method must be an integer 0..65535, got {method!r}")
+        payload = bytes(payload)
+        if len(payload) + HEADER.size > net.max_payload:
+            raise RpcError(f"rpc to node {name!r}: a payload of {len(payload)} B exceeds one datagram "
+                           f"({net.max_payload - HEADER.size} B after the {HEADER.size} B RPC header)")
+        self._rid += 1
+        rid = self._rid
+        data = HEADER.pack(KIND_REQUEST, ST_OK, method, rid) + payload
+        self.calls += 1
+        before = net.statistics()
+
+        def match(dg) -> bool:
+            if len(dg.data) < HEADER.size:
+                return False
+            kind, _st, _m, r = HEADER.unpack_from(dg.data)
+            return kind == KIND_REPLY and r == rid
+
+        try:
+            dg = yield from call(self.sock, dst, RPC_PORT, data, self.queue, timeout_ns=timeout_ns,
+                                 resends=retries, match=match, thread=thread)
+        except UdpError as e:
+            raise RpcError(f"rpc to node {name!r}: {e}") from None
+        after = net.statistics()
+        self.resends += after.resends - before.resends
+        self.timeouts += after.timeouts - before.timeouts
+        if dg is None:
+            raise RpcTimeout(f"rpc to node {name!r} (method {method}): no reply after {retries + 1} attempts of "
+                             f"{timeout_ns / 1000:g} us (the node is gone, serves no RPCs, or drops them)")
+        _kind, status, _m, _r = HEADER.unpack_from(dg.data)
+        if status == ST_NO_METHOD:
+            raise RpcError(f"rpc to node {name!r}: no handler for method {method}")
+        return dg.data[HEADER.size:]
+
+
+_PORTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()       # net -> {node: next port}
+_ENDPOINTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # net -> {(node, id(actor)): (actor, ep)}
+
+
+def _next_port(net, node: int) -> int:
+    ports = _PORTS.setdefault(net, {})
+    while True:
+        p = ports.get(node, REPLY_PORT_BASE)
+        ports[node] = p + 1
+        if p > 0xFFFF:
+            raise RpcError(f"node {net.fabric.nodes[node].name!r}: no reply ports left for RPC endpoints")
+        if (node, p) not in net.bound:
+            return p
+
+
+def _resolve(who, net=None):
+    """(net, node, thread) of a coroutine, an RdmaThread or a NodeContext."""
+    thread = None
+    if hasattr(who, "thread") and hasattr(who, "sync"):          # shm.coro.Coroutine
+        thread = who.thread
+    elif hasattr(who, "owner") and hasattr(who, "cpu_free"):     # shm.coro.RdmaThread
+        thread = who
+    if thread is not None:
+        net = net if net is not None else getattr(thread.owner, "udp", None)
+        node = thread.owner.node
+    else:                                                         # a NodeContext (server actor)
+        net = net if net is not None else getattr(who, "udp", None)
+        node = getattr(who, "index", None)
+    if net is None or node is None:
+        raise RpcError(f"rpc: {type(who).__name__} has no datagram net (a profile with [udp], and a rack that "
+                       f"gives its nodes one) ")
+    return net, node, thread
+
+
+def endpoint_of(who, *, net=None) -> RpcEndpoint:
+    """The calling actor's endpoint on ``who``'s node (made on first use, then reused)."""
+    net, node, _thread = _resolve(who, net)
+    actor = net.env.active_process
+    eps = _ENDPOINTS.setdefault(net, {})
+    key = (node, id(actor))
+    got = eps.get(key)
+    if got is None or got[0] is not actor:
+        got = eps[key] = (actor, RpcEndpoint(net, node))
+    return got[1]
+
+
+def rpc(who, dst_node, payload: bytes = b"", *, method: int = 0, timeout_ns: int = 100_000, retries: int = 3,
+        net=None):
+    """``reply = yield from rpc(co, dst_node, payload, method=m, timeout_ns=..., retries=...)``.
+
+    Sends ``payload`` to method ``method`` of ``dst_node``'s RPC server and returns the handler's
+    reply bytes. ``who``: the caller (a coroutine, an ``RdmaThread``, a ``NodeContext``); ``net``
+    overrides its datagram net. Raises :class:`RpcTimeout` when every one of the ``retries + 1``
+    attempts timed out, :class:`RpcError` for an unknown method or a payload over one datagram."""
+    net, _node, thread = _resolve(who, net)
+    ep = endpoint_of(who, net=net)
+    return (yield from ep.call(dst_node, payload, method=method, timeout_ns=timeout_ns, retries=retries,
+                               thread=thread))
+
+
+# -- server -------------------------------------------------------------------------------------
+
+class RpcServer:
+    """The RPC server of one node: ``threads`` actors on one bound RX queue, a dedup table."""
+
+    def __init__(self, ctx, handlers: dict[int, Callable], *, threads: int = 2, port: int = RPC_PORT,
+                 depth: int | None = None):
+        self.ctx = ctx
+        net = ctx.udp
+        if net is None:
+            raise RpcError(f"node {ctx.name!r}: an RPC server needs the datagram path (a profile with [udp])")
+        if type(threads) is not int or threads < 1:
+            raise RpcError(f"node {ctx.name!r}: RPC server threads must be an integer >= 1, got {threads!r}")
+        cores = getattr(ctx, "cores", None)
+        if cores is not None and threads > cores.n:
+            raise RpcError(f"node {ctx.name!r}: {threads} RPC server threads exceed its {cores.n} cores")
+        for m, h in handlers.items():
+            if type(m) is not int or not 0 <= m <= 0xFFFF or not callable(h):
+                raise RpcError(f"node {ctx.name!r}: RPC handlers map a method 0..65535 to a function, got {m!r}: {h!r}")
+        self.handlers = dict(handlers)
+        self.threads = threads
+        self.net = net
+        self.port = port
+        self.queue = net.bind(ctx.index, port, depth)
+        self._ctx_index = ctx.index
+        self.handler_ns = ctx.profile.cpu.rpc_handler_ns
+        self._last: dict[tuple[int, int], tuple[int, bytes | None]] = {}
+        self.requests = self.executed = self.duplicates = self.in_progress = self.stale = self.no_method = 0
+
+    def statistics(self) -> RpcStats:
+        return RpcStats(self.requests, self.executed, self.duplicates, self.in_progress, self.stale, self.no_method)
+
+    def actors(self) -> list:
+        """One generator per server thread; each owns a UD QP on a doorbell of its own (a verbs
+        context per thread, as SMART's thread-aware allocation), so the threads never take turns
+        on a QP lock or a doorbell."""
+        from shm.verbs import Context
+        out = []
+        for _ in range(self.threads):
+            verbs = Context(self.net.host, self._ctx_index, low_latency=0, doorbells=1)
+            out.append(self._serve(self.net.socket(self._ctx_index, self.port, context=verbs)))
+        return out
+
+    def _serve(self, sock):
+        ctx, q = self.ctx, self.queue
+        while True:
+            ev = q.wait()
+            yield ev
+            dg = q.poll()                                    # one cpu.poll_ns
+            if dg is None:
+                continue                                     # another thread took it
+            if len(dg.data) < HEADER.size:
+                continue
+            kind, _st, method, rid = HEADER.unpack_from(dg.data)
+            if kind != KIND_REQUEST:
+                continue
+            self.requests += 1
+            who = (dg.src_node, dg.src_port)
+            seen = self._last.get(who)
+            if seen is not None:
+                if rid < seen[0]:
+                    self.stale += 1
+                    continue
+                if rid == seen[0]:
+                    if seen[1] is None:
+                        self.in_progress += 1                # still running: its reply will go out
+                    else:
+                        self.duplicates += 1                 # executed: the cached reply, not a second run
+                        sock.send(dg.src_node, dg.src_port, seen[1])
+                    continue
+            self._last[who] = (rid, None)
+            ctx.cpu(self.handler_ns)
+            handler = self.handlers.get(method)
+            if handler is None:
+                self.no_method += 1
+                reply = HEADER.pack(KIND_REPLY, ST_NO_METHOD, method, rid)
+            else:
+                out = yield from handler(ctx, Request(dg.src_node, dg.src_port, method, rid,
+                                                      dg.data[HEADER.size:], dg.arrived_ns))
+                # settle the CPU the handler charged before its result is visible: a resend taken by
+                # another thread must not get the reply before this one has finished computing it
+                yield 0
+                self.executed += 1
+                reply = HEADER.pack(KIND_REPLY, ST_OK, method, rid) + bytes(out or b"")
+                if len(reply) > self.net.max_payload:
+                    raise RpcError(f"node {ctx.name!r}: the reply of method {method} ({len(reply) - HEADER.size} B) "
+                                   f"exceeds one datagram")
+            if self._last.get(who, (rid,))[0] == rid:
+                self._last[who] = (rid, reply)
+            status = sock.send(dg.src_node, dg.src_port, reply)
+            assert status == UDP_OK
+
+
+#: per process: node name -> its RpcServer (tests and systems read their statistics here)
+SERVERS: dict[str, RpcServer] = {}
+
+
+def rpc_server(handlers: dict[int, Callable], *, threads: int = 2, port: int = RPC_PORT,
+               depth: int | None = None, setup: Callable[[Any], Any] | None = None):
+    """A ``System.servers`` entry: ``servers = {"compute": rpc_server({1: get}, threads=2)}``.
+
+    ``handlers``: method id -> generator function ``handler(ctx, request) -> reply bytes`` (it may
+    ``yield`` events, charge ``ctx.cpu(ns)``, post verbs, call :func:`rpc`). ``threads``: server
+    actors (refused beyond the node's cores). ``depth``: the RX ring (default ``udp.rx_depth``).
+    ``setup(ctx)``: called once per node before the actors start (state for the handlers)."""
+    def start(ctx):
+        if setup is not None:
+            setup(ctx)
+        server = RpcServer(ctx, handlers, threads=threads, port=port, depth=depth)
+        SERVERS[ctx.name] = server
+        return server.actors()
+    return start

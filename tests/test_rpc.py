@@ -1,0 +1,352 @@
+"""Two-sided RPC over datagrams (shm/rpc.py, issue 24 item 1) and compute-node memory exposed to
+one-sided verbs. Co-located and deterministic: one Environment runs every node; times are virtual
+and compared with the profile's constants, never with the wall clock."""
+
+from __future__ import annotations
+
+import struct
+from contextlib import contextmanager
+
+import pytest
+
+from nodes.actors import Cores, NodeContext
+from nodes.runtime.env import Environment
+from shm.coro import NodeRdma
+from shm.fabric import Fabric, NodeSpec, gaddr
+from shm.profile import load_profile
+from shm.rpc import RPC_PORT, RpcError, RpcServer, RpcTimeout, encode_request, rpc
+from shm.udp import UdpNet
+from shm.verbs import VerbsHost
+
+MEM = 4 << 20
+PROFILE = "cx3-56g"                  # FlexKV's testbed
+
+
+class Rig:
+    """Compute nodes cn0..cn{n-1} on one fabric and one environment, a datagram net, a client
+    thread per node (``rdma[i]``) and an actor context per node for servers (``ctx[i]``)."""
+
+    def __init__(self, fabric, cores=4):
+        self.fabric = fabric
+        self.profile = fabric.profile
+        self.env = Environment(seed=1)
+        self.host = VerbsHost(fabric, self.env)
+        self.net = UdpNet(self.host)
+        self.rdma, self.ctx = [], []
+        for i, nd in enumerate(fabric.nodes):
+            r = NodeRdma(self.host, i)
+            r.udp = self.net                 # what nodes/compute.py does for a rack's compute node
+            self.rdma.append(r)
+            self.ctx.append(NodeContext(nd.name, i, "compute", self.env, self.host, fabric, {}, {},
+                                        Cores(self.env, cores, self.profile.cpu.ghz), udp=self.net))
+
+    def serve(self, node: int, handlers, **kw) -> RpcServer:
+        s = RpcServer(self.ctx[node], handlers, **kw)
+        for k, gen in enumerate(s.actors()):
+            self.env.process(gen, name=f"cn{node}.rpc.{k}")
+        return s
+
+    def client(self, node: int, body, name=None):
+        """Run ``body(co)`` (a generator function) as a coroutine of a new thread on ``node``."""
+        co = self.rdma[node].thread().coroutine()
+        return self.env.process(body(co), name=name)
+
+
+@contextmanager
+def rig(prefix, n=3, profile=PROFILE, **kw):
+    f = Fabric.create(load_profile(profile), [NodeSpec(f"cn{i}", "compute", MEM) for i in range(n)], prefix=prefix)
+    try:
+        yield Rig(f, **kw)
+    finally:
+        f.close()
+
+
+def echo(ctx, req):
+    return req.payload
+    yield
+
+
+def one_way_ns(prefix, nbytes: int, profile=PROFILE) -> int:
+    """A datagram of ``nbytes`` from cn0 to cn1 on a fresh fabric: posted -> in the RX ring."""
+    with rig(prefix + "w", n=2, profile=profile) as r:
+        q = r.net.bind(1, 9)
+        sock = r.net.socket(0, 9)
+        got = []
+
+        def go():
+            sock.send(1, 9, b"x" * nbytes)
+            ok = yield q.wait()
+            got.append(q.poll().arrived_ns)
+        r.env.process(go())
+        r.env.run()
+        return got[0]
+
+
+def test_a_round_trip_costs_a_send_each_way_plus_the_handler(prefix):
+    payload = b"k" * 20
+    with rig(prefix) as r:
+        prof = r.profile
+        server = r.serve(1, {1: echo})
+        times = []
+
+        def body(co):
+            for _ in range(3):                       # the first call makes the endpoint; all cost the same
+                t0 = r.env.now
+                reply = yield from rpc(co, "cn1", payload, method=1)
+                assert reply == payload
+                times.append(r.env.now - t0)
+        r.client(0, body)
+        r.env.run()
+    send = one_way_ns(prefix, len(payload) + 12)     # the RPC header is 12 B
+    poll = prof.cpu.poll_ns
+    expected = 2 * send + prof.cpu.rpc_handler_ns + 2 * poll   # server polls the request, client the reply
+    print(f"{PROFILE}: one-way datagram {send} ns, handler {prof.cpu.rpc_handler_ns} ns, poll {poll} ns, "
+          f"round trips {times} ns, expected ~{expected} ns")
+    assert server.statistics().executed == 3
+    for t in times:
+        assert abs(t - expected) <= 0.05 * expected
+    assert times[1] == times[2]
+
+
+def test_the_handler_cpu_adds_to_the_round_trip(prefix):
+    def slow(ctx, req):
+        ctx.cpu(5_000)
+        return b"ok"
+        yield
+
+    with rig(prefix) as r:
+        r.serve(1, {1: echo, 2: slow})
+        got = {}
+
+        def body(co):
+            for m in (1, 2, 1, 2):
+                t0 = r.env.now
+                yield from rpc(co, "cn1", b"x", method=m)
+                got[m] = r.env.now - t0
+        r.client(0, body)
+        r.env.run()
+    assert got[2] - got[1] == 5_000
+
+
+def test_threads_limit_concurrency_and_requests_queue(prefix):
+    """Four callers at once, a handler of 10 us: 2 server threads finish in two waves, 1 in four."""
+    def work(ctx, req):
+        ctx.cpu(10_000)
+        return b"done"
+        yield
+
+    ends = {}
+    for threads in (1, 2):
+        with rig(prefix + str(threads), n=6) as r:
+            s = r.serve(0, {1: work}, threads=threads)
+            done = []
+
+            def body(co):
+                yield from rpc(co, "cn0", b"", method=1)
+                done.append(r.env.now)
+            for c in range(1, 5):
+                r.client(c, body)
+            r.env.run()
+            assert s.statistics().executed == 4
+            ends[threads] = sorted(done)
+    one, two = ends[1], ends[2]
+    # one thread: each request waits for the one before (10 us apart)
+    assert all(9_000 <= b - a <= 11_000 for a, b in zip(one, one[1:]))
+    # two threads: pairs finish together, the second pair one handler later
+    assert two[1] - two[0] < 2_000 and two[3] - two[2] < 2_000 and 9_000 <= two[2] - two[0] <= 11_000
+    assert two[3] < one[3] - 15_000
+
+
+def test_a_drop_at_a_full_ring_is_retried_and_each_request_runs_once(prefix):
+    """One server thread busy 50 us, a ring of one: the third caller's request is dropped until the
+    ring has room, its resends get through, and every handler runs exactly once."""
+    runs = []
+
+    def work(ctx, req):
+        runs.append(req.payload)
+        ctx.cpu(50_000)
+        return req.payload
+        yield
+
+    with rig(prefix, n=4) as r:
+        s = r.serve(0, {1: work}, threads=1, depth=1)
+        got = {}
+
+        def body(c):
+            def go(co):
+                yield r.env.timeout(c * 100)           # arrive in order 1, 2, 3
+                got[c] = yield from rpc(co, "cn0", bytes([c]), method=1, timeout_ns=20_000, retries=10)
+            return go
+        for c in (1, 2, 3):
+            r.client(c, body(c))
+        r.env.run()
+        st, net = s.statistics(), r.net.statistics()
+    assert got == {1: b"\x01", 2: b"\x02", 3: b"\x03"}
+    assert sorted(runs) == [b"\x01", b"\x02", b"\x03"] and st.executed == 3
+    assert s.queue.statistics().dropped >= 1 and net.resends >= 1
+
+
+def test_a_resend_of_an_executed_request_gets_the_cached_reply(prefix):
+    """Two datagrams with one request id (a resend after a lost reply): one execution, two equal replies."""
+    counter = [0]
+
+    def incr(ctx, req):
+        counter[0] += 1
+        return struct.pack("<Q", counter[0])
+        yield
+
+    with rig(prefix) as r:
+        s = r.serve(1, {3: incr})
+        q = r.net.bind(0, 555)
+        sock = r.net.socket(0, 555)
+        replies = []
+
+        def go():
+            for rid in (7, 7, 8, 7):                   # resend, a new request, a stale one
+                sock.send(1, RPC_PORT, encode_request(3, rid, b""))
+                yield r.env.timeout(50_000)
+                while len(q):
+                    replies.append(q.poll().data[12:])
+        r.env.process(go())
+        r.env.run()
+        st = s.statistics()
+    assert counter[0] == 2 and st.executed == 2 and st.duplicates == 1 and st.stale == 1
+    assert replies == [struct.pack("<Q", 1), struct.pack("<Q", 1), struct.pack("<Q", 2)]
+
+
+def test_a_resend_while_the_request_runs_is_not_executed_again(prefix):
+    runs = []
+
+    def slow(ctx, req):
+        runs.append(req.rid)
+        ctx.cpu(30_000)
+        return b"late"
+        yield
+
+    with rig(prefix) as r:
+        s = r.serve(1, {1: slow})
+        got = []
+
+        def body(co):
+            got.append((yield from rpc(co, "cn1", b"", method=1, timeout_ns=10_000, retries=5)))
+        r.client(0, body)
+        r.env.run()
+    assert got == [b"late"] and len(runs) == 1 and s.statistics().in_progress >= 2
+
+
+def test_a_late_reply_of_an_earlier_call_is_never_taken(prefix):
+    def slow(ctx, req):
+        ctx.cpu(30_000)
+        return b"slow"
+        yield
+
+    with rig(prefix) as r:
+        r.serve(1, {1: slow, 2: echo}, threads=1)     # the fast request waits behind the slow one
+        got = []
+
+        def body(co):
+            with pytest.raises(RpcTimeout):
+                yield from rpc(co, "cn1", b"", method=1, timeout_ns=5_000, retries=0)
+            # the slow reply lands while this call waits: skipped, by its request id
+            got.append((yield from rpc(co, "cn1", b"fast", method=2, timeout_ns=100_000, retries=0)))
+            got.append(r.env.now)
+        r.client(0, body)
+        r.env.run()
+    assert got[0] == b"fast" and got[1] > 30_000
+
+
+def test_every_retry_timing_out_is_one_line_naming_the_node(prefix):
+    with rig(prefix) as r:
+        errors = []
+
+        def body(co):
+            try:
+                yield from rpc(co, "cn2", b"", method=1, timeout_ns=10_000, retries=2)   # cn2 serves nothing
+            except RpcTimeout as e:
+                errors.append((str(e), r.env.now))
+        r.client(0, body)
+        r.env.run()
+        assert r.net.statistics().timeouts == 3 and r.net.statistics().resends == 2
+    msg, when = errors[0]
+    assert "\n" not in msg and "'cn2'" in msg and "3 attempts of 10 us" in msg
+    assert 30_000 <= when <= 31_000
+
+
+def test_an_unknown_method_and_bad_servers_are_one_line(prefix):
+    with rig(prefix, cores=2) as r:
+        r.serve(1, {1: echo})
+        errors = []
+
+        def body(co):
+            try:
+                yield from rpc(co, "cn1", b"", method=9)
+            except RpcError as e:
+                errors.append(str(e))
+            try:
+                yield from rpc(co, "cn1", b"x" * 2000, method=1)
+            except RpcError as e:
+                errors.append(str(e))
+        r.client(0, body)
+        r.env.run()
+        assert errors[0] == "rpc to node 'cn1': no handler for method 9"
+        assert "exceeds one datagram" in errors[1] and "'cn1'" in errors[1]
+        with pytest.raises(RpcError, match=r"^node 'cn2': 3 RPC server threads exceed its 2 cores$"):
+            RpcServer(r.ctx[2], {1: echo}, threads=3)
+
+
+def test_compute_to_compute_and_a_nested_rpc_from_a_server_actor(prefix):
+    """cn0's coroutine calls cn1; cn1's handler calls cn2 (FlexKV's proxy invalidating a sharer)
+    before it answers: the reply carries both, and the nested call adds one more round trip."""
+    def invalidate(ctx, req):
+        return b"inv:" + req.payload
+        yield
+
+    def write(ctx, req):
+        ack = yield from rpc(ctx, "cn2", req.payload, method=5, timeout_ns=50_000)
+        return b"w+" + ack
+
+    with rig(prefix) as r:
+        r.serve(1, {4: write, 1: echo})
+        s2 = r.serve(2, {5: invalidate})
+        got = []
+
+        def body(co):
+            t0 = r.env.now
+            yield from rpc(co, "cn1", b"k", method=1)
+            flat = r.env.now - t0
+            t0 = r.env.now
+            got.append((yield from rpc(co, "cn1", b"k", method=4)))
+            got.append((flat, r.env.now - t0))
+        r.client(0, body)
+        r.env.run()
+    assert got[0] == b"w+inv:k" and s2.statistics().executed == 1
+    flat, nested = got[1]
+    assert 1.8 * flat <= nested <= 2.3 * flat
+
+
+# -- compute-node memory for one-sided verbs ---------------------------------------------------------
+
+def test_compute_node_memory_exposed_to_one_sided_verbs(prefix):
+    """The manager READs counters and WRITEs staging maps on compute nodes (FlexKV): after
+    ``Fabric.expose(cn)`` a coroutine of another node READs, WRITEs and CASes cn1's memory."""
+    with rig(prefix) as r:
+        r.fabric.expose(1)
+        off = r.fabric.allocate(1, 64)
+        mem = r.fabric.memory[1].host
+        mem[off:off + 8] = list((41).to_bytes(8, "little"))
+        base = gaddr(1, off)
+        got = []
+
+        def body(co):
+            h = co.read(base, 8)
+            co.post()
+            yield co.sync()
+            got.append(h.value)
+            co.write(base + 8, b"staging!")
+            co.cas(base, 41, 42)
+            co.post()
+            yield co.sync()
+        r.client(0, body)
+        r.env.run()
+        assert got == [41]
+        assert bytes(mem[off + 8:off + 16]) == b"staging!" and int.from_bytes(bytes(mem[off:off + 8]), "little") == 42
