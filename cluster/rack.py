@@ -199,6 +199,10 @@ class RackState:
             mns = [i for i, n in enumerate(compiled.nodes) if n.role == "memory"]
             for m in mns:
                 fabric.expose(m)
+            if getattr(compiled.system, "expose_compute", False):
+                for i, n in enumerate(compiled.nodes):
+                    if n.role == "compute":
+                        fabric.expose(i)
             try:
                 layout = compiled.system.setup(fabric, mns, compiled.options, compiled.capacity)
             except (SystemError_, MemoryError) as e:

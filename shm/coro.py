@@ -511,6 +511,13 @@ class Coroutine:
     def masked_faa(self, addr: int, delta: int, boundary_mask: int) -> Handle:
         return self._queue(IBV_WR_MASKED_ATOMIC_FETCH_AND_ADD, addr, 8, delta & _U64, 0, boundary_mask)
 
+    def rpc(self, dst_node, payload: bytes = b"", **kw):
+        """``reply = yield from co.rpc(node, payload, method=m, timeout_ns=..., retries=...)``: a
+        two-sided RPC over datagrams to ``node``'s RPC server, its post charged to this coroutine's
+        thread (``shm.rpc.rpc``; the thread's node needs a datagram net, ``NodeRdma.udp``)."""
+        from shm.rpc import rpc
+        return rpc(self, dst_node, payload, **kw)
+
     # -- posting and waiting ------------------------------------------------------------------
     def post(self) -> None:
         """Ring the doorbell(s) for everything queued: one post per destination node."""

@@ -350,3 +350,134 @@ def test_compute_node_memory_exposed_to_one_sided_verbs(prefix):
         r.env.run()
         assert got == [41]
         assert bytes(mem[off + 8:off + 16]) == b"staging!" and int.from_bytes(bytes(mem[off:off + 8]), "little") == 42
+
+
+# -- in a rack: a toy owner-partitioned KV (FlexKV-OP in miniature) ------------------------------------
+
+from nodes.systems.api import KVClient, System  # noqa: E402
+from shm.rpc import SERVERS, rpc_server  # noqa: E402
+
+M_GET, M_INSERT, M_UPDATE, M_DELETE = 1, 2, 3, 4
+_STORES: dict = {}                   # node name -> {key: value}, in the process that runs the node
+
+
+def _owner(key: bytes, n: int) -> int:
+    h = 0xCBF29CE484222325
+    for b in key:
+        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return (h >> 17) % n
+
+
+def _kv(method):
+    def handler(ctx, req):
+        store = _STORES.setdefault(ctx.name, {})
+        klen = req.payload[0]
+        key, value = req.payload[1:1 + klen], req.payload[1 + klen:]
+        ctx.cpu(ctx.profile.cpu.local_cas_ns)           # the owner's local index operation
+        # the owner's op counter in its own memory, where another node could READ it (expose_compute)
+        words = ctx.memory.host64
+        words[ctx.layout["counter"] // 8] += 1
+        if method == M_GET:
+            v = store.get(key)
+            return b"\x00" if v is None else b"\x01" + v
+        if method == M_INSERT:
+            ok = key not in store
+            if ok:
+                store[key] = value
+        elif method == M_UPDATE:
+            ok = key in store
+            if ok:
+                store[key] = value
+        else:
+            ok = store.pop(key, None) is not None
+        return b"\x01" if ok else b"\x00"
+        yield
+    return handler
+
+
+class _OwnerClient(KVClient):
+    def __init__(self, layout, thread):
+        self.nodes = layout["compute"]
+
+    def _call(self, co, method, key, value=b""):
+        dst = self.nodes[_owner(key, len(self.nodes))]
+        return (yield from co.rpc(dst, bytes([len(key)]) + key + value, method=method, timeout_ns=200_000,
+                                  retries=5))
+
+    def get(self, co, key):
+        r = yield from self._call(co, M_GET, key)
+        return r[1:] if r[:1] == b"\x01" else None
+
+    def insert(self, co, key, value):
+        return (yield from self._call(co, M_INSERT, key, value)) == b"\x01"
+
+    def update(self, co, key, value):
+        return (yield from self._call(co, M_UPDATE, key, value)) == b"\x01"
+
+    def delete(self, co, key):
+        return (yield from self._call(co, M_DELETE, key)) == b"\x01"
+
+
+class OwnerKV(System):
+    """A test system: every operation is an RPC to the compute node owning the key (by hash),
+    served by 2 RPC threads there from a dict; each owner counts its operations in a word of its
+    own memory, exposed to one-sided verbs."""
+
+    name = "owner-kv-test"
+    roles = ("compute", "memory")
+    expose_compute = True
+    # setup: a fresh store per node at every rack start (a forked process inherits the parent's
+    # dict, e.g. from the supervisor's warm-up rack)
+    servers = {"compute": rpc_server({m: _kv(m) for m in (M_GET, M_INSERT, M_UPDATE, M_DELETE)}, threads=2,
+                                     setup=lambda ctx: _STORES.__setitem__(ctx.name, {}))}
+
+    @classmethod
+    def setup(cls, fabric, memory_nodes, options, capacity):
+        cns = [n.name for n in fabric.nodes if n.role == "compute"]
+        for c in cns:
+            fabric.exposed_key(c)       # KeyError unless the rack exposed it (expose_compute)
+        offs = {fabric.allocate(c, 64) for c in cns}
+        assert len(offs) == 1           # the same offset on every compute node (fresh, same-size nodes)
+        return {"compute": cns, "counter": offs.pop()}
+
+    @classmethod
+    def client(cls, fabric, layout, thread, options):
+        return _OwnerClient(layout, thread)
+
+
+def owner_dict(*steps):
+    from tests.test_rack import rack_dict
+    d = rack_dict(*steps, compute=2, threads=3, coroutines=2, records=64)
+    d["rack"]["profile"] = PROFILE
+    d["system"] = {"name": "tests.test_rpc:OwnerKV"}
+    d["workload"]["valuesize"] = 32
+    return d
+
+
+def test_an_owner_partitioned_kv_over_rpc_in_a_co_located_rack():
+    from cluster.correctness.checker import check
+    from cluster.rack import ColocatedRack
+    from cluster.scenario import scenario_from_dict
+    from shm.fabric import REGION_HOST
+    from tests.test_rack import LOAD, run
+    _STORES.clear()
+    rack = ColocatedRack(scenario_from_dict(owner_dict(LOAD, run(0.2)), source="t.toml"), history=20_000)
+    res = rack.run()
+    assert res.steps[0].ops == 64 and res.steps[-1].ops > 100
+    assert check(rack.history_ops).verdict == "ok"
+    executed = {n: SERVERS[n].statistics().executed for n in ("cn0", "cn1")}
+    assert min(executed.values()) > 0 and sum(executed.values()) >= res.steps[-1].ops + 64
+    assert len(_STORES["cn0"]) + len(_STORES["cn1"]) == 64        # every key at its one owner
+
+
+def test_an_owner_partitioned_kv_over_rpc_in_a_rack_of_processes():
+    """cn0 and cn1 are processes: each serves its keys and calls the other's server across processes."""
+    from cluster.correctness.checker import check
+    from cluster.scenario import scenario_from_dict
+    from cluster.supervisor import Supervisor
+    from tests.test_rack import LOAD, run
+    sup = Supervisor(scenario_from_dict(owner_dict(LOAD, run(0.2)), source="t.toml"), quiet=True, history=20_000)
+    assert sup.run() == 0, sup.deaths
+    res = sup.results
+    assert res.steps[0].ops == 64 and res.steps[-1].ops > 100
+    assert check(sup.history_ops).verdict == "ok"

@@ -253,6 +253,8 @@ def rig(system, *, compute_threads: int = 1, coroutines: int = 1, memory_nodes: 
         mns = list(range(1, memory_nodes + 1))
         for m in mns:
             fabric.expose(m)
+        if getattr(system, "expose_compute", False):
+            fabric.expose(0)                       # cn0, as the rack does (System.expose_compute)
         layout = system.setup(fabric, mns, opts, capacity)
         env = Environment(seed=seed)
         node = NodeRdma(VerbsHost(fabric, env), "cn0")

@@ -156,6 +156,12 @@ class System:
     #: scenario starts and returning the generators to run there as actors. Empty (the default):
     #: no actors, memory nodes stay passive. Actors on memory nodes need ``[memory] cores >= 1``.
     servers: dict = {}
+    #: True: the rack exposes every compute node's memory to one-sided verbs (``Fabric.expose``, as
+    #: it does for memory nodes) before ``setup``, so setup can carve regions on compute nodes
+    #: (``fabric.allocate("cn1", n)``) that other nodes READ, WRITE and CAS with ``gaddr(cn, off)``:
+    #: FlexKV's manager READs access counters and WRITEs staging maps there. False (the default):
+    #: compute nodes expose nothing, as before.
+    expose_compute: bool = False
     #: Which nodes run the system's KV clients (the workloads, histories, latency): ``"compute"``
     #: (the default: clients on the compute nodes' threads) or ``"client"`` (the ``[client]`` nodes,
     #: ``cl0``..: *active clients* that reach a server over the network, each with ``[compute]``
