@@ -118,7 +118,10 @@ class RpcEndpoint:
              thread=None):
         """``reply = yield from ep.call(...)``: see :func:`rpc`."""
         net = self.net
-        dst = net.fabric.node_index(dst_node)
+        try:
+            dst = net.fabric.node_index(dst_node)
+        except KeyError as e:
+            raise RpcError(f"rpc to node {dst_node!r}: {e.args[0]}") from None
         name = net.fabric.nodes[dst].name
         if type(method) is not int or not 0 <= method <= 0xFFFF:
             raise RpcError(f"rpc to node {name!r}: method must be an integer 0..65535, got {method!r}")

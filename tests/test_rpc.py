@@ -286,12 +286,35 @@ def test_an_unknown_method_and_bad_servers_are_one_line(prefix):
                 yield from rpc(co, "cn1", b"x" * 2000, method=1)
             except RpcError as e:
                 errors.append(str(e))
+            try:
+                yield from rpc(co, "cn7", b"", method=1)
+            except RpcError as e:
+                errors.append(str(e))
         r.client(0, body)
         r.env.run()
         assert errors[0] == "rpc to node 'cn1': no handler for method 9"
+        assert errors[2].startswith("rpc to node 'cn7': unknown node 'cn7'") and "\n" not in errors[2]
         assert "exceeds one datagram" in errors[1] and "'cn1'" in errors[1]
         with pytest.raises(RpcError, match=r"^node 'cn2': 3 RPC server threads exceed its 2 cores$"):
             RpcServer(r.ctx[2], {1: echo}, threads=3)
+
+
+def test_rpc_from_an_rdma_thread_and_from_a_plain_actor_context(prefix):
+    """A thread (its post on the thread's core) and a NodeContext (a server actor's) both call."""
+    with rig(prefix) as r:
+        r.serve(2, {1: echo})
+        th = r.rdma[0].thread()
+        got = []
+
+        def from_thread():
+            got.append((yield from rpc(th, "cn2", b"t", method=1)))
+
+        def from_ctx():
+            got.append((yield from rpc(r.ctx[1], "cn2", b"c", method=1)))
+        r.env.process(from_thread())
+        r.env.process(from_ctx())
+        r.env.run()
+    assert sorted(got) == [b"c", b"t"] and th.cpu_free > 0
 
 
 def test_compute_to_compute_and_a_nested_rpc_from_a_server_actor(prefix):
