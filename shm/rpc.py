@@ -37,7 +37,9 @@ upwards), so concurrent callers never take each other's replies. The reply is th
 * **Server threads**: ``rpc_server(handlers, threads=2)`` starts ``threads`` actors on one RX
   queue (the node's port ``RPC_PORT``); each takes one request at a time and runs its handler to
   the end, so with all threads busy requests wait in the ring (and beyond ``depth`` are dropped).
-  FlexKV runs 2 proxy threads per compute node.
+  FlexKV runs 2 proxy threads per compute node. Each thread has a ``shm.coro`` coroutine of its
+  own (``request.co``) for one-sided verbs from its handlers (FlexKV's proxy WRITEs the slot to the
+  memory node before its local commit); its posts are priced on that thread's core, as a client's.
 
 Not built yet: RPC from the manager process (it has no datagram net; a manager that needs RPCs
 would get a socket on a node of its own), handler exceptions are not sent back (they propagate
@@ -82,6 +84,7 @@ class Request(NamedTuple):
     rid: int             # the request id (the same in every resend)
     payload: bytes
     arrived_ns: int      # when the request landed in the server's RX queue
+    co: Any = None       # the server thread's shm.coro Coroutine for one-sided verbs (None: verbs off)
 
 
 class RpcStats(NamedTuple):
@@ -224,7 +227,7 @@ class RpcServer:
     """The RPC server of one node: ``threads`` actors on one bound RX queue, a dedup table."""
 
     def __init__(self, ctx, handlers: dict[int, Callable], *, threads: int = 2, port: int = RPC_PORT,
-                 depth: int | None = None):
+                 depth: int | None = None, verbs_buffer: int = 64 << 10):
         self.ctx = ctx
         net = ctx.udp
         if net is None:
@@ -243,6 +246,9 @@ class RpcServer:
         self.port = port
         self.queue = net.bind(ctx.index, port, depth)
         self._ctx_index = ctx.index
+        if type(verbs_buffer) is not int or verbs_buffer < 0:
+            raise RpcError(f"node {ctx.name!r}: verbs_buffer must be an integer >= 0, got {verbs_buffer!r}")
+        self.verbs_buffer = verbs_buffer
         self.handler_ns = ctx.profile.cpu.rpc_handler_ns
         self._last: dict[tuple[int, int], tuple[int, bytes | None]] = {}
         self.requests = self.executed = self.duplicates = self.in_progress = self.stale = self.no_method = 0
@@ -255,13 +261,18 @@ class RpcServer:
         context per thread, as SMART's thread-aware allocation), so the threads never take turns
         on a QP lock or a doorbell."""
         from shm.verbs import Context
+        rdma = None
+        if self.verbs_buffer:
+            from shm.coro import NodeRdma
+            rdma = NodeRdma(self.net.host, self._ctx_index, buffer_bytes=self.verbs_buffer)
         out = []
         for _ in range(self.threads):
             verbs = Context(self.net.host, self._ctx_index, low_latency=0, doorbells=1)
-            out.append(self._serve(self.net.socket(self._ctx_index, self.port, context=verbs)))
+            co = rdma.thread().coroutine() if rdma is not None else None
+            out.append(self._serve(self.net.socket(self._ctx_index, self.port, context=verbs), co))
         return out
 
-    def _serve(self, sock):
+    def _serve(self, sock, co=None):
         ctx, q = self.ctx, self.queue
         while True:
             ev = q.wait()
@@ -296,7 +307,7 @@ class RpcServer:
                 reply = HEADER.pack(KIND_REPLY, ST_NO_METHOD, method, rid)
             else:
                 out = yield from handler(ctx, Request(dg.src_node, dg.src_port, method, rid,
-                                                      dg.data[HEADER.size:], dg.arrived_ns))
+                                                      dg.data[HEADER.size:], dg.arrived_ns, co))
                 # settle the CPU the handler charged before its result is visible: a resend taken by
                 # another thread must not get the reply before this one has finished computing it
                 yield 0
@@ -316,17 +327,19 @@ SERVERS: dict[str, RpcServer] = {}
 
 
 def rpc_server(handlers: dict[int, Callable], *, threads: int = 2, port: int = RPC_PORT,
-               depth: int | None = None, setup: Callable[[Any], Any] | None = None):
+               depth: int | None = None, setup: Callable[[Any], Any] | None = None, verbs_buffer: int = 64 << 10):
     """A ``System.servers`` entry: ``servers = {"compute": rpc_server({1: get}, threads=2)}``.
 
     ``handlers``: method id -> generator function ``handler(ctx, request) -> reply bytes`` (it may
     ``yield`` events, charge ``ctx.cpu(ns)``, post verbs, call :func:`rpc`). ``threads``: server
     actors (refused beyond the node's cores). ``depth``: the RX ring (default ``udp.rx_depth``).
-    ``setup(ctx)``: called once per node before the actors start (state for the handlers)."""
+    ``setup(ctx)``: called once per node before the actors start (state for the handlers).
+    ``verbs_buffer``: bytes of the node's memory for each server thread's verbs buffer: the thread
+    gets a ``shm.coro`` coroutine, ``request.co``, for one-sided verbs (0: none)."""
     def start(ctx):
         if setup is not None:
             setup(ctx)
-        server = RpcServer(ctx, handlers, threads=threads, port=port, depth=depth)
+        server = RpcServer(ctx, handlers, threads=threads, port=port, depth=depth, verbs_buffer=verbs_buffer)
         SERVERS[ctx.name] = server
         return server.actors()
     return start

@@ -347,6 +347,35 @@ def test_compute_to_compute_and_a_nested_rpc_from_a_server_actor(prefix):
     assert 1.8 * flat <= nested <= 2.3 * flat
 
 
+def test_a_handler_posts_one_sided_verbs_with_its_server_thread_coroutine(prefix):
+    """A proxy-like write: the handler WRITEs the payload to cn2's exposed memory, then answers;
+    the round trip grows by about one RDMA WRITE round trip."""
+    with rig(prefix) as r:
+        r.fabric.expose(2)
+        off = r.fabric.allocate(2, 64)
+
+        def write(ctx, req):
+            co = req.co
+            co.write(gaddr(2, off), req.payload)
+            co.post()
+            yield co.sync()
+            return b"ok"
+
+        r.serve(1, {1: echo, 2: write})
+        got = []
+
+        def body(co):
+            for m in (1, 2, 1, 2):
+                t0 = r.env.now
+                got.append(((yield from rpc(co, "cn1", b"12345678", method=m)), r.env.now - t0))
+        r.client(0, body)
+        r.env.run()
+        assert bytes(r.fabric.memory[2].host[off:off + 8]) == b"12345678"
+    (_, flat), (ok, written) = got[2], got[3]
+    print(f"flat {flat} ns, with a WRITE inside {written} ns")
+    assert ok == b"ok" and 1_000 <= written - flat <= 5_000
+
+
 # -- compute-node memory for one-sided verbs ---------------------------------------------------------
 
 def test_compute_node_memory_exposed_to_one_sided_verbs(prefix):
