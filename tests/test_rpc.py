@@ -533,3 +533,40 @@ def test_an_owner_partitioned_kv_over_rpc_in_a_rack_of_processes():
     res = sup.results
     assert res.steps[0].ops == 64 and res.steps[-1].ops > 100
     assert check(sup.history_ops).verdict == "ok"
+
+
+def test_a_manager_actor_on_a_compute_node_reads_counters_writes_staging_maps_and_rpcs(prefix):
+    """FlexKV's manager on cn0 (an actor with a NodeContext): READ each other node's access counter,
+    WRITE its staging map, then RPC "pause" to each and wait for every ACK."""
+    with rig(prefix) as r:
+        offs = {}
+        for n in (1, 2):
+            r.fabric.expose(n)
+            offs[n] = r.fabric.allocate(n, 64)
+            r.fabric.memory[n].host64[offs[n] // 8] = 100 * n          # the node's access counter
+
+        def pause(ctx, req):
+            staged = bytes(ctx.memory.host[offs[ctx.index] + 8:offs[ctx.index] + 16])
+            return b"ack:" + staged
+            yield
+
+        for n in (1, 2):
+            r.serve(n, {7: pause})
+        ctx = r.ctx[0]
+        co = NodeRdma(ctx.host, ctx.index).thread().coroutine()
+        out = []
+
+        def manager():
+            hs = {n: co.read(gaddr(n, offs[n]), 8) for n in (1, 2)}
+            co.post()
+            yield co.sync()
+            out.append({n: h.value for n, h in hs.items()})
+            for n in (1, 2):
+                co.write(gaddr(n, offs[n] + 8), b"map-v2-%d" % n)
+            co.post()
+            yield co.sync()
+            for n in (1, 2):
+                out.append((yield from rpc(ctx, f"cn{n}", b"", method=7)))
+        r.env.process(manager())
+        r.env.run()
+    assert out == [{1: 100, 2: 200}, b"ack:map-v2-1", b"ack:map-v2-2"]
