@@ -570,3 +570,26 @@ def test_a_manager_actor_on_a_compute_node_reads_counters_writes_staging_maps_an
         r.env.process(manager())
         r.env.run()
     assert out == [{1: 100, 2: 200}, b"ack:map-v2-1", b"ack:map-v2-2"]
+
+
+def test_rpcs_to_a_killed_node_time_out_instead_of_hanging():
+    """cn1 is SIGKILLed mid-run (on_node_death = "continue"): datagrams to it are dropped, so a call
+    of cn0 to a key cn1 owns raises RpcTimeout after its 6 attempts of 200 us and cn0 ends (the toy
+    client has no fall-back: FlexKV's would take the memory nodes' one-sided path). The kill lands
+    at a wall-clock moment, so whether a call gives up before the plan's end varies; either way the
+    rack finishes, and a cn0 that ended did so after the full 1.2 ms of timeouts. (A last step
+    longer than the timeouts made the rack wait for its wall-clock hang detection: not done here.)"""
+    import re
+    from cluster.scenario import scenario_from_dict
+    from cluster.supervisor import Supervisor
+    from tests.test_rack import LOAD, run
+    d = owner_dict(LOAD, run(0.1), {"action": "kill", "node": "cn1"}, run(0.1))
+    d["rack"]["on_node_death"] = "continue"
+    sup = Supervisor(scenario_from_dict(d, source="t.toml"), quiet=True)
+    assert sup.run() == 0, sup.deaths
+    deaths = {x.node: x for x in sup.deaths}
+    assert deaths["cn1"].expected, sup.deaths
+    if "cn0" in deaths:
+        assert not deaths["cn0"].expected
+        m = re.search(r"raised in dmrack process 'cn0\.t\d+c\d+' at t=(\d+) ns", deaths["cn0"].how)
+        assert m and int(m.group(1)) >= 6 * 200_000, deaths["cn0"].how
