@@ -217,11 +217,11 @@ class DolphinClient(KVClient):
                 best, best_word, best_byte = i, w, b
         return best, best_word
 
-    def _find(self, co, key: bytes):
-        """Generator: the :class:`Located` leaf for ``key`` (cache first, confirmed from the root when a
-        cached walk finds nothing)."""
+    def _find(self, co, key: bytes, use_cache: bool = True):
+        """Generator: the :class:`Located` leaf for ``key`` (cache first if ``use_cache``, confirmed
+        from the root when a cached walk finds nothing)."""
         for attempt in range(RETRY_LIMIT):
-            loc = yield from self._locate(co, key, attempt == 0)
+            loc = yield from self._locate(co, key, use_cache and attempt == 0)
             if loc is None or (not loc.leaf and loc.cached):
                 self.restarts += 1
                 continue
@@ -258,15 +258,19 @@ class DolphinClient(KVClient):
         raw = bytes(h.data)
         return LeafImage(fmt, leaf, raw, raw[fmt.rear_off])
 
-    def _read_keys(self, co, leaf: int, enter: bool = False):
-        """Generator: the leaf's header and keys (and its rear version, in the same doorbell), with
+    def _read_leaf(self, co, leaf: int, enter: bool = False):
+        """Generator: a get's or an IDU's READ of the leaf: whole (values included) if it is at most
+        WHOLE_LEAF_BYTES, else its header and keys and its rear version (in the same doorbell), with
         Spear's IDU FAA +1 posted first if ``enter``. Returns ``(image, entered)``."""
         fmt = self.fmt
         hl = Spear.queue_idu_enter(co, leaf + fmt.lock_off) if enter else None
-        hk = co.read(leaf, fmt.keys_end)
-        hr = co.read(leaf + fmt.rear_off, 8)
-        yield co.sync()
-        img = LeafImage(fmt, leaf, bytes(hk.data), int(hr.data[0]))
+        if fmt.size <= WHOLE_LEAF_BYTES:
+            img = yield from self._read_whole(co, leaf)
+        else:
+            hk = co.read(leaf, fmt.keys_end)
+            hr = co.read(leaf + fmt.rear_off, 8)
+            yield co.sync()
+            img = LeafImage(fmt, leaf, bytes(hk.data), int(hr.data[0]))
         return img, (hl is None or Spear.idu_entered(hl))
 
     def _read_slot(self, co, leaf: int, slot: int):
@@ -295,7 +299,7 @@ class DolphinClient(KVClient):
                 return None, 0
             whole = fmt.size <= WHOLE_LEAF_BYTES
             stamp = mark() if mark is not None else 0
-            img = (yield from self._read_whole(co, loc.leaf)) if whole else (yield from self._read_keys(co, loc.leaf))[0]
+            img, _ = yield from self._read_leaf(co, loc.leaf)
             self.thread.cpu(self._keys_ns)
             if not img.consistent:
                 self.torn_reads += 1
@@ -311,8 +315,7 @@ class DolphinClient(KVClient):
             i = img.find(kw)
             if i < 0:
                 return None, 0
-            raw = img.raw[fmt.slot_off(i):fmt.slot_off(i) + fmt.slot_bytes] if whole else \
-                (yield from self._read_slot(co, loc.leaf, i))
+            raw = img.slot(i) if whole else (yield from self._read_slot(co, loc.leaf, i))
             if not fmt.slot_written(raw, key):
                 if whole:
                     return None, 0                   # the key's insert has not written its value: not in yet
@@ -324,12 +327,9 @@ class DolphinClient(KVClient):
         raise SystemError_(f"{self.NAME}: get of {key.hex()} found no consistent leaf after {RETRY_LIMIT} READs")
 
     def _find_uncached(self, co, key):
+        """Generator: ``_find`` from the root, after a cached path proved stale."""
         self.restarts += 1
-        for _ in range(RETRY_LIMIT):
-            loc = yield from self._locate(co, key, False)
-            if loc is not None:
-                return loc
-        raise SystemError_(f"{self.NAME}: no stable walk for key {key.hex()}")
+        return (yield from self._find(co, key, use_cache=False))
 
     # -- Spear, the IDU side -----------------------------------------------------------------------
     def _idu_enter(self, co, key: bytes, loc: Located, before_read=None):
@@ -348,14 +348,7 @@ class DolphinClient(KVClient):
             lock = loc.leaf + lock_of
             if before_read is not None:
                 before_read()
-            if fmt.size <= WHOLE_LEAF_BYTES:
-                hl = Spear.queue_idu_enter(co, lock)
-                h = co.read(loc.leaf, fmt.size)
-                yield co.sync()
-                raw = bytes(h.data)
-                img, entered = LeafImage(fmt, loc.leaf, raw, raw[fmt.rear_off]), Spear.idu_entered(hl)
-            else:
-                img, entered = yield from self._read_keys(co, loc.leaf, enter=True)
+            img, entered = yield from self._read_leaf(co, loc.leaf, enter=True)
             self.thread.cpu(self._keys_ns)
             if not entered:                          # an SMO holds the leaf: back off until it is done
                 yield from self.spear.idu_back_off(co, lock)
@@ -534,7 +527,7 @@ class DolphinClient(KVClient):
             return                                   # another SMO had the leaf: look again
         img = yield from self._read_whole(co, leaf)
         live = sorted(img.live(), key=lambda iw: key_num(word_key(iw[1])))
-        entries = [(word_key(w), img.raw[fmt.slot_off(i):fmt.slot_off(i) + fmt.slot_bytes]) for i, w in live]
+        entries = [(word_key(w), img.slot(i)) for i, w in live]
         version = (img.front + 1) & 0xFF
         if len(entries) <= fmt.slots * 3 // 4 or len(entries) < 2:
             yield from self._rewrite(co, img, version, leaf_bytes(fmt, rev_ptr=img.rev_ptr, version=version,
@@ -711,8 +704,7 @@ class DolphinClient(KVClient):
                         k = key_num(word_key(w))
                         if k < pos:
                             continue
-                        value, ok = fmt.decode_slot(img.raw[fmt.slot_off(i):fmt.slot_off(i) + fmt.slot_bytes],
-                                                    word_key(w))
+                        value, ok = fmt.decode_slot(img.slot(i), word_key(w))
                         if not ok:
                             if fmt.raw:
                                 continue             # an insert in flight: not in yet

@@ -230,6 +230,11 @@ class LeafImage:
     def covers(self, k: int) -> bool:
         return self.min <= k <= self.max
 
+    def slot(self, i: int) -> bytes:
+        """The bytes of value slot ``i`` (an image READ whole)."""
+        off = self.fmt.slot_off(i)
+        return self.raw[off:off + self.fmt.slot_bytes]
+
     def find(self, kw: int) -> int:
         """The slot holding key word ``kw``, or -1."""
         try:
