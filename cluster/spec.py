@@ -948,6 +948,13 @@ def spec_from_dict(data: Mapping[str, Any], *, source: str = "<string>", base_di
         warnings=tuple(warnings), smart=dict(smart) if smart else None, dpu=dpu, dpa=dpa, steer=steer,
     )
 
+    # a system's options that only make sense against the rack (FlexKV: proxy threads <= threads)
+    try:
+        from nodes.systems import get_system
+        get_system(system.name).check_rack(system.options, spec)
+    except ValueError as e:
+        raise SpecError(f"{label}: system: {' '.join(str(e).split())}") from None
+
     # Memory segments are mapped lazily, so a rack larger than RAM would start -- and then be killed
     # by the OOM killer (or SIGBUS on a full /dev/shm) in the middle of a run. Refuse it now.
     total, have = spec.total_memory_bytes(), machine_memory_bytes()

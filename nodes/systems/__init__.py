@@ -33,6 +33,7 @@ BUILTIN = {
     "marlin": "nodes.systems.marlin:MarlinSystem",
     "dpa-kv": "nodes.systems.dpa_kv:DpaKvSystem",
     "dolphin": "nodes.systems.dolphin:DolphinSystem",
+    "flexkv": "nodes.systems.flexkv:FlexKVSystem",
     "smart-art": "nodes.systems.smart_art:SmartArtSystem",
 }
 

@@ -198,6 +198,12 @@ class System:
         return int(capacity) * (int(key_bytes) + int(value_bytes))
 
     @classmethod
+    def check_rack(cls, options: dict, spec) -> None:
+        """Refuse options that contradict the rack (``spec``: a ``cluster.spec.RackSpec``, the
+        options filled by check_options) with a ValueError of one line naming the option, e.g.
+        more proxy threads than a compute node has threads. The default accepts every rack."""
+
+    @classmethod
     def heavy_stress(cls, shape):
         """The ``dmrack check --heavy`` stress for this system: ``shape`` (a
         ``cluster.correctness.check.StressShape``: keys, value bytes, threads, coroutines, ms per

@@ -61,6 +61,8 @@ RETRY_LIMIT = 100_000
 STALE_TENTATIVE_WAITS = 32      # back-offs (about 1 ms) before a tentative copy counts as abandoned
 
 _BLOCK_ADDR = OFFSET_MASK & ~TENTATIVE
+#: the slot's length field: 0 in a non-empty word is a deleted slot (FlexKV), never a KV block
+_UNITS = 0xFF << UNITS_SHIFT
 
 
 class RaceStats(NamedTuple):
@@ -197,8 +199,8 @@ class RaceClient(KVClient):
             cands = None
             for k in range(n):
                 w = int(out[2 * k + 1])
-                if w & TENTATIVE:
-                    continue          # an insert that has not decided yet: not in the table
+                if w & TENTATIVE or not w & _UNITS:
+                    continue          # an undecided insert, or a deleted slot (FlexKV): not in the table
                 if cands is None:
                     cands = []
                 cands.append((int(out[2 * k]), w, self.read_block(co, w)))
@@ -235,6 +237,8 @@ class RaceClient(KVClient):
             pending = None
             for k in range(n):
                 w = int(out[2 * k + 1])
+                if not w & _UNITS:
+                    continue                      # a deleted slot (FlexKV's tombstone): holds no key
                 wc = w & ~TENTATIVE
                 idx = int(out[2 * k])
                 if wc == mine_c:

@@ -55,7 +55,7 @@ class RaceSystem(System):
         subtables), plus one KV block for each key but the rack's sizing slack (1024 keys). Chunk
         slack and retired blocks are not counted: the bound stays below what a run needs."""
         try:
-            geo = Geometry.for_capacity(int(capacity), options["load_factor"], 1)
+            geo = cls.geometry(int(capacity), options, 1)
         except LayoutError:
             return 1 << 62                     # more subtables than the directory holds: never fits
         table = geo.subtables * geo.subtable_bytes + geo.directory_bytes
@@ -81,7 +81,7 @@ class RaceSystem(System):
                 raise LayoutError(f"RACE: memory node {spec.name!r} has {spec.memory_bytes} B; slots hold 40 bits "
                                   f"of block offset, so at most 1 TiB per memory node")
             fabric.expose(m)
-        geo = Geometry.for_capacity(int(capacity), opts["load_factor"], len(mns))
+        geo = cls.geometry(int(capacity), opts, len(mns))
         try:
             dir_off = fabric.allocate(mns[0], geo.directory_bytes)
             # subtable i on memory node mns[i % len(mns)], zeroed (the library's record array)
@@ -117,6 +117,11 @@ class RaceSystem(System):
             "chunk_bytes": opts["chunk_bytes"],
             "epochs": epochs,
         }
+
+    @classmethod
+    def geometry(cls, capacity: int, opts: dict, memory_nodes: int) -> Geometry:
+        """The table's shape for ``capacity`` keys (FlexKV fixes the subtable count: its partitions)."""
+        return Geometry.for_capacity(capacity, opts["load_factor"], memory_nodes)
 
     @classmethod
     def bulk_load(cls, fabric, layout: dict, pairs) -> None:

@@ -1,0 +1,414 @@
+"""The FlexKV client: one per modelled thread; routes each operation by its partition (§3.2).
+
+A key's partition is its RACE directory index (the low bits of its hash suffix). The node's
+partition map says who serves it:
+
+* ``ON_MEMORY``: the **one-sided path** over the memory nodes' RACE table, as the baselines FlexKV
+  follows (FUSEE/Aceso) do, with the node's address cache: a hit READs the slot word and the pair
+  together (one round trip) and uses the pair only if the slot still names it.
+* a compute node: the **proxied path** through that node's proxy (proxy.py):
+
+  =========================  =======================================================  ==========
+  operation                  verbs and RPCs                                           round trips
+  =========================  =======================================================  ==========
+  get, pair cached           local lookup                                             0
+  get, address cached        READ pair; valid bit and key checked                      1
+  get, otherwise             RPC READ(key) -> candidate slots | READ pair(s)           2
+  update/delete, slot cached [WRITE new pair, RPC WRITE(slot)]; the proxy WRITEs the   ~2
+                             memory node's slot (+ the old pair's valid bit) inside
+  update/delete/insert       [WRITE new pair + READ 2 combined buckets] | READ         ~3
+                             candidate pairs | RPC WRITE(slot)
+  =========================  =======================================================  ==========
+
+Every decision is the proxy's (its LOCAL_CAS is the commit point; absence is decided against its
+local index, proxy.py), so the memory node's copy, which runs ahead of the proxy by the writes
+between their memory-node WRITE and their commit, is used only to find slots.
+
+Operations on a paused partition (a reassignment under way, manager.py) wait for the resume; a
+proxy that no longer owns the partition answers ``NOT_OWNER`` and the operation is routed again
+with the node's current map.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from nodes.systems.api import SystemError_
+from nodes.systems.lib.hashing import hash64
+from nodes.systems.race.bucket import SAME, slot_offset
+from nodes.systems.race.client import RETRY_LIMIT, RaceClient
+from nodes.systems.race.layout import FP_SHIFT
+from shm.fabric import gaddr, gaddr_offset
+from shm.rpc import rpc
+
+from .cache import ADDR, PAIR
+from .layout import ON_MEMORY, INVALID_BIT, INVALID_BYTE, is_pair, reusable, tombstone
+from .node import state_of
+from .proxy import (
+    ABSENT, BUSY, CAND, EXISTS, F_CACHE_PAIR, FLUSH_READS, M_FLUSH, M_READ, M_WRITE, MISMATCH, NO_SLOT, NOT_OWNER,
+    OK, OP_DELETE, OP_INSERT, OP_UPDATE, READ_REPLY, READ_REQ, WRITE_REPLY, WRITE_REQ,
+)
+
+GET = 0
+_REROUTE = object()
+#: checked words a WRITE RPC carries at most (fingerprint matches of other keys in two combined
+#: buckets: a handful at most with 8-bit fingerprints)
+MAX_CHECKED = 28
+
+
+class FlexKVStats(NamedTuple):
+    gets: int
+    inserts: int
+    updates: int
+    deletes: int
+    pair_hits: int            # gets served from a cached KV pair
+    addr_hits: int            # gets served by READing a cached address
+    addr_stale: int           # cached addresses found stale (invalid pair, other key, slot moved)
+    proxied_ops: int          # operations served through a proxy
+    one_sided_ops: int        # operations on the memory nodes' one-sided path
+    read_rpcs: int
+    write_rpcs: int
+    flush_rpcs: int
+    busy: int                 # write RPCs refused: the key or slot was being written
+    mismatches: int           # write RPCs whose slot view was stale (resolved again)
+    reroutes: int             # NOT_OWNER answers (a reassignment under way)
+    paused_waits: int         # operations that waited for a paused partition
+    get_pair_ns: int          # summed latency of gets by how they were served (Table 1)
+    get_addr_ns: int
+    get_other_ns: int
+    get_other: int
+    cas_retries: int          # one-sided path: failed slot CASes
+
+
+class FlexKVClient(RaceClient):
+    def __init__(self, fabric, layout: dict, thread, options: dict):
+        race_opts = {k: options[k] for k in ("search_cpu_ns", "write_cpu_ns") if k in options}
+        super().__init__(fabric, layout, thread, race_opts)
+        self.st = state_of(fabric, layout, thread.owner.node, thread.env)
+        self.pmask = (1 << layout["global_depth"]) - 1
+        self.names = {n: fabric.nodes[n].name for n in layout["cn_nodes"]}
+        opts = layout["options"]
+        self._timeout_ns = opts["rpc_timeout_us"] * 1000
+        self._retries = opts["rpc_retries"]
+        self._lease_ns = opts["lease_us"] * 1000
+        self._drift = opts["drift"]
+        self._hit_ns = fabric.profile.cpu.local_read_ns_per_line
+        self.pair_hits = self.addr_hits = self.addr_stale = self.proxied_ops = self.one_sided_ops = 0
+        self.read_rpcs = self.write_rpcs = self.flush_rpcs = self.busy = self.mismatches = self.reroutes = 0
+        self.paused_waits = 0
+        self.get_pair_ns = self.get_addr_ns = self.get_other_ns = self.get_other = 0
+
+    def statistics(self) -> FlexKVStats:
+        return FlexKVStats(self.gets, self.inserts, self.updates, self.deletes, self.pair_hits, self.addr_hits,
+                           self.addr_stale, self.proxied_ops, self.one_sided_ops, self.read_rpcs, self.write_rpcs,
+                           self.flush_rpcs, self.busy, self.mismatches, self.reroutes, self.paused_waits,
+                           self.get_pair_ns, self.get_addr_ns, self.get_other_ns, self.get_other, self.cas_retries)
+
+    # -- the KV interface ----------------------------------------------------------------------
+    def get(self, co, key):
+        return self.reclaim.run(self._op(co, GET, key, None))
+
+    def insert(self, co, key, value):
+        return self.reclaim.run(self._op(co, OP_INSERT, key, value))
+
+    def update(self, co, key, value):
+        return self.reclaim.run(self._op(co, OP_UPDATE, key, value))
+
+    def delete(self, co, key):
+        return self.reclaim.run(self._op(co, OP_DELETE, key, None))
+
+    def _op(self, co, op, key, value):
+        if type(key) is not bytes:
+            key = bytes(key)
+        h = hash64(key)
+        p = h & self.pmask
+        st = self.st
+        if st.paused[p]:
+            self.paused_waits += 1
+        yield from st.enter(p)
+        try:
+            st.count(p, op != GET)
+            for _ in range(RETRY_LIMIT):
+                owner = int(st.active[p])
+                if owner == ON_MEMORY:
+                    self.one_sided_ops += 1
+                    return (yield from self._one_sided(co, op, key, value, h, p))
+                r = yield from self._proxied(co, op, key, value, h, p, owner)
+                if r is not _REROUTE:
+                    self.proxied_ops += 1
+                    return r
+                self.reroutes += 1
+                yield self.backoff(0)
+            raise SystemError_(f"FlexKV: key {key[:32]!r} found no owner for partition {p} after {RETRY_LIMIT} tries")
+        finally:
+            st.leave(p)
+
+    # -- pieces ----------------------------------------------------------------------------------
+    def _slot_index(self, p: int, slot_gaddr: int) -> int:
+        return (gaddr_offset(slot_gaddr) - self.directory.bases[p]) >> 3
+
+    def _slot_gaddr(self, p: int, slot: int) -> int:
+        d = self.directory
+        return gaddr(d.nodes[p], d.bases[p] + 8 * slot)
+
+    def _check(self, key: bytes, hd) -> tuple[int, bool]:
+        """(value length or -1/-2, the pair's valid bit was cleared) of a READ pair."""
+        b = self._buf
+        o = hd._off + INVALID_BYTE
+        invalid = bool(b[o] & INVALID_BIT)
+        if invalid:
+            b[o] &= ~INVALID_BIT & 0xFF
+        return self.check(key, hd), invalid
+
+    def _value(self, key: bytes, hd, vlen: int) -> bytes:
+        off = hd._off + 8 + len(key)
+        return self._buf[off:off + vlen].tobytes()
+
+    # -- the proxied path ------------------------------------------------------------------------
+    def _proxied(self, co, op, key, value, h, p, owner):
+        if op == GET:
+            return (yield from self._proxied_get(co, key, h, p, owner))
+        return (yield from self._proxied_write(co, op, key, value, h, p, owner))
+
+    def _owe_read(self, co, key: bytes, p: int, owner: int):
+        """A cache hit owes the proxy a read count: piggybacked on the key's next RPC, or flushed."""
+        pend = self.st.pending_reads
+        n = pend.get(key, 0) + 1
+        if n <= FLUSH_READS:
+            pend[key] = n
+            return
+        del pend[key]
+        self.flush_rpcs += 1
+        yield from rpc(co, self.names[owner], READ_REQ.pack(p, min(n, 0xFFFF)) + key, method=M_FLUSH,
+                       timeout_ns=self._timeout_ns, retries=self._retries)
+
+    def _proxied_get(self, co, key, h, p, owner):
+        env = self.env
+        t0 = env.now
+        self.gets += 1
+        self.thread.cpu(self._search_ns + self.hash_ns(len(key)))
+        cache = self.st.cache
+        e = cache.lookup(key, t0)
+        if e is not None:
+            if e.kind == PAIR:
+                self.thread.cpu(self._hit_ns * (1 + len(e.value) // 64))
+                self.pair_hits += 1
+                yield from self._owe_read(co, key, p, owner)
+                self.get_pair_ns += env.now - t0
+                return e.value
+            hd = self.read_block(co, e.word)
+            yield co.sync()
+            v, invalid = self._check(key, hd)
+            if v >= 0 and not invalid:
+                self.addr_hits += 1
+                value = self._value(key, hd, v)
+                cache.renew(key, env.now)
+                yield from self._owe_read(co, key, p, owner)
+                self.get_addr_ns += env.now - t0
+                return value
+            self.addr_stale += 1
+            cache.discard(key)
+        for _ in range(RETRY_LIMIT):
+            token = cache.token()
+            reads = self.st.pending_reads.pop(key, 0)
+            self.read_rpcs += 1
+            reply = yield from rpc(co, self.names[owner], READ_REQ.pack(p, min(reads, 0xFFFF)) + key,
+                                   method=M_READ, timeout_ns=self._timeout_ns, retries=self._retries)
+            status, flags, n = READ_REPLY.unpack_from(reply)
+            if status == NOT_OWNER:
+                return _REROUTE
+            hds = []
+            for k in range(n):
+                s, w = CAND.unpack_from(reply, READ_REPLY.size + k * CAND.size)
+                hds.append((s, w, self.read_block(co, w)))
+            if hds:
+                yield co.sync()
+            torn = False
+            for s, w, hd in hds:
+                v, _invalid = self._check(key, hd)     # replaced after the proxy's answer: still its value
+                if v >= 0:
+                    value = self._value(key, hd, v)
+                    cache.put(key, PAIR if flags & F_CACHE_PAIR else ADDR, p, s, w, value, env.now, token)
+                    self.get_other += 1
+                    self.get_other_ns += env.now - t0
+                    return value
+                torn |= v == -2
+            if not torn:
+                self.get_other += 1
+                self.get_other_ns += env.now - t0
+                return None
+            self.torn_reads += 1
+        raise SystemError_(f"FlexKV: get of key {key[:32]!r} did not settle after {RETRY_LIMIT} rounds")
+
+    def _resolve(self, co, key, h, p, op):
+        """Generator: the key's slot in the memory node's copy (queued verbs go out with the bucket
+        READs): ``(slot or NO_SLOT, expected word, checked words)``; for an insert of an absent
+        key, the slot is a free one (empty, or a tombstone whose lease ran out)."""
+        for _ in range(RETRY_LIMIT):
+            self.thread.cpu(self._search_ns)
+            pr, r = yield from self.read_buckets(co, h)
+            out = self._out
+            cands = []
+            for k in range(r & 63):
+                w = int(out[2 * k + 1])
+                if is_pair(w):
+                    cands.append((int(out[2 * k]), w, self.read_block(co, w)))
+            if cands:
+                yield co.sync()
+            checked = []
+            found = None
+            torn = False
+            for idx, w, hd in cands:
+                v, _invalid = self._check(key, hd)
+                if v >= 0:
+                    found = (idx, w)
+                elif v == -1:
+                    checked.append(w)
+                else:
+                    torn = True
+            if torn:
+                self.torn_reads += 1
+                continue
+            nb, off_a, off_b = pr[0], pr[1], pr[2]
+            base = self.directory.bases[p]
+            if found is not None:
+                return (slot_offset(found[0], off_a, off_b) - base) >> 3, found[1], checked[:MAX_CHECKED]
+            if op != OP_INSERT:
+                return NO_SLOT, 0, checked[:MAX_CHECKED]
+            free = (r >> 6) - 1
+            if free >= 0:
+                return (slot_offset(free, off_a, off_b) - base) >> 3, 0, checked[:MAX_CHECKED]
+            slot = self._expired_tombstone(pr)
+            if slot is None:
+                self._table_full(key)
+            return (slot[0] - base) >> 3, slot[1], checked[:MAX_CHECKED]
+        raise SystemError_(f"FlexKV: slot of key {key[:32]!r} did not settle after {RETRY_LIMIT} rounds")
+
+    def _expired_tombstone(self, pr):
+        """(node offset, word) of a deleted slot an insert may take now, in the probe's buckets."""
+        buf64 = self._buf64
+        now = self.env.now
+        nb, off_a, off_b, flags = pr[0], pr[1], pr[2], pr[3]
+        for b in range(4 if flags & SAME != SAME else 2):
+            h = pr[5] if b < 2 else pr[6]
+            w0 = (h._off >> 3) + (b & 1) * 8
+            for s in range(7):
+                w = int(buf64[w0 + 1 + s])
+                if w and reusable(w, now, self._lease_ns, self._drift):
+                    return slot_offset(b * 7 + s, off_a, off_b), w
+        return None
+
+    def _proxied_write(self, co, op, key, value, h, p, owner):
+        env = self.env
+        if op == OP_INSERT:
+            self.inserts += 1
+        elif op == OP_UPDATE:
+            self.updates += 1
+        else:
+            self.deletes += 1
+        self.thread.cpu(self._write_ns + self.hash_ns(len(key)))
+        new = (yield from self.new_block(co, key, value, h)) if op != OP_DELETE else 0
+        cache = self.st.cache
+        e = cache.lookup(key, env.now)
+        slot = None
+        if e is not None:
+            slot, expected, checked = e.slot, e.word, ()
+        for attempt in range(RETRY_LIMIT):
+            if slot is None:
+                slot, expected, checked = yield from self._resolve(co, key, h, p, op)
+            word = new if op != OP_DELETE else tombstone(h >> FP_SHIFT, env.now)
+            payload = WRITE_REQ.pack(op, p, slot, expected, word, len(checked))
+            if checked:
+                payload += b"".join(w.to_bytes(8, "little") for w in checked)
+            co.post()                                  # the new pair's WRITE leaves before the RPC
+            self.write_rpcs += 1
+            reply = yield from rpc(co, self.names[owner], payload + key, method=M_WRITE,
+                                   timeout_ns=self._timeout_ns, retries=self._retries)
+            status, cur = WRITE_REPLY.unpack_from(reply)
+            if status == OK:
+                if new:
+                    yield co.sync()                    # the pair's WRITE has landed (it had, by now)
+                    cache.put(key, ADDR, p, slot, new, env.now)
+                else:
+                    cache.discard(key)
+                if is_pair(expected):
+                    self.retire_block(expected)
+                return True
+            if status in (EXISTS, ABSENT, NOT_OWNER):
+                if new:
+                    yield co.sync()
+                    self.release_block(new)
+                if status == EXISTS:
+                    cache.put(key, ADDR, p, slot, cur, env.now)
+                elif status == ABSENT:
+                    cache.discard(key)
+                return _REROUTE if status == NOT_OWNER else False
+            cache.discard(key)
+            if status == BUSY:
+                self.busy += 1
+                yield self.backoff(min(attempt, 4))
+            else:
+                self.mismatches += 1
+            slot = None
+        raise SystemError_(f"FlexKV: write of key {key[:32]!r} did not settle after {RETRY_LIMIT} rounds")
+
+    # -- the one-sided path ----------------------------------------------------------------------
+    def _one_sided(self, co, op, key, value, h, p):
+        if op == GET:
+            return (yield from self._one_sided_get(co, key, h, p))
+        if op == OP_INSERT:
+            return (yield from self._insert(co, key, value))
+        if op == OP_UPDATE:
+            return (yield from self._one_sided_update(co, key, value, h, p))
+        return (yield from self._delete(co, key))
+
+    def _one_sided_get(self, co, key, h, p):
+        env = self.env
+        t0 = env.now
+        self.gets += 1
+        self.thread.cpu(self.hash_ns(len(key)))
+        cache = self.st.cache
+        e = cache.lookup(key, t0)
+        if e is not None and e.kind == ADDR:
+            # the slot and the pair in one round: the pair is current iff the slot still names it
+            hs = co.read(self._slot_gaddr(p, e.slot), 8)
+            hd = self.read_block(co, e.word)
+            self.thread.cpu(self._search_ns)
+            yield co.sync()
+            if int(hs.data.view("<u8")[0]) == e.word:
+                v, _invalid = self._check(key, hd)
+                if v >= 0:
+                    self.addr_hits += 1
+                    cache.renew(key, env.now)
+                    self.get_addr_ns += env.now - t0
+                    return self._value(key, hd, v)
+            self.addr_stale += 1
+            cache.discard(key)
+        found = yield from self.find(co, key, h)
+        self.get_other += 1
+        if found is None:
+            self.get_other_ns += env.now - t0
+            return None
+        slot_addr, w, hd, v = found
+        value = self._value(key, hd, v)
+        cache.put(key, ADDR, p, self._slot_index(p, slot_addr), w, None, env.now)
+        self.get_other_ns += env.now - t0
+        return value
+
+    def _one_sided_update(self, co, key, value, h, p):
+        self.updates += 1
+        self.thread.cpu(self._write_ns + self.hash_ns(len(key)))
+        new = yield from self.new_block(co, key, value, h)
+        for attempt in range(RETRY_LIMIT):
+            found = yield from self.find(co, key, h)
+            if found is None:
+                self.release_block(new)
+                return False
+            slot, old = found[0], found[1]
+            swapped, _ = yield from co.backoff_cas(slot, old, new)
+            if swapped:
+                self.retire_block(old)
+                self.st.cache.put(key, ADDR, p, self._slot_index(p, slot), new, None, self.env.now)
+                return True
+            self.cas_retries += 1
+        raise SystemError_(f"FlexKV: update of key {key[:32]!r} gave up after {RETRY_LIMIT} failed CASes")

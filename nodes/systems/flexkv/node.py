@@ -1,0 +1,143 @@
+"""A compute node's FlexKV state, shared by its client threads and its proxy threads.
+
+Everything a FlexKV compute node holds lives in one :class:`NodeState` per node process:
+
+* the **partition map** in use (``active``: owner per partition, ``ON_MEMORY`` for the one-sided
+  path) and, in the node's memory exposed to one-sided verbs, the **staging map** the manager
+  WRITEs before a reassignment, the **access counters** clients bump per partition (the manager
+  READs them: Algorithm 1's hotness) and the node's operation counters (the manager's throughput
+  samples for Algorithm 2);
+* the **local index** of the partitions its proxy owns: a copy of each one's RACE subtable
+  (``local[p]``, uint64 words, the same geometry as the memory node's), changed only by the
+  proxy's LOCAL_CAS (its commit point);
+* the proxy's **per-key metadata** (``meta``: sharer bitmap, write and read counters, §3.3) and
+  its **key and slot locks** (a write RPC for a key or slot already being written fails at once,
+  like a failed CAS);
+* the node's **cache** (cache.py) and the read counts its cache hits owe the proxies
+  (``pending_reads``: piggybacked on the next RPC for the key, §3.3);
+* the **pause gate** of a reassignment: clients entering an operation on a paused partition wait
+  for the resume; ``inflight`` counts the operations under way per partition so a pause can wait
+  for them to drain.
+
+One object per (rack, node): the registry is keyed by the layout's ``nonce``, so a process that
+inherited the state of an earlier rack (the supervisor forks after a warm-up rack) never reuses it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nodes.systems.race.bucket import MAX_MATCHES
+
+from .cache import NodeCache
+from .layout import MAP_DTYPE, ON_MEMORY
+
+#: modelled bytes of one per-key metadata entry (sharers:32 | writes:16 | reads:16, §3.3)
+META_BYTES = 8
+#: words of the node's operation counters in its exposed region: ops, reads, writes
+STAT_WORDS = 4
+
+
+def region_bytes(partitions: int) -> int:
+    """Bytes of a compute node's exposed FlexKV region: counters (u32), staging map (i16), stats (u64)."""
+    return _align(4 * partitions) + _align(2 * partitions) + 8 * STAT_WORDS
+
+
+def _align(n: int) -> int:
+    return (n + 63) & ~63
+
+
+class NodeState:
+    def __init__(self, fabric, layout: dict, node: int, env):
+        self.fabric = fabric
+        self.layout = layout
+        self.node = node
+        self.env = env
+        P = layout["partitions"]
+        self.partitions = P
+        off = layout["cn_region"]
+        mem = fabric.memory[node].host
+        self.counters = mem[off:off + 4 * P].view(np.uint32)
+        s_off = off + _align(4 * P)
+        self.staging = mem[s_off:s_off + 2 * P].view(MAP_DTYPE)
+        t_off = s_off + _align(2 * P)
+        self.stats = mem[t_off:t_off + 8 * STAT_WORDS].view(np.uint64)
+        self.active = np.full(P, ON_MEMORY, MAP_DTYPE)
+        self.local: dict[int, np.ndarray] = {}
+        self.meta: dict[bytes, list] = {}
+        self.key_locks: set = set()
+        self.slot_locks: set = set()
+        self.ordinal = layout["cn_ordinal"][node]          # this node's bit in sharer lists
+        opts = layout["options"]
+        self.memory_bytes = opts["cn_memory_bytes"]
+        self.cache = NodeCache(self.memory_bytes, opts["lease_us"] * 1000)
+        self.pending_reads: dict[bytes, int] = {}
+        self.paused = np.zeros(P, bool)
+        self.inflight = np.zeros(P, np.int64)
+        self._resumed = None
+        self.rounds = 0                   # reassignments this node went through
+        self.loaded_bytes = 0             # subtable bytes its proxy READ from the memory nodes
+        self.cleared_for_round = False    # the pause of the current reassignment cleared the cache
+        self.events: list = []            # the manager's events (first compute node only)
+        self.wake = None                  # the idle manager waits on it: fired by the next operation here
+        # the proxy's settings and counters
+        self.kv_cache = opts["kv_cache"]
+        self.lease_ns = opts["lease_us"] * 1000
+        self.drift = opts["drift"]
+        self.rpc_timeout_ns = opts["rpc_timeout_us"] * 1000
+        self.rpc_retries = opts["rpc_retries"]
+        self.scan_out = np.zeros(2 * MAX_MATCHES, np.uint64)
+        self.busy = self.mismatches = self.commits = self.invalidations_sent = self.dead_sharers = 0
+
+    # -- the pause gate --------------------------------------------------------------------------
+    def enter(self, p: int):
+        """Generator: wait while partition ``p`` is paused, then count an operation in flight."""
+        while self.paused[p]:
+            if self._resumed is None:
+                self._resumed = self.env.event()
+            yield self._resumed
+        self.inflight[p] += 1
+
+    def leave(self, p: int) -> None:
+        self.inflight[p] -= 1
+
+    def resume(self) -> None:
+        self.paused[:] = False
+        ev, self._resumed = self._resumed, None
+        if ev is not None:
+            ev.succeed()
+
+    # -- memory split --------------------------------------------------------------------------
+    def index_bytes(self) -> int:
+        """Bytes of the local index: the loaded subtables and the metadata entries."""
+        return len(self.local) * self.layout["subtable_bytes"] + META_BYTES * len(self.meta)
+
+    def rebudget(self) -> None:
+        """The cache gets what the local index leaves of the node's memory (the unified split)."""
+        self.cache.set_budget(max(0, self.memory_bytes - self.index_bytes()))
+
+    # -- counters the manager reads --------------------------------------------------------------
+    def count(self, p: int, write: bool) -> None:
+        if self.wake is not None:
+            ev, self.wake = self.wake, None
+            ev.succeed()
+        self.counters[p] += 1
+        st = self.stats
+        st[0] += 1
+        st[2 if write else 1] += 1
+
+
+_STATES: dict = {}
+
+
+def state_of(fabric, layout: dict, node: int, env) -> NodeState:
+    key = (layout["nonce"], node)
+    st = _STATES.get(key)
+    if st is None or st.env is not env:
+        st = _STATES[key] = NodeState(fabric, layout, node, env)
+    return st
+
+
+def states() -> dict:
+    """Every NodeState of this process, by (nonce, node) (tests read them)."""
+    return _STATES

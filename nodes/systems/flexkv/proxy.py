@@ -1,0 +1,246 @@
+"""FlexKV's proxy: the RPC service each compute node runs for the partitions it owns (§3.2-3.3).
+
+A proxy is ``proxy_threads`` RPC server threads (2 by default, FlexKV Fig. 20) on the node's
+``shm.rpc`` server. They share the node's :class:`NodeState`: the local index (loaded subtables),
+the per-key metadata and the key and slot locks.
+
+Methods (a request names the partition; a proxy that does not own it answers ``NOT_OWNER`` and the
+client looks at its map again, which is how clients ride over a reassignment in progress):
+
+* ``READ`` (key-based, the "fast path"): the committed slot words in the key's two combined buckets
+  of the local index whose fingerprint matches (usually one), so the client READs the KV pair
+  itself; bumps the key's read counter (plus the reads the client's cache hits owe) and, when the
+  key's writes are under a quarter of its reads, adds the caller to the key's sharers and tells it
+  to cache the pair (§3.3). The linearization point of a get is the proxy's scan.
+* ``WRITE`` (slot-resolved): the client resolved the slot at the memory node (or had it cached)
+  and sends (slot, expected word, new word) and the words it checked hold other keys. Under the
+  key's and the slot's lock the proxy checks the expected word against its local index (a remote
+  CAS executed locally), invalidates the cached copies (RPCs to the sharers; the old pair's valid
+  bit cleared by a WRITE), WRITEs the new word into the memory node's slot, then commits with a
+  LOCAL_CAS and answers. Decisions that a key is absent (an insert into a free slot, an update or
+  delete of a missing key) are also taken here: every committed word matching the key's
+  fingerprint must be one the client checked, else ``MISMATCH``, so a stale view of the memory
+  node never decides anything.
+* ``INVALIDATE`` (proxy to sharer): drop the key from the node's cache and refuse installs of
+  requests that were out meanwhile.
+* ``PAUSE`` / ``RESUME`` (manager to node): the two phases of a reassignment (manager.py).
+* ``FLUSH``: read counts owed by cache hits, sent when more than ``FLUSH_READS`` piled up.
+
+Why the memory node's slot is written before the commit: the proxy's node may die. Its partitions
+then go back to the one-sided path over the memory node's copy, which must already hold every
+committed write; a write that reached the memory node but not the LOCAL_CAS is redone, as FUSEE
+treats an incomplete write (§3.6).
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+from nodes.systems.lib.hashing import hash64
+from nodes.systems.race.bucket import MAX_MATCHES, probe, scan, slot_offset
+from nodes.systems.race.client import HASH_CYCLES, HASH_CYCLES_PER_BYTE
+from nodes.systems.race.layout import FP_SHIFT, NODE_SHIFT, OFFSET_MASK, TENTATIVE, UNITS_SHIFT
+from shm.failpoints import failpoint
+from shm.fabric import gaddr
+from shm.rpc import RpcError, rpc
+
+from .layout import INVALID_BIT, INVALID_BYTE, is_pair, reusable
+from .node import state_of
+
+M_READ, M_WRITE, M_INVALIDATE, M_PAUSE, M_RESUME, M_FLUSH = 1, 2, 3, 4, 5, 6
+OK, NOT_OWNER, BUSY, MISMATCH, EXISTS, ABSENT = 0, 1, 2, 3, 4, 5
+OP_INSERT, OP_UPDATE, OP_DELETE = 1, 2, 3
+F_CACHE_PAIR = 1
+
+READ_REQ = struct.Struct("<HH")          # partition, piggybacked reads; then the key
+READ_REPLY = struct.Struct("<BBB")       # status, flags, candidates; then (slot u32, word u64) each
+CAND = struct.Struct("<IQ")
+WRITE_REQ = struct.Struct("<BHiQQB")     # op, partition, slot (-1: none), expected, new, checked; words; key
+WRITE_REPLY = struct.Struct("<BQ")       # status, the slot's word (OK: the replaced one)
+NO_SLOT = -1
+#: cache hits a client piles up for a key before it sends them in a FLUSH of their own
+FLUSH_READS = 32
+#: 16-bit counters: on overflow both shift right by 2 (§3.3)
+COUNTER_MAX = 0xFFFF
+_BLOCK_ADDR = OFFSET_MASK & ~TENTATIVE
+
+
+class Directory:
+    """Where every partition's subtable is (the layout's directory entries), for proxies."""
+
+    def __init__(self, layout: dict):
+        from nodes.systems.race.directory import DirectoryCache
+        self.d = DirectoryCache(layout["directory"], layout["global_depth"], layout["groups_per_subtable"],
+                                layout["directory_entries"])
+
+    def slot_gaddr(self, p: int, slot: int) -> int:
+        d = self.d
+        return gaddr(d.nodes[p], d.bases[p] + 8 * slot)
+
+
+def _dir(st):
+    d = getattr(st, "directory", None)
+    if d is None:
+        d = st.directory = Directory(st.layout)
+    return d
+
+
+def candidates(local: np.ndarray, d, p: int, h: int, out: np.ndarray):
+    """Scan the key's two combined buckets in a local subtable copy: ``(pairs, free, words)`` where
+    ``pairs`` lists (slot, word) of committed KV pairs with the key's fingerprint."""
+    off_a, off_b, flags = probe(h, 0, d.n_main)
+    r = scan(local, off_a >> 3, off_b >> 3, flags, h >> FP_SHIFT, d.expected[p], out)
+    pairs = []
+    for k in range(r & 63):
+        w = int(out[2 * k + 1])
+        if is_pair(w):
+            pairs.append((slot_offset(int(out[2 * k]), off_a, off_b) >> 3, w))
+    return pairs
+
+
+def _hash_ns(ctx, n: int) -> int:
+    return int((HASH_CYCLES + HASH_CYCLES_PER_BYTE * n) / ctx.profile.cpu.ghz)
+
+
+def _bump(m: list, write: bool, reads: int = 0) -> None:
+    if write:
+        m[1] += 1
+    else:
+        m[2] += 1 + reads
+    if m[1] > COUNTER_MAX or m[2] > COUNTER_MAX:
+        m[1] >>= 2
+        m[2] >>= 2
+
+
+def handle_read(ctx, req):
+    st = state_of(ctx.fabric, ctx.layout, ctx.index, ctx.env)
+    p, reads = READ_REQ.unpack_from(req.payload)
+    key = bytes(req.payload[READ_REQ.size:])
+    cpu = ctx.profile.cpu
+    if st.active[p] != ctx.index:
+        ctx.cpu(cpu.local_read_ns_per_line)
+        return READ_REPLY.pack(NOT_OWNER, 0, 0)
+    h = hash64(key)
+    ctx.cpu(_hash_ns(ctx, len(key)) + 4 * cpu.local_read_ns_per_line + cpu.local_cas_ns)
+    pairs = candidates(st.local[p], _dir(st).d, p, h, st.scan_out)
+    m = st.meta.get(key)
+    if m is None:
+        m = st.meta[key] = [0, 0, 0, p]
+    _bump(m, False, reads)
+    flags = 0
+    if st.kv_cache and m[1] * 4 < m[2]:
+        m[0] |= 1 << st.layout["cn_ordinal"][req.src_node]
+        flags = F_CACHE_PAIR
+    out = [READ_REPLY.pack(OK, flags, len(pairs))]
+    out += [CAND.pack(s, w) for s, w in pairs]
+    return b"".join(out)
+    yield  # pragma: no cover
+
+
+def handle_flush(ctx, req):
+    st = state_of(ctx.fabric, ctx.layout, ctx.index, ctx.env)
+    p, reads = READ_REQ.unpack_from(req.payload)
+    key = bytes(req.payload[READ_REQ.size:])
+    ctx.cpu(ctx.profile.cpu.local_cas_ns)
+    m = st.meta.get(key)
+    if m is not None and st.active[p] == ctx.index:
+        _bump(m, False, reads - 1)
+    return b""
+    yield  # pragma: no cover
+
+
+def handle_write(ctx, req):
+    st = state_of(ctx.fabric, ctx.layout, ctx.index, ctx.env)
+    op, p, slot, expected, new, n = WRITE_REQ.unpack_from(req.payload)
+    at = WRITE_REQ.size
+    checked = set(struct.unpack_from(f"<{n}Q", req.payload, at))
+    key = bytes(req.payload[at + 8 * n:])
+    cpu = ctx.profile.cpu
+    if st.active[p] != ctx.index:
+        ctx.cpu(cpu.local_read_ns_per_line)
+        return WRITE_REPLY.pack(NOT_OWNER, 0)
+    ctx.cpu(_hash_ns(ctx, len(key)) + cpu.local_cas_ns)           # the key lock
+    if key in st.key_locks or (p, slot) in st.slot_locks:
+        st.busy += 1
+        return WRITE_REPLY.pack(BUSY, 0)
+    local = st.local[p]
+    h = hash64(key)
+    ctx.cpu(4 * cpu.local_read_ns_per_line)
+    pairs = candidates(local, _dir(st).d, p, h, st.scan_out)
+    if slot == NO_SLOT or not is_pair(expected):
+        # the client says the key is absent: every committed word with its fingerprint must be
+        # one it checked (held another key)
+        unknown = [w for _s, w in pairs if w not in checked]
+        if unknown:
+            st.mismatches += 1
+            return WRITE_REPLY.pack(MISMATCH, unknown[0])
+        if op != OP_INSERT:
+            return WRITE_REPLY.pack(ABSENT, 0)
+        cur = int(local[slot])
+        if cur != expected or not reusable(cur, ctx.env.now, st.lease_ns, st.drift):
+            st.mismatches += 1
+            return WRITE_REPLY.pack(MISMATCH, cur)
+    else:
+        cur = int(local[slot])
+        if cur != expected:
+            st.mismatches += 1
+            return WRITE_REPLY.pack(MISMATCH, cur)
+        if op == OP_INSERT:
+            return WRITE_REPLY.pack(EXISTS, cur)
+    st.key_locks.add(key)
+    st.slot_locks.add((p, slot))
+    try:
+        m = st.meta.get(key)
+        if m is None:
+            m = st.meta[key] = [0, 0, 0, p]
+        _bump(m, True)
+        sharers, m[0] = m[0], 0
+        if sharers:
+            yield from _invalidate(ctx, st, key, sharers)
+        co = req.co
+        d = _dir(st)
+        co.write(d.slot_gaddr(p, slot), int(new).to_bytes(8, "little"))
+        if is_pair(expected):
+            # the replaced pair's valid bit: a client that cached its address sees it is stale
+            old = gaddr((expected >> NODE_SHIFT) & 0xFF, (expected & _BLOCK_ADDR) + INVALID_BYTE)
+            co.write(old, bytes([INVALID_BIT | (len(key) >> 8)]))
+        yield co.sync()
+        failpoint("flexkv.proxy.memory_written")
+        local[slot] = new                                        # LOCAL_CAS: the commit point
+        ctx.cpu(cpu.local_cas_ns)
+        st.commits += 1
+    finally:
+        st.key_locks.discard(key)
+        st.slot_locks.discard((p, slot))
+    return WRITE_REPLY.pack(OK, expected)
+
+
+def _invalidate(ctx, st, key: bytes, sharers: int):
+    """Drop ``key`` from every sharer's cache before the commit (one RPC per other node)."""
+    names = st.layout["cn_names"]
+    for ordinal in range(len(names)):
+        if not sharers >> ordinal & 1:
+            continue
+        st.invalidations_sent += 1
+        if ordinal == st.ordinal:
+            st.cache.invalidate(key)
+            continue
+        try:
+            yield from rpc(ctx, names[ordinal], key, method=M_INVALIDATE, timeout_ns=st.rpc_timeout_ns,
+                           retries=st.rpc_retries)
+        except RpcError:
+            # a sharer that does not answer is dead: its cache died with it (§3.6)
+            st.dead_sharers += 1
+
+
+def handle_invalidate(ctx, req):
+    st = state_of(ctx.fabric, ctx.layout, ctx.index, ctx.env)
+    ctx.cpu(ctx.profile.cpu.local_cas_ns)
+    st.cache.invalidate(bytes(req.payload))
+    return b""
+    yield  # pragma: no cover
+
+
+HANDLERS = {M_READ: handle_read, M_WRITE: handle_write, M_INVALIDATE: handle_invalidate, M_FLUSH: handle_flush}

@@ -1,0 +1,155 @@
+"""FlexKVSystem: options, setup (the RACE table, the compute nodes' regions), proxies, manager."""
+
+from __future__ import annotations
+
+import os
+
+from nodes.systems.api import Option, SystemError_
+from nodes.systems.race.client import SEARCH_CPU_NS, WRITE_CPU_NS
+from nodes.systems.race.layout import MAX_BLOCK_BYTES, Geometry, LayoutError, SLOTS_PER_GROUP, GROUP_BYTES
+from nodes.systems.race.system import RaceSystem
+from shm.rpc import SERVERS, RpcServer
+
+from .client import FlexKVClient
+from .layout import partition_bits
+from .manager import handle_pause, handle_resume, manager
+from .node import region_bytes
+from .proxy import HANDLERS, M_PAUSE, M_RESUME
+
+LAYOUT_FORMAT = 1
+#: sharer lists are 32-bit bitmaps of compute nodes (§3.3)
+MAX_COMPUTE_NODES = 32
+
+
+#: the paper's proxy threads per compute node (FlexKV Fig. 20: the peak)
+DEFAULT_PROXY_THREADS = 2
+
+
+def proxy_threads(options: dict, threads: int) -> int:
+    return options["proxy_threads"] or min(DEFAULT_PROXY_THREADS, threads)
+
+
+def start_node(ctx):
+    """``servers["compute"]``: the proxy's RPC threads on every compute node, the manager on the first."""
+    handlers = dict(HANDLERS)
+    handlers[M_PAUSE] = handle_pause
+    handlers[M_RESUME] = handle_resume
+    server = RpcServer(ctx, handlers, threads=proxy_threads(ctx.options, ctx.cores.n))
+    SERVERS[ctx.name] = server
+    gens = server.actors()
+    if ctx.index == ctx.layout["cn_nodes"][0]:
+        gens.append(manager(ctx))
+    return gens
+
+
+class FlexKVSystem(RaceSystem):
+    name = "flexkv"
+    description = ("FlexKV: a RACE index in memory nodes whose hot partitions are proxied by compute nodes "
+                   "(RPC + LOCAL_CAS), a coherent cache of addresses and KV pairs, rank-aware partition "
+                   "assignment and a throughput-guided index-offload ratio")
+    paper = ("Hu, Shen, Yang et al., FlexKV: Flexible Index Offloading for Memory-Disaggregated Key-Value "
+             "Store (seed 003)")
+    roles = ("compute", "memory")
+    supports_scan = False
+    expose_compute = True
+    servers = {"compute": start_node}
+    options = (
+        Option("partitions", 256, "index partitions (RACE subtables), a power of two; the paper has 2**13 "
+               "over 20 compute nodes", minimum=1, maximum=1 << 16),
+        Option("offload_ratio", 0.3, "share of each compute node's partitions it proxies, in [0, 1], when "
+               "knob = false (the paper's index-offload ratio i)", minimum=0.0, maximum=1.0),
+        Option("knob", True, "Algorithm 2: tune the offload ratio by hill climbing on throughput, from 0"),
+        Option("knob_step", 0.1, "Algorithm 2's step (delta)", minimum=0.01, maximum=0.5),
+        Option("rank_hotness", True, "Algorithm 1: assign partitions by hotness rank (false: round-robin, "
+               "offloading the lowest-numbered partitions)"),
+        Option("kv_cache", True, "cache read-mostly KV pairs (false: addresses only)"),
+        Option("proxy_threads", 0, "RPC threads of each compute node's proxy, at most the node's threads; "
+               "0: the paper's 2, or fewer on a node with fewer threads", minimum=0, maximum=64),
+        Option("cn_memory_bytes", 64 << 20, "memory of each compute node for its cache and local index "
+               "(64 MB in the paper, ~5 % of its working set)", minimum=0, maximum=1 << 40),
+        Option("interval_us", 500, "the manager's period and counters' window (the paper's 1 s, scaled "
+               "by 1/2000 because emulated runs last milliseconds)", minimum=10, maximum=10**8),
+        Option("lease_us", 1000, "lease of cached addresses and of deleted slots before reuse (the "
+               "paper's 200 ms, scaled; it must outlast an RPC's retries)", minimum=1, maximum=10**9),
+        Option("drift", 1e-4, "clock drift bound of the lease rule", minimum=0.0, maximum=0.1),
+        Option("rpc_timeout_us", 200, "timeout of one RPC attempt", minimum=1, maximum=10**7),
+        Option("rpc_retries", 3, "resends of an RPC before it fails", minimum=0, maximum=100),
+        Option("load_factor", 0.5, "keys per slot the RACE table is sized for", minimum=0.05, maximum=1.0),
+        Option("chunk_bytes", 1 << 20, "bytes of the chunks a client carves KV pairs out of",
+               minimum=MAX_BLOCK_BYTES, maximum=1 << 30),
+        Option("search_cpu_ns", SEARCH_CPU_NS, "modelled CPU ns of each search (as RACE's)", minimum=0,
+               maximum=10**6),
+        Option("write_cpu_ns", WRITE_CPU_NS, "modelled CPU ns each write adds (as RACE's)", minimum=0,
+               maximum=10**6),
+    )
+
+    @classmethod
+    def check_rack(cls, options: dict, spec) -> None:
+        threads = spec.compute.threads
+        if options["proxy_threads"] > threads:
+            raise ValueError(f"proxy_threads = {options['proxy_threads']} exceeds the {threads} threads of a "
+                             f"compute node (compute.threads)")
+        if spec.compute.count > MAX_COMPUTE_NODES:
+            raise ValueError(f"FlexKV's sharer lists hold {MAX_COMPUTE_NODES} compute nodes; the rack has "
+                             f"{spec.compute.count}")
+        try:
+            partition_bits(options["partitions"])
+        except ValueError as e:
+            raise ValueError(f"partitions = {options['partitions']}: {e}") from None
+
+    @classmethod
+    def geometry(cls, capacity: int, opts: dict, memory_nodes: int) -> Geometry:
+        """One subtable per partition: as many groups each as the capacity needs."""
+        bits = partition_bits(opts["partitions"])
+        if not 0 < capacity:
+            raise ValueError(f"FlexKV: capacity must be >= 1, got {capacity}")
+        slots = -(-int(capacity / opts["load_factor"]) // 1)
+        groups = max(1, -(-slots // (SLOTS_PER_GROUP << bits)))
+        geo = Geometry(bits, groups)
+        base = Geometry.for_capacity(capacity, opts["load_factor"], memory_nodes)
+        if base.global_depth > bits:
+            raise LayoutError(f"FlexKV: {capacity} keys need {base.subtables} subtables, more than the "
+                              f"{1 << bits} partitions; raise the system option partitions")
+        return geo
+
+    @classmethod
+    def setup(cls, fabric, memory_nodes, options, capacity):
+        opts = cls.check_options(dict(options or {}), "system 'flexkv'")
+        layout = super().setup(fabric, memory_nodes, opts, capacity)
+        cns = [i for i, n in enumerate(fabric.nodes) if n.role == "compute"]
+        if not cns:
+            raise SystemError_("FlexKV needs at least one compute node")
+        if len(cns) > MAX_COMPUTE_NODES:
+            raise SystemError_(f"FlexKV: sharer lists hold {MAX_COMPUTE_NODES} compute nodes, the rack has {len(cns)}")
+        P = opts["partitions"]
+        need = region_bytes(P)
+        offs = set()
+        for c in cns:
+            try:
+                fabric.exposed_key(c)
+            except KeyError:
+                raise SystemError_(f"FlexKV: compute node {fabric.nodes[c].name!r} is not exposed to one-sided "
+                                   f"verbs (the rack exposes compute nodes of systems with expose_compute)") from None
+            offs.add(fabric.allocate(c, need))
+        if len(offs) != 1:
+            raise SystemError_(f"FlexKV: the compute nodes' regions landed at different offsets {sorted(offs)}")
+        geo = cls.geometry(int(capacity), opts, len(layout["memory_nodes"]))
+        layout.update({
+            "format": LAYOUT_FORMAT,
+            "partitions": P,
+            "subtable_bytes": geo.groups * GROUP_BYTES,
+            "cn_nodes": cns,
+            "cn_names": [fabric.nodes[c].name for c in cns],
+            "cn_ordinal": {c: i for i, c in enumerate(cns)},
+            "cn_region": offs.pop(),
+            "options": opts,
+            "nonce": int.from_bytes(os.urandom(8), "little"),
+        })
+        return layout
+
+    @classmethod
+    def client(cls, fabric, layout: dict, thread, options: dict) -> FlexKVClient:
+        if layout.get("system") != cls.name or layout.get("format") != LAYOUT_FORMAT:
+            raise SystemError_(f"FlexKV: layout is not a {cls.name} layout of format {LAYOUT_FORMAT}: "
+                               f"{layout.get('system')!r}/{layout.get('format')!r}")
+        return FlexKVClient(fabric, layout, thread, layout["options"])
