@@ -182,6 +182,13 @@ def _sync_env(state, address: int):
     from nodes.runtime.sync import ClockSync
     spec = state.compiled.spec
     sync = ClockSync(state.clock, address, spec.profile.sync.window_ns)
+    # A rack that carries on after a node death: a node whose run raises leaves the clock (the
+    # others go on without it) instead of stopping every node. The manager's failure still stops
+    # it, and so does the system giving up (SystemError_), which stops the rack whatever
+    # on_node_death says (cluster/supervisor.py).
+    if spec.on_node_death == "continue" and address != len(state.compiled.compute):
+        from nodes.systems.api import SystemError_
+        sync.leave_on_failure = lambda exc: not isinstance(exc, SystemError_)
     return Environment(seed=spec.seed * 1000 + address, sync=sync)
 
 

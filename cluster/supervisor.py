@@ -12,7 +12,8 @@ Order of work, and why:
    heartbeat, and turns Ctrl-C, SIGTERM, ``--duration`` or the end of the scenario into the rack's
    stop flag. A node that dies unexpectedly is reported with its name and how it died (exit
    status, signal, or the exception it wrote); the rack then stops, or carries on when the spec
-   says ``on_node_death = "continue"``. A heartbeat older than ``HEARTBEAT_TIMEOUT_S`` is a hang.
+   says ``on_node_death = "continue"``. A heartbeat older than ``HEARTBEAT_TIMEOUT_S`` is a hang;
+   every process gone before the scenario finished (``F_DONE``) stops the rack with status 1.
    Every exit it sees is written into the stats plane (``StatsPlane.mark_exited``): a node killed
    with SIGKILL never says so itself, and the dashboard reads nothing but the plane. A node whose
    system raised ``SystemError_`` (it gave up: out of memory, a full table) is reported in one line,
@@ -239,6 +240,8 @@ class Supervisor:
             if self.duration_s is not None and time.monotonic() - self._t0 >= self.duration_s:
                 self._stop(f"stopped after {self.duration_s:g} s (--duration)", view)
                 return 0
+            # every process gone (read before F_DONE: a manager that set it has set it by its exit)
+            ended = all(p.exitcode is not None for p in self.procs)
             if self.state.control.get(F_DONE):
                 # A scripted kill just before the end: a SIGKILLed process can take a while to be
                 # torn down on a loaded machine, so wait for the ones the scenario killed.
@@ -248,6 +251,12 @@ class Supervisor:
                 self._check_deaths(view, run_dir)
                 self._stop("scenario finished", view)
                 return 0
+            if ended:
+                # Nobody is left to finish the scenario (the nodes ended their runs on a stop flag
+                # without the manager getting through the plan): waiting would be forever.
+                self._check_deaths(view, run_dir)
+                self._stop("every node ended before the scenario finished", view)
+                return EXIT_NODE_FAILED
 
     def _check_deaths(self, view, run_dir: str) -> str | None:
         """Report every node that exited since the last look; the reason to stop the rack, if any."""

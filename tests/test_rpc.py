@@ -572,24 +572,66 @@ def test_a_manager_actor_on_a_compute_node_reads_counters_writes_staging_maps_an
     assert out == [{1: 100, 2: 200}, b"ack:map-v2-1", b"ack:map-v2-2"]
 
 
-def test_rpcs_to_a_killed_node_time_out_instead_of_hanging():
-    """cn1 is SIGKILLed mid-run (on_node_death = "continue"): datagrams to it are dropped, so a call
-    of cn0 to a key cn1 owns raises RpcTimeout after its 6 attempts of 200 us and cn0 ends (the toy
-    client has no fall-back: FlexKV's would take the memory nodes' one-sided path). The kill lands
-    at a wall-clock moment, so whether a call gives up before the plan's end varies; either way the
-    rack finishes, and a cn0 that ended did so after the full 1.2 ms of timeouts. (A last step
-    longer than the timeouts made the rack wait for its wall-clock hang detection: not done here.)"""
-    import re
+def _kill_cn1_then_run(system: str, last_ms: float):
     from cluster.scenario import scenario_from_dict
     from cluster.supervisor import Supervisor
     from tests.test_rack import LOAD, run
-    d = owner_dict(LOAD, run(0.1), {"action": "kill", "node": "cn1"}, run(0.1))
+    d = owner_dict(LOAD, run(0.1), {"action": "kill", "node": "cn1"}, run(last_ms))
     d["rack"]["on_node_death"] = "continue"
+    d["system"] = {"name": f"tests.test_rpc:{system}"}
     sup = Supervisor(scenario_from_dict(d, source="t.toml"), quiet=True)
-    assert sup.run() == 0, sup.deaths
+    return sup, sup.run()
+
+
+def test_rpcs_to_a_killed_node_time_out_instead_of_hanging():
+    """cn1 is SIGKILLed mid-run (on_node_death = "continue"); the last step (2 ms) outlasts cn0's
+    6 attempts of 200 us: datagrams to cn1 are dropped, a call of cn0 to a key cn1 owns raises
+    RpcTimeout after the full 1.2 ms, and cn0 fails (the toy client has no fall-back: FlexKV's
+    would take the memory nodes' one-sided path). cn0's failure leaves the clock instead of
+    stopping every node, so the manager sees it dead and finishes the plan. (It used to set the
+    rack's stop flag: every process ended its run with the plan unfinished, and the supervisor,
+    which ended only on the scenario's end, waited forever.)"""
+    import re
+    sup, status = _kill_cn1_then_run("OwnerKV", 2.0)
+    assert status == 0, sup.deaths
+    assert sup.stop_reason == "scenario finished", sup.stop_reason
     deaths = {x.node: x for x in sup.deaths}
-    assert deaths["cn1"].expected, sup.deaths
-    if "cn0" in deaths:
-        assert not deaths["cn0"].expected
-        m = re.search(r"raised in dmrack process 'cn0\.t\d+c\d+' at t=(\d+) ns", deaths["cn0"].how)
-        assert m and int(m.group(1)) >= 6 * 200_000, deaths["cn0"].how
+    assert deaths["cn1"].expected and not deaths["cn0"].expected, sup.deaths
+    m = re.search(r"raised in dmrack process 'cn0\.t\d+c\d+' at t=(\d+) ns", deaths["cn0"].how)
+    assert m and int(m.group(1)) >= 6 * 200_000, deaths["cn0"].how
+    assert "RpcTimeout: rpc to node 'cn1'" in sup._tracebacks["cn0"]
+
+
+def test_a_survivor_runs_a_step_much_longer_than_the_timeouts_after_a_kill():
+    """As above, but cn0's client turns an RpcTimeout into a failed operation: cn0 survives and
+    runs the whole 3 ms step after the kill (2.5 x the 1.2 ms of timeouts), its calls to cn1's keys
+    failing after every attempt and its own keys still served, and the rack finishes."""
+    sup, status = _kill_cn1_then_run("OwnerKVFallback", 3.0)
+    assert status == 0, sup.deaths
+    assert sup.stop_reason == "scenario finished", sup.stop_reason
+    assert [(x.node, x.expected) for x in sup.deaths] == [("cn1", True)]
+    last = sup.results.steps[-1]
+    assert last.label == "run default for 3 ms" and last.vdur_ns >= 3_000_000
+    cn0 = {n.node: n for n in last.nodes}["cn0"]
+    every = cn0.kinds[0]
+    assert cn0.failures > 0 and cn0.ops > cn0.failures          # timeouts failed, its own keys served
+    assert every.max_us >= 6 * 200 and every.p50_us < 100        # a failure took all 6 attempts
+
+
+class _FallbackClient(_OwnerClient):
+    """The owner client of a system that survives a dead owner: a call that times out is a failed
+    operation (recorded as such), not a failed node."""
+
+    def _call(self, co, method, key, value=b""):
+        try:
+            return (yield from super()._call(co, method, key, value))
+        except RpcTimeout:
+            return b"\x00"
+
+
+class OwnerKVFallback(OwnerKV):
+    name = "owner-kv-fallback-test"
+
+    @classmethod
+    def client(cls, fabric, layout, thread, options):
+        return _FallbackClient(layout, thread)
