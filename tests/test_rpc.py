@@ -299,6 +299,90 @@ def test_an_unknown_method_and_bad_servers_are_one_line(prefix):
             RpcServer(r.ctx[2], {1: echo}, threads=3)
 
 
+
+def test_a_handler_exception_goes_back_to_the_caller_and_the_server_keeps_serving(prefix):
+    """A handler that raises: the caller's rpc() raises RpcHandlerError (an RpcError) naming the
+    node, the method and the exception's first line; the server logs one line, counts it, answers a
+    resend from its cache (at most once) and goes on serving on the same thread."""
+    from shm.rpc import RpcHandlerError
+
+    runs = []
+
+    def bad(ctx, req):
+        runs.append(req.rid)
+        ctx.cpu(1_000)
+        raise ValueError("no such key\nsecond line of detail")
+        yield
+
+    with rig(prefix) as r:
+        logged = []
+        s = RpcServer(r.ctx[1], {1: echo, 2: bad}, threads=1, log=logged.append)
+        for k, gen in enumerate(s.actors()):
+            r.env.process(gen, name=f"cn1.rpc.{k}")
+        got = []
+
+        def body(co):
+            for m in (2, 1, 2, 1):
+                try:
+                    got.append((yield from rpc(co, "cn1", b"k", method=m)))
+                except RpcError as e:
+                    got.append(e)
+        r.client(0, body)
+        r.env.run()
+        st = s.statistics()
+    errs = [g for g in got if isinstance(g, Exception)]
+    assert [g for g in got if not isinstance(g, Exception)] == [b"k", b"k"]
+    assert len(errs) == 2 and all(isinstance(e, RpcHandlerError) for e in errs)
+    assert str(errs[0]) == "rpc to node 'cn1' (method 2): the handler raised ValueError: no such key"
+    assert errs[0].remote == "ValueError: no such key"
+    assert st.errors == 2 and st.executed == 4 and len(runs) == 2 and s.last_error == "ValueError: no such key"
+    assert len(logged) == 2 and all("\n" not in ln and "'cn1'" in ln and "method 2" in ln and "'cn0'" in ln
+                                    and "ValueError: no such key" in ln for ln in logged)
+
+    # a resend of a request whose handler raised gets the cached error, without a second run
+    with rig(prefix + "r") as r:
+        s = RpcServer(r.ctx[1], {2: bad}, threads=1, log=lambda line: None)
+        for k, gen in enumerate(s.actors()):
+            r.env.process(gen)
+        q, sock = r.net.bind(0, 555), r.net.socket(0, 555)
+        replies = []
+
+        def go():
+            for _ in range(2):
+                sock.send(1, RPC_PORT, encode_request(2, 7, b""))
+                yield r.env.timeout(50_000)
+                while len(q):
+                    replies.append(q.poll().data)
+        runs.clear()
+        r.env.process(go())
+        r.env.run()
+    assert len(runs) == 1 and len(replies) == 2 and replies[0] == replies[1] and replies[0][1] == 2
+
+
+@pytest.mark.parametrize("kind", ["crash", "gave-up", "interrupt"])
+def test_a_failpoint_crash_or_the_system_giving_up_in_a_handler_is_not_swallowed(prefix, kind):
+    """A crash failpoint (ClientCrash, a BaseException), the system giving up (SystemError_) and an
+    Interrupt are not sent back: they end the server actor as before, out of env.run()."""
+    from nodes.runtime.env import Interrupt, ProcessError
+    from nodes.systems.api import SystemError_
+    from shm.failpoints import ClientCrash
+    exc = {"crash": ClientCrash("failpoint verbs.post (hit 1)"), "gave-up": SystemError_("table full"),
+           "interrupt": Interrupt("stop")}[kind]
+
+    def dies(ctx, req):
+        raise exc
+        yield
+
+    with rig(prefix) as r:
+        r.serve(1, {1: dies}, log=lambda line: pytest.fail(f"logged: {line}"))
+
+        def body(co):
+            yield from rpc(co, "cn1", b"", method=1, timeout_ns=10_000, retries=0)
+        r.client(0, body)
+        with pytest.raises((ProcessError, type(exc))) as got:
+            r.env.run()
+    assert got.value is exc or type(exc).__name__ in str(got.value)
+
 def test_rpc_from_an_rdma_thread_and_from_a_plain_actor_context(prefix):
     """A thread (its post on the thread's core) and a NodeContext (a server actor's) both call."""
     with rig(prefix) as r:
