@@ -211,6 +211,43 @@ class Supervisor:
         finally:
             gc.unfreeze()
 
+    def _check_restarts(self, view, run_dir: str) -> None:
+        """A restart step asked for a new process of a killed compute node (the manager holds the
+        rack at that virtual time meanwhile): once the old process is reaped and its death
+        recorded, reset the node's memory to what System.setup left and fork the new process,
+        which joins the clock and clears the request (cluster/node_main.py)."""
+        from cluster.node_main import node_main
+        control = self.state.control
+        for slot in list(self._restarting):
+            if control.restart_requested(slot) is None:
+                del self._restarting[slot]              # the new process has joined
+        for slot, old in list(self.procs_by_slot.items()):
+            if slot in self._restarting:
+                continue
+            req = control.restart_requested(slot)
+            if req is None:
+                continue
+            name = self.compiled.nodes[slot].name
+            old.join(JOIN_S)
+            if old.exitcode is None:                    # the kill step waited for it: cannot happen
+                old.kill()
+                old.join()
+            self._check_deaths(view, run_dir)           # the old death, as the kill step ordered it
+            self.state.reset_node_memory(slot, old.pid or 0)
+            gc.collect()
+            gc.freeze()
+            try:
+                p = _CTX.Process(target=node_main, args=(self.state, slot, os.getpid(), run_dir),
+                                 kwargs={"restart": req}, name=f"dmrack-{name}", daemon=True)
+                p.start()
+            finally:
+                gc.unfreeze()
+            self.procs_by_slot[slot] = p
+            self._seen_dead.discard(slot)
+            self._last_beat.pop(slot, None)
+            self._restarting[slot] = req
+            view.note(f"{name} restarted at t={req[0]} ns (as the scenario asked)")
+
     # -- watching ----------------------------------------------------------------------------------
     def _open_view(self):
         if self.dashboard_mode is False or self.quiet:
@@ -227,10 +264,13 @@ class Supervisor:
     def _watch(self, view, run_dir: str) -> int:
         self._seen_dead: set[int] = set()
         self._last_beat: dict[int, tuple] = {}
+        self._restarting: dict[int, tuple] = {}
         while True:
             time.sleep(TICK_S)
             view.update(self._phase())
             fatal = self._check_deaths(view, run_dir) or self._check_hangs()
+            if not fatal:
+                self._check_restarts(view, run_dir)
             if fatal:
                 self._stop(fatal, view)
                 return self._fatal_status

@@ -126,7 +126,12 @@ class RpcEndpoint:
         self.port = port
         self.sock = net.socket(self.node, port)
         self.queue = net.bind(self.node, port)
-        self._rid = 0
+        # Ids start at the virtual time the endpoint is made, not at 0: a restarted node's new
+        # process reuses the same (node, port) endpoints, and a server still holds the old
+        # incarnation's latest id for them (its dedup table), so ids from 1 would be dropped as
+        # stale. Every call takes more than 1 ns, so the old endpoint's ids never reached the time
+        # of its death, which the new one starts above.
+        self._rid = int(net.env.now)
         self.calls = self.resends = self.timeouts = 0
 
     def call(self, dst_node, payload: bytes, *, method: int = 0, timeout_ns: int = 100_000, retries: int = 3,

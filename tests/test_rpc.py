@@ -719,3 +719,63 @@ class OwnerKVFallback(OwnerKV):
     @classmethod
     def client(cls, fabric, layout, thread, options):
         return _FallbackClient(layout, thread)
+
+
+def test_a_restarted_node_serves_rpcs_again():
+    """kill cn1, run 1.5 ms (cn0's calls to cn1's keys time out), restart cn1, run 0.3 ms: a new
+    cn1 process joins at the rack's virtual time, serves RPCs again from a fresh store (its keys
+    are gone: reads of them miss, but every call is answered) and runs its own clients, whose
+    calls cn0 takes although cn0's server saw the dead cn1's request ids on the same endpoints."""
+    from cluster.scenario import scenario_from_dict
+    from cluster.supervisor import Supervisor
+    from tests.test_rack import LOAD, run
+    d = owner_dict(LOAD, run(0.1), {"action": "kill", "node": "cn1"}, run(1.5),
+                   {"action": "restart", "node": "cn1"}, run(0.3))
+    d["rack"]["on_node_death"] = "continue"
+    d["system"] = {"name": "tests.test_rpc:OwnerKVFallback"}
+    sup = Supervisor(scenario_from_dict(d, source="t.toml"), quiet=True)
+    assert sup.run() == 0, sup.deaths
+    assert sup.stop_reason == "scenario finished", sup.stop_reason
+    assert [(x.node, x.expected) for x in sup.deaths] == [("cn1", True)]
+    steps = {s.label: {n.node: n for n in s.nodes} for s in sup.results.steps}
+    dead = steps["run default for 1.5 ms"]
+    assert set(dead) == {"cn0"} and dead["cn0"].failures > 0 and dead["cn0"].kinds[0].max_us >= 6 * 200
+    back = steps["run default for 0.3 ms"]
+    assert set(back) == {"cn0", "cn1"}
+    for n in ("cn0", "cn1"):
+        assert back[n].ops > 50, back[n]
+        assert back[n].kinds[0].max_us < 100, back[n]            # no call timed out: cn1 answers again
+    # cn1's store is fresh: reads and updates of the keys it owned miss (failures), its own do not
+    assert 0 < back["cn0"].failures < back["cn0"].ops
+
+
+def test_a_restarted_nodes_memory_is_what_setup_left(prefix):
+    """RackState.reset_node_memory: setup's regions get their contents back, later carvings are
+    zeroed and the bump pointer returns, the dead process's MRs are dropped."""
+    from cluster.rack import RackState, compile_scenario
+    from shm.fabric import MR_KEY, MR_PID
+    from cluster.scenario import scenario_from_dict
+    from tests.test_rack import LOAD, run
+    d = owner_dict(LOAD, {"action": "kill", "node": "cn1"}, {"action": "restart", "node": "cn1"}, run(0.1))
+    d["rack"]["on_node_death"] = "continue"
+    c = compile_scenario(scenario_from_dict(d, source="t.toml"))
+    with RackState.create(c, processes=True) as st:
+        slot = st.slot("cn1")
+        mem, fab = st.fabric.memory[slot], st.fabric
+        counter = st.layout["counter"]
+        mark = int(mem.alloc[0])
+        assert counter < mark and st.setup_images[slot][0] == mark
+        mem.host64[counter // 8] = 77                          # the dead node's counting
+        off = fab.allocate(slot, 4096)                         # its thread buffers
+        mem.host[off:off + 4096] = 9
+        key = fab.register(slot, off, 4096, 1)
+        dead_pid = 4_000_000                                   # the node's process, not this one
+        mem.mrt[(key >> 8) - 1, MR_PID] = dead_pid
+        st.reset_node_memory(slot, dead_pid)
+        assert mem.host64[counter // 8] == 0 and int(mem.alloc[0]) == mark
+        assert not mem.host[off:off + 4096].any()
+        with pytest.raises(KeyError):
+            fab.deregister(slot, key)
+        exposed = fab.exposed_key(slot)                        # registered by the rack's owner: stays
+        assert mem.mrt[(exposed >> 8) - 1, MR_KEY] == exposed
+        assert fab.allocate(slot, 64) == off

@@ -268,6 +268,20 @@ class ClockTable:
         out = np.zeros(HDR_WORDS + self.payload_words, dtype=np.uint64)
         return int(_discard(self.clocks, i, self.consumed_i, hdr, seqs, slots, out))
 
+    def rejoin(self, i: int, t: int) -> None:
+        """A new process takes the gone process ``i``'s place at virtual time ``t`` (a restarted
+        node): its clock and frontiers become ``t``, so nobody runs past ``t + W`` before it has
+        started, then it is no longer gone (messages to it are pushed again). Called by a process
+        that holds the rack at ``t`` meanwhile (the manager, inside its restart step)."""
+        if not 0 <= i < self.n_procs:
+            raise ValueError(f"index {i} outside 0..{self.n_procs - 1}")
+        if not self.gone(i):
+            raise ValueError(f"process {i} is not gone")
+        self.discard(i)                          # whatever a racing sender left
+        for slot in (FRONTIER, FRONTIER_W, 0):
+            swap(self.clocks, i * STRIDE + slot, int(t))
+        swap(self.clocks, i * STRIDE + GONE, 0)
+
     def gone(self, i: int) -> bool:
         return bool(load_acquire(self.clocks, i * STRIDE + GONE))
 
