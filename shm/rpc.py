@@ -22,7 +22,8 @@ upwards), so concurrent callers never take each other's replies. The reply is th
   the reply queue (``cpu.poll_ns``). On the server: one ``cpu.poll_ns`` to take the request, then
   ``cpu.rpc_handler_ns`` (receive, dispatch, answer) on the node's cores, plus whatever the handler
   charges (``ctx.cpu``, verbs, nested RPCs), then the reply's UD SEND. No verb changed price.
-* **Request ids**: a call has one id (a per-endpoint counter) that every resend repeats; a reply is
+* **Request ids**: a call has one id (a per-endpoint counter, from the virtual time the endpoint
+  was made, so a restarted node's endpoints are never stale) that every resend repeats; a reply is
   taken only if its id is the current call's, so a late reply of an earlier call (one that timed
   out) is skipped, never returned.
 * **Retries and errors**: ``timeout_ns`` per attempt, ``retries`` resends; when every attempt
