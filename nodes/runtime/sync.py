@@ -281,6 +281,10 @@ class ClockTable:
         for slot in (FRONTIER, FRONTIER_W, 0):
             swap(self.clocks, i * STRIDE + slot, int(t))
         swap(self.clocks, i * STRIDE + GONE, 0)
+        # A sender whose send() began before the process was marked gone and checks again only
+        # now may have discarded after our stores (its _leave: INF): hold the slot at t again.
+        # (One that checks later still sees GONE clear and leaves the slot alone.)
+        _lower(self.clocks, i, int(t))
 
     def gone(self, i: int) -> bool:
         return bool(load_acquire(self.clocks, i * STRIDE + GONE))
