@@ -244,8 +244,8 @@ class RackState:
         if dead_pid > 0:
             rows = mem.mrt[:, MR_PID] == dead_pid
             mem.mrt[rows, MR_KEY] = 0
-        mem.host_locks[:] = 0
-        mem.device_locks[:] = 0
+        # (line locks stay: the kill step released the ones the dead process held, and another
+        # process may hold one right now for a WRITE into this node's exposed memory)
 
     def slot(self, name: str) -> int:
         return next(i for i, n in enumerate(self.compiled.nodes) if n.name == name)
