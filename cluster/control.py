@@ -25,8 +25,8 @@ _STRIDE = 8                       # words per field: one cache line
 F_STEP, F_STEP_VSTART, F_INSERT_NEXT, F_INSERT_ACKED, F_LOADED, F_DONE, F_FAILED = range(7)
 _RACK_FIELDS = 8
 # per-process fields
-P_PID, P_EXPECTED_DEATH, P_EXIT = range(3)
-_PROC_FIELDS = 4
+P_PID, P_EXPECTED_DEATH, P_EXIT, P_RESTART_AT, P_RESTART_STEP = range(5)
+_PROC_FIELDS = 6
 
 
 class ControlStats(NamedTuple):
@@ -100,6 +100,25 @@ class ControlBlock:
 
     def death_expected(self, i: int) -> bool:
         return bool(load_acquire(self.words, self._proc(i, P_EXPECTED_DEATH)))
+
+    # A restart step: the manager asks (request_restart), the supervisor forks a new process for
+    # the slot (restart_requested), which says it has joined the clock (restart_joined).
+    def request_restart(self, i: int, at_ns: int, step: int) -> None:
+        """The scenario brings process ``i`` back at virtual time ``at_ns`` (plan step ``step``)."""
+        store_release(self.words, self._proc(i, P_RESTART_STEP), step)
+        store_release(self.words, self._proc(i, P_RESTART_AT), at_ns + 1)
+
+    def restart_requested(self, i: int) -> tuple[int, int] | None:
+        """(virtual time, plan step) of a pending restart of process ``i``, or None."""
+        at = int(load_acquire(self.words, self._proc(i, P_RESTART_AT)))
+        if at <= 0:
+            return None
+        return at - 1, int(load_acquire(self.words, self._proc(i, P_RESTART_STEP)))
+
+    def restart_joined(self, i: int) -> None:
+        """The new process of ``i`` runs: its death is no longer one the scenario ordered."""
+        store_release(self.words, self._proc(i, P_EXPECTED_DEATH), 0)
+        store_release(self.words, self._proc(i, P_RESTART_AT), 0)
 
     def statistics(self) -> ControlStats:
         return ControlStats(self.get(F_STEP), self.get(F_STEP_VSTART), self.get(F_LOADED),

@@ -50,6 +50,7 @@ from nodes.nicgauge import NicGauge
 from nodes.runtime.env import INF
 
 HEARTBEAT_S = 0.05
+RESTART_TIMEOUT_S = 60.0                       # a restart step's new process must join within this
 EXIT_FAILED = 3
 EXIT_GAVE_UP = 4                               # the system raised SystemError_ (see the module docstring)
 _PR_SET_PDEATHSIG = 1
@@ -110,8 +111,9 @@ class _Heartbeat(threading.Thread):
         self.writer.finish(STATE_DONE)
 
 
-def node_main(state, slot: int, parent_pid: int, run_dir: str) -> None:
-    """Entry point of a forked node process (``multiprocessing`` target)."""
+def node_main(state, slot: int, parent_pid: int, run_dir: str, restart: tuple[int, int] | None = None) -> None:
+    """Entry point of a forked node process (``multiprocessing`` target). ``restart``: (virtual
+    time, plan step) of a restart step: this process replaces a compute node a kill step killed."""
     decl = state.compiled.nodes[slot]
     _die_with_parent(parent_pid, decl.name)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -127,7 +129,7 @@ def node_main(state, slot: int, parent_pid: int, run_dir: str) -> None:
         from cluster import memtrace
         memtrace.start(decl.name)              # DMRACK_MEMTRACE: a diagnostic, off by default
         if decl.name in state.compiled.compute:       # the KV clients' nodes (System.client_role)
-            _compute(state, slot, decl.name, writer)
+            _compute(state, slot, decl.name, writer, restart)
         elif decl.role == "manager":
             _manager(state, decl.name, writer)
         elif decl.name in state.compiled.actor_nodes:
@@ -182,6 +184,13 @@ def _sync_env(state, address: int):
     from nodes.runtime.sync import ClockSync
     spec = state.compiled.spec
     sync = ClockSync(state.clock, address, spec.profile.sync.window_ns)
+    # A rack that carries on after a node death: a node whose run raises leaves the clock (the
+    # others go on without it) instead of stopping every node. The manager's failure still stops
+    # it, and so does the system giving up (SystemError_), which stops the rack whatever
+    # on_node_death says (cluster/supervisor.py).
+    if spec.on_node_death == "continue" and address != len(state.compiled.compute):
+        from nodes.systems.api import SystemError_
+        sync.leave_on_failure = lambda exc: not isinstance(exc, SystemError_)
     return Environment(seed=spec.seed * 1000 + address, sync=sync)
 
 
@@ -243,15 +252,23 @@ def _device_counters(contexts, udp, name: str):
     return counters
 
 
-def _compute(state, slot: int, name: str, writer) -> None:
+def _compute(state, slot: int, name: str, writer, restart: tuple[int, int] | None = None) -> None:
     from cluster.rack import compute_handler, make_compute
     from nodes.runtime.router import MSG_START
     c = state.compiled
     address = c.compute.index(name)
     env = _sync_env(state, address)
+    if restart is not None:
+        # a restarted node starts at the rack's current virtual time: the manager set our clock
+        # slot to it (ClockTable.rejoin) and holds the rack there until we say we have joined
+        env.now = restart[0]
     host, udp, router, contexts = _wire(state, env, name)
     node = make_compute(state, env, host, name, env.send, writer, udp=udp)
     router.on(MSG_START, compute_handler(node))
+    if restart is not None:
+        node.catch_up(restart[1])
+        state.plane.log(env.now, "fault", name, f"{name} restarted (pid {os.getpid()})")
+        state.control.restart_joined(slot)
     dev = _device_counters(contexts, udp, name)
 
     def counters() -> dict:
@@ -312,7 +329,21 @@ def _manager(state, name: str, writer) -> None:
         pid = control.pid(state.slot(c.compute[addr]))
         return pid <= 0 or _alive(pid)
 
-    mgr = make_manager(state, env, env.send, kill_node=kill_node, is_alive=is_alive)
+    def restart_node(node: str, step: int) -> None:
+        # The rack stays at env.now meanwhile: we are inside an event, and the node's clock slot is
+        # env.now from here on. The supervisor forks the new process (it owns the processes).
+        slot = state.slot(node)
+        state.clock.rejoin(c.address(node), env.now)
+        control.request_restart(slot, env.now, step)
+        deadline = time.monotonic() + RESTART_TIMEOUT_S
+        while control.restart_requested(slot) is not None:
+            if state.clock.stop_requested:
+                return                               # the rack is stopping: our run ends next
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"restart of {node}: no new process joined within {RESTART_TIMEOUT_S:g} s")
+            time.sleep(0.002)
+
+    mgr = make_manager(state, env, env.send, kill_node=kill_node, is_alive=is_alive, restart_node=restart_node)
     env.on_message = mgr.on_message
     proc = env.process(mgr.run(), name="manager")
     if getattr(c.system, "servers", None):

@@ -148,6 +148,8 @@ def _label(action, st, wname, wl, duration_ms, count, bulk) -> str:
         return f"set {st.knob} = {st.value:g}"
     if action == "kill":
         return f"kill {st.node}"
+    if action == "restart":
+        return f"restart {st.node}"
     return f"sleep {duration_ms:g} ms"
 
 
@@ -166,6 +168,9 @@ class RackState:
     layout: dict
     memory_nodes: list[int] = field(default_factory=list)
     history: HistoryLog | None = None
+    # compute node slot -> (host bump pointer, host bytes, device bump pointer, device bytes) as
+    # System.setup left them: what a restarted node's memory is reset to (reset_node_memory)
+    setup_images: dict = field(default_factory=dict)
 
     @classmethod
     def create(cls, compiled: CompiledRack, *, processes: bool, history: int = 0) -> "RackState":
@@ -209,11 +214,38 @@ class RackState:
                 # The spec's capacity check (System.footprint) is a lower bound; a table that still
                 # does not fit is the same bad input: one line naming the scenario, not a traceback.
                 raise RackError(f"{compiled.scenario.source}: {e}") from None
+            images = {}
+            if processes and any(s.action == "restart" for s in compiled.plan):
+                for i, n in enumerate(compiled.nodes):
+                    if n.role == "compute":
+                        mem = fabric.memory[i]
+                        h, d = int(mem.alloc[0]), int(mem.alloc[1])
+                        images[i] = (h, mem.host[:h].copy(), d, mem.device[:d].copy())
         except BaseException:
             for p in reversed(parts):
                 p.close()
             raise
-        return cls(compiled, prefix, fabric, plane, control, clock, layout, mns, log)
+        return cls(compiled, prefix, fabric, plane, control, clock, layout, mns, log, images)
+
+    def reset_node_memory(self, slot: int, dead_pid: int = 0) -> None:
+        """A compute node's memory as System.setup left it, for a new process of a restarted node:
+        the regions setup carved get their contents back, everything carved later (thread
+        buffers, staging rings, RPC verbs buffers: the dead process's) is zeroed and the bump
+        pointers go back, and the MRs the dead process (``dead_pid``) registered are dropped.
+        Only the supervisor calls it, between the old process's death and the new one's fork."""
+        from shm.fabric import MR_KEY, MR_PID
+        mem = self.fabric.memory[slot]
+        h, host, d, dev = self.setup_images[slot]
+        mem.host[h:max(h, int(mem.alloc[0]))] = 0
+        mem.host[:h] = host
+        mem.device[d:max(d, int(mem.alloc[1]))] = 0
+        mem.device[:d] = dev
+        mem.alloc[0], mem.alloc[1] = h, d
+        if dead_pid > 0:
+            rows = mem.mrt[:, MR_PID] == dead_pid
+            mem.mrt[rows, MR_KEY] = 0
+        # (line locks stay: the kill step released the ones the dead process held, and another
+        # process may hold one right now for a WRITE into this node's exposed memory)
 
     def slot(self, name: str) -> int:
         return next(i for i, n in enumerate(self.compiled.nodes) if n.name == name)
@@ -259,7 +291,7 @@ def compute_handler(node: ComputeNode):
     return on_message
 
 
-def make_manager(state: RackState, env, send, *, kill_node=None, is_alive=None) -> Manager:
+def make_manager(state: RackState, env, send, *, kill_node=None, is_alive=None, restart_node=None) -> Manager:
     c = state.compiled
     control = state.control
     plane = state.plane
@@ -275,7 +307,7 @@ def make_manager(state: RackState, env, send, *, kill_node=None, is_alive=None) 
 
     return Manager(env, c.plan, dict(enumerate(c.compute)), send, latency_ns=c.spec.profile.link.one_way_ns,
                    log=plane.log, on_step=on_step, on_loaded=on_loaded, kill_node=kill_node, is_alive=is_alive,
-                   keep_going=c.spec.on_node_death == "continue")
+                   keep_going=c.spec.on_node_death == "continue", restart_node=restart_node)
 
 
 # -- co-located ----------------------------------------------------------------------------------
@@ -291,9 +323,9 @@ class ColocatedRack:
         self.tracer = None
         self.history_ops = None             # the recorded operations, when history > 0
         for s in self.compiled.plan:
-            if s.action == "kill":
-                raise RackError(f"{scenario.source}: step {s.index + 1} kills {s.node}, which needs a rack of "
-                                f"processes (dmrack run), not a co-located one")
+            if s.action in ("kill", "restart"):
+                raise RackError(f"{scenario.source}: step {s.index + 1} {s.action}s {s.node}, which needs a rack "
+                                f"of processes (dmrack run), not a co-located one")
         self.state: RackState | None = None
         self.wall_s = 0.0
         self.verbs = 0

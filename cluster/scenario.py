@@ -8,6 +8,7 @@ and, optionally, a list of ``[[step]]`` tables::
     [[step]]  action = "run"    workload = NAME, duration_ms = T  (T required except on the last step)
     [[step]]  action = "set"    knob = "link.gbps" | "threads" | "coroutines", value = V
     [[step]]  action = "kill"   node = "cn1"
+    [[step]]  action = "restart" node = "cn1"   (a compute node an earlier kill step killed)
     [[step]]  action = "sleep"  duration_ms = T
 
 A file without steps gets the default ones: load the default workload's keys (if ``run.load``),
@@ -16,7 +17,7 @@ experiment" means a rack file is already a runnable experiment, and an experimen
 with a few lines more; there is nothing to keep in step between two formats.
 
 Steps are parsed into frozen dataclasses, one per action (:class:`LoadStep`, :class:`RunStep`,
-:class:`SetStep`, :class:`KillStep`, :class:`SleepStep`), all plain data like the spec, so the
+:class:`SetStep`, :class:`KillStep`, :class:`RestartStep`, :class:`SleepStep`), all plain data like the spec, so the
 manager process receives them pickled and dispatches with ``match``. A step refers to workloads
 and nodes by name, and keeps the name: ``step.workload`` is a key of ``scenario.spec.workloads``,
 which holds every workload the scenario can run -- the declared ones and, under their letter, the
@@ -53,6 +54,7 @@ __all__ = [
     "RunStep",
     "SetStep",
     "KillStep",
+    "RestartStep",
     "SleepStep",
     "Scenario",
     "ACTIONS",
@@ -160,6 +162,19 @@ class KillStep(Step):
 
 
 @dataclass(frozen=True)
+class RestartStep(Step):
+    """Bring back a compute node an earlier kill step killed: a new process for it joins the
+    rack's clock at the current virtual time, runs the system's setup for the node again (its
+    server actors, its clients) on fresh memory, and takes part in the following steps."""
+
+    node: str
+    action: ClassVar[str] = "restart"
+
+    def describe(self, spec: RackSpec | None = None) -> str:
+        return f"step {self.index}: restart node {self.node}"
+
+
+@dataclass(frozen=True)
 class SleepStep(Step):
     """Let ``duration_ms`` virtual ms pass with no load."""
 
@@ -170,13 +185,14 @@ class SleepStep(Step):
         return f"step {self.index}: sleep {self.duration_ms:g} ms"
 
 
-ACTIONS = {cls.action: cls for cls in (LoadStep, RunStep, SetStep, KillStep, SleepStep)}
+ACTIONS = {cls.action: cls for cls in (LoadStep, RunStep, SetStep, KillStep, RestartStep, SleepStep)}
 # action -> (required fields, optional fields), as written in the file.
 _FIELDS = {
     "load": ((), ("count", "workload", "bulk")),
     "run": ((), ("workload", "duration_ms")),
     "set": (("knob", "value"), ()),
     "kill": (("node",), ()),
+    "restart": (("node",), ()),
     "sleep": (("duration_ms",), ()),
 }
 
@@ -252,6 +268,7 @@ def _parse_steps(spec: RackSpec, label: str, raw: Any) -> tuple[tuple, dict]:
 
     profile_knobs = [k for k, _, _ in schema_fields()]
     nodes = spec.node_names()
+    roles = {n.name: n.role for n in spec.nodes()}
     profile = spec.profile  # the profile as earlier set steps leave it, so each value is checked in context
     killed: dict[str, int] = {}
     added: dict[str, WorkloadSpec] = {}
@@ -326,6 +343,21 @@ def _parse_steps(spec: RackSpec, label: str, raw: Any) -> tuple[tuple, dict]:
                 raise SpecError(f"{label}: {where}.node = {_show(node)}: already killed by step[{killed[node]}]")
             killed[node] = i
             steps.append(KillStep(index=i, node=node))
+        elif action == "restart":
+            node = t["node"]
+            shown = f"{label}: {where}.node = {_show(node)}"
+            if not isinstance(node, str) or node not in nodes:
+                raise SpecError(f"{shown}: no such node; the rack has "
+                                f"{', '.join(n for n in nodes if n != 'mgr')}{_suggest(str(node), nodes)}")
+            role = roles[node]
+            if role != "compute":
+                what = "the manager runs the steps" if role == "manager" else f"{node} is a {role} node"
+                raise SpecError(f"{shown}: {what}; only a compute node can be restarted")
+            if node not in killed:
+                raise SpecError(f"{shown}: {node} is not dead at this step; restart a node an earlier "
+                                f"kill step killed")
+            del killed[node]                 # alive again: a later step may kill it once more
+            steps.append(RestartStep(index=i, node=node))
         elif action == "sleep":
             steps.append(SleepStep(index=i, duration_ms=_duration(label, f"{where}.duration_ms", t["duration_ms"],
                                                                   allow_zero=False)))

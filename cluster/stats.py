@@ -1083,6 +1083,10 @@ class ProcWriter:
     def begin(self, pid: int | None = None) -> None:
         """Mark the slot alive (state starting) with ``pid`` (default: this process)."""
         pid = os.getpid() if pid is None else _nonneg_int(pid, "pid")
+        if self._w[W_EXITED]:
+            # a new process in the slot of one that exited (a restart step): alive again
+            store_release(self._w, W_EXITED, 0)
+            self._w[W_EXIT_CODE] = 0
         with self._header() as w:
             w[W_PID] = pid
             w[W_STATE] = STATE_STARTING

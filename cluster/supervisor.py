@@ -12,7 +12,8 @@ Order of work, and why:
    heartbeat, and turns Ctrl-C, SIGTERM, ``--duration`` or the end of the scenario into the rack's
    stop flag. A node that dies unexpectedly is reported with its name and how it died (exit
    status, signal, or the exception it wrote); the rack then stops, or carries on when the spec
-   says ``on_node_death = "continue"``. A heartbeat older than ``HEARTBEAT_TIMEOUT_S`` is a hang.
+   says ``on_node_death = "continue"``. A heartbeat older than ``HEARTBEAT_TIMEOUT_S`` is a hang;
+   every process gone before the scenario finished (``F_DONE``) stops the rack with status 1.
    Every exit it sees is written into the stats plane (``StatsPlane.mark_exited``): a node killed
    with SIGKILL never says so itself, and the dashboard reads nothing but the plane. A node whose
    system raised ``SystemError_`` (it gave up: out of memory, a full table) is reported in one line,
@@ -210,6 +211,43 @@ class Supervisor:
         finally:
             gc.unfreeze()
 
+    def _check_restarts(self, view, run_dir: str) -> None:
+        """A restart step asked for a new process of a killed compute node (the manager holds the
+        rack at that virtual time meanwhile): once the old process is reaped and its death
+        recorded, reset the node's memory to what System.setup left and fork the new process,
+        which joins the clock and clears the request (cluster/node_main.py)."""
+        from cluster.node_main import node_main
+        control = self.state.control
+        for slot in list(self._restarting):
+            if control.restart_requested(slot) is None:
+                del self._restarting[slot]              # the new process has joined
+        for slot, old in list(self.procs_by_slot.items()):
+            if slot in self._restarting:
+                continue
+            req = control.restart_requested(slot)
+            if req is None:
+                continue
+            name = self.compiled.nodes[slot].name
+            old.join(JOIN_S)
+            if old.exitcode is None:                    # the kill step waited for it: cannot happen
+                old.kill()
+                old.join()
+            self._check_deaths(view, run_dir)           # the old death, as the kill step ordered it
+            self.state.reset_node_memory(slot, old.pid or 0)
+            gc.collect()
+            gc.freeze()
+            try:
+                p = _CTX.Process(target=node_main, args=(self.state, slot, os.getpid(), run_dir),
+                                 kwargs={"restart": req}, name=f"dmrack-{name}", daemon=True)
+                p.start()
+            finally:
+                gc.unfreeze()
+            self.procs_by_slot[slot] = p
+            self._seen_dead.discard(slot)
+            self._last_beat.pop(slot, None)
+            self._restarting[slot] = req
+            view.note(f"{name} restarted at t={req[0]} ns (as the scenario asked)")
+
     # -- watching ----------------------------------------------------------------------------------
     def _open_view(self):
         if self.dashboard_mode is False or self.quiet:
@@ -226,10 +264,13 @@ class Supervisor:
     def _watch(self, view, run_dir: str) -> int:
         self._seen_dead: set[int] = set()
         self._last_beat: dict[int, tuple] = {}
+        self._restarting: dict[int, tuple] = {}
         while True:
             time.sleep(TICK_S)
             view.update(self._phase())
             fatal = self._check_deaths(view, run_dir) or self._check_hangs()
+            if not fatal:
+                self._check_restarts(view, run_dir)
             if fatal:
                 self._stop(fatal, view)
                 return self._fatal_status
@@ -239,6 +280,8 @@ class Supervisor:
             if self.duration_s is not None and time.monotonic() - self._t0 >= self.duration_s:
                 self._stop(f"stopped after {self.duration_s:g} s (--duration)", view)
                 return 0
+            # every process gone (read before F_DONE: a manager that set it has set it by its exit)
+            ended = all(p.exitcode is not None for p in self.procs)
             if self.state.control.get(F_DONE):
                 # A scripted kill just before the end: a SIGKILLed process can take a while to be
                 # torn down on a loaded machine, so wait for the ones the scenario killed.
@@ -248,6 +291,12 @@ class Supervisor:
                 self._check_deaths(view, run_dir)
                 self._stop("scenario finished", view)
                 return 0
+            if ended:
+                # Nobody is left to finish the scenario (the nodes ended their runs on a stop flag
+                # without the manager getting through the plan): waiting would be forever.
+                self._check_deaths(view, run_dir)
+                self._stop("every node ended before the scenario finished", view)
+                return EXIT_NODE_FAILED
 
     def _check_deaths(self, view, run_dir: str) -> str | None:
         """Report every node that exited since the last look; the reason to stop the rack, if any."""

@@ -70,14 +70,14 @@ class PlanStep(NamedTuple):
     """One step of a scenario as the nodes execute it (plain data, picklable)."""
 
     index: int
-    action: str                 # load | run | set | kill | sleep
+    action: str                 # load | run | set | kill | restart | sleep
     label: str
     workload: str | None = None
     duration_ns: int = 0        # run/sleep; 0 = until the rack is stopped
     count: int = 0              # load: records to load (rack-wide)
     knob: str | None = None
     value: float = 0.0
-    node: str | None = None     # kill
+    node: str | None = None     # kill, restart
     bulk: bool = False          # load: the system's bulk_load writes the keys (compute node 0)
 
 
@@ -227,6 +227,17 @@ class ComputeNode:
             # SMART's controller state as the step ended (t_max, c_max, C_max move during the run)
             self.smart_at_step_end[step_index] = tuple(t.smart_statistics() for t in self.threads[:self.active_threads])
         self.on_done(step_index, self.env.now, self.ops)
+
+    def catch_up(self, upto: int) -> None:
+        """A restarted node's process (a restart step at plan index ``upto``): take over what the
+        steps before left behind that later ones rely on: the knobs set steps changed (profile keys
+        included: this process was forked with the profile as the scenario began) and the records
+        load steps loaded. Nothing is recorded for those steps."""
+        for step in self.plan[:upto]:
+            if step.action == "set":
+                self._set(step)
+            elif step.action == "load":
+                self.loaded_before += step.count
 
     def stop(self) -> None:
         """The rack was stopped mid-step: close the step record at the current time."""

@@ -12,7 +12,9 @@ the same virtual-time behaviour, which is why the manager never needs to know wh
 
 A ``kill`` step is the manager's own: it asks the rack (``kill_node``) to SIGKILL the node's
 process, logs it, and stops waiting for that node. With ``on_node_death = "continue"`` it also
-notices nodes that die on their own (``is_alive``) while it waits.
+notices nodes that die on their own (``is_alive``) while it waits. A ``restart`` step asks the
+rack (``restart_node``) for a new process of a node a kill step killed, which joins the clock at
+the manager's current virtual time; the node takes part in the steps from the next one on.
 """
 
 from __future__ import annotations
@@ -60,7 +62,8 @@ class Manager:
                  on_step: Callable[[int, int], None] = lambda i, t: None,
                  on_loaded: Callable[[int], None] = lambda n: None,
                  kill_node: Callable[[str], None] | None = None,
-                 is_alive: Callable[[int], bool] | None = None, keep_going: bool = False):
+                 is_alive: Callable[[int], bool] | None = None, keep_going: bool = False,
+                 restart_node: Callable[[str, int], None] | None = None):
         self.env = env
         self.plan = plan
         self.compute = dict(compute)        # link address -> node name
@@ -72,6 +75,7 @@ class Manager:
         self.kill_node = kill_node
         self.is_alive = is_alive
         self.keep_going = keep_going
+        self.restart_node = restart_node
         self.step = -1
         self.loaded = 0
         self.dead: set[int] = set()
@@ -123,6 +127,14 @@ class Manager:
                 self.kill_node(step.node)
                 if victim is not None:
                     self.dead.add(victim)
+                continue
+            if step.action == "restart":
+                addr = next(a for a, n in self.compute.items() if n == step.node)
+                if self.restart_node is None:
+                    raise RuntimeError(f"step {step.index + 1}: restart {step.node} needs a rack of processes")
+                self.log(env.now, "fault", step.node, f"scenario restarts {step.node}")
+                self.restart_node(step.node, step.index)     # returns once the new process has joined
+                self.dead.discard(addr)
                 continue
             start = env.now + self.latency
             self.on_step(step.index, start)

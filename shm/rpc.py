@@ -22,13 +22,17 @@ upwards), so concurrent callers never take each other's replies. The reply is th
   the reply queue (``cpu.poll_ns``). On the server: one ``cpu.poll_ns`` to take the request, then
   ``cpu.rpc_handler_ns`` (receive, dispatch, answer) on the node's cores, plus whatever the handler
   charges (``ctx.cpu``, verbs, nested RPCs), then the reply's UD SEND. No verb changed price.
-* **Request ids**: a call has one id (a per-endpoint counter) that every resend repeats; a reply is
+* **Request ids**: a call has one id (a per-endpoint counter, from the virtual time the endpoint
+  was made, so a restarted node's endpoints are never stale) that every resend repeats; a reply is
   taken only if its id is the current call's, so a late reply of an earlier call (one that timed
   out) is skipped, never returned.
 * **Retries and errors**: ``timeout_ns`` per attempt, ``retries`` resends; when every attempt
   timed out, :class:`RpcTimeout`, one line naming the node, the method and the attempts (the node is
   gone, has no server on the port, or is overloaded: a datagram to a full RX ring is dropped).
-  An unknown method is :class:`RpcError` naming node and method.
+  An unknown method is :class:`RpcError` naming node and method; a handler that raised an
+  ``Exception`` is :class:`RpcHandlerError` naming node, method and the exception's first line
+  (the server logs one line and keeps serving; failpoint crashes, ``SystemError_``, ``Interrupt``
+  and other BaseExceptions are not caught: see :func:`_propagates`).
 * **At most once**: the server keeps, per client endpoint (node, port), the id of its latest
   request and, once executed, its reply. A resend of an executed request gets the cached reply
   again; a resend while it still runs is dropped (its reply is on its way); an older id is stale
@@ -42,8 +46,7 @@ upwards), so concurrent callers never take each other's replies. The reply is th
   memory node before its local commit); its posts are priced on that thread's core, as a client's.
 
 Not built yet: RPC from the manager process (it has no datagram net; a manager that needs RPCs
-would get a socket on a node of its own), handler exceptions are not sent back (they propagate
-in the server actor), no batching of several requests in one datagram, payloads are limited to
+would get a socket on a node of its own), no batching of several requests in one datagram, payloads are limited to
 one datagram (``udp.mtu_bytes - 28 - HEADER.size`` bytes).
 """
 
@@ -55,7 +58,7 @@ from typing import Any, Callable, NamedTuple
 
 from shm.udp import UDP_OK, UdpError, call
 
-__all__ = ["rpc", "rpc_server", "RpcServer", "RpcEndpoint", "Request", "RpcError", "RpcTimeout", "RpcStats",
+__all__ = ["rpc", "rpc_server", "RpcServer", "RpcEndpoint", "Request", "RpcError", "RpcTimeout", "RpcHandlerError", "RpcStats",
            "RPC_PORT", "REPLY_PORT_BASE", "HEADER", "encode_request"]
 
 #: the UDP port every node's RPC server listens on (a bound port: no steering rule needed)
@@ -64,7 +67,7 @@ RPC_PORT = 7471
 REPLY_PORT_BASE = 40000
 
 KIND_REQUEST, KIND_REPLY = 1, 2
-ST_OK, ST_NO_METHOD = 0, 1
+ST_OK, ST_NO_METHOD, ST_ERROR = 0, 1, 2
 #: kind u8, status u8, method u16, request id u64
 HEADER = struct.Struct("<BBHQ")
 
@@ -75,6 +78,15 @@ class RpcError(RuntimeError):
 
 class RpcTimeout(RpcError):
     """Every attempt of an RPC timed out: one line naming the node."""
+
+
+class RpcHandlerError(RpcError):
+    """The handler raised on the server: one line naming the node, the method and the exception
+    (its type and the first line of its message); ``.remote`` is that ``Type: message`` part."""
+
+    def __init__(self, message: str, remote: str = ""):
+        super().__init__(message)
+        self.remote = remote
 
 
 class Request(NamedTuple):
@@ -94,6 +106,7 @@ class RpcStats(NamedTuple):
     in_progress: int     # resends dropped because the request was still running
     stale: int           # requests older than the endpoint's latest, dropped
     no_method: int       # requests for a method nobody registered
+    errors: int = 0      # handler executions that raised (answered with an error status, cached as any reply)
 
 
 def encode_request(method: int, rid: int, payload: bytes) -> bytes:
@@ -114,7 +127,12 @@ class RpcEndpoint:
         self.port = port
         self.sock = net.socket(self.node, port)
         self.queue = net.bind(self.node, port)
-        self._rid = 0
+        # Ids start at the virtual time the endpoint is made, not at 0: a restarted node's new
+        # process reuses the same (node, port) endpoints, and a server still holds the old
+        # incarnation's latest id for them (its dedup table), so ids from 1 would be dropped as
+        # stale. Every call takes more than 1 ns, so the old endpoint's ids never reached the time
+        # of its death, which the new one starts above.
+        self._rid = int(net.env.now)
         self.calls = self.resends = self.timeouts = 0
 
     def call(self, dst_node, payload: bytes, *, method: int = 0, timeout_ns: int = 100_000, retries: int = 3,
@@ -158,6 +176,9 @@ class RpcEndpoint:
         _kind, status, _m, _r = HEADER.unpack_from(dg.data)
         if status == ST_NO_METHOD:
             raise RpcError(f"rpc to node {name!r}: no handler for method {method}")
+        if status == ST_ERROR:
+            remote = dg.data[HEADER.size:].decode("utf-8", "replace")
+            raise RpcHandlerError(f"rpc to node {name!r} (method {method}): the handler raised {remote}", remote)
         return dg.data[HEADER.size:]
 
 
@@ -227,8 +248,9 @@ class RpcServer:
     """The RPC server of one node: ``threads`` actors on one bound RX queue, a dedup table."""
 
     def __init__(self, ctx, handlers: dict[int, Callable], *, threads: int = 2, port: int = RPC_PORT,
-                 depth: int | None = None, verbs_buffer: int = 64 << 10):
+                 depth: int | None = None, verbs_buffer: int = 64 << 10, log: Callable[[str], None] | None = None):
         self.ctx = ctx
+        self.log = log if log is not None else _log_stderr
         net = ctx.udp
         if net is None:
             raise RpcError(f"node {ctx.name!r}: an RPC server needs the datagram path (a profile with [udp])")
@@ -252,9 +274,12 @@ class RpcServer:
         self.handler_ns = ctx.profile.cpu.rpc_handler_ns
         self._last: dict[tuple[int, int], tuple[int, bytes | None]] = {}
         self.requests = self.executed = self.duplicates = self.in_progress = self.stale = self.no_method = 0
+        self.errors = 0
+        self.last_error = ""             # the latest handler exception's line, as the caller got it
 
     def statistics(self) -> RpcStats:
-        return RpcStats(self.requests, self.executed, self.duplicates, self.in_progress, self.stale, self.no_method)
+        return RpcStats(self.requests, self.executed, self.duplicates, self.in_progress, self.stale, self.no_method,
+                        self.errors)
 
     def actors(self) -> list:
         """One generator per server thread; each owns a UD QP on a doorbell of its own (a verbs
@@ -306,20 +331,65 @@ class RpcServer:
                 self.no_method += 1
                 reply = HEADER.pack(KIND_REPLY, ST_NO_METHOD, method, rid)
             else:
-                out = yield from handler(ctx, Request(dg.src_node, dg.src_port, method, rid,
-                                                      dg.data[HEADER.size:], dg.arrived_ns, co))
+                try:
+                    out = yield from handler(ctx, Request(dg.src_node, dg.src_port, method, rid,
+                                                          dg.data[HEADER.size:], dg.arrived_ns, co))
+                except Exception as e:                       # noqa: BLE001 - sent back to the caller
+                    if _propagates(e):
+                        raise
+                    out = e
                 # settle the CPU the handler charged before its result is visible: a resend taken by
                 # another thread must not get the reply before this one has finished computing it
                 yield 0
                 self.executed += 1
-                reply = HEADER.pack(KIND_REPLY, ST_OK, method, rid) + bytes(out or b"")
-                if len(reply) > self.net.max_payload:
-                    raise RpcError(f"node {ctx.name!r}: the reply of method {method} ({len(reply) - HEADER.size} B) "
-                                   f"exceeds one datagram")
+                if isinstance(out, Exception):
+                    reply = self._error_reply(method, rid, out, dg.src_node)
+                else:
+                    reply = HEADER.pack(KIND_REPLY, ST_OK, method, rid) + bytes(out or b"")
+                    if len(reply) > self.net.max_payload:
+                        raise RpcError(f"node {ctx.name!r}: the reply of method {method} "
+                                       f"({len(reply) - HEADER.size} B) exceeds one datagram")
             if self._last.get(who, (rid,))[0] == rid:
                 self._last[who] = (rid, reply)
             status = sock.send(dg.src_node, dg.src_port, reply)
             assert status == UDP_OK
+
+
+    def _error_reply(self, method: int, rid: int, exc: Exception, src: int) -> bytes:
+        """The reply for a handler that raised ``exc``: status ST_ERROR and ``Type: first line``
+        (cut to one datagram); the server logs one line and keeps serving."""
+        lines = str(exc).strip().splitlines()
+        remote = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+        self.errors += 1
+        self.last_error = remote
+        caller = self.net.fabric.nodes[src].name if 0 <= src < len(self.net.fabric.nodes) else str(src)
+        self.log(f"rpc server {self.ctx.name!r}: method {method} from {caller!r} raised {remote} "
+                 f"(t={self.ctx.env.now} ns; the caller gets RpcHandlerError)")
+        room = self.net.max_payload - HEADER.size
+        data = remote.encode("utf-8", "replace")[:room]
+        return HEADER.pack(KIND_REPLY, ST_ERROR, method, rid) + data
+
+
+def _log_stderr(line: str) -> None:
+    import sys
+    print(line, file=sys.stderr, flush=True)
+
+
+def _propagates(exc: BaseException) -> bool:
+    """An exception a handler raised that must not be sent back as an error reply but end the
+    server actor as before: the system giving up (``SystemError_``: the rack stops) and an
+    ``Interrupt`` thrown into the actor. Process shutdown and failpoints never get here: a
+    ``crash`` failpoint raises ``ClientCrash`` (a BaseException), an ``exit`` failpoint ends the
+    process with ``os._exit``, and ``KeyboardInterrupt``, ``SystemExit``, ``GeneratorExit`` are
+    BaseExceptions too; only ``Exception`` is caught."""
+    from nodes.runtime.env import Interrupt
+    if isinstance(exc, Interrupt):
+        return True
+    try:
+        from nodes.systems.api import SystemError_
+    except ImportError:                 # pragma: no cover - shm used without nodes
+        return False
+    return isinstance(exc, SystemError_)
 
 
 #: per process: node name -> its RpcServer (tests and systems read their statistics here)
@@ -327,7 +397,8 @@ SERVERS: dict[str, RpcServer] = {}
 
 
 def rpc_server(handlers: dict[int, Callable], *, threads: int = 2, port: int = RPC_PORT,
-               depth: int | None = None, setup: Callable[[Any], Any] | None = None, verbs_buffer: int = 64 << 10):
+               depth: int | None = None, setup: Callable[[Any], Any] | None = None, verbs_buffer: int = 64 << 10,
+               log: Callable[[str], None] | None = None):
     """A ``System.servers`` entry: ``servers = {"compute": rpc_server({1: get}, threads=2)}``.
 
     ``handlers``: method id -> generator function ``handler(ctx, request) -> reply bytes`` (it may
@@ -339,7 +410,7 @@ def rpc_server(handlers: dict[int, Callable], *, threads: int = 2, port: int = R
     def start(ctx):
         if setup is not None:
             setup(ctx)
-        server = RpcServer(ctx, handlers, threads=threads, port=port, depth=depth, verbs_buffer=verbs_buffer)
+        server = RpcServer(ctx, handlers, threads=threads, port=port, depth=depth, verbs_buffer=verbs_buffer, log=log)
         SERVERS[ctx.name] = server
         return server.actors()
     return start

@@ -239,3 +239,11 @@ def test_a_colocated_rack_whose_system_gives_up_is_one_line_exit_3(tmp_path):
     assert r.returncode == 3, (r.stdout, r.stderr)
     assert r.stderr.strip().splitlines() == [r.stderr.strip()]
     assert "the system gave up: RACE: out of memory" in r.stderr and "Traceback" not in r.stdout + r.stderr
+
+
+def test_a_restart_of_a_node_that_is_not_dead_is_one_line_and_status_2(tmp_path):
+    f = tmp_path / "restart.toml"
+    f.write_text('[rack]\non_node_death = "continue"\n[compute]\ncount = 2\n[[step]]\naction = "load"\n'
+                 '[[step]]\naction = "run"\nduration_ms = 0.1\n[[step]]\naction = "restart"\nnode = "cn1"\n')
+    r = dmrack("run", str(f), "--no-dashboard")
+    assert_one_line_exit_2(r, str(f), 'step[3].node = "cn1"', "cn1 is not dead at this step")

@@ -177,7 +177,7 @@ workload = "B"
     assert s.until_stopped
     assert s.steps[2].is_profile_knob and not s.steps[3].is_profile_knob
     assert s.workloads_used() == ["hot", "b"]
-    assert set(ACTIONS) == {"load", "run", "set", "kill", "sleep"}
+    assert set(ACTIONS) == {"load", "run", "set", "kill", "restart", "sleep"}
     lines = s.describe()
     for want in ("step 1: load 500 keys of workload hot", "step 2: run workload hot for 20 ms",
                  "step 3: set link.gbps = 100", "step 4: set active coroutines per compute node = 2",
@@ -238,7 +238,7 @@ def test_parse_scenario_resolves_paths_against_base_dir(tmp_path):
 
 STEP = '[[step]]\naction = "load"\n'
 BAD_STEPS = [
-    ('[[step]]\naction = "jump"\n', ['step[1].action = "jump"', "unknown action", "load, run, set, kill, sleep"]),
+    ('[[step]]\naction = "jump"\n', ['step[1].action = "jump"', "unknown action", "load, run, set, kill, restart, sleep"]),
     ('[[step]]\naction = "rnu"\n', ['step[1].action = "rnu"', "did you mean run"]),
     ('[[step]]\nnode = "cn0"\n', ["step[1]", "missing action"]),
     (STEP + '[[step]]\naction = "kill"\n', ["step[2]", "'kill' step needs node"]),
@@ -265,6 +265,14 @@ BAD_STEPS = [
     ('[[step]]\naction = "kill"\nnode = "mgr"\n', ['step[1].node = "mgr"', "manager"]),
     ('[rack]\non_node_death = "continue"\n[[step]]\naction = "kill"\nnode = "cn1"\n'
      '[[step]]\naction = "kill"\nnode = "cn1"\n', ['step[2].node = "cn1"', "already killed by step[1]"]),
+    ('[[step]]\naction = "restart"\nnode = "cn1"\n', ['step[1].node = "cn1"', "cn1 is not dead at this step"]),
+    ('[[step]]\naction = "kill"\nnode = "cn1"\n[[step]]\naction = "restart"\nnode = "cn1"\n'
+     '[[step]]\naction = "restart"\nnode = "cn1"\n', ['step[3].node = "cn1"', "not dead at this step"]),
+    ('[[step]]\naction = "kill"\nnode = "mn0"\n[[step]]\naction = "restart"\nnode = "mn0"\n',
+     ['step[2].node = "mn0"', "mn0 is a memory node; only a compute node can be restarted"]),
+    ('[[step]]\naction = "restart"\nnode = "mgr"\n', ['step[1].node = "mgr"', "the manager runs the steps",
+                                                      "only a compute node can be restarted"]),
+    ('[[step]]\naction = "restart"\nnode = "cn7"\n', ['step[1].node = "cn7"', "no such node"]),
     ('[[step]]\naction = "set"\nknob = "link.gbs"\nvalue = 1\n', ['step[1].knob = "link.gbs"', "unknown knob",
                                                                   "did you mean link.gbps"]),
     ('[[step]]\naction = "set"\nknob = "name"\nvalue = 1\n', ['step[1].knob = "name"', "unknown knob"]),
@@ -341,3 +349,12 @@ def test_warmup_scenario_is_small_and_same_hardware():
                                                                   ("read-mostly", WARMUP_RUN_MS)]
     assert not w.until_stopped and not any(isinstance(s, KillStep) for s in w.steps)
     assert pickle.loads(pickle.dumps(w)) == w
+
+
+def test_a_restart_step_follows_a_kill_and_the_node_may_be_killed_again(tmp_path):
+    from cluster.scenario import KillStep, RestartStep
+    s = scenario_of(tmp_path, '[rack]\non_node_death = "continue"\n' + STEP
+                    + '[[step]]\naction = "kill"\nnode = "cn1"\n[[step]]\naction = "restart"\nnode = "cn1"\n'
+                    + '[[step]]\naction = "kill"\nnode = "cn1"\n')
+    assert s.steps[1:] == (KillStep(2, "cn1"), RestartStep(3, "cn1"), KillStep(4, "cn1"))
+    assert "step 3: restart node cn1" in s.describe()

@@ -334,6 +334,59 @@ def test_exception_in_one_node_stops_the_others(prefix):
         t.close()
 
 
+
+def _leaver(table, i):
+    env = Environment(sync=ClockSync(table, i, 100))
+    env._sync.leave_on_failure = True            # a rack with on_node_death = "continue"
+
+    def worker(env):
+        while env.now < 20_000:
+            yield 10
+            if i == 1 and env.now == 5000:
+                raise RuntimeError("node 1 broke")
+            if i == 0 and env.now % 1000 == 0:
+                env.send(1, env.now + 100, (env.now,))   # to the node that broke: dropped, or discarded
+
+    env.on_message = lambda src, payload: None
+    env.process(worker(env), name=f"worker{i}")
+    try:
+        env.run()
+    except Exception as e:
+        return "raised", str(e)
+    return "finished", env.now
+
+
+def test_a_node_that_leaves_on_failure_lets_the_others_finish_their_run(prefix):
+    """With leave_on_failure the failing process is marked gone (no stop flag): the other one runs
+    to its own end and its run ends by quiescence, though it kept sending to the dead one."""
+    t = ClockTable.create(2, prefix=prefix)
+    try:
+        (s0, now0), (s1, msg1) = run_procs(t, _leaver)
+        assert s1 == "raised" and "node 1 broke" in msg1
+        assert s0 == "finished" and now0 == 20_000
+        st = t.statistics()
+        assert t.gone(1) and not st.stop and st.sent == st.consumed
+    finally:
+        t.close()
+
+
+def test_mark_gone_discards_the_inbox_and_frees_the_clock(prefix):
+    """Messages waiting in a dead process's inbox are taken and counted (or sent == consumed would
+    never hold again), its slot is INF, and a later message to it is dropped."""
+    t = ClockTable.create(2, prefix=prefix)
+    try:
+        env = Environment(sync=ClockSync(t, 0, 100))
+        env.send(1, 50, (1,))
+        env.send(1, 60, (2,))
+        assert t.statistics().sent == 2 and t.statistics().consumed == 0
+        t.mark_gone(1)
+        st = t.statistics()
+        assert t.clock(1) == INF and st.sent == st.consumed == 2 and len(t.inboxes[1]) == 0
+        env.send(1, 70, (3,))
+        assert t.clock(1) == INF and t.statistics().sent == 2 and env._sync.dropped_gone == 1
+    finally:
+        t.close()
+
 # -- (e) lookahead: effects keep their virtual order across processes within W --------------
 
 LOOK = 400

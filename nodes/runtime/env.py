@@ -29,7 +29,9 @@ Design (and why):
   thrown into the processes waiting on it, or, if none wait, propagates out of
   ``run()`` as a :class:`ProcessError` naming the process.  In sync mode an
   exception escaping ``run()`` also sets the shared stop flag, so the other
-  node processes end their runs instead of waiting for this one forever.
+  node processes end their runs instead of waiting for this one forever (or,
+  with ``ClockSync.leave_on_failure``, marks this process gone: the others
+  carry on without it).
 """
 from __future__ import annotations
 
@@ -664,10 +666,11 @@ class Environment:
                         horizon = sync.horizon
         except _StopRun:
             raise
-        except BaseException:
+        except BaseException as e:
             # A node that dies would hold every other node back forever (its
-            # clock stays put, its inbox fills): end the whole rack's run.
-            sync.request_stop()
+            # clock stays put, its inbox fills): end the whole rack's run, or
+            # (a rack that carries on after a node death) leave it for good.
+            sync.fail(e)
             raise
         finally:
             self._events += n

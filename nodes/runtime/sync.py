@@ -167,6 +167,21 @@ def _leave(clocks, i):
 
 
 @njit(cache=True)
+def _discard(clocks, i, consumed_i, hdr, seqs, slots, out):
+    """Process ``i`` is gone: it holds nobody back (INF), and what waits in its inbox is taken and
+    counted as consumed, since nobody else ever will (an uncounted message would keep the rack's
+    termination test, ``sent == consumed``, from ever passing). The ring is multi-consumer, so any
+    process may do this, as often as it likes."""
+    _leave(clocks, i)
+    k = 0
+    while ring_try_pop(hdr, seqs, slots, out):
+        k += 1
+    if k:
+        faa(clocks, consumed_i, k)
+    return k
+
+
+@njit(cache=True)
 def _finished_core(clocks, n, limit, sent_i, consumed_i):
     c = load_acquire(clocks, consumed_i)
     for j in range(n):
@@ -243,8 +258,33 @@ class ClockTable:
         """Process ``i`` died: publish INF for it so it holds nobody back (as ``leave`` would have)."""
         if not 0 <= i < self.n_procs:
             raise ValueError(f"index {i} outside 0..{self.n_procs - 1}")
-        store_release(self.clocks, i * STRIDE + GONE, 1)
-        _leave(self.clocks, i)
+        swap(self.clocks, i * STRIDE + GONE, 1)   # a full fence: ordered before the discard below
+        self.discard(i)
+
+    def discard(self, i: int) -> int:
+        """A gone process's slot to INF and its inbox emptied (counted as consumed): see
+        ``_discard``. Returns the messages thrown away."""
+        hdr, seqs, slots = _ring_views(self.inboxes[i])
+        out = np.zeros(HDR_WORDS + self.payload_words, dtype=np.uint64)
+        return int(_discard(self.clocks, i, self.consumed_i, hdr, seqs, slots, out))
+
+    def rejoin(self, i: int, t: int) -> None:
+        """A new process takes the gone process ``i``'s place at virtual time ``t`` (a restarted
+        node): its clock and frontiers become ``t``, so nobody runs past ``t + W`` before it has
+        started, then it is no longer gone (messages to it are pushed again). Called by a process
+        that holds the rack at ``t`` meanwhile (the manager, inside its restart step)."""
+        if not 0 <= i < self.n_procs:
+            raise ValueError(f"index {i} outside 0..{self.n_procs - 1}")
+        if not self.gone(i):
+            raise ValueError(f"process {i} is not gone")
+        self.discard(i)                          # whatever a racing sender left
+        for slot in (FRONTIER, FRONTIER_W, 0):
+            swap(self.clocks, i * STRIDE + slot, int(t))
+        swap(self.clocks, i * STRIDE + GONE, 0)
+        # A sender whose send() began before the process was marked gone and checks again only
+        # now may have discarded after our stores (its _leave: INF): hold the slot at t again.
+        # (One that checks later still sees GONE clear and leaves the slot alone.)
+        _lower(self.clocks, i, int(t))
 
     def gone(self, i: int) -> bool:
         return bool(load_acquire(self.clocks, i * STRIDE + GONE))
@@ -294,6 +334,7 @@ class ClockSync:
         self.wait_s = 0.0
         self.send_retries = 0
         self.dropped_gone = 0
+        self.leave_on_failure = False   # fail(): mark this process gone instead of stopping the rack
 
     def _bind(self, env) -> None:
         if self.env is not None:
@@ -429,6 +470,13 @@ class ClockSync:
                 time.sleep(delay)
                 delay = min(delay * 2, 1e-3)
             self.wait_s += time.perf_counter() - t0
+        if load_acquire(self._clocks, dest * STRIDE + GONE):
+            # It was marked gone while we pushed (after the check above): our fetch_min may have
+            # lowered its INF again, and our message may sit in an inbox nobody drains. Undo both
+            # (mark_gone sets GONE with a full fence before its own discard, and our push and
+            # fetch_min precede this load, so one of the two discards sees the message).
+            self.dropped_gone += self.table.discard(dest)
+            return
         # The receiver's clock may now be as low as arrival: so is our horizon.
         h = arrival_ns + self.window
         if h < self.horizon:
@@ -453,6 +501,19 @@ class ClockSync:
 
     def request_stop(self) -> None:
         self.table.set_stop()
+
+    def fail(self, exc: BaseException | None = None) -> None:
+        """This process's run raised ``exc``. By default every process's run ends (the stop flag);
+        with ``leave_on_failure`` (a rack with ``on_node_death = "continue"``: True, or a predicate
+        of the exception) the process is marked gone instead (INF, inbox discarded, messages to it
+        dropped), so the others carry on in virtual time as if it had been killed."""
+        leave = self.leave_on_failure
+        if callable(leave):
+            leave = leave(exc)
+        if leave:
+            self.table.mark_gone(self.index)
+        else:
+            self.request_stop()
 
     def leave(self) -> None:
         """Publish INF for good: this process takes no further part (does not hold others back)."""
@@ -482,5 +543,6 @@ def _warm_up() -> None:
     _leave(clocks, 0)
     _send_core(clocks, 0, STRIDE, True, hdr, seqs, slots, msg)
     _finished_core(clocks, 1, 5, STRIDE, 2 * STRIDE)
+    _discard(clocks, 0, STRIDE, hdr, seqs, slots, out[0])
     _min_others(clocks, 0, 1, 0)
     _warm = True
