@@ -42,6 +42,7 @@ from .proxy import M_PAUSE, M_RESUME
 
 #: subtable bytes a proxy READs per verb when it loads a partition (its verbs buffer is 64 KiB)
 LOAD_PIECE = 16 << 10
+LOAD_BATCH = 48 << 10
 #: how often the manager asks a node again whether its moved partitions have drained
 DRAIN_POLL_NS = 2_000
 COUNT = struct.Struct("<Q")
@@ -77,17 +78,23 @@ def handle_resume(ctx, req):
     nbytes = d["subtable_bytes"]
     entries = d["directory_entries"]
     co = req.co
+    # the gained subtables in READs of at most LOAD_PIECE, LOAD_BATCH bytes of them per round trip
+    pieces = []
     for p in gained.tolist():
         node, base = (entries[p] >> 40) & 0xFF, entries[p] & ((1 << 40) - 1)
-        words = np.empty(nbytes // 8, np.uint64)
-        for start in range(0, nbytes, LOAD_PIECE):
-            n = min(LOAD_PIECE, nbytes - start)
-            hd = co.read(gaddr(node, base + start), n)
-            yield co.sync()
-            words[start // 8:(start + n) // 8] = hd.data.view(np.uint64)
-        ctx.cpu(ctx.profile.cpu.local_read_ns_per_line * (nbytes // 64))     # copying it into the index
-        st.local[p] = words
-        st.loaded_bytes += nbytes
+        st.local[p] = np.empty(nbytes // 8, np.uint64)
+        pieces += [(p, node, base, start, min(LOAD_PIECE, nbytes - start)) for start in range(0, nbytes, LOAD_PIECE)]
+    while pieces:
+        batch, size = [], 0
+        while pieces and size + pieces[0][4] <= LOAD_BATCH:
+            batch.append(pieces.pop(0))
+            size += batch[-1][4]
+        hds = [(p, start, n, co.read(gaddr(node, base + start), n)) for p, node, base, start, n in batch]
+        yield co.sync()
+        for p, start, n, hd in hds:
+            st.local[p][start // 8:(start + n) // 8] = hd.data.view(np.uint64)
+        ctx.cpu(ctx.profile.cpu.local_read_ns_per_line * (size // 64))       # copying them into the index
+        st.loaded_bytes += size
     if len(lost):
         lost_set = set(lost.tolist())
         for p in lost_set:

@@ -54,7 +54,7 @@ class FlexKVSystem(RaceSystem):
     expose_compute = True
     servers = {"compute": start_node}
     options = (
-        Option("partitions", 256, "index partitions (RACE subtables), a power of two; the paper has 2**13 "
+        Option("partitions", 64, "index partitions (RACE subtables), a power of two; the paper has 2**13 "
                "over 20 compute nodes", minimum=1, maximum=1 << 16),
         Option("offload_ratio", 0.3, "share of each compute node's partitions it proxies, in [0, 1], when "
                "knob = false (the paper's index-offload ratio i)", minimum=0.0, maximum=1.0),
@@ -67,8 +67,8 @@ class FlexKVSystem(RaceSystem):
                "0: the paper's 2, or fewer on a node with fewer threads", minimum=0, maximum=64),
         Option("cn_memory_bytes", 64 << 20, "memory of each compute node for its cache and local index "
                "(64 MB in the paper, ~5 % of its working set)", minimum=0, maximum=1 << 40),
-        Option("interval_us", 500, "the manager's period and counters' window (the paper's 1 s, scaled "
-               "by 1/2000 because emulated runs last milliseconds)", minimum=10, maximum=10**8),
+        Option("interval_us", 1000, "the manager's period and counters' window (the paper's 1 s, scaled "
+               "by 1/1000 because emulated runs last milliseconds)", minimum=10, maximum=10**8),
         Option("lease_us", 1000, "lease of cached addresses and of deleted slots before reuse (the "
                "paper's 200 ms, scaled; it must outlast an RPC's retries)", minimum=1, maximum=10**9),
         Option("drift", 1e-4, "clock drift bound of the lease rule", minimum=0.0, maximum=0.1),

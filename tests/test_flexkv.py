@@ -1,0 +1,63 @@
+"""FlexKV on the rack: the proxied and one-sided paths, the cache, the manager, bad options."""
+
+from __future__ import annotations
+
+import pytest
+
+from cluster.correctness.checker import check
+from cluster.rack import ColocatedRack
+from cluster.scenario import scenario_from_dict
+from cluster.spec import SpecError
+from nodes.systems.flexkv.node import states
+from tests.test_rack import LOAD, rack_dict, run
+
+
+def flexkv_dict(*steps, compute=2, threads=2, coroutines=2, records=256, preset="b", **options):
+    d = rack_dict(*steps, compute=compute, threads=threads, coroutines=coroutines, records=records, preset=preset)
+    d["rack"]["profile"] = "cx3-56g"
+    d["system"] = {"name": "flexkv", **options}
+    d["workload"]["requestdistribution"] = "zipfian"
+    d["workload"]["valuesize"] = 32
+    return d
+
+
+def colocated(*steps, history=50_000, **kw):
+    rack = ColocatedRack(scenario_from_dict(flexkv_dict(*steps, **kw), source="t.toml"), history=history)
+    res = rack.run()
+    return rack, res
+
+
+def client_stats(rack):
+    return [c.statistics() for n in rack.nodes for c in n.clients]
+
+
+def node_states(rack):
+    nonce = rack.state.layout["nonce"] if hasattr(rack.state, "layout") else None
+    return {node: st for (n, node), st in states().items() if nonce is None or n == nonce}
+
+
+def test_a_fixed_ratio_proxies_partitions_and_stays_linearizable():
+    rack, res = colocated(LOAD, run(1.0), knob=False, offload_ratio=0.5, rank_hotness=False)
+    assert check(rack.history_ops).verdict == "ok"
+    st = client_stats(rack)
+    assert sum(s.proxied_ops for s in st) > 0 and sum(s.one_sided_ops for s in st) > 0
+    assert sum(s.read_rpcs for s in st) > 0 and sum(s.write_rpcs for s in st) > 0
+    assert sum(s.pair_hits for s in st) > 0                    # YCSB B is read-mostly: pairs get cached
+
+
+def test_the_knob_and_rank_hotness_reassign_and_stay_linearizable():
+    rack, res = colocated(LOAD, run(2.0), preset="a")
+    assert check(rack.history_ops).verdict == "ok"
+    kinds = {e[1] for st in states().values() for e in st.events}
+    assert "reassign" in kinds and "rank" in kinds
+
+
+@pytest.mark.parametrize("option, value, words", [
+    ("offload_ratio", 1.5, "above the maximum"),
+    ("proxy_threads", 3, "exceeds the 2 threads"),
+    ("partitions", 100, "power of two"),
+])
+def test_bad_options_are_one_line(option, value, words):
+    with pytest.raises(SpecError) as e:
+        scenario_from_dict(flexkv_dict(LOAD, **{option: value}), source="t.toml")
+    assert words in str(e.value) and "\n" not in str(e.value)
