@@ -78,6 +78,16 @@ class FlexKVStats(NamedTuple):
     get_other_ns: int
     get_other: int
     cas_retries: int          # one-sided path: failed slot CASes
+    # node-wide (thread 0's record only; 0 in the others, so sums over a node's records are right)
+    node_proxy_reads: int     # read RPCs this node's proxy served
+    node_proxy_commits: int   # writes it committed (LOCAL_CAS)
+    node_rounds: int          # reassignments it went through
+    node_loaded_bytes: int    # subtable bytes it loaded from the memory nodes
+    node_index_bytes: int     # its local index now (subtables + metadata)
+    node_cache_bytes: int     # its cache now, and the budget the index leaves it
+    node_cache_budget: int
+    node_offloaded: int       # partitions its proxy owns now
+    manager_events: tuple     # the manager's (ns, kind, ratio, value) events (first compute node)
 
 
 class FlexKVClient(RaceClient):
@@ -102,7 +112,15 @@ class FlexKVClient(RaceClient):
         return FlexKVStats(self.gets, self.inserts, self.updates, self.deletes, self.pair_hits, self.addr_hits,
                            self.addr_stale, self.proxied_ops, self.one_sided_ops, self.read_rpcs, self.write_rpcs,
                            self.flush_rpcs, self.busy, self.mismatches, self.reroutes, self.paused_waits,
-                           self.get_pair_ns, self.get_addr_ns, self.get_other_ns, self.get_other, self.cas_retries)
+                           self.get_pair_ns, self.get_addr_ns, self.get_other_ns, self.get_other, self.cas_retries,
+                           *self._node_fields())
+
+    def _node_fields(self) -> tuple:
+        if self.thread.index != 0:
+            return 0, 0, 0, 0, 0, 0, 0, 0, ()
+        st = self.st
+        return (st.reads_served, st.commits, st.rounds, st.loaded_bytes, st.index_bytes(), st.cache.bytes,
+                st.cache.budget, len(st.local), tuple(tuple(e) for e in st.events))
 
     # -- the KV interface ----------------------------------------------------------------------
     def get(self, co, key):

@@ -88,6 +88,7 @@ class NodeState:
         self.rpc_retries = opts["rpc_retries"]
         self.scan_out = np.zeros(2 * MAX_MATCHES, np.uint64)
         self.busy = self.mismatches = self.commits = self.invalidations_sent = self.dead_sharers = 0
+        self.reads_served = 0
 
     # -- the pause gate --------------------------------------------------------------------------
     def enter(self, p: int):

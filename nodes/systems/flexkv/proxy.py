@@ -125,6 +125,7 @@ def handle_read(ctx, req):
     h = hash64(key)
     ctx.cpu(_hash_ns(ctx, len(key)) + 4 * cpu.local_read_ns_per_line + cpu.local_cas_ns)
     pairs = candidates(st.local[p], _dir(st).d, p, h, st.scan_out)
+    st.reads_served += 1
     m = st.meta.get(key)
     if m is None:
         m = st.meta[key] = [0, 0, 0, p]
