@@ -248,7 +248,8 @@ class RpcServer:
     """The RPC server of one node: ``threads`` actors on one bound RX queue, a dedup table."""
 
     def __init__(self, ctx, handlers: dict[int, Callable], *, threads: int = 2, port: int = RPC_PORT,
-                 depth: int | None = None, verbs_buffer: int = 64 << 10, log: Callable[[str], None] | None = None):
+                 depth: int | None = None, verbs_buffer: int = 64 << 10, log: Callable[[str], None] | None = None,
+                 coroutines: int = 1):
         self.ctx = ctx
         self.log = log if log is not None else _log_stderr
         net = ctx.udp
@@ -262,8 +263,13 @@ class RpcServer:
         for m, h in handlers.items():
             if type(m) is not int or not 0 <= m <= 0xFFFF or not callable(h):
                 raise RpcError(f"node {ctx.name!r}: RPC handlers map a method 0..65535 to a function, got {m!r}: {h!r}")
+        if type(coroutines) is not int or coroutines < 1:
+            raise RpcError(f"node {ctx.name!r}: RPC server coroutines must be an integer >= 1, got {coroutines!r}")
+        if coroutines > 1 and not verbs_buffer:
+            raise RpcError(f"node {ctx.name!r}: server coroutines need a verbs buffer (verbs_buffer > 0)")
         self.handlers = dict(handlers)
         self.threads = threads
+        self.coroutines = coroutines
         self.net = net
         self.port = port
         self.queue = net.bind(ctx.index, port, depth)
@@ -293,12 +299,18 @@ class RpcServer:
         out = []
         for _ in range(self.threads):
             verbs = Context(self.net.host, self._ctx_index, low_latency=0, doorbells=1)
-            co = rdma.thread().coroutine() if rdma is not None else None
-            out.append(self._serve(self.net.socket(self._ctx_index, self.port, context=verbs), co))
+            sock = self.net.socket(self._ctx_index, self.port, context=verbs)
+            thread = rdma.thread() if rdma is not None else None
+            for _ in range(self.coroutines):
+                # a thread's coroutines share its core (thread.cpu) and its socket: one handler
+                # runs on the core at a time, the others wait for their verbs or RPCs meanwhile
+                out.append(self._serve(sock, thread.coroutine() if thread is not None else None))
         return out
 
     def _serve(self, sock, co=None):
         ctx, q = self.ctx, self.queue
+        # the server thread's core (its coroutine's thread) when it has one, else the node's cores
+        charge = co.thread.cpu if co is not None else ctx.cpu
         while True:
             ev = q.wait()
             yield ev
@@ -325,7 +337,7 @@ class RpcServer:
                         sock.send(dg.src_node, dg.src_port, seen[1])
                     continue
             self._last[who] = (rid, None)
-            ctx.cpu(self.handler_ns)
+            charge(self.handler_ns)
             handler = self.handlers.get(method)
             if handler is None:
                 self.no_method += 1

@@ -37,7 +37,7 @@ def node_states(rack):
 
 
 def test_a_fixed_ratio_proxies_partitions_and_stays_linearizable():
-    rack, res = colocated(LOAD, run(1.0), knob=False, offload_ratio=0.5, rank_hotness=False)
+    rack, res = colocated(LOAD, run(3.0), knob=False, offload_ratio=0.5, rank_hotness=False)
     assert check(rack.history_ops).verdict == "ok"
     st = client_stats(rack)
     assert sum(s.proxied_ops for s in st) > 0 and sum(s.one_sided_ops for s in st) > 0
@@ -46,7 +46,7 @@ def test_a_fixed_ratio_proxies_partitions_and_stays_linearizable():
 
 
 def test_the_knob_and_rank_hotness_reassign_and_stay_linearizable():
-    rack, res = colocated(LOAD, run(2.0), preset="a")
+    rack, res = colocated(LOAD, run(4.0), preset="a")
     assert check(rack.history_ops).verdict == "ok"
     kinds = {e[1] for st in states().values() for e in st.events}
     assert "reassign" in kinds and "rank" in kinds

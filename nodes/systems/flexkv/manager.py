@@ -38,7 +38,7 @@ from shm.rpc import rpc
 from .algorithms import HotnessRanker, RatioTuner, assign, offloaded, workload_shifted
 from .layout import MAP_DTYPE, ON_MEMORY
 from .node import STAT_WORDS, _align, state_of
-from .proxy import M_PAUSE, M_RESUME
+from .proxy import M_PAUSE, M_RESUME, _cpu
 
 #: subtable bytes a proxy READs per verb when it loads a partition (its verbs buffer is 64 KiB)
 LOAD_PIECE = 16 << 10
@@ -55,7 +55,7 @@ def handle_pause(ctx, req):
     flight here (0: drained, and the cache is cleared)."""
     st = state_of(ctx.fabric, ctx.layout, ctx.index, ctx.env)
     moved = st.staging != st.active
-    ctx.cpu(ctx.profile.cpu.local_read_ns_per_line * max(1, st.partitions // 32))
+    _cpu(ctx, req, ctx.profile.cpu.local_read_ns_per_line * max(1, st.partitions // 32))
     st.paused |= moved
     left = int(st.inflight[moved].sum())
     if left == 0 and not st.cleared_for_round:
@@ -93,7 +93,7 @@ def handle_resume(ctx, req):
         yield co.sync()
         for p, start, n, hd in hds:
             st.local[p][start // 8:(start + n) // 8] = hd.data.view(np.uint64)
-        ctx.cpu(ctx.profile.cpu.local_read_ns_per_line * (size // 64))       # copying them into the index
+        _cpu(ctx, req, ctx.profile.cpu.local_read_ns_per_line * (size // 64))       # copying them into the index
         st.loaded_bytes += size
     if len(lost):
         lost_set = set(lost.tolist())

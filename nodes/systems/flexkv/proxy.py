@@ -100,6 +100,14 @@ def candidates(local: np.ndarray, d, p: int, h: int, out: np.ndarray):
     return pairs
 
 
+def _cpu(ctx, req, ns: int) -> None:
+    """Charge a handler's CPU to its proxy thread's core (the node's cores without verbs)."""
+    if req.co is not None:
+        req.co.thread.cpu(int(ns))
+    else:
+        ctx.cpu(ns)
+
+
 def _hash_ns(ctx, n: int) -> int:
     return int((HASH_CYCLES + HASH_CYCLES_PER_BYTE * n) / ctx.profile.cpu.ghz)
 
@@ -120,10 +128,10 @@ def handle_read(ctx, req):
     key = bytes(req.payload[READ_REQ.size:])
     cpu = ctx.profile.cpu
     if st.active[p] != ctx.index:
-        ctx.cpu(cpu.local_read_ns_per_line)
+        _cpu(ctx, req, cpu.local_read_ns_per_line)
         return READ_REPLY.pack(NOT_OWNER, 0, 0)
     h = hash64(key)
-    ctx.cpu(_hash_ns(ctx, len(key)) + 4 * cpu.local_read_ns_per_line + cpu.local_cas_ns)
+    _cpu(ctx, req, _hash_ns(ctx, len(key)) + 4 * cpu.local_read_ns_per_line + cpu.local_cas_ns)
     pairs = candidates(st.local[p], _dir(st).d, p, h, st.scan_out)
     st.reads_served += 1
     m = st.meta.get(key)
@@ -144,7 +152,7 @@ def handle_flush(ctx, req):
     st = state_of(ctx.fabric, ctx.layout, ctx.index, ctx.env)
     p, reads = READ_REQ.unpack_from(req.payload)
     key = bytes(req.payload[READ_REQ.size:])
-    ctx.cpu(ctx.profile.cpu.local_cas_ns)
+    _cpu(ctx, req, ctx.profile.cpu.local_cas_ns)
     m = st.meta.get(key)
     if m is not None and st.active[p] == ctx.index:
         _bump(m, False, reads - 1)
@@ -160,15 +168,15 @@ def handle_write(ctx, req):
     key = bytes(req.payload[at + 8 * n:])
     cpu = ctx.profile.cpu
     if st.active[p] != ctx.index:
-        ctx.cpu(cpu.local_read_ns_per_line)
+        _cpu(ctx, req, cpu.local_read_ns_per_line)
         return WRITE_REPLY.pack(NOT_OWNER, 0)
-    ctx.cpu(_hash_ns(ctx, len(key)) + cpu.local_cas_ns)           # the key lock
+    _cpu(ctx, req, _hash_ns(ctx, len(key)) + cpu.local_cas_ns)           # the key lock
     if key in st.key_locks or (p, slot) in st.slot_locks:
         st.busy += 1
         return WRITE_REPLY.pack(BUSY, 0)
     local = st.local[p]
     h = hash64(key)
-    ctx.cpu(4 * cpu.local_read_ns_per_line)
+    _cpu(ctx, req, 4 * cpu.local_read_ns_per_line)
     pairs = candidates(local, _dir(st).d, p, h, st.scan_out)
     if slot == NO_SLOT or not is_pair(expected):
         # the client says the key is absent: every committed word with its fingerprint must be
@@ -210,7 +218,7 @@ def handle_write(ctx, req):
         yield co.sync()
         failpoint("flexkv.proxy.memory_written")
         local[slot] = new                                        # LOCAL_CAS: the commit point
-        ctx.cpu(cpu.local_cas_ns)
+        _cpu(ctx, req, cpu.local_cas_ns)
         st.commits += 1
     finally:
         st.key_locks.discard(key)
@@ -238,7 +246,7 @@ def _invalidate(ctx, st, key: bytes, sharers: int):
 
 def handle_invalidate(ctx, req):
     st = state_of(ctx.fabric, ctx.layout, ctx.index, ctx.env)
-    ctx.cpu(ctx.profile.cpu.local_cas_ns)
+    _cpu(ctx, req, ctx.profile.cpu.local_cas_ns)
     st.cache.invalidate(bytes(req.payload))
     return b""
     yield  # pragma: no cover
