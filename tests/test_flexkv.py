@@ -61,3 +61,14 @@ def test_bad_options_are_one_line(option, value, words):
     with pytest.raises(SpecError) as e:
         scenario_from_dict(flexkv_dict(LOAD, **{option: value}), source="t.toml")
     assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_flexkv_op_forwards_to_owners_and_stays_linearizable():
+    d = flexkv_dict(LOAD, run(3.0), knob=False, offload_ratio=0.5)
+    d["system"]["name"] = "flexkv-op"
+    rack = ColocatedRack(scenario_from_dict(d, source="t.toml"), history=50_000)
+    rack.run()
+    assert check(rack.history_ops).verdict == "ok"
+    st = client_stats(rack)
+    assert sum(s.read_rpcs + s.write_rpcs for s in st) > 0          # forwarded to the other owner
+    assert sum(s.pair_hits for s in st) > 0                          # the owners' caches serve reads

@@ -34,6 +34,7 @@ BUILTIN = {
     "dpa-kv": "nodes.systems.dpa_kv:DpaKvSystem",
     "dolphin": "nodes.systems.dolphin:DolphinSystem",
     "flexkv": "nodes.systems.flexkv:FlexKVSystem",
+    "flexkv-op": "nodes.systems.flexkv:FlexKVOpSystem",
     "smart-art": "nodes.systems.smart_art:SmartArtSystem",
 }
 

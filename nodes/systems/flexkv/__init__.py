@@ -7,10 +7,12 @@
 * :mod:`.manager`: the manager actor and the pause/resume reassignment;
 * :mod:`.algorithms`: Algorithms 1 and 2, pure;
 * :mod:`.client`: :class:`FlexKVClient` (proxied and one-sided paths);
-* :mod:`.system`: :class:`FlexKVSystem`.
+* :mod:`.system`: :class:`FlexKVSystem`;
+* :mod:`.op`: FlexKV-OP (ownership partitioning), :class:`FlexKVOpSystem`.
 """
 
 from .client import FlexKVClient, FlexKVStats
 from .system import FlexKVSystem
+from .op import FlexKVOpClient, FlexKVOpSystem
 
-__all__ = ["FlexKVSystem", "FlexKVClient", "FlexKVStats"]
+__all__ = ["FlexKVSystem", "FlexKVClient", "FlexKVStats", "FlexKVOpSystem", "FlexKVOpClient"]

@@ -89,6 +89,7 @@ class NodeState:
         self.scan_out = np.zeros(2 * MAX_MATCHES, np.uint64)
         self.busy = self.mismatches = self.commits = self.invalidations_sent = self.dead_sharers = 0
         self.reads_served = 0
+        self.executors: dict = {}         # FlexKV-OP: the proxy threads' clients, by thread
 
     # -- the pause gate --------------------------------------------------------------------------
     def enter(self, p: int):
