@@ -234,6 +234,8 @@ class Supervisor:
                 old.join()
             self._check_deaths(view, run_dir)           # the old death, as the kill step ordered it
             self.state.reset_node_memory(slot, old.pid or 0)
+            c = self.compiled
+            c.system.node_restarted(self.state.fabric, self.state.layout, self.state.fabric.node_index(name))
             gc.collect()
             gc.freeze()
             try:

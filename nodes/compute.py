@@ -130,6 +130,7 @@ class ComputeNode:
         self.ops = 0
         self.unsupported = 0
         self.crashed = 0                    # coroutines stopped by a crash failpoint
+        self.incarnation = 0                # restarts of this node so far (catch_up sets it)
         self.dead: set[tuple[int, int]] = set()
         self._running: dict = {}            # (thread, coroutine) -> the process driving it now
         self.loaded_before = 0              # records loaded by earlier load steps (rack-wide)
@@ -233,6 +234,7 @@ class ComputeNode:
         steps before left behind that later ones rely on: the knobs set steps changed (profile keys
         included: this process was forked with the profile as the scenario began) and the records
         load steps loaded. Nothing is recorded for those steps."""
+        self.incarnation = sum(1 for s in self.plan[:upto + 1] if s.action == "restart" and s.node == self.name)
         for step in self.plan[:upto]:
             if step.action == "set":
                 self._set(step)
@@ -471,7 +473,9 @@ class ComputeNode:
 
     # One KV call each, recorded in the history when there is one.
     def _client_id(self, t: int, c: int) -> int:
-        return (self.index << 16) | (t << 8) | c
+        # a restarted node's clients are new clients of the history (the dead process's operations
+        # that never returned stay open under the old ids): the incarnation tells them apart
+        return (self.incarnation << 24) | (self.index << 16) | (t << 8) | c
 
     def _get(self, t: int, c: int, kid: int, ks):
         h, env = self.history, self.env

@@ -42,6 +42,7 @@ KNOWN = {
     "race.insert.settled": "RACE insert: duplicates settled, before the commit CAS",
     "race.update.block_written": "RACE update: the new KV block is written, the slot not yet swung",
     "race.delete.found": "RACE delete: the slot is found, before the CAS that clears it",
+    "flexkv.proxy.memory_written": "FlexKV proxy write: the memory node's slot written (and the old pair invalidated), the LOCAL_CAS commit not yet",
     "dolphin.idu.entered": "Dolphin IDU: Spear taken shared (FAA +1 with the leaf READ), nothing written yet",
     "dolphin.update.found": "Dolphin update: the key's slot found, before the value WRITE and the release",
     "dolphin.update.written": "Dolphin update: the value WRITE posted, the Spear release not yet",

@@ -224,6 +224,13 @@ class System:
             clear_row(fabric, epochs, node)
 
     @classmethod
+    def node_restarted(cls, fabric, layout: dict, node: int) -> None:
+        """Compute node ``node`` is about to come back (a ``restart`` step): its memory is already
+        what ``setup`` left there, its new process starts next. A system that told the others about
+        the death (``node_failed``) tells them here that the node is back. Runs in the rack's owner
+        process. The default does nothing."""
+
+    @classmethod
     def memory_use(cls, layout: dict, stats_by_node: dict) -> MemoryUse | None:
         """Bytes of compute-node cache and of memory-node memory the index uses now, from the
         layout and the clients' ``statistics()`` records grouped by compute node (``{node: [record,

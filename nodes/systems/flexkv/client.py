@@ -39,7 +39,7 @@ from nodes.systems.race.bucket import SAME, slot_offset
 from nodes.systems.race.client import RETRY_LIMIT, RaceClient
 from nodes.systems.race.layout import FP_SHIFT
 from shm.fabric import gaddr, gaddr_offset
-from shm.rpc import rpc
+from shm.rpc import RpcTimeout, rpc
 
 from .cache import ADDR, PAIR
 from .layout import ON_MEMORY, INVALID_BIT, INVALID_BYTE, is_pair, reusable, tombstone
@@ -54,6 +54,9 @@ _REROUTE = object()
 #: checked words a WRITE RPC carries at most (fingerprint matches of other keys in two combined
 #: buckets: a handful at most with 8-bit fingerprints)
 MAX_CHECKED = 28
+#: timeouts a client waits, after an RPC to a proxy timed out, for the membership to say whether
+#: the proxy's node died before it tries that proxy again
+SUSPECT_WAITS = 50
 
 
 class FlexKVStats(NamedTuple):
@@ -78,6 +81,8 @@ class FlexKVStats(NamedTuple):
     get_other_ns: int
     get_other: int
     cas_retries: int          # one-sided path: failed slot CASes
+    timeouts: int             # RPCs to a proxy that timed out (a dead or overloaded node)
+    redone: int               # writes whose RPC timed out and that had taken effect (found in the slot)
     # node-wide (thread 0's record only; 0 in the others, so sums over a node's records are right)
     node_proxy_reads: int     # read RPCs this node's proxy served
     node_proxy_commits: int   # writes it committed (LOCAL_CAS)
@@ -106,6 +111,8 @@ class FlexKVClient(RaceClient):
         self.pair_hits = self.addr_hits = self.addr_stale = self.proxied_ops = self.one_sided_ops = 0
         self.read_rpcs = self.write_rpcs = self.flush_rpcs = self.busy = self.mismatches = self.reroutes = 0
         self.paused_waits = 0
+        self.timeouts = self.redone = 0
+        self._uncertain = None        # (op, word, new pair) of a write whose RPC timed out
         self.get_pair_ns = self.get_addr_ns = self.get_other_ns = self.get_other = 0
 
     def statistics(self) -> FlexKVStats:
@@ -113,7 +120,7 @@ class FlexKVClient(RaceClient):
                            self.addr_stale, self.proxied_ops, self.one_sided_ops, self.read_rpcs, self.write_rpcs,
                            self.flush_rpcs, self.busy, self.mismatches, self.reroutes, self.paused_waits,
                            self.get_pair_ns, self.get_addr_ns, self.get_other_ns, self.get_other, self.cas_retries,
-                           *self._node_fields())
+                           self.timeouts, self.redone, *self._node_fields())
 
     def _node_fields(self) -> tuple:
         if self.thread.index != 0:
@@ -141,6 +148,8 @@ class FlexKVClient(RaceClient):
         h = hash64(key)
         p = h & self.pmask
         st = self.st
+        st.check_membership()
+        self._uncertain = None
         if st.paused[p]:
             self.paused_waits += 1
         yield from st.enter(p)
@@ -156,7 +165,11 @@ class FlexKVClient(RaceClient):
                     self.proxied_ops += 1
                     return r
                 self.reroutes += 1
+                # out of the partition while waiting: a reassignment's PAUSE waits for operations
+                # in flight to drain, and the owner we wait for gets the partition in that round
+                st.leave(p)
                 yield self.backoff(0)
+                yield from st.enter(p)
             raise SystemError_(f"FlexKV: key {key[:32]!r} found no owner for partition {p} after {RETRY_LIMIT} tries")
         finally:
             st.leave(p)
@@ -235,8 +248,13 @@ class FlexKVClient(RaceClient):
             token = cache.token()
             reads = self.st.pending_reads.pop(key, 0)
             self.read_rpcs += 1
-            reply = yield from rpc(co, self.names[owner], READ_REQ.pack(p, min(reads, 0xFFFF)) + key,
-                                   method=M_READ, timeout_ns=self._timeout_ns, retries=self._retries)
+            try:
+                reply = yield from rpc(co, self.names[owner], READ_REQ.pack(p, min(reads, 0xFFFF)) + key,
+                                       method=M_READ, timeout_ns=self._timeout_ns, retries=self._retries)
+            except RpcTimeout:
+                if (yield from self._suspect(owner)):
+                    return _REROUTE
+                continue
             status, flags, n = READ_REPLY.unpack_from(reply)
             if status == NOT_OWNER:
                 return _REROUTE
@@ -336,17 +354,28 @@ class FlexKVClient(RaceClient):
         slot = None
         if e is not None:
             slot, expected, checked = e.slot, e.word, ()
+        word = new if op != OP_DELETE else tombstone(h >> FP_SHIFT, env.now)
         for attempt in range(RETRY_LIMIT):
             if slot is None:
+                if self._uncertain is not None and (yield from self._took_effect(co, key, h)):
+                    return True
                 slot, expected, checked = yield from self._resolve(co, key, h, p, op)
-            word = new if op != OP_DELETE else tombstone(h >> FP_SHIFT, env.now)
             payload = WRITE_REQ.pack(op, p, slot, expected, word, len(checked))
             if checked:
                 payload += b"".join(w.to_bytes(8, "little") for w in checked)
             co.post()                                  # the new pair's WRITE leaves before the RPC
             self.write_rpcs += 1
-            reply = yield from rpc(co, self.names[owner], payload + key, method=M_WRITE,
-                                   timeout_ns=self._timeout_ns, retries=self._retries)
+            try:
+                reply = yield from rpc(co, self.names[owner], payload + key, method=M_WRITE,
+                                       timeout_ns=self._timeout_ns, retries=self._retries)
+            except RpcTimeout:
+                # the proxy may have written the memory node's slot (and even committed) before it
+                # went quiet: from now on our own word in the slot means the write took effect
+                self._uncertain = (op, word, new)
+                slot = None
+                if (yield from self._suspect(owner)):
+                    return _REROUTE
+                continue
             status, cur = WRITE_REPLY.unpack_from(reply)
             if status == OK:
                 if new:
@@ -375,8 +404,39 @@ class FlexKVClient(RaceClient):
             slot = None
         raise SystemError_(f"FlexKV: write of key {key[:32]!r} did not settle after {RETRY_LIMIT} rounds")
 
+    # -- failures --------------------------------------------------------------------------------
+    def _suspect(self, owner: int):
+        """Generator, after an RPC to ``owner`` timed out: wait for the membership to say whether
+        it died (True: this node has redirected its partitions; route again) or not (False, after
+        SUSPECT_WAITS timeouts: it is only slow; try it again)."""
+        st = self.st
+        self.timeouts += 1
+        for _ in range(SUSPECT_WAITS):
+            if st.owner_failed(owner):
+                st.check_membership()
+                return True
+            yield self._timeout_ns
+        return False
+
+    def _took_effect(self, co, key, h):
+        """Generator: did the write whose RPC timed out (``self._uncertain``) take effect? Its own
+        word in the key's buckets says so: the new pair's (insert, update) or the tombstone with its
+        T_delete (delete). The proxy writes the memory node's slot before its commit, so a proxy
+        that died in between left its write there, and it counts (a redo, FlexKV §3.6)."""
+        op, word, _new = self._uncertain
+        pr, r = yield from self.read_buckets(co, h)
+        out = self._out
+        for k in range(r & 63):
+            if int(out[2 * k + 1]) == word:
+                self.redone += 1
+                self._uncertain = None
+                return True
+        return False
+
     # -- the one-sided path ----------------------------------------------------------------------
     def _one_sided(self, co, op, key, value, h, p):
+        if op != GET and self._uncertain is not None and (yield from self._took_effect(co, key, h)):
+            return True
         if op == GET:
             return (yield from self._one_sided_get(co, key, h, p))
         if op == OP_INSERT:

@@ -33,7 +33,7 @@ import struct
 import numpy as np
 
 from shm.fabric import gaddr
-from shm.rpc import rpc
+from shm.rpc import RpcError, rpc
 
 from .algorithms import HotnessRanker, RatioTuner, assign, offloaded, workload_shifted
 from .layout import MAP_DTYPE, ON_MEMORY
@@ -140,28 +140,39 @@ def manager(ctx):
     owner = np.arange(P) % C
     ranks = np.arange(P) // C
     current = np.full(P, ON_MEMORY, MAP_DTYPE)
-    last_counts = np.zeros(P, np.int64)
-    last_stats = np.zeros(STAT_WORDS, np.int64)
+    last: dict = {}                      # compute node -> (its counters, its stats) at the last read
     read_fraction = None
     events = st.events
+    cn_ordinal = layout["cn_ordinal"]
+    known_failed = 0
     timeout = opts["rpc_timeout_us"] * 1000
     stopped = ctx.stopped
     while True:
         yield interval
         if stopped is not None and stopped.triggered:
             return
-        hs = [(co.read(gaddr(cn, off), c_bytes), co.read(gaddr(cn, t_off), 8 * STAT_WORDS)) for cn in cns]
+        failed = int(st.membership[0])
+        alive = [cn for i, cn in enumerate(cns) if not failed >> i & 1]
+        if failed != known_failed:
+            # a compute node died or came back: its partitions go to the memory nodes (the
+            # survivors already did so on their own) or it gets its share back (a round it joins)
+            known_failed = failed
+            current = None
+        hs = [(co.read(gaddr(cn, off), c_bytes), co.read(gaddr(cn, t_off), 8 * STAT_WORDS)) for cn in alive]
         yield co.sync()
-        counts = np.zeros(P, np.int64)
-        stats = np.zeros(STAT_WORDS, np.int64)
-        for hc, ht in hs:
-            counts += hc.data.view(np.uint32)
-            stats += ht.data.view(np.uint64).astype(np.int64)
+        hotness = np.zeros(P, np.int64)
+        delta = np.zeros(STAT_WORDS, np.int64)
+        for cn, (hc, ht) in zip(alive, hs):
+            counts = hc.data.view(np.uint32).astype(np.int64)
+            stats = ht.data.view(np.uint64).astype(np.int64)
+            before = last.get(cn)
+            if before is None or stats[0] < before[1][0]:
+                before = (np.zeros(P, np.int64), np.zeros(STAT_WORDS, np.int64))   # new, or restarted
+            hotness += counts - before[0]
+            delta += stats - before[1]
+            last[cn] = (counts, stats)
         ctx.cpu(ctx.profile.cpu.local_read_ns_per_line * (len(hs) * c_bytes // 64 + 1) + 20 * P)
-        hotness = counts - last_counts
-        delta = stats - last_stats
-        last_counts, last_stats = counts, stats
-        if delta[0] == 0:
+        if delta[0] <= 0 and current is not None:
             # the rack is idle: park until this node runs an operation again (a manager that kept
             # polling would keep a co-located rack, which runs until nothing is left to do, alive)
             st.wake = env.event()
@@ -191,22 +202,34 @@ def manager(ctx):
                         events.append(Event((now, ev.kind, ev.ratio, None)))
                     ratio = tuner.ratio
         off_mask = offloaded(owner, ranks, C, ratio)
-        new = np.where(off_mask, np.asarray(cns, np.int64)[owner], ON_MEMORY).astype(MAP_DTYPE)
-        if np.array_equal(new, current):
+        owners = np.asarray(cns, np.int64)[owner]
+        dead = np.array([bool(failed >> cn_ordinal[int(o)] & 1) for o in owners], bool) if failed else False
+        new = np.where(off_mask & ~dead, owners, ON_MEMORY).astype(MAP_DTYPE)
+        if current is not None and np.array_equal(new, current):
             continue
         t0 = env.now
-        for cn in cns:
+        for cn in alive:
             co.write(gaddr(cn, s_off), new.tobytes())
         yield co.sync()
-        for name in names:
-            while True:
-                left, = COUNT.unpack((yield from rpc(ctx, name, b"", method=M_PAUSE, timeout_ns=timeout,
-                                                     retries=opts["rpc_retries"])))
+        gone = set()
+        for cn in alive:
+            while cn not in gone:
+                try:
+                    left, = COUNT.unpack((yield from rpc(ctx, names[cn_ordinal[cn]], b"", method=M_PAUSE,
+                                                         timeout_ns=timeout, retries=opts["rpc_retries"])))
+                except RpcError:
+                    gone.add(cn)             # died during the round: the next round leaves it out
+                    break
                 if left == 0:
                     break
                 yield DRAIN_POLL_NS
-        for name in names:
-            yield from rpc(ctx, name, b"", method=M_RESUME, timeout_ns=max(timeout, 50 * interval // 100),
-                           retries=opts["rpc_retries"])
-        current = new
+        for cn in alive:
+            if cn in gone:
+                continue
+            try:
+                yield from rpc(ctx, names[cn_ordinal[cn]], b"", method=M_RESUME,
+                               timeout_ns=max(timeout, 50 * interval // 100), retries=opts["rpc_retries"])
+            except RpcError:
+                gone.add(cn)
+        current = new if not gone else None
         events.append(Event((env.now, "reassign", ratio, env.now - t0)))

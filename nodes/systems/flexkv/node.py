@@ -38,9 +38,24 @@ META_BYTES = 8
 STAT_WORDS = 4
 
 
+#: words of the membership view in the region: failed compute nodes (a bitmap by ordinal), joining
+MEMBER_WORDS = 2
+
+
 def region_bytes(partitions: int) -> int:
-    """Bytes of a compute node's exposed FlexKV region: counters (u32), staging map (i16), stats (u64)."""
-    return _align(4 * partitions) + _align(2 * partitions) + 8 * STAT_WORDS
+    """Bytes of a compute node's exposed FlexKV region: counters (u32), staging map (i16), stats
+    (u64), membership (u64)."""
+    return _align(4 * partitions) + _align(2 * partitions) + 8 * STAT_WORDS + 8 * MEMBER_WORDS
+
+
+def region_views(mem, off: int, partitions: int):
+    """(counters, staging, stats, membership) numpy views of a region at ``off`` in ``mem``."""
+    P = partitions
+    s_off = off + _align(4 * P)
+    t_off = s_off + _align(2 * P)
+    m_off = t_off + 8 * STAT_WORDS
+    return (mem[off:off + 4 * P].view(np.uint32), mem[s_off:s_off + 2 * P].view(MAP_DTYPE),
+            mem[t_off:m_off].view(np.uint64), mem[m_off:m_off + 8 * MEMBER_WORDS].view(np.uint64))
 
 
 def _align(n: int) -> int:
@@ -55,14 +70,13 @@ class NodeState:
         self.env = env
         P = layout["partitions"]
         self.partitions = P
-        off = layout["cn_region"]
-        mem = fabric.memory[node].host
-        self.counters = mem[off:off + 4 * P].view(np.uint32)
-        s_off = off + _align(4 * P)
-        self.staging = mem[s_off:s_off + 2 * P].view(MAP_DTYPE)
-        t_off = s_off + _align(2 * P)
-        self.stats = mem[t_off:t_off + 8 * STAT_WORDS].view(np.uint64)
+        self.counters, self.staging, self.stats, self.membership = region_views(
+            fabric.memory[node].host, layout["cn_region"], P)
         self.active = np.full(P, ON_MEMORY, MAP_DTYPE)
+        # the failed compute nodes this node has acted on (cleared its cache, redirected their
+        # partitions to the memory nodes); the rack's owner writes the membership words
+        self.failed_seen = int(self.membership[0])
+        self.failovers = 0
         self.local: dict[int, np.ndarray] = {}
         self.meta: dict[bytes, list] = {}
         self.key_locks: set = set()
@@ -75,6 +89,10 @@ class NodeState:
         self.paused = np.zeros(P, bool)
         self.inflight = np.zeros(P, np.int64)
         self._resumed = None
+        if self.membership[1]:
+            # a restarted node: it does not know the map in use; everything waits for the
+            # manager's next round (PAUSE, RESUME) to hand it over
+            self.paused[:] = True
         self.rounds = 0                   # reassignments this node went through
         self.loaded_bytes = 0             # subtable bytes its proxy READ from the memory nodes
         self.cleared_for_round = False    # the pause of the current reassignment cleared the cache
@@ -99,6 +117,31 @@ class NodeState:
                 self._resumed = self.env.event()
             yield self._resumed
         self.inflight[p] += 1
+
+    def check_membership(self) -> None:
+        """A compute node died since this node last looked: drop the cache (its sharer lists died
+        with its proxy, so nothing would invalidate what is cached of its keys) and serve its
+        partitions one-sidedly from the memory nodes, whose copy holds every write it committed
+        (FlexKV §3.6). Called at the start of every operation: a local read of one word."""
+        failed = int(self.membership[0])
+        if failed == self.failed_seen:
+            return
+        new = failed & ~self.failed_seen
+        self.failed_seen = failed
+        if not new:
+            return                         # only a restart: the manager hands the node its share
+        cns = self.layout["cn_nodes"]
+        for ordinal, cn in enumerate(cns):
+            if new >> ordinal & 1:
+                self.active[self.active == cn] = ON_MEMORY
+        self.cache.clear()
+        self.pending_reads.clear()
+        self.failovers += 1
+        self.events.append((self.env.now, "failover", None, new))
+
+    def owner_failed(self, owner: int) -> bool:
+        """Is compute node ``owner`` (a fabric index) marked failed by the membership?"""
+        return bool(int(self.membership[0]) >> self.layout["cn_ordinal"][owner] & 1)
 
     def leave(self, p: int) -> None:
         self.inflight[p] -= 1

@@ -139,7 +139,9 @@ def handle_read(ctx, req):
         m = st.meta[key] = [0, 0, 0, p]
     _bump(m, False, reads)
     flags = 0
-    if st.kv_cache and m[1] * 4 < m[2]:
+    # no caching while a write of the key is under way: it may have taken the sharer list already,
+    # and the pair we return is the one it replaces (§3.3: block in-flight RPCs from caching)
+    if st.kv_cache and m[1] * 4 < m[2] and key not in st.key_locks:
         m[0] |= 1 << st.layout["cn_ordinal"][req.src_node]
         flags = F_CACHE_PAIR
     out = [READ_REPLY.pack(OK, flags, len(pairs))]

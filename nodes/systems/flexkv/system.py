@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
+
 from nodes.systems.api import Option, SystemError_
 from nodes.systems.race.client import SEARCH_CPU_NS, WRITE_CPU_NS
 from nodes.systems.race.layout import MAX_BLOCK_BYTES, Geometry, LayoutError, SLOTS_PER_GROUP, GROUP_BYTES
@@ -11,9 +13,9 @@ from nodes.systems.race.system import RaceSystem
 from shm.rpc import SERVERS, RpcServer
 
 from .client import FlexKVClient
-from .layout import partition_bits
+from .layout import ON_MEMORY, partition_bits
 from .manager import handle_pause, handle_resume, manager
-from .node import region_bytes
+from .node import region_bytes, region_views
 from .proxy import HANDLERS, M_PAUSE, M_RESUME
 
 LAYOUT_FORMAT = 1
@@ -133,6 +135,10 @@ class FlexKVSystem(RaceSystem):
             offs.add(fabric.allocate(c, need))
         if len(offs) != 1:
             raise SystemError_(f"FlexKV: the compute nodes' regions landed at different offsets {sorted(offs)}")
+        region = offs.pop()
+        for c in cns:
+            _c, staging, _s, _m = region_views(fabric.memory[c].host, region, P)
+            staging[:] = ON_MEMORY               # nothing offloaded until the manager's first round
         geo = cls.geometry(int(capacity), opts, len(layout["memory_nodes"]))
         layout.update({
             "format": LAYOUT_FORMAT,
@@ -141,11 +147,40 @@ class FlexKVSystem(RaceSystem):
             "cn_nodes": cns,
             "cn_names": [fabric.nodes[c].name for c in cns],
             "cn_ordinal": {c: i for i, c in enumerate(cns)},
-            "cn_region": offs.pop(),
+            "cn_region": region,
             "options": opts,
             "nonce": int.from_bytes(os.urandom(8), "little"),
         })
         return layout
+
+    @classmethod
+    def node_failed(cls, fabric, layout: dict, node: int) -> None:
+        """The membership service: mark ``node`` failed in every compute node's membership word
+        (the survivors act on it at their next operation, or when an RPC to it times out)."""
+        super().node_failed(fabric, layout, node)
+        if node not in layout.get("cn_ordinal", {}):
+            return
+        bit = np.uint64(1 << layout["cn_ordinal"][node])
+        for c in layout["cn_nodes"]:
+            member = region_views(fabric.memory[c].host, layout["cn_region"], layout["partitions"])[3]
+            member[0] |= bit
+
+    @classmethod
+    def node_restarted(cls, fabric, layout: dict, node: int) -> None:
+        """``node`` is back: clear its bit everywhere; it starts paused (``joining``) until the
+        manager's next round gives it the map and its share of the partitions."""
+        if node not in layout.get("cn_ordinal", {}):
+            return
+        bit = np.uint64(1 << layout["cn_ordinal"][node])
+        failed = np.uint64(0)
+        for c in layout["cn_nodes"]:
+            member = region_views(fabric.memory[c].host, layout["cn_region"], layout["partitions"])[3]
+            member[0] &= ~bit
+            if c != node:
+                failed |= member[0]
+        member = region_views(fabric.memory[node].host, layout["cn_region"], layout["partitions"])[3]
+        member[0] = failed
+        member[1] = 1
 
     @classmethod
     def client(cls, fabric, layout: dict, thread, options: dict) -> FlexKVClient:
