@@ -42,7 +42,7 @@ from shm.fabric import gaddr, gaddr_offset
 from shm.rpc import RpcTimeout, rpc
 
 from .cache import ADDR, PAIR
-from .layout import ON_MEMORY, INVALID_BIT, INVALID_BYTE, is_pair, reusable, tombstone
+from .layout import ON_MEMORY, INVALID_BIT, INVALID_BYTE, T_MASK, is_pair, is_tombstone, reusable, tomb_time, tombstone
 from .node import state_of
 from .proxy import (
     ABSENT, BUSY, CAND, EXISTS, F_CACHE_PAIR, FLUSH_READS, M_FLUSH, M_READ, M_WRITE, MISMATCH, NO_SLOT, NOT_OWNER,
@@ -111,7 +111,8 @@ class FlexKVClient(RaceClient):
         self.pair_hits = self.addr_hits = self.addr_stale = self.proxied_ops = self.one_sided_ops = 0
         self.read_rpcs = self.write_rpcs = self.flush_rpcs = self.busy = self.mismatches = self.reroutes = 0
         self.paused_waits = 0
-        self.timeouts = self.redone = 0
+        self.timeouts = self.redone = self.lease_waits = 0
+        self._tomb_wait_ns = None
         self._uncertain = None        # (op, word, new pair) of a write whose RPC timed out
         self.get_pair_ns = self.get_addr_ns = self.get_other_ns = self.get_other = 0
 
@@ -321,23 +322,47 @@ class FlexKVClient(RaceClient):
                 return (slot_offset(free, off_a, off_b) - base) >> 3, 0, checked[:MAX_CHECKED]
             slot = self._expired_tombstone(pr)
             if slot is None:
-                self._table_full(key)
+                yield from self.no_free_slot(co, key)
+                continue
             return (slot[0] - base) >> 3, slot[1], checked[:MAX_CHECKED]
         raise SystemError_(f"FlexKV: slot of key {key[:32]!r} did not settle after {RETRY_LIMIT} rounds")
 
     def _expired_tombstone(self, pr):
-        """(node offset, word) of a deleted slot an insert may take now, in the probe's buckets."""
+        """(node offset, word) of a deleted slot an insert may take now, in the probe's buckets
+        (still in the buffer); None, with the wait until the first one may be taken in
+        ``self._tomb_wait_ns`` (None: no deleted slot at all)."""
         buf64 = self._buf64
         now = self.env.now
-        nb, off_a, off_b, flags = pr[0], pr[1], pr[2], pr[3]
+        off_a, off_b, flags = pr[1], pr[2], pr[3]
+        wait = None
         for b in range(4 if flags & SAME != SAME else 2):
             h = pr[5] if b < 2 else pr[6]
             w0 = (h._off >> 3) + (b & 1) * 8
             for s in range(7):
                 w = int(buf64[w0 + 1 + s])
-                if w and reusable(w, now, self._lease_ns, self._drift):
+                if not is_tombstone(w):
+                    continue
+                if reusable(w, now, self._lease_ns, self._drift):
                     return slot_offset(b * 7 + s, off_a, off_b), w
+                left = tomb_time(w) + int(self._lease_ns * (1 + self._drift)) - (now & T_MASK) + 1
+                wait = left if wait is None else min(wait, left)
+        self._tomb_wait_ns = wait
         return None
+
+    def no_empty_slot(self, pr):
+        got = self._expired_tombstone(pr)
+        if got is None:
+            return None
+        self._free_word = got[1]
+        return pr[0] | got[0]
+
+    def no_free_slot(self, co, key: bytes):
+        """Both combined buckets are full: if deleted slots are among them, wait until the first
+        one's lease runs out (§3.5); else the table is full."""
+        if self._tomb_wait_ns is None:
+            self._table_full(key)
+        self.lease_waits += 1
+        yield max(1, self._tomb_wait_ns)
 
     def _proxied_write(self, co, op, key, value, h, p, owner):
         env = self.env

@@ -26,7 +26,7 @@ from shm.rpc import RpcServer, SERVERS, rpc
 
 from .cache import PAIR
 from .client import GET, FlexKVClient
-from .layout import is_pair, reusable, tombstone
+from .layout import T_MASK, is_pair, is_tombstone, reusable, tomb_time, tombstone
 from .manager import handle_pause, handle_resume, manager
 from .node import state_of
 from .proxy import HANDLERS, M_PAUSE, M_RESUME, OP_DELETE, OP_INSERT, OP_UPDATE, candidates
@@ -136,7 +136,8 @@ class FlexKVOpClient(FlexKVClient):
             if op == OP_INSERT:
                 slot = self._local_free(local, p, h)
                 if slot is None:
-                    self._table_full(key)
+                    yield from self.no_free_slot(co, key)
+                    continue
                 expected = int(local[slot])
             else:
                 slot, expected = found[0], found[1]
@@ -172,11 +173,18 @@ class FlexKVOpClient(FlexKVClient):
         if free >= 0:
             return slot_offset(free, off_a, off_b) >> 3
         now = self.env.now
+        wait = None
         for b in range(4 if flags & SAME != SAME else 2):
             first = (slot_offset(b * 7, off_a, off_b) >> 3)
             for s in range(7):
-                if reusable(int(local[first + s]), now, self._lease_ns, self._drift):
+                w = int(local[first + s])
+                if not is_tombstone(w):
+                    continue
+                if reusable(w, now, self._lease_ns, self._drift):
                     return first + s
+                left = tomb_time(w) + int(self._lease_ns * (1 + self._drift)) - (now & T_MASK) + 1
+                wait = left if wait is None else min(wait, left)
+        self._tomb_wait_ns = wait
         return None
 
 

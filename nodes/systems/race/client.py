@@ -126,6 +126,7 @@ class RaceClient(KVClient):
         self.cas_retries = self.insert_conflicts = self.dir_refreshes = self.stale_aborts = 0
         self.updates_retried = 0
         self.blocks_read = self.fp_false_positives = self.torn_reads = 0
+        self._free_word = 0           # the word an insert CASes its free slot from (0: empty)
 
     # -- statistics ------------------------------------------------------------------------
     def statistics(self) -> RaceStats:
@@ -266,8 +267,23 @@ class RaceClient(KVClient):
                 self.torn_reads += 1
                 continue
             free = (r >> 6) - 1
-            return others, mine, (nb | slot_offset(free, off_a, off_b)) if free >= 0 else None
+            self._free_word = 0
+            if free >= 0:
+                return others, mine, nb | slot_offset(free, off_a, off_b)
+            return others, mine, self.no_empty_slot(pr)
         raise SystemError_(f"RACE: bucket scan of key {key[:32]!r} did not settle after {RETRY_LIMIT} rounds")
+
+    def no_empty_slot(self, pr):
+        """Hook for inserts when both combined buckets of a probe (still in the buffer) have no empty
+        slot: the address of another slot an insert may take, with its current word in
+        ``self._free_word`` (FlexKV: a deleted slot whose lease ran out), or None (RACE)."""
+        return None
+
+    def no_free_slot(self, co, key: bytes):
+        """Generator hook: an insert found no slot to take. RACE: the table is full (a
+        SystemError_). FlexKV waits for a deleted slot's lease to run out."""
+        self._table_full(key)
+        yield  # pragma: no cover
 
     def cas_failed(self, co, attempt: int):
         """Generator hook run after a failed slot CAS of update/delete (RACE: nothing; SMART backs off)."""
@@ -408,10 +424,12 @@ class RaceClient(KVClient):
                 waits += 1
                 continue
             if free is None:
-                self._table_full(key)
-            c = co.cas(free, 0, mine_t)
+                yield from self.no_free_slot(co, key)
+                continue
+            word = self._free_word
+            c = co.cas(free, word, mine_t)
             yield co.sync()
-            if c.value != 0:
+            if c.value != word:
                 self.cas_retries += 1             # someone took the slot: look again
                 continue
             published = True
