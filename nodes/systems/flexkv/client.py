@@ -154,6 +154,7 @@ class FlexKVClient(RaceClient):
         if st.paused[p]:
             self.paused_waits += 1
         yield from st.enter(p)
+        inside = True
         try:
             st.count(p, op != GET)
             for _ in range(RETRY_LIMIT):
@@ -169,11 +170,14 @@ class FlexKVClient(RaceClient):
                 # out of the partition while waiting: a reassignment's PAUSE waits for operations
                 # in flight to drain, and the owner we wait for gets the partition in that round
                 st.leave(p)
+                inside = False
                 yield self.backoff(0)
                 yield from st.enter(p)
+                inside = True
             raise SystemError_(f"FlexKV: key {key[:32]!r} found no owner for partition {p} after {RETRY_LIMIT} tries")
         finally:
-            st.leave(p)
+            if inside:
+                st.leave(p)
 
     # -- pieces ----------------------------------------------------------------------------------
     def _clock(self) -> int:

@@ -145,6 +145,7 @@ def manager(ctx):
     events = st.events
     cn_ordinal = layout["cn_ordinal"]
     known_failed = 0
+    known_deaths = st.deaths.copy()
     timeout = opts["rpc_timeout_us"] * 1000
     stopped = ctx.stopped
     while True:
@@ -153,10 +154,11 @@ def manager(ctx):
             return
         failed = int(st.membership[0])
         alive = [cn for i, cn in enumerate(cns) if not failed >> i & 1]
-        if failed != known_failed:
+        if failed != known_failed or not np.array_equal(st.deaths, known_deaths):
             # a compute node died or came back: its partitions go to the memory nodes (the
             # survivors already did so on their own) or it gets its share back (a round it joins)
             known_failed = failed
+            known_deaths = st.deaths.copy()
             current = None
         hs = [(co.read(gaddr(cn, off), c_bytes), co.read(gaddr(cn, t_off), 8 * STAT_WORDS)) for cn in alive]
         yield co.sync()

@@ -38,8 +38,10 @@ META_BYTES = 8
 STAT_WORDS = 4
 
 
-#: words of the membership view in the region: failed compute nodes (a bitmap by ordinal), joining
-MEMBER_WORDS = 2
+#: words of the membership view in the region: failed compute nodes (a bitmap by ordinal), joining,
+#: then a u16 death count per compute node (a node killed and restarted before a survivor looked
+#: has its bit clear again, but its count tells the survivor its proxy's state is gone)
+MEMBER_WORDS = 2 + 8
 
 
 def region_bytes(partitions: int) -> int:
@@ -75,7 +77,8 @@ class NodeState:
         self.active = np.full(P, ON_MEMORY, MAP_DTYPE)
         # the failed compute nodes this node has acted on (cleared its cache, redirected their
         # partitions to the memory nodes); the rack's owner writes the membership words
-        self.failed_seen = int(self.membership[0])
+        self.deaths = self.membership[2:].view(np.uint16)
+        self.deaths_seen = self.deaths.copy()
         self.failovers = 0
         self.local: dict[int, np.ndarray] = {}
         self.meta: dict[bytes, list] = {}
@@ -123,21 +126,19 @@ class NodeState:
         with its proxy, so nothing would invalidate what is cached of its keys) and serve its
         partitions one-sidedly from the memory nodes, whose copy holds every write it committed
         (FlexKV §3.6). Called at the start of every operation: a local read of one word."""
-        failed = int(self.membership[0])
-        if failed == self.failed_seen:
+        deaths = self.deaths
+        if np.array_equal(deaths, self.deaths_seen):
             return
-        new = failed & ~self.failed_seen
-        self.failed_seen = failed
-        if not new:
-            return                         # only a restart: the manager hands the node its share
+        died = np.flatnonzero(deaths != self.deaths_seen)
+        self.deaths_seen = deaths.copy()
         cns = self.layout["cn_nodes"]
-        for ordinal, cn in enumerate(cns):
-            if new >> ordinal & 1:
-                self.active[self.active == cn] = ON_MEMORY
+        for ordinal in died.tolist():
+            # dead, or dead and already back (then it answers NOT_OWNER until the manager's round)
+            self.active[self.active == cns[ordinal]] = ON_MEMORY
         self.cache.clear()
         self.pending_reads.clear()
         self.failovers += 1
-        self.events.append((self.env.now, "failover", None, new))
+        self.events.append((self.env.now, "failover", None, int(sum(1 << o for o in died.tolist()))))
 
     def owner_failed(self, owner: int) -> bool:
         """Is compute node ``owner`` (a fabric index) marked failed by the membership?"""

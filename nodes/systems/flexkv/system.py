@@ -160,10 +160,12 @@ class FlexKVSystem(RaceSystem):
         super().node_failed(fabric, layout, node)
         if node not in layout.get("cn_ordinal", {}):
             return
-        bit = np.uint64(1 << layout["cn_ordinal"][node])
+        ordinal = layout["cn_ordinal"][node]
+        bit = np.uint64(1 << ordinal)
         for c in layout["cn_nodes"]:
             member = region_views(fabric.memory[c].host, layout["cn_region"], layout["partitions"])[3]
             member[0] |= bit
+            member[2:].view(np.uint16)[ordinal] += 1
 
     @classmethod
     def node_restarted(cls, fabric, layout: dict, node: int) -> None:
@@ -172,14 +174,15 @@ class FlexKVSystem(RaceSystem):
         if node not in layout.get("cn_ordinal", {}):
             return
         bit = np.uint64(1 << layout["cn_ordinal"][node])
-        failed = np.uint64(0)
+        view = None
         for c in layout["cn_nodes"]:
             member = region_views(fabric.memory[c].host, layout["cn_region"], layout["partitions"])[3]
             member[0] &= ~bit
             if c != node:
-                failed |= member[0]
+                view = member.copy()
         member = region_views(fabric.memory[node].host, layout["cn_region"], layout["partitions"])[3]
-        member[0] = failed
+        if view is not None:
+            member[:] = view                   # the others' view: failed nodes and death counts
         member[1] = 1
 
     @classmethod
