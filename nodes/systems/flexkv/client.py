@@ -108,6 +108,9 @@ class FlexKVClient(RaceClient):
         self._lease_ns = opts["lease_us"] * 1000
         self._drift = opts["drift"]
         self._hit_ns = fabric.profile.cpu.local_read_ns_per_line
+        # KV-pair free lists (§3.5): a replaced pair is reused only after the address leases of
+        # every node that may have cached it ran out (and, as for RACE, after the epoch moved on)
+        self.reclaim.min_age_ns = int(self._lease_ns * (1 + self._drift))
         self.pair_hits = self.addr_hits = self.addr_stale = self.proxied_ops = self.one_sided_ops = 0
         self.read_rpcs = self.write_rpcs = self.flush_rpcs = self.busy = self.mismatches = self.reroutes = 0
         self.paused_waits = 0

@@ -161,9 +161,12 @@ class Reclaimer:
         self._row_words = [LINE_WORDS] * len(self._row_addrs)   # how much of each row to READ
         self._active: dict = {}
         self._announced = IDLE
-        self.limbo: deque = deque()           # (epoch, node, offset, units), epochs non-decreasing
+        self.limbo: deque = deque()           # (epoch, node, offset, units, retired ns), in order
         self.free: dict = {}                  # units -> [(node, offset)]
         self.unsafe = unsafe
+        #: a retired block also waits this long (virtual ns) before reuse: FlexKV's lease on
+        #: cached addresses (a node may read a cached pair address until its lease runs out)
+        self.min_age_ns = 0
         self._co = None                       # the coroutine background advances post on
         self._busy = False
         self._next_try = 0
@@ -217,7 +220,7 @@ class Reclaimer:
         if self.unsafe:                        # the deliberate bug: reuse at once
             self._reusable(node, offset, units)
             return
-        self.limbo.append((int(self._host[self._mirror]) + 1, node, offset, units))
+        self.limbo.append((int(self._host[self._mirror]) + 1, node, offset, units, self.env.now))
         self._since += 1
 
     def release(self, node: int, offset: int, units: int) -> None:
@@ -230,7 +233,8 @@ class Reclaimer:
         limbo = self.limbo
         if limbo:
             if limbo[0][0] <= int(self._host[self._mirror]) - 2:
-                self.collect()
+                if limbo[0][4] <= self.env.now - self.min_age_ns:
+                    self.collect()
             elif self._since >= ADVANCE_MIN_RETIRED and not self._busy and self.env.now >= self._next_try:
                 self._busy = True
                 if self._co is None:
@@ -253,9 +257,10 @@ class Reclaimer:
         if not limbo:
             return 0
         safe = int(self._host[self._mirror]) - 2
+        old = self.env.now - self.min_age_ns
         n = 0
-        while limbo and limbo[0][0] <= safe:
-            _, node, offset, units = limbo.popleft()
+        while limbo and limbo[0][0] <= safe and limbo[0][4] <= old:
+            _, node, offset, units, _t = limbo.popleft()
             self._reusable(node, offset, units)
             n += 1
         return n
