@@ -136,7 +136,7 @@ class RpcEndpoint:
         self.calls = self.resends = self.timeouts = 0
 
     def call(self, dst_node, payload: bytes, *, method: int = 0, timeout_ns: int = 100_000, retries: int = 3,
-             thread=None):
+             thread=None, port: int = RPC_PORT):
         """``reply = yield from ep.call(...)``: see :func:`rpc`."""
         net = self.net
         try:
@@ -163,7 +163,7 @@ class RpcEndpoint:
             return kind == KIND_REPLY and r == rid
 
         try:
-            dg = yield from call(self.sock, dst, RPC_PORT, data, self.queue, timeout_ns=timeout_ns,
+            dg = yield from call(self.sock, dst, port, data, self.queue, timeout_ns=timeout_ns,
                                  resends=retries, match=match, thread=thread)
         except UdpError as e:
             raise RpcError(f"rpc to node {name!r}: {e}") from None
@@ -229,17 +229,18 @@ def endpoint_of(who, *, net=None) -> RpcEndpoint:
 
 
 def rpc(who, dst_node, payload: bytes = b"", *, method: int = 0, timeout_ns: int = 100_000, retries: int = 3,
-        net=None):
+        net=None, port: int = RPC_PORT):
     """``reply = yield from rpc(co, dst_node, payload, method=m, timeout_ns=..., retries=...)``.
 
     Sends ``payload`` to method ``method`` of ``dst_node``'s RPC server and returns the handler's
     reply bytes. ``who``: the caller (a coroutine, an ``RdmaThread``, a ``NodeContext``); ``net``
-    overrides its datagram net. Raises :class:`RpcTimeout` when every one of the ``retries + 1``
+    overrides its datagram net; ``port`` the server's (a node may run several servers, e.g.
+    one whose handlers never wait on other nodes, so nested RPCs cannot deadlock). Raises :class:`RpcTimeout` when every one of the ``retries + 1``
     attempts timed out, :class:`RpcError` for an unknown method or a payload over one datagram."""
     net, _node, thread = _resolve(who, net)
     ep = endpoint_of(who, net=net)
     return (yield from ep.call(dst_node, payload, method=method, timeout_ns=timeout_ns, retries=retries,
-                               thread=thread))
+                               thread=thread, port=port))
 
 
 # -- server -------------------------------------------------------------------------------------

@@ -45,7 +45,7 @@ from .cache import ADDR, PAIR
 from .layout import ON_MEMORY, INVALID_BIT, INVALID_BYTE, T_MASK, is_pair, is_tombstone, reusable, tomb_time, tombstone
 from .node import state_of
 from .proxy import (
-    ABSENT, BUSY, CAND, EXISTS, F_CACHE_PAIR, FLUSH_READS, M_FLUSH, M_READ, M_WRITE, MISMATCH, NO_SLOT, NOT_OWNER,
+    ABSENT, BUSY, CAND, EXISTS, F_CACHE_PAIR, FLUSH_READS, M_FLUSH, M_READ, M_WRITE, NO_SLOT, NOT_OWNER,
     OK, OP_DELETE, OP_INSERT, OP_UPDATE, READ_REPLY, READ_REQ, WRITE_REPLY, WRITE_REQ,
 )
 
@@ -56,7 +56,7 @@ _REROUTE = object()
 MAX_CHECKED = 28
 #: timeouts a client waits, after an RPC to a proxy timed out, for the membership to say whether
 #: the proxy's node died before it tries that proxy again
-SUSPECT_WAITS = 50
+SUSPECT_WAITS = 10
 
 
 class FlexKVStats(NamedTuple):
@@ -318,7 +318,7 @@ class FlexKVClient(RaceClient):
             if torn:
                 self.torn_reads += 1
                 continue
-            nb, off_a, off_b = pr[0], pr[1], pr[2]
+            off_a, off_b = pr[1], pr[2]
             base = self.directory.bases[p]
             if found is not None:
                 return (slot_offset(found[0], off_a, off_b) - base) >> 3, found[1], checked[:MAX_CHECKED]

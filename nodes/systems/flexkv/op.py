@@ -22,14 +22,14 @@ from nodes.systems.api import Option, SystemError_
 from nodes.systems.lib.hashing import hash64
 from nodes.systems.race.client import RETRY_LIMIT
 from nodes.systems.race.layout import FP_SHIFT
-from shm.rpc import RpcServer, SERVERS, rpc
+from shm.rpc import rpc
 
 from .cache import PAIR
 from .client import GET, FlexKVClient
 from .layout import T_MASK, is_pair, is_tombstone, reusable, tomb_time, tombstone
 from .manager import handle_pause, handle_resume, manager
 from .node import state_of
-from .proxy import HANDLERS, M_PAUSE, M_RESUME, OP_DELETE, OP_INSERT, OP_UPDATE, candidates
+from .proxy import HANDLERS, M_PAUSE, M_RESUME, OP_DELETE, OP_INSERT, OP_UPDATE, candidates, start_servers
 from .system import FlexKVSystem, proxy_threads
 
 M_OP = 7
@@ -220,10 +220,7 @@ def start_op_node(ctx):
     handlers[M_PAUSE] = handle_pause
     handlers[M_RESUME] = handle_resume
     handlers[M_OP] = handle_op
-    server = RpcServer(ctx, handlers, threads=proxy_threads(ctx.options, ctx.cores.n),
-                       coroutines=ctx.options["proxy_coroutines"])
-    SERVERS[ctx.name] = server
-    gens = server.actors()
+    gens = start_servers(ctx, handlers, proxy_threads(ctx.options, ctx.cores.n), ctx.options["proxy_coroutines"])
     if ctx.index == ctx.layout["cn_nodes"][0]:
         gens.append(manager(ctx))
     return gens

@@ -39,12 +39,12 @@ import struct
 import numpy as np
 
 from nodes.systems.lib.hashing import hash64
-from nodes.systems.race.bucket import MAX_MATCHES, probe, scan, slot_offset
+from nodes.systems.race.bucket import probe, scan, slot_offset
 from nodes.systems.race.client import HASH_CYCLES, HASH_CYCLES_PER_BYTE
-from nodes.systems.race.layout import FP_SHIFT, NODE_SHIFT, OFFSET_MASK, TENTATIVE, UNITS_SHIFT
+from nodes.systems.race.layout import FP_SHIFT, NODE_SHIFT, OFFSET_MASK, TENTATIVE
 from shm.failpoints import failpoint
 from shm.fabric import gaddr
-from shm.rpc import RpcError, rpc
+from shm.rpc import RPC_PORT, RpcError, RpcServer, rpc
 
 from .layout import INVALID_BIT, INVALID_BYTE, is_pair, reusable
 from .node import state_of
@@ -98,6 +98,16 @@ def candidates(local: np.ndarray, d, p: int, h: int, out: np.ndarray):
         if is_pair(w):
             pairs.append((slot_offset(int(out[2 * k]), off_a, off_b) >> 3, w))
     return pairs
+
+
+def start_servers(ctx, handlers: dict, threads: int, coroutines: int = 1) -> list:
+    """The proxy's RPC server (``threads`` x ``coroutines``) and the invalidation server of a node:
+    their actors."""
+    from shm.rpc import SERVERS
+    server = RpcServer(ctx, handlers, threads=threads, coroutines=coroutines)
+    SERVERS[ctx.name] = server
+    inval = RpcServer(ctx, INVALIDATE_HANDLERS, threads=1, port=INVALIDATE_PORT, verbs_buffer=0)
+    return server.actors() + inval.actors()
 
 
 def _cpu(ctx, req, ns: int) -> None:
@@ -240,7 +250,7 @@ def _invalidate(ctx, st, key: bytes, sharers: int):
             continue
         try:
             yield from rpc(ctx, names[ordinal], key, method=M_INVALIDATE, timeout_ns=st.rpc_timeout_ns,
-                           retries=st.rpc_retries)
+                           retries=st.rpc_retries, port=INVALIDATE_PORT)
         except RpcError:
             # a sharer that does not answer is dead: its cache died with it (§3.6)
             st.dead_sharers += 1
@@ -254,4 +264,10 @@ def handle_invalidate(ctx, req):
     yield  # pragma: no cover
 
 
-HANDLERS = {M_READ: handle_read, M_WRITE: handle_write, M_INVALIDATE: handle_invalidate, M_FLUSH: handle_flush}
+HANDLERS = {M_READ: handle_read, M_WRITE: handle_write, M_FLUSH: handle_flush}
+#: INVALIDATE has a server of its own on every node (one thread, a port of its own): a write handler
+#: waits for its invalidations, so if they queued behind other write handlers, two nodes whose
+#: proxy threads all invalidate each other's keys would wait for each other until the RPCs time out.
+#: Its handler never waits on anything, so that server always drains.
+INVALIDATE_HANDLERS = {M_INVALIDATE: handle_invalidate}
+INVALIDATE_PORT = RPC_PORT + 1

@@ -10,13 +10,12 @@ from nodes.systems.api import Option, SystemError_
 from nodes.systems.race.client import SEARCH_CPU_NS, WRITE_CPU_NS
 from nodes.systems.race.layout import MAX_BLOCK_BYTES, Geometry, LayoutError, SLOTS_PER_GROUP, GROUP_BYTES
 from nodes.systems.race.system import RaceSystem
-from shm.rpc import SERVERS, RpcServer
 
 from .client import FlexKVClient
 from .layout import ON_MEMORY, partition_bits
 from .manager import handle_pause, handle_resume, manager
 from .node import region_bytes, region_views
-from .proxy import HANDLERS, M_PAUSE, M_RESUME
+from .proxy import HANDLERS, M_PAUSE, M_RESUME, start_servers
 
 LAYOUT_FORMAT = 1
 #: sharer lists are 32-bit bitmaps of compute nodes (§3.3)
@@ -36,9 +35,7 @@ def start_node(ctx):
     handlers = dict(HANDLERS)
     handlers[M_PAUSE] = handle_pause
     handlers[M_RESUME] = handle_resume
-    server = RpcServer(ctx, handlers, threads=proxy_threads(ctx.options, ctx.cores.n))
-    SERVERS[ctx.name] = server
-    gens = server.actors()
+    gens = start_servers(ctx, handlers, proxy_threads(ctx.options, ctx.cores.n))
     if ctx.index == ctx.layout["cn_nodes"][0]:
         gens.append(manager(ctx))
     return gens
