@@ -112,7 +112,8 @@ def test_a_killed_node_comes_back_with_a_restart_step_and_gets_its_partitions_ag
 def test_reassignments_racing_with_writes_stay_linearizable():
     """A round every 100 us under 50 % updates: partitions change owners while writes are in
     flight (pause, drain, cache clear, subtable loads) and the history stays linearizable."""
-    rack, res = colocated(LOAD, run(3.0), preset="a", interval_us=100, knob=False, offload_ratio=0.5)
+    rack, res = colocated(LOAD, run(3.0), preset="a", interval_us=100, knob=False, offload_ratio=0.5,
+                          rank_samples=0)             # rank every interval: counting noise reassigns
     assert check(rack.history_ops).verdict == "ok"
     st = client_stats(rack)
     assert max(s.node_rounds for s in st) >= 5

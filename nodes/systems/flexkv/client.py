@@ -116,7 +116,6 @@ class FlexKVClient(RaceClient):
         self.paused_waits = 0
         self.timeouts = self.redone = self.lease_waits = 0
         self._tomb_wait_ns = None
-        self._uncertain = None        # (op, word, new pair) of a write whose RPC timed out
         self.get_pair_ns = self.get_addr_ns = self.get_other_ns = self.get_other = 0
 
     def statistics(self) -> FlexKVStats:
@@ -153,7 +152,7 @@ class FlexKVClient(RaceClient):
         p = h & self.pmask
         st = self.st
         st.check_membership()
-        self._uncertain = None
+        unc = []                          # the timed-out attempts of this write: (word, expected)
         if st.paused[p]:
             self.paused_waits += 1
         yield from st.enter(p)
@@ -164,8 +163,8 @@ class FlexKVClient(RaceClient):
                 owner = int(st.active[p])
                 if owner == ON_MEMORY:
                     self.one_sided_ops += 1
-                    return (yield from self._one_sided(co, op, key, value, h, p))
-                r = yield from self._proxied(co, op, key, value, h, p, owner)
+                    return (yield from self._one_sided(co, op, key, value, h, p, unc))
+                r = yield from self._proxied(co, op, key, value, h, p, owner, unc)
                 if r is not _REROUTE:
                     self.proxied_ops += 1
                     return r
@@ -209,10 +208,10 @@ class FlexKVClient(RaceClient):
         return self._buf[off:off + vlen].tobytes()
 
     # -- the proxied path ------------------------------------------------------------------------
-    def _proxied(self, co, op, key, value, h, p, owner):
+    def _proxied(self, co, op, key, value, h, p, owner, unc):
         if op == GET:
             return (yield from self._proxied_get(co, key, h, p, owner))
-        return (yield from self._proxied_write(co, op, key, value, h, p, owner))
+        return (yield from self._proxied_write(co, op, key, value, h, p, owner, unc))
 
     def _owe_read(self, co, key: bytes, p: int, owner: int):
         """A cache hit owes the proxy a read count: piggybacked on the key's next RPC, or flushed."""
@@ -371,7 +370,7 @@ class FlexKVClient(RaceClient):
         self.lease_waits += 1
         yield max(1, self._tomb_wait_ns)
 
-    def _proxied_write(self, co, op, key, value, h, p, owner):
+    def _proxied_write(self, co, op, key, value, h, p, owner, unc):
         env = self.env
         if op == OP_INSERT:
             self.inserts += 1
@@ -389,7 +388,7 @@ class FlexKVClient(RaceClient):
         word = new if op != OP_DELETE else tombstone(h >> FP_SHIFT, env.now)
         for attempt in range(RETRY_LIMIT):
             if slot is None:
-                if self._uncertain is not None and (yield from self._took_effect(co, key, h)):
+                if unc and (yield from self._took_effect(co, key, h, unc)):
                     return True
                 slot, expected, checked = yield from self._resolve(co, key, h, p, op)
             payload = WRITE_REQ.pack(op, p, slot, expected, word, len(checked))
@@ -403,7 +402,7 @@ class FlexKVClient(RaceClient):
             except RpcTimeout:
                 # the proxy may have written the memory node's slot (and even committed) before it
                 # went quiet: from now on our own word in the slot means the write took effect
-                self._uncertain = (op, word, new, expected)
+                unc.append((word, expected))
                 slot = None
                 if (yield from self._suspect(owner)):
                     return _REROUTE
@@ -452,28 +451,30 @@ class FlexKVClient(RaceClient):
             yield self._timeout_ns
         return False
 
-    def _took_effect(self, co, key, h):
-        """Generator: did the write whose RPC timed out (``self._uncertain``) take effect? Its own
+    def _took_effect(self, co, key, h, attempts):
+        """Generator: did a write whose RPCs timed out (``attempts``) take effect? Its own
         word in the key's buckets says so: the new pair's (insert, update) or the tombstone with its
         T_delete (delete). The proxy writes the memory node's slot before its commit, so a proxy
         that died in between left its write there, and it counts (a redo, FlexKV §3.6)."""
-        op, word, _new, expected = self._uncertain
-        hd = co.read(slot_block(expected), 8) if is_pair(expected) else None
+        hds = [co.read(slot_block(expected), 8) for _w, expected in attempts if is_pair(expected)]
         pr, r = yield from self.read_buckets(co, h)
         out = self._out
-        took = any(int(out[2 * k + 1]) == word for k in range(r & 63))
-        # The pair it replaced carries the invalid bit: the proxy got as far as its memory-node
-        # WRITEs (and another write has replaced ours since, or the bit is another write's, which
-        # replaced the pair after we read it: either way ours can be placed just before that one)
-        took = took or (hd is not None and bool(self._buf[hd._off + INVALID_BYTE] & INVALID_BIT))
+        words = {w for w, _e in attempts}
+        took = any(int(out[2 * k + 1]) in words for k in range(r & 63))
+        # A pair one of those attempts expected to replace carries the invalid bit: a proxy got as
+        # far as that attempt's memory-node WRITEs, even if another write has replaced ours since;
+        # or the bit is another write's, which replaced the pair after we read it: either way ours
+        # can be placed just before that one. Every timed-out attempt counts: a proxy that was only
+        # slow may run an earlier one after a later one was sent.
+        took = took or any(self._buf[hd._off + INVALID_BYTE] & INVALID_BIT for hd in hds)
         if took:
             self.redone += 1
-            self._uncertain = None
+            attempts.clear()
         return took
 
     # -- the one-sided path ----------------------------------------------------------------------
-    def _one_sided(self, co, op, key, value, h, p):
-        if op != GET and self._uncertain is not None and (yield from self._took_effect(co, key, h)):
+    def _one_sided(self, co, op, key, value, h, p, unc=None):
+        if op != GET and unc and (yield from self._took_effect(co, key, h, unc)):
             return True
         if op == GET:
             return (yield from self._one_sided_get(co, key, h, p))

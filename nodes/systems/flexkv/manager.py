@@ -54,6 +54,9 @@ def handle_pause(ctx, req):
     """Pause the partitions whose entry changes; reply how many operations on them are still in
     flight here (0: drained, and the cache is cleared)."""
     st = state_of(ctx.fabric, ctx.layout, ctx.index, ctx.env)
+    # a death the manager's map accounts for must be acted on here first: a node that noticed it
+    # only after the round would send the partitions the round handed out to the memory nodes
+    st.check_membership()
     moved = st.staging != st.active
     _cpu(ctx, req, ctx.profile.cpu.local_read_ns_per_line * max(1, st.partitions // 32))
     st.paused |= moved
@@ -70,6 +73,7 @@ def handle_pause(ctx, req):
 def handle_resume(ctx, req):
     """Load the subtables this node's proxy gains, drop those it loses, staging -> active, go on."""
     st = state_of(ctx.fabric, ctx.layout, ctx.index, ctx.env)
+    st.check_membership()
     me = ctx.index
     new = st.staging.copy()
     gained = np.flatnonzero((new == me) & (st.active != me))
@@ -148,6 +152,28 @@ def manager(ctx):
     known_deaths = st.deaths.copy()
     timeout = opts["rpc_timeout_us"] * 1000
     stopped = ctx.stopped
+    since = [env.now]                    # when the current throughput sample began
+    window = np.zeros(P, np.int64)       # accesses per partition since Algorithm 1 last ranked
+    ranked = False
+
+    def read_counters(nodes):
+        """Generator: READ the nodes' counters; (hotness, stats delta) since the previous read."""
+        hs = [(co.read(gaddr(cn, off), c_bytes), co.read(gaddr(cn, t_off), 8 * STAT_WORDS)) for cn in nodes]
+        yield co.sync()
+        hot = np.zeros(P, np.int64)
+        dst = np.zeros(STAT_WORDS, np.int64)
+        for cn, (hc, ht) in zip(nodes, hs):
+            counts = hc.data.view(np.uint32).astype(np.int64)
+            stats = ht.data.view(np.uint64).astype(np.int64)
+            before = last.get(cn)
+            if before is None or stats[0] < before[1][0]:
+                before = (np.zeros(P, np.int64), np.zeros(STAT_WORDS, np.int64))   # new, or restarted
+            hot += counts - before[0]
+            dst += stats - before[1]
+            last[cn] = (counts, stats)
+        ctx.cpu(ctx.profile.cpu.local_read_ns_per_line * (len(hs) * c_bytes // 64 + 1) + 20 * P)
+        return hot, dst
+
     while True:
         yield interval
         if stopped is not None and stopped.triggered:
@@ -160,28 +186,20 @@ def manager(ctx):
             known_failed = failed
             known_deaths = st.deaths.copy()
             current = None
-        hs = [(co.read(gaddr(cn, off), c_bytes), co.read(gaddr(cn, t_off), 8 * STAT_WORDS)) for cn in alive]
-        yield co.sync()
-        hotness = np.zeros(P, np.int64)
-        delta = np.zeros(STAT_WORDS, np.int64)
-        for cn, (hc, ht) in zip(alive, hs):
-            counts = hc.data.view(np.uint32).astype(np.int64)
-            stats = ht.data.view(np.uint64).astype(np.int64)
-            before = last.get(cn)
-            if before is None or stats[0] < before[1][0]:
-                before = (np.zeros(P, np.int64), np.zeros(STAT_WORDS, np.int64))   # new, or restarted
-            hotness += counts - before[0]
-            delta += stats - before[1]
-            last[cn] = (counts, stats)
-        ctx.cpu(ctx.profile.cpu.local_read_ns_per_line * (len(hs) * c_bytes // 64 + 1) + 20 * P)
+        hotness, delta = yield from read_counters(alive)
         if delta[0] <= 0 and current is not None:
             # the rack is idle: park until this node runs an operation again (a manager that kept
             # polling would keep a co-located rack, which runs until nothing is left to do, alive)
             st.wake = env.event()
             yield st.wake
+            yield from read_counters(alive)          # the next sample starts now, not before the idle time
             continue
-        throughput = float(delta[0]) * 1e9 / interval
         now = env.now
+        # the operations since the last read over the time since then (a round may have made the
+        # period longer than the interval)
+        throughput = float(delta[0]) * 1e9 / max(1, now - since[0])
+        since[0] = now
+        window += hotness
         if tuner is not None:
             for ev in tuner.sample(throughput):
                 events.append(Event((now, ev.kind, ev.ratio, ev.throughput)))
@@ -193,7 +211,11 @@ def manager(ctx):
                 if tuner.settled or read_fraction is None:
                     read_fraction = rf
             ratio = tuner.ratio
-        if opts["rank_hotness"] and hotness.sum() > 0:
+        # Algorithm 1 on a window holding as many accesses per partition as the paper's Δ did
+        # (rank_samples): with fewer, counting noise alone moves cold partitions across ranks
+        if opts["rank_hotness"] and window.sum() > 0 and (not ranked or window.sum() >= opts["rank_samples"] * P):
+            hotness, window = window, np.zeros(P, np.int64)
+            ranked = True
             res = ranker.observe(hotness)
             if res.reassign:
                 owner = assign(res.ranks, hotness, C, owner)
@@ -235,3 +257,6 @@ def manager(ctx):
                 gone.add(cn)
         current = new if not gone else None
         events.append(Event((env.now, "reassign", ratio, env.now - t0)))
+        # the knob's next sample covers the new map only: the round's own time and operations are out
+        yield from read_counters(alive)
+        since[0] = env.now

@@ -61,6 +61,9 @@ class FlexKVSystem(RaceSystem):
         Option("knob_step", 0.1, "Algorithm 2's step (delta)", minimum=0.01, maximum=0.5),
         Option("rank_hotness", True, "Algorithm 1: assign partitions by hotness rank (false: round-robin, "
                "offloading the lowest-numbered partitions)"),
+        Option("rank_samples", 1500, "accesses per partition Algorithm 1 waits for before it ranks again "
+               "(after its first ranking): the paper's window held ~1,500 (12.5-17 Mops x 1 s / 2**13 "
+               "partitions, Fig. 18); a shorter one ranks counting noise", minimum=0, maximum=10**9),
         Option("kv_cache", True, "cache read-mostly KV pairs (false: addresses only)"),
         Option("proxy_threads", 0, "RPC threads of each compute node's proxy, at most the node's threads; "
                "0: the paper's 2, or fewer on a node with fewer threads", minimum=0, maximum=64),
