@@ -238,7 +238,14 @@ def measure(system: str, options: dict, runs: list[tuple[str, float]], *, sample
 
 
 def _run_point(key: tuple, system: str, options: dict, runs: list, kw: dict, sample_ns) -> dict:
-    return measure(system, options, runs, sample_ns=sample_ns, **kw)
+    """:func:`measure`, or ``{"error": one line}`` when the rack fails (an RPC that never gets a
+    reply, say): the point's rows are then blank and a note row names the error, and the other
+    points still run."""
+    try:
+        return measure(system, options, runs, sample_ns=sample_ns, **kw)
+    except Exception as e:                                   # noqa: BLE001 - reported as a row
+        msg = " ".join(str(e).split()) or type(e).__name__
+        return {"error": f"{type(e).__name__}: {msg}"[:300]}
 
 
 # --- the shared points ----------------------------------------------------------------------------
@@ -288,6 +295,16 @@ def _describe(p: tuple) -> str:
     key, system, options, runs = p[:4]
     opts = ", ".join(f"{k}={v}" for k, v in sorted(options.items()))
     return f"{system} YCSB {'+'.join(dict.fromkeys(w for w, _ in runs))} ({opts})"
+
+
+def _failures(exp: str, specs: list[tuple], got: list[dict]) -> list[Row]:
+    """A note row per failed point (its emulated rows are blank)."""
+    return [Row(exp, f"point failed: {_describe(s)}: {p['error']}", "-", "note", None)
+            for s, p in zip(specs, got) if "error" in p]
+
+
+def _get(p: dict, field: str = "mops"):
+    return None if "error" in p else p[field]
 
 
 def ablation_options() -> dict[str, dict]:
@@ -344,9 +361,10 @@ def fig16(quick: bool, progress, *, jobs: int = 1, system: str = "flexkv", **siz
     sizes = _sizes(quick, **size)
     steps = ablation_options()
     specs = [_spec(system, opts, w, sizes) for opts in steps.values() for w in WORKLOADS]
-    got = iter(points(specs, prefixed(progress, "fig16: "), jobs))
-    mops = {(s, w): next(got)["mops"] for s in steps for w in WORKLOADS}
-    rows = _scale_rows("fig16", sizes)
+    res = points(specs, prefixed(progress, "fig16: "), jobs)
+    got = iter(res)
+    mops = {(s, w): _get(next(got)) for s in steps for w in WORKLOADS}
+    rows = _scale_rows("fig16", sizes) + _failures("fig16", specs, res)
     for s in steps:
         for w in WORKLOADS:
             rows.append(Row("fig16", s, f"YCSB {w}", "Mops", mops[(s, w)]))
@@ -393,16 +411,24 @@ def _window_bounds(p: dict, runs: list) -> tuple[int, int]:
     return start, start + int(runs[-1][1] * 1e6)
 
 
+TABLE1_ROWS = (("offload ratio, knob's last settled", "ratio"), ("KV-cache hits / SEARCHes", "%"),
+               ("address-cache hits / SEARCHes", "%"), ("SEARCH latency, KV-cache hit", "µs"),
+               ("SEARCH latency, address-cache hit", "µs"), ("SEARCH latency, otherwise", "µs"))
+
+
 def table1(quick: bool, progress, *, jobs: int = 1, system: str = "flexkv", **size) -> list[Row]:
     """Per workload, knob on: the offload ratio chosen, KV-cache and address-cache hit ratios
     among SEARCHes, SEARCH latency on a KV hit, an address hit and otherwise (measured window)."""
     sizes = _sizes(quick, **size)
     specs = [_spec(system, full_options(), w, sizes) for w in WORKLOADS]
     got = points(specs, prefixed(progress, "table1: "), jobs)
-    rows = _scale_rows("table1", sizes)
+    rows = _scale_rows("table1", sizes) + _failures("table1", specs, got)
     for w, spec, p in zip(WORKLOADS, specs, got):
         pub = PUB_TABLE1[w]
         x = f"YCSB {w}"
+        if "error" in p:
+            rows += [Row("table1", name, x, unit, None, v) for (name, unit), v in zip(TABLE1_ROWS, pub)]
+            continue
         s = p["window"]
         mean_ratio, settled = chosen_ratio(p["events"], *_window_bounds(p, spec[3]))
         gets = s["gets"]
@@ -438,8 +464,10 @@ def fig17(quick: bool, progress, *, jobs: int = 1, systems: dict | None = None, 
             rows.append(Row("fig17", f"{label}: system {name!r} is not registered, skipped", "-", "Mops", None))
     specs = {label: [_spec(name, full_options(), w, sizes) for w in WORKLOADS] for label, name in present.items()}
     flat = [s for ss in specs.values() for s in ss]
-    got = iter(points(flat, prefixed(progress, "fig17: "), jobs))
-    mops = {(label, w): next(got)["mops"] for label in specs for w in WORKLOADS}
+    res = points(flat, prefixed(progress, "fig17: "), jobs)
+    rows += _failures("fig17", flat, res)
+    got = iter(res)
+    mops = {(label, w): _get(next(got)) for label in specs for w in WORKLOADS}
     for label in specs:
         for w in WORKLOADS:
             rows.append(Row("fig17", label, f"YCSB {w}", "Mops", mops[(label, w)]))
@@ -470,10 +498,14 @@ def fig19(quick: bool, progress, *, jobs: int = 1, system: str = "flexkv", **siz
     steps = ablation_options()
     cases = {"without Alg. 1": steps["+Proxy"], "with Alg. 1": steps["+Rank Hotness"]}
     specs = [_spec(system, opts, "A", sizes) for opts in cases.values()]
-    got = dict(zip(cases, points(specs, prefixed(progress, "fig19: "), jobs)))
-    rows = _scale_rows("fig19", sizes)
+    res = points(specs, prefixed(progress, "fig19: "), jobs)
+    got = dict(zip(cases, res))
+    rows = _scale_rows("fig19", sizes) + _failures("fig19", specs, res)
     cv, offl = {}, {}
     for case, p in got.items():
+        if "error" in p:
+            cv[case] = offl[case] = None
+            continue
         loads = [n["node_proxy_reads"] + n["node_proxy_commits"] for n in p["nodes"]]
         for i, load in enumerate(loads):
             rows.append(Row("fig19", case, f"CN {i}", "proxy ops (window)", load))
@@ -499,16 +531,17 @@ def fig20(quick: bool, progress, *, jobs: int = 1, system: str = "flexkv", threa
     sizes = _sizes(quick, **size)
     threads_list = [t for t in threads_list if t <= sizes["threads"]]
     specs = [_spec(system, full_options(proxy_threads=t), w, sizes) for t in threads_list for w in WORKLOADS]
-    got = iter(points(specs, prefixed(progress, "fig20: "), jobs))
-    mops = {(t, w): next(got)["mops"] for t in threads_list for w in WORKLOADS}
-    rows = _scale_rows("fig20", sizes)
+    res = points(specs, prefixed(progress, "fig20: "), jobs)
+    got = iter(res)
+    mops = {(t, w): _get(next(got)) for t in threads_list for w in WORKLOADS}
+    rows = _scale_rows("fig20", sizes) + _failures("fig20", specs, res)
     ones = []
     for w in WORKLOADS:
         for t in threads_list:
             rows.append(Row("fig20", f"YCSB {w}", t, "Mops", mops[(t, w)]))
         best = max(threads_list, key=lambda t: mops[(t, w)] or 0)
         rows.append(Row("fig20", f"YCSB {w}", "peak", "proxy threads at peak", best, PUB_FIG20["peak"]))
-        if 1 in threads_list:
+        if 1 in threads_list and mops[(best, w)]:
             one = _ratio(mops[(1, w)], mops[(best, w)])
             ones.append(one)
             rows.append(Row("fig20", f"YCSB {w}: 1 thread / peak", 1, "Mops ratio", one))
@@ -527,9 +560,10 @@ def fig24(quick: bool, progress, *, jobs: int = 1, system: str = "flexkv", ratio
     Published: roughly unimodal; 0 % and 100 % both below the best."""
     sizes = _sizes(quick, **size)
     specs = [_spec(system, full_options(knob=False, offload_ratio=r), w, sizes) for r in ratios for w in WORKLOADS]
-    got = iter(points(specs, prefixed(progress, "fig24: "), jobs))
-    mops = {(r, w): next(got)["mops"] for r in ratios for w in WORKLOADS}
-    rows = _scale_rows("fig24", sizes)
+    res = points(specs, prefixed(progress, "fig24: "), jobs)
+    got = iter(res)
+    mops = {(r, w): _get(next(got)) for r in ratios for w in WORKLOADS}
+    rows = _scale_rows("fig24", sizes) + _failures("fig24", specs, res)
     for w in WORKLOADS:
         for r in ratios:
             rows.append(Row("fig24", f"YCSB {w}", f"{r:.0%}", "Mops", mops[(r, w)]))
@@ -541,7 +575,8 @@ def fig24(quick: bool, progress, *, jobs: int = 1, system: str = "flexkv", ratio
         inner = [mops[(r, w)] for r in ratios]
         rows.append(Row("fig24", f"YCSB {w}", "all", "local maxima (published: 1, unimodal)",
                         sum(1 for i, m in enumerate(inner)
-                            if m is not None and all(m >= inner[j] for j in (i - 1, i + 1) if 0 <= j < len(inner)))))
+                            if m is not None and all(m >= (inner[j] or 0) for j in (i - 1, i + 1)
+                                                     if 0 <= j < len(inner)))))
     return rows
 
 
@@ -561,7 +596,9 @@ def fig18(quick: bool, progress, *, system: str = "flexkv", phases_ms=None, **si
     key = (system, "fig18", tuple(runs), _freeze(kw), sample_ns)
     spec = (key, system, full_options(), runs, kw, sample_ns)
     p = points([spec], prefixed(progress, "fig18: "), 1)[0]
-    rows = _scale_rows("fig18", sizes)
+    rows = _scale_rows("fig18", sizes) + _failures("fig18", [spec], [p])
+    if "error" in p:
+        return rows
     series = p["series"]
     for (t0, n0), (t1, n1) in zip(series, series[1:]):
         if t1 > t0:
