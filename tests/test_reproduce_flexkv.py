@@ -120,3 +120,13 @@ def test_registered():
     assert "jobs" in exp.options
     with pytest.raises(ValueError, match="unknown experiment"):
         rf.run(only=["fig99"], quick=True)
+
+
+def test_a_failed_point_is_a_note_and_blank_rows():
+    kw = {k: v for k, v in rf._sizes(True, **TINY).items() if k != "windows"}
+    got = rf._run_point(None, "no-such-system", {}, [("A", 0.1)], kw, None)
+    assert set(got) == {"error"} and "\n" not in got["error"]
+    spec = rf._spec("flexkv", rf.full_options(), "A", rf._sizes(True, **TINY))
+    notes = rf._failures("fig16", [spec], [got])
+    assert len(notes) == 1 and notes[0].series.startswith("point failed: flexkv YCSB A") and notes[0].emulated is None
+    assert rf._get(got) is None

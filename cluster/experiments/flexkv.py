@@ -68,13 +68,13 @@ KV_BYTES = KEY_BYTES + VALUE_BYTES
 RECORDS = {True: 20_000, False: 40_000}
 #: the manager's period Δ in virtual µs (the paper's 1 s scaled by 1/1000; shorter with --quick so
 #: the knob's rounds fit the budget of a quick run)
-INTERVAL_US = {True: 500, False: 1000}
+INTERVAL_US = {True: 250, False: 1000}
 #: (warm-up, measured window) in virtual ms: a fixed ratio needs the first reassignment (at the
 #: first interval) behind it; the knob about ten intervals per round
-WINDOWS_MS = {True: {"fixed": (1.5, 3.0), "knob": (6.0, 3.0)},
-              False: {"fixed": (3.0, 6.0), "knob": (15.0, 6.0)}}
+WINDOWS_MS = {True: {"fixed": (0.75, 1.5), "knob": (3.0, 1.5)},
+              False: {"fixed": (2.0, 4.0), "knob": (12.0, 4.0)}}
 #: Fig. 18: (YCSB B, then YCSB A) in virtual ms, and samples per interval (the paper: 10 ms of 1 s)
-FIG18_MS = {True: (12.0, 12.0), False: (30.0, 30.0)}
+FIG18_MS = {True: (6.0, 6.0), False: (30.0, 30.0)}
 SAMPLES_PER_INTERVAL = 2
 PARTITIONS = 64
 
@@ -268,6 +268,10 @@ def _freeze(d: dict) -> tuple:
 def _spec(system: str, options: dict, letter: str, sizes: dict) -> tuple:
     """A point: (key, system, options, runs, rack sizes, None)."""
     knob = options.get("knob", True)
+    if knob:
+        # the knob starts from 0 whatever offload_ratio says: one point for Fig. 16's last step,
+        # Table 1, Fig. 17 and Fig. 20's 2 threads
+        options = {k: v for k, v in options.items() if k != "offload_ratio"}
     warm, win = sizes["windows"]["knob" if knob else "fixed"]
     kw = {k: v for k, v in sizes.items() if k != "windows"}
     runs = [(letter, warm), (letter, win)]
