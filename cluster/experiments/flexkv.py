@@ -586,19 +586,22 @@ def fig24(quick: bool, progress, *, jobs: int = 1, system: str = "flexkv", ratio
 
 # --- Fig. 18: dynamic workload -------------------------------------------------------------------------
 
-def fig18(quick: bool, progress, *, system: str = "flexkv", phases_ms=None, **size) -> list[Row]:
+def fig18(quick: bool, progress, *, system: str = "flexkv", phases_ms=None, options: dict | None = None,
+          **size) -> list[Row]:
     """YCSB B, then YCSB A, on one rack with the full FlexKV: throughput over time (sampled
     SAMPLES_PER_INTERVAL times per Δ), the offload ratio the map holds, the manager's events, the
     ratios the knob settles on in B (published 30 %) and A (60 %) and its rounds' durations
-    (published 3.24-5.26 ms at 20 CNs with Δ = 1 s)."""
+    (published 3.24-5.26 ms at 20 CNs with Δ = 1 s). ``options``: system options over the full
+    FlexKV's (to try one, e.g. more proxy threads)."""
     sizes = _sizes(quick, **size)
     b_ms, a_ms = phases_ms or FIG18_MS[quick]
     kw = {k: v for k, v in sizes.items() if k != "windows"}
     interval_ns = sizes["interval_us"] * 1000
     sample_ns = max(1000, interval_ns // SAMPLES_PER_INTERVAL)
     runs = [("B", b_ms), ("A", a_ms)]
-    key = (system, "fig18", tuple(runs), _freeze(kw), sample_ns)
-    spec = (key, system, full_options(), runs, kw, sample_ns)
+    opts = full_options(**(options or {}))
+    key = (system, "fig18", _freeze(opts), tuple(runs), _freeze(kw), sample_ns)
+    spec = (key, system, opts, runs, kw, sample_ns)
     p = points([spec], prefixed(progress, "fig18: "), 1)[0]
     rows = _scale_rows("fig18", sizes) + _failures("fig18", [spec], [p])
     if "error" in p:
