@@ -607,7 +607,12 @@ def fig18(quick: bool, progress, *, system: str = "flexkv", phases_ms=None, opti
     if "error" in p:
         return rows
     series = p["series"]
-    for (t0, n0), (t1, n1) in zip(series, series[1:]):
+    # samples closer than half a period (the last of one step, the first of the next) are merged
+    kept = [series[0]] if series else []
+    for t, n in series[1:]:
+        if t - kept[-1][0] >= sample_ns // 2:
+            kept.append((t, n))
+    for (t0, n0), (t1, n1) in zip(kept, kept[1:]):
         if t1 > t0:
             rows.append(Row("fig18", "FlexKV, YCSB B then A", round(t1 / 1e6, 3), "Mops", (n1 - n0) / (t1 - t0) * 1e3))
     events = p["events"]
