@@ -69,6 +69,8 @@ RUNS = {
     "dmrack reproduce sherman": [["reproduce", "sherman", "--quick", "--only", "skew", "--json", "{tmp}/sherman.json"]],
     "dmrack reproduce dolphin": [["reproduce", "dolphin", "--quick", "--only", "table2", "--jobs", "2", "--json",
                                   "{tmp}/dolphin.json"]],
+    "dmrack reproduce flexkv": [["reproduce", "flexkv", "--quick", "--only", "fig19", "--jobs", "2", "--json",
+                                 "{tmp}/flexkv.json"]],
     "dmrack bench devices": [["bench", "devices", "--quick", "--only", "dpa-memory,dma", "--json",
                               "{tmp}/devices.json"]],
     "dmrack bench speed": [["bench", "speed", "--quick", "--only", "verbs", "--json", "{tmp}/speed.json"]],
