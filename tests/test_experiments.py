@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_the_package_declares_the_benches_and_the_papers():
     assert [(e.kind, e.name) for e in available()] == [
         ("bench", "devices"), ("bench", "speed"), ("bench", "verbs"), ("bench", "ycsb"), ("reproduce", "dolphin"),
-        ("reproduce", "sherman"), ("reproduce", "smart")]
-    assert [e.name for e in available("reproduce")] == ["dolphin", "sherman", "smart"]
+        ("reproduce", "flexkv"), ("reproduce", "sherman"), ("reproduce", "smart")]
+    assert [e.name for e in available("reproduce")] == ["dolphin", "flexkv", "sherman", "smart"]
     for e in available():
         assert e.title and callable(e.run) and e.parts and set(e.options) <= set(OPTIONS)
 
