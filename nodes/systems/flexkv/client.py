@@ -370,8 +370,8 @@ class FlexKVClient(RaceClient):
         self.lease_waits += 1
         yield max(1, self._tomb_wait_ns)
 
-    def _proxied_write(self, co, op, key, value, h, p, owner, unc):
-        env = self.env
+    def count_write(self, op: int, key: bytes) -> None:
+        """Count a write and charge its fixed CPU (allocator, block, bookkeeping, hashing)."""
         if op == OP_INSERT:
             self.inserts += 1
         elif op == OP_UPDATE:
@@ -379,6 +379,10 @@ class FlexKVClient(RaceClient):
         else:
             self.deletes += 1
         self.thread.cpu(self._write_ns + self.hash_ns(len(key)))
+
+    def _proxied_write(self, co, op, key, value, h, p, owner, unc):
+        env = self.env
+        self.count_write(op, key)
         new = (yield from self.new_block(co, key, value, h)) if op != OP_DELETE else 0
         cache = self.st.cache
         e = cache.lookup(key, env.now)

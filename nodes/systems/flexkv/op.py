@@ -27,10 +27,9 @@ from shm.rpc import rpc
 from .cache import PAIR
 from .client import GET, FlexKVClient
 from .layout import T_MASK, is_pair, is_tombstone, reusable, tomb_time, tombstone
-from .manager import handle_pause, handle_resume, manager
 from .node import state_of
-from .proxy import HANDLERS, M_PAUSE, M_RESUME, OP_DELETE, OP_INSERT, OP_UPDATE, candidates, start_servers
-from .system import FlexKVSystem, proxy_threads
+from .proxy import OP_DELETE, OP_INSERT, OP_UPDATE, candidates
+from .system import FlexKVSystem, start_node
 
 M_OP = 7
 OP_REQ = struct.Struct("<BH")            # op, key length; then the key and the value
@@ -92,13 +91,7 @@ class FlexKVOpClient(FlexKVClient):
                 self.get_pair_ns += self._clock() - t0
                 return e.value
         else:
-            if op == OP_INSERT:
-                self.inserts += 1
-            elif op == OP_UPDATE:
-                self.updates += 1
-            else:
-                self.deletes += 1
-            self.thread.cpu(self._write_ns + self.hash_ns(len(key)))
+            self.count_write(op, key)
         for _ in range(RETRY_LIMIT):
             while key in st.key_locks:                       # another coroutine is writing the key
                 self.busy += 1
@@ -216,14 +209,8 @@ def handle_op(ctx, req):
 
 
 def start_op_node(ctx):
-    handlers = dict(HANDLERS)
-    handlers[M_PAUSE] = handle_pause
-    handlers[M_RESUME] = handle_resume
-    handlers[M_OP] = handle_op
-    gens = start_servers(ctx, handlers, proxy_threads(ctx.options, ctx.cores.n), ctx.options["proxy_coroutines"])
-    if ctx.index == ctx.layout["cn_nodes"][0]:
-        gens.append(manager(ctx))
-    return gens
+    """``servers["compute"]`` of FlexKV-OP: FlexKV's, plus the forwarded operations, on coroutines."""
+    return start_node(ctx, {M_OP: handle_op}, coroutines=ctx.options["proxy_coroutines"])
 
 
 class FlexKVOpSystem(FlexKVSystem):

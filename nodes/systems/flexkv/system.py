@@ -30,12 +30,11 @@ def proxy_threads(options: dict, threads: int) -> int:
     return options["proxy_threads"] or min(DEFAULT_PROXY_THREADS, threads)
 
 
-def start_node(ctx):
-    """``servers["compute"]``: the proxy's RPC threads on every compute node, the manager on the first."""
-    handlers = dict(HANDLERS)
-    handlers[M_PAUSE] = handle_pause
-    handlers[M_RESUME] = handle_resume
-    gens = start_servers(ctx, handlers, proxy_threads(ctx.options, ctx.cores.n))
+def start_node(ctx, extra: dict | None = None, coroutines: int = 1):
+    """``servers["compute"]``: the proxy's RPC threads on every compute node (with the ``extra``
+    handlers, ``coroutines`` per thread), the invalidation server, the manager on the first."""
+    handlers = {**HANDLERS, M_PAUSE: handle_pause, M_RESUME: handle_resume, **(extra or {})}
+    gens = start_servers(ctx, handlers, proxy_threads(ctx.options, ctx.cores.n), coroutines)
     if ctx.index == ctx.layout["cn_nodes"][0]:
         gens.append(manager(ctx))
     return gens
