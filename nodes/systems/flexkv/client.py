@@ -42,7 +42,7 @@ from shm.fabric import gaddr, gaddr_offset
 from shm.rpc import RpcTimeout, rpc
 
 from .cache import ADDR, PAIR
-from .layout import ON_MEMORY, INVALID_BIT, INVALID_BYTE, T_MASK, is_pair, is_tombstone, reusable, tomb_time, tombstone
+from .layout import ON_MEMORY, INVALID_BIT, INVALID_BYTE, is_pair, pick_tombstone, tombstone
 from .node import state_of
 from .proxy import (
     ABSENT, BUSY, CAND, EXISTS, F_CACHE_PAIR, FLUSH_READS, M_FLUSH, M_READ, M_WRITE, NO_SLOT, NOT_OWNER,
@@ -338,22 +338,15 @@ class FlexKVClient(RaceClient):
         (still in the buffer); None, with the wait until the first one may be taken in
         ``self._tomb_wait_ns`` (None: no deleted slot at all)."""
         buf64 = self._buf64
-        now = self.env.now
         off_a, off_b, flags = pr[1], pr[2], pr[3]
-        wait = None
-        for b in range(4 if flags & SAME != SAME else 2):
-            h = pr[5] if b < 2 else pr[6]
-            w0 = (h._off >> 3) + (b & 1) * 8
-            for s in range(7):
-                w = int(buf64[w0 + 1 + s])
-                if not is_tombstone(w):
-                    continue
-                if reusable(w, now, self._lease_ns, self._drift):
-                    return slot_offset(b * 7 + s, off_a, off_b), w
-                left = tomb_time(w) + int(self._lease_ns * (1 + self._drift)) - (now & T_MASK) + 1
-                wait = left if wait is None else min(wait, left)
-        self._tomb_wait_ns = wait
-        return None
+
+        def slots():
+            for b in range(4 if flags & SAME != SAME else 2):
+                w0 = ((pr[5] if b < 2 else pr[6])._off >> 3) + (b & 1) * 8
+                for s in range(7):
+                    yield b * 7 + s, int(buf64[w0 + 1 + s])
+        idx, w, self._tomb_wait_ns = pick_tombstone(slots(), self.env.now, self._lease_ns, self._drift)
+        return None if idx is None else (slot_offset(idx, off_a, off_b), w)
 
     def no_empty_slot(self, pr):
         got = self._expired_tombstone(pr)

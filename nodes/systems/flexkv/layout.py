@@ -68,6 +68,21 @@ def reusable(w: int, now_ns: int, lease_ns: int, drift: float) -> bool:
     return is_tombstone(w) and tomb_time(w) + lease_ns * (1 + drift) <= (now_ns & T_MASK)
 
 
+def pick_tombstone(slots, now_ns: int, lease_ns: int, drift: float):
+    """Among ``slots`` (``(slot id, word)`` pairs: a key's buckets when none is empty), the first
+    deleted slot an insert may take now: ``(slot id, word, None)``; else ``(None, None, wait)``
+    with the ns until the first one may be taken (None: no deleted slot at all)."""
+    wait = None
+    for sid, w in slots:
+        if not is_tombstone(w):
+            continue
+        if reusable(w, now_ns, lease_ns, drift):
+            return sid, w, None
+        left = tomb_time(w) + int(lease_ns * (1 + drift)) - (now_ns & T_MASK) + 1
+        wait = left if wait is None else min(wait, left)
+    return None, None, wait
+
+
 def partition_bits(partitions: int) -> int:
     """log2 of a power-of-two partition count."""
     if partitions < 1 or partitions & (partitions - 1):

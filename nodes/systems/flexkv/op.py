@@ -26,7 +26,7 @@ from shm.rpc import rpc
 
 from .cache import PAIR
 from .client import GET, FlexKVClient
-from .layout import T_MASK, is_pair, is_tombstone, reusable, tomb_time, tombstone
+from .layout import is_pair, pick_tombstone, tombstone
 from .node import state_of
 from .proxy import OP_DELETE, OP_INSERT, OP_UPDATE, candidates
 from .system import FlexKVSystem, start_node
@@ -165,20 +165,11 @@ class FlexKVOpClient(FlexKVClient):
         free = (r >> _FREE_SHIFT) - 1
         if free >= 0:
             return slot_offset(free, off_a, off_b) >> 3
-        now = self.env.now
-        wait = None
-        for b in range(4 if flags & SAME != SAME else 2):
-            first = (slot_offset(b * 7, off_a, off_b) >> 3)
-            for s in range(7):
-                w = int(local[first + s])
-                if not is_tombstone(w):
-                    continue
-                if reusable(w, now, self._lease_ns, self._drift):
-                    return first + s
-                left = tomb_time(w) + int(self._lease_ns * (1 + self._drift)) - (now & T_MASK) + 1
-                wait = left if wait is None else min(wait, left)
-        self._tomb_wait_ns = wait
-        return None
+        slots = ((first + s, int(local[first + s]))
+                 for first in (slot_offset(b * 7, off_a, off_b) >> 3 for b in range(4 if flags & SAME != SAME else 2))
+                 for s in range(7))
+        slot, _w, self._tomb_wait_ns = pick_tombstone(slots, self.env.now, self._lease_ns, self._drift)
+        return slot
 
 
 # -- the owner's side of a forwarded request ---------------------------------------------------------

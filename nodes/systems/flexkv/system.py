@@ -104,7 +104,7 @@ class FlexKVSystem(RaceSystem):
         bits = partition_bits(opts["partitions"])
         if not 0 < capacity:
             raise ValueError(f"FlexKV: capacity must be >= 1, got {capacity}")
-        slots = -(-int(capacity / opts["load_factor"]) // 1)
+        slots = int(capacity / opts["load_factor"])
         groups = max(1, -(-slots // (SLOTS_PER_GROUP << bits)))
         geo = Geometry(bits, groups)
         base = Geometry.for_capacity(capacity, opts["load_factor"], memory_nodes)
