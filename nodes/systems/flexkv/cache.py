@@ -69,6 +69,7 @@ class NodeCache:
         self._clock = 0
         self._invalidated: dict = {}          # key -> token at its last invalidation
         self._cleared = 0                     # token at the last clear (every key invalidated)
+        self._part_cleared: dict = {}         # partition -> token at its last clear_partitions
         self.pair_hits = self.addr_hits = self.misses = self.installs = self.refused = 0
         self.evictions = self.invalidations = self.clears = self.expired = 0
 
@@ -98,7 +99,8 @@ class NodeCache:
 
     def put(self, key: bytes, kind: int, partition: int, slot: int, word: int, value: bytes | None, now: int,
             token: int | None = None) -> bool:
-        if token is not None and (self._cleared > token or self._invalidated.get(key, -1) > token):
+        if token is not None and (self._cleared > token or self._invalidated.get(key, -1) > token
+                                  or self._part_cleared.get(partition, -1) > token):
             self.refused += 1
             return False
         size = len(key) + (ADDR_BYTES if kind == ADDR else PAIR_OVERHEAD + len(value))
@@ -143,8 +145,22 @@ class NodeCache:
         self._clock += 1
         self._cleared = self._clock
         self._invalidated.clear()
+        self._part_cleared.clear()
         self._d.clear()
         self.bytes = 0
+        self.clears += 1
+
+    def clear_partitions(self, moved) -> None:
+        """Drop the entries of the partitions in ``moved`` (a bool per partition) and refuse the
+        installs of their requests that were out: a reassignment hands those partitions to owners
+        whose sharer lists know nothing of this node's copies. The other partitions keep their
+        owners and sharer lists, so their entries stay coherent (docs/flexkv.md, "Differences")."""
+        self._clock += 1
+        for p in moved.nonzero()[0].tolist():
+            self._part_cleared[p] = self._clock
+        d = self._d
+        for key in [k for k, e in d.items() if moved[e.partition]]:
+            self.bytes -= d.pop(key).size
         self.clears += 1
 
     def set_budget(self, budget: int) -> None:

@@ -12,7 +12,8 @@ The manager is an actor on the first compute node (as in the paper's testbed). E
    quarter of a random reshuffle's, reassigns owners so each node gets one partition per rank;
 4. if the map (owner per offloaded partition, ``ON_MEMORY`` for the rest) changed, runs the
    **atomic reassignment**: WRITE the new map into every node's staging map; RPC ``PAUSE`` to every
-   node until each says its operations on moved partitions have drained (it then clears its cache);
+   node, then again to those whose operations on moved partitions have not drained, until every
+   one has (a drained node drops what it caches of the moved partitions);
    RPC ``RESUME`` to every node: its proxy loads the subtables it gained from the memory nodes
    (READs), drops those it lost, copies staging to active and lets operations go on.
 
@@ -52,7 +53,7 @@ COUNT = struct.Struct("<Q")
 
 def handle_pause(ctx, req):
     """Pause the partitions whose entry changes; reply how many operations on them are still in
-    flight here (0: drained, and the cache is cleared)."""
+    flight here (0: drained, and what the cache holds of them is dropped)."""
     st = state_of(ctx.fabric, ctx.layout, ctx.index, ctx.env)
     # a death the manager's map accounts for must be acted on here first: a node that noticed it
     # only after the round would send the partitions the round handed out to the memory nodes
@@ -62,8 +63,10 @@ def handle_pause(ctx, req):
     st.paused |= moved
     left = int(st.inflight[moved].sum())
     if left == 0 and not st.cleared_for_round:
-        # after the drain: an operation that was under way may have cached what it read
-        st.cache.clear()
+        # after the drain: an operation that was under way may have cached what it read. Only the
+        # moved partitions' entries go: the paper clears the whole cache, which costs nothing at
+        # its Δ = 1 s but refills for a large share of a scaled Δ (docs/flexkv.md)
+        st.cache.clear_partitions(moved)
         st.pending_reads.clear()
         st.cleared_for_round = True
     return COUNT.pack(left)
@@ -236,16 +239,23 @@ def manager(ctx):
             co.write(gaddr(cn, s_off), new.tobytes())
         yield co.sync()
         gone = set()
-        for cn in alive:
-            while cn not in gone:
+        # every node pauses before the manager waits for any to drain: an operation in flight on a
+        # moved partition may be losing CAS races to other nodes' operations on the same hot key,
+        # and it only wins once those nodes stop starting new ones
+        draining = list(alive)
+        while draining:
+            still = []
+            for cn in draining:
                 try:
                     left, = COUNT.unpack((yield from rpc(ctx, names[cn_ordinal[cn]], b"", method=M_PAUSE,
                                                          timeout_ns=timeout, retries=opts["rpc_retries"])))
                 except RpcError:
                     gone.add(cn)             # died during the round: the next round leaves it out
-                    break
-                if left == 0:
-                    break
+                    continue
+                if left:
+                    still.append(cn)
+            draining = still
+            if draining:
                 yield DRAIN_POLL_NS
         for cn in alive:
             if cn in gone:
