@@ -207,11 +207,18 @@ def remote_read_write(is_read, mrt, key, region, off, length, rbuf, rlocks, lbuf
 
 
 @njit(cache=True)
-def remote_atomic(words, i, kind, a, b, am, bm, lbuf, loff):
+def remote_atomic(words, i, kind, a, b, am, bm, lbuf, loff, locks):
     """Run one RDMA atomic on word ``i`` and write the old value into ``lbuf[loff:loff+8]``.
-    Operands arrive as int64 bit patterns (Python ints above 2**63 do not fit numba's int64)."""
+    Operands arrive as int64 bit patterns (Python ints above 2**63 do not fit numba's int64).
+    ``locks``: the seqlock stripes of ``words``' memory (``host_locks`` or ``device_locks``)."""
     ua = np.uint64(a)
     ub = np.uint64(b)
+    # The atomic changes its word under the line's seqlock, as a WRITE does. A READ copies a line
+    # byte by byte (_sample_line) and trusts the seqlock to tell it the line moved; in a rack of
+    # processes a bare cmpxchg landing in the middle of that copy handed the reader a torn word,
+    # half old and half new (a RACE slot word with the key's fingerprint and another block's
+    # address: a get of a key being updated returned "not found").
+    lk = _lock_line(locks, i >> 3)
     if kind == ATOMIC_CAS:
         old = cas(words, i, ua, ub)
     elif kind == ATOMIC_FAA:
@@ -220,6 +227,7 @@ def remote_atomic(words, i, kind, a, b, am, bm, lbuf, loff):
         old = masked_cas(words, i, ua, ub, np.uint64(am), np.uint64(bm))
     else:
         old = masked_faa(words, i, ua, np.uint64(am))
+    store_release(locks, lk, load_acquire(locks, lk) + 1)
     for k in range(8):
         lbuf[loff + k] = (old >> np.uint64(8 * k)) & np.uint64(0xFF)
     return old

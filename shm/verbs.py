@@ -844,10 +844,12 @@ def apply_one_sided(fabric: Fabric, dst: int, op: int, remote_addr: int, rkey: i
     if not mr_check(mem.mrt, rkey, region, off, length, _OPS[op][2]):
         return IBV_WC_REM_ACCESS_ERR
     # operands as int64 bit patterns (_i64, inlined)
-    old = remote_atomic(mem.host64 if region == REGION_HOST else mem.device64, off // 8, _ATOMIC_KIND[op],
+    host = region == REGION_HOST
+    old = remote_atomic(mem.host64 if host else mem.device64, off // 8, _ATOMIC_KIND[op],
                         ((compare_add + _I64_BIAS) & _U64) - _I64_BIAS, ((swap + _I64_BIAS) & _U64) - _I64_BIAS,
                         ((compare_add_mask + _I64_BIAS) & _U64) - _I64_BIAS,
-                        ((swap_mask + _I64_BIAS) & _U64) - _I64_BIAS, lbuf, loff)
+                        ((swap_mask + _I64_BIAS) & _U64) - _I64_BIAS, lbuf, loff,
+                        mem.host_locks if host else mem.device_locks)
     if env is not None and fabric.profile.nic.atomic_write_race:
         if op == IBV_WR_ATOMIC_CMP_AND_SWP:
             wrote = int(old) == compare_add & _U64
