@@ -136,7 +136,7 @@ class RpcEndpoint:
         self.calls = self.resends = self.timeouts = 0
 
     def call(self, dst_node, payload: bytes, *, method: int = 0, timeout_ns: int = 100_000, retries: int = 3,
-             thread=None, port: int = RPC_PORT):
+             thread=None, port: int = RPC_PORT, again: bool = False):
         """``reply = yield from ep.call(...)``: see :func:`rpc`."""
         net = self.net
         try:
@@ -150,7 +150,8 @@ class RpcEndpoint:
         if len(payload) + HEADER.size > net.max_payload:
             raise RpcError(f"rpc to node {name!r}: a payload of {len(payload)} B exceeds one datagram "
                            f"({net.max_payload - HEADER.size} B after the {HEADER.size} B RPC header)")
-        self._rid += 1
+        if not (again and self._rid):
+            self._rid += 1
         rid = self._rid
         data = HEADER.pack(KIND_REQUEST, ST_OK, method, rid) + payload
         self.calls += 1
@@ -229,18 +230,21 @@ def endpoint_of(who, *, net=None) -> RpcEndpoint:
 
 
 def rpc(who, dst_node, payload: bytes = b"", *, method: int = 0, timeout_ns: int = 100_000, retries: int = 3,
-        net=None, port: int = RPC_PORT):
+        net=None, port: int = RPC_PORT, again: bool = False):
     """``reply = yield from rpc(co, dst_node, payload, method=m, timeout_ns=..., retries=...)``.
 
     Sends ``payload`` to method ``method`` of ``dst_node``'s RPC server and returns the handler's
     reply bytes. ``who``: the caller (a coroutine, an ``RdmaThread``, a ``NodeContext``); ``net``
     overrides its datagram net; ``port`` the server's (a node may run several servers, e.g.
     one whose handlers never wait on other nodes, so nested RPCs cannot deadlock). Raises :class:`RpcTimeout` when every one of the ``retries + 1``
-    attempts timed out, :class:`RpcError` for an unknown method or a payload over one datagram."""
+    attempts timed out, :class:`RpcError` for an unknown method or a payload over one datagram.
+    ``again=True`` goes on with the caller's previous call after its RpcTimeout: the same request
+    id, so the server runs it at most once in all (an executed one answers from its reply cache),
+    and no request of the caller's can still run after a reply came."""
     net, _node, thread = _resolve(who, net)
     ep = endpoint_of(who, net=net)
     return (yield from ep.call(dst_node, payload, method=method, timeout_ns=timeout_ns, retries=retries,
-                               thread=thread, port=port))
+                               thread=thread, port=port, again=again))
 
 
 # -- server -------------------------------------------------------------------------------------

@@ -255,6 +255,30 @@ def test_a_late_reply_of_an_earlier_call_is_never_taken(prefix):
     assert got[0] == b"fast" and got[1] > 30_000
 
 
+def test_again_goes_on_with_a_timed_out_call_and_it_runs_once(prefix):
+    """A call that timed out while its handler ran, taken up again with ``again=True``: the same
+    request id, so the handler runs once and the caller gets that run's reply."""
+    runs = []
+
+    def slow(ctx, req):
+        runs.append(req.rid)
+        ctx.cpu(30_000)
+        return b"once"
+        yield
+
+    with rig(prefix) as r:
+        r.serve(1, {1: slow})
+        got = []
+
+        def body(co):
+            with pytest.raises(RpcTimeout):
+                yield from rpc(co, "cn1", b"", method=1, timeout_ns=5_000, retries=1)
+            got.append((yield from rpc(co, "cn1", b"", method=1, timeout_ns=50_000, retries=1, again=True)))
+        r.client(0, body)
+        r.env.run()
+    assert got == [b"once"] and len(runs) == 1
+
+
 def test_every_retry_timing_out_is_one_line_naming_the_node(prefix):
     with rig(prefix) as r:
         errors = []

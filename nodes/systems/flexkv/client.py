@@ -45,7 +45,7 @@ from .cache import ADDR, PAIR
 from .layout import ON_MEMORY, INVALID_BIT, INVALID_BYTE, is_pair, pick_tombstone, tombstone
 from .node import state_of
 from .proxy import (
-    ABSENT, BUSY, CAND, EXISTS, F_CACHE_PAIR, FLUSH_READS, M_FLUSH, M_READ, M_WRITE, NO_SLOT, NOT_OWNER,
+    ABSENT, BUSY, CAND, EXISTS, F_CACHE_PAIR, FLUSH_READS, M_FLUSH, M_READ, M_WRITE, MISMATCH, NO_SLOT, NOT_OWNER,
     OK, OP_DELETE, OP_INSERT, OP_UPDATE, READ_REPLY, READ_REQ, WRITE_REPLY, WRITE_REQ,
 )
 
@@ -381,29 +381,38 @@ class FlexKVClient(RaceClient):
         e = cache.lookup(key, env.now)
         slot = None
         if e is not None:
-            slot, expected, checked = e.slot, e.word, ()
+            slot, expected, checked, seen = e.slot, e.word, (), e.since_ns
         word = new if op != OP_DELETE else tombstone(h >> FP_SHIFT, env.now)
         for attempt in range(RETRY_LIMIT):
             if slot is None:
                 if unc and (yield from self._took_effect(co, key, h, unc)):
                     return True
+                seen = env.now
                 slot, expected, checked = yield from self._resolve(co, key, h, p, op)
-            payload = WRITE_REQ.pack(op, p, slot, expected, word, len(checked))
+            payload = WRITE_REQ.pack(op, p, slot, expected, word, seen, len(checked))
             if checked:
                 payload += b"".join(w.to_bytes(8, "little") for w in checked)
             co.post()                                  # the new pair's WRITE leaves before the RPC
             self.write_rpcs += 1
-            try:
-                reply = yield from rpc(co, self.names[owner], payload + key, method=M_WRITE,
-                                       timeout_ns=self._timeout_ns, retries=self._retries)
-            except RpcTimeout:
-                # the proxy may have written the memory node's slot (and even committed) before it
-                # went quiet: from now on our own word in the slot means the write took effect
-                unc.append((word, expected))
-                slot = None
-                if (yield from self._suspect(owner)):
-                    return _REROUTE
-                continue
+            again = False
+            while True:
+                try:
+                    reply = yield from rpc(co, self.names[owner], payload + key, method=M_WRITE,
+                                           timeout_ns=self._timeout_ns, retries=self._retries, again=again)
+                    break
+                except RpcTimeout:
+                    # the proxy may have written the memory node's slot (and even committed) before
+                    # it went quiet: if it died, our own word there means the write took effect
+                    if not again:
+                        unc.append((word, expected))
+                    if (yield from self._suspect(owner)):
+                        return _REROUTE
+                    # only slow: go on with the same request (it runs at most once), never a new
+                    # one, since an UPDATE that still ran after this one returned could overwrite
+                    # a later write of the key
+                    again = True
+            if again:
+                unc.clear()                            # its outcome is this reply
             status, cur = WRITE_REPLY.unpack_from(reply)
             if status == OK:
                 if new:
@@ -411,8 +420,8 @@ class FlexKVClient(RaceClient):
                     cache.put(key, ADDR, p, slot, new, None, env.now)
                 else:
                     cache.discard(key)
-                if is_pair(expected):
-                    self.retire_block(expected)
+                if is_pair(cur):
+                    self.retire_block(cur)             # the pair the proxy replaced
                 return True
             if status in (EXISTS, ABSENT, NOT_OWNER):
                 if new:
@@ -429,8 +438,23 @@ class FlexKVClient(RaceClient):
                 yield self.backoff(min(attempt, 4))
             else:
                 self.mismatches += 1
-            slot = None
+            if not self._still_mine(op, h, expected, seen):
+                slot = None
+            elif status == MISMATCH and is_pair(cur) and cur >> FP_SHIFT == h >> FP_SHIFT:
+                expected = cur          # another write of the key committed first: try over it
+            elif status == MISMATCH:
+                slot = None
         raise SystemError_(f"FlexKV: write of key {key[:32]!r} did not settle after {RETRY_LIMIT} rounds")
+
+    def _still_mine(self, op, h, expected, seen) -> bool:
+        """Does the slot that held this key's pair ``expected`` at ``seen`` still belong to the key?
+        Another key can take it only after the key's DELETE plus a lease (§3.5), so yes for a lease
+        after ``seen``, less the clock drift: a write refused as BUSY or MISMATCH then retries with
+        the word the proxy has (a pair with the key's fingerprint is the key's) instead of READing
+        the memory node's buckets again. Under a hot key's write contention those READs went to
+        a memory node whose NIC the one-sided partitions' CASes kept busy."""
+        return (op != OP_INSERT and is_pair(expected)
+                and self.env.now - seen < self._lease_ns * (1 - self._drift))
 
     # -- failures --------------------------------------------------------------------------------
     # (an insert whose RPC timed out and whose pair another client replaced before the retry looked
@@ -453,16 +477,18 @@ class FlexKVClient(RaceClient):
         word in the key's buckets says so: the new pair's (insert, update) or the tombstone with its
         T_delete (delete). The proxy writes the memory node's slot before its commit, so a proxy
         that died in between left its write there, and it counts (a redo, FlexKV §3.6)."""
-        hds = [co.read(slot_block(expected), 8) for _w, expected in attempts if is_pair(expected)]
+        pairs = {w for a in attempts for w in a if is_pair(w)}
+        hds = [co.read(slot_block(w), 8) for w in pairs]
         pr, r = yield from self.read_buckets(co, h)
         out = self._out
         words = {w for w, _e in attempts}
         took = any(int(out[2 * k + 1]) in words for k in range(r & 63))
-        # A pair one of those attempts expected to replace carries the invalid bit: a proxy got as
-        # far as that attempt's memory-node WRITEs, even if another write has replaced ours since;
-        # or the bit is another write's, which replaced the pair after we read it: either way ours
-        # can be placed just before that one. Every timed-out attempt counts: a proxy that was only
-        # slow may run an earlier one after a later one was sent.
+        # Our new pair carries the invalid bit: it was in the slot and a proxy replaced it. Or a
+        # pair one of those attempts expected to replace carries it: a proxy got as far as that
+        # attempt's memory-node WRITEs, even if another write has replaced ours since; or the bit
+        # is another write's, which replaced the pair after we read it (the partition stayed
+        # proxied while we were in it, so every replacement of it set the bit) and ours, if it
+        # did not run, can be placed just before that one.
         took = took or any(self._buf[hd._off + INVALID_BYTE] & INVALID_BIT for hd in hds)
         if took:
             self.redone += 1

@@ -57,7 +57,9 @@ F_CACHE_PAIR = 1
 READ_REQ = struct.Struct("<HH")          # partition, piggybacked reads; then the key
 READ_REPLY = struct.Struct("<BBB")       # status, flags, candidates; then (slot u32, word u64) each
 CAND = struct.Struct("<IQ")
-WRITE_REQ = struct.Struct("<BHiQQB")     # op, partition, slot (-1: none), expected, new, checked; words; key
+#: op, partition, slot (-1: none), expected, new, when the client saw the key's pair there (virtual
+#: ns), checked; then the checked words and the key
+WRITE_REQ = struct.Struct("<BHiQQqB")
 WRITE_REPLY = struct.Struct("<BQ")       # status, the slot's word (OK: the replaced one)
 NO_SLOT = -1
 #: cache hits a client piles up for a key before it sends them in a FLUSH of their own
@@ -174,7 +176,7 @@ def handle_flush(ctx, req):
 
 def handle_write(ctx, req):
     st = state_of(ctx.fabric, ctx.layout, ctx.index, ctx.env)
-    op, p, slot, expected, new, n = WRITE_REQ.unpack_from(req.payload)
+    op, p, slot, expected, new, seen, n = WRITE_REQ.unpack_from(req.payload)
     at = WRITE_REQ.size
     checked = set(struct.unpack_from(f"<{n}Q", req.payload, at))
     key = bytes(req.payload[at + 8 * n:])
@@ -206,10 +208,15 @@ def handle_write(ctx, req):
     else:
         cur = int(local[slot])
         if cur != expected:
-            st.mismatches += 1
-            return WRITE_REPLY.pack(MISMATCH, cur)
+            if op == OP_UPDATE and _still_the_keys(st, ctx.env.now, seen, cur, h):
+                expected = cur            # an UPDATE replaces whatever pair of the key is there
+            else:
+                st.mismatches += 1
+                return WRITE_REPLY.pack(MISMATCH, cur)
         if op == OP_INSERT:
             return WRITE_REPLY.pack(EXISTS, cur)
+        if cur == new:
+            return WRITE_REPLY.pack(OK, 0)            # this write is what the slot holds already
     st.key_locks.add(key)
     st.slot_locks.add((p, slot))
     try:
@@ -236,6 +243,16 @@ def handle_write(ctx, req):
         st.key_locks.discard(key)
         st.slot_locks.discard((p, slot))
     return WRITE_REPLY.pack(OK, expected)
+
+
+def _still_the_keys(st, now: int, seen: int, cur: int, h: int) -> bool:
+    """Is ``cur``, the word in a slot where the client saw the key's pair at ``seen``, a pair of
+    that key? The slot can go to another key only after the key's DELETE plus a lease (§3.5), so
+    a pair with the key's fingerprint within a lease of ``seen`` (less the drift) is the key's.
+    The paper's proxy commits an UPDATE over whatever the slot holds (it sends only the slot's
+    address); checking the client's word instead turned every race between writers of a hot key
+    into a refused RPC, a fresh bucket READ and another RPC."""
+    return is_pair(cur) and cur >> FP_SHIFT == h >> FP_SHIFT and now - seen < st.lease_ns * (1 - st.drift)
 
 
 def _invalidate(ctx, st, key: bytes, sharers: int):
