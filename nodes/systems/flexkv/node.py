@@ -84,6 +84,8 @@ class NodeState:
         self.meta: dict[bytes, list] = {}
         self.key_locks: set = set()
         self.slot_locks: set = set()
+        self.proxy_threads = 1            # set when the proxy starts (system.start_node)
+        self.lock_free_at = 0             # the proxy threads' shared lock (proxy._shared)
         self.ordinal = layout["cn_ordinal"][node]          # this node's bit in sharer lists
         opts = layout["options"]
         self.memory_bytes = opts["cn_memory_bytes"]

@@ -26,6 +26,15 @@ client looks at its map again, which is how clients ride over a reassignment in 
 * ``PAUSE`` / ``RESUME`` (manager to node): the two phases of a reassignment (manager.py).
 * ``FLUSH``: read counts owed by cache hits, sent when more than ``FLUSH_READS`` piled up.
 
+**The proxy threads share one lock.** The local index, the per-key metadata and the key locks
+are structures every proxy thread of the node reads and writes, so each handler's work on them
+(the scan and the metadata bump, and the commit) runs under one spinlock (:func:`_shared`), priced
+as the doorbell spinlock of the verbs layer (``doorbell.lock_ns`` plus ``lock_per_sharer_ns`` per
+other thread sharing it: the cache line bouncing between cores, docs/fabric.md). One thread never
+waits; each added thread makes every critical section longer, which is the contention the paper
+gives for throughput falling past 2 threads (Fig. 20: "lock contention on multithreaded data
+structures").
+
 Why the memory node's slot is written before the commit: the proxy's node may die. Its partitions
 then go back to the one-sided path over the memory node's copy, which must already hold every
 committed write; a write that reached the memory node but not the LOCAL_CAS is redone, as FUSEE
@@ -120,6 +129,23 @@ def _cpu(ctx, req, ns: int) -> None:
         ctx.cpu(ns)
 
 
+def _shared(ctx, req, st, ns: int) -> None:
+    """Charge ``ns`` of work on the structures the node's proxy threads share, under their
+    spinlock (module docstring): wait (spinning, on this thread's core) until the lock is free,
+    then hold it for the work plus the lock's own cost, which grows with the threads sharing it."""
+    co = req.co
+    if co is None:
+        ctx.cpu(ns)
+        return
+    thread = co.thread
+    db = ctx.profile.doorbell
+    hold = ns + db.lock_ns + (st.proxy_threads - 1) * db.lock_per_sharer_ns
+    ready = max(ctx.env.now + ctx.env.active_process._debt, thread.cpu_free)
+    start = max(ready, st.lock_free_at)
+    st.lock_free_at = start + hold
+    thread.cpu(start - ready + hold)
+
+
 def _hash_ns(ctx, n: int) -> int:
     return int((HASH_CYCLES + HASH_CYCLES_PER_BYTE * n) / ctx.profile.cpu.ghz)
 
@@ -143,7 +169,8 @@ def handle_read(ctx, req):
         _cpu(ctx, req, cpu.local_read_ns_per_line)
         return READ_REPLY.pack(NOT_OWNER, 0, 0)
     h = hash64(key)
-    _cpu(ctx, req, _hash_ns(ctx, len(key)) + 4 * cpu.local_read_ns_per_line + cpu.local_cas_ns)
+    _cpu(ctx, req, _hash_ns(ctx, len(key)))
+    _shared(ctx, req, st, 4 * cpu.local_read_ns_per_line + cpu.local_cas_ns)      # scan, metadata
     pairs = candidates(st.local[p], _dir(st).d, p, h, st.scan_out)
     st.reads_served += 1
     m = st.meta.get(key)
@@ -166,7 +193,7 @@ def handle_flush(ctx, req):
     st = state_of(ctx.fabric, ctx.layout, ctx.index, ctx.env)
     p, reads = READ_REQ.unpack_from(req.payload)
     key = bytes(req.payload[READ_REQ.size:])
-    _cpu(ctx, req, ctx.profile.cpu.local_cas_ns)
+    _shared(ctx, req, st, ctx.profile.cpu.local_cas_ns)
     m = st.meta.get(key)
     if m is not None and st.active[p] == ctx.index:
         _bump(m, False, reads - 1)
@@ -184,13 +211,13 @@ def handle_write(ctx, req):
     if st.active[p] != ctx.index:
         _cpu(ctx, req, cpu.local_read_ns_per_line)
         return WRITE_REPLY.pack(NOT_OWNER, 0)
-    _cpu(ctx, req, _hash_ns(ctx, len(key)) + cpu.local_cas_ns)           # the key lock
+    _cpu(ctx, req, _hash_ns(ctx, len(key)))
+    _shared(ctx, req, st, cpu.local_cas_ns + 4 * cpu.local_read_ns_per_line)   # key lock, scan
     if key in st.key_locks or (p, slot) in st.slot_locks:
         st.busy += 1
         return WRITE_REPLY.pack(BUSY, 0)
     local = st.local[p]
     h = hash64(key)
-    _cpu(ctx, req, 4 * cpu.local_read_ns_per_line)
     pairs = candidates(local, _dir(st).d, p, h, st.scan_out)
     if slot == NO_SLOT or not is_pair(expected):
         # the client says the key is absent: every committed word with its fingerprint must be
@@ -237,7 +264,7 @@ def handle_write(ctx, req):
         yield co.sync()
         failpoint("flexkv.proxy.memory_written")
         local[slot] = new                                        # LOCAL_CAS: the commit point
-        _cpu(ctx, req, cpu.local_cas_ns)
+        _shared(ctx, req, st, cpu.local_cas_ns)
         st.commits += 1
     finally:
         st.key_locks.discard(key)

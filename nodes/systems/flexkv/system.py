@@ -14,7 +14,7 @@ from nodes.systems.race.system import RaceSystem
 from .client import FlexKVClient
 from .layout import ON_MEMORY, partition_bits
 from .manager import handle_pause, handle_resume, manager
-from .node import region_bytes, region_views
+from .node import region_bytes, region_views, state_of
 from .proxy import HANDLERS, M_PAUSE, M_RESUME, start_servers
 
 LAYOUT_FORMAT = 1
@@ -34,7 +34,9 @@ def start_node(ctx, extra: dict | None = None, coroutines: int = 1):
     """``servers["compute"]``: the proxy's RPC threads on every compute node (with the ``extra``
     handlers, ``coroutines`` per thread), the invalidation server, the manager on the first."""
     handlers = {**HANDLERS, M_PAUSE: handle_pause, M_RESUME: handle_resume, **(extra or {})}
-    gens = start_servers(ctx, handlers, proxy_threads(ctx.options, ctx.cores.n), coroutines)
+    n = proxy_threads(ctx.options, ctx.cores.n)
+    state_of(ctx.fabric, ctx.layout, ctx.index, ctx.env).proxy_threads = n
+    gens = start_servers(ctx, handlers, n, coroutines)
     if ctx.index == ctx.layout["cn_nodes"][0]:
         gens.append(manager(ctx))
     return gens
