@@ -1,0 +1,469 @@
+"""PD3's Loading Zone: the host ring the DPU DMA-writes prefetched items into.
+
+The DPU's Transfer Engine fetches the items it predicts the host will miss and DMA-writes them
+here; an application thread calls :meth:`LoadingZone.check_and_return` before its miss path and,
+if the item is there, takes it without any network access (PD3 §6.3, Fig. 9). It is a building
+block: nothing registers it as a system yet.
+
+The zone lives in the modelled memory of a node (``fabric.memory[host].host``), like
+:mod:`shm.dmaring`: every device access is a priced DMA of a :class:`shm.dma.DmaEngine`, every host
+access a local load, store or CAS charged to the calling thread.
+
+Layout (``base`` 64-byte aligned; words little-endian uint64)::
+
+    base+0    line 0: MAGIC, capacity, 0...               (written once by layout())
+    base+64   line 1: Head   oldest byte position not yet reclaimed (written by the device only)
+    base+128  line 2: Tail   byte position after the last published item (device only)
+    base+192  data: capacity bytes, a multiple of 64
+
+    item at byte position p (offset p % capacity of the data area, 8-byte aligned):
+        word 0: size u32 (data bytes) | reserved u32 (0)
+        word 1: state u64 = (p ^ SALT) | st,   st in PRODUCED 1, CONSUMED 2, PAD 3
+        word 2: key u64
+        data:   size bytes, zero-padded to a multiple of 8
+    an item takes 24 + round8(size) bytes; the next one starts right after it.
+
+Head and Tail are *byte positions that only grow* (offset = position % capacity), so ``Tail - Head``
+is the space in use without the full/empty ambiguity of wrapped indices, and a position names one
+item for ever. Each has its own cache line: the device's Head writes do not invalidate the line
+host threads read Tail from, and neither shares a line with items whose state words host threads
+CAS. The header is the artifact's ``PrefetchResponse{size u64, consumer_state u64, key u64}``
+(fardatalab/PD3 ``transfer_engine/types.hpp``) with the size narrowed to 32 bits (an item is never
+larger than the zone); the state is a whole aligned word so that it is one atomic DMA element for
+the device and one CAS target for the host. The state word carries its item's position (mixed with
+:data:`SALT` so that small positions do not look like small keys or sizes): zeroed memory, a stale
+header of an earlier lap or data bytes are never mistaken for the item at ``p``.
+
+Wrap-around: an item never straddles the end of the data area. If the next item does not fit
+before the end, the device writes a PAD record there (size = the rest of the lap minus its header,
+state ``PAD``) and the item starts the next lap; if fewer than 24 bytes (one header) are left, no
+record fits and both sides skip them by rule (:meth:`LoadingZone._lap_start`).
+
+**Device side** (one end per zone, in the device's process; the cursor lives in this object, as
+in :mod:`shm.dmaring`): :meth:`produce` appends a batch at Tail as one scatter-gather DMA write:
+the items (and any PAD), as at most two contiguous runs, then the Tail word as the *last* element.
+Elements land in list order and an element longer than a word lands line by line in ascending order
+under the line seqlocks (:mod:`shm.dma`), so Tail moves only after every byte of every item below
+it is in memory. A host thread loads Tail before it reads any header and never reads one at or
+past it, so it cannot see a half-written item (the tests check one nanosecond before the write's
+effect time and at it, and item bytes in memory with Tail not yet moved).
+Items that do not fit the free space the device knows of (``capacity - (Tail - Head seen)``) are
+**dropped** and counted (PD3: a full Loading Zone drops prefetches, never host requests; a dropped
+prefetch only costs the host its normal miss path). A later, smaller item of the batch may still
+fit.
+
+**Cleaning** (:meth:`clean`, started by :meth:`produce` when it had to drop, or on demand): the
+device knows where every item it wrote starts (a list of ``(position, length)`` in its own memory,
+standing for the DPU's DRAM), so it DMA-reads only their state words, from Head forward, in one
+scatter-gather read of at most :data:`CLEAN_WINDOW` words; when that lands it advances past the
+leading CONSUMED items (and PADs, whose state it wrote itself), stops at the first item not
+consumed, and DMA-writes the new Head. The device reuses the space only once that Head write has completed, so Head always lands in host
+memory *before* anything overwrites the space it frees. One clean at a time (``ZONE_BUSY``).
+
+**Host side** (:meth:`check_and_return`): copy Head into a private local head and load Tail once,
+then scan the headers between them. The scan writes nothing, so threads scanning at once only
+share lines they all read (Head, Tail, headers) and do not contend; the only contended
+word is the state of the item two threads both want. On a key match whose state is PRODUCED the
+thread copies the data *then* CASes the state PRODUCED -> CONSUMED (the paper's order): a
+successful CAS proves the item was still PRODUCED during the copy, hence not reclaimed, hence not
+overwritten, so the copy is whole. A lost CAS (another thread took it) or a match already CONSUMED
+is skipped and the scan goes on; no match returns None at once. The call never waits for in-flight
+prefetches: what lands after it loaded Tail is for the next call.
+
+A scanner with an old local head may meet space the device reclaimed and is overwriting. That is
+detected without locks: a header read while its state still reads ``PRODUCED(p)`` is intact (a
+produced item cannot be reclaimed); for any other state the thread re-loads Head after reading the
+header: Head at or below ``p`` means the space was not reclaimed yet (Head lands before any
+overwrite), so the size read is good; Head above ``p`` means everything before Head is consumed
+anyway and the scan jumps to it. The residual risk is the CAS itself: between the thread's load of
+``PRODUCED(p)`` and its CAS, another thread would have to consume the item, the device clean and
+overwrite it, and the new bytes equal the salted ``PRODUCED(p)`` word -- in a co-located run a
+call is atomic in virtual time and none of this can happen.
+
+**Costs** charged to the calling thread (anything with ``cpu(ns)``, e.g. an RdmaThread), with the
+``[cpu]`` costs :mod:`shm.dmaring` uses: ``local_read_ns_per_line`` per distinct cache line read --
+the Head line and the Tail line once per call, each line of headers scanned (two 24-byte headers of
+small items share one), each line of data copied -- and ``local_cas_ns`` per CAS. A hit costs one
+CAS; a scan that meets n headers on n lines costs n + 2 lines. The device's costs are its DMAs.
+
+Statistics (:meth:`statistics`, a :class:`ZoneStats`): this object's counts (the device end's
+produce/drop/clean, the host ends' scans in this process) and the free bytes host memory shows now.
+
+Keys are 8 bytes: an ``int`` in ``[0, 2**64)`` or 8 bytes (little-endian). Several host threads
+in several processes may use one zone (:meth:`LoadingZone.attach`); the shared words are accessed
+with :mod:`shm.atomics` as in :mod:`shm.dmaring`. Plain Python: the hot loops are a few word loads
+per header, as in :mod:`shm.dmaring`.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from shm.atomics import cas, load_acquire
+from shm.dma import DMA_OK, DmaCompletion
+from shm.fabric import REGION_HOST, gaddr, read_lines
+
+MAGIC = 0x5044334C5A4E_0001      # "PD3LZN", version 1
+HEADER_BYTES = 192               # zone header area: magic line, Head line, Tail line
+W_MAGIC, W_CAPACITY = 0, 1
+W_HEAD, W_TAIL = 8, 16           # word indices from base: lines 1 and 2
+ITEM_HEADER = 24                 # size|reserved, state, key
+SALT = 0x9E3779B97F4A7C10        # low 3 bits zero: the state kind lives there
+
+PRODUCED, CONSUMED, PAD = 1, 2, 3
+
+# statuses of zone completions besides the engine's (shm.dma.DMA_OK, DMA_BAD_*)
+ZONE_FULL = 24          # produce: every item of the batch was dropped, nothing written
+ZONE_BUSY = 25          # clean: a clean of this zone is still in flight
+
+# state words one clean reads at most: bounds the scatter-gather list (a zone of small items holds
+# millions); a clean that stops at the window is followed by the next drop's clean
+CLEAN_WINDOW = 4096
+
+_LINE = 64
+_U64 = (1 << 64) - 1
+
+
+def _state(pos: int, st: int) -> int:
+    return (pos ^ SALT) | st
+
+
+def _round8(n: int) -> int:
+    return (n + 7) & ~7
+
+
+def item_bytes(size: int) -> int:
+    """Bytes an item of ``size`` data bytes takes in the zone (header + data padded to 8)."""
+    return ITEM_HEADER + _round8(size)
+
+
+def _key(key) -> int:
+    if isinstance(key, (bytes, bytearray, memoryview)):
+        if len(key) != 8:
+            raise ValueError(f"a Loading Zone key is 8 bytes (or an int below 2**64), got {len(key)} bytes")
+        return int.from_bytes(bytes(key), "little")
+    if isinstance(key, (int, np.integer)) and 0 <= int(key) <= _U64:
+        return int(key)
+    raise ValueError(f"a Loading Zone key is 8 bytes (or an int below 2**64), got {key!r}")
+
+
+class ZoneStats(NamedTuple):
+    produced: int           # items the device end published
+    produced_bytes: int     # their data bytes
+    dropped: int            # items dropped because the zone was full
+    dropped_bytes: int      # their data bytes
+    consumed: int           # items taken by this object's host ends (won CAS)
+    scans: int              # check_and_return calls
+    headers_scanned: int    # item headers read by those calls
+    misses: int             # calls that returned None
+    cleaned: int            # items reclaimed by the device's cleaning (PADs not counted)
+    bytes_free: int         # capacity - (Tail - Head), as host memory shows now
+
+
+class LoadingZone:
+    """A Loading Zone of ``capacity`` data bytes at offset ``base`` of node ``host``'s memory."""
+
+    def __init__(self, fabric, host, base: int, capacity: int):
+        if base % 64:
+            raise ValueError(f"a Loading Zone's base must be 64-byte aligned, got {base}")
+        if capacity < 64 or capacity % 64:
+            raise ValueError(f"a Loading Zone's capacity must be a positive multiple of 64 bytes, got {capacity}")
+        self.fabric = fabric
+        self.host = fabric.node_index(host)
+        self.base = base
+        self.capacity = capacity
+        mem = fabric.memory[self.host]
+        need = self.bytes_needed(capacity)
+        if base + need > mem.host.shape[0]:
+            raise ValueError(f"a Loading Zone of {need} B at {base} does not fit node {self.host}'s memory "
+                             f"({mem.host.shape[0]} B)")
+        self._mem = mem
+        self._w0 = base >> 3
+        self._data = base + HEADER_BYTES
+        # the device end (one per zone, in the device's process): what it published and what it
+        # knows was reclaimed, and where each item it wrote starts (for cleaning)
+        self._dev_tail = self.tail()
+        self._dev_head = self.head()
+        self._dev_items: list[tuple[int, int, bool]] = []    # (position, length, is_pad), oldest first
+        self._cleaning = False
+        self.produced = self.produced_bytes = self.dropped = self.dropped_bytes = self.cleaned = 0
+        self.consumed = self.scans = self.headers_scanned = self.misses = 0
+
+    # -- creation ---------------------------------------------------------------------------
+    @staticmethod
+    def bytes_needed(capacity: int) -> int:
+        return HEADER_BYTES + capacity
+
+    @classmethod
+    def layout(cls, fabric, host, capacity: int) -> "LoadingZone":
+        """Allocate and initialise an empty zone in node ``host``'s memory (Head = Tail = 0, data
+        zeroed: zeroed memory is never a valid state word); setup time, before any end uses it."""
+        if capacity < 64 or capacity % 64:
+            raise ValueError(f"a Loading Zone's capacity must be a positive multiple of 64 bytes, got {capacity}")
+        base = fabric.allocate(host, cls.bytes_needed(capacity), region=REGION_HOST, align=64)
+        i = fabric.node_index(host)
+        m64 = fabric.memory[i].host64
+        w0 = base >> 3
+        m64[w0:w0 + cls.bytes_needed(capacity) // 8] = 0
+        m64[w0 + W_MAGIC], m64[w0 + W_CAPACITY] = MAGIC, capacity
+        return cls(fabric, host, base, capacity)
+
+    @classmethod
+    def attach(cls, fabric, host, base: int) -> "LoadingZone":
+        """The zone laid out at ``base`` of ``host`` (e.g. by another process). A device end must
+        attach before anything is produced: the item list it cleans from is its own."""
+        i = fabric.node_index(host)
+        m64 = fabric.memory[i].host64
+        if base % 8 or base + HEADER_BYTES > m64.shape[0] * 8 or int(m64[(base >> 3) + W_MAGIC]) != MAGIC:
+            raise ValueError(f"no Loading Zone at offset {base} of node {i}")
+        return cls(fabric, host, base, int(m64[(base >> 3) + W_CAPACITY]))
+
+    # -- addresses and shared words ---------------------------------------------------------
+    def _off(self, pos: int) -> int:
+        return self._data + pos % self.capacity
+
+    def _lap_start(self, pos: int) -> int:
+        """``pos``, or the next lap's start if no item header fits before the end of this lap."""
+        rest = self.capacity - pos % self.capacity
+        return pos + rest if rest < ITEM_HEADER else pos
+
+    def gaddr_of(self, word: int) -> int:
+        """Global address of header word ``word`` (W_HEAD, W_TAIL)."""
+        return gaddr(self.host, self.base + 8 * word)
+
+    def head(self) -> int:
+        return int(load_acquire(self._mem.host64, self._w0 + W_HEAD))
+
+    def tail(self) -> int:
+        return int(load_acquire(self._mem.host64, self._w0 + W_TAIL))
+
+    def bytes_free(self) -> int:
+        return self.capacity - (self.tail() - self.head())
+
+    # -- host side: local memory ------------------------------------------------------------
+    def check_and_return(self, thread, key, dest=None):
+        """Take the item ``key`` if the zone holds it unconsumed: its data as ``bytes``, or, with
+        ``dest`` (a writable uint8 buffer), its size after copying it into ``dest[:size]``; None if
+        it is not there (``dest`` is then undefined). Never blocks. ``thread`` (anything with
+        ``cpu(ns)``, or None) is charged the lines read and the CAS."""
+        k = _key(key)
+        out = None if dest is None else np.frombuffer(dest, np.uint8) if not isinstance(dest, np.ndarray) else dest
+        m64 = self._mem.host64
+        hw = self._w0 + W_HEAD
+        p = int(load_acquire(m64, hw))                 # the private local head
+        t = int(load_acquire(m64, self._w0 + W_TAIL))  # what is published now; later items are for later calls
+        lines = 2                                       # the Head and Tail lines
+        last_line = -1
+        cas_ops = headers = 0
+        result = None
+        while True:
+            p = self._lap_start(p)
+            if p >= t:
+                break
+            o = self._off(p)
+            sw = o >> 3
+            s = int(load_acquire(m64, sw + 1))
+            size = int(load_acquire(m64, sw)) & 0xFFFFFFFF
+            ikey = int(load_acquire(m64, sw + 2))
+            s2 = int(load_acquire(m64, sw + 1))
+            headers += 1
+            # lines counted by position, which only grows (offsets restart at each lap); the data
+            # area is line-aligned and a whole number of lines, so the two agree on line boundaries
+            end = (p + ITEM_HEADER - 1) // _LINE
+            lines += max(0, end - max(p // _LINE, last_line + 1) + 1)
+            last_line = max(last_line, end)
+            produced = _state(p, PRODUCED)
+            if s2 != produced or s != produced:
+                # consumed, a PAD, or space the device may have reclaimed: the size is only
+                # trustworthy if Head has not passed p since (Head lands before any overwrite)
+                h = int(load_acquire(m64, hw))
+                if h > p:
+                    p = h                              # all before Head is consumed: nothing to find there
+                    continue
+                if s2 != _state(p, CONSUMED) and s2 != _state(p, PAD):
+                    break                              # not an item header at p: nothing coherent to scan
+                p += item_bytes(size)
+                continue
+            if ikey == k:
+                dlo = o + ITEM_HEADER
+                if out is not None:
+                    if out.shape[0] < size:
+                        raise ValueError(f"dest of {out.shape[0]} B is too small for the {size} B item of key {k}")
+                    buf = out
+                else:
+                    buf = np.empty(size, np.uint8)
+                # copy first, then claim: a won CAS proves the item stayed PRODUCED (so was not
+                # reclaimed and overwritten) all through the copy
+                read_lines(buf, 0, self._mem.host, dlo, size, self._mem.host_locks)
+                if size:
+                    end = (p + ITEM_HEADER + size - 1) // _LINE
+                    lines += max(0, end - max((p + ITEM_HEADER) // _LINE, last_line + 1) + 1)
+                    last_line = max(last_line, end)
+                cas_ops += 1
+                if int(cas(m64, sw + 1, produced, _state(p, CONSUMED))) == produced:
+                    self.consumed += 1
+                    result = size if out is not None else buf[:size].tobytes()
+                    break
+                # another thread took it meanwhile; the scan goes on
+            p += item_bytes(size)
+        self.scans += 1
+        self.headers_scanned += headers
+        if result is None:
+            self.misses += 1
+        if thread is not None:
+            cpu = self.fabric.profile.cpu
+            thread.cpu(cas_ops * cpu.local_cas_ns + lines * cpu.local_read_ns_per_line)
+        return result
+
+    # -- device side: DMA -------------------------------------------------------------------
+    def _check_engine(self, engine) -> None:
+        if engine.host != self.host:
+            raise ValueError(f"the Loading Zone is in node {self.host}'s memory; the DMA engine of node "
+                             f"{engine.device} reaches node {engine.host}'s")
+
+    def _done_at_once(self, engine, status: int = DMA_OK, error: str = "") -> DmaCompletion:
+        c = DmaCompletion(engine.env, status, error)
+        c.succeed(c)
+        return c
+
+    def produce(self, engine, items, *, clean: bool = True) -> DmaCompletion:
+        """DMA-write ``items`` (``(key, data)`` pairs) at Tail, then Tail, as one scatter-gather
+        descriptor. Items that do not fit the space the device knows is free are dropped (counted;
+        the completion's ``written`` and ``dropped`` lists hold the keys). If nothing fits the
+        completion has status ``ZONE_FULL`` and fires at once. After a drop (and ``clean``), a
+        :meth:`clean` is started if none is in flight. Bad items raise ValueError before anything
+        is posted."""
+        self._check_engine(engine)
+        batch = []
+        for key, data in items:
+            k = _key(key)
+            d = bytes(data)
+            if len(d) > 0xFFFFFFFF or item_bytes(len(d)) > self.capacity:
+                raise ValueError(f"an item of {len(d)} B (key {k}) does not fit a Loading Zone of "
+                                 f"{self.capacity} B ({ITEM_HEADER} B of header)")
+            batch.append((k, d))
+        if not batch:
+            c = self._done_at_once(engine)
+            c.written, c.dropped = [], []
+            return c
+        t0 = t = self._dev_tail
+        limit = self._dev_head + self.capacity
+        records = []            # (position, length, kind, key, data) in position order
+        written, dropped = [], []
+        for k, d in batch:
+            n = item_bytes(len(d))
+            p = self._lap_start(t)
+            pad = None
+            if p % self.capacity + n > self.capacity:          # does not fit before the lap's end
+                rest = self.capacity - p % self.capacity
+                pad = (p, rest)
+                p += rest
+            if p + n > limit:
+                dropped.append(k)
+                self.dropped += 1
+                self.dropped_bytes += len(d)
+                continue
+            if pad is not None:
+                records.append((pad[0], pad[1], PAD, 0, b""))
+            records.append((p, n, PRODUCED, k, d))
+            written.append(k)
+            t = p + n
+        if not records:
+            c = self._done_at_once(engine, ZONE_FULL, f"Loading Zone full: {len(dropped)} items dropped, "
+                                                      f"{limit - t0} B free as the device knows")
+        else:
+            buf = np.zeros(t - t0 + 8, np.uint8)
+            b64 = buf[:t - t0].view(np.uint64)
+            for p, n, kind, k, d in records:
+                j = (p - t0) >> 3
+                size = n - ITEM_HEADER if kind == PAD else len(d)
+                b64[j], b64[j + 1], b64[j + 2] = size, _state(p, kind), k
+                if d:
+                    lo = p - t0 + ITEM_HEADER
+                    buf[lo:lo + len(d)] = np.frombuffer(d, np.uint8)
+            buf[t - t0:] = np.frombuffer(t.to_bytes(8, "little"), np.uint8)
+            # positions t0..t are contiguous; split where they cross a lap boundary
+            elements = []
+            p = t0
+            while p < t:
+                run = min(t - p, self.capacity - p % self.capacity)
+                elements.append((gaddr(self.host, self._off(p)), p - t0, run))
+                p += run
+            elements.append((self.gaddr_of(W_TAIL), t - t0, 8))      # last: Tail lands after every item
+            c = engine.write_sg(elements, buf)
+            if c.succeeded:
+                self._dev_tail = t
+                self._dev_items.extend((p, n, kind == PAD) for p, n, kind, _k, _d in records)
+                self.produced += len(written)
+                self.produced_bytes += sum(len(d) for _p, _n, kind, _k, d in records if kind == PRODUCED)
+            else:
+                written = []
+        c.written, c.dropped = written, dropped
+        if dropped and clean and not self._cleaning:
+            self.clean(engine)
+        return c
+
+    def clean(self, engine, max_items: int | None = CLEAN_WINDOW) -> DmaCompletion:
+        """Reclaim consumed items: DMA-read the state words of up to ``max_items`` items (None: all
+        the device wrote and has not reclaimed) from Head forward, as one scatter-gather read; when
+        it lands, advance past the leading CONSUMED items and PADs and DMA-write Head. The returned
+        event fires when the new Head has been written (when the read lands if nothing was
+        consumed; at once if there was nothing to read); its ``cleaned`` is the number of items
+        reclaimed. Status ``ZONE_BUSY`` if a clean is in flight."""
+        self._check_engine(engine)
+        if self._cleaning:
+            c = self._done_at_once(engine, ZONE_BUSY, "a clean of this Loading Zone is in flight")
+            c.cleaned = 0
+            return c
+        items = list(self._dev_items if max_items is None else self._dev_items[:max(1, max_items)])
+        if not items:
+            c = self._done_at_once(engine)
+            c.cleaned = 0
+            return c
+        done = DmaCompletion(engine.env)
+        done.cleaned = 0
+        buf = np.zeros(8 * len(items), np.uint8)
+        elements = [(gaddr(self.host, self._off(p) + 8), 8 * j, 8) for j, (p, _n, _pad) in enumerate(items)]
+        rd = engine.read_sg(elements, buf)
+        if not rd.succeeded:
+            rd.cleaned = 0
+            return rd
+        self._cleaning = True
+
+        def landed(_ev):
+            states = buf.view(np.uint64)
+            n = reclaimed = 0
+            for j, (p, _len, is_pad) in enumerate(items):
+                if not is_pad and int(states[j]) != _state(p, CONSUMED):
+                    break
+                n += 1
+                reclaimed += not is_pad
+            if n == 0:
+                self._cleaning = False
+                done.succeed(done)
+                return
+            p, length, _pad = items[n - 1]
+            new_head = p + length
+            del self._dev_items[:n]
+            wr = engine.write_sg([(self.gaddr_of(W_HEAD), 0, 8)], np.frombuffer(new_head.to_bytes(8, "little"),
+                                                                                np.uint8))
+
+            def written(_ev):
+                # only now may the device reuse the space: Head is in host memory before any overwrite
+                self._dev_head = new_head
+                self._cleaning = False
+                self.cleaned += reclaimed
+                done.cleaned = reclaimed
+                done.effect_ns, done.done_ns = wr.effect_ns, wr.done_ns
+                done.succeed(done)
+
+            wr.callbacks.append(written)
+
+        rd.callbacks.append(landed)
+        return done
+
+    def statistics(self) -> ZoneStats:
+        return ZoneStats(self.produced, self.produced_bytes, self.dropped, self.dropped_bytes, self.consumed,
+                         self.scans, self.headers_scanned, self.misses, self.cleaned, self.bytes_free())
