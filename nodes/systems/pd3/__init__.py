@@ -1,5 +1,8 @@
 """PD3 (prefetching data with DPUs for disaggregated memory) will live in this package.
 
-Not a system on the rack yet: nothing here is registered. Its first part is
-:mod:`.host_view`, the DPU-side set of keys believed cached on the host (PD3's Host View).
+Not a system on the rack yet: nothing here is registered. Its parts so far:
+
+* :mod:`.host_view`: the DPU-side set of keys believed cached on the host (PD3's Host View);
+* :mod:`.loading_zone`: the host ring the DPU DMA-writes prefetched items into, and the
+  application threads' non-blocking ``CheckAndReturn``.
 """
