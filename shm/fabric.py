@@ -134,16 +134,40 @@ def _place_line(dst, lo, hi, src, s_lo, dst_locks, line):
 
 @njit(cache=True)
 def _sample_line(dst, d_lo, src, lo, hi, src_locks, line):
-    """Copy src[lo:hi] into dst[d_lo:], again until line ``line``'s seqlock did not move (a reader)."""
+    """Copy src[lo:hi] into dst[d_lo:], again until line ``line``'s seqlock did not move (a reader).
+
+    Aligned 8-byte words are loaded whole: a word that a CPU store or local atomic (which take no
+    seqlock, e.g. the reclaimer's epoch announcements) changes during the copy then reads either
+    old or new, as a NIC's DMA read of an aligned word does, never half of each."""
     i = line & (src_locks.shape[0] - 1)
+    whole = (lo & 7) == 0 and (hi & 7) == 0 and (src.shape[0] & 7) == 0
     while True:
         s1 = load_acquire(src_locks, i)
         if s1 & 1:
             continue
-        for b in range(hi - lo):
-            dst[d_lo + b] = src[lo + b]
+        if whole and (d_lo & 7) == 0 and (dst.shape[0] & 7) == 0:
+            dst64 = dst.view(np.uint64)
+            src64 = src.view(np.uint64)
+            d = (d_lo - lo) >> 3
+            for w in range(lo >> 3, hi >> 3):
+                dst64[d + w] = src64[w]
+        elif whole:
+            _copy_words(dst, d_lo, src.view(np.uint64), lo, hi)
+        else:
+            for b in range(hi - lo):
+                dst[d_lo + b] = src[lo + b]
         if load_acquire(src_locks, i) == s1:
             return
+
+
+@njit(cache=True)
+def _copy_words(dst, d_lo, src64, lo, hi):
+    """src[lo:hi] (8-byte aligned) into dst[d_lo:], one 8-byte load per word."""
+    for w in range(lo >> 3, hi >> 3):
+        v = src64[w]
+        at = d_lo + (w << 3) - lo
+        for k in range(8):
+            dst[at + k] = np.uint8((v >> np.uint64(8 * k)) & np.uint64(0xFF))
 
 
 @njit(cache=True)
