@@ -4,5 +4,7 @@ Not a system on the rack yet: nothing here is registered. Its parts so far:
 
 * :mod:`.host_view`: the DPU-side set of keys believed cached on the host (PD3's Host View);
 * :mod:`.loading_zone`: the host ring the DPU DMA-writes prefetched items into, and the
-  application threads' non-blocking ``CheckAndReturn``.
+  application threads' non-blocking ``CheckAndReturn``;
+* :mod:`.leap`: the Leap prefetcher (trend detection and prefetch window, PD3's userspace port),
+  the algorithm of PD3's Leap baseline.
 """
