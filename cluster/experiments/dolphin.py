@@ -55,7 +55,7 @@ from cluster.experiments.figures import Figure
 from cluster.experiments.pointpool import map_points
 from cluster.experiments.progress import prefixed
 from cluster.experiments.registry import Experiment
-from cluster.experiments.rows import Row, run_experiments
+from cluster.experiments.rows import Row, check_only, run_experiments
 
 PROFILE = "cx5-100g"
 COMPUTE = 4                      # compute nodes (the paper's compute servers)
@@ -567,9 +567,7 @@ def check_systems(systems: dict | None = None) -> None:
 
 def run(only=None, quick: bool = False, json_path: str | None = None, console=None, jobs: int = 1) -> list[Row]:
     from rich.console import Console
-    unknown = [n for n in (only or ()) if n not in EXPERIMENTS]
-    if unknown:
-        raise ValueError(f"unknown experiment {unknown[0]!r}; choose from {', '.join(EXPERIMENTS)}")
+    check_only(EXPERIMENTS, only)
     check_systems()
     console = console or Console()
     s = setup(quick)

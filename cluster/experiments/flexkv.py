@@ -5,7 +5,8 @@ proxied partition go to the owner CN by RPC and commit with a LOCAL_CAS; the res
 the memory nodes; CNs cache addresses and read-mostly KV pairs coherently; a manager ranks the
 partitions by hotness (Algorithm 1) and tunes the share offloaded by hill climbing (Algorithm 2).
 The system is ``nodes/systems/flexkv`` (``flexkv``); FlexKV-OP (every request forwarded to the
-owner CN) is ``flexkv-op`` and its rows are skipped, with a note, where it is not registered.
+owner CN) is ``flexkv-op``, registered with it; Fig. 17 gives any series whose system is not
+registered (a later baseline) a note row instead of points.
 
 **Scale.** The paper runs 20 CNs x 10 clients x 8 coroutines and 3 memory nodes (56 Gb/s
 ConnectX-3), 10 M KV pairs of 128 B and 64 MB per CN (about 5 % of the working set), with the
@@ -56,7 +57,7 @@ from cluster.experiments.figures import Figure
 from cluster.experiments.pointpool import map_points
 from cluster.experiments.progress import prefixed
 from cluster.experiments.registry import Experiment
-from cluster.experiments.rows import Row, run_experiments
+from cluster.experiments.rows import Row, check_only, run_experiments
 
 PROFILE = "cx3-56g"
 COMPUTE = 4                     # compute nodes (the paper's 20)
@@ -314,6 +315,16 @@ def _get(p: dict, field: str = "mops"):
     return None if "error" in p else p[field]
 
 
+def _grid(exp: str, keys, spec_of, sizes: dict, progress, jobs: int) -> tuple[dict, list[Row]]:
+    """Run the point ``spec_of(key, letter)`` of every key x YCSB workload: Mops per (key, letter)
+    (None for a failed point), and the experiment's first rows (the scale, a note per failure)."""
+    grid = [(k, w) for k in keys for w in WORKLOADS]
+    specs = [spec_of(k, w) for k, w in grid]
+    res = points(specs, prefixed(progress, f"{exp}: "), jobs)
+    return ({kw: _get(p) for kw, p in zip(grid, res)},
+            _scale_rows(exp, sizes) + _failures(exp, specs, res))
+
+
 def ablation_options() -> dict[str, dict]:
     """Fig. 16's steps, each with all the options of the steps before it."""
     out, cur = {}, {}
@@ -367,11 +378,7 @@ def fig16(quick: bool, progress, *, jobs: int = 1, system: str = "flexkv", **siz
     gains per step +14.5 %, +11.9 %, +6.1 %, +15.2 %."""
     sizes = _sizes(quick, **size)
     steps = ablation_options()
-    specs = [_spec(system, opts, w, sizes) for opts in steps.values() for w in WORKLOADS]
-    res = points(specs, prefixed(progress, "fig16: "), jobs)
-    got = iter(res)
-    mops = {(s, w): _get(next(got)) for s in steps for w in WORKLOADS}
-    rows = _scale_rows("fig16", sizes) + _failures("fig16", specs, res)
+    mops, rows = _grid("fig16", steps, lambda s, w: _spec(system, steps[s], w, sizes), sizes, progress, jobs)
     for s in steps:
         for w in WORKLOADS:
             rows.append(Row("fig16", s, f"YCSB {w}", "Mops", mops[(s, w)]))
@@ -541,12 +548,9 @@ def fig20(quick: bool, progress, *, jobs: int = 1, system: str = "flexkv", threa
     the peak at 2 threads; 1 thread reaches 71.8-90.2 % of the peak."""
     sizes = _sizes(quick, **size)
     threads_list = [t for t in threads_list if t <= sizes["threads"]]
-    specs = [_spec(system, full_options(proxy_threads=t, knob=False, offload_ratio=PUB_TABLE1[w][0]), w, sizes)
-             for t in threads_list for w in WORKLOADS]
-    res = points(specs, prefixed(progress, "fig20: "), jobs)
-    got = iter(res)
-    mops = {(t, w): _get(next(got)) for t in threads_list for w in WORKLOADS}
-    rows = _scale_rows("fig20", sizes) + _failures("fig20", specs, res)
+    mops, rows = _grid("fig20", threads_list, lambda t, w: _spec(
+        system, full_options(proxy_threads=t, knob=False, offload_ratio=PUB_TABLE1[w][0]), w, sizes),
+        sizes, progress, jobs)
     ones = []
     for w in WORKLOADS:
         for t in threads_list:
@@ -571,11 +575,8 @@ def fig24(quick: bool, progress, *, jobs: int = 1, system: str = "flexkv", ratio
     """Knob off, fixed offload ratios 0-100 % on YCSB A-D (Algorithm 1 and the KV cache on).
     Published: roughly unimodal; 0 % and 100 % both below the best."""
     sizes = _sizes(quick, **size)
-    specs = [_spec(system, full_options(knob=False, offload_ratio=r), w, sizes) for r in ratios for w in WORKLOADS]
-    res = points(specs, prefixed(progress, "fig24: "), jobs)
-    got = iter(res)
-    mops = {(r, w): _get(next(got)) for r in ratios for w in WORKLOADS}
-    rows = _scale_rows("fig24", sizes) + _failures("fig24", specs, res)
+    mops, rows = _grid("fig24", ratios, lambda r, w: _spec(system, full_options(knob=False, offload_ratio=r), w, sizes),
+                       sizes, progress, jobs)
     for w in WORKLOADS:
         for r in ratios:
             rows.append(Row("fig24", f"YCSB {w}", f"{r:.0%}", "Mops", mops[(r, w)]))
@@ -702,17 +703,11 @@ def check_systems() -> None:
 
 def run(only=None, quick: bool = False, json_path: str | None = None, console=None, jobs: int = 1) -> list[Row]:
     from rich.console import Console
-    unknown = [n for n in (only or ()) if n not in EXPERIMENTS]
-    if unknown:
-        raise ValueError(f"unknown experiment {unknown[0]!r}; choose from {', '.join(EXPERIMENTS)}")
+    check_only(EXPERIMENTS, only)
     check_systems()
     console = console or Console()
     s = setup(quick)
     console.print(f"FlexKV reproduction, scaled: {s['scale']}", markup=False, highlight=False)
-    from nodes.systems import is_known
-    if not is_known(SYSTEMS["FlexKV-OP"]):
-        console.print(f"note: system {SYSTEMS['FlexKV-OP']!r} is not registered: Fig. 17 shows FlexKV alone",
-                      markup=False, highlight=False)
     _POINTS.clear()
     return run_experiments(EXPERIMENTS, only=only, quick=quick, json_path=json_path, console=console,
                            label="reproduce flexkv", title_prefix="FlexKV ", jobs=jobs, side_by_side=SIDE_BY_SIDE,

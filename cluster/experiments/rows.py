@@ -192,6 +192,14 @@ class ExperimentsFailed(RuntimeError):
                          f"{', '.join(n for n, _ in failed)}; the other experiments' rows are complete")
 
 
+def check_only(experiments, only) -> None:
+    """Refuse an ``--only`` name that is not one of ``experiments`` (one line naming the choices).
+    Runners call it before they print anything; :func:`run_experiments` calls it too."""
+    for n in only or ():
+        if n not in experiments:
+            raise ValueError(f"unknown experiment {n!r}; choose from {', '.join(experiments)}")
+
+
 def run_experiments(experiments: dict, *, only=None, quick: bool = False, json_path: str | None = None,
                     console=None, label: str, title_prefix: str = "", jobs: int = 1,
                     side_by_side: tuple = (), setup=None, title: str = "", options: dict | None = None) -> Rows:
@@ -216,10 +224,8 @@ def run_experiments(experiments: dict, *, only=None, quick: bool = False, json_p
         raise ValueError(f"jobs must be a whole number of processes, at least 1; got {jobs!r}")
     experiments = {name: (partial(fn, jobs=jobs) if name in side_by_side else fn) for name, fn in experiments.items()}
     console = console or Console()
+    check_only(experiments, only)
     names = list(experiments) if not only else list(only)
-    for n in names:
-        if n not in experiments:
-            raise ValueError(f"unknown experiment {n!r}; choose from {', '.join(experiments)}")
     check_json_path(json_path)
     started, t_start, code = time.time(), time.perf_counter(), software()
     rows = Rows()

@@ -438,7 +438,7 @@ class FlexKVClient(RaceClient):
                 yield self.backoff(min(attempt, 4))
             else:
                 self.mismatches += 1
-            if not self._still_mine(op, h, expected, seen):
+            if not self._still_mine(op, expected, seen):
                 slot = None
             elif status == MISMATCH and is_pair(cur) and cur >> FP_SHIFT == h >> FP_SHIFT:
                 expected = cur          # another write of the key committed first: try over it
@@ -446,7 +446,7 @@ class FlexKVClient(RaceClient):
                 slot = None
         raise SystemError_(f"FlexKV: write of key {key[:32]!r} did not settle after {RETRY_LIMIT} rounds")
 
-    def _still_mine(self, op, h, expected, seen) -> bool:
+    def _still_mine(self, op, expected, seen) -> bool:
         """Does the slot that held this key's pair ``expected`` at ``seen`` still belong to the key?
         Another key can take it only after the key's DELETE plus a lease (§3.5), so yes for a lease
         after ``seen``, less the clock drift: a write refused as BUSY or MISMATCH then retries with
