@@ -17,7 +17,7 @@ Layout (``base`` 64-byte aligned; words little-endian uint64)::
     base+192  data: capacity bytes, a multiple of 64
 
     item at byte position p (offset p % capacity of the data area, 8-byte aligned):
-        word 0: size u32 (data bytes) | reserved u32 (0)
+        word 0: size u32 (data bytes) | seq u32 (the Transfer Engine batch that fetched it; 0 if none)
         word 1: state u64 = (p ^ SALT) | st,   st in PRODUCED 1, CONSUMED 2, PAD 3
         word 2: key u64
         data:   size bytes, zero-padded to a multiple of 8
@@ -109,7 +109,7 @@ MAGIC = 0x5044334C5A4E_0001      # "PD3LZN", version 1
 HEADER_BYTES = 192               # zone header area: magic line, Head line, Tail line
 W_MAGIC, W_CAPACITY = 0, 1
 W_HEAD, W_TAIL = 8, 16           # word indices from base: lines 1 and 2
-ITEM_HEADER = 24                 # size|reserved, state, key
+ITEM_HEADER = 24                 # size|seq, state, key
 SALT = 0x9E3779B97F4A7C10        # low 3 bits zero: the state kind lives there
 
 PRODUCED, CONSUMED, PAD = 1, 2, 3
@@ -160,6 +160,8 @@ class ZoneStats(NamedTuple):
     misses: int             # calls that returned None
     cleaned: int            # items reclaimed by the device's cleaning (PADs not counted)
     bytes_free: int         # capacity - (Tail - Head), as host memory shows now
+    stale: int              # items a host end claimed and threw away: fetched before the key's fence
+    expired: int            # unconsumed items the device retired to make room (expire)
 
 
 class LoadingZone:
@@ -189,7 +191,7 @@ class LoadingZone:
         self._dev_items: list[tuple[int, int, bool]] = []    # (position, length, is_pad), oldest first
         self._cleaning = False
         self.produced = self.produced_bytes = self.dropped = self.dropped_bytes = self.cleaned = 0
-        self.consumed = self.scans = self.headers_scanned = self.misses = 0
+        self.consumed = self.scans = self.headers_scanned = self.misses = self.stale = self.expired = 0
 
     # -- creation ---------------------------------------------------------------------------
     @staticmethod
@@ -243,11 +245,17 @@ class LoadingZone:
         return self.capacity - (self.tail() - self.head())
 
     # -- host side: local memory ------------------------------------------------------------
-    def check_and_return(self, thread, key, dest=None):
+    def check_and_return(self, thread, key, dest=None, *, fresh_from: int | None = None):
         """Take the item ``key`` if the zone holds it unconsumed: its data as ``bytes``, or, with
         ``dest`` (a writable uint8 buffer), its size after copying it into ``dest[:size]``; None if
         it is not there (``dest`` is then undefined). Never blocks. ``thread`` (anything with
-        ``cpu(ns)``, or None) is charged the lines read and the CAS."""
+        ``cpu(ns)``, or None) is charged the lines read and the CAS.
+
+        ``fresh_from``: the host's fence for this key -- the Transfer Engine sequence of its last
+        write-back of the key. An item of ``key`` fetched in an earlier batch (``seq`` below it,
+        compared modulo 2^32) was read from remote memory before that write-back landed: stale.
+        It is claimed (CAS to CONSUMED, so cleaning can pass it), counted in ``stale``, and the
+        scan goes on. None: every item is taken as fresh."""
         k = _key(key)
         out = None if dest is None else np.frombuffer(dest, np.uint8) if not isinstance(dest, np.ndarray) else dest
         m64 = self._mem.host64
@@ -265,7 +273,8 @@ class LoadingZone:
             o = self._off(p)
             sw = o >> 3
             s = int(load_acquire(m64, sw + 1))
-            size = int(load_acquire(m64, sw)) & 0xFFFFFFFF
+            w0 = int(load_acquire(m64, sw))
+            size = w0 & 0xFFFFFFFF
             ikey = int(load_acquire(m64, sw + 2))
             s2 = int(load_acquire(m64, sw + 1))
             headers += 1
@@ -303,6 +312,10 @@ class LoadingZone:
                     last_line = max(last_line, end)
                 cas_ops += 1
                 if int(cas(m64, sw + 1, produced, _state(p, CONSUMED))) == produced:
+                    if fresh_from is not None and ((w0 >> 32) - fresh_from) & 0x80000000:
+                        self.stale += 1                # fetched before the key's last write-back
+                        p += item_bytes(size)
+                        continue
                     self.consumed += 1
                     result = size if out is not None else buf[:size].tobytes()
                     break
@@ -329,7 +342,8 @@ class LoadingZone:
         return c
 
     def produce(self, engine, items, *, clean: bool = True) -> DmaCompletion:
-        """DMA-write ``items`` (``(key, data)`` pairs) at Tail, then Tail, as one scatter-gather
+        """DMA-write ``items`` (``(key, data)`` or ``(key, data, seq)``: ``seq`` the low 32 bits of the
+        Transfer Engine batch that fetched it, for the host's fence) at Tail, then Tail, as one scatter-gather
         descriptor. Items that do not fit the space the device knows is free are dropped (counted;
         the completion's ``written`` and ``dropped`` lists hold the keys). If nothing fits the
         completion has status ``ZONE_FULL`` and fires at once. After a drop (and ``clean``), a
@@ -337,13 +351,15 @@ class LoadingZone:
         is posted."""
         self._check_engine(engine)
         batch = []
-        for key, data in items:
+        for item in items:
+            key, data = item[0], item[1]
+            seq = (int(item[2]) & 0xFFFFFFFF) if len(item) > 2 else 0
             k = _key(key)
             d = bytes(data)
             if len(d) > 0xFFFFFFFF or item_bytes(len(d)) > self.capacity:
                 raise ValueError(f"an item of {len(d)} B (key {k}) does not fit a Loading Zone of "
                                  f"{self.capacity} B ({ITEM_HEADER} B of header)")
-            batch.append((k, d))
+            batch.append((k, d, seq))
         if not batch:
             c = self._done_at_once(engine)
             c.written, c.dropped = [], []
@@ -352,7 +368,7 @@ class LoadingZone:
         limit = self._dev_head + self.capacity
         records = []            # (position, length, kind, key, data) in position order
         written, dropped = [], []
-        for k, d in batch:
+        for k, d, seq in batch:
             n = item_bytes(len(d))
             p = self._lap_start(t)
             pad = None
@@ -366,8 +382,8 @@ class LoadingZone:
                 self.dropped_bytes += len(d)
                 continue
             if pad is not None:
-                records.append((pad[0], pad[1], PAD, 0, b""))
-            records.append((p, n, PRODUCED, k, d))
+                records.append((pad[0], pad[1], PAD, 0, b"", 0))
+            records.append((p, n, PRODUCED, k, d, seq))
             written.append(k)
             t = p + n
         if not records:
@@ -376,10 +392,10 @@ class LoadingZone:
         else:
             buf = np.zeros(t - t0 + 8, np.uint8)
             b64 = buf[:t - t0].view(np.uint64)
-            for p, n, kind, k, d in records:
+            for p, n, kind, k, d, seq in records:
                 j = (p - t0) >> 3
                 size = n - ITEM_HEADER if kind == PAD else len(d)
-                b64[j], b64[j + 1], b64[j + 2] = size, _state(p, kind), k
+                b64[j], b64[j + 1], b64[j + 2] = size | (seq << 32), _state(p, kind), k
                 if d:
                     lo = p - t0 + ITEM_HEADER
                     buf[lo:lo + len(d)] = np.frombuffer(d, np.uint8)
@@ -395,9 +411,9 @@ class LoadingZone:
             c = engine.write_sg(elements, buf)
             if c.succeeded:
                 self._dev_tail = t
-                self._dev_items.extend((p, n, kind == PAD) for p, n, kind, _k, _d in records)
+                self._dev_items.extend((p, n, kind == PAD) for p, n, kind, _k, _d, _s in records)
                 self.produced += len(written)
-                self.produced_bytes += sum(len(d) for _p, _n, kind, _k, d in records if kind == PRODUCED)
+                self.produced_bytes += sum(len(d) for _p, _n, kind, _k, d, _s in records if kind == PRODUCED)
             else:
                 written = []
         c.written, c.dropped = written, dropped
@@ -464,6 +480,49 @@ class LoadingZone:
         rd.callbacks.append(landed)
         return done
 
+    def expire(self, engine, max_items: int = 64) -> DmaCompletion:
+        """Retire the oldest ``max_items`` items, consumed or not, to make room for newer
+        prefetches (PD3 §8.5: with a small zone "prefetched items are replaced by more recent
+        prefetches before they are consumed"): one scatter-gather DMA write of CONSUMED into their
+        state words, then a :meth:`clean` that reclaims them. A host thread racing for one of them
+        either wins its CAS first (it took the item, whole: it copied before the CAS) or loses it
+        (the device's CONSUMED landed first) and skips the item; the space is reused only after
+        the clean's Head write, as always. Status ``ZONE_BUSY`` while a clean is in flight."""
+        self._check_engine(engine)
+        if self._cleaning:
+            c = self._done_at_once(engine, ZONE_BUSY, "a clean of this Loading Zone is in flight")
+            c.cleaned = 0
+            return c
+        olds = [(p, n) for p, n, pad in self._dev_items[:max(1, max_items)] if not pad]
+        if not olds:
+            return self.clean(engine)
+        buf = np.zeros(8 * len(olds), np.uint8)
+        b64 = buf.view(np.uint64)
+        for j, (p, _n) in enumerate(olds):
+            b64[j] = _state(p, CONSUMED)
+        wr = engine.write_sg([(gaddr(self.host, self._off(p) + 8), 8 * j, 8) for j, (p, _n) in enumerate(olds)], buf)
+        if not wr.succeeded:
+            wr.cleaned = 0
+            return wr
+        self.expired += len(olds)
+        done = DmaCompletion(engine.env)
+        done.cleaned = 0
+
+        def retired(_ev):
+            c = self.clean(engine, max_items)
+
+            def cleaned(_ev2):
+                done.cleaned = getattr(c, "cleaned", 0)
+                done.succeed(done)
+            if c.processed or c.triggered:
+                cleaned(c)
+            else:
+                c.callbacks.append(cleaned)
+
+        wr.callbacks.append(retired)
+        return done
+
     def statistics(self) -> ZoneStats:
         return ZoneStats(self.produced, self.produced_bytes, self.dropped, self.dropped_bytes, self.consumed,
-                         self.scans, self.headers_scanned, self.misses, self.cleaned, self.bytes_free())
+                         self.scans, self.headers_scanned, self.misses, self.cleaned, self.bytes_free(),
+                         self.stale, self.expired)
