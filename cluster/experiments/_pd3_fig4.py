@@ -7,8 +7,9 @@ counted work with :mod:`nodes.systems.pd3.dpu_costs` and the profile's ``[dpu]``
 keys / summed priced time. The table is scaled down (quick: 2^18 buckets, ~0.84 M keys; full: 2^21,
 ~6.7 M) -- the counts per lookup depend on the load factor and the layout, not on the size -- and
 priced as the paper's 100 M-key (~1 GB) table: every bucket read is a DRAM access (the paper's
-table is ~60x the DPU's 16 MB LLC; even the scaled ones are as large as it) and the TLB reach is
-taken against 1 GB. STL and Abseil are priced from their memory accesses (dpu_costs), not run.
+table is ~60x the DPU's 16 MB LLC; the scaled ones are not -- quick is 8 MB, full 64 MB -- so
+this is a choice of what is priced, not a property of the run) and the TLB reach is taken against
+1 GB. STL and Abseil are priced from their memory accesses (dpu_costs), not run.
 
 Keys looked up are present keys (Fig. 4 looks up the stored keys); one extra row prices DELAYED on
 absent keys (no published value), where every key needs its second bucket.
