@@ -153,6 +153,16 @@ class DpuProfile:
     poll_ns: int = knob("ns", "Arm CPU time of one completion-queue poll", min=0, max=1_000_000)
     record_ns: int = knob("ns", "Arm CPU time per small request record in a batch (read its header, add up "
                           "the response space it needs)", min=0, max=1_000_000)
+    dram_ns: int = knob("ns", "Arm core load that misses every cache (DPU DRAM), one access", min=1, max=100_000)
+    line_fills: int = knob("lines", "cache-line misses one Arm core keeps in flight (memory-level parallelism)",
+                           min=1, max=1024)
+    hash_cycles: int = knob("cycles", "Arm cycles per Host View bucket hash (CRC32 + mask)", min=0, max=100_000)
+    compare_cycles: int = knob("cycles", "Arm cycles per slot of a scalar bucket search", min=0, max=100_000)
+    vector_compare_cycles: int = knob("cycles", "Arm cycles per NEON bucket search (compare + movemask)",
+                                      min=0, max=100_000)
+    branch_miss_cycles: int = knob("cycles", "Arm branch-mispredict penalty", min=0, max=100_000)
+    tlb_entries: int = knob("entries", "Arm core's last-level data TLB entries", min=1, max=1 << 24)
+    page_walk_ns: int = knob("ns", "page-table walk after a TLB miss (leaf entry from DRAM)", min=0, max=100_000)
 
 
 @dataclass(frozen=True)
