@@ -175,6 +175,25 @@ class UdpProfile:
                          "ring is dropped and counted", min=1, max=1 << 20)
 
 
+@dataclass(frozen=True)
+class CoherenceProfile:
+    """Cache coherence of the host CPU's cores (optional: only a profile whose host CPU is known has
+    one; :mod:`nodes.runtime.coherence` refuses a profile without it). Costs of moving one 64-byte
+    line between cores, used where threads contend for shared words (PD3 Fig. 8)."""
+    ccds: int = knob("CCDs", "core complex dies (one L3 each) of the host CPU", min=1, max=64)
+    cores_per_ccd: int = knob("cores", "cores per CCD", min=1, max=64)
+    l1_ns: float = knob("ns", "L1 hit: a load of a line the core holds", min=0, max=1_000)
+    intra_ccd_ns: float = knob("ns", "core-to-core transfer of a line within one CCD", min=0, max=100_000)
+    cross_ccd_ns: float = knob("ns", "core-to-core transfer of a line between two CCDs", min=0, max=100_000)
+    memory_ns: float = knob("ns", "a line no core holds (e.g. just DMA-written by a device), from DRAM",
+                            min=0, max=100_000)
+    atomic_ns: float = knob("ns", "a locked read-modify-write's own execution once the line is exclusive",
+                            min=0, max=100_000)
+    pause_ns: float = knob("ns", "one PAUSE in a spin-wait loop", min=0, max=100_000)
+    yield_ns: float = knob("ns", "sched_yield() with no other runnable thread on the core", min=0,
+                           max=1_000_000)
+
+
 SECTIONS = {
     "sync": SyncProfile,
     "link": LinkProfile,
@@ -193,6 +212,7 @@ OPTIONAL_SECTIONS = {
     "dpa": DpaProfile,
     "dpu": DpuProfile,
     "udp": UdpProfile,
+    "coherence": CoherenceProfile,
 }
 
 
@@ -214,4 +234,5 @@ class Profile:
     dpa: DpaProfile | None = None   # optional: a card with a DPA (bf3)
     dpu: DpuProfile | None = None   # optional: a card with Arm cores (bf3)
     udp: UdpProfile | None = None   # optional: the datagram path (shm/udp.py)
+    coherence: CoherenceProfile | None = None   # optional: host core-to-core line transfers (bf3)
     source: str = ""  # the file it was read from
