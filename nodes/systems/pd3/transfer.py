@@ -297,9 +297,12 @@ class TransferEngine(_Actor):
                 reqs = yield from self.front.take(self, self.max_batch)     # None: still polling
                 if self.status:
                     return self.status
-                if reqs is not None and (reqs or self.queue):
-                    yield from self._send(reqs)
-                    did = True
+                if reqs is not None:
+                    if reqs or self.queue:
+                        yield from self._send(reqs)
+                    # a poll landed: the next one is posted at once (the TE busy-polls), unless the
+                    # rack has stopped and nothing is left (below)
+                    did = not (stop is not None and stop.triggered and not reqs and self.front.idle())
             if len(self.cq):
                 did = True
                 yield from self._responses()

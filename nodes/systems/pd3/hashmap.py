@@ -1,0 +1,218 @@
+"""PD3's first application: a hash map whose records mostly live in remote memory, with its miss paths.
+
+The host (``cn0``) serves clients' request packets with application threads (one core each). It
+keeps a local cache of records within a budget (``cache_items``), an LRU with write-back, and
+*pinned metadata*: for every key, the remote slot of its record and whether it exists (PD3 §8.2:
+the baselines keep "remote address translation, collision resolution" locally, so a miss is one
+remote read of one record). The records (``key u64 | len u32 | live u32 | value``) are an array
+of slots in the memory node's memory. A miss goes down the path the ``mode`` names:
+
+==================  ===========================================================================
+``sync``            one blocking RDMA READ of the record (writes-back: a blocking RDMA WRITE)
+``leap``            ``sync``, plus Leap's trend prefetcher over slot numbers: prefetches are READs
+                    posted without waiting, kept in Leap's prefetch cache (:mod:`.leap`)
+``redy``            the memory API through an I/O thread per application thread (Redy's default):
+                    the app thread hands requests over an SPSC queue, the I/O thread batches them
+                    to the memory server's CPU and hands results back (:class:`.transfer.RedyFront`)
+``pd3-noprefetch``  the memory API through the DPU's Transfer Engine (host rings, DMA; 0 host cores)
+``pd3``             as ``pd3-noprefetch``, and before the miss path ``CheckAndReturn`` on the
+                    Loading Zone, which the DPU fills with the records its Host View says will miss
+``local``           every record local (the cache holds them all): the all-local reference
+==================  ===========================================================================
+
+A packet's misses are fetched together (the memory-API modes post them all, then wait), as the
+hash map's request pipeline does; ``sync`` and ``leap`` fetch one at a time.
+
+Consistency on the host (several threads, one key): an install after a fetch happens only if no
+write of the key happened since the fetch was issued (a per-key generation); a dirty record
+evicted is *flushing* until its write-back is acknowledged, and reads of it are served from there;
+the write-back's acknowledgement carries its Transfer Engine batch, the key's *fence*, and the
+Loading Zone is asked only for items fetched in that batch or later (see :mod:`.transfer`). Each
+packet's reply is kept per client port until the next one, so a resent packet is answered, not
+executed again.
+
+Packets (little-endian): request ``rid u32 | n u8 | n x (op u8 | key u64 | len u16 | value)``, ops
+:data:`GET`, :data:`INSERT`, :data:`UPDATE`, :data:`DELETE`; reply ``rid u32 | n u8 | n x (status
+u8 | len u16 | value)``. The DPU's parser (:class:`PacketParser`) reads the same format (GET ->
+READ, INSERT/UPDATE -> WRITE, DELETE -> DELETE).
+
+Costs on an application thread: the datagram's receive and the reply's send (the UDP model), per
+request :data:`REQUEST_CYCLES` (decode, dispatch, encode) plus the cache probe, two lines of
+``cpu.local_read_ns_per_line`` (the slot and the LRU link), and whatever its miss path costs.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import OrderedDict, deque
+from typing import NamedTuple
+
+from nodes.systems.lib.hashing import hash64
+
+from .parsers import DELETE as P_DELETE, READ as P_READ, WRITE as P_WRITE, RequestParser
+from .transfer import NO_KEY, OP_READ, OP_WRITE, ST_OK
+
+MODES = ("pd3", "pd3-noprefetch", "redy", "sync", "leap", "local")
+GET, INSERT, UPDATE, DELETE = 0, 3, 4, 2
+S_OK, S_MISSING, S_EXISTS, S_BAD = 0, 1, 2, 3
+_HDR = struct.Struct("<IB")
+_OP = struct.Struct("<BQH")
+_ST = struct.Struct("<BH")
+_REC = struct.Struct("<QII")            # a remote record's header: key, len, live
+REC_HEADER = _REC.size
+#: decode a request, dispatch it, encode its reply (ASSUMPTION: 60 cycles; the hash map's own
+#: work beside the probe, which is priced by lines)
+REQUEST_CYCLES = 60
+
+
+def key64(key: bytes) -> int:
+    """A client key as the 64-bit key the DPU, the Loading Zone and the records use."""
+    k = hash64(key)
+    return k if k != NO_KEY else k - 1
+
+
+def encode_request(rid: int, ops) -> bytes:
+    """``ops``: (op, key u64, value bytes)."""
+    out = [_HDR.pack(rid, len(ops))]
+    for op, key, value in ops:
+        out.append(_OP.pack(op, key, len(value)))
+        out.append(value)
+    return b"".join(out)
+
+
+def decode_request(data: bytes):
+    rid, n = _HDR.unpack_from(data)
+    pos, ops = _HDR.size, []
+    for _ in range(n):
+        op, key, ln = _OP.unpack_from(data, pos)
+        pos += _OP.size
+        ops.append((op, key, bytes(data[pos:pos + ln])))
+        pos += ln
+        if pos > len(data) or op not in (GET, INSERT, UPDATE, DELETE):
+            raise ValueError("malformed request")
+    return rid, ops
+
+
+def encode_reply(rid: int, results) -> bytes:
+    out = [_HDR.pack(rid, len(results))]
+    for st, value in results:
+        out.append(_ST.pack(st, len(value)))
+        out.append(value)
+    return b"".join(out)
+
+
+def decode_reply(data: bytes):
+    rid, n = _HDR.unpack_from(data)
+    pos, res = _HDR.size, []
+    for _ in range(n):
+        st, ln = _ST.unpack_from(data, pos)
+        pos += _ST.size
+        res.append((st, bytes(data[pos:pos + ln])))
+        pos += ln
+    return rid, res
+
+
+class PacketParser(RequestParser):
+    """The DPU's parser of the hash map's request packets."""
+
+    _MAP = {GET: P_READ, INSERT: P_WRITE, UPDATE: P_WRITE, DELETE: P_DELETE}
+
+    def _parse(self, data: bytes):
+        _rid, ops = decode_request(data)
+        return [(key, self._MAP[op]) for op, key, _v in ops]
+
+
+def record_key(data: bytes):
+    """The memory server's parser over written records: the key of a live record, else None."""
+    if len(data) < REC_HEADER:
+        return None
+    key, _ln, live = _REC.unpack_from(data)
+    return key if live else None
+
+
+def encode_record(key: int, value: bytes | None) -> bytes:
+    if value is None:
+        return _REC.pack(key, 0, 0)
+    return _REC.pack(key, len(value), 1) + value
+
+
+class AppStats(NamedTuple):
+    packets: int
+    requests: int
+    hits: int              # served from the local cache (or a flushing record)
+    zone_hits: int         # PD3: taken from the Loading Zone
+    misses: int            # went down the miss path
+    leap_hits: int
+    writebacks: int
+    resent: int            # packets answered again from the kept reply
+    malformed: int
+    busy_ns: int           # the application threads' core time
+    io_busy_ns: int        # Redy's I/O threads' core time
+
+
+class HashMapHost:
+    """The host's hash map, shared by its application threads (one process, ``cn0``)."""
+
+    def __init__(self, *, cache_items: int, slot_bytes: int, region: int, mode: str, cpu):
+        self.cache: OrderedDict = OrderedDict()      # key -> value (None: deleted), LRU order
+        self.dirty: set = set()
+        self.cache_items = cache_items
+        self.slot_bytes, self.region, self.mode = slot_bytes, region, mode
+        self.slot: dict = {}                         # pinned metadata: key -> remote slot
+        self.owner: dict = {}                        # ... and slot -> key (Leap prefetches by slot)
+        self.live: set = set()                       # ... and which keys exist
+        self.next_slot = 0
+        self.free_slots: list = []
+        self.gen: dict = {}                          # key -> writes so far (install guard)
+        self.flushing: dict = {}                     # key -> value being written back
+        self.fence: dict = {}                        # key -> TE batch of its last write-back
+        self.fetching: dict = {}                     # key -> event fired when its fetch is installed
+        self.replies: dict = {}                      # (client node, port) -> (rid, reply or None)
+        self.cpu = cpu
+        self.n = dict(packets=0, requests=0, hits=0, zone_hits=0, misses=0, leap_hits=0, writebacks=0,
+                      resent=0, malformed=0)
+
+    def addr(self, key: int) -> int:
+        return self.region + self.slot[key] * self.slot_bytes
+
+    def new_slot(self, key: int) -> int:
+        if key in self.slot:
+            return self.slot[key]
+        s = self.free_slots.pop() if self.free_slots else self.next_slot
+        if s == self.next_slot:
+            self.next_slot += 1
+        self.slot[key] = s
+        self.owner[s] = key
+        return s
+
+    def slot_key(self, s: int):
+        return self.owner.get(s)
+
+    def probe_ns(self) -> int:
+        return 2 * self.cpu.local_read_ns_per_line
+
+    def touch(self, key: int) -> bool:
+        """Whether ``key`` is cached (moves it to the LRU's newest end)."""
+        if key in self.cache:
+            self.cache.move_to_end(key)
+            return True
+        return False
+
+    def install(self, key: int, value, *, dirty: bool) -> list:
+        """Put ``key`` in the cache; returns the dirty records evicted: ``[(key, value)]``."""
+        self.cache[key] = value
+        self.cache.move_to_end(key)
+        if dirty:
+            self.dirty.add(key)
+        out = []
+        while len(self.cache) > self.cache_items:
+            k, v = self.cache.popitem(last=False)
+            if k in self.dirty:
+                self.dirty.discard(k)
+                self.flushing[k] = v
+                out.append((k, v))
+        return out
+
+    def write(self, key: int, value) -> list:
+        self.gen[key] = self.gen.get(key, 0) + 1
+        return self.install(key, value, dirty=True)

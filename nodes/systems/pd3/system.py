@@ -1,0 +1,702 @@
+"""``pd3``: PD3's hash map on a rack -- clients, the host, its BlueField-3 DPU and a memory server.
+
+Roles (docs/pd3.md has the sequence diagram):
+
+* **clients** (``cl0``..: active clients) send request packets to ``cn0`` on :data:`PORT`. A client
+  thread's coroutines share one packet: the first to ask opens it and sends it once the thread's
+  other coroutines have had their turn at this instant (at most :data:`BATCH` requests, the Host
+  View's batch), so a packet carries up to 8 keys as PD3's clients batch them (§5.2).
+* the NIC of ``cn0`` steers the packet to the host's RX queue and **mirrors** a copy to ``dpu0``.
+* **the DPU** (``dpu0``, 4 Arm cores as PD3 §8.1): a parser core (DPDK RX, the application's
+  parser), two Host View shard cores (the batched cuckoo lookup priced by
+  :mod:`.dpu_costs`, the Prefetcher's Tables 1 and 2), one Transfer Engine core
+  (:mod:`.transfer`).
+* **the host** (``cn0``): ``[compute] threads`` application threads, one core each, serving the
+  packets (:mod:`.hashmap`); with ``mode = "redy"`` one I/O thread more per application thread.
+* **the memory server** (``mn0``, ``[memory] cores`` >= 1): executes batches on the records and
+  keeps the key map for prefetches.
+
+Options choose the miss path (``mode``), the local cache, the Loading Zone and the sizes.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from nodes.actors import Cores
+from nodes.runtime.env import any_of
+from nodes.systems.api import KVClient, Option, System, SystemError_
+from shm.dmaring import DmaRing
+from shm.fabric import IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_WRITE, gaddr
+from shm.verbs import CQ, IBV_QPT_RC, MR, PD, QP, QPInitAttr
+
+from . import hashmap as hm
+from .transfer import (
+    INLINE, NO_KEY, OP_READ, OP_WRITE, RECORD_BYTES, ST_OK, DmaFront, MemoryApi, MemoryServer, RedyFront,
+    TransferEngine, dpu_costs, host_costs,
+)
+
+PORT = 7000
+REPLY_PORT = 21000
+BATCH = 8                       # keys per client packet (the Host View's batch: 64 B of keys)
+SRV_QPN = (1 << 40) + 0x50443300        # lane k: QP SRV_QPN + k on both sides (no exchange needed)
+MAX_BATCH = 128                 # records per Transfer Engine batch
+SLOTS = 8
+
+
+class Pd3Client(KVClient):
+    """A client thread's handle: ops of its coroutines go out together in one packet."""
+
+    def __init__(self, layout, thread, options):
+        self.thread = thread
+        self.net = thread.owner.udp
+        if self.net is None:
+            raise SystemError_("pd3 needs the datagram path: a profile with a [udp] table (bf3)")
+        self.server = layout["host_name"]
+        node = thread.owner.node
+        port = REPLY_PORT + thread.index
+        self.sock, self.queue = self.net.socket(node, port), self.net.bind(node, port)
+        self.timeout_ns = int(options["timeout_us"] * 1000)
+        self.value_max = layout["value_max"]
+        self.pending: list = []          # (op, key, value, event) of the packet being filled
+        self.rid = 0
+        self.packets = self.requests = 0
+
+    def _op(self, co, op, key: bytes, value: bytes = b""):
+        if len(value) > self.value_max:
+            raise SystemError_(f"pd3: a {len(value)} B value exceeds system.value_max = {self.value_max}")
+        env = self.thread.env
+        ev = env.event()
+        self.pending.append((op, hm.key64(key), value, ev))
+        self.requests += 1
+        if len(self.pending) == 1:
+            yield env.timeout(0)                    # the thread's other coroutines join this packet
+            yield from self._send()
+        elif len(self.pending) >= BATCH:
+            yield from self._send()
+        if not ev.triggered:
+            yield ev
+        if not ev.ok:
+            raise ev.value
+        return ev.value
+
+    def _send(self):
+        from shm.udp import call
+        batch, self.pending = self.pending[:BATCH], self.pending[BATCH:]
+        if not batch:
+            return
+        self.rid = (self.rid + 1) & 0xFFFFFFFF
+        rid = self.rid
+        self.packets += 1
+        data = hm.encode_request(rid, [(op, k, v) for op, k, v, _e in batch])
+        reply = yield from call(self.sock, self.server, PORT, data, self.queue, timeout_ns=self.timeout_ns,
+                                resends=3, match=lambda dg: int.from_bytes(dg.data[:4], "little") == rid,
+                                thread=self.thread)
+        if reply is None:
+            err = SystemError_(f"pd3: no reply from {self.server} after 4 attempts of {self.timeout_ns / 1000:g} us")
+            for *_x, ev in batch:
+                ev.fail(err)
+            return
+        _rid, results = hm.decode_reply(reply.data)
+        for (_op, _k, _v, ev), res in zip(batch, results):
+            ev.succeed(res)
+
+    def get(self, co, key):
+        st, value = yield from self._op(co, hm.GET, key)
+        return value if st == hm.S_OK else None
+
+    def insert(self, co, key, value):
+        st, _ = yield from self._op(co, hm.INSERT, key, value)
+        return st == hm.S_OK
+
+    def update(self, co, key, value):
+        st, _ = yield from self._op(co, hm.UPDATE, key, value)
+        return st == hm.S_OK
+
+    def delete(self, co, key):
+        st, _ = yield from self._op(co, hm.DELETE, key)
+        return st == hm.S_OK
+
+
+# --- the host: application threads ------------------------------------------------------------------------
+
+class AppThread:
+    """One application thread on its own core: an ``RdmaThread`` (its core, its verbs) and the
+    miss path of the mode."""
+
+    def __init__(self, app, rdma_thread, index: int):
+        self.app, self.rt, self.index = app, rdma_thread, index
+        self.co = rdma_thread.coroutine()
+        self.pco = rdma_thread.coroutine()          # Leap's prefetch READs, never waited for together
+        self.env = rdma_thread.env
+        self.busy_ns = 0
+        self.front = None                            # Redy: this thread's I/O-thread front
+        self.leap = None
+        self.leap_reads: dict = {}                   # slot -> (handle, key) of a prefetch READ
+
+    def cpu(self, ns: int) -> None:
+        if ns > 0:
+            self.busy_ns += ns
+            self.rt.cpu(ns)
+
+
+class HostApp:
+    """The host side of the system in ``cn0``'s process: the hash map, its threads, their paths."""
+
+    def __init__(self, ctx, lay: dict):
+        from shm.coro import NodeRdma
+        o = ctx.options
+        self.ctx, self.lay, self.env = ctx, lay, ctx.env
+        self.mode = o["mode"]
+        cpu = ctx.profile.cpu
+        self.cpu = cpu
+        self.map = hm.HashMapHost(cache_items=lay["cache_items"], slot_bytes=lay["slot_bytes"],
+                                  region=lay["records"], mode=self.mode, cpu=cpu)
+        self.request_ns = round(hm.REQUEST_CYCLES / cpu.ghz)
+        self.mem = lay["mem"]
+        rdma = NodeRdma(ctx.host, ctx.index)
+        self.threads = [AppThread(self, rdma.thread(), i) for i in range(lay["threads"])]
+        fab = ctx.fabric
+        self.api = None
+        self.zone = None
+        if self.mode in ("pd3", "pd3-noprefetch"):
+            self.api = MemoryApi(ctx.env, fab, ctx.index, DmaRing.attach(fab, ctx.index, lay["req_ring"]),
+                                 DmaRing.attach(fab, ctx.index, lay["resp_ring"]), lay["bufs"], lay["buf_bytes"],
+                                 lay["ids"])
+        if self.mode == "pd3":
+            from .loading_zone import LoadingZone
+            self.zone = LoadingZone.attach(fab, ctx.index, lay["zone"])
+        self.io = []
+        if self.mode == "redy":
+            self._redy(ctx, lay)
+        if self.mode == "leap":
+            from .leap import Leap
+            for t in self.threads:
+                t.leap = Leap(cache_items=lay["leap_cache"])
+        self.queue = next(q for q in ctx.queues if q.id == f"{ctx.name}.rx")
+        for t in self.threads:             # a socket (UD QP) per thread, as each thread has its own TX queue
+            t.sock = ctx.udp.socket(ctx.index, PORT)
+
+    def _redy(self, ctx, lay):
+        pd = PD(ctx.verbs())
+        w = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE
+        for i, t in enumerate(self.threads):
+            front = RedyFront(ctx.env, self.cpu.local_cas_ns)
+            cq = CQ(ctx.verbs(), 4 * SLOTS + 16)
+            qp = QP(pd, QPInitAttr(qp_type=IBV_QPT_RC, scq=cq, rcq=cq), qp_num=SRV_QPN + 1 + i)
+            qp.connect((lay["mem"], SRV_QPN + 1 + i))
+            base = lay["redy_bufs"] + i * 2 * lay["lane_bytes"]
+            te = TransferEngine(ctx.env, Cores(ctx.env, 1, self.cpu.ghz), front, qp=qp, cq=cq,
+                                unified=MR(pd, lay["lane_bytes"], offset=base),
+                                resp_space=MR(pd, lay["lane_bytes"], w, offset=base + lay["lane_bytes"]),
+                                remote_req=(gaddr(lay["mem"], lay["lanes"][1 + i][0]), ctx.fabric.exposed_key(lay["mem"])),
+                                costs=host_costs(self.cpu), max_batch=MAX_BATCH, slots=SLOTS,
+                                slot_bytes=lay["slot_area"], name=f"redy-io{i}")
+            te.post_receives()
+            t.front = front
+            self.io.append(te)
+
+    def actors(self) -> list:
+        gens = [self.serve(t) for t in self.threads]
+        gens += [te.run(self.ctx.stopped) for te in self.io]
+        return gens
+
+    # -- serving ----------------------------------------------------------------------------
+    def serve(self, t: AppThread):
+        q = self.queue
+        while True:
+            if not len(q):
+                yield q.wait()
+                continue
+            dg = q.poll()
+            if dg is None:
+                continue
+            yield from self.packet(t, dg)
+
+    def packet(self, t: AppThread, dg):
+        m = self.map
+        m.n["packets"] += 1
+        who = (dg.src_node, dg.src_port)
+        try:
+            rid, ops = hm.decode_request(dg.data)
+        except (ValueError, IndexError, Exception):
+            m.n["malformed"] += 1
+            return
+        kept = m.replies.get(who)
+        if kept is not None and kept[0] == rid:
+            m.n["resent"] += 1
+            if kept[1] is not None:
+                t.sock.send(dg.src_node, dg.src_port, kept[1], thread=t.rt)
+            return
+        m.replies[who] = (rid, None)
+        t.cpu(self.request_ns * len(ops))
+        results = [None] * len(ops)
+        misses = []
+        evicted = []
+        for i, (op, key, value) in enumerate(ops):
+            m.n["requests"] += 1
+            t.cpu(m.probe_ns())
+            while key in m.fetching:                       # another thread is bringing it in
+                yield m.fetching[key]
+            if op == hm.GET:
+                if key not in m.live:
+                    results[i] = (hm.S_MISSING, b"")
+                elif m.touch(key):
+                    m.n["hits"] += 1
+                    v = m.cache[key]
+                    results[i] = (hm.S_OK, v) if v is not None else (hm.S_MISSING, b"")
+                elif key in m.flushing:
+                    m.n["hits"] += 1
+                    results[i] = (hm.S_OK, m.flushing[key])
+                else:
+                    misses.append(i)
+            elif op == hm.INSERT:
+                if key in m.live:
+                    results[i] = (hm.S_EXISTS, b"")
+                else:
+                    m.live.add(key)
+                    m.new_slot(key)
+                    evicted += m.write(key, value)
+                    results[i] = (hm.S_OK, b"")
+            elif op == hm.UPDATE:
+                if key not in m.live:
+                    results[i] = (hm.S_MISSING, b"")
+                else:
+                    evicted += m.write(key, value)
+                    results[i] = (hm.S_OK, b"")
+            else:                                          # DELETE: a tombstone, written back in time
+                if key not in m.live:
+                    results[i] = (hm.S_MISSING, b"")
+                else:
+                    m.live.discard(key)
+                    evicted += m.write(key, None)
+                    results[i] = (hm.S_OK, b"")
+        if misses:
+            got = yield from self.fetch(t, [ops[i][1] for i in misses])
+            for i, v in zip(misses, got):
+                results[i] = (hm.S_OK, v) if v is not None else (hm.S_MISSING, b"")
+        if evicted:
+            yield from self.write_back(t, evicted)
+        reply = hm.encode_reply(rid, results)
+        m.replies[who] = (rid, reply)
+        t.sock.send(dg.src_node, dg.src_port, reply, thread=t.rt)
+
+    # -- the miss path ------------------------------------------------------------------------
+    def fetch(self, t: AppThread, keys):
+        """The values of ``keys`` (live, not cached), by the mode's path; each installed."""
+        m = self.map
+        out = [None] * len(keys)
+        todo = []
+        evs = {}
+        for j, key in enumerate(keys):
+            if key in m.fetching or key in evs:            # a duplicate in this packet
+                todo.append(j)
+                continue
+            evs[key] = m.fetching[key] = self.env.event()
+            todo.append(j)
+        gens = {k: m.gen.get(k, 0) for k in evs}
+        got: dict = {}
+        need = []
+        if self.zone is not None:                          # PD3: CheckAndReturn before the miss path
+            for key in evs:
+                data = self.zone.check_and_return(t, key, fresh_from=m.fence.get(key))
+                if data is not None and len(data) >= hm.REC_HEADER and hm._REC.unpack_from(data)[0] == key:
+                    got[key] = data
+                    m.n["zone_hits"] += 1
+                else:
+                    need.append(key)
+        else:
+            need = list(evs)
+        m.n["misses"] += len(need)
+        if need:
+            fetched = yield from self.read_records(t, need)
+            got.update(fetched)
+        evicted = []
+        for key, ev in evs.items():
+            data = got.get(key)
+            value = None
+            if data is not None:
+                k2, ln, live = hm._REC.unpack_from(data)
+                value = bytes(data[hm.REC_HEADER:hm.REC_HEADER + ln]) if live else None
+            if m.gen.get(key, 0) == gens[key] and key not in m.cache and key not in m.flushing:
+                evicted += m.install(key, value, dirty=False)
+            got[key] = value
+            del m.fetching[key]
+            ev.succeed()
+        for j, key in enumerate(keys):
+            out[j] = m.cache.get(key, got.get(key)) if key in m.cache else got.get(key)
+        if evicted:
+            yield from self.write_back(t, evicted)
+        return out
+
+    def read_records(self, t: AppThread, keys):
+        m = self.map
+        size = {k: hm.REC_HEADER + m.slot_bytes - hm.REC_HEADER for k in keys}
+        out = {}
+        if self.mode in ("sync", "leap"):
+            for key in keys:
+                s = m.slot[key]
+                if t.leap is not None:
+                    acc = t.leap.access(s)
+                    h = t.leap_reads.pop(s, None)
+                    if acc.hit and h is not None and h[1] == key and m.gen.get(key, 0) == h[2]:
+                        if h[0].status == -1:
+                            yield t.pco.sync()
+                        out[key] = h[0].data.tobytes()
+                        m.n["leap_hits"] += 1
+                        self._leap_prefetch(t, acc.prefetch)
+                        continue
+                    self._leap_prefetch(t, acc.prefetch)
+                h = t.co.read(gaddr(self.mem, m.addr(key)), size[key])
+                yield t.co.sync()
+                out[key] = h.data.tobytes()
+            return out
+        if self.mode == "redy":
+            rids = []
+            for key in keys:
+                rid = self._rid(t)
+                t.front.submit(_req(OP_READ, rid, m.addr(key), size[key], key), None)
+                rids.append((rid, key))
+            t.cpu(self.cpu.local_cas_ns * len(keys))
+            res = yield from self._redy_wait(t, [r for r, _k in rids])
+            for (rid, key), c in zip(rids, res):
+                out[key] = c.data
+            return out
+        rids = []
+        for key in keys:
+            rid = yield from self.api.post(t, OP_READ, m.addr(key), size[key], key)
+            rids.append(rid)
+        res = yield from self.api.wait(t, rids)
+        for key, c in zip(keys, res):
+            out[key] = c.data
+        return out
+
+    def _leap_prefetch(self, t: AppThread, slots) -> None:
+        m = self.map
+        for s in slots:
+            key = m.slot_key(s)
+            if key is None or s in t.leap_reads:
+                continue
+            h = t.pco.read(gaddr(self.mem, m.region + s * m.slot_bytes), m.slot_bytes)
+            t.leap_reads[s] = (h, key, m.gen.get(key, 0))
+        if slots:
+            t.pco.post()
+
+    def _rid(self, t: AppThread) -> int:
+        t.next_rid = (getattr(t, "next_rid", 0) + 1) & 0xFFFF
+        return t.next_rid
+
+    def _redy_wait(self, t: AppThread, rids):
+        f = t.front
+        while not all(r in f.results for r in rids):
+            if f.arrived.triggered:
+                f.arrived = self.env.event()
+                continue
+            yield f.arrived
+        t.cpu(self.cpu.local_read_ns_per_line * len(rids))
+        return [f.results.pop(r) for r in rids]
+
+    def write_back(self, t: AppThread, evicted):
+        """Write dirty records back; each stays *flushing* until acknowledged, then gets its fence."""
+        m = self.map
+        m.n["writebacks"] += len(evicted)
+        recs = [(k, v, hm.encode_record(k, v)) for k, v in evicted]
+        if self.mode in ("sync", "leap"):
+            for k, v, rec in recs:
+                t.co.write(gaddr(self.mem, m.addr(k)), rec)
+            yield t.co.sync()
+            seqs = [0] * len(recs)
+        elif self.mode == "redy":
+            rids = []
+            for k, v, rec in recs:
+                rid = self._rid(t)
+                t.front.submit(_req(OP_WRITE, rid, m.addr(k), len(rec), k, rec), rec if len(rec) > INLINE else None)
+                rids.append(rid)
+            t.cpu(self.cpu.local_cas_ns * len(recs))
+            res = yield from self._redy_wait(t, rids)
+            seqs = [c.seq for c in res]
+        else:
+            rids = []
+            for k, v, rec in recs:
+                rid = yield from self.api.post(t, OP_WRITE, m.addr(k), len(rec), k, rec)
+                rids.append(rid)
+            res = yield from self.api.wait(t, rids)
+            seqs = [c.seq for c in res]
+        for (k, v, _rec), seq in zip(recs, seqs):
+            if m.flushing.get(k, object()) is v:
+                del m.flushing[k]
+            m.fence[k] = seq & 0xFFFFFFFF
+            if v is None and k not in m.live and k not in m.cache:
+                pass
+
+
+def _req(op, rid, addr, size, key, data=b""):
+    from .transfer import encode_request
+    return encode_request(op, rid, addr, size, key, data if len(data) <= INLINE else b"", 0)
+
+
+# --- the DPU: parser, Host View shards, Transfer Engine ----------------------------------------------------
+
+#: the parser core's work per packet: a DPDK RX burst's share, the mirror's mbuf, the flow check
+#: (ASSUMPTION: 200 cycles at the Arm clock, ~100 ns; PD3's parser is a DPDK program on one core)
+PARSE_PACKET_CYCLES = 200
+#: ... and per key parsed (ASSUMPTION: 20 cycles: read an op and a key, append them)
+PARSE_KEY_CYCLES = 20
+
+
+class DpuSide:
+    """The DPU's actors in its process: the parser core, the Host View shard cores, the TE core."""
+
+    def __init__(self, ctx, lay: dict):
+        from .dpu_costs import price_lookup
+        from .host_view import HostView, Lookup
+        from .loading_zone import LoadingZone
+        from .prefetcher import Prefetcher
+        o = ctx.options
+        self.ctx, self.env = ctx, ctx.env
+        dpu = ctx.profile.dpu
+        self.dpu = dpu
+        self.prefetching = o["mode"] == "pd3"
+        self.parse_cores = Cores(ctx.env, 1, dpu.ghz)
+        self.shard_cores = [Cores(ctx.env, 1, dpu.ghz) for _ in range(2)]
+        self.host_view = HostView(lay["hv_buckets"], 2)
+        self.prefetcher = Prefetcher(self.host_view, add_on_client_write=True, add_on_remote_read=False)
+        self.parser = hm.PacketParser()
+        self.price, self.mode = price_lookup, Lookup.DELAYED
+        fab = ctx.fabric
+        pd = PD(ctx.verbs())
+        cq = CQ(ctx.verbs(), 4 * SLOTS + 16)
+        qp = QP(pd, QPInitAttr(qp_type=IBV_QPT_RC, scq=cq, rcq=cq), qp_num=SRV_QPN)
+        qp.connect((lay["mem"], SRV_QPN))
+        w = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE
+        host = lay["host"]
+        front = DmaFront(ctx.dma, DmaRing.attach(fab, host, lay["req_ring"]), DmaRing.attach(fab, host, lay["resp_ring"]),
+                         host, lay["bufs"], lay["buf_bytes"])
+        zone = LoadingZone.attach(fab, host, lay["zone"]) if self.prefetching else None
+        self.te = TransferEngine(ctx.env, Cores(ctx.env, 1, dpu.ghz), front, qp=qp, cq=cq,
+                                 unified=MR(pd, lay["lane_bytes"], offset=lay["unified"]),
+                                 resp_space=MR(pd, lay["lane_bytes"], w, offset=lay["resp_space"]),
+                                 remote_req=(gaddr(lay["mem"], lay["lanes"][0][0]), fab.exposed_key(lay["mem"])),
+                                 costs=dpu_costs(dpu), max_batch=MAX_BATCH, slots=SLOTS, slot_bytes=lay["slot_area"],
+                                 prefetcher=self.prefetcher if self.prefetching else None, zone=zone,
+                                 engine=ctx.dma)
+        self.te.post_receives()
+        self.rx = next(q for q in ctx.queues if q.id == f"{ctx.name}.rx")
+        self.shard_q = [deque() for _ in range(2)]
+        self.shard_wake = [ctx.env.event() for _ in range(2)]
+        self.parse_busy = 0
+
+    def actors(self) -> list:
+        out = [self.te.run(self.ctx.stopped)]
+        if self.prefetching:
+            out += [self.parse()] + [self.shard(i) for i in range(2)]
+        return out
+
+    def parse(self):
+        """The parser core: each mirrored packet's keys, in order, to the Host View shard of each."""
+        cyc = self.parse_cores.cycles_ns
+        while True:
+            if not len(self.rx):
+                yield self.rx.wait()
+                continue
+            dg = self.rx.poll()
+            if dg is None:
+                continue
+            keys_ops = self.parser.parse(dg.data)
+            self.parse_cores.charge(cyc(PARSE_PACKET_CYCLES + PARSE_KEY_CYCLES * len(keys_ops)))
+            if not keys_ops:
+                continue
+            # one packet's keys go to shards as one batch each (PD3: the packet is the lookup batch)
+            part = [[], []]
+            route = self.host_view.route([k for k, _op in keys_ops])
+            for (k, op), s in zip(keys_ops, route):
+                part[int(s)].append((k, op))
+            for s in (0, 1):
+                if part[s]:
+                    self.shard_q[s].append(part[s])
+                    if not self.shard_wake[s].triggered:
+                        self.shard_wake[s].succeed()
+            yield self.env.timeout(0)
+
+    def shard(self, s: int):
+        """A Host View shard core: the batched lookup (priced), the Prefetcher's rules, keys to the TE."""
+        q = self.shard_q[s]
+        cores = self.shard_cores[s]
+        shard = self.host_view.shards[s]
+        while True:
+            if not q:
+                if self.shard_wake[s].triggered:
+                    self.shard_wake[s] = self.env.event()
+                yield self.shard_wake[s]
+                continue
+            batch = q.popleft()
+            reads = [k for k, op in batch if op != hm.P_WRITE]
+            if reads:
+                found, cost = shard.find_batched(reads, self.mode)
+                cores.charge(round(self.price(cost, len(reads), int(found.sum()), self.mode, self.dpu).total_ns))
+            keys = self.prefetcher.on_client_request(batch)
+            if keys:
+                self.te.prefetch(keys)
+            yield self.env.timeout(0)
+
+
+# --- the memory server --------------------------------------------------------------------------------------
+
+def memory_server(ctx):
+    lay = ctx.layout
+    if ctx.index != lay["mem"]:
+        return []
+    from .parsers import KeyDirectory
+    pd = PD(ctx.verbs())
+    region = MR(pd, lay["records_bytes"], offset=lay["records"])
+    srv = MemoryServer(ctx.env, ctx.cores, region=region, cpu_profile=ctx.profile.cpu,
+                       directory=KeyDirectory() if ctx.options["mode"] == "pd3" else None, parse=hm.record_key)
+    w = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE
+    for k, (req, staging, peer) in enumerate(lay["lanes"]):
+        if peer is None:
+            continue
+        cq = CQ(ctx.verbs(), 4 * SLOTS + 16)
+        qp = QP(pd, QPInitAttr(qp_type=IBV_QPT_RC, scq=cq, rcq=cq), qp_num=SRV_QPN + k)
+        qp.connect((peer[0], SRV_QPN + k))
+        srv.add_lane(qp, cq, MR(pd, lay["lane_bytes"], w, offset=req), MR(pd, lay["lane_bytes"], offset=staging),
+                     (gaddr(peer[0], peer[1]), ctx.fabric.exposed_key(peer[0])), slots=SLOTS,
+                     slot_bytes=lay["slot_area"], max_batch=MAX_BATCH)
+    ctx.directory["pd3.server"] = srv
+    return srv.runs()
+
+
+def host_server(ctx):
+    lay = ctx.layout
+    if ctx.index != lay["host"]:
+        return []
+    app = HostApp(ctx, lay)
+    ctx.directory["pd3.host"] = app
+    return app.actors()
+
+
+def dpu_server(ctx):
+    lay = ctx.layout
+    if ctx.index != lay["dpu"] or ctx.options["mode"] not in ("pd3", "pd3-noprefetch"):
+        return []
+    side = DpuSide(ctx, lay)
+    ctx.directory["pd3.dpu"] = side
+    return side.actors()
+
+
+class Pd3System(System):
+    name = "pd3"
+    description = ("PD3: a hash map on a host whose records live on a memory server; the BlueField-3 DPU "
+                   "sees mirrored requests, predicts misses with its Host View and prefetches into the "
+                   "host's Loading Zone (modes: the baselines sync RDMA, Leap, Redy, and all-local)")
+    paper = "PD3: Prefetching Data with DPUs for Disaggregated Memory (seed 000)"
+    roles = ("compute", "memory", "client", "dpu")
+    client_role = "client"
+    options = (
+        Option("mode", "pd3", "the miss path", choices=hm.MODES),
+        Option("cache_fraction", 0.0625, "local cache, as a fraction of the records (PD3: 1 GB local of 16 GB)",
+               minimum=0.0, maximum=1.0),
+        Option("value_max", 1000, "largest value in bytes", minimum=8, maximum=1000),
+        Option("zone_kib", 1024, "the Loading Zone's size in KiB", minimum=4, maximum=1 << 20),
+        Option("app_threads", 8, "the host's application threads (a core each)", minimum=1, maximum=64),
+        Option("timeout_us", 500.0, "a client's wait for a reply before it resends (virtual us)",
+               minimum=1.0, maximum=1e6),
+    )
+    servers = {"memory": memory_server, "compute": host_server, "dpu": dpu_server}
+    rack_tables = {"rack": {"profile": "bf3"}, "dpu": {"hosts": ["cn0"], "cores": 4},
+                   "memory": {"cores": 1}, "client": {"count": 1}}
+
+    @classmethod
+    def steering(cls, spec):
+        from cluster.spec import SteerSpec
+        if not spec.dpu.hosts:
+            return []
+        host = spec.dpu.hosts[0]
+        return [SteerSpec(host, PORT, PORT, host, mirror="dpu0")]
+
+    @classmethod
+    def footprint(cls, options, capacity, key_bytes, value_bytes):
+        return 0
+
+    @classmethod
+    def setup(cls, fabric, memory_nodes, options, capacity):
+        names = [n.name for n in fabric.nodes]
+        if "dpu0" not in names:
+            raise SystemError_("pd3 needs a DPU on the host: give the rack dpu.hosts = [\"cn0\"] and rack.profile = \"bf3\"")
+        idx = fabric.node_index
+        host, dpu, mem = idx("cn0"), idx("dpu0"), idx(memory_nodes[0] if memory_nodes else "mn0")
+        threads = int(options["app_threads"])
+        value_max = int(options["value_max"])
+        slot_bytes = -(-(hm.REC_HEADER + value_max) // 8) * 8
+        slots = int(capacity * 1.25) + 64
+        records = fabric.allocate(mem, slots * slot_bytes, align=64)
+        cache_items = max(16, int(capacity * options["cache_fraction"])) if options["mode"] != "local" else slots
+        # a batch slot: the records, then up to MAX_BATCH records' data
+        slot_area = MAX_BATCH * RECORD_BYTES + MAX_BATCH * (slot_bytes + 8)
+        lane_bytes = SLOTS * slot_area
+        fabric.expose(dpu)
+        fabric.expose(host)
+        lanes = []
+        mode = options["mode"]
+        unified = resp_space = None
+        if mode in ("pd3", "pd3-noprefetch"):
+            unified = fabric.allocate(dpu, lane_bytes, align=64)
+            resp_space = fabric.allocate(dpu, lane_bytes, align=64)
+            lanes.append((fabric.allocate(mem, lane_bytes, align=64), fabric.allocate(mem, lane_bytes, align=64),
+                          (dpu, resp_space)))
+        else:
+            lanes.append((0, 0, None))
+        redy_bufs = None
+        if mode == "redy":
+            redy_bufs = fabric.allocate(host, threads * 2 * lane_bytes, align=64)
+            for i in range(threads):
+                lanes.append((fabric.allocate(mem, lane_bytes, align=64), fabric.allocate(mem, lane_bytes, align=64),
+                              (host, redy_bufs + i * 2 * lane_bytes + lane_bytes)))
+        ids = 1024
+        from .loading_zone import LoadingZone
+        lay = {
+            "host": host, "dpu": dpu, "mem": mem, "host_name": "cn0", "threads": threads,
+            "value_max": value_max, "slot_bytes": slot_bytes, "records": records, "records_bytes": slots * slot_bytes,
+            "cache_items": cache_items, "slot_area": slot_area, "lane_bytes": lane_bytes, "lanes": lanes,
+            "unified": unified, "resp_space": resp_space, "redy_bufs": redy_bufs, "ids": ids,
+            "req_ring": DmaRing.layout(fabric, host, 1024, RECORD_BYTES).base,
+            "resp_ring": DmaRing.layout(fabric, host, 1024, RECORD_BYTES).base,
+            "bufs": fabric.allocate(host, ids * slot_bytes, align=64), "buf_bytes": slot_bytes,
+            "zone": LoadingZone.layout(fabric, host, int(options["zone_kib"]) << 10).base,
+            "hv_buckets": 1 << max(4, (max(16, cache_items) * 2 // 4 // 2).bit_length()),
+            "leap_cache": max(64, cache_items // 16),
+        }
+        return lay
+
+    @classmethod
+    def client(cls, fabric, layout, thread, options):
+        return Pd3Client(layout, thread, options)
+
+
+def preload(directory: dict, fabric, keys, value: bytes, *, rng) -> None:
+    """Set up a loaded hash map at virtual time 0, as if ``keys`` (u64) had been inserted and written
+    back long ago: records in the memory node, the host's pinned metadata, the server's key map, a
+    cache of a random ``cache_items`` of them (clean), and the Host View knowing those. For the
+    experiments (a load through the clients takes as long as the run); one process (co-located)."""
+    app = directory["pd3.host"]
+    m = app.map
+    mem = fabric.memory[app.mem].host
+    srv = directory.get("pd3.server")
+    keys = list(keys)
+    for k in keys:
+        m.live.add(k)
+        s = m.new_slot(k)
+        rec = hm.encode_record(k, value)
+        o = m.region + s * m.slot_bytes
+        mem[o:o + len(rec)] = np.frombuffer(rec, np.uint8)
+        if srv is not None and srv.directory is not None:
+            srv.directory.apply([(k, 1)], 0, o, len(rec))
+    n = min(m.cache_items, len(keys))
+    cached = [keys[i] for i in rng.choice(len(keys), n, replace=False)] if n < len(keys) else keys
+    for k in cached:
+        m.cache[k] = value
+    dpu = directory.get("pd3.dpu")
+    if dpu is not None:
+        for k in cached:
+            dpu.host_view.insert(k)
