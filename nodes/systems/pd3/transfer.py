@@ -186,7 +186,8 @@ class MemoryServer(_Actor):
         base = slot * L["slot_bytes"]
         req, out = L["requests"].buf, L["staging"].buf
         mem = self.region.buf
-        limit = self.region.length
+        lo = self.region.offset            # requests name offsets in the node's memory
+        limit = lo + self.region.length
         data_in = base + n * RECORD_BYTES                   # write data follows the records
         data_out = data_in
         end_out = base + L["slot_bytes"]
@@ -198,20 +199,20 @@ class MemoryServer(_Actor):
             seq = int.from_bytes(req[o + 56:o + 64].tobytes(), "little")   # the TE's batch seq, in the pad
             status, data = ST_OK, b""
             if op == OP_READ:
-                if addr + size > limit:
+                if addr < lo or addr + size > limit:
                     status = ST_BAD
                 else:
-                    data = mem[addr:addr + size].tobytes()
+                    data = mem[addr - lo:addr - lo + size].tobytes()
             elif op == OP_WRITE:
                 if size <= INLINE:
                     src = req[o + 32:o + 32 + size]
                 else:
                     src = req[data_in:data_in + size]
                     data_in += -(-size // 8) * 8
-                if addr + size > limit:
+                if addr < lo or addr + size > limit:
                     status = ST_BAD
                 else:
-                    mem[addr:addr + size] = src
+                    mem[addr - lo:addr - lo + size] = src
                     if self.directory is not None and self.parse is not None:
                         k = self.parse(src.tobytes())
                         if k is not None:
@@ -222,7 +223,7 @@ class MemoryServer(_Actor):
                     status = ST_MISSING
                 else:
                     size = loc.size
-                    data = mem[loc.offset:loc.offset + size].tobytes()
+                    data = mem[loc.offset - lo:loc.offset - lo + size].tobytes()
             else:
                 status = ST_BAD
             ns += self.record_ns
