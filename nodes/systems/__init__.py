@@ -36,6 +36,7 @@ BUILTIN = {
     "flexkv": "nodes.systems.flexkv:FlexKVSystem",
     "flexkv-op": "nodes.systems.flexkv:FlexKVOpSystem",
     "smart-art": "nodes.systems.smart_art:SmartArtSystem",
+    "pd3": "nodes.systems.pd3.system:Pd3System",
 }
 
 ENTRY_POINT_GROUP = "dmrack.systems"

@@ -165,7 +165,9 @@ class HashMapHost:
         self.free_slots: list = []
         self.gen: dict = {}                          # key -> writes so far (install guard)
         self.flushing: dict = {}                     # key -> value being written back
-        self.fence: dict = {}                        # key -> TE batch of its last write-back
+        self.floor: dict = {}                        # key -> first TE batch whose items of it are of use:
+                                                     # its last write-back's (the fence), or the batch
+                                                     # after the host's own read of it
         self.fetching: dict = {}                     # key -> event fired when its fetch is installed
         self.replies: dict = {}                      # (client node, port) -> (rid, reply or None)
         self.cpu = cpu

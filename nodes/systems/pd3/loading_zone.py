@@ -245,7 +245,7 @@ class LoadingZone:
         return self.capacity - (self.tail() - self.head())
 
     # -- host side: local memory ------------------------------------------------------------
-    def check_and_return(self, thread, key, dest=None, *, fresh_from: int | None = None):
+    def check_and_return(self, thread, key, dest=None, *, fresh_from: int | None = None, floor=None):
         """Take the item ``key`` if the zone holds it unconsumed: its data as ``bytes``, or, with
         ``dest`` (a writable uint8 buffer), its size after copying it into ``dest[:size]``; None if
         it is not there (``dest`` is then undefined). Never blocks. ``thread`` (anything with
@@ -255,7 +255,15 @@ class LoadingZone:
         write-back of the key. An item of ``key`` fetched in an earlier batch (``seq`` below it,
         compared modulo 2^32) was read from remote memory before that write-back landed: stale.
         It is claimed (CAS to CONSUMED, so cleaning can pass it), counted in ``stale``, and the
-        scan goes on. None: every item is taken as fresh."""
+        scan goes on. None: every item is taken as fresh.
+
+        ``floor``: the host's floors of every key (a mapping key -> seq, the fence or more): any
+        unconsumed item the scan passes whose batch is below its key's floor is of no use to anyone
+        (stale, or arrived after the host had already read the key another way) and is claimed and
+        thrown away the same way, so cleaning is never held up by an item nobody will take. With
+        ``floor``, ``fresh_from`` defaults to ``floor.get(key)``."""
+        if floor is not None and fresh_from is None:
+            fresh_from = floor.get(int(key) if not isinstance(key, (bytes, bytearray)) else None)
         k = _key(key)
         out = None if dest is None else np.frombuffer(dest, np.uint8) if not isinstance(dest, np.ndarray) else dest
         m64 = self._mem.host64
@@ -295,6 +303,14 @@ class LoadingZone:
                     break                              # not an item header at p: nothing coherent to scan
                 p += item_bytes(size)
                 continue
+            if ikey != k and floor is not None:
+                f = floor.get(ikey)
+                if f is not None and ((w0 >> 32) - f) & 0x80000000:
+                    cas_ops += 1
+                    if int(cas(m64, sw + 1, produced, _state(p, CONSUMED))) == produced:
+                        self.stale += 1        # useless to everyone: let cleaning pass it
+                    p += item_bytes(size)
+                    continue
             if ikey == k:
                 dlo = o + ITEM_HEADER
                 if out is not None:

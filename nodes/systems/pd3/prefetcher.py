@@ -200,6 +200,17 @@ class Prefetcher:
             for key in keys:
                 self._add(int(key), "remote_read")
 
+    def on_host_read(self, keys) -> None:
+        """Keys of the host's own memory-API reads, as the Transfer Engine's DMA read ① brings them
+        in: the host missed on them and is fetching them itself, so a prefetch of one now in flight
+        comes too late (marked stale: not delivered), and the key is added to the Host View at
+        once rather than when the read response passes (④): a prefetch decided in between would
+        also arrive after the host has the item, and lie in the Loading Zone unconsumed."""
+        for key in keys:
+            key = int(key)
+            self._changed(key)
+            self._add(key, "remote_read")
+
     def on_prefetch_response(self, key, ok: bool) -> bool:
         """A prefetch response for ``key`` (``ok``: the memory server had the item): whether to
         write the item to the Loading Zone. Ends the in-flight mark; a delivered key is added to

@@ -39,7 +39,7 @@ from .transfer import (
 )
 
 PORT = 7000
-REPLY_PORT = 21000
+REPLY_PORT = 16384                # coroutine k of client thread t replies to REPLY_PORT + 256 t + k
 BATCH = 8                       # keys per client packet (the Host View's batch: 64 B of keys)
 SRV_QPN = (1 << 40) + 0x50443300        # lane k: QP SRV_QPN + k on both sides (no exchange needed)
 MAX_BATCH = 128                 # records per Transfer Engine batch
@@ -55,12 +55,12 @@ class Pd3Client(KVClient):
         if self.net is None:
             raise SystemError_("pd3 needs the datagram path: a profile with a [udp] table (bf3)")
         self.server = layout["host_name"]
-        node = thread.owner.node
-        port = REPLY_PORT + thread.index
-        self.sock, self.queue = self.net.socket(node, port), self.net.bind(node, port)
+        self.ports: dict = {}            # id(co) -> (socket, reply queue): a port per leading coroutine,
+        self._next = 0                   # so the replies of a thread's packets in flight never mix
         self.timeout_ns = int(options["timeout_us"] * 1000)
         self.value_max = layout["value_max"]
-        self.pending: list = []          # (op, key, value, event) of the packet being filled
+        self.open = None                 # the packet being filled: its ops (op, key, value, event), sizes
+        self.room = self.net.max_payload  # request and reply must each fit one datagram
         self.rid = 0
         self.packets = self.requests = 0
 
@@ -69,29 +69,48 @@ class Pd3Client(KVClient):
             raise SystemError_(f"pd3: a {len(value)} B value exceeds system.value_max = {self.value_max}")
         env = self.thread.env
         ev = env.event()
-        self.pending.append((op, hm.key64(key), value, ev))
+        need = (hm._OP.size + len(value), hm._ST.size + (self.value_max if op == hm.GET else 0))
         self.requests += 1
-        if len(self.pending) == 1:
-            yield env.timeout(0)                    # the thread's other coroutines join this packet
-            yield from self._send()
-        elif len(self.pending) >= BATCH:
-            yield from self._send()
+        pkt = self.open
+        if pkt is None or len(pkt["ops"]) >= BATCH or pkt["req"] + need[0] > self.room \
+                or pkt["rep"] + need[1] > self.room:
+            # a new packet, led by this coroutine: it waits for the thread's other coroutines of this
+            # instant to join (as far as the datagram's payload allows), then sends it
+            pkt = self.open = {"ops": [], "req": hm._HDR.size, "rep": hm._HDR.size}
+            pkt["ops"].append((op, hm.key64(key), value, ev))
+            pkt["req"] += need[0]
+            pkt["rep"] += need[1]
+            yield env.timeout(0)
+            if self.open is pkt:
+                self.open = None
+            yield from self._send(co, pkt["ops"])
+        else:
+            pkt["ops"].append((op, hm.key64(key), value, ev))
+            pkt["req"] += need[0]
+            pkt["rep"] += need[1]
         if not ev.triggered:
             yield ev
         if not ev.ok:
             raise ev.value
         return ev.value
 
-    def _send(self):
+    def _endpoint(self, co):
+        ep = self.ports.get(id(co))
+        if ep is None:
+            port = REPLY_PORT + self.thread.index * 256 + self._next
+            self._next += 1
+            node = self.thread.owner.node
+            ep = self.ports[id(co)] = (self.net.socket(node, port), self.net.bind(node, port))
+        return ep
+
+    def _send(self, co, batch):
         from shm.udp import call
-        batch, self.pending = self.pending[:BATCH], self.pending[BATCH:]
-        if not batch:
-            return
+        sock, queue = self._endpoint(co)
         self.rid = (self.rid + 1) & 0xFFFFFFFF
         rid = self.rid
         self.packets += 1
         data = hm.encode_request(rid, [(op, k, v) for op, k, v, _e in batch])
-        reply = yield from call(self.sock, self.server, PORT, data, self.queue, timeout_ns=self.timeout_ns,
+        reply = yield from call(sock, self.server, PORT, data, queue, timeout_ns=self.timeout_ns,
                                 resends=3, match=lambda dg: int.from_bytes(dg.data[:4], "little") == rid,
                                 thread=self.thread)
         if reply is None:
@@ -245,6 +264,8 @@ class HostApp:
                     results[i] = (hm.S_MISSING, b"")
                 elif m.touch(key):
                     m.n["hits"] += 1
+                    if self.zone is not None:              # any prefetch of it so far is of no use
+                        m.floor[key] = max(m.floor.get(key, 0), (self.api.seen + 1) & 0xFFFFFFFF)
                     v = m.cache[key]
                     results[i] = (hm.S_OK, v) if v is not None else (hm.S_MISSING, b"")
                 elif key in m.flushing:
@@ -301,7 +322,7 @@ class HostApp:
         need = []
         if self.zone is not None:                          # PD3: CheckAndReturn before the miss path
             for key in evs:
-                data = self.zone.check_and_return(t, key, fresh_from=m.fence.get(key))
+                data = self.zone.check_and_return(t, key, floor=m.floor)
                 if data is not None and len(data) >= hm.REC_HEADER and hm._REC.unpack_from(data)[0] == key:
                     got[key] = data
                     m.n["zone_hits"] += 1
@@ -371,6 +392,8 @@ class HostApp:
         res = yield from self.api.wait(t, rids)
         for key, c in zip(keys, res):
             out[key] = c.data
+            if self.zone is not None:                      # a prefetch of it in this batch or before
+                m.floor[key] = max(m.floor.get(key, 0), (c.seq + 1) & 0xFFFFFFFF)   # comes too late
         return out
 
     def _leap_prefetch(self, t: AppThread, slots) -> None:
@@ -427,7 +450,8 @@ class HostApp:
         for (k, v, _rec), seq in zip(recs, seqs):
             if m.flushing.get(k, object()) is v:
                 del m.flushing[k]
-            m.fence[k] = seq & 0xFFFFFFFF
+            if self.zone is not None:
+                m.floor[k] = max(m.floor.get(k, 0), seq & 0xFFFFFFFF)
             if v is None and k not in m.live and k not in m.cache:
                 pass
 
@@ -462,7 +486,9 @@ class DpuSide:
         self.parse_cores = Cores(ctx.env, 1, dpu.ghz)
         self.shard_cores = [Cores(ctx.env, 1, dpu.ghz) for _ in range(2)]
         self.host_view = HostView(lay["hv_buckets"], 2)
-        self.prefetcher = Prefetcher(self.host_view, add_on_client_write=True, add_on_remote_read=False)
+        # Table 1: keys the host reads from remote memory are added (the artifact's config leaves that
+        # to the application; the hash map caches what it reads, so it is reflected here)
+        self.prefetcher = Prefetcher(self.host_view, add_on_client_write=True, add_on_remote_read=True)
         self.parser = hm.PacketParser()
         self.price, self.mode = price_lookup, Lookup.DELAYED
         fab = ctx.fabric
@@ -483,6 +509,10 @@ class DpuSide:
                                  prefetcher=self.prefetcher if self.prefetching else None, zone=zone,
                                  engine=ctx.dma)
         self.te.post_receives()
+        app = ctx.directory.get("pd3.host")
+        if app is not None and app.api is not None:     # co-located: the host library rings the TE
+            front.doorbell(ctx.env)
+            app.api.front = front
         self.rx = next(q for q in ctx.queues if q.id == f"{ctx.name}.rx")
         self.shard_q = [deque() for _ in range(2)]
         self.shard_wake = [ctx.env.event() for _ in range(2)]

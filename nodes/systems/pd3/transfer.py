@@ -301,9 +301,11 @@ class TransferEngine(_Actor):
                 if reqs is not None:
                     if reqs or self.queue:
                         yield from self._send(reqs)
-                    # a poll landed: the next one is posted at once (the TE busy-polls), unless the
-                    # rack has stopped and nothing is left (below)
-                    did = not (stop is not None and stop.triggered and not reqs and self.front.idle())
+                    # a poll landed: the next one is posted at once (the TE busy-polls), unless it
+                    # found nothing and the TE parks (co-located) or the rack has stopped
+                    idle = not reqs and self.front.idle()
+                    did = not idle or not (getattr(self.front, "bell", None) is not None
+                                           or (stop is not None and stop.triggered))
             if len(self.cq):
                 did = True
                 yield from self._responses()
@@ -328,6 +330,11 @@ class TransferEngine(_Actor):
                    if payload[0] == OP_WRITE and key != NO_KEY]
         if flushes and self.prefetcher is not None:
             self.prefetcher.on_flush(flushes)       # Table 2: after ①, before any prefetch is appended
+        if self.prefetcher is not None:
+            reads = [key for payload, _d in reqs for key in [_REQ.unpack_from(payload)[5]]
+                     if payload[0] == OP_READ and key != NO_KEY]
+            if reads:
+                self.prefetcher.on_host_read(reads)
         room = self.max_batch - len(reqs)
         pf = [self.queue.popleft() for _ in range(min(room, len(self.queue)))]
         n = len(reqs) + len(pf)
@@ -438,6 +445,23 @@ class DmaFront:
         self._poll = None
         self._empty = False          # the last poll found nothing
         self.polls = self.empty_polls = 0
+        # co-located (host threads in this process): after a poll that found nothing the TE parks
+        # until a host push rings this bell, instead of polling in virtual time for ever; a rack of
+        # processes has no bell and polls until the rack stops (see :meth:`doorbell`)
+        self.bell = None
+        self._rung = False
+
+    def doorbell(self, env) -> None:
+        """Park between empty polls; :meth:`ring` (the host library, after a push) wakes the TE,
+        which then posts its poll at once. What it leaves out: the up-to-one-poll delay before a
+        busy-polling TE would have looked, and the cost of the empty polls themselves."""
+        self.bell = env.event()
+
+    def ring(self) -> None:
+        if self.bell is not None:
+            self._rung = True
+            if not self.bell.triggered:
+                self.bell.succeed()
 
     def _buf(self, rid: int) -> int:
         return gaddr(self.host, self.bufs + rid * self.buf_bytes)
@@ -445,8 +469,17 @@ class DmaFront:
     def idle(self) -> bool:
         return self._empty and self._poll is None
 
+    def parked(self) -> bool:
+        return self.bell is not None and self._empty and self._poll is None and not self._rung
+
     def waits(self) -> list:
-        return [self._poll] if self._poll is not None else []
+        if self._poll is not None:
+            return [self._poll]
+        if self.bell is not None:
+            if self.bell.triggered and not self._rung:
+                self.bell = self.bell.env.event()
+            return [self.bell]
+        return []
 
     def take(self, te: TransferEngine, max_n: int):
         """Step ①: a DMA poll of the request ring is kept in flight; when it lands, its records
@@ -454,6 +487,9 @@ class DmaFront:
         the poll is in flight."""
         c = te.costs
         if self._poll is None:
+            if self.parked():
+                return None
+            self._rung = False
             yield from te._cpu(c.poll_ns + c.post_ns)
             self._poll = self.req_ring.device_poll(self.engine, max_n)
             self.polls += 1
@@ -604,6 +640,8 @@ class MemoryApi:
         self.results: dict = {}
         self.mem = fabric.memory[host].host
         self.pushed = self.full = 0
+        self.seen = 0                # the newest TE batch a response came back from
+        self.front = None            # co-located: the TE's DmaFront, rung after each push
 
     def _id(self):
         while not self.free:
@@ -624,6 +662,8 @@ class MemoryApi:
             self.full += 1
             yield self.env.timeout(self.POLL_GAP_NS)
         self.pushed += 1
+        if self.front is not None:
+            self.front.ring()
         return rid
 
     def poll(self, thread) -> None:
@@ -632,6 +672,7 @@ class MemoryApi:
             if p is None:
                 return
             c = decode_response(p)
+            self.seen = max(self.seen, c.seq & 0xFFFFFFFF)
             if c.op == OP_READ and c.status == ST_OK and c.size > RESP_INLINE:
                 o = self.bufs + c.id * self.buf_bytes
                 c = c._replace(data=self.mem[o:o + c.size].tobytes())
