@@ -187,6 +187,8 @@ class CoherenceProfile:
     cross_ccd_ns: float = knob("ns", "core-to-core transfer of a line between two CCDs", min=0, max=100_000)
     memory_ns: float = knob("ns", "a line no core holds (e.g. just DMA-written by a device), from DRAM",
                             min=0, max=100_000)
+    dma_line_ns: float = knob("ns", "a line a device just wrote by DMA, read by a core (injected into an L3)",
+                              min=0, max=100_000)
     atomic_ns: float = knob("ns", "a locked read-modify-write's own execution once the line is exclusive",
                             min=0, max=100_000)
     pause_ns: float = knob("ns", "one PAUSE in a spin-wait loop", min=0, max=100_000)

@@ -5,7 +5,7 @@ import pytest
 
 import nodes.systems.pd3.loading_zone as lzmod
 from nodes.systems.pd3.loading_zone import (CONSUMED, ITEM_HEADER, PAD, PRODUCED, ZONE_BUSY, ZONE_FULL, LoadingZone,
-                                            _state, item_bytes)
+                                            _state, item_bytes, scan_ns)
 from shm.dma import DmaEngine
 from shm.verbs import VerbsHost
 from tests.test_dma import rack  # noqa: F401  (the fixture: host0 and dpa0 on bf3, one env, host0's engine)
@@ -136,8 +136,7 @@ def test_a_lost_cas_skips_the_item_and_the_scan_goes_on(rack):
         assert lz.check_and_return(core, 7) == b"second"
     finally:
         lzmod.cas = real_cas
-    cpu = fabric.profile.cpu
-    assert core.ns >= 2 * cpu.local_cas_ns                       # the lost CAS and the won one
+    assert core.ns >= scan_ns(fabric.profile, 0, 2)              # the lost CAS and the won one
     assert lz.check_and_return(None, 7) is None
 
 
@@ -238,8 +237,10 @@ def test_wraparound_with_a_pad_record_and_a_header_less_gap(rack):
 def test_scan_costs_lines_per_header_and_one_cas_per_hit(rack):
     fabric, env, dma = rack
     lz = LoadingZone.layout(fabric, "host0", 4096)
-    cpu = fabric.profile.cpu
-    line, cas_ns = cpu.local_read_ns_per_line, cpu.local_cas_ns
+    prof = fabric.profile
+
+    def cost(lines, cas_ops=0):
+        return scan_ns(prof, lines, cas_ops)
 
     def dpu():
         yield lz.produce(dma, [(k, val(k, 40)) for k in range(10)])    # one 64 B line per item
@@ -247,14 +248,16 @@ def test_scan_costs_lines_per_header_and_one_cas_per_hit(rack):
     run(env, dpu())
     miss = Core()
     assert lz.check_and_return(miss, 999) is None
-    assert miss.ns == (10 + 2) * line                  # 10 header lines + the Head and Tail lines
+    assert miss.ns == cost(10)                         # 10 header lines past the Head and Tail lines
     assert lz.statistics().headers_scanned == 10
     hit = Core()
     assert lz.check_and_return(hit, 4) == val(4, 40)
-    assert hit.ns == (5 + 2) * line + cas_ns           # 5 headers, the data shares item 4's line, one CAS
+    assert hit.ns == cost(5, 1)                        # 5 headers, the data shares item 4's line, one CAS
     after = Core()
     assert lz.check_and_return(after, 999) is None     # the consumed item is still scanned
-    assert after.ns == (10 + 2) * line
+    assert after.ns == cost(10)
+    # the scan streams: a longer scan costs more, but far less than a latency per line
+    assert cost(1) < cost(10) < 10 * cost(1)
 
     lz2 = LoadingZone.layout(fabric, "host0", 4096)
 
@@ -264,7 +267,7 @@ def test_scan_costs_lines_per_header_and_one_cas_per_hit(rack):
     run(env, dpu2())
     small = Core()
     assert lz2.check_and_return(small, 999) is None
-    assert small.ns == (4 + 2) * line
+    assert small.ns == cost(4)
 
 
 def test_host_threads_consume_while_the_device_produces_and_cleans(rack):

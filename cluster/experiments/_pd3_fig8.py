@@ -275,13 +275,14 @@ def fig8(quick: bool, progress) -> list[Row]:
     say(None)
     pd3, cas, spin = res["pd3", 16], res["cas", 16], res["spinlock", 16]
     rows += [
-        Row(EXPERIMENT, "PD3 / spinlock ring at 16 threads", 16, "ratio", round(pd3 / spin, 2), 224.0),
-        Row(EXPERIMENT, "PD3 / CAS ring at 16 threads", 16, "ratio", round(pd3 / cas, 2), 35.0),
+        Row(EXPERIMENT, "PD3 / spinlock ring at 16 threads", 16, "ratio", round(pd3 / spin, 2) if spin else None, 224.0),
+        Row(EXPERIMENT, "PD3 / CAS ring at 16 threads", 16, "ratio", round(pd3 / cas, 2) if cas else None, 35.0),
         Row(EXPERIMENT, "PD3 at 16 threads", 16, "M calls/s", round(pd3, 3), 150.0),
         Row(EXPERIMENT, "CAS ring peak (published 5-10: midpoint 7.5)", "peak", "M calls/s",
             round(max(res["cas", t] for t in points), 3), 7.5),
         Row(EXPERIMENT, "CAS ring / spinlock ring, best over thread counts (published: up to 40x)", "max",
-            "ratio", round(max(res["cas", t] / res["spinlock", t] for t in points), 2), 40.0),
+            "ratio", round(max((res["cas", t] / res["spinlock", t] for t in points if res["spinlock", t]),
+                               default=0.0), 2) or None, 40.0),
     ]
     return rows
 

@@ -9,7 +9,8 @@ is a *transfer* from wherever the line is:
 * a read by a core that holds a copy is an L1 hit (``l1_ns``);
 * a read by a core without a copy fetches it from the nearest holder: a core of the same CCD
   (``intra_ccd_ns``), a core of another CCD (``cross_ccd_ns``), or, if no core holds it (the device
-  wrote it by DMA, which invalidates every cached copy), memory (``memory_ns``); the line is then
+  wrote it by DMA, which invalidates every cached copy), the L3 the DMA write was injected into
+  (``dma_line_ns``: EPYC 9004's Smart Data Cache Injection), else memory (``memory_ns``); the line is then
   shared and the writer loses exclusive ownership;
 * a write or an atomic needs the line exclusive: a core that already owns it pays an L1 hit, any
   other core pays the transfer from the *farthest* other holder (every copy must be invalidated
@@ -56,6 +57,7 @@ class CoherenceCosts(NamedTuple):
     intra_ccd_ns: float
     cross_ccd_ns: float
     memory_ns: float
+    dma_line_ns: float
     atomic_ns: float
     pause_ns: float
     yield_ns: float
@@ -66,16 +68,17 @@ class CoherenceCosts(NamedTuple):
         if c is None:
             raise ValueError(f"profile {profile.name!r} has no [coherence] section (only bf3 has one)")
         return cls(c.ccds, c.cores_per_ccd, c.l1_ns, c.intra_ccd_ns, c.cross_ccd_ns, c.memory_ns,
-                   c.atomic_ns, c.pause_ns, c.yield_ns)
+                   c.dma_line_ns, c.atomic_ns, c.pause_ns, c.yield_ns)
 
 
 class Line:
     """One 64-byte line: the cores holding a copy, the one owning it exclusive (or None), the time
     its current transfer ends, and how many transfers it has served."""
-    __slots__ = ("name", "holders", "owner", "free_at", "transfers")
+    __slots__ = ("name", "holders", "owner", "free_at", "transfers", "injected")
 
     def __init__(self, name: str = ""):
         self.name = name
+        self.injected = False          # last written by a device's DMA: the L3 has it (dma_line_ns)
         self.holders: set[int] = set()
         self.owner: int | None = None
         self.free_at = 0.0
@@ -115,7 +118,7 @@ class Coherence:
     def _fetch(self, core: int, line: Line) -> float:
         """Read miss: from the nearest holder, or memory."""
         if not line.holders:
-            return self.c.memory_ns
+            return self.c.dma_line_ns if line.injected else self.c.memory_ns
         return min(self._hop(core, h) for h in line.holders)
 
     def read(self, core: int, line: Line, t: float) -> float:
@@ -156,7 +159,7 @@ class Coherence:
         elif core in line.holders:
             cost = self.c.l1_ns            # the only copy, clean: upgrade in place
         else:
-            cost = self.c.memory_ns
+            cost = self.c.dma_line_ns if line.injected else self.c.memory_ns
         start = max(t, line.free_at)
         done = start + cost + extra
         line.free_at = done
@@ -173,6 +176,7 @@ class Coherence:
         """A DMA write by the device lands at ``t``: every cached copy is invalidated."""
         line.holders = set()
         line.owner = None
+        line.injected = True
         line.free_at = max(line.free_at, t)
 
     @staticmethod

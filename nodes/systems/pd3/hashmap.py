@@ -169,8 +169,14 @@ class HashMapHost:
                                                      # its last write-back's (the fence), or the batch
                                                      # after the host's own read of it
         self.fetching: dict = {}                     # key -> event fired when its fetch is installed
+        self.reading: set = set()                    # keys the host is reading through its miss path
         self.replies: dict = {}                      # (client node, port) -> (rid, reply or None)
         self.cpu = cpu
+        # PD3: a clean record leaving the cache is announced to the DPU (a 0-byte write, Table 2's
+        # flush row), so the Host View stays the set of cached keys; silently dropped, it would
+        # stay there and the DPU would stop prefetching it
+        self.notify_evictions = mode == "pd3"
+        self.dropped: list = []
         self.n = dict(packets=0, requests=0, hits=0, zone_hits=0, misses=0, leap_hits=0, writebacks=0,
                       resent=0, malformed=0)
 
@@ -213,6 +219,8 @@ class HashMapHost:
                 self.dirty.discard(k)
                 self.flushing[k] = v
                 out.append((k, v))
+            elif self.notify_evictions:
+                self.dropped.append(k)
         return out
 
     def write(self, key: int, value) -> list:

@@ -84,7 +84,11 @@ call is atomic in virtual time and none of this can happen.
 ``[cpu]`` costs :mod:`shm.dmaring` uses: ``local_read_ns_per_line`` per distinct cache line read --
 the Head line and the Tail line once per call, each line of headers scanned (two 24-byte headers of
 small items share one), each line of data copied -- and ``local_cas_ns`` per CAS. A hit costs one
-CAS; a scan that meets n headers on n lines costs n + 2 lines. The device's costs are its DMAs.
+CAS. The scan reads the zone forward, line after line, which a core's stream prefetcher runs ahead
+of: the first line of the scan costs a line's latency, every further line ``64 B`` at
+:data:`SCAN_GBPS` (the stream's bandwidth), so a scan of n lines costs 2 + 1 lines of latency +
+(n - 1) line transfers (:func:`scan_ns` has the constants: the profile's ``[coherence]`` when it
+has one, else the flat ``[cpu]`` ones). The device's costs are its DMAs.
 
 Statistics (:meth:`statistics`, a :class:`ZoneStats`): this object's counts (the device end's
 produce/drop/clean, the host ends' scans in this process) and the free bytes host memory shows now.
@@ -124,6 +128,11 @@ CLEAN_WINDOW = 4096
 
 _LINE = 64
 _U64 = (1 << 64) - 1
+#: one core reading a region forward with its hardware stream prefetcher: ASSUMPTION 10 GB/s
+#: (80 Gbit/s), conservative for a Zen 4 core, whose single-core DRAM read bandwidth is measured at
+#: several times that (Chips and Cheese); lines the DPU just wrote may also sit in the L3
+SCAN_GBPS = 80.0
+_SCAN_LINE_NS = _LINE * 8 / SCAN_GBPS
 
 
 def _state(pos: int, st: int) -> int:
@@ -147,6 +156,24 @@ def _key(key) -> int:
     if isinstance(key, (int, np.integer)) and 0 <= int(key) <= _U64:
         return int(key)
     raise ValueError(f"a Loading Zone key is 8 bytes (or an int below 2**64), got {key!r}")
+
+
+def scan_ns(profile, lines: int, cas_ops: int) -> int:
+    """A host thread's cost of one check_and_return that read ``lines`` lines past Head and Tail
+    and did ``cas_ops`` CAS. Every line it reads was written by the device's DMA: with the
+    profile's ``[coherence]`` (the host CPU known) such a line comes from the L3 the write was
+    injected into (``dma_line_ns``) -- Head, Tail, and the scan's first line; the scan's further
+    lines stream behind it (:data:`SCAN_GBPS`); a CAS hits the line the scan just brought in
+    (``l1_ns + atomic_ns``). Without ``[coherence]``, ``cpu.local_read_ns_per_line`` per latency and
+    ``cpu.local_cas_ns`` per CAS (the flat costs of :mod:`shm.dmaring`)."""
+    c = getattr(profile, "coherence", None)
+    lines = max(0, lines)
+    if c is not None:
+        latency, cas_ns = c.dma_line_ns, c.l1_ns + c.atomic_ns
+    else:
+        latency, cas_ns = profile.cpu.local_read_ns_per_line, profile.cpu.local_cas_ns
+    ns = (2 + min(1, lines)) * latency + max(0, lines - 1) * _SCAN_LINE_NS + cas_ops * cas_ns
+    return round(ns)
 
 
 class ZoneStats(NamedTuple):
@@ -245,7 +272,8 @@ class LoadingZone:
         return self.capacity - (self.tail() - self.head())
 
     # -- host side: local memory ------------------------------------------------------------
-    def check_and_return(self, thread, key, dest=None, *, fresh_from: int | None = None, floor=None):
+    def check_and_return(self, thread, key, dest=None, *, fresh_from: int | None = None, floor=None,
+                         pending=None):
         """Take the item ``key`` if the zone holds it unconsumed: its data as ``bytes``, or, with
         ``dest`` (a writable uint8 buffer), its size after copying it into ``dest[:size]``; None if
         it is not there (``dest`` is then undefined). Never blocks. ``thread`` (anything with
@@ -261,7 +289,9 @@ class LoadingZone:
         unconsumed item the scan passes whose batch is below its key's floor is of no use to anyone
         (stale, or arrived after the host had already read the key another way) and is claimed and
         thrown away the same way, so cleaning is never held up by an item nobody will take. With
-        ``floor``, ``fresh_from`` defaults to ``floor.get(key)``."""
+        ``floor``, ``fresh_from`` defaults to ``floor.get(key)``. ``pending``: keys the host is reading
+        from remote memory itself right now; any item of theirs is thrown away the same way (it was
+        fetched before that read, which is where the host gets the item from)."""
         if floor is not None and fresh_from is None:
             fresh_from = floor.get(int(key) if not isinstance(key, (bytes, bytearray)) else None)
         k = _key(key)
@@ -305,7 +335,7 @@ class LoadingZone:
                 continue
             if ikey != k and floor is not None:
                 f = floor.get(ikey)
-                if f is not None and ((w0 >> 32) - f) & 0x80000000:
+                if (f is not None and ((w0 >> 32) - f) & 0x80000000) or (pending is not None and ikey in pending):
                     cas_ops += 1
                     if int(cas(m64, sw + 1, produced, _state(p, CONSUMED))) == produced:
                         self.stale += 1        # useless to everyone: let cleaning pass it
@@ -342,8 +372,7 @@ class LoadingZone:
         if result is None:
             self.misses += 1
         if thread is not None:
-            cpu = self.fabric.profile.cpu
-            thread.cpu(cas_ops * cpu.local_cas_ns + lines * cpu.local_read_ns_per_line)
+            thread.cpu(scan_ns(self.fabric.profile, lines - 2, cas_ops))
         return result
 
     # -- device side: DMA -------------------------------------------------------------------

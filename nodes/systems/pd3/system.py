@@ -300,6 +300,7 @@ class HostApp:
                 results[i] = (hm.S_OK, v) if v is not None else (hm.S_MISSING, b"")
         if evicted:
             yield from self.write_back(t, evicted)
+        yield from self.announce(t)
         reply = hm.encode_reply(rid, results)
         m.replies[who] = (rid, reply)
         t.sock.send(dg.src_node, dg.src_port, reply, thread=t.rt)
@@ -322,7 +323,7 @@ class HostApp:
         need = []
         if self.zone is not None:                          # PD3: CheckAndReturn before the miss path
             for key in evs:
-                data = self.zone.check_and_return(t, key, floor=m.floor)
+                data = self.zone.check_and_return(t, key, floor=m.floor, pending=m.reading)
                 if data is not None and len(data) >= hm.REC_HEADER and hm._REC.unpack_from(data)[0] == key:
                     got[key] = data
                     m.n["zone_hits"] += 1
@@ -351,6 +352,15 @@ class HostApp:
         if evicted:
             yield from self.write_back(t, evicted)
         return out
+
+    def announce(self, t: AppThread):
+        """PD3: tell the DPU which clean records left the cache (0-byte writes, not waited for)."""
+        m = self.map
+        while m.dropped:
+            k = m.dropped.pop()
+            if k in m.cache or k in m.flushing:
+                continue
+            yield from self.api.notify(t, OP_WRITE, m.addr(k), k)
 
     def read_records(self, t: AppThread, keys):
         m = self.map
@@ -386,14 +396,17 @@ class HostApp:
                 out[key] = c.data
             return out
         rids = []
+        if self.zone is not None:
+            m.reading.update(keys)                         # a prefetch of these arriving now is too late
         for key in keys:
             rid = yield from self.api.post(t, OP_READ, m.addr(key), size[key], key)
             rids.append(rid)
         res = yield from self.api.wait(t, rids)
         for key, c in zip(keys, res):
             out[key] = c.data
-            if self.zone is not None:                      # a prefetch of it in this batch or before
-                m.floor[key] = max(m.floor.get(key, 0), (c.seq + 1) & 0xFFFFFFFF)   # comes too late
+            if self.zone is not None:                      # and so is one fetched in this batch or before
+                m.floor[key] = max(m.floor.get(key, 0), (c.seq + 1) & 0xFFFFFFFF)
+                m.reading.discard(key)
         return out
 
     def _leap_prefetch(self, t: AppThread, slots) -> None:

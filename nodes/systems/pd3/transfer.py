@@ -83,6 +83,8 @@ SERVER_RECORD_CYCLES = 40
 #: a single core's memcpy rate for record data (ASSUMPTION: 10 GB/s, a conservative figure for one
 #: Zen 4 core copying DRAM to DRAM; only pages make this matter)
 COPY_GBPS = 80.0
+#: state words one clean of the Loading Zone reads at most (one DMA read of 2 KB)
+CLEAN_ITEMS = 256
 
 
 class Completion(NamedTuple):
@@ -95,10 +97,13 @@ class Completion(NamedTuple):
     data: bytes
 
 
+F_NO_REPLY = 1                  # request flag: the host waits for no response (a notice)
+
+
 def encode_request(op: int, rid: int, addr: int, size: int, key: int = NO_KEY, data: bytes = b"",
-                   buf: int = 0) -> bytes:
+                   buf: int = 0, flags: int = 0) -> bytes:
     inline = data if len(data) <= INLINE else b""
-    return _REQ.pack(op, 0, rid, size, addr, key, buf) + inline.ljust(INLINE, b"\0")
+    return _REQ.pack(op, flags, rid, size, addr, key, buf) + inline.ljust(INLINE, b"\0")
 
 
 def decode_response(payload: bytes) -> Completion:
@@ -230,7 +235,8 @@ class MemoryServer(_Actor):
             if data:
                 copied += len(data)
             size_out = len(data) if data else 0
-            rec = _RESP.pack(op, status, rid, size_out if op != OP_WRITE else size, seq, key)
+            rec = _RESP.pack(op | (0x80 if _z & F_NO_REPLY else 0), status, rid, size_out if op != OP_WRITE else size,
+                             seq, key)
             out[o:o + _RESP.size] = np.frombuffer(rec, np.uint8)
             out[o + _RESP.size:o + RECORD_BYTES] = 0
             if data and size_out <= RESP_INLINE and op == OP_READ:
@@ -268,6 +274,8 @@ class TransferEngine(_Actor):
         self.queue: deque = deque()        # prefetch keys waiting for the next batch
         self.wake = env.event()            # fired when a prefetch key is queued
         self._free = deque(range(slots))
+        self._clean_again = False
+        self._cleaning_ev = None
         self._seq = 0
         self._recv_sge = None
         self.batches = self.requests = self.prefetches = self.delivered = self.dropped = self.missing = 0
@@ -309,6 +317,15 @@ class TransferEngine(_Actor):
             if len(self.cq):
                 did = True
                 yield from self._responses()
+            if self.zone is not None and self._clean_again and not self.zone._cleaning:
+                # the device cleans the Loading Zone whenever a clean finished with progress or new
+                # items came, so Head follows the consumers (a clean that found nothing to reclaim
+                # waits for the next produce: nothing else can change what it would find)
+                yield from self._cpu(self.costs.post_ns)
+                self._clean_again = False
+                c = self.zone.clean(self.engine, CLEAN_ITEMS)
+                self._cleaning_ev = c
+                c.callbacks.append(self._cleaned)
             if did:
                 continue
             if self.wake.triggered:
@@ -317,6 +334,8 @@ class TransferEngine(_Actor):
                     and self.front.idle():
                 return self.status
             waits = [self.cq.wait(), self.wake] + self.front.waits()
+            if self._cleaning_ev is not None and not self._cleaning_ev.processed:
+                waits.append(self._cleaning_ev)
             if stop is not None and not stop.triggered:
                 waits.append(stop)
             yield any_of(env, waits)
@@ -398,6 +417,8 @@ class TransferEngine(_Actor):
                         if got is not None:
                             items.append((key, got, seq))
                     continue
+                if op & 0x80:
+                    continue                          # a notice: nothing goes back to the host
                 big = None
                 if op == OP_READ and st == ST_OK and size > RESP_INLINE:
                     big = buf[data:data + size].tobytes()
@@ -425,12 +446,17 @@ class TransferEngine(_Actor):
             return
         self.delivered += len(done.written)
         self.dropped += len(done.dropped)
-        if not self.zone._cleaning:
+        self._clean_again = True
+        if done.dropped and not self.zone._cleaning:
             yield from self._cpu(self.costs.post_ns)
-            if done.dropped:
-                self.zone.expire(self.engine, max(64, len(done.dropped)))
-            else:
-                self.zone.clean(self.engine)
+            self._clean_again = False
+            c = self.zone.expire(self.engine, max(CLEAN_ITEMS, len(done.dropped)))
+            self._cleaning_ev = c
+            c.callbacks.append(self._cleaned)
+
+    def _cleaned(self, ev) -> None:
+        if getattr(ev, "cleaned", 0):
+            self._clean_again = True
 
 
 # --- fronts --------------------------------------------------------------------------------------------
@@ -487,7 +513,7 @@ class DmaFront:
         the poll is in flight."""
         c = te.costs
         if self._poll is None:
-            if self.parked():
+            if self.parked() and not te.queue:
                 return None
             self._rung = False
             yield from te._cpu(c.poll_ns + c.post_ns)
@@ -665,6 +691,17 @@ class MemoryApi:
         if self.front is not None:
             self.front.ring()
         return rid
+
+    def notify(self, thread, op: int, addr: int, key: int):
+        """Post a 0-byte request whose answer nobody waits for (its id is freed when it comes)."""
+        rid = yield from self._id()
+        while not self.req_ring.host_push(encode_request(op, rid, addr, 0, key, flags=F_NO_REPLY), thread):
+            self.full += 1
+            yield self.env.timeout(self.POLL_GAP_NS)
+        self.free.append(rid)                # no response will come for it
+        self.pushed += 1
+        if self.front is not None:
+            self.front.ring()
 
     def poll(self, thread) -> None:
         while True:
