@@ -185,11 +185,34 @@ def actor_contexts(state, env, host, *, directory: dict | None = None, only=None
 
 
 def default_queues(spec, decl) -> list[str]:
-    """The RX queues a node has from the start: one per DPA thread (``dpa0.t3``), one for any
-    other node (``cn0.rx``)."""
+    """The RX queues a node has from the start: one per DPA thread (``dpa0.t3``), those the system
+    asks for on that node (``System.rx_queues(spec, node)``, e.g. one per host application thread,
+    as a NIC's RSS queues: ``cn0.a0``..), else one (``cn0.rx``)."""
     if decl.role == "dpa":
         return [f"{decl.name}.t{i}" for i in range(spec.dpa.threads)]
+    hook = _system_queues(spec)
+    extra = hook(spec, decl.name) if hook is not None else None
+    if extra:
+        bad = [q for q in extra if not (isinstance(q, str) and q.startswith(f"{decl.name}.") and q != f"{decl.name}.")]
+        if bad:
+            raise ValueError(f"system {spec.system.name!r}: RX queue {bad[0]!r} of node {decl.name!r} must be "
+                             f"named '{decl.name}.<name>'")
+        return list(extra)
     return [f"{decl.name}.rx"]
+
+
+def _system_queues(spec):
+    """The system's ``rx_queues`` hook, if it has one (systems load lazily; a spec without a system
+    has none)."""
+    system = getattr(spec, "system", None)
+    if system is None or not getattr(system, "name", None):
+        return None
+    from nodes.systems import get_system
+    try:
+        cls = get_system(system.name)
+    except ValueError:
+        return None
+    return getattr(cls, "rx_queues", None)
 
 
 def steer_rules(compiled) -> dict:

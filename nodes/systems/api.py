@@ -175,6 +175,10 @@ class System:
     #: Optional: a classmethod ``steering(spec) -> [cluster.spec.SteerSpec]``, NIC steering rules
     #: the system's service needs (after the file's ``[[steer]]``; docs/devices.md).
     steering = None
+    #: Optional: a classmethod ``rx_queues(spec, node) -> [queue ids] | None``, the RX queues a node
+    #: has instead of its one default ``<node>.rx`` (named ``<node>.<name>``): e.g. one per host
+    #: application thread, as a NIC's RSS queues, which the system's steering rules then target.
+    rx_queues = None
 
     @classmethod
     def check_options(cls, given: dict, where: str) -> dict:

@@ -59,6 +59,7 @@ class Pd3Client(KVClient):
         self._next = 0                   # so the replies of a thread's packets in flight never mix
         self.timeout_ns = int(options["timeout_us"] * 1000)
         self.value_max = layout["value_max"]
+        self.app_threads = layout["threads"]
         self.open = None                 # the packet being filled: its ops (op, key, value, event), sizes
         self.room = self.net.max_payload  # request and reply must each fit one datagram
         self.rid = 0
@@ -110,7 +111,10 @@ class Pd3Client(KVClient):
         rid = self.rid
         self.packets += 1
         data = hm.encode_request(rid, [(op, k, v) for op, k, v, _e in batch])
-        reply = yield from call(sock, self.server, PORT, data, queue, timeout_ns=self.timeout_ns,
+        # the flow's RX queue on the host: a hash of the flow, as RSS (a multiplicative one of the
+        # client's node and port, so a thread's coroutines spread over the host's queues)
+        port = PORT + ((self.thread.owner.node * 40503 + sock.port) * 2654435761 >> 16) % self.app_threads
+        reply = yield from call(sock, self.server, port, data, queue, timeout_ns=self.timeout_ns,
                                 resends=3, match=lambda dg: int.from_bytes(dg.data[:4], "little") == rid,
                                 thread=self.thread)
         if reply is None:
@@ -152,6 +156,7 @@ class AppThread:
         self.env = rdma_thread.env
         self.busy_ns = 0
         self.front = None                            # Redy: this thread's I/O-thread front
+        self.queue = self.sock = self.zone = None    # its RX queue, its socket, its Loading Zone
         self.leap = None
         self.leap_reads: dict = {}                   # slot -> (handle, key) of a prefetch READ
 
@@ -159,6 +164,13 @@ class AppThread:
         if ns > 0:
             self.busy_ns += ns
             self.rt.cpu(ns)
+
+    def acquire(self):
+        """Wait until this thread's core is free: a coroutine of a busy thread runs (and looks at
+        shared state, the Loading Zone) only when the core gets to it, not when its event fired."""
+        wait = self.rt.cpu_free - self.env.now
+        if wait > 0:
+            yield self.env.timeout(int(wait))
 
 
 class HostApp:
@@ -169,6 +181,7 @@ class HostApp:
         o = ctx.options
         self.ctx, self.lay, self.env = ctx, lay, ctx.env
         self.mode = o["mode"]
+        self.pipeline = int(o["pipeline"])
         cpu = ctx.profile.cpu
         self.cpu = cpu
         self.map = hm.HashMapHost(cache_items=lay["cache_items"], slot_bytes=lay["slot_bytes"],
@@ -184,9 +197,13 @@ class HostApp:
             self.api = MemoryApi(ctx.env, fab, ctx.index, DmaRing.attach(fab, ctx.index, lay["req_ring"]),
                                  DmaRing.attach(fab, ctx.index, lay["resp_ring"]), lay["bufs"], lay["buf_bytes"],
                                  lay["ids"])
+        self.zones = []
         if self.mode == "pd3":
             from .loading_zone import LoadingZone
-            self.zone = LoadingZone.attach(fab, ctx.index, lay["zone"])
+            self.zones = [LoadingZone.attach(fab, ctx.index, base) for base in lay["zones"]]
+            self.zone = self.zones[0]               # "PD3 prefetches" (each thread has its own)
+            for t, z in zip(self.threads, self.zones):
+                t.zone = z
         self.io = []
         if self.mode == "redy":
             self._redy(ctx, lay)
@@ -194,9 +211,12 @@ class HostApp:
             from .leap import Leap
             for t in self.threads:
                 t.leap = Leap(cache_items=lay["leap_cache"])
-        self.queue = next(q for q in ctx.queues if q.id == f"{ctx.name}.rx")
-        for t in self.threads:             # a socket (UD QP) per thread, as each thread has its own TX queue
-            t.sock = ctx.udp.socket(ctx.index, PORT)
+        queues = {q.id: q for q in ctx.queues}
+        for i, t in enumerate(self.threads):
+            # each thread serves its own RX queue (the NIC spreads flows over them, RSS-like) and
+            # sends on its own UD QP, as each thread of a server has its own queues
+            t.queue = queues[f"{ctx.name}.a{i}"]
+            t.sock = ctx.udp.socket(ctx.index, PORT + i)
 
     def _redy(self, ctx, lay):
         pd = PD(ctx.verbs())
@@ -218,17 +238,22 @@ class HostApp:
             self.io.append(te)
 
     def actors(self) -> list:
-        gens = [self.serve(t) for t in self.threads]
+        # an application thread keeps ``pipeline`` requests packets in progress (its coroutines,
+        # sharing its core): a miss waits without holding up the next packet; sync RDMA and Leap
+        # block the thread on each READ (one at a time, by design)
+        depth = 1 if self.mode in ("sync", "leap") else self.pipeline
+        gens = [self.serve(t) for t in self.threads for _ in range(depth)]
         gens += [te.run(self.ctx.stopped) for te in self.io]
         return gens
 
     # -- serving ----------------------------------------------------------------------------
     def serve(self, t: AppThread):
-        q = self.queue
+        q = t.queue
         while True:
             if not len(q):
                 yield q.wait()
                 continue
+            yield from t.acquire()
             dg = q.poll()
             if dg is None:
                 continue
@@ -294,6 +319,8 @@ class HostApp:
                     m.live.discard(key)
                     evicted += m.write(key, None)
                     results[i] = (hm.S_OK, b"")
+        if m.dropped:
+            yield from self.announce(t)                    # at once: the DPU must not trust a stale view
         if misses:
             got = yield from self.fetch(t, [ops[i][1] for i in misses])
             for i, v in zip(misses, got):
@@ -322,8 +349,9 @@ class HostApp:
         got: dict = {}
         need = []
         if self.zone is not None:                          # PD3: CheckAndReturn before the miss path
+            yield from t.acquire()
             for key in evs:
-                data = self.zone.check_and_return(t, key, floor=m.floor, pending=m.reading)
+                data = t.zone.check_and_return(t, key, floor=m.floor, pending=m.reading)
                 if data is not None and len(data) >= hm.REC_HEADER and hm._REC.unpack_from(data)[0] == key:
                     got[key] = data
                     m.n["zone_hits"] += 1
@@ -335,6 +363,7 @@ class HostApp:
         if need:
             fetched = yield from self.read_records(t, need)
             got.update(fetched)
+            yield from t.acquire()
         evicted = []
         for key, ev in evs.items():
             data = got.get(key)
@@ -349,18 +378,19 @@ class HostApp:
             ev.succeed()
         for j, key in enumerate(keys):
             out[j] = m.cache.get(key, got.get(key)) if key in m.cache else got.get(key)
+        if m.dropped:
+            yield from self.announce(t)
         if evicted:
             yield from self.write_back(t, evicted)
         return out
 
     def announce(self, t: AppThread):
-        """PD3: tell the DPU which clean records left the cache (0-byte writes, not waited for)."""
+        """PD3: tell the DPU which clean records left the cache (batched notices, not answered)."""
         m = self.map
-        while m.dropped:
-            k = m.dropped.pop()
-            if k in m.cache or k in m.flushing:
-                continue
-            yield from self.api.notify(t, OP_WRITE, m.addr(k), k)
+        keys = [k for k in m.dropped if k not in m.cache and k not in m.flushing]
+        m.dropped.clear()
+        if keys:
+            yield from self.api.evicted(t, keys)
 
     def read_records(self, t: AppThread, keys):
         m = self.map
@@ -513,19 +543,20 @@ class DpuSide:
         host = lay["host"]
         front = DmaFront(ctx.dma, DmaRing.attach(fab, host, lay["req_ring"]), DmaRing.attach(fab, host, lay["resp_ring"]),
                          host, lay["bufs"], lay["buf_bytes"])
-        zone = LoadingZone.attach(fab, host, lay["zone"]) if self.prefetching else None
+        zones = [LoadingZone.attach(fab, host, base) for base in lay["zones"]] if self.prefetching else []
         self.te = TransferEngine(ctx.env, Cores(ctx.env, 1, dpu.ghz), front, qp=qp, cq=cq,
                                  unified=MR(pd, lay["lane_bytes"], offset=lay["unified"]),
                                  resp_space=MR(pd, lay["lane_bytes"], w, offset=lay["resp_space"]),
                                  remote_req=(gaddr(lay["mem"], lay["lanes"][0][0]), fab.exposed_key(lay["mem"])),
                                  costs=dpu_costs(dpu), max_batch=MAX_BATCH, slots=SLOTS, slot_bytes=lay["slot_area"],
-                                 prefetcher=self.prefetcher if self.prefetching else None, zone=zone,
+                                 prefetcher=self.prefetcher if self.prefetching else None, zones=zones,
                                  engine=ctx.dma)
         self.te.post_receives()
         app = ctx.directory.get("pd3.host")
         if app is not None and app.api is not None:     # co-located: the host library rings the TE
             front.doorbell(ctx.env)
             app.api.front = front
+            front.landed = app.api.landed
         self.rx = next(q for q in ctx.queues if q.id == f"{ctx.name}.rx")
         self.shard_q = [deque() for _ in range(2)]
         self.shard_wake = [ctx.env.event() for _ in range(2)]
@@ -551,14 +582,16 @@ class DpuSide:
             self.parse_cores.charge(cyc(PARSE_PACKET_CYCLES + PARSE_KEY_CYCLES * len(keys_ops)))
             if not keys_ops:
                 continue
-            # one packet's keys go to shards as one batch each (PD3: the packet is the lookup batch)
+            # one packet's keys go to shards as one batch each (PD3: the packet is the lookup batch);
+            # the packet's RX queue (its port, as the NIC steered it) names the thread, hence the zone
+            zone = dg.dst_port - PORT
             part = [[], []]
             route = self.host_view.route([k for k, _op in keys_ops])
             for (k, op), s in zip(keys_ops, route):
                 part[int(s)].append((k, op))
             for s in (0, 1):
                 if part[s]:
-                    self.shard_q[s].append(part[s])
+                    self.shard_q[s].append((part[s], zone))
                     if not self.shard_wake[s].triggered:
                         self.shard_wake[s].succeed()
             yield self.env.timeout(0)
@@ -574,14 +607,14 @@ class DpuSide:
                     self.shard_wake[s] = self.env.event()
                 yield self.shard_wake[s]
                 continue
-            batch = q.popleft()
+            batch, zone = q.popleft()
             reads = [k for k, op in batch if op != hm.P_WRITE]
             if reads:
                 found, cost = shard.find_batched(reads, self.mode)
                 cores.charge(round(self.price(cost, len(reads), int(found.sum()), self.mode, self.dpu).total_ns))
             keys = self.prefetcher.on_client_request(batch)
             if keys:
-                self.te.prefetch(keys)
+                self.te.prefetch(keys, zone)
             yield self.env.timeout(0)
 
 
@@ -641,8 +674,10 @@ class Pd3System(System):
         Option("cache_fraction", 0.0625, "local cache, as a fraction of the records (PD3: 1 GB local of 16 GB)",
                minimum=0.0, maximum=1.0),
         Option("value_max", 1000, "largest value in bytes", minimum=8, maximum=1000),
-        Option("zone_kib", 1024, "the Loading Zone's size in KiB", minimum=4, maximum=1 << 20),
+        Option("zone_kib", 1024, "each application thread's Loading Zone, in KiB", minimum=4, maximum=1 << 20),
         Option("app_threads", 8, "the host's application threads (a core each)", minimum=1, maximum=64),
+        Option("pipeline", 8, "packets an application thread has in progress at once (its coroutines); "
+               "sync and leap block on each miss, so 1 for them", minimum=1, maximum=64),
         Option("timeout_us", 500.0, "a client's wait for a reply before it resends (virtual us)",
                minimum=1.0, maximum=1e6),
     )
@@ -656,7 +691,16 @@ class Pd3System(System):
         if not spec.dpu.hosts:
             return []
         host = spec.dpu.hosts[0]
-        return [SteerSpec(host, PORT, PORT, host, mirror="dpu0")]
+        threads = int(spec.system.options.get("app_threads", 8))
+        return [SteerSpec(host, PORT, PORT + threads - 1, host, mirror="dpu0")]
+
+    @classmethod
+    def rx_queues(cls, spec, node):
+        """The host has an RX queue per application thread (``cn0.a0``..), port ``PORT + i`` to
+        queue ``i``; other nodes keep their default."""
+        if not spec.dpu.hosts or node != spec.dpu.hosts[0]:
+            return None
+        return [f"{node}.a{i}" for i in range(int(spec.system.options.get("app_threads", 8)))]
 
     @classmethod
     def footprint(cls, options, capacity, key_bytes, value_bytes):
@@ -706,7 +750,8 @@ class Pd3System(System):
             "req_ring": DmaRing.layout(fabric, host, 1024, RECORD_BYTES).base,
             "resp_ring": DmaRing.layout(fabric, host, 1024, RECORD_BYTES).base,
             "bufs": fabric.allocate(host, ids * slot_bytes, align=64), "buf_bytes": slot_bytes,
-            "zone": LoadingZone.layout(fabric, host, int(options["zone_kib"]) << 10).base,
+            "zones": [LoadingZone.layout(fabric, host, int(options["zone_kib"]) << 10).base for _ in range(threads)]
+            if mode == "pd3" else [],
             "hv_buckets": 1 << max(4, (max(16, cache_items) * 2 // 4 // 2).bit_length()),
             "leap_cache": max(64, cache_items // 16),
         }

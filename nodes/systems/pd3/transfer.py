@@ -97,13 +97,27 @@ class Completion(NamedTuple):
     data: bytes
 
 
-F_NO_REPLY = 1                  # request flag: the host waits for no response (a notice)
+OP_EVICT = 4                    # a notice of clean records the host dropped: n u8 | 0 | keys (up to 6)
+EVICT_KEYS = 6
+_EVICT = struct.Struct("<BBHI")
+
+
+def encode_evict(keys) -> bytes:
+    keys = list(keys)
+    if not 0 < len(keys) <= EVICT_KEYS:
+        raise ValueError(f"an eviction notice carries 1..{EVICT_KEYS} keys, got {len(keys)}")
+    return _EVICT.pack(OP_EVICT, len(keys), 0, 0) + struct.pack(f"<{len(keys)}Q", *keys).ljust(48, b"\0")
+
+
+def decode_evict(payload: bytes) -> list[int]:
+    _op, n, _z, _w = _EVICT.unpack_from(payload)
+    return list(struct.unpack_from(f"<{min(n, EVICT_KEYS)}Q", payload, 8))
 
 
 def encode_request(op: int, rid: int, addr: int, size: int, key: int = NO_KEY, data: bytes = b"",
-                   buf: int = 0, flags: int = 0) -> bytes:
+                   buf: int = 0) -> bytes:
     inline = data if len(data) <= INLINE else b""
-    return _REQ.pack(op, flags, rid, size, addr, key, buf) + inline.ljust(INLINE, b"\0")
+    return _REQ.pack(op, 0, rid, size, addr, key, buf) + inline.ljust(INLINE, b"\0")
 
 
 def decode_response(payload: bytes) -> Completion:
@@ -235,8 +249,7 @@ class MemoryServer(_Actor):
             if data:
                 copied += len(data)
             size_out = len(data) if data else 0
-            rec = _RESP.pack(op | (0x80 if _z & F_NO_REPLY else 0), status, rid, size_out if op != OP_WRITE else size,
-                             seq, key)
+            rec = _RESP.pack(op, status, rid, size_out if op != OP_WRITE else size, seq, key)
             out[o:o + _RESP.size] = np.frombuffer(rec, np.uint8)
             out[o + _RESP.size:o + RECORD_BYTES] = 0
             if data and size_out <= RESP_INLINE and op == OP_READ:
@@ -264,27 +277,29 @@ class TransferEngine(_Actor):
 
     def __init__(self, env, cores: Cores, front, *, qp, cq, unified: MR, resp_space: MR,
                  remote_req: tuple[int, int], costs, max_batch: int, slots: int, slot_bytes: int,
-                 prefetcher=None, zone=None, engine=None, name: str = "te"):
+                 prefetcher=None, zones=None, engine=None, name: str = "te"):
         super().__init__(env, cores)
         self.front, self.qp, self.cq = front, qp, cq
         self.unified, self.resp_space, self.remote_req = unified, resp_space, remote_req
         self.costs = costs                 # post_ns, poll_ns, record_ns (the core's own table)
         self.max_batch, self.slots, self.slot_bytes = max_batch, slots, slot_bytes
-        self.prefetcher, self.zone, self.engine = prefetcher, zone, engine
-        self.queue: deque = deque()        # prefetch keys waiting for the next batch
+        self.prefetcher, self.zones, self.engine = prefetcher, list(zones or ()), engine
+        self.queue: deque = deque()        # (key, zone) of prefetches waiting for the next batch
         self.wake = env.event()            # fired when a prefetch key is queued
         self._free = deque(range(slots))
-        self._clean_again = False
-        self._cleaning_ev = None
+        self._clean_again: set = set()     # zones to clean again
+        self._cleaning_evs: dict = {}      # zone -> its clean in flight
         self._seq = 0
         self._recv_sge = None
         self.batches = self.requests = self.prefetches = self.delivered = self.dropped = self.missing = 0
         self.name = name
 
     # the producers' side: the DPU's Host View shards queue keys here
-    def prefetch(self, keys) -> None:
+    def prefetch(self, keys, zone: int = 0) -> None:
+        """Queue prefetches of ``keys`` for Loading Zone ``zone`` (the application thread whose RX
+        queue the packet went to: the DPU sees the same flow steering the NIC applied)."""
         if keys:
-            self.queue.extend(keys)
+            self.queue.extend((k, zone) for k in keys)
             if not self.wake.triggered:
                 self.wake.succeed()
 
@@ -317,15 +332,19 @@ class TransferEngine(_Actor):
             if len(self.cq):
                 did = True
                 yield from self._responses()
-            if self.zone is not None and self._clean_again and not self.zone._cleaning:
-                # the device cleans the Loading Zone whenever a clean finished with progress or new
-                # items came, so Head follows the consumers (a clean that found nothing to reclaim
-                # waits for the next produce: nothing else can change what it would find)
+            todo = [z for z in self._clean_again if not self.zones[z]._cleaning]
+            if todo:
+                # the device cleans a Loading Zone whenever a clean of it finished with progress or
+                # new items came, so its Head follows the consumers (a clean that found nothing to
+                # reclaim waits for the next produce: nothing else can change what it would find).
+                # The zones' state-word reads go as one scatter-gather list: one post
                 yield from self._cpu(self.costs.post_ns)
-                self._clean_again = False
-                c = self.zone.clean(self.engine, CLEAN_ITEMS)
-                self._cleaning_ev = c
-                c.callbacks.append(self._cleaned)
+            for z in todo:
+                zone = self.zones[z]
+                self._clean_again.discard(z)
+                c = zone.clean(self.engine, CLEAN_ITEMS)
+                self._cleaning_evs[z] = c
+                c.callbacks.append(lambda ev, z=z: self._cleaned(ev, z))
             if did:
                 continue
             if self.wake.triggered:
@@ -334,8 +353,7 @@ class TransferEngine(_Actor):
                     and self.front.idle():
                 return self.status
             waits = [self.cq.wait(), self.wake] + self.front.waits()
-            if self._cleaning_ev is not None and not self._cleaning_ev.processed:
-                waits.append(self._cleaning_ev)
+            waits += [c for c in self._cleaning_evs.values() if not c.processed]
             if stop is not None and not stop.triggered:
                 waits.append(stop)
             yield any_of(env, waits)
@@ -345,8 +363,12 @@ class TransferEngine(_Actor):
         """One batch: host requests (with their large write data), then prefetches; one RDMA WRITE
         of records then data, and a SEND naming the slot."""
         c = self.costs
+        evicts = [r for r in reqs if r[0][0] == OP_EVICT]
+        if evicts:                                  # host-only notices: nothing goes to the server
+            reqs = [r for r in reqs if r[0][0] != OP_EVICT]
         flushes = [key for payload, _d in reqs for key in [_REQ.unpack_from(payload)[5]]
                    if payload[0] == OP_WRITE and key != NO_KEY]
+        flushes += [k for payload, _d in evicts for k in decode_evict(payload)]
         if flushes and self.prefetcher is not None:
             self.prefetcher.on_flush(flushes)       # Table 2: after ①, before any prefetch is appended
         if self.prefetcher is not None:
@@ -375,9 +397,9 @@ class TransferEngine(_Actor):
                     raise ValueError(f"a batch's write data exceeds the {self.slot_bytes} B batch slot")
                 buf[data:data + len(wdata)] = np.frombuffer(wdata, np.uint8)
                 data += -(-len(wdata) // 8) * 8
-        for j, key in enumerate(pf):
+        for j, (key, zone) in enumerate(pf):
             o = base + (len(reqs) + j) * RECORD_BYTES
-            buf[o:o + 56] = np.frombuffer(encode_request(OP_PREFETCH, 0, 0, 0, key), np.uint8)
+            buf[o:o + 56] = np.frombuffer(encode_request(OP_PREFETCH, zone, 0, 0, key), np.uint8)
             buf[o + 56:o + 64] = seqb
         nbytes = data - base
         write = SendWR(slot, IBV_WR_RDMA_WRITE, 1, [SGE(self.unified.addr + base, nbytes, self.unified.lkey)], 0)
@@ -402,7 +424,7 @@ class TransferEngine(_Actor):
             base = slot * self.slot_bytes
             buf = self.resp_space.buf
             data = base + n * RECORD_BYTES
-            host, items = [], []
+            host, items = [], {}
             for j in range(n):
                 o = base + j * RECORD_BYTES
                 op, st, rid, size, seq, key = _RESP.unpack_from(buf, o)
@@ -415,10 +437,8 @@ class TransferEngine(_Actor):
                         self.missing += 1
                     if self.prefetcher is None or self.prefetcher.on_prefetch_response(key, got is not None):
                         if got is not None:
-                            items.append((key, got, seq))
+                            items.setdefault(rid, []).append((key, got, seq))   # rid: the zone
                     continue
-                if op & 0x80:
-                    continue                          # a notice: nothing goes back to the host
                 big = None
                 if op == OP_READ and st == ST_OK and size > RESP_INLINE:
                     big = buf[data:data + size].tobytes()
@@ -428,35 +448,38 @@ class TransferEngine(_Actor):
                 self.prefetcher.on_remote_read_response(
                     [k for p, _b in host for k in [_RESP.unpack_from(p)[5]] if p[0] == OP_READ and k != NO_KEY])
             if items:
-                yield from self._produce(items)
+                # every zone's items (and Tail) in one scatter-gather list: one post
+                yield from self._cpu(self.costs.post_ns)
+            for z, zitems in items.items():
+                yield from self._produce(z, zitems)
             if host:
                 yield from self.front.deliver(self, host)
                 if self.status:
                     return
             self._free.append(slot)
 
-    def _produce(self, items):
-        """④ for prefetched items: one DMA write into the Loading Zone (then Tail); a full zone
-        drops them (counted) and retires its oldest items for the next ones."""
+    def _produce(self, z: int, items):
+        """④ for prefetched items: one DMA write into Loading Zone ``z`` (then its Tail); a full
+        zone drops them (counted) and retires its oldest items for the next ones."""
         from .loading_zone import ZONE_FULL
-        yield from self._cpu(self.costs.post_ns)
-        done = self.zone.produce(self.engine, items, clean=False)
+        zone = self.zones[z]
+        done = zone.produce(self.engine, items, clean=False)
         if done.status not in (0, ZONE_FULL):
             self._fail(done.status, done.error)
             return
         self.delivered += len(done.written)
         self.dropped += len(done.dropped)
-        self._clean_again = True
-        if done.dropped and not self.zone._cleaning:
+        self._clean_again.add(z)
+        if done.dropped and not zone._cleaning:
             yield from self._cpu(self.costs.post_ns)
-            self._clean_again = False
-            c = self.zone.expire(self.engine, max(CLEAN_ITEMS, len(done.dropped)))
-            self._cleaning_ev = c
-            c.callbacks.append(self._cleaned)
+            self._clean_again.discard(z)
+            c = zone.expire(self.engine, max(CLEAN_ITEMS, len(done.dropped)))
+            self._cleaning_evs[z] = c
+            c.callbacks.append(lambda ev, z=z: self._cleaned(ev, z))
 
-    def _cleaned(self, ev) -> None:
+    def _cleaned(self, ev, z: int) -> None:
         if getattr(ev, "cleaned", 0):
-            self._clean_again = True
+            self._clean_again.add(z)
 
 
 # --- fronts --------------------------------------------------------------------------------------------
@@ -476,6 +499,7 @@ class DmaFront:
         # processes has no bell and polls until the rack stops (see :meth:`doorbell`)
         self.bell = None
         self._rung = False
+        self.landed = None           # co-located: called when responses are in the host's ring
 
     def doorbell(self, env) -> None:
         """Park between empty polls; :meth:`ring` (the host library, after a push) wakes the TE,
@@ -580,6 +604,8 @@ class DmaFront:
                 continue
             if not done.succeeded:
                 te._fail(done.status, done.error)
+            elif self.landed is not None:
+                done.callbacks.append(lambda _ev: self.landed())
             return
 
 
@@ -668,6 +694,7 @@ class MemoryApi:
         self.pushed = self.full = 0
         self.seen = 0                # the newest TE batch a response came back from
         self.front = None            # co-located: the TE's DmaFront, rung after each push
+        self.arrived = env.event()   # co-located: fired when responses land (:meth:`landed`)
 
     def _id(self):
         while not self.free:
@@ -692,14 +719,16 @@ class MemoryApi:
             self.front.ring()
         return rid
 
-    def notify(self, thread, op: int, addr: int, key: int):
-        """Post a 0-byte request whose answer nobody waits for (its id is freed when it comes)."""
-        rid = yield from self._id()
-        while not self.req_ring.host_push(encode_request(op, rid, addr, 0, key, flags=F_NO_REPLY), thread):
-            self.full += 1
-            yield self.env.timeout(self.POLL_GAP_NS)
-        self.free.append(rid)                # no response will come for it
-        self.pushed += 1
+    def evicted(self, thread, keys):
+        """Tell the DPU that clean records of ``keys`` left the host's cache: notices of up to
+        :data:`EVICT_KEYS` keys each, taken off the ring by the Transfer Engine (Table 2's flush
+        row) and answered by nobody."""
+        keys = list(keys)
+        for i in range(0, len(keys), EVICT_KEYS):
+            while not self.req_ring.host_push(encode_evict(keys[i:i + EVICT_KEYS]), thread):
+                self.full += 1
+                yield self.env.timeout(self.POLL_GAP_NS)
+            self.pushed += 1
         if self.front is not None:
             self.front.ring()
 
@@ -716,12 +745,21 @@ class MemoryApi:
                 thread.cpu(-(-c.size // 64) * self.fabric.profile.cpu.local_read_ns_per_line)
             self.results[c.id] = c
 
+    def landed(self) -> None:
+        """The TE's response DMA has landed (co-located: the host's next poll would find it)."""
+        ev, self.arrived = self.arrived, self.env.event()
+        if not ev.triggered:
+            ev.succeed()
+
     def wait(self, thread, rids):
-        """Poll until every id in ``rids`` is complete: their completions, in order (ids freed)."""
+        """Poll until every id in ``rids`` is complete: their completions, in order (ids freed).
+        Co-located, a waiter sleeps until responses land (an application thread with other work
+        polls between its requests, not per waiting request); in a rack of processes it re-polls
+        every :data:`POLL_GAP_NS`."""
         while True:
             self.poll(thread)
             if all(r in self.results for r in rids):
                 out = [self.results.pop(r) for r in rids]
                 self.free.extend(rids)
                 return out
-            yield self.env.timeout(self.POLL_GAP_NS)
+            yield self.arrived if self.front is not None else self.env.timeout(self.POLL_GAP_NS)
