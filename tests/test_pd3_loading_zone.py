@@ -239,8 +239,8 @@ def test_scan_costs_lines_per_header_and_one_cas_per_hit(rack):
     lz = LoadingZone.layout(fabric, "host0", 4096)
     prof = fabric.profile
 
-    def cost(lines, cas_ops=0):
-        return scan_ns(prof, lines, cas_ops)
+    def cost(lines, cas_ops=0, cached=0, fresh=2):
+        return scan_ns(prof, lines, cas_ops, cached=cached, fresh=fresh)
 
     def dpu():
         yield lz.produce(dma, [(k, val(k, 40)) for k in range(10)])    # one 64 B line per item
@@ -248,14 +248,16 @@ def test_scan_costs_lines_per_header_and_one_cas_per_hit(rack):
     run(env, dpu())
     miss = Core()
     assert lz.check_and_return(miss, 999) is None
-    assert miss.ns == cost(10)                         # 10 header lines past the Head and Tail lines
+    assert miss.ns == cost(10)                         # 10 new header lines, Head and Tail fresh
     assert lz.statistics().headers_scanned == 10
     hit = Core()
     assert lz.check_and_return(hit, 4) == val(4, 40)
-    assert hit.ns == cost(5, 1)                        # 5 headers, the data shares item 4's line, one CAS
+    # 5 headers (the data shares item 4's line), all read by the last call and Head and Tail
+    # unchanged since: cache hits; one CAS
+    assert hit.ns == cost(0, 1, cached=5, fresh=0) < cost(5, 1)
     after = Core()
     assert lz.check_and_return(after, 999) is None     # the consumed item is still scanned
-    assert after.ns == cost(10)
+    assert after.ns == cost(0, cached=10, fresh=0)
     # the scan streams: a longer scan costs more, but far less than a latency per line
     assert cost(1) < cost(10) < 10 * cost(1)
 

@@ -158,21 +158,25 @@ def _key(key) -> int:
     raise ValueError(f"a Loading Zone key is 8 bytes (or an int below 2**64), got {key!r}")
 
 
-def scan_ns(profile, lines: int, cas_ops: int) -> int:
+def scan_ns(profile, lines: int, cas_ops: int, *, cached: int = 0, fresh: int = 2) -> int:
     """A host thread's cost of one check_and_return that read ``lines`` lines past Head and Tail
-    and did ``cas_ops`` CAS. Every line it reads was written by the device's DMA: with the
-    profile's ``[coherence]`` (the host CPU known) such a line comes from the L3 the write was
-    injected into (``dma_line_ns``) -- Head, Tail, and the scan's first line; the scan's further
-    lines stream behind it (:data:`SCAN_GBPS`); a CAS hits the line the scan just brought in
-    (``l1_ns + atomic_ns``). Without ``[coherence]``, ``cpu.local_read_ns_per_line`` per latency and
+    and did ``cas_ops`` CAS: ``lines`` new to this end (written by the device's DMA since), ``cached``
+    it read in an earlier call (still in its cache: ``l1_ns``), and ``fresh`` of Head and Tail
+    rewritten by the device since it last looked. With the profile's ``[coherence]`` (the host CPU
+    known) a line the device wrote comes from the L3 the write was injected into (``dma_line_ns``)
+    -- fresh Head or Tail, and the scan's first new line; the further new lines stream behind it
+    (:data:`SCAN_GBPS`); a CAS hits the line the scan just brought in (``l1_ns + atomic_ns``).
+    Without ``[coherence]``, ``cpu.local_read_ns_per_line`` per line whatever its state and
     ``cpu.local_cas_ns`` per CAS (the flat costs of :mod:`shm.dmaring`)."""
     c = getattr(profile, "coherence", None)
     lines = max(0, lines)
     if c is not None:
-        latency, cas_ns = c.dma_line_ns, c.l1_ns + c.atomic_ns
+        latency, hit, cas_ns = c.dma_line_ns, c.l1_ns, c.l1_ns + c.atomic_ns
     else:
-        latency, cas_ns = profile.cpu.local_read_ns_per_line, profile.cpu.local_cas_ns
-    ns = (2 + min(1, lines)) * latency + max(0, lines - 1) * _SCAN_LINE_NS + cas_ops * cas_ns
+        latency = hit = profile.cpu.local_read_ns_per_line
+        cas_ns = profile.cpu.local_cas_ns
+    ns = (fresh * latency + (2 - fresh) * hit + min(1, lines) * latency + max(0, lines - 1) * _SCAN_LINE_NS
+          + cached * hit + cas_ops * cas_ns)
     return round(ns)
 
 
@@ -219,6 +223,10 @@ class LoadingZone:
         self._cleaning = False
         self.produced = self.produced_bytes = self.dropped = self.dropped_bytes = self.cleaned = 0
         self.consumed = self.scans = self.headers_scanned = self.misses = self.stale = self.expired = 0
+        # this host end's cache (one consumer per object: PD3 gives each application thread its own
+        # zone): the Head and Tail it last read, and the line position up to which it has read
+        self._seen_head = self._seen_tail = -1
+        self._cached_line = 0
 
     # -- creation ---------------------------------------------------------------------------
     @staticmethod
@@ -300,8 +308,14 @@ class LoadingZone:
         hw = self._w0 + W_HEAD
         p = int(load_acquire(m64, hw))                 # the private local head
         t = int(load_acquire(m64, self._w0 + W_TAIL))  # what is published now; later items are for later calls
-        lines = 2                                       # the Head and Tail lines
+        # the Head and Tail words: from the L3 if the device rewrote them since this end last
+        # looked, else still in this core's cache
+        fresh = (p != self._seen_head) + (t != self._seen_tail)
+        self._seen_head, self._seen_tail = p, t
+        lines = 2
+        cached = 0                                      # lines this end read before (in its cache)
         last_line = -1
+        seen_upto = self._cached_line
         cas_ops = headers = 0
         result = None
         while True:
@@ -319,7 +333,9 @@ class LoadingZone:
             # lines counted by position, which only grows (offsets restart at each lap); the data
             # area is line-aligned and a whole number of lines, so the two agree on line boundaries
             end = (p + ITEM_HEADER - 1) // _LINE
-            lines += max(0, end - max(p // _LINE, last_line + 1) + 1)
+            lo = max(p // _LINE, last_line + 1)
+            lines += max(0, end - lo + 1)
+            cached += max(0, min(end, seen_upto - 1) - lo + 1)
             last_line = max(last_line, end)
             produced = _state(p, PRODUCED)
             if s2 != produced or s != produced:
@@ -354,7 +370,9 @@ class LoadingZone:
                 read_lines(buf, 0, self._mem.host, dlo, size, self._mem.host_locks)
                 if size:
                     end = (p + ITEM_HEADER + size - 1) // _LINE
-                    lines += max(0, end - max((p + ITEM_HEADER) // _LINE, last_line + 1) + 1)
+                    lo = max((p + ITEM_HEADER) // _LINE, last_line + 1)
+                    lines += max(0, end - lo + 1)
+                    cached += max(0, min(end, seen_upto - 1) - lo + 1)
                     last_line = max(last_line, end)
                 cas_ops += 1
                 if int(cas(m64, sw + 1, produced, _state(p, CONSUMED))) == produced:
@@ -372,7 +390,8 @@ class LoadingZone:
         if result is None:
             self.misses += 1
         if thread is not None:
-            thread.cpu(scan_ns(self.fabric.profile, lines - 2, cas_ops))
+            thread.cpu(scan_ns(self.fabric.profile, lines - 2 - cached, cas_ops, cached=cached, fresh=fresh))
+        self._cached_line = max(self._cached_line, last_line + 1)
         return result
 
     # -- device side: DMA -------------------------------------------------------------------
