@@ -1,35 +1,40 @@
 """``dmrack reproduce pd3``: PD3 (prefetching with DPUs for disaggregated memory), published beside emulated.
 
-Every point is a co-located rack on the ``bf3`` profile (deterministic): ``cn0`` the host with its
-DPU ``dpu0`` (4 Arm cores), the memory server ``mn0`` (1 core, PD3 §8.1) and client nodes that
-send batched request packets. Scale (printed as rows): the paper's hash map has 1 billion keys and
-a 1 GB local cache (1/16 of the records); here :data:`KEYS` keys and the same 1/16 cached, so the
-uniform hit rate (~6 %) and what misses are the paper's.
+Every hash-map point is a co-located rack on the ``bf3`` profile (deterministic): ``cn0`` the host
+(``APP_THREADS`` application threads, a core each, an RX queue each) with its DPU ``dpu0`` (4 Arm
+cores: parser, two Host View shards, Transfer Engine), the memory server ``mn0`` (1 core, PD3
+§8.1) and a client node whose coroutines send batched request packets (8 keys, the Host View's
+batch). Scale (printed): the paper's hash map has 1 billion keys and a 1 GB local cache (1/16 of the
+records, so ~6 % of uniform reads hit); here :data:`KEYS` keys and the same 1/16 cached. The load is
+closed-loop with enough requests in flight to saturate the fastest system (PD3 needs the host to lag
+the NIC by more than a prefetch takes: its RX queues must not run dry).
 
-Parts so far: ``fig4`` (Host View optimisation steps, :mod:`cluster.experiments._pd3_fig4`),
-``fig8`` (Loading Zone against spinlock and CAS rings, :mod:`cluster.experiments._pd3_fig8`),
-``fig10`` and ``fig11`` (hash map throughput, uniform and Zipfian 0.99, with the p50/p99 of Figs.
-14 and 15), ``fig18`` (prefetching off and on against all-local), ``fig20`` (Redy and PD3 at 8 and
-16 application threads, with the host cores each uses). The page server and the Garnet-like store
-(Figs. 12, 13, 16, 17, 19, 21-24) are not built yet (docs/pd3.md).
+Parts: ``fig4`` (Host View optimisation steps, :mod:`cluster.experiments._pd3_fig4`), ``fig8``
+(Loading Zone against spinlock and CAS rings, :mod:`cluster.experiments._pd3_fig8`), ``fig10`` and
+``fig11`` (hash map throughput, uniform and Zipfian 0.99, sync RDMA / Leap / Redy / PD3), ``fig14``
+and ``fig15`` (their p50 and p99), ``fig18`` (PD3 with prefetching off and on against all-local),
+``fig20`` (Redy and PD3 at 8 and 16 application threads, and the host cores each uses). The page
+server and the Garnet-like store (Figs. 12, 13, 16, 17, 19, 21-24) are not built yet
+(docs/pd3.md, "Not yet").
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from cluster.experiments.pointpool import map_points
 from cluster.experiments.progress import prefixed
 from cluster.experiments.registry import Experiment
 from cluster.experiments.rows import Row, check_only, run_experiments
 
 PROFILE = "bf3"
-KEYS = {True: 50_000, False: 200_000}
+KEYS = {True: 500_000, False: 2_000_000}
 CACHE_FRACTION = 1 / 16             # 1 GB of a 16 GB working set (PD3 §8.1)
 APP_THREADS = 8
 CLIENT_NODES = 1
-CLIENT_THREADS = 32
-COROUTINES = 8
-WINDOW_US = {True: (100, 200), False: (200, 600)}     # warm-up, measured window (virtual us)
+CLIENT_THREADS = 128
+COROUTINES = 16                     # 2048 requests in flight (256 packets)
+WINDOW_US = {True: (100, 100), False: (200, 400)}     # warm-up, measured window (virtual us)
 READ_RATIO = 0.95                   # YCSB: 95 % reads, 5 % writes (PD3 §8.1)
 VALUE = b"v" * 8                    # 8-byte values (PD3 §8.1)
 ZIPF = 0.99
@@ -127,3 +132,162 @@ def _loop(env, cli, co, r, key_ids, cdf, t0, t1, lat, done):
         if t0 <= env.now <= t1:            # completions in the window: the throughput
             done[0] += 1
             lat.append(env.now - start)
+
+
+# --- the figures -------------------------------------------------------------------------------------------
+
+_POINTS: dict = {}
+
+
+def _run_point(mode: str, dist: str, quick: bool, app_threads: int) -> dict:
+    return point(mode, dist, quick=quick, app_threads=app_threads)
+
+
+def _points(specs, progress, jobs: int, quick: bool) -> dict:
+    """Each (mode, dist, app threads) once per run: figures share their points."""
+    todo = [s for s in dict.fromkeys(specs) if (s, quick) not in _POINTS]
+    got = map_points(_run_point, [(m, d, quick, t) for m, d, t in todo], jobs=jobs, progress=progress,
+                     describe=lambda p: f"{p[0]} {p[1]} {p[3]} threads")
+    for s, r in zip(todo, got):
+        _POINTS[s, quick] = r
+    return {s: _POINTS[s, quick] for s in specs}
+
+
+def _ratio(a, b):
+    return round(a / b, 2) if a and b else None
+
+
+def fig4(quick: bool, progress) -> list[Row]:
+    from cluster.experiments._pd3_fig4 import fig4 as run4
+    return run4(quick, progress)
+
+
+def fig8(quick: bool, progress) -> list[Row]:
+    from cluster.experiments._pd3_fig8 import fig8 as run8
+    return [Row("fig8", r.series, r.x, r.metric, r.emulated, r.published) for r in run8(quick, progress)]
+
+
+def _throughput(exp: str, dist: str, quick: bool, progress, jobs: int, published: dict, ratios: list) -> list[Row]:
+    specs = [(m, dist, APP_THREADS) for m in MODES.values()]
+    res = _points(specs, prefixed(progress, f"{exp}: "), jobs, quick)
+    mops = {name: res[m, dist, APP_THREADS]["mops"] for name, m in MODES.items()}
+    rows = [Row(exp, name, f"{APP_THREADS} threads", "Mops", round(v, 2), published.get(name)) for name, v in mops.items()]
+    for a, b, pub in ratios:
+        rows.append(Row(exp, f"{a} / {b}", f"{APP_THREADS} threads", "ratio", _ratio(mops[a], mops[b]), pub))
+    for name, m in MODES.items():
+        r = res[m, dist, APP_THREADS]
+        if m == "pd3":
+            rows.append(Row(exp, "PD3: requests served from the Loading Zone", "share", "%",
+                            round(100 * r["zone_hits"] / max(1, r["requests"]), 1), None))
+    return rows
+
+
+def fig10(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
+    """Hash map, YCSB 95/5, uniform (PD3 §8.2, Fig. 10)."""
+    return _throughput("fig10", "uniform", quick, progress, jobs, {"sync RDMA": 2.0},
+                       [("PD3", "sync RDMA", 26.0), ("PD3", "Redy", 2.2), ("Redy", "sync RDMA", 9.5),
+                        ("Leap", "sync RDMA", 1.0)])
+
+
+def fig11(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
+    """Hash map, YCSB 95/5, Zipfian 0.99 (Fig. 11)."""
+    return _throughput("fig11", "zipf", quick, progress, jobs, {"sync RDMA": 9.0},
+                       [("Leap", "sync RDMA", 1.15), ("PD3", "sync RDMA", None), ("PD3", "Redy", None)])
+
+
+def _latency(exp: str, dist: str, quick: bool, progress, jobs: int) -> list[Row]:
+    specs = [(m, dist, APP_THREADS) for m in MODES.values()]
+    res = _points(specs, prefixed(progress, f"{exp}: "), jobs, quick)
+    rows = []
+    for name, m in MODES.items():
+        r = res[m, dist, APP_THREADS]
+        rows += [Row(exp, name, "p50", "us", round(r["p50"], 1), None),
+                 Row(exp, name, "p99", "us", round(r["p99"], 1), None)]
+    p = {name: res[m, dist, APP_THREADS] for name, m in MODES.items()}
+    others = [n for n in MODES if n != "PD3"]
+    rows.append(Row(exp, "best other p50 / PD3 p50", "p50", "ratio",
+                    _ratio(min(p[n]["p50"] for n in others), p["PD3"]["p50"]), 1.5))
+    rows.append(Row(exp, "worst other p50 / PD3 p50", "p50", "ratio",
+                    _ratio(max(p[n]["p50"] for n in others), p["PD3"]["p50"]), 11.0))
+    rows.append(Row(exp, "best other p99 / PD3 p99", "p99", "ratio",
+                    _ratio(min(p[n]["p99"] for n in others), p["PD3"]["p99"]), 1.8))
+    rows.append(Row(exp, "sync RDMA p50 / Redy p50", "p50", "ratio", _ratio(p["sync RDMA"]["p50"], p["Redy"]["p50"]),
+                    3.5 if dist == "uniform" else None))
+    return rows
+
+
+def fig14(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
+    """Latency of the hash map, uniform (Fig. 14): PD3 1.5-11x lower p50, Redy up to 3.5x below sync."""
+    return _latency("fig14", "uniform", quick, progress, jobs)
+
+
+def fig15(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
+    """Latency of the hash map, Zipfian (Fig. 15)."""
+    return _latency("fig15", "zipf", quick, progress, jobs)
+
+
+def fig18(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
+    """Prefetching off and on against all-local (Fig. 18, hash map uniform)."""
+    specs = [(m, "uniform", APP_THREADS) for m in ("pd3-noprefetch", "pd3", "local", "redy")]
+    res = _points(specs, prefixed(progress, "fig18: "), jobs, quick)
+    mops = {m: res[m, "uniform", APP_THREADS]["mops"] for m, _d, _t in specs}
+    return [Row("fig18", "PD3 w/o prefetching", "hash map", "Mops", round(mops["pd3-noprefetch"], 2), None),
+            Row("fig18", "PD3", "hash map", "Mops", round(mops["pd3"], 2), None),
+            Row("fig18", "all local", "hash map", "Mops", round(mops["local"], 2), None),
+            Row("fig18", "PD3 / PD3 w/o prefetching", "hash map", "ratio", _ratio(mops["pd3"], mops["pd3-noprefetch"]),
+                None),
+            Row("fig18", "PD3 / all local", "hash map", "ratio", _ratio(mops["pd3"], mops["local"]), 0.9),
+            Row("fig18", "PD3 w/o prefetching / Redy", "hash map", "ratio",
+                _ratio(mops["pd3-noprefetch"], mops["redy"]), 1.0)]
+
+
+def fig20(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
+    """Host cores saved (Fig. 20): Redy and PD3 with 8 and 16 application threads."""
+    specs = [(m, "uniform", t) for m in ("redy", "pd3") for t in (APP_THREADS, 2 * APP_THREADS)]
+    res = _points(specs, prefixed(progress, "fig20: "), jobs, quick)
+    rows = []
+    for m, name in (("redy", "Redy"), ("pd3", "PD3")):
+        for t in (APP_THREADS, 2 * APP_THREADS):
+            r = res[m, "uniform", t]
+            rows.append(Row("fig20", name, f"{t} threads", "Mops", round(r["mops"], 2),
+                            73.0 if (m == "pd3" and t == 16) else None))
+            rows.append(Row("fig20", f"{name}: host cores", f"{t} threads", "cores", r["host_cores"],
+                            2 * t if m == "redy" else t))
+    for m, name, pub in (("pd3", "PD3", 1.3), ("redy", "Redy", 1.0)):
+        rows.append(Row("fig20", f"{name}: 16 / 8 threads", "gain", "ratio",
+                        _ratio(res[m, "uniform", 2 * APP_THREADS]["mops"], res[m, "uniform", APP_THREADS]["mops"]), pub))
+    return rows
+
+
+EXPERIMENTS = {"fig4": fig4, "fig8": fig8, "fig10": fig10, "fig11": fig11, "fig14": fig14, "fig15": fig15,
+               "fig18": fig18, "fig20": fig20}
+SIDE_BY_SIDE = ("fig10", "fig11", "fig14", "fig15", "fig18", "fig20")
+
+
+def setup(quick: bool) -> dict:
+    n = KEYS[quick]
+    warm, window = WINDOW_US[quick]
+    return {"profile": PROFILE, "seed": 1,
+            "spec": f"co-located racks: cn0 ({APP_THREADS} application threads) + dpu0 (4 Arm cores) + mn0 "
+                    f"(1 core) + {CLIENT_NODES} client node x {CLIENT_THREADS} threads x {COROUTINES} coroutines",
+            "scale": f"{n:,} keys of 8 B with 8 B values (paper: 1 billion), {CACHE_FRACTION:.4g} of them cached "
+                     f"on the host (paper: 1 GB of 16 GB); {CLIENT_THREADS * COROUTINES} requests in flight; "
+                     f"YCSB {int(READ_RATIO * 100)}/{100 - int(READ_RATIO * 100)} reads/updates; windows "
+                     f"{warm} us warm-up + {window} us measured (virtual)"}
+
+
+def run(only=None, quick: bool = False, json_path: str | None = None, console=None, jobs: int = 1) -> list[Row]:
+    from rich.console import Console
+    check_only(EXPERIMENTS, only)
+    console = console or Console()
+    console.print(f"PD3 reproduction, scaled: {setup(quick)['scale']}", markup=False, highlight=False)
+    _POINTS.clear()
+    return run_experiments(EXPERIMENTS, only=only, quick=quick, json_path=json_path, console=console,
+                           label="reproduce pd3", title_prefix="PD3 ", jobs=jobs, side_by_side=SIDE_BY_SIDE,
+                           setup=setup, title=TITLE)
+
+
+TITLE = "PD3 (seed 000): Fig. 4, 8, 10, 11, 14, 15, 18, 20 (hash map)"
+
+EXPERIMENT = Experiment(kind="reproduce", name="pd3", run=run, parts=tuple(EXPERIMENTS), options=("jobs",),
+                        title=TITLE)
