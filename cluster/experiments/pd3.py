@@ -83,7 +83,8 @@ def point(mode: str, dist: str, *, quick: bool = True, app_threads: int = APP_TH
         contexts = actor_contexts(state, env, host, udp=udp)
         start_actors(system, contexts)
         directory = contexts[0].directory
-        preload(directory, state.fabric, [hm.key64(k.to_bytes(8, "little")) for k in key_ids], VALUE, rng=rng)
+        preload(directory, state.fabric, [hm.key64(k.to_bytes(8, "little")) for k in key_ids], VALUE, rng=rng,
+                hottest_first=dist == "zipf")            # key_ids[i] is Zipf rank i
         cdf = _zipf_cdf(n, ZIPF) if dist == "zipf" else None
         lat: list = []
         done = [0]

@@ -773,11 +773,13 @@ class Pd3System(System):
         return Pd3Client(layout, thread, options)
 
 
-def preload(directory: dict, fabric, keys, value: bytes, *, rng) -> None:
+def preload(directory: dict, fabric, keys, value: bytes, *, rng, hottest_first: bool = False) -> None:
     """Set up a loaded hash map at virtual time 0, as if ``keys`` (u64) had been inserted and written
     back long ago: records in the memory node, the host's pinned metadata, the server's key map, a
     cache of a random ``cache_items`` of them (clean), and the Host View knowing those. For the
-    experiments (a load through the clients takes as long as the run); one process (co-located)."""
+    experiments (a load through the clients takes as long as the run); one process (co-located).
+    ``hottest_first``: ``keys`` are in order of popularity (a Zipfian run) and the cache starts
+    with the most popular, as a warm LRU would hold them."""
     app = directory["pd3.host"]
     m = app.map
     mem = fabric.memory[app.mem].host
@@ -792,7 +794,10 @@ def preload(directory: dict, fabric, keys, value: bytes, *, rng) -> None:
         if srv is not None and srv.directory is not None:
             srv.directory.apply([(k, 1)], 0, o, len(rec))
     n = min(m.cache_items, len(keys))
-    cached = [keys[i] for i in rng.choice(len(keys), n, replace=False)] if n < len(keys) else keys
+    if hottest_first:           # a skewed load: ``keys`` by popularity; a warm LRU holds the hottest
+        cached = keys[:n]
+    else:
+        cached = [keys[i] for i in rng.choice(len(keys), n, replace=False)] if n < len(keys) else keys
     for k in cached:
         m.cache[k] = value
     dpu = directory.get("pd3.dpu")
