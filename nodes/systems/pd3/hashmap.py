@@ -81,15 +81,23 @@ def encode_request(rid: int, ops) -> bytes:
 
 
 def decode_request(data: bytes):
-    rid, n = _HDR.unpack_from(data)
-    pos, ops = _HDR.size, []
-    for _ in range(n):
-        op, key, ln = _OP.unpack_from(data, pos)
-        pos += _OP.size
-        ops.append((op, key, bytes(data[pos:pos + ln])))
-        pos += ln
-        if pos > len(data) or op not in (GET, INSERT, UPDATE, DELETE):
-            raise ValueError("malformed request")
+    """``(rid, [(op, key, value)])``; ValueError naming what is wrong for anything else."""
+    try:
+        rid, n = _HDR.unpack_from(data)
+        pos, ops = _HDR.size, []
+        for i in range(n):
+            op, key, ln = _OP.unpack_from(data, pos)
+            pos += _OP.size
+            if op not in (GET, INSERT, UPDATE, DELETE):
+                raise ValueError(f"request {i}: unknown op {op}")
+            if pos + ln > len(data):
+                raise ValueError(f"request {i}: a {ln} B value runs past the packet's end")
+            ops.append((op, key, bytes(data[pos:pos + ln])))
+            pos += ln
+    except struct.error as e:
+        raise ValueError(f"truncated request packet ({len(data)} B): {e}") from None
+    if pos != len(data):
+        raise ValueError(f"{len(data) - pos} B after the last request")
     return rid, ops
 
 

@@ -265,7 +265,9 @@ class HostApp:
         who = (dg.src_node, dg.src_port)
         try:
             rid, ops = hm.decode_request(dg.data)
-        except (ValueError, IndexError, Exception):
+        except ValueError:
+            # a malformed packet: counted and dropped (the client resends or gives up), the thread
+            # keeps serving; with no request id there is nobody to answer
             m.n["malformed"] += 1
             return
         kept = m.replies.get(who)

@@ -1,0 +1,158 @@
+"""PD3's hash map on a rack: its modes, the host's RX queues, the freshness rules, the notices.
+
+The conformance suite and ``dmrack check`` cover the KV semantics (tests/test_conformance.py runs
+every check on ``pd3``); these tests cover what is PD3's own: the miss paths, the prefetched items
+that must never be taken stale, the eviction notices, a malformed packet, the reproduction's rows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cluster.experiments import pd3 as rp
+from nodes.systems.pd3 import hashmap as hm
+from nodes.systems.pd3.host_view import HostView
+from nodes.systems.pd3.loading_zone import LoadingZone
+from nodes.systems.pd3.prefetcher import Prefetcher
+from nodes.systems.pd3.transfer import EVICT_KEYS, OP_EVICT, decode_evict, encode_evict
+
+# two application threads under 64 requests in flight: busy enough that requests queue on the host,
+# which is when the DPU's prefetches arrive first
+TINY = dict(keys=4000, window_us=(20, 40), client_threads=8, coroutines=8, app_threads=2)
+
+
+@pytest.fixture(scope="module")
+def points():
+    return {m: rp.point(m, "uniform", **TINY) for m in ("sync", "leap", "redy", "pd3-noprefetch", "pd3", "local")}
+
+
+def test_every_mode_serves_requests(points):
+    for mode, r in points.items():
+        assert r["ops"] > 0 and r["mops"] > 0, mode
+        assert r["p50"] <= r["p99"], mode
+
+
+def test_only_pd3_takes_items_from_the_loading_zone(points):
+    assert points["pd3"]["zone_hits"] > 0
+    assert all(points[m]["zone_hits"] == 0 for m in points if m != "pd3")
+    assert points["local"]["misses"] == 0
+
+
+def test_redy_spends_an_io_core_per_application_thread_and_pd3_none(points):
+    assert points["redy"]["host_cores"] == 2 * 2
+    assert points["pd3"]["host_cores"] == 2
+    assert points["redy"]["io_busy"] > 0 and points["pd3"]["io_busy"] == 0
+
+
+def test_the_host_has_one_rx_queue_per_application_thread():
+    from cluster.scenario import scenario_from_dict
+    from cluster.rack import compile_scenario
+    from cluster.correctness.conformance import with_rack_tables
+    from nodes.actors import default_queues
+    from nodes.systems import get_system
+    system = get_system("pd3")
+    d = with_rack_tables(system, {"rack": {"name": "q", "profile": "bf3"}, "compute": {"count": 1},
+                                  "memory": {"count": 1, "cores": 1}, "system": {"name": "pd3", "app_threads": 3},
+                                  "workload": {"preset": "c", "recordcount": 100}})
+    c = compile_scenario(scenario_from_dict(d, source="test"))
+    decls = {n.name: n for n in c.nodes}
+    assert default_queues(c.spec, decls["cn0"]) == ["cn0.a0", "cn0.a1", "cn0.a2"]
+    assert default_queues(c.spec, decls["mn0"]) == ["mn0.rx"]
+
+
+def test_an_item_fetched_before_the_last_write_back_is_never_taken(fabric_dma):
+    fabric, env, dma = fabric_dma
+    lz = LoadingZone.layout(fabric, "host0", 4096)
+
+    def dpu():
+        yield lz.produce(dma, [(7, b"old-value", 3)])        # fetched in batch 3
+    env.process(dpu())
+    env.run()
+    # the host wrote key 7 back in batch 5: the item is older than its data -- thrown away
+    assert lz.check_and_return(None, 7, fresh_from=5) is None
+    assert lz.statistics().stale == 1
+    assert lz.check_and_return(None, 7) is None                # and it is gone for good
+
+    lz2 = LoadingZone.layout(fabric, "host0", 4096)
+
+    def dpu2():
+        yield lz2.produce(dma, [(7, b"new-value", 5)])        # fetched in the write-back's batch: after it
+    env.process(dpu2())
+    env.run()
+    assert lz2.check_and_return(None, 7, fresh_from=5) == b"new-value"
+
+
+def test_a_scan_throws_away_items_of_keys_the_host_is_reading_itself(fabric_dma):
+    fabric, env, dma = fabric_dma
+    lz = LoadingZone.layout(fabric, "host0", 4096)
+
+    def dpu():
+        yield lz.produce(dma, [(1, b"a", 2), (2, b"b", 2), (3, b"c", 2)])
+    env.process(dpu())
+    env.run()
+    # key 1: read by the host in batch 4 (floor 5); key 2: being read now; key 3: wanted
+    assert lz.check_and_return(None, 3, floor={1: 5}, pending={2}) == b"c"
+    assert lz.statistics().stale == 2                          # both claimed, so cleaning can pass them
+
+
+def test_the_host_reading_a_key_makes_its_prefetch_in_flight_stale():
+    pf = Prefetcher(HostView(64, 2))
+    assert pf.on_client_request([(9, 0)]) == [9]               # a read: prefetch it
+    pf.on_host_read([9])                                       # the host missed and reads it itself
+    assert pf.on_prefetch_response(9, True) is False           # the item comes too late: not delivered
+    assert pf.host_view.contains(9)                            # and the key is the host's from (1) on
+    assert pf.on_client_request([(9, 0)]) == []
+
+
+def test_eviction_notices_round_trip_and_refuse_bad_sizes():
+    keys = [1, 2, 3, 2**63, 5, 6]
+    rec = encode_evict(keys)
+    assert len(rec) == 56 and rec[0] == OP_EVICT and decode_evict(rec) == keys
+    with pytest.raises(ValueError, match="1..6 keys"):
+        encode_evict([])
+    with pytest.raises(ValueError, match="1..6 keys"):
+        encode_evict(range(EVICT_KEYS + 1))
+
+
+def test_request_packets_round_trip_and_the_parser_maps_ops():
+    pkt = hm.encode_request(5, [(hm.GET, 1, b""), (hm.UPDATE, 2, b"xy"), (hm.DELETE, 3, b"")])
+    assert hm.decode_request(pkt) == (5, [(hm.GET, 1, b""), (hm.UPDATE, 2, b"xy"), (hm.DELETE, 3, b"")])
+    assert hm.PacketParser().parse(pkt) == [(1, 0), (2, 1), (3, 2)]
+    p = hm.PacketParser()
+    assert p.parse(b"\x01\x00") == [] and p.statistics().malformed == 1
+    with pytest.raises(ValueError):
+        hm.decode_request(pkt[:12])                            # cut inside the second request
+
+
+def test_reproduce_rows_on_a_tiny_rack(monkeypatch):
+    monkeypatch.setattr(rp, "KEYS", {True: 4000, False: 4000})
+    monkeypatch.setattr(rp, "WINDOW_US", {True: (20, 40), False: (20, 40)})
+    monkeypatch.setattr(rp, "CLIENT_THREADS", 8)
+    monkeypatch.setattr(rp, "COROUTINES", 8)
+    rp._POINTS.clear()
+    rows = rp.fig10(True, None) + rp.fig18(True, None)
+    by = {(r.experiment, r.series): r for r in rows}
+    assert by["fig10", "PD3 / sync RDMA"].published == 26.0 and by["fig10", "PD3 / sync RDMA"].emulated > 1
+    assert by["fig10", "Redy / sync RDMA"].emulated > 1
+    assert by["fig18", "PD3 / all local"].published == 0.9
+    assert all(r.emulated is not None for r in rows if r.metric == "Mops")
+    rp._POINTS.clear()
+
+
+@pytest.fixture
+def fabric_dma():
+    from nodes.runtime.env import Environment
+    from shm.dma import DmaEngine
+    from shm.fabric import Fabric, NodeSpec
+    from shm.profile import load_profile
+    from shm.segment import new_prefix
+    from shm.verbs import VerbsHost
+    fabric = Fabric.create(load_profile("bf3"), [NodeSpec("host0", "compute", 1 << 20),
+                                                 NodeSpec("dpu0", "dpu", 1 << 20, nic_of="host0")],
+                           prefix=new_prefix())
+    try:
+        env = Environment()
+        yield fabric, env, DmaEngine(VerbsHost(fabric, env), "dpu0", "host0")
+    finally:
+        fabric.close()
