@@ -205,6 +205,7 @@ class HostApp:
             for t, z in zip(self.threads, self.zones):
                 t.zone = z
         self.io = []
+        self.io_cores = 0
         if self.mode == "redy":
             self._redy(ctx, lay)
         if self.mode == "leap":
@@ -221,13 +222,21 @@ class HostApp:
     def _redy(self, ctx, lay):
         pd = PD(ctx.verbs())
         w = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE
+        # Redy's I/O threads get the host's cores the application threads leave: the host CPU has
+        # [coherence] ccds x cores_per_ccd of them (EPYC 9254: 24, PD3 §8.1); past that, I/O threads
+        # share cores (round robin), as an oversubscribed host would run them
+        c = ctx.profile.coherence
+        total = c.ccds * c.cores_per_ccd if c is not None else 2 * len(self.threads)
+        n_io = max(1, min(len(self.threads), total - len(self.threads)))
+        io_cores = [Cores(ctx.env, 1, self.cpu.ghz) for _ in range(n_io)]
+        self.io_cores = n_io
         for i, t in enumerate(self.threads):
             front = RedyFront(ctx.env, self.cpu.local_cas_ns)
             cq = CQ(ctx.verbs(), 4 * SLOTS + 16)
             qp = QP(pd, QPInitAttr(qp_type=IBV_QPT_RC, scq=cq, rcq=cq), qp_num=SRV_QPN + 1 + i)
             qp.connect((lay["mem"], SRV_QPN + 1 + i))
             base = lay["redy_bufs"] + i * 2 * lay["lane_bytes"]
-            te = TransferEngine(ctx.env, Cores(ctx.env, 1, self.cpu.ghz), front, qp=qp, cq=cq,
+            te = TransferEngine(ctx.env, io_cores[i % n_io], front, qp=qp, cq=cq,
                                 unified=MR(pd, lay["lane_bytes"], offset=base),
                                 resp_space=MR(pd, lay["lane_bytes"], w, offset=base + lay["lane_bytes"]),
                                 remote_req=(gaddr(lay["mem"], lay["lanes"][1 + i][0]), ctx.fabric.exposed_key(lay["mem"])),
