@@ -33,6 +33,19 @@ def test_every_mode_serves_requests(points):
         assert r["p50"] <= r["p99"], mode
 
 
+def test_no_operation_fails(points):
+    assert all(r["failed"] == 0 for r in points.values()), {m: r["failed"] for m, r in points.items()}
+
+
+def test_threads_reading_the_same_few_keys_all_get_values():
+    # 200 keys, Zipfian, 128 requests in flight over 4 threads: packets wait for each other's fetches of
+    # one key (a get that found another thread bringing its key in once returned "missing")
+    for mode in ("pd3", "redy"):
+        r = rp.point(mode, "zipf", keys=200, window_us=(10, 60), client_threads=16, coroutines=8, app_threads=4,
+                     cache_fraction=0.1)
+        assert r["ops"] > 0 and r["failed"] == 0, (mode, r["failed"])
+
+
 def test_only_pd3_takes_items_from_the_loading_zone(points):
     assert points["pd3"]["zone_hits"] > 0
     assert all(points[m]["zone_hits"] == 0 for m in points if m != "pd3")

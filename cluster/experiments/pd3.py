@@ -88,6 +88,7 @@ def point(mode: str, dist: str, *, quick: bool = True, app_threads: int = APP_TH
         cdf = _zipf_cdf(n, ZIPF) if dist == "zipf" else None
         lat: list = []
         done = [0]
+        failed = [0]
         t0, t1 = warm * 1000, (warm + window) * 1000
         procs = []
         for c in range(client_nodes):
@@ -99,7 +100,7 @@ def point(mode: str, dist: str, *, quick: bool = True, app_threads: int = APP_TH
                 for _k in range(coroutines):
                     co = th.coroutine()
                     r = np.random.default_rng(rng.integers(1 << 62))
-                    procs.append(env.process(_loop(env, cli, co, r, key_ids, cdf, t0, t1, lat, done)))
+                    procs.append(env.process(_loop(env, cli, co, r, key_ids, cdf, t0, t1, lat, done, failed)))
         env.run(until=t1 + 50_000)
         app = directory["pd3.host"]
         dpu = directory.get("pd3.dpu")
@@ -109,7 +110,7 @@ def point(mode: str, dist: str, *, quick: bool = True, app_threads: int = APP_TH
         app_busy = sum(t.busy_ns for t in app.threads)
         io_busy = sum(te.busy_ns for te in app.io)
         out = {"mode": mode, "dist": dist, "mops": mops, "p50": float(np.percentile(lat_us, 50)),
-               "p99": float(np.percentile(lat_us, 99)), "ops": done[0],
+               "p99": float(np.percentile(lat_us, 99)), "ops": done[0], "failed": failed[0],
                "host_cores": app_threads + app.io_cores, "app_busy": app_busy / max(1, env.now),
                "io_busy": io_busy / max(1, env.now), "hits": hmstats["hits"], "zone_hits": hmstats["zone_hits"],
                "misses": hmstats["misses"], "requests": hmstats["requests"]}
@@ -120,16 +121,18 @@ def point(mode: str, dist: str, *, quick: bool = True, app_threads: int = APP_TH
         return out
 
 
-def _loop(env, cli, co, r, key_ids, cdf, t0, t1, lat, done):
+def _loop(env, cli, co, r, key_ids, cdf, t0, t1, lat, done, failed):
     n = len(key_ids)
     while env.now < t1:
         i = int(np.searchsorted(cdf, r.random())) if cdf is not None else int(r.integers(n))
         key = key_ids[min(i, n - 1)].to_bytes(8, "little")
         start = env.now
         if r.random() < READ_RATIO:
-            yield from cli.get(co, key)
+            ok = (yield from cli.get(co, key)) is not None      # every key is loaded: never missing
         else:
-            yield from cli.update(co, key, b"w" * 8)
+            ok = (yield from cli.update(co, key, b"w" * 8)) is True
+        if not ok:
+            failed[0] += 1
         if t0 <= env.now <= t1:            # completions in the window: the throughput
             done[0] += 1
             lat.append(env.now - start)

@@ -348,14 +348,24 @@ class HostApp:
         """The values of ``keys`` (live, not cached), by the mode's path; each installed."""
         m = self.map
         out = [None] * len(keys)
-        todo = []
+        while True:                                        # another thread is bringing one in: its
+            busy = next((k for k in keys if k in m.fetching), None)    # result will be in the cache
+            if busy is None:                               # (checked again after every wait, and no
+                break                                      # wait between this and taking ours below)
+            yield m.fetching[busy]
+        known = {}                                         # keys cached or flushing by now
         evs = {}
-        for j, key in enumerate(keys):
-            if key in m.fetching or key in evs:            # a duplicate in this packet
-                todo.append(j)
+        for key in keys:
+            if key in known or key in evs:                 # a duplicate in this packet
                 continue
-            evs[key] = m.fetching[key] = self.env.event()
-            todo.append(j)
+            if key in m.cache:
+                known[key] = m.cache[key]
+            elif key in m.flushing:
+                known[key] = m.flushing[key]
+            elif key not in m.live:
+                known[key] = None
+            else:
+                evs[key] = m.fetching[key] = self.env.event()
         gens = {k: m.gen.get(k, 0) for k in evs}
         got: dict = {}
         need = []
@@ -388,7 +398,7 @@ class HostApp:
             del m.fetching[key]
             ev.succeed()
         for j, key in enumerate(keys):
-            out[j] = m.cache.get(key, got.get(key)) if key in m.cache else got.get(key)
+            out[j] = known[key] if key in known else got.get(key)
         if m.dropped:
             yield from self.announce(t)
         if evicted:

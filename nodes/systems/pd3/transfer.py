@@ -83,6 +83,9 @@ SERVER_RECORD_CYCLES = 40
 #: a single core's memcpy rate for record data (ASSUMPTION: 10 GB/s, a conservative figure for one
 #: Zen 4 core copying DRAM to DRAM; only pages make this matter)
 COPY_GBPS = 80.0
+#: after the rack's plan is over, a busy-polling Transfer Engine (a rack of processes) stops once
+#: the host has sent nothing for this long: requests of clients still waiting get served first
+STOP_GRACE_NS = 2_000_000
 #: state words one clean of the Loading Zone reads at most (one DMA read of 2 KB)
 CLEAN_ITEMS = 256
 
@@ -287,6 +290,7 @@ class TransferEngine(_Actor):
         self.queue: deque = deque()        # (key, zone) of prefetches waiting for the next batch
         self.wake = env.event()            # fired when a prefetch key is queued
         self._free = deque(range(slots))
+        self._last_busy = 0                # when a poll last found work (see STOP_GRACE_NS)
         self._clean_again: set = set()     # zones to clean again
         self._cleaning_evs: dict = {}      # zone -> its clean in flight
         self._seq = 0
@@ -325,10 +329,14 @@ class TransferEngine(_Actor):
                     if reqs or self.queue:
                         yield from self._send(reqs)
                     # a poll landed: the next one is posted at once (the TE busy-polls), unless it
-                    # found nothing and the TE parks (co-located) or the rack has stopped
+                    # found nothing and the TE parks (co-located: a bell wakes it) or the rack has
+                    # stopped and the host has been quiet for STOP_GRACE_NS (requests still in flight
+                    # at the plan's end are served: their clients are waiting)
                     idle = not reqs and self.front.idle()
-                    did = not idle or not (getattr(self.front, "bell", None) is not None
-                                           or (stop is not None and stop.triggered))
+                    if not idle:
+                        self._last_busy = env.now
+                    quiet = stop is not None and stop.triggered and env.now - self._last_busy >= STOP_GRACE_NS
+                    did = not idle or not (getattr(self.front, "bell", None) is not None or quiet)
             if len(self.cq):
                 did = True
                 yield from self._responses()
@@ -350,8 +358,9 @@ class TransferEngine(_Actor):
             if self.wake.triggered:
                 self.wake = env.event()
             if stop is not None and stop.triggered and len(self._free) == self.slots and not self.queue \
-                    and self.front.idle():
-                return self.status
+                    and self.front.idle() and getattr(self.front, "bell", None) is None \
+                    and env.now - self._last_busy >= STOP_GRACE_NS:
+                return self.status               # a rack of processes: the plan is over, nothing came
             waits = [self.cq.wait(), self.wake] + self.front.waits()
             waits += [c for c in self._cleaning_evs.values() if not c.processed]
             if stop is not None and not stop.triggered:
