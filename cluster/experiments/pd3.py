@@ -39,6 +39,17 @@ READ_RATIO = 0.95                   # YCSB: 95 % reads, 5 % writes (PD3 §8.1)
 VALUE = b"v" * 8                    # 8-byte values (PD3 §8.1)
 ZIPF = 0.99
 MODES = {"sync RDMA": "sync", "Leap": "leap", "Redy": "redy", "PD3": "pd3"}
+#: the applications: the hash map (PD3 §8.1: YCSB 95/5, 8 B values, 1 GB of 16 GB cached) and the page
+#: server (10 M pages of 4 KB, random page reads; 1 GB of 40 GB cached). Both are the same host
+#: application -- records in remote memory, a local cache, misses by the mode's path -- with their
+#: record size and requests. A 4 KB page does not fit a 1500-byte datagram: the page server's rack
+#: runs jumbo frames (an MTU of 9000, common in datacenter networks), so a reply carries one page
+APPS = {
+    "hashmap": {"keys": KEYS, "value": VALUE, "reads": READ_RATIO, "cache_fraction": CACHE_FRACTION, "overrides": {},
+                "memory": "256MiB"},
+    "pages": {"keys": {True: 40_000, False: 160_000}, "value": b"p" * 4096, "reads": 1.0,
+              "cache_fraction": 1 / 40, "overrides": {"udp.mtu_bytes": 9000}, "memory": "512MiB"},
+}
 
 
 def _zipf_cdf(n: int, theta: float) -> np.ndarray:
@@ -48,8 +59,13 @@ def _zipf_cdf(n: int, theta: float) -> np.ndarray:
 
 def point(mode: str, dist: str, *, quick: bool = True, app_threads: int = APP_THREADS, keys: int | None = None,
           window_us=None, seed: int = 1, client_nodes: int = CLIENT_NODES, client_threads: int = CLIENT_THREADS,
-          coroutines: int = COROUTINES, cache_fraction: float = CACHE_FRACTION) -> dict:
-    """One run: Mops over the window, p50/p99 in us, host and DPU core use."""
+          coroutines: int = COROUTINES, cache_fraction: float | None = None, app: str = "hashmap") -> dict:
+    """One run: Mops over the window, p50/p99 in us, host and DPU core use. ``app``: ``hashmap``
+    (8 B values, YCSB 95/5) or ``pages`` (the page server: 4 KB pages, reads only, jumbo frames)."""
+    if app not in APPS:
+        raise ValueError(f"unknown application {app!r}; choose one of {', '.join(APPS)}")
+    spec = APPS[app]
+    cache_fraction = spec["cache_fraction"] if cache_fraction is None else cache_fraction
     from cluster.rack import RackState, compile_scenario
     from cluster.scenario import scenario_from_dict
     from cluster.correctness.conformance import with_rack_tables
@@ -61,14 +77,16 @@ def point(mode: str, dist: str, *, quick: bool = True, app_threads: int = APP_TH
     from shm.coro import NodeRdma
     from shm.verbs import VerbsHost
     system = get_system("pd3")
-    n = keys or KEYS[quick]
+    n = keys or spec["keys"][quick]
     warm, window = window_us or WINDOW_US[quick]
+    value = spec["value"]
     d = with_rack_tables(system, {
         "rack": {"name": f"pd3-{mode}", "profile": PROFILE, "seed": seed},
+        "profile_overrides": spec["overrides"],
         "compute": {"count": 1, "threads": client_threads, "coroutines": coroutines, "memory": "256MiB"},
         "client": {"count": client_nodes},
-        "memory": {"count": 1, "memory": "256MiB", "cores": 1},
-        "system": {"name": "pd3", "mode": mode, "app_threads": app_threads, "value_max": 8,
+        "memory": {"count": 1, "memory": spec["memory"], "cores": 1},
+        "system": {"name": "pd3", "mode": mode, "app_threads": app_threads, "value_max": len(value),
                    "cache_fraction": 1.0 if mode == "local" else cache_fraction},
         "workload": {"preset": "c", "recordcount": n}})
     compiled = compile_scenario(scenario_from_dict(d, source=f"pd3 point {mode}"))
@@ -83,7 +101,7 @@ def point(mode: str, dist: str, *, quick: bool = True, app_threads: int = APP_TH
         contexts = actor_contexts(state, env, host, udp=udp)
         start_actors(system, contexts)
         directory = contexts[0].directory
-        preload(directory, state.fabric, [hm.key64(k.to_bytes(8, "little")) for k in key_ids], VALUE, rng=rng,
+        preload(directory, state.fabric, [hm.key64(k.to_bytes(8, "little")) for k in key_ids], value, rng=rng,
                 hottest_first=dist == "zipf")            # key_ids[i] is Zipf rank i
         cdf = _zipf_cdf(n, ZIPF) if dist == "zipf" else None
         lat: list = []
@@ -100,7 +118,8 @@ def point(mode: str, dist: str, *, quick: bool = True, app_threads: int = APP_TH
                 for _k in range(coroutines):
                     co = th.coroutine()
                     r = np.random.default_rng(rng.integers(1 << 62))
-                    procs.append(env.process(_loop(env, cli, co, r, key_ids, cdf, t0, t1, lat, done, failed)))
+                    procs.append(env.process(_loop(env, cli, co, r, key_ids, cdf, t0, t1, lat, done, failed,
+                                                   spec["reads"], value)))
         env.run(until=t1 + 50_000)
         app = directory["pd3.host"]
         dpu = directory.get("pd3.dpu")
@@ -121,16 +140,16 @@ def point(mode: str, dist: str, *, quick: bool = True, app_threads: int = APP_TH
         return out
 
 
-def _loop(env, cli, co, r, key_ids, cdf, t0, t1, lat, done, failed):
+def _loop(env, cli, co, r, key_ids, cdf, t0, t1, lat, done, failed, reads, value):
     n = len(key_ids)
     while env.now < t1:
         i = int(np.searchsorted(cdf, r.random())) if cdf is not None else int(r.integers(n))
         key = key_ids[min(i, n - 1)].to_bytes(8, "little")
         start = env.now
-        if r.random() < READ_RATIO:
+        if reads >= 1.0 or r.random() < reads:
             ok = (yield from cli.get(co, key)) is not None      # every key is loaded: never missing
         else:
-            ok = (yield from cli.update(co, key, b"w" * 8)) is True
+            ok = (yield from cli.update(co, key, b"w" * len(value))) is True
         if not ok:
             failed[0] += 1
         if t0 <= env.now <= t1:            # completions in the window: the throughput

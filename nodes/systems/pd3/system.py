@@ -705,7 +705,7 @@ class Pd3System(System):
         Option("mode", "pd3", "the miss path", choices=hm.MODES),
         Option("cache_fraction", 0.0625, "local cache, as a fraction of the records (PD3: 1 GB local of 16 GB)",
                minimum=0.0, maximum=1.0),
-        Option("value_max", 1000, "largest value in bytes", minimum=8, maximum=1000),
+        Option("value_max", 1000, "largest value in bytes (4096: the page server's pages)", minimum=8, maximum=65536),
         Option("zone_kib", 1024, "each application thread's Loading Zone, in KiB", minimum=4, maximum=1 << 20),
         Option("app_threads", 8, "the host's application threads (a core each)", minimum=1, maximum=64),
         Option("pipeline", 8, "packets an application thread has in progress at once (its coroutines); "
