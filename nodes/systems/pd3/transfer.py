@@ -291,6 +291,7 @@ class TransferEngine(_Actor):
         self.wake = env.event()            # fired when a prefetch key is queued
         self._free = deque(range(slots))
         self._last_busy = 0                # when a poll last found work (see STOP_GRACE_NS)
+        self._stop_hooked = False
         self._clean_again: set = set()     # zones to clean again
         self._cleaning_evs: dict = {}      # zone -> its clean in flight
         self._seq = 0
@@ -361,10 +362,16 @@ class TransferEngine(_Actor):
                     and self.front.idle() and getattr(self.front, "bell", None) is None \
                     and env.now - self._last_busy >= STOP_GRACE_NS:
                 return self.status               # a rack of processes: the plan is over, nothing came
-            waits = [self.cq.wait(), self.wake] + self.front.waits()
+            # what can give the loop work: a completion (always: it frees a slot); with a free slot,
+            # a queued prefetch, the host ring (a poll landing, or the bell), the rack stopping; a
+            # clean landing. Events already fired are left out (they would wake the loop at once)
+            waits = [self.cq.wait()]
+            if self._free:
+                waits += [ev for ev in [self.wake] + self.front.waits() if not ev.processed]
             waits += [c for c in self._cleaning_evs.values() if not c.processed]
-            if stop is not None and not stop.triggered:
-                waits.append(stop)
+            if stop is not None and not stop.triggered and not self._stop_hooked:
+                self._stop_hooked = True          # once: stop wakes the loop through self.wake
+                stop.callbacks.append(lambda _ev: self.wake.triggered or self.wake.succeed())
             yield any_of(env, waits)
         return self.status
 
@@ -533,7 +540,7 @@ class DmaFront:
 
     def waits(self) -> list:
         if self._poll is not None:
-            return [self._poll]
+            return [] if self._poll.processed else [self._poll]
         if self.bell is not None:
             if self.bell.triggered and not self._rung:
                 self.bell = self.bell.env.event()
