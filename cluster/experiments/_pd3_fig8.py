@@ -176,19 +176,28 @@ def call_spinlock(env, ring: Ring, core: int, clk: CoreClock, key: int):
     return ok
 
 
-def call_cas(env, ring: Ring, core: int, clk: CoreClock, key: int):
+def _claim(ring: Ring, core: int, clk: CoreClock, key: int):
+    """Read Head and Tail, scan for ``key``, CAS its item's state: True if this call took it."""
     h = ring.host
     yield from _wait(clk)
-    clk.t = h.read(core, ring.head_line, clk.t)
+    clk.t = h.read(core, ring.head_line, clk.t)      # (PD3: LocalHead = Head)
     clk.t = h.read(core, ring.tail_line, clk.t)
     pos = _scan(ring, core, clk, ring.head, key, ring.tail)
     if pos < 0:
         return False
+    # the copy reads the item's line, already in L1 from the scan; then check the state and CAS it
     yield from _wait(clk)
     clk.t = h.cas(core, ring.line(pos), clk.t)
     if ring.state.get(pos) != PRODUCED:
         return False
     ring.state[pos] = CONSUMED
+    return True
+
+
+def call_cas(env, ring: Ring, core: int, clk: CoreClock, key: int):
+    h = ring.host
+    if not (yield from _claim(ring, core, clk, key)):
+        return False
     while True:                                       # ConsumeRun
         yield from _wait(clk)
         clk.t = h.read(core, ring.head_line, clk.t)
@@ -207,20 +216,7 @@ def call_cas(env, ring: Ring, core: int, clk: CoreClock, key: int):
 
 
 def call_pd3(env, ring: Ring, core: int, clk: CoreClock, key: int):
-    h = ring.host
-    yield from _wait(clk)
-    clk.t = h.read(core, ring.head_line, clk.t)      # LocalHead = Head
-    clk.t = h.read(core, ring.tail_line, clk.t)
-    pos = _scan(ring, core, clk, ring.head, key, ring.tail)
-    if pos < 0:
-        return False
-    # the copy reads the item's line, already in L1 from the scan; then check the state and CAS it
-    yield from _wait(clk)
-    clk.t = h.cas(core, ring.line(pos), clk.t)
-    if ring.state.get(pos) != PRODUCED:
-        return False
-    ring.state[pos] = CONSUMED
-    return True
+    return (yield from _claim(ring, core, clk, key))
 
 
 CALLS = {"spinlock": call_spinlock, "cas": call_cas, "pd3": call_pd3}
