@@ -44,13 +44,12 @@ request :data:`REQUEST_CYCLES` (decode, dispatch, encode) plus the cache probe, 
 from __future__ import annotations
 
 import struct
-from collections import OrderedDict, deque
-from typing import NamedTuple
+from collections import OrderedDict
 
 from nodes.systems.lib.hashing import hash64
 
 from .parsers import DELETE as P_DELETE, READ as P_READ, WRITE as P_WRITE, RequestParser
-from .transfer import NO_KEY, OP_READ, OP_WRITE, ST_OK
+from .transfer import NO_KEY
 
 MODES = ("pd3", "pd3-noprefetch", "redy", "sync", "leap", "local")
 GET, INSERT, UPDATE, DELETE = 0, 3, 4, 2
@@ -142,20 +141,6 @@ def encode_record(key: int, value: bytes | None) -> bytes:
     if value is None:
         return _REC.pack(key, 0, 0)
     return _REC.pack(key, len(value), 1) + value
-
-
-class AppStats(NamedTuple):
-    packets: int
-    requests: int
-    hits: int              # served from the local cache (or a flushing record)
-    zone_hits: int         # PD3: taken from the Loading Zone
-    misses: int            # went down the miss path
-    leap_hits: int
-    writebacks: int
-    resent: int            # packets answered again from the kept reply
-    malformed: int
-    busy_ns: int           # the application threads' core time
-    io_busy_ns: int        # Redy's I/O threads' core time
 
 
 class HashMapHost:

@@ -26,7 +26,6 @@ from collections import deque
 import numpy as np
 
 from nodes.actors import Cores
-from nodes.runtime.env import any_of
 from nodes.systems.api import KVClient, Option, System, SystemError_
 from shm.dmaring import DmaRing
 from shm.fabric import IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_WRITE, gaddr
@@ -34,7 +33,7 @@ from shm.verbs import CQ, IBV_QPT_RC, MR, PD, QP, QPInitAttr
 
 from . import hashmap as hm
 from .transfer import (
-    INLINE, NO_KEY, OP_READ, OP_WRITE, RECORD_BYTES, ST_OK, DmaFront, MemoryApi, MemoryServer, RedyFront,
+    INLINE, OP_READ, OP_WRITE, RECORD_BYTES, DmaFront, MemoryApi, MemoryServer, RedyFront,
     TransferEngine, dpu_costs, host_costs,
 )
 
@@ -516,8 +515,6 @@ class HostApp:
                 del m.flushing[k]
             if self.zone is not None:
                 m.floor[k] = max(m.floor.get(k, 0), seq & 0xFFFFFFFF)
-            if v is None and k not in m.live and k not in m.cache:
-                pass
 
 
 def _req(op, rid, addr, size, key, data=b""):

@@ -61,10 +61,10 @@ from nodes.actors import Cores
 from nodes.runtime.env import any_of
 from nodes.services.dpu_forwarder import _Actor, _imm, _unimm
 from shm.dmaring import RING_FULL, DmaRing
-from shm.fabric import IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_WRITE, gaddr
+from shm.fabric import gaddr
 from shm.verbs import (
-    CQ, IBV_QPT_RC, IBV_SEND_SIGNALED, IBV_WC_RECV, IBV_WC_SUCCESS, IBV_WR_RDMA_WRITE, IBV_WR_SEND, MR, PD, QP,
-    SGE, QPInitAttr, RecvWR, SendWR, wc_status_str,
+    IBV_SEND_SIGNALED, IBV_WC_RECV, IBV_WC_SUCCESS, IBV_WR_RDMA_WRITE, IBV_WR_SEND, MR, SGE, RecvWR, SendWR,
+    wc_status_str,
 )
 
 RECORD_BYTES = 64
@@ -265,10 +265,6 @@ class MemoryServer(_Actor):
                 data_out += -(-size_out // 8) * 8
         ns += int(copied / COPY_GBPS * 8)
         return ns, data_out - base
-
-
-def server_region_bytes(max_batch: int, data_bytes: int) -> int:
-    return max_batch * RECORD_BYTES + data_bytes
 
 
 # --- the Transfer Engine -----------------------------------------------------------------------------
