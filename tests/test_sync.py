@@ -173,7 +173,7 @@ def _skewed(table, i):
     def ticker(env, step):
         for _ in range(1500):
             yield step
-            rec.append((env.now, sync.min_others()))
+            rec.append((env.now, sync.min_frontier_others()))
 
     env.process(ticker(env, (3, 7, 11)[i]))
     env.run()
@@ -181,6 +181,9 @@ def _skewed(table, i):
 
 
 def test_skew_stays_within_window(table):
+    # Measured against the others' frontiers, not their clocks: a process descheduled between
+    # publishing its frontier and its clock shows a clock one step behind (CI once saw a clock
+    # of 2241 beside a neighbour at 2443).
     recs = run_procs(table, _skewed)
     for rec in recs:
         assert len(rec) == 1500

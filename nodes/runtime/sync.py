@@ -499,6 +499,12 @@ class ClockSync:
         """Smallest clock published by the other processes (INF if none)."""
         return int(_min_others(self._clocks, self.index, self._n, 0))
 
+    def min_frontier_others(self) -> int:
+        """Smallest effect frontier published by the other processes (INF if none): what the
+        window is measured from. A refresh publishes its frontiers before its clock, so a reader
+        between the two stores sees a frontier already past the clock beside it."""
+        return int(_min_others(self._clocks, self.index, self._n, FRONTIER))
+
     def request_stop(self) -> None:
         self.table.set_stop()
 
