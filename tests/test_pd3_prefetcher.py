@@ -21,7 +21,7 @@ def check_consistent(pf: Prefetcher):
     s = pf.statistics()
     assert s.keys == s.reads + s.writes + s.deletes
     assert s.reads + s.deletes == s.prefetches + s.suppressed_in_flight + s.suppressed_cached
-    assert s.prefetches == s.responses + s.in_flight
+    assert s.prefetches == s.responses + s.in_flight + s.cancelled
     assert s.responses == s.response_misses + s.stale_dropped + s.delivered
     assert s.stale <= s.in_flight
     added = s.added_client_write + s.added_remote_read + s.added_prefetch
@@ -172,6 +172,18 @@ def test_a_change_during_a_prefetch_makes_its_item_stale(change):
     assert 1 not in pf.stale and 1 not in pf.in_flight
     s = check_consistent(pf)
     assert s.stale_dropped == 1 and s.added_prefetch == 0
+
+
+def test_a_queued_prefetch_the_host_overtook_is_cancelled_before_it_is_sent():
+    pf = make()
+    assert pf.on_client_request([(1, READ), (2, READ)]) == [1, 2]
+    pf.on_host_read([1])                    # the host missed on 1 and fetches it itself
+    assert pf.cancel_stale(1) is True       # so the Transfer Engine drops the queued prefetch
+    assert pf.cancel_stale(2) is False      # 2 is still wanted: sent
+    assert 1 not in pf.in_flight and 1 not in pf.stale and 2 in pf.in_flight
+    assert pf.on_client_request([(1, READ)]) == []     # the host's read put 1 in the Host View
+    s = check_consistent(pf)
+    assert (s.cancelled, s.in_flight, s.stale_dropped) == (1, 1, 0)
 
 
 def test_response_without_a_prefetch_is_refused():

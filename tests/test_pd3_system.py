@@ -169,3 +169,33 @@ def fabric_dma():
         yield fabric, env, DmaEngine(VerbsHost(fabric, env), "dpu0", "host0")
     finally:
         fabric.close()
+
+
+# -- the page server ---------------------------------------------------------------------------
+
+PAGES = dict(keys=2000, window_us=(100, 400), client_threads=8, coroutines=4, app_threads=2, app="pages")
+
+
+@pytest.fixture(scope="module")
+def pages():
+    return {m: rp.point(m, "uniform", **PAGES) for m in ("sync", "pd3")}
+
+
+def test_the_page_server_serves_4_kb_pages_and_pd3_takes_them_from_the_loading_zone(pages):
+    for m, r in pages.items():
+        assert r["ops"] > 0 and r["failed"] == 0, m
+    # its page handling keeps requests queued on the host, so the DPU's prefetches arrive first
+    assert pages["pd3"]["zone_hits"] > pages["pd3"]["misses"]
+    assert pages["pd3"]["mops"] > pages["sync"]["mops"]
+
+
+def test_reading_a_page_costs_its_lines_streamed_not_one_latency_each():
+    from nodes.systems.pd3.loading_zone import copy_ns
+    from shm.profile import load_profile
+    bf3 = load_profile("bf3")
+    c = bf3.coherence
+    assert copy_ns(bf3, 8) == round(c.dma_line_ns)                    # one line: its latency
+    page = copy_ns(bf3, 4096)
+    assert round(c.dma_line_ns) < page < 64 * c.dma_line_ns / 4       # 64 lines, streamed behind the first
+    assert copy_ns(bf3, 4096, first="memory") - page == round(c.memory_ns - c.dma_line_ns)
+    assert copy_ns(bf3, 0) == 0

@@ -180,6 +180,24 @@ def scan_ns(profile, lines: int, cas_ops: int, *, cached: int = 0, fresh: int = 
     return round(ns)
 
 
+def copy_ns(profile, nbytes: int, *, first: str = "dma") -> int:
+    """A host thread's cost of reading ``nbytes`` in a row (to copy them): the first line's latency,
+    then the rest streamed behind it at :data:`SCAN_GBPS`, as in a scan. ``first`` says where that
+    line is: ``dma`` (the device just wrote it: an L3, ``dma_line_ns``), ``memory`` (a cache slot
+    in DRAM) or ``cached`` (this core just read it: ``l1_ns``). Without ``[coherence]``, the flat
+    ``cpu.local_read_ns_per_line`` per line. Every miss path pays it for the record it brought in,
+    whichever engine wrote the buffer (RDMA READ, Redy's response, the memory API, the Loading Zone),
+    so modes differ only in how the record got there."""
+    lines = -(-max(0, nbytes) // _LINE)
+    if not lines:
+        return 0
+    c = getattr(profile, "coherence", None)
+    if c is None:
+        return lines * profile.cpu.local_read_ns_per_line
+    lat = {"dma": c.dma_line_ns, "memory": c.memory_ns, "cached": c.l1_ns}[first]
+    return round(lat + (lines - 1) * _SCAN_LINE_NS)
+
+
 class ZoneStats(NamedTuple):
     produced: int           # items the device end published
     produced_bytes: int     # their data bytes

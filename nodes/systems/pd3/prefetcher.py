@@ -121,6 +121,7 @@ class PrefetcherStats(NamedTuple):
     delivered: int              # ... delivered to the Loading Zone
     in_flight: int              # prefetches in flight now
     stale: int                  # ... of which stale now
+    cancelled: int              # stale prefetches dropped before they were sent (cancel_stale)
 
 
 class Prefetcher:
@@ -141,6 +142,7 @@ class Prefetcher:
         self.added = {"client_write": 0, "remote_read": 0, "prefetch": 0}
         self.removed = {"client_delete": 0, "flush": 0}
         self.full = self.responses = self.response_misses = self.stale_dropped = self.delivered = 0
+        self.cancelled = 0
 
     # -- helpers ---------------------------------------------------------------------------------
 
@@ -231,6 +233,19 @@ class Prefetcher:
         self._add(key, "prefetch")
         return True
 
+    def cancel_stale(self, key) -> bool:
+        """A queued prefetch of ``key`` about to be sent: if it is already stale (the host read the
+        key itself, or wrote it back, since the prefetch was decided), it is dropped here instead --
+        its in-flight mark ended, counted in ``cancelled`` -- so the memory server never copies an
+        item nobody will take. Returns whether it was dropped."""
+        key = int(key)
+        if key not in self.stale:
+            return False
+        self.stale.discard(key)
+        self.in_flight.end_prefetch(key)
+        self.cancelled += 1
+        return True
+
     def on_flush(self, keys) -> None:
         """Keys of host write requests (write-backs to remote memory), called by the Transfer
         Engine after its DMA read ① brought them in and *before* it appends queued prefetches:
@@ -246,4 +261,4 @@ class Prefetcher:
             self.suppressed_cached, self.added["client_write"], self.added["remote_read"],
             self.added["prefetch"], self.removed["client_delete"], self.removed["flush"], self.full,
             self.responses, self.response_misses, self.stale_dropped, self.delivered,
-            len(self.in_flight), len(self.stale))
+            len(self.in_flight), len(self.stale), self.cancelled)

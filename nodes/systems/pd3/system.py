@@ -32,6 +32,7 @@ from shm.fabric import IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_WRITE, gaddr
 from shm.verbs import CQ, IBV_QPT_RC, MR, PD, QP, QPInitAttr
 
 from . import hashmap as hm
+from .loading_zone import copy_ns
 from .transfer import (
     INLINE, OP_READ, OP_WRITE, RECORD_BYTES, DmaFront, MemoryApi, MemoryServer, RedyFront,
     TransferEngine, dpu_costs, host_costs,
@@ -42,6 +43,10 @@ REPLY_PORT = 16384                # coroutine k of client thread t replies to RE
 BATCH = 8                       # keys per client packet (the Host View's batch: 64 B of keys)
 SRV_QPN = (1 << 40) + 0x50443300        # lane k: QP SRV_QPN + k on both sides (no exchange needed)
 MAX_BATCH = 128                 # records per Transfer Engine batch
+#: data bytes one batch slot carries: the PD3 artifact's RDMA buffer per slot, 32 KiB (its Redy client
+#: and memory server use the same; research brief §1b). Records of 8 B values fill MAX_BATCH long before
+#: it; 4 KB pages make batches of 7, so a miss waits for 7 page copies on the server, not 128
+BATCH_BYTES = 32 * 1024
 SLOTS = 8
 
 
@@ -185,7 +190,7 @@ class HostApp:
         self.cpu = cpu
         self.map = hm.HashMapHost(cache_items=lay["cache_items"], slot_bytes=lay["slot_bytes"],
                                   region=lay["records"], mode=self.mode, cpu=cpu)
-        self.request_ns = round(hm.REQUEST_CYCLES / cpu.ghz)
+        self.request_ns = round(hm.REQUEST_CYCLES / cpu.ghz) + round(float(o.get("work_us", 0.0)) * 1000)
         self.mem = lay["mem"]
         rdma = NodeRdma(ctx.host, ctx.index)
         self.threads = [AppThread(self, rdma.thread(), i) for i in range(lay["threads"])]
@@ -239,7 +244,7 @@ class HostApp:
                                 unified=MR(pd, lay["lane_bytes"], offset=base),
                                 resp_space=MR(pd, lay["lane_bytes"], w, offset=base + lay["lane_bytes"]),
                                 remote_req=(gaddr(lay["mem"], lay["lanes"][1 + i][0]), ctx.fabric.exposed_key(lay["mem"])),
-                                costs=host_costs(self.cpu), max_batch=MAX_BATCH, slots=SLOTS,
+                                costs=host_costs(self.cpu), max_batch=lay["max_batch"], slots=SLOTS,
                                 slot_bytes=lay["slot_area"], name=f"redy-io{i}")
             te.post_receives()
             t.front = front
@@ -338,6 +343,10 @@ class HostApp:
         if evicted:
             yield from self.write_back(t, evicted)
         yield from self.announce(t)
+        # the reply carries each value: a value longer than the line the probe read is copied
+        # into the packet from the cache, streamed (a 4 KB page: ~0.4 us; an 8 B value: nothing)
+        t.cpu(sum(copy_ns(self.ctx.profile, len(r[1]), first="cached") - copy_ns(self.ctx.profile, 1, first="cached")
+                  for r in results if r is not None and len(r[1]) > 64))
         reply = hm.encode_reply(rid, results)
         m.replies[who] = (rid, reply)
         t.sock.send(dg.src_node, dg.src_port, reply, thread=t.rt)
@@ -425,6 +434,7 @@ class HostApp:
                     if acc.hit and h is not None and h[1] == key and m.gen.get(key, 0) == h[2]:
                         if h[0].status == -1:
                             yield t.pco.sync()
+                        t.cpu(copy_ns(self.ctx.profile, size[key]))
                         out[key] = h[0].data.tobytes()
                         m.n["leap_hits"] += 1
                         self._leap_prefetch(t, acc.prefetch)
@@ -432,6 +442,7 @@ class HostApp:
                     self._leap_prefetch(t, acc.prefetch)
                 h = t.co.read(gaddr(self.mem, m.addr(key)), size[key])
                 yield t.co.sync()
+                t.cpu(copy_ns(self.ctx.profile, size[key]))      # the record the READ just wrote
                 out[key] = h.data.tobytes()
             return out
         if self.mode == "redy":
@@ -481,8 +492,9 @@ class HostApp:
                 f.arrived = self.env.event()
                 continue
             yield f.arrived
-        t.cpu(self.cpu.local_read_ns_per_line * len(rids))
-        return [f.results.pop(r) for r in rids]
+        out = [f.results.pop(r) for r in rids]
+        t.cpu(sum(copy_ns(self.ctx.profile, len(c.data)) if c.data else copy_ns(self.ctx.profile, 1) for c in out))
+        return out
 
     def write_back(self, t: AppThread, evicted):
         """Write dirty records back; each stays *flushing* until acknowledged, then gets its fence."""
@@ -566,7 +578,7 @@ class DpuSide:
                                  unified=MR(pd, lay["lane_bytes"], offset=lay["unified"]),
                                  resp_space=MR(pd, lay["lane_bytes"], w, offset=lay["resp_space"]),
                                  remote_req=(gaddr(lay["mem"], lay["lanes"][0][0]), fab.exposed_key(lay["mem"])),
-                                 costs=dpu_costs(dpu), max_batch=MAX_BATCH, slots=SLOTS, slot_bytes=lay["slot_area"],
+                                 costs=dpu_costs(dpu), max_batch=lay["max_batch"], slots=SLOTS, slot_bytes=lay["slot_area"],
                                  prefetcher=self.prefetcher if self.prefetching else None, zones=zones,
                                  engine=ctx.dma)
         self.te.post_receives()
@@ -667,7 +679,7 @@ def memory_server(ctx):
         qp.connect((peer[0], SRV_QPN + k))
         srv.add_lane(qp, cq, MR(pd, lay["lane_bytes"], w, offset=req), MR(pd, lay["lane_bytes"], offset=staging),
                      (gaddr(peer[0], peer[1]), ctx.fabric.exposed_key(peer[0])), slots=SLOTS,
-                     slot_bytes=lay["slot_area"], max_batch=MAX_BATCH)
+                     slot_bytes=lay["slot_area"], max_batch=lay["max_batch"])
     ctx.directory["pd3.server"] = srv
     return srv.runs()
 
@@ -707,6 +719,9 @@ class Pd3System(System):
         Option("app_threads", 8, "the host's application threads (a core each)", minimum=1, maximum=64),
         Option("pipeline", 8, "packets an application thread has in progress at once (its coroutines); "
                "sync and leap block on each miss, so 1 for them", minimum=1, maximum=64),
+        Option("work_us", 0.0, "the application's own work per request beyond the modelled data path, in "
+               "host-core us, done before it looks for the record (the page server's page handling; 0 for "
+               "the hash map)", minimum=0.0, maximum=1e4),
         Option("timeout_us", 500.0, "a client's wait for a reply before it resends (virtual us)",
                minimum=1.0, maximum=1e6),
     )
@@ -748,8 +763,9 @@ class Pd3System(System):
         slots = int(capacity * 1.25) + 64
         records = fabric.allocate(mem, slots * slot_bytes, align=64)
         cache_items = max(16, int(capacity * options["cache_fraction"])) if options["mode"] != "local" else slots
-        # a batch slot: the records, then up to MAX_BATCH records' data
-        slot_area = MAX_BATCH * RECORD_BYTES + MAX_BATCH * (slot_bytes + 8)
+        # a batch slot: the records, then up to max_batch records' data
+        max_batch = max(1, min(MAX_BATCH, BATCH_BYTES // (slot_bytes + 8)))
+        slot_area = max_batch * RECORD_BYTES + max_batch * (slot_bytes + 8)
         lane_bytes = SLOTS * slot_area
         fabric.expose(dpu)
         fabric.expose(host)
@@ -774,7 +790,7 @@ class Pd3System(System):
         lay = {
             "host": host, "dpu": dpu, "mem": mem, "host_name": "cn0", "threads": threads,
             "value_max": value_max, "slot_bytes": slot_bytes, "records": records, "records_bytes": slots * slot_bytes,
-            "cache_items": cache_items, "slot_area": slot_area, "lane_bytes": lane_bytes, "lanes": lanes,
+            "cache_items": cache_items, "slot_area": slot_area, "max_batch": max_batch, "lane_bytes": lane_bytes, "lanes": lanes,
             "unified": unified, "resp_space": resp_space, "redy_bufs": redy_bufs, "ids": ids,
             "req_ring": DmaRing.layout(fabric, host, 1024, RECORD_BYTES).base,
             "resp_ring": DmaRing.layout(fabric, host, 1024, RECORD_BYTES).base,

@@ -67,6 +67,8 @@ from shm.verbs import (
     wc_status_str,
 )
 
+from .loading_zone import copy_ns
+
 RECORD_BYTES = 64
 INLINE = 24                     # request data bytes carried in the record
 RESP_INLINE = 32                # response data bytes carried in the record
@@ -389,7 +391,13 @@ class TransferEngine(_Actor):
             if reads:
                 self.prefetcher.on_host_read(reads)
         room = self.max_batch - len(reqs)
-        pf = [self.queue.popleft() for _ in range(min(room, len(self.queue)))]
+        pf = []
+        while self.queue and len(pf) < room:
+            key, zone = self.queue.popleft()
+            # a prefetch the host overtook (it read the key itself meanwhile) goes no further: the
+            # in-flight bookkeeping (PD3 §5.2) ends here rather than after a useless server copy
+            if self.prefetcher is None or not self.prefetcher.cancel_stale(key):
+                pf.append((key, zone))
         n = len(reqs) + len(pf)
         if n == 0:
             return
@@ -721,7 +729,7 @@ class MemoryApi:
         if op == OP_WRITE and len(data) > INLINE:
             o = self.bufs + rid * self.buf_bytes
             self.mem[o:o + len(data)] = np.frombuffer(data, np.uint8)
-            thread.cpu(-(-len(data) // 64) * self.fabric.profile.cpu.local_read_ns_per_line)
+            thread.cpu(copy_ns(self.fabric.profile, len(data), first="cached"))
         rec = encode_request(op, rid, addr, size, key, data if op == OP_WRITE else b"", 0)
         while not self.req_ring.host_push(rec, thread):
             self.full += 1
@@ -754,7 +762,7 @@ class MemoryApi:
             if c.op == OP_READ and c.status == ST_OK and c.size > RESP_INLINE:
                 o = self.bufs + c.id * self.buf_bytes
                 c = c._replace(data=self.mem[o:o + c.size].tobytes())
-                thread.cpu(-(-c.size // 64) * self.fabric.profile.cpu.local_read_ns_per_line)
+                thread.cpu(copy_ns(self.fabric.profile, c.size))
             self.results[c.id] = c
 
     def landed(self) -> None:
