@@ -192,6 +192,10 @@ class HashMapHost:
     def probe_ns(self) -> int:
         return 2 * self.cpu.local_read_ns_per_line
 
+    def load_cached(self, key: int, value) -> None:
+        """A record the cache holds clean from the start (an experiment's preload)."""
+        self.cache[key] = value
+
     def touch(self, key: int) -> bool:
         """Whether ``key`` is cached (moves it to the LRU's newest end)."""
         if key in self.cache:

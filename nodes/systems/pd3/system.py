@@ -31,7 +31,10 @@ from shm.dmaring import DmaRing
 from shm.fabric import IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_WRITE, gaddr
 from shm.verbs import CQ, IBV_QPT_RC, MR, PD, QP, QPInitAttr
 
+from . import garnet
 from . import hashmap as hm
+from .garnet import HybridLogHost, Stages
+from .parsers import RespRequestParser
 from .loading_zone import copy_ns
 from .transfer import (
     INLINE, OP_READ, OP_WRITE, RECORD_BYTES, DmaFront, MemoryApi, MemoryServer, RedyFront,
@@ -157,8 +160,10 @@ class AppThread:
         self.app, self.rt, self.index = app, rdma_thread, index
         self.co = rdma_thread.coroutine()
         self.pco = rdma_thread.coroutine()          # Leap's prefetch READs, never waited for together
+        self.wco = rdma_thread.coroutine()          # write-backs in the background (the Garnet log's spills)
         self.env = rdma_thread.env
         self.busy_ns = 0
+        self.zone_hits = 0                           # items this thread took from its Loading Zone
         self.front = None                            # Redy: this thread's I/O-thread front
         self.queue = self.sock = self.zone = None    # its RX queue, its socket, its Loading Zone
         self.leap = None
@@ -188,9 +193,14 @@ class HostApp:
         self.pipeline = int(o["pipeline"])
         cpu = ctx.profile.cpu
         self.cpu = cpu
-        self.map = hm.HashMapHost(cache_items=lay["cache_items"], slot_bytes=lay["slot_bytes"],
-                                  region=lay["records"], mode=self.mode, cpu=cpu)
-        self.request_ns = round(hm.REQUEST_CYCLES / cpu.ghz) + round(float(o.get("work_us", 0.0)) * 1000)
+        self.app = o["app"]
+        self.value_max = lay["value_max"]
+        store = HybridLogHost if self.app == "garnet" else hm.HashMapHost
+        self.map = store(cache_items=lay["cache_items"], slot_bytes=lay["slot_bytes"], region=lay["records"],
+                         mode=self.mode, cpu=cpu)
+        self.stages = Stages()
+        self.work_ns = round(float(o.get("work_us", 0.0)) * 1000)
+        self.request_ns = round(hm.REQUEST_CYCLES / cpu.ghz) + self.work_ns
         self.mem = lay["mem"]
         rdma = NodeRdma(ctx.host, ctx.index)
         self.threads = [AppThread(self, rdma.thread(), i) for i in range(lay["threads"])]
@@ -254,7 +264,8 @@ class HostApp:
         # an application thread keeps ``pipeline`` requests packets in progress (its coroutines,
         # sharing its core): a miss waits without holding up the next packet; sync RDMA and Leap
         # block the thread on each READ (one at a time, by design)
-        depth = 1 if self.mode in ("sync", "leap") else self.pipeline
+        # Garnet allows one request active on a thread (PD3 §8.2), whatever the miss path
+        depth = 1 if self.mode in ("sync", "leap") or self.app == "garnet" else self.pipeline
         gens = [self.serve(t) for t in self.threads for _ in range(depth)]
         gens += [te.run(self.ctx.stopped) for te in self.io]
         return gens
@@ -270,7 +281,10 @@ class HostApp:
             dg = q.poll()
             if dg is None:
                 continue
-            yield from self.packet(t, dg)
+            if self.app == "garnet":
+                yield from garnet.serve(self, t, dg)
+            else:
+                yield from self.packet(t, dg)
 
     def packet(self, t: AppThread, dg):
         m = self.map
@@ -384,6 +398,7 @@ class HostApp:
                 if data is not None and len(data) >= hm.REC_HEADER and hm._REC.unpack_from(data)[0] == key:
                     got[key] = data
                     m.n["zone_hits"] += 1
+                    t.zone_hits += 1
                 else:
                     need.append(key)
         else:
@@ -496,15 +511,17 @@ class HostApp:
         t.cpu(sum(copy_ns(self.ctx.profile, len(c.data)) if c.data else copy_ns(self.ctx.profile, 1) for c in out))
         return out
 
-    def write_back(self, t: AppThread, evicted):
-        """Write dirty records back; each stays *flushing* until acknowledged, then gets its fence."""
+    def write_back(self, t: AppThread, evicted, *, background: bool = False):
+        """Write dirty records back; each stays *flushing* until acknowledged, then gets its fence.
+        ``background``: run beside the thread's requests (its own coroutine for the sync paths)."""
         m = self.map
         m.n["writebacks"] += len(evicted)
         recs = [(k, v, hm.encode_record(k, v)) for k, v in evicted]
         if self.mode in ("sync", "leap"):
+            co = t.wco if background else t.co
             for k, v, rec in recs:
-                t.co.write(gaddr(self.mem, m.addr(k)), rec)
-            yield t.co.sync()
+                co.write(gaddr(self.mem, m.addr(k)), rec)
+            yield co.sync()
             seqs = [0] * len(recs)
         elif self.mode == "redy":
             rids = []
@@ -561,8 +578,10 @@ class DpuSide:
         self.host_view = HostView(lay["hv_buckets"], 2)
         # Table 1: keys the host reads from remote memory are added (the artifact's config leaves that
         # to the application; the hash map caches what it reads, so it is reflected here)
-        self.prefetcher = Prefetcher(self.host_view, add_on_client_write=True, add_on_remote_read=True)
-        self.parser = hm.PacketParser()
+        # (the Garnet-like store does not keep what it reads remotely: garnet.py)
+        self.prefetcher = Prefetcher(self.host_view, add_on_client_write=True,
+                                     add_on_remote_read=o["app"] != "garnet")
+        self.parser = RespRequestParser() if o["app"] == "garnet" else hm.PacketParser()
         self.price, self.mode = price_lookup, Lookup.DELAYED
         fab = ctx.fabric
         pd = PD(ctx.verbs())
@@ -712,10 +731,13 @@ class Pd3System(System):
     client_role = "client"
     options = (
         Option("mode", "pd3", "the miss path", choices=hm.MODES),
+        Option("app", "hashmap", "the host application: the hash map (its packets; with 4 KB values, the page "
+               "server) or the Garnet-like store (RESP2, a hybrid log, one request per thread)",
+               choices=("hashmap", "garnet")),
         Option("cache_fraction", 0.0625, "local cache, as a fraction of the records (PD3: 1 GB local of 16 GB)",
                minimum=0.0, maximum=1.0),
         Option("value_max", 1000, "largest value in bytes (4096: the page server's pages)", minimum=8, maximum=65536),
-        Option("zone_kib", 1024, "each application thread's Loading Zone, in KiB", minimum=4, maximum=1 << 20),
+        Option("zone_kib", 1024, "each application thread's Loading Zone, in KiB", minimum=1, maximum=1 << 20),
         Option("app_threads", 8, "the host's application threads (a core each)", minimum=1, maximum=64),
         Option("pipeline", 8, "packets an application thread has in progress at once (its coroutines); "
                "sync and leap block on each miss, so 1 for them", minimum=1, maximum=64),
@@ -804,6 +826,8 @@ class Pd3System(System):
 
     @classmethod
     def client(cls, fabric, layout, thread, options):
+        if options["app"] == "garnet":
+            return garnet.GarnetClient(layout, thread, options)
         return Pd3Client(layout, thread, options)
 
 
@@ -833,7 +857,7 @@ def preload(directory: dict, fabric, keys, value: bytes, *, rng, hottest_first: 
     else:
         cached = [keys[i] for i in rng.choice(len(keys), n, replace=False)] if n < len(keys) else keys
     for k in cached:
-        m.cache[k] = value
+        m.load_cached(k, value)
     dpu = directory.get("pd3.dpu")
     if dpu is not None:
         for k in cached:
