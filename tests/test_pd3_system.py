@@ -139,10 +139,9 @@ def test_request_packets_round_trip_and_the_parser_maps_ops():
 
 
 def test_reproduce_rows_on_a_tiny_rack(monkeypatch):
-    monkeypatch.setattr(rp, "KEYS", {True: 4000, False: 4000})
-    monkeypatch.setattr(rp, "WINDOW_US", {True: (20, 40), False: (20, 40)})
-    monkeypatch.setattr(rp, "CLIENT_THREADS", 8)
-    monkeypatch.setattr(rp, "COROUTINES", 8)
+    for app, keys, clients in (("hashmap", 4000, (8, 8)), ("pages", 1000, (8, 4)), ("garnet", 4000, (32, 1))):
+        monkeypatch.setitem(rp.APPS, app, dict(rp.APPS[app], keys={True: keys, False: keys}, clients=clients,
+                                               client_nodes=1, window={True: (20, 60), False: (20, 60)}))
     rp._POINTS.clear()
     rows = rp.fig10(True, None) + rp.fig18(True, None)
     by = {(r.experiment, r.series): r for r in rows}
@@ -150,6 +149,7 @@ def test_reproduce_rows_on_a_tiny_rack(monkeypatch):
     assert by["fig10", "Redy / sync RDMA"].emulated > 1
     assert by["fig18", "PD3 / all local"].published == 0.9
     assert all(r.emulated is not None for r in rows if r.metric == "Mops")
+    assert {r.x for r in rows if r.experiment == "fig18"} == {"hash map", "page server", "Garnet"}
     rp._POINTS.clear()
 
 
