@@ -1,21 +1,24 @@
 """``dmrack reproduce pd3``: PD3 (prefetching with DPUs for disaggregated memory), published beside emulated.
 
-Every hash-map point is a co-located rack on the ``bf3`` profile (deterministic): ``cn0`` the host
+Every point is a co-located rack on the ``bf3`` profile (deterministic): ``cn0`` the host
 (``APP_THREADS`` application threads, a core each, an RX queue each) with its DPU ``dpu0`` (4 Arm
 cores: parser, two Host View shards, Transfer Engine), the memory server ``mn0`` (1 core, PD3
-§8.1) and a client node whose coroutines send batched request packets (8 keys, the Host View's
-batch). Scale (printed): the paper's hash map has 1 billion keys and a 1 GB local cache (1/16 of the
-records, so ~6 % of uniform reads hit); here :data:`KEYS` keys and the same 1/16 cached. The load is
-closed-loop with enough requests in flight to saturate the fastest system (PD3 needs the host to lag
-the NIC by more than a prefetch takes: its RX queues must not run dry).
+§8.1) and client nodes whose coroutines send request packets. Three applications (:data:`APPS`):
+the hash map (batched packets of 8 keys, the Host View's batch; the paper's 1 billion keys and
+1 GB local cache are :data:`KEYS` keys with the same 1/16 cached), the page server (4 KB pages, one
+per request) and the Garnet-like store (RESP2, one request per connection and per thread). The load
+is closed-loop with enough requests in flight to saturate the fastest system (PD3 needs the host to
+lag the NIC by more than a prefetch takes: its RX queues must not run dry).
 
 Parts: ``fig4`` (Host View optimisation steps, :mod:`cluster.experiments._pd3_fig4`), ``fig8``
-(Loading Zone against spinlock and CAS rings, :mod:`cluster.experiments._pd3_fig8`), ``fig10`` and
-``fig11`` (hash map throughput, uniform and Zipfian 0.99, sync RDMA / Leap / Redy / PD3), ``fig14``
-and ``fig15`` (their p50 and p99), ``fig18`` (PD3 with prefetching off and on against all-local),
-``fig20`` (Redy and PD3 at 8 and 16 application threads, and the host cores each uses). The page
-server and the Garnet-like store (Figs. 12, 13, 16, 17, 19, 21-24) are not built yet
-(docs/pd3.md, "Not yet").
+(Loading Zone against spinlock and CAS rings, :mod:`cluster.experiments._pd3_fig8`); throughput of
+sync RDMA / Leap / Redy / PD3 for the hash map uniform and Zipfian 0.99 (``fig10``, ``fig11``), the
+page server (``fig12``) and Garnet (``fig13``), and their p50 and p99 (``fig14``-``fig17``);
+``fig18`` (PD3 with prefetching off and on against all-local, each application), ``fig19`` (Garnet's
+GET broken down into stages), ``fig20`` (Redy and PD3 at 8 and 16 application threads and the host
+cores each uses), ``fig21`` (Garnet against local memory size, with Fig. 22's latencies) and
+``fig23`` (Garnet against the Loading Zone's size, with Fig. 24's latencies). docs/pd3.md has the
+table of published beside emulated and the gaps.
 """
 
 from __future__ import annotations

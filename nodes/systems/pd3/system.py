@@ -1,4 +1,4 @@
-"""``pd3``: PD3's hash map on a rack -- clients, the host, its BlueField-3 DPU and a memory server.
+"""``pd3``: PD3 on a rack -- clients, the host's application, its BlueField-3 DPU and a memory server.
 
 Roles (docs/pd3.md has the sequence diagram):
 
@@ -11,12 +11,15 @@ Roles (docs/pd3.md has the sequence diagram):
   parser), two Host View shard cores (the batched cuckoo lookup priced by
   :mod:`.dpu_costs`, the Prefetcher's Tables 1 and 2), one Transfer Engine core
   (:mod:`.transfer`).
-* **the host** (``cn0``): ``[compute] threads`` application threads, one core each, serving the
-  packets (:mod:`.hashmap`); with ``mode = "redy"`` one I/O thread more per application thread.
+* **the host** (``cn0``): ``app_threads`` application threads, one core each, serving the packets
+  of the application ``app`` names: the hash map (:mod:`.hashmap`; with 4 KB values, the page
+  server) or the Garnet-like store (:mod:`.garnet`: RESP2, a hybrid log, one request per thread);
+  with ``mode = "redy"`` one I/O thread more per application thread.
 * **the memory server** (``mn0``, ``[memory] cores`` >= 1): executes batches on the records and
   keeps the key map for prefetches.
 
-Options choose the miss path (``mode``), the local cache, the Loading Zone and the sizes.
+Options choose the application (``app``), the miss path (``mode``), the local cache, the Loading
+Zone, the application's own work per request (``work_us``) and the sizes.
 """
 
 from __future__ import annotations
@@ -723,7 +726,8 @@ def dpu_server(ctx):
 
 class Pd3System(System):
     name = "pd3"
-    description = ("PD3: a hash map on a host whose records live on a memory server; the BlueField-3 DPU "
+    description = ("PD3: a hash map (or a Garnet-like RESP store) on a host whose records live on a memory "
+                   "server; the BlueField-3 DPU "
                    "sees mirrored requests, predicts misses with its Host View and prefetches into the "
                    "host's Loading Zone (modes: the baselines sync RDMA, Leap, Redy, and all-local)")
     paper = "PD3: Prefetching Data with DPUs for Disaggregated Memory (seed 000)"
