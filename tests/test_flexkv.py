@@ -97,6 +97,64 @@ def test_a_proxy_killed_between_its_memory_write_and_its_commit_loses_no_write(m
     assert last["cn0"].ops > 0 and last["cn2"].ops > 0
 
 
+def _block_holds(fabric, word: int, key: bytes) -> int:
+    """What the memory node holds now at the block a slot word points to: check_block's answer."""
+    from nodes.systems.race.layout import check_block, slot_block, slot_block_bytes
+    from shm.fabric import gaddr_node, gaddr_offset
+    a = slot_block(word)
+    return int(check_block(fabric.memory[gaddr_node(a)].host, gaddr_offset(a), slot_block_bytes(word), key))
+
+
+def test_a_write_rpc_leaves_only_once_its_new_pair_is_in_memory(monkeypatch):
+    """A WRITE RPC names a pair the proxy will commit: if it left while the pair's WRITE was still
+    on its way and the client's process then died (the RPC delivered, the WRITE never landed), a
+    live proxy committed a word whose block held another key's retired pair and the key vanished
+    (the kill test's rare failure: a later get "not found", an update "absent"). Checked at every
+    WRITE RPC of a run whose hot keys' slots are cached (the path that did not wait)."""
+    from nodes.systems.flexkv import client as fc
+    from nodes.systems.flexkv.layout import is_pair
+    from nodes.systems.flexkv.proxy import M_WRITE, WRITE_REQ
+    sent = []
+    real = fc.rpc
+
+    def rpc(co, node, payload, *, method, **kw):
+        if method == M_WRITE:
+            _op, _p, _slot, _expected, new, _seen, n = WRITE_REQ.unpack_from(payload)
+            key = bytes(payload[WRITE_REQ.size + 8 * n:])
+            if is_pair(new):
+                sent.append(_block_holds(co.thread.fabric, new, key))
+        return (yield from real(co, node, payload, method=method, **kw))
+
+    monkeypatch.setattr(fc, "rpc", rpc)
+    colocated(LOAD, run(3.0), preset="a", knob=False, offload_ratio=1.0, rank_hotness=False, history=0)
+    assert len(sent) > 100
+    assert all(v >= 0 for v in sent), f"{sum(v < 0 for v in sent)} of {len(sent)} WRITE RPCs left before their pair"
+
+
+def test_a_one_sided_update_marks_the_pair_it_replaced(monkeypatch):
+    """A survivor's one-sided update can replace the word a dead proxy wrote to the memory node
+    but never committed; the writer whose RPC timed out then finds its word gone from the slot,
+    and only the invalid bit on its own pair tells it its write took effect (else it wrote again
+    over the survivor's value, and a reader that had seen its value saw it come back). So every
+    pair a one-sided update replaces carries the bit by the time the update returns."""
+    from nodes.systems.flexkv import client as fc
+    from nodes.systems.flexkv.layout import INVALID_BIT, INVALID_BYTE
+    from nodes.systems.race.layout import slot_block
+    from shm.fabric import gaddr_node, gaddr_offset
+    marked = []
+
+    def retire(self, w):
+        a = slot_block(w)
+        marked.append(bool(self.fabric.memory[gaddr_node(a)].host[gaddr_offset(a) + INVALID_BYTE] & INVALID_BIT))
+        return fc.RaceClient.retire_block(self, w)
+
+    monkeypatch.setattr(fc.FlexKVClient, "retire_block", retire)
+    rack, _ = colocated(LOAD, run(1.0), preset="a", knob=False, offload_ratio=0.0, rank_hotness=False)
+    assert check(rack.history_ops).verdict == "ok"
+    assert sum(s.one_sided_ops for s in client_stats(rack)) > 0
+    assert len(marked) > 100 and all(marked), f"{marked.count(False)} of {len(marked)} replaced pairs unmarked"
+
+
 def test_a_killed_node_comes_back_with_a_restart_step_and_gets_its_partitions_again():
     d = flexkv_dict(LOAD, run(2.0), {"action": "kill", "node": "cn1"}, run(2.0),
                     {"action": "restart", "node": "cn1"}, run(3.0), compute=3, preset="b", knob=False,

@@ -14,8 +14,8 @@ partition map says who serves it:
   get, pair cached           local lookup                                             0
   get, address cached        READ pair; valid bit and key checked                      1
   get, otherwise             RPC READ(key) -> candidate slots | READ pair(s)           2
-  update/delete, slot cached [WRITE new pair, RPC WRITE(slot)]; the proxy WRITEs the   ~2
-                             memory node's slot (+ the old pair's valid bit) inside
+  update/delete, slot cached WRITE new pair | RPC WRITE(slot); the proxy WRITEs the    ~3 (~2
+                             memory node's slot (+ the old pair's valid bit) inside    delete)
   update/delete/insert       [WRITE new pair + READ 2 combined buckets] | READ         ~3
                              candidate pairs | RPC WRITE(slot)
   =========================  =======================================================  ==========
@@ -23,6 +23,11 @@ partition map says who serves it:
 Every decision is the proxy's (its LOCAL_CAS is the commit point; absence is decided against its
 local index, proxy.py), so the memory node's copy, which runs ahead of the proxy by the writes
 between their memory-node WRITE and their commit, is used only to find slots.
+
+A WRITE RPC leaves only once its new pair's WRITE has completed (the paper sends the two
+together): a client whose process died after posting both could have its RPC delivered and
+committed by a live proxy while the WRITE never landed, leaving the key's slot naming a block that
+still held another key's retired pair (docs/flexkv.md, "Where it differs from the paper").
 
 Operations on a paused partition (a reassignment under way, manager.py) wait for the resume; a
 proxy that no longer owns the partition answers ``NOT_OWNER`` and the operation is routed again
@@ -37,7 +42,7 @@ from nodes.systems.api import SystemError_
 from nodes.systems.lib.hashing import hash64
 from nodes.systems.race.bucket import SAME, slot_offset
 from nodes.systems.race.client import RETRY_LIMIT, RaceClient
-from nodes.systems.race.layout import FP_SHIFT, slot_block
+from nodes.systems.race.layout import FP_SHIFT, NODE_SHIFT, slot_block
 from shm.fabric import gaddr, gaddr_offset
 from shm.rpc import RpcTimeout, rpc
 
@@ -46,7 +51,7 @@ from .layout import ON_MEMORY, INVALID_BIT, INVALID_BYTE, is_pair, pick_tombston
 from .node import state_of
 from .proxy import (
     ABSENT, BUSY, CAND, EXISTS, F_CACHE_PAIR, FLUSH_READS, M_FLUSH, M_READ, M_WRITE, MISMATCH, NO_SLOT, NOT_OWNER,
-    OK, OP_DELETE, OP_INSERT, OP_UPDATE, READ_REPLY, READ_REQ, WRITE_REPLY, WRITE_REQ,
+    OK, OP_DELETE, OP_INSERT, OP_UPDATE, READ_REPLY, READ_REQ, WRITE_REPLY, WRITE_REQ, _BLOCK_ADDR,
 )
 
 GET = 0
@@ -196,12 +201,17 @@ class FlexKVClient(RaceClient):
 
     def _check(self, key: bytes, hd) -> tuple[int, bool]:
         """(value length or -1/-2, the pair's valid bit was cleared) of a READ pair."""
-        b = self._buf
-        o = hd._off + INVALID_BYTE
-        invalid = bool(b[o] & INVALID_BIT)
-        if invalid:
-            b[o] &= ~INVALID_BIT & 0xFF
+        invalid = bool(self._buf[hd._off + INVALID_BYTE] & INVALID_BIT)
         return self.check(key, hd), invalid
+
+    def check(self, key: bytes, hd) -> int:
+        """RACE's check of a READ pair, less the invalid bit, which shares the key length's high
+        byte: a replaced pair is still a whole pair (its value is the one a reader that found it
+        current may return), and the one-sided update marks the pair before its CAS, so a pair
+        still in its slot can carry the bit for a round trip (or for good, if that client died in
+        between)."""
+        self._buf[hd._off + INVALID_BYTE] &= ~INVALID_BIT & 0xFF
+        return super().check(key, hd)
 
     def _value(self, key: bytes, hd, vlen: int) -> bytes:
         off = hd._off + 8 + len(key)
@@ -383,16 +393,23 @@ class FlexKVClient(RaceClient):
         if e is not None:
             slot, expected, checked, seen = e.slot, e.word, (), e.since_ns
         word = new if op != OP_DELETE else tombstone(h >> FP_SHIFT, env.now)
+        landed = False                                 # the new pair's WRITE has completed
         for attempt in range(RETRY_LIMIT):
             if slot is None:
                 if unc and (yield from self._took_effect(co, key, h, unc)):
                     return True
                 seen = env.now
                 slot, expected, checked = yield from self._resolve(co, key, h, p, op)
+                landed = True                          # its bucket READs waited for the pair's WRITE
             payload = WRITE_REQ.pack(op, p, slot, expected, word, seen, len(checked))
             if checked:
                 payload += b"".join(w.to_bytes(8, "little") for w in checked)
-            co.post()                                  # the new pair's WRITE leaves before the RPC
+            if new and not landed:
+                # the RPC leaves only once the new pair is in memory: a client that died between
+                # the two would otherwise have a live proxy commit a word whose block still holds
+                # whatever it held before (another key's retired pair), and the key would vanish
+                yield co.sync()
+                landed = True
             self.write_rpcs += 1
             again = False
             while True:
@@ -416,7 +433,6 @@ class FlexKVClient(RaceClient):
             status, cur = WRITE_REPLY.unpack_from(reply)
             if status == OK:
                 if new:
-                    yield co.sync()                    # the pair's WRITE has landed (it had, by now)
                     cache.put(key, ADDR, p, slot, new, None, env.now)
                 else:
                     cache.discard(key)
@@ -425,7 +441,6 @@ class FlexKVClient(RaceClient):
                 return True
             if status in (EXISTS, ABSENT, NOT_OWNER):
                 if new:
-                    yield co.sync()
                     self.release_block(new)
                 if status == EXISTS:
                     cache.put(key, ADDR, p, slot, cur, None, env.now)
@@ -476,19 +491,25 @@ class FlexKVClient(RaceClient):
         """Generator: did a write whose RPCs timed out (``attempts``) take effect? Its own
         word in the key's buckets says so: the new pair's (insert, update) or the tombstone with its
         T_delete (delete). The proxy writes the memory node's slot before its commit, so a proxy
-        that died in between left its write there, and it counts (a redo, FlexKV §3.6)."""
-        pairs = {w for a in attempts for w in a if is_pair(w)}
+        that died in between left its write there, and it counts (a redo, FlexKV §3.6).
+
+        Or our new pair carries the invalid bit: it was in a slot and was replaced since, by a
+        proxy (which sets the bit with its slot WRITE) or by a survivor's one-sided update (which
+        sets it before its CAS, :meth:`_one_sided_update`). Without the latter a survivor that
+        replaced the dead proxy's uncommitted word left no trace of it, this write was done again
+        over the survivor's, and a reader that had seen our value saw it come back.
+
+        The bit on a pair an attempt *expected* to replace is no evidence: the dying proxy's
+        WRITE of it can land without its slot WRITE (they go to different memory nodes), and an
+        expected word from the address cache may have been replaced before this write began, so
+        it cannot be placed before that replacement. Such a write is done again, which is
+        linearizable since nothing of it was ever in a slot."""
+        pairs = {w for w, _e in attempts if is_pair(w)}
         hds = [co.read(slot_block(w), 8) for w in pairs]
         pr, r = yield from self.read_buckets(co, h)
         out = self._out
         words = {w for w, _e in attempts}
         took = any(int(out[2 * k + 1]) in words for k in range(r & 63))
-        # Our new pair carries the invalid bit: it was in the slot and a proxy replaced it. Or a
-        # pair one of those attempts expected to replace carries it: a proxy got as far as that
-        # attempt's memory-node WRITEs, even if another write has replaced ours since; or the bit
-        # is another write's, which replaced the pair after we read it (the partition stayed
-        # proxied while we were in it, so every replacement of it set the bit) and ours, if it
-        # did not run, can be placed just before that one.
         took = took or any(self._buf[hd._off + INVALID_BYTE] & INVALID_BIT for hd in hds)
         if took:
             self.redone += 1
@@ -550,6 +571,14 @@ class FlexKVClient(RaceClient):
                 self.release_block(new)
                 return False
             slot, old = found[0], found[1]
+            # mark the pair we replace, queued before the CAS (no extra round trip): a writer
+            # whose RPC to a proxy that died timed out looks for the mark on its own pair once its
+            # word is gone from the slot (_took_effect). A failed CAS leaves a true mark too: the
+            # pair had been replaced by then. When the pair and the slot are on different memory
+            # nodes the mark may land just after the CAS; a writer looking in between does its
+            # write again (the window a proxy's WRITEs leave as well).
+            co.write(gaddr((old >> NODE_SHIFT) & 0xFF, (old & _BLOCK_ADDR) + INVALID_BYTE),
+                     bytes([INVALID_BIT | (len(key) >> 8)]))
             swapped, _ = yield from co.backoff_cas(slot, old, new)
             if swapped:
                 self.retire_block(old)
