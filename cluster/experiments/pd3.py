@@ -158,16 +158,14 @@ def point(mode: str, dist: str, *, quick: bool = True, app_threads: int = APP_TH
         dpu = directory.get("pd3.dpu")
         mops = done[0] / (window * 1000) * 1000
         lat_us = np.array(lat) / 1000 if lat else np.array([0.0])
-        hmstats = app.map.n
-        app_busy = sum(t.busy_ns for t in app.threads)
-        io_busy = sum(te.busy_ns for te in app.io)
+        st = app.statistics()
         out = {"mode": mode, "dist": dist, "mops": mops, "p50": float(np.percentile(lat_us, 50)),
                "p99": float(np.percentile(lat_us, 99)), "ops": done[0], "failed": failed[0],
-               "host_cores": app_threads + app.io_cores, "app_busy": app_busy / max(1, env.now),
-               "io_busy": io_busy / max(1, env.now), "hits": hmstats["hits"], "zone_hits": hmstats["zone_hits"],
-               "misses": hmstats["misses"], "requests": hmstats["requests"]}
-        if app.app == "garnet":
-            out["stages"] = app.stages.statistics()._asdict()
+               "host_cores": st.host_cores, "app_busy": st.app_busy_ns / max(1, env.now),
+               "io_busy": st.io_busy_ns / max(1, env.now), "hits": st.hits, "zone_hits": st.zone_hits,
+               "misses": st.misses, "requests": st.requests}
+        if st.stages is not None:
+            out["stages"] = st.stages._asdict()
         if dpu is not None:
             out["te_busy"] = dpu.te.busy_ns / max(1, env.now)
             out["hv_busy"] = [c.busy_ns / max(1, env.now) for c in dpu.shard_cores]

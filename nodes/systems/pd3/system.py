@@ -25,6 +25,7 @@ Zone, the application's own work per request (``work_us``) and the sizes.
 from __future__ import annotations
 
 from collections import deque
+from typing import NamedTuple
 
 import numpy as np
 
@@ -185,8 +186,29 @@ class AppThread:
             yield self.env.timeout(int(wait))
 
 
+class HostStats(NamedTuple):
+    """The host application's counters (``HostApp.statistics``): what its threads did and what
+    they spent. ``app_busy_ns`` and ``io_busy_ns`` are modelled core time (application threads;
+    Redy's I/O threads), ``host_cores`` the cores the mode occupies."""
+    app: str
+    mode: str
+    host_cores: int
+    app_busy_ns: int
+    io_busy_ns: int
+    packets: int
+    requests: int
+    hits: int               # served from the local cache or log
+    zone_hits: int          # taken from a Loading Zone (PD3)
+    misses: int             # fetched by the mode's miss path
+    leap_hits: int
+    writebacks: int
+    resent: int             # resent request packets answered from the kept reply
+    malformed: int          # request packets that did not decode (hash map: dropped; RESP: an error reply)
+    stages: object          # Garnet: a garnet.StageStats (Fig. 19), else None
+
+
 class HostApp:
-    """The host side of the system in ``cn0``'s process: the hash map, its threads, their paths."""
+    """The host side of the system in ``cn0``'s process: the application, its threads, their paths."""
 
     def __init__(self, ctx, lay: dict):
         from shm.coro import NodeRdma
@@ -262,6 +284,14 @@ class HostApp:
             te.post_receives()
             t.front = front
             self.io.append(te)
+
+    def statistics(self) -> HostStats:
+        n = self.map.n
+        return HostStats(self.app, self.mode, len(self.threads) + self.io_cores,
+                         sum(t.busy_ns for t in self.threads), sum(te.busy_ns for te in self.io),
+                         n["packets"], n["requests"], n["hits"], n["zone_hits"], n["misses"], n["leap_hits"],
+                         n["writebacks"], n["resent"], n["malformed"],
+                         self.stages.statistics() if self.app == "garnet" else None)
 
     def actors(self) -> list:
         # an application thread keeps ``pipeline`` requests packets in progress (its coroutines,
