@@ -56,6 +56,7 @@ from shm.verbs import CQ, IBV_QPT_UD, PD, QP, Context, QPInitAttr, VerbsHost
 
 __all__ = [
     "UdpNet", "UdpSocket", "RxQueue", "SteerRule", "Datagram", "UdpStats", "RxQueueStats", "UdpError", "call",
+    "ReplyPorts",
     "UDP_OK", "UDP_TOO_BIG", "IP_UDP_HEADER_BYTES",
 ]
 
@@ -483,6 +484,31 @@ class UdpSocket:
 def _retire(arg) -> None:
     fabric, desc = arg
     nic.retire(fabric.table, desc, 1)   # the WQE leaves the NIC's cache at its completion, as a verb's
+
+
+class ReplyPorts:
+    """A client thread's reply endpoints, one per coroutine: the ``k``-th coroutine to ask gets port
+    ``base + thread.index x stride + k`` on the thread's node, its socket and its bound RX queue, so
+    replies to requests in flight never mix (a client that matches replies by request id could share
+    a port; one that cannot, as RESP's, must not). ``ports(co) -> (socket, queue)``."""
+
+    def __init__(self, net: "UdpNet", thread, base: int, stride: int):
+        self.net, self.thread, self.base, self.stride = net, thread, base, stride
+        self._eps: dict = {}
+
+    def __call__(self, co):
+        ep = self._eps.get(id(co))
+        if ep is None:
+            k = len(self._eps)
+            if k >= self.stride:
+                raise UdpError(f"thread {self.thread.index} has more than {self.stride} coroutines with reply ports")
+            port = self.base + self.thread.index * self.stride + k
+            node = self.thread.owner.node
+            ep = self._eps[id(co)] = (self.net.socket(node, port), self.net.bind(node, port))
+        return ep
+
+    def __len__(self) -> int:
+        return len(self._eps)
 
 
 def call(sock: UdpSocket, dst_node, dst_port: int, data: bytes, reply_queue: RxQueue, *, timeout_ns: int,

@@ -349,3 +349,20 @@ def test_a_socket_can_have_a_context_of_its_own_on_its_node(fab):
     with pytest.raises(UdpError) as e:
         net.socket("c0", 300, context=ctx)
     assert str(e.value).count("\n") == 0 and "'d0'" in str(e.value)
+
+
+def test_reply_ports_give_each_coroutine_its_own_port_and_refuse_too_many():
+    from types import SimpleNamespace
+    from shm.udp import ReplyPorts, UdpError
+    made = []
+    net = SimpleNamespace(socket=lambda node, port: ("sock", node, port),
+                          bind=lambda node, port: made.append(port) or ("queue", node, port))
+    thread = SimpleNamespace(index=2, owner=SimpleNamespace(node=5))
+    ports = ReplyPorts(net, thread, 1000, 4)
+    a, b = object(), object()
+    assert ports(a) == (("sock", 5, 1008), ("queue", 5, 1008))
+    assert ports(b)[0][2] == 1009 and ports(a)[0][2] == 1008 and len(ports) == 2 and made == [1008, 1009]
+    more = [object() for _ in range(3)]          # kept alive: ports are keyed by id(co)
+    ports(more[0]), ports(more[1])
+    with pytest.raises(UdpError, match="more than 4 coroutines"):
+        ports(more[2])

@@ -39,6 +39,7 @@ import numpy as np
 
 from nodes.devices.dpa_core import PACKET_CYCLES
 from nodes.systems.api import KVClient, Option, System, SystemError_
+from shm.udp import ReplyPorts
 
 BASE_PORT = 9000
 PORTS = 256                     # partitions of the table, each owned by one DPA thread
@@ -88,26 +89,16 @@ class DpaKvClient(KVClient):
         self.timeout_ns = int(options["timeout_us"] * 1000)
         self.key_max, self.value_max = int(options["key_max"]), int(options["value_max"])
         self.resends = int(options["resends"])
-        self.ports: dict[int, tuple] = {}       # id(co) -> (socket, reply queue)
-        self._next = 0
+        self.endpoint = ReplyPorts(self.net, thread, REPLY_PORT, 64)     # coroutine -> (socket, reply queue)
         self._reqid = 0
         self.requests = self.n_resends = self.n_timeouts = 0
-
-    def _endpoint(self, co):
-        ep = self.ports.get(id(co))
-        if ep is None:
-            port = REPLY_PORT + self.thread.index * 64 + self._next
-            self._next += 1
-            node = self.thread.owner.node
-            ep = self.ports[id(co)] = (self.net.socket(node, port), self.net.bind(node, port))
-        return ep
 
     def _call(self, co, op: int, key: bytes, value: bytes = b""):
         from shm.udp import call
         if len(key) > self.key_max or len(value) > self.value_max:
             raise SystemError_(f"dpa-kv: a key of {len(key)} B and a value of {len(value)} B do not fit a slot "
                                f"(system.key_max = {self.key_max}, system.value_max = {self.value_max})")
-        sock, queue = self._endpoint(co)
+        sock, queue = self.endpoint(co)
         self._reqid = (self._reqid + 1) & 0xFFFFFFFF
         rid = self._reqid
         self.requests += 1

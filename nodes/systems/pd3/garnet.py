@@ -38,7 +38,8 @@ from typing import NamedTuple
 from workloads.resp import INCOMPLETE, RespError, RespParser, RespProtocolError, SimpleString, encode_command
 from workloads.resp import encode_reply as resp_reply
 
-from nodes.systems.api import KVClient
+from nodes.systems.api import KVClient, SystemError_
+from shm.udp import ReplyPorts
 
 from . import hashmap as hm
 from .parsers import resp_key
@@ -241,7 +242,6 @@ class GarnetClient(KVClient):
     left (the rack loses no datagram unless a scenario drops them)."""
 
     def __init__(self, layout, thread, options):
-        from nodes.systems.api import SystemError_
         from .system import PORT, REPLY_PORT
         self.thread = thread
         self.net = thread.owner.udp
@@ -251,25 +251,14 @@ class GarnetClient(KVClient):
         self.app_threads = layout["threads"]
         self.value_max = layout["value_max"]
         self.timeout_ns = int(options["timeout_us"] * 1000)
-        self.port0, self.reply0 = PORT, REPLY_PORT
-        self.ports: dict = {}
-        self._next = 0
+        self.port0 = PORT
+        self.endpoint = ReplyPorts(self.net, thread, REPLY_PORT, 256)     # a connection per coroutine
         self.requests = 0
-
-    def _endpoint(self, co):
-        ep = self.ports.get(id(co))
-        if ep is None:
-            port = self.reply0 + self.thread.index * 256 + self._next
-            self._next += 1
-            node = self.thread.owner.node
-            ep = self.ports[id(co)] = (self.net.socket(node, port), self.net.bind(node, port))
-        return ep
 
     def command(self, co, data: bytes):
         """Send one RESP request, return the reply's value (a RespError is returned, not raised)."""
-        from nodes.systems.api import SystemError_
         from shm.udp import call
-        sock, queue = self._endpoint(co)
+        sock, queue = self.endpoint(co)
         while len(queue):
             queue.poll()                               # a late reply of an earlier request
         self.requests += 1
@@ -285,7 +274,6 @@ class GarnetClient(KVClient):
         return p.next()
 
     def _value(self, value: bytes) -> bytes:
-        from nodes.systems.api import SystemError_
         if len(value) > self.value_max:
             raise SystemError_(f"pd3: a {len(value)} B value exceeds system.value_max = {self.value_max}")
         return value

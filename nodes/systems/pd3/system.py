@@ -33,6 +33,7 @@ from nodes.actors import Cores
 from nodes.systems.api import KVClient, Option, System, SystemError_
 from shm.dmaring import DmaRing
 from shm.fabric import IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_WRITE, gaddr
+from shm.udp import ReplyPorts
 from shm.verbs import CQ, IBV_QPT_RC, MR, PD, QP, QPInitAttr
 
 from . import garnet
@@ -66,8 +67,8 @@ class Pd3Client(KVClient):
         if self.net is None:
             raise SystemError_("pd3 needs the datagram path: a profile with a [udp] table (bf3)")
         self.server = layout["host_name"]
-        self.ports: dict = {}            # id(co) -> (socket, reply queue): a port per leading coroutine,
-        self._next = 0                   # so the replies of a thread's packets in flight never mix
+        # a reply port per leading coroutine, so the replies of a thread's packets in flight never mix
+        self.endpoint = ReplyPorts(self.net, thread, REPLY_PORT, 256)
         self.timeout_ns = int(options["timeout_us"] * 1000)
         self.value_max = layout["value_max"]
         self.app_threads = layout["threads"]
@@ -106,18 +107,9 @@ class Pd3Client(KVClient):
             raise ev.value
         return ev.value
 
-    def _endpoint(self, co):
-        ep = self.ports.get(id(co))
-        if ep is None:
-            port = REPLY_PORT + self.thread.index * 256 + self._next
-            self._next += 1
-            node = self.thread.owner.node
-            ep = self.ports[id(co)] = (self.net.socket(node, port), self.net.bind(node, port))
-        return ep
-
     def _send(self, co, batch):
         from shm.udp import call
-        sock, queue = self._endpoint(co)
+        sock, queue = self.endpoint(co)
         self.rid = (self.rid + 1) & 0xFFFFFFFF
         rid = self.rid
         self.packets += 1
