@@ -84,9 +84,10 @@ def _mcalls(kind, t):
 
 
 def test_pd3_scales_and_spinlock_does_not():
-    # several times one thread's rate (3.2x with bf3's constants: the scans of 16 threads read
-    # lines other cores have just CASed, cross-CCD transfers that one thread never pays)
-    assert _mcalls("pd3", 16) > 2.5 * _mcalls("pd3", 1)
+    # about twice one thread's rate (2.0x with bf3's constants: one thread reads what the device
+    # wrote from its own L3, dma_line_ns; the scans of 16 threads also read lines other cores have
+    # just CASed, cross-CCD transfers that one thread never pays), while the spinlock falls
+    assert _mcalls("pd3", 16) > 1.8 * _mcalls("pd3", 1)
     assert _mcalls("spinlock", 16) < _mcalls("spinlock", 1)
 
 

@@ -583,6 +583,9 @@ def _req(op, rid, addr, size, key, data=b""):
 PARSE_PACKET_CYCLES = 200
 #: ... and per key parsed (ASSUMPTION: 20 cycles: read an op and a key, append them)
 PARSE_KEY_CYCLES = 20
+#: packets one RX poll of the parser takes at most: DPDK's customary burst (rte_eth_rx_burst with
+#: MAX_PKT_BURST 32 in its sample applications)
+RX_BURST = 32
 
 
 class DpuSide:
@@ -649,26 +652,25 @@ class DpuSide:
             if not len(self.rx):
                 yield self.rx.wait()
                 continue
-            dg = self.rx.poll()
-            if dg is None:
-                continue
-            keys_ops = self.parser.parse(dg.data)
-            self.parse_cores.charge(cyc(PARSE_PACKET_CYCLES + PARSE_KEY_CYCLES * len(keys_ops)))
-            if not keys_ops:
-                continue
-            # one packet's keys go to shards as one batch each (PD3: the packet is the lookup batch);
-            # the packet's RX queue (its port, as the NIC steered it) names the thread, hence the zone
-            zone = dg.dst_port - PORT
-            part = [[], []]
-            route = self.host_view.route([k for k, _op in keys_ops])
-            for (k, op), s in zip(keys_ops, route):
-                part[int(s)].append((k, op))
-            for s in (0, 1):
-                if part[s]:
-                    self.shard_q[s].append((part[s], zone))
-                    if not self.shard_wake[s].triggered:
-                        self.shard_wake[s].succeed()
-            yield self.env.timeout(0)
+            # a DPDK RX burst: one poll for what the ring holds (up to RX_BURST packets)
+            for dg in self.rx.poll_burst(RX_BURST):
+                keys_ops = self.parser.parse(dg.data)
+                self.parse_cores.charge(cyc(PARSE_PACKET_CYCLES + PARSE_KEY_CYCLES * len(keys_ops)))
+                if not keys_ops:
+                    continue
+                # a packet's keys go to the shard of each; the packet's RX queue (its port, as the NIC
+                # steered it) names the thread, hence the zone
+                zone = dg.dst_port - PORT
+                part = [[], []]
+                route = self.host_view.route([k for k, _op in keys_ops])
+                for (k, op), s in zip(keys_ops, route):
+                    part[int(s)].append((k, op))
+                for s in (0, 1):
+                    if part[s]:
+                        self.shard_q[s].append((part[s], zone, 0))     # (keys and ops, zone, keys looked up)
+                        if not self.shard_wake[s].triggered:
+                            self.shard_wake[s].succeed()
+                yield self.env.timeout(0)
 
     def shard(self, s: int):
         """A Host View shard core: the batched lookup (priced), the Prefetcher's rules, keys to the TE."""
@@ -681,21 +683,23 @@ class DpuSide:
                     self.shard_wake[s] = self.env.event()
                 yield self.shard_wake[s]
                 continue
-            # one lookup batch of up to BATCH keys, from as many queued packets as it takes (the
-            # artifact's find_batched takes 8): a backlog makes batches full
-            work, n = [], 0
-            while q and (not work or n + len(q[0][0]) <= BATCH):
-                batch, zone = q.popleft()
-                work.append((batch, zone))
-                n += len(batch)
-            reads = [k for batch, _z in work for k, op in batch if op != hm.P_WRITE]
+            # one lookup batch of BATCH keys taken off the shard's queue (the artifact's find_batched
+            # takes 8 keys, not whole packets): a packet's keys may span two batches, and its
+            # prefetch decisions are taken once all of them were looked up. A backlog fills batches
+            work, reads = [], []
+            while q and len(reads) < BATCH:
+                batch, zone, done = q[0]
+                keys = [k for k, op in batch if op != hm.P_WRITE]
+                take = keys[done:done + BATCH - len(reads)]
+                reads += take
+                if done + len(take) >= len(keys):
+                    q.popleft()
+                    work.append((batch, zone))
+                else:
+                    q[0] = (batch, zone, done + len(take))
             if reads:
-                found, cost = shard.find_batched(reads[:BATCH], self.mode)
-                ns = self.price(cost, min(len(reads), BATCH), int(found.sum()), self.mode, self.dpu).total_ns
-                if len(reads) > BATCH:          # a packet of more than 8 keys: the rest as its own batch
-                    found2, cost2 = shard.find_batched(reads[BATCH:], self.mode)
-                    ns += self.price(cost2, len(reads) - BATCH, int(found2.sum()), self.mode, self.dpu).total_ns
-                cores.charge(round(ns))
+                found, cost = shard.find_batched(reads, self.mode)
+                cores.charge(round(self.price(cost, len(reads), int(found.sum()), self.mode, self.dpu).total_ns))
             for batch, zone in work:
                 keys = self.prefetcher.on_client_request(batch)
                 if keys:
