@@ -94,13 +94,7 @@ class HybridLogHost(hm.HashMapHost):
             if self.seq_of.get(k) != seq:
                 self.n["garbage"] += 1   # a stale version: nothing to write
                 continue
-            v = self.cache.pop(k)
-            if k in self.dirty:
-                self.dirty.discard(k)
-                self.flushing[k] = v
-                out.append((k, v))
-            elif self.notify_evictions:
-                self.dropped.append(k)
+            self.leave(k, self.cache.pop(k), out)
         return out
 
 

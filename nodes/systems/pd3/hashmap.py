@@ -211,14 +211,18 @@ class HashMapHost:
             self.dirty.add(key)
         out = []
         while len(self.cache) > self.cache_items:
-            k, v = self.cache.popitem(last=False)
-            if k in self.dirty:
-                self.dirty.discard(k)
-                self.flushing[k] = v
-                out.append((k, v))
-            elif self.notify_evictions:
-                self.dropped.append(k)
+            self.leave(*self.cache.popitem(last=False), out)
         return out
+
+    def leave(self, key: int, value, out: list) -> None:
+        """``key``'s record left local memory: a dirty one goes to ``out`` to be written back (and
+        is *flushing* meanwhile), a clean one is announced to the DPU (PD3)."""
+        if key in self.dirty:
+            self.dirty.discard(key)
+            self.flushing[key] = value
+            out.append((key, value))
+        elif self.notify_evictions:
+            self.dropped.append(key)
 
     def write(self, key: int, value) -> list:
         self.gen[key] = self.gen.get(key, 0) + 1
