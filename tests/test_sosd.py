@@ -86,6 +86,10 @@ def test_dense4x_range_and_sparse_spread():
     d = dense4x(n, seed=1)
     assert int(d[-1]) < 4 * n
     assert int(d[-1]) - int(d[0]) > 3.9 * n  # the whole range is used, not a prefix
+    # Past one 4 Mi block the range is sampled block by block; the contract must not change.
+    big = dense4x(1_100_000, seed=2)
+    assert big.size == 1_100_000 and int(big[-1]) < 4_400_000 and np.all(big[1:] > big[:-1])
+    assert abs(int(np.count_nonzero(big < (1 << 22))) - (1 << 22) // 4) < 3000
     s = sparse(n, seed=1)
     # Uniform over 2^64: every sixteenth of the space holds about n/16 keys.
     counts = np.bincount((s >> np.uint64(60)).astype(np.int64), minlength=16)
