@@ -31,7 +31,8 @@ learned indexes", VLDB 2020). This module gives the emulator those key sets:
   Each stand-in takes a ``roughness`` knob that moves its PLA segment count. **The only published
   statistic they are tuned against** is DPA-Store's Table 1, index overhead per dataset at the
   default error bound (50 M pairs): face 104%, osmc 74%, amzn 54%, sparse 32%, dense4x 26%,
-  wiki 23%. The overhead is dominated by the models, so the segment count is its proxy; but the
+  wiki 23%. The overhead is taken to be dominated by the models (an assumption: the paper does not
+  split it), so the segment count is its proxy; but the
   percentages also contain the tree above the models, so only the **order** and roughly the ratios
   between datasets are reproduced, not the percentages themselves. The target is: segments per key
   of a stand-in, divided by that of ``sparse``, equals its overhead divided by sparse's 32%.
@@ -39,8 +40,7 @@ learned indexes", VLDB 2020). This module gives the emulator those key sets:
 
 Tuning point, measured with ``count_pla_segments`` at n = 200_000 and eps = 8 (a small eps so that
 200 k keys already give hundreds of segments; at DPA-Store's 50 M keys the relative order is what
-matters). ``STANDINS`` holds the tuned roughness values; the achieved segments per key (seed 1) are
-(ratio to sparse in parentheses, target from Table 1 after it):
+matters). ``STANDINS`` holds the tuned roughness values; what they achieve with seed 1:
 
     dataset  roughness  segments  per key   ratio to sparse  Table 1 target (overhead / 32%)
     face     0.0124     2420      0.01210   3.23             3.25  (104%)
