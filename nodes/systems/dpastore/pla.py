@@ -127,6 +127,8 @@ def _as_uint64(arr, what: str) -> np.ndarray:
         raise ValueError(f"{what} must be integers in [0, 2**64)") from None
     if a.ndim != 1:
         raise ValueError(f"{what} must be a 1-d sequence, got shape {a.shape}")
+    if a.size == 0:  # np.asarray([]) is float64; an empty sequence is no type error
+        return np.zeros(0, dtype=np.uint64)
     if a.dtype.kind == "u":
         return a.astype(np.uint64, copy=False)
     if a.dtype.kind == "i":
