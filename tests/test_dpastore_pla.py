@@ -23,7 +23,9 @@ def _clustered(n, seed=2):
     rng = np.random.default_rng(seed)
     sizes = np.maximum(1, (rng.pareto(1.2, 300) * 40).astype(np.int64))
     centres = rng.integers(0, 2**63, sizes.size, dtype=np.uint64)
-    parts = [c + np.cumsum(rng.geometric(0.05, s)).astype(np.uint64) for c, s in zip(centres, sizes)]
+    parts = [
+        c + np.cumsum(rng.geometric(0.05, s)).astype(np.uint64) for c, s in zip(centres, sizes)
+    ]
     parts.append(rng.integers(0, 2**64, 200, dtype=np.uint64, endpoint=False))
     keys = np.unique(np.concatenate(parts))
     return keys[:n] if keys.size > n else keys
@@ -76,7 +78,9 @@ def test_fixed_point_prediction_matches_exact_arithmetic(name):
         for j in range(0, seg.size, 7):
             k = ks[seg.start + j]
             p = pla.predict(seg, k)
-            exact_fixed = Fraction(seg.intercept, 2**16) + Fraction(seg.slope * (k - seg.first_key), 2**seg.shift)
+            exact_fixed = Fraction(seg.intercept, 2**16) + Fraction(
+                seg.slope * (k - seg.first_key), 2**seg.shift
+            )
             # the truncating shift never changes the rounded result
             assert p == (exact_fixed + Fraction(1, 2)).__floor__()
             real = line.y0 + line.slope * (k - line.x0) - seg.start
@@ -167,6 +171,7 @@ def test_cache_lines_respect_the_papers_constraints(big, small):
             assert v is not None
             assert len(cost.inner_lines) == depth - 1
             assert all(1 <= p <= 2 for p in cost.pivot_lines)
+            assert all(1 <= sc <= p for sc, p in zip(cost.pivot_scan_lines, cost.pivot_lines))
             assert all(4 <= n <= 5 for n in cost.inner_lines)
             assert cost.leaf_meta_lines == 1 and 1 <= cost.key_window_lines <= 3
             assert cost.value_lines == 1 and cost.dma_lines <= 4
@@ -241,3 +246,58 @@ def test_bulk_build_rejects_mismatched_values_and_empty_input():
         pla.LearnedIndex.bulk_build([1, 2, 3], [1, 2])
     with pytest.raises(ValueError, match="at least one key"):
         pla.LearnedIndex.bulk_build([], [])
+
+
+def test_fuzz_small_arrays_keep_the_bound():
+    # tiny key ranges make collinear points and parallel extreme lines common
+    rng = np.random.default_rng(5)
+    for _ in range(600):
+        n = int(rng.integers(1, 60))
+        universe = int(rng.integers(n, 4 * n + 2))
+        keys = np.sort(rng.choice(universe, n, replace=False)).astype(np.uint64)
+        eps = int(rng.integers(1, 4))
+        segs = pla.segment(keys, eps, max_size=int(rng.integers(1, 20)))
+        assert sum(s.size for s in segs) == n
+        assert pla.max_error(segs, keys) <= eps
+
+
+def _cone_segment_count(keys, eps):
+    """A shrinking cone anchored at each segment's first key: feasible, not optimal."""
+    count, i, ks = 0, 0, keys.tolist()
+    while i < len(ks):
+        x0, y0, lo, hi = ks[i], i, None, None
+        count += 1
+        i += 1
+        while i < len(ks):
+            dx = ks[i] - x0
+            a, b = Fraction(i - eps - y0, dx), Fraction(i + eps - y0, dx)
+            nlo, nhi = a if lo is None else max(lo, a), b if hi is None else min(hi, b)
+            if nlo > nhi:
+                break
+            lo, hi = nlo, nhi
+            i += 1
+    return count
+
+
+def test_optimal_pla_needs_no_more_segments_than_an_anchored_cone():
+    for name in ("uniform", "clustered"):
+        keys = DATASETS[name][:4000]
+        for eps in (2, 8):
+            assert len(pla.segment(keys, eps)) <= _cone_segment_count(keys, eps)
+
+
+def test_fuzz_small_trees_against_the_oracle():
+    rng = np.random.default_rng(6)
+    for _ in range(40):
+        n = int(rng.integers(1, 3000))
+        high = int(rng.choice([4 * n, 2**40, 2**64 - 1]))
+        keys = np.unique(rng.integers(0, high, n, dtype=np.uint64))
+        values = np.arange(keys.size, dtype=np.uint64)
+        leaf_eps, inner_eps = int(rng.integers(1, 9)), int(rng.integers(1, 5))
+        idx = pla.LearnedIndex.bulk_build(keys, values, leaf_eps=leaf_eps, inner_eps=inner_eps)
+        for k in rng.choice(keys, min(200, keys.size)).tolist():
+            assert idx.get(k) == int(np.searchsorted(keys, k))
+        starts = rng.integers(0, 2**64, 20, dtype=np.uint64, endpoint=False).tolist()
+        for s in starts + rng.choice(keys, 10).tolist():
+            c = int(rng.integers(0, 300))
+            assert idx.range_scan(s, c) == _oracle_range(keys, values, s, c)

@@ -80,7 +80,7 @@ LEAF_EPS = 8
 FRAC_BITS = 16  # intercept is Q15.16
 _HALF = 1 << (FRAC_BITS - 1)
 _MANTISSA_BITS = 32
-_MAX_SHIFT = 127  # keeps slope * d << ... inside 128 bits; slopes that small are 0 (see _quantize)
+_MAX_SHIFT = 127  # a byte; smaller slopes are set to 0 (see _canonical_line)
 # The intercept is within +/- eps of 0 and must fit a signed 32-bit Q15.16.
 MAX_EPS = (1 << (31 - FRAC_BITS)) - 1
 
@@ -137,7 +137,8 @@ def _as_uint64(arr, what: str) -> np.ndarray:
         return a.astype(np.uint64)
     if a.dtype.kind == "O":
         for x in a:
-            if not isinstance(x, (int, np.integer)) or isinstance(x, bool) or not 0 <= x < UINT64_LIMIT:
+            is_int = isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+            if not is_int or not 0 <= x < UINT64_LIMIT:
                 raise ValueError(f"{what} must be integers in [0, 2**64), got {x!r}")
         return np.array([int(x) for x in a], dtype=np.uint64)
     raise ValueError(f"{what} must be integers in [0, 2**64), got dtype {a.dtype}")
@@ -149,7 +150,8 @@ def _check_keys(keys) -> np.ndarray:
     if bad.size:
         i = int(bad[0])
         raise ValueError(
-            f"keys must be sorted and unique: keys[{i}]={int(k[i])} is not below keys[{i + 1}]={int(k[i + 1])}"
+            f"keys must be sorted and unique: keys[{i}]={int(k[i])} "
+            f"is not below keys[{i + 1}]={int(k[i + 1])}"
         )
     return k
 
@@ -385,9 +387,13 @@ class InnerNode:
 
     __slots__ = ("first_keys", "segments", "pivots", "children")
 
-    def __init__(self, segments: Sequence[Segment], pivots: Sequence[np.ndarray], children: Sequence[list]):
+    def __init__(
+        self, segments: Sequence[Segment], pivots: Sequence[np.ndarray], children: Sequence[list]
+    ):
         if not 1 <= len(segments) <= SEGMENTS_PER_NODE:
-            raise ValueError(f"an inner node holds 1..{SEGMENTS_PER_NODE} segments, got {len(segments)}")
+            raise ValueError(
+                f"an inner node holds 1..{SEGMENTS_PER_NODE} segments, got {len(segments)}"
+            )
         self.segments = tuple(segments)
         self.first_keys = [s.first_key for s in self.segments]  # line 0, with the metadata
         self.pivots = list(pivots)
@@ -409,7 +415,10 @@ class LookupCost(NamedTuple):
     """Cache lines one lookup touches, root first; a GET's price is built from these."""
 
     inner_lines: tuple  # DPA-memory lines per inner node (header 2 + pivots + child pointer)
-    pivot_lines: tuple  # of those, the pivot-window lines per inner node
+    pivot_lines: tuple  # of those, the pivot-window lines per inner node (all prefetched)
+    # lines a left-to-right scan of the window reads before it can stop (at the first pivot
+    # above the key): a cheaper price if the pivot lines are not all prefetched
+    pivot_scan_lines: tuple
     leaf_meta_lines: int  # DPA-memory lines of the leaf's metadata (0 if the search stopped above)
     key_window_lines: int  # host key lines DMA'd in one DMA around the prediction
     value_lines: int  # host value lines DMA'd (1 on a hit)
@@ -442,7 +451,9 @@ class IndexStatistics(NamedTuple):
 class LearnedIndex:
     """DPA-Store's tree after a bulk build: inner nodes down to leaves over host arrays."""
 
-    def __init__(self, root: InnerNode, depth: int, leaf_eps: int, inner_eps: int, stats: IndexStatistics):
+    def __init__(
+        self, root: InnerNode, depth: int, leaf_eps: int, inner_eps: int, stats: IndexStatistics
+    ):
         self.root = root
         self.depth = depth
         self.leaf_eps = leaf_eps
@@ -450,7 +461,9 @@ class LearnedIndex:
         self._stats = stats
 
     @classmethod
-    def bulk_build(cls, keys, values, leaf_eps: int = LEAF_EPS, inner_eps: int = INNER_EPS) -> "LearnedIndex":
+    def bulk_build(
+        cls, keys, values, leaf_eps: int = LEAF_EPS, inner_eps: int = INNER_EPS
+    ) -> "LearnedIndex":
         """Sorted unique keys and their values -> leaves by PLA (leaf eps, 128 entries each) ->
         inner levels bottom-up from the children's first keys (inner eps) up to one root."""
         leaf_eps = _check_eps(leaf_eps, "leaf_eps")
@@ -509,20 +522,22 @@ class LearnedIndex:
     # --- traversal ---------------------------------------------------------------------------
 
     def _descend(self, key: int):
-        """(leaf or None, per-node lines, per-node pivot lines, fence): the leaf whose range holds
-        ``key``; None when ``key`` is below the smallest key. ``fence`` is the first key of the
-        next leaf (None at the last), where a range scan re-descends."""
+        """(leaf or None, per-node lines, pivot lines, pivot scan lines, fence): the leaf whose
+        range holds ``key``; None when ``key`` is below the smallest key. ``fence`` is the first
+        key of the next leaf (None at the last), where a range scan re-descends."""
         node: Node = self.root
         eps = self.inner_eps
         inner_lines: list[int] = []
         pivot_lines: list[int] = []
+        scan_lines: list[int] = []
         fence: Optional[int] = None
         while isinstance(node, InnerNode):
             j = bisect_right(node.first_keys, key) - 1
             if j < 0:  # below the node's first key: only possible at the root
                 inner_lines.append(1)
                 pivot_lines.append(0)
-                return None, inner_lines, pivot_lines, fence
+                scan_lines.append(0)
+                return None, inner_lines, pivot_lines, scan_lines, fence
             seg = node.segments[j]
             lo, hi = _window(seg, key, eps)
             window = node.pivots[j][lo : hi + 1].tolist()
@@ -534,25 +549,34 @@ class LearnedIndex:
             lines = _window_lines(lo, hi)
             inner_lines.append(NODE_HEADER_LINES + lines + 1)
             pivot_lines.append(lines)
+            scan_lines.append(_window_lines(lo, max(lo, min(c + 1, hi))))
             pivots = node.pivots[j]
             if c + 1 < seg.size:
                 fence = int(pivots[c + 1])
             elif j + 1 < len(node.segments):
                 fence = node.first_keys[j + 1]
             node = node.children[j][c]
-        return node, inner_lines, pivot_lines, fence
+        return node, inner_lines, pivot_lines, scan_lines, fence
 
     def lookup(self, key: int) -> tuple[Optional[int], LookupCost]:
         """GET: the value of ``key`` (None if absent) and the lines the traversal touched."""
         key = int(key)
-        leaf, inner_lines, pivot_lines, _ = self._descend(key)
+        leaf, inner_lines, pivot_lines, scan_lines, _ = self._descend(key)
         if leaf is None:
-            return None, LookupCost(tuple(inner_lines), tuple(pivot_lines), 0, 0, 0)
+            cost = LookupCost(tuple(inner_lines), tuple(pivot_lines), tuple(scan_lines), 0, 0, 0)
+            return None, cost
         lo, hi = _window(leaf.segment, key, self.leaf_eps)
         window = leaf.keys[lo : hi + 1].tolist()
         i = bisect_right(window, key) - 1
         found = i >= 0 and window[i] == key
-        cost = LookupCost(tuple(inner_lines), tuple(pivot_lines), LEAF_META_LINES, _window_lines(lo, hi), int(found))
+        cost = LookupCost(
+            tuple(inner_lines),
+            tuple(pivot_lines),
+            tuple(scan_lines),
+            LEAF_META_LINES,
+            _window_lines(lo, hi),
+            int(found),
+        )
         return (int(leaf.values[lo + i]) if found else None), cost
 
     def get(self, key: int) -> Optional[int]:
@@ -577,7 +601,7 @@ class LearnedIndex:
         if key < 0 or key >= UINT64_LIMIT:
             raise ValueError(f"start_key must be in [0, 2**64), got {start_key}")
         while key is not None and len(out) < count:
-            leaf, _, _, fence = self._descend(key)
+            leaf, _, _, _, fence = self._descend(key)
             if leaf is None:  # below every key: start from the first leaf
                 key = self._first_key()
                 continue
