@@ -1,0 +1,9 @@
+"""DPA-Store (an ordered KV store on BlueField-3 DPA threads, a learned index) will live here.
+
+Not a system on the rack yet: nothing here is registered. Its parts so far:
+
+* :mod:`.pla`: the learned index's data-structure core: PGM-style greedy piecewise-linear
+  segmentation with an error bound, integer-only fixed-point models (the DPA has no FPU), the
+  inner-node and leaf layouts, bulk build, lookup and range scan with a per-lookup count of the
+  cache lines a GET touches, and the index's size statistics.
+"""
