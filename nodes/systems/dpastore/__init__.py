@@ -6,4 +6,7 @@ Not a system on the rack yet: nothing here is registered. Its parts so far:
   segmentation with an error bound, integer-only fixed-point models (the DPA has no FPU), the
   inner-node and leaf layouts, bulk build, lookup and range scan with a per-lookup count of the
   cache lines a GET touches, and the index's size statistics.
+* :mod:`.btree`: the B+-tree baseline of the paper's Fig. 12 (same DPA framework, fully packed
+  2 KB nodes of 128 entries, binary search in nodes) with the same DPA/host split and a
+  per-lookup count of the lines its binary searches touch, so both indexes can be priced alike.
 """
