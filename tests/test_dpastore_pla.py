@@ -301,3 +301,10 @@ def test_fuzz_small_trees_against_the_oracle():
         for s in starts + rng.choice(keys, 10).tolist():
             c = int(rng.integers(0, 300))
             assert idx.range_scan(s, c) == _oracle_range(keys, values, s, c)
+
+
+def test_a_list_mixing_small_and_large_64_bit_keys_is_taken_exactly():
+    from nodes.systems.dpastore.pla import _as_uint64
+    assert _as_uint64([0, 1, 2**63], "keys").tolist() == [0, 1, 2**63]
+    with pytest.raises(ValueError, match="must be integers"):
+        _as_uint64([0.5, 2], "keys")

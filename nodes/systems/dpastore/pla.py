@@ -123,6 +123,10 @@ def _as_uint64(arr, what: str) -> np.ndarray:
     """``arr`` as a 1-d uint64 array, or one ValueError naming what is wrong."""
     try:
         a = np.asarray(arr)
+        if a.dtype.kind == "f" and not isinstance(arr, np.ndarray):
+            # a list mixing small ints with ints >= 2**63 comes out as float64 (precision lost):
+            # take its elements as they are and check them below
+            a = np.asarray(arr, dtype=object)
     except OverflowError:
         raise ValueError(f"{what} must be integers in [0, 2**64)") from None
     if a.ndim != 1:
