@@ -192,14 +192,13 @@ def test_insert_delete_patch_equals_dict_model(seed):
 
 
 def test_patch_of_sparse_random_keys_splits_into_many_leaves():
-    keys = _keys(60, 11, hi=2**63)
-    model = {int(k): i for i, k in enumerate(keys.tolist())}
-    leaf = pla.Leaf(pla.segment(keys[:1], 8)[0], keys[:1].copy(), np.zeros(1, np.uint64))
-    model = {int(keys[0]): 0}
+    keys = _keys(300, 11, hi=2**63)
+    leaf = _leaf(keys[:1], [0])
     extra = {int(k): i for i, k in enumerate(keys[1:].tolist())}
-    model.update(extra)
+    model = {int(keys[0]): 0, **extra}
     r = P.patch_leaf(leaf, extra)  # a dict of newest entries: bigger than one buffer
     _check_new_leaves(r, model)
+    assert len(r.leaves) >= 4
 
 
 def test_deleting_every_key_leaves_no_leaf():
@@ -315,27 +314,43 @@ def _apply(index, key_of_leaf, entries):
     return pla.LearnedIndex(root, index.depth, 8, 4, index.statistics()), splits
 
 
+def _clustered(n_clusters, seed):
+    """Clusters of 5..200 keys with gaps of very different scales: the leaves' first keys are
+    far from linear, so inner nodes hold several segments and can be pushed over 7."""
+    rng = np.random.default_rng(seed)
+    parts, base = [], 1
+    for _ in range(n_clusters):
+        gaps = rng.integers(1, 2 ** int(rng.integers(2, 30)), int(rng.integers(5, 200)))
+        parts.append(base + np.cumsum(gaps))
+        base = int(parts[-1][-1]) + 2 ** int(rng.integers(20, 40))
+    return np.unique(np.concatenate(parts).astype(np.uint64))
+
+
 def test_write_path_on_a_learned_index_matches_a_dict():
+    """Buffers of 16 writes into hot leaves, patched and stitched upward (root splits
+    included); the index then answers every key like a dict."""
     rng = np.random.default_rng(7)
-    keys = _keys(3000, 7, hi=2**48)
+    keys = _clustered(80, 7)
     model = dict(zip(keys.tolist(), range(keys.size)))
     index = pla.LearnedIndex.bulk_build(keys, list(model.values()))
+    assert index.depth == 2 and len(index.root.segments) == 7  # a full root: it must split
+    root = index.root
     lo = int(keys[0])
-    any_split = False
-    for _ in range(60):
-        # 16 writes near one random key: they land in one leaf (the usual hot range)
-        centre = int(rng.choice(list(model)))
+    hot = [int(k) for k in rng.choice(keys, 3)]
+    splits = 0
+    for rnd in range(150):
+        centre = hot[rnd % 3] if rng.random() < 0.8 else int(rng.choice(list(model)))
         leaf = _path(index.root, centre)[-1]
         leaf_keys = leaf.keys.tolist()
         buf = P.new_buffer()
         for _ in range(P.BUFFER_SLOTS):
             r = rng.random()
-            if r < 0.6:
+            if r < 0.7:  # inserts at random places of the leaf's range: non-linear pivots
                 k = int(rng.integers(max(lo + 1, leaf_keys[0]), leaf_keys[-1] + 2))
                 if _path(index.root, k)[-1] is not leaf:
                     k = leaf_keys[-1]
                 v = int(rng.integers(0, 10**9))
-            elif r < 0.8:
+            elif r < 0.85:
                 k, v = int(rng.choice(leaf_keys)), None
             else:
                 k, v = int(rng.choice(leaf_keys)), int(rng.integers(0, 10**9))
@@ -345,14 +360,23 @@ def test_write_path_on_a_learned_index_matches_a_dict():
             else:
                 model[k] = v
         index, s = _apply(index, centre, buf)
-        any_split |= s
-        if not model.get(lo):  # keep the smallest key so every key routes to a leaf
+        splits += s
+        if lo not in model:  # keep the smallest key so every key routes to a leaf
             model[lo] = 0
             index, _ = _apply(index, lo, {lo: 0})
+    assert splits >= 1 and isinstance(index.root.children[0][0], pla.InnerNode)  # grew a level
+    assert index.root is not root
     for k, v in model.items():
         assert index.get(k) == v
     got = [int(k) for lf in index.leaves() for k in lf.keys.tolist()]
     assert got == sorted(model)
+    for lf in index.leaves():
+        assert pla.max_error([lf.segment._replace(start=0)], lf.keys) <= pla.LEAF_EPS
+    stack = [index.root]
+    while stack:  # every inner node, rebuilt or not, keeps its layout and the inner eps
+        n = stack.pop()
+        _check_node(n)
+        stack.extend(c for kids in n.children for c in kids if isinstance(c, pla.InnerNode))
 
 
 # --- bad input ---------------------------------------------------------------------------------

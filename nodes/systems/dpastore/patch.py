@@ -249,7 +249,9 @@ def patch_leaf(
     if isinstance(entries, np.ndarray):
         entries = newest_entries(entries)
     if not isinstance(entries, dict):
-        raise ValueError(f"entries must be an insert buffer or a dict, got {type(entries).__name__}")
+        raise ValueError(
+            f"entries must be an insert buffer or a dict, got {type(entries).__name__}"
+        )
     if not isinstance(leaf, pla.Leaf):
         raise ValueError(f"leaf must be a pla.Leaf, got {type(leaf).__name__}")
     eps = pla._check_eps(leaf_eps, "leaf_eps")
@@ -306,7 +308,11 @@ def leaf_get(leaves: Sequence[pla.Leaf], key: int, leaf_eps: int = LEAF_EPS) -> 
 
 class RebuildResult(NamedTuple):
     """The inner nodes that replace the parent (one unless it ``split``) and their first keys.
-    Split -> the caller rebuilds the grandparent with these; no nodes -> the parent emptied."""
+
+    The caller rebuilds the grandparent with these when the parent split or its first key
+    moved (a grandparent pivot must equal its child's first key: a model is only evaluated for
+    keys at or above its segment's first key); otherwise one pointer swap installs the node.
+    No nodes: every child was removed, drop the parent too."""
 
     nodes: tuple
     first_keys: tuple
@@ -342,7 +348,9 @@ def rebuild_parent(
     new_children = list(new_children)
     for c in new_children:
         if not isinstance(c, (pla.Leaf, pla.InnerNode)):
-            raise ValueError(f"new children must be pla.Leaf or pla.InnerNode, got {type(c).__name__}")
+            raise ValueError(
+                f"new children must be pla.Leaf or pla.InnerNode, got {type(c).__name__}"
+            )
     children[i : i + 1] = new_children
     if not children:
         return RebuildResult((), (), False)
