@@ -398,6 +398,8 @@ def test_bad_input_raises_one_clear_value_error():
         P.patch_leaf(leaf, {40: 1}, retrain_bound=1.0)
     with pytest.raises(ValueError, match="leaf_eps must be an integer"):
         P.patch_leaf(leaf, {40: 1}, leaf_eps=0)
+    with pytest.raises(ValueError, match="at or above the leaf's fence"):
+        P.patch_leaf(leaf, {40: 1}, fence=40)
     with pytest.raises(ValueError, match="entries must be"):
         P.patch_leaf(leaf, [(40, 1)])
     kids = [_dummy(k) for k in (10, 20, 30)]

@@ -244,8 +244,12 @@ def patch_leaf(
     leaf_eps: int = LEAF_EPS,
     capacity: int = LEAF_CAPACITY,
     retrain_bound: float = RETRAIN_BOUND,
+    fence: Optional[int] = None,
 ) -> PatchResult:
-    """Apply a full insert buffer (or its :func:`newest_entries` dict) to ``leaf``."""
+    """Apply a full insert buffer (or its :func:`newest_entries` dict) to ``leaf``.
+
+    ``fence`` (the next leaf's first key, if the caller knows it) rejects buffered keys that
+    belong to the next leaf: merged in here they would overlap it."""
     if isinstance(entries, np.ndarray):
         entries = newest_entries(entries)
     if not isinstance(entries, dict):
@@ -260,6 +264,8 @@ def patch_leaf(
         _check_word(k, "key")
         if v is not None:
             _check_word(v, "value", MAX_VALUE + 1)
+        if fence is not None and k >= fence:
+            raise ValueError(f"key {k} is at or above the leaf's fence {fence}: not this leaf's")
 
     keys, values = leaf.keys, leaf.values
     pos = {int(k): i for i, k in enumerate(keys.tolist())}
