@@ -88,6 +88,13 @@ def test_statistics_layout_and_immutability():
         st.keys = 0
 
 
+def _pick(rng, live, lo, hi):
+    """Mostly a key that was inserted at some point (maybe deleted since), else any in range."""
+    if rng.random() < 0.8:
+        return live[int(rng.integers(0, len(live)))]
+    return int(rng.integers(lo, hi))
+
+
 @pytest.mark.parametrize("fill", [64, 48, 60])
 def test_mixed_ops_match_dict_with_synonym_overflow(fill):
     rng = np.random.default_rng(fill)
@@ -112,7 +119,7 @@ def test_mixed_ops_match_dict_with_synonym_overflow(fill):
             else:
                 assert cost.leaves_written == 0
         elif op < 7:
-            k = live[int(rng.integers(0, len(live)))] if rng.random() < 0.8 else int(rng.integers(lo, hi))
+            k = _pick(rng, live, lo, hi)
             v = int(rng.integers(0, 2**64, dtype=np.uint64))
             ok, cost = idx.update(k, v)
             assert ok == (k in oracle)
@@ -120,7 +127,7 @@ def test_mixed_ops_match_dict_with_synonym_overflow(fill):
             if ok:
                 oracle[k] = v
         elif op < 9:
-            k = live[int(rng.integers(0, len(live)))] if rng.random() < 0.8 else int(rng.integers(lo, hi))
+            k = _pick(rng, live, lo, hi)
             ok, cost = idx.delete(k)
             assert ok == (k in oracle)
             oracle.pop(k, None)
@@ -159,29 +166,35 @@ def test_mixed_ops_match_dict_with_synonym_overflow(fill):
 
 
 def test_delete_everything_in_a_chain_then_reinsert():
-    keys = np.arange(1000, 1000 + 64 * 4, dtype=np.uint64) * 10
+    keys = np.arange(1, 1 + 64 * 4, dtype=np.uint64) * 1000
     idx = RolexIndex(keys, keys)
     oracle = dict(zip(keys.tolist(), keys.tolist()))
-    # overflow one leaf repeatedly: keys between two loaded ones
-    base = int(keys[70])
-    new = [base + 1 + i for i in range(9)]
+    # pile 150 keys into the gap after keys[100] (leaf 1): several half-splits, one chain
+    new = [int(keys[100]) + 1 + 6 * i for i in range(150)]
     for k in new:
-        assert idx.insert(k, k)[0]
+        ok, cost = idx.insert(k, k)
+        assert ok
         oracle[k] = k
-    assert idx.statistics().synonym_leaves >= 1
-    # empty the primary that owns the chain: its first synonym takes over
-    for k in sorted(oracle):
-        if 64 <= keys.tolist().index(k) < 128 if k in keys else False:
-            assert idx.delete(k)[0]
-            del oracle[k]
-    assert idx.items() == sorted(oracle.items())
-    for k in new:
-        assert idx.get(k) == k
-    for k in new:
-        assert idx.delete(k)[0]
+    chains = idx.chain_lengths()
+    assert chains[1] >= 3 and sum(chains) == chains[1]
+    assert any(idx.search(k)[1].synonym_reads == chains[1] for k in new)
+    # delete the group's keys smallest first: the primary empties again and again and each
+    # time its first synonym's pairs move in, so the chain shrinks and every key stays found
+    group = sorted(k for k in oracle if keys[64] <= k < keys[128])
+    for n, k in enumerate(group):
+        ok, cost = idx.delete(k)
+        assert ok and cost.leaves_written == 1
         del oracle[k]
+        if n % 16 == 0:
+            assert idx.items() == sorted(oracle.items())
+            assert all(idx.get(x) == x for x in group[n + 1 :])
+    assert idx.chain_lengths() == [0, 0, 0, 0]
     assert idx.items() == sorted(oracle.items())
-    assert idx.insert(base + 3, 7)[0] and idx.get(base + 3) == 7
+    assert idx.statistics().synonym_leaves == 0
+    assert idx.statistics().allocated_leaves > 4  # synonym leaves are not reclaimed (as in ROLEX)
+    # the emptied group still takes keys in its range
+    assert idx.insert(int(keys[90]), 7)[0] and idx.get(int(keys[90])) == 7
+    assert not idx.insert(int(keys[90]), 8)[0]
 
 
 @pytest.mark.parametrize("name", ["uniform", "clustered"])
@@ -190,7 +203,8 @@ def test_range_scan_matches_sorted_oracle(name):
     vals = _values(keys)
     ks = keys.tolist()
     rng = np.random.default_rng(3)
-    starts = [0, ks[0], ks[-1], ks[-1] + 1] + rng.integers(0, 2**64 - 1, 100, dtype=np.uint64).tolist()
+    starts = [0, ks[0], ks[-1], ks[-1] + 1]
+    starts += rng.integers(0, 2**64 - 1, 100, dtype=np.uint64).tolist()
     starts += [ks[i] for i in rng.integers(0, len(ks), 100)]
     for s in starts:
         for count in (0, 1, 10, 200):
@@ -208,7 +222,7 @@ def test_small_fill_leaves_headroom_and_more_candidates():
     assert st.leaves >= -(-keys.size // 16)
     worst = max(idx.search(int(k))[1].candidates for k in keys[::7])
     assert worst <= core.max_candidates(fill=16) == 6
-    # 16 inserts fit before anything overflows into a synonym leaf... up to 48 per leaf here
+    # a leaf loaded with 16 pairs takes 48 more before it overflows into a synonym leaf
     k0 = int(keys[10])
     for d in range(1, 30):
         assert idx.insert(k0 + d, d)[1].faa == 0
@@ -246,3 +260,25 @@ def test_retrain_of_empty_index_raises():
     assert idx.get(5) is None and idx.items() == []
     with pytest.raises(ValueError, match="empty index"):
         idx.retrain()
+
+
+def test_keys_below_and_above_every_loaded_key_overflow_the_end_leaves():
+    keys = _clustered(20_000, seed=5)
+    keys = keys[(keys > 10**6) & (keys < 2**64 - 10**6)]
+    idx = RolexIndex(keys, keys)
+    oracle = dict(zip(keys.tolist(), keys.tolist()))
+    low = list(range(0, 300))
+    high = list(range(2**64 - 2, 2**64 - 302, -1))
+    for k in low + high:
+        ok, cost = idx.insert(k, k + 1)
+        assert ok and cost.candidates <= core.max_candidates()
+        oracle[k] = k + 1
+    chains = idx.chain_lengths()
+    assert chains[0] >= 4 and chains[-1] >= 4
+    for k in low + high:
+        assert idx.get(k) == k + 1
+    assert idx.range_scan(0, 5)[0] == [(k, k + 1) for k in range(5)]
+    assert idx.items() == sorted(oracle.items())
+    idx.retrain()
+    assert sum(idx.chain_lengths()) == 0
+    assert idx.items() == sorted(oracle.items())

@@ -79,7 +79,15 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
-from nodes.systems.dpastore.pla import Segment, _as_uint64, _check_eps, _check_keys, predict, segment
+# the project's PLA segmenter and its input checks (one place for both systems' error messages)
+from nodes.systems.dpastore.pla import (
+    Segment,
+    _as_uint64,
+    _check_eps,
+    _check_keys,
+    predict,
+    segment,
+)
 
 SLOTS = 64  # Leaf<64, u64, u64>
 KEY_BYTES = VALUE_BYTES = 8
@@ -156,7 +164,8 @@ class RolexIndex:
 
     def __init__(self, keys, values, eps: int = EPS, fill: int = SLOTS):
         self.eps = _check_eps(eps)
-        if isinstance(fill, bool) or not isinstance(fill, (int, np.integer)) or not 1 <= fill <= SLOTS:
+        is_int = isinstance(fill, (int, np.integer)) and not isinstance(fill, bool)
+        if not is_int or not 1 <= fill <= SLOTS:
             raise ValueError(f"fill must be an integer in [1, {SLOTS}], got {fill!r}")
         self.fill = int(fill)
         k = _check_keys(keys)
