@@ -62,9 +62,8 @@ from .pla import (
     KEYS_PER_LINE,
     LINE_BYTES,
     RAW_PAIR_BYTES,
-    UINT64_LIMIT,
-    _as_uint64,
-    _check_keys,
+    OrderedIndex,
+    _check_pairs,
     _lines,
 )
 
@@ -203,7 +202,7 @@ def expected_depth(n_keys: int) -> int:
     return inner_levels + 1
 
 
-class BPlusTree:
+class BPlusTree(OrderedIndex):
     """The B+-tree baseline after a bulk load: 2 KB inner nodes down to leaves over host arrays."""
 
     def __init__(self, root: BInnerNode, depth: int, stats: BTreeStatistics):
@@ -215,12 +214,7 @@ class BPlusTree:
     def bulk_build(cls, keys, values) -> "BPlusTree":
         """Sorted unique keys and their values -> fully packed 128-entry leaves -> fully packed
         128-child inner levels bottom-up from the children's first keys, up to one root."""
-        k = _check_keys(keys)
-        v = _as_uint64(values, "values")
-        if k.size == 0:
-            raise ValueError("bulk build needs at least one key")
-        if v.size != k.size:
-            raise ValueError(f"values must match keys in length: {v.size} values for {k.size} keys")
+        k, v = _check_pairs(keys, values)
 
         level: list[BNode] = [
             BLeaf(k[i : i + NODE_ENTRIES], v[i : i + NODE_ENTRIES])
@@ -306,35 +300,8 @@ class BPlusTree:
         )
         return (int(leaf.values[n_le - 1]) if found else None), cost
 
-    def get(self, key: int) -> Optional[int]:
-        return self.lookup(key)[0]
-
-    def range_scan(self, start_key: int, count: int) -> list[tuple[int, int]]:
-        """RANGE: up to ``count`` (key, value) pairs with key >= ``start_key``, in key order.
-
-        As in the learned index (same DPA framework, no sibling pointers): descend to the start
-        key, scan the leaf, and at its end re-descend with the next leaf's first key."""
-        if count < 0:
-            raise ValueError(f"count must be >= 0, got {count}")
-        out: list[tuple[int, int]] = []
-        key: Optional[int] = int(start_key)
-        if key < 0 or key >= UINT64_LIMIT:
-            raise ValueError(f"start_key must be in [0, 2**64), got {start_key}")
-        while key is not None and len(out) < count:
-            leaf, _, _, _, fence = self._descend(key)
-            if leaf is None:  # below every key: start from the first leaf
-                key = self._first_key()
-                continue
-            i = bisect_right(leaf._key_list, key - 1) if key > 0 else 0  # first key >= key
-            take = min(len(leaf.keys) - i, count - len(out))
-            out.extend(zip(leaf._key_list[i : i + take], leaf.values[i : i + take].tolist()))
-            key = fence
-        return out
-
-    def lower_bound(self, key: int) -> Optional[tuple[int, int]]:
-        """The first (key, value) with key >= ``key``, or None."""
-        r = self.range_scan(key, 1)
-        return r[0] if r else None
+    def _leaf_lower_bound(self, leaf: "BLeaf", key: int) -> int:
+        return bisect_right(leaf._key_list, key - 1) if key > 0 else 0  # first key >= key
 
     def _first_key(self) -> int:
         return self.root.first_key

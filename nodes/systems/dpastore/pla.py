@@ -160,6 +160,18 @@ def _check_keys(keys) -> np.ndarray:
     return k
 
 
+def _check_pairs(keys, values, what: str = "bulk build") -> tuple[np.ndarray, np.ndarray]:
+    """Sorted unique keys and as many values, as uint64 arrays, or one ValueError naming the
+    problem (``what`` names the operation in it)."""
+    k = _check_keys(keys)
+    v = _as_uint64(values, "values")
+    if k.size == 0:
+        raise ValueError(f"{what} needs at least one key")
+    if v.size != k.size:
+        raise ValueError(f"values must match keys in length: {v.size} values for {k.size} keys")
+    return k, v
+
+
 def _check_eps(eps, what: str = "eps") -> int:
     if isinstance(eps, bool) or not isinstance(eps, (int, np.integer)) or not 1 <= eps <= MAX_EPS:
         raise ValueError(f"{what} must be an integer in [1, {MAX_EPS}], got {eps!r}")
@@ -452,7 +464,43 @@ class IndexStatistics(NamedTuple):
         return self.index_bytes / self.raw_bytes if self.raw_bytes else 0.0
 
 
-class LearnedIndex:
+class OrderedIndex:
+    """What both of DPA-Store's indexes (this learned one and the B+-tree baseline) answer the
+    same way, given their own descent: GET from ``lookup``, and RANGE as the DPA runs it (no
+    sibling pointers): descend to the start key, scan the leaf from the first key >= it, and at
+    the leaf's end re-descend with the next leaf's first key (the fence the descent found).
+    A subclass gives ``lookup``, ``_descend(key) -> (leaf or None, ..., fence or None)``,
+    ``_leaf_lower_bound(leaf, key)`` and ``_first_key()``."""
+
+    def get(self, key: int) -> Optional[int]:
+        return self.lookup(key)[0]
+
+    def range_scan(self, start_key: int, count: int) -> list[tuple[int, int]]:
+        """RANGE: up to ``count`` (key, value) pairs with key >= ``start_key``, in key order."""
+        if count < 0:
+            raise ValueError(f"count must be >= 0, got {count}")
+        out: list[tuple[int, int]] = []
+        key: Optional[int] = int(start_key)
+        if key < 0 or key >= UINT64_LIMIT:
+            raise ValueError(f"start_key must be in [0, 2**64), got {start_key}")
+        while key is not None and len(out) < count:
+            leaf, *_, fence = self._descend(key)
+            if leaf is None:  # below every key: start from the first leaf
+                key = self._first_key()
+                continue
+            i = self._leaf_lower_bound(leaf, key)
+            take = min(len(leaf.keys) - i, count - len(out))
+            out.extend(zip(leaf.keys[i : i + take].tolist(), leaf.values[i : i + take].tolist()))
+            key = fence
+        return out
+
+    def lower_bound(self, key: int) -> Optional[tuple[int, int]]:
+        """The first (key, value) with key >= ``key``, or None."""
+        r = self.range_scan(key, 1)
+        return r[0] if r else None
+
+
+class LearnedIndex(OrderedIndex):
     """DPA-Store's tree after a bulk build: inner nodes down to leaves over host arrays."""
 
     def __init__(
@@ -472,12 +520,7 @@ class LearnedIndex:
         inner levels bottom-up from the children's first keys (inner eps) up to one root."""
         leaf_eps = _check_eps(leaf_eps, "leaf_eps")
         inner_eps = _check_eps(inner_eps, "inner_eps")
-        k = _check_keys(keys)
-        v = _as_uint64(values, "values")
-        if k.size == 0:
-            raise ValueError("bulk build needs at least one key")
-        if v.size != k.size:
-            raise ValueError(f"values must match keys in length: {v.size} values for {k.size} keys")
+        k, v = _check_pairs(keys, values)
 
         ks = k.tolist()
         leaf_lines = _fit_lines(ks, leaf_eps)
@@ -583,42 +626,12 @@ class LearnedIndex:
         )
         return (int(leaf.values[lo + i]) if found else None), cost
 
-    def get(self, key: int) -> Optional[int]:
-        return self.lookup(key)[0]
-
     def _leaf_lower_bound(self, leaf: Leaf, key: int) -> int:
         if key <= leaf.first_key:
             return 0
         lo, hi = _window(leaf.segment, key, self.leaf_eps)
         # first key >= key lies in [lo, hi + 1] (hi + 1 when the whole window is below key)
         return lo + int(np.searchsorted(leaf.keys[lo : hi + 1], np.uint64(key), side="left"))
-
-    def range_scan(self, start_key: int, count: int) -> list[tuple[int, int]]:
-        """RANGE: up to ``count`` (key, value) pairs with key >= ``start_key``, in key order.
-
-        Like the DPA: descend to the start key, scan the leaf, and at its end re-descend with
-        the next leaf's first key."""
-        if count < 0:
-            raise ValueError(f"count must be >= 0, got {count}")
-        out: list[tuple[int, int]] = []
-        key: Optional[int] = int(start_key)
-        if key < 0 or key >= UINT64_LIMIT:
-            raise ValueError(f"start_key must be in [0, 2**64), got {start_key}")
-        while key is not None and len(out) < count:
-            leaf, _, _, _, fence = self._descend(key)
-            if leaf is None:  # below every key: start from the first leaf
-                key = self._first_key()
-                continue
-            i = self._leaf_lower_bound(leaf, key)
-            take = min(len(leaf.keys) - i, count - len(out))
-            out.extend(zip(leaf.keys[i : i + take].tolist(), leaf.values[i : i + take].tolist()))
-            key = fence
-        return out
-
-    def lower_bound(self, key: int) -> Optional[tuple[int, int]]:
-        """The first (key, value) with key >= ``key``, or None."""
-        r = self.range_scan(key, 1)
-        return r[0] if r else None
 
     def _first_key(self) -> int:
         node: Node = self.root

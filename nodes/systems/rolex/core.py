@@ -82,9 +82,8 @@ import numpy as np
 # the project's PLA segmenter and its input checks (one place for both systems' error messages)
 from nodes.systems.dpastore.pla import (
     Segment,
-    _as_uint64,
     _check_eps,
-    _check_keys,
+    _check_pairs,
     predict,
     segment,
 )
@@ -168,12 +167,7 @@ class RolexIndex:
         if not is_int or not 1 <= fill <= SLOTS:
             raise ValueError(f"fill must be an integer in [1, {SLOTS}], got {fill!r}")
         self.fill = int(fill)
-        k = _check_keys(keys)
-        v = _as_uint64(values, "values")
-        if k.size == 0:
-            raise ValueError("bulk load needs at least one key")
-        if v.size != k.size:
-            raise ValueError(f"values must match keys in length: {v.size} values for {k.size} keys")
+        k, v = _check_pairs(keys, values, "bulk load")
         if int(k[-1]) == EMPTY_KEY:
             raise ValueError("keys must be below 2**64 - 1 (UINT64_MAX marks an empty slot)")
         self._load(k, v)
