@@ -59,9 +59,11 @@ import numpy as np
 
 from .pla import (
     KEY_BYTES,
+    LEAF_META_LINES,
     KEYS_PER_LINE,
     LINE_BYTES,
     RAW_PAIR_BYTES,
+    HostLeaf,
     OrderedIndex,
     _check_pairs,
     _lines,
@@ -70,7 +72,6 @@ from .pla import (
 NODE_ENTRIES = 128  # keys (and children, or values) per node: the paper's "128 entries"
 NODE_KEY_LINES = NODE_ENTRIES * KEY_BYTES // LINE_BYTES  # 16
 INNER_NODE_BYTES = 2 * NODE_ENTRIES * KEY_BYTES  # 1 KB keys + 1 KB pointers = 2 KB
-LEAF_META_LINES = 1
 POINTER_LINES = 1  # the child pointer, read after the search picked the child
 
 # Distinct lines an upper-bound binary search over 128 line-aligned keys touches at worst:
@@ -98,7 +99,7 @@ def probe_lines(keys: Sequence[int], key: int) -> tuple[int, int, int]:
     return lo, probes, len(seen)
 
 
-class BLeaf:
+class BLeaf(HostLeaf):
     """Up to 128 entries: a metadata line in DPA memory over key/value arrays in host memory."""
 
     __slots__ = ("keys", "values", "_key_list")
@@ -112,13 +113,6 @@ class BLeaf:
     def first_key(self) -> int:
         return self._key_list[0]
 
-    def dpa_bytes(self) -> int:
-        return LEAF_META_LINES * LINE_BYTES
-
-    def host_padding_bytes(self) -> int:
-        # each array is line-aligned, so its last line's tail is index overhead, not data
-        n = len(self.keys)
-        return 2 * (_lines(n) * LINE_BYTES - n * KEY_BYTES)
 
 
 class BInnerNode:

@@ -375,7 +375,22 @@ def _window_lines(lo: int, hi: int) -> int:
     return hi // KEYS_PER_LINE - lo // KEYS_PER_LINE + 1
 
 
-class Leaf:
+class HostLeaf:
+    """A leaf of either index: one metadata line in DPA memory over ``keys`` and ``values``
+    arrays in host memory (what the sizes below count)."""
+
+    __slots__ = ()
+
+    def dpa_bytes(self) -> int:
+        return LEAF_META_LINES * LINE_BYTES
+
+    def host_padding_bytes(self) -> int:
+        # each array is line-aligned, so its last line's tail is index overhead, not data
+        n = len(self.keys)
+        return 2 * (_lines(n) * LINE_BYTES - n * KEY_BYTES)
+
+
+class Leaf(HostLeaf):
     """Up to 128 entries: a model in DPA memory over key/value arrays in host memory."""
 
     __slots__ = ("segment", "keys", "values")
@@ -389,13 +404,6 @@ class Leaf:
     def first_key(self) -> int:
         return self.segment.first_key
 
-    def dpa_bytes(self) -> int:
-        return LEAF_META_LINES * LINE_BYTES
-
-    def host_padding_bytes(self) -> int:
-        # each array is line-aligned, so its last line's tail is index overhead, not data
-        n = len(self.keys)
-        return 2 * (_lines(n) * LINE_BYTES - n * KEY_BYTES)
 
 
 class InnerNode:
