@@ -533,7 +533,7 @@ class HostApp:
                 continue
             yield f.arrived
         out = [f.results.pop(r) for r in rids]
-        t.cpu(sum(copy_ns(self.ctx.profile, len(c.data)) if c.data else copy_ns(self.ctx.profile, 1) for c in out))
+        t.cpu(sum(copy_ns(self.ctx.profile, max(1, len(c.data))) for c in out))    # a write's: its completion line
         return out
 
     def write_back(self, t: AppThread, evicted, *, background: bool = False):
