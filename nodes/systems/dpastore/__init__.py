@@ -13,4 +13,7 @@ Not a system on the rack yet: nothing here is registered. Its parts so far:
   marks a slot written, exactly one patch request per full buffer), the host's patch of a leaf
   (update in place, or merge and re-segment into sparse new leaves within the retrain bound) and
   the parent rebuild that goes upward while nodes split.
+* :mod:`.hotcache`: one traverser's hot-entry cache (client-computed hints, a 256-bit Bloom filter
+  in the thread context, 24 bucket lines of 4 pairs), random admission, invalidation on writes,
+  Bloom rebuilds against stale bits, with the lines each operation touches.
 """
