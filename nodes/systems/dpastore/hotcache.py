@@ -46,7 +46,7 @@ Table (DPA memory; the caller may hand in a view of a shared-memory segment)
 One owner, no atomics
     Requests for a key always reach the same thread (the client picks it by the key's hash;
     redirected GETs carry no hints and so never touch the cache), and a traverser serves one
-    request at a time, so the cache has exactly one reader and writer: plain loads and stores,
+    request at a time (assumed: the paper's traversers take requests off their own RX queue), so the cache has exactly one reader and writer: plain loads and stores,
     no atomics, no locks. This is also why it is consistent: an UPDATE or DELETE of key k runs
     on k's owner thread, so it is ordered with every GET that could admit or return k.
 
@@ -60,7 +60,7 @@ Admission rule (the paper says only "randomly selecting"; chosen here)
     transition rate of a bucket's contents scales by the same factor), it sets how many bucket
     writes a miss costs (``admit`` lines on average) and how soon the cache fills (about
     ``96 / admit`` misses). 1/8 keeps the write traffic of a skewed, mostly-missing stream at one
-    line per eight misses and fills a thread's cache within ~800 misses (~140k requests over
+    line per eight misses and fills a thread's cache within ~800 misses (~140k misses over
     176 threads). [inferred, not measured on hardware]
 
 Writes invalidate, never write the new value through
