@@ -46,8 +46,9 @@ Table (DPA memory; the caller may hand in a view of a shared-memory segment)
 One owner, no atomics
     Requests for a key always reach the same thread (the client picks it by the key's hash;
     redirected GETs carry no hints and so never touch the cache), and a traverser serves one
-    request at a time (assumed: the paper's traversers take requests off their own RX queue), so the cache has exactly one reader and writer: plain loads and stores,
-    no atomics, no locks. This is also why it is consistent: an UPDATE or DELETE of key k runs
+    request at a time (assumed: the paper's traversers take requests off their own RX queue),
+    so the cache has exactly one reader and writer: plain loads and stores, no atomics, no
+    locks. This is also why it is consistent: an UPDATE or DELETE of key k runs
     on k's owner thread, so it is ordered with every GET that could admit or return k.
 
 Admission rule (the paper says only "randomly selecting"; chosen here)
