@@ -32,6 +32,7 @@ BUILTIN = {
     "smart-bt": "nodes.systems.smart_bt:SmartBTSystem",
     "marlin": "nodes.systems.marlin:MarlinSystem",
     "dpa-kv": "nodes.systems.dpa_kv:DpaKvSystem",
+    "dpa-store": "nodes.systems.dpastore.system:DpaStoreSystem",
     "dolphin": "nodes.systems.dolphin:DolphinSystem",
     "flexkv": "nodes.systems.flexkv:FlexKVSystem",
     "flexkv-op": "nodes.systems.flexkv:FlexKVOpSystem",

@@ -1,0 +1,222 @@
+"""DPA-Store's datagrams: one request per UDP packet, a response that mirrors it, and the client.
+
+The paper's clients are stateless: they hash a key to pick the traverser thread (its UDP port,
+which the NIC steers to that thread), send one request per packet and resend on timeout; a
+response "mirrors the request layout with a status in the type field", and a RANGE response
+carries up to 64 pairs (1500-byte MTU). Here::
+
+    request   op u8 | flags u8 | count u16 | request id u32 | key u64 |
+              bloom bits 3 x u8 | bucket u8 | value length u16 | value
+    response  op u8 | status u8 | count u16 | request id u32 | then
+              GET: the value;  RANGE: next key u64, then count x (key u64 | length u16 | value);
+              ERROR: a one-line message
+
+``flags`` bit 0: the hot-entry cache hints are valid (clients that bypass the cache clear it).
+RANGE ``count`` asks for that many pairs; a response holds what fits a packet (at most
+:data:`RANGE_MAX` pairs) and, with status ``ST_MORE``, the key the client continues from.
+
+Malformed requests (too short, unknown op, a length that does not match the packet, a RANGE of
+0 or more than the limit) get an ``ST_ERROR`` response naming the problem, and the thread goes on
+serving. A request id repeated by a resend is answered from the thread's last reply to that
+client port, never executed twice.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import NamedTuple
+
+from nodes.systems.api import KVClient, SystemError_
+from shm.udp import ReplyPorts
+
+BASE_PORT = 9500
+REPLY_PORT = 21000            # coroutine k of thread t binds REPLY_PORT + t * 64 + k
+RANGE_MAX = 64                # pairs per RANGE response (the paper: 64 pairs in a 1500 B packet)
+
+OP_GET, OP_INSERT, OP_UPDATE, OP_DELETE, OP_RANGE = 1, 2, 3, 4, 5
+OPS = {OP_GET: "GET", OP_INSERT: "INSERT", OP_UPDATE: "UPDATE", OP_DELETE: "DELETE", OP_RANGE: "RANGE"}
+ST_OK, ST_MISSING, ST_EXISTS, ST_MORE, ST_ERROR = 0, 1, 2, 3, 9
+FLAG_HINTS = 1
+
+REQ = struct.Struct("<BBHIQBBBBH")     # 22 bytes
+REP = struct.Struct("<BBHI")           # 8 bytes
+PAIR = struct.Struct("<QH")            # a RANGE pair's key and value length
+
+
+class Request(NamedTuple):
+    op: int
+    rid: int
+    key: int
+    count: int
+    hints: tuple | None                # (bloom bits, bucket) or None
+    value: bytes
+
+
+class Malformed(ValueError):
+    """A request the thread cannot parse; the message goes back in the error response."""
+
+
+def key_int(key: bytes) -> int:
+    if len(key) != 8:
+        raise SystemError_(f"dpa-store keys are exactly 8 bytes (uint64, as the paper's); got {len(key)}")
+    return int.from_bytes(key, "big")
+
+
+def port_hash(key: int) -> int:
+    """The shared key hash that picks a traverser (splitmix64's finaliser: stable across runs)."""
+    z = (key + 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return z ^ (z >> 31)
+
+
+def encode_request(op: int, rid: int, key: int, *, count: int = 0, hints=None, value: bytes = b"") -> bytes:
+    bits, bucket = hints if hints is not None else ((0, 0, 0), 0)
+    return REQ.pack(op, FLAG_HINTS if hints is not None else 0, count, rid, key, *bits, bucket, len(value)) + value
+
+
+def parse_request(data: bytes, value_max: int) -> Request:
+    if len(data) < REQ.size:
+        raise Malformed(f"request of {len(data)} B is shorter than the {REQ.size}-byte header")
+    op, flags, count, rid, key, b0, b1, b2, bucket, vlen = REQ.unpack_from(data)
+    if op not in OPS:
+        raise Malformed(f"unknown operation {op}")
+    if len(data) != REQ.size + vlen:
+        raise Malformed(f"value length {vlen} does not match the packet ({len(data) - REQ.size} B after the header)")
+    if op in (OP_INSERT, OP_UPDATE) and vlen > value_max:
+        raise Malformed(f"a value of {vlen} B exceeds value_max = {value_max}")
+    if op == OP_RANGE and not 1 <= count <= 0xFFFF:
+        raise Malformed(f"RANGE of {count} pairs")
+    hints = ((b0, b1, b2), bucket) if flags & FLAG_HINTS else None
+    return Request(op, rid, key, count, hints, bytes(data[REQ.size:]))
+
+
+def request_id(data: bytes) -> int:
+    """The request id of a packet that may be malformed (0 if it is too short to have one)."""
+    return struct.unpack_from("<I", data, 4)[0] if len(data) >= 8 else 0
+
+
+def range_reply(op: int, rid: int, pairs, next_key, mtu_payload: int) -> tuple:
+    """(response bytes, pairs packed): as many pairs as fit, at most RANGE_MAX."""
+    body = bytearray(struct.pack("<Q", 0))
+    n = 0
+    for k, v in pairs:
+        if n == RANGE_MAX or REP.size + len(body) + PAIR.size + len(v) > mtu_payload:
+            break
+        body += PAIR.pack(k, len(v)) + v
+        n += 1
+    more = n < len(pairs) or next_key is not None
+    nxt = pairs[n][0] if n < len(pairs) else (next_key if next_key is not None else 0)
+    struct.pack_into("<Q", body, 0, nxt)
+    return REP.pack(op, ST_MORE if more else ST_OK, n, rid) + bytes(body), n
+
+
+def parse_range(data: bytes) -> tuple:
+    """(pairs, next key or None) of a RANGE response."""
+    _op, status, n, _rid = REP.unpack_from(data)
+    nxt = struct.unpack_from("<Q", data, REP.size)[0]
+    o = REP.size + 8
+    out = []
+    for _ in range(n):
+        k, vlen = PAIR.unpack_from(data, o)
+        o += PAIR.size
+        out.append((k, bytes(data[o:o + vlen])))
+        o += vlen
+    return out, (nxt if status == ST_MORE else None)
+
+
+class DpaStoreStats(NamedTuple):
+    requests: int       # requests this client sent (a RANGE continued over packets counts each)
+    resends: int        # requests sent again after a timeout
+    timeouts: int       # waits for a reply that ran out
+
+
+class DpaStoreClient(KVClient):
+    """A stateless client: a key's hash picks the traverser's port; every coroutine its reply port."""
+
+    def __init__(self, layout: dict, thread, options: dict):
+        self.thread = thread
+        self.net = thread.owner.udp
+        if self.net is None:
+            raise SystemError_("dpa-store needs the datagram path: a profile with a [udp] table")
+        self.server = layout["server"]
+        self.traversers = layout["traversers"]
+        self.value_max = layout["value_max"]
+        self.cache = bool(layout["hot_cache"])
+        self.timeout_ns = int(options["timeout_us"] * 1000)
+        self.resends = int(options["resends"])
+        self.endpoint = ReplyPorts(self.net, thread, REPLY_PORT, 64)
+        self._rid = 0
+        self.requests = self.n_resends = self.n_timeouts = 0
+
+    def _hints(self, k: int):
+        if not self.cache:
+            return None
+        from .hotcache import cache_hints
+        h = cache_hints(k)
+        return (tuple(h.bloom), h.bucket)
+
+    def _call(self, co, op: int, k: int, *, count: int = 0, value: bytes = b"", hints=None):
+        from shm.udp import call
+        sock, queue = self.endpoint(co)
+        self._rid = (self._rid + 1) & 0xFFFFFFFF
+        rid = self._rid
+        self.requests += 1
+        before = self.net.statistics()
+        port = BASE_PORT + port_hash(k) % self.traversers
+        reply = yield from call(sock, self.server, port, encode_request(op, rid, k, count=count, hints=hints,
+                                                                        value=value),
+                                queue, timeout_ns=self.timeout_ns, resends=self.resends,
+                                match=lambda dg: REP.unpack_from(dg.data)[3] == rid, thread=self.thread)
+        after = self.net.statistics()
+        self.n_resends += after.resends - before.resends
+        self.n_timeouts += after.timeouts - before.timeouts
+        if reply is None:
+            raise SystemError_(f"dpa-store: no reply from the DPA behind {self.server} after "
+                               f"{self.resends + 1} attempts of {self.timeout_ns / 1000:g} us")
+        status = REP.unpack_from(reply.data)[1]
+        if status == ST_ERROR:
+            raise SystemError_(f"dpa-store: the DPA refused a request: {reply.data[REP.size:].decode(errors='replace')}")
+        return status, reply.data
+
+    def _value(self, value: bytes) -> bytes:
+        if len(value) > self.value_max:
+            raise SystemError_(f"dpa-store: a value of {len(value)} B exceeds system.value_max = {self.value_max}")
+        return bytes(value)
+
+    def get(self, co, key):
+        k = key_int(key)
+        status, data = yield from self._call(co, OP_GET, k, hints=self._hints(k))
+        return bytes(data[REP.size:]) if status == ST_OK else None
+
+    def insert(self, co, key, value):
+        k = key_int(key)
+        status, _ = yield from self._call(co, OP_INSERT, k, value=self._value(value), hints=self._hints(k))
+        return status == ST_OK
+
+    def update(self, co, key, value):
+        k = key_int(key)
+        status, _ = yield from self._call(co, OP_UPDATE, k, value=self._value(value), hints=self._hints(k))
+        return status == ST_OK
+
+    def delete(self, co, key):
+        k = key_int(key)
+        status, _ = yield from self._call(co, OP_DELETE, k, hints=self._hints(k))
+        return status == ST_OK
+
+    def scan(self, co, start, count):
+        """RANGE: the traverser of the start key walks the leaves; a response that could not hold
+        every pair says where to continue, and the client asks again from there."""
+        k = key_int(start)
+        out: list = []
+        while len(out) < count:
+            status, data = yield from self._call(co, OP_RANGE, k, count=min(count - len(out), 0xFFFF))
+            pairs, nxt = parse_range(data)
+            out.extend((p.to_bytes(8, "big"), v) for p, v in pairs)
+            if nxt is None:
+                break
+            k = nxt
+        return out[:count]
+
+    def statistics(self) -> DpaStoreStats:
+        return DpaStoreStats(self.requests, self.n_resends, self.n_timeouts)
