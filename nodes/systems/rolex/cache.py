@@ -28,10 +28,11 @@ from .layout import MODEL_BYTES, WORD
 
 
 class LearnedCache:
-    __slots__ = ("loaded", "segs", "first_keys", "bases", "fences", "eps", "fill")
+    __slots__ = ("loaded", "fetching", "segs", "first_keys", "bases", "fences", "eps", "fill")
 
     def __init__(self):
         self.loaded = False
+        self.fetching = None      # the event a node's other coroutines wait on while one READs the table
 
     def load(self, segs, bases, fences, eps: int, fill: int) -> None:
         self.segs = segs

@@ -52,6 +52,10 @@ class RolexSystem(System):
                minimum=1.0, maximum=64.0),
         Option("chunk_bytes", 1 << 20, "bytes of the chunks a client obtains from a memory node (one RPC each) and "
                "carves value blocks out of", minimum=4096, maximum=1 << 30),
+        Option("fault", "none", "a deliberate bug, to prove the checks catch it: 'skip-checksum' keeps every leaf "
+               "snapshot without checking it against its meta word, so a READ that met a write-back halfway "
+               "(keys shifted by an insert or delete) can miss a key or return another key's value",
+               choices=("none", "skip-checksum")),
     )
 
     @staticmethod
