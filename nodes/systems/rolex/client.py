@@ -85,6 +85,8 @@ class RolexStats(NamedTuple):
     unlinked_leaves: int       # synonym leaves deletes emptied and unlinked (never reused, as in ROLEX)
     cache_refreshes: int       # learned caches READ from the model table (once per compute node)
     blocks_written: int        # out-of-line value blocks
+    blocks_reused: int         # value blocks that came back (nodes/systems/lib/reclaim.py)
+    bytes_reclaimed: int       # bytes of replaced value blocks that became reusable
     cache_bytes: int           # the node's learned cache (models + fences)
     memory_bytes: int          # value blocks this client allocated and has not retired
 
@@ -153,7 +155,8 @@ class RolexClient(KVClient):
     def statistics(self) -> RolexStats:
         return RolexStats(self.gets, self.inserts, self.updates, self.deletes, self.scans, self.candidate_leaves,
                           self.synonym_hops, self.lock_retries, self.torn_reads, self.synonym_leaves,
-                          self.unlinked_leaves, self.cache_refreshes, self.blocks_written, self.cache.nbytes,
+                          self.unlinked_leaves, self.cache_refreshes, self.blocks_written, self.reclaim.reused,
+                          self.reclaim.bytes_reclaimed, self.cache.nbytes,
                           self.alloc.used_bytes)
 
     # -- the learned cache -----------------------------------------------------------------------
