@@ -35,7 +35,7 @@ class RolexSystem(System):
     description = ("ROLEX: learned range index on one-sided verbs (sorted 1 KiB leaves on memory nodes, eps-32 PLA "
                    "learned cache on compute nodes, candidate-leaf READs in one batch, synonym leaves by FAA; "
                    "plus group locks by CAS and checksummed leaf snapshots)")
-    paper = ("Li, Hua, Zuo, Chen, Wang, Lyu: ROLEX: A Scalable RDMA-oriented Learned Key-Value Store for "
+    paper = ("Li, Hua, Zuo, Chen, Sheng: ROLEX: A Scalable RDMA-oriented Learned Key-Value Store for "
              "Disaggregated Memory Systems, FAST'23 (code: iotlpf/ROLEX)")
     roles = ("compute", "memory")
     supports_scan = True
