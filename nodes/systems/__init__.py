@@ -38,6 +38,7 @@ BUILTIN = {
     "flexkv-op": "nodes.systems.flexkv:FlexKVOpSystem",
     "smart-art": "nodes.systems.smart_art:SmartArtSystem",
     "pd3": "nodes.systems.pd3.system:Pd3System",
+    "rolex": "nodes.systems.rolex:RolexSystem",
 }
 
 ENTRY_POINT_GROUP = "dmrack.systems"

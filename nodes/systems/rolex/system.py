@@ -1,0 +1,224 @@
+"""RolexSystem: ROLEX on the rack (setup and bulk load in the owner's process, one client per thread).
+
+``setup`` carves, on every memory node, a leaf region (16-byte header, then 1 KiB leaves), its leaf
+table (a meta word per leaf) and its lock array, sized from the rack's capacity, and lays out an
+*empty index*: primary leaves with fences splitting the key space evenly, no models (an index
+needs keys to be trained on), so a rack loaded by inserts works at once. ``bulk_load`` (only on that
+empty index) sorts the pairs, builds the leaves and models exactly as ``core.RolexIndex`` does
+(eps-32 PLA models, each owning a run of leaves filled with ``fill`` keys), writes them over the
+empty index and publishes the new model table last. Clients find everything from the layout dict
+and from memory (layout.py, cache.py), so the same code runs co-located and in a rack of processes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nodes.systems.api import Option, System, SystemError_
+from nodes.systems.lib.reclaim import epochs_bytes, setup_epochs
+from shm.fabric import gaddr
+
+from .client import RolexClient
+from .core import EPS, LEAF_BYTES, REGION_HEADER_BYTES, SLOTS, RolexIndex
+from .layout import (
+    EMPTY, MAX_NODE, MAX_VALUE, META_BYTES, LOCK_BYTES, NO_SYNONYM, WORD, Remote, image_meta, key_int, leaf_checksum,
+    leaf_image, pack_meta, table_image, value_units, value_word,
+)
+
+LAYOUT_FORMAT = 1
+#: The rack sizes ``capacity`` with slack for this many keys (Sherman's footprint leaves it out too).
+RACK_SLACK_KEYS = 1024
+
+
+class RolexSystem(System):
+    name = "rolex"
+    description = ("ROLEX: learned range index on one-sided verbs (sorted 1 KiB leaves on memory nodes, eps-32 PLA "
+                   "learned cache on compute nodes, candidate-leaf READs in one batch, synonym leaves by FAA; "
+                   "plus group locks by CAS and checksummed leaf snapshots)")
+    paper = ("Li, Hua, Zuo, Chen, Sheng: ROLEX: A Scalable RDMA-oriented Learned Key-Value Store for "
+             "Disaggregated Memory Systems, FAST'23 (code: iotlpf/ROLEX)")
+    roles = ("compute", "memory")
+    supports_scan = True
+    options = (
+        Option("eps", EPS, "error bound of the learned cache's PLA models (ROLEX: 32); the window of candidate "
+               "leaves a GET READs covers prediction +/- (eps + 1) keys", minimum=0, maximum=1 << 16),
+        Option("fill", SLOTS, "keys per leaf at bulk load (ROLEX's code: 64, full leaves, so the first insert into a "
+               "leaf allocates a synonym leaf); fewer leave headroom", minimum=1, maximum=SLOTS),
+        Option("values", "out-of-line", "'out-of-line': a leaf's value slot names an immutable block holding the "
+               "value (any size up to 16 KiB, one more READ per get); 'inline': the value itself, 8 bytes exactly, "
+               "as ROLEX's Leaf<64, u64, u64> (other sizes are refused)", choices=("out-of-line", "inline")),
+        Option("leaf_headroom", 4.0, "leaves the regions hold, as a multiple of capacity / 64 (primary leaves plus "
+               "every synonym leaf ever allocated: deletes do not give leaves back, as in ROLEX)",
+               minimum=1.0, maximum=64.0),
+        Option("chunk_bytes", 1 << 20, "bytes of the chunks a client obtains from a memory node (one RPC each) and "
+               "carves value blocks out of", minimum=4096, maximum=1 << 30),
+        Option("fault", "none", "a deliberate bug, to prove the checks catch it: 'skip-checksum' keeps every leaf "
+               "snapshot without checking it against its meta word, so a READ that met a write-back halfway "
+               "(keys shifted by an insert or delete) can miss a key or return another key's value",
+               choices=("none", "skip-checksum")),
+    )
+
+    @staticmethod
+    def _leaves(options: dict, capacity: int, nodes: int) -> int:
+        """Leaves per memory node."""
+        total = max(nodes, -(-int(capacity * options["leaf_headroom"]) // SLOTS))
+        return -(-total // nodes)
+
+    @classmethod
+    def footprint(cls, options: dict, capacity: int, key_bytes: int, value_bytes: int) -> int:
+        """The leaf regions with their meta and lock words, as setup carves them (over any number
+        of memory nodes: at least the total), plus a value block per key out of line for every key
+        but the rack's slack."""
+        leaves = max(1, -(-int(capacity * options["leaf_headroom"]) // SLOTS))
+        blocks = 0
+        if options["values"] == "out-of-line":
+            blocks = max(0, int(capacity) - RACK_SLACK_KEYS) * value_units(int(value_bytes)) * 64
+        return leaves * (LEAF_BYTES + META_BYTES + LOCK_BYTES) + blocks
+
+    @classmethod
+    def setup(cls, fabric, memory_nodes: list[int], options: dict, capacity: int) -> dict:
+        opts = cls.check_options(dict(options or {}), f"system {cls.name!r}")
+        mns = [fabric.node_index(m) for m in memory_nodes]
+        if not mns:
+            raise SystemError_("ROLEX needs at least one memory node")
+        if len(set(mns)) != len(mns):
+            raise SystemError_(f"ROLEX: memory node listed twice in {mns}")
+        if max(mns) > MAX_NODE:
+            raise SystemError_(f"ROLEX: memory nodes must be among the first {MAX_NODE + 1} fabric nodes (a value "
+                               f"word holds 8 bits of node number); got {max(mns)}")
+        M = len(mns)
+        lpn = cls._leaves(opts, capacity, M)
+        regions, tables, locks = [], [], []
+        try:
+            for m in mns:
+                fabric.expose(m)
+                regions.append(fabric.allocate(m, REGION_HEADER_BYTES + lpn * LEAF_BYTES))
+                tables.append(fabric.allocate(m, lpn * META_BYTES))
+                locks.append(fabric.allocate(m, lpn * LOCK_BYTES))
+        except MemoryError as e:
+            raise SystemError_(f"ROLEX: {e} ({lpn} leaves of 1 KiB per memory node; lower the option leaf_headroom "
+                               f"or give the memory nodes more memory)") from None
+        layout = {
+            "system": cls.name, "format": LAYOUT_FORMAT, "memory_nodes": mns, "regions": regions,
+            "tables": tables, "locks": locks, "leaves_per_node": lpn, "values": opts["values"],
+            "eps": opts["eps"], "fill": opts["fill"], "chunk_bytes": opts["chunk_bytes"], "capacity": int(capacity),
+        }
+        remote = Remote(layout)
+        # the empty index: primaries at half their capacity once the rack holds ``capacity`` keys
+        primaries = min(max(M, -(-int(capacity) // (SLOTS // 2))), lpn * M // 2 or 1)
+        empty_meta = image_meta(leaf_image([], []), NO_SYNONYM)
+        for j, m in enumerate(mns):
+            count = len(range(j, primaries, M))
+            host64 = fabric.memory[m].host64
+            host64[regions[j] // 8] = count                       # the counter: leaves in use
+            base = (regions[j] + REGION_HEADER_BYTES) // 8
+            host64[base:base + count * 2 * SLOTS].reshape(count, 2 * SLOTS)[:, :SLOTS] = EMPTY
+            host64[tables[j] // 8:tables[j] // 8 + count] = empty_meta
+        fences = [(g << 64) // primaries for g in range(primaries)]
+        cls._publish(fabric, remote, table_image([], [], fences, opts["eps"], opts["fill"]))
+        try:
+            layout["epochs"] = setup_epochs(fabric, mns[0])
+        except MemoryError as e:
+            raise SystemError_(f"ROLEX: the epoch table does not fit memory node {mns[0]}: {e}") from None
+        layout["setup_bytes"] = (M * (REGION_HEADER_BYTES + lpn * (LEAF_BYTES + META_BYTES + LOCK_BYTES))
+                                 + epochs_bytes(layout["epochs"]))
+        return layout
+
+    @staticmethod
+    def _publish(fabric, remote: Remote, table: bytes) -> None:
+        """Write a model table on the first memory node, then the header word that points to it."""
+        m = remote.nodes[0]
+        try:
+            off = fabric.allocate(m, len(table))
+        except MemoryError as e:
+            raise SystemError_(f"ROLEX: the model table ({len(table)} B) does not fit memory node {m}: {e}") from None
+        fabric.memory[m].host[off:off + len(table)] = np.frombuffer(table, np.uint8)
+        fabric.memory[m].host64[(remote.regions[0] + WORD) // 8] = gaddr(m, off)
+
+    @classmethod
+    def bulk_load(cls, fabric, layout: dict, pairs) -> None:
+        """Lay out the sorted ``pairs`` as ROLEX's bulk load does (core.RolexIndex: eps-PLA models,
+        each owning its leaves, ``fill`` keys a leaf), over the empty index setup made."""
+        remote = Remote(layout)
+        M = len(remote.nodes)
+        for j, m in enumerate(remote.nodes):
+            host64 = fabric.memory[m].host64
+            used = int(host64[remote.regions[j] // 8])
+            first = (remote.regions[j] + REGION_HEADER_BYTES) // 8
+            if (host64[first:first + used * 2 * SLOTS:2 * SLOTS] != EMPTY).any():
+                raise SystemError_("ROLEX: a bulk load needs the empty index setup made; this one holds keys")
+        inline = layout["values"] == "inline"
+        items = []
+        for key, value in pairs:
+            try:
+                k = key_int(key)
+            except ValueError as e:
+                raise SystemError_(str(e)) from None
+            if inline and len(value) != 8:
+                raise SystemError_(f"ROLEX with values = \"inline\" stores 8-byte values; got {len(value)} bytes")
+            if len(value) > MAX_VALUE:
+                raise SystemError_(f"ROLEX values are at most {MAX_VALUE} bytes; got {len(value)}")
+            items.append((k, bytes(value)))
+        if not items:
+            return
+        items.sort(key=lambda it: it[0])
+        for a, b in zip(items, items[1:]):
+            if a[0] == b[0]:
+                raise SystemError_(f"ROLEX: bulk load of key {a[0].to_bytes(8, 'big')!r} twice")
+        keys = np.array([k for k, _ in items], dtype=np.uint64)
+        words = cls._value_words(fabric, remote, [v for _, v in items], inline)
+        index = RolexIndex(keys, words, eps=layout["eps"], fill=layout["fill"])
+        # the core's leaves (arrays indexed by leaf number) and models; nothing else of it is kept
+        primaries, lk, lv = index._primary, index._keys, index._vals
+        if -(-primaries // M) > remote.leaves_per_node:
+            raise SystemError_(f"ROLEX: the bulk load needs {primaries} leaves, the regions hold "
+                               f"{remote.leaves_per_node} per memory node: raise the option leaf_headroom")
+        for j, m in enumerate(remote.nodes):
+            count = len(range(j, primaries, M))
+            host64 = fabric.memory[m].host64
+            base = (remote.regions[j] + REGION_HEADER_BYTES) // 8
+            img = host64[base:base + count * 2 * SLOTS].reshape(count, 2 * SLOTS)
+            img[:, :SLOTS] = lk[j:primaries:M]
+            img[:, SLOTS:] = lv[j:primaries:M]
+            raw = fabric.memory[m].host
+            t = remote.tables[j] // 8
+            for i in range(count):
+                cs = leaf_checksum(raw, remote.regions[j] + REGION_HEADER_BYTES + i * LEAF_BYTES)
+                host64[t + i] = pack_meta(cs, NO_SYNONYM)
+            # leaves of the empty index beyond these are free again (a synonym leaf is written whole)
+            host64[remote.regions[j] // 8] = count
+        fences = lk[:primaries, 0].tolist()
+        cls._publish(fabric, remote, table_image(index._segs, index._base, fences, layout["eps"], layout["fill"]))
+
+    @staticmethod
+    def _value_words(fabric, remote: Remote, values: list, inline: bool) -> np.ndarray:
+        """Each value's word: inline, the value; out of line, a block per value, round-robin over
+        the memory nodes, one allocation per node."""
+        if inline:
+            return np.array([int.from_bytes(v, "little") for v in values], dtype=np.uint64)
+        M = len(remote.nodes)
+        need = [0] * M
+        for i, v in enumerate(values):
+            need[i % M] += value_units(len(v)) * 64
+        base = []
+        for j, m in enumerate(remote.nodes):
+            try:
+                base.append(fabric.allocate(m, need[j]) if need[j] else 0)
+            except MemoryError as e:
+                raise SystemError_(f"ROLEX: the bulk load's values do not fit memory node {m}: {e}") from None
+        pos = list(base)
+        out = np.zeros(len(values), dtype=np.uint64)
+        for i, v in enumerate(values):
+            j = i % M
+            m = remote.nodes[j]
+            fabric.memory[m].host[pos[j]:pos[j] + len(v)] = np.frombuffer(v, np.uint8)
+            out[i] = value_word(len(v), m, pos[j])
+            pos[j] += value_units(len(v)) * 64
+        return out
+
+    @classmethod
+    def client(cls, fabric, layout: dict, thread, options: dict) -> RolexClient:
+        if layout.get("system") != cls.name or layout.get("format") != LAYOUT_FORMAT:
+            raise SystemError_(f"ROLEX: layout is not a rolex layout of format {LAYOUT_FORMAT}: "
+                               f"{layout.get('system')!r}/{layout.get('format')!r}")
+        return RolexClient(fabric, layout, thread, options)
