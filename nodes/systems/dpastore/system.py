@@ -232,7 +232,8 @@ class DpaStoreSystem(System):
         host = fabric.node_index(fabric.nodes[dpa].nic_of)
         value_max = int(options["value_max"])
         geo = L.LeafGeometry.of(value_max)
-        dpa_bytes = fabric.nodes[dpa].memory_bytes - 4096
+        have = fabric.nodes[dpa].memory_bytes
+        dpa_bytes = have - min(4 << 20, have // 8)      # the rest: the DPA's own sockets and queues
         region = fabric.allocate(dpa, dpa_bytes)
         host_ctl = fabric.allocate(host, L.HOST_CONTROL_BYTES)
         patch_ring = DmaRing.layout(fabric, host, 256, _ring_record(value_max)).base
