@@ -22,14 +22,16 @@ from cluster.experiments.rows import Row
 
 PROFILE = "bf3"
 PAPER_KEYS = 25_000_000
-KEYS = {True: 200_000, False: 1_000_000}
+KEYS = {True: 100_000, False: 500_000}
 TRAVERSERS = 176
 STITCHERS = 4
 CLIENT_NODES = 6
 CLIENT_THREADS = 31
 QD = {"get": 32, "insert": 18, "range": 18, "update": 32}
-WINDOW_US = {True: (60, 60), False: (100, 200)}      # warm-up, measured (virtual us)
+WINDOW_US = {True: (150, 100), False: (250, 250)}    # warm-up, measured (virtual us): > 1 latency at QD 32
 VALUE = 8
+#: DPA-Store §4.1: server and clients on a 100 Gb/s switch (Dell S5232F), whatever the card's port
+NETWORK = {"link.gbps": 100.0}
 
 
 def cache_overrides(keys: int) -> dict:
@@ -47,17 +49,24 @@ def _zipf_cdf(n: int, theta: float) -> np.ndarray:
     return np.cumsum(w) / w.sum()
 
 
+def dataset_keys(name: str, n: int, seed: int = 1) -> np.ndarray:
+    """SOSD keys (workloads.sosd: ``sparse`` exact, the real datasets' stand-ins), sorted, unique,
+    never 0 or 2**64 - 1."""
+    from workloads.sosd import dataset
+    ks = dataset(name, n, seed=seed)
+    return ks[(ks > 0) & (ks < np.uint64(2**64 - 1))]
+
+
 def sparse_keys(n: int, seed: int) -> np.ndarray:
-    """``sparse``: uniform 64-bit keys (SOSD), sorted and unique (workloads.sosd)."""
-    from workloads.sosd import sparse
-    return sparse(n, seed=seed)
+    return dataset_keys("sparse", n, seed)
 
 
 def point(*, quick: bool = True, keys: int | None = None, op: str = "get", dist: str = "uniform",
           traversers: int = TRAVERSERS, stitchers: int = STITCHERS, client_nodes: int = CLIENT_NODES,
           client_threads: int = CLIENT_THREADS, qd: int | None = None, window_us=None, seed: int = 1,
           options: dict | None = None, zipf: float = 0.99, range_count: int = 10, get_ratio: float | None = None,
-          key_array: np.ndarray | None = None, scale_caches: bool = True) -> dict:
+          key_array: np.ndarray | None = None, scale_caches: bool = True, dataset: str = "sparse",
+          profile_overrides: dict | None = None) -> dict:
     """One run: Mops over the window, p50/p99 latency (us), DPA and traverser statistics.
     ``op``: get, range, update, insert, or mix (``get_ratio`` GETs, the rest ``mix_op``)."""
     from cluster.correctness.conformance import with_rack_tables
@@ -69,7 +78,7 @@ def point(*, quick: bool = True, keys: int | None = None, op: str = "get", dist:
     from shm.coro import NodeRdma
     from shm.verbs import VerbsHost
     system = get_system("dpa-store")
-    ks = key_array if key_array is not None else sparse_keys(keys or KEYS[quick], seed)
+    ks = key_array if key_array is not None else dataset_keys(dataset, keys or KEYS[quick], seed)
     n = len(ks)
     warm, window = window_us or WINDOW_US[quick]
     qd = qd or QD.get(op, 32)
@@ -78,14 +87,11 @@ def point(*, quick: bool = True, keys: int | None = None, op: str = "get", dist:
     loaded = ks
     fresh = None
     if inserts:
-        rng0 = np.random.default_rng(seed + 7)
-        fresh = rng0.integers(1, 2**63, size=4 * n // 3, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
-        fresh = np.setdiff1d(fresh, loaded)
-        rng0.shuffle(fresh)
+        fresh = _fresh_keys(loaded, seed)
     dpa_mem = max(32 << 20, int(n * 1.6 * 512 // 90 * 2) + (8 << 20))
     d = with_rack_tables(system, {
         "rack": {"name": f"dpastore-{op}", "profile": PROFILE, "seed": seed},
-        "profile_overrides": cache_overrides(n) if scale_caches else {},
+        "profile_overrides": {**NETWORK, **(cache_overrides(n) if scale_caches else {}), **(profile_overrides or {})},
         "compute": {"count": 1, "threads": client_threads, "coroutines": qd,
                     "memory": f"{max(128, (dpa_mem >> 20) + n * 600 // (1 << 20) + 64)}MiB"},
         "client": {"count": client_nodes},
@@ -183,4 +189,66 @@ def _loop(env, cli, co, r, keys, fresh, cursor, cdf, perm, op, get_ratio, range_
             lat.append(env.now - start)
 
 
-__all__ = ["point", "Row"]
+def rolex_point(*, quick: bool = True, keys: int | None = None, op: str = "get", dataset: str = "sparse",
+                client_nodes: int = CLIENT_NODES, client_threads: int = CLIENT_THREADS, qd: int | None = None,
+                window_us=None, seed: int = 1, get_ratio: float | None = None, range_count: int = 10,
+                key_array: np.ndarray | None = None) -> dict:
+    """ROLEX (``rolex``) under the same load: its clients on ``client_nodes`` compute nodes (the
+    paper's client machines, one-sided verbs), one memory node on the same ``bf3`` card class as
+    DPA-Store's server (a BlueField-3 used as a ConnectX-7), 8-byte inline values."""
+    from cluster.rack import RackState, compile_scenario
+    from cluster.scenario import scenario_from_dict
+    from nodes.runtime.env import Environment
+    from nodes.systems import get_system
+    from shm.coro import NodeRdma
+    from shm.verbs import VerbsHost
+    system = get_system("rolex")
+    ks = key_array if key_array is not None else dataset_keys(dataset, keys or KEYS[quick], seed)
+    n = len(ks)
+    warm, window = window_us or WINDOW_US[quick]
+    qd = qd or QD.get(op if not op.startswith("mix") else op.split("-", 1)[1], 32)
+    fresh = _fresh_keys(ks, seed) if "insert" in op else None
+    leaf_mib = max(64, n * 64 // (1 << 20) + 32)
+    d = {"rack": {"name": f"rolex-{op}", "profile": PROFILE, "seed": seed}, "profile_overrides": dict(NETWORK),
+         "compute": {"count": client_nodes, "threads": client_threads, "coroutines": qd, "memory": "64MiB"},
+         "memory": {"count": 1, "memory": f"{leaf_mib}MiB"},
+         "system": {"name": "rolex", "values": "inline"},
+         "workload": {"preset": "c", "recordcount": n + (len(fresh) if fresh is not None else 0)}}
+    compiled = compile_scenario(scenario_from_dict(d, source=f"rolex point {op}"))
+    rng = np.random.default_rng(seed)
+    with RackState.create(compiled, processes=False) as state:
+        system.bulk_load(state.fabric, state.layout, ((int(k).to_bytes(8, "big"), int(k).to_bytes(8, "little"))
+                                                      for k in ks.tolist()))
+        env = Environment(seed=seed)
+        host = VerbsHost(state.fabric, env)
+        lat: list = []
+        done, failed, cursor = [0], [0], [0]
+        t0, t1 = warm * 1000, (warm + window) * 1000
+        for c in range(client_nodes):
+            node = NodeRdma(host, f"cn{c}")
+            for _ in range(client_threads):
+                th = node.thread()
+                cli = system.client(state.fabric, state.layout, th, compiled.options)
+                for _k in range(qd):
+                    co = th.coroutine()
+                    r = np.random.default_rng(rng.integers(1 << 62))
+                    env.process(_loop(env, cli, co, r, ks, fresh, cursor, None, None, op, get_ratio, range_count,
+                                      t0, t1, lat, done, failed))
+        env.run(until=t1 + 20_000)
+        lat_us = np.array(lat) / 1000 if lat else np.array([0.0])
+        return {"op": op, "keys": n, "mops": done[0] / (window * 1000) * 1000, "p50": float(np.percentile(lat_us, 50)),
+                "p99": float(np.percentile(lat_us, 99)), "ops": done[0], "failed": failed[0]}
+
+
+def _fresh_keys(loaded: np.ndarray, seed: int) -> np.ndarray:
+    """Keys to insert, not in ``loaded``, drawn from the loaded keys' range (a dataset grows
+    inside its own distribution): midpoints between loaded neighbours, shuffled."""
+    rng = np.random.default_rng(seed + 7)
+    lo, hi = loaded[:-1], loaded[1:]
+    gap = hi - lo
+    mid = lo[gap > 1] + gap[gap > 1] // np.uint64(2)
+    rng.shuffle(mid)
+    return mid
+
+
+__all__ = ["point", "rolex_point", "Row"]
