@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from cluster.experiments.rows import Row
+from cluster.experiments.pointpool import map_points
+from cluster.experiments.progress import prefixed
+from cluster.experiments.registry import Experiment
+from cluster.experiments.rows import Row, check_only, run_experiments
 
 PROFILE = "bf3"
 PAPER_KEYS = 25_000_000
@@ -27,7 +30,6 @@ TRAVERSERS = 176
 STITCHERS = 4
 CLIENT_NODES = 6
 CLIENT_THREADS = 31
-QD = {"get": 32, "insert": 18, "range": 18, "update": 32}
 WINDOW_US = {True: (150, 100), False: (250, 250)}    # warm-up, measured (virtual us): > 1 latency at QD 32
 VALUE = 8
 #: DPA-Store §4.1: server and clients on a 100 Gb/s switch (Dell S5232F), whatever the card's port
@@ -64,11 +66,11 @@ def sparse_keys(n: int, seed: int) -> np.ndarray:
 def point(*, quick: bool = True, keys: int | None = None, op: str = "get", dist: str = "uniform",
           traversers: int = TRAVERSERS, stitchers: int = STITCHERS, client_nodes: int = CLIENT_NODES,
           client_threads: int = CLIENT_THREADS, qd: int | None = None, window_us=None, seed: int = 1,
-          options: dict | None = None, zipf: float = 0.99, range_count: int = 10, get_ratio: float | None = None,
+          options: dict | None = None, zipf: float = 0.99, range_count: int = 10,
           key_array: np.ndarray | None = None, scale_caches: bool = True, dataset: str = "sparse",
           profile_overrides: dict | None = None) -> dict:
     """One run: Mops over the window, p50/p99 latency (us), DPA and traverser statistics.
-    ``op``: get, range, update, insert, or mix (``get_ratio`` GETs, the rest ``mix_op``)."""
+    ``op``: get, range, update, insert, or a mix such as ``"get:0.95,insert:0.05"`` (:func:`parse_mix`)."""
     from cluster.correctness.conformance import with_rack_tables
     from cluster.rack import RackState, compile_scenario
     from cluster.scenario import scenario_from_dict
@@ -81,8 +83,9 @@ def point(*, quick: bool = True, keys: int | None = None, op: str = "get", dist:
     ks = key_array if key_array is not None else dataset_keys(dataset, keys or KEYS[quick], seed)
     n = len(ks)
     warm, window = window_us or WINDOW_US[quick]
-    qd = qd or QD.get(op, 32)
-    inserts = op == "insert" or (op.startswith("mix") and "insert" in op)
+    mix = parse_mix(op)
+    qd = qd or default_qd(mix)
+    inserts = "insert" in mix
     # keys to insert: a second sparse set, disjoint from the loaded one
     loaded = ks
     fresh = None
@@ -132,7 +135,7 @@ def point(*, quick: bool = True, keys: int | None = None, op: str = "get", dist:
                 for _k in range(qd):
                     co = th.coroutine()
                     r = np.random.default_rng(rng.integers(1 << 62))
-                    env.process(_loop(env, cli, co, r, loaded, fresh, cursor, cdf, perm, op, get_ratio,
+                    env.process(_loop(env, cli, co, r, loaded, fresh, cursor, cdf, perm, mix,
                                       range_count, t0, t1, lat, done, failed))
         env.run(until=t1 + 20_000)
         travs, sts = directory["dpastore.dpa"]
@@ -155,7 +158,24 @@ def point(*, quick: bool = True, keys: int | None = None, op: str = "get", dist:
         return out
 
 
-def _loop(env, cli, co, r, keys, fresh, cursor, cdf, perm, op, get_ratio, range_count, t0, t1, lat, done, failed):
+def parse_mix(op: str) -> dict:
+    """``"get"`` -> {"get": 1.0}; ``"get:0.95,insert:0.05"`` -> the shares (they must sum to 1)."""
+    if ":" not in op:
+        mix = {op: 1.0}
+    else:
+        mix = {k: float(v) for k, v in (part.split(":") for part in op.split(","))}
+    bad = [k for k in mix if k not in ("get", "range", "update", "insert")]
+    if bad or abs(sum(mix.values()) - 1.0) > 1e-9:
+        raise ValueError(f"operation mix {op!r}: kinds are get, range, update, insert and shares sum to 1")
+    return mix
+
+
+def default_qd(mix: dict) -> int:
+    """The paper's queue depths: 32 for GETs and updates, 18 when inserts or ranges dominate."""
+    return 18 if mix.get("insert", 0) + mix.get("range", 0) > 0.5 else 32
+
+
+def _loop(env, cli, co, r, keys, fresh, cursor, cdf, perm, mix, range_count, t0, t1, lat, done, failed):
     n = len(keys)
     while env.now < t1:
         if cdf is not None:
@@ -163,9 +183,14 @@ def _loop(env, cli, co, r, keys, fresh, cursor, cdf, perm, op, get_ratio, range_
         else:
             i = int(r.integers(n))
         key = int(keys[i]).to_bytes(8, "big")
-        kind = op
-        if op.startswith("mix"):
-            kind = "get" if r.random() < get_ratio else op.split("-", 1)[1]
+        if len(mix) == 1:
+            kind = next(iter(mix))
+        else:
+            x, kind = r.random(), None
+            for kind, share in mix.items():
+                x -= share
+                if x < 0:
+                    break
         start = env.now
         if kind == "get":
             ok = (yield from cli.get(co, key)) is not None
@@ -191,7 +216,7 @@ def _loop(env, cli, co, r, keys, fresh, cursor, cdf, perm, op, get_ratio, range_
 
 def rolex_point(*, quick: bool = True, keys: int | None = None, op: str = "get", dataset: str = "sparse",
                 client_nodes: int = CLIENT_NODES, client_threads: int = CLIENT_THREADS, qd: int | None = None,
-                window_us=None, seed: int = 1, get_ratio: float | None = None, range_count: int = 10,
+                window_us=None, seed: int = 1, range_count: int = 10,
                 key_array: np.ndarray | None = None) -> dict:
     """ROLEX (``rolex``) under the same load: its clients on ``client_nodes`` compute nodes (the
     paper's client machines, one-sided verbs), one memory node on the same ``bf3`` card class as
@@ -206,8 +231,9 @@ def rolex_point(*, quick: bool = True, keys: int | None = None, op: str = "get",
     ks = key_array if key_array is not None else dataset_keys(dataset, keys or KEYS[quick], seed)
     n = len(ks)
     warm, window = window_us or WINDOW_US[quick]
-    qd = qd or QD.get(op if not op.startswith("mix") else op.split("-", 1)[1], 32)
-    fresh = _fresh_keys(ks, seed) if "insert" in op else None
+    mix = parse_mix(op)
+    qd = qd or default_qd(mix)
+    fresh = _fresh_keys(ks, seed) if "insert" in mix else None
     leaf_mib = max(64, n * 64 // (1 << 20) + 32)
     d = {"rack": {"name": f"rolex-{op}", "profile": PROFILE, "seed": seed}, "profile_overrides": dict(NETWORK),
          "compute": {"count": client_nodes, "threads": client_threads, "coroutines": qd, "memory": "64MiB"},
@@ -232,7 +258,7 @@ def rolex_point(*, quick: bool = True, keys: int | None = None, op: str = "get",
                 for _k in range(qd):
                     co = th.coroutine()
                     r = np.random.default_rng(rng.integers(1 << 62))
-                    env.process(_loop(env, cli, co, r, ks, fresh, cursor, None, None, op, get_ratio, range_count,
+                    env.process(_loop(env, cli, co, r, ks, fresh, cursor, None, None, mix, range_count,
                                       t0, t1, lat, done, failed))
         env.run(until=t1 + 20_000)
         lat_us = np.array(lat) / 1000 if lat else np.array([0.0])
@@ -251,4 +277,300 @@ def _fresh_keys(loaded: np.ndarray, seed: int) -> np.ndarray:
     return mid
 
 
-__all__ = ["point", "rolex_point", "Row"]
+# --- the figures ---------------------------------------------------------------------------------------
+
+_POINTS: dict = {}
+
+
+def _run_spec(system: str, quick: bool, kw: tuple) -> dict:
+    fn = point if system == "dpa-store" else rolex_point
+    return fn(quick=quick, **dict(kw))
+
+
+def _spec(system: str = "dpa-store", **kw) -> tuple:
+    return (system, tuple(sorted((k, tuple(sorted(v.items())) if isinstance(v, dict) else v) for k, v in kw.items())))
+
+
+def _points(specs, progress, jobs: int, quick: bool) -> dict:
+    """Each point once per run (figures share points), keyed by its spec."""
+    todo = [sp for sp in dict.fromkeys(specs) if (sp, quick) not in _POINTS]
+    args = [(sys_, quick, tuple((k, dict(v) if isinstance(v, tuple) and v and isinstance(v[0], tuple) else v)
+                                for k, v in kw)) for sys_, kw in todo]
+    got = map_points(_run_spec, args, jobs=jobs, progress=progress,
+                     describe=lambda a: a[0] + " " + " ".join(f"{k}={v}" for k, v in a[2]))
+    for sp, r in zip(todo, got):
+        _POINTS[sp, quick] = r
+    return {sp: _POINTS[sp, quick] for sp in specs}
+
+
+def _ratio(a, b):
+    return round(a / b, 2) if a and b else None
+
+
+def headline(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
+    """The abstract's numbers: GET 33, RANGE 13 (10 keys), UPDATE up to 12.1, INSERT at most 1.7 Mops
+    (sparse, uniform; Fig. 9 and Fig. 13)."""
+    ops = {"GET": ("get", 33.0), "RANGE (10 keys)": ("range", 13.0), "UPDATE": ("update", 12.1),
+           "INSERT": ("insert", 1.7)}
+    specs = {name: _spec(op=op) for name, (op, _) in ops.items()}
+    res = _points(list(specs.values()), prefixed(progress, "headline: "), jobs, quick)
+    rows = []
+    for name, (op, pub) in ops.items():
+        r = res[specs[name]]
+        rows.append(Row("headline", name, "sparse, uniform", "Mops", round(r["mops"], 2), pub))
+        rows.append(Row("headline", name, "sparse, uniform", "p50 us", round(r["p50"], 1), None))
+    return rows
+
+
+def _per_key(stats, n: int) -> float:
+    return stats / n
+
+
+def table1(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
+    """Index overhead against the raw 16 B pairs and DPA memory, for 50 M pairs (Table 1): the
+    bulk-built layout of each dataset at the emulated scale, per key, times 50 M."""
+    from nodes.systems.dpastore import layout as L
+    from nodes.systems.dpastore import pla
+    published = {"sparse": (32, 207), "dense4x": (26, 169), "wiki": (23, 147), "amzn": (54, 346),
+                 "osmc": (74, 472), "face": (104, 672), "osmc (larger eps)": (35, 228), "face (larger eps)": (52, 332)}
+    n = 200_000 if quick else 1_000_000
+    geo = L.LeafGeometry.of(VALUE)
+    rows = []
+    for name, (ovh, mb) in published.items():
+        progress(f"table1: {name}")
+        ds = name.split(" ")[0]
+        leaf_eps, inner_eps = LARGER_EPS if "larger" in name else (pla.LEAF_EPS, pla.INNER_EPS)
+        ks = dataset_keys(ds, n)
+        idx = pla.LearnedIndex.bulk_build(ks, ks, leaf_eps=leaf_eps, inner_eps=inner_eps)
+        st = idx.statistics()
+        inner = st.dpa_bytes - st.leaves * pla.LEAF_META_LINES * pla.LINE_BYTES
+        dpa = inner + st.leaves * geo.dpa_bytes
+        host_pad = st.index_bytes - st.dpa_bytes
+        scale = 50_000_000 / st.keys
+        rows.append(Row("table1", name, "index overhead", "%", round(100 * (dpa + host_pad) / st.raw_bytes, 1), ovh))
+        rows.append(Row("table1", name, "DPA memory (50 M pairs)", "MB", round(dpa * scale / 1e6), mb))
+        rows.append(Row("table1", name, "keys per leaf", "keys", round(st.keys / st.leaves, 1), None))
+    return rows
+
+
+def fig9(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
+    """Throughput against traverser threads (GET, uniform sparse), INSERT with the stitchers on a core
+    of their own or among the traversers (-14 %), INSERT against patcher and stitcher threads."""
+    travs = (16, 64, 176) if quick else (16, 32, 64, 128, 176)
+    get = {t: _spec(op="get", traversers=t) for t in travs}
+    place = {c: _spec(op="insert", options={"stitcher_core": c}) for c in ("dedicated", "shared")}
+    workers = (1, 4, 8) if quick else (1, 2, 4, 8)
+    ins = {w: _spec(op="insert", stitchers=w, options={"patchers": w}) for w in workers}
+    res = _points(list(get.values()) + list(place.values()) + list(ins.values()), prefixed(progress, "fig9: "),
+                  jobs, quick)
+    rows = [Row("fig9", "GET", f"{t} traversers", "Mops", round(res[sp]["mops"], 2), 33.0 if t == 176 else None)
+            for t, sp in get.items()]
+    rows.append(Row("fig9", "GET 176 / 16 traversers", "ratio", "x",
+                    _ratio(res[get[travs[-1]]]["mops"], res[get[travs[0]]]["mops"]), 11.0))
+    for c, sp in place.items():
+        rows.append(Row("fig9", f"INSERT, stitchers {c}", "4 stitchers", "Mops", round(res[sp]["mops"], 2), None))
+    rows.append(Row("fig9", "INSERT shared / dedicated stitcher core", "ratio", "x",
+                    _ratio(res[place["shared"]]["mops"], res[place["dedicated"]]["mops"]), 0.86))
+    for w, sp in ins.items():
+        rows.append(Row("fig9", "INSERT", f"{w} patchers + {w} stitchers", "Mops", round(res[sp]["mops"], 2), None))
+    rows.append(Row("fig9", f"INSERT {workers[-1]} / 4 patchers and stitchers", "ratio", "x",
+                    _ratio(res[ins[workers[-1]]]["mops"], res[ins[4]]["mops"]), 1.0))
+    return rows
+
+
+def fig10(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
+    """GET against the clients' queue depth (6 clients x 31 threads): rises to 32, then latency grows."""
+    qds = (1, 8, 32, 64) if quick else (1, 4, 8, 16, 32, 48, 64)
+    specs = {q: _spec(op="get", qd=q) for q in qds}
+    res = _points(list(specs.values()), prefixed(progress, "fig10: "), jobs, quick)
+    rows = []
+    for q, sp in specs.items():
+        rows.append(Row("fig10", "GET", f"QD {q}", "Mops", round(res[sp]["mops"], 2), None))
+        rows.append(Row("fig10", "GET p50", f"QD {q}", "us", round(res[sp]["p50"], 1), None))
+    rows.append(Row("fig10", "QD 64 / QD 32 throughput", "ratio", "x",
+                    _ratio(res[specs[64]]["mops"], res[specs[32]]["mops"]), None))
+    rows.append(Row("fig10", "QD 64 / QD 32 p50 latency", "ratio", "x",
+                    _ratio(res[specs[64]]["p50"], res[specs[32]]["p50"]), None))
+    return rows
+
+
+#: "a larger eps" for face and osmc (Table 1, Fig. 11): the values were lost with the seed's math;
+#: twice the defaults (leaf 16, inner 8) is the smallest step that halves face's segment count
+LARGER_EPS = (16, 8)
+
+
+def fig11(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
+    """GET per dataset (uniform): deeper trees and larger eps cost lines; the hot-entry cache under
+    Zipf skew (up to +30 %)."""
+    sets = ("sparse", "amzn", "osmc") if quick else ("sparse", "dense4x", "wiki", "amzn", "osmc", "face")
+    uni = {d: _spec(op="get", dataset=d) for d in sets}
+    big = {d: _spec(op="get", dataset=d, options={"leaf_eps": LARGER_EPS[0], "inner_eps": LARGER_EPS[1]})
+           for d in (("osmc",) if quick else ("osmc", "face"))}
+    skew = {c: _spec(op="get", dist="zipf", options={"hot_cache": c}) for c in (True, False)}
+    res = _points(list(uni.values()) + list(big.values()) + list(skew.values()), prefixed(progress, "fig11: "),
+                  jobs, quick)
+    rows = []
+    for d, sp in uni.items():
+        r = res[sp]
+        rows.append(Row("fig11", f"GET {d}", "uniform", "Mops", round(r["mops"], 2), None))
+        rows.append(Row("fig11", f"GET {d}", "lines per inner node", "lines", round(r["inner_lines_per_node"], 2), None))
+    for d, sp in big.items():
+        rows.append(Row("fig11", f"GET {d} (larger eps)", "uniform", "Mops", round(res[sp]["mops"], 2), None))
+        rows.append(Row("fig11", f"GET {d} larger eps / default", "ratio", "x",
+                        _ratio(res[sp]["mops"], res[uni[d]]["mops"]), None))
+    on, off = res[skew[True]], res[skew[False]]
+    rows.append(Row("fig11", "GET Zipf 0.99, hot cache on / off", "ratio", "x", _ratio(on["mops"], off["mops"]), 1.3))
+    rows.append(Row("fig11", "GET Zipf 0.99, hot cache hits", "share of GETs", "%",
+                    round(100 * on["cache_hits"] / max(1, on["gets"]), 1), None))
+    rows.append(Row("fig11", "GET Zipf 0.99 p99, hot cache on / off", "ratio", "x", _ratio(on["p99"], off["p99"]), None))
+    return rows
+
+
+def fig12(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
+    """Learned index against the B+-tree on the same DPA framework (GET, uniform)."""
+    sets = ("sparse", "amzn", "osmc") if quick else ("sparse", "dense4x", "wiki", "amzn", "osmc", "face")
+    opts = {d: ({"leaf_eps": LARGER_EPS[0], "inner_eps": LARGER_EPS[1]} if d in ("osmc", "face") else {}) for d in sets}
+    learned = {d: _spec(op="get", dataset=d, options=opts[d]) for d in sets}
+    btree = {d: _spec(op="get", dataset=d, options={"index": "btree"}) for d in sets}
+    res = _points(list(learned.values()) + list(btree.values()), prefixed(progress, "fig12: "), jobs, quick)
+    winner = {"sparse": 1, "amzn": 1, "osmc": 0}          # the paper: learned higher on sparse and amzn, B+-tree on osmc
+    rows = []
+    for d in sets:
+        a, b = res[learned[d]], res[btree[d]]
+        rows.append(Row("fig12", f"{d}: learned", "GET", "Mops", round(a["mops"], 2), None))
+        rows.append(Row("fig12", f"{d}: B+-tree", "GET", "Mops", round(b["mops"], 2), None))
+        rows.append(Row("fig12", f"{d}: learned higher (1) or B+-tree (0)", "GET", "winner",
+                        int(a["mops"] > b["mops"]), winner.get(d)))
+        rows.append(Row("fig12", f"{d}: B+-tree / learned p50", "GET", "ratio", _ratio(b["p50"], a["p50"]), None))
+    return rows
+
+
+def fig13(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
+    """INSERT and UPDATE mixed with GETs (sparse, uniform): UPDATE-only up to 12.1, INSERT at most 1.7."""
+    fractions = (0.0, 0.5, 0.9) if quick else (0.0, 0.25, 0.5, 0.75, 0.9, 0.95)
+    sets = ("sparse",) if quick else ("sparse", "amzn", "osmc")
+    specs = {}
+    for d in sets:
+        for w in ("update", "insert"):
+            for f in fractions:
+                op = w if f == 0 else f"get:{f},{w}:{round(1 - f, 6)}"
+                specs[d, w, f] = _spec(op=op, dataset=d)
+    res = _points(list(specs.values()), prefixed(progress, "fig13: "), jobs, quick)
+    rows = []
+    for (d, w, f), sp in specs.items():
+        pub = (12.1 if w == "update" else 1.7) if f == 0 and d == "sparse" else None
+        rows.append(Row("fig13", f"{d}: {w.upper()} + GET", f"{int(f * 100)} % GET", "Mops", round(res[sp]["mops"], 2), pub))
+    return rows
+
+
+#: YCSB A-F (Cooper et al.), insert-only and range-only of 10 keys, as DPA-Store's Fig. 15 runs them
+FIG15 = {"A": "get:0.5,update:0.5", "B": "get:0.95,update:0.05", "C": "get", "D": "get:0.95,insert:0.05",
+         "E": "range:0.95,insert:0.05", "F": "get:0.5,update:0.5", "insert": "insert", "range": "range"}
+#: who wins where (1: DPA-Store higher throughput, 0: ROLEX), Fig. 15 as published; None: not stated
+FIG15_WINNER = {("A", "amzn"): 1, ("A", "osmc"): 1, ("C", "sparse"): 1, ("C", "amzn"): 1, ("C", "osmc"): 0,
+                ("insert", "sparse"): 0, ("insert", "amzn"): 0, ("insert", "osmc"): 0,
+                ("range", "sparse"): 1, ("range", "amzn"): 1, ("range", "osmc"): 1}
+
+
+def fig15(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
+    """DPA-Store against ROLEX on YCSB A-F, insert-only and range-only (uniform): who wins where."""
+    sets = ("sparse",) if quick else ("sparse", "amzn", "osmc")
+    loads = ("A", "C", "D", "E", "insert", "range") if quick else tuple(FIG15)
+    specs = {}
+    for d in sets:
+        opts = {"leaf_eps": LARGER_EPS[0], "inner_eps": LARGER_EPS[1]} if d == "osmc" else {}
+        for w in loads:
+            specs["dpa", d, w] = _spec(op=FIG15[w], dataset=d, options=opts)
+            specs["rolex", d, w] = _spec("rolex", op=FIG15[w], dataset=d)
+    res = _points(list(specs.values()), prefixed(progress, "fig15: "), jobs, quick)
+    rows = []
+    for d in sets:
+        for w in loads:
+            a, b = res[specs["dpa", d, w]], res[specs["rolex", d, w]]
+            rows.append(Row("fig15", f"{d} YCSB-{w}" if len(w) == 1 else f"{d} {w}-only", "DPA-Store", "Mops",
+                            round(a["mops"], 2), None))
+            rows.append(Row("fig15", f"{d} YCSB-{w}" if len(w) == 1 else f"{d} {w}-only", "ROLEX", "Mops",
+                            round(b["mops"], 2), None))
+            rows.append(Row("fig15", f"{d} {w}: DPA-Store higher (1) or ROLEX (0)", "throughput", "winner",
+                            int(a["mops"] > b["mops"]), FIG15_WINNER.get((w, d))))
+            rows.append(Row("fig15", f"{d} {w}: DPA-Store p50 lower (1)", "latency", "winner",
+                            int(a["p50"] < b["p50"]), 1))
+    return rows
+
+
+def model(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
+    """§4.2.6: the GET cost model (4.5 lines per inner node), the +19 % of prefetching, and the
+    model's what-if of 100 ns DPA memory (> 62 Mops)."""
+    base = _spec(op="get", options={"hot_cache": False})
+    nopf = _spec(op="get", options={"hot_cache": False, "prefetch": False})
+    fast = _spec(op="get", options={"hot_cache": False}, profile_overrides={"dpa.memory_ns": 100})
+    res = _points([base, nopf, fast], prefixed(progress, "model: "), jobs, quick)
+    r = res[base]
+    from shm.profile import load_profile
+    prof = load_profile(PROFILE)
+    inner = (r["depth"] - 1)
+    lines = r["inner_lines_per_node"]
+    est = inner * lines * prof.dpa.memory_ns + prof.dpa.memory_ns + 2 * prof.dma.latency_ns
+    return [Row("model", "lines per inner node (GET)", "sparse", "lines", round(lines, 2), 4.5),
+            Row("model", "inner nodes per GET", "sparse", "nodes", round(inner, 2), 2.0),
+            Row("model", "uncached GET: inner lines + leaf line + 2 DMAs", "paper's formula", "us", round(est / 1000, 2),
+                None),
+            Row("model", "GET with / without prefetching", "ratio", "x", _ratio(r["mops"], res[nopf]["mops"]), 1.19),
+            Row("model", "GET with 100 ns DPA memory", "what-if", "Mops", round(res[fast]["mops"], 2), 62.0),
+            Row("model", "GET p50 with 100 ns DPA memory, QD 1 equivalent", "what-if", "us",
+                round(res[fast]["p50"], 2), None)]
+
+
+def bulkload(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
+    """§4.2.7: a bulk load of 50 M sparse pairs is COPY stitches at the host-to-DPA copy rate
+    (the paper: 192 MB, 1,605 ms of stitching, 1,643 ms in all): the bytes the bulk load's stitches
+    copy at the emulated scale, per key, times 50 M, at ``dpa.host_copy_mb_per_s``."""
+    from nodes.systems.dpastore import layout as L
+    from nodes.systems.dpastore import pla
+    from shm.profile import load_profile
+    n = 200_000 if quick else 1_000_000
+    progress(f"bulkload: {n:,} sparse keys")
+    ks = dataset_keys("sparse", n)
+    st = pla.LearnedIndex.bulk_build(ks, ks).statistics()
+    inner = st.dpa_bytes - st.leaves * pla.LEAF_META_LINES * pla.LINE_BYTES
+    copied = inner + st.leaves * pla.LINE_BYTES          # leaves copy their metadata line; buffers are cleared
+    scale = 50_000_000 / st.keys
+    rate = load_profile(PROFILE).dpa.host_copy_mb_per_s
+    mb = copied * scale / 1e6
+    del L
+    return [Row("bulkload", "bytes copied to DPA memory (50 M sparse)", "COPY stitches", "MB", round(mb), 192),
+            Row("bulkload", "stitching time", "4 stitchers", "ms", round(mb / rate * 1000), 1605)]
+
+
+EXPERIMENTS = {"headline": headline, "table1": table1, "fig9": fig9, "fig10": fig10, "fig11": fig11, "fig12": fig12,
+               "fig13": fig13, "fig15": fig15, "model": model, "bulkload": bulkload}
+SIDE_BY_SIDE = ("headline", "table1", "fig9", "fig11", "fig12", "fig13", "model", "bulkload")
+TITLE = "DPA-Store (seed 002): headline, Table 1, Figs. 9-13, 15, §4.2.6-4.2.7 (with ROLEX and a B+-tree)"
+
+
+def setup(quick: bool) -> dict:
+    n = KEYS[quick]
+    warm, window = WINDOW_US[quick]
+    return {"profile": PROFILE, "seed": 1,
+            "spec": f"co-located racks: cn0 (4 patchers) + dpa0 ({TRAVERSERS} traversers, {STITCHERS} stitchers) + "
+                    f"{CLIENT_NODES} client nodes x {CLIENT_THREADS} threads (QD 32 GET/UPDATE, 18 INSERT/RANGE); "
+                    f"ROLEX: {CLIENT_NODES} compute nodes x {CLIENT_THREADS} threads, 1 memory node; 100 Gb/s links",
+            "scale": f"{n:,} keys of 8 B with 8 B values (paper: 25 M), the DPA's L2/L3 scaled by the same "
+                     f"{n / PAPER_KEYS:.4f}; windows {warm} us warm-up + {window} us measured (virtual)"}
+
+
+def run(only=None, quick: bool = False, json_path: str | None = None, console=None, jobs: int = 1) -> list[Row]:
+    from rich.console import Console
+    check_only(EXPERIMENTS, only)
+    console = console or Console()
+    console.print(f"DPA-Store reproduction, scaled: {setup(quick)['scale']}", markup=False, highlight=False)
+    _POINTS.clear()
+    return run_experiments(EXPERIMENTS, only=only, quick=quick, json_path=json_path, console=console,
+                           label="reproduce dpastore", title_prefix="DPA-Store ", jobs=jobs,
+                           side_by_side=SIDE_BY_SIDE, setup=setup, title=TITLE)
+
+
+EXPERIMENT = Experiment(kind="reproduce", name="dpastore", run=run, parts=tuple(EXPERIMENTS), options=("jobs",),
+                        title=TITLE)
+
+__all__ = ["point", "rolex_point", "run", "EXPERIMENT"]
