@@ -208,6 +208,8 @@ def test_bad_configuration_and_input_are_one_line():
             with pytest.raises(ProcessError) as e:
                 run(env, op)
             assert isinstance(e.value.__cause__, SystemError_) and match in str(e.value.__cause__)
-        SYSTEM.bulk_load(state.fabric, state.layout, [(k(1), b"a")])
+        with pytest.raises(SystemError_, match="does not fit system.value_max = 8"):
+            SYSTEM.bulk_load(state.fabric, state.layout, [(k(1), b"a")])
+        SYSTEM.bulk_load(state.fabric, state.layout, [(k(1), b"8 bytes!")])
         with pytest.raises(SystemError_, match="needs the empty store"):
-            SYSTEM.bulk_load(state.fabric, state.layout, [(k(2), b"b")])
+            SYSTEM.bulk_load(state.fabric, state.layout, [(k(2), b"8 bytes!")])

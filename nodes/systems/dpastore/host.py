@@ -156,11 +156,7 @@ class HostTree:
         ko, vo = gaddr_offset(meta.keys_addr), gaddr_offset(meta.values_addr)
         keys = np.frombuffer(self.hb[ko:ko + 8 * meta.count].tobytes(), "<u8").tolist()
         raw = self.hb[vo:vo + meta.count * g.slot].tobytes()
-        vals = []
-        for i in range(meta.count):
-            n = int.from_bytes(raw[i * g.slot:i * g.slot + 8], "little")
-            vals.append(raw[i * g.slot + 8:i * g.slot + 8 + n])
-        return keys, vals
+        return keys, [g.decode(raw[i * g.slot:(i + 1) * g.slot]) for i in range(meta.count)]
 
     # --- building blocks -------------------------------------------------------------------------
 
@@ -169,8 +165,7 @@ class HostTree:
         off = self.host_heap.alloc(g.host_values_bytes)
         buf = bytearray(g.host_values_bytes)
         for i, v in enumerate(values):
-            struct.pack_into("<Q", buf, i * g.slot, len(v))
-            buf[i * g.slot + 8:i * g.slot + 8 + len(v)] = v
+            buf[i * g.slot:(i + 1) * g.slot] = g.encode(v)
         self.write(off, bytes(buf))
         return off
 
@@ -190,11 +185,16 @@ class HostTree:
         return off
 
     def leaves_of(self, low: int, keys, values, limit: int, plan: "Plan") -> list:
-        """(pivot, offset) of the leaves for sorted pairs: PLA pieces of at most ``limit`` keys;
-        the first keeps ``low``."""
+        """(pivot, offset) of the leaves for sorted pairs; the first keeps ``low``. Keys one PLA
+        segment covers within a leaf's capacity stay one leaf (the parent needs one pointer swap);
+        otherwise they are cut into PLA pieces of at most ``limit`` keys (the retrain bound leaves
+        room in leaves made by a split)."""
         if not keys:
             return [(low, self.new_leaf(low, [], [], plan))]
-        segs = pla.segment(np.asarray(keys, dtype=np.uint64), LEAF_EPS, max_size=limit)
+        ks = np.asarray(keys, dtype=np.uint64)
+        segs = pla.segment(ks, LEAF_EPS, max_size=LEAF_CAPACITY)
+        if len(segs) > 1:
+            segs = pla.segment(ks, LEAF_EPS, max_size=limit)
         out = []
         for i, s in enumerate(segs):
             ks, vs = keys[s.start:s.start + s.size], values[s.start:s.start + s.size]
@@ -290,7 +290,7 @@ class HostTree:
             if g.slot <= pla.LINE_BYTES and pla.LINE_BYTES % g.slot == 0:
                 vo = gaddr_offset(meta.values_addr)
                 for i, v in updates.items():
-                    self.write(vo + i * g.slot, struct.pack("<Q", len(v)) + v + bytes(g.slot - 8 - len(v)))
+                    self.write(vo + i * g.slot, g.encode(v))
             else:
                 for i, v in updates.items():
                     vals[i] = v

@@ -35,12 +35,12 @@ keeps it for the first of the leaves that replace it, so pivots never move and t
 pivot of every level is 0 (a key below every loaded key still has a leaf). The model is fitted
 from the leaf's first key; a key between ``low`` and it predicts below 0 and is clamped.
 
-**Value slots.** The paper's values are 8-byte words. Here a value is a slot: a length word,
-then ``value_max`` bytes rounded up to words (``slot_bytes``), so that any value up to
-``value_max`` is stored (the conformance suite writes 16 B to 1000 B). The length word is also
-the slot's commit mark in an insert buffer (``EMPTY`` until written, ``TOMBSTONE`` for a delete),
-the role the paper's reserved value codes play. With ``value_max = 8`` a slot is 16 B: a GET's
-value DMA is still one line; an insert buffer is 7 lines instead of the paper's 5.
+**Value slots.** With ``value_max = 8`` (the paper's configuration, the reproduction's) a value is
+the paper's bare 8-byte word: an insert buffer is 5 lines, a host value array 1 KiB, and the two
+reserved words ``EMPTY`` and ``TOMBSTONE`` are the buffer slot's commit mark (a value equal to one
+of them cannot be stored). With a larger ``value_max`` a value is a slot: a length word (the commit
+mark), then ``value_max`` bytes rounded up to words, so that any value up to ``value_max`` is
+stored (the conformance suite writes 16 B to 1000 B).
 """
 
 from __future__ import annotations
@@ -88,8 +88,9 @@ HOST_CONTROL_BYTES = (HCTL_RECLAIMED + 8 * MAX_STITCHERS) * 8
 
 
 def slot_bytes(value_max: int) -> int:
-    """A value slot: the length word and ``value_max`` bytes in whole words."""
-    return 8 + -(-value_max // 8) * 8
+    """A value slot: the bare word for 8-byte values, else a length word and ``value_max`` bytes
+    in whole words."""
+    return 8 if value_max == 8 else 8 + -(-value_max // 8) * 8
 
 
 def lines(nbytes: int) -> int:
@@ -118,6 +119,25 @@ class LeafGeometry(NamedTuple):
         values = keys + BUFFER_SLOTS * 8
         return cls(slot, counters, keys, values, round_line(values + BUFFER_SLOTS * slot),
                    round_line(pla.LEAF_CAPACITY * slot))
+
+    @property
+    def inline(self) -> bool:
+        """Values are bare 8-byte words (the paper's), not length-prefixed slots."""
+        return self.slot == 8
+
+    def encode(self, value: bytes) -> bytes:
+        """A value's slot bytes; the first word is the commit mark, written last."""
+        if self.inline:
+            return bytes(value)
+        return struct.pack("<Q", len(value)) + bytes(value) + bytes(self.slot - 8 - len(value))
+
+    def decode(self, raw) -> bytes:
+        """The value in a slot's bytes (host array or buffer), not EMPTY nor TOMBSTONE."""
+        raw = bytes(raw)
+        if self.inline:
+            return raw[:8]
+        n = int.from_bytes(raw[:8], "little")
+        return raw[8:8 + n]
 
     @property
     def buffer_bytes(self) -> int:
@@ -243,8 +263,8 @@ def buffer_entries(raw: bytes, geo: LeafGeometry) -> list:
         if n == TOMBSTONE:
             out.append((key, None))
         else:
-            o = geo.values - geo.counters + s * geo.slot + 8
-            out.append((key, bytes(raw[o:o + n])))
+            o = geo.values - geo.counters + s * geo.slot
+            out.append((key, geo.decode(raw[o:o + geo.slot])))
     return out
 
 

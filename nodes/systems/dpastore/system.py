@@ -275,9 +275,10 @@ class DpaStoreSystem(System):
         items = {}
         for key, value in pairs:
             k = W.key_int(bytes(key))
-            if len(value) > layout["value_max"]:
-                raise SystemError_(f"dpa-store: a value of {len(value)} B exceeds system.value_max = "
-                                   f"{layout['value_max']}")
+            if len(value) > layout["value_max"] or (layout["value_max"] == 8 and (
+                    len(value) != 8 or int.from_bytes(value, "little") >= (1 << 64) - 2)):
+                raise SystemError_(f"dpa-store: a value of {len(value)} B does not fit system.value_max = "
+                                   f"{layout['value_max']} (8: exactly 8 bytes, not the two reserved words)")
             if k in items:
                 raise SystemError_(f"dpa-store: bulk load of key {k:#x} twice")
             items[k] = bytes(value)

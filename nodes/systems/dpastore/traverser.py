@@ -284,8 +284,7 @@ class Traverser:
         pos = lo + i
         slot, dma = self._dma_read(meta.values_addr + pos * g.slot, g.slot)
         yield dma
-        n = int.from_bytes(slot[:8].tobytes(), "little")
-        return True, slot[8:8 + n].tobytes(), "leaf"
+        return True, g.decode(slot.tobytes()), "leaf"
 
     # --- operations ---------------------------------------------------------------------------------
 
@@ -323,11 +322,13 @@ class Traverser:
             yield from self.cache.invalidate(self.th, req.hints, req.key)
         words[(leaf + g.keys) // 8 + slot] = req.key
         so = leaf + g.values + slot * g.slot
-        if req.value is not None and req.op != W.OP_DELETE:
-            self.mem[so + 8:so + 8 + len(req.value)] = np.frombuffer(req.value, np.uint8)
+        data = b"" if req.op == W.OP_DELETE else g.encode(req.value)
+        if len(data) > 8:
+            self.mem[so + 8:so + len(data)] = np.frombuffer(data[8:], np.uint8)
         yield th.compute(self.ns["write"])
         yield th.load(so, g.slot, write=True)                       # key, then the value slot
-        words[so // 8] = L.TOMBSTONE if req.op == W.OP_DELETE else len(req.value)
+        # the slot's first word last: it is the commit mark readers test
+        words[so // 8] = L.TOMBSTONE if req.op == W.OP_DELETE else int.from_bytes(data[:8], "little")
         yield th.load(leaf + g.counters + 8, 8, write=True)        # publish: FAA
         published = int(words[cw + 1]) + 1
         words[cw + 1] = published
@@ -381,8 +382,7 @@ class Traverser:
                     raw = vb.tobytes()
                     for i, k in enumerate(keys[start:stop]):
                         if k not in merged:
-                            n = int.from_bytes(raw[i * g.slot:i * g.slot + 8], "little")
-                            merged[k] = raw[i * g.slot + 8:i * g.slot + 8 + n]
+                            merged[k] = g.decode(raw[i * g.slot:(i + 1) * g.slot])
                     # keys past ``stop`` are beyond what is needed, unless deletes ate into it
                     limit = keys[stop] if stop < meta.count else fence
                 else:

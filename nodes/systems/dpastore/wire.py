@@ -85,6 +85,9 @@ def parse_request(data: bytes, value_max: int) -> Request:
         raise Malformed(f"value length {vlen} does not match the packet ({len(data) - REQ.size} B after the header)")
     if op in (OP_INSERT, OP_UPDATE) and vlen > value_max:
         raise Malformed(f"a value of {vlen} B exceeds value_max = {value_max}")
+    if op in (OP_INSERT, OP_UPDATE) and value_max == 8 and (
+            vlen != 8 or int.from_bytes(data[REQ.size:], "little") >= (1 << 64) - 2):
+        raise Malformed("values are 8-byte words other than the buffer's two reserved marks")
     if op == OP_RANGE and not 1 <= count <= 0xFFFF:
         raise Malformed(f"RANGE of {count} pairs")
     hints = ((b0, b1, b2), bucket) if flags & FLAG_HINTS else None
@@ -182,6 +185,9 @@ class DpaStoreClient(KVClient):
     def _value(self, value: bytes) -> bytes:
         if len(value) > self.value_max:
             raise SystemError_(f"dpa-store: a value of {len(value)} B exceeds system.value_max = {self.value_max}")
+        if self.value_max == 8 and (len(value) != 8 or int.from_bytes(value, "little") >= (1 << 64) - 2):
+            raise SystemError_("dpa-store: with system.value_max = 8 values are 8-byte words (the paper's), "
+                               f"not {len(value)} B, and not ff..ff or fe..ff (the buffer's reserved marks)")
         return bytes(value)
 
     def get(self, co, key):
