@@ -5,7 +5,8 @@ Where its parts run (docs/dpastore.md has the whole design):
 * **clients** on the client nodes (``cl0``..): stateless; a key's hash picks the traverser's UDP
   port (:mod:`.wire`);
 * **traversers** on ``dpa0``: one per RX queue the host's NIC steers a port to; they walk the
-  learned index in DPA memory and DMA keys and values from the host (:mod:`.traverser`);
+  learned index (or, with ``index = "btree"``, the B+-tree baseline: :mod:`.inner`) in DPA
+  memory and DMA keys and values from the host (:mod:`.traverser`);
 * **stitchers** on ``dpa0`` too, the last ``stitchers`` hardware threads, on a core of their own
   (``stitcher_core = "dedicated"``, the paper's plan) or among the traversers (``"shared"``, the
   paper's -14 % INSERT case) (:mod:`.stitcher`);
@@ -25,12 +26,24 @@ from nodes.systems.api import Option, System, SystemError_
 
 from . import layout as L
 from . import wire as W
+from .inner import INDEXES
 
 HOST_CORES_MIN = 1
 
 
 def _ring_record(lay_value_max: int) -> int:
     return -(-(8 + L.LeafGeometry.of(lay_value_max).buffer_bytes + 8) // 8) * 8
+
+
+def _dpa_reserve(fabric) -> int:
+    """Bytes of ``dpa0``'s memory left out of the DPA region: 4 KiB, and the UDP staging ring a
+    rack of processes carves in a sending node's memory on its first datagram to another process
+    (:meth:`shm.udp.UdpNet._stage`; the traversers' replies), which a region of all the rest
+    left no room for."""
+    from shm.udp import IP_UDP_HEADER_BYTES, STAGING_SLOTS
+    udp = getattr(fabric.profile, "udp", None)
+    payload = udp.mtu_bytes - IP_UDP_HEADER_BYTES if udp is not None else 0
+    return 4096 + STAGING_SLOTS * (8 + -(-payload // 8) * 8)
 
 
 class Waker:
@@ -203,6 +216,8 @@ class DpaStoreSystem(System):
                minimum=0.1, maximum=1e6),
         Option("resends", 3, "times a client sends a request again before it gives up", minimum=0, maximum=100),
         Option("seed", 1, "seed of the hot-entry caches' random admission", minimum=0, maximum=2**31),
+        Option("index", "learned", "the inner nodes: the learned index, or the B+-tree baseline of Fig. 12 "
+               "(2 KB nodes of 128 keys, binary search; docs/dpastore.md)", choices=INDEXES),
     )
     servers = {"compute": _host_server, "dpa": _dpa_server}
     rack_tables = {"rack": {"profile": "bf3"}, "dpa": {"hosts": ["cn0"], "threads": 10, "memory": "16MiB"},
@@ -232,7 +247,7 @@ class DpaStoreSystem(System):
         host = fabric.node_index(fabric.nodes[dpa].nic_of)
         value_max = int(options["value_max"])
         geo = L.LeafGeometry.of(value_max)
-        dpa_bytes = fabric.nodes[dpa].memory_bytes - 4096
+        dpa_bytes = fabric.nodes[dpa].memory_bytes - _dpa_reserve(fabric)
         region = fabric.allocate(dpa, dpa_bytes)
         host_ctl = fabric.allocate(host, L.HOST_CONTROL_BYTES)
         patch_ring = DmaRing.layout(fabric, host, 256, _ring_record(value_max)).base
@@ -253,7 +268,8 @@ class DpaStoreSystem(System):
                "stitch_rings": stitch_rings, "mirror": mirror, "heap": heap, "heap_bytes": heap_bytes,
                "value_max": value_max, "stitchers": int(options["stitchers"]), "patchers": int(options["patchers"]),
                "stitcher_core": options["stitcher_core"], "prefetch": bool(options["prefetch"]),
-               "hot_cache": bool(options["hot_cache"]), "seed": int(options["seed"]), "poll_ns": 1000}
+               "hot_cache": bool(options["hot_cache"]), "seed": int(options["seed"]), "poll_ns": 1000,
+               "index": options["index"]}
         lay["traversers"] = int(options["traversers"])
         cls._build(fabric, lay, [], [])
         return lay
