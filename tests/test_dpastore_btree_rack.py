@@ -152,3 +152,33 @@ def test_btree_cost_model_exact_on_gets(directory):
         assert nodes == sum(len(c.inner_lines) for c in costs)
         assert lines == sum(sum(c.inner_lines) for c in costs)
         assert searches == len(sample) and key_lines == sum(c.key_lines for c in costs)
+
+
+def test_btree_splits_under_full_nodes(directory):
+    """Inserts into three leaves of a bulk-loaded (fully packed) B+-tree: each full buffer's patch
+    splits its leaf; the first one's full parent (128) splits into balanced nodes (64, 65) and the
+    root is rebuilt; the later ones rebuild their parent as one node. Every key reads."""
+    keys = _keys(N_KEYS, seed=5)
+    with rig(get_system("dpa-store"), options={"index": "btree", "value_max": 8, "hot_cache": False},
+             capacity=2 * N_KEYS) as r:
+        DpaStoreSystem.bulk_load(r.fabric, r.layout, [(struct.pack(">Q", k), _value(k)) for k in keys])
+        tree = HostTree(r.fabric, r.layout)
+        assert [BTREE.count(p) for p in tree.inner(tree.root)[2]] == [128, 29]
+        new = []
+        for leaf_no in (3, 70, 140):                              # leaves under both level-2 nodes
+            lo, hi = keys[leaf_no * 128 + 60], keys[leaf_no * 128 + 61]
+            assert hi - lo > 40
+            new += [lo + 1 + 2 * j for j in range(16)]            # one full insert buffer each
+        for k in new:
+            assert r.op("insert", struct.pack(">Q", k), _value(k)) is True
+        host = directory["dpastore.host"].statistics()
+        assert host.merges == 3 and host.root_changes == 1
+        assert [BTREE.count(p) for p in tree.inner(tree.root)[2]] == [64, 66, 30]
+        everything = sorted(keys + new)
+        rng = random.Random(1)
+        for k in new + rng.sample(keys, 60):
+            assert r.op("get", struct.pack(">Q", k)) == _value(k)
+        i = everything.index(new[16]) - 30
+        got = r.op("scan", struct.pack(">Q", everything[i]), 80)
+        assert [bytes(a) for a, _ in got] == [struct.pack(">Q", k) for k in everything[i:i + 80]]
+        assert len(tree.descend(new[0])[0]) + 1 == btree.expected_depth(N_KEYS)
