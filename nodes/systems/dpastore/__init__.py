@@ -9,6 +9,8 @@ Not a system on the rack yet: nothing here is registered. Its parts so far:
 * :mod:`.btree`: the B+-tree baseline of the paper's Fig. 12 (same DPA framework, fully packed
   2 KB nodes of 128 entries, binary search in nodes) with the same DPA/host split and a
   per-lookup count of the lines its binary searches touch, so both indexes can be priced alike.
+* :mod:`.inner`: the inner-node formats of the system on the rack (option ``index``): the
+  learned index's, and the B+-tree baseline's 2 KB nodes with count-carrying pointers.
 * :mod:`.patch`: the write path's logic: a leaf's insert buffer (two counters, a value word that
   marks a slot written, exactly one patch request per full buffer), the host's patch of a leaf
   (update in place, or merge and re-segment into sparse new leaves within the retrain bound) and

@@ -29,6 +29,13 @@ mirror with the leaf's ``low`` (no parent pointers), then:
 The first new leaf keeps the old leaf's pivot (``low``), so pivots never move and the leftmost
 pivot of every level stays 0.
 
+**Index formats.** What an inner node is, and how pairs are cut into leaves, is the layout's
+format (:mod:`.inner`, the system option ``index``): the above is the learned index; with
+``index = "btree"`` nodes are 2 KB B+-tree nodes, a bulk load packs leaves and nodes of 128, and
+a patch cuts a merged leaf (or an overflowing parent) into balanced pieces of at most 96. Node
+pointers are the format's (the B+-tree's carry the node's count): ``descend`` and ``inner`` take
+them, ``fmt.address`` gives the offset.
+
 **Stitcher partitions.** Stitches of a change below the root go to stitcher ``g mod S``, with
 ``g`` the root's child under which the change lies: changes of one subtree stay in order in one
 queue, and different queues touch different subtrees. A change that replaces the root node is
@@ -59,8 +66,9 @@ from shm.fabric import copy_lines, gaddr, gaddr_offset
 
 from . import layout as L
 from . import pla
+from .inner import format_of
 from .patch import RETRAIN_BOUND, split_limit
-from .pla import INNER_EPS, LEAF_CAPACITY, LEAF_EPS, SEGMENT_CAPACITY, SEGMENTS_PER_NODE
+from .pla import LEAF_CAPACITY
 
 OP_COPY, OP_CONNECT, OP_CLEAR, OP_RETIRE, OP_FENCE, OP_RELEASE = 1, 2, 3, 4, 5, 6
 STITCH = struct.Struct("<4Q")             # op, a, b, c
@@ -91,6 +99,7 @@ class HostTree:
     def __init__(self, fabric, lay: dict):
         self.lay = lay
         self.geo = L.LeafGeometry.of(lay["value_max"])
+        self.fmt = format_of(lay)                   # the inner-node format (:mod:`.inner`)
         self.host = lay["host"]
         hm = fabric.memory[self.host]
         self.hb, self.hw, self.locks = hm.host, hm.host64, hm.host_locks
@@ -128,22 +137,21 @@ class HostTree:
     def root(self) -> int:
         return self.word(self.dpa_base + L.CTL_ROOT * 8)
 
-    def inner(self, off: int):
-        """(sizes, first keys, flat pivots, flat children, child word offsets) of a mirror node."""
-        m = self.mirror(off)
-        hdr = L.read_header(self.hb, m)
-        pivots, children, where = [], [], []
-        for (po, co), n in zip(L.segment_offsets(hdr.sizes), hdr.sizes):
-            pivots += L.read_words(self.hb, m + po, n)
-            children += L.read_words(self.hb, m + co, n)
-            where += [off + co + 8 * i for i in range(n)]
-        return hdr, pivots, children, where
+    def inner(self, ptr: int):
+        """(node bytes, flat pivots, flat children, child word offsets) of the mirror node ``ptr``
+        points to (a node pointer: for the B+-tree it carries the count, :mod:`.inner`)."""
+        off = self.fmt.address(ptr)
+        pivots, children, rel, nbytes = self.fmt.read(self.hb, self.mirror(off), ptr)
+        return nbytes, pivots, children, [off + w for w in rel]
+
+    def is_inner(self, ptr: int) -> bool:
+        return self.fmt.is_inner(self.hb, self.mirror(self.fmt.address(ptr)), ptr)
 
     def descend(self, key: int):
-        """[(node, index of the child taken, that child's word)] from the root, and the leaf."""
+        """[(node pointer, index of the child taken, that child's word)] from the root, and the leaf."""
         path = []
         node = self.root
-        while L.kind_at(self.hb, self.mirror(node)) == L.KIND_INNER:
+        while self.is_inner(node):
             _, pivots, children, where = self.inner(node)
             i = max(bisect_right(pivots, key) - 1, 0)
             path.append((node, i, where[i]))
@@ -174,7 +182,7 @@ class HostTree:
         ko = self.host_heap.alloc(L.HOST_KEYS_BYTES)
         self.write(ko, np.asarray(keys, dtype="<u8").tobytes() if len(keys) else b"")
         vo = self._values_array(values)
-        model = L.leaf_model(keys)
+        model = self.fmt.leaf_model(keys)
         off = self.dpa_heap.alloc(g.dpa_bytes)
         data = L.encode_leaf(g, low, model, len(keys), gaddr(self.host, ko), gaddr(self.host, vo))
         # only the metadata line crosses the copy path: a new leaf's insert buffer is empty, and
@@ -184,46 +192,32 @@ class HostTree:
         self.n["leaves_made"] += 1
         return off
 
-    def leaves_of(self, low: int, keys, values, limit: int, plan: "Plan") -> list:
-        """(pivot, offset) of the leaves for sorted pairs; the first keeps ``low``. Keys one PLA
-        segment covers within a leaf's capacity stay one leaf (the parent needs one pointer swap);
-        otherwise they are cut into PLA pieces of at most ``limit`` keys (the retrain bound leaves
-        room in leaves made by a split)."""
+    def leaves_of(self, low: int, keys, values, limit: int, plan: "Plan", *, bulk: bool = False) -> list:
+        """(pivot, offset) of the leaves for sorted pairs, the first keeping ``low``: keys that fit
+        one leaf stay one leaf (the parent needs one pointer swap), others are cut into pieces of at
+        most ``limit`` keys, the retrain bound's room (the learned index's PLA pieces; the B+-tree's
+        fully packed in a bulk load, else balanced)."""
         if not keys:
             return [(low, self.new_leaf(low, [], [], plan))]
-        ks = np.asarray(keys, dtype=np.uint64)
-        segs = pla.segment(ks, LEAF_EPS, max_size=LEAF_CAPACITY)
-        if len(segs) > 1:
-            segs = pla.segment(ks, LEAF_EPS, max_size=limit)
         out = []
-        for i, s in enumerate(segs):
-            ks, vs = keys[s.start:s.start + s.size], values[s.start:s.start + s.size]
+        for i, (start, size) in enumerate(self.fmt.leaf_pieces(keys, limit, bulk)):
+            ks, vs = keys[start:start + size], values[start:start + size]
             pivot = low if i == 0 else ks[0]
             out.append((pivot, self.new_leaf(pivot, ks, vs, plan)))
         return out
 
     def inner_nodes(self, pivots, children, plan: "Plan", *, bulk: bool = False) -> list:
-        """(pivot, offset) of the inner node(s) over these children: one node if the PLA fits 7
-        segments of 128, else (or in a bulk build) several, within the retrain bound unless bulk."""
-        pv = np.asarray(pivots, dtype=np.uint64)
-        segs = pla.segment(pv, INNER_EPS, max_size=SEGMENT_CAPACITY)
-        if len(segs) <= SEGMENTS_PER_NODE:
-            groups = [segs]
-        elif bulk:
-            groups = [segs[g:g + SEGMENTS_PER_NODE] for g in range(0, len(segs), SEGMENTS_PER_NODE)]
-        else:
-            segs = pla.segment(pv, INNER_EPS, max_size=split_limit(SEGMENT_CAPACITY, RETRAIN_BOUND))
-            per = split_limit(SEGMENTS_PER_NODE, RETRAIN_BOUND)
-            m = -(-len(segs) // per)
-            groups = [segs[len(segs) * g // m:len(segs) * (g + 1) // m] for g in range(m)]
+        """(pivot, node pointer) of the inner node(s) over these children, as the format cuts them
+        (:meth:`.inner.InnerFormat.build`: learned, one node if the PLA fits 7 segments of 128,
+        else (or in a bulk build) several, within the retrain bound unless bulk; B+-tree, fully
+        packed nodes of 128 in a bulk build, else one node up to 128, balanced nodes of at most
+        96 beyond)."""
         out = []
-        for group in groups:
-            data = L.encode_inner(group, [pivots[s.start:s.start + s.size] for s in group],
-                                  [children[s.start:s.start + s.size] for s in group])
+        for start, end, data in self.fmt.build(pivots, children, bulk):
             off = self.dpa_heap.alloc(len(data))
             self.place(off, data, plan, len(data))
             self.n["inner_made"] += 1
-            out.append((pivots[group[0].start], off))
+            out.append((pivots[start], self.fmt.pointer(off, end - start)))
         return out
 
     def place(self, off: int, data: bytes, plan: "Plan", n: int) -> None:
@@ -253,7 +247,7 @@ class HostTree:
         if self.root:
             from nodes.systems.api import SystemError_
             raise SystemError_("dpa-store: a bulk load needs the empty store setup made; this one has a tree")
-        level = self.leaves_of(0, list(keys), list(values), LEAF_CAPACITY, plan)
+        level = self.leaves_of(0, list(keys), list(values), LEAF_CAPACITY, plan, bulk=True)
         while True:
             level = self.inner_nodes([p for p, _ in level], [o for _, o in level], plan, bulk=True)
             if len(level) == 1:
@@ -319,11 +313,11 @@ class HostTree:
         replace = new
         while True:
             node, i, _ = path[level]
-            hdr, pivots, children, _ = self.inner(node)
+            nbytes, pivots, children, _ = self.inner(node)
             pivots[i:i + 1] = [p for p, _ in replace]
             children[i:i + 1] = [o for _, o in replace]
             built = self.inner_nodes(pivots, children, plan)
-            plan.retire(self.dpa_heap, node, L.inner_bytes(hdr.sizes))
+            plan.retire(self.dpa_heap, self.fmt.address(node), nbytes)
             if level == 0:
                 plan.fence = True
                 self.n["root_changes"] += 1

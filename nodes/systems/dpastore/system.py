@@ -5,7 +5,8 @@ Where its parts run (docs/dpastore.md has the whole design):
 * **clients** on the client nodes (``cl0``..): stateless; a key's hash picks the traverser's UDP
   port (:mod:`.wire`);
 * **traversers** on ``dpa0``: one per RX queue the host's NIC steers a port to; they walk the
-  learned index in DPA memory and DMA keys and values from the host (:mod:`.traverser`);
+  learned index (or, with ``index = "btree"``, the B+-tree baseline: :mod:`.inner`) in DPA
+  memory and DMA keys and values from the host (:mod:`.traverser`);
 * **stitchers** on ``dpa0`` too, the last ``stitchers`` hardware threads, on a core of their own
   (``stitcher_core = "dedicated"``, the paper's plan) or among the traversers (``"shared"``, the
   paper's -14 % INSERT case) (:mod:`.stitcher`);
@@ -25,6 +26,7 @@ from nodes.systems.api import Option, System, SystemError_
 
 from . import layout as L
 from . import wire as W
+from .inner import INDEXES
 
 HOST_CORES_MIN = 1
 
@@ -203,6 +205,8 @@ class DpaStoreSystem(System):
                minimum=0.1, maximum=1e6),
         Option("resends", 3, "times a client sends a request again before it gives up", minimum=0, maximum=100),
         Option("seed", 1, "seed of the hot-entry caches' random admission", minimum=0, maximum=2**31),
+        Option("index", "learned", "the inner nodes: the learned index, or the B+-tree baseline of Fig. 12 "
+               "(2 KB nodes of 128 keys, binary search; docs/dpastore.md)", choices=INDEXES),
     )
     servers = {"compute": _host_server, "dpa": _dpa_server}
     rack_tables = {"rack": {"profile": "bf3"}, "dpa": {"hosts": ["cn0"], "threads": 10, "memory": "16MiB"},
@@ -254,7 +258,8 @@ class DpaStoreSystem(System):
                "stitch_rings": stitch_rings, "mirror": mirror, "heap": heap, "heap_bytes": heap_bytes,
                "value_max": value_max, "stitchers": int(options["stitchers"]), "patchers": int(options["patchers"]),
                "stitcher_core": options["stitcher_core"], "prefetch": bool(options["prefetch"]),
-               "hot_cache": bool(options["hot_cache"]), "seed": int(options["seed"]), "poll_ns": 1000}
+               "hot_cache": bool(options["hot_cache"]), "seed": int(options["seed"]), "poll_ns": 1000,
+               "index": options["index"]}
         lay["traversers"] = int(options["traversers"])
         cls._build(fabric, lay, [], [])
         return lay

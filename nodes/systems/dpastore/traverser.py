@@ -25,6 +25,11 @@ core, which other threads use while this one waits):
 models line after the binary search, the pivot lines one after another, the buffer after the
 model, the key window's DMA after the buffer's scan.
 
+With ``index = "btree"`` (:mod:`.inner`) step 3 is a binary search over a 2 KB node, one
+dependent line load per key line probed, then the child pointer's line; and step 4 has no model:
+the buffer is prefetched with the first probe's key line, then every further key line probed is
+its own dependent DMA, then the value's (:meth:`Traverser._btree_leaf_lookup`).
+
 Writes run steps 1, 3 and 4 (a write must know whether the key exists: INSERT of a present key
 and UPDATE/DELETE of a missing one fail), then reserve a buffer slot (FAA), store the key and the
 value slot, and publish (FAA). The writer whose publish fills the buffer DMA-pushes the patch
@@ -52,7 +57,8 @@ import numpy as np
 from nodes.devices.dpa_core import PACKET_CYCLES
 from . import layout as L
 from . import wire as W
-from .pla import INNER_EPS, KEYS_PER_LINE, LEAF_EPS, LINE_BYTES, predict
+from .inner import PROBE_CYCLES, format_of
+from .pla import KEYS_PER_LINE, LEAF_EPS, LINE_BYTES
 
 # ASSUMPTIONS (cycles of the DPA's in-order RISC-V core; no published counts): a binary search
 # over 7 first keys is 3 compare-and-branch steps; a model is a 64x32-bit multiply into 128 bits,
@@ -77,8 +83,10 @@ class TraverserStats(NamedTuple):
     buffer_hits: int           # GETs answered from an insert buffer
     cache_hits: int
     patches: int               # patch requests pushed
-    inner_lines: int           # DPA-memory lines of inner nodes read by GETs
+    inner_lines: int           # DPA-memory lines of inner nodes read by walks (GETs, writes, RANGEs)
     inner_nodes: int
+    leaf_searches: int         # leaf lookups (GETs, writes) that searched the host key array
+    leaf_key_lines: int        # host key lines those searches DMA'd
 
 
 class Traverser:
@@ -96,18 +104,22 @@ class Traverser:
         self.dma = ctx.dma
         self.patch_ring = patch_ring
         self.prefetch = bool(lay["prefetch"])
+        self.fmt = format_of(lay)                       # the inner-node format (:mod:`.inner`)
+        if self.fmt.name == "btree":
+            self._leaf_lookup = self._btree_leaf_lookup
         self.cache = cache
         self.mtu = ctx.udp.max_payload
         ghz = ctx.profile.dpa.ghz
         self.ns = {name: round(c / ghz) for name, c in (("packet", PACKET_CYCLES), ("search", SEARCH_CYCLES),
                                                         ("model", MODEL_CYCLES), ("buffer", BUFFER_CHECK_CYCLES),
-                                                        ("write", WRITE_CYCLES))}
+                                                        ("write", WRITE_CYCLES), ("probe", PROBE_CYCLES))}
         self.scan_ns = SCAN_CYCLES_PER_KEY / ghz
         self.last: dict = {}                            # client port -> (request id, reply or None)
         self.deferred: deque = deque()
         self.on_patch = None                            # co-located: wakes the host's patchers
         self.n = dict(requests=0, gets=0, writes=0, ranges=0, errors=0, duplicates=0, deferred=0,
-                      buffer_hits=0, cache_hits=0, patches=0, inner_lines=0, inner_nodes=0)
+                      buffer_hits=0, cache_hits=0, patches=0, inner_lines=0, inner_nodes=0,
+                      leaf_searches=0, leaf_key_lines=0)
 
     def statistics(self) -> TraverserStats:
         return TraverserStats(**self.n)
@@ -185,47 +197,19 @@ class Traverser:
             yield self.th.stall(fetch_ns - compute_ns)
 
     def _descend(self, key: int, want_fence: bool = False):
-        """The leaf for ``key`` (its DPA offset) and the fence above it (next pivot, or None)."""
-        th, mem, words = self.th, self.mem, self.words
-        memory = self.th.dpa.memory
-        tid = th.id
-        node = int(words[self.root_word])
+        """The leaf for ``key`` (its DPA offset) and the fence above it (next pivot, or None): one
+        step of the inner-node format per level (:meth:`.inner.InnerFormat.step`)."""
+        mem, fmt = self.mem, self.fmt
+        node = int(self.words[self.root_word])
         fence = None
         lines = 0
         nodes = 0
-        while L.kind_at(mem, node) == L.KIND_INNER:
-            yield th.load(node, LINE_BYTES)                         # metadata + first keys
-            hdr = L.read_header(mem, node)
-            j = bisect_right(hdr.first_keys, key) - 1
-            j = max(j, 0)                                           # leftmost pivot is 0: only a guard
-            size = hdr.sizes[j]
-            po, co = L.segment_offsets(hdr.sizes)[j]
-            seg = L.read_model(mem, node, j, hdr.first_keys[j], size)
-            p = min(max(predict(seg, key), 0), size - 1)
-            lo, hi = max(p - INNER_EPS, 0), min(p + INNER_EPS, size - 1)
-            first_line, last_line = lo // KEYS_PER_LINE, hi // KEYS_PER_LINE
-            pv_addr = node + po + first_line * LINE_BYTES
-            pv_bytes = (last_line - first_line + 1) * LINE_BYTES
-            if self.prefetch:
-                yield from self._overlap(memory.prefetch(tid, node + LINE_BYTES, LINE_BYTES), self.ns["search"])
-                yield from self._overlap(memory.prefetch(tid, pv_addr, pv_bytes), self.ns["model"])
-            else:
-                yield th.compute(self.ns["search"])
-                yield th.load(node + LINE_BYTES, LINE_BYTES)
-                yield th.compute(self.ns["model"])
-                yield th.load(pv_addr, pv_bytes)                    # one line after the other
-            pivots = L.read_words(mem, node + po, size)
-            c = lo + bisect_right(pivots[lo:hi + 1], key) - 1
-            yield th.compute(round((c - lo + 2) * self.scan_ns))
-            if want_fence:
-                if c + 1 < size:
-                    fence = pivots[c + 1]
-                elif j + 1 < len(hdr.sizes):
-                    fence = hdr.first_keys[j + 1]
-            yield th.load(node + co + 8 * c, 8)                     # the child pointer, last
-            lines += 2 + (last_line - first_line + 1) + 1
+        while fmt.is_inner(mem, fmt.address(node), node):
+            node, f, n = yield from fmt.step(self, node, key, want_fence)
+            if f is not None:
+                fence = f
+            lines += n
             nodes += 1
-            node = L.read_words(mem, node + co + 8 * c, 1)[0]
         self.n["inner_lines"] += lines
         self.n["inner_nodes"] += nodes
         return node, fence
@@ -274,6 +258,8 @@ class Traverser:
         if win is None:
             win, dma = self._dma_read(meta.keys_addr + first, nbytes)
             yield dma
+        self.n["leaf_searches"] += 1
+        self.n["leaf_key_lines"] += nbytes // LINE_BYTES
         keys = np.frombuffer(win.tobytes(), "<u8")
         rel = lo - lo // KEYS_PER_LINE * KEYS_PER_LINE
         sub = keys[rel:rel + hi - lo + 1].tolist()
@@ -282,6 +268,66 @@ class Traverser:
         if i < 0 or sub[i] != key:
             return False, None, "leaf"
         pos = lo + i
+        slot, dma = self._dma_read(meta.values_addr + pos * g.slot, g.slot)
+        yield dma
+        return True, g.decode(slot.tobytes()), "leaf"
+
+    def _btree_leaf_lookup(self, leaf: int, key: int):
+        """:meth:`_leaf_lookup` of the B+-tree (``index = "btree"``): no model; the metadata line,
+        the insert buffer (prefetched with the first probe's key line, as the learned leaf
+        prefetches its window), then an upper-bound binary search over the host key array in
+        which every key line not yet read is one dependent DMA, then the value's DMA."""
+        th, g = self.th, self.geo
+        memory = th.dpa.memory
+        probe = self.ns["probe"]
+        yield th.load(leaf, LINE_BYTES)                             # metadata: count, host addresses
+        meta = L.read_leaf(self.mem, leaf)
+        n = meta.count
+        got: dict = {}                                              # key line -> its 8 keys
+        first = (n // 2) // KEYS_PER_LINE                           # the first probe's line
+        if self.prefetch:
+            pf = memory.prefetch(th.id, leaf + g.counters, g.buffer_bytes)
+            if n:
+                win, dma = self._dma_read(meta.keys_addr + first * LINE_BYTES, LINE_BYTES)
+                got[first] = win
+                pf = max(pf, dma.done_ns - self.env.now)
+            yield from self._overlap(pf, probe)
+        else:
+            yield th.compute(probe)
+            yield th.load(leaf + g.counters, g.buffer_bytes, overlap=True)
+        yield th.compute(self.ns["buffer"])
+        newest = None
+        for k, v in self._buffer(leaf):
+            if k == key:
+                newest = (v,)
+        if newest is not None:
+            self.n["buffer_hits"] += 1
+            return newest[0] is not None, newest[0], "buffer"
+        if not n:
+            return False, None, "leaf"
+        lo, hi = 0, n
+        while lo < hi:
+            mid = (lo + hi) // 2
+            line = mid // KEYS_PER_LINE
+            if line not in got:                                     # the next probe depends on it
+                win, dma = self._dma_read(meta.keys_addr + line * LINE_BYTES, LINE_BYTES)
+                yield dma
+                got[line] = win
+            yield th.compute(probe)
+            o = (mid - line * KEYS_PER_LINE) * 8
+            if key < int.from_bytes(got[line][o:o + 8].tobytes(), "little"):
+                hi = mid
+            else:
+                lo = mid + 1
+        self.n["leaf_searches"] += 1
+        self.n["leaf_key_lines"] += len(got)
+        pos = lo - 1
+        if pos < 0:
+            return False, None, "leaf"
+        line = pos // KEYS_PER_LINE                                 # probed: lo only moves past a probe
+        o = (pos - line * KEYS_PER_LINE) * 8
+        if int.from_bytes(got[line][o:o + 8].tobytes(), "little") != key:
+            return False, None, "leaf"
         slot, dma = self._dma_read(meta.values_addr + pos * g.slot, g.slot)
         yield dma
         return True, g.decode(slot.tobytes()), "leaf"
@@ -350,6 +396,13 @@ class Traverser:
             yield self.patch_ring.device_refresh(self.dma)          # full: learn the host's progress
             yield self.th.stall(RETRY_NS)
 
+    def _range_search_ns(self, count: int) -> int:
+        """The compute of a RANGE's start search in a leaf's key array (already DMA'd whole): the
+        learned index's window scan, or the B+-tree's binary search."""
+        if self.fmt.name == "btree":
+            return self.ns["probe"] * max(count, 1).bit_length()
+        return round(LEAF_EPS * 2 * self.scan_ns)
+
     def _range(self, req: W.Request):
         self.n["ranges"] += 1
         th, g = self.th, self.geo
@@ -373,7 +426,7 @@ class Traverser:
                 yield dma
                 keys = np.frombuffer(kb.tobytes(), "<u8").tolist()
                 start = bisect_right(keys, key - 1) if key else 0
-                yield th.compute(round(LEAF_EPS * 2 * self.scan_ns))
+                yield th.compute(self._range_search_ns(meta.count))
                 need = want - len(out) + sum(1 for v in merged.values() if v is None)
                 stop = min(meta.count, start + need)
                 if stop > start:
