@@ -213,3 +213,26 @@ def test_bad_configuration_and_input_are_one_line():
         SYSTEM.bulk_load(state.fabric, state.layout, [(k(1), b"8 bytes!")])
         with pytest.raises(SystemError_, match="needs the empty store"):
             SYSTEM.bulk_load(state.fabric, state.layout, [(k(2), b"8 bytes!")])
+
+
+def test_larger_error_bounds_read_more_lines_and_answer_the_same():
+    keys = np.unique(np.random.default_rng(5).integers(1, 2**63, 4000, dtype=np.uint64)).tolist()
+    lines = {}
+    for eps in ((8, 4), (32, 16)):
+        with store({"leaf_eps": eps[0], "inner_eps": eps[1], "hot_cache": False}, capacity=len(keys)) as (
+                env, clients, directory, state):
+            SYSTEM.bulk_load(state.fabric, state.layout, ((k(x), b"v%d" % x) for x in keys))
+            cl, cos = clients[0]
+
+            def reads():
+                bad = []
+                for x in keys[::25]:
+                    if (yield from cl.get(cos[0], k(x))) != b"v%d" % x:
+                        bad.append(x)
+                return bad
+
+            assert run(env, reads()) == []
+            travs, _ = directory["dpastore.dpa"]
+            st = [t.statistics() for t in travs]
+            lines[eps] = sum(s.inner_lines for s in st) / sum(s.inner_nodes for s in st)
+    assert lines[32, 16] > lines[8, 4]

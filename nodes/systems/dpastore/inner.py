@@ -62,7 +62,8 @@ def format_of(lay: dict) -> "InnerFormat":
     """The inner-node format of a layout (``lay["index"]``; a layout without one is learned)."""
     name = lay.get("index", "learned")
     if name == "learned":
-        return LEARNED
+        eps = (lay.get("leaf_eps", LEAF_EPS), lay.get("inner_eps", INNER_EPS))
+        return LEARNED if eps == (LEAF_EPS, INNER_EPS) else LearnedFormat(*eps)
     if name == "btree":
         return BTREE
     raise ValueError(f"dpa-store: unknown index {name!r}; the indexes are {', '.join(INDEXES)}")
@@ -112,6 +113,9 @@ class LearnedFormat(InnerFormat):
 
     name = "learned"
 
+    def __init__(self, leaf_eps: int = LEAF_EPS, inner_eps: int = INNER_EPS):
+        self.leaf_eps, self.inner_eps = leaf_eps, inner_eps
+
     def address(self, ptr: int) -> int:
         return ptr
 
@@ -131,13 +135,13 @@ class LearnedFormat(InnerFormat):
         """One node if the PLA fits 7 segments of 128, else (or in a bulk build) several, within
         the retrain bound unless bulk."""
         pv = np.asarray(pivots, dtype=np.uint64)
-        segs = pla.segment(pv, INNER_EPS, max_size=SEGMENT_CAPACITY)
+        segs = pla.segment(pv, self.inner_eps, max_size=SEGMENT_CAPACITY)
         if len(segs) <= SEGMENTS_PER_NODE:
             groups = [segs]
         elif bulk:
             groups = [segs[g:g + SEGMENTS_PER_NODE] for g in range(0, len(segs), SEGMENTS_PER_NODE)]
         else:
-            segs = pla.segment(pv, INNER_EPS, max_size=split_limit(SEGMENT_CAPACITY, RETRAIN_BOUND))
+            segs = pla.segment(pv, self.inner_eps, max_size=split_limit(SEGMENT_CAPACITY, RETRAIN_BOUND))
             per = split_limit(SEGMENTS_PER_NODE, RETRAIN_BOUND)
             m = -(-len(segs) // per)
             groups = [segs[len(segs) * g // m:len(segs) * (g + 1) // m] for g in range(m)]
@@ -164,7 +168,7 @@ class LearnedFormat(InnerFormat):
         po, co = L.segment_offsets(hdr.sizes)[j]
         seg = L.read_model(mem, node, j, hdr.first_keys[j], size)
         p = min(max(predict(seg, key), 0), size - 1)
-        lo, hi = max(p - INNER_EPS, 0), min(p + INNER_EPS, size - 1)
+        lo, hi = max(p - self.inner_eps, 0), min(p + self.inner_eps, size - 1)
         first_line, last_line = lo // KEYS_PER_LINE, hi // KEYS_PER_LINE
         pv_addr = node + po + first_line * LINE_BYTES
         pv_bytes = (last_line - first_line + 1) * LINE_BYTES
@@ -190,13 +194,13 @@ class LearnedFormat(InnerFormat):
 
     def leaf_pieces(self, keys, limit, bulk):
         ks = np.asarray(keys, dtype=np.uint64)
-        segs = pla.segment(ks, LEAF_EPS, max_size=LEAF_CAPACITY)
+        segs = pla.segment(ks, self.leaf_eps, max_size=LEAF_CAPACITY)
         if len(segs) > 1 and not bulk:
-            segs = pla.segment(ks, LEAF_EPS, max_size=limit)
+            segs = pla.segment(ks, self.leaf_eps, max_size=limit)
         return [(s.start, s.size) for s in segs]
 
     def leaf_model(self, keys) -> Segment:
-        return L.leaf_model(keys)
+        return L.leaf_model(keys, self.leaf_eps)
 
 
 # --- the B+-tree ------------------------------------------------------------------------------------

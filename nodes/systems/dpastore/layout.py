@@ -240,11 +240,11 @@ def kind_at(mem: np.ndarray, off: int) -> int:
     return struct.unpack_from("<Q", mem, off)[0] & 0xF
 
 
-def leaf_model(keys) -> Segment:
+def leaf_model(keys, eps: int = pla.LEAF_EPS) -> Segment:
     """The model of a leaf's keys: one PLA segment with the leaf eps (a leaf is one segment)."""
     if len(keys) == 0:
         return Segment(0, 0, 0, 0, 0, 0)
-    segs = pla.segment(np.asarray(keys, dtype=np.uint64), pla.LEAF_EPS)
+    segs = pla.segment(np.asarray(keys, dtype=np.uint64), eps)
     if len(segs) != 1:
         raise ValueError(f"leaf keys need {len(segs)} segments: a leaf is one")
     return segs[0]

@@ -199,6 +199,10 @@ class DpaStoreSystem(System):
         Option("patchers", 4, "host patcher threads on the DPA's host, a core each", minimum=1, maximum=64),
         Option("stitcher_core", "dedicated", "stitchers on a DPA core of their own, or among the traversers",
                choices=("dedicated", "shared")),
+        Option("leaf_eps", 8, "error bound of a leaf's model: a leaf search DMAs at most 2 eps + 1 keys "
+               "(8: at most 3 lines, the paper's constraint; docs/dpastore.md)", minimum=1, maximum=64),
+        Option("inner_eps", 4, "error bound of an inner segment's model (4: at most 2 lines of pivots)",
+               minimum=1, maximum=64),
         Option("prefetch", True, "prefetch the next lines while the model computes (the paper's +19 %)"),
         Option("hot_cache", True, "the per-traverser hot-entry cache (clients send its hints)"),
         Option("timeout_us", 200.0, "a client's wait for a reply before it sends again (virtual us)",
@@ -259,7 +263,8 @@ class DpaStoreSystem(System):
                "value_max": value_max, "stitchers": int(options["stitchers"]), "patchers": int(options["patchers"]),
                "stitcher_core": options["stitcher_core"], "prefetch": bool(options["prefetch"]),
                "hot_cache": bool(options["hot_cache"]), "seed": int(options["seed"]), "poll_ns": 1000,
-               "index": options["index"]}
+               "index": options["index"], "leaf_eps": int(options["leaf_eps"]),
+               "inner_eps": int(options["inner_eps"])}
         lay["traversers"] = int(options["traversers"])
         cls._build(fabric, lay, [], [])
         return lay

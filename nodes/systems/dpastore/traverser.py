@@ -105,6 +105,7 @@ class Traverser:
         self.patch_ring = patch_ring
         self.prefetch = bool(lay["prefetch"])
         self.fmt = format_of(lay)                       # the inner-node format (:mod:`.inner`)
+        self.leaf_eps = lay.get("leaf_eps", LEAF_EPS)
         if self.fmt.name == "btree":
             self._leaf_lookup = self._btree_leaf_lookup
         self.cache = cache
@@ -231,7 +232,7 @@ class Traverser:
         memory = th.dpa.memory
         yield th.load(leaf, LINE_BYTES)                             # metadata: model, host addresses
         meta = L.read_leaf(self.mem, leaf)
-        lo, hi = L.window(meta.model, key, LEAF_EPS)
+        lo, hi = L.window(meta.model, key, self.leaf_eps)
         win = None
         if meta.count:
             first = lo // KEYS_PER_LINE * LINE_BYTES
@@ -401,7 +402,7 @@ class Traverser:
         learned index's window scan, or the B+-tree's binary search."""
         if self.fmt.name == "btree":
             return self.ns["probe"] * max(count, 1).bit_length()
-        return round(LEAF_EPS * 2 * self.scan_ns)
+        return round(self.leaf_eps * 2 * self.scan_ns)
 
     def _range(self, req: W.Request):
         self.n["ranges"] += 1
