@@ -72,6 +72,8 @@ RUNS = {
     "dmrack reproduce flexkv": [["reproduce", "flexkv", "--quick", "--only", "fig19", "--jobs", "2", "--json",
                                  "{tmp}/flexkv.json"]],
     "dmrack reproduce pd3": [["reproduce", "pd3", "--quick", "--only", "fig4,fig8", "--json", "{tmp}/pd3.json"]],
+    "dmrack reproduce dpastore": [["reproduce", "dpastore", "--quick", "--only", "bulkload", "--json",
+                                   "{tmp}/dpastore.json"]],
     "dmrack bench devices": [["bench", "devices", "--quick", "--only", "dpa-memory,dma", "--json",
                               "{tmp}/devices.json"]],
     "dmrack bench speed": [["bench", "speed", "--quick", "--only", "verbs", "--json", "{tmp}/speed.json"]],
