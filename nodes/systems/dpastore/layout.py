@@ -289,7 +289,7 @@ class Heap:
         if at + nbytes > self.limit:
             from nodes.systems.api import SystemError_
             raise SystemError_(f"dpa-store: {self.what} is full ({self.limit - self.base:,} B): raise "
-                               f"system.{'dpa_bytes' if 'DPA' in self.what else 'host_bytes'}")
+                               f"{'dpa.memory' if 'DPA' in self.what else 'compute.memory'} of the rack")
         self.words[self.cursor_word] = at + nbytes
         return at
 

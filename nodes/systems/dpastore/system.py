@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from nodes.systems.api import Option, System, SystemError_
+from shm.fabric import REGION_HOST
 
 from . import layout as L
 from . import wire as W
@@ -247,11 +248,15 @@ class DpaStoreSystem(System):
         patch_ring = DmaRing.layout(fabric, host, 256, _ring_record(value_max)).base
         stitch_rings = [DmaRing.layout(fabric, host, 1024, 40).base for _ in range(options["stitchers"])]
         mirror = fabric.allocate(host, dpa_bytes)
-        have = fabric.nodes[host].memory_bytes - fabric.allocated(host) if hasattr(fabric, "allocated") else None
-        leaves = -(-max(capacity, 1) * 4 // 3 // 96) + 16
-        heap_bytes = max(leaves * (L.HOST_KEYS_BYTES + geo.host_values_bytes) * 2, 1 << 20)
-        if have is not None:
-            heap_bytes = min(heap_bytes, have - 4096)
+        # the heap takes the host's free memory but a reserve for its own queues: leaves' arrays,
+        # the snapshots COPYs read and replaced blocks waiting for their epoch all live there
+        free = fabric.region_bytes(host, REGION_HOST) - int(fabric.memory[host].alloc[0])
+        heap_bytes = free - min(4 << 20, free // 8)
+        need = (-(-max(capacity, 1) // 96) + 16) * (L.HOST_KEYS_BYTES + geo.host_values_bytes)
+        if heap_bytes < need:
+            raise SystemError_(f"dpa-store: the host ({fabric.nodes[host].name}) has {max(heap_bytes, 0) / 2**20:.1f} MiB "
+                               f"left for the leaves' arrays of {capacity:,} keys, which need {need / 2**20:.1f} MiB: "
+                               f"raise compute.memory")
         try:
             heap = fabric.allocate(host, heap_bytes)
         except MemoryError as e:
