@@ -187,8 +187,11 @@ class HostTree:
         data = L.encode_leaf(g, low, model, len(keys), gaddr(self.host, ko), gaddr(self.host, vo))
         # only the metadata line crosses the copy path: a new leaf's insert buffer is empty, and
         # the stitcher empties it in place (a CLEAR) instead of copying 16 empty slots
-        self.place(off, data, plan, pla.LINE_BYTES)
-        plan.clear(off)
+        if plan.snapshot:
+            self.place(off, data, plan, pla.LINE_BYTES)
+            plan.clear(off)
+        else:                       # a bulk load streams whole leaves, buffers and all (§4.2.7's 192 MB)
+            self.place(off, data, plan, len(data))
         self.n["leaves_made"] += 1
         return off
 

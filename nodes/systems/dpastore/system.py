@@ -161,10 +161,17 @@ def _dpa_server(ctx):
         gens.append(t.run())
     channel = CopyChannel(ctx.dpa.memory)
     for s in range(n_st):
-        core = trav_cores if lay["stitcher_core"] == "dedicated" else s % trav_cores
-        if core >= ctx.profile.dpa.cores:
-            raise SystemError_(f"dpa-store: no DPA core left for the stitchers ({n_trav} traversers use "
-                               f"{trav_cores} of {ctx.profile.dpa.cores}); use stitcher_core = \"shared\"")
+        if lay["stitcher_core"] == "dedicated":
+            core = trav_cores
+            if core >= ctx.profile.dpa.cores:
+                raise SystemError_(f"dpa-store: no DPA core left for the stitchers ({n_trav} traversers use "
+                                   f"{trav_cores} of {ctx.profile.dpa.cores}); use stitcher_core = \"shared\"")
+        else:                           # the traversers' cores with a free hardware thread, the last first
+            room = [c for c in range(trav_cores - 1, -1, -1) if len(ctx.dpa.cores[c].threads) < per_core]
+            if not room:
+                raise SystemError_(f"dpa-store: stitcher_core = \"shared\" needs a free thread on a traverser "
+                                   f"core; {n_trav} traversers fill {trav_cores} cores: use fewer traversers")
+            core = room[0]
         ring = DmaRing.attach(ctx.fabric, lay["host"], lay["stitch_rings"][s])
         st = Stitcher(ctx, ctx.dpa.thread(core=core), s, ring, lay, channel, n_trav,
                       Waker(ctx.env, ctx.stopped, lay["poll_ns"]))
