@@ -91,17 +91,8 @@ def point(*, quick: bool = True, keys: int | None = None, op: str = "get", dist:
     from shm.coro import NodeRdma
     from shm.verbs import VerbsHost
     system = get_system("dpa-store")
-    ks = key_array if key_array is not None else dataset_keys(dataset, keys or KEYS[quick], seed)
-    n = len(ks)
-    mix = parse_mix(op)
-    warm, window = window_us or window_for(mix, quick)
-    qd = qd or default_qd(mix)
-    inserts = "insert" in mix
-    # keys to insert: a second sparse set, disjoint from the loaded one
-    loaded = ks
-    fresh = None
-    if inserts:
-        fresh = _fresh_keys(loaded, seed)
+    loaded, fresh, mix, (warm, window), qd = _load(quick, keys, key_array, dataset, seed, op, window_us, qd)
+    n = len(loaded)
     dpa_mem = max(32 << 20, int(n * 1.6 * 512 // 90 * 2) + (8 << 20))
     d = with_rack_tables(system, {
         "rack": {"name": f"dpastore-{op}", "profile": PROFILE, "seed": seed},
@@ -239,12 +230,8 @@ def rolex_point(*, quick: bool = True, keys: int | None = None, op: str = "get",
     from shm.coro import NodeRdma
     from shm.verbs import VerbsHost
     system = get_system("rolex")
-    ks = key_array if key_array is not None else dataset_keys(dataset, keys or KEYS[quick], seed)
+    ks, fresh, mix, (warm, window), qd = _load(quick, keys, key_array, dataset, seed, op, window_us, qd)
     n = len(ks)
-    mix = parse_mix(op)
-    warm, window = window_us or window_for(mix, quick)
-    qd = qd or default_qd(mix)
-    fresh = _fresh_keys(ks, seed) if "insert" in mix else None
     leaf_mib = max(64, n * 64 // (1 << 20) + 32)
     d = {"rack": {"name": f"rolex-{op}", "profile": PROFILE, "seed": seed}, "profile_overrides": dict(NETWORK),
          "compute": {"count": client_nodes, "threads": client_threads, "coroutines": qd, "memory": "64MiB"},
@@ -275,6 +262,15 @@ def rolex_point(*, quick: bool = True, keys: int | None = None, op: str = "get",
         lat_us = np.array(lat) / 1000 if lat else np.array([0.0])
         return {"op": op, "keys": n, "mops": done[0] / (window * 1000) * 1000, "p50": float(np.percentile(lat_us, 50)),
                 "p99": float(np.percentile(lat_us, 99)), "ops": done[0], "failed": failed[0]}
+
+
+def _load(quick, keys, key_array, dataset, seed, op, window_us, qd):
+    """What both systems' points share: (loaded keys, keys to insert or None, the mix, the
+    windows, the queue depth)."""
+    ks = key_array if key_array is not None else dataset_keys(dataset, keys or KEYS[quick], seed)
+    mix = parse_mix(op)
+    fresh = _fresh_keys(ks, seed) if "insert" in mix else None
+    return ks, fresh, mix, window_us or window_for(mix, quick), qd or default_qd(mix)
 
 
 def _fresh_keys(loaded: np.ndarray, seed: int) -> np.ndarray:

@@ -220,6 +220,19 @@ class Traverser:
         raw = bytes(self.mem[leaf + g.counters:leaf + g.dpa_bytes])
         return L.buffer_entries(raw, g)
 
+    def _buffered(self, leaf: int, key: int):
+        """A lookup's early exit: (found, value, "buffer") for the newest buffered write of ``key``
+        in the leaf's insert buffer (already fetched), or None."""
+        yield self.th.compute(self.ns["buffer"])
+        newest = None
+        for k, v in self._buffer(leaf):
+            if k == key:
+                newest = (v,)
+        if newest is None:
+            return None
+        self.n["buffer_hits"] += 1
+        return newest[0] is not None, newest[0], "buffer"
+
     def _dma_read(self, addr: int, n: int) -> np.ndarray:
         buf = np.empty(n, np.uint8)
         c = self.dma.read(addr, buf, n)
@@ -246,14 +259,9 @@ class Traverser:
         else:
             yield th.compute(self.ns["model"])
             yield th.load(leaf + g.counters, g.buffer_bytes, overlap=True)
-        yield th.compute(self.ns["buffer"])
-        newest = None
-        for k, v in self._buffer(leaf):
-            if k == key:
-                newest = (v,)
-        if newest is not None:
-            self.n["buffer_hits"] += 1
-            return newest[0] is not None, newest[0], "buffer"
+        hit = yield from self._buffered(leaf, key)
+        if hit is not None:
+            return hit
         if not meta.count:
             return False, None, "leaf"
         if win is None:
@@ -296,14 +304,9 @@ class Traverser:
         else:
             yield th.compute(probe)
             yield th.load(leaf + g.counters, g.buffer_bytes, overlap=True)
-        yield th.compute(self.ns["buffer"])
-        newest = None
-        for k, v in self._buffer(leaf):
-            if k == key:
-                newest = (v,)
-        if newest is not None:
-            self.n["buffer_hits"] += 1
-            return newest[0] is not None, newest[0], "buffer"
+        hit = yield from self._buffered(leaf, key)
+        if hit is not None:
+            return hit
         if not n:
             return False, None, "leaf"
         lo, hi = 0, n
