@@ -5,10 +5,13 @@ The host cannot write DPA memory; the only path is DPA threads copying host memo
 core of their own) polls its ring in host memory by DMA (:mod:`shm.dmaring`) and executes what
 it finds, in order (:mod:`.host` says what each stitch is and how queues are partitioned):
 
-* ``COPY``: the node's bytes from the host mirror into DPA memory. Priced on one copy channel
-  shared by all stitchers at ``dpa.host_copy_mb_per_s`` (the published rate is an aggregate, and
-  Fig. 9 shows INSERT flat beyond 4 stitchers: more threads do not copy faster); the thread
-  waits off its core meanwhile.
+* ``COPY``: the node's bytes from the host mirror into DPA memory, a software copy the stitcher
+  thread runs on its own core (the DMA engine cannot write DPA memory for the host): a compute
+  burst of ``DpaMemory.host_copy_ns(n)``, the published 120 MB/s being what the 4 stitchers of
+  the paper's plan reach on their one dedicated core (threads of a core run one at a time, so
+  more stitchers on that core copy no faster: Fig. 9's flat INSERT beyond 4). Stitchers placed
+  among the traversers (``stitcher_core = "shared"``) wait behind the traversers' doorbell
+  bursts, which the hardware scheduler runs first (Fig. 9's -14 % INSERT).
 * ``CONNECT``: one 8-byte store; the traversers' L1 copies of that line are invalidated by the
   cache model, so the next walk sees the new pointer.
 * ``CLEAR``: the insert buffer's value slots back to EMPTY, then its counters to 0.
@@ -18,7 +21,7 @@ it finds, in order (:mod:`.host` says what each stitch is and how queues are par
   blocks (epoch-based reclamation).
 * ``FENCE`` / ``RELEASE``: the queue fence around a root change.
 
-The bulk load runs the same :func:`apply` on its stitches, timed as one stream on the copy channel.
+The bulk load runs the same stitches at once (:func:`apply_now`); its time is the copy's at that rate.
 """
 
 from __future__ import annotations
@@ -51,19 +54,6 @@ class StitcherStats(NamedTuple):
     fences: int
 
 
-class CopyChannel:
-    """The host-to-DPA copy path: one calendar all stitchers of a DPA book."""
-
-    def __init__(self, memory):
-        self.memory = memory
-        self.free_at = 0
-
-    def book(self, now: int, nbytes: int) -> int:
-        start = max(now, self.free_at)
-        self.free_at = start + self.memory.host_copy_ns(nbytes)
-        return self.free_at
-
-
 def copy_bytes(dpa_mem: np.ndarray, host_mem, dpa_off: int, host_off: int, n: int) -> None:
     """The data of a COPY (host lines read under their seqlocks)."""
     read_lines(dpa_mem, dpa_off, host_mem.host, host_off, n, host_mem.host_locks)
@@ -77,14 +67,13 @@ def clear_buffer(words: np.ndarray, geo: L.LeafGeometry, leaf: int) -> None:
 
 
 class Stitcher:
-    def __init__(self, ctx, th, index: int, ring, lay: dict, channel: CopyChannel, traversers: int, waker):
+    def __init__(self, ctx, th, index: int, ring, lay: dict, traversers: int, waker):
         self.ctx, self.th, self.index, self.ring = ctx, th, index, ring
         self.env = ctx.env
         self.mem = ctx.memory.host
         self.words = ctx.memory.host64
         self.host_mem = ctx.fabric.memory[lay["host"]]
         self.geo = L.LeafGeometry.of(lay["value_max"])
-        self.channel = channel
         self.traversers = traversers
         base = lay["dpa_region"]
         self.epoch0 = (base + L.EPOCH_BASE) // 8
@@ -124,8 +113,7 @@ class Stitcher:
         th, words = self.th, self.words
         self.n["stitches"] += 1
         if op == OP_COPY:
-            done = self.channel.book(self.env.now, n)
-            yield th.stall(done - self.env.now)
+            yield th.compute(th.dpa.memory.host_copy_ns(n))
             copy_bytes(self.mem, self.host_mem, a, b, n)
             self.n["copies"] += 1
             self.n["copied_bytes"] += n
@@ -175,7 +163,7 @@ class Stitcher:
 
 def apply_now(dpa_mem: np.ndarray, dpa_words: np.ndarray, host_mem, geo: L.LeafGeometry, stitches) -> int:
     """Run COPY, CLEAR and CONNECT stitches at once (a bulk load before the rack runs); returns the bytes
-    copied, which the copy channel would take ``host_copy_ns`` of."""
+    copied, which the stitchers' copy takes ``host_copy_ns`` of."""
     copied = 0
     for op, a, b, n in stitches:
         if op == OP_COPY:
@@ -190,4 +178,4 @@ def apply_now(dpa_mem: np.ndarray, dpa_words: np.ndarray, host_mem, geo: L.LeafG
     return copied
 
 
-__all__ = ["Stitcher", "CopyChannel", "apply_now", "LINE_BYTES"]
+__all__ = ["Stitcher", "apply_now", "LINE_BYTES"]

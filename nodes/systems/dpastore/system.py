@@ -140,7 +140,7 @@ def _dpa_server(ctx):
         return []
     from shm.dmaring import DmaRing
     from shm.verbs import Context
-    from .stitcher import CopyChannel, Stitcher
+    from .stitcher import Stitcher
     from .traverser import PricedCache, Traverser
     n_trav, n_st = lay["traversers"], lay["stitchers"]
     if n_trav + n_st > ctx.dpa.limit:
@@ -159,7 +159,6 @@ def _dpa_server(ctx):
         t = Traverser(ctx, th, i, queues[f"{ctx.name}.t{i}"], sock, lay, patch_ring, cache)
         travs.append(t)
         gens.append(t.run())
-    channel = CopyChannel(ctx.dpa.memory)
     for s in range(n_st):
         if lay["stitcher_core"] == "dedicated":
             core = trav_cores
@@ -173,7 +172,7 @@ def _dpa_server(ctx):
                                    f"core; {n_trav} traversers fill {trav_cores} cores: use fewer traversers")
             core = room[0]
         ring = DmaRing.attach(ctx.fabric, lay["host"], lay["stitch_rings"][s])
-        st = Stitcher(ctx, ctx.dpa.thread(core=core), s, ring, lay, channel, n_trav,
+        st = Stitcher(ctx, ctx.dpa.thread(core=core), s, ring, lay, n_trav,
                       Waker(ctx.env, ctx.stopped, lay["poll_ns"]))
         stitchers.append(st)
         gens.append(st.run())
