@@ -12,7 +12,16 @@ history-based queue model of Graphite/ZSim; it needs no lock, only CAS on one wo
 any process can book any resource.
 
 A bucket word packs a 24-bit tag (the absolute bucket index modulo 2^24) with 40 bits of booked
-work, so resetting a bucket that the ring has passed and booking into it are one CAS. A *hint*
+work, so resetting a bucket that the ring has passed and booking into it are one CAS.
+
+**The ring's span** (``n_buckets x bucket``) must exceed the resource's backlog and the spread of
+the stamps it is asked about (a response booked far ahead, behind a long queue, while new requests
+are stamped now). Past that, buckets alias: a booking more than a span ahead resets a bucket that
+still holds work of a live time, and requests stamped at that time then find a later tag and are
+served without queueing (``stale``): the resource carries more than its capacity, silently. A
+walk that resets a bucket at or after its own stamp (its backlog alone exceeds the span) is
+counted in ``overflows``; either counter above zero means the resource's numbers are wrong
+(``Fabric.calendar_errors``, warned about when the fabric closes). A *hint*
 word remembers the first bucket that may still have room, so a saturated resource does not walk
 its whole backlog on every request.
 
@@ -21,7 +30,8 @@ resource in the table (int64 words, offset ``o``):
 
     o+0 servers k      o+1 bucket_ps     o+2 n_buckets (power of two)   o+3 hint (full run)
     o+4 booked_ps      o+5 requests      o+6 stale requests             o+7 queued_ps
-    o+8 ... o+8+n_buckets-1  bucket words
+    o+8 overflows (buckets reset while live)
+    o+9 ... o+9+n_buckets-1  bucket words
 """
 
 from __future__ import annotations
@@ -34,7 +44,7 @@ from numba import njit
 
 from shm.atomics import cas, faa, load_acquire
 
-HEADER_WORDS = 8
+HEADER_WORDS = 9
 _TAG_BITS = 24
 _USED_BITS = 40
 _TAG_MASK = (1 << _TAG_BITS) - 1
@@ -85,7 +95,9 @@ def reserve(tbl, o, t, cost):
                 faa(tbl, o + 4, cost)
                 faa(tbl, o + 5, 1)
                 return t + cost
-            cas(tbl, idx, w, jt << _USED_BITS)
+            if cas(tbl, idx, w, jt << _USED_BITS) == w and used > 0 and j - ((jt - tag) & _TAG_MASK) >= j0:
+                # the bucket held work at or after this request's stamp: the backlog outruns the ring
+                faa(tbl, o + 8, 1)
             continue
         if used >= cap:
             j += 1
@@ -120,6 +132,7 @@ class ResourceStats(NamedTuple):
     busy_ns: float
     queued_ns: float
     stale: int
+    overflows: int = 0
 
     def utilisation(self, elapsed_ns: float) -> float:
         """Fraction of the resource's server time booked over ``elapsed_ns`` of virtual time."""
@@ -171,7 +184,7 @@ class ResourceLayout:
             raise ValueError(f"resource table must be int64 with >= {self.words} words")
         for spec in self.specs:
             o = self.offsets[spec.name]
-            tbl[o : o + HEADER_WORDS] = (spec.servers, spec.bucket_ps, spec.n_buckets, 0, 0, 0, 0, 0)
+            tbl[o : o + HEADER_WORDS] = (spec.servers, spec.bucket_ps, spec.n_buckets, 0, 0, 0, 0, 0, 0)
 
     def statistics(self, tbl: np.ndarray, name: str) -> ResourceStats:
         o = self.offsets[name]
@@ -182,4 +195,5 @@ class ResourceLayout:
             busy_ns=int(tbl[o + 4]) / 1000.0,
             queued_ns=int(tbl[o + 7]) / 1000.0,
             stale=int(tbl[o + 6]),
+            overflows=int(tbl[o + 8]),
         )

@@ -383,13 +383,28 @@ class Fabric:
             raise
         return cls(desc["profile"], desc["nodes"], segments, False, desc["prefix"])
 
+    def calendar_errors(self) -> list:
+        """Resources whose calendar ring aliased (``stale`` or ``overflows`` above zero, see
+        ``shm/calendar.py``): their bookings, and every time derived from them, are wrong."""
+        if self.table is None:
+            return []
+        lay = self.layout.resources
+        return [st for st in (lay.statistics(self.table, s.name) for s in lay.specs) if st.stale or st.overflows]
+
     def close(self) -> None:
-        """Unmap; the owner also unlinks every segment."""
+        """Unmap; the owner also unlinks every segment. The owner warns when a calendar aliased."""
+        bad = self.calendar_errors() if self.owner else []
         self.memory = []
         self.table = None
         for seg in self._segments.values():
             seg.close()
         self._segments = {}
+        if bad:
+            import warnings
+            warnings.warn("fabric calendars aliased (a backlog or a stamp spread beyond the ring, "
+                          "shm/calendar.py): the timing of this run is wrong: " + ", ".join(
+                              f"{st.name} stale={st.stale} overflows={st.overflows}" for st in bad[:8])
+                          + (f" and {len(bad) - 8} more" if len(bad) > 8 else ""), RuntimeWarning, stacklevel=2)
 
     def __enter__(self):
         return self

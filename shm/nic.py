@@ -147,6 +147,11 @@ N_STAGES = 14
 FLAG_INLINE = 1   # payload in the WQE: no payload DMA read
 FLAG_FENCE = 2    # IBV_SEND_FENCE: wait for the QP's earlier READs and atomics to complete
 
+#: Buckets of the per-node link, processing-unit and PCIe calendars (64 ns each; was 4096, a
+#: 262 us span that 6 x 31 x 32 coroutines' READ backlog outran: the memory node's link then
+#: carried 20x its capacity, fixed 2026-11-25, tests/test_rolex_load.py).
+NODE_RING = 65536
+
 _FS = 1000  # fs per ps
 _PS = 1000  # ps per ns
 
@@ -220,13 +225,19 @@ class FabricLayout:
         for i, name in enumerate(nodes):
             d = desc[i]
             # Bucket widths: small enough to resolve the resource's service time, large enough
-            # that a saturated resource's backlog spans few buckets.
-            d[D_TX] = lay.add(f"{name}.tx", 1, 64 * ns, 4096)
-            d[D_RX] = lay.add(f"{name}.rx", 1, 64 * ns, 4096)
-            d[D_REQ] = lay.add(f"{name}.req_pu", profile.nic.requester_units, 64 * ns, 4096)
-            d[D_RESP] = lay.add(f"{name}.resp_pu", profile.nic.responder_units, 64 * ns, 4096)
-            d[D_PCIE] = lay.add(f"{name}.pcie", 1, 64 * ns, 4096)
-            d[D_ATOMIC] = lay.add(f"{name}.atomic", profile.nic.atomic_units, 256 * ns, 1024)
+            # that a saturated resource's backlog spans few buckets. Ring spans: longer than any
+            # backlog a run builds (shm/calendar.py: past it the calendar aliases and serves
+            # requests for free). The path of every verb gets NODE_RING buckets of 64 ns (4.2 ms:
+            # 6 x 31 threads x 32 coroutines of ~3 KiB READs queue 1.6 ms on one 100 Gb/s link,
+            # and the CASes queued behind them on their QPs arrive spread over as long); the
+            # atomic pipeline the same span in 256 ns buckets. The per-address slots keep 64 us
+            # (4096 of them per node): a hot address's CASes spread wider alias (counted).
+            d[D_TX] = lay.add(f"{name}.tx", 1, 64 * ns, NODE_RING)
+            d[D_RX] = lay.add(f"{name}.rx", 1, 64 * ns, NODE_RING)
+            d[D_REQ] = lay.add(f"{name}.req_pu", profile.nic.requester_units, 64 * ns, NODE_RING)
+            d[D_RESP] = lay.add(f"{name}.resp_pu", profile.nic.responder_units, 64 * ns, NODE_RING)
+            d[D_PCIE] = lay.add(f"{name}.pcie", 1, 64 * ns, NODE_RING)
+            d[D_ATOMIC] = lay.add(f"{name}.atomic", profile.nic.atomic_units, 256 * ns, NODE_RING // 4)
             d[D_DMA] = lay.add(f"{name}.dma", 1, 256 * ns, 1024)
             d[D_DMA_RD] = lay.add(f"{name}.dma_rd", 1, 256 * ns, 1024)
             d[D_SLOT0], d[D_SLOT_STRIDE] = _add_array(lay, f"{name}.slot", profile.nic.atomic_slots, 1024 * ns, 64)

@@ -139,7 +139,7 @@ def test_statistics_of_resources_are_independent():
     lay.initialise(tbl)
     reserve(tbl, oa, 0, 2000)
     assert lay.statistics(tbl, "a").requests == 1
-    assert lay.statistics(tbl, "b") == (("b", 3, 0, 0.0, 0.0, 0))
+    assert lay.statistics(tbl, "b") == (("b", 3, 0, 0.0, 0.0, 0, 0))
     assert reserve(tbl, ob, 0, 2000) == 2000
 
 

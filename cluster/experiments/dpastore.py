@@ -219,10 +219,15 @@ def _loop(env, cli, co, r, keys, fresh, cursor, cdf, perm, mix, range_count, t0,
 def rolex_point(*, quick: bool = True, keys: int | None = None, op: str = "get", dataset: str = "sparse",
                 client_nodes: int = CLIENT_NODES, client_threads: int = CLIENT_THREADS, qd: int | None = None,
                 window_us=None, seed: int = 1, range_count: int = 10,
-                key_array: np.ndarray | None = None) -> dict:
+                key_array: np.ndarray | None = None, profile_overrides: dict | None = None) -> dict:
     """ROLEX (``rolex``) under the same load: its clients on ``client_nodes`` compute nodes (the
     paper's client machines, one-sided verbs), one memory node on the same ``bf3`` card class as
-    DPA-Store's server (a BlueField-3 used as a ConnectX-7), 8-byte inline values."""
+    DPA-Store's server (a BlueField-3 used as a ConnectX-7), 8-byte inline values.
+
+    ``calendar_errors``: NIC calendars whose ring aliased (must be 0: see ``shm/calendar.py``; at
+    6 x 31 x 32 the memory node's READ backlog outran the old 262 us rings and the run reported
+    122 Mops through one 100 Gb/s link). The backlog makes a GET's latency about a millisecond at
+    that load: the default windows give the rate, not a steady-state latency."""
     from cluster.rack import RackState, compile_scenario
     from cluster.scenario import scenario_from_dict
     from nodes.runtime.env import Environment
@@ -233,7 +238,8 @@ def rolex_point(*, quick: bool = True, keys: int | None = None, op: str = "get",
     ks, fresh, mix, (warm, window), qd = _load(quick, keys, key_array, dataset, seed, op, window_us, qd)
     n = len(ks)
     leaf_mib = max(64, n * 64 // (1 << 20) + 32)
-    d = {"rack": {"name": f"rolex-{op}", "profile": PROFILE, "seed": seed}, "profile_overrides": dict(NETWORK),
+    d = {"rack": {"name": f"rolex-{op}", "profile": PROFILE, "seed": seed},
+         "profile_overrides": {**NETWORK, **(profile_overrides or {})},
          "compute": {"count": client_nodes, "threads": client_threads, "coroutines": qd, "memory": "64MiB"},
          "memory": {"count": 1, "memory": f"{leaf_mib}MiB"},
          "system": {"name": "rolex", "values": "inline"},
@@ -261,7 +267,8 @@ def rolex_point(*, quick: bool = True, keys: int | None = None, op: str = "get",
         env.run(until=t1 + 20_000)
         lat_us = np.array(lat) / 1000 if lat else np.array([0.0])
         return {"op": op, "keys": n, "mops": done[0] / (window * 1000) * 1000, "p50": float(np.percentile(lat_us, 50)),
-                "p99": float(np.percentile(lat_us, 99)), "ops": done[0], "failed": failed[0]}
+                "p99": float(np.percentile(lat_us, 99)), "ops": done[0], "failed": failed[0],
+                "calendar_errors": len(state.fabric.calendar_errors())}
 
 
 def _load(quick, keys, key_array, dataset, seed, op, window_us, qd):
