@@ -153,7 +153,8 @@ def point(*, quick: bool = True, keys: int | None = None, op: str = "get", dist:
                "depth": inner_nodes / max(1, sum(s.gets + s.writes for s in tstats)) + 1,
                "cache_hits": sum(s.cache_hits for s in tstats), "gets": sum(s.gets for s in tstats),
                "deferred": sum(s.deferred for s in tstats), "patches": tree.statistics()._asdict(),
-               "copied": sum(s.statistics().copied_bytes for s in sts)}
+               "copied": sum(s.statistics().copied_bytes for s in sts),
+               "calendar_errors": len(state.fabric.calendar_errors())}
         if dpa is not None:
             out["core_busy"] = float(np.mean([c.statistics().utilisation for c in dpa.cores[:max(1, traversers // 16)]]))
             out["cache"] = dpa.memory.statistics()._asdict()
@@ -317,6 +318,11 @@ def _points(specs, progress, jobs: int, quick: bool) -> dict:
     return {sp: _POINTS[sp, quick] for sp in specs}
 
 
+def _on(dataset: str, options: dict | None = None) -> dict:
+    """A point's dataset and options as spec keywords, defaults left out so that figures share points."""
+    return {**({"dataset": dataset} if dataset != "sparse" else {}), **({"options": options} if options else {})}
+
+
 def _ratio(a, b):
     return round(a / b, 2) if a and b else None
 
@@ -375,7 +381,8 @@ def fig9(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
     # the same 172 traversers both ways (176 fill 11 cores and leave no thread to share)
     place = {c: _spec(op="insert", traversers=172, options={"stitcher_core": c}) for c in ("dedicated", "shared")}
     workers = (1, 4, 8) if quick else (1, 2, 4, 8)
-    ins = {w: _spec(op="insert", stitchers=w, options={"patchers": w}) for w in workers}
+    ins = {w: _spec(op="insert") if w == STITCHERS else _spec(op="insert", stitchers=w, options={"patchers": w})
+           for w in workers}                                      # 4 and 4: the headline's point
     res = _points(list(get.values()) + list(place.values()) + list(ins.values()), prefixed(progress, "fig9: "),
                   jobs, quick)
     rows = [Row("fig9", "GET", f"{t} traversers", "Mops", round(res[sp]["mops"], 2), 33.0 if t == 176 else None)
@@ -418,8 +425,8 @@ def fig11(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
     """GET per dataset (uniform): deeper trees and larger eps cost lines; the hot-entry cache under
     Zipf skew (up to +30 %)."""
     sets = ("sparse", "amzn", "osmc") if quick else ("sparse", "dense4x", "wiki", "amzn", "osmc", "face")
-    uni = {d: _spec(op="get", dataset=d) for d in sets}
-    big = {d: _spec(op="get", dataset=d, options={"leaf_eps": LARGER_EPS[0], "inner_eps": LARGER_EPS[1]})
+    uni = {d: _spec(op="get", **_on(d)) for d in sets}
+    big = {d: _spec(op="get", **_on(d, {"leaf_eps": LARGER_EPS[0], "inner_eps": LARGER_EPS[1]}))
            for d in (("osmc",) if quick else ("osmc", "face"))}
     skew = {c: _spec(op="get", dist="zipf", options={"hot_cache": c}) for c in (True, False)}
     res = _points(list(uni.values()) + list(big.values()) + list(skew.values()), prefixed(progress, "fig11: "),
@@ -445,8 +452,8 @@ def fig12(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
     """Learned index against the B+-tree on the same DPA framework (GET, uniform)."""
     sets = ("sparse", "amzn", "osmc") if quick else ("sparse", "dense4x", "wiki", "amzn", "osmc", "face")
     opts = {d: ({"leaf_eps": LARGER_EPS[0], "inner_eps": LARGER_EPS[1]} if d in ("osmc", "face") else {}) for d in sets}
-    learned = {d: _spec(op="get", dataset=d, options=opts[d]) for d in sets}
-    btree = {d: _spec(op="get", dataset=d, options={"index": "btree"}) for d in sets}
+    learned = {d: _spec(op="get", **_on(d, opts[d])) for d in sets}
+    btree = {d: _spec(op="get", **_on(d, {"index": "btree"})) for d in sets}
     res = _points(list(learned.values()) + list(btree.values()), prefixed(progress, "fig12: "), jobs, quick)
     winner = {"sparse": 1, "amzn": 1, "osmc": 0}          # the paper: learned higher on sparse and amzn, B+-tree on osmc
     rows = []
@@ -469,7 +476,7 @@ def fig13(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
         for w in ("update", "insert"):
             for f in fractions:
                 op = w if f == 0 else f"get:{f},{w}:{round(1 - f, 6)}"
-                specs[d, w, f] = _spec(op=op, dataset=d)
+                specs[d, w, f] = _spec(op=op, **_on(d))
     res = _points(list(specs.values()), prefixed(progress, "fig13: "), jobs, quick)
     rows = []
     for (d, w, f), sp in specs.items():
@@ -495,8 +502,8 @@ def fig15(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
     for d in sets:
         opts = {"leaf_eps": LARGER_EPS[0], "inner_eps": LARGER_EPS[1]} if d == "osmc" else {}
         for w in loads:
-            specs["dpa", d, w] = _spec(op=FIG15[w], dataset=d, options=opts)
-            specs["rolex", d, w] = _spec("rolex", op=FIG15[w], dataset=d)
+            specs["dpa", d, w] = _spec(op=FIG15[w], **_on(d, opts))
+            specs["rolex", d, w] = _spec("rolex", op=FIG15[w], **_on(d))
     res = _points(list(specs.values()), prefixed(progress, "fig15: "), jobs, quick)
     rows = []
     for d in sets:
