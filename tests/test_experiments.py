@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_the_package_declares_the_benches_and_the_papers():
     assert [(e.kind, e.name) for e in available()] == [
         ("bench", "devices"), ("bench", "speed"), ("bench", "verbs"), ("bench", "ycsb"), ("reproduce", "dolphin"),
-        ("reproduce", "flexkv"), ("reproduce", "pd3"), ("reproduce", "sherman"), ("reproduce", "smart")]
-    assert [e.name for e in available("reproduce")] == ["dolphin", "flexkv", "pd3", "sherman", "smart"]
+        ("reproduce", "dpastore"), ("reproduce", "flexkv"), ("reproduce", "pd3"), ("reproduce", "sherman"), ("reproduce", "smart")]
+    assert [e.name for e in available("reproduce")] == ["dolphin", "dpastore", "flexkv", "pd3", "sherman", "smart"]
     for e in available():
         assert e.title and callable(e.run) and e.parts and set(e.options) <= set(OPTIONS)
 
@@ -38,7 +38,7 @@ def test_find_returns_the_module_declaration():
 
 
 @pytest.mark.parametrize("kind, name, message", [
-    ("reproduce", "shermann", "unknown paper 'shermann'; available: dolphin, flexkv, pd3, sherman, smart"),
+    ("reproduce", "shermann", "unknown paper 'shermann'; available: dolphin, dpastore, flexkv, pd3, sherman, smart"),
     ("bench", "nosuch", "unknown suite 'nosuch'; available: devices, speed, verbs, ycsb"),
     ("reproduce", "verbs", "unknown paper 'verbs'"),           # a bench is not a paper
     ("bench", "rows", "unknown suite 'rows'"),                  # a helper declares nothing
@@ -90,7 +90,7 @@ def test_a_new_module_is_a_new_command(tmp_path, monkeypatch, capsys):
         assert written["rows"] == [{"experiment": "fig1", "series": "toy", "x": 1, "metric": "Mops",
                                     "emulated": 1.5, "published": 2.0}]
         assert written["run"]["quick"] is True and written["run"]["parts"] == ["fig1"]
-        assert [e.name for e in available("reproduce")] == ["dolphin", "flexkv", "pd3", "sherman", "smart", "toypaper"]
+        assert [e.name for e in available("reproduce")] == ["dolphin", "dpastore", "flexkv", "pd3", "sherman", "smart", "toypaper"]
         with pytest.raises(SystemExit):
             main(["reproduce", "--help"])
         help_text = capsys.readouterr().out
