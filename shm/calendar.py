@@ -11,8 +11,12 @@ start is the bucket's start plus its booked work divided by ``k``: a fluid FIFO.
 history-based queue model of Graphite/ZSim; it needs no lock, only CAS on one word per bucket, so
 any process can book any resource.
 
-A bucket word packs a 24-bit tag (the absolute bucket index modulo 2^24) with 40 bits of booked
-work, so resetting a bucket that the ring has passed and booking into it are one CAS.
+A bucket word packs a 32-bit tag (the absolute bucket index modulo 2^32) with 32 bits of booked
+work (ps: at most 4.3 ms of server time per bucket), so resetting a bucket that the ring has passed
+and booking into it are one CAS. The tag decides "older or later" by half its range: 2^31 buckets
+(137 s of virtual time at 64 ns). It was 24 bits until 2026-11-25: 2^23 x 64 ns = 537 ms, and a
+bucket not visited for that long (never, with the longer per-node rings, in a long run) was taken
+for a later one and its requests served without queueing.
 
 **The ring's span** (``n_buckets x bucket``) must exceed the resource's backlog and the spread of
 the stamps it is asked about (a response booked far ahead, behind a long queue, while new requests
@@ -45,8 +49,8 @@ from numba import njit
 from shm.atomics import cas, faa, load_acquire
 
 HEADER_WORDS = 9
-_TAG_BITS = 24
-_USED_BITS = 40
+_TAG_BITS = 32
+_USED_BITS = 32
 _TAG_MASK = (1 << _TAG_BITS) - 1
 _USED_MASK = (1 << _USED_BITS) - 1
 _HALF_TAG = 1 << (_TAG_BITS - 1)

@@ -53,3 +53,16 @@ def test_a_backlog_longer_than_the_ring_is_counted():
     reserve(tbl2, o2, 100_000, 3000)
     st = lay2.statistics(tbl2, "r")
     assert st.overflows == 0 and st.stale == 0
+
+
+def test_a_bucket_untouched_for_long_is_not_taken_for_a_later_one():
+    """With 64 ns buckets a 24-bit tag wrapped its half range at 537 ms: a bucket first used then
+    (or never since the start) was taken for a later time, and the request served unqueued."""
+    lay = ResourceLayout()
+    o = lay.add("r", 1, 64_000, 65536)
+    tbl = np.zeros(lay.words, dtype=np.int64)
+    lay.initialise(tbl)
+    t = 600_000_000_000                              # 600 ms in ps
+    assert reserve(tbl, o, t, 100_000) == t + 100_000
+    assert reserve(tbl, o, t, 100_000) == t + 200_000   # queues behind the first
+    assert lay.statistics(tbl, "r").stale == 0
