@@ -33,4 +33,4 @@ def test_unknown_paper_is_one_line(capsys):
     from cluster.cli import main
     assert main(["reproduce", "shermann"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "unknown paper" in err[0] and "available: dolphin, flexkv, pd3, sherman, smart" in err[0]
+    assert len(err) == 1 and "unknown paper" in err[0] and "available: dolphin, dpastore, flexkv, pd3, sherman, smart" in err[0]
