@@ -523,6 +523,34 @@ class ReplyPorts:
         return len(self._eps)
 
 
+class Requester:
+    """A client thread's request/response over datagrams (dpa-kv's and dpa-store's clients): a
+    request id per request, a reply port per coroutine (:class:`ReplyPorts`), and the resends and
+    timeouts of its own calls counted (the net's counters, read around each :func:`call`)."""
+
+    def __init__(self, net: "UdpNet", thread, reply_base: int, *, timeout_ns: int, resends: int):
+        self.net, self.thread = net, thread
+        self.endpoint = ReplyPorts(net, thread, reply_base, 64)
+        self.timeout_ns, self.resends = timeout_ns, resends
+        self._rid = 0
+        self.requests = self.n_resends = self.n_timeouts = 0
+
+    def request(self, co, dst_node, dst_port: int, make: Callable[[int], bytes], rid_of: Callable[[bytes], int]):
+        """``reply = yield from requester.request(co, node, port, make, rid_of)``: sends ``make(rid)``
+        and returns the first reply whose ``rid_of(data)`` is ``rid``, or None after every attempt."""
+        sock, queue = self.endpoint(co)
+        self._rid = (self._rid + 1) & 0xFFFFFFFF
+        rid = self._rid
+        self.requests += 1
+        before = self.net.statistics()
+        reply = yield from call(sock, dst_node, dst_port, make(rid), queue, timeout_ns=self.timeout_ns,
+                                resends=self.resends, match=lambda dg: rid_of(dg.data) == rid, thread=self.thread)
+        after = self.net.statistics()
+        self.n_resends += after.resends - before.resends
+        self.n_timeouts += after.timeouts - before.timeouts
+        return reply
+
+
 def call(sock: UdpSocket, dst_node, dst_port: int, data: bytes, reply_queue: RxQueue, *, timeout_ns: int,
          resends: int = 3, match: Callable[[Datagram], bool] | None = None, queue: str | None = None,
          thread=None):

@@ -39,7 +39,7 @@ import numpy as np
 
 from nodes.devices.dpa_core import PACKET_CYCLES
 from nodes.systems.api import KVClient, Option, System, SystemError_
-from shm.udp import ReplyPorts
+from shm.udp import Requester
 
 BASE_PORT = 9000
 PORTS = 256                     # partitions of the table, each owned by one DPA thread
@@ -89,26 +89,15 @@ class DpaKvClient(KVClient):
         self.timeout_ns = int(options["timeout_us"] * 1000)
         self.key_max, self.value_max = int(options["key_max"]), int(options["value_max"])
         self.resends = int(options["resends"])
-        self.endpoint = ReplyPorts(self.net, thread, REPLY_PORT, 64)     # coroutine -> (socket, reply queue)
-        self._reqid = 0
-        self.requests = self.n_resends = self.n_timeouts = 0
+        self.calls = Requester(self.net, thread, REPLY_PORT, timeout_ns=self.timeout_ns, resends=self.resends)
 
     def _call(self, co, op: int, key: bytes, value: bytes = b""):
-        from shm.udp import call
         if len(key) > self.key_max or len(value) > self.value_max:
             raise SystemError_(f"dpa-kv: a key of {len(key)} B and a value of {len(value)} B do not fit a slot "
                                f"(system.key_max = {self.key_max}, system.value_max = {self.value_max})")
-        sock, queue = self.endpoint(co)
-        self._reqid = (self._reqid + 1) & 0xFFFFFFFF
-        rid = self._reqid
-        self.requests += 1
-        before = self.net.statistics()
-        reply = yield from call(sock, self.server, port_of(key), _REQ.pack(op, rid, len(key)) + key + value,
-                                queue, timeout_ns=self.timeout_ns, resends=self.resends,
-                                match=lambda dg: _REP.unpack_from(dg.data)[1] == rid, thread=self.thread)
-        after = self.net.statistics()
-        self.n_resends += after.resends - before.resends
-        self.n_timeouts += after.timeouts - before.timeouts
+        reply = yield from self.calls.request(co, self.server, port_of(key),
+                                              lambda rid: _REQ.pack(op, rid, len(key)) + key + value,
+                                              lambda data: _REP.unpack_from(data)[1])
         if reply is None:
             raise SystemError_(f"dpa-kv: no reply from the DPA behind {self.server} after "
                                f"{self.resends + 1} attempts of {self.timeout_ns / 1000:g} us")
@@ -132,7 +121,8 @@ class DpaKvClient(KVClient):
         return status == ST_OK
 
     def statistics(self) -> DpaKvStats:
-        return DpaKvStats(self.requests, self.n_resends, self.n_timeouts)
+        c = self.calls
+        return DpaKvStats(c.requests, c.n_resends, c.n_timeouts)
 
 
 class _Table:

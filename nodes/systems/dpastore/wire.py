@@ -27,7 +27,7 @@ import struct
 from typing import NamedTuple
 
 from nodes.systems.api import KVClient, SystemError_
-from shm.udp import ReplyPorts
+from shm.udp import Requester
 
 BASE_PORT = 9500
 REPLY_PORT = 21000            # coroutine k of thread t binds REPLY_PORT + t * 64 + k
@@ -148,9 +148,8 @@ class DpaStoreClient(KVClient):
         self.cache = bool(layout["hot_cache"])
         self.timeout_ns = int(options["timeout_us"] * 1000)
         self.resends = int(options["resends"])
-        self.endpoint = ReplyPorts(self.net, thread, REPLY_PORT, 64)
-        self._rid = 0
-        self.requests = self.n_resends = self.n_timeouts = 0
+        self.calls = Requester(self.net, thread, REPLY_PORT, timeout_ns=self.timeout_ns, resends=self.resends)
+        self.endpoint = self.calls.endpoint             # coroutine -> (socket, reply queue)
 
     def _hints(self, k: int):
         if not self.cache:
@@ -160,20 +159,10 @@ class DpaStoreClient(KVClient):
         return (tuple(h.bloom), h.bucket)
 
     def _call(self, co, op: int, k: int, *, count: int = 0, value: bytes = b"", hints=None):
-        from shm.udp import call
-        sock, queue = self.endpoint(co)
-        self._rid = (self._rid + 1) & 0xFFFFFFFF
-        rid = self._rid
-        self.requests += 1
-        before = self.net.statistics()
         port = BASE_PORT + port_hash(k) % self.traversers
-        reply = yield from call(sock, self.server, port, encode_request(op, rid, k, count=count, hints=hints,
-                                                                        value=value),
-                                queue, timeout_ns=self.timeout_ns, resends=self.resends,
-                                match=lambda dg: REP.unpack_from(dg.data)[3] == rid, thread=self.thread)
-        after = self.net.statistics()
-        self.n_resends += after.resends - before.resends
-        self.n_timeouts += after.timeouts - before.timeouts
+        reply = yield from self.calls.request(
+            co, self.server, port, lambda rid: encode_request(op, rid, k, count=count, hints=hints, value=value),
+            lambda data: REP.unpack_from(data)[3])
         if reply is None:
             raise SystemError_(f"dpa-store: no reply from the DPA behind {self.server} after "
                                f"{self.resends + 1} attempts of {self.timeout_ns / 1000:g} us")
@@ -225,4 +214,5 @@ class DpaStoreClient(KVClient):
         return out[:count]
 
     def statistics(self) -> DpaStoreStats:
-        return DpaStoreStats(self.requests, self.n_resends, self.n_timeouts)
+        c = self.calls
+        return DpaStoreStats(c.requests, c.n_resends, c.n_timeouts)
