@@ -66,7 +66,6 @@ from .pla import (
     HostLeaf,
     OrderedIndex,
     _check_pairs,
-    _lines,
 )
 
 NODE_ENTRIES = 128  # keys (and children, or values) per node: the paper's "128 entries"

@@ -51,7 +51,7 @@ from typing import NamedTuple
 import numpy as np
 
 from . import pla
-from .pla import KEYS_PER_LINE, LINE_BYTES, SEGMENTS_PER_NODE, Segment
+from .pla import LINE_BYTES, SEGMENTS_PER_NODE, Segment
 
 KIND_INNER, KIND_LEAF = 1, 2
 BUFFER_SLOTS = 16
@@ -314,5 +314,3 @@ def window(model: Segment, key: int, eps: int) -> tuple:
     p = predict_clamped(model, key)
     return max(p - eps, 0), min(p + eps, max(model.size - 1, 0))
 
-
-__all__ = ["KEYS_PER_LINE"]

@@ -35,7 +35,6 @@ from shm.fabric import gaddr, read_lines
 
 from . import layout as L
 from .host import OP_CLEAR, OP_CONNECT, OP_COPY, OP_FENCE, OP_RELEASE, OP_RETIRE, STITCH
-from .pla import LINE_BYTES
 
 POLL_NS = 1_000                 # an idle stitcher's pause between ring polls
 MAX_BATCH = 16                  # stitches taken per poll
@@ -177,5 +176,3 @@ def apply_now(dpa_mem: np.ndarray, dpa_words: np.ndarray, host_mem, geo: L.LeafG
             raise ValueError(f"a bulk load has only COPY, CLEAR and CONNECT stitches, got kind {op}")
     return copied
 
-
-__all__ = ["Stitcher", "apply_now", "LINE_BYTES"]

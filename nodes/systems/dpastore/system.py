@@ -20,17 +20,12 @@ loaded pairs.
 
 from __future__ import annotations
 
-import numpy as np
-
 from nodes.systems.api import Option, System, SystemError_
 from shm.fabric import REGION_HOST
 
 from . import layout as L
 from . import wire as W
 from .inner import INDEXES
-
-HOST_CORES_MIN = 1
-
 
 def _ring_record(lay_value_max: int) -> int:
     return -(-(8 + L.LeafGeometry.of(lay_value_max).buffer_bytes + 8) // 8) * 8
@@ -328,4 +323,3 @@ class DpaStoreSystem(System):
         return W.DpaStoreClient(layout, thread, options)
 
 
-__all__ = ["DpaStoreSystem", "np"]
