@@ -11,6 +11,7 @@ import argparse
 import sys
 
 from cluster.experiments.pointpool import available_cpus
+from shm.calendar import CalendarAliased
 
 
 def _only(values) -> list[str] | None:
@@ -641,6 +642,10 @@ def main(argv=None) -> int:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else e
         print(f"dmrack {args.command}: {msg}", file=sys.stderr)
         return 2
+    except CalendarAliased as e:
+        # not bad input: the model's calendars were too short for this run (a bug to report)
+        print(f"dmrack {args.command}: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

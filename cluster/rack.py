@@ -250,16 +250,19 @@ class RackState:
     def slot(self, name: str) -> int:
         return next(i for i, n in enumerate(self.compiled.nodes) if n.name == name)
 
-    def close(self) -> None:
-        for part in (self.history, self.clock, self.control, self.plane, self.fabric):
+    def close(self, *, check: bool = True) -> None:
+        """Unlink every segment; with ``check``, then raise :class:`shm.calendar.CalendarAliased`
+        if a fabric calendar aliased (the run's timing is wrong: it must not give numbers)."""
+        for part in (self.history, self.clock, self.control, self.plane):
             if part is not None:
                 part.close()
+        self.fabric.close(check=check)
 
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, exc_type, *exc):
+        self.close(check=exc_type is None)
 
 
 def make_compute(state: RackState, env, host, name: str, send, recorder, udp=None) -> ComputeNode:

@@ -51,6 +51,7 @@ HEARTBEAT_TIMEOUT_S = 30.0
 JOIN_S = 5.0
 EXIT_NODE_FAILED = 1
 EXIT_GAVE_UP = 3                    # the rack's exit status when the system gave up (SystemError_)
+EXIT_ALIASED = 5                    # a fabric calendar aliased: the run's timing is wrong, no results
 _CTX = mp.get_context("fork")
 
 
@@ -106,6 +107,7 @@ class Supervisor:
         self.deaths: list[NodeDeath] = []
         self.stop_reason = ""
         self.results = None
+        self.aliased = False                # a fabric calendar aliased (EXIT_ALIASED)
         self._t0 = time.monotonic()
         self._signal = None
         self._tracebacks: dict[str, str] = {}
@@ -175,12 +177,12 @@ class Supervisor:
                     self._collect()
             finally:
                 if self.state is not None:
-                    self.state.close()
+                    self.state.close(check=False)       # _collect reported aliasing already
                 shutil.rmtree(run_dir, ignore_errors=True)
                 if own_signals:
                     signal.signal(signal.SIGINT, old_int)
                     signal.signal(signal.SIGTERM, old_term)
-        return status
+        return EXIT_ALIASED if self.aliased else status
 
     def _on_signal(self, signum, frame) -> None:
         self._signal = signal.Signals(signum).name
@@ -426,6 +428,14 @@ class Supervisor:
                 "virtual_ns": vnow, "stop_reason": self.stop_reason,
                 "deaths": [d._asdict() for d in self.deaths]}
         self.results = Results.from_plane(self.state.plane, meta)
+        bad = self.state.fabric.calendar_errors()
+        if bad:
+            # The run's timing is wrong (shm/calendar.py): say so instead of giving its numbers.
+            from shm.calendar import CalendarAliased
+            self.aliased = True
+            self.stop_reason = str(CalendarAliased(bad))
+            self.say(f"dmrack: {self.stop_reason}; no results written")
+            return
         if self.state.history is not None:
             from cluster.rack import collect_history
             self.history_ops = collect_history(self.state)

@@ -25,7 +25,9 @@ still holds work of a live time, and requests stamped at that time then find a l
 served without queueing (``stale``): the resource carries more than its capacity, silently. A
 walk that resets a bucket at or after its own stamp (its backlog alone exceeds the span) is
 counted in ``overflows``; either counter above zero means the resource's numbers are wrong
-(``Fabric.calendar_errors``, warned about when the fabric closes). A *hint*
+(``Fabric.calendar_errors``). A run whose timing is wrong must not produce a number, so closing a
+fabric whose calendars aliased raises :class:`CalendarAliased` (a rack run, a benchmark point and a
+test fail with it; a rack of processes reports it instead of its results). A *hint*
 word remembers the first bucket that may still have room, so a saturated resource does not walk
 its whole backlog on every request.
 
@@ -127,6 +129,19 @@ def reserve(tbl, o, t, cost):
     faa(tbl, o + 5, 1)
     faa(tbl, o + 7, start - t)
     return done
+
+
+class CalendarAliased(RuntimeError):
+    """A calendar ring aliased during a run (``stale`` or ``overflows`` above zero): every time
+    derived from the resource is wrong, so the run's numbers must not be used. ``resources``: the
+    :class:`ResourceStats` of each resource that aliased."""
+
+    def __init__(self, resources):
+        self.resources = list(resources)
+        shown = ", ".join(f"{st.name} stale={st.stale} overflows={st.overflows}" for st in self.resources[:8])
+        more = f" and {len(self.resources) - 8} more" if len(self.resources) > 8 else ""
+        super().__init__(f"the timing of this run is wrong: fabric calendars aliased (a backlog or a spread of "
+                         f"stamps longer than the ring, shm/calendar.py): {shown}{more}")
 
 
 class ResourceStats(NamedTuple):

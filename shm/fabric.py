@@ -27,6 +27,7 @@ from numba import njit
 
 from shm import nic
 from shm.atomics import cas, faa, load_acquire, masked_cas, masked_faa, store_release
+from shm.calendar import CalendarAliased
 from shm.profile_schema import Profile
 from shm.segment import Segment, new_prefix
 
@@ -391,26 +392,30 @@ class Fabric:
         lay = self.layout.resources
         return [st for st in (lay.statistics(self.table, s.name) for s in lay.specs) if st.stale or st.overflows]
 
-    def close(self) -> None:
-        """Unmap; the owner also unlinks every segment. The owner warns when a calendar aliased."""
-        bad = self.calendar_errors() if self.owner else []
+    def check_calendars(self) -> None:
+        """Raise :class:`shm.calendar.CalendarAliased` if a calendar ring aliased so far."""
+        bad = self.calendar_errors()
+        if bad:
+            raise CalendarAliased(bad)
+
+    def close(self, *, check: bool = True) -> None:
+        """Unmap; the owner also unlinks every segment. Then, for the owner, with ``check``: raise
+        :class:`shm.calendar.CalendarAliased` if a calendar aliased (the run's timing is wrong).
+        Closing on the way out of another error does not check (it would hide that error)."""
+        bad = self.calendar_errors() if self.owner and check else []
         self.memory = []
         self.table = None
         for seg in self._segments.values():
             seg.close()
         self._segments = {}
         if bad:
-            import warnings
-            warnings.warn("fabric calendars aliased (a backlog or a stamp spread beyond the ring, "
-                          "shm/calendar.py): the timing of this run is wrong: " + ", ".join(
-                              f"{st.name} stale={st.stale} overflows={st.overflows}" for st in bad[:8])
-                          + (f" and {len(bad) - 8} more" if len(bad) > 8 else ""), RuntimeWarning, stacklevel=2)
+            raise CalendarAliased(bad)
 
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, exc_type, *exc):
+        self.close(check=exc_type is None)
 
     # -- nodes ---------------------------------------------------------------------------------
     def node_index(self, node) -> int:

@@ -151,6 +151,13 @@ FLAG_FENCE = 2    # IBV_SEND_FENCE: wait for the QP's earlier READs and atomics 
 #: 262 us span that 6 x 31 x 32 coroutines' READ backlog outran: the memory node's link then
 #: carried 20x its capacity, fixed 2026-11-25, tests/test_rolex_load.py).
 NODE_RING = 65536
+#: Buckets of each per-address atomic slot calendar (1024 ns each: the same 4.2 ms span as
+#: NODE_RING). Was 64 (a 64 us span) until 2026-11-28: a hot address's CAS queue (768 CASes
+#: queued at ~370 ns in SMART fig5/fig7, ROLEX's group locks under 6 x 31 x 32 coroutines) outran it
+#: and the slot served requests for free. A slot queues at most every outstanding atomic of the
+#: rack behind one address (5,952 x 370 ns = 2.2 ms in the largest shipped rack), and its stamps
+#: spread no wider than the NIC rings' backlogs, which NODE_RING covers.
+SLOT_RING = 4096
 
 _FS = 1000  # fs per ps
 _PS = 1000  # ps per ns
@@ -230,8 +237,10 @@ class FabricLayout:
             # requests for free). The path of every verb gets NODE_RING buckets of 64 ns (4.2 ms:
             # 6 x 31 threads x 32 coroutines of ~3 KiB READs queue 1.6 ms on one 100 Gb/s link,
             # and the CASes queued behind them on their QPs arrive spread over as long); the
-            # atomic pipeline the same span in 256 ns buckets. The per-address slots keep 64 us
-            # (4096 of them per node): a hot address's CASes spread wider alias (counted).
+            # atomic pipeline the same span in 256 ns buckets, the per-address slots in 1024 ns
+            # buckets (SLOT_RING). Only pages a booking touches become resident (a new segment is
+            # zero and initialise writes only the headers): 1,024 slots x 4.2 ms is 34 MB of
+            # address space per node, most of it never touched by a run.
             d[D_TX] = lay.add(f"{name}.tx", 1, 64 * ns, NODE_RING)
             d[D_RX] = lay.add(f"{name}.rx", 1, 64 * ns, NODE_RING)
             d[D_REQ] = lay.add(f"{name}.req_pu", profile.nic.requester_units, 64 * ns, NODE_RING)
@@ -240,7 +249,8 @@ class FabricLayout:
             d[D_ATOMIC] = lay.add(f"{name}.atomic", profile.nic.atomic_units, 256 * ns, NODE_RING // 4)
             d[D_DMA] = lay.add(f"{name}.dma", 1, 256 * ns, 1024)
             d[D_DMA_RD] = lay.add(f"{name}.dma_rd", 1, 256 * ns, 1024)
-            d[D_SLOT0], d[D_SLOT_STRIDE] = _add_array(lay, f"{name}.slot", profile.nic.atomic_slots, 1024 * ns, 64)
+            d[D_SLOT0], d[D_SLOT_STRIDE] = _add_array(lay, f"{name}.slot", profile.nic.atomic_slots, 1024 * ns,
+                                                      SLOT_RING)
             d[D_N_SLOTS] = profile.nic.atomic_slots
             d[D_DB0], d[D_DB_STRIDE] = _add_array(lay, f"{name}.db", doorbells_per_node, 1024 * ns, 256)
             d[D_N_DB] = doorbells_per_node
@@ -255,7 +265,8 @@ class FabricLayout:
         return cls(nodes, lay, desc, words)
 
     def initialise(self, tbl: np.ndarray) -> None:
-        tbl[: self.words] = 0
+        """Write the resource headers into ``tbl``, which must be zero (a new segment is): zeroing
+        it here would make every bucket page of every ring resident, hundreds of MB per rack."""
         self.resources.initialise(tbl)
 
     def index(self, node: str) -> int:

@@ -49,14 +49,15 @@ class FabricRig:
         self.env = Environment(seed=seed)
         self.host = VerbsHost(self.fabric, self.env)
 
-    def close(self):
-        self.fabric.close()
+    def close(self, *, check: bool = True):
+        """Remove the segments; with ``check``, then raise ``CalendarAliased`` if a calendar aliased."""
+        self.fabric.close(check=check)
 
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, exc_type, *exc):
+        self.close(check=exc_type is None)
 
 
 class Rig(FabricRig):
