@@ -151,3 +151,22 @@ def test_the_issue_s_commands_from_a_real_run(tmp_path):
     page = parse(out / "report.html")
     assert len(page.imgs) == 1 and "fig4" in page.text
     assert "96 threads" in page.cells and "d32/d8" in page.cells
+
+
+def test_scale_rows_state_the_setup_and_are_not_counted_as_fidelity():
+    """A row that states the run's scale beside the paper's ("clients: 32, paper 200") is no
+    fidelity claim: no verdict, no direction, and counts keep it apart (issue 40)."""
+    from cluster.experiments.rows import Row, is_scale, scale_row, verdict
+    from dataclasses import asdict
+    scale = asdict(scale_row("fig16", "rack: 2 CNs (paper: 20)", "-", "clients", 32, 200))
+    result = asdict(Row("fig16", "flexkv", "-", "Mops", 10.0, 11.0))
+    ratio = asdict(scale_row("fig16", "scale / paper", "-", "ratio", 0.1, 10.0))
+    assert is_scale(scale) and not is_scale(result)
+    assert verdict(scale) is None and direction(ratio) is None and verdict(result) == "within"
+    c = counts([scale, result, ratio])
+    assert (c["published"], c["within"], c["outside"], c["scale"]) == (1, 1, 0, 2)
+    # files written before rows had kinds read as results
+    old = {k: v for k, v in result.items() if k != "kind"}
+    assert not is_scale(old) and verdict(old) == "within"
+    with pytest.raises(ValueError, match="row kind 'setup'"):
+        Row("x", "s", 1, "m", 1.0, kind="setup")

@@ -55,7 +55,7 @@ from cluster.experiments.figures import Figure
 from cluster.experiments.pointpool import map_points
 from cluster.experiments.progress import prefixed
 from cluster.experiments.registry import Experiment
-from cluster.experiments.rows import Row, check_only, run_experiments
+from cluster.experiments.rows import Row, check_only, run_experiments, scale_row
 
 PROFILE = "cx5-100g"
 COMPUTE = 4                      # compute nodes (the paper's compute servers)
@@ -236,7 +236,7 @@ def _paper_shape(kw: dict) -> bool:
 
 def _scale_row(experiment: str, records: int) -> Row:
     # 1 / scale: the factor itself (about 3e-5) would print as 0.00
-    return Row(experiment, f"scale: {records:,} items / 512 M (2^29)", "-", "1 / scale", 1 / scale_of(records))
+    return scale_row(experiment, f"scale: {records:,} items / 512 M (2^29)", "-", "1 / scale", 1 / scale_of(records))
 
 
 def _ratio(a, b):

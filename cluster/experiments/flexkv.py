@@ -57,7 +57,7 @@ from cluster.experiments.figures import Figure
 from cluster.experiments.pointpool import map_points
 from cluster.experiments.progress import prefixed
 from cluster.experiments.registry import Experiment
-from cluster.experiments.rows import Row, check_only, run_experiments
+from cluster.experiments.rows import Row, check_only, run_experiments, scale_row
 
 PROFILE = "cx3-56g"
 COMPUTE = 4                     # compute nodes (the paper's 20)
@@ -339,14 +339,15 @@ def full_options(**extra) -> dict:
 
 
 def _scale_rows(exp: str, sizes: dict) -> list[Row]:
+    """The run's setup beside the paper's: scale rows (no verdict, rows.KINDS)."""
     n = sizes["records"]
-    return [Row(exp, f"scale: {n:,} KV pairs / 10 M", "-", "1 / scale", PAPER_KEYS / n),
-            Row(exp, f"rack: {sizes['compute']} CNs x {sizes['threads']} threads x {sizes['coroutines']} coroutines "
-                     f"(paper: 20 x 10 x 8)", "-", "clients", sizes["compute"] * sizes["threads"],
-                PAPER_COMPUTE * PAPER_CLIENTS),
-            Row(exp, "CN memory (paper 64 MB, same share of the working set)", "-", "KB",
-                cn_memory_bytes(n) / 1024),
-            Row(exp, "manager interval Δ (paper 1 s)", "-", "virtual µs", sizes["interval_us"])]
+    return [scale_row(exp, f"scale: {n:,} KV pairs / 10 M", "-", "1 / scale", PAPER_KEYS / n),
+            scale_row(exp, f"rack: {sizes['compute']} CNs x {sizes['threads']} threads x {sizes['coroutines']} "
+                           f"coroutines (paper: 20 x 10 x 8)", "-", "clients", sizes["compute"] * sizes["threads"],
+                      PAPER_COMPUTE * PAPER_CLIENTS),
+            scale_row(exp, "CN memory (paper 64 MB, same share of the working set)", "-", "KB",
+                      cn_memory_bytes(n) / 1024),
+            scale_row(exp, "manager interval Δ (paper 1 s)", "-", "virtual µs", sizes["interval_us"])]
 
 
 def _ratio(a, b):

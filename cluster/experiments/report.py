@@ -26,7 +26,7 @@ import os
 import time
 from html import escape
 
-from cluster.experiments.rows import EVEN, WITHIN, direction, fmt, is_wall_clock, load_result, verdict
+from cluster.experiments.rows import EVEN, WITHIN, direction, fmt, is_scale, is_wall_clock, load_result, verdict
 
 STYLE = """
 body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 2em auto; max-width: 72em;
@@ -44,13 +44,16 @@ dl.prov dt { font-weight: 600; } dl.prov dd { margin: 0; }
 
 
 def counts(rows: list[dict]) -> dict:
-    """Headline counts of a run's rows: ``published`` (rows with a published value, wall-clock
-    rows aside), ``within``, ``outside``, ``directions`` (those with a direction) and ``held``."""
-    pub = [r for r in rows if r.get("published") is not None and not is_wall_clock(r)]
+    """Headline counts of a run's rows: ``published`` (result rows with a published value, wall-clock
+    rows aside), ``within``, ``outside``, ``directions`` (those with a direction) and ``held``;
+    ``scale``: rows that state the setup beside the paper's (no verdict, not in ``published``)."""
+    with_pub = [r for r in rows if r.get("published") is not None and not is_wall_clock(r)]
+    pub = [r for r in with_pub if not is_scale(r)]
     dirs = [direction(r) for r in pub]
     return {"published": len(pub), "within": sum(verdict(r) == "within" for r in pub),
             "outside": sum(verdict(r) == "outside" for r in pub),
-            "directions": sum(d is not None for d in dirs), "held": sum(d == "held" for d in dirs)}
+            "directions": sum(d is not None for d in dirs), "held": sum(d == "held" for d in dirs),
+            "scale": len(with_pub) - len(pub)}
 
 
 def _title(path: str, run: dict | None) -> str:
@@ -104,7 +107,7 @@ def _headline_table(rows: list[dict]) -> str:
     out = ["<table><tr><th>series</th><th>x</th><th>metric</th><th>emulated</th><th>published</th>"
            "<th>emulated vs published</th><th>±30 %</th><th>direction</th></tr>"]
     for r in rows:
-        v, d = verdict(r), direction(r)
+        v, d = ("scale" if is_scale(r) else verdict(r)), direction(r)
         out.append(
             f"<tr><td>{escape(str(r['series']))}</td><td>{escape(str(r['x']))}</td><td>{escape(str(r['metric']))}</td>"
             f"<td class=num>{escape(fmt(r.get('emulated')))}</td><td class=num>{escape(fmt(r.get('published')))}</td>"
@@ -129,7 +132,8 @@ def _figures(run: dict | None, rows: list[dict]):
 
 def _summary_line(c: dict) -> str:
     return (f"{c['within']} of {c['published']} within ±30 %" if c["published"] else "nothing published") + (
-        f"; {c['held']} of {c['directions']} directions held" if c["directions"] else "")
+        f"; {c['held']} of {c['directions']} directions held" if c["directions"] else "") + (
+        f" ({c['scale']} scale row{'s' if c['scale'] != 1 else ''} aside)" if c.get("scale") else "")
 
 
 def build(results: list[tuple[str, dict | None, list[dict]]]) -> str:

@@ -28,6 +28,13 @@ WITHIN = 0.30                     # a verdict is "within" when |emulated/publish
 _WALL = re.compile(r"\b(real|wall)\b", re.I)
 
 
+#: What a row is (``Row.kind``): a **result** is a measurement put beside what the paper measured
+#: (it gets a verdict and, for a ratio, a direction); a **scale** row states the run's setup beside
+#: the paper's ("clients: emulated 32, published 200", "1 / scale"), a choice of the reproduction,
+#: not a fidelity claim: it gets neither, so a count of rows within ±30 % counts results only.
+KINDS = ("result", "scale")
+
+
 @dataclass
 class Row:
     experiment: str
@@ -36,6 +43,22 @@ class Row:
     metric: str
     emulated: float | None
     published: float | None = None
+    kind: str = "result"
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"row kind {self.kind!r} is not one of {', '.join(KINDS)}")
+
+
+def scale_row(experiment: str, series: str, x, metric: str, emulated, published=None) -> Row:
+    """A row that states the run's scale beside the paper's (``kind = "scale"``: no verdict)."""
+    return Row(experiment, series, x, metric, emulated, published, kind="scale")
+
+
+def is_scale(row: dict) -> bool:
+    """Whether the row states the setup (:data:`KINDS`); rows of files written before kinds existed
+    are results."""
+    return row.get("kind") == "scale"
 
 
 def fmt(v) -> str:
@@ -52,7 +75,8 @@ def print_rows(console, title: str, rows: list[Row]) -> None:
     for col in ("series", "x", "metric", "emulated", "published"):
         table.add_column(col, justify="right" if col in ("emulated", "published") else "left")
     for r in rows:
-        table.add_row(str(r.series), str(r.x), r.metric, fmt(r.emulated), fmt(r.published))
+        metric = f"{r.metric} (scale)" if r.kind == "scale" else r.metric
+        table.add_row(str(r.series), str(r.x), metric, fmt(r.emulated), fmt(r.published))
     console.print(table)
 
 
@@ -94,9 +118,10 @@ def is_wall_clock(row: dict) -> bool:
 
 
 def verdict(row: dict) -> str | None:
-    """``"within"`` or ``"outside"`` ±30 % of the published value; None for a row with nothing published."""
+    """``"within"`` or ``"outside"`` ±30 % of the published value; None for a row with nothing published
+    and for a scale row (:func:`is_scale`)."""
     pub, emu = row.get("published"), row.get("emulated")
-    if pub is None or pub == 0:
+    if pub is None or pub == 0 or is_scale(row):
         return None
     if emu is None or not math.isfinite(emu):
         return "outside"
@@ -126,7 +151,7 @@ def direction(row: dict) -> str | None:
     says "about even", as Sherman's skewed / uniform reads at 1.04: its verdict says whether the
     emulation is too), or a row that is not a ratio (a throughput, a thread count)."""
     pub, emu = row.get("published"), row.get("emulated")
-    if pub is None or abs(pub - 1) < EVEN or not is_comparison(row):
+    if pub is None or abs(pub - 1) < EVEN or not is_comparison(row) or is_scale(row):
         return None
     if emu is None or not math.isfinite(emu):
         return "not held"
@@ -173,6 +198,8 @@ def load_result(path: str) -> tuple[dict | None, list[dict]]:
         for k in ("emulated", "published"):
             if not _number(row.get(k)):
                 raise BadRows(f"{path}: row {i}: {k} is {json.dumps(row[k])[:40]}, not a number or null")
+        if row.get("kind", "result") not in KINDS:
+            raise BadRows(f"{path}: row {i}: kind {json.dumps(row['kind'])[:40]} is not one of {', '.join(KINDS)}")
     return run, data
 
 
