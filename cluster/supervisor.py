@@ -427,15 +427,16 @@ class Supervisor:
                 "steps": [s.label for s in c.plan], "wall_s": round(time.monotonic() - self._t0, 3),
                 "virtual_ns": vnow, "stop_reason": self.stop_reason,
                 "deaths": [d._asdict() for d in self.deaths]}
-        self.results = Results.from_plane(self.state.plane, meta)
         bad = self.state.fabric.calendar_errors()
         if bad:
-            # The run's timing is wrong (shm/calendar.py): say so instead of giving its numbers.
+            # The run's timing is wrong (shm/calendar.py): say so instead of giving its numbers
+            # (self.results stays None, so no caller can make rows of them either).
             from shm.calendar import CalendarAliased
             self.aliased = True
             self.stop_reason = str(CalendarAliased(bad))
             self.say(f"dmrack: {self.stop_reason}; no results written")
             return
+        self.results = Results.from_plane(self.state.plane, meta)
         if self.state.history is not None:
             from cluster.rack import collect_history
             self.history_ops = collect_history(self.state)
