@@ -44,7 +44,11 @@ Candidate leaves
     the prediction is monotone, so p <= r + 1 + eps: the window [p - eps - 1, p + eps] contains
     r for every key, loaded or not (ROLEX widens its window by 2 for the same reason). Its
     2 eps + 2 ranks span at most ceil((2 eps + 1) / fill) + 1 leaves: 3 for eps 32, fill 64,
-    usually 1 or 2.
+    and 2 for an interior key (66 ranks cross a 64-key leaf's boundary). Each candidate leaf is
+    READ whole, as ROLEX's code does (``search_asyn`` READs ``sizeof(leaf_t)`` per leaf of the
+    window; so does CHIME's reproduction, River861/ROLEX ``fetch_nodes``): no window of entries
+    within a leaf. The leaf's ``span`` (keys a leaf holds, default 64, ROLEX's ``Leaf<64>``) sets
+    the bytes; CHIME ran ROLEX with 16-key leaves and eps 16 (docs/rolex.md).
 
 Which leaf a key belongs to (search, insert, update, delete alike)
     All candidate leaves are READ in one batch (``search_asyn``); the key's leaf is the last
