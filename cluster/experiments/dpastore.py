@@ -220,10 +220,12 @@ def _loop(env, cli, co, r, keys, fresh, cursor, cdf, perm, mix, range_count, t0,
 def rolex_point(*, quick: bool = True, keys: int | None = None, op: str = "get", dataset: str = "sparse",
                 client_nodes: int = CLIENT_NODES, client_threads: int = CLIENT_THREADS, qd: int | None = None,
                 window_us=None, seed: int = 1, range_count: int = 10,
-                key_array: np.ndarray | None = None, profile_overrides: dict | None = None) -> dict:
+                key_array: np.ndarray | None = None, profile_overrides: dict | None = None,
+                options: dict | None = None) -> dict:
     """ROLEX (``rolex``) under the same load: its clients on ``client_nodes`` compute nodes (the
     paper's client machines, one-sided verbs), one memory node on the same ``bf3`` card class as
-    DPA-Store's server (a BlueField-3 used as a ConnectX-7), 8-byte inline values.
+    DPA-Store's server (a BlueField-3 used as a ConnectX-7), 8-byte inline values; ``options``:
+    more of the system's options (e.g. CHIME's ``span`` 16, ``eps`` 16; default: ROLEX's code).
 
     ``calendar_errors``: NIC calendars whose ring aliased (must be 0: see ``shm/calendar.py``; at
     6 x 31 x 32 the memory node's READ backlog outran the old 262 us rings and the run reported
@@ -243,7 +245,7 @@ def rolex_point(*, quick: bool = True, keys: int | None = None, op: str = "get",
          "profile_overrides": {**NETWORK, **(profile_overrides or {})},
          "compute": {"count": client_nodes, "threads": client_threads, "coroutines": qd, "memory": "64MiB"},
          "memory": {"count": 1, "memory": f"{leaf_mib}MiB"},
-         "system": {"name": "rolex", "values": "inline"},
+         "system": {"name": "rolex", "values": "inline", **(options or {})},
          "workload": {"preset": "c", "recordcount": n + (len(fresh) if fresh is not None else 0)}}
     compiled = compile_scenario(scenario_from_dict(d, source=f"rolex point {op}"))
     rng = np.random.default_rng(seed)

@@ -50,7 +50,6 @@ from nodes.systems.sherman.cache import shared
 from shm.fabric import gaddr
 
 from .cache import LearnedCache
-from .core import LEAF_BYTES, SLOTS
 from .layout import (
     EMPTY, MAX_VALUE, NO_SYNONYM, VALUE_OFFSET_BITS, Remote, image_meta, key_int, leaf_checksum, pack_meta,
     parse_table, table_bytes, unpack_meta, unpack_value_word, used, value_units, value_word,
@@ -89,10 +88,11 @@ class RolexStats(NamedTuple):
     bytes_reclaimed: int       # bytes of replaced value blocks that became reusable
     cache_bytes: int           # the node's learned cache (models + fences)
     memory_bytes: int          # value blocks this client allocated and has not retired
+    read_bytes: int            # bytes operations READ (leaves, meta words, value blocks; not the model table)
 
 
 class Snap:
-    """A validated copy of one leaf: its 128 words, checksum and synonym pointer."""
+    """A validated copy of one leaf: its 2 x span words, checksum and synonym pointer."""
 
     __slots__ = ("leaf", "words", "checksum", "synonym")
 
@@ -100,12 +100,16 @@ class Snap:
         self.leaf, self.words, self.checksum, self.synonym = leaf, words, checksum, synonym
 
     @property
+    def span(self) -> int:
+        return len(self.words) // 2
+
+    @property
     def keys(self) -> np.ndarray:
-        return self.words[:SLOTS]
+        return self.words[:self.span]
 
     @property
     def vals(self) -> np.ndarray:
-        return self.words[SLOTS:]
+        return self.words[self.span:]
 
     @property
     def n(self) -> int:
@@ -144,20 +148,22 @@ class RolexClient(KVClient):
                                     max_offset=(1 << VALUE_OFFSET_BITS) - 1,
                                     offset_limit="the value word's 40-bit offset field")
         self.buf = thread.buf
+        self.span, self.leaf_bytes = self.remote.span, self.remote.leaf_bytes
         cpu = fabric.profile.cpu
-        self._leaf_ns = max(1, int(LINE_CYCLES * LEAF_BYTES // 64 / cpu.ghz))
+        self._leaf_ns = max(1, int(LINE_CYCLES * -(-self.leaf_bytes // 64) / cpu.ghz))
         self._line_ns = max(1, int(LINE_CYCLES / cpu.ghz))
         self._op_ns = int((OP_CYCLES + LOOKUP_CYCLES) / cpu.ghz)
         self.gets = self.inserts = self.updates = self.deletes = self.scans = 0
         self.candidate_leaves = self.synonym_hops = self.lock_retries = self.torn_reads = 0
         self.synonym_leaves = self.unlinked_leaves = self.cache_refreshes = self.blocks_written = 0
+        self.read_bytes = 0
 
     def statistics(self) -> RolexStats:
         return RolexStats(self.gets, self.inserts, self.updates, self.deletes, self.scans, self.candidate_leaves,
                           self.synonym_hops, self.lock_retries, self.torn_reads, self.synonym_leaves,
                           self.unlinked_leaves, self.cache_refreshes, self.blocks_written, self.reclaim.reused,
                           self.reclaim.bytes_reclaimed, self.cache.nbytes,
-                          self.alloc.used_bytes)
+                          self.alloc.used_bytes, self.read_bytes)
 
     # -- the learned cache -----------------------------------------------------------------------
     def refresh(self, co):
@@ -218,16 +224,22 @@ class RolexClient(KVClient):
         """The snapshot READ into ``h_leaf`` if the meta word READ with it vouches for it."""
         self.thread.cpu(self._leaf_ns)
         checksum, synonym = unpack_meta(h_meta.value)
-        if leaf_checksum(self.buf, h_leaf._off) != checksum and not self.skip_checksum:
+        if leaf_checksum(self.buf, h_leaf._off, self.leaf_bytes) != checksum and not self.skip_checksum:
             self.torn_reads += 1
             return None
-        return Snap(leaf, self.buf[h_leaf._off:h_leaf._off + LEAF_BYTES].view(np.uint64).copy(), checksum, synonym)
+        return Snap(leaf, self.buf[h_leaf._off:h_leaf._off + self.leaf_bytes].view(np.uint64).copy(), checksum,
+                    synonym)
+
+    def _read(self, co, addr: int, nbytes: int):
+        """Queue a READ of ``nbytes`` (counted in ``read_bytes``: what the operation asks of the link)."""
+        self.read_bytes += nbytes
+        return co.read(addr, nbytes)
 
     def _read_leaf(self, co, leaf: int) -> Snap:
         """Generator: a validated snapshot of ``leaf`` (READ with its meta word until they agree)."""
         r = self.remote
         for _ in range(RETRY_LIMIT):
-            hl, hm = co.read(r.leaf_addr(leaf), LEAF_BYTES), co.read(r.meta_addr(leaf), 8)
+            hl, hm = self._read(co, r.leaf_addr(leaf), self.leaf_bytes), self._read(co, r.meta_addr(leaf), 8)
             yield co.sync()
             snap = self._take(leaf, hl, hm)
             if snap is not None:
@@ -238,8 +250,8 @@ class RolexClient(KVClient):
         """Queue the READs of the window's leaves and of the meta words of ``metas``."""
         r = self.remote
         self.candidate_leaves += hi - lo + 1
-        return ([co.read(r.leaf_addr(g), LEAF_BYTES) for g in range(lo, hi + 1)],
-                {g: co.read(r.meta_addr(g), 8) for g in metas})
+        return ([self._read(co, r.leaf_addr(g), self.leaf_bytes) for g in range(lo, hi + 1)],
+                {g: self._read(co, r.meta_addr(g), 8) for g in metas})
 
     def _walk(self, co, snap: Snap, k: int) -> tuple[Snap, Snap | None]:
         """Generator: from a group's primary snapshot, the leaf of the chain where ``k`` is or
@@ -259,7 +271,7 @@ class RolexClient(KVClient):
         length, node, off = unpack_value_word(int(word))
         if not length:
             return b""
-        h = co.read(gaddr(node, off), length)
+        h = self._read(co, gaddr(node, off), length)
         yield co.sync()
         self.thread.cpu(self._line_ns * value_units(length))
         return h.data.tobytes()
@@ -371,7 +383,7 @@ class RolexClient(KVClient):
             keys[i:n - 1], vals[i:n - 1] = keys[i + 1:n].copy(), vals[i + 1:n].copy()
             keys[n - 1], vals[n - 1] = EMPTY, 0
         else:
-            if n == SLOTS:
+            if n == self.span:
                 # the new synonym leaf goes first, so it has landed before the meta that links it
                 dirty = list((yield from self._split(co, home, snap)))
                 snap = dirty[0] if k > int(dirty[0].keys[0]) else dirty[1]
@@ -405,11 +417,12 @@ class RolexClient(KVClient):
         if local >= r.leaves_per_node:
             raise SystemError_(f"ROLEX: the leaf region of memory node {r.nodes[j]} is full ({r.leaves_per_node} "
                                f"leaves): raise the option leaf_headroom")
-        half = SLOTS // 2
-        words = np.zeros(2 * SLOTS, dtype=np.uint64)
-        words[:SLOTS] = EMPTY
+        span = self.span
+        half = span // 2
+        words = np.zeros(2 * span, dtype=np.uint64)
+        words[:span] = EMPTY
         words[:half] = full.keys[half:]
-        words[SLOTS:SLOTS + half] = full.vals[half:]
+        words[span:span + half] = full.vals[half:]
         syn = Snap(r.global_leaf(j, local), words, 0, full.synonym)
         full.keys[half:], full.vals[half:] = EMPTY, 0
         full.synonym = syn.leaf
@@ -458,7 +471,7 @@ class RolexClient(KVClient):
             while i < len(pairs) and (not handles or size < SCAN_VALUE_BYTES):
                 kk, w = pairs[i]
                 length, node, off = unpack_value_word(w)
-                handles.append((kk, co.read(gaddr(node, off), length) if length else None))
+                handles.append((kk, self._read(co, gaddr(node, off), length) if length else None))
                 size += length
                 i += 1
             yield co.sync()

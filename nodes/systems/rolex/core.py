@@ -44,7 +44,11 @@ Candidate leaves
     the prediction is monotone, so p <= r + 1 + eps: the window [p - eps - 1, p + eps] contains
     r for every key, loaded or not (ROLEX widens its window by 2 for the same reason). Its
     2 eps + 2 ranks span at most ceil((2 eps + 1) / fill) + 1 leaves: 3 for eps 32, fill 64,
-    usually 1 or 2.
+    and 2 for an interior key (66 ranks cross a 64-key leaf's boundary). Each candidate leaf is
+    READ whole, as ROLEX's code does (``search_asyn`` READs ``sizeof(leaf_t)`` per leaf of the
+    window; so does CHIME's reproduction, River861/ROLEX ``fetch_nodes``): no window of entries
+    within a leaf. The leaf's ``span`` (keys a leaf holds, default 64, ROLEX's ``Leaf<64>``) sets
+    the bytes; CHIME ran ROLEX with 16-key leaves and eps 16 (docs/rolex.md).
 
 Which leaf a key belongs to (search, insert, update, delete alike)
     All candidate leaves are READ in one batch (``search_asyn``); the key's leaf is the last
@@ -88,9 +92,12 @@ from nodes.systems.dpastore.pla import (
     segment,
 )
 
-SLOTS = 64  # Leaf<64, u64, u64>
+SLOTS = 64  # Leaf<64, u64, u64>: the public code's span (rolex/trait.hpp), the default
 KEY_BYTES = VALUE_BYTES = 8
 LEAF_BYTES = SLOTS * (KEY_BYTES + VALUE_BYTES)  # 1024
+#: Spans a leaf may have: even (a split moves the upper half), up to what a leaf's 16-bit slot
+#: count would hold; CHIME (SOSP'24) ran ROLEX with 16 (its exp/params: "span_size" ROLEX 16).
+MIN_SPAN, MAX_SPAN = 2, 4096
 REGION_HEADER_BYTES = 16  # the allocation counter (FAA target) and a spare word
 TABLE_ENTRY_BYTES = 8  # one leaf-table entry per leaf (leaf number + synonym index)
 # A cached model: first key (8, for model_for_key) + the fixed-point line of pla.Segment
@@ -102,9 +109,21 @@ _NONE = -1
 _EMPTY = np.uint64(EMPTY_KEY)
 
 
-def remote_offset(leaf: int) -> int:
+def leaf_bytes(span: int = SLOTS) -> int:
+    """Bytes of a leaf of ``span`` keys: the keys, then the values (no header, as ``leaf.hpp``)."""
+    return span * (KEY_BYTES + VALUE_BYTES)
+
+
+def check_span(span) -> int:
+    is_int = isinstance(span, (int, np.integer)) and not isinstance(span, bool)
+    if not is_int or not MIN_SPAN <= span <= MAX_SPAN or span % 2:
+        raise ValueError(f"span (keys per leaf) must be an even integer in [{MIN_SPAN}, {MAX_SPAN}], got {span!r}")
+    return int(span)
+
+
+def remote_offset(leaf: int, span: int = SLOTS) -> int:
     """Byte offset of leaf ``leaf`` in the memory node's leaf region (ROLEX: 16 + n x 1024)."""
-    return REGION_HEADER_BYTES + leaf * LEAF_BYTES
+    return REGION_HEADER_BYTES + leaf * leaf_bytes(span)
 
 
 def max_candidates(eps: int = EPS, fill: int = SLOTS) -> int:
@@ -161,11 +180,13 @@ def _check_value(value) -> int:
 class RolexIndex:
     """ROLEX's leaves (memory node) and learned cache (compute node) after a bulk load."""
 
-    def __init__(self, keys, values, eps: int = EPS, fill: int = SLOTS):
+    def __init__(self, keys, values, eps: int = EPS, fill: int | None = None, span: int = SLOTS):
         self.eps = _check_eps(eps)
+        self.span = check_span(span)
+        fill = self.span if fill is None else fill
         is_int = isinstance(fill, (int, np.integer)) and not isinstance(fill, bool)
-        if not is_int or not 1 <= fill <= SLOTS:
-            raise ValueError(f"fill must be an integer in [1, {SLOTS}], got {fill!r}")
+        if not is_int or not 1 <= fill <= self.span:
+            raise ValueError(f"fill must be an integer in [1, {self.span}] (the span), got {fill!r}")
         self.fill = int(fill)
         k, v = _check_pairs(keys, values, "bulk load")
         if int(k[-1]) == EMPTY_KEY:
@@ -180,8 +201,8 @@ class RolexIndex:
         per_model = [-(-s.size // f) for s in segs]
         n = sum(per_model)
         cap = max(16, 2 * n)  # room for synonym leaves; grows by doubling (a bigger region)
-        self._keys = np.full((cap, SLOTS), _EMPTY, dtype=np.uint64)
-        self._vals = np.zeros((cap, SLOTS), dtype=np.uint64)
+        self._keys = np.full((cap, self.span), _EMPTY, dtype=np.uint64)
+        self._vals = np.zeros((cap, self.span), dtype=np.uint64)
         self._n = np.zeros(cap, dtype=np.int64)  # slots used: what a reader sees in the leaf
         self._syn = np.full(cap, _NONE, dtype=np.int64)  # the leaf table's synonym pointers
         self._segs: list[Segment] = segs
@@ -207,8 +228,8 @@ class RolexIndex:
         self._counter += 1
         if s >= self._n.size:
             grow = self._n.size
-            self._keys = np.concatenate([self._keys, np.full((grow, SLOTS), _EMPTY, np.uint64)])
-            self._vals = np.concatenate([self._vals, np.zeros((grow, SLOTS), np.uint64)])
+            self._keys = np.concatenate([self._keys, np.full((grow, self.span), _EMPTY, np.uint64)])
+            self._vals = np.concatenate([self._vals, np.zeros((grow, self.span), np.uint64)])
             self._n = np.concatenate([self._n, np.zeros(grow, np.int64)])
             self._syn = np.concatenate([self._syn, np.full(grow, _NONE, np.int64)])
         return s
@@ -282,11 +303,11 @@ class RolexIndex:
         if hit:
             return False, found.cost
         written, table, faa = 1, 0, 0
-        if self._n[t] == SLOTS:
+        if self._n[t] == self.span:
             # ROLEX's insert_synonym: move the upper half to a new synonym leaf linked after t,
             # which keeps the chain sorted across its leaves
             s = self._alloc()
-            half = SLOTS // 2
+            half = self.span // 2
             self._keys[s, :half] = self._keys[t, half:]
             self._vals[s, :half] = self._vals[t, half:]
             self._keys[t, half:] = _EMPTY
@@ -435,6 +456,6 @@ class RolexIndex:
             synonym_leaves=linked,
             allocated_leaves=alloc,
             models=len(self._segs),
-            memory_bytes=REGION_HEADER_BYTES + alloc * (LEAF_BYTES + TABLE_ENTRY_BYTES),
+            memory_bytes=REGION_HEADER_BYTES + alloc * (leaf_bytes(self.span) + TABLE_ENTRY_BYTES),
             cache_bytes=len(self._segs) * MODEL_BYTES + alloc * TABLE_ENTRY_BYTES,
         )

@@ -15,6 +15,11 @@ what lets a lock CAS and the READs after it be ordered (docs/fabric.md, "Orderin
                                       leaf number + 1 of the next leaf in the chain, 0: none)
     lock array    +i*8  lock u64      0: free, else the holder's tag; only the primary's is used
 
+Those offsets are for the default *span* of 64 keys a leaf (ROLEX's ``Leaf<64, u64, u64>``); the
+option ``span`` sets another (CHIME, SOSP'24, ran ROLEX with 16-key leaves): a leaf is then
+``span x 16`` bytes at ``16 + i x span x 16``, keys[span] then vals[span], and everything below
+holds with "1 KiB" read as that size.
+
 What is ROLEX's and what is added here:
 
 * the leaf, its offset ``16 + n * 1024`` and the counter in the first header word are ROLEX's
@@ -53,7 +58,7 @@ from nodes.systems.dpastore.pla import Segment
 from nodes.systems.lib.record import checksum32
 from shm.fabric import gaddr
 
-from .core import EMPTY_KEY, KEY_BYTES, LEAF_BYTES, REGION_HEADER_BYTES, SLOTS
+from .core import EMPTY_KEY, KEY_BYTES, LEAF_BYTES, REGION_HEADER_BYTES, SLOTS, leaf_bytes
 
 WORD = 8
 META_BYTES = LOCK_BYTES = WORD
@@ -74,7 +79,7 @@ MODEL_BYTES = MODEL.size                       # 32
 class Remote:
     """Where everything is, from the layout dict (picklable, the same in every process)."""
 
-    __slots__ = ("nodes", "regions", "tables", "locks", "leaves_per_node")
+    __slots__ = ("nodes", "regions", "tables", "locks", "leaves_per_node", "span", "leaf_bytes")
 
     def __init__(self, layout: dict):
         self.nodes = tuple(layout["memory_nodes"])
@@ -82,6 +87,8 @@ class Remote:
         self.tables = tuple(layout["tables"])
         self.locks = tuple(layout["locks"])
         self.leaves_per_node = int(layout["leaves_per_node"])
+        self.span = int(layout["span"])                 # keys per leaf (ROLEX's code: 64)
+        self.leaf_bytes = leaf_bytes(self.span)
 
     def node_of(self, leaf: int) -> int:
         """Index (into ``nodes``) of the memory node holding global leaf ``leaf``."""
@@ -89,7 +96,7 @@ class Remote:
 
     def leaf_addr(self, leaf: int) -> int:
         j, i = leaf % len(self.nodes), leaf // len(self.nodes)
-        return gaddr(self.nodes[j], self.regions[j] + REGION_HEADER_BYTES + i * LEAF_BYTES)
+        return gaddr(self.nodes[j], self.regions[j] + REGION_HEADER_BYTES + i * self.leaf_bytes)
 
     def meta_addr(self, leaf: int) -> int:
         j, i = leaf % len(self.nodes), leaf // len(self.nodes)
@@ -125,9 +132,9 @@ def key_int(key, bound: bool = False) -> int:
 
 # -- leaves and their meta words ---------------------------------------------------------------------
 
-def leaf_checksum(raw: np.ndarray, off: int = 0) -> int:
-    """Checksum of the 1024 bytes at ``raw[off:]`` (a uint8 array: a leaf image or a READ buffer)."""
-    return int(checksum32(raw, off, LEAF_BYTES, raw, 0, 0))
+def leaf_checksum(raw: np.ndarray, off: int = 0, nbytes: int = LEAF_BYTES) -> int:
+    """Checksum of the leaf of ``nbytes`` at ``raw[off:]`` (a uint8 array: a leaf image or a READ buffer)."""
+    return int(checksum32(raw, off, nbytes, raw, 0, 0))
 
 
 def pack_meta(checksum: int, synonym: int) -> int:
@@ -139,18 +146,19 @@ def unpack_meta(word: int) -> tuple[int, int]:
     return word >> 32, (word & 0xFFFFFFFF) - 1
 
 
-def leaf_image(keys, vals) -> np.ndarray:
-    """The 1024-byte image (128 u64 words) of a leaf holding ``keys`` (ascending ints) and ``vals``."""
-    img = np.zeros(2 * SLOTS, dtype=np.uint64)
-    img[:SLOTS] = EMPTY
+def leaf_image(keys, vals, span: int = SLOTS) -> np.ndarray:
+    """The image (2 x ``span`` u64 words) of a leaf holding ``keys`` (ascending ints) and ``vals``."""
+    img = np.zeros(2 * span, dtype=np.uint64)
+    img[:span] = EMPTY
     n = len(keys)
     img[:n] = np.asarray(keys, dtype=np.uint64)
-    img[SLOTS:SLOTS + n] = np.asarray(vals, dtype=np.uint64)
+    img[span:span + n] = np.asarray(vals, dtype=np.uint64)
     return img
 
 
 def image_meta(img: np.ndarray, synonym: int) -> int:
-    return pack_meta(leaf_checksum(img.view(np.uint8)), synonym)
+    """The meta word of a leaf image (any span: the checksum covers the whole image)."""
+    return pack_meta(leaf_checksum(img.view(np.uint8), 0, img.nbytes), synonym)
 
 
 def used(keys: np.ndarray) -> int:

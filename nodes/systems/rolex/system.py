@@ -1,7 +1,8 @@
 """RolexSystem: ROLEX on the rack (setup and bulk load in the owner's process, one client per thread).
 
-``setup`` carves, on every memory node, a leaf region (16-byte header, then 1 KiB leaves), its leaf
-table (a meta word per leaf) and its lock array, sized from the rack's capacity, and lays out an
+``setup`` carves, on every memory node, a leaf region (16-byte header, then leaves of ``span`` keys,
+1 KiB for ROLEX's 64), its leaf table (a meta word per leaf) and its lock array, sized from the
+rack's capacity, and lays out an
 *empty index*: primary leaves with fences splitting the key space evenly, no models (an index
 needs keys to be trained on), so a rack loaded by inserts works at once. ``bulk_load`` (only on that
 empty index) sorts the pairs, builds the leaves and models exactly as ``core.RolexIndex`` does
@@ -19,7 +20,7 @@ from nodes.systems.lib.reclaim import epochs_bytes, setup_epochs
 from shm.fabric import gaddr
 
 from .client import RolexClient
-from .core import EPS, LEAF_BYTES, REGION_HEADER_BYTES, SLOTS, RolexIndex
+from .core import EPS, MAX_SPAN, MIN_SPAN, REGION_HEADER_BYTES, SLOTS, RolexIndex, check_span, leaf_bytes
 from .layout import (
     EMPTY, MAX_NODE, MAX_VALUE, META_BYTES, LOCK_BYTES, NO_SYNONYM, WORD, Remote, image_meta, key_int, leaf_checksum,
     leaf_image, pack_meta, table_image, value_units, value_word,
@@ -32,8 +33,8 @@ RACK_SLACK_KEYS = 1024
 
 class RolexSystem(System):
     name = "rolex"
-    description = ("ROLEX: learned range index on one-sided verbs (sorted 1 KiB leaves on memory nodes, eps-32 PLA "
-                   "learned cache on compute nodes, candidate-leaf READs in one batch, synonym leaves by FAA; "
+    description = ("ROLEX: learned range index on one-sided verbs (sorted 1 KiB leaves of 64 keys on memory nodes, "
+                   "eps-32 PLA learned cache on compute nodes, candidate-leaf READs in one batch, synonym leaves by FAA; "
                    "plus group locks by CAS and checksummed leaf snapshots)")
     paper = ("Li, Hua, Zuo, Chen, Sheng: ROLEX: A Scalable RDMA-oriented Learned Key-Value Store for "
              "Disaggregated Memory Systems, FAST'23 (code: iotlpf/ROLEX)")
@@ -42,12 +43,16 @@ class RolexSystem(System):
     options = (
         Option("eps", EPS, "error bound of the learned cache's PLA models (ROLEX: 32); the window of candidate "
                "leaves a GET READs covers prediction +/- (eps + 1) keys", minimum=0, maximum=1 << 16),
-        Option("fill", SLOTS, "keys per leaf at bulk load (ROLEX's code: 64, full leaves, so the first insert into a "
-               "leaf allocates a synonym leaf); fewer leave headroom", minimum=1, maximum=SLOTS),
+        Option("span", SLOTS, "keys a leaf holds (ROLEX's code: Leaf<64, u64, u64>, a 1 KiB leaf; CHIME, SOSP'24, "
+               "ran ROLEX with 16): a GET READs every leaf of the model's window whole, so the bytes a GET "
+               "READs are about (2 eps / span + 1) x span x 16", minimum=MIN_SPAN, maximum=MAX_SPAN),
+        Option("fill", 0, "keys per leaf at bulk load, at most the span; 0: the span (ROLEX's code: full leaves, so "
+               "the first insert into a leaf allocates a synonym leaf); fewer leave headroom",
+               minimum=0, maximum=MAX_SPAN),
         Option("values", "out-of-line", "'out-of-line': a leaf's value slot names an immutable block holding the "
                "value (any size up to 16 KiB, one more READ per get); 'inline': the value itself, 8 bytes exactly, "
                "as ROLEX's Leaf<64, u64, u64> (other sizes are refused)", choices=("out-of-line", "inline")),
-        Option("leaf_headroom", 4.0, "leaves the regions hold, as a multiple of capacity / 64 (primary leaves plus "
+        Option("leaf_headroom", 4.0, "leaves the regions hold, as a multiple of capacity / span (primary leaves plus "
                "every synonym leaf ever allocated: deletes do not give leaves back, as in ROLEX)",
                minimum=1.0, maximum=64.0),
         Option("chunk_bytes", 1 << 20, "bytes of the chunks a client obtains from a memory node (one RPC each) and "
@@ -61,7 +66,7 @@ class RolexSystem(System):
     @staticmethod
     def _leaves(options: dict, capacity: int, nodes: int) -> int:
         """Leaves per memory node."""
-        total = max(nodes, -(-int(capacity * options["leaf_headroom"]) // SLOTS))
+        total = max(nodes, -(-int(capacity * options["leaf_headroom"]) // options["span"]))
         return -(-total // nodes)
 
     @classmethod
@@ -69,11 +74,24 @@ class RolexSystem(System):
         """The leaf regions with their meta and lock words, as setup carves them (over any number
         of memory nodes: at least the total), plus a value block per key out of line for every key
         but the rack's slack."""
-        leaves = max(1, -(-int(capacity * options["leaf_headroom"]) // SLOTS))
+        leaves = max(1, -(-int(capacity * options["leaf_headroom"]) // options["span"]))
         blocks = 0
         if options["values"] == "out-of-line":
             blocks = max(0, int(capacity) - RACK_SLACK_KEYS) * value_units(int(value_bytes)) * 64
-        return leaves * (LEAF_BYTES + META_BYTES + LOCK_BYTES) + blocks
+        return leaves * (leaf_bytes(options["span"]) + META_BYTES + LOCK_BYTES) + blocks
+
+    @classmethod
+    def check_options(cls, options: dict, where: str) -> dict:
+        """The options checked one by one, then together: an even span, a fill within it
+        (ValueError naming ``where``, as the base class)."""
+        opts = super().check_options(options, where)
+        try:
+            check_span(opts["span"])
+        except ValueError as e:
+            raise ValueError(f"{where}: {e}") from None
+        if opts["fill"] > opts["span"]:
+            raise ValueError(f"{where}: fill = {opts['fill']} is above the span ({opts['span']} keys a leaf)")
+        return opts
 
     @classmethod
     def setup(cls, fabric, memory_nodes: list[int], options: dict, capacity: int) -> dict:
@@ -87,40 +105,44 @@ class RolexSystem(System):
             raise SystemError_(f"ROLEX: memory nodes must be among the first {MAX_NODE + 1} fabric nodes (a value "
                                f"word holds 8 bits of node number); got {max(mns)}")
         M = len(mns)
+        span = opts["span"]
+        fill = opts["fill"] or span
+        lb = leaf_bytes(span)
         lpn = cls._leaves(opts, capacity, M)
         regions, tables, locks = [], [], []
         try:
             for m in mns:
                 fabric.expose(m)
-                regions.append(fabric.allocate(m, REGION_HEADER_BYTES + lpn * LEAF_BYTES))
+                regions.append(fabric.allocate(m, REGION_HEADER_BYTES + lpn * lb))
                 tables.append(fabric.allocate(m, lpn * META_BYTES))
                 locks.append(fabric.allocate(m, lpn * LOCK_BYTES))
         except MemoryError as e:
-            raise SystemError_(f"ROLEX: {e} ({lpn} leaves of 1 KiB per memory node; lower the option leaf_headroom "
+            raise SystemError_(f"ROLEX: {e} ({lpn} leaves of {lb} B per memory node; lower the option leaf_headroom "
                                f"or give the memory nodes more memory)") from None
         layout = {
             "system": cls.name, "format": LAYOUT_FORMAT, "memory_nodes": mns, "regions": regions,
             "tables": tables, "locks": locks, "leaves_per_node": lpn, "values": opts["values"],
-            "eps": opts["eps"], "fill": opts["fill"], "chunk_bytes": opts["chunk_bytes"], "capacity": int(capacity),
+            "eps": opts["eps"], "span": span, "fill": fill, "chunk_bytes": opts["chunk_bytes"],
+            "capacity": int(capacity),
         }
         remote = Remote(layout)
         # the empty index: primaries at half their capacity once the rack holds ``capacity`` keys
-        primaries = min(max(M, -(-int(capacity) // (SLOTS // 2))), lpn * M // 2 or 1)
-        empty_meta = image_meta(leaf_image([], []), NO_SYNONYM)
+        primaries = min(max(M, -(-int(capacity) // (span // 2))), lpn * M // 2 or 1)
+        empty_meta = image_meta(leaf_image([], [], span), NO_SYNONYM)
         for j, m in enumerate(mns):
             count = len(range(j, primaries, M))
             host64 = fabric.memory[m].host64
             host64[regions[j] // 8] = count                       # the counter: leaves in use
             base = (regions[j] + REGION_HEADER_BYTES) // 8
-            host64[base:base + count * 2 * SLOTS].reshape(count, 2 * SLOTS)[:, :SLOTS] = EMPTY
+            host64[base:base + count * 2 * span].reshape(count, 2 * span)[:, :span] = EMPTY
             host64[tables[j] // 8:tables[j] // 8 + count] = empty_meta
         fences = [(g << 64) // primaries for g in range(primaries)]
-        cls._publish(fabric, remote, table_image([], [], fences, opts["eps"], opts["fill"]))
+        cls._publish(fabric, remote, table_image([], [], fences, opts["eps"], fill))
         try:
             layout["epochs"] = setup_epochs(fabric, mns[0])
         except MemoryError as e:
             raise SystemError_(f"ROLEX: the epoch table does not fit memory node {mns[0]}: {e}") from None
-        layout["setup_bytes"] = (M * (REGION_HEADER_BYTES + lpn * (LEAF_BYTES + META_BYTES + LOCK_BYTES))
+        layout["setup_bytes"] = (M * (REGION_HEADER_BYTES + lpn * (lb + META_BYTES + LOCK_BYTES))
                                  + epochs_bytes(layout["epochs"]))
         return layout
 
@@ -141,11 +163,12 @@ class RolexSystem(System):
         each owning its leaves, ``fill`` keys a leaf), over the empty index setup made."""
         remote = Remote(layout)
         M = len(remote.nodes)
+        span, lb = remote.span, remote.leaf_bytes
         for j, m in enumerate(remote.nodes):
             host64 = fabric.memory[m].host64
             used = int(host64[remote.regions[j] // 8])
             first = (remote.regions[j] + REGION_HEADER_BYTES) // 8
-            if (host64[first:first + used * 2 * SLOTS:2 * SLOTS] != EMPTY).any():
+            if (host64[first:first + used * 2 * span:2 * span] != EMPTY).any():
                 raise SystemError_("ROLEX: a bulk load needs the empty index setup made; this one holds keys")
         inline = layout["values"] == "inline"
         items = []
@@ -167,7 +190,7 @@ class RolexSystem(System):
                 raise SystemError_(f"ROLEX: bulk load of key {a[0].to_bytes(8, 'big')!r} twice")
         keys = np.array([k for k, _ in items], dtype=np.uint64)
         words = cls._value_words(fabric, remote, [v for _, v in items], inline)
-        index = RolexIndex(keys, words, eps=layout["eps"], fill=layout["fill"])
+        index = RolexIndex(keys, words, eps=layout["eps"], fill=layout["fill"], span=span)
         # the core's leaves (arrays indexed by leaf number) and models; nothing else of it is kept
         primaries, lk, lv = index._primary, index._keys, index._vals
         if -(-primaries // M) > remote.leaves_per_node:
@@ -177,13 +200,13 @@ class RolexSystem(System):
             count = len(range(j, primaries, M))
             host64 = fabric.memory[m].host64
             base = (remote.regions[j] + REGION_HEADER_BYTES) // 8
-            img = host64[base:base + count * 2 * SLOTS].reshape(count, 2 * SLOTS)
-            img[:, :SLOTS] = lk[j:primaries:M]
-            img[:, SLOTS:] = lv[j:primaries:M]
+            img = host64[base:base + count * 2 * span].reshape(count, 2 * span)
+            img[:, :span] = lk[j:primaries:M]
+            img[:, span:] = lv[j:primaries:M]
             raw = fabric.memory[m].host
             t = remote.tables[j] // 8
             for i in range(count):
-                cs = leaf_checksum(raw, remote.regions[j] + REGION_HEADER_BYTES + i * LEAF_BYTES)
+                cs = leaf_checksum(raw, remote.regions[j] + REGION_HEADER_BYTES + i * lb, lb)
                 host64[t + i] = pack_meta(cs, NO_SYNONYM)
             # leaves of the empty index beyond these are free again (a synonym leaf is written whole)
             host64[remote.regions[j] // 8] = count
