@@ -100,6 +100,15 @@ def node_units(node_type: int) -> int:
     return (node_bytes(node_type) + UNIT - 1) // UNIT
 
 
+def min_entries(node_type: int) -> int:
+    """The fewest entries a node of ``node_type`` holds as this library's writers leave it: a
+    NODE_4 is made with two (a leaf split, a prefix split), a bigger type only by upgrading a
+    full node of the type below (or by a bulk load choosing ``type_for``), and no entry is ever
+    emptied. A scan's estimate of how many keys lie under a node it has not read yet (a system
+    that grows nodes or removes entries otherwise may hold fewer: an estimate, not a bound)."""
+    return 2 if node_type == NODE_4 else slots_of(node_type - 1) + 1
+
+
 def type_for(count: int) -> int:
     """The smallest node type holding ``count`` entries."""
     for t in NODE_TYPES:
