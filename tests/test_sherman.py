@@ -374,7 +374,8 @@ ABLATIONS = [{"lock_memory": "host"}, {"hierarchical": False}, {"combine": False
               "lock_free_reads": False}]
 
 
-@pytest.mark.parametrize("options", [{"cache_nodes": 0}, {"max_handover": 0, "lock_slots": 4}] + ABLATIONS)
+@pytest.mark.parametrize("options", [{"cache_nodes": 0}, {"max_handover": 0, "lock_slots": 4},
+                                     {"leaf_layout": "per-line"}] + ABLATIONS)
 def test_conformance_rig_checks_pass_with_options(options):
     from cluster.correctness.conformance import CHECKS
     for name in ("single_client", "no_torn_values", "insert_race", "load_then_read"):
@@ -410,3 +411,112 @@ def test_retiring_the_new_block_is_caught_by_the_checker():
     from nodes.systems import get_system
     with pytest.raises(conformance.ConformanceFailure, match="loaded keys read wrong"):
         conformance.CHECKS["load_then_read"](get_system("sherman"), {"fault": "retire-new-block"})
+
+
+# -- Sherman's packed leaf (leaf_layout = "packed", the default): verbs and bytes per operation ----
+
+@contextlib.contextmanager
+def _verbs():
+    """Record (verb, bytes) of every verb posted by any coroutine, and the ``sync`` rounds."""
+    log = []
+    read, write, masked_cas, sync = Coroutine.read, Coroutine.write, Coroutine.masked_cas, Coroutine.sync
+    with mock.patch.object(Coroutine, "read", lambda co, a, n: log.append(("READ", n)) or read(co, a, n)), \
+            mock.patch.object(Coroutine, "write", lambda co, a, d: log.append(("WRITE", len(d))) or write(co, a, d)), \
+            mock.patch.object(Coroutine, "masked_cas", lambda co, *a: log.append(("CAS", 8)) or masked_cas(co, *a)), \
+            mock.patch.object(Coroutine, "sync", lambda co: log.append(("sync", 0)) or sync(co)):
+        yield log
+
+
+def _ops(log):
+    return [v for v in log if v[0] != "sync"], sum(1 for v in log if v[0] == "sync")
+
+
+def test_packed_leaf_verbs_and_bytes_per_get_update_insert():
+    """Warm cache, one-leaf tree, no contention: a get READs the 1 KB leaf; an update and an
+    insert take the lock (masked CAS), READ the leaf, and WRITE back only the 18-byte entry with
+    the 2-byte unlock in the same doorbell: 3 rounds, 4 verbs, 18 B of entry written."""
+    with rig(ShermanSystem) as r:
+        assert r.layout["leaf_layout"] == "packed"
+        assert r.op("insert", _k(1), _v(1, size=8)) is True
+        assert r.op("get", _k(1)) == _v(1, size=8)             # warms the root
+        with _verbs() as log:
+            t0 = r.env.now
+            assert r.op("get", _k(1)) == _v(1, size=8)
+            get_ns = r.env.now - t0
+        assert _ops(log) == ([("READ", NODE_BYTES)], 1)
+        for kind, key in (("update", _k(1)), ("insert", _k(2))):
+            with _verbs() as log:
+                assert r.op(kind, key, _v(9, size=8)) is True
+            assert _ops(log) == ([("CAS", 8), ("READ", NODE_BYTES), ("WRITE", PACKED_ENTRY), ("WRITE", 2)], 3), kind
+            assert r.op("get", key) == _v(9, size=8)
+        assert get_ns > 0
+        # a value over Sherman's 8-byte inline field goes to a block, written with the lock CAS,
+        # and a get READs it in a second round (the entry's word carries the block's units)
+        with _verbs() as log:
+            assert r.op("update", _k(1), b"v" * 40) is True
+        assert _ops(log)[0] == [("WRITE", 16 + 40), ("CAS", 8), ("READ", NODE_BYTES), ("WRITE", PACKED_ENTRY), ("WRITE", 2)]
+        with _verbs() as log:
+            assert r.op("get", _k(1)) == b"v" * 40
+        assert _ops(log) == ([("READ", NODE_BYTES), ("READ", 64)], 2)
+
+
+def test_packed_leaf_holds_54_entries_and_splits_on_the_55th():
+    """Sherman's kLeafCardinality: (1024 - 35 - 2 - 8) / 18 = 54 entries in a 1 KB leaf (the
+    per-line leaf holds 15). The 55th insert splits: WRITE the new right leaf (1 KB), then the
+    left leaf (1 KB) with the unlock, then the separator goes into a new root."""
+    from nodes.systems.sherman.layout import PACKED_SLOTS, PackedLeaf, PerLineLeaf
+    assert PACKED_SLOTS == 54 and PerLineLeaf.slots == 15
+    with rig(ShermanSystem) as r:
+        for i in range(54):
+            assert r.op("insert", _k(i), _v(i, size=8)) is True
+        assert r.client.statistics().leaf_splits == 0
+        root, level = unpack_root(int(r.fabric.memory[gaddr_node(r.layout["root"])].host64[
+            gaddr_offset(r.layout["root"]) // 8]))
+        host = r.fabric.memory[gaddr_node(root)].host
+        assert len(PackedLeaf.entries(host, gaddr_offset(root))) == 54 and level == 0
+        with _verbs() as log:
+            assert r.op("insert", _k(54), _v(54, size=8)) is True
+        ops, _ = _ops(log)
+        assert ops[:3] == [("CAS", 8), ("READ", NODE_BYTES), ("WRITE", NODE_BYTES)]     # lock, leaf, right leaf
+        assert ops[3:5] == [("WRITE", NODE_BYTES), ("WRITE", 2)]                       # left leaf + unlock
+        s = r.client.statistics()
+        assert s.leaf_splits == 1 and s.root_splits == 1
+        left = PackedLeaf.entries(host, gaddr_offset(root))
+        assert len(left) == 27                                     # 55 entries split 27 / 28
+        assert [k for k, _ in r.op("scan", _k(0), 100)] == [_k(i) for i in range(55)]
+
+
+def test_packed_leaf_reader_retries_an_entry_torn_by_a_concurrent_write():
+    """An entry write lands line by line: a READ that sees its first line new and its second old
+    has f != r and reads again (torn_reads); the node's front/rear versions are untouched by
+    entry writes. Staged here by writing a half-landed entry into memory and completing it later."""
+    from nodes.systems.sherman.layout import PACKED_HEADER, packed_entry
+    with rig(ShermanSystem) as r:
+        for i in range(2):
+            assert r.op("insert", _k(i), _v(i, size=8)) is True
+        root, _ = r.client.cache.root
+        node, off = gaddr_node(root), gaddr_offset(root)
+        host = r.fabric.memory[node].host
+        e = off + PACKED_HEADER + PACKED_ENTRY                 # slot 2 (key 1): leaf bytes 50..67
+        assert (e - off) // LINE != (e - off + PACKED_ENTRY - 1) // LINE   # spans two lines
+        new = packed_entry(host[e] + 1, _k(1), 8, b"NEWVALUE")
+        cut = LINE - (e - off) % LINE                          # bytes of the entry in its first line
+        host[e:e + cut] = memoryview(new[:cut])                # first line landed, second not yet
+
+        def land_rest():
+            yield 5000
+            host[e + cut:e + PACKED_ENTRY] = memoryview(new[cut:])
+
+        r.env.process(land_rest())
+        torn = r.client.statistics().torn_reads
+        assert r.op("get", _k(1)) == b"NEWVALUE"
+        assert r.client.statistics().torn_reads > torn and r.env.now >= 5000
+
+
+def test_smart_bt_and_marlin_keep_the_per_line_leaf():
+    from nodes.systems.marlin import MarlinSystem
+    from nodes.systems.smart_bt import SmartBTSystem
+    for system in (SmartBTSystem, MarlinSystem):
+        assert "leaf_layout" not in {o.name for o in system.options}
+        with rig(system) as r:
+            assert r.layout["leaf_layout"] == "per-line"

@@ -433,7 +433,7 @@ class PackedLeaf:
         out = []
         for s in range(1, PACKED_SLOTS + 1):
             e = off + PACKED_HEADER + (s - 1) * PACKED_ENTRY
-            f = buf[e]
+            f = int(buf[e])
             code = f >> 4
             if code:
                 key = bytes(buf[e + 1:e + 9])
@@ -448,7 +448,7 @@ class PackedLeaf:
 
     @staticmethod
     def version(mv, off: int, slot: int) -> int:
-        return mv[off + PACKED_HEADER + (slot - 1) * PACKED_ENTRY] & 0xF
+        return int(mv[off + PACKED_HEADER + (slot - 1) * PACKED_ENTRY]) & 0xF
 
     @staticmethod
     def value_field(value: bytes, block: int = 0) -> tuple[int, bytes]:
@@ -459,7 +459,7 @@ class PackedLeaf:
     @staticmethod
     def value_at(mv, off: int, slot: int):
         e = off + PACKED_HEADER + (slot - 1) * PACKED_ENTRY
-        code = mv[e] >> 4
+        code = int(mv[e]) >> 4
         if code != PACKED_OUT:
             return bytes(mv[e + 9:e + 9 + code - 1])
         block, nbytes = packed_block_ref(int.from_bytes(mv[e + 9:e + 17], "little"))
