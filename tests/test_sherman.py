@@ -13,13 +13,15 @@ import pytest
 from cluster.correctness.conformance import rig
 from nodes.runtime.env import Environment
 from nodes.systems.sherman import INLINE_VALUE, KeySizeError, ShermanSystem
-from nodes.systems.sherman.layout import LINE, NODE_BYTES, unpack_root
+from nodes.systems.sherman.layout import LINE, NODE_BYTES, PACKED_ENTRY, unpack_root
 from shm.coro import Coroutine, NodeRdma
 from shm.fabric import REGION_HOST, Fabric, NodeSpec, gaddr_node, gaddr_offset, gaddr_region
 from shm.profile import load_profile
 from shm.segment import new_prefix
 from shm.verbs import VerbsHost
 from workloads.keys import key_bytes
+
+LAYOUTS = ("packed", "per-line")
 
 
 def _k(i):
@@ -67,11 +69,12 @@ def total(clients, field):
     return sum(getattr(c.statistics(), field) for c in clients)
 
 
-def test_single_client_splits_everywhere_and_scans_in_order():
-    n = 3000
+@pytest.mark.parametrize("leaf_layout, min_splits", [("packed", 60), ("per-line", 100)])
+def test_single_client_splits_everywhere_and_scans_in_order(leaf_layout, min_splits):
+    n = 3000 if leaf_layout == "per-line" else 6000
     ids = list(range(n))
     random.Random(1).shuffle(ids)
-    with rig(ShermanSystem) as r:
+    with rig(ShermanSystem, options={"leaf_layout": leaf_layout}) as r:
         def body():
             for i in ids:
                 assert (yield from r.client.insert(r.co, _k(i), _v(i)))
@@ -101,11 +104,11 @@ def test_single_client_splits_everywhere_and_scans_in_order():
         got = r.op("scan", mid, 100)
         assert [k for k, _ in got] == [k for k in order if k >= mid][:100]
         s = r.client.statistics()
-        assert s.leaf_splits > 100 and s.internal_splits >= 2 and s.root_splits >= 2
+        assert s.leaf_splits > min_splits and s.internal_splits >= 2 and s.root_splits >= 2
         root, level = unpack_root(int(r.fabric.memory[gaddr_node(r.layout["root"])].host64[
             gaddr_offset(r.layout["root"]) // 8]))
         assert level == s.root_splits and level >= 2 and r.client.cache.root == (root, level)
-        assert s.blocks_written > 0           # values > 48 B went out of line
+        assert s.blocks_written > 0           # values over the inline field went out of line
 
 
 def test_bad_keys_and_values_are_refused():
@@ -146,7 +149,7 @@ def test_concurrent_inserts_and_updates_many_coroutines(prefix):
         env.process(_collect(clients[0], cos[0][0], got))
         env.run()
         assert [k for k, _ in got[0]] == sorted(_k(i) for i in range(n))
-        assert total(clients, "leaf_splits") > 100 and total(clients, "local_lock_waits") > 0
+        assert total(clients, "leaf_splits") > 50 and total(clients, "local_lock_waits") > 0   # 54-entry leaves
         # the other compute node's cache went stale as this one split nodes: fences caught it
         assert total(clients, "sibling_follows") + total(clients, "cache_invalidations") > 0
 
@@ -269,22 +272,27 @@ def test_ablations_cost_what_they_remove():
     assert _update_ns({"lock_memory": "host"}) > base
 
 
-@pytest.mark.parametrize("entry_writes, size", [(True, LINE), (False, NODE_BYTES)])
-def test_without_two_level_versions_an_update_writes_back_the_whole_leaf(entry_writes, size):
-    with rig(ShermanSystem, options={"entry_writes": entry_writes}) as r:
-        assert r.op("insert", _k(5), _v(5)) is True
+@pytest.mark.parametrize("leaf_layout, entry_writes, size", [("per-line", True, LINE), ("per-line", False, NODE_BYTES),
+                                                            ("packed", True, PACKED_ENTRY),
+                                                            ("packed", False, NODE_BYTES)])
+def test_without_two_level_versions_an_update_writes_back_the_whole_leaf(leaf_layout, entry_writes, size):
+    with rig(ShermanSystem, options={"entry_writes": entry_writes, "leaf_layout": leaf_layout}) as r:
+        assert r.op("insert", _k(5), _v(5, size=8)) is True
         sizes = []
         write = Coroutine.write
         with mock.patch.object(Coroutine, "write", lambda co, addr, data: sizes.append(len(data)) or write(co, addr, data)):
-            assert r.op("update", _k(5), _v(5, 2)) is True
-        assert r.op("get", _k(5)) == _v(5, 2)
+            assert r.op("update", _k(5), _v(5, 2, size=8)) is True
+        assert r.op("get", _k(5)) == _v(5, 2, size=8)
         assert sizes[0] == size and sizes[1:] == [2]      # the write-back, then the 16-bit unlock
 
 
-def test_bulk_load_builds_a_tree_that_answers_as_an_inserted_one():
+@pytest.mark.parametrize("leaf_layout", LAYOUTS)
+def test_bulk_load_builds_a_tree_that_answers_as_an_inserted_one(leaf_layout):
     rnd = random.Random(9)
-    pairs = [(_k(i), bytes(rnd.randbytes(rnd.choice((8, INLINE_VALUE, INLINE_VALUE + 1, 300))))) for i in range(1500)]
-    with rig(ShermanSystem) as bulk, rig(ShermanSystem) as inserted:
+    inline = ShermanSystem.leaf_layout_of({"leaf_layout": leaf_layout}).inline
+    pairs = [(_k(i), bytes(rnd.randbytes(rnd.choice((8, inline, inline + 1, 300))))) for i in range(1500)]
+    opts = {"leaf_layout": leaf_layout}
+    with rig(ShermanSystem, options=opts) as bulk, rig(ShermanSystem, options=opts) as inserted:
         ShermanSystem.bulk_load(bulk.fabric, bulk.layout, pairs)
         for k, v in pairs:
             assert inserted.op("insert", k, v) is True
@@ -311,19 +319,23 @@ def test_bulk_load_refuses_a_tree_with_keys_and_duplicate_keys():
             ShermanSystem.bulk_load(r.fabric, r.layout, [(_k(3), b"a")])
 
 
-def test_torn_leaf_read_is_retried():
-    with rig(ShermanSystem) as r:
+@pytest.mark.parametrize("leaf_layout", LAYOUTS)
+def test_torn_leaf_read_is_retried(leaf_layout):
+    with rig(ShermanSystem, options={"leaf_layout": leaf_layout}) as r:
         assert r.op("insert", _k(7), _v(7)) is True
         root, level = r.client.cache.root or unpack_root(0)
         assert level == 0
         node, off = gaddr_node(root), gaddr_offset(root)
         host = r.fabric.memory[node].host
-        saved = bytes(host[off + 5 * LINE:off + 5 * LINE + 4])
-        host[off + 5 * LINE] ^= 0x55           # line 5 from "another write": versions disagree
+        # per-line: line 5 from "another write" (its node version differs); packed: the rear
+        # version from a whole-leaf write whose last line has landed and first has not
+        at = 5 * LINE if leaf_layout == "per-line" else NODE_BYTES - 4
+        saved = bytes(host[off + at:off + at + 4])
+        host[off + at] ^= 0x55
 
         def repair():
             yield 5000
-            host[off + 5 * LINE:off + 5 * LINE + 4] = memoryview(saved)
+            host[off + at:off + at + 4] = memoryview(saved)
 
         r.env.process(repair())
         assert r.op("get", _k(7)) == _v(7)
@@ -332,16 +344,19 @@ def test_torn_leaf_read_is_retried():
         assert r.env.now >= 5000
 
 
-def test_values_inline_and_out_of_line_round_trip():
-    with rig(ShermanSystem) as r:
-        for size in (0, 1, INLINE_VALUE, INLINE_VALUE + 1, 1000, 4000):
+@pytest.mark.parametrize("leaf_layout", LAYOUTS)
+def test_values_inline_and_out_of_line_round_trip(leaf_layout):
+    inline = ShermanSystem.leaf_layout_of({"leaf_layout": leaf_layout}).inline
+    with rig(ShermanSystem, options={"leaf_layout": leaf_layout}) as r:
+        sizes = sorted({0, 1, inline, inline + 1, INLINE_VALUE + 1, 1000, 4000, (16 << 10) - 1})
+        for size in sizes:
             key = _k(size + 1)
             v = bytes(random.Random(size).randbytes(size))
             assert r.op("insert", key, v) is True and r.op("get", key) == v
             v2 = v[::-1] + b"z"
             assert r.op("update", key, v2) is True and r.op("get", key) == v2
         got = r.op("scan", _k(0), 100)
-        assert [k for k, _ in got] == sorted(k for k, _ in got) and len(got) == 6
+        assert [k for k, _ in got] == sorted(k for k, _ in got) and len(got) == len(sizes)
 
 
 def test_statistics_record_is_immutable_and_cache_is_shared_per_node(prefix):
@@ -359,7 +374,8 @@ ABLATIONS = [{"lock_memory": "host"}, {"hierarchical": False}, {"combine": False
               "lock_free_reads": False}]
 
 
-@pytest.mark.parametrize("options", [{"cache_nodes": 0}, {"max_handover": 0, "lock_slots": 4}] + ABLATIONS)
+@pytest.mark.parametrize("options", [{"cache_nodes": 0}, {"max_handover": 0, "lock_slots": 4},
+                                     {"leaf_layout": "per-line"}] + ABLATIONS)
 def test_conformance_rig_checks_pass_with_options(options):
     from cluster.correctness.conformance import CHECKS
     for name in ("single_client", "no_torn_values", "insert_race", "load_then_read"):
@@ -395,3 +411,112 @@ def test_retiring_the_new_block_is_caught_by_the_checker():
     from nodes.systems import get_system
     with pytest.raises(conformance.ConformanceFailure, match="loaded keys read wrong"):
         conformance.CHECKS["load_then_read"](get_system("sherman"), {"fault": "retire-new-block"})
+
+
+# -- Sherman's packed leaf (leaf_layout = "packed", the default): verbs and bytes per operation ----
+
+@contextlib.contextmanager
+def _verbs():
+    """Record (verb, bytes) of every verb posted by any coroutine, and the ``sync`` rounds."""
+    log = []
+    read, write, masked_cas, sync = Coroutine.read, Coroutine.write, Coroutine.masked_cas, Coroutine.sync
+    with mock.patch.object(Coroutine, "read", lambda co, a, n: log.append(("READ", n)) or read(co, a, n)), \
+            mock.patch.object(Coroutine, "write", lambda co, a, d: log.append(("WRITE", len(d))) or write(co, a, d)), \
+            mock.patch.object(Coroutine, "masked_cas", lambda co, *a: log.append(("CAS", 8)) or masked_cas(co, *a)), \
+            mock.patch.object(Coroutine, "sync", lambda co: log.append(("sync", 0)) or sync(co)):
+        yield log
+
+
+def _ops(log):
+    return [v for v in log if v[0] != "sync"], sum(1 for v in log if v[0] == "sync")
+
+
+def test_packed_leaf_verbs_and_bytes_per_get_update_insert():
+    """Warm cache, one-leaf tree, no contention: a get READs the 1 KB leaf; an update and an
+    insert take the lock (masked CAS), READ the leaf, and WRITE back only the 18-byte entry with
+    the 2-byte unlock in the same doorbell: 3 rounds, 4 verbs, 18 B of entry written."""
+    with rig(ShermanSystem) as r:
+        assert r.layout["leaf_layout"] == "packed"
+        assert r.op("insert", _k(1), _v(1, size=8)) is True
+        assert r.op("get", _k(1)) == _v(1, size=8)             # warms the root
+        with _verbs() as log:
+            t0 = r.env.now
+            assert r.op("get", _k(1)) == _v(1, size=8)
+            get_ns = r.env.now - t0
+        assert _ops(log) == ([("READ", NODE_BYTES)], 1)
+        for kind, key in (("update", _k(1)), ("insert", _k(2))):
+            with _verbs() as log:
+                assert r.op(kind, key, _v(9, size=8)) is True
+            assert _ops(log) == ([("CAS", 8), ("READ", NODE_BYTES), ("WRITE", PACKED_ENTRY), ("WRITE", 2)], 3), kind
+            assert r.op("get", key) == _v(9, size=8)
+        assert get_ns > 0
+        # a value over Sherman's 8-byte inline field goes to a block, written with the lock CAS,
+        # and a get READs it in a second round (the entry's word carries the block's units)
+        with _verbs() as log:
+            assert r.op("update", _k(1), b"v" * 40) is True
+        assert _ops(log)[0] == [("WRITE", 16 + 40), ("CAS", 8), ("READ", NODE_BYTES), ("WRITE", PACKED_ENTRY), ("WRITE", 2)]
+        with _verbs() as log:
+            assert r.op("get", _k(1)) == b"v" * 40
+        assert _ops(log) == ([("READ", NODE_BYTES), ("READ", 64)], 2)
+
+
+def test_packed_leaf_holds_54_entries_and_splits_on_the_55th():
+    """Sherman's kLeafCardinality: (1024 - 35 - 2 - 8) / 18 = 54 entries in a 1 KB leaf (the
+    per-line leaf holds 15). The 55th insert splits: WRITE the new right leaf (1 KB), then the
+    left leaf (1 KB) with the unlock, then the separator goes into a new root."""
+    from nodes.systems.sherman.layout import PACKED_SLOTS, PackedLeaf, PerLineLeaf
+    assert PACKED_SLOTS == 54 and PerLineLeaf.slots == 15
+    with rig(ShermanSystem) as r:
+        for i in range(54):
+            assert r.op("insert", _k(i), _v(i, size=8)) is True
+        assert r.client.statistics().leaf_splits == 0
+        root, level = unpack_root(int(r.fabric.memory[gaddr_node(r.layout["root"])].host64[
+            gaddr_offset(r.layout["root"]) // 8]))
+        host = r.fabric.memory[gaddr_node(root)].host
+        assert len(PackedLeaf.entries(host, gaddr_offset(root))) == 54 and level == 0
+        with _verbs() as log:
+            assert r.op("insert", _k(54), _v(54, size=8)) is True
+        ops, _ = _ops(log)
+        assert ops[:3] == [("CAS", 8), ("READ", NODE_BYTES), ("WRITE", NODE_BYTES)]     # lock, leaf, right leaf
+        assert ops[3:5] == [("WRITE", NODE_BYTES), ("WRITE", 2)]                       # left leaf + unlock
+        s = r.client.statistics()
+        assert s.leaf_splits == 1 and s.root_splits == 1
+        left = PackedLeaf.entries(host, gaddr_offset(root))
+        assert len(left) == 27                                     # 55 entries split 27 / 28
+        assert [k for k, _ in r.op("scan", _k(0), 100)] == [_k(i) for i in range(55)]
+
+
+def test_packed_leaf_reader_retries_an_entry_torn_by_a_concurrent_write():
+    """An entry write lands line by line: a READ that sees its first line new and its second old
+    has f != r and reads again (torn_reads); the node's front/rear versions are untouched by
+    entry writes. Staged here by writing a half-landed entry into memory and completing it later."""
+    from nodes.systems.sherman.layout import PACKED_HEADER, packed_entry
+    with rig(ShermanSystem) as r:
+        for i in range(2):
+            assert r.op("insert", _k(i), _v(i, size=8)) is True
+        root, _ = r.client.cache.root
+        node, off = gaddr_node(root), gaddr_offset(root)
+        host = r.fabric.memory[node].host
+        e = off + PACKED_HEADER + PACKED_ENTRY                 # slot 2 (key 1): leaf bytes 50..67
+        assert (e - off) // LINE != (e - off + PACKED_ENTRY - 1) // LINE   # spans two lines
+        new = packed_entry(host[e] + 1, _k(1), 8, b"NEWVALUE")
+        cut = LINE - (e - off) % LINE                          # bytes of the entry in its first line
+        host[e:e + cut] = memoryview(new[:cut])                # first line landed, second not yet
+
+        def land_rest():
+            yield 5000
+            host[e + cut:e + PACKED_ENTRY] = memoryview(new[cut:])
+
+        r.env.process(land_rest())
+        torn = r.client.statistics().torn_reads
+        assert r.op("get", _k(1)) == b"NEWVALUE"
+        assert r.client.statistics().torn_reads > torn and r.env.now >= 5000
+
+
+def test_smart_bt_and_marlin_keep_the_per_line_leaf():
+    from nodes.systems.marlin import MarlinSystem
+    from nodes.systems.smart_bt import SmartBTSystem
+    for system in (SmartBTSystem, MarlinSystem):
+        assert "leaf_layout" not in {o.name for o in system.options}
+        with rig(system) as r:
+            assert r.layout["leaf_layout"] == "per-line"

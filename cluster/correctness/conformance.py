@@ -667,6 +667,8 @@ def _history_check(system, options: dict, distribution: str, shape: StressShape 
     runs the mix with scans (``check.stress_mix``): their results are checked too."""
     from cluster.correctness.checker import check
     from workloads.stress import StressWorkload
+    if shape is HISTORY and hasattr(system, "history_stress"):
+        shape = system.history_stress(shape, options)     # a design whose ops are slower needs longer
     mix = stress_mix(system)
     wl = StressWorkload(shape.keys, mix=mix, distribution=distribution, value_size=shape.value_size,
                         mixed_sizes=shape.mixed_sizes)

@@ -272,6 +272,9 @@ FIG12_SYSTEMS = (   # (series, system, [smart] table, QP policy)
     ("smart-bt", "smart-bt", None, "per_thread_doorbell"),
 )
 FIG12_PUBLISHED = {"b": 1.8, "c": 2.0}      # SMART-BT / Sherman+ at 94 threads (§6.2.3)
+# SMART compares against Sherman+ (§6.2.3: Sherman with a version on every cache line, because the
+# NIC may write a node's lines in any order), not Sherman's own packed leaf
+SHERMAN_PLUS_LEAF = "per-line"
 # SMART's B+-tree scale-up runs one memory node (ae/collect/fig12abc-btree-scale-up.sh:
 # MEMORY_NODES=1), the hash-table ones two: with two, each thread has two QPs and with QPs per
 # thread twice as many threads share each doorbell
@@ -307,7 +310,8 @@ def fig12(quick: bool, progress, *, threads=None, records=None, warm_ms=None, me
         for series, system, smart, policy in FIG12_SYSTEMS:
             progress(f"fig12: {series}, YCSB {w.upper()}")
             pts, _ = _ycsb_rack(system, w, threads, records=records, warm_ms=warm, measure_ms=win, qp_policy=policy,
-                                smart=smart, options={"spec_cache": slots} if system == "smart-bt" else None,
+                                smart=smart, options=({"spec_cache": slots} if system == "smart-bt" else
+                                                      {"leaf_layout": SHERMAN_PLUS_LEAF}),
                                 memory_nodes=FIG12_MEMORY_NODES)
             advance(progress)
             for p in pts:

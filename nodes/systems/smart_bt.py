@@ -135,9 +135,9 @@ class SmartBTClient(ShermanClient):
         self.read_bytes += NODE_BYTES * (1 + self.torn_reads - torn)
         return off
 
-    def read_block(self, co, block: int, length: int):
-        self.read_bytes += 16 + length
-        return (yield from super().read_block(co, block, length))
+    def read_block(self, co, block: int, nbytes: int, length: int | None = None):
+        self.read_bytes += nbytes
+        return (yield from super().read_block(co, block, nbytes, length))
 
     def read_root(self, co):
         self.read_bytes += 8
@@ -184,7 +184,7 @@ class SmartBTClient(ShermanClient):
                 if vlen != OUT_OF_LINE:
                     return bytes(self._mv[base + 16:base + 16 + vlen])
                 block, length = REF.unpack_from(self._mv, base + 16)
-                return (yield from self.read_block(co, block, length))
+                return (yield from self.read_block(co, block, 16 + length, length))
             self.spec_invalidations += 1
             self.spec.drop(key)
         return (yield from self.leaf_get(co, key, k))
@@ -204,7 +204,10 @@ class SmartBTSystem(ShermanSystem):
                    "key -> entry-line cache; a get READs one validated 64-byte line instead of the 1 KB leaf)")
     paper = "Ren et al., Scaling Up Memory Disaggregated Applications with SMART, ASPLOS'24 (§5.2, §6.2.3)"
     smart_defaults = {"all": True, **SCALED_TUNER}
-    options = ShermanSystem.options + (
+    #: SMART-BT is Sherman+ (SMART §6.2.3: a version on every cache line), and its speculative
+    #: lookup caches one 64-byte entry line per key: per-line leaves, no ``leaf_layout`` option.
+    leaf_layout_default = "per-line"
+    options = tuple(o for o in ShermanSystem.options if o.name != "leaf_layout") + (
         Option("spec_cache", SPEC_CACHE_SLOTS, "slots of a compute node's direct-mapped speculative-lookup cache "
                "(key -> entry line; 0: off, every get takes Sherman's path)", minimum=0, maximum=1 << 26),
         Option("lock_backoff", False, "HOCL's remote lock CAS goes through SMART's backoff_masked_cas (feeding "

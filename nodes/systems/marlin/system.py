@@ -30,6 +30,9 @@ class MarlinSystem(ShermanSystem):
              "ICPP'23 (no public code; rebuilt from Sherman and Dolphin's Spear code, MSST'24)")
     client_class = MarlinClient
     max_value = MAX_VALUE
+    #: Marlin's leaves are its own (marlin/layout.py: one entry per line, item pointers), set up
+    #: from Sherman's empty per-line leaf; Sherman's ``leaf_layout`` option is not among _KEPT.
+    leaf_layout_default = "per-line"
     options = tuple(o for o in ShermanSystem.options if o.name in _KEPT) + (
         Option("cache_bytes", 0, "bytes of index cache per compute node (cached internal nodes x 1088 B: the 1 KB "
                "image and 64 B of entry overhead); 0: cache_nodes decides", minimum=0, maximum=1 << 40),
@@ -48,11 +51,11 @@ class MarlinSystem(ShermanSystem):
         return -(-keys // LEAF_SLOTS) * NODE_BYTES + keys * item_units(int(value_bytes)) * LINE
 
     @classmethod
-    def bulk_leaf_holds_keys(cls, leaf) -> bool:
+    def bulk_leaf_holds_keys(cls, leaf, fmt=None) -> bool:
         return bool(leaf_entries(leaf, 0))
 
     @classmethod
-    def bulk_leaf(cls, fabric, mns, write, i, group, low, high, sibling):
+    def bulk_leaf(cls, fabric, mns, write, i, group, low, high, sibling, fmt=None):
         """Sherman's bulk load with Marlin leaves: every value in a data item of its own, allocated
         round-robin over the memory nodes; entries keyed (no pending entry)."""
         entries = []

@@ -39,10 +39,10 @@ from shm.fabric import OFFSET_BITS, REGION_BITS, REGION_DEVICE, gaddr, gaddr_nod
 
 from .cache import IndexCache, IndexNode, shared
 from .layout import (
-    INLINE_VALUE, INTERNAL_KEYS, LEAF_SLOTS, LINE, LINES, MAX_VALUE, NODE_BYTES, NODE_UNITS, OUT_OF_LINE, REF, Header,
-    KeySizeError, ValueTooLarge, as_int64, block_image, block_units, entry_line, internal_entries,
-    internal_image, key_int, key_signed_le, leaf_entries, leaf_image, leaf_probe, pack_root, unpack_root,
-    value_field,
+    INTERNAL_KEYS, LEAF_SLOTS, LINE, LINES, MAX_VALUE, NODE_BYTES, NODE_UNITS, OUT_OF_LINE, Header, KeySizeError,
+    PackedLeaf,
+    ValueTooLarge, as_int64, block_image, block_units, internal_entries, internal_image, key_int, leaf_format,
+    leaf_image, node_is_leaf, pack_root, unpack_root,
 )
 
 #: Modelled CPU (cycles at ``cpu.ghz``): checking/searching one 64-byte line of a node just READ
@@ -132,8 +132,12 @@ class ShermanClient(HoclClient, KVClient):
         self.alloc = ChunkAllocator(fabric, mns, layout["chunk_bytes"], start=owner.node * 7 + thread.index,
                                     reclaim=self.reclaim, owner=self.NAME)
         self._nb = [gaddr(n, 0) for n in range(min(len(fabric.nodes), 256))]
+        self._buf = thread.buf
         self._b64 = as_int64(thread.buf)
         self._mv = thread._buf_view
+        # the leaf format the tree was set up with (nodes/systems/sherman/layout.py): Sherman's packed
+        # leaf or SMART's per-line Sherman+ leaf; a layout without the key predates the option
+        self.leaf = leaf_format(layout.get("leaf_layout", "per-line"))
         cpu = fabric.profile.cpu
         self._node_ns = max(1, int(LINE_CYCLES * 16 / cpu.ghz))
         self._line_ns = max(1, int(LINE_CYCLES / cpu.ghz))
@@ -177,7 +181,10 @@ class ShermanClient(HoclClient, KVClient):
             h = co.read(addr, NODE_BYTES)
             yield co.sync()
             self.thread.cpu(self._node_ns)
-            if lines_consistent(self._b64, h._off >> 3, LINES):
+            if self.leaf is PackedLeaf and node_is_leaf(self._buf, h._off):
+                if PackedLeaf.consistent(self._buf, self._b64, h._off):
+                    return h._off
+            elif lines_consistent(self._b64, h._off >> 3, LINES):
                 return h._off
             self.torn_reads += 1
         raise SystemError_(f"Sherman: node {addr:#x} stayed torn for {RETRY_LIMIT} READs")
@@ -285,7 +292,7 @@ class ShermanClient(HoclClient, KVClient):
     def leaf_get(self, co, key: bytes, k: int):
         """Generator: a get's descent, leaf READ and B-link moves; reports where it found the key
         (:meth:`entry_at`) or that it is absent (:meth:`entry_gone`)."""
-        ks = key_signed_le(key)
+        fmt = self.leaf
         addr, parent, _ = yield from self.find_node(co, k, 0)
         for _ in range(RETRY_LIMIT):
             off = yield from (self.read_node(co, addr) if self.lock_free_reads else self.read_unlocked(co, addr))
@@ -299,18 +306,19 @@ class ShermanClient(HoclClient, KVClient):
                 self.invalidate(parent)
                 addr, parent, _ = yield from self.find_node(co, k, 0)
                 continue
-            r = leaf_probe(self._b64, off >> 3, ks)
+            r = fmt.probe(self._buf, self._b64, off, key)
+            if r < 0:                                  # torn (read_node checked; kept for safety)
+                self.torn_reads += 1
+                continue
             line = r & 0xFF
             if line == 0:
                 self.entry_gone(key)
                 return None
-            self.entry_at(key, addr + line * LINE, hd.nv)
-            base = off + line * LINE
-            vlen = self._mv[base + 5]
-            if vlen != OUT_OF_LINE:
-                return bytes(self._mv[base + 16:base + 16 + vlen])
-            block, length = REF.unpack_from(self._mv, base + 16)
-            return (yield from self.read_block(co, block, length))
+            self.entry_at(key, addr + fmt.entry_offset(line), hd.nv)
+            v = fmt.value_at(self._mv, off, line)
+            if type(v) is bytes:
+                return v
+            return (yield from self.read_block(co, *v))
         raise SystemError_(f"{self.NAME}: get of key {key!r} did not settle after {RETRY_LIMIT} tries")
 
     # Where a key's entry line is, as the operations see it: no-ops here; SMART-BT's speculative
@@ -321,12 +329,17 @@ class ShermanClient(HoclClient, KVClient):
     def entry_gone(self, key: bytes) -> None:
         """``key`` has no entry line to remember: absent, deleted, or about to move in a split."""
 
-    def read_block(self, co, block: int, length: int):
-        """Generator: the value in an out-of-line block (blocks are immutable: no version)."""
-        h = co.read(block, 16 + length)
+    def read_block(self, co, block: int, nbytes: int, length: int | None = None):
+        """Generator: the value in an out-of-line block (blocks are immutable: no version), READing
+        ``nbytes`` (a packed entry knows the block's units, not the value's length: None takes it
+        from the block's header)."""
+        h = co.read(block, nbytes)
         yield co.sync()
-        self.thread.cpu(self._line_ns * ((16 + length + LINE - 1) // LINE))
-        return h.data[16:16 + length].tobytes()
+        self.thread.cpu(self._line_ns * ((nbytes + LINE - 1) // LINE))
+        data = h.data
+        if length is None:
+            length = int.from_bytes(data[8:12].tobytes(), "little")
+        return data[16:16 + length].tobytes()
 
     def insert(self, co, key: bytes, value: bytes):
         self.inserts += 1
@@ -347,20 +360,24 @@ class ShermanClient(HoclClient, KVClient):
     def _block_of(self, block: int, length: int):
         return gaddr_node(block), gaddr_offset(block), block_units(length)
 
+    def _block_read(self, block: int, nbytes: int):
+        """``_block_of`` of a block known by the bytes its READ takes (header + value, 64 B units)."""
+        return gaddr_node(block), gaddr_offset(block), (nbytes + LINE - 1) // LINE
+
     def _modify(self, co, key, value, kind: str):
         """Generator: insert / update / delete under the leaf's lock (see the module table)."""
         if type(key) is not bytes:
             key = bytes(key)
         k = key_int(key)
         self.thread.cpu(self._op_ns)
-        ks = key_signed_le(key)
+        fmt = self.leaf
         block = 0
         if value is not None:
             if type(value) is not bytes:
                 value = bytes(value)
             if len(value) > MAX_VALUE:
                 raise ValueTooLarge(f"Sherman values are at most {MAX_VALUE} bytes; got {len(value)}")
-            if len(value) > INLINE_VALUE:
+            if len(value) > fmt.inline:
                 block = yield from self.new_block(co, key, value)   # WRITE goes out with the lock CAS
         addr, parent, _ = yield from self.find_node(co, k, 0)
         for _ in range(RETRY_LIMIT):
@@ -379,11 +396,15 @@ class ShermanClient(HoclClient, KVClient):
                 self.invalidate(parent)
                 addr, parent, _ = yield from self.find_node(co, k, 0)
                 continue
-            r = leaf_probe(self._b64, off >> 3, ks)
+            r = fmt.probe(self._buf, self._b64, off, key)
+            if r < 0:                                  # torn under the lock: cannot be, read again
+                yield from self.release(co, lock)
+                self.torn_reads += 1
+                continue
             line, free = r & 0xFF, (r >> 8) & 0xFF
             if (kind == "insert") == (line != 0):          # insert of a present / change of a missing key
                 if line:
-                    self.entry_at(key, addr + line * LINE, hd.nv)
+                    self.entry_at(key, addr + fmt.entry_offset(line), hd.nv)
                 else:
                     self.entry_gone(key)
                 yield from self.release(co, lock)
@@ -391,16 +412,18 @@ class ShermanClient(HoclClient, KVClient):
                     self.alloc.release(*self._block_of(block, len(value)))   # never published
                 return False
             old = None                                 # the out-of-line block this write unlinks
-            if line and self._mv[off + line * LINE + 5] == OUT_OF_LINE:
-                old = self._block_of(*REF.unpack_from(self._mv, off + line * LINE + 16))
-            ev = self._mv[off + (line or free or 1) * LINE + 4] + 1
+            if line:
+                v = fmt.value_at(self._mv, off, line)
+                if type(v) is not bytes:
+                    old = self._block_read(v[0], v[1])
+            ev = fmt.version(self._mv, off, line or free or 1) + 1
             if kind == "delete":
-                wb = (addr + line * LINE, entry_line(hd.nv, ev, bytes(8), 0, b"", used=False))
+                wb = (addr + fmt.entry_offset(line), fmt.entry(hd.nv, ev, bytes(8), 0, b"", used=False))
                 self.entry_gone(key)
             elif kind == "update" or free:
-                vlen, field = value_field(value, block)
-                wb = (addr + (line or free) * LINE, entry_line(hd.nv, ev, key, vlen, field))
-                self.entry_at(key, addr + (line or free) * LINE, hd.nv)
+                vlen, field = fmt.value_field(value, block)
+                wb = (addr + fmt.entry_offset(line or free), fmt.entry(hd.nv, ev, key, vlen, field))
+                self.entry_at(key, addr + fmt.entry_offset(line or free), hd.nv)
             else:
                 self.entry_gone(key)                  # the split moves it; the next get finds it
                 yield from self.split_leaf(co, addr, lock, off, hd, key, k, value, block)
@@ -408,7 +431,7 @@ class ShermanClient(HoclClient, KVClient):
             if not self.entry_writes:                 # ablation: the whole leaf goes back
                 at = wb[0] - addr
                 leaf = bytearray(self._mv[off:off + NODE_BYTES])
-                leaf[at:at + LINE] = wb[1]
+                leaf[at:at + len(wb[1])] = wb[1]
                 wb = (addr, bytes(leaf))
             if self.fault == "unlock-before-write":
                 # the deliberate bug: the lock is free before the entry is written back, so the
@@ -434,8 +457,9 @@ class ShermanClient(HoclClient, KVClient):
         """Generator (holding the leaf's lock): split the full leaf at ``addr`` (snapshot at
         ``off``) with the new entry: WRITE the right half to a new node, then the left half + unlock
         in one batch, then insert the separator one level up."""
-        entries = leaf_entries(self._mv, off)
-        vlen, field = value_field(value, block)
+        fmt = self.leaf
+        entries = fmt.entries(self._mv, off)
+        vlen, field = fmt.value_field(value, block)
         entries.append((0, k, 0, vlen, key, field))
         entries.sort(key=lambda e: e[1])
         half = len(entries) // 2
@@ -443,9 +467,9 @@ class ShermanClient(HoclClient, KVClient):
         left = [(e[2] + 1, e[3], e[4], e[5]) for e in entries[:half]]
         right = [(e[2] + 1, e[3], e[4], e[5]) for e in entries[half:]]
         new = yield from self.new_node(co)
-        co.write(new, leaf_image(1, sep, hd.high, hd.sibling, right))
+        co.write(new, fmt.image(1, sep, hd.high, hd.sibling, right))
         yield co.sync()                               # the right leaf exists before anyone can reach it
-        co.write(addr, leaf_image(hd.nv + 1, hd.low, sep, new, left))
+        co.write(addr, fmt.image(hd.nv + 1, hd.low, sep, new, left))
         yield from self.release(co, lock)
         self.leaf_splits += 1
         yield from self.insert_internal(co, sep, new, 1)
@@ -556,20 +580,22 @@ class ShermanClient(HoclClient, KVClient):
                 self.invalidate(parent)
                 addr, parent, _ = yield from self.find_node(co, cursor, 0)
                 continue
-            ents = [e for e in leaf_entries(self._mv, off) if e[1] >= cursor]
+            ents = [e for e in self.leaf.entries(self._mv, off) if e[1] >= cursor]
             ents.sort(key=lambda e: e[1])
             self.thread.cpu(self._node_ns)
             pending = []
             for e in ents[:count - len(out)]:
                 if e[3] == OUT_OF_LINE:
-                    blk, length = REF.unpack_from(e[5], 0)
-                    pending.append((len(out), co.read(blk, 16 + length), length))
+                    blk, nbytes, length = self.leaf.ref_of(e[3], e[5])
+                    pending.append((len(out), co.read(blk, nbytes), length))
                     out.append([e[4], None])
                 else:
                     out.append([e[4], e[5]])
             if pending:
                 yield co.sync()
                 for i, h, length in pending:
+                    if length is None:
+                        length = int.from_bytes(h.data[8:12].tobytes(), "little")
                     out[i][1] = h.data[16:16 + length].tobytes()
             if len(out) >= count or hd.high is None or not hd.sibling:
                 return [(kk, v) for kk, v in out]

@@ -225,3 +225,260 @@ def leaf_probe(buf64, w0, key):
 
 def as_int64(buf: np.ndarray) -> np.ndarray:
     return buf[: buf.shape[0] // 8 * 8].view(np.int64)
+
+
+# -- the packed leaf: Sherman's own layout (thustorage/Sherman include/Tree.h, ``LeafPage``) -------
+#
+# Sherman's code packs a 1 KB leaf with ``kLeafCardinality`` = (1024 - 35 header - 2 versions - 8
+# crc/lock word) / 18 = 54 entries of 18 bytes: ``f_version:4 | key 8 B | value 8 B | r_version:4``
+# (``LeafEntry``, packed), the page's ``front_version`` before the header and ``rear_version``
+# after the entries. A whole-page write (a split) bumps the front and rear versions; an entry
+# write (``leaf_page_store``) bumps the entry's f/r versions and WRITEs ``sizeof(LeafEntry)`` = 18
+# bytes. A reader checks front == rear and f == r. Here, in the same bytes::
+#
+#   +0    nv (front version) u32     +32 + 18 (s - 1), entry s = 1..54:
+#   +4    level u8 (0)                 +0  f   u8  version:4 (low) | code:4 (high)
+#   +5    flags u8                     +1  key 8 B
+#   +6    count u16                    +9  value 8 B, or an out-of-line block word
+#   +8    low, +16 high, +24 sibling   +17 r   u8  = f (written last of the entry)
+#   +1020 rear nv u32 (= front)
+#
+# ``code``: 0 free, 1..9 an inline value of code - 1 bytes (Sherman's values are 8 B), 15 a value
+# in an out-of-line block whose word is ``node:8 | units:14 | offset / 64 : 42`` (the block's
+# units, so a get READs the block in one go). Soundness of front/rear: the model lands a
+# multi-line WRITE's lines in one sweep (ascending, or descending on NICs without
+# ``nic.ordered_multiline_writes``) and a READ samples its lines in one ascending sweep
+# (docs/fabric.md "Ordering rules"); two monotone sweeps cross at most once, so a READ that
+# overlaps a whole-leaf WRITE has its first and last lines on different sides and front != rear.
+# SMART's authors (ASPLOS'24 §6.2.3) point out that hardware does not promise a monotone sweep,
+# which is why their Sherman+ stamps a version on every line: ``leaf_layout = "per-line"``.
+
+PACKED_HEADER = 32
+PACKED_ENTRY = 18
+PACKED_REAR = NODE_BYTES - 4
+PACKED_SLOTS = (PACKED_REAR - PACKED_HEADER) // PACKED_ENTRY    # 54, Sherman's kLeafCardinality
+PACKED_INLINE = 8                                              # Sherman's Value (uint64_t)
+PACKED_OUT = 15
+_BLOCK_UNITS_BITS = 14
+_BLOCK_OFF_BITS = 42
+
+
+def packed_block_word(block: int, value_len: int) -> int:
+    """The 8-byte value field of an entry whose value is in the out-of-line block at ``block``."""
+    from shm.fabric import gaddr_node, gaddr_offset
+    off = gaddr_offset(block)
+    if off % LINE:
+        raise ValueError(f"an out-of-line block must start on a 64-byte line, got offset {off:#x}")
+    return ((gaddr_node(block) << (_BLOCK_UNITS_BITS + _BLOCK_OFF_BITS)) | (block_units(value_len) << _BLOCK_OFF_BITS)
+            | (off // LINE))
+
+
+def packed_block_ref(word: int) -> tuple[int, int]:
+    """(block gaddr, bytes to READ) of an out-of-line block word."""
+    from shm.fabric import gaddr
+    node = word >> (_BLOCK_UNITS_BITS + _BLOCK_OFF_BITS)
+    units = (word >> _BLOCK_OFF_BITS) & ((1 << _BLOCK_UNITS_BITS) - 1)
+    return gaddr(node, (word & ((1 << _BLOCK_OFF_BITS) - 1)) * LINE), units * LINE
+
+
+def packed_entry(ev: int, key: bytes, vlen: int, field: bytes, used: bool = True) -> bytes:
+    """The 18 bytes of a packed entry (``vlen`` 0..8 inline, OUT_OF_LINE: ``field`` is the block word)."""
+    code = 0 if not used else (PACKED_OUT if vlen == OUT_OF_LINE else vlen + 1)
+    fr = (ev & 0xF) | (code << 4)
+    body = bytes(key) + bytes(field).ljust(8, b"\0")
+    return bytes((fr,)) + body + bytes((fr,))
+
+
+def packed_leaf_image(nv: int, low: int, high: int | None, sibling: int, entries) -> bytearray:
+    """A packed leaf: ``entries`` (ev, vlen, key bytes, value field) in slot order."""
+    if len(entries) > PACKED_SLOTS:
+        raise ValueError(f"a packed leaf holds {PACKED_SLOTS} entries, got {len(entries)}")
+    img = bytearray(NODE_BYTES)
+    HEADER.pack_into(img, 0, nv & NV_MASK, 0, HIGH_INF if high is None else 0, len(entries),
+                     low.to_bytes(8, "big"), (high or 0).to_bytes(8, "big"), sibling, 0)
+    img[PACKED_HEADER:PACKED_HEADER + 8] = bytes(8)        # HEADER's leftmost word is entry space here
+    for s, (ev, vlen, key, field) in enumerate(entries):
+        e = PACKED_HEADER + s * PACKED_ENTRY
+        img[e:e + PACKED_ENTRY] = packed_entry(ev, key, vlen, field)
+    struct.pack_into("<I", img, PACKED_REAR, nv & NV_MASK)
+    return img
+
+
+@njit(cache=True)
+def packed_leaf_probe(buf, off, key):
+    """One pass over a packed leaf snapshot (``buf`` uint8): -1 if torn (front != rear, or an
+    entry's f != r), else ``found | free << 8`` with the slot (1..54) holding ``key`` (the key's
+    raw bytes as a little-endian uint64) and the first free slot (0: none)."""
+    for j in range(4):
+        if buf[off + j] != buf[off + 1020 + j]:
+            return -1
+    found = 0
+    free = 0
+    for s in range(54):
+        e = off + 32 + 18 * s
+        f = buf[e]
+        if f != buf[e + 17]:
+            return -1
+        if (f >> 4) == 0:
+            if free == 0:
+                free = s + 1
+        elif found == 0:
+            k = np.uint64(0)
+            for j in range(8):
+                k |= np.uint64(buf[e + 1 + j]) << np.uint64(8 * j)
+            if k == key:
+                found = s + 1
+    return found | (free << 8)
+
+
+@njit(cache=True)
+def packed_leaf_consistent(buf, off):
+    """Front == rear and f == r for every entry of a packed leaf snapshot."""
+    for j in range(4):
+        if buf[off + j] != buf[off + 1020 + j]:
+            return False
+    for s in range(54):
+        e = off + 32 + 18 * s
+        if buf[e] != buf[e + 17]:
+            return False
+    return True
+
+
+# -- the two leaf formats, behind one interface the client uses -----------------------------------
+
+class PerLineLeaf:
+    """One entry per 64-byte line, the node version on every line (SMART's Sherman+)."""
+
+    name = "per-line"
+    slots = LEAF_SLOTS
+    inline = INLINE_VALUE
+    entry_bytes = LINE
+
+    @staticmethod
+    def entry_offset(slot: int) -> int:
+        return slot * LINE
+
+    @staticmethod
+    def probe(buf, b64, off: int, key: bytes) -> int:
+        return leaf_probe(b64, off >> 3, key_signed_le(key))
+
+    @staticmethod
+    def consistent(buf, b64, off: int) -> bool:
+        return lines_consistent(b64, off >> 3, LINES)
+
+    @staticmethod
+    def image(nv, low, high, sibling, entries) -> bytearray:
+        return leaf_image(nv, low, high, sibling, entries)
+
+    @staticmethod
+    def entries(buf, off: int):
+        return leaf_entries(buf, off)
+
+    @staticmethod
+    def entry(nv: int, ev: int, key: bytes, vlen: int, field: bytes, used: bool = True) -> bytes:
+        return bytes(entry_line(nv, ev, key, vlen, field, used))
+
+    @staticmethod
+    def version(mv, off: int, slot: int) -> int:
+        return mv[off + slot * LINE + 4]
+
+    @staticmethod
+    def value_field(value: bytes, block: int = 0) -> tuple[int, bytes]:
+        return value_field(value, block)
+
+    @staticmethod
+    def value_at(mv, off: int, slot: int):
+        """The inline value (bytes), or (block gaddr, bytes to READ, value length) of slot's entry."""
+        base = off + slot * LINE
+        vlen = mv[base + 5]
+        if vlen != OUT_OF_LINE:
+            return bytes(mv[base + 16:base + 16 + vlen])
+        block, length = REF.unpack_from(mv, base + 16)
+        return block, BLOCK_HEADER + length, length
+
+    @staticmethod
+    def ref_of(vlen: int, field: bytes):
+        """(block, bytes to READ, value length) of a parsed entry's out-of-line field."""
+        block, length = REF.unpack_from(field, 0)
+        return block, BLOCK_HEADER + length, length
+
+
+class PackedLeaf:
+    """Sherman's own leaf: 54 packed 18-byte entries, front/rear node versions, f/r entry versions."""
+
+    name = "packed"
+    slots = PACKED_SLOTS
+    inline = PACKED_INLINE
+    entry_bytes = PACKED_ENTRY
+
+    @staticmethod
+    def entry_offset(slot: int) -> int:
+        return PACKED_HEADER + (slot - 1) * PACKED_ENTRY
+
+    @staticmethod
+    def probe(buf, b64, off: int, key: bytes) -> int:
+        return packed_leaf_probe(buf, off, np.uint64(int.from_bytes(key, "little")))
+
+    @staticmethod
+    def consistent(buf, b64, off: int) -> bool:
+        return packed_leaf_consistent(buf, off)
+
+    @staticmethod
+    def image(nv, low, high, sibling, entries) -> bytearray:
+        return packed_leaf_image(nv, low, high, sibling, entries)
+
+    @staticmethod
+    def entries(buf, off: int):
+        """Every used entry: (slot, key int, ev, vlen, key bytes, value field bytes), as leaf_entries."""
+        out = []
+        for s in range(1, PACKED_SLOTS + 1):
+            e = off + PACKED_HEADER + (s - 1) * PACKED_ENTRY
+            f = int(buf[e])
+            code = f >> 4
+            if code:
+                key = bytes(buf[e + 1:e + 9])
+                vlen = OUT_OF_LINE if code == PACKED_OUT else code - 1
+                field = bytes(buf[e + 9:e + 17]) if vlen == OUT_OF_LINE else bytes(buf[e + 9:e + 9 + vlen])
+                out.append((s, int.from_bytes(key, "big"), f & 0xF, vlen, key, field))
+        return out
+
+    @staticmethod
+    def entry(nv: int, ev: int, key: bytes, vlen: int, field: bytes, used: bool = True) -> bytes:
+        return packed_entry(ev, key, vlen, field, used)
+
+    @staticmethod
+    def version(mv, off: int, slot: int) -> int:
+        return int(mv[off + PACKED_HEADER + (slot - 1) * PACKED_ENTRY]) & 0xF
+
+    @staticmethod
+    def value_field(value: bytes, block: int = 0) -> tuple[int, bytes]:
+        if block:
+            return OUT_OF_LINE, packed_block_word(block, len(value)).to_bytes(8, "little")
+        return len(value), value
+
+    @staticmethod
+    def value_at(mv, off: int, slot: int):
+        e = off + PACKED_HEADER + (slot - 1) * PACKED_ENTRY
+        code = int(mv[e]) >> 4
+        if code != PACKED_OUT:
+            return bytes(mv[e + 9:e + 9 + code - 1])
+        block, nbytes = packed_block_ref(int.from_bytes(mv[e + 9:e + 17], "little"))
+        return block, nbytes, None
+
+    @staticmethod
+    def ref_of(vlen: int, field: bytes):
+        block, nbytes = packed_block_ref(int.from_bytes(field, "little"))
+        return block, nbytes, None
+
+
+LEAF_LAYOUTS = {PackedLeaf.name: PackedLeaf, PerLineLeaf.name: PerLineLeaf}
+
+
+def leaf_format(name: str):
+    """The leaf format class of a ``leaf_layout`` option value."""
+    return LEAF_LAYOUTS[name]
+
+
+def node_is_leaf(buf, off: int) -> bool:
+    """The level byte of a node snapshot's header (line 0, landed whole) says leaf."""
+    return buf[off + 4] == 0

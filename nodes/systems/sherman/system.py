@@ -9,18 +9,26 @@ from shm.fabric import REGION_DEVICE, REGION_HOST, gaddr, gaddr_node, gaddr_offs
 
 from .client import ShermanClient
 from .layout import (
-    INLINE_VALUE, LEAF_SLOTS, LINE, MAX_NODE, MAX_VALUE, NODE_BYTES, KeySizeError,
-    ValueTooLarge, block_image, block_units, internal_image, key_int, leaf_image, pack_root, unpack_root,
-    leaf_entries, value_field,
+    LINE, MAX_NODE, MAX_VALUE, NODE_BYTES, KeySizeError, PerLineLeaf, ValueTooLarge, block_image, block_units,
+    internal_image, key_int, leaf_format, pack_root, unpack_root,
 )
 
 #: A bulk load fills leaves and internal nodes to about 70 %: what a B+-tree grown by random
 #: inserts holds on average (ln 2 of its slots, Yao, "On random 2-3 trees", 1978), so that a
 #: bulk-loaded tree splits about as often under later inserts as an inserted one.
-BULK_LEAF_ENTRIES = 11            # of LEAF_SLOTS = 15
+BULK_FILL = 0.7
 BULK_INTERNAL_KEYS = 31           # of INTERNAL_KEYS = 45
 
-LAYOUT_FORMAT = 1
+
+def bulk_leaf_entries(fmt) -> int:
+    """Entries per bulk-loaded leaf of a leaf format: 11 of the per-line leaf's 15, 38 of the
+    packed leaf's 54."""
+    return int(fmt.slots * BULK_FILL + 0.5)
+
+
+BULK_LEAF_ENTRIES = bulk_leaf_entries(PerLineLeaf)
+
+LAYOUT_FORMAT = 2                 # 2: the layout names its leaf format (leaf_layout)
 
 
 class ShermanSystem(System):
@@ -33,6 +41,9 @@ class ShermanSystem(System):
     roles = ("compute", "memory")
     supports_scan = True
     client_class = ShermanClient        # SMART-BT plugs in its own client here
+    #: The leaf format when the system has no ``leaf_layout`` option (SMART-BT's Sherman+ and
+    #: Marlin's leaves are per-line).
+    leaf_layout_default = "packed"
     options = (
         Option("chunk_bytes", 1 << 20, "bytes of the chunks a client obtains from a memory node (one RPC each) "
                "and carves tree nodes and value blocks out of", minimum=4096, maximum=1 << 30),
@@ -40,6 +51,10 @@ class ShermanSystem(System):
                "descent READs the path)", minimum=0, maximum=1 << 24),
         Option("max_handover", 8, "times in a row a lock is handed to a waiting thread of the same compute node "
                "before it is released remotely (0: no hand-over)", minimum=0, maximum=1 << 16),
+        Option("leaf_layout", "packed", "the leaf format: 'packed' (Sherman's own code: 54 entries of 18 B in a "
+               "1 KB leaf, front/rear node versions and f/r entry versions, an entry write-back of 18 B) or "
+               "'per-line' (SMART's Sherman+: one 64 B entry per line and the node version on every line, 15 "
+               "entries, a write-back of 64 B)", choices=("packed", "per-line")),
         Option("lock_slots", 8192, "16-bit HOCL locks per memory node in NIC device memory (tree nodes hash onto "
                "them; 2 bytes each)", minimum=4, maximum=1 << 16),
         Option("lock_memory", "device", "where the HOCL lock tables are: 'device' (the memory node's NIC on-chip "
@@ -63,13 +78,20 @@ class ShermanSystem(System):
     )
 
     @classmethod
+    def leaf_layout_of(cls, options: dict):
+        """The leaf format class (layout.PackedLeaf / PerLineLeaf) the options choose."""
+        return leaf_format((options or {}).get("leaf_layout", cls.leaf_layout_default))
+
+    @classmethod
     def footprint(cls, options: dict, capacity: int, key_bytes: int, value_bytes: int) -> int:
-        """Leaves packed full (15 entries per 1 KB node; splits leave them half full, so a run needs
-        more), plus an out-of-line block per key for values over 48 B, for every key but the rack's
-        sizing slack (1024 keys)."""
+        """Leaves filled up (54 entries per packed 1 KB leaf, 15 per-line; splits leave them half
+        full, so a run needs more), plus an out-of-line block per key for values longer than the
+        leaf's inline field (8 B packed, 48 B per-line), for every key but the rack's sizing slack
+        (1024 keys)."""
+        fmt = cls.leaf_layout_of(options)
         keys = max(0, int(capacity) - 1024)
-        blocks = block_units(int(value_bytes)) * LINE if int(value_bytes) > INLINE_VALUE else 0
-        return -(-keys // LEAF_SLOTS) * NODE_BYTES + keys * blocks
+        blocks = block_units(int(value_bytes)) * LINE if int(value_bytes) > fmt.inline else 0
+        return -(-keys // fmt.slots) * NODE_BYTES + keys * blocks
 
     @classmethod
     def setup(cls, fabric, memory_nodes: list[int], options: dict, capacity: int) -> dict:
@@ -97,8 +119,9 @@ class ShermanSystem(System):
         except MemoryError as e:
             raise SystemError_(f"Sherman: {e} (lower the option lock_slots: {lock_bytes} B of device memory per "
                                f"memory node were asked)") from None
+        fmt = cls.leaf_layout_of(opts)
         mem = fabric.memory[mns[0]]
-        mem.host[leaf:leaf + NODE_BYTES] = memoryview(leaf_image(1, 0, None, 0, []))
+        mem.host[leaf:leaf + NODE_BYTES] = memoryview(fmt.image(1, 0, None, 0, []))
         mem.host64[root_word // 8] = pack_root(gaddr(mns[0], leaf), 0)
         try:
             epochs = setup_epochs(fabric, mns[0])
@@ -113,6 +136,7 @@ class ShermanSystem(System):
             "locks": locks,
             "lock_slots": slots,
             "lock_region": region,
+            "leaf_layout": fmt.name,
             "chunk_bytes": opts["chunk_bytes"],
             "cache_nodes": opts["cache_nodes"],
             "capacity": int(capacity),
@@ -136,7 +160,8 @@ class ShermanSystem(System):
         root_addr, root_level = unpack_root(int(fabric.memory[rnode].host64[roff // 8]))
         first = fabric.memory[gaddr_node(root_addr)].host
         fo = gaddr_offset(root_addr)
-        if root_level != 0 or cls.bulk_leaf_holds_keys(memoryview(first[fo:fo + NODE_BYTES])):
+        fmt = leaf_format(layout.get("leaf_layout", "per-line"))
+        if root_level != 0 or cls.bulk_leaf_holds_keys(memoryview(first[fo:fo + NODE_BYTES]), fmt):
             raise SystemError_(f"{name}: a bulk load needs the empty tree setup made; this one holds keys")
         items = []
         for key, value in pairs:
@@ -181,9 +206,10 @@ class ShermanSystem(System):
             return list(zip(lows, addrs))
 
         def leaf(i, group, low, high, sibling):
-            return cls.bulk_leaf(fabric, mns, write, i, group, low, high, sibling)
+            return cls.bulk_leaf(fabric, mns, write, i, group, low, high, sibling, fmt)
 
-        nodes = build([items[i:i + BULK_LEAF_ENTRIES] for i in range(0, len(items), BULK_LEAF_ENTRIES)], leaf)
+        per = bulk_leaf_entries(fmt)
+        nodes = build([items[i:i + per] for i in range(0, len(items), per)], leaf)
         level = 0
         while len(nodes) > 1:
             level += 1
@@ -201,26 +227,38 @@ class ShermanSystem(System):
     max_value = MAX_VALUE
 
     @classmethod
-    def bulk_leaf_holds_keys(cls, leaf) -> bool:
-        """Does the leaf image ``leaf`` (bytes of one node) hold any key? (bulk load's check that
-        the tree is the empty one setup made)"""
-        return bool(leaf_entries(leaf, 0))
+    def bulk_leaf_holds_keys(cls, leaf, fmt=PerLineLeaf) -> bool:
+        """Does the leaf image ``leaf`` (bytes of one node, leaf format ``fmt``) hold any key?
+        (bulk load's check that the tree is the empty one setup made)"""
+        return bool(fmt.entries(leaf, 0))
 
     @classmethod
-    def bulk_leaf(cls, fabric, mns: list[int], write, i: int, group, low: int, high: int | None, sibling: int):
-        """The image of the ``i``-th leaf of a bulk load: ``group`` its (key int, key, value)s in
-        order, fences and sibling given; values over 48 B go to out-of-line blocks allocated
-        round-robin over ``mns`` and written with ``write(gaddr, bytes)``."""
+    def bulk_leaf(cls, fabric, mns: list[int], write, i: int, group, low: int, high: int | None, sibling: int,
+                  fmt=PerLineLeaf):
+        """The image of the ``i``-th leaf of a bulk load in leaf format ``fmt``: ``group`` its (key
+        int, key, value)s in order, fences and sibling given; values longer than the inline field
+        go to out-of-line blocks allocated round-robin over ``mns`` and written with
+        ``write(gaddr, bytes)``."""
         entries = []
         for j, (_, key, value) in enumerate(group):
             block = 0
-            if len(value) > INLINE_VALUE:
+            if len(value) > fmt.inline:
                 m = mns[(i + j) % len(mns)]
                 block = gaddr(m, fabric.allocate(m, block_units(len(value)) * LINE))
                 write(block, block_image(key, value))
-            vlen, field = value_field(value, block)
+            vlen, field = fmt.value_field(value, block)
             entries.append((1, vlen, key, field))
-        return leaf_image(1, low, high, sibling, entries)
+        return fmt.image(1, low, high, sibling, entries)
+
+    @classmethod
+    def history_stress(cls, shape, options: dict):
+        """The conformance history checks' shape (cluster/correctness/conformance.py HISTORY, 64
+        keys of 48 B): with packed leaves the 64 keys share two leaves, so the 16 writers queue on
+        two locks, and the 48-byte values are out of line (two rounds per get): three times the
+        run for as many operations to check."""
+        if cls.leaf_layout_of(options).name == "packed":
+            return shape._replace(run_ms=shape.run_ms * 3)
+        return shape
 
     @classmethod
     def where(cls) -> str:
