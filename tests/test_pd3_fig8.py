@@ -74,6 +74,31 @@ def test_spread_placement_round_robins_ccds():
         h.spread(25)
 
 
+def test_pinned_placement_fills_ccds_in_core_order():
+    # PD3's application pins thread i to core 5 + i (artifact net_hashmap.cpp): on bf3's host
+    # (4 CCDs x 6 cores) 16 threads sit 1 + 6 + 6 + 3 on the CCDs
+    h = Coherence(CoherenceCosts.from_profile(load_profile("bf3")))
+    cores = h.pinned(16, f8.FIRST_CORE)
+    assert cores == list(range(5, 21))
+    assert [sum(h.ccd(c) == k for c in cores) for k in range(4)] == [1, 6, 6, 3]
+    assert h.packed(3) == [0, 1, 2]
+    with pytest.raises(ValueError, match="pinned from core 5"):
+        h.pinned(20, 5)
+
+
+def test_fig8_placement_is_checked():
+    with pytest.raises(ValueError, match="placement 'nowhere'"):
+        f8.throughput("pd3", 2, warmup_ns=0, measure_ns=1_000, placement="nowhere")
+
+
+def test_placement_changes_what_a_call_pays():
+    # the same 4 threads: pinned from core 5, three share CCD 1 (intra-CCD transfers, 17 ns); spread,
+    # each is alone on its CCD and every shared line crosses CCDs (80 ns)
+    pinned = f8.throughput("pd3", 4, warmup_ns=5_000, measure_ns=20_000)["mcalls"]
+    spread = f8.throughput("pd3", 4, warmup_ns=5_000, measure_ns=20_000, placement="spread")["mcalls"]
+    assert pinned > spread
+
+
 def test_profile_without_coherence_is_refused():
     with pytest.raises(ValueError, match="coherence"):
         CoherenceCosts.from_profile(load_profile("cx6-200g"))

@@ -108,9 +108,15 @@ class Coherence:
 
     def packed(self, n: int) -> list[int]:
         """Cores 0..n-1: fill one CCD before the next (explicit pinning in core order)."""
-        if n > self.cores:
-            raise ValueError(f"{n} threads on {self.cores} cores")
-        return list(range(n))
+        return self.pinned(n, 0)
+
+    def pinned(self, n: int, first: int) -> list[int]:
+        """Cores ``first .. first + n - 1``: thread i pinned to core ``first + i``, as an application
+        that sets its threads' affinity in core order does. Linux numbers an EPYC's cores CCD by CCD
+        (the APIC ID holds the CCD above the core), so consecutive cores fill a CCD before the next."""
+        if first < 0 or first + n > self.cores:
+            raise ValueError(f"{n} threads pinned from core {first} on {self.cores} cores")
+        return list(range(first, first + n))
 
     def _hop(self, core: int, other: int) -> float:
         return self.c.intra_ccd_ns if self.ccd(core) == self.ccd(other) else self.c.cross_ccd_ns
