@@ -83,6 +83,10 @@ class NodeState:
         self.local: dict[int, np.ndarray] = {}
         self.meta: dict[bytes, list] = {}
         self.key_locks: set = set()
+        #: the proxy's writes under way that replace a key's pair (UPDATE, DELETE): key -> [the event
+        #: its commit fires (made by the first UPDATE that waits for it), committed?] (proxy.handle_write)
+        self.writing: dict[bytes, list] = {}
+        self.overwrite = layout["options"].get("overwrite_on_conflict", True)
         self.slot_locks: set = set()
         self.proxy_threads = 1            # set when the proxy starts (system.start_node)
         self.lock_free_at = 0             # the proxy threads' shared lock (proxy._shared)
@@ -111,6 +115,7 @@ class NodeState:
         self.rpc_retries = opts["rpc_retries"]
         self.scan_out = np.zeros(2 * MAX_MATCHES, np.uint64)
         self.busy = self.mismatches = self.commits = self.invalidations_sent = self.dead_sharers = 0
+        self.overwritten = 0              # UPDATEs answered OVERWRITTEN (proxy.handle_write)
         self.reads_served = 0
         self.executors: dict = {}         # FlexKV-OP: the proxy threads' clients, by thread
 

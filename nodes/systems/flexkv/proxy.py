@@ -59,7 +59,7 @@ from .layout import INVALID_BIT, INVALID_BYTE, is_pair, reusable
 from .node import state_of
 
 M_READ, M_WRITE, M_INVALIDATE, M_PAUSE, M_RESUME, M_FLUSH = 1, 2, 3, 4, 5, 6
-OK, NOT_OWNER, BUSY, MISMATCH, EXISTS, ABSENT = 0, 1, 2, 3, 4, 5
+OK, NOT_OWNER, BUSY, MISMATCH, EXISTS, ABSENT, OVERWRITTEN = 0, 1, 2, 3, 4, 5, 6
 OP_INSERT, OP_UPDATE, OP_DELETE = 1, 2, 3
 F_CACHE_PAIR = 1
 
@@ -214,6 +214,19 @@ def handle_write(ctx, req):
     _cpu(ctx, req, _hash_ns(ctx, len(key)))
     _shared(ctx, req, st, cpu.local_cas_ns + 4 * cpu.local_read_ns_per_line)   # key lock, scan
     if key in st.key_locks or (p, slot) in st.slot_locks:
+        w = st.writing.get(key)
+        if w is not None and op == OP_UPDATE and st.overwrite:
+            # "Concurrent writes to keys already in process will fail immediately, as in CAS"
+            # (§4.5), and an UPDATE whose CAS failed is done in FUSEE and Aceso, the protocols FlexKV
+            # follows (last writer wins). The answer waits for the write under way to commit, so
+            # this UPDATE is linearized just before that commit, inside its own interval: answered
+            # at once, a get after it could still see the value both writes replace.
+            if w[0] is None:
+                w[0] = ctx.env.event()
+            yield w[0]
+            if w[1]:
+                st.overwritten += 1
+                return WRITE_REPLY.pack(OVERWRITTEN, 0)
         st.busy += 1
         return WRITE_REPLY.pack(BUSY, 0)
     local = st.local[p]
@@ -246,6 +259,9 @@ def handle_write(ctx, req):
             return WRITE_REPLY.pack(OK, 0)            # this write is what the slot holds already
     st.key_locks.add(key)
     st.slot_locks.add((p, slot))
+    w = None
+    if is_pair(expected):                                        # replaces the key's pair
+        w = st.writing[key] = [None, False]
     try:
         m = st.meta.get(key)
         if m is None:
@@ -264,11 +280,17 @@ def handle_write(ctx, req):
         yield co.sync()
         failpoint("flexkv.proxy.memory_written")
         local[slot] = new                                        # LOCAL_CAS: the commit point
+        if w is not None:
+            w[1] = True
         _shared(ctx, req, st, cpu.local_cas_ns)
         st.commits += 1
     finally:
         st.key_locks.discard(key)
         st.slot_locks.discard((p, slot))
+        if w is not None:
+            del st.writing[key]
+            if w[0] is not None:
+                w[0].succeed()                                   # the UPDATEs it overwrote
     return WRITE_REPLY.pack(OK, expected)
 
 

@@ -66,6 +66,11 @@ class FlexKVSystem(RaceSystem):
                "(after its first ranking): the paper's window held ~1,500 (12.5-17 Mops x 1 s / 2**13 "
                "partitions, Fig. 18); a shorter one ranks counting noise", minimum=0, maximum=10**9),
         Option("kv_cache", True, "cache read-mostly KV pairs (false: addresses only)"),
+        Option("overwrite_on_conflict", True, "an UPDATE that loses to a concurrent write of the key is done, "
+               "overwritten by it (last writer wins: a failed one-sided slot CAS, or a proxy's key lock held "
+               "by another write, which it waits to commit), as FUSEE's and Aceso's clients end an UPDATE "
+               "whose CAS failed and as FlexKV's proxy fails a concurrent write 'as in CAS' (§4.5); "
+               "false: retry until the CAS succeeds"),
         Option("proxy_threads", 0, "RPC threads of each compute node's proxy, at most the node's threads; "
                "0: the paper's 2, or fewer on a node with fewer threads", minimum=0, maximum=64),
         Option("cn_memory_bytes", 64 << 20, "memory of each compute node for its cache and local index "
