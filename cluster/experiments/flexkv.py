@@ -717,5 +717,9 @@ def run(only=None, quick: bool = False, json_path: str | None = None, console=No
 TITLE = "FlexKV (seed 003): Fig. 3, 16, 17, 18, 19, 20, 24 and Table 1"
 
 
+#: the parts `dmrack sensitivity flexkv` runs per knob: Fig. 3's verb-rate ratios (the NIC's units) and Fig. 16's ablation (+Rank Hotness)
+HEADLINE = ("fig3", "fig16")
+
 EXPERIMENT = Experiment(kind="reproduce", name="flexkv", run=run, parts=tuple(EXPERIMENTS), options=("jobs",),
+                        headline=HEADLINE, profiles=(PROFILE,),
                         title=TITLE)
