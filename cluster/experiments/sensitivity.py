@@ -430,6 +430,7 @@ def write_tornado(res: dict, out_dir: str, stem: str, *, per_row: int = 12) -> l
     import matplotlib.pyplot as plt
     sens = res["run"]["sensitivity"]
     lo_f, hi_f = min(sens["factors"]), max(sens["factors"])
+    published = {e["row"]: _change_pct(e["at_1x"], e["published"]) for e in res["table"] if e.get("row")}
     paths = []
     for row, bars in tornado_data(res["table"]).items():
         bars = bars[:per_row][::-1]
@@ -439,6 +440,9 @@ def write_tornado(res: dict, out_dir: str, stem: str, *, per_row: int = 12) -> l
         ax.barh(y, [b[2] for b in bars], color="#dd8452", alpha=0.8, label=f"{hi_f:g}x")
         ax.axvspan(-WITHIN * 100, WITHIN * 100, color="#dddddd", zorder=0, label="±30 % of the value at 1x")
         ax.axvline(0, color="black", linewidth=0.8)
+        pub = published.get(row)
+        if pub is not None and math.isfinite(pub) and abs(pub) <= 400:      # where the paper's value lies
+            ax.axvline(pub, color="#c44e52", linestyle="--", linewidth=1.2, label="published")
         ax.set_yticks(list(y))
         ax.set_yticklabels([b[0] for b in bars], fontsize=8)
         ax.set_xlabel("change of the emulated value against the profile as shipped (%)")
