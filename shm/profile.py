@@ -73,6 +73,7 @@ __all__ = [
     "schema_fields",
     "overridden",
     "active_overrides",
+    "assumptions_by_section",
 ]
 
 _TOP_LEVEL = ("name", "description")
@@ -158,12 +159,9 @@ def load_profile(name_or_path: str | os.PathLike) -> Profile:
             f"unknown profile {name!r}: shipped profiles are {', '.join(known) or '(none)'}; "
             f"or give the path of a .toml file"
         )
-    res = _profiles_dir().joinpath(f"{name}.toml")
-    label = f"{name}.toml"
-    data = _parse_toml(res.read_bytes(), label)
-    p = profile_from_dict(data, source=str(res), label=label)
+    p = _load_shipped(name)
     if p.name != name:
-        raise ProfileError(f"{label}: 'name' must match the file name {name!r}, got {p.name!r}")
+        raise ProfileError(f"{name}.toml: 'name' must match the file name {name!r}, got {p.name!r}")
     return _with_active(p)
 
 
@@ -201,9 +199,10 @@ def overridden(overrides: Mapping[str, Mapping[str, Any]]) -> Iterator[dict[str,
 
 
 def _load_shipped(name: str) -> Profile:
+    """The shipped profile ``name`` as its file says, without the active overrides."""
+    res = _profiles_dir().joinpath(f"{name}.toml")
     label = f"{name}.toml"
-    return profile_from_dict(_parse_toml(_profiles_dir().joinpath(label).read_bytes(), label),
-                             source=str(_profiles_dir().joinpath(label)), label=label)
+    return profile_from_dict(_parse_toml(res.read_bytes(), label), source=str(res), label=label)
 
 
 def _with_active(p: Profile) -> Profile:
