@@ -490,8 +490,8 @@ def _profile_assumptions() -> int:
     for name in list_profiles():
         p = load_profile(name)
         for section, names in assumptions_by_section(p).items():
-            table.add_row(name, section, ", ".join(f"{n} ({_knob_value(getattr(getattr(p, section), n), units[f'{section}.{n}'])})"
-                                                   for n in names))
+            values = (_knob_value(getattr(getattr(p, section), n), units[f"{section}.{n}"]) for n in names)
+            table.add_row(name, section, ", ".join(f"{n} ({v})" for n, v in zip(names, values)))
         if not p.assumptions:
             table.add_row(name, "-", "none declared")
     _console().print(table)

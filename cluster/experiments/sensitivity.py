@@ -166,7 +166,8 @@ def table(base_rows: list[dict], runs: list[tuple[Variant, list[dict] | None, st
             got = at.get(_row_key(r))
             emu = got.get("emulated") if got else None
             out.append({**head, "row": " | ".join(str(r[k]) for k in ROW_KEY), "published": r["published"],
-                        "at_1x": r.get("emulated"), "at_factor": emu, "change_pct": _rounded(_change_pct(r.get("emulated"), emu)),
+                        "at_1x": r.get("emulated"), "at_factor": emu,
+                        "change_pct": _rounded(_change_pct(r.get("emulated"), emu)),
                         "verdict_1x": verdict(r), "verdict_factor": verdict(got) if got else None,
                         "direction_1x": direction(r), "direction_factor": direction(got) if got else None})
     return out
