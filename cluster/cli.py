@@ -337,6 +337,38 @@ def _cmd_reproduce(args) -> int:
     return _run_experiment(exp, args, jobs=jobs)
 
 
+def _cmd_sensitivity(args) -> int:
+    """Run a paper's headline parts once per profile assumption and factor; print what moved."""
+    import os
+
+    from cluster.experiments import sensitivity
+    from cluster.experiments.progress import set_quiet
+    exp = _experiment("reproduce", args.paper)
+    if exp is None:
+        return 2
+    jobs = 1 if args.jobs is None else _whole(args.jobs)
+    if jobs is None or jobs < 1:
+        raise ValueError(f"--jobs takes a whole number of processes, at least 1; got {args.jobs!r}")
+    factors = sensitivity.parse_factors(args.factors)
+    knobs = _only(args.knobs)
+    if args.plot:
+        from cluster.experiments.plot import require
+        require()
+        _make_dir(args.plot, flag="--plot")
+    json_path = args.json or (os.path.join(args.plot, f"sensitivity-{exp.name}.json") if args.plot else None)
+    set_quiet(True)                       # the experiment's own bar would redraw per run: one line per run instead
+    res = sensitivity.run(exp, parts=_only(args.only), quick=args.quick, jobs=jobs, knobs=knobs, factors=factors,
+                          json_path=json_path, log=None if args.quiet else sensitivity.main_log)
+    console = _console()
+    sensitivity.print_report(console, res, all_rows=args.all_rows)
+    if json_path:
+        print(f"wrote {len(res['rows'])} records and the table to {json_path}")
+    if args.plot:
+        paths = sensitivity.write_tornado(res, args.plot, f"sensitivity-{exp.name}")
+        print(f"wrote {len(paths)} figure(s) to {args.plot}")
+    return 0
+
+
 def _cmd_compare(args) -> int:
     from cluster.experiments import compare
     from cluster.experiments.rows import check_json_path
@@ -432,6 +464,8 @@ def _cmd_profiles(args) -> int:
         print(json.dumps([{k: v for k, v in asdict(load_profile(n)).items()} for n in list_profiles()],
                          indent=2, default=str))
         return 0
+    if getattr(args, "assumptions", False):
+        return _profile_assumptions()
     table = Table(title="hardware profiles")
     for col in ("name", "link", "one-way", "PCIe per-WR / payload", "doorbells", "WQE cache", "description"):
         table.add_column(col)
@@ -443,6 +477,32 @@ def _cmd_profiles(args) -> int:
                       p.description)
     _console().print(table)
     return 0
+
+
+def _profile_assumptions() -> int:
+    """Each shipped profile's [assumptions] (its knobs without a published source), with their
+    values and units: the knobs ``dmrack sensitivity`` varies."""
+    from rich.table import Table
+    from shm.profile import assumptions_by_section, list_profiles, load_profile, schema_fields
+    units = {k: meta["unit"] for k, _, meta in schema_fields(optional=True)}
+    table = Table(title="assumptions: profile knobs without a published source (dmrack sensitivity varies them)")
+    for col in ("profile", "section", "knobs (value unit)"):
+        table.add_column(col)
+    for name in list_profiles():
+        p = load_profile(name)
+        for section, names in assumptions_by_section(p).items():
+            values = (_knob_value(getattr(getattr(p, section), n), units[f"{section}.{n}"]) for n in names)
+            table.add_row(name, section, ", ".join(f"{n} ({v})" for n, v in zip(names, values)))
+        if not p.assumptions:
+            table.add_row(name, "-", "none declared")
+    _console().print(table)
+    return 0
+
+
+def _knob_value(v, unit: str) -> str:
+    if isinstance(v, bool):
+        return str(v).lower()
+    return f"{v:g} {unit}" if isinstance(v, float) else f"{v} {unit}"
 
 
 def _cmd_clean(args) -> int:
@@ -567,6 +627,27 @@ def main(argv=None) -> int:
                          "the same rows as --jobs")
     rp.set_defaults(func=_cmd_reproduce)
 
+    se = sub.add_parser("sensitivity", help="a paper's headline rows with each profile assumption at 0.5x and 2x: "
+                                            "which published rows move, and by how much",
+                        experiments="reproduce")
+    se.add_argument("paper", help="which paper (listed below; its headline parts run unless --only)")
+    se.add_argument("--quick", action="store_true", help="the --quick scale of dmrack reproduce")
+    se.add_argument("--only", metavar="EXP[,EXP]", action="append",
+                    help="run these parts instead of the paper's headline (comma-separated or repeated)")
+    se.add_argument("--knobs", metavar="SECTION.KEY[,...]", action="append",
+                    help="vary only these knobs (default: every knob in the [assumptions] of the paper's profiles; "
+                         "a sourced knob may be named too)")
+    se.add_argument("--factors", metavar="F[,F]", help="the factors each knob is multiplied by (default 0.5,2; "
+                                                       "integers are rounded; a boolean knob is flipped)")
+    se.add_argument("--json", metavar="PATH",
+                    help="write the rows and the table here after every run; given again, a stopped run resumes")
+    se.add_argument("--plot", metavar="DIR", help="write a tornado chart per published row that moved into DIR "
+                                                  "(and the JSON, unless --json says where); needs matplotlib")
+    se.add_argument("--jobs", metavar="N", help="fresh racks side by side within each run (default 1)")
+    se.add_argument("--all-rows", action="store_true", help="print every published row, not only those that moved")
+    quiet_flag(se)
+    se.set_defaults(func=_cmd_sensitivity)
+
     pl = sub.add_parser("plot", help="figures (PNG) of saved --json files of bench or reproduce, without rerunning")
     pl.add_argument("results", nargs="+", metavar="RESULT.json", help="--json files of bench or reproduce")
     pl.add_argument("--out", required=True, metavar="DIR",
@@ -627,6 +708,8 @@ def main(argv=None) -> int:
 
     p = sub.add_parser("profiles", help="list the shipped hardware profiles")
     p.add_argument("--json", action="store_true", help="print every profile as JSON")
+    p.add_argument("--assumptions", action="store_true",
+                   help="list each profile's knobs without a published source (its [assumptions] table)")
     p.set_defaults(func=_cmd_profiles)
 
     c = sub.add_parser("clean", help="remove shared memory left behind by dead racks")

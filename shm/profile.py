@@ -23,6 +23,14 @@ generic loader on top of it:
 * ``with_overrides(p, {"nic.atomic_slot_ns": 400})`` returns a new profile with some keys changed,
   validated by exactly the same code (it goes through the same dict -> Profile path). Scenarios use
   it for knob changes, benchmarks for ablations.
+* ``with overridden({"bf3": {"dpu.dram_ns": 240}}):`` changes a profile *wherever it is loaded* while
+  the block runs: every ``load_profile`` of a profile so named returns it with those keys changed
+  (after validation, as ``with_overrides``). It is how a sensitivity run reaches every rack an
+  experiment builds -- through rack specs, rigs or cost tables, in this process and in the worker
+  processes :mod:`cluster.experiments.pointpool` starts, which it hands the active overrides to
+  (:func:`active_overrides`) -- without each experiment threading an argument through every
+  function. A rack spec's own ``[profile_overrides]`` apply on top, so an experiment that sets a
+  key itself keeps its value.
 * ``profile_to_dict`` / ``profile_from_dict`` / ``dump_profile`` convert to plain data and back to
   TOML text, so that any profile (including an overridden one) can be written out, edited and
   loaded again: ``load(dump(p)) == p`` up to :attr:`Profile.source`.
@@ -41,16 +49,17 @@ import math
 import os
 import sys
 import typing
+from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 try:  # Python >= 3.11
     import tomllib
 except ModuleNotFoundError:  # pragma: no cover - Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
-from shm.profile_schema import OPTIONAL_SECTIONS, SECTIONS, Profile
+from shm.profile_schema import ASSUMPTIONS, OPTIONAL_SECTIONS, SECTIONS, Profile
 
 __all__ = [
     "Profile",
@@ -62,6 +71,9 @@ __all__ = [
     "with_overrides",
     "dump_profile",
     "schema_fields",
+    "overridden",
+    "active_overrides",
+    "assumptions_by_section",
 ]
 
 _TOP_LEVEL = ("name", "description")
@@ -138,7 +150,7 @@ def load_profile(name_or_path: str | os.PathLike) -> Profile:
         except OSError as e:
             raise ProfileError(f"{label}: cannot read: {e.strerror or e}") from None
         data = _parse_toml(raw, label)
-        return profile_from_dict(data, source=str(path), label=label)
+        return _with_active(profile_from_dict(data, source=str(path), label=label))
 
     name = str(name_or_path)
     known = list_profiles()
@@ -147,13 +159,55 @@ def load_profile(name_or_path: str | os.PathLike) -> Profile:
             f"unknown profile {name!r}: shipped profiles are {', '.join(known) or '(none)'}; "
             f"or give the path of a .toml file"
         )
+    p = _load_shipped(name)
+    if p.name != name:
+        raise ProfileError(f"{name}.toml: 'name' must match the file name {name!r}, got {p.name!r}")
+    return _with_active(p)
+
+
+# ----------------------------------------------------------------------------- overrides while a block runs
+
+# profile name -> {"section.key": value}: what load_profile changes while overridden() is entered
+_active: dict[str, dict[str, Any]] = {}
+
+
+def active_overrides() -> dict[str, dict[str, Any]]:
+    """The overrides :func:`overridden` has in force now (a copy; empty when none is): what a worker
+    process must enter to load the same profiles as this one."""
+    return {name: dict(keys) for name, keys in _active.items()}
+
+
+@contextmanager
+def overridden(overrides: Mapping[str, Mapping[str, Any]]) -> Iterator[dict[str, dict[str, Any]]]:
+    """While entered, :func:`load_profile` returns each profile named in ``overrides`` (by its
+    ``name``) with those dotted keys changed, validated like :func:`with_overrides`. Nested blocks
+    add up (the inner value of a key wins); on exit the previous overrides are back. A shipped
+    profile named here is checked on entry, so an unknown key or a value out of range is a
+    :class:`ProfileError` before anything runs."""
+    global _active
+    merged = active_overrides()
+    for name, keys in overrides.items():
+        merged.setdefault(name, {}).update(keys)
+    for name, keys in merged.items():
+        if name in list_profiles():
+            with_overrides(_load_shipped(name), keys)
+    previous, _active = _active, merged
+    try:
+        yield active_overrides()
+    finally:
+        _active = previous
+
+
+def _load_shipped(name: str) -> Profile:
+    """The shipped profile ``name`` as its file says, without the active overrides."""
     res = _profiles_dir().joinpath(f"{name}.toml")
     label = f"{name}.toml"
-    data = _parse_toml(res.read_bytes(), label)
-    p = profile_from_dict(data, source=str(res), label=label)
-    if p.name != name:
-        raise ProfileError(f"{label}: 'name' must match the file name {name!r}, got {p.name!r}")
-    return p
+    return profile_from_dict(_parse_toml(res.read_bytes(), label), source=str(res), label=label)
+
+
+def _with_active(p: Profile) -> Profile:
+    keys = _active.get(p.name)
+    return with_overrides(p, keys) if keys else p
 
 
 def _parse_toml(raw: bytes, label: str) -> dict:
@@ -312,7 +366,7 @@ def profile_from_dict(data: Mapping[str, Any], *, source: str = "", label: str |
                 top[key] = v
 
     for key, v in data.items():
-        if key in _TOP_LEVEL:
+        if key in _TOP_LEVEL or key == ASSUMPTIONS:
             continue
         if key in SECTIONS or key in OPTIONAL_SECTIONS:
             if not isinstance(v, Mapping):
@@ -346,11 +400,53 @@ def profile_from_dict(data: Mapping[str, Any], *, source: str = "", label: str |
         values[section] = sec_values
 
     _cross_checks(values, errors, label)
+    assumptions = _assumptions(data.get(ASSUMPTIONS), set(values), errors, label)
     if errors:
         raise ProfileError(errors)
     sections = {s: SECTIONS[s](**values[s]) for s in SECTIONS}
     sections.update({s: OPTIONAL_SECTIONS[s](**values[s]) for s in OPTIONAL_SECTIONS if s in values})
-    return Profile(name=top["name"], description=top["description"], source=source, **sections)
+    return Profile(name=top["name"], description=top["description"], source=source, assumptions=assumptions,
+                   **sections)
+
+
+def _assumptions(table: Any, present: set[str], errors: list[str], label: str) -> tuple[str, ...]:
+    """The ``[assumptions]`` table (optional): one array of knob names per section the profile has.
+    Returns the dotted knobs in schema order; a name that is not a knob of its section, a section
+    the profile does not have, a non-array or a repeated name is one error line each."""
+    if table is None:
+        return ()
+    if not isinstance(table, Mapping):
+        errors.append(f"{label}: {ASSUMPTIONS!r} must be a table [{ASSUMPTIONS}], got {_describe(table)}")
+        return ()
+    named: set[str] = set()
+    for section, names in table.items():
+        where = f"{label}: [{ASSUMPTIONS}] {section}"
+        if section not in present:
+            known = [s for s in (*SECTIONS, *OPTIONAL_SECTIONS) if s in present]
+            errors.append(f"{where}: no section [{section}] in this profile (its sections: {', '.join(known)})")
+            continue
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            errors.append(f"{where}: must be an array of knob names of [{section}], got {_describe(names)}")
+            continue
+        cls = {**SECTIONS, **OPTIONAL_SECTIONS}[section]
+        knobs = [f.name for f in dataclasses.fields(cls)]
+        for n in names:
+            if n not in knobs:
+                errors.append(f"{where}: {n!r} is not a knob of [{section}] (its knobs: {', '.join(knobs)})")
+            elif f"{section}.{n}" in named:
+                errors.append(f"{where}: {n!r} is listed twice")
+            else:
+                named.add(f"{section}.{n}")
+    return tuple(k for k, _, _ in schema_fields(optional=True) if k in named)
+
+
+def assumptions_by_section(p: Profile) -> dict[str, list[str]]:
+    """``p.assumptions`` as the ``[assumptions]`` table has them: section -> knob names, schema order."""
+    out: dict[str, list[str]] = {}
+    for key in p.assumptions:
+        section, _, knob_name = key.partition(".")
+        out.setdefault(section, []).append(knob_name)
+    return out
 
 
 # ----------------------------------------------------------------------------- conversions
@@ -364,6 +460,8 @@ def profile_to_dict(p: Profile) -> dict[str, Any]:
     for section in OPTIONAL_SECTIONS:   # only the optional sections the profile has
         if getattr(p, section) is not None:
             out[section] = dataclasses.asdict(getattr(p, section))
+    if p.assumptions:
+        out[ASSUMPTIONS] = assumptions_by_section(p)
     return out
 
 
@@ -384,7 +482,10 @@ def with_overrides(p: Profile, overrides: Mapping[str, Any]) -> Profile:
             data[key] = v
             continue
         section, _, fname = key.partition(".")
-        if section in OPTIONAL_SECTIONS and section not in data:
+        if section == ASSUMPTIONS:
+            errors.append(f"{label}: {key!r} cannot be overridden: the [{ASSUMPTIONS}] table lists knobs, it is "
+                          f"not one")
+        elif section in OPTIONAL_SECTIONS and section not in data:
             errors.append(f"{label}: unknown key {key!r} (this profile has no [{section}] table)")
         elif section not in SECTIONS and section not in OPTIONAL_SECTIONS:
             errors.append(f"{label}: unknown key {key!r} (no section [{section}])")
@@ -406,6 +507,8 @@ def _toml_value(v: Any) -> str:
         return repr(v)  # shortest repr that round-trips; always has '.' or 'e'
     if isinstance(v, str):
         return json.dumps(v, ensure_ascii=False)  # a valid TOML basic string
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
     raise TypeError(f"cannot write {v!r} as TOML")
 
 
@@ -413,7 +516,7 @@ def dump_profile(p: Profile) -> str:
     """TOML text of ``p`` (no comments) that :func:`load_profile` reads back to an equal profile."""
     d = profile_to_dict(p)
     lines = [f"name = {_toml_value(d['name'])}", f"description = {_toml_value(d['description'])}"]
-    for section in [*SECTIONS, *OPTIONAL_SECTIONS]:
+    for section in [*SECTIONS, *OPTIONAL_SECTIONS, ASSUMPTIONS]:
         if section not in d:
             continue
         lines.append("")

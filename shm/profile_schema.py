@@ -8,6 +8,14 @@ loader lets the timing model import only the records it reads.
 
 Field metadata: ``unit`` (for docs and error messages), ``min``/``max`` (inclusive bounds) and
 ``doc`` (one line on what the number means in the model).
+
+Besides the sections, a profile declares which of its knobs have no published source: the
+``[assumptions]`` table, one array per section (``nic = ["atomic_slots", "device_memory_ns"]``).
+A knob is an *assumption* when no published figure stands behind its value, or when it was fitted
+only to make one figure come out (a remainder of a latency budget, a least-squares fit of one
+plot, a value borrowed from another NIC generation); a knob derived from a published figure through
+a documented mechanism is *sourced*. The list is data, not a comment, so that tools can act on it:
+``dmrack profiles --assumptions`` lists it and ``dmrack sensitivity`` varies exactly those knobs.
 """
 
 from __future__ import annotations
@@ -196,6 +204,9 @@ class CoherenceProfile:
                            max=1_000_000)
 
 
+#: The table of a profile that lists its unsourced knobs, section by section (see the module docstring).
+ASSUMPTIONS = "assumptions"
+
 SECTIONS = {
     "sync": SyncProfile,
     "link": LinkProfile,
@@ -237,4 +248,6 @@ class Profile:
     dpu: DpuProfile | None = None   # optional: a card with Arm cores (bf3)
     udp: UdpProfile | None = None   # optional: the datagram path (shm/udp.py)
     coherence: CoherenceProfile | None = None   # optional: host core-to-core line transfers (bf3)
+    # the knobs without a published source, dotted ("nic.atomic_slots"), in schema order ([assumptions])
+    assumptions: tuple[str, ...] = ()
     source: str = ""  # the file it was read from

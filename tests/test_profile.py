@@ -96,8 +96,10 @@ def test_shipped_profile_loads(name):
 def test_shipped_profile_round_trips(name, tmp_path):
     p = load_profile(name)
     d = profile_to_dict(p)
-    # optional sections ([dpa]) appear only in the profiles that have them
-    assert set(d) == {"name", "description", *SECTIONS, *(s for s in OPTIONAL_SECTIONS if getattr(p, s) is not None)}
+    # optional sections ([dpa]) appear only in the profiles that have them; every shipped profile
+    # lists its unsourced knobs ([assumptions], tests/test_sensitivity.py)
+    assert set(d) == {"name", "description", *SECTIONS, *(s for s in OPTIONAL_SECTIONS if getattr(p, s) is not None),
+                      "assumptions"}
     assert profile_from_dict(d, source=p.source) == p
     # through TOML text and a file path as well
     path = _write(tmp_path, dump_profile(p), f"{name}.toml")

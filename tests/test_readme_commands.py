@@ -60,7 +60,11 @@ RUNS = {
     "dmrack check --system NAME": [["check", "--system", "race", "--quick", "--json", "{tmp}/check.json"]],
     "dmrack check --history FILE": [["check", "--history", "{tmp}/given.jsonl", "--time-limit", "5"]],
     "dmrack systems": [["systems"], ["systems", "--json"]],
-    "dmrack profiles": [["profiles"], ["profiles", "--json"]],
+    "dmrack profiles": [["profiles"], ["profiles", "--json"], ["profiles", "--assumptions"]],
+    # Fig. 8 of PD3 is a one-process model (~1 s a run): three runs, one knob
+    "dmrack sensitivity PAPER": [["sensitivity", "pd3", "--quick", "--only", "fig8", "--knobs", "coherence.pause_ns",
+                                  "--factors", "0.5,2", "--json", "{tmp}/sens.json", "--plot", "{tmp}/sens",
+                                  "--jobs", "1"]],
     "dmrack clean": [["clean"]],
     "dmrack bench ycsb --system race": [["bench", "ycsb", "--system", "race", "--quick", "--only", "c"]],
     "dmrack bench verbs": [["bench", "verbs", "--quick", "--only", "latency", "--json", "{tmp}/verbs.json"]],

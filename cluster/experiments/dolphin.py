@@ -581,5 +581,9 @@ def run(only=None, quick: bool = False, json_path: str | None = None, console=No
 TITLE = "Dolphin (MSST'24): Fig. 6, 7, 8, 9 and Table II against Sherman, Marlin and SMART-ART"
 
 
+#: the parts `dmrack sensitivity dolphin` runs per knob: Fig. 7's throughput of the four indexes and Table II's per-operation cost: about a minute with --quick
+HEADLINE = ("fig7", "table2")
+
 EXPERIMENT = Experiment(kind="reproduce", name="dolphin", run=run, parts=tuple(EXPERIMENTS), options=("jobs",),
+                        headline=HEADLINE, profiles=(PROFILE,),
                         title=TITLE)

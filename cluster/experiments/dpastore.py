@@ -596,7 +596,11 @@ def run(only=None, quick: bool = False, json_path: str | None = None, console=No
                            side_by_side=SIDE_BY_SIDE, setup=setup, title=TITLE)
 
 
+#: the parts `dmrack sensitivity dpastore` runs per knob: the abstract's GET, RANGE, UPDATE and INSERT rates
+HEADLINE = ("headline",)
+
 EXPERIMENT = Experiment(kind="reproduce", name="dpastore", run=run, parts=tuple(EXPERIMENTS), options=("jobs",),
+                        headline=HEADLINE, profiles=(PROFILE,),
                         title=TITLE)
 
 __all__ = ["point", "rolex_point", "run", "EXPERIMENT"]

@@ -36,6 +36,11 @@ runs them:
   daemonic, and ``multiprocessing`` refuses to start children from a daemonic process, so a point
   runs with its worker's daemon flag cleared: a point whose rack forks node processes (or a fork
   pool) works on a worker as it does here.
+
+Profile overrides (:func:`shm.profile.overridden`, what ``dmrack sensitivity`` varies) travel with
+the points: every backend runs a point under the overrides in force where :func:`map_points` was
+called, handed to the worker with the point (a forked worker would inherit them, a Dask worker would
+not; both are given them explicitly, so a point's rack is the same wherever it runs).
 """
 
 from __future__ import annotations
@@ -77,8 +82,17 @@ def _worker_init(parent_pid: int) -> None:
 
 
 def _call(job):
-    index, fn, args = job
-    return index, fn(*args)
+    index, fn, args, overrides = job
+    return index, _with_overrides(overrides, fn, args)
+
+
+def _with_overrides(overrides: dict, fn: Callable, args: tuple):
+    """``fn(*args)`` with the profile overrides of the caller of :func:`map_points` in force."""
+    if not overrides:
+        return fn(*args)
+    from shm.profile import overridden
+    with overridden(overrides):
+        return fn(*args)
 
 
 _active: "DaskBackend | None" = None       # the backend entered with backend(), if any
@@ -102,9 +116,11 @@ def map_points(fn: Callable, points: Sequence[tuple], *, jobs: int = 1,
     if jobs < 1:
         raise ValueError(f"jobs must be at least 1, got {jobs}")
     from cluster.experiments.progress import advance, expect
+    from shm.profile import active_overrides
     points = list(points)
+    overrides = active_overrides()
     if _active is not None:
-        return _active.map(fn, points, progress=progress, describe=describe)
+        return _active.map(fn, points, progress=progress, describe=describe, overrides=overrides)
     jobs = min(jobs, len(points))
     expect(progress, len(points))
     if jobs <= 1:
@@ -120,7 +136,7 @@ def map_points(fn: Callable, points: Sequence[tuple], *, jobs: int = 1,
     # Pool.__exit__ terminates the workers, also when this process is interrupted mid-sweep
     with ctx.Pool(jobs, initializer=_worker_init, initargs=(os.getpid(),)) as pool:
         done = 0
-        for index, result in pool.imap_unordered(_call, [(i, fn, p) for i, p in enumerate(points)]):
+        for index, result in pool.imap_unordered(_call, [(i, fn, p, overrides) for i, p in enumerate(points)]):
             results[index] = result
             done += 1
             advance(progress)
@@ -235,8 +251,9 @@ class DaskBackend:
         if self.cluster is not None:
             self.cluster.close()
 
-    def map(self, fn: Callable, points: list, *, progress=None, describe=str) -> list:
-        """The points' results in point order; :class:`PointsFailed` if some failed."""
+    def map(self, fn: Callable, points: list, *, progress=None, describe=str, overrides: dict | None = None) -> list:
+        """The points' results in point order; :class:`PointsFailed` if some failed. ``overrides``:
+        the profile overrides each point runs under (:func:`shm.profile.overridden`)."""
         import uuid
 
         from distributed import as_completed
@@ -260,7 +277,8 @@ class DaskBackend:
                 if nxt is None:
                     return
                 i, p = nxt
-                fut = self.client.submit(_run_task, fn, tuple(p), key=f"dmrack-point-{run}-{i}", pure=False)
+                fut = self.client.submit(_run_task, fn, tuple(p), overrides or {}, key=f"dmrack-point-{run}-{i}",
+                                         pure=False)
                 index[fut.key] = i
                 running.add(fut)
 
@@ -289,15 +307,15 @@ class DaskBackend:
         return results
 
 
-def _run_task(fn: Callable, args: tuple):
-    """A point on a Dask worker. The worker process of a nanny is daemonic, and multiprocessing
-    refuses to start children of a daemonic process; a point whose rack forks its nodes must
-    start them, so the flag is cleared while the point runs."""
+def _run_task(fn: Callable, args: tuple, overrides: dict | None = None):
+    """A point on a Dask worker, under the caller's profile overrides. The worker process of a
+    nanny is daemonic, and multiprocessing refuses to start children of a daemonic process; a point
+    whose rack forks its nodes must start them, so the flag is cleared while the point runs."""
     proc = multiprocessing.current_process()
     daemonic = proc._config.get("daemon", False)
     proc._config["daemon"] = False
     try:
-        return fn(*args)
+        return _with_overrides(overrides or {}, fn, args)
     finally:
         proc._config["daemon"] = daemonic
 

@@ -29,6 +29,11 @@ reproduce --jobs``; ``system``: the system to measure, from ``dmrack bench --sys
 timeline of its first point). ``run``
 checks ``only`` itself (a ValueError is one line and exit status 2 at the command line) and
 returns the rows (:class:`cluster.experiments.rows.Row`) it printed and wrote.
+
+A reproduction also declares its ``headline``: the few parts (names of ``parts``) that carry its
+main claims and are cheap (about a minute each with ``--quick`` on two cores), and the shipped
+``profiles`` its racks are built on. ``dmrack sensitivity`` (:mod:`cluster.experiments.sensitivity`)
+runs the headline again for every knob those profiles list as an assumption, at other values.
 """
 
 from __future__ import annotations
@@ -54,6 +59,8 @@ class Experiment:
     run: Callable                   # run(only=, quick=, json_path=, console=, **options) -> rows
     parts: tuple[str, ...] = ()     # what --only takes, in the order they run
     options: tuple[str, ...] = ()   # further keywords of run() the command line fills (OPTIONS)
+    headline: tuple[str, ...] = ()  # the cheap parts that carry the main claims (dmrack sensitivity)
+    profiles: tuple[str, ...] = ()  # the shipped profiles its racks use
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -62,6 +69,10 @@ class Experiment:
         if unknown:
             raise ValueError(f"experiment {self.name!r}: unknown option {unknown[0]!r}; "
                              f"the command line fills {', '.join(OPTIONS)}")
+        stray = [h for h in self.headline if h not in self.parts]
+        if stray:
+            raise ValueError(f"experiment {self.name!r}: headline part {stray[0]!r} is not one of its parts "
+                             f"({', '.join(self.parts)})")
 
 
 class UnknownExperiment(ValueError):

@@ -274,5 +274,9 @@ def run(only=None, quick: bool = False, json_path: str | None = None, console=No
 TITLE = "Sherman (SIGMOD'22): Fig. 10, 11 and the ablation from FG+"
 
 
+#: the parts `dmrack sensitivity sherman` runs per knob: Figs. 10 and 11 share one rack: about 45 s with --quick
+HEADLINE = ("fig10", "fig11")
+
 EXPERIMENT = Experiment(kind="reproduce", name="sherman", run=run, parts=tuple(EXPERIMENTS), options=("jobs",),
+                        headline=HEADLINE, profiles=(PROFILE,),
                         title=TITLE)

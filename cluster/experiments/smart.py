@@ -564,5 +564,9 @@ def run(only=None, quick: bool = False, json_path: str | None = None, console=No
 TITLE = "SMART (ASPLOS'24): Fig. 3, 4, 5, 7, 12, 13, 14 and Table 1"
 
 
+#: the parts `dmrack sensitivity smart` runs per knob: Figs. 3 and 4 (doorbells, QPs, WQE cache: seconds) and Fig. 5 (RACE's hot-key collapse, about 46 s) with --quick
+HEADLINE = ("fig3", "fig4", "fig5")
+
 EXPERIMENT = Experiment(kind="reproduce", name="smart", run=run, parts=tuple(EXPERIMENTS), options=("jobs",),
+                        headline=HEADLINE, profiles=("cx6-200g",),
                         title=TITLE)
