@@ -36,6 +36,8 @@ class Row:
     metric: str
     emulated: float | None
     published: float | None = None
+    #: where ``published`` comes from (paper and section, artifact file), when the row carries it
+    source: str | None = None
 
 
 def fmt(v) -> str:
