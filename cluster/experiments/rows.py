@@ -77,8 +77,16 @@ class Rows(list):
     run: dict | None = None
 
 
+def _row_dict(r: Row) -> dict:
+    """A row as JSON: ``source`` only when the row names one (rows without keep the old keys)."""
+    d = asdict(r)
+    if d.get("source") is None:
+        d.pop("source", None)
+    return d
+
+
 def result_dict(rows: list[Row], run: dict | None) -> dict:
-    return {"format": FORMAT, "run": run, "rows": [asdict(r) if isinstance(r, Row) else dict(r) for r in rows]}
+    return {"format": FORMAT, "run": run, "rows": [_row_dict(r) if isinstance(r, Row) else dict(r) for r in rows]}
 
 
 def write_json(console, path: str, rows: list[Row], run: dict | None = None) -> None:
