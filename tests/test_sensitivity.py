@@ -150,8 +150,8 @@ def test_variants_scale_round_clamp_and_flip():
     got, notes = sensitivity.variants(("cx6-200g",), knobs=["link.one_way_ns", "nic.atomic_slots",
                                                              "nic.ordered_multiline_writes"])
     assert [(v.knob, v.factor, v.value) for v in got] == [
-        ("link.one_way_ns", 0.5, 300), ("link.one_way_ns", 2.0, 1200), ("nic.atomic_slots", 0.5, 2048),
-        ("nic.atomic_slots", 2.0, 8192), ("nic.ordered_multiline_writes", None, True)]
+        ("link.one_way_ns", 0.5, 300), ("link.one_way_ns", 2.0, 1200), ("nic.atomic_slots", 0.5, 512),
+        ("nic.atomic_slots", 2.0, 2048), ("nic.ordered_multiline_writes", None, True)]
     got, notes = sensitivity.variants(("cx3-56g",), knobs=["nic.requester_units"], factors=(0.5, 1.2))
     assert [(v.factor, v.value) for v in got] == []                   # 1 x 0.5 -> 1 (the minimum), 1.2 -> 1
     assert len(notes) == 2 and "stays 1" in notes[0]

@@ -43,6 +43,8 @@ class Row:
     metric: str
     emulated: float | None
     published: float | None = None
+    #: where ``published`` comes from (paper and section, artifact file), when the row carries it
+    source: str | None = None
     kind: str = "result"
 
     def __post_init__(self):
@@ -99,8 +101,19 @@ class Rows(list):
     run: dict | None = None
 
 
+def _row_dict(r: Row) -> dict:
+    """A row as JSON: ``source`` only when the row names one, ``kind`` only for a scale row (result
+    rows keep the old keys, so files of older versions and of this one compare alike)."""
+    d = asdict(r)
+    if d.get("source") is None:
+        d.pop("source", None)
+    if d.get("kind") == "result":
+        d.pop("kind", None)
+    return d
+
+
 def result_dict(rows: list[Row], run: dict | None) -> dict:
-    return {"format": FORMAT, "run": run, "rows": [asdict(r) if isinstance(r, Row) else dict(r) for r in rows]}
+    return {"format": FORMAT, "run": run, "rows": [_row_dict(r) if isinstance(r, Row) else dict(r) for r in rows]}
 
 
 def write_json(console, path: str, rows: list[Row], run: dict | None = None) -> None:

@@ -11,8 +11,10 @@ Experiments (see docs/bench.md for how each maps onto the paper's setup):
 * ``smart-fig3``: 8 B READ throughput against threads at depth 8 for the four QP policies (cx6-200g).
 * ``smart-fig4``: throughput against outstanding WRs per thread (cx6-200g, per-thread doorbells).
 * ``latency``: depth-1 READ, WRITE and CAS against perftest/SMART numbers.
-* ``atomics``: per profile, same-address CAS against clients (host and NIC device memory) and
-  random-address CAS/FAA beside READ: the contention model's numbers per NIC generation.
+* ``atomics``: per profile, same-address CAS against clients (host and NIC device memory),
+  random-address CAS/FAA beside READ at depth 1, and READ/WRITE/CAS/FAA in the doorbell-batched
+  shape of rlib's db_bench (the published NIC-wide rates, with their sources in the rows): the
+  contention model's numbers per NIC generation.
 * ``locks``: one contended spin lock (CAS, READ, WRITE + unlock in one post) against clients, in
   host and device memory: acquisitions per second, failed CASes per acquisition, fairness; and a
   same-address CAS that always fails beside one that always succeeds.
@@ -355,6 +357,46 @@ ATOMIC_PROFILES = ("cx3-56g", "cx5-100g", "cx6-200g", "bf3")
 #: cx3 same-address CAS: ~2.7 Mops, one PCIe read-modify-write (~370 ns) per atomic: rdma_bench's
 #: atomics sequencer on ConnectX-3 (the source of nic.atomic_slot_ns, ../CALIBRATION.md).
 ATOMIC_PUBLISHED = {("cx3-56g", "same-address CAS, host", 128): 2.7}
+_RDMA_BENCH_SEQ = "rdma_bench atomics-sequencer (ConnectX-3), CALIBRATION.md"
+ATOMIC_SOURCES = {("cx3-56g", "same-address CAS, host", 128): _RDMA_BENCH_SEQ}
+
+#: The random-address atomic rate per generation, in the shape of the bench that measured it: rlib's
+#: doorbell-batching client (db_bench) as vendored in ROLEX's artifact, 3 client machines x 12
+#: threads, each posting batches of 10 work requests (one doorbell) to random 8 B words among
+#: 10,000 of one server, about 50 in flight per thread. Published: that page's peak rates (its NIC
+#: is not named: a ConnectX-4/5-class part of rlib's IPADS testbeds, so the cx5-100g rows), and
+#: ConnectX-3's random-address atomics from rdma_bench. cx6-200g and bf3 have no published row.
+RLIB = ("github.com/iotlpf/ROLEX @57558e4 deps/rlib/docs/benchs/op_performance.md (3 clients x 12 "
+        "threads, doorbell batches of 10, random 8 B words; NIC not named, ConnectX-4/5 class)")
+RDMA_BENCH_RANDOM = ("github.com/efficient/rdma_bench atomics-sequencer/main.h: 'For ConnectX-3 at least, "
+                     "atomics throughput drops from 2.7 Mops to 1.8 Mops' beyond the CPU cache (random counters)")
+BATCHED_PUBLISHED = {
+    ("cx5-100g", "READ"): (135.0, RLIB), ("cx5-100g", "WRITE"): (123.0, RLIB),
+    ("cx5-100g", "CAS"): (48.0, RLIB), ("cx5-100g", "FAA"): (48.0, RLIB),
+    ("cx5-100g", "CAS / READ"): (round(48 / 135, 3), RLIB), ("cx5-100g", "FAA / READ"): (round(48 / 135, 3), RLIB),
+    ("cx3-56g", "CAS"): (2.7, RDMA_BENCH_RANDOM), ("cx3-56g", "FAA"): (2.7, RDMA_BENCH_RANDOM),
+}
+#: rlib's words: 10,000 of 8 B; here 10,000 addresses 64 B apart (the loop's address grain)
+BATCHED_WORDS = 10_000
+
+
+def _batched_rows(pname: str, prof, warm: int, win: int, progress) -> list[Row]:
+    """READ, WRITE, CAS and FAA at 8 B in rlib db_bench's shape (see RLIB): the NIC-wide rates."""
+    rates, rows = {}, []
+    for op in ("read", "write", "cas", "faa"):
+        progress(f"atomics {pname} doorbell-batched random-address {op.upper()}")
+        with Rig(prof, 3, 1, mem_bytes=1 << 20) as rig:
+            rates[op] = _onesided_closed_loop(rig, threads=12, depth=10, policy="per_thread_doorbell", op=op,
+                                              size=8, warmup=warm, window=win, cns=rig.cns, coroutines=5,
+                                              span=BATCHED_WORDS * 64)
+        pub, src = BATCHED_PUBLISHED.get((pname, op.upper()), (None, None))
+        rows.append(Row("atomics", f"{pname}: 36 threads x 5 batches of 10, random {op.upper()}", 36, "Mops",
+                        round(rates[op], 2), pub, src))
+    for op in ("cas", "faa"):
+        pub, src = BATCHED_PUBLISHED.get((pname, f"{op.upper()} / READ"), (None, None))
+        rows.append(Row("atomics", f"{pname}: 36 threads x 5 batches of 10, random {op.upper()} / READ", 36, "ratio",
+                        round(rates[op] / rates["read"], 3), pub, src))
+    return rows
 
 
 def _atomic_clients(rig: Rig, *, clients: int, op: str, address, warmup: int, window: int,
@@ -414,7 +456,7 @@ def atomics(quick: bool, progress) -> list[Row]:
                     mops = _atomic_clients(rig, clients=n, op="cas", address=lambda rng: a, warmup=warm,
                                            window=win)
                 rows.append(Row("atomics", f"{pname}: {series}", n, "Mops", round(mops, 2),
-                                ATOMIC_PUBLISHED.get((pname, series, n))))
+                                ATOMIC_PUBLISHED.get((pname, series, n)), ATOMIC_SOURCES.get((pname, series, n))))
         rnd = {}
         for op in ("read", "cas", "faa"):
             progress(f"atomics {pname} random-address {op.upper()}")
@@ -427,7 +469,8 @@ def atomics(quick: bool, progress) -> list[Row]:
         for op in ("cas", "faa"):
             rows.append(Row("atomics", f"{pname}: random-address {op.upper()} / READ", 128, "ratio",
                             round(rnd[op] / rnd["read"], 3)))
-        alone = None
+        rows += _batched_rows(pname, prof, warm, win, progress)
+        alone, slowdown = None, {}
         for region, label in ((None, "alone"), (REGION_HOST, "host"), (REGION_DEVICE, "device memory")):
             progress(f"atomics {pname} READs beside CASes on one address ({label})")
             with Rig(prof, 4, 1, mem_bytes=64 << 20) as rig:
@@ -439,7 +482,14 @@ def atomics(quick: bool, progress) -> list[Row]:
             series = f"{pname}: random READ beside same-address CAS, {label}"
             rows.append(Row("atomics", series, 64, "READ Mops", round(mops, 2)))
             rows.append(Row("atomics", series, 64, "READ slowdown", round(alone / mops, 2) if mops else None,
-                            INTERFERENCE_PUBLISHED.get((pname, label))))
+                            INTERFERENCE_PUBLISHED.get((pname, label)),
+                            FORGE if (pname, label) in INTERFERENCE_PUBLISHED else None))
+            slowdown[label] = alone / mops if mops else None
+        if slowdown["host"] and slowdown["device memory"]:
+            pub = INTERFERENCE_CUT_PUBLISHED.get(pname)
+            rows.append(Row("atomics", f"{pname}: READ slowdown beside host-memory CAS / beside device-memory CAS",
+                            64, "ratio", round(slowdown["host"] / slowdown["device memory"], 2), pub,
+                            FORGE + ": on-chip memory cuts the interference 2.4-3.0x (midpoint)" if pub else None))
     return rows
 
 
@@ -447,6 +497,8 @@ def atomics(quick: bool, progress) -> list[Row]:
 #: throughput by 4.3x"; on-chip memory as the atomics' destination reduces that interference by
 #: 2.4-3.0x (docs/contention.md). Their client counts are not in the text at hand.
 INTERFERENCE_PUBLISHED = {("cx5-100g", "host"): 4.3}
+FORGE = "FORGE (Yang et al., OSDI'26) §2.2, ConnectX-5 100 Gb/s"
+INTERFERENCE_CUT_PUBLISHED = {"cx5-100g": 2.7}
 
 
 def _reads_beside_hot_cas(rig: Rig, *, readers: int, casers: int, region, warmup: int, window: int) -> float:
