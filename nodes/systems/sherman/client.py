@@ -97,7 +97,7 @@ class ShermanStats(NamedTuple):
     locked_reads: int          # get READs that found the leaf locked and read again (lock_free_reads off)
     cache_bytes: int           # the compute node's index cache now: cached nodes x CACHED_NODE_BYTES (shared)
     memory_bytes: int          # this thread's allocated blocks still linked (ChunkAllocator.used_bytes)
-    read_handover: int = 0     # gets answered by another get's leaf READ (option local_lock)
+    read_handover: int = 0     # gets answered by another get's leaf READ (option local_lock; not in gets)
     write_handover: int = 0    # updates whose value another update of the node wrote (option local_lock)
 
 
