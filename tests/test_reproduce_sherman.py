@@ -29,6 +29,15 @@ def test_ablation_configurations_and_ratios():
     assert len(ratios) == 2 and all(r.emulated > 0 for r in ratios)
 
 
+def test_one_memory_node_rows():
+    rows = rsh.onemn(True, lambda msg: None, threads=2, records=400, warm_ms=0.05, measure_ms=0.1)
+    assert [r.metric for r in rows] == ["Mops", "Mops", "Mops ratio"]
+    assert {r.experiment for r in rows} == {"onemn"} and all(r.emulated > 0 for r in rows)
+    # 2 threads are not the artifact's 94: nothing is compared with its published value
+    assert all(r.published is None for r in rows)
+    assert rows[0].x == 16                            # clients: threads x 8 coroutines
+
+
 def test_unknown_paper_is_one_line(capsys):
     from cluster.cli import main
     assert main(["reproduce", "shermann"]) == 2

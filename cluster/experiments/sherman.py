@@ -29,6 +29,11 @@ Experiments:
 * ``fig11``: the same with uniform keys; both run on one rack (one load);
 * ``skew``: skewed over uniform throughput per mix (published: 0.26 write-only, 0.37
   write-intensive, about 1 read-intensive);
+* ``onemn``: one memory node with hundreds of clients (issue 40 item 6): Sherman+ (HOCL, per-line
+  leaves) on SMART's B+-tree scale-up rack (cx6-200g, 1 compute node x 94 threads x 8 coroutines,
+  one memory node, SMART's key popularity), YCSB A skewed and uniform. Published: SMART's artifact
+  measured the skewed point (4.29 Mops); no uniform counterpart is published, so the uniform and
+  ratio rows have no published value (docs/sherman.md, "One memory node");
 * ``ablation``: FG+ (host-memory locks, every thread spinning on them, unlock after the
   write-back, whole-leaf write-backs), then each of Sherman's techniques added in the order of
   its abstract: command combination, the lock table in on-chip memory, the hierarchical lock
@@ -73,6 +78,20 @@ PUBLISHED = {
 }
 # Sherman / FG+ throughput, skewed workloads (the same report quoting the paper)
 PUBLISHED_OVER_FG = {"write-only": 24.7, "write-intensive": 23.6}
+
+# One memory node, hundreds of clients. The one published measurement at hand of Sherman's HOCL
+# on one memory node: SMART's artifact (madsys-dev/smart) runs Sherman+ with HOCL (USE_HOCL=1),
+# MEMORY_NODES=1, 8 coroutines per thread on one compute node (ae/collect/fig12abc-btree-scale-up.sh)
+# on YCSB A with zipf 0.99 (ae/collect/config/datastructure.btree.local.json); at 94 threads it
+# reads 4.290 Mops (ae/raw-reference/fig12-ycsb-a.csv, the first of its three series, Sherman).
+ONE_MN_PUBLISHED = 4.29
+ONE_MN_THREADS = 94
+ONE_MN_RECORDS = {True: 20_000, False: 100_000}
+# warm-up, window (virtual ms). With hundreds of clients the hot leaf's queue takes milliseconds to
+# absorb them (a client spends most of its time away from the hot leaf), and until it has, a window
+# counts hot updates issued faster than the lock serves them: the skewed point read 5.59 Mops after
+# 1 ms of warm-up, 4.24 after 4 ms (docs/sherman.md, "One memory node")
+ONE_MN_WINDOWS_MS = {True: (4.0, 1.0), False: (8.0, 4.0)}
 
 # The ablation's configurations: Sherman's options (nodes/systems/sherman/system.py)
 FG_PLUS = {"lock_memory": "host", "hierarchical": False, "combine": False, "entry_writes": False,
@@ -227,6 +246,34 @@ def ablation(quick: bool, progress, *, records=None, warm_ms=None, measure_ms=No
     return rows
 
 
+def onemn(quick: bool, progress, *, threads: int = ONE_MN_THREADS, records=None, warm_ms=None, measure_ms=None,
+          jobs: int = 1) -> list[Row]:
+    """One memory node, one compute node of 94 threads x 8 coroutines (SMART's B+-tree scale-up
+    rack, Sherman+ with HOCL), YCSB A skewed (zipf 0.99 over SMART's 10^8 keys) and uniform.
+    Published: 4.29 Mops skewed (SMART's artifact); the uniform point is not published."""
+    warm, win = ONE_MN_WINDOWS_MS[quick]
+    kw = {"records": records or ONE_MN_RECORDS[quick], "warm_ms": warm_ms or warm, "measure_ms": measure_ms or win}
+    points = [(dist, threads, kw) for dist in ("zipfian", "uniform")]
+    got = map_points(_onemn_point, points, jobs=jobs, progress=prefixed(progress, "onemn: "), describe=lambda p: p[0])
+    z, u = got
+    clients = threads * 8
+    series = f"YCSB A, Sherman+ (HOCL), 1 CN x {threads} threads x 8 coroutines, 1 MN"
+    pub = ONE_MN_PUBLISHED if threads == ONE_MN_THREADS else None
+    return [Row("onemn", f"skewed (zipf 0.99), {series}", clients, "Mops", z, pub),
+            Row("onemn", f"uniform, {series}", clients, "Mops", u),
+            Row("onemn", f"zipf 0.99 / uniform, {series}", clients, "Mops ratio", z / u if u else None)]
+
+
+def _onemn_point(dist: str, threads: int, kw: dict) -> float:
+    from cluster.experiments.smart import FIG12_MEMORY_NODES, SHERMAN_PLUS_LEAF
+    from cluster.experiments.ycsb import SMART_KEYS
+    from cluster.experiments.ycsb import measure as ycsb_measure
+    pts, _ = ycsb_measure("sherman", "a", (threads,), qp_policy="per_thread_qp", memory_nodes=FIG12_MEMORY_NODES,
+                          options={"leaf_layout": SHERMAN_PLUS_LEAF},
+                          properties={**SMART_KEYS, "requestdistribution": dist}, **kw)
+    return pts[0]["mops"]
+
+
 def _ablation_point(name: str, options: dict, workloads: dict, kw: dict):
     return measure(workloads, options=options, **kw)
 
@@ -252,8 +299,8 @@ FIGURES = [
 ]
 
 
-EXPERIMENTS = {"fig10": fig10, "fig11": fig11, "skew": skew, "ablation": ablation}
-SIDE_BY_SIDE = ("ablation",)
+EXPERIMENTS = {"fig10": fig10, "fig11": fig11, "skew": skew, "onemn": onemn, "ablation": ablation}
+SIDE_BY_SIDE = ("onemn", "ablation")
 
 
 def setup(quick: bool) -> dict:

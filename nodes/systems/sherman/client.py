@@ -32,6 +32,7 @@ from typing import NamedTuple
 from nodes.systems.api import KVClient, SystemError_
 from nodes.systems.lib.alloc import ChunkAllocator
 from nodes.systems.lib.hocl import FIELD_MASK, HoclClient, LocalLocks
+from nodes.systems.lib.local_lock import LocalLockTable
 from nodes.systems.lib.radix_cache import ENTRY_OVERHEAD
 from nodes.systems.lib.record import lines_consistent
 from nodes.systems.lib.reclaim import Reclaimer
@@ -96,6 +97,8 @@ class ShermanStats(NamedTuple):
     locked_reads: int          # get READs that found the leaf locked and read again (lock_free_reads off)
     cache_bytes: int           # the compute node's index cache now: cached nodes x CACHED_NODE_BYTES (shared)
     memory_bytes: int          # this thread's allocated blocks still linked (ChunkAllocator.used_bytes)
+    read_handover: int = 0     # gets answered by another get's leaf READ (option local_lock; not in gets)
+    write_handover: int = 0    # updates whose value another update of the node wrote (option local_lock)
 
 
 class ShermanClient(HoclClient, KVClient):
@@ -123,6 +126,11 @@ class ShermanClient(HoclClient, KVClient):
         self.entry_writes = bool(options.get("entry_writes", True))
         self.lock_free_reads = bool(options.get("lock_free_reads", True))
         self.locked_reads = 0
+        # read delegation and write combining per key (SMART's local lock table, lib/local_lock.py):
+        # not in Sherman's code; CHIME's build of its Sherman baseline turns them on (see system.py)
+        self.rdwc = shared(owner, self.root_word, "rdwc_table", lambda: LocalLockTable(thread.env)) \
+            if options.get("local_lock", False) else None
+        self.read_handover = self.write_handover = 0
         self.fault = options.get("fault", "none")
         self.tag = (owner.node % FIELD_MASK) + 1          # the remote lock's holder: this compute node
         mns = layout["memory_nodes"]
@@ -156,7 +164,8 @@ class ShermanClient(HoclClient, KVClient):
                             self.leaf_splits, self.internal_splits, self.root_splits, self.root_cas_failures,
                             self.nodes_allocated, self.blocks_written, self.alloc.chunks, self.reclaim.reused,
                             self.reclaim.bytes_reclaimed, len(self.reclaim.limbo), self.reclaim.advances,
-                            self.locked_reads, len(self.cache.nodes) * CACHED_NODE_BYTES, self.alloc.used_bytes)
+                            self.locked_reads, len(self.cache.nodes) * CACHED_NODE_BYTES, self.alloc.used_bytes,
+                            self.read_handover, self.write_handover)
 
     # -- pieces: allocation ----------------------------------------------------------------------
     def new_node(self, co):
@@ -276,6 +285,10 @@ class ShermanClient(HoclClient, KVClient):
     # Every operation runs inside an epoch (nodes/systems/lib/reclaim.py): an out-of-line block it may
     # read is not reused before it ends. Subclasses override the bodies (_get, modify, _scan).
     def get(self, co, key: bytes):
+        if self.rdwc is not None:
+            # a get of a key whose leaf READ is in flight on this node waits for the next one
+            key = bytes(key)
+            return self.rdwc.read(key, lambda: self.reclaim.run(self._get(co, key)), self)
         return self.reclaim.run(self._get(co, key))
 
     def scan(self, co, start: bytes, count: int):
@@ -347,6 +360,13 @@ class ShermanClient(HoclClient, KVClient):
 
     def update(self, co, key: bytes, value: bytes):
         self.updates += 1
+        if self.rdwc is not None and len(value) <= self.leaf.inline:
+            # write combining: the node's updates of one key go remote one at a time, each writing
+            # the last value handed to it (values that fit the entry only: a longer one has its
+            # block written before the lock, so it cannot take another update's value)
+            key, value = bytes(key), bytes(value)
+            return (yield from self.rdwc.write(
+                key, value, lambda take: self.reclaim.run(self._modify(co, key, value, "update", take)), self))
         return (yield from self.modify(co, key, value, "update"))
 
     def delete(self, co, key: bytes):
@@ -364,8 +384,10 @@ class ShermanClient(HoclClient, KVClient):
         """``_block_of`` of a block known by the bytes its READ takes (header + value, 64 B units)."""
         return gaddr_node(block), gaddr_offset(block), (nbytes + LINE - 1) // LINE
 
-    def _modify(self, co, key, value, kind: str):
-        """Generator: insert / update / delete under the leaf's lock (see the module table)."""
+    def _modify(self, co, key, value, kind: str, take=None):
+        """Generator: insert / update / delete under the leaf's lock (see the module table). ``take``
+        (write combining, an update of an inline value): called under the lock once the key is found,
+        right before the entry is built, for the value to write (lib/local_lock.py)."""
         if type(key) is not bytes:
             key = bytes(key)
         k = key_int(key)
@@ -421,6 +443,8 @@ class ShermanClient(HoclClient, KVClient):
                 wb = (addr + fmt.entry_offset(line), fmt.entry(hd.nv, ev, bytes(8), 0, b"", used=False))
                 self.entry_gone(key)
             elif kind == "update" or free:
+                if take is not None:
+                    value = take()
                 vlen, field = fmt.value_field(value, block)
                 wb = (addr + fmt.entry_offset(line or free), fmt.entry(hd.nv, ev, key, vlen, field))
                 self.entry_at(key, addr + fmt.entry_offset(line or free), hd.nv)

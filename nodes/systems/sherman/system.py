@@ -66,6 +66,10 @@ class ShermanSystem(System):
                "after the write-back has completed, one more round trip holding the lock; an ablation)"),
         Option("entry_writes", True, "two-level versions: an update, insert or delete writes back its 64-byte "
                "entry line (false: the whole 1 KB leaf, as a node-versioned tree does; an ablation)"),
+        Option("local_lock", False, "SMART's local lock table per compute node (lib/local_lock.py): same-key gets "
+               "share one leaf READ (read delegation) and same-key updates of inline values write only the last "
+               "value (write combining). Not in Sherman's code; CHIME's build of its Sherman baseline turns it on "
+               "(docs/sherman.md, 'One memory node')"),
         Option("lock_free_reads", True, "a get trusts the versions of the leaf it READs (false: it READs the leaf's "
                "lock word with it and reads again while the lock is held, as a tree whose lock is in the node "
                "header does; an ablation)"),
