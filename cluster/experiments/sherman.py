@@ -93,7 +93,11 @@ ONE_MN_RECORDS = {True: 20_000, False: 100_000}
 # 1 ms of warm-up, 4.24 after 4 ms (docs/sherman.md, "One memory node")
 ONE_MN_WINDOWS_MS = {True: (4.0, 1.0), False: (8.0, 4.0)}
 
-# The ablation's configurations: Sherman's options (nodes/systems/sherman/system.py)
+# The ablation's configurations: Sherman's options (nodes/systems/sherman/system.py). FG+ keeps
+# Sherman's leaf layout: Sherman's own code builds its FG-style variant on the same LeafPage
+# (CONFIG_ENABLE_EMBEDDING_LOCK, thustorage/Sherman src/Tree.cpp: the lock is the page's first
+# 8 bytes; kLeafCardinality does not depend on it). On packed leaves FG+ is caught half-way out of
+# its collapse by these windows (docs/sherman.md, "Since the packed leaf").
 FG_PLUS = {"lock_memory": "host", "hierarchical": False, "combine": False, "entry_writes": False,
            "lock_free_reads": False}
 ABLATION = (
