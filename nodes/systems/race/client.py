@@ -43,9 +43,6 @@ from .layout import (
     check_item, encode_block, slot_location,
 )
 
-#: Modelled CPU work (cycles at ``cpu.ghz``): hashing a key (a fixed part plus one cycle per byte).
-HASH_CYCLES = 30
-HASH_CYCLES_PER_BYTE = 1
 #: Modelled CPU ns beyond what the model prices piece by piece (verbs posts and polls, hashing,
 #: bucket scans, block building): in SMART's artifact client, workload generation, coroutine
 #: switches, the allocator and request bookkeeping. SEARCH is paid by every search of the table (a
@@ -55,6 +52,14 @@ HASH_CYCLES_PER_BYTE = 1
 #: update-only; docs/race.md).
 SEARCH_CPU_NS = 900
 WRITE_CPU_NS = 1900
+
+
+def hash_ns(profile, key_len: int) -> int:
+    """Modelled CPU of hashing a ``key_len``-byte key on the host (profile ``[software]``)."""
+    sw = profile.software
+    return int((sw.hash_cycles + sw.hash_cycles_per_byte * key_len) / profile.cpu.ghz)
+
+
 #: An operation that keeps failing (a livelock, or a bug) gives up with SystemError_ after this many
 #: rounds of its retry loop.
 RETRY_LIMIT = 100_000
@@ -116,7 +121,6 @@ class RaceClient(KVClient):
         self._buf64 = buf[: buf.shape[0] // 8 * 8].view(np.uint64)
         self._out = np.zeros(2 * MAX_MATCHES, np.uint64)
         cpu = fabric.profile.cpu
-        self._ghz = cpu.ghz
         self._line_ns = cpu.local_read_ns_per_line
         self._scan_ns = 4 * cpu.local_read_ns_per_line     # the 4 bucket lines of two combined buckets
         one_way = fabric.profile.link.one_way_ns
@@ -138,7 +142,8 @@ class RaceClient(KVClient):
 
     # -- pieces ------------------------------------------------------------------------------
     def hash_ns(self, key_len: int) -> int:
-        return int((HASH_CYCLES + HASH_CYCLES_PER_BYTE * key_len) / self._ghz)
+        """Hashing a key: the profile's software.hash_cycles plus hash_cycles_per_byte per byte."""
+        return hash_ns(self.fabric.profile, key_len)
 
     def queue_buckets(self, co, h: int):
         """Queue the READs of a hash's two combined buckets (one READ if they coincide); returns the
