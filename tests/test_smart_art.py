@@ -484,8 +484,10 @@ def test_eager_read_delegation_is_caught_by_the_checker():
     system = get_system("smart-art")
     wl = StressWorkload(HISTORY.keys, distribution="zipfian", value_size=HISTORY.value_size)
     rack = stress_rack(system, wl, compute=2, threads=HISTORY.threads, coroutines=HISTORY.coroutines,
-                       duration_ms=HISTORY.run_ms, options={"fault": "eager-delegation"})
+                       duration_ms=HISTORY.run_ms, options={"fault": "eager-delegation"}, seed=8)
     rack.run()
+    # seed 8: with the index-cache search priced by the cache's size (issue 40) the default seed's
+    # interleaving happens to give no stale delegated read; seeds 8, 9 and 11 all do
     assert check(rack.history_ops, time_limit_s=20.0).verdict == "illegal"
 
 
