@@ -120,6 +120,9 @@ class SoftwareProfile:
     coro_switch_cycles: int = knob("cycles", "one user-level coroutine context switch (save and restore "
                                    "registers and stack); a thread running more than one coroutine pays "
                                    "two per completed round trip (to the poller and back)", min=0, max=1_000_000)
+    index_cache_search_ns: int = knob("ns", "CPU per descent for a search of a compute node's index cache, "
+                                      "flat (Sherman, SMART-ART, Dolphin); 0: priced by the cache's size "
+                                      "(nodes/systems/lib/cpu_costs.py: dram_ns per level)", min=0, max=1_000_000)
     op_cycles: int = knob("cycles", "per-operation fixed work of a tree client (argument checks, key "
                           "conversion)", min=0, max=1_000_000)
     line_cycles: int = knob("cycles", "checking and searching one 64-byte line of a node just READ "

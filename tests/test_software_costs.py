@@ -55,23 +55,44 @@ def test_search_levels_follow_the_structures():
     assert [radix_levels(n) for n in (0, 1, 2, 256, 257, 65536, 65537)] == [1, 1, 2, 2, 3, 3, 4]
 
 
-def test_index_cache_search_grows_with_the_cache_and_the_miss_latency():
+def test_index_cache_walk_grows_with_the_cache_and_the_miss_latency():
     p = load_profile("cx5-100g")
     costs = SoftwareCosts(p)
     node_ns = int(p.software.line_cycles * 16 / p.cpu.ghz)
-    assert costs.skiplist_search_ns(100) == (4 + 1) * p.software.dram_ns + node_ns
-    assert costs.skiplist_search_ns(16384) == (7 + 1) * p.software.dram_ns + node_ns
+    assert costs.skiplist_walk_ns(100) == (4 + 1) * p.software.dram_ns + node_ns
+    assert costs.skiplist_walk_ns(16384) == (7 + 1) * p.software.dram_ns + node_ns
     # Dolphin's "approximately 1-2 us" for caches of 50-800 MB of 1 KB pages: about 1 us here
-    assert 900 <= costs.skiplist_search_ns(50_000) <= costs.skiplist_search_ns(800_000) <= 1200
+    assert 900 <= costs.skiplist_walk_ns(50_000) <= costs.skiplist_walk_ns(800_000) <= 1200
     slow = SoftwareCosts(with_overrides(p, {"software.dram_ns": 190}))
-    assert slow.skiplist_search_ns(16384) - costs.skiplist_search_ns(16384) == 8 * 95
-    assert costs.radix_search_ns(1000) == 3 * p.software.dram_ns
+    assert slow.skiplist_walk_ns(16384) - costs.skiplist_walk_ns(16384) == 8 * 95
+    assert costs.radix_walk_ns(1000) == 3 * p.software.dram_ns
 
 
-def _descent_ns(cached_nodes: int) -> tuple[int, int]:
+def test_the_shipped_profiles_charge_a_search_flat_and_zero_selects_the_walk():
+    for name in list_profiles():
+        p = load_profile(name)
+        costs = SoftwareCosts(p)
+        assert p.software.index_cache_search_ns == 1500           # the old per-descent constant
+        assert costs.skiplist_search_ns(100) == costs.skiplist_search_ns(800_000) == 1500
+        assert costs.radix_search_ns(3) == 1500
+        walk = SoftwareCosts(with_overrides(p, {"software.index_cache_search_ns": 0}))
+        assert walk.skiplist_search_ns(16384) == walk.skiplist_walk_ns(16384) < 1500
+        assert walk.radix_search_ns(1000) == walk.radix_walk_ns(1000)
+
+
+@pytest.fixture(scope="module")
+def walk_profile(tmp_path_factory) -> str:
+    """cx5-100g with ``index_cache_search_ns = 0`` (searches priced by the cache's size), as a file."""
+    p = with_overrides(load_profile("cx5-100g"), {"software.index_cache_search_ns": 0, "name": "cx5-walk"})
+    path = tmp_path_factory.mktemp("profiles") / "cx5-walk.toml"
+    path.write_text(dump_profile(p))
+    return str(path)
+
+
+def _descent_ns(cached_nodes: int, profile: str) -> tuple[int, int]:
     """Virtual ns one Sherman descent to the leaf level charges the thread's core, with the index
-    cache padded to ``cached_nodes`` entries; and the model's price for that size."""
-    with rig(ShermanSystem, profile="cx5-100g") as r:
+    cache padded to ``cached_nodes`` entries; and the price ``profile`` charges for that size."""
+    with rig(ShermanSystem, profile=profile) as r:
         def load():
             for i in range(50):
                 assert (yield from r.client.insert(r.co, key_bytes(i, 8), b"v" * 8))
@@ -95,13 +116,21 @@ def _descent_ns(cached_nodes: int) -> tuple[int, int]:
         return p.value, r.client.costs.skiplist_search_ns(size)
 
 
-def test_sherman_descent_charges_the_search_for_its_cache_size():
-    small, small_model = _descent_ns(1)
-    large, large_model = _descent_ns(20_000)
+def test_sherman_descent_charges_the_search_for_its_cache_size(walk_profile):
+    small, small_model = _descent_ns(1, walk_profile)
+    large, large_model = _descent_ns(20_000, walk_profile)
     assert small == small_model
     assert large == large_model
     dram = load_profile("cx5-100g").software.dram_ns
     assert large - small == (skiplist_levels(20_001) - 1) * dram
+
+
+def test_sherman_descent_charges_the_flat_search_on_a_shipped_profile(walk_profile):
+    small, flat = _descent_ns(1, "cx5-100g")
+    large, _ = _descent_ns(20_000, "cx5-100g")
+    assert flat == 1500 and small == large      # the flat price does not follow the cache's size
+    by_size, walk = _descent_ns(1, walk_profile)
+    assert small - by_size == 1500 - walk
 
 
 def _resume_cpu_ns(coroutines: int) -> int:
