@@ -17,7 +17,10 @@ of SMART Fig. 3:
 * ``per_thread_doorbell``: SMART's thread-aware allocation: each thread's QPs on a doorbell of
   its own.
 
-Coroutines of one thread share its core: CPU time charged by one delays the others.
+Coroutines of one thread share its core: CPU time charged by one delays the others. A thread that
+runs more than one coroutine also pays two context switches each time a coroutine resumes after
+its batch completed (to the coroutine that polls the CQ and back; ``software.coro_switch_cycles``
+of the profile, Boost's fcontext switch); one coroutine per thread busy-polls and never switches.
 
 SMART's other techniques are switches of a ``NodeRdma`` (``smart=``, a :class:`shm.smart.SmartConfig`
 or a dict, all off by default; see docs/smart.md): work-request throttling (a post that lacks
@@ -697,14 +700,21 @@ class Coroutine:
         if self._outstanding == 0 and self._waiter is not None:
             ev, self._waiter = self._waiter, None
             thr = self.thread
-            # the thread polls its CQ once: that costs its core
+            # the thread polls its CQ once: that costs its core; a thread running several
+            # coroutines also switched away from this one when it waited and switches back now
+            # (to the polling coroutine and back: two switches per resume, profile
+            # software.coro_switch_cycles; one coroutine busy-polls in place and switches never)
+            profile = thr.fabric.profile
+            cost = profile.cpu.poll_ns
+            if thr._coros > 1:
+                cost += int(2 * profile.software.coro_switch_cycles / profile.cpu.ghz)
             wake = self.env.now
             if wake < thr.cpu_free:
                 wake = thr.cpu_free
-            wake += thr.fabric.profile.cpu.poll_ns
+            wake += cost
             thr.cpu_free = wake
             if self.env.tracer is not None:
-                self.env.tracer.cpu_charge(thr, None, "poll CQ", wake - thr.fabric.profile.cpu.poll_ns, wake, co=self)
+                self.env.tracer.cpu_charge(thr, None, "poll CQ", wake - cost, wake, co=self)
             heappush(self._heap, (wake, self._next_seq(), self._finish_cb, ev))
 
     def _read_statuses(self, batch: ReadBatch) -> None:

@@ -116,6 +116,33 @@ class CpuProfile:
 
 
 @dataclass(frozen=True)
+class SoftwareProfile:
+    """CPU costs of the systems' software paths on the host CPU (issue 40: each one a profile
+    constant with its source, or an assumption marked as such in the profile). Cycle counts are
+    converted with ``cpu.ghz``; a cost that does not scale with the clock (a DRAM miss) is in ns.
+    The *structure* a cost is multiplied by (a skiplist's levels, a radix walk's depth) is the
+    system's code and stays in the system's module; these are the per-step prices."""
+    dram_ns: int = knob("ns", "one dependent load that misses every cache (local DRAM): a step of a "
+                        "pointer-chasing search (an index cache's skiplist level, a radix-cache level)",
+                        min=1, max=100_000)
+    coro_switch_cycles: int = knob("cycles", "one user-level coroutine context switch (save and restore "
+                                   "registers and stack); a thread running more than one coroutine pays "
+                                   "two per completed round trip (to the poller and back)", min=0, max=1_000_000)
+    index_cache_search_ns: int = knob("ns", "CPU per descent for a search of a compute node's index cache, "
+                                      "flat (Sherman, SMART-ART, Dolphin); 0: priced by the cache's size "
+                                      "(nodes/systems/lib/cpu_costs.py: dram_ns per level)", min=0, max=1_000_000)
+    op_cycles: int = knob("cycles", "per-operation fixed work of a tree client (argument checks, key "
+                          "conversion)", min=0, max=1_000_000)
+    line_cycles: int = knob("cycles", "checking and searching one 64-byte line of a node just READ "
+                            "(version compare, key compares; the line is in cache after the DMA)",
+                            min=0, max=1_000_000)
+    learned_lookup_cycles: int = knob("cycles", "ROLEX's learned-cache lookup: binary searches over the "
+                                      "models' first keys and fences plus one prediction", min=0, max=1_000_000)
+    hash_cycles: int = knob("cycles", "hashing a key, fixed part (RACE)", min=0, max=1_000_000)
+    hash_cycles_per_byte: int = knob("cycles", "hashing a key, per key byte (RACE)", min=0, max=1_000_000)
+
+
+@dataclass(frozen=True)
 class DmaProfile:
     latency_ns: int = knob("ns", "DMA from a DPU/DPA to its host's memory, one access", min=0, max=1_000_000)
     gbps: float = knob("Gbit/s", "DMA engine bandwidth, device -> host (DMA writes)", min=0.001, max=10_000)
@@ -216,6 +243,7 @@ SECTIONS = {
     "wqe_cache": WqeCacheProfile,
     "qp": QpProfile,
     "cpu": CpuProfile,
+    "software": SoftwareProfile,
     "dma": DmaProfile,
 }
 
@@ -243,6 +271,7 @@ class Profile:
     wqe_cache: WqeCacheProfile
     qp: QpProfile
     cpu: CpuProfile
+    software: SoftwareProfile
     dma: DmaProfile
     dpa: DpaProfile | None = None   # optional: a card with a DPA (bf3)
     dpu: DpuProfile | None = None   # optional: a card with Arm cores (bf3)

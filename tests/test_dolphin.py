@@ -201,9 +201,17 @@ def test_leaf_rewrites_need_ascending_lines_unless_written_in_three_steps(profil
     """The paper rewrites a leaf in one WRITE between its front and rear versions, which a reader
     can trust only if the lines land in ascending order. On cx6-200g (descending) a get racing a
     compaction that moves its key then finds the key's old slot already emptied: "not found" for a
-    key that is there. Written rear, body, front (the default), it never does."""
-    rounds = 12
-    with rig(DOLPHIN, compute_threads=4, coroutines=4, profile=profile,
+    key that is there. Written rear, body, front (the default), it never does.
+
+    The torn window is the tens of ns a leaf's WRITE takes to land, so the getters must sample it
+    densely whatever a GET's CPU costs: 15 getters on 8 cores (a GET's READ rate is bound by its
+    thread's core), 24 compactions, and waits between GETs that vary from one GET to the next, so
+    their phases against the compaction drift. Measured on cx6-200g ordered: torn reads in 2-8 of
+    the 24 rounds with index-cache searches priced at 750, 1500 and 3000 ns or by size; with 4 x 4
+    getters, 12 rounds and fixed waits, 1 round of 12 at 1500 ns and none with the size-priced
+    search."""
+    rounds = 24
+    with rig(DOLPHIN, compute_threads=8, coroutines=2, profile=profile,
              options={"value_bytes": 8, "leaf_writes": leaf_writes, "local_lock": False}) as r:
         for rnd in range(rounds):
             base = (0x33 + rnd) << 56
@@ -222,11 +230,13 @@ def test_leaf_rewrites_need_ascending_lines_unless_written_in_three_steps(profil
                     assert (yield from cl.insert(co, be(((0x33 + rnd) << 56) | 0x80), v8(1)))
                 done.append(True)
                 return
+            k = 0
             while not done:
                 got = yield from cl.get(co, be(((0x33 + now[0]) << 56) | 0xFF))
                 if got != v8(0xFF):
                     misses.append(got)
-                yield 7 * i
+                k += 1
+                yield (7 * i + 37 * k) % 211 + 1        # a phase that drifts against the compactions
 
         r.each(body)
         assert r.clients[0].statistics().compactions == rounds

@@ -406,12 +406,36 @@ def test_a_client_stopped_inside_a_split_blocks_only_that_leafs_idus(point):
 
 # -- deliberate bugs ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("fault", ["retire-new-item", "smo-skips-drain"])
-def test_deliberate_bugs_are_caught_by_the_checker(fault):
-    # the zipfian history (the suite's mix has had 10 % scans since dmrack check's stress has
-    # them; its uniform history no longer meets smo-skips-drain's window)
+def test_deliberate_bugs_are_caught_by_the_checker():
+    # the zipfian history (the suite's mix has had 10 % scans since dmrack check's stress has them)
     with pytest.raises(conformance.ConformanceFailure, match="history_zipfian"):
-        conformance.CHECKS["history_zipfian"](get_system("marlin"), {"fault": fault})
+        conformance.CHECKS["history_zipfian"](get_system("marlin"), {"fault": "retire-new-item"})
+
+
+def _zipfian_stress(fault: str, run_ms: float, seed: int) -> str:
+    """The conformance history's shape and mix, zipfian, ``run_ms`` long: "ok", "illegal" (the
+    checker's verdict) or "corrupt" (a client found an entry pointing at another key's item)."""
+    from cluster.correctness.conformance import HISTORY, stress_mix, stress_rack
+    from workloads.stress import StressWorkload
+    system = get_system("marlin")
+    wl = StressWorkload(HISTORY.keys, mix=stress_mix(system), distribution="zipfian", value_size=HISTORY.value_size)
+    rack = stress_rack(system, wl, compute=2, threads=HISTORY.threads, coroutines=HISTORY.coroutines,
+                       duration_ms=run_ms, options={"fault": fault}, seed=seed)
+    try:
+        rack.run()
+    except SystemError_ as e:
+        assert "holds another key" in str(e), e
+        return "corrupt"
+    return check(rack.history_ops, time_limit_s=20.0).verdict
+
+
+def test_a_split_that_skips_the_drain_is_caught_by_a_longer_stress():
+    """smo-skips-drain needs an IDU inside a leaf while a split of that leaf rewrites it: a rare
+    window, which the conformance history's 1 ms meets on some interleavings only (seed 1 met it
+    until coroutine switches were charged, issue 40; seed 2 still does). 3 ms meets it on seeds 1, 2
+    and 3 (measured: corrupt, illegal, illegal) and the correct code passes the same runs."""
+    assert _zipfian_stress("smo-skips-drain", 3.0, seed=1) in ("illegal", "corrupt")
+    assert _zipfian_stress("none", 3.0, seed=1) == "ok"
 
 
 def test_spear_constants_and_signed_words():

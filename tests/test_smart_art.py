@@ -11,7 +11,7 @@ import random
 
 import pytest
 
-from cluster.correctness.checker import check
+from cluster.correctness.checker import Op, check
 from cluster.correctness.conformance import rig, stress_rack
 from nodes.runtime.env import Environment
 from nodes.systems.api import SystemError_
@@ -406,7 +406,7 @@ def _stress(point, **kw):
     wl = StressWorkload(keys=kw.pop("keys", 64), distribution="zipfian", value_size=kw.pop("value_size", 32),
                         mixed_sizes=kw.pop("mixed_sizes", False), hashed=kw.pop("hashed", True))
     after = kw.pop("after", 20)
-    rack = stress_rack(SmartArtSystem, wl, threads=2, coroutines=4, duration_ms=0.3, **kw)
+    rack = stress_rack(SmartArtSystem, wl, threads=2, coroutines=4, duration_ms=kw.pop("duration_ms", 0.3), **kw)
     failpoints.arm(point, "crash", after=after, times=3)
     rack.run()
     crashed = sum(n.crashed for n in rack.nodes)
@@ -418,7 +418,12 @@ def _stress(point, **kw):
 @pytest.mark.parametrize("point,mixed", [("smart-art.insert.leaf_written", False),
                                          ("smart-art.update.leaf_written", True)])
 def test_clients_stopped_mid_insert_or_mid_update_leave_a_linearizable_history(point, mixed):
-    rack, crashed, ops, res = _stress(point, mixed_sizes=mixed, value_size=300 if mixed else 32, after=5)
+    # mixed sizes: the point is reached only by the updates that replace their leaf (a value that
+    # no longer fits); three stops after five passes need eight such updates, which 0.3 ms gave
+    # only just: with coroutine switches charged (issue 40) it stops two clients, so this run is
+    # 0.6 ms long (measured: three stopped, ten replacements completed)
+    rack, crashed, ops, res = _stress(point, mixed_sizes=mixed, value_size=300 if mixed else 32, after=5,
+                                      duration_ms=0.6 if mixed else 0.3)
     st = [c.statistics() for n in rack.nodes for c in n.clients]
     # an update stopped while leading the local lock table stops the updates it carried (write
     # combining): their values may or may not have been written, as its own
@@ -484,9 +489,53 @@ def test_eager_read_delegation_is_caught_by_the_checker():
     system = get_system("smart-art")
     wl = StressWorkload(HISTORY.keys, distribution="zipfian", value_size=HISTORY.value_size)
     rack = stress_rack(system, wl, compute=2, threads=HISTORY.threads, coroutines=HISTORY.coroutines,
-                       duration_ms=HISTORY.run_ms, options={"fault": "eager-delegation"})
+                       duration_ms=HISTORY.run_ms, options={"fault": "eager-delegation"}, seed=8)
     rack.run()
+    # Whether a stress stream opens the window (a GET arriving while an older read of its key is in
+    # flight, after an update of the key returned) depends on its interleaving: with two coroutine
+    # switches charged per resume (issue 40) the default seed's stream does not, seed 8's does (2 and
+    # 3 do not either). test_a_get_invoked_after_an_update_returned_never_takes_an_older_read
+    # forces the window, whatever the timing; this one shows the checker finds it in a stress history.
     assert check(rack.history_ops, time_limit_s=20.0).verdict == "illegal"
+
+
+@pytest.mark.parametrize("fault", ["eager-delegation", "none"])
+def test_a_get_invoked_after_an_update_returned_never_takes_an_older_read(fault):
+    """The window eager delegation breaks, forced rather than left to a stress's interleaving: on
+    one compute node, GET A's leaf READ is in flight (it read the old value) while another thread's
+    UPDATE writes and returns, and then GET C arrives; thread 0's core is kept busy, so A cannot
+    return before C arrives. Eager delegation hands C A's old value although the update returned
+    before C was invoked (the checker: not linearizable); the table's stamps make C read again."""
+    key, old, new = _k(7), _v(7, 1), _v(7, 2)
+    with rig(SmartArtSystem, compute_threads=3, coroutines=2, options={"fault": fault}) as r:
+        assert r.op("insert", key, old) is True
+        assert r.op("get", key) == old                        # warm: the GETs below READ the leaf only
+        t0 = r.env.now
+        seen = {}
+
+        def body(cl, co, i):
+            if i == 0:                                        # A: its READ is posted right away
+                seen["A"] = (r.env.now, (yield from cl.get(co, key)), r.env.now)
+            elif i == 1:                                      # thread 0's core, busy after A posted
+                yield 1
+                cl.thread.cpu(40_000)
+            elif i == 2:                                      # the update, on thread 1
+                call = r.env.now
+                assert (yield from cl.update(co, key, new)) is True
+                seen["W"] = (call, new, r.env.now)
+            elif i == 4:                                      # C, on thread 2, once the update returned
+                while "W" not in seen:
+                    yield 100
+                seen["C"] = (r.env.now, (yield from cl.get(co, key)), r.env.now)
+        r.each(body)
+    (a_call, a_got, a_ret), (w_call, _, w_ret), (c_call, c_got, c_ret) = seen["A"], seen["W"], seen["C"]
+    assert a_got == old and w_ret < c_call < a_ret            # the window: A still in flight when C arrives
+    assert c_got == (old if fault == "eager-delegation" else new)
+    num = int.from_bytes(key, "big")
+    history = [Op(0, "get", num, 1, True, a_call - t0, a_ret - t0), Op(2, "update", num, 2, True, w_call - t0, w_ret - t0),
+               Op(4, "get", num, 1 if c_got == old else 2, True, c_call - t0, c_ret - t0)]
+    verdict = check(history, initial={num: 1}).verdict
+    assert verdict == ("illegal" if fault == "eager-delegation" else "ok")
 
 
 @pytest.mark.parametrize("options", [{"local_lock": False}, {"cache_bytes": 0}, {"cache_bytes": 3000},

@@ -79,6 +79,7 @@ import numpy as np
 
 from nodes.systems.api import KVClient, Option, System, SystemError_
 from nodes.systems.lib.alloc import UNIT, ChunkAllocator
+from nodes.systems.lib.cpu_costs import SoftwareCosts
 from nodes.systems.lib.art import (
     ENTRIES_OFF, NODE_256, ArtTree, NodeImage, create_root, decode_entry, encode_entry, encode_header,
     encode_leaf_entry, entry_byte, first_difference, is_frozen, is_leaf_entry, min_entries, node_bytes, node_units,
@@ -88,7 +89,6 @@ from nodes.systems.lib.hashing import hash64
 from nodes.systems.lib.local_lock import LocalLockTable
 from nodes.systems.lib.radix_cache import RadixCache
 from nodes.systems.sherman.cache import shared
-from nodes.systems.sherman.client import INDEX_CACHE_LOOKUP_NS, OP_CYCLES
 from shm.failpoints import failpoint
 from shm.fabric import gaddr, gaddr_node, gaddr_offset
 
@@ -255,9 +255,9 @@ class SmartArtClient(KVClient):
         # a GET's first READ: the size of the last leaf this client read or wrote (SMART's leaves
         # have one size; here values vary, and a longer leaf costs a second READ)
         self.read_bytes = UNIT
-        cpu = fabric.profile.cpu
-        self._op_ns = int(OP_CYCLES / cpu.ghz)
-        self._lookup_ns = INDEX_CACHE_LOOKUP_NS if cache_bytes else 0
+        # modelled CPU: the profile's [software] prices (nodes/systems/lib/cpu_costs.py)
+        self.costs = SoftwareCosts(fabric.profile)
+        self._op_ns = self.costs.op_ns
         self.gets = self.inserts = self.updates = self.deletes = self.scans = 0
         self.stale_restarts = self.read_handover = self.write_handover = 0
         self.in_place_updates = self.out_of_place_updates = self.lock_retries = self.decision_retries = 0
@@ -377,7 +377,9 @@ class SmartArtClient(KVClient):
         raise SystemError_(f"SMART-ART: key {key!r} could not be found in {RETRY_LIMIT} walks")
 
     def _cache_cost(self) -> None:
-        self.thread.cpu(self._op_ns + self._lookup_ns)
+        """An operation's fixed work and, with a cache, one walk of it, priced by its size."""
+        c = self.shared_cache
+        self.thread.cpu(self._op_ns + (self.costs.radix_search_ns(len(c)) if c is not None else 0))
 
     # -- the KV interface --------------------------------------------------------------------------
     def get(self, co, key: bytes):

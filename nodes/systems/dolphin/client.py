@@ -38,6 +38,7 @@ from nodes.systems.lib.art import (
     KEY_BYTES, NODE_16, ArtTree, build_node, decode_entry, entry_byte, is_frozen, is_leaf_entry,
     node_units, prefix_mismatch, read_leaf_key_at, with_partial,
 )
+from nodes.systems.lib.cpu_costs import SoftwareCosts
 from nodes.systems.lib.local_lock import LocalLockTable
 from nodes.systems.lib.radix_cache import RadixCache
 from nodes.systems.lib.spear import Spear
@@ -54,12 +55,9 @@ SPECIAL_DEPTH = KEY_BYTES - 1        # the special node dispatches on the last k
 #: A leaf this small or smaller is READ whole by a get (1 round trip, Dolphin's evaluation: 1088 B);
 #: a bigger one (large value slots) as header and keys, then the value slot (2 round trips).
 WHOLE_LEAF_BYTES = 4096
-#: Modelled CPU, as Sherman's client (nodes/systems/sherman/client.py): fixed work per operation,
-#: a search of the compute node's index cache (the same published 1-2 µs Dolphin measured for an
-#: index cache lookup), and the scan of a leaf's key array (12 cycles per 64-byte line).
-OP_CYCLES = 100
-LINE_CYCLES = 12
-INDEX_CACHE_LOOKUP_NS = 1500
+#: Modelled CPU: the profile's [software] prices (nodes/systems/lib/cpu_costs.py): fixed work per
+#: operation, a walk of the compute node's radix index cache priced by its size, and the scan of a
+#: leaf's key array line by line.
 RETRY_NS = 500                       # wait before reading again what another client is changing
 RETRY_LIMIT = 200_000
 #: How long an IDU waits for an insert that has CASed its key but not written the value (normally
@@ -122,10 +120,10 @@ class DolphinClient(KVClient):
         self.local = shared(owner, layout["root"], "local_lock", lambda: LocalLockTable(thread.env)) \
             if options.get("local_lock", True) else None
         self.read_handover = self.write_handover = 0
-        cpu = fabric.profile.cpu
-        self._op_ns = int(OP_CYCLES / cpu.ghz)
-        self._keys_ns = max(1, int(LINE_CYCLES * (self.fmt.keys_end // 64 + 1) / cpu.ghz))
-        self._lookup_ns = INDEX_CACHE_LOOKUP_NS if self.cache is not None else 0
+        costs = self.costs = SoftwareCosts(fabric.profile)
+        self._op_ns = costs.op_ns
+        self._keys_ns = max(1, int(fabric.profile.software.line_cycles * (self.fmt.keys_end // 64 + 1)
+                                   / fabric.profile.cpu.ghz))
         self._version = (owner.node * 64 + thread.index) * 40503 & 0xFFFF
         self.gets = self.inserts = self.updates = self.deletes = self.scans = 0
         self.backtracks = self.restarts = self.torn_reads = 0
@@ -164,7 +162,7 @@ class DolphinClient(KVClient):
         image proved stale)."""
         tree, cache = self.tree, self.cache
         if use_cache and cache is not None:
-            self.thread.cpu(self._lookup_ns)
+            self.thread.cpu(self.costs.radix_search_ns(len(self.cache)))
         img, cached = yield from tree._start(co, key, cache, use_cache)
         started_cached = cached
         if started_cached:
@@ -669,7 +667,7 @@ class DolphinClient(KVClient):
         stack = [("node", tree.root, 7, True)]
         depth = 0
         if use_cache and self.cache is not None:
-            self.thread.cpu(self._lookup_ns)
+            self.thread.cpu(self.costs.radix_search_ns(len(self.cache)))
             hit = self.cache.lookup(start)
             # the node must hold the start key's prefix (its partial, which never changes, says so):
             # a walk caches a node under the prefix of the key that led to it, before it compares

@@ -49,7 +49,7 @@ import numpy as np
 
 from nodes.systems.lib.hashing import hash64
 from nodes.systems.race.bucket import probe, scan, slot_offset
-from nodes.systems.race.client import HASH_CYCLES, HASH_CYCLES_PER_BYTE
+from nodes.systems.race.client import hash_ns as race_hash_ns
 from nodes.systems.race.layout import FP_SHIFT, NODE_SHIFT, OFFSET_MASK, TENTATIVE
 from shm.failpoints import failpoint
 from shm.fabric import gaddr
@@ -147,7 +147,7 @@ def _shared(ctx, req, st, ns: int) -> None:
 
 
 def _hash_ns(ctx, n: int) -> int:
-    return int((HASH_CYCLES + HASH_CYCLES_PER_BYTE * n) / ctx.profile.cpu.ghz)
+    return race_hash_ns(ctx.profile, n)
 
 
 def _bump(m: list, write: bool, reads: int = 0) -> None:

@@ -43,18 +43,28 @@ from .layout import (
     check_item, encode_block, slot_location,
 )
 
-#: Modelled CPU work (cycles at ``cpu.ghz``): hashing a key (a fixed part plus one cycle per byte).
-HASH_CYCLES = 30
-HASH_CYCLES_PER_BYTE = 1
 #: Modelled CPU ns beyond what the model prices piece by piece (verbs posts and polls, hashing,
 #: bucket scans, block building): in SMART's artifact client, workload generation, coroutine
 #: switches, the allocator and request bookkeeping. SEARCH is paid by every search of the table (a
 #: get, each attempt of an update or delete, each round of an insert), WRITE once by every update,
 #: insert or delete. Calibrated so that one thread with 8 coroutines on cx6-200g runs the artifact's
 #: one-thread rates (ae/raw-reference: fig8-ycsb-c.csv 0.57 Mops read-only, fig5a.csv 0.24 Mops
-#: update-only; docs/race.md).
-SEARCH_CPU_NS = 900
-WRITE_CPU_NS = 1900
+#: update-only; docs/race.md). Calibrated as 900 and 1900 ns while coroutine switches were part of
+#: them; since issue 40 a thread running several coroutines pays two switches per completion
+#: (shm/coro.py, profile software.coro_switch_cycles: 46 ns on cx6-200g), so what they now price
+#: is taken out: a search waits for two completions (buckets, then the block), an update's write
+#: part for one (its CAS). Measured at the calibration points: 0.570 and 0.238 Mops again (0.538
+#: and 0.232 with the switches counted twice).
+SEARCH_CPU_NS = 900 - 2 * 46
+WRITE_CPU_NS = 1900 - 46
+
+
+def hash_ns(profile, key_len: int) -> int:
+    """Modelled CPU of hashing a ``key_len``-byte key on the host (profile ``[software]``)."""
+    sw = profile.software
+    return int((sw.hash_cycles + sw.hash_cycles_per_byte * key_len) / profile.cpu.ghz)
+
+
 #: An operation that keeps failing (a livelock, or a bug) gives up with SystemError_ after this many
 #: rounds of its retry loop.
 RETRY_LIMIT = 100_000
@@ -116,7 +126,6 @@ class RaceClient(KVClient):
         self._buf64 = buf[: buf.shape[0] // 8 * 8].view(np.uint64)
         self._out = np.zeros(2 * MAX_MATCHES, np.uint64)
         cpu = fabric.profile.cpu
-        self._ghz = cpu.ghz
         self._line_ns = cpu.local_read_ns_per_line
         self._scan_ns = 4 * cpu.local_read_ns_per_line     # the 4 bucket lines of two combined buckets
         one_way = fabric.profile.link.one_way_ns
@@ -138,7 +147,8 @@ class RaceClient(KVClient):
 
     # -- pieces ------------------------------------------------------------------------------
     def hash_ns(self, key_len: int) -> int:
-        return int((HASH_CYCLES + HASH_CYCLES_PER_BYTE * key_len) / self._ghz)
+        """Hashing a key: the profile's software.hash_cycles plus hash_cycles_per_byte per byte."""
+        return hash_ns(self.fabric.profile, key_len)
 
     def queue_buckets(self, co, h: int):
         """Queue the READs of a hash's two combined buckets (one READ if they coincide); returns the

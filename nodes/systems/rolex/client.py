@@ -55,14 +55,9 @@ from .layout import (
     parse_table, table_bytes, unpack_meta, unpack_value_word, used, value_units, value_word,
 )
 
-#: Modelled CPU (cycles at ``cpu.ghz``) of checking and searching one 64-byte line of a leaf just
-#: READ (checksum step, key compare; the lines are in cache after the DMA): Sherman's constant.
-LINE_CYCLES = 12
-#: Per-operation fixed work (argument checks, key conversion), as Sherman's.
-OP_CYCLES = 100
-#: The learned-cache lookup: a binary search over the models' first keys and over the fences, and
-#: one fixed-point prediction, all in local DRAM: an assumption (a few dependent cache misses).
-LOOKUP_CYCLES = 300
+#: Modelled CPU: the profile's [software] prices (nodes/systems/lib/cpu_costs.py): a leaf's lines
+#: checked and searched line by line, and per operation the fixed work plus the learned-cache
+#: lookup (software.learned_lookup_cycles).
 RETRY_LIMIT = 100_000
 #: The model table is READ in pieces that fit the thread's buffer with room to spare.
 TABLE_PIECE = 64 << 10
@@ -150,9 +145,10 @@ class RolexClient(KVClient):
         self.buf = thread.buf
         self.span, self.leaf_bytes = self.remote.span, self.remote.leaf_bytes
         cpu = fabric.profile.cpu
-        self._leaf_ns = max(1, int(LINE_CYCLES * -(-self.leaf_bytes // 64) / cpu.ghz))
-        self._line_ns = max(1, int(LINE_CYCLES / cpu.ghz))
-        self._op_ns = int((OP_CYCLES + LOOKUP_CYCLES) / cpu.ghz)
+        sw = fabric.profile.software
+        self._leaf_ns = max(1, int(sw.line_cycles * -(-self.leaf_bytes // 64) / cpu.ghz))
+        self._line_ns = max(1, int(sw.line_cycles / cpu.ghz))
+        self._op_ns = int((sw.op_cycles + sw.learned_lookup_cycles) / cpu.ghz)
         self.gets = self.inserts = self.updates = self.deletes = self.scans = 0
         self.candidate_leaves = self.synonym_hops = self.lock_retries = self.torn_reads = 0
         self.synonym_leaves = self.unlinked_leaves = self.cache_refreshes = self.blocks_written = 0

@@ -31,6 +31,7 @@ from typing import NamedTuple
 
 from nodes.systems.api import KVClient, SystemError_
 from nodes.systems.lib.alloc import ChunkAllocator
+from nodes.systems.lib.cpu_costs import SoftwareCosts
 from nodes.systems.lib.hocl import FIELD_MASK, HoclClient, LocalLocks
 from nodes.systems.lib.local_lock import LocalLockTable
 from nodes.systems.lib.radix_cache import ENTRY_OVERHEAD
@@ -46,19 +47,9 @@ from .layout import (
     leaf_image, node_is_leaf, pack_root, unpack_root,
 )
 
-#: Modelled CPU (cycles at ``cpu.ghz``): checking/searching one 64-byte line of a node just READ
-#: into the thread's buffer (version compare + key compare; the lines are in cache after DMA).
-LINE_CYCLES = 12
-#: One search of the index cache, charged once per descent: Sherman's cache is a skiplist of the
-#: cached internal nodes keyed by their ranges (thustorage/Sherman include/IndexCache.h, an
-#: InlineSkipList), searched once per operation for the node above the leaf; each skiplist level
-#: is a dependent load from local DRAM. Dolphin (An et al., its range-query experiment, Fig. 8)
-#: measured "the time for an additional index cache lookup is approximately 1-2 µs" for the
-#: index caches it compares (Marlin's, which is Sherman's, and SMART's) on ConnectX-5 servers
-#: with Xeon E5-2640 CPUs; the midpoint is taken.
-INDEX_CACHE_LOOKUP_NS = 1500
-#: Per-operation fixed work (argument checks, key conversion).
-OP_CYCLES = 100
+#: Modelled CPU: the profile's ``[software]`` prices (nodes/systems/lib/cpu_costs.py): a fixed part
+#: per operation, a node just READ scanned line by line, and one search of the index cache per
+#: descent, priced by the cache's size (Sherman's skiplist: a DRAM miss per level).
 RETRY_LIMIT = 100_000
 #: Bytes one cached internal node counts for in ``cache_bytes``: its 1 KB image and the same
 #: per-entry overhead the radix cache assumes (nodes/systems/lib/radix_cache.ENTRY_OVERHEAD), so
@@ -146,11 +137,10 @@ class ShermanClient(HoclClient, KVClient):
         # the leaf format the tree was set up with (nodes/systems/sherman/layout.py): Sherman's packed
         # leaf or SMART's per-line Sherman+ leaf; a layout without the key predates the option
         self.leaf = leaf_format(layout.get("leaf_layout", "per-line"))
-        cpu = fabric.profile.cpu
-        self._node_ns = max(1, int(LINE_CYCLES * 16 / cpu.ghz))
-        self._line_ns = max(1, int(LINE_CYCLES / cpu.ghz))
-        self._lookup_ns = INDEX_CACHE_LOOKUP_NS if cap else 0
-        self._op_ns = int(OP_CYCLES / cpu.ghz)
+        costs = self.costs = SoftwareCosts(fabric.profile)
+        self._node_ns = costs.node_ns
+        self._line_ns = costs.line_ns
+        self._op_ns = costs.op_ns
         self.gets = self.inserts = self.updates = self.deletes = self.scans = 0
         self.cache_hits = self.cache_misses = self.cache_invalidations = self.sibling_follows = 0
         self.local_lock_waits = self.handovers = self.remote_lock_retries = self.torn_reads = 0
@@ -236,8 +226,8 @@ class ShermanClient(HoclClient, KVClient):
         the index cache knows (not read), the internal node that pointed to it (0: none, it is
         the root), and ``lvl`` = ``level`` (or the root's level when the tree is lower)."""
         cache = self.cache
-        if self._lookup_ns:
-            self.thread.cpu(self._lookup_ns)
+        if cache.capacity:
+            self.thread.cpu(self.costs.skiplist_search_ns(len(cache.nodes)))
         for _ in range(RETRY_LIMIT):
             root = cache.root
             if root is None:
