@@ -104,12 +104,14 @@ def test_a_table_larger_than_the_memory_nodes_is_refused_when_the_spec_is_read()
 def test_systems_count_their_table_and_blocks_not_just_the_raw_records():
     """30 M records of 8 + 8 B are 480 MB raw, which 1 GiB of memory nodes would hold; RACE's table
     and 64-byte KV blocks need 2.3 GiB, Sherman's leaves and SMART-BT's over 1 GiB with 100 B
-    values (out-of-line blocks): refused when the spec is read, not halfway through the load."""
+    values (out-of-line blocks): refused when the spec is read, not halfway through the load.
+    Sherman's packed leaves (54 entries of 18 B) hold 8 M such records in 1.1 GiB, SMART-BT's
+    per-line leaves 6 M in over 1 GiB."""
     with pytest.raises(SpecError, match=r"system 'race' needs at least 2\.3 GiB"):
         parse_scenario("[workload]\nrecordcount = 30000000\n", source="h.toml")
-    for name in ("sherman", "smart-bt"):
+    for name, records in (("sherman", 8_000_000), ("smart-bt", 6_000_000)):
         with pytest.raises(SpecError, match=f"system '{name}' needs at least"):
-            parse_scenario(f'[system]\nname = "{name}"\n[workload]\nrecordcount = 6000000\nvaluesize = 100\n',
+            parse_scenario(f'[system]\nname = "{name}"\n[workload]\nrecordcount = {records}\nvaluesize = 100\n',
                            source="h.toml")
     # the default rack and the README's 20,000-key scenario still fit
     parse_scenario("[workload]\nrecordcount = 20000\n", source="ok.toml")

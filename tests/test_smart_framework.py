@@ -507,10 +507,12 @@ def _mixed_run(fab, smart, policy):
 # plain cas + sync there): (end ns, sum of latencies ns, max latency ns, operations). Re-recorded
 # when PCIe payload got its own rate (pcie.payload_gbps), when RC QPs began to complete in order
 # (shm/nic.py), when lock_per_sharer_ns was refitted (170 ns) and when effects began to follow RC
-# order per QP (docs/fabric.md, "Ordering rules"): model changes, not a switch's.
+# order per QP (docs/fabric.md, "Ordering rules"), and in issue 40 when coroutine switches began
+# to cost CPU (profile software.coro_switch_cycles: two coroutines a thread here) and the atomic
+# slots became 1,024 per node: model changes, not a switch's.
 RECORDED = {
-    "per_thread_doorbell": (134304, 4614650, 9965, 1200),
-    "per_thread_qp": (138835, 4659316, 10407, 1200),
+    "per_thread_doorbell": (136895, 4667211, 9972, 1200),
+    "per_thread_qp": (138759, 4728273, 10342, 1200),
 }
 
 
