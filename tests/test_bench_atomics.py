@@ -100,8 +100,10 @@ def test_units_held_through_the_rmw_bound_random_atomics_where_atomics_hold_unit
     with the shipped 72 ns the pipeline binds first."""
     nic = load_profile("cx5-100g").nic
     bound = nic.responder_units * 1e3 / (nic.resp_atomic_ns + 21 + nic.atomic_slot_ns)
-    assert batched("cx5-100g", "faa", atomic_unit_ns=21) == pytest.approx(bound, rel=0.05)
+    got = batched("cx5-100g", "faa", atomic_unit_ns=21)
+    assert 0.9 * bound < got <= 1.01 * bound          # bound, less the clients' own CPU (posts, switches)
     assert bound < nic.atomic_units * 1e3 / 21
     shipped = min(nic.atomic_units * 1e3 / nic.atomic_unit_ns,
                   nic.responder_units * 1e3 / (nic.resp_atomic_ns + nic.atomic_unit_ns + nic.atomic_slot_ns))
-    assert batched("cx5-100g", "faa") == pytest.approx(shipped, rel=0.05)
+    got = batched("cx5-100g", "faa")
+    assert 0.9 * shipped < got <= 1.01 * shipped
