@@ -37,8 +37,8 @@ def test_udp_ping_grows_with_threads_and_stops_at_the_nic_receive_bound():
     four = devices.udp_ping(4, client_nodes=2, warmup=5_000, window=10_000)
     assert one["mops"] > 0 and one["drops"] == 0
     assert four["mops"] > 3 * one["mops"]
-    # a DPA thread's core holds it for PING_CYCLES per ping, no longer
-    ping_ns = round(devices.PING_CYCLES / P.dpa.ghz)
+    # a DPA thread's core holds it for dpa.packet_cycles per ping, no longer
+    ping_ns = round(P.dpa.packet_cycles / P.dpa.ghz)
     assert four["core_util"] == pytest.approx(four["mops"] / 4 * ping_ns / 1e3, rel=0.05)
     many = devices.udp_ping(64, client_nodes=4, warmup=10_000, window=10_000)
     bound = P.nic.responder_units * 1e3 / P.nic.resp_recv_ns
