@@ -515,7 +515,8 @@ def setup(quick: bool) -> dict:
     return {"profile": PROFILE, "seed": 1,
             "spec": "device rigs: host0, its DPA node dpa0 and client compute nodes in one process",
             "scale": "fewer thread counts, shorter windows" if quick else "full sweeps",
-            "assumption": (f"a ping costs {load_profile(PROFILE).dpa.packet_cycles} DPA cycles of CPU work (no published count); the DPU "
+            "assumption": (f"a ping costs {load_profile(PROFILE).dpa.packet_cycles} DPA cycles of CPU work "
+                           f"(no published count); the DPU "
                            f"forwarder's memory node executes on {FWD_SERVER_CORES} cores, batches of up to "
                            f"{FWD_MAX_BATCH} records, {FWD_SLOTS} in flight; the host baseline keeps {HOST_DEPTH} "
                            f"WRITEs in flight per thread")}

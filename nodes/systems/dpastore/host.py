@@ -48,8 +48,8 @@ queue fence) in one mechanism.
 
 **Timing.** The structural change is applied to the mirror and its stitches queued in one step,
 at the end of the patch's CPU time (the profile's ``software.patch_ns`` + ``software.patch_ns_per_key`` x keys
-merged and segmented, both assumptions); patchers run on their own host cores, and their steps are serialised as the paper's
-parent locks serialise them.
+merged and segmented, both assumptions); patchers run on their own host cores, and their steps
+are serialised as the paper's parent locks serialise them.
 """
 
 from __future__ import annotations

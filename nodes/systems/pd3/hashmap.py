@@ -37,8 +37,9 @@ u8 | len u16 | value)``. The DPU's parser (:class:`PacketParser`) reads the same
 READ, INSERT/UPDATE -> WRITE, DELETE -> DELETE).
 
 Costs on an application thread: the datagram's receive and the reply's send (the UDP model), per
-request the profile's ``software.request_cycles`` (decode, dispatch, encode; an assumption) plus the cache probe, two lines of
-``cpu.local_read_ns_per_line`` (the slot and the LRU link), and whatever its miss path costs.
+request the profile's ``software.request_cycles`` (decode, dispatch, encode; an assumption) plus
+the cache probe, two lines of ``cpu.local_read_ns_per_line`` (the slot and the LRU link), and
+whatever its miss path costs.
 """
 
 from __future__ import annotations
