@@ -140,6 +140,19 @@ class SoftwareProfile:
                                       "models' first keys and fences plus one prediction", min=0, max=1_000_000)
     hash_cycles: int = knob("cycles", "hashing a key, fixed part (RACE)", min=0, max=1_000_000)
     hash_cycles_per_byte: int = knob("cycles", "hashing a key, per key byte (RACE)", min=0, max=1_000_000)
+    request_cycles: int = knob("cycles", "a host key-value server's own work per request beside its table "
+                               "probe: decode, dispatch, encode the reply (PD3's hash map)", min=0, max=1_000_000)
+    server_record_cycles: int = knob("cycles", "a batched memory server's work per record beside its copy: "
+                                     "find its header, bounds-check, key map, response header (PD3)",
+                                     min=0, max=1_000_000)
+    garnet_hit_ns: int = knob("ns", "a Garnet request's process + respond on a cache hit (PD3's Garnet)",
+                              min=0, max=1_000_000)
+    patch_ns: int = knob("ns", "a DPA-Store patch's fixed host work: take the request, descend the mirror, "
+                         "allocate, queue the stitches", min=0, max=100_000_000)
+    patch_ns_per_key: int = knob("ns", "a DPA-Store patch's host work per key merged and PLA-segmented "
+                                 "(and per pivot re-segmented)", min=0, max=1_000_000)
+    alloc_server_ns: int = knob("ns", "a memory node's allocator serving one allocation RPC (find, "
+                                "register, answer), beside cpu.rpc_handler_ns", min=0, max=100_000_000)
 
 
 @dataclass(frozen=True)
@@ -174,6 +187,20 @@ class DpaProfile:
     l3_ns: int = knob("ns", "L3 hit (the line then also fills L2 and L1)", min=0, max=1_000_000)
     host_copy_mb_per_s: float = knob("MB/s", "host memory -> DPA memory copies through polling DPA threads "
                                      "(a software path, not the DMA engine)", min=0.001, max=1_000_000)
+    packet_cycles: int = knob("cycles", "DPA CPU work of handling one request packet: read its descriptor "
+                              "and headers, check it, build and post the reply (DPA UDP services)",
+                              min=0, max=1_000_000)
+    search_cycles: int = knob("cycles", "DPA-Store: a binary search over a node's 7 first keys", min=0,
+                              max=1_000_000)
+    model_cycles: int = knob("cycles", "DPA-Store: one learned model's prediction (fixed-point multiply, "
+                             "shifts, add, operand loads)", min=0, max=1_000_000)
+    scan_cycles_per_key: int = knob("cycles", "DPA-Store: a leaf scan, per key compared", min=0, max=1_000_000)
+    buffer_check_cycles: int = knob("cycles", "DPA-Store: checking a leaf's write buffer (16 keys)", min=0,
+                                    max=1_000_000)
+    write_cycles: int = knob("cycles", "DPA-Store: a buffered write (fill a slot and a counter)", min=0,
+                             max=1_000_000)
+    probe_cycles: int = knob("cycles", "DPA-Store: one binary-search step over an inner node's keys "
+                             "(midpoint, load from a line already read, compare, branch)", min=0, max=1_000_000)
 
 
 @dataclass(frozen=True)
@@ -198,6 +225,11 @@ class DpuProfile:
     branch_miss_cycles: int = knob("cycles", "Arm branch-mispredict penalty", min=0, max=100_000)
     tlb_entries: int = knob("entries", "Arm core's last-level data TLB entries", min=1, max=1 << 24)
     page_walk_ns: int = knob("ns", "page-table walk after a TLB miss (leaf entry from DRAM)", min=0, max=100_000)
+    parse_packet_cycles: int = knob("cycles", "Arm cycles of a DPDK packet parser per packet (its RX burst's "
+                                    "share, the mirror's mbuf, the flow check; PD3's parser core)",
+                                    min=0, max=1_000_000)
+    parse_key_cycles: int = knob("cycles", "Arm cycles of a DPDK packet parser per key parsed (read an op "
+                                 "and a key, append them; PD3's parser core)", min=0, max=1_000_000)
 
 
 @dataclass(frozen=True)

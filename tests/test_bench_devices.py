@@ -12,6 +12,19 @@ from shm.profile import load_profile
 P = load_profile("bf3")
 
 
+def test_a_pings_core_time_follows_the_profiles_dpa_packet_cycles():
+    # the packet path is the profile's knob (an assumption `dmrack sensitivity` varies), not a constant
+    from shm.profile import overridden
+    with overridden({"bf3": {"dpa.packet_cycles": 2 * P.dpa.packet_cycles}}):
+        one = devices.udp_ping(1, client_nodes=2, warmup=5_000, window=10_000)
+    ping_ns = round(2 * P.dpa.packet_cycles / P.dpa.ghz)
+    assert one["mops"] > 0
+    assert one["core_util"] == pytest.approx(one["mops"] * ping_ns / 1e3, rel=0.05)
+    shipped = devices.udp_ping(1, client_nodes=2, warmup=5_000, window=10_000)
+    # per ping, the core is held half as long with the shipped cycles
+    assert shipped["core_util"] / shipped["mops"] == pytest.approx(one["core_util"] / one["mops"] / 2, rel=0.05)
+
+
 def test_dpa_load_costs_are_memory_ns_on_a_miss_and_each_level_on_a_hit():
     c = devices.dpa_load_costs()
     # the model's path for a miss is memory_ns alone (no lookup cost added per level)
@@ -37,8 +50,8 @@ def test_udp_ping_grows_with_threads_and_stops_at_the_nic_receive_bound():
     four = devices.udp_ping(4, client_nodes=2, warmup=5_000, window=10_000)
     assert one["mops"] > 0 and one["drops"] == 0
     assert four["mops"] > 3 * one["mops"]
-    # a DPA thread's core holds it for PING_CYCLES per ping, no longer
-    ping_ns = round(devices.PING_CYCLES / P.dpa.ghz)
+    # a DPA thread's core holds it for dpa.packet_cycles per ping, no longer
+    ping_ns = round(P.dpa.packet_cycles / P.dpa.ghz)
     assert four["core_util"] == pytest.approx(four["mops"] / 4 * ping_ns / 1e3, rel=0.05)
     many = devices.udp_ping(64, client_nodes=4, warmup=10_000, window=10_000)
     bound = P.nic.responder_units * 1e3 / P.nic.resp_recv_ns

@@ -30,6 +30,14 @@ def test_every_shipped_profile_has_the_software_section():
         assert sw.dram_ns >= 1 and sw.coro_switch_cycles > 0
 
 
+def test_a_chunk_allocation_rpc_charges_the_profiles_allocator_work():
+    from nodes.systems.lib.alloc import alloc_rpc_ns
+    p = load_profile("cx6-200g")
+    wire = 2 * p.link.one_way_ns + 4 * p.pcie.latency_ns + p.cpu.rpc_handler_ns
+    assert alloc_rpc_ns(p) == wire + p.software.alloc_server_ns
+    assert alloc_rpc_ns(with_overrides(p, {"software.alloc_server_ns": 3000})) == wire + 3000
+
+
 def test_a_bad_software_value_is_refused_in_one_line(tmp_path):
     text = dump_profile(dataclasses.replace(load_profile("cx5-100g"), name="mine"))
     text = text.replace("dram_ns = 95", "dram_ns = 0")

@@ -33,7 +33,7 @@ from cluster.experiments.figures import Figure
 from cluster.experiments.registry import Experiment
 from cluster.experiments.rows import Row, run_experiments
 from cluster.experiments.verbs import FabricRig
-from nodes.devices.dpa_core import PACKET_CYCLES, Dpa
+from nodes.devices.dpa_core import Dpa
 from nodes.services.dpu_forwarder import OP_PUT, RECORD_BYTES, wire
 from shm.coro import NodeRdma
 from shm.dma import DmaEngine
@@ -44,9 +44,6 @@ from shm.verbs import Context
 
 PROFILE = "bf3"
 
-# the DPA CPU work of one ping: the one packet-handling assumption of the DPA model (its reasoning
-# is at nodes.devices.dpa_core.PACKET_CYCLES); never tuned to the published 44.9 Mops
-PING_CYCLES = PACKET_CYCLES
 PING_BYTES = 16           # payload of a ping and of its reply (a sequence number and a tag)
 PING_PORT = 9000          # DPA thread i listens on PING_PORT + i
 
@@ -207,12 +204,13 @@ def udp_ping(threads: int, *, clients_per_thread: int = 8, client_nodes: int = 8
     to ``dpa0`` port ``PING_PORT + k % threads``; the DPA's steering rules send port
     ``PING_PORT + i`` to thread i's RX queue. Thread i (an actor on its DpaCore) waits on its queue,
     takes a datagram (one poll), loads its first line (the NIC put it in L2), computes
-    ``PING_CYCLES`` on its core as a doorbell burst and sends the reply to the client's queue."""
+    ``dpa.packet_cycles`` (the profile's packet-handling assumption, never tuned to the published
+    44.9 Mops) on its core as a doorbell burst and sends the reply to the client's queue."""
     with Rig(client_nodes, seed=seed) as rig:
         env, prof = rig.env, rig.profile
         net = UdpNet(rig.host)
         dpa = Dpa(env, prof)
-        ping_ns = round(PING_CYCLES / prof.dpa.ghz)
+        ping_ns = round(prof.dpa.packet_cycles / prof.dpa.ghz)
         end = warmup + window
         served = [0]
         qs = []
@@ -517,7 +515,8 @@ def setup(quick: bool) -> dict:
     return {"profile": PROFILE, "seed": 1,
             "spec": "device rigs: host0, its DPA node dpa0 and client compute nodes in one process",
             "scale": "fewer thread counts, shorter windows" if quick else "full sweeps",
-            "assumption": (f"a ping costs {PING_CYCLES} DPA cycles of CPU work (no published count); the DPU "
+            "assumption": (f"a ping costs {load_profile(PROFILE).dpa.packet_cycles} DPA cycles of CPU work "
+                           f"(no published count); the DPU "
                            f"forwarder's memory node executes on {FWD_SERVER_CORES} cores, batches of up to "
                            f"{FWD_MAX_BATCH} records, {FWD_SLOTS} in flight; the host baseline keeps {HOST_DEPTH} "
                            f"WRITEs in flight per thread")}

@@ -40,14 +40,10 @@ from shm.profile_schema import Profile
 __all__ = ["Dpa", "DpaCore", "DpaThread", "DpaCoreStats", "DpaThreadStats", "DpaError"]
 
 
-# ASSUMPTION (no published cycle count): the DPA CPU work of handling one request packet -- read
-# the datagram's descriptor and headers, check the request, build the reply's headers and post it
-# -- is 300 cycles of the DPA's in-order 1.8 GHz RISC-V core (~167 ns). Reasoning: a lean
-# run-to-completion UDP service on a small in-order core is a few hundred instructions (header
-# parse ~50, reply build ~50, WQE write + doorbell ~100, loop and bookkeeping) at about 1 IPC.
-# Chosen once, before any run; the UDP ping of `dmrack bench devices` and the dpa-kv service charge
-# it per request (their memory accesses are priced by the cache model on top).
-PACKET_CYCLES = 300
+# The DPA CPU work of handling one request packet is the profile's ``dpa.packet_cycles`` (an
+# assumption with its reasoning in shm/profiles/bf3.toml); the UDP ping of `dmrack bench devices`,
+# the dpa-kv service and DPA-Store's traverser charge it per request (their memory accesses are
+# priced by the cache model on top).
 
 class DpaCoreStats(NamedTuple):
     core: int

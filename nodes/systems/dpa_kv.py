@@ -16,7 +16,7 @@ and the pattern DPA-Store builds on: a key-value store whose server is a BlueFie
   partition of the table alone: no locks, and the store is linearisable per key (each thread
   serves its queue in order).
 * **The server** is one actor per DPA thread (``[dpa] threads`` of them) on the DPA node's cores
-  (``nodes.devices.dpa_core``). Per request: a doorbell burst of ``REQUEST_CYCLES`` on its core
+  (``nodes.devices.dpa_core``). Per request: a doorbell burst of the profile's ``dpa.packet_cycles`` on its core
   (parse, build and post the reply), the probe's loads through the DPA cache model (header and key
   of each slot probed, then the value), and the reply through its own doorbell.
 * **The table** lives in the DPA node's memory (its segment: ``[dpa] memory``): ``PORTS``
@@ -37,16 +37,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from nodes.devices.dpa_core import PACKET_CYCLES
 from nodes.systems.api import KVClient, Option, System, SystemError_
 from shm.udp import Requester
 
 BASE_PORT = 9000
 PORTS = 256                     # partitions of the table, each owned by one DPA thread
 REPLY_PORT = 20000              # coroutine k of thread t of a node binds REPLY_PORT + t * 64 + k
-# the DPA model's packet-handling assumption (nodes.devices.dpa_core.PACKET_CYCLES, as the UDP ping
-# of `dmrack bench devices`): parse, probe and post the reply; the probe's loads are priced on top
-REQUEST_CYCLES = PACKET_CYCLES
 
 OP_GET, OP_INSERT, OP_UPDATE, OP_DELETE = 1, 2, 3, 4
 ST_OK, ST_MISSING, ST_EXISTS = 0, 1, 2
@@ -176,7 +172,9 @@ def dpa_server(ctx):
 
 def _serve(ctx, th, queue, sock, table: _Table):
     """One DPA thread: take a request, execute it on its partitions, reply; at most once per request."""
-    cycles_ns = round(REQUEST_CYCLES / ctx.profile.dpa.ghz)
+    # the DPA model's packet-handling assumption (as the UDP ping of `dmrack bench devices`): parse,
+    # probe and post the reply; the probe's loads are priced on top
+    cycles_ns = round(ctx.profile.dpa.packet_cycles / ctx.profile.dpa.ghz)
     last: dict = {}                     # (client node, client port) -> (request id, reply)
     while True:
         ev = queue.wait()

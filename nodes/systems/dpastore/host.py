@@ -47,9 +47,9 @@ nodes from a root split wait for their target; the stitch installing a new root 
 queue fence) in one mechanism.
 
 **Timing.** The structural change is applied to the mirror and its stitches queued in one step,
-at the end of the patch's CPU time (``PATCH_NS`` + ``PATCH_NS_PER_KEY`` x keys merged and
-segmented); patchers run on their own host cores, and their steps are serialised as the paper's
-parent locks serialise them.
+at the end of the patch's CPU time (the profile's ``software.patch_ns`` + ``software.patch_ns_per_key`` x keys
+merged and segmented, both assumptions); patchers run on their own host cores, and their steps
+are serialised as the paper's parent locks serialise them.
 """
 
 from __future__ import annotations
@@ -74,13 +74,6 @@ OP_COPY, OP_CONNECT, OP_CLEAR, OP_RETIRE, OP_FENCE, OP_RELEASE = 1, 2, 3, 4, 5, 
 STITCH = struct.Struct("<4Q")             # op, a, b, c
 STITCH_RECORD = 40                        # 32 B of stitch + the ring's state word
 
-# ASSUMPTIONS (host CPU at ``cpu.ghz``; the paper gives no per-patch cost): a patch's fixed work
-# (take the request, descend the mirror, allocate, queue the stitches) is 2 us; merging and
-# PLA-segmenting costs 20 ns per key (a sort-merge step and a few dozen instructions of hull
-# update), as does re-segmenting a parent's pivots.
-PATCH_NS = 2_000
-PATCH_NS_PER_KEY = 20
-
 
 class PatchStats(NamedTuple):
     patches: int
@@ -98,6 +91,7 @@ class HostTree:
 
     def __init__(self, fabric, lay: dict):
         self.lay = lay
+        self.software = fabric.profile.software     # a patch's CPU prices
         self.geo = L.LeafGeometry.of(lay["value_max"])
         self.fmt = format_of(lay)                   # the inner-node format (:mod:`.inner`)
         self.host = lay["host"]
@@ -262,7 +256,8 @@ class HostTree:
 
     def patch_cost_ns(self, leaf: int) -> int:
         meta = L.read_leaf(self.hb, self.mirror(leaf))
-        return PATCH_NS + PATCH_NS_PER_KEY * (meta.count + L.BUFFER_SLOTS)
+        sw = self.software
+        return sw.patch_ns + sw.patch_ns_per_key * (meta.count + L.BUFFER_SLOTS)
 
     def patch(self, leaf: int, raw: bytes) -> "Plan | None":
         """Apply one patch request (the leaf's DPA offset and its buffer's bytes)."""

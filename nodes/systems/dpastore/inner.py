@@ -25,7 +25,7 @@ header line. The node's entry count and its kind travel in the pointer to it: bi
 offset, bits 48..55 the count (1..128), bit 63 set for an inner node (a leaf's pointer is its
 plain offset; a leaf keeps its kind word). The walk is an upper-bound binary search over the
 count keys: each probe in a line not yet read is a dependent ``th.load`` of that line (no
-prefetch can hide it), each probe ``PROBE_CYCLES`` of compute; then the child pointer's line.
+prefetch can hide it), each probe ``dpa.probe_cycles`` of compute (the profile); then the child pointer's line.
 Lines per node = distinct key lines probed + 1, exactly :func:`.btree.probe_lines` + 1.
 
 Node building (the host): a bulk load packs leaves of 128 and inner nodes of 128 (as
@@ -51,12 +51,6 @@ from .pla import (INNER_EPS, KEYS_PER_LINE, LEAF_CAPACITY, LEAF_EPS, LINE_BYTES,
                   SEGMENTS_PER_NODE, Segment, predict)
 
 INDEXES = ("learned", "btree")
-
-# ASSUMPTION (cycles of the DPA's in-order RISC-V core, as traverser.SEARCH_CYCLES prices a binary
-# search over 7 first keys at 3 steps of 8): one binary-search step -- a midpoint, a load from a
-# line already read, a compare and a branch -- is 8 cycles.
-PROBE_CYCLES = 8
-
 
 def format_of(lay: dict) -> "InnerFormat":
     """The inner-node format of a layout (``lay["index"]``; a layout without one is learned)."""

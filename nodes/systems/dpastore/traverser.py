@@ -9,9 +9,11 @@ counters (reserve, then publish) let them write without a lock (:mod:`.patch`).
 
 What a GET costs (each line is priced by the DPA cache model, :mod:`nodes.devices.dpa_memory`,
 each DMA by the DMA engine, :mod:`shm.dma`; CPU work in cycles at ``dpa.ghz`` on the thread's
-core, which other threads use while this one waits):
+core, which other threads use while this one waits; the cycle counts are the profile's ``[dpa]``
+assumptions ``packet_cycles``, ``search_cycles``, ``model_cycles``, ``scan_cycles_per_key``,
+``buffer_check_cycles``, ``write_cycles``, ``probe_cycles``):
 
-1. the packet: ``PACKET_CYCLES`` as a doorbell burst (parse, and later build and post the reply);
+1. the packet: ``packet_cycles`` as a doorbell burst (parse, and later build and post the reply);
 2. the hot-entry cache when the client sent hints: the Bloom filter sits in the thread-context
    line (free); a "maybe" reads one bucket line (:mod:`.hotcache`);
 3. per inner node: line 0 (metadata, first keys); a binary search over the first keys while the
@@ -54,21 +56,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-from nodes.devices.dpa_core import PACKET_CYCLES
 from . import layout as L
 from . import wire as W
-from .inner import PROBE_CYCLES, format_of
+from .inner import format_of
 from .pla import KEYS_PER_LINE, LEAF_EPS, LINE_BYTES
 
-# ASSUMPTIONS (cycles of the DPA's in-order RISC-V core; no published counts): a binary search
-# over 7 first keys is 3 compare-and-branch steps; a model is a 64x32-bit multiply into 128 bits,
-# two shifts and an add with its operand loads; a scan compares one key per 2 cycles; a buffer
-# check compares 16 keys; a write fills a slot and a counter.
-SEARCH_CYCLES = 24
-MODEL_CYCLES = 40
-SCAN_CYCLES_PER_KEY = 2
-BUFFER_CHECK_CYCLES = 40
-WRITE_CYCLES = 60
 RETRY_NS = 2_000               # a thread with only put-aside writes checks their buffers this often
 
 
@@ -110,11 +102,13 @@ class Traverser:
             self._leaf_lookup = self._btree_leaf_lookup
         self.cache = cache
         self.mtu = ctx.udp.max_payload
-        ghz = ctx.profile.dpa.ghz
-        self.ns = {name: round(c / ghz) for name, c in (("packet", PACKET_CYCLES), ("search", SEARCH_CYCLES),
-                                                        ("model", MODEL_CYCLES), ("buffer", BUFFER_CHECK_CYCLES),
-                                                        ("write", WRITE_CYCLES), ("probe", PROBE_CYCLES))}
-        self.scan_ns = SCAN_CYCLES_PER_KEY / ghz
+        dpa = ctx.profile.dpa
+        ghz = dpa.ghz
+        self.ns = {name: round(c / ghz) for name, c in (("packet", dpa.packet_cycles), ("search", dpa.search_cycles),
+                                                        ("model", dpa.model_cycles),
+                                                        ("buffer", dpa.buffer_check_cycles),
+                                                        ("write", dpa.write_cycles), ("probe", dpa.probe_cycles))}
+        self.scan_ns = dpa.scan_cycles_per_key / ghz
         self.last: dict = {}                            # client port -> (request id, reply or None)
         self.deferred: deque = deque()
         self.on_patch = None                            # co-located: wakes the host's patchers

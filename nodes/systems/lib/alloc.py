@@ -11,8 +11,8 @@ The RPC is ``fabric.allocate`` (the shared bump pointer of the node), run at onc
 coroutine of the same thread never asks for a second chunk; the coroutine that asked then waits
 :func:`alloc_rpc_ns` of virtual time (the others wait for that same RPC):
 ``2 * link.one_way_ns`` (request and reply) ``+ 4 * pcie.latency_ns`` (the request and reply each
-cross PCIe at both ends) ``+ cpu.rpc_handler_ns`` (the memory node's handler) ``+ ALLOC_SERVER_NS``
-(the allocator's own work, a documented constant).
+cross PCIe at both ends) ``+ cpu.rpc_handler_ns`` (the memory node's handler) ``+ software.alloc_server_ns``
+(the allocator's own work: find, register, answer; a profile assumption).
 
 With a :class:`nodes.systems.lib.reclaim.Reclaimer` (every system in dmrack gives one), blocks are
 reused: a block an operation unlinked is retired (``retire``) and comes back once the rack's epoch has
@@ -30,13 +30,13 @@ from shm.fabric import OFFSET_BITS
 
 UNIT = 64                     # blocks are whole 64-byte units (one cache line each)
 
-ALLOC_SERVER_NS = 1000        # the memory node's allocator (find, register, answer): an assumption
 OOM_RETRIES = 64              # epoch advances tried before "out of memory" while blocks are in limbo
 
 
 def alloc_rpc_ns(profile) -> int:
     """Virtual time of one chunk-allocation RPC to a memory node (see the module docstring)."""
-    return 2 * profile.link.one_way_ns + 4 * profile.pcie.latency_ns + profile.cpu.rpc_handler_ns + ALLOC_SERVER_NS
+    return (2 * profile.link.one_way_ns + 4 * profile.pcie.latency_ns + profile.cpu.rpc_handler_ns
+            + profile.software.alloc_server_ns)
 
 
 class ChunkAllocator:

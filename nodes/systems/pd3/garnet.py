@@ -23,8 +23,9 @@ side of that store on the same rack, threads and miss paths as the hash map (:mo
   request active on a thread (PD3 §8.2), which is why Redy's asynchrony cannot help it. Commands:
   ``GET``, ``SET k v [NX|XX]``, ``DEL k...``, ``PING``; anything else is a RESP error reply, and a
   malformed request gets ``-ERR Protocol error: ...`` with the thread serving on.
-* **Costs.** A request's own processing and its response, on a hit: :data:`HIT_NS` = 500 ns, PD3
-  Fig. 19's measured "process" + "respond" of Garnet (a published measurement, used as a cost).
+* **Costs.** A request's own processing and its response, on a hit: the profile's
+  ``software.garnet_hit_ns`` (500 ns, PD3 Fig. 19's measured "process" + "respond" of Garnet: a
+  published measurement, used as a cost).
   Its miss path, whatever the mode, and the reply's datagram are priced by the rack, as for the
   hash map. :class:`StageStats` keeps the Fig. 19 breakdown: hit, consume (CheckAndReturn's CPU),
   request + transfer (a miss's wait for its record).
@@ -47,8 +48,6 @@ from .parsers import resp_key
 #: Garnet's default mutable region: the newest 90 % of the in-memory log (``MutablePercent`` 90,
 #: FASTER's ``LogSettings.MutableFraction`` 0.9)
 MUTABLE_FRACTION = 0.9
-#: a hit's "process" + "respond" on a Garnet thread, PD3 §8.3 Fig. 19 (measured): 500 ns
-HIT_NS = 500
 
 OK = SimpleString("OK")
 
@@ -127,6 +126,7 @@ HIT, CONSUME, FETCH = 0, 1, 2
 
 def serve(app, t, dg):
     """One RESP request datagram on application thread ``t`` of ``app`` (a :class:`.system.HostApp`)."""
+    hit_ns = app.ctx.profile.software.garnet_hit_ns    # process + respond, PD3 Fig. 19 (measured)
     m = app.map
     m.n["packets"] += 1
     parser = RespParser(max_bulk=max(app.value_max, 4096))
@@ -140,14 +140,14 @@ def serve(app, t, dg):
                                     len(dg.data) - parser.pending)
     except RespProtocolError as e:
         m.n["malformed"] += 1
-        t.cpu(HIT_NS)
+        t.cpu(hit_ns)
         t.sock.send(dg.src_node, dg.src_port, resp_reply(RespError(f"ERR Protocol error: {e}")), thread=t.rt)
         return
     name, args = req
     m.n["requests"] += 1
     t.cpu(app.work_ns)                                 # the network layer's share (work_us), if any
     busy0 = t.busy_ns
-    t.cpu(HIT_NS)
+    t.cpu(hit_ns)
     evicted: list = []
     if name == "GET" and len(args) == 1:
         key = resp_key(args[0])

@@ -37,8 +37,9 @@ u8 | len u16 | value)``. The DPU's parser (:class:`PacketParser`) reads the same
 READ, INSERT/UPDATE -> WRITE, DELETE -> DELETE).
 
 Costs on an application thread: the datagram's receive and the reply's send (the UDP model), per
-request :data:`REQUEST_CYCLES` (decode, dispatch, encode) plus the cache probe, two lines of
-``cpu.local_read_ns_per_line`` (the slot and the LRU link), and whatever its miss path costs.
+request the profile's ``software.request_cycles`` (decode, dispatch, encode; an assumption) plus
+the cache probe, two lines of ``cpu.local_read_ns_per_line`` (the slot and the LRU link), and
+whatever its miss path costs.
 """
 
 from __future__ import annotations
@@ -59,9 +60,6 @@ _OP = struct.Struct("<BQH")
 _ST = struct.Struct("<BH")
 _REC = struct.Struct("<QII")            # a remote record's header: key, len, live
 REC_HEADER = _REC.size
-#: decode a request, dispatch it, encode its reply (ASSUMPTION: 60 cycles; the hash map's own
-#: work beside the probe, which is priced by lines)
-REQUEST_CYCLES = 60
 
 
 def key64(key: bytes) -> int:

@@ -217,7 +217,8 @@ class HostApp:
                          mode=self.mode, cpu=cpu)
         self.stages = Stages()
         self.work_ns = round(float(o.get("work_us", 0.0)) * 1000)
-        self.request_ns = round(hm.REQUEST_CYCLES / cpu.ghz) + self.work_ns
+        # decode, dispatch, encode: the hash map's own work beside the probe (priced by lines)
+        self.request_ns = round(ctx.profile.software.request_cycles / cpu.ghz) + self.work_ns
         self.mem = lay["mem"]
         rdma = NodeRdma(ctx.host, ctx.index)
         self.threads = [AppThread(self, rdma.thread(), i) for i in range(lay["threads"])]
@@ -578,11 +579,6 @@ def _req(op, rid, addr, size, key, data=b""):
 
 # --- the DPU: parser, Host View shards, Transfer Engine ----------------------------------------------------
 
-#: the parser core's work per packet: a DPDK RX burst's share, the mirror's mbuf, the flow check
-#: (ASSUMPTION: 200 cycles at the Arm clock, ~100 ns; PD3's parser is a DPDK program on one core)
-PARSE_PACKET_CYCLES = 200
-#: ... and per key parsed (ASSUMPTION: 20 cycles: read an op and a key, append them)
-PARSE_KEY_CYCLES = 20
 #: packets one RX poll of the parser takes at most: DPDK's customary burst (rte_eth_rx_burst with
 #: MAX_PKT_BURST 32 in its sample applications)
 RX_BURST = 32
@@ -602,6 +598,9 @@ class DpuSide:
         self.dpu = dpu
         self.prefetching = o["mode"] == "pd3"
         self.parse_cores = Cores(ctx.env, 1, dpu.ghz)
+        # the parser core's work (PD3's parser is a DPDK program on one Arm core): per packet (a DPDK
+        # RX burst's share, the mirror's mbuf, the flow check) and per key parsed; profile assumptions
+        self.parse_packet_cycles, self.parse_key_cycles = dpu.parse_packet_cycles, dpu.parse_key_cycles
         self.shard_cores = [Cores(ctx.env, 1, dpu.ghz) for _ in range(2)]
         self.host_view = HostView(lay["hv_buckets"], 2)
         # Table 1: keys the host reads from remote memory are added (the artifact's config leaves that
@@ -655,7 +654,7 @@ class DpuSide:
             # a DPDK RX burst: one poll for what the ring holds (up to RX_BURST packets)
             for dg in self.rx.poll_burst(RX_BURST):
                 keys_ops = self.parser.parse(dg.data)
-                self.parse_cores.charge(cyc(PARSE_PACKET_CYCLES + PARSE_KEY_CYCLES * len(keys_ops)))
+                self.parse_cores.charge(cyc(self.parse_packet_cycles + self.parse_key_cycles * len(keys_ops)))
                 if not keys_ops:
                     continue
                 # a packet's keys go to the shard of each; the packet's RX queue (its port, as the NIC
@@ -717,6 +716,7 @@ def memory_server(ctx):
     pd = PD(ctx.verbs())
     region = MR(pd, lay["records_bytes"], offset=lay["records"])
     srv = MemoryServer(ctx.env, ctx.cores, region=region, cpu_profile=ctx.profile.cpu,
+                       record_cycles=ctx.profile.software.server_record_cycles,
                        directory=KeyDirectory() if ctx.options["mode"] == "pd3" else None, parse=hm.record_key)
     w = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE
     for k, (req, staging, peer) in enumerate(lay["lanes"]):

@@ -45,7 +45,7 @@ fence closes that hole (the test that fails without it is in tests/test_pd3_syst
 
 Costs: the TE's and the parser's work is charged to their Arm cores with the ``[dpu]`` constants
 (``poll_ns``, ``post_ns``, ``record_ns``) as :mod:`nodes.services.dpu_forwarder`; the server's
-with ``cpu.rpc_handler_ns`` per batch and :data:`SERVER_RECORD_CYCLES` per record plus its copy at
+with ``cpu.rpc_handler_ns`` per batch and ``software.server_record_cycles`` per record plus its copy at
 :data:`COPY_GBPS`; host threads pay the rings' local loads and CAS (:mod:`shm.dmaring`).
 """
 
@@ -77,11 +77,6 @@ ST_OK, ST_MISSING, ST_BAD = 0, 1, 2
 NO_KEY = (1 << 64) - 1
 _REQ = struct.Struct("<BBHIQQQ")        # op, 0, id, size, addr, key, buf (32 B) + inline
 _RESP = struct.Struct("<BBHIQQ")        # op, status, id, size, seq, key (24 B) + inline
-#: the memory server's work per record besides the copy: find the record's header, bounds-check,
-#: look up or update the key map, write the response header. ASSUMPTION: 40 cycles of a batched,
-#: software-prefetched loop (PD3's server executes whole batches; its record lines are prefetched
-#: together, so their DRAM latency overlaps rather than adds).
-SERVER_RECORD_CYCLES = 40
 #: a single core's memcpy rate for record data (ASSUMPTION: 10 GB/s, a conservative figure for one
 #: Zen 4 core copying DRAM to DRAM; only pages make this matter)
 COPY_GBPS = 80.0
@@ -153,15 +148,21 @@ class ServerStats(NamedTuple):
 class MemoryServer(_Actor):
     """One core executing batches on ``region`` (a local MR over the records), one lane per TE or
     I/O thread. ``directory``: the key map (None: no prefetches served); ``parse(data) -> key`` the
-    application's parser over written data (the key of the record written, or None)."""
+    application's parser over written data (the key of the record written, or None).
+    ``record_cycles``: the work per record besides the copy -- find the record's header,
+    bounds-check, look up or update the key map, write the response header -- of a batched,
+    software-prefetched loop (PD3's server executes whole batches; its record lines are prefetched
+    together, so their DRAM latency overlaps rather than adds): the profile's
+    ``software.server_record_cycles``."""
 
-    def __init__(self, env, cores: Cores, *, region: MR, cpu_profile, directory=None, parse=None):
+    def __init__(self, env, cores: Cores, *, region: MR, cpu_profile, record_cycles: int, directory=None,
+                 parse=None):
         super().__init__(env, cores)
         self.region, self.cpu = region, cpu_profile
         self.directory, self.parse = directory, parse
         self.lanes: list[dict] = []
         self.batches = self.records = 0
-        self.record_ns = cores.cycles_ns(SERVER_RECORD_CYCLES)
+        self.record_ns = cores.cycles_ns(record_cycles)
 
     def add_lane(self, qp, cq, requests: MR, staging: MR, remote_resp: tuple[int, int], *, slots: int,
                  slot_bytes: int, max_batch: int) -> None:
