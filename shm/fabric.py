@@ -392,12 +392,6 @@ class Fabric:
         lay = self.layout.resources
         return [st for st in (lay.statistics(self.table, s.name) for s in lay.specs) if st.stale or st.overflows]
 
-    def check_calendars(self) -> None:
-        """Raise :class:`shm.calendar.CalendarAliased` if a calendar ring aliased so far."""
-        bad = self.calendar_errors()
-        if bad:
-            raise CalendarAliased(bad)
-
     def close(self, *, check: bool = True) -> None:
         """Unmap; the owner also unlinks every segment. Then, for the owner, with ``check``: raise
         :class:`shm.calendar.CalendarAliased` if a calendar aliased (the run's timing is wrong).

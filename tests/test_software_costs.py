@@ -88,13 +88,17 @@ def test_the_shipped_profiles_charge_a_search_flat_and_zero_selects_the_walk():
         assert walk.radix_search_ns(1000) == walk.radix_walk_ns(1000)
 
 
-@pytest.fixture(scope="module")
-def walk_profile(tmp_path_factory) -> str:
-    """cx5-100g with ``index_cache_search_ns = 0`` (searches priced by the cache's size), as a file."""
-    p = with_overrides(load_profile("cx5-100g"), {"software.index_cache_search_ns": 0, "name": "cx5-walk"})
-    path = tmp_path_factory.mktemp("profiles") / "cx5-walk.toml"
+def _walk_profile(tmp_path_factory, base: str, name: str) -> str:
+    """``base`` with ``index_cache_search_ns = 0`` (searches priced by the cache's size), as a file."""
+    p = with_overrides(load_profile(base), {"software.index_cache_search_ns": 0, "name": name})
+    path = tmp_path_factory.mktemp("profiles") / f"{name}.toml"
     path.write_text(dump_profile(p))
     return str(path)
+
+
+@pytest.fixture(scope="module")
+def walk_profile(tmp_path_factory) -> str:
+    return _walk_profile(tmp_path_factory, "cx5-100g", "cx5-walk")
 
 
 def _descent_ns(cached_nodes: int, profile: str) -> tuple[int, int]:
@@ -167,10 +171,7 @@ def test_coroutine_switches_are_charged_when_a_thread_runs_several():
 
 @pytest.fixture(scope="module")
 def cx6_walk_profile(tmp_path_factory) -> str:
-    p = with_overrides(load_profile("cx6-200g"), {"software.index_cache_search_ns": 0, "name": "cx6-walk"})
-    path = tmp_path_factory.mktemp("profiles") / "cx6-walk.toml"
-    path.write_text(dump_profile(p))
-    return str(path)
+    return _walk_profile(tmp_path_factory, "cx6-200g", "cx6-walk")
 
 
 def _gets_per_us(profile: str, cached_pages: int, coroutines: int) -> float:

@@ -39,11 +39,11 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
-from cluster.experiments.rows import FORMAT, WITHIN, Row, direction, dump_json, load_result, verdict
+from cluster.experiments.compare import key_of
+from cluster.experiments.rows import FORMAT, KEYS, WITHIN, Row, direction, dump_json, load_result, verdict
 
 FACTORS = (0.5, 2.0)
 MOVED_PCT = 1.0           # a row "moves" when it changes by more than this (per cent) at a factor
-ROW_KEY = ("experiment", "series", "x", "metric")
 
 
 @dataclass(frozen=True)
@@ -139,10 +139,6 @@ def variants(profiles: tuple[str, ...], *, knobs: list[str] | None = None,
     return out, notes
 
 
-def _row_key(r: dict) -> tuple:
-    return tuple(str(r.get(k)) for k in ROW_KEY)
-
-
 def _change_pct(a, b) -> float | None:
     if a is None or b is None or not (math.isfinite(a) and math.isfinite(b)):
         return None
@@ -161,11 +157,11 @@ def table(base_rows: list[dict], runs: list[tuple[Variant, list[dict] | None, st
         if rows is None:
             out.append({**head, "row": None, "error": error})
             continue
-        at = {_row_key(r): r for r in rows}
+        at = {key_of(r): r for r in rows}           # rows are matched as dmrack compare matches them
         for r in published:
-            got = at.get(_row_key(r))
+            got = at.get(key_of(r))
             emu = got.get("emulated") if got else None
-            out.append({**head, "row": " | ".join(str(r[k]) for k in ROW_KEY), "published": r["published"],
+            out.append({**head, "row": " | ".join(str(r[k]) for k in KEYS[:4]), "published": r["published"],
                         "at_1x": r.get("emulated"), "at_factor": emu,
                         "change_pct": _rounded(_change_pct(r.get("emulated"), emu)),
                         "verdict_1x": verdict(r), "verdict_factor": verdict(got) if got else None,

@@ -385,6 +385,14 @@ class FlexKVClient(RaceClient):
             self.deletes += 1
         self.thread.cpu(self._write_ns + self.hash_ns(len(key)))
 
+    def _overwritten(self, key: bytes, new: int) -> None:
+        """An UPDATE that lost to a concurrent write of its key ends as done, overwritten by it (last
+        writer wins, ``overwrite_on_conflict``): counted, its unpublished pair freed, the key's
+        cached entry dropped (the winner's pair is elsewhere)."""
+        self.overwritten += 1
+        self.release_block(new)
+        self.st.cache.discard(key)
+
     def _proxied_write(self, co, op, key, value, h, p, owner, unc):
         env = self.env
         self.count_write(op, key)
@@ -445,9 +453,7 @@ class FlexKVClient(RaceClient):
                 # a write of the key was under way at the proxy and committed after this request
                 # arrived: this UPDATE is linearized just before it, overwritten (last writer wins,
                 # as a failed slot CAS of an UPDATE in FUSEE and Aceso; proxy.handle_write)
-                self.overwritten += 1
-                self.release_block(new)
-                cache.discard(key)
+                self._overwritten(key, new)
                 return True
             if status in (EXISTS, ABSENT, NOT_OWNER):
                 if new:
@@ -603,8 +609,6 @@ class FlexKVClient(RaceClient):
                 # FUSEE src/client.cc, Aceso src/Client.cc _modify_primary_idx), the one-sided path
                 # FlexKV follows (§4.5 "identical protocols to [25, 62]"). Retrying instead made a
                 # hot key's updates a CAS storm (YCSB A: 8.8 failed CASes per update, p99 2.6 ms).
-                self.overwritten += 1
-                self.release_block(new)
-                self.st.cache.discard(key)
+                self._overwritten(key, new)
                 return True
         raise SystemError_(f"FlexKV: update of key {key[:32]!r} gave up after {RETRY_LIMIT} failed CASes")

@@ -82,10 +82,6 @@ class RadixCache:
         """``(prefix, depth)`` of every entry, least recently used first."""
         return list(self._entries)
 
-    def __len__(self) -> int:
-        """Cached node images (what a walk of the C++ cache's radix tree is as deep as)."""
-        return len(self._entries)
-
     def lookup(self, key: bytes, max_depth: int = MAX_DEPTH):
         """The image of the deepest cached node whose prefix ``key`` starts with (refreshed as
         most recently used), or None."""

@@ -35,14 +35,13 @@ from nodes.systems.lib.cpu_costs import SoftwareCosts
 from nodes.systems.lib.hocl import FIELD_MASK, HoclClient, LocalLocks
 from nodes.systems.lib.local_lock import LocalLockTable
 from nodes.systems.lib.radix_cache import ENTRY_OVERHEAD
-from nodes.systems.lib.record import lines_consistent
 from nodes.systems.lib.reclaim import Reclaimer
 from shm.fabric import OFFSET_BITS, REGION_BITS, REGION_DEVICE, gaddr, gaddr_node, gaddr_offset
 
 from .cache import IndexCache, IndexNode, shared
 from .layout import (
-    INTERNAL_KEYS, LEAF_SLOTS, LINE, LINES, MAX_VALUE, NODE_BYTES, NODE_UNITS, OUT_OF_LINE, Header, KeySizeError,
-    PackedLeaf,
+    INTERNAL_KEYS, LEAF_SLOTS, LINE, MAX_VALUE, NODE_BYTES, NODE_UNITS, OUT_OF_LINE, Header, KeySizeError,
+    PerLineLeaf,
     ValueTooLarge, as_int64, block_image, block_units, internal_entries, internal_image, key_int, leaf_format,
     leaf_image, node_is_leaf, pack_root, unpack_root,
 )
@@ -180,10 +179,9 @@ class ShermanClient(HoclClient, KVClient):
             h = co.read(addr, NODE_BYTES)
             yield co.sync()
             self.thread.cpu(self._node_ns)
-            if self.leaf is PackedLeaf and node_is_leaf(self._buf, h._off):
-                if PackedLeaf.consistent(self._buf, self._b64, h._off):
-                    return h._off
-            elif lines_consistent(self._b64, h._off >> 3, LINES):
+            # a leaf is checked by its format's versions; internal nodes are per-line in both
+            fmt = self.leaf if node_is_leaf(self._buf, h._off) else PerLineLeaf
+            if fmt.consistent(self._buf, self._b64, h._off):
                 return h._off
             self.torn_reads += 1
         raise SystemError_(f"Sherman: node {addr:#x} stayed torn for {RETRY_LIMIT} READs")
