@@ -27,6 +27,12 @@ creating the first segment makes SIGTERM raise ``SystemExit`` (exit status
 run, as after Ctrl-C (``kill`` of a ``dmrack reproduce`` or of a script driving
 a co-located rack leaves nothing behind). A process killed with SIGKILL runs no
 handler at all; its segments are reclaimed later by ``reclaim_stale``.
+
+A helper process that its parent may end at any moment, blocked on a lock the parent holds (a
+worker of a ``multiprocessing`` pool, whose ``terminate()`` sends SIGTERM and then joins), must not
+unwind: unwinding runs ``multiprocessing``'s exit path, which joins and locks. Such a process calls
+:func:`exit_promptly_on_sigterm`: SIGTERM then unlinks the segments it created and ends it at once
+(``os._exit``, status 143), and creating segments later does not put the unwinding handler back.
 """
 
 from __future__ import annotations
@@ -53,6 +59,8 @@ __all__ = [
     "list_segments",
     "reclaim_stale",
     "unlink_all",
+    "unlink_owned",
+    "exit_promptly_on_sigterm",
     "SHM_DIR",
     "ROOT_PREFIX",
 ]
@@ -128,13 +136,33 @@ def _on_sigterm(signum, frame):
     raise SystemExit(128 + signum)
 
 
+def exit_promptly_on_sigterm() -> None:
+    """From now on SIGTERM unlinks this process's segments and ends it at once (module docstring)."""
+    signal.signal(signal.SIGTERM, _unlink_and_exit)
+
+
+def _unlink_and_exit(signum, frame):
+    # No lock: the handler runs on the main thread between two bytecodes, perhaps while that
+    # thread holds _owned_lock; the copy of the registry is one C call under the GIL.
+    try:
+        names = [n for n, pid in list(_owned.items()) if pid == os.getpid()]
+    except RuntimeError:                 # another thread resized the registry mid-copy
+        names = []
+    for n in names:
+        try:
+            posix_ipc.unlink_shared_memory(n)
+        except posix_ipc.ExistentialError:
+            pass
+    os._exit(128 + signum)
+
+
 def _unregister(name: str) -> None:
     with _owned_lock:
         _owned.pop(name, None)
 
 
-def _atexit_cleanup() -> list[str]:
-    """Unlink every segment this very process created and has not unlinked."""
+def unlink_owned() -> list[str]:
+    """Unlink every segment this very process created and has not unlinked (run at exit)."""
     me = os.getpid()
     removed = []
     with _owned_lock:
@@ -150,7 +178,7 @@ def _atexit_cleanup() -> list[str]:
     return removed
 
 
-atexit.register(_atexit_cleanup)
+atexit.register(unlink_owned)
 
 
 class SegmentStats(NamedTuple):

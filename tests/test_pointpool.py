@@ -20,6 +20,19 @@ def _fails_on_three(x):
     return x
 
 
+def _segment_then_wait(x, prefix):
+    """Point 0 creates a segment and waits; point 1 fails once it exists: the pool is terminated
+    while point 0's worker owns a segment (and so would have SIGTERM's unwinding handler)."""
+    import time
+    from shm.segment import Segment, list_segments
+    if x == 0:
+        Segment.create("held", 4096, prefix=prefix)
+        time.sleep(600)
+    while not list_segments(prefix):
+        time.sleep(0.01)
+    raise ValueError("point 1 fails")
+
+
 def _children():
     return psutil.Process().children(recursive=True)
 
@@ -48,6 +61,19 @@ def test_a_failing_point_raises_in_the_caller_and_leaves_no_worker():
     with pytest.raises(ValueError, match="point 3 is bad"):
         map_points(_fails_on_three, [(x,) for x in range(5)], jobs=2)
     assert not _children()
+
+
+def test_a_terminated_worker_unlinks_its_segments_and_never_blocks_the_pool():
+    from shm.segment import Segment, list_segments, new_prefix
+    mine = Segment.create("parent", 4096, prefix=new_prefix())   # the parent's handler is the unwinding one
+    prefix = new_prefix()
+    try:
+        with pytest.raises(ValueError, match="point 1 fails"):
+            map_points(_segment_then_wait, [(0, prefix), (1, prefix)], jobs=2)
+        assert not _children()
+        assert list_segments(prefix) == []        # point 0's worker unlinked its segment on SIGTERM
+    finally:
+        mine.unlink()
 
 
 def test_jobs_must_be_positive():

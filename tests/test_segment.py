@@ -203,10 +203,10 @@ def test_share_across_processes(prefix):
 def _child_closes_inherited(seg: Segment, prefix: str) -> None:
     # Inherited through fork: this process is not the owner pid.
     seg.close()
-    segmod._atexit_cleanup()  # what a normal interpreter exit would run
+    segmod.unlink_owned()  # what a normal interpreter exit would run
     # A segment the child creates itself is its own to clean up.
     Segment.create("childs", 4096, prefix=prefix)
-    removed = segmod._atexit_cleanup()
+    removed = segmod.unlink_owned()
     os._exit(0 if removed == [f"/{prefix}.childs"] else 3)
 
 
