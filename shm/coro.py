@@ -188,6 +188,13 @@ class NodeRdma:
         return _make_qp(thread._ctx, dst)
 
 
+
+def resume_switch_ns(profile) -> int:
+    """CPU ns a thread running several coroutines pays to resume one after its batch completed:
+    two context switches (to the coroutine that polls the CQ and back), ``software.coro_switch_cycles``
+    each at ``cpu.ghz``."""
+    return int(2 * profile.software.coro_switch_cycles / profile.cpu.ghz)
+
 def _make_qp(ctx: Context, dst: int) -> QP:
     pd = PD(ctx)
     cq = CQ(ctx)
@@ -707,7 +714,7 @@ class Coroutine:
             profile = thr.fabric.profile
             cost = profile.cpu.poll_ns
             if thr._coros > 1:
-                cost += int(2 * profile.software.coro_switch_cycles / profile.cpu.ghz)
+                cost += resume_switch_ns(profile)
             wake = self.env.now
             if wake < thr.cpu_free:
                 wake = thr.cpu_free

@@ -86,7 +86,7 @@ the Head line and the Tail line once per call, each line of headers scanned (two
 small items share one), each line of data copied -- and ``local_cas_ns`` per CAS. A hit costs one
 CAS. The scan reads the zone forward, line after line, which a core's stream prefetcher runs ahead
 of: the first line of the scan costs a line's latency, every further line ``64 B`` at
-:data:`SCAN_GBPS` (the stream's bandwidth), so a scan of n lines costs 2 + 1 lines of latency +
+``software.core_stream_gbps`` (the stream's bandwidth, an assumption), so a scan of n lines costs 2 + 1 lines of latency +
 (n - 1) line transfers (:func:`scan_ns` has the constants: the profile's ``[coherence]`` when it
 has one, else the flat ``[cpu]`` ones). The device's costs are its DMAs.
 
@@ -128,11 +128,12 @@ CLEAN_WINDOW = 4096
 
 _LINE = 64
 _U64 = (1 << 64) - 1
-#: one core reading a region forward with its hardware stream prefetcher: ASSUMPTION 10 GB/s
-#: (80 Gbit/s), conservative for a Zen 4 core, whose single-core DRAM read bandwidth is measured at
-#: several times that (Chips and Cheese); lines the DPU just wrote may also sit in the L3
-SCAN_GBPS = 80.0
-_SCAN_LINE_NS = _LINE * 8 / SCAN_GBPS
+
+
+def _stream_line_ns(profile) -> float:
+    """One further line of a forward read streamed behind the first (profile
+    ``software.core_stream_gbps``: one core with its stream prefetcher running ahead)."""
+    return _LINE * 8 / profile.software.core_stream_gbps
 
 
 def _state(pos: int, st: int) -> int:
@@ -165,7 +166,7 @@ def scan_ns(profile, lines: int, cas_ops: int, *, cached: int = 0, fresh: int = 
     rewritten by the device since it last looked. With the profile's ``[coherence]`` (the host CPU
     known) a line the device wrote comes from the L3 the write was injected into (``dma_line_ns``)
     -- fresh Head or Tail, and the scan's first new line; the further new lines stream behind it
-    (:data:`SCAN_GBPS`); a CAS hits the line the scan just brought in (``l1_ns + atomic_ns``).
+    (``software.core_stream_gbps``); a CAS hits the line the scan just brought in (``l1_ns + atomic_ns``).
     Without ``[coherence]``, ``cpu.local_read_ns_per_line`` per line whatever its state and
     ``cpu.local_cas_ns`` per CAS (the flat costs of :mod:`shm.dmaring`)."""
     c = getattr(profile, "coherence", None)
@@ -175,14 +176,14 @@ def scan_ns(profile, lines: int, cas_ops: int, *, cached: int = 0, fresh: int = 
     else:
         latency = hit = profile.cpu.local_read_ns_per_line
         cas_ns = profile.cpu.local_cas_ns
-    ns = (fresh * latency + (2 - fresh) * hit + min(1, lines) * latency + max(0, lines - 1) * _SCAN_LINE_NS
+    ns = (fresh * latency + (2 - fresh) * hit + min(1, lines) * latency + max(0, lines - 1) * _stream_line_ns(profile)
           + cached * hit + cas_ops * cas_ns)
     return round(ns)
 
 
 def copy_ns(profile, nbytes: int, *, first: str = "dma") -> int:
     """A host thread's cost of reading ``nbytes`` in a row (to copy them): the first line's latency,
-    then the rest streamed behind it at :data:`SCAN_GBPS`, as in a scan. ``first`` says where that
+    then the rest streamed behind it at ``software.core_stream_gbps``, as in a scan. ``first`` says where that
     line is: ``dma`` (the device just wrote it: an L3, ``dma_line_ns``), ``memory`` (a cache slot
     in DRAM) or ``cached`` (this core just read it: ``l1_ns``). Without ``[coherence]``, the flat
     ``cpu.local_read_ns_per_line`` per line. Every miss path pays it for the record it brought in,
@@ -195,7 +196,7 @@ def copy_ns(profile, nbytes: int, *, first: str = "dma") -> int:
     if c is None:
         return lines * profile.cpu.local_read_ns_per_line
     lat = {"dma": c.dma_line_ns, "memory": c.memory_ns, "cached": c.l1_ns}[first]
-    return round(lat + (lines - 1) * _SCAN_LINE_NS)
+    return round(lat + (lines - 1) * _stream_line_ns(profile))
 
 
 class ZoneStats(NamedTuple):

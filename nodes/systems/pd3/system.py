@@ -717,6 +717,7 @@ def memory_server(ctx):
     region = MR(pd, lay["records_bytes"], offset=lay["records"])
     srv = MemoryServer(ctx.env, ctx.cores, region=region, cpu_profile=ctx.profile.cpu,
                        record_cycles=ctx.profile.software.server_record_cycles,
+                       copy_gbps=ctx.profile.software.core_stream_gbps,
                        directory=KeyDirectory() if ctx.options["mode"] == "pd3" else None, parse=hm.record_key)
     w = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE
     for k, (req, staging, peer) in enumerate(lay["lanes"]):

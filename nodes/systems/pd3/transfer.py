@@ -46,7 +46,7 @@ fence closes that hole (the test that fails without it is in tests/test_pd3_syst
 Costs: the TE's and the parser's work is charged to their Arm cores with the ``[dpu]`` constants
 (``poll_ns``, ``post_ns``, ``record_ns``) as :mod:`nodes.services.dpu_forwarder`; the server's
 with ``cpu.rpc_handler_ns`` per batch and ``software.server_record_cycles`` per record plus its copy at
-:data:`COPY_GBPS`; host threads pay the rings' local loads and CAS (:mod:`shm.dmaring`).
+``software.core_stream_gbps`` (an assumption; only pages make it matter); host threads pay the rings' local loads and CAS (:mod:`shm.dmaring`).
 """
 
 from __future__ import annotations
@@ -77,9 +77,6 @@ ST_OK, ST_MISSING, ST_BAD = 0, 1, 2
 NO_KEY = (1 << 64) - 1
 _REQ = struct.Struct("<BBHIQQQ")        # op, 0, id, size, addr, key, buf (32 B) + inline
 _RESP = struct.Struct("<BBHIQQ")        # op, status, id, size, seq, key (24 B) + inline
-#: a single core's memcpy rate for record data (ASSUMPTION: 10 GB/s, a conservative figure for one
-#: Zen 4 core copying DRAM to DRAM; only pages make this matter)
-COPY_GBPS = 80.0
 #: after the rack's plan is over, a busy-polling Transfer Engine (a rack of processes) stops once
 #: the host has sent nothing for this long: requests of clients still waiting get served first
 STOP_GRACE_NS = 2_000_000
@@ -153,16 +150,18 @@ class MemoryServer(_Actor):
     bounds-check, look up or update the key map, write the response header -- of a batched,
     software-prefetched loop (PD3's server executes whole batches; its record lines are prefetched
     together, so their DRAM latency overlaps rather than adds): the profile's
-    ``software.server_record_cycles``."""
+    ``software.server_record_cycles``. ``copy_gbps``: its core's copy rate for record data (the
+    profile's ``software.core_stream_gbps``)."""
 
-    def __init__(self, env, cores: Cores, *, region: MR, cpu_profile, record_cycles: int, directory=None,
-                 parse=None):
+    def __init__(self, env, cores: Cores, *, region: MR, cpu_profile, record_cycles: int, copy_gbps: float,
+                 directory=None, parse=None):
         super().__init__(env, cores)
         self.region, self.cpu = region, cpu_profile
         self.directory, self.parse = directory, parse
         self.lanes: list[dict] = []
         self.batches = self.records = 0
         self.record_ns = cores.cycles_ns(record_cycles)
+        self.copy_gbps = copy_gbps
 
     def add_lane(self, qp, cq, requests: MR, staging: MR, remote_resp: tuple[int, int], *, slots: int,
                  slot_bytes: int, max_batch: int) -> None:
@@ -266,7 +265,7 @@ class MemoryServer(_Actor):
                     continue
                 out[data_out:data_out + size_out] = np.frombuffer(data, np.uint8)
                 data_out += -(-size_out // 8) * 8
-        ns += int(copied / COPY_GBPS * 8)
+        ns += int(copied / self.copy_gbps * 8)
         return ns, data_out - base
 
 
