@@ -72,11 +72,22 @@ def fmt_vtime(ns: float | None) -> str:
     return f"{ns:.0f} ns"
 
 
-def fmt_speed(vns_per_s: float | None) -> str:
-    """Emulation speed: virtual time per real second, as a ratio and as a rate ("0.012x (12.000 ms/s)")."""
-    if vns_per_s is None:
+def fmt_speed(vns_per_s: float | None, *, words: bool = False, than: str = "") -> str:
+    """Emulation speed, rack time per real second and how much slower (or faster) than the modelled
+    hardware that is: "12.000 ms/s (83x slower)"; ``words``: the sentence the dashboard's header
+    gives a newcomer, "12.000 ms of rack time per real second: the rack runs 83x slower than the
+    hardware it models"; ``than`` ends the short form's parenthesis ("83x slower than the hardware")."""
+    if vns_per_s is None or not vns_per_s > 0:
         return "–"
-    return f"{vns_per_s / 1e9:.3g}x ({fmt_vtime(vns_per_s)}/s)"
+    slower = 1e9 / vns_per_s
+    if slower >= 1:
+        ratio, how = f"{slower:,.0f}x" if slower >= 10 else f"{slower:.2g}x", "slower"
+    else:
+        ratio, how = f"{1 / slower:.2g}x", "faster"
+    if words:
+        return (f"{fmt_vtime(vns_per_s)} of rack time per real second: the rack runs {ratio} {how} "
+                f"than the hardware it models")
+    return f"{fmt_vtime(vns_per_s)}/s ({ratio} {how}{than})"
 
 
 def fmt_rate(x: float | None) -> str:
@@ -382,8 +393,9 @@ def _status_lines(view: RackView) -> list[Text]:
     return [
         _pairs([("phase", view.phase or "–"), ("vtime", fmt_vtime(view.vnow_ns)),
                 ("real", f"{view.elapsed_s:.1f} s"), ("ops", f"{view.ops:,}")]),
-        _pairs([("rack", f"{_fmt(mops, '.3f')} Mops/s"), ("p99", f"{_fmt(view.p99_us, '.2f')} µs"),
-                ("speed", fmt_speed(view.speed)), ("verbs/s", fmt_rate(view.verbs_per_s))]),
+        _pairs([("rack", f"{_fmt(mops, '.3f')} Mops/s"), ("p50", f"{_fmt(view.p50_us, '.2f')} µs"),
+                ("p99", f"{_fmt(view.p99_us, '.2f')} µs"), ("verbs/s", fmt_rate(view.verbs_per_s))]),
+        _pairs([("speed", fmt_speed(view.speed, words=True))]),
     ]
 
 
@@ -469,7 +481,7 @@ def plain_line(view: RackView) -> str:
     """One line per interval for logs and non-terminals."""
     mops = None if view.total_kops is None else view.total_kops / 1e3
     return (f"[{view.phase or '-'}] vtime {fmt_vtime(view.vnow_ns)} | {_fmt(mops, '.3f')} Mops/s | "
-            f"p99 {_fmt(view.p99_us, '.2f')} us | speed {fmt_speed(view.speed)} | "
+            f"p50/p99 {_fmt(view.p50_us, '.2f')}/{_fmt(view.p99_us, '.2f')} us | speed {fmt_speed(view.speed)} | "
             f"verbs/s {fmt_rate(view.verbs_per_s)} | ops {view.ops}")
 
 

@@ -392,7 +392,8 @@ class Results:
         if self.real_s is not None:
             parts.append(f"in {self.real_s:.2f} s real")
         if speed is not None:
-            parts.append(f"emulation speed {speed / 1e9:.3g}x ({speed / 1e3:,.1f} µs/s)")
+            from cluster.dashboard import fmt_speed       # one wording for the dashboard and the summary
+            parts.append(f"emulation speed {fmt_speed(speed, than=' than the hardware')}")
         parts.append(f"{self.verbs:,} verbs" + (f" ({self.verbs_per_s:,.0f}/s)" if self.verbs_per_s else ""))
         if "wall_s" in m:
             parts.append(f"wall {m['wall_s']} s")

@@ -5,12 +5,16 @@ Order of work, and why:
 1. reclaim what killed racks left in /dev/shm (as ``dmrack clean`` does);
 2. compile the scenario and create every shared segment (``cluster.rack.RackState``), then warm up
    the jitted code on a throwaway co-located rack, so the forked nodes inherit machine code
-   instead of each compiling it;
+   instead of each compiling it. On a machine's first run numba compiles every kernel here (tens
+   of seconds; later runs load them from its cache in a few), so this step says what it is doing
+   and how long it has taken, with a spinner on a terminal and a line every ``WARM_TICK_S``
+   elsewhere; ``dmrack warm`` does it ahead of time;
 3. fork the nodes (memory nodes first, then compute nodes, then the manager, which starts the
    scenario); each asks the kernel to kill it if the supervisor dies;
 4. watch: every tick it reads the stats plane (dashboard), checks each child's exit status and
-   heartbeat, and turns Ctrl-C, SIGTERM, ``--duration`` or the end of the scenario into the rack's
-   stop flag. A node that dies unexpectedly is reported with its name and how it died (exit
+   heartbeat, and turns Ctrl-C, SIGTERM, ``--duration`` (counted from the moment the nodes
+   start, not from the command: a first run's compile does not eat the run) or the end of the
+   scenario into the rack's stop flag. A node that dies unexpectedly is reported with its name and how it died (exit
    status, signal, or the exception it wrote); the rack then stops, or carries on when the spec
    says ``on_node_death = "continue"``. A heartbeat older than ``HEARTBEAT_TIMEOUT_S`` is a hang;
    every process gone before the scenario finished (``F_DONE``) stops the rack with status 1.
@@ -47,6 +51,12 @@ from shm import failpoints
 from shm.segment import reclaim_stale
 
 TICK_S = 0.1
+PLAIN_INTERVAL_S = 1.0              # --no-dashboard: a progress line this often
+WARM_TICK_S = 10.0                  # a progress line this often while the kernels compile (no terminal)
+WARM_SAY_S = 5.0                    # a warm-up longer than this was a compile: say so when it ends
+WARMING = ("preparing the fabric's kernels: numba compiles them on a machine's first run (10-40 s, "
+           "once; `dmrack warm` does it ahead of time) and loads them from its cache after that (a few "
+           "seconds)")
 HEARTBEAT_TIMEOUT_S = 30.0
 JOIN_S = 5.0
 EXIT_NODE_FAILED = 1
@@ -109,6 +119,7 @@ class Supervisor:
         self.results = None
         self.aliased = False                # a fabric calendar aliased (EXIT_ALIASED)
         self._t0 = time.monotonic()
+        self._t_run: float | None = None    # when the nodes were started (what --duration counts from)
         self._signal = None
         self._tracebacks: dict[str, str] = {}
         self._fatal_status = EXIT_NODE_FAILED
@@ -146,7 +157,7 @@ class Supervisor:
                      f"{len(self.compiled.nodes)} nodes, system {self.compiled.system.name}")
             self.state = RackState.create(self.compiled, processes=True, history=self.history_capacity)
             try:
-                warm_up(self.compiled)
+                self._warm_up()
             except SystemError_ as e:
                 # The warm-up rack runs the same system in the same memory: it gave up before any node did.
                 self.stop_reason = f"warm-up: the system gave up: {e.one_line()}"
@@ -157,6 +168,7 @@ class Supervisor:
                 self.say(f"dmrack: {self.stop_reason}")
                 return 0
             self._spawn(run_dir)
+            self._t_run = time.monotonic()
             view = self._open_view()
             status = self._watch(view, run_dir)
         finally:
@@ -186,6 +198,36 @@ class Supervisor:
 
     def _on_signal(self, signum, frame) -> None:
         self._signal = signal.Signals(signum).name
+
+    def _warm_up(self) -> None:
+        """:func:`warm_up`, saying what it does while it takes long (the module docstring, step 2)."""
+        t0 = time.monotonic()
+        live = not self.quiet and self.dashboard_mode is not False and self.console.is_terminal
+        if live:
+            with self.console.status(f"dmrack: {WARMING}") as status:
+                done = threading.Event()
+                ticker = threading.Thread(target=_tick, daemon=True, args=(done, 1.0, lambda dt: status.update(
+                    f"dmrack: {WARMING} [{dt:.0f} s]")))
+                ticker.start()
+                try:
+                    warm_up(self.compiled)
+                finally:
+                    done.set()
+                    ticker.join()
+        else:
+            self.say(f"dmrack: {WARMING}")
+            done = threading.Event()
+            ticker = threading.Thread(target=_tick, daemon=True, args=(done, WARM_TICK_S, lambda dt: self.say(
+                f"dmrack: still preparing the kernels ({dt:.0f} s)")))
+            ticker.start()
+            try:
+                warm_up(self.compiled)
+            finally:
+                done.set()
+                ticker.join()
+        took = time.monotonic() - t0
+        if took >= WARM_SAY_S:
+            self.say(f"dmrack: kernels ready after {took:.0f} s (compiled and cached: later runs start in seconds)")
 
     # -- spawning ----------------------------------------------------------------------------------
     def _spawn(self, run_dir: str) -> None:
@@ -254,12 +296,17 @@ class Supervisor:
 
     # -- watching ----------------------------------------------------------------------------------
     def _open_view(self):
-        if self.dashboard_mode is False or self.quiet:
+        if self.quiet:
             return _Silent(self.say)
-        from cluster.dashboard import Dashboard
+        from cluster.dashboard import Dashboard, PlainReporter
         c = self.compiled
         info = {"rack": c.spec.name, "system": c.system.name, "profile": c.spec.profile_name,
                 "workload": c.describe_workloads()}
+        if self.dashboard_mode is False:
+            # --no-dashboard: one plain progress line per interval (and events as they arrive)
+            view = PlainReporter(info, self.state.plane, console=self.console, interval_s=PLAIN_INTERVAL_S)
+            view.start()
+            return view
         view = Dashboard(info, self.state.plane, live=None if self.dashboard_mode is None else True,
                          console=self.console)
         view.start()
@@ -281,7 +328,7 @@ class Supervisor:
             if self._signal:
                 self._stop(f"stopped by {self._signal}", view)
                 return 0
-            if self.duration_s is not None and time.monotonic() - self._t0 >= self.duration_s:
+            if self.duration_s is not None and time.monotonic() - self._t_run >= self.duration_s:
                 self._stop(f"stopped after {self.duration_s:g} s (--duration)", view)
                 return 0
             # every process gone (read before F_DONE: a manager that set it has set it by its exit)
@@ -485,6 +532,13 @@ def _exit_failpoints(node: str) -> list[str]:
     except ValueError:
         return []
     return [name for only, name, action, _ in armed if action == "exit" and only in (None, node)]
+
+
+def _tick(done: threading.Event, every_s: float, show) -> None:
+    """Call ``show(seconds since start)`` every ``every_s`` until ``done`` is set."""
+    t0 = time.monotonic()
+    while not done.wait(every_s):
+        show(time.monotonic() - t0)
 
 
 def warm_up(compiled) -> None:

@@ -67,7 +67,10 @@ def test_sparkline():
 def test_formatting():
     assert fmt_vtime(1_234_567) == "1.235 ms" and fmt_vtime(12) == "12 ns" and fmt_vtime(None) == "–"
     assert fmt_vtime(2.5e9) == "2.500 s"
-    assert fmt_speed(12e6) == "0.012x (12.000 ms/s)" and fmt_speed(None) == "–"
+    assert fmt_speed(12e6) == "12.000 ms/s (83x slower)" and fmt_speed(None) == "–"
+    assert fmt_speed(1.5e6, words=True) == ("1.500 ms of rack time per real second: the rack runs 667x slower "
+                                            "than the hardware it models")
+    assert fmt_speed(4e8) == "400.000 ms/s (2.5x slower)" and fmt_speed(2e9) == "2.000 s/s (2x faster)"
     assert fmt_rate(1.5e6) == "1.50 M" and fmt_rate(None) == "–"
 
 
@@ -125,14 +128,15 @@ def test_render_live_layout_once():
     out = buf.getvalue()
     for s in ("rack-7", "sherman", "cx6-200g", "ycsb-a zipf 0.99", "run A", "cn0", "mn0", "memory",
               "kops/s", "p99 µs", "NIC %", "CPU %", "RSS MiB", "25000.0", "42", "boom", "Mops/s",
-              "2e-05x (20.000 µs/s)", "4.00 k", "█"):
+              "20.000 µs of rack time per real second: the rack runs 50,000x slower", "4.00 k", "█"):
         assert s in out, s
 
 
 def test_plain_line():
     line = plain_line(_two_views())
-    assert line.startswith("[run A] vtime 30.000 µs | 25.000 Mops/s | p99 2.00 us")
-    assert "speed 2e-05x (20.000 µs/s)" in line and "verbs/s 4.00 k" in line
+    assert line.startswith("[run A] vtime 30.000 µs | 25.000 Mops/s | p50/p99 ")
+    assert "/2.00 us" in line
+    assert "speed 20.000 µs/s (50,000x slower)" in line and "verbs/s 4.00 k" in line
 
 
 class Clock:
