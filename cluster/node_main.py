@@ -183,7 +183,7 @@ def _sync_env(state, address: int):
     from nodes.runtime.env import Environment
     from nodes.runtime.sync import ClockSync
     spec = state.compiled.spec
-    sync = ClockSync(state.clock, address, spec.profile.sync.window_ns)
+    sync = ClockSync(state.clock, address, spec.profile.sync.window_ns, spec.profile.sync.spin_us)
     # A rack that carries on after a node death: a node whose run raises leaves the clock (the
     # others go on without it) instead of stopping every node. The manager's failure still stops
     # it, and so does the system giving up (SystemError_), which stops the rack whatever

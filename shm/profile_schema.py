@@ -32,6 +32,9 @@ def knob(unit: str, doc: str, *, min=None, max=None):
 @dataclass(frozen=True)
 class SyncProfile:
     window_ns: int = knob("ns", "lax-synchronisation window W between processes", min=1, max=1_000_000)
+    spin_us: float = knob("µs", "real time a node process blocked by another's clock keeps checking (yielding "
+                          "its core between checks) before it sleeps; emulation speed only, never the modelled "
+                          "numbers", min=0, max=1_000_000)
 
 
 @dataclass(frozen=True)

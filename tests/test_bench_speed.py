@@ -39,3 +39,21 @@ def test_ycsb_rows_measure_a_whole_run():
 @pytest.mark.parametrize("system", ["race", "sherman"])
 def test_bulk_load_rate_is_measured(system):
     assert bs.bulk_load_rate(system, 2_000) > 0
+
+
+def test_rack_rows_compare_processes_with_colocated(monkeypatch):
+    calls = []
+
+    def fake(colocated, overrides=None, run_ms=None):
+        calls.append((colocated, overrides, run_ms))
+        return 800.0 if colocated else (400.0 if overrides else 1000.0)
+    monkeypatch.setattr(bs, "minimal_rack", fake)
+    by = {r.series: r for r in bs.rack_rows(True, lambda msg: None)}
+    assert by["minimal rack processes / co-located"].emulated == 1.25
+    assert by["minimal rack as processes"].published == 800 and by["minimal rack as processes, no spin"].emulated == 400
+    assert (False, {"profile_overrides.sync.spin_us": 0}, 10) in calls
+
+
+@pytest.mark.parametrize("colocated", [True, False])
+def test_the_minimal_rack_runs_in_both_modes(colocated):
+    assert bs.minimal_rack(colocated, run_ms=0.2) > 0

@@ -160,6 +160,51 @@ def test_ping_pong_receipt_times_are_exact(prefix):
         t.close()
 
 
+def _pingpong_spin(table, i, spin_us):
+    sync = ClockSync(table, i, 500, spin_us)
+    env = Environment(sync=sync, seed=i)
+    got = []
+
+    def on_message(src, payload):
+        got.append((env.now, src, payload[0]))
+        if payload[0] < ROUNDS:
+            env.send(src, env.now + LAT, (payload[0] + 1, 7))
+
+    env.on_message = on_message
+    if i == 0:
+        def starter(env):
+            yield 100
+            env.send(1, env.now + LAT, (0, 7))
+        env.process(starter(env))
+    env.run()
+    return got, sync.statistics()
+
+
+@pytest.mark.parametrize("spin_us", [0, 100_000])
+def test_a_wait_spins_for_at_most_spin_us_then_parks_and_times_stay_exact(prefix, spin_us):
+    """Spinning changes how a process waits, never what it sees: the ping-pong's receipt times
+    are exact either way. Without a spin every wait parks; with a spin far longer than a round of
+    the ping-pong, waits end while spinning (real-time behaviour, so only the extremes are checked)."""
+    t = ClockTable.create(2, prefix=prefix, inbox_capacity=16)
+    try:
+        (got0, st0), (got1, st1) = run_procs(t, _pingpong_spin, spin_us)
+        assert got1 == [(100 + (k + 1) * LAT, 0, k) for k in range(0, ROUNDS + 1, 2)]
+        assert got0 == [(100 + (k + 1) * LAT, 1, k) for k in range(1, ROUNDS + 1, 2)]
+        spins = st0.spins + st1.spins
+        spun, parked = st0.waits_spun + st1.waits_spun, st0.waits_parked + st1.waits_parked
+        if spin_us == 0:
+            assert spins == 0 and spun == 0 and parked > 0
+        else:
+            assert spins > 0 and spun > parked
+    finally:
+        t.close()
+
+
+def test_a_negative_spin_is_refused(table):
+    with pytest.raises(ValueError, match="negative spin"):
+        ClockSync(table, 0, 500, -1)
+
+
 # -- (b) skew bound ----------------------------------------------------------------
 
 W = 200

@@ -18,6 +18,11 @@ waiting for them, ``cx6-200g``):
 * ``race ycsb-a`` and ``sherman ycsb-a``: a co-located rack loading and running YCSB-A (operations
   and verbs per real second of the whole run); ``race bulk load`` and ``sherman bulk load``: keys
   per real second of a load step with ``bulk = true``;
+* ``rack``: ``examples/minimal.toml`` (the default rack with a bounded run) as a rack of processes,
+  as ``dmrack run`` runs it, against the same scenario co-located, verbs per real second over the
+  steps; and the rack of processes without the adaptive spin of waits on another node's clock
+  (``sync.spin_us = 0``, nodes/runtime/sync.py), what it ran before the spin existed. The target:
+  processes at least as fast as co-located (on a machine with a core per busy node);
 * ``reproduce smart --quick fig12``: the wall time of one reproduction part (``fig3``, ``fig4``
   and ``fig13`` too without ``--quick``).
 
@@ -323,6 +328,44 @@ def systems_rows(quick: bool, progress) -> list[Row]:
     return rows
 
 
+def minimal_rack(colocated: bool, overrides: dict | None = None, run_ms: float | None = None) -> float:
+    """Verbs per real second of ``examples/minimal.toml`` over its steps, co-located or as a rack of
+    processes (a quiet supervisor: no dashboard, no summary)."""
+    from pathlib import Path
+    from cluster.scenario import load_scenario
+    path = Path(__file__).resolve().parents[2] / "examples" / "minimal.toml"
+    sets = dict(overrides or {})
+    if run_ms is not None:
+        sets["run.duration_ms"] = run_ms
+    scenario = load_scenario(str(path), overrides=sets or None)
+    if colocated:
+        from cluster.rack import ColocatedRack
+        res = ColocatedRack(scenario).run()
+    else:
+        from cluster.supervisor import Supervisor
+        sup = Supervisor(scenario, dashboard=False, quiet=True)
+        if sup.run() != 0 or sup.results is None:
+            raise RuntimeError(f"the rack of processes failed: {sup.stop_reason}")
+        res = sup.results
+    return res.verbs_per_s or 0.0
+
+
+def rack_rows(quick: bool, progress) -> list[Row]:
+    run_ms = 10 if quick else 40
+    x = f"examples/minimal.toml, {run_ms} virtual ms"
+    progress("speed: minimal.toml co-located")
+    minimal_rack(True, run_ms=1)                       # compile (or load) the kernels first
+    colocated = minimal_rack(True, run_ms=run_ms)
+    progress("speed: minimal.toml as processes")
+    processes = minimal_rack(False, run_ms=run_ms)
+    progress("speed: minimal.toml as processes, no spin")
+    parked = minimal_rack(False, {"profile_overrides.sync.spin_us": 0}, run_ms=run_ms)
+    return [Row("speed", "minimal rack co-located", x, "verbs/s real", round(colocated)),
+            Row("speed", "minimal rack as processes", x, "verbs/s real", round(processes), round(colocated)),
+            Row("speed", "minimal rack as processes, no spin", x, "verbs/s real", round(parked)),
+            Row("speed", "minimal rack processes / co-located", x, "ratio", round(processes / colocated, 2), 1.0)]
+
+
 def reproduce_rows(quick: bool, progress) -> list[Row]:
     from cluster.experiments import smart
     rows = []
@@ -343,11 +386,13 @@ FIGURES = [
            ("operations per real second", "virtual µs per real second"), kind="bar", xs="category"),
     Figure("bulk-load", "speed", "keys/s real", "Bulk load speed", "", "keys per real second", kind="bar",
            xs="category"),
+    Figure("rack", "speed", "verbs/s real", "The minimal rack: processes against co-located", "",
+           "verbs per real second", kind="bar", xs="category"),
     Figure("reproduce", "speed", "wall s", "Reproduction parts: wall time", "", "seconds", kind="bar", xs="category"),
 ]
 
 
-EXPERIMENTS = {"verbs": verbs_rows, "systems": systems_rows, "reproduce": reproduce_rows}
+EXPERIMENTS = {"verbs": verbs_rows, "systems": systems_rows, "rack": rack_rows, "reproduce": reproduce_rows}
 
 
 def setup(quick: bool) -> dict:

@@ -13,9 +13,17 @@ shared **clock table**:
   at ``t``, process ``i`` requires ``t <= min(write frontier[j], j != i) + W``,
   and for a write ``t <= min(frontier[j], j != i) + W``: two processes'
   conflicting accesses (one of them a write) keep their virtual order up to
-  ``W``, and READs never wait for READs.  Otherwise it backs off (``sleep(0)``,
-  then 10 µs doubling to 1 ms), never spinning: two cores host six or more
-  node processes.  The check is done against a cached *horizon* and refreshed
+  ``W``, and READs never wait for READs.  Otherwise it waits adaptively: for
+  up to ``spin_us`` of real time (profile ``sync.spin_us``) it re-checks,
+  yielding its core between checks (``sched_yield``: a process that has work
+  on an oversubscribed machine runs, an idle core is not given away), then
+  parks in sleeps of 10 µs doubling to 1 ms.  It spins only while the moving
+  average of its waits is below ``spin_us``: an idle node, or a machine with
+  fewer cores than busy nodes, makes waits long, and then it parks at once.  Most waits of a rack with a core
+  per busy node end within a few refreshes; a sleep, even ``sleep(0)`` after a
+  few, wakes tens of µs late and leaves the process asleep while its peers
+  wait for *its* clock, so without the spin a rack of processes ran slower
+  than the same rack co-located in one process.  The check is done against a cached *horizon* and refreshed
   every ``POLL_EVENTS`` events, so the hot loop touches no shared memory; a
   write scheduled meanwhile beyond the write horizon lowers it (``note_write``).
   Frontiers never precede the next event, so the process with the earliest
@@ -101,6 +109,9 @@ class ClockSyncStats(NamedTuple):
     sent: int
     received: int
     send_retries: int
+    spins: int = 0              # checks made while spinning (yielding the core between them)
+    waits_spun: int = 0         # waits that ended within the spin
+    waits_parked: int = 0       # waits that went on to sleep
 
 
 # -- jitted cores: one call per refresh / send / termination test -----------------
@@ -307,14 +318,17 @@ class ClockTable:
 class ClockSync:
     """Process ``index``'s view of a :class:`ClockTable`; pass it to ``Environment(sync=...)``."""
 
-    def __init__(self, table: ClockTable, index: int, window_ns: int):
+    def __init__(self, table: ClockTable, index: int, window_ns: int, spin_us: float = 0.0):
         if not 0 <= index < table.n_procs:
             raise ValueError(f"index {index} outside 0..{table.n_procs - 1}")
         if window_ns < 0:
             raise ValueError(f"negative window {window_ns}")
+        if not spin_us >= 0:
+            raise ValueError(f"negative spin {spin_us}")
         self.table = table
         self.index = index
         self.window = int(window_ns)
+        self.spin_s = spin_us / 1e6
         self.env = None
         self.horizon = -1            # read by the env's hot loop; refreshed by refresh()
         self.horizon_w = -1          # how far our writes may run (see refresh())
@@ -333,6 +347,12 @@ class ClockSync:
         self.sleeps = 0
         self.wait_s = 0.0
         self.send_retries = 0
+        self.spins = self.waits_spun = self.waits_parked = 0
+        # Moving average of this process's waits (real s, weight 1/8 for the newest): spinning is
+        # worth it only while waits are short. On a machine with fewer cores than busy nodes, or
+        # for an idle node, waits run long and the process parks at once, as it did before the
+        # spin existed, instead of taking a core from the peer it waits for.
+        self._wait_avg = 0.0
         self.dropped_gone = 0
         self.leave_on_failure = False   # fail(): mark this process gone instead of stopping the rack
 
@@ -354,9 +374,10 @@ class ClockSync:
         table = self.table
         hdr, seqs, slots = self._inbox
         window = self.window
-        sleeps = 0
+        sleeps = spins = 0
+        parked = False
         delay = 1e-5
-        t_wait = 0.0
+        t_block = t_spin = None      # when this wait / its current spin began (perf_counter)
         self.refreshes += 1
         try:
             while True:
@@ -366,7 +387,8 @@ class ClockSync:
                                                 self._out, env.now, table.consumed_i, table.stop_i)
                 if k:
                     self._deliver_batch(k)
-                    sleeps, delay = 0, 1e-5
+                    self.sleeps += sleeps
+                    sleeps, delay, t_spin = 0, 1e-5, None    # news: spin again before parking
                     continue                   # our next time may have changed: republish
                 if stop:
                     self.stopped = True
@@ -384,18 +406,32 @@ class ClockSync:
                     # others wait for: they land (as a READ at that time could run by now,
                     # shm/deferred.py), and our frontier is published again without them.
                     continue
-                # Blocked by a slower process, or idle: give the CPU away.
-                t0 = time.perf_counter()
-                if sleeps < 3:
-                    time.sleep(0)
-                else:
-                    time.sleep(delay)
-                    delay = min(delay * 2, 1e-3)
+                # Blocked by a slower process, or idle: check again for up to spin_s (the core
+                # yielded between checks), then park in growing sleeps (the module docstring).
+                t = time.perf_counter()
+                if t_block is None:
+                    t_block = t
+                if t_spin is None:
+                    t_spin = t
+                if t - t_spin < self.spin_s and self._wait_avg < self.spin_s:
+                    _yield()
+                    spins += 1
+                    continue
+                time.sleep(delay)
+                delay = min(delay * 2, 1e-3)
                 sleeps += 1
-                t_wait += time.perf_counter() - t0
+                parked = True
         finally:
+            if t_block is not None:
+                waited = time.perf_counter() - t_block
+                self.wait_s += waited
+                self._wait_avg += (waited - self._wait_avg) / 8
+                if parked:
+                    self.waits_parked += 1
+                else:
+                    self.waits_spun += 1
             self.sleeps += sleeps
-            self.wait_s += t_wait
+            self.spins += spins
 
     def _horizon(self, m: int, m_w: int) -> int:
         """How far this process may run, given the others' earliest effects ``m`` and writes
@@ -527,8 +563,11 @@ class ClockSync:
 
     def statistics(self) -> ClockSyncStats:
         return ClockSyncStats(self.index, self.window, self.refreshes, self.sleeps, self.wait_s,
-                              self.sent, self.received, self.send_retries)
+                              self.sent, self.received, self.send_retries, self.spins, self.waits_spun,
+                              self.waits_parked)
 
+
+_yield = getattr(__import__("os"), "sched_yield", lambda: time.sleep(0))    # not on every platform
 
 _warm = False
 
