@@ -683,13 +683,15 @@ def main(argv=None) -> int:
 
     rep = sub.add_parser("report", help="one self-contained HTML page of --json files: summary, provenance, "
                                         "figures, published beside emulated")
-    rep.add_argument("results", nargs="+", metavar="RESULT.json", help="--json files of bench or reproduce")
+    rep.add_argument("results", nargs="+", metavar="RESULT.json",
+                     help="--json files of bench or reproduce, or results.json of run or up (docs/results.md)")
     rep.add_argument("-o", "--output", required=True, metavar="PATH", help="the HTML file to write")
     rep.set_defaults(func=_cmd_report)
 
-    cp = sub.add_parser("compare", help="what changed between two --json files of bench or reproduce; "
+    cp = sub.add_parser("compare", help="what changed between two --json files of bench or reproduce (or results.json "
+                                        "files of run or up); "
                                         "exit 1 if a row left ±30 %% of its published value")
-    cp.add_argument("old", metavar="OLD.json", help="the earlier run's --json file (bench or reproduce)")
+    cp.add_argument("old", metavar="OLD.json", help="the earlier run's --json file (bench or reproduce), or results.json (run)")
     cp.add_argument("new", metavar="NEW.json", help="the later run's --json file")
     cp.add_argument("--tolerance", type=float, default=0.0, metavar="PCT",
                     help="relative moves up to PCT %% count as unchanged (default 0: any change is a move)")
