@@ -4,6 +4,10 @@ the place, exit status 2, nothing left in /dev/shm; the conventions of shm.messa
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
+
 import pytest
 
 from cluster.scenario import parse_scenario
@@ -120,3 +124,26 @@ def test_a_system_that_gives_up_is_one_unbroken_line_after_the_summary(tmp_path)
     assert gave_up[-1] > table_end
     line = lines[gave_up[-1]]
     assert len(line) > 160 and line.rstrip().endswith("or size the rack for more keys."), line
+
+
+# -- the repository paragraph: papers by name, check reports ignored ----------------------------------
+
+SEED_NUMBER = r"\bseed 0\d\d\b"      # our file numbers (seed 000 = PD3, 002 = DPA-Store, 003 = FlexKV)
+
+
+def test_user_facing_listings_name_papers_not_seed_numbers():
+    from tests.test_rack import ROOT
+    r = dmrack("systems", "--json")
+    assert r.returncode == 0, r.stderr
+    papers = {s["name"]: s["paper"] for s in json.loads(r.stdout)}
+    assert "FlexKV: Flexible Index Offloading" in papers["flexkv"] and "Sankhe" in papers["pd3"]
+    r = dmrack("reproduce", "--help")
+    assert r.returncode == 0 and "FlexKV (Hu, Shen, Yang)" in r.stdout and "PD3 (Sankhe et al.)" in r.stdout
+    for text in (str(papers), r.stdout, Path(ROOT, "README.md").read_text()):
+        assert not re.search(SEED_NUMBER, text), re.search(SEED_NUMBER, text)
+
+
+def test_check_reports_are_ignored_not_committed():
+    from tests.test_rack import ROOT
+    assert "dmrack-check-*.txt" in Path(ROOT, ".gitignore").read_text().split()
+    assert not list(Path(ROOT).glob("dmrack-check-*.txt"))
