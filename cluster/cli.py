@@ -172,8 +172,10 @@ def _run_scenario(scenario, args, note: str | None = None) -> int:
         console = _console()
         rack = ColocatedRack(scenario, history=history, trace=bounds)
         if not rack.compiled.finite:
-            raise ValueError("--colocated needs a scenario whose steps all end (a run step without "
-                             "duration_ms runs until stopped)")
+            last = scenario.steps[-1]
+            raise ValueError(f"{scenario.source}: step[{last.index}] (run workload {last.workload}) has no "
+                             f"duration_ms, so it runs until stopped; --colocated needs every step to end: give "
+                             f"it one, or run.duration_ms for the default steps (e.g. --set run.duration_ms=10)")
         with console.status(f"running {len(rack.compiled.plan)} steps co-located (one process, deterministic)"):
             try:
                 res = rack.run()
@@ -333,6 +335,31 @@ def _parse_set(text: str):
     return parse_override(text)
 
 
+def _parse_options(system: str, texts) -> dict:
+    """``dmrack check --option KEY=VALUE ...``: a malformed one is one line naming --option, with an
+    example from the system's own options (its first, or the one the text names, at its default);
+    an unknown system is get_system's one line (with its "did you mean")."""
+    from cluster.spec import parse_override
+    from nodes.systems import get_system
+    if not texts:
+        return {}
+    defaults = {o.name: o.default for o in get_system(system).options}
+    out = {}
+    for text in texts:
+        name = text.partition("=")[0].strip()
+        example_key = name if name in defaults else next(iter(defaults), None)
+        example = (f"{example_key}={_option_text(defaults[example_key])}" if example_key is not None
+                   else "name=value")
+        key, value = parse_override(text, flag="--option", shape="key=value", example=example)
+        out[key] = value
+    return out
+
+
+def _option_text(v) -> str:
+    """An option's default as it is typed after --option KEY= (TOML for booleans)."""
+    return str(v).lower() if isinstance(v, bool) else str(v)
+
+
 def _whole(text: str) -> int | None:
     try:
         return int(text)
@@ -427,7 +454,7 @@ def _cmd_check(args) -> int:
     if args.profile is not None:
         from shm.profile import load_profile
         load_profile(args.profile)               # an unknown name: one line, exit 2
-    options = dict(_parse_set(x) for x in args.option or [])
+    options = _parse_options(args.system, args.option)
     bounds = _trace_bounds(args)
     report = check.run(args.system, options=options, quick=args.quick, heavy=args.heavy, seed=args.seed or 1,
                        console=_console(), json_path=args.json, report_path=args.report, out_dir=args.out,
@@ -687,13 +714,15 @@ def main(argv=None) -> int:
 
     rep = sub.add_parser("report", help="one self-contained HTML page of --json files: summary, provenance, "
                                         "figures, published beside emulated")
-    rep.add_argument("results", nargs="+", metavar="RESULT.json", help="--json files of bench or reproduce")
+    rep.add_argument("results", nargs="+", metavar="RESULT.json",
+                     help="--json files of bench or reproduce, or results.json of run or up (docs/results.md)")
     rep.add_argument("-o", "--output", required=True, metavar="PATH", help="the HTML file to write")
     rep.set_defaults(func=_cmd_report)
 
-    cp = sub.add_parser("compare", help="what changed between two --json files of bench or reproduce; "
+    cp = sub.add_parser("compare", help="what changed between two --json files of bench or reproduce (or results.json "
+                                        "files of run or up); "
                                         "exit 1 if a row left ±30 %% of its published value")
-    cp.add_argument("old", metavar="OLD.json", help="the earlier run's --json file (bench or reproduce)")
+    cp.add_argument("old", metavar="OLD.json", help="the earlier run's --json file (bench or reproduce), or results.json (run)")
     cp.add_argument("new", metavar="NEW.json", help="the later run's --json file")
     cp.add_argument("--tolerance", type=float, default=0.0, metavar="PCT",
                     help="relative moves up to PCT %% count as unchanged (default 0: any change is a move)")

@@ -426,6 +426,63 @@ class Results:
         return f"<Results steps={len(self.steps)} nodes={len(self.nodes)} ops={self.summary()['ops']}>"
 
 
+# -- a results document as rows of dmrack compare and dmrack report ---------------------------------
+#
+# A run is a result people compare (before and after a change) and put in a report, like a bench or
+# reproduce run, so ``cluster.experiments.rows.load_result`` reads this document too, as rows
+# (experiment, series, x, metric, emulated) without a published value:
+#
+# * per step and node (``rack`` first) and kind: experiment ``step N``, series the node, x the
+#   kind, one row per figure of STEP_METRICS (throughput, latency percentiles, counts);
+# * per node with end-of-run memory figures: experiment ``end of run``, x ``memory``;
+# * the summary: experiment ``run``, series ``rack``, x ``all``, every number of ``summary()``.
+#
+# Rows are keyed by the step's number, not its label, so a run of 20 ms compares with one of 10 ms
+# step by step; the labels go into the run record's ``parts``. Figures that measure real time are
+# named with "real" or "wall", so compare lists them apart (cluster.experiments.rows.is_wall_clock).
+
+STEP_METRICS = (("ops", "ops"), ("failures", "failures"), ("mops", "Mops/s"), ("p50_us", "p50 µs"),
+                ("p99_us", "p99 µs"), ("p999_us", "p999 µs"), ("mean_us", "mean µs"))
+END_METRICS = (("mem_used", "bytes used"), ("mem_capacity", "bytes capacity"), ("bytes_reclaimed", "bytes reclaimed"))
+SUMMARY_METRICS = {"vspan_ns": "virtual ns", "real_s": "real s", "speed_vns_per_s": "virtual ns per real s",
+                   "verbs_per_s": "verbs per real s", "wall_s": "wall s"}
+
+
+def document_rows(doc: dict) -> tuple[dict, list[dict]]:
+    """``(run record, rows)`` of a results document (:meth:`Results.document`, read back from
+    JSON); ValueError (one line, without the path) if it is not one."""
+    meta, records, summary = doc.get("meta"), doc.get("rows"), doc.get("summary")
+    if not isinstance(meta, dict) or not isinstance(records, list) or not isinstance(summary, dict):
+        raise ValueError("a run's results must have 'meta' and 'summary' objects and a 'rows' list")
+    rows = []
+
+    def add(experiment, series, x, metric, value):
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            rows.append({"experiment": experiment, "series": series, "x": x, "metric": metric,
+                         "emulated": value, "published": None})
+
+    for i, rec in enumerate(records, 1):
+        if not isinstance(rec, dict) or any(k not in rec for k in ("step", "node", "kind")):
+            raise ValueError(f"row {i} is not a results record (columns {', '.join(COLUMNS)})")
+        if rec["step"] is not None:
+            for col, metric in STEP_METRICS:
+                add(f"step {rec['step']}", str(rec["node"]), str(rec["kind"]), metric, rec.get(col))
+        elif rec.get("label") == END:
+            for col, metric in END_METRICS:
+                add(END, str(rec["node"]), "memory", metric, rec.get(col))
+    for key, value in summary.items():
+        add("run", RACK, ALL, SUMMARY_METRICS.get(key, key.replace("_", " ")), value)
+    steps = meta.get("steps") if isinstance(meta.get("steps"), list) else []
+    run = {"command": "run", "kind": "rack run",
+           "title": f"rack {meta.get('rack', '?')}: system {meta.get('system', '?')}, {meta.get('mode', '?')}",
+           "parts": [f"step {i}: {label}" for i, label in enumerate(steps, 1)],
+           "options": {k: meta[k] for k in ("system", "mode") if k in meta},
+           "setup": {"profile": meta.get("profile"), "spec": meta.get("rack"), "seed": meta.get("seed"),
+                     "note": meta.get("stop_reason") or None},
+           "wall_s": meta.get("wall_s")}
+    return run, rows
+
+
 def _mib(n: int) -> str:
     return f"{n / (1 << 20):.1f}".rstrip("0").rstrip(".")
 

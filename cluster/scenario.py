@@ -28,7 +28,7 @@ Names are checked against the spec, so that everything a scenario can get wrong 
 node, a knob that does not exist or a value out of its range, a run that never ends followed by
 more steps, a bad YCSB property -- fails before anything is spawned, with the same one-line
 ``file: key = value: why`` messages as the spec (``step[3].node = "cn9": ...``; steps are numbered
-from 1 as a reader counts them in the file).
+from 1 as a reader counts them in the file, as every position in a message is: shm.messages.item).
 
 :func:`warmup_scenario` derives from a spec the tiny co-located rack that compiles (or loads from
 numba's cache) every jitted function the real rack will use, before node processes fork.
@@ -43,9 +43,10 @@ from pathlib import Path
 from typing import Any, ClassVar, Mapping
 
 from cluster.spec import (
-    DEFAULT_SOURCE, RackSpec, SpecError, WorkloadSpec, WORKLOAD_PRESETS, _show, _suggest, _strip_label,
+    DEFAULT_SOURCE, DEFAULT_WORKLOAD_OVERRIDES, RackSpec, SpecError, WorkloadSpec, WORKLOAD_PRESETS, _show, _strip_label,
     preset_workload, read_toml, spec_from_dict, workloads_available,
 )
+from shm.messages import did_you_mean
 
 __all__ = [
     "SpecError",
@@ -248,7 +249,7 @@ def _resolve_workload(spec: RackSpec, label: str, key: str, name: Any, added: di
         return letter
     known = list(spec.workloads) + list(WORKLOAD_PRESETS)
     raise SpecError(f"{label}: {key} = {_show(name)}: unknown workload; known: {', '.join(known)}"
-                    f"{_suggest(name, known)}")
+                    f"{did_you_mean(name, known)}")
 
 
 def _duration(label: str, key: str, v: Any, *, allow_zero: bool) -> float:
@@ -281,13 +282,13 @@ def _parse_steps(spec: RackSpec, label: str, raw: Any) -> tuple[tuple, dict]:
             raise SpecError(f"{label}: {where}: missing action (one of {', '.join(ACTIONS)})")
         if action not in ACTIONS:
             raise SpecError(f"{label}: {where}.action = {_show(action)}: unknown action; one of "
-                            f"{', '.join(ACTIONS)}{_suggest(str(action), ACTIONS)}")
+                            f"{', '.join(ACTIONS)}{did_you_mean(str(action), ACTIONS)}")
         required, optional = _FIELDS[action]
         for k in t:
             if k != "action" and k not in required + optional:
                 takes = ", ".join(required + optional)
                 raise SpecError(f"{label}: {where}.{k} = {_show(t[k])}: not a field of a {action!r} step "
-                                f"(it takes {takes}){_suggest(k, required + optional)}")
+                                f"(it takes {takes}){did_you_mean(k, required + optional)}")
         for k in required:
             if k not in t:
                 raise SpecError(f"{label}: {where}: a {action!r} step needs {k}")
@@ -318,7 +319,7 @@ def _parse_steps(spec: RackSpec, label: str, raw: Any) -> tuple[tuple, dict]:
             if not isinstance(knob, str) or (knob not in NODE_KNOBS and knob not in profile_knobs):
                 known = list(NODE_KNOBS) + profile_knobs
                 raise SpecError(f"{label}: {where}.knob = {_show(knob)}: unknown knob; a profile key such as "
-                                f"link.gbps, or threads, coroutines{_suggest(str(knob), known)}")
+                                f"link.gbps, or threads, coroutines{did_you_mean(str(knob), known)}")
             if knob in NODE_KNOBS:
                 top = spec.compute.threads if knob == "threads" else spec.compute.coroutines
                 if type(value) is not int or not 1 <= value <= top:
@@ -338,7 +339,7 @@ def _parse_steps(spec: RackSpec, label: str, raw: Any) -> tuple[tuple, dict]:
                 raise SpecError(f"{label}: {where}.node = \"mgr\": the manager runs the steps and cannot be killed")
             if not isinstance(node, str) or node not in nodes:
                 raise SpecError(f"{label}: {where}.node = {_show(node)}: no such node; the rack has "
-                                f"{', '.join(n for n in nodes if n != 'mgr')}{_suggest(str(node), nodes)}")
+                                f"{', '.join(n for n in nodes if n != 'mgr')}{did_you_mean(str(node), nodes)}")
             if node in killed:
                 raise SpecError(f"{label}: {where}.node = {_show(node)}: already killed by step[{killed[node]}]")
             killed[node] = i
@@ -348,7 +349,7 @@ def _parse_steps(spec: RackSpec, label: str, raw: Any) -> tuple[tuple, dict]:
             shown = f"{label}: {where}.node = {_show(node)}"
             if not isinstance(node, str) or node not in nodes:
                 raise SpecError(f"{shown}: no such node; the rack has "
-                                f"{', '.join(n for n in nodes if n != 'mgr')}{_suggest(str(node), nodes)}")
+                                f"{', '.join(n for n in nodes if n != 'mgr')}{did_you_mean(str(node), nodes)}")
             role = roles[node]
             if role != "compute":
                 what = "the manager runs the steps" if role == "manager" else f"{node} is a {role} node"
@@ -409,12 +410,35 @@ def check_capacity(scenario: Scenario, built: Mapping[str, Any] | None = None) -
     key_size = max(w.key_size for w in built.values())
     value_size = max(w.value_size for w in built.values())
     cls = get_system(spec.system.name)
-    need = cls.footprint(cls.check_options(dict(spec.system.options), f"{scenario.source}: [system]"),
-                         capacity, key_size, value_size)
+    options = cls.check_options(dict(spec.system.options), f"{scenario.source}: [system]")
+    need = cls.footprint(options, capacity, key_size, value_size)
     have = spec.memory.count * spec.memory.memory_bytes
     if need <= have:
         return
-    # Name the key most likely to be the mistake: the largest load count or recordcount.
+    where, shown, lower = _capacity_culprit(scenario, built, cls, options, capacity, key_size, value_size, have)
+    raise SpecError(f"{scenario.source}: {where} = {shown}: system {cls.name!r} needs at least "
+                    f"{format_size(need)} of memory-node memory for {capacity:,} records of {key_size} B keys "
+                    f"and {value_size} B values, but the rack's memory nodes have {format_size(have)} "
+                    f"({spec.memory.count} x {format_size(spec.memory.memory_bytes)}); raise memory.memory or "
+                    f"memory.count, or lower {lower}")
+
+
+def _capacity_culprit(scenario, built, cls, options, capacity, key_size, value_size, have) -> tuple:
+    """``(key, value, what to lower)`` for the message of :func:`check_capacity`: the key at fault.
+    The value (or key) size when the records would fit with the default rack's 8-byte ones (a
+    ``valuesize = 1e9`` is the mistake, not the 10,000 records), else the largest load count or
+    recordcount."""
+    spec = scenario.spec
+    small = {k: DEFAULT_WORKLOAD_OVERRIDES[k] for k in ("keysize", "valuesize")}
+    for size, prop in (("valuesize", "value_size"), ("keysize", "key_size")):
+        name, w = max(built.items(), key=lambda nw: getattr(nw[1], prop))
+        sizes = {"key_size": key_size, "value_size": value_size, prop: small[size]}
+        if getattr(w, prop) > small[size] and cls.footprint(options, capacity, sizes["key_size"],
+                                                             sizes["value_size"]) <= have:
+            if size == "valuesize" and "valuesize" not in w.properties:
+                size = "fieldlength"              # the value is fieldcount x fieldlength
+            return f"{spec.workloads[name].table}.{size}", _show(w.properties.get(size, getattr(w, prop))), \
+                f"the {'value' if prop == 'value_size' else 'key'} size"
     where, count = "workload.recordcount", built["default"].recordcount
     for name, w in built.items():
         if w.recordcount > count:
@@ -422,11 +446,7 @@ def check_capacity(scenario: Scenario, built: Mapping[str, Any] | None = None) -
     for s in scenario.steps:
         if s.action == "load" and getattr(s, "count", None) and s.count > count:
             where, count = f"step[{s.index}].count", s.count
-    raise SpecError(f"{scenario.source}: {where} = {count}: system {cls.name!r} needs at least "
-                    f"{format_size(need)} of memory-node memory for {capacity:,} records of {key_size} B keys "
-                    f"and {value_size} B values, but the rack's memory nodes have {format_size(have)} "
-                    f"({spec.memory.count} x {format_size(spec.memory.memory_bytes)}); raise memory.memory or "
-                    f"memory.count, or lower the count")
+    return where, count, "the count"
 
 
 def scenario_from_dict(data: Mapping[str, Any], *, source: str = "<string>", base_dir: str | os.PathLike | None = None,

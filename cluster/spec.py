@@ -47,7 +47,6 @@ hash table, and YCSB-A (zipfian 0.99) over 10,000 keys of 8 bytes (loaded in a f
 from __future__ import annotations
 
 import copy
-import difflib
 import json
 import math
 import os
@@ -58,6 +57,7 @@ from typing import Any, Callable, Mapping
 
 from cluster.units import format_size, parse_size
 from shm.profile import ProfileError, list_profiles, load_profile, with_overrides
+from shm.messages import clip, did_you_mean, item
 from shm.profile_schema import Profile
 
 try:  # Python >= 3.11
@@ -423,23 +423,18 @@ class RackSpec:
 
 
 def _show(v: Any) -> str:
-    """A value as it would be written in TOML, for messages."""
+    """A value as it would be written in TOML, for messages (a long one cut: shm.messages.clip)."""
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, str):
-        return json.dumps(v, ensure_ascii=False)
+        return json.dumps(clip(v), ensure_ascii=False)
     if isinstance(v, float):
         return repr(int(v)) if v.is_integer() and abs(v) < 1e15 else repr(v)
     if isinstance(v, dict):
-        return "{" + ", ".join(f"{k} = {_show(x)}" for k, x in v.items()) + "}"
+        return clip("{" + ", ".join(f"{k} = {_show(x)}" for k, x in v.items()) + "}")
     if isinstance(v, list):
-        return "[" + ", ".join(_show(x) for x in v) + "]"
-    return str(v)
-
-
-def _suggest(word: str, choices) -> str:
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f"; did you mean {close[0]}?" if close else ""
+        return clip("[" + ", ".join(_show(x) for x in v) + "]")
+    return clip(str(v))
 
 
 def _int(lo: int, hi: int | None = None) -> Callable[[Any], int]:
@@ -471,7 +466,7 @@ def _bool(v):
 def _choice(choices) -> Callable[[Any], str]:
     def conv(v):
         if not isinstance(v, str) or v not in choices:
-            hint = _suggest(v, choices) if isinstance(v, str) else ""
+            hint = did_you_mean(v, choices) if isinstance(v, str) else ""
             raise ValueError(f"must be one of {', '.join(choices)}{hint}")
         return v
     return conv
@@ -520,7 +515,7 @@ class _Table:
         for k in self.data:
             if k not in known:
                 raise SpecError(f"{self.label}: {self.key(k)} = {_show(self.data[k])}: unknown key in "
-                                f"[{self.path}] (known: {', '.join(known)}){_suggest(k, known)}")
+                                f"[{self.path}] (known: {', '.join(known)}){did_you_mean(k, known)}")
 
 
 def _flatten(d: dict, prefix: str = "") -> dict:
@@ -558,14 +553,17 @@ def read_toml(path: str | os.PathLike, what: str = "scenario") -> dict:
         raise SpecError(f"{label}: invalid TOML: {e}") from None
 
 
-def parse_override(text: str) -> tuple[str, Any]:
+def parse_override(text: str, flag: str = "--set", shape: str = "table.key=value",
+                   example: str = "compute.threads=8") -> tuple[str, Any]:
     """``"compute.threads=8"`` -> ``("compute.threads", 8)``, for ``--set`` options on the command
-    line. The value is read as a TOML value (``8``, ``2.5``, ``true``, ``"x"``); anything that is
-    not one is taken as a plain string, so ``--set system.name=race`` needs no quotes."""
+    line (and ``dmrack check --option``: ``flag``, the ``shape`` it takes and an ``example`` of it
+    name that flag in the message). The value is read as a TOML value (``8``, ``2.5``, ``true``,
+    ``"x"``); anything that is not one is taken as a plain string, so ``--set system.name=race``
+    needs no quotes."""
     key, eq, value = text.partition("=")
     key = key.strip()
     if not eq or not key:
-        raise SpecError(f"--set {text}: must look like table.key=value (e.g. compute.threads=8)")
+        raise SpecError(f"{flag} {clip(text)}: must look like {shape} (e.g. {flag} {example})")
     try:
         return key, tomllib.loads(f"v = {value.strip()}")["v"]
     except tomllib.TOMLDecodeError:
@@ -586,7 +584,7 @@ def apply_overrides(data: dict, overrides: Mapping[str, Any] | None, label: str,
         table, _, rest = str(key).partition(".")
         where = f"{label}: override {key} = {_show(value)}"
         if table not in tables:
-            raise SpecError(f"{where}: unknown table {table!r} (known: {', '.join(tables)}){_suggest(table, tables)}")
+            raise SpecError(f"{where}: unknown table {table!r} (known: {', '.join(tables)}){did_you_mean(table, tables)}")
         if not rest:
             raise SpecError(f"{where}: give a dotted key such as {table}.{_TABLE_KEYS.get(table, ('key',))[0]}")
         t = data.setdefault(table, {})
@@ -647,7 +645,7 @@ def _load_profile(label: str, base_dir: Path, rack: _Table) -> tuple[Profile, st
             return load_profile(path), name
         if name not in list_profiles():
             rack.fail("profile", f"unknown profile; shipped profiles are {', '.join(list_profiles())}, "
-                                 f"or give the path of a .toml file{_suggest(name, list_profiles())}")
+                                 f"or give the path of a .toml file{did_you_mean(name, list_profiles())}")
         return load_profile(name), name
     except ProfileError as e:
         rack.fail("profile", "; ".join(e.errors))
@@ -688,7 +686,7 @@ def _load_system(label: str, data: Any) -> SystemSpec:
     if not is_known(name):
         if "name" in t.data:
             t.fail("name", f"unknown system; registered systems are {', '.join(system_names())}"
-                           f"{_suggest(name, system_names())} (or a plugin as module:Class)")
+                           f"{did_you_mean(name, system_names())} (or a plugin as module:Class)")
         raise SpecError(f"{label}: system.name: the default system {name!r} is not registered")
     try:
         cls = get_system(name)
@@ -828,9 +826,9 @@ def spec_from_dict(data: Mapping[str, Any], *, source: str = "<string>", base_di
         if k not in TABLES:
             if isinstance(v, dict):
                 raise SpecError(f"{label}: [{k}]: unknown table (known: {', '.join(known_tables)})"
-                                f"{_suggest(k, known_tables)}")
+                                f"{did_you_mean(k, known_tables)}")
             owner = next((t for t, keys in _TABLE_KEYS.items() if k in keys), None)
-            hint = f"; it belongs in [{owner}]" if owner else _suggest(k, known_tables)
+            hint = f"; it belongs in [{owner}]" if owner else did_you_mean(k, known_tables)
             raise SpecError(f"{label}: {k} = {_show(v)}: unknown top-level key{hint}")
         if k == "steer":
             if not (isinstance(v, list) and all(isinstance(x, dict) for x in v)):
@@ -975,10 +973,10 @@ def _hosts(t: "_Table", compute: ComputeSpec) -> tuple:
         t.fail("hosts", "must be a list of compute node names, e.g. [\"cn0\"]")
     for i, h in enumerate(hosts):
         if h not in names:
-            raise SpecError(f"{t.label}: {t.path}.hosts[{i}] = {_show(h)}: no such compute node; the rack has "
-                            f"{', '.join(names)}{_suggest(h, names)}")
+            raise SpecError(f"{t.label}: {t.path}.{item('hosts', i)} = {_show(h)}: no such compute node; the rack has "
+                            f"{', '.join(names)}{did_you_mean(h, names)}")
         if h in hosts[:i]:
-            raise SpecError(f"{t.label}: {t.path}.hosts[{i}] = {_show(h)}: listed twice; a card has one "
+            raise SpecError(f"{t.label}: {t.path}.{item('hosts', i)} = {_show(h)}: listed twice; a card has one "
                             f"{t.path.upper()}")
     return tuple(hosts)
 
@@ -1022,14 +1020,14 @@ def _steering(label: str, rules: list, compute, memory, dpu, dpa) -> tuple:
     card = {f"dpu{i}": h for i, h in enumerate(dpu.hosts)} | {f"dpa{i}": h for i, h in enumerate(dpa.hosts)}
     out = []
     for i, data in enumerate(rules):
-        t = _Table(label, f"steer[{i}]", data)
+        t = _Table(label, item("steer", i), data)
         t.only(_TABLE_KEYS["steer"])
         for key in ("node", "port", "target"):
             if key not in data:
-                raise SpecError(f"{label}: steer[{i}]: missing key {key!r} (a rule needs node, port and target)")
+                raise SpecError(f"{label}: {item('steer', i)}: missing key {key!r} (a rule needs node, port and target)")
         node = t.get("node", "", _text)
         if node not in nodes:
-            t.fail("node", f"no such node; the rack has {', '.join(nodes)}{_suggest(node, nodes)}")
+            t.fail("node", f"no such node; the rack has {', '.join(nodes)}{did_you_mean(node, nodes)}")
         port = t.get("port", 0, _int(0, 65535))
         hi = t.get("port_hi", port, _int(port, 65535))
         host = card.get(node, node)

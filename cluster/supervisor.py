@@ -135,8 +135,11 @@ class Supervisor:
                                time.monotonic() - self._t0)
 
     def say(self, text: str) -> None:
+        """One line of the supervisor's (a fault, the stop reason, a file written), never broken by
+        the console: a long one (a system's "RACE table full: ..." is 300 characters) is left to the
+        terminal to fold, and stays one line in a pipe or a log, not cut mid-sentence."""
         if not self.quiet:
-            self.console.print(text, highlight=False)
+            self.console.print(text, highlight=False, soft_wrap=True)
 
     # -- the whole run -----------------------------------------------------------------------
     def run(self) -> int:

@@ -31,6 +31,8 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
+from shm.messages import clip, did_you_mean
+
 ENV = "DMRACK_FAILPOINTS"
 ACTIONS = ("crash", "exit", "off")
 EXIT_STATUS = 86
@@ -86,10 +88,8 @@ _fired: dict[str, int] = {}
 
 def arm(name: str, action: str = "crash", *, after: int = 0, times: int = 1) -> None:
     if name not in KNOWN:
-        import difflib
-        close = difflib.get_close_matches(name, KNOWN, 1)
-        raise ValueError(f"unknown failpoint {name!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
-                         + f"; known: {', '.join(sorted(KNOWN))}")
+        raise ValueError(f"unknown failpoint {clip(name)!r}{did_you_mean(name, KNOWN, quote=True)}; "
+                         f"known: {', '.join(sorted(KNOWN))}")
     if action not in ACTIONS:
         raise ValueError(f"failpoint {name}: unknown action {action!r}; choose {', '.join(ACTIONS)}")
     if after < 0 or times < 1:
@@ -121,13 +121,13 @@ def parse(spec: str) -> list[tuple[str | None, str, str, int]]:
     for part in filter(None, (p.strip() for p in spec.split(";"))):
         name, eq, rest = part.partition("=")
         if not eq:
-            raise ValueError(f"{ENV}: {part!r} is not [node:]name=action[@after]")
+            raise ValueError(f"{ENV}: {clip(part)!r} is not [node:]name=action[@after]")
         node, colon, point = name.strip().rpartition(":")
         action, _, after = rest.partition("@")
         try:
             n = int(after) if after else 0
         except ValueError:
-            raise ValueError(f"{ENV}: {part!r}: after {after!r} is not an integer") from None
+            raise ValueError(f"{ENV}: {clip(part)!r}: after {clip(after)!r} is not an integer") from None
         out.append((node if colon else None, point, action.strip(), n))
     return out
 
@@ -137,25 +137,22 @@ def validate(spec: str, nodes=None) -> list[tuple[str | None, str, str, int]]:
     :func:`parse` returns, or raises ValueError with one line naming the bad part and, for a
     misspelt point, action or node, the closest correct one ("did you mean ..."). ``nodes``
     (optional): the rack's node names, which a ``node:`` prefix must be one of."""
-    import difflib
-
     def hint(word, choices) -> str:
-        close = difflib.get_close_matches(word, list(choices), 1)
-        return f"; did you mean {close[0]!r}?" if close else ""
+        return did_you_mean(word, choices, quote=True)
 
     out = parse(spec)
     for only, name, action, after in out:
-        where = f"{ENV}: {(only + ':') if only is not None else ''}{name}={action}" + (f"@{after}" if after else "")
+        where = clip(f"{ENV}: {(only + ':') if only is not None else ''}{name}={action}" + (f"@{after}" if after else ""))
         if name not in KNOWN:
-            raise ValueError(f"{where}: unknown failpoint {name!r}{hint(name, KNOWN)} "
+            raise ValueError(f"{where}: unknown failpoint {clip(name)!r}{hint(name, KNOWN)} "
                              f"(known: {', '.join(sorted(KNOWN))})")
         if action not in ACTIONS:
-            raise ValueError(f"{where}: unknown action {action!r}{hint(action, ACTIONS)} "
+            raise ValueError(f"{where}: unknown action {clip(action)!r}{hint(action, ACTIONS)} "
                              f"(choose {', '.join(ACTIONS)})")
         if after < 0:
             raise ValueError(f"{where}: after must be >= 0, got {after}")
         if nodes is not None and only is not None and only not in nodes:
-            raise ValueError(f"{where}: no node {only!r} in this rack{hint(only, nodes)} "
+            raise ValueError(f"{where}: no node {clip(only)!r} in this rack{hint(only, nodes)} "
                              f"(nodes: {', '.join(nodes)})")
     return out
 

@@ -352,7 +352,7 @@ def test_jsonl_round_trip(tmp_path):
      "unknown field 'node'"),
     ('[1, 2]', "expected a JSON object"),
     ('{"client": 1, "kind": "scan", "key": 1, "value": 5, "ok": true, "call": 0, "ret": 5, "result": [[1]]}',
-     "result[0] must be a [key, version] pair"),
+     "result[1] must be a [key, version] pair"),
 ])
 def test_jsonl_malformed_line_names_path_line_and_field(tmp_path, line, needle):
     p = tmp_path / "bad.jsonl"
@@ -447,8 +447,8 @@ def test_good_scan_has_no_problems():
 
 
 @pytest.mark.parametrize("result, count, needle", [
-    ([(8, 2), (5, 1)], 3, "not after result[0] key 8"),
-    ([(5, 1), (5, 1)], 3, "not after result[0] key 5"),
+    ([(8, 2), (5, 1)], 3, "not after result[1] key 8"),
+    ([(5, 1), (5, 1)], 3, "not after result[1] key 5"),
     ([(3, 0), (5, 1)], 3, "key 3 is below the start key 4"),
     ([(5, 1), (8, 2)], 1, "returned 2 pairs, more than the 1 requested"),
     ([(5, 7)], 3, "(5, v7) is a phantom: v7 was never written to key 5"),
@@ -478,7 +478,7 @@ def test_scan_order_is_key_byte_order():
     assert check(h).scan_problems == ()
     # numeric order is not byte order
     h = [put(1, 256, 1, 0, 10), put(4, 1, 2, 0, 10), scan(2, 0, 4, [(1, 2), (256, 1)], 40, 50)]
-    assert "not after result[0] key 1" in check(h).scan_problems[0]
+    assert "not after result[1] key 1" in check(h).scan_problems[0]
     # "below the start key" in byte order: 256 is below 1, 2 is not below 256
     h = [put(1, 256, 1, 0, 10), put(4, 2, 2, 0, 10), scan(2, 1, 4, [(256, 1)], 40, 50),
          scan(3, 256, 4, [(2, 2)], 40, 50)]

@@ -97,7 +97,9 @@ def test_reads_the_result_object_with_its_run_record_and_the_older_plain_list(tm
     (None, "no such file"),
     ("{not json", "not JSON"),
     ('{"runs": []}', "not rows (a JSON object without 'rows')"),
-    ('{"format": "other/9", "rows": []}', "format 'other/9' is not 'dmrack-result/1'"),
+    ('{"format": "other/9", "rows": []}', "format 'other/9' is neither 'dmrack-result/1' (dmrack bench, reproduce) "
+                                         "nor 'dmrack.results/2' (dmrack run, up)"),
+    ('{"format": "dmrack.results/2", "rows": []}', "a run's results must have 'meta' and 'summary' objects"),
     ('[{"experiment": "fig3", "series": "s", "x": 1, "emulated": 1}]', "row 1 has no 'metric'"),
     ('[{"experiment": "e", "series": "s", "x": 1, "metric": "m", "emulated": "fast"}]', "emulated is \"fast\""),
 ])
@@ -108,3 +110,32 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, content, message):
     assert main(["compare", write(tmp_path, "old.json", ROWS), str(bad)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"dmrack compare: {bad}: ") and message in err, err
+
+
+def test_the_results_of_dmrack_run_compare_and_go_into_a_report(tmp_path, capsys):
+    """Issue 41 item 11: `run --out`'s results.json is a result like any other: a co-located run
+    (deterministic for its seed) compares as identical with itself, a run with another seed moves,
+    and the report shows the run's steps without a published value."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert main(["run", "examples/minimal.toml", "--colocated", "--out", str(a)]) == 0
+    assert main(["run", "examples/minimal.toml", "--colocated", "--seed", "2", "--json", str(b)]) == 0
+    capsys.readouterr()
+    assert main(["compare", str(a / "results.json"), str(a / "results.json")]) == 0
+    out = capsys.readouterr().out
+    assert "of 108 rows identical; 4 wall-clock not compared" in out and "108 of 108" in out, out
+    assert main(["compare", str(a / "results.json"), str(b)]) == 0       # no published values: no verdicts
+    assert "moved" in capsys.readouterr().out
+
+    from cluster.experiments.rows import load_result
+    run, rows = load_result(str(a / "results.json"))
+    assert run["command"] == "run" and run["parts"][1] == "step 2: run default for 10 ms"
+    keys = {(r["experiment"], r["series"], r["x"], r["metric"]) for r in rows}
+    assert {("step 2", "rack", "all", "Mops/s"), ("step 2", "cn0", "read", "p99 µs"),
+            ("end of run", "mn0", "memory", "bytes used"), ("run", "rack", "all", "verbs")} <= keys
+    assert all(r["published"] is None for r in rows)
+
+    page = tmp_path / "runs.html"
+    assert main(["report", str(a / "results.json"), str(b), "-o", str(page)]) == 0
+    html = page.read_text()
+    assert "step 1: bulk-load 10,000 records (default)" in html and "<h3>step 2</h3>" in html
+    assert "nothing published" in html and "<th>Mops/s</th>" in html

@@ -63,16 +63,16 @@ def test_device_nodes_are_named_after_their_order_and_share_their_hosts_card():
 
 
 @pytest.mark.parametrize("change, names", [
-    (lambda d: d["dpa"].update(hosts=["cn7"]), "dpa.hosts[0] = \"cn7\": no such compute node"),
-    (lambda d: d["dpu"].update(hosts=["cn0", "cn0"]), "dpu.hosts[1] = \"cn0\": listed twice"),
+    (lambda d: d["dpa"].update(hosts=["cn7"]), "dpa.hosts[1] = \"cn7\": no such compute node"),
+    (lambda d: d["dpu"].update(hosts=["cn0", "cn0"]), "dpu.hosts[2] = \"cn0\": listed twice"),
     (lambda d: d["dpa"].update(threads=190), "dpa.threads = 190: must be an integer from 1 to 189"),
     (lambda d: d["dpu"].update(cores=17), "dpu.cores = 17"),
     (lambda d: d["rack"].update(profile="cx6-200g"), "has no [dpu] table"),
     (lambda d: d.update(steer=[{"node": "mn0", "port": 1, "target": "dpa0"}]),
-     "steer[0].target = \"dpa0\": unknown steering target"),
+     "steer[1].target = \"dpa0\": unknown steering target"),
     (lambda d: d.update(steer=[{"node": "cn0", "port": 1, "target": "dpu0", "mirror": "dpx0"}]),
-     "steer[0].mirror = \"dpx0\": unknown steering target"),
-    (lambda d: d.update(steer=[{"node": "cn0", "port": 70000, "target": "dpa0"}]), "steer[0].port = 70000"),
+     "steer[1].mirror = \"dpx0\": unknown steering target"),
+    (lambda d: d.update(steer=[{"node": "cn0", "port": 70000, "target": "dpa0"}]), "steer[1].port = 70000"),
     (lambda d: d.pop("dpa"), "dpa.hosts = [] (default): system 'dpa-kv' runs server actors on DPA nodes"),
 ])
 def test_bad_device_specs_are_one_line_naming_the_key(change, names):

@@ -165,9 +165,29 @@ def test_preset_lookup_and_overrides():
     assert CoreWorkload.preset("workloadc").proportions.read == 1.0
     with pytest.raises(WorkloadError, match="unknown YCSB core workload 'g'; choose one of a, b, c, d, e, f"):
         CoreWorkload.preset("g")
-    wl = CoreWorkload.preset("a", {"readproportion": 3, "updateproportion": 1, "valuesize": 64, "keysize": 16})
-    assert wl.proportions.read == 0.75 and wl.raw_proportions.read == 3.0   # YCSB normalises
+    wl = CoreWorkload.preset("a", {"readproportion": 0.75, "updateproportion": 0.25, "valuesize": 64, "keysize": 16})
+    assert wl.proportions.read == 0.75 and wl.raw_proportions.update == 0.25
     assert (wl.value_size, wl.key_size) == (64, 16)
+
+
+def test_proportions_not_summing_to_one_are_refused(tmp_path):
+    """YCSB's DiscreteGenerator divides the weights by their sum, so readproportion = 0.9 over
+    workload A's updateproportion = 0.5 silently runs 64/36; dmrack refuses it in one line naming
+    the places, the sum and what YCSB would have run."""
+    with pytest.raises(WorkloadError, match=r"^overrides, preset a: the operation proportions \(readproportion = 0.9, "
+                                            r"updateproportion = 0.5\) sum to 1.4, not 1; set them to sum to 1 "
+                                            r"\(YCSB would scale them silently to 64.3 % read, 35.7 % update\)$"):
+        CoreWorkload.preset("a", {"readproportion": 0.9})
+    with pytest.raises(WorkloadError, match=r"sum to 4, not 1"):
+        CoreWorkload.preset("a", {"readproportion": 3, "updateproportion": 1})
+    path = tmp_path / "wl"
+    path.write_text("readproportion=0.5\nupdateproportion=0.4\n")
+    with pytest.raises(WorkloadError, match=rf"^{path}:1, {path}:2: the operation proportions .* sum to 0.9, not 1"):
+        CoreWorkload.from_file(path)
+    # hand-written thirds round to a sum within PROPORTION_SUM_TOLERANCE of 1 and are taken
+    wl = CoreWorkload.from_properties({"readproportion": 0.333, "updateproportion": 0.333,
+                                       "insertproportion": 0.333}, "cfg")
+    assert wl.proportions.read == pytest.approx(1 / 3)
 
 
 def test_describe():

@@ -60,6 +60,7 @@ from typing import Mapping, NamedTuple
 
 import numpy as np
 
+from shm.messages import clip, did_you_mean
 from workloads import generators as g
 from workloads.generators import OP_INSERT, OP_READ, OP_UPDATE, rng_state
 from workloads.keys import key_bytes, value_bytes
@@ -240,7 +241,7 @@ def _prop(props: Mapping, name: str, kind: str, default, where: str, lo=None, ch
     if name not in props:
         return default
     v = props[name]
-    bad = lambda why: WorkloadError(f"{where}: property {name!r} = {v!r}: {why}")  # noqa: E731
+    bad = lambda why: WorkloadError(f"{where}: property {name!r} = {clip(repr(v))}: {why}")  # noqa: E731
     if kind == "bool":
         if isinstance(v, bool):
             return v
@@ -283,10 +284,9 @@ class TraceWorkload:
         where = source or "trace"
         for k in props:
             if k not in TRACE_PROPERTIES:
-                import difflib
-                close = difflib.get_close_matches(str(k), TRACE_PROPERTIES, n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else f"; a trace takes {', '.join(TRACE_PROPERTIES)}"
-                raise WorkloadError(f"{where}: unknown trace property {k!r}{hint}")
+                hint = (did_you_mean(k, TRACE_PROPERTIES, quote=True)
+                        or f"; a trace takes {', '.join(TRACE_PROPERTIES)}")
+                raise WorkloadError(f"{where}: unknown trace property {clip(str(k))!r}{hint}")
         self.path = os.fspath(path)
         self.name = name or f"trace {os.path.basename(self.path)}"
         self.loop = _prop(props, "loop", "bool", False, where)

@@ -296,12 +296,17 @@ def check_history_file(path: str, *, time_limit_s: float = 10.0, console=None, r
     failing key; the full explanation goes to a report file when the history is not linearizable
     (or a report path or directory was given). Returns the exit status: 0 linearizable, 1 not,
     3 undecided within the time limit. A malformed file raises ``HistoryError`` (a ValueError:
-    one line naming the file and line, exit status 2)."""
+    one line naming the file and line, exit status 2), and so does a file with no operations: a
+    verdict "linearizable: 0 operations" would read as a pass of a history that was never recorded
+    (a run that wrote to another path, a truncated copy)."""
     import os
     from rich.console import Console
-    from cluster.correctness.checker import check, load_jsonl
+    from cluster.correctness.checker import HistoryError, check, load_jsonl
     console = console or Console()
     ops = load_jsonl(path)
+    if not ops:
+        raise HistoryError(f"{path}: the history is empty (no operations to check); a history is JSON lines, "
+                           f"one operation each, as dmrack run --history writes")
     with console.status(f"[bold]checking {len(ops):,} operations[/] of {path}"):
         result = check(ops, time_limit_s=time_limit_s)
     stem = os.path.splitext(os.path.basename(path))[0] or "history"

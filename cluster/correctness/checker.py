@@ -115,6 +115,8 @@ import time
 from dataclasses import dataclass
 from typing import Iterable, NamedTuple
 
+from shm.messages import item
+
 __all__ = ["Op", "HistoryError", "CheckResult", "KeyFailure", "Placed", "Blocked", "KeySearchStats",
            "CheckStatistics", "check", "load_jsonl", "dump_jsonl", "validate_op", "synthetic_history",
            "KINDS", "key_order"]
@@ -220,7 +222,7 @@ def validate_op(op, where: str) -> Op:
                                f"{type(op.result).__name__}")
         for j, pair in enumerate(op.result):
             if not (isinstance(pair, tuple) and len(pair) == 2 and _is_int(pair[0]) and _is_int(pair[1])):
-                raise HistoryError(f"{where}: result[{j}] must be a (key, version) pair of integers, "
+                raise HistoryError(f"{where}: {item('result', j)} must be a (key, version) pair of integers, "
                                    f"got {pair!r}")
     elif op.result != ():
         raise HistoryError(f"{where}: result is only for scans, but this {k} has {op.result!r}")
@@ -266,7 +268,7 @@ def _op_from_json(obj, where: str) -> Op:
     pairs = []
     for j, pair in enumerate(result):
         if not (isinstance(pair, list) and len(pair) == 2):
-            raise HistoryError(f"{where}: result[{j}] must be a [key, version] pair, got {pair!r}")
+            raise HistoryError(f"{where}: {item('result', j)} must be a [key, version] pair, got {pair!r}")
         pairs.append(tuple(pair))
     op = Op(obj["client"], obj["kind"], obj["key"], obj["value"], obj["ok"], obj["call"], obj["ret"],
             tuple(pairs), obj.get("call_real", 0.0), obj.get("ret_real"))
@@ -1219,18 +1221,18 @@ def _check_scans(ops: list[Op], scans: list[int], first_write: dict, initial: di
         start = key_order(s.key)
         for j, (k, ver) in enumerate(res):
             if key_order(k) < start:
-                problems.append(f"{head}: result[{j}] key {k} is below the start key {s.key} (in key byte order)")
+                problems.append(f"{head}: {item('result', j)} key {k} is below the start key {s.key} (in key byte order)")
             if j and key_order(k) <= key_order(res[j - 1][0]):
-                problems.append(f"{head}: result[{j}] key {k} is not after result[{j - 1}] key "
+                problems.append(f"{head}: {item('result', j)} key {k} is not after {item('result', j - 1)} key "
                                 f"{res[j - 1][0]} (keys must be strictly increasing in key byte order)")
             if initial.get(k, _NO) == ver:
                 continue
             t = first_write.get((k, ver))
             if t is None:
-                problems.append(f"{head}: result[{j}] ({k}, v{ver}) is a phantom: v{ver} was never "
+                problems.append(f"{head}: {item('result', j)} ({k}, v{ver}) is a phantom: v{ver} was never "
                                 f"written to key {k}")
             elif t[0] > s.ret:
-                problems.append(f"{head}: result[{j}] ({k}, v{ver}) is a phantom: v{ver} was first "
+                problems.append(f"{head}: {item('result', j)} ({k}, v{ver}) is a phantom: v{ver} was first "
                                 f"written by {describe(t[1])}, invoked after the scan returned")
     return problems
 

@@ -571,7 +571,7 @@ def bulkload(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
 EXPERIMENTS = {"headline": headline, "table1": table1, "fig9": fig9, "fig10": fig10, "fig11": fig11, "fig12": fig12,
                "fig13": fig13, "fig15": fig15, "model": model, "bulkload": bulkload}
 SIDE_BY_SIDE = ("headline", "table1", "fig9", "fig11", "fig12", "fig13", "model", "bulkload")
-TITLE = "DPA-Store (seed 002): headline, Table 1, Figs. 9-13, 15, §4.2.6-4.2.7 (with ROLEX and a B+-tree)"
+TITLE = "DPA-Store (OSDI'26): headline, Table 1, Figs. 9-13, 15, §4.2.6-4.2.7 (with ROLEX and a B+-tree)"
 
 
 def setup(quick: bool) -> dict:

@@ -1,4 +1,4 @@
-"""``dmrack reproduce flexkv``: FlexKV (seed 003, §5) on a scaled-down co-located rack.
+"""``dmrack reproduce flexkv``: FlexKV (Hu, Shen, Yang, §5) on a scaled-down co-located rack.
 
 FlexKV proxies the hot partitions of a RACE index in the compute nodes (CNs): index operations on a
 proxied partition go to the owner CN by RPC and commit with a LOCAL_CAS; the rest stay one-sided on
@@ -715,7 +715,7 @@ def run(only=None, quick: bool = False, json_path: str | None = None, console=No
                            setup=setup, title=TITLE)
 
 
-TITLE = "FlexKV (seed 003): Fig. 3, 16, 17, 18, 19, 20, 24 and Table 1"
+TITLE = "FlexKV (Hu, Shen, Yang): Fig. 3, 16, 17, 18, 19, 20, 24 and Table 1"
 
 
 #: the parts `dmrack sensitivity flexkv` runs per knob: Fig. 3's verb-rate ratios, the measurement the

@@ -476,7 +476,7 @@ def run(only=None, quick: bool = False, json_path: str | None = None, console=No
                            setup=setup, title=TITLE)
 
 
-TITLE = "PD3 (seed 000): Figs. 4, 8, 10-24 (hash map, page server, Garnet-like store)"
+TITLE = "PD3 (Sankhe et al.): Figs. 4, 8, 10-24 (hash map, page server, Garnet-like store)"
 
 #: the parts `dmrack sensitivity pd3` runs per knob: Fig. 4's Host View steps (the DPU cost table), Fig. 8's Loading Zone (the host's coherence costs) and Fig. 10's hash map, uniform (the four systems' racks): about 55 s with --quick
 HEADLINE = ("fig4", "fig8", "fig10")

@@ -14,6 +14,11 @@ and shows the same thing everywhere. It holds, in order:
   the verdict and the direction;
 * a legend saying what within, outside, held and not held mean.
 
+The results of ``dmrack run``/``up`` (``--out``'s results.json) are read as rows too
+(:func:`cluster.experiments.rows.load_result`): their page shows the run's provenance (rack,
+system, mode, seed, steps, stop reason) and a table per step of every node's and kind's
+throughput and latencies; they have no published values, so the summary says "nothing published".
+
 Every text from a file goes through :func:`html.escape`. The figures need matplotlib; without it
 the page is still written, with a line saying how to get them. A file that cannot be read is
 :class:`cluster.experiments.rows.BadRows` (one line naming it) before anything is written.
@@ -74,7 +79,8 @@ def _provenance(run: dict | None) -> list[tuple[str, str]]:
     items = [
         ("command", f"dmrack {run.get('command', '?')}"),
         ("title", run.get("title") or missing),
-        ("mode", "--quick" if run.get("quick") else "full"),
+        ("mode", (run.get("options") or {}).get("mode", "?") if run.get("kind") == "rack run"
+         else "--quick" if run.get("quick") else "full"),
         ("parts", ", ".join(run.get("parts") or []) or missing),
         ("options", ", ".join(f"{k}={v}" for k, v in (run.get("options") or {}).items()) or "none"),
         ("dmrack version", run.get("dmrack_version") or missing),
@@ -113,6 +119,21 @@ def _headline_table(rows: list[dict]) -> str:
             f"<td class=num>{escape(fmt(r.get('emulated')))}</td><td class=num>{escape(fmt(r.get('published')))}</td>"
             f"<td class=num>{escape(_ratio(r))}</td><td class={escape(v or 'none')}>{escape(v or '-')}</td>"
             f"<td class={escape((d or 'none').replace(' ', '-'))}>{escape(d or '-')}</td></tr>")
+    out.append("</table>")
+    return "\n".join(out)
+
+
+def _values_table(rows: list[dict]) -> str:
+    """Rows without published values as one table: a line per (series, x), a column per metric
+    (the results of dmrack run: per node and kind, throughput and latencies)."""
+    metrics = list(dict.fromkeys(str(r["metric"]) for r in rows))
+    lines: dict[tuple, dict] = {}
+    for r in rows:
+        lines.setdefault((str(r["series"]), str(r["x"])), {})[str(r["metric"])] = r.get("emulated")
+    out = ["<table><tr><th>series</th><th>x</th>" + "".join(f"<th>{escape(m)}</th>" for m in metrics) + "</tr>"]
+    for (series, x), values in lines.items():
+        out.append(f"<tr><td>{escape(series)}</td><td>{escape(x)}</td>"
+                   + "".join(f"<td class=num>{escape(fmt(values.get(m)))}</td>" for m in metrics) + "</tr>")
     out.append("</table>")
     return "\n".join(out)
 
@@ -167,8 +188,14 @@ def build(results: list[tuple[str, dict | None, list[dict]]]) -> str:
             parts.append(f"<p class=note>No figures: {escape(figs)}</p>")
             figs = {}
         experiments = list(dict.fromkeys([r["experiment"] for r in rows]))
+        rack_run = bool(run) and run.get("kind") == "rack run"
         for exp in experiments:
             head = [r for r in rows if r["experiment"] == exp and r.get("published") is not None]
+            if rack_run:
+                # the results of dmrack run / up: nothing published, every figure shown
+                parts.append(f"<h3>{escape(str(exp))}</h3>")
+                parts.append(_values_table([r for r in rows if r["experiment"] == exp]))
+                continue
             if not head and exp not in figs:
                 continue
             parts.append(f"<h3>{escape(str(exp))}</h3>")

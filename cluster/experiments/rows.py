@@ -10,7 +10,10 @@ The JSON file of a run (``--json``) is one object::
 quick or full, dmrack version and git commit, profile, spec, seed, scale, wall time, machine), so
 a figure or a report made from the file later can say it too. Files written before the run
 record existed are a plain list of rows; :func:`load_result` reads both, with ``run`` None for the
-old kind, so every reader (compare, plot, report) takes either.
+old kind, so every reader (compare, plot, report) takes either. It also reads the results of
+``dmrack run`` / ``dmrack up`` (``--out``/``--json``, format ``dmrack.results/2``) as rows without
+published values (``cluster.results.document_rows``: per step, node and kind, throughput and
+latencies), so two runs of a rack compare and go into a report like any other result.
 """
 
 from __future__ import annotations
@@ -177,7 +180,8 @@ def _number(v) -> bool:
 
 def load_result(path: str) -> tuple[dict | None, list[dict]]:
     """``(run, rows)`` of a ``--json`` file of bench or reproduce, checked: the current object form
-    or the older plain list of rows (``run`` None). :class:`BadRows` names the file and the problem."""
+    or the older plain list of rows (``run`` None); or of the results of run or up (their rows,
+    see the module docstring). :class:`BadRows` names the file and the problem."""
     try:
         with open(path) as f:
             text = f.read()
@@ -190,10 +194,18 @@ def load_result(path: str) -> tuple[dict | None, list[dict]]:
     except json.JSONDecodeError as e:
         raise BadRows(f"{path}: not JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
     run = None
+    if isinstance(data, dict) and "rows" in data and data.get("format") != FORMAT:
+        # the results of dmrack run / up (--out, --json): rows of their own (cluster.results);
+        # imported only for them, so that reading bench and reproduce files stays light
+        from cluster.results import FORMAT as RUN_FORMAT, document_rows
+        if data.get("format") != RUN_FORMAT:
+            raise BadRows(f"{path}: format {str(data.get('format'))[:40]!r} is neither {FORMAT!r} (dmrack bench, "
+                          f"reproduce) nor {RUN_FORMAT!r} (dmrack run, up): written by another version of dmrack?")
+        try:
+            return document_rows(data)
+        except ValueError as e:
+            raise BadRows(f"{path}: {e}") from None
     if isinstance(data, dict) and "rows" in data:
-        if data.get("format") != FORMAT:
-            raise BadRows(f"{path}: format {data.get('format')!r} is not {FORMAT!r} "
-                          f"(written by another version of dmrack?)")
         run = data.get("run")
         if run is not None and not isinstance(run, dict):
             raise BadRows(f"{path}: 'run' is not an object")

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import importlib
 
+from shm.messages import clip, did_you_mean
+
 # name -> "module:Class"; a new built-in system adds one line.
 BUILTIN = {
     "race": "nodes.systems.race:RaceSystem",
@@ -82,34 +84,35 @@ def is_plugin_target(name: str) -> bool:
 def _import_target(target: str, asked: str, origin: str):
     """The class named by ``module:Class``, checked (subclass of System, a usable name)."""
     from nodes.systems.api import System, one_line
+    asked = clip(asked)                     # only ever shown in messages
     module, _, attr = target.partition(":")
     if not module or not attr or ":" in attr:
-        raise SystemLoadError(f"system {asked!r}: {target!r} is not of the form module:Class")
+        raise SystemLoadError(f"system {asked!r}: {clip(target)!r} is not of the form module:Class")
     try:
         mod = importlib.import_module(module)
     except Exception as e:                  # ImportError, SyntaxError, or whatever the module raised
-        raise SystemLoadError(f"system {asked!r}: module {module!r} does not import: "
+        raise SystemLoadError(f"system {asked!r}: module {clip(module)!r} does not import: "
                               f"{type(e).__name__}: {one_line(e)}") from None
     obj = mod
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
         except AttributeError:
-            raise SystemLoadError(f"system {asked!r}: module {module!r} has no {attr!r}") from None
+            raise SystemLoadError(f"system {asked!r}: module {clip(module)!r} has no {clip(attr)!r}") from None
     if not (isinstance(obj, type) and issubclass(obj, System)):
-        raise SystemLoadError(f"system {asked!r}: {target} is not a subclass of nodes.systems.api.System "
+        raise SystemLoadError(f"system {asked!r}: {clip(target)} is not a subclass of nodes.systems.api.System "
                               f"(it is {obj!r})")
     if obj is System:
-        raise SystemLoadError(f"system {asked!r}: {target} is the System base class itself, not a system")
+        raise SystemLoadError(f"system {asked!r}: {clip(target)} is the System base class itself, not a system")
     name = getattr(obj, "name", "")
     if not isinstance(name, str) or not name:
-        raise SystemLoadError(f"system {asked!r}: {target} has no name (set the class attribute name = \"...\")")
+        raise SystemLoadError(f"system {asked!r}: {clip(target)} has no name (set the class attribute name = \"...\")")
     if name in BUILTIN and _builtin_class(name) is not obj:
-        raise SystemLoadError(f"system {asked!r}: {target} is named {name!r}, which is a built-in system; "
+        raise SystemLoadError(f"system {asked!r}: {clip(target)} is named {name!r}, which is a built-in system; "
                               f"give it another name")
     other = _loaded.get(name)
     if other is not None and other is not obj:
-        raise SystemLoadError(f"system {asked!r}: {target} is named {name!r}, like {_origins.get(other)} "
+        raise SystemLoadError(f"system {asked!r}: {clip(target)} is named {name!r}, like {_origins.get(other)} "
                               f"already loaded; give it another name")
     _origins.setdefault(obj, origin)
     return obj
@@ -133,8 +136,8 @@ def get_system(name: str):
     else:
         ep = entry_points().get(name)
         if ep is None:
-            raise SystemLoadError(f"unknown system {name!r}; available: {', '.join(system_names())} "
-                                  f"(or a plugin as module:Class)")
+            raise SystemLoadError(f"unknown system {clip(name)!r}; available: {', '.join(system_names())}"
+                                  f"{did_you_mean(name, system_names())} (or a plugin as module:Class)")
         dist = getattr(getattr(ep, "dist", None), "name", None)
         cls = _import_target(ep.value, name, f"entry point {name} ({dist or 'installed package'}: {ep.value})")
     _loaded[name] = cls

@@ -1,6 +1,6 @@
 """DPA-Store's hot-entry cache: one traverser thread's Bloom filter and bucket table, pure logic.
 
-DPA-Store (OSDI'26, seed 002, section 3.1.2) lets every DPA traverser thread keep a small cache
+DPA-Store (OSDI'26, section 3.1.2) lets every DPA traverser thread keep a small cache
 of hot KV pairs so that a hit skips the tree walk and the host DMAs (the paper's Fig. 11: up to
 +30 % GET throughput under skew; Fig. 14: "cached requests trigger only a single memory
 access"). This module is that cache's data structure and nothing else: no timing, no threads,

@@ -1,4 +1,4 @@
-"""FlexKV (seed 003): index proxying on compute nodes over a RACE index; see docs/flexkv.md.
+"""FlexKV (Hu, Shen, Yang): index proxying on compute nodes over a RACE index; see docs/flexkv.md.
 
 * :mod:`.layout`: tombstones, the KV pair's valid bit, partitions and maps;
 * :mod:`.cache`: the compute-node cache of addresses and KV pairs;

@@ -1,8 +1,8 @@
 """FlexKV's manager algorithms, pure and deterministic: who owns which index partition, which
 partitions each owner offloads, and how much of the index to offload.
 
-FlexKV (/work/shared/seeds/003_e575dbeb3d96bb46.txt, §4.2 and §4.3.2; "l. N" below is
-line N of that file, "Line N" a line of an algorithm as the paper writes it; a paraphrase is in
+FlexKV (Hu, Shen, Yang; its text is /work/shared/seeds/003_e575dbeb3d96bb46.txt, §4.2 and §4.3.2;
+"l. N" below is line N of that file, "Line N" a line of an algorithm as the paper writes it; a paraphrase is in
 /work/shared/research/next-systems.md §4a) proxies a RACE index whose P = 2^13 partitions are
 each owned by one compute node (CN). Its manager runs two algorithms, written here with no rack,
 no clock and no I/O so that the FlexKV system and its tests can drive them from whatever loop

@@ -47,8 +47,7 @@ class FlexKVSystem(RaceSystem):
     description = ("FlexKV: a RACE index in memory nodes whose hot partitions are proxied by compute nodes "
                    "(RPC + LOCAL_CAS), a coherent cache of addresses and KV pairs, rank-aware partition "
                    "assignment and a throughput-guided index-offload ratio")
-    paper = ("Hu, Shen, Yang et al., FlexKV: Flexible Index Offloading for Memory-Disaggregated Key-Value "
-             "Store (seed 003)")
+    paper = "Hu, Shen, Yang: FlexKV: Flexible Index Offloading for Memory-Disaggregated Key-Value Store"
     roles = ("compute", "memory")
     supports_scan = False
     expose_compute = True

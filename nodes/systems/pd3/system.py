@@ -757,7 +757,7 @@ class Pd3System(System):
                    "server; the BlueField-3 DPU "
                    "sees mirrored requests, predicts misses with its Host View and prefetches into the "
                    "host's Loading Zone (modes: the baselines sync RDMA, Leap, Redy, and all-local)")
-    paper = "PD3: Prefetching Data with DPUs for Disaggregated Memory (seed 000)"
+    paper = "Sankhe, Zhang, Chonee, Lim, Hu, Li, Zhang: PD3: Prefetching Data with DPUs for Disaggregated Memory"
     roles = ("compute", "memory", "client", "dpu")
     client_role = "client"
     options = (

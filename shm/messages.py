@@ -1,0 +1,49 @@
+"""How dmrack's one-line error messages show what the user wrote: one place for the conventions.
+
+A refused input is one line naming the problem and the place (the project's rule for bad input).
+Three things every such line needs were written many times, each a little differently, so they are
+declared here once and every layer (shm, workloads, nodes, cluster) uses them:
+
+* :func:`clip`: a value echoed back is cut to :data:`CLIP_CHARS` characters, with the length of
+  what was cut. A 100,000-character name pasted by mistake must not fill the terminal, and the
+  head of a value is enough to recognise it.
+* :func:`did_you_mean`: the closest known name to a misspelt one (``difflib``'s ratio >= 0.6,
+  the cutoff its own ``get_close_matches`` defaults to), as "; did you mean X?" appended to the
+  line, or nothing when no name is close.
+* :func:`item`: positions in a list count from 1 in messages (``steer[1]`` is the first
+  ``[[steer]]`` rule, ``step[1]`` the first ``[[step]]``, ``hosts[1]`` the first host), as the
+  results table numbers steps and as files number lines: a person counts the first one as 1.
+
+Standard library only, so that the lowest layer can import it.
+"""
+
+from __future__ import annotations
+
+import difflib
+
+__all__ = ["CLIP_CHARS", "clip", "did_you_mean", "item"]
+
+#: The most characters of a user's value a message repeats (a long path or a TOML inline table
+#: still fits whole; a pasted blob does not).
+CLIP_CHARS = 120
+
+
+def clip(text: str, limit: int = CLIP_CHARS) -> str:
+    """``text`` if it has at most ``limit`` characters, else its head and how much was left out."""
+    text = str(text)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text):,} characters)"
+
+
+def did_you_mean(word, choices, quote: bool = False) -> str:
+    """"; did you mean X?" for the choice closest to ``word`` (``quote``: X in quotes), or ""."""
+    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
+    if not close:
+        return ""
+    return f"; did you mean {close[0]!r}?" if quote else f"; did you mean {close[0]}?"
+
+
+def item(name: str, index0: int) -> str:
+    """The message name of the entry at 0-based ``index0`` of the list ``name``: ``name[index0 + 1]``."""
+    return f"{name}[{index0 + 1}]"
