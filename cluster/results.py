@@ -30,6 +30,7 @@ a reader never sees half a result file and a crash never leaves one behind.
   document per node (``nodes[i].system``) and summed over the nodes (``summary.system``). Like the
   memory figures they are end-of-run totals, not per step (a step's share is the difference of
   two runs' totals, or a dashboard's live view); the CSV has fixed columns and leaves them out.
+  The summary table's caption lists the ones that are not 0.
 * Events worth keeping from the rack's event log: failpoints that fired and faults (a node that
   died, a system that gave up), in ``events``; the fired failpoints are also printed under the
   summary table (faults were already said when they happened).
@@ -431,12 +432,24 @@ class Results:
             lines.append(f"torn reads: {sum(n.torn_reads for n in torn):,} (" + ", ".join(
                 f"{n.node} {n.torn_reads:,}" for n in torn) + "): multi-line READs that met a WRITE halfway "
                 "and were read again")
+        own = self._system_line()
+        if own:
+            lines.append(own)
         # Fired failpoints only: faults were said as they happened, and the supervisor ends with
         # its stop reason (one line for a death, not three).
         lines += [e for e in self.events if _FAILPOINT_TEXT in e]
         t.caption = "\n".join(lines)
         t.caption_justify = "left"
         return t
+
+    def _system_line(self) -> str:
+        """The summary's line of the system's own counters that are not 0, summed over the nodes
+        ("" when there are none)."""
+        shown = [(k, v) for k, v in _sum_system(self.nodes).items() if v]
+        if not shown:
+            return ""
+        return (f"{self.meta.get('system', 'system')} counters (statistics(), summed; 0s left out): "
+                + ", ".join(f"{k} {v:,}" if isinstance(v, int) else f"{k} {v:,.4g}" for k, v in shown))
 
     def __repr__(self) -> str:
         return f"<Results steps={len(self.steps)} nodes={len(self.nodes)} ops={self.summary()['ops']}>"

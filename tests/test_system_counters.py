@@ -121,6 +121,11 @@ def test_a_plugins_counters_are_in_the_results_per_node_and_summed_co_located(ho
         row = next(n for n in doc["nodes"] if n["node"] == node.name)
         race = [super(type(c), c).statistics() for c in node.clients]     # RaceClient's own record
         assert row["system"]["failed_cases"] == sum(r.cas_retries for r in race)
+    # the summary under the table lists the counters that are not 0, summed
+    total = doc["summary"]["system"]
+    line = next(ln for ln in res.table().caption.splitlines() if "counters (statistics()" in ln)
+    assert line.startswith("hop-ht counters") and f"hops {total['hops']:,}, " in line
+    assert f"cache_bytes {total['cache_bytes']:,}" in line and "origin" not in line
 
 
 def test_a_plugins_counters_are_in_results_json_of_a_rack_of_processes(hop_ht, tmp_path):

@@ -120,7 +120,10 @@ class KVClient:
         yield  # pragma: no cover
 
     def statistics(self):
-        """An immutable record of this client's counters (retries, cache hits, ...)."""
+        """An immutable record of this client's counters (retries, cache hits, ...), or None. Every
+        numeric field is summed over a compute node's clients (:func:`node_statistics`) and goes into
+        the run's results, per node and summed, and onto the dashboard, so fields should be counts
+        and totals that add up (docs/adding-a-system.md, "Statistics")."""
         return None
 
 
