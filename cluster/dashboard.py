@@ -15,7 +15,10 @@ Three layers, so the arithmetic can be tested without a terminal:
   their occupancy (bytes carved from their host memory, of their capacity) and compute nodes the
   bytes their clients reclaimed, as published counters; the rack row sums both and shows the
   latency percentiles of the compute nodes' merged histograms (histograms merge exactly,
-  percentiles do not).
+  percentiles do not). The system's own counters (every numeric field of its clients'
+  ``statistics()`` records, which each compute node publishes summed over its clients) are summed
+  over the nodes into ``RackView.system``; the frame shows the ones that are not 0 in a panel of
+  their own, as fresh as the nodes' last heartbeat.
 * :func:`render` draws a ``RackView`` as a rich renderable (header, node table, throughput
   sparklines, event log); :func:`plain_line` is the one-line form. Step labels longer than the
   step column are shortened (:func:`fit_label`: "until stopped" becomes "∞", then an ellipsis at
@@ -221,6 +224,17 @@ class RackView(NamedTuple):
     mem_used: int | None = None     # summed over the memory nodes (None: no memory node published)
     mem_capacity: int | None = None
     reclaimed: int | None = None    # summed over the compute nodes
+    system: tuple = ()              # (name, value): the system's own counters, summed over the nodes
+
+
+def _system_totals(snaps) -> tuple:
+    """The system's own counters of ``snaps`` summed over the nodes, as (name, value) pairs in the
+    order the names first appear (the record's field order)."""
+    out: dict = {}
+    for s in snaps:
+        for name, v in s.system.items():
+            out[name] = out.get(name, 0) + v
+    return tuple(out.items())
 
 
 class _Prev(NamedTuple):
@@ -334,7 +348,8 @@ class RackMeter:
                         verbs_per_s=verbs_rate, total_kops=total_kops,
                         p99_us=_us(merged.percentile(99)), ops=total_ops, nodes=tuple(nodes),
                         p50_us=_us(merged.percentile(50)), p999_us=_us(merged.percentile(99.9)),
-                        mem_used=mem_used, mem_capacity=mem_cap, reclaimed=reclaimed)
+                        mem_used=mem_used, mem_capacity=mem_cap, reclaimed=reclaimed,
+                        system=_system_totals(snaps))
 
 
 class ProcUsage:
@@ -461,6 +476,31 @@ def _device_table(view: RackView) -> Table | None:
     return table
 
 
+SYSTEM_PAIRS = 4                    # counters per line of the system panel
+
+
+def _system_panel(view: RackView, title_info: dict) -> Panel | None:
+    """The system's own counters that are not 0, summed over the compute nodes (None: it
+    publishes none)."""
+    if not view.system:
+        return None
+    shown = [(k, v) for k, v in view.system if v]
+    table = Table(expand=True, box=None, show_header=False, pad_edge=False)
+    for _ in range(SYSTEM_PAIRS):
+        table.add_column(style="dim", no_wrap=True, overflow="ellipsis")
+        table.add_column(justify="right", style="bold", no_wrap=True)
+    for i in range(0, len(shown), SYSTEM_PAIRS):
+        cells = []
+        for k, v in shown[i:i + SYSTEM_PAIRS]:
+            cells += [k, f"{v:,}" if isinstance(v, int) else f"{v:,.4g}"]
+        table.add_row(*cells)
+    zero = len(view.system) - len(shown)
+    title = (f"{title_info.get('system', 'system')} counters (statistics(), summed over the compute nodes"
+             + (f"; {zero} at 0 not shown" if zero else "") + ")")
+    body = table if shown else Text(f"all {len(view.system)} counters are 0 so far", style="dim")
+    return Panel(body, title=title, border_style="dim")
+
+
 def render(view: RackView, title_info: dict):
     """The dashboard frame for ``view`` (a rich renderable)."""
     header = Panel(Group(_title_line(title_info), *_status_lines(view)), title="dmrack", border_style="cyan")
@@ -469,12 +509,13 @@ def render(view: RackView, title_info: dict):
                  border_style="dim")
     ev = Text("\n".join(view.events) if view.events else "(no events yet)")
     events = Panel(ev, title="events", border_style="dim")
+    own = [p for p in (_system_panel(view, title_info),) if p is not None]
     table = _device_table(view)
     if table is None:
-        return Group(header, nodes, hist, events)
+        return Group(header, nodes, *own, hist, events)
     devices = Panel(table, title="devices (rates over the last update's virtual time; NIC shared with the host)",
                     border_style="dim")
-    return Group(header, nodes, devices, hist, events)
+    return Group(header, nodes, devices, *own, hist, events)
 
 
 def plain_line(view: RackView) -> str:

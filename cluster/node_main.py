@@ -22,7 +22,8 @@ A node process
 * publishes counters with its heartbeat: a memory node its occupancy (``Fabric.occupancy``: the
   shared bump pointer of its host memory against the host region's size; it lives in the node's
   own memory, so the memory node is where it is read), a compute node the sums of its clients'
-  reclamation figures (``ComputeNode.client_counters``).
+  reclamation figures (``ComputeNode.client_counters``) and every numeric field of their
+  statistics records, summed (``ComputeNode.system_counters``: the system's own counters).
 
 Roles: ``compute`` and the ``manager`` run the scenario in clock-synchronised environments;
 ``memory`` nodes are passive (one-sided verbs never involve their CPU), so they only heartbeat
@@ -78,19 +79,21 @@ def _die_with_parent(parent_pid: int, name: str) -> None:
 class _Heartbeat(threading.Thread):
     """Publishes this node's liveness and gauges every HEARTBEAT_S of real time."""
 
-    def __init__(self, writer, gauge: NicGauge, vnow, events, verbs, counters=None):
+    def __init__(self, writer, gauge: NicGauge, vnow, events, verbs, counters=None, system=None):
         super().__init__(daemon=True, name="heartbeat")
         self.writer = writer
         self.gauge = gauge
         self.vnow, self.events, self.verbs = vnow, events, verbs
         self.counters = counters                # () -> {counter: value}, or None
+        self.system = system                    # () -> the system's own counters {name: value}, or None
         self.halt = threading.Event()
 
     def beat(self) -> None:
         v = self.vnow()
         g = self.gauge.sample(v)
         self.writer.heartbeat(v, self.events(), self.verbs(), nic_util=g.nic_util, link_util=g.link_util,
-                              pcie_util=g.pcie_util, counters=self.counters() if self.counters else None)
+                              pcie_util=g.pcie_util, counters=self.counters() if self.counters else None,
+                              system=self.system() if self.system else None)
 
     def run(self) -> None:
         while not self.halt.wait(HEARTBEAT_S):
@@ -275,8 +278,13 @@ def _compute(state, slot: int, name: str, writer, restart: tuple[int, int] | Non
         out = dict(node.client_counters() or {})
         out.update(dev())
         return out
+    def system() -> dict | None:
+        try:
+            return node.system_counters()
+        except RuntimeError:          # a client's record read while its event loop changed it: next beat
+            return None
     hb = _Heartbeat(writer, NicGauge(state.fabric, name), lambda: env.now, lambda: node.ops,
-                    lambda: host._posted, counters)
+                    lambda: host._posted, counters, system)
     hb.during(env)
     node.stop()
     hb.last()

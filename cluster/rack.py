@@ -381,7 +381,8 @@ class ColocatedRack:
             for node, writer in nodes:
                 if mgr.step < len(c.plan):
                     node.stop()
-                writer.heartbeat(env.now, env.statistics().events, verbs // max(len(nodes), 1))
+                writer.heartbeat(env.now, env.statistics().events, verbs // max(len(nodes), 1),
+                                 system=node.system_counters())    # with the operations that ended after the last step
                 writer.finish(STATE_DONE)
             self._publish_memory(state)
             if state.history is not None:

@@ -24,6 +24,13 @@ a reader never sees half a result file and a crash never leaves one behind.
   (``cluster.stats.COUNTERS``): a memory node's occupancy (bytes carved from its host memory, of
   its capacity), a compute node's bytes reclaimed and blocks reused by its clients. They are not
   per step (a memory node records no steps), so they have rows of their own.
+* The system's own counters: every numeric field of the clients' ``statistics()`` records (RACE's
+  CAS retries, Sherman's cache hits, a plugin's hops), as each compute node published them at the
+  end of the run (summed over its clients, ``nodes.systems.api.node_statistics``), in the JSON
+  document per node (``nodes[i].system``) and summed over the nodes (``summary.system``). Like the
+  memory figures they are end-of-run totals, not per step (a step's share is the difference of
+  two runs' totals, or a dashboard's live view); the CSV has fixed columns and leaves them out.
+  The summary table's caption lists the ones that are not 0.
 * Events worth keeping from the rack's event log: failpoints that fired and faults (a node that
   died, a system that gave up), in ``events``; the fired failpoints are also printed under the
   summary table (faults were already said when they happened).
@@ -134,6 +141,16 @@ class NodeSummary(NamedTuple):
     udp_dropped: int = 0
     udp_resends: int = 0
     ring_depth: int = 0
+    system: dict = {}               # compute nodes: the system's own counters (every numeric statistics field)
+
+
+def _sum_system(nodes) -> dict:
+    """The system's own counters summed over ``nodes``, in the order the names first appear."""
+    out: dict = {}
+    for n in nodes:
+        for name, v in n.system.items():
+            out[name] = out.get(name, 0) + v
+    return out
 
 
 def _none_if_nan(x: float) -> float | None:
@@ -236,7 +253,7 @@ class Results:
         indices = sorted({s.index for p in snaps for s in p.steps})
         steps = tuple(cls._step(meta, snaps, i) for i in indices)
         nodes = tuple(NodeSummary(p.name, p.role, p.pid, p.state_name, p.vnow_ns, p.events, p.verbs,
-                                  p.ops(), *p.counters) for p in snaps)
+                                  p.ops(), *p.counters, system=dict(p.system)) for p in snaps)
         kept = tuple(dict.fromkeys(e.text for e in events if e.kind in KEPT_EVENTS))   # once each
         starts = [s.real_start for p in snaps for s in p.steps]
         ends = [s.real_end if s.real_end is not None else (p.heartbeat_time or s.real_start)
@@ -299,7 +316,8 @@ class Results:
                 "mem_capacity": sum(n.mem_capacity for n in self.nodes),
                 "bytes_reclaimed": sum(n.bytes_reclaimed for n in self.nodes),
                 "blocks_reused": sum(n.blocks_reused for n in self.nodes),
-                "torn_reads": sum(n.torn_reads for n in self.nodes)}
+                "torn_reads": sum(n.torn_reads for n in self.nodes),
+                "system": _sum_system(self.nodes)}
 
     def records(self) -> list[dict]:
         """One flat dict per step x node x kind (columns ``COLUMNS``), rack rows first."""
@@ -415,12 +433,24 @@ class Results:
             lines.append(f"torn reads: {sum(n.torn_reads for n in torn):,} (" + ", ".join(
                 f"{n.node} {n.torn_reads:,}" for n in torn) + "): multi-line READs that met a WRITE halfway "
                 "and were read again")
+        own = self._system_line()
+        if own:
+            lines.append(own)
         # Fired failpoints only: faults were said as they happened, and the supervisor ends with
         # its stop reason (one line for a death, not three).
         lines += [e for e in self.events if _FAILPOINT_TEXT in e]
         t.caption = "\n".join(lines)
         t.caption_justify = "left"
         return t
+
+    def _system_line(self) -> str:
+        """The summary's line of the system's own counters that are not 0, summed over the nodes
+        ("" when there are none)."""
+        shown = [(k, v) for k, v in _sum_system(self.nodes).items() if v]
+        if not shown:
+            return ""
+        return (f"{self.meta.get('system', 'system')} counters (statistics(), summed; 0s left out): "
+                + ", ".join(f"{k} {v:,}" if isinstance(v, int) else f"{k} {v:,.4g}" for k, v in shown))
 
     def __repr__(self) -> str:
         return f"<Results steps={len(self.steps)} nodes={len(self.nodes)} ops={self.summary()['ops']}>"

@@ -44,6 +44,15 @@ occupancy (bytes carved from its host memory, and its capacity), and a compute n
 its clients' reclamation figures (``bytes_reclaimed``, ``blocks_reused``). They are published
 under the header seqlock like the gauges, and are totals since the process started.
 
+A system's *own* counters (every numeric field of its clients' ``statistics()`` records, which
+differ from system to system: RACE's CAS retries, Sherman's cache hits, a plugin's hops) have a
+region of their own at the end of the slot (``SYS_MAX`` counters): their names travel with their
+values, so the plane needs to know nothing about the system, and a reader shows a plugin's
+counters as it shows RACE's. The slot's owner publishes them (a compute node: at every step end,
+and every heartbeat in a node process), under the header seqlock, so a reader copies names and
+values that belong together. Integers are stored as they are, finite floats as their float64 bits
+(a bit per counter says which).
+
 Two header words are the exception to "one writer per slot": ``exit code`` and ``exited``, which
 the supervisor stores once the owner is dead (:meth:`StatsPlane.mark_exited`), so that the
 dashboard, a pure reader of this plane, can show a SIGKILLed node as dead rather than as its last
@@ -61,6 +70,7 @@ Layout (int64 words; every region starts on a 64-byte line)::
     header   [0, 24)        magic, version, geometry; event tail on its own line (word 16)
     slot i   SLOT_HDR_WORDS header (seqlocked; counters at W_COUNTERS, supervisor's exit words at
              W_EXIT_CODE/W_EXITED) | max_steps x STEP_WORDS step data | max_steps x META_WORDS
+             | SYS_WORDS: the system's own counters (count, float bits, names, values)
     events   EVENT_CAPACITY x EVENT_WORDS
 """
 
@@ -72,7 +82,7 @@ import os
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, NamedTuple, Sequence
 
 import numpy as np
@@ -84,7 +94,7 @@ from shm.segment import Segment
 __all__ = [
     "OP_KINDS", "N_KINDS", "KIND_INDEX",
     "STATE_EMPTY", "STATE_STARTING", "STATE_LOADING", "STATE_RUNNING", "STATE_DONE", "STATE_FAILED",
-    "STATE_NAMES", "GAUGES", "Gauges", "COUNTERS", "Counters",
+    "STATE_NAMES", "GAUGES", "Gauges", "COUNTERS", "Counters", "SYS_MAX", "SYS_NAME_BYTES",
     "SUB_BITS", "SUB", "MAX_EXP", "N_BUCKETS", "REL_ERROR",
     "bucket_index", "bucket_of", "bucket_lower", "bucket_width",
     "LatencyHistogram", "HistStats",
@@ -152,7 +162,8 @@ REL_ERROR = 1.0 / (2 * SUB)         # bound on a percentile's relative error (se
 # -- segment layout -----------------------------------------------------------------------------
 
 MAGIC = 0x7374_6174_536B_6344       # b"DckSstat" little-endian-ish; fits in int64
-VERSION = 3                         # 2: 32 sub-buckets, counters and exit words; 3: device counters
+VERSION = 4                         # 2: 32 sub-buckets, counters and exit words; 3: device counters;
+                                    # 4: the system's own counters
 LINE = 8                            # int64 words per cache line
 
 # global header words
@@ -193,6 +204,17 @@ EVENT_NODE_BYTES = (E_TEXT - E_NODE) * 8     # 32
 EVENT_TEXT_BYTES = (EVENT_WORDS - E_TEXT) * 8  # 120
 EVENT_CAPACITY = 1024
 
+# the system's own counters (seqlocked with the slot header): how many are published, which of
+# them are floats (bit i: counter i), their names (SYS_NAME_BYTES of UTF-8 each), their values
+#: Most of a system's own counters a slot carries: the first SYS_MAX numeric fields of its record
+#: (the largest built-in record, FlexKV's, has 32).
+SYS_MAX = 64
+SYS_NAME_BYTES = 32                 # a counter's name, cut at a character boundary beyond it
+Y_COUNT, Y_FLOATS = 0, 1
+Y_NAMES = 2
+Y_VALUES = Y_NAMES + SYS_MAX * SYS_NAME_BYTES // 8
+SYS_WORDS = -(-(Y_VALUES + SYS_MAX) // LINE) * LINE
+
 #: Seqlock attempts before a reader settles for its last consistent copy.
 READ_TRIES = 8
 #: An event entry reserved but unpublished for this long (its writer died or hangs) is skipped.
@@ -203,6 +225,11 @@ _OK, _ERR_NO_STEP, _ERR_KIND, _ERR_LATENCY, _ERR_LENGTH = range(5)
 
 
 def _slot_words(max_steps: int) -> int:
+    return _sys_off(max_steps) + SYS_WORDS
+
+
+def _sys_off(max_steps: int) -> int:
+    """Where a slot's region of the system's own counters starts (words from the slot's start)."""
     return SLOT_HDR_WORDS + max_steps * (STEP_WORDS + META_WORDS)
 
 
@@ -544,6 +571,7 @@ class ProcSnapshot:
     stale: bool = False             # header copy is older than the latest update (writer was busy)
     counters: Counters = Counters()
     exit_code: int | None = None    # as the supervisor saw it (negative: killed by that signal); None: alive
+    system: dict = field(default_factory=dict)   # the system's own counters, by name (see the module docstring)
 
     @property
     def dead(self) -> bool:
@@ -646,6 +674,48 @@ def _counter_words(counters) -> list[tuple[int, int]]:
         if name not in COUNTERS:
             raise ValueError(f"unknown counter {name!r}; counters are {', '.join(COUNTERS)}")
         out.append((W_COUNTERS + COUNTERS.index(name), _nonneg_int(v, name)))
+    return out
+
+
+_U64 = 1 << 64
+
+
+def _system_words(values) -> tuple[tuple[bytes, ...], list[int], int]:
+    """``{name: int | float}`` -> (encoded names, int64 words, float bits) of the first SYS_MAX
+    counters; refuses a name that is not a non-empty str and a value that is not a finite number."""
+    names, words, floats = [], [], 0
+    for i, (name, v) in enumerate(dict(values or {}).items()):
+        if i == SYS_MAX:
+            break
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"a system counter's name must be a non-empty str, got {name!r}")
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+            raise TypeError(f"system counter {name!r} must be a number, got {type(v).__name__}")
+        if isinstance(v, (float, np.floating)):
+            v = float(v)
+            if not math.isfinite(v):
+                raise ValueError(f"system counter {name!r} must be finite, got {v}")
+            floats |= 1 << i
+            words.append(int(np.array([v], dtype=np.float64).view(np.int64)[0]))
+        else:
+            v = int(v)
+            if not -(1 << 63) <= v < (1 << 63):
+                raise ValueError(f"system counter {name!r} = {v} does not fit 64 bits")
+            words.append(v)
+        names.append(_utf8(name, SYS_NAME_BYTES, "a system counter's name"))
+    return tuple(names), words, floats - _U64 if floats >= (1 << 63) else floats
+
+
+def _system_counters(region: np.ndarray) -> dict:
+    """The counters of a copied SYS_WORDS region, by name, in publishing order."""
+    n = min(max(int(region[Y_COUNT]), 0), SYS_MAX)
+    floats = int(region[Y_FLOATS]) % _U64
+    raw = region[Y_NAMES:Y_VALUES].view(np.uint8)
+    out = {}
+    for i in range(n):
+        name = _from_utf8(raw[i * SYS_NAME_BYTES:(i + 1) * SYS_NAME_BYTES])
+        v = region[Y_VALUES + i]
+        out[name] = float(np.array([v], dtype=np.int64).view(np.float64)[0]) if floats >> i & 1 else int(v)
     return out
 
 
@@ -795,10 +865,11 @@ class StatsPlane:
             w = self._writers[i] = ProcWriter(self, i)
         return w
 
-    def _read_header(self, i: int) -> tuple[np.ndarray, np.ndarray, bool]:
+    def _read_header(self, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
         w = self._slots[i]
         metas_at = SLOT_HDR_WORDS + self.max_steps * STEP_WORDS
-        hdr = metas = None
+        sys_at = _sys_off(self.max_steps)
+        hdr = metas = sysw = None
         for attempt in range(READ_TRIES):
             s1 = int(load_acquire(w, W_SEQ))
             if s1 & 1:
@@ -808,26 +879,28 @@ class StatsPlane:
             hdr = w[:SLOT_HDR_WORDS].copy()
             hi = min(max(int(hdr[W_STEP_HI]), 0), self.max_steps)
             metas = w[metas_at:metas_at + hi * META_WORDS].copy().reshape(hi, META_WORDS)
+            sysw = w[sys_at:sys_at + SYS_WORDS].copy()
             fence()
             if int(load_acquire(w, W_SEQ)) == s1:
-                self._last[i] = (hdr, metas)
-                return hdr, metas, False
+                self._last[i] = (hdr, metas, sysw)
+                return hdr, metas, sysw, False
             self._retries += 1
         self._stale += 1
         if i in self._last:
-            hdr, metas = self._last[i]
+            hdr, metas, sysw = self._last[i]
         elif hdr is None:
             # Never saw an even sequence: take an unsynchronised copy (each word is intact).
             hdr = w[:SLOT_HDR_WORDS].copy()
             hi = min(max(int(hdr[W_STEP_HI]), 0), self.max_steps)
             metas = w[metas_at:metas_at + hi * META_WORDS].copy().reshape(hi, META_WORDS)
-        return hdr, metas, True
+            sysw = w[sys_at:sys_at + SYS_WORDS].copy()
+        return hdr, metas, sysw, True
 
     def read(self, slot: int | str) -> ProcSnapshot:
         """Copy one process's slot; never blocks on the writer (see the module docstring)."""
         i = self.index(slot)
         self._reads += 1
-        hdr, metas, stale = self._read_header(i)
+        hdr, metas, sysw, stale = self._read_header(i)
         w = self._slots[i]
         steps = []
         for k in range(metas.shape[0]):
@@ -872,6 +945,7 @@ class StatsPlane:
             stale=stale,
             counters=Counters(*(max(0, int(x)) for x in hdr[W_COUNTERS:W_COUNTERS + len(COUNTERS)])),
             exit_code=exit_code,
+            system=_system_counters(sysw),
         )
 
     def mark_exited(self, slot: int | str, exit_code: int) -> None:
@@ -977,7 +1051,7 @@ class StatsPlane:
         if self._hdr is None:
             return
         for w in self._writers.values():
-            w._w = w._f = w._metas = None
+            w._w = w._f = w._metas = w._sys = None
         self._writers.clear()
         self._hdr = self._ev = self._ev_bytes = None
         self._slots = self._slot_floats = []
@@ -1034,7 +1108,7 @@ _RECORD_ERRORS = {
 class ProcWriter:
     """The owner's side of one slot: the only code that writes it (see ``StatsPlane.writer``)."""
 
-    __slots__ = ("plane", "slot", "name", "_w", "_f", "_metas", "_rec", "_lock")
+    __slots__ = ("plane", "slot", "name", "_w", "_f", "_metas", "_sys", "_sys_names", "_rec", "_lock")
 
     def __init__(self, plane: StatsPlane, slot: int):
         self.plane = plane
@@ -1044,6 +1118,9 @@ class ProcWriter:
         self._f = plane._slot_floats[slot]
         at = SLOT_HDR_WORDS + plane.max_steps * STEP_WORDS
         self._metas = self._w[at:at + plane.max_steps * META_WORDS].reshape(plane.max_steps, META_WORDS)
+        at = _sys_off(plane.max_steps)
+        self._sys = self._w[at:at + SYS_WORDS]
+        self._sys_names: tuple = ()         # the names last written (rewritten only when they change)
         self._rec = _record_entry()
         # A node's heartbeat thread and its event loop both write the header (heartbeat vs.
         # step/state changes): the seqlock allows one writer at a time, so they take turns.
@@ -1097,9 +1174,11 @@ class ProcWriter:
 
     def heartbeat(self, vnow_ns: int, events: int, verbs: int, *, nic_util: float | None = None,
                   link_util: float | None = None, pcie_util: float | None = None,
-                  state: int | str | None = None, counters: dict | None = None) -> None:
+                  state: int | str | None = None, counters: dict | None = None,
+                  system: dict | None = None) -> None:
         """Publish progress: virtual time, events processed, verbs issued, gauges (None: keep),
-        and ``counters`` (a dict of some of ``COUNTERS``; the others keep their values)."""
+        ``counters`` (a dict of some of ``COUNTERS``; the others keep their values) and ``system``
+        (the system's own counters, all of them: see :meth:`set_system_counters`; None: keep)."""
         self._require_begun()
         vnow_ns = _nonneg_int(vnow_ns, "vnow_ns")
         events = _nonneg_int(events, "events")
@@ -1115,9 +1194,12 @@ class ProcWriter:
             gauges.append((W_GAUGES + k, v))
         st = None if state is None else _state(state)
         cnt = _counter_words(counters)
+        sysc = None if system is None else _system_words(system)
         with self._header() as w:
             for word, v in cnt:
                 w[word] = v
+            if sysc is not None:
+                self._put_system(*sysc)
             w[W_VNOW] = vnow_ns
             w[W_EVENTS] = events
             w[W_VERBS] = verbs
@@ -1136,6 +1218,27 @@ class ProcWriter:
         with self._header() as w:
             for word, v in cnt:
                 w[word] = v
+
+    def set_system_counters(self, values: dict) -> None:
+        """Publish the system's own counters, ``{name: int or finite float}`` (the first SYS_MAX;
+        they replace the ones published before), without a heartbeat."""
+        sysc = _system_words(values)
+        self._require_begun()
+        with self._header():
+            self._put_system(*sysc)
+
+    def _put_system(self, names: tuple, words: list, floats: int) -> None:
+        """Inside a header write section: store the counters of ``_system_words``."""
+        y = self._sys
+        if names != self._sys_names:
+            raw = y[Y_NAMES:Y_VALUES].view(np.uint8)
+            raw[:] = 0
+            for i, b in enumerate(names):
+                raw[i * SYS_NAME_BYTES:i * SYS_NAME_BYTES + len(b)] = np.frombuffer(b, dtype=np.uint8)
+            self._sys_names = names
+        y[Y_VALUES:Y_VALUES + len(words)] = words
+        y[Y_FLOATS] = floats
+        y[Y_COUNT] = len(words)
 
     def set_state(self, state: int | str) -> None:
         st = _state(state)

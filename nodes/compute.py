@@ -22,7 +22,10 @@ Beside the operations the node publishes, as counters of its slot, the sums of a
 clients' ``statistics()`` records (``CLIENT_COUNTERS``, e.g. the bytes RACE's reclamation gave
 back): at every step end here, and every heartbeat in a node process (``cluster/node_main.py``).
 Summing named fields, read with a default of 0, keeps this generic: a system whose records lack
-a field simply reports 0 for it.
+a field simply reports 0 for it. Beside those, the node publishes *every* numeric field of its
+clients' records, summed over them (``nodes.systems.api.node_statistics``: a plugin's hops or
+failed CASes as much as RACE's retries), as the system's own counters of its slot, at the same
+moments: the results carry them per node and summed, and the dashboard shows them.
 
 A client stopped by a ``crash`` failpoint is logged as an event of the rack (kind "failpoint",
 "cn0: failpoint race.update.block_written fired (crash)"), so the dashboard and the summary show
@@ -39,7 +42,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from nodes.runtime.env import all_of
-from nodes.systems.api import UnsupportedOperation
+from nodes.systems.api import UnsupportedOperation, node_statistics
 from nodes.history import GARBAGE
 from workloads.keys import decode_value, key_packer, value_bytes
 from shm import nic
@@ -153,10 +156,22 @@ class ComputeNode:
                     out[name] += int(v)
         return out
 
+    def system_counters(self) -> dict:
+        """Every numeric field of this node's clients' ``statistics()`` records, summed over the
+        clients (``nodes.systems.api.node_statistics``), by name in the record's order."""
+        records = []
+        for client in self.clients:
+            stats = getattr(client, "statistics", None)
+            records.append(stats() if stats is not None else None)
+        return node_statistics(records)
+
     def publish_counters(self) -> None:
         setter = getattr(self.recorder, "set_counters", None)
         if setter is not None:
             setter(**self.client_counters())
+        setter = getattr(self.recorder, "set_system_counters", None)
+        if setter is not None:
+            setter(self.system_counters())
 
     def _crash(self, t: int, c: int, e: ClientCrash) -> None:
         """A crash failpoint stopped client (t, c) between two verbs: it stays down, and the

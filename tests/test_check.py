@@ -43,7 +43,8 @@ def test_a_race_whose_update_skips_its_cas_fails_loudly(tmp_path):
     r, verdict = _check("--option", "fault=update-skips-cas", tmp_path=tmp_path, cwd=tmp_path)
     assert r.returncode == 1
     lines = r.stdout.splitlines()
-    assert lines[0].startswith("FAIL: race: ") and "NOT linearizable" in lines[0]
+    # the verdict names the option it ran with: a fault switched on never reads like a plain run
+    assert lines[0].startswith("FAIL: race (--option fault=update-skips-cas): ") and "NOT linearizable" in lines[0]
     assert lines[1] == "full report: ./dmrack-check-race.txt"
     assert "NOT linearizable" in r.stdout and "no valid order" in r.stdout
     assert len(lines) < 150, f"{len(lines)} lines of output"
@@ -57,6 +58,7 @@ def test_a_race_whose_update_skips_its_cas_fails_loudly(tmp_path):
     assert "Timeline" in report and "The longest partial linearization" in report
     assert len(report.splitlines()) > len(lines)
     assert not verdict["passed"] and verdict["stress"] == "illegal"
+    assert verdict["options"] == {"fault": "update-skips-cas"}
     assert "Timeline" in verdict["explanation"]
     assert verdict["report"] == "./dmrack-check-race.txt"
 
@@ -83,7 +85,7 @@ def test_heavy_stress_passes_race_and_catches_sherman_unlock_before_write(tmp_pa
     assert r.returncode == 0, r.stdout + r.stderr
     assert "16 keys, 16-1000 B values" in r.stdout and verdict["keys"] == 16 and verdict["ops"] > 5000
     r, verdict = _heavy("sherman", "--option", "fault=unlock-before-write", tmp_path=tmp_path)
-    assert r.returncode == 1 and r.stdout.startswith("FAIL: sherman: ") and "NOT linearizable" in r.stdout
+    assert r.returncode == 1 and r.stdout.startswith("FAIL: sherman (--option fault=unlock-before-write): ") and "NOT linearizable" in r.stdout
     assert verdict["stress"] == "illegal"
 
 
@@ -142,3 +144,19 @@ def test_the_profile_of_the_checks_can_be_chosen():
     assert stress_scenario("race", {}, seed=1, run_ms=0.1, profile="cx5-100g").spec.profile.name == "cx5-100g"
     with pytest.raises(ValueError, match="unknown profile 'nope'"):
         conformance.run_suite("race", only=["single_client"], profile="nope")
+
+
+def test_the_verdict_line_shows_the_options_it_ran_with():
+    """A PASS with a fault (or any option) switched on says so on the verdict line itself; a run
+    without options reads as before. Values are shown as checked, long ones cut."""
+    from cluster.correctness.check import OPTION_VALUE_CHARS, verdict_line
+    plain = verdict_line("race", {}, True, 9, 0, "ok", 12345, 64, 3.21)
+    assert plain == ("PASS: race: 9 conformance checks, process stress linearizable; 12,345 operations "
+                     "checked for linearizability (64 keys in the process stress), 3.2 s")
+    line = verdict_line("toyht.lockht:LockHT", {"fault": "skip-checksum", "lock_free_gets": True, "n": 3},
+                        True, 10, 0, "ok", 100, 16, 1.0)
+    assert line.startswith("PASS: toyht.lockht:LockHT (--option fault=skip-checksum --option lock_free_gets=true "
+                           "--option n=3): 10 conformance checks, ")
+    fail = verdict_line("race", {"fault": "x" * 500}, False, 9, 1, "illegal", 1, 1, 1.0)
+    assert fail.startswith("FAIL: race (--option fault=" + "x" * (OPTION_VALUE_CHARS - 3) + "...): 9 conformance "
+                           "checks (1 failed), process stress NOT linearizable")

@@ -12,7 +12,8 @@ Two parts, both against the one KV interface, so every system gets the same verd
    the races a single scheduler cannot produce.
 
 The output is built for a failure, which can involve dozens of keys: the verdict comes first
-(with how many operations and keys were checked), then one line per check (the first line of a
+(with how many operations and keys were checked, and the ``--option`` values the system ran
+with, so that a PASS of a system with a fault switched on never reads like a clean PASS), then one line per check (the first line of a
 failure, never wrapped), then a short block per failing key (the one reason and the timeline,
 ``KeyFailure.brief``), at most SHOWN_KEYS of them. The checker's full explanations -- the partial
 linearization, every blocked operation, every key -- go to a report file named in the output
@@ -143,6 +144,31 @@ def stress_processes(system: str, options: dict, *, seed: int = 1, run_ms: float
 
 _STRESS_VERDICT = {"ok": "linearizable", "illegal": "NOT linearizable", "unknown": "undecided (time limit)"}
 
+#: Characters of an option's value the verdict line shows (longer values end in "...").
+OPTION_VALUE_CHARS = 40
+
+
+def options_text(given: dict) -> str:
+    """The ``--option`` values a check ran with, as the verdict line shows them
+    ("--option fault=skip-checksum --option n=3"); "" when none was given."""
+    def value(v) -> str:
+        text = str(v).lower() if isinstance(v, bool) else str(v)
+        return text if len(text) <= OPTION_VALUE_CHARS else text[:OPTION_VALUE_CHARS - 3] + "..."
+    return " ".join(f"--option {k}={value(v)}" for k, v in given.items())
+
+
+def verdict_line(system: str, given: dict, passed: bool, checks: int, failed: int, stress: str, ops: int,
+                 keys: int, wall_s: float) -> str:
+    """The check's first line: PASS or FAIL, the system and the options it ran with (``given``:
+    the ``--option`` values, checked), the conformance checks, the process stress's verdict
+    (ok, illegal, unknown), the operations and keys checked and the time taken."""
+    opts = options_text(given)
+    return (f"{'PASS' if passed else 'FAIL'}: {system}" + (f" ({opts})" if opts else "")
+            + f": {checks} conformance checks" + (f" ({failed} failed)" if failed else "")
+            + f", process stress {_STRESS_VERDICT.get(stress, stress)}; "
+            f"{ops:,} operations checked for linearizability ({keys:,} keys in the process stress), {wall_s:.1f} s")
+
+
 # Key blocks shown on the terminal; the report file has every key in full.
 SHOWN_KEYS = 5
 
@@ -219,7 +245,9 @@ def run(system: str, *, options: dict | None = None, quick: bool = False, heavy:
     from nodes.systems import get_system
     console = console or Console()
     cls = get_system(system)
+    asked = list(options or {})                 # the --option names, in the order given
     options = cls.check_options(dict(options or {}), f"dmrack check --system {system}")
+    given = {k: options[k] for k in asked}      # their values as checked (converted to the option's type)
     t0 = time.perf_counter()
     with Sweep(f"check {system}", ["conformance suite", "process stress"]) as sweep:
         outcomes = run_suite(system, options=options, heavy=heavy, progress=sweep.part("conformance suite"),
@@ -238,11 +266,8 @@ def run(system: str, *, options: dict | None = None, quick: bool = False, heavy:
     report = CheckReport(system, passed, tuple(outcomes), result.verdict, result.ops + suite_ops, result.keys,
                          explanation, time.perf_counter() - t0)
     failed = [o for o in outcomes if not o.passed]
-    verdict = (f"{'PASS' if passed else 'FAIL'}: {system}: {len(outcomes)} conformance checks"
-               + (f" ({len(failed)} failed)" if failed else "")
-               + f", process stress {_STRESS_VERDICT.get(result.verdict, result.verdict)}; "
-               f"{report.ops:,} operations checked for linearizability ({result.keys:,} keys in the process "
-               f"stress), {report.wall_s:.1f} s")
+    verdict = verdict_line(system, given, passed, len(outcomes), len(failed), result.verdict, report.ops,
+                           result.keys, report.wall_s)
     stress_name = (f"stress (2 processes x {shape.threads} x {shape.coroutines}, {shape.keys} keys, "
                    f"{'16-' if shape.mixed_sizes else ''}{shape.value_size} B values, uniform + zipf 0.99"
                    + (f", {SCAN_SHARE:.0%} scans included" if stress_mix(cls) else "") + ")")
@@ -266,7 +291,8 @@ def run(system: str, *, options: dict | None = None, quick: bool = False, heavy:
         console.print(f"trace: {trace[0]} ({o['ops_recorded']:,} operations of a co-located stress run"
                       + (f", and the operations of {failing} failing key(s) of the process stress" if failing else "")
                       + "; open it in https://ui.perfetto.dev)", highlight=False, soft_wrap=True)
-    table = Table(title=f"dmrack check --system {system}", title_justify="left")
+    table = Table(title=f"dmrack check --system {system}" + (f" {options_text(given)}" if given else ""),
+                  title_justify="left")
     table.add_column("check", no_wrap=True)
     table.add_column("verdict", no_wrap=True)
     # One line per check: the first line of a failure, cut to the terminal; the rest is in the report.
@@ -283,7 +309,7 @@ def run(system: str, *, options: dict | None = None, quick: bool = False, heavy:
     if json_path:
         import json
         with open(json_path, "w") as f:
-            json.dump({"system": system, "passed": passed, "stress": result.verdict, "ops": report.ops,
+            json.dump({"system": system, "options": given, "passed": passed, "stress": result.verdict, "ops": report.ops,
                        "keys": result.keys, "suite": [o._asdict() for o in outcomes],
                        "explanation": explanation, "report": path}, f, indent=1)
     return report

@@ -120,8 +120,60 @@ class KVClient:
         yield  # pragma: no cover
 
     def statistics(self):
-        """An immutable record of this client's counters (retries, cache hits, ...)."""
+        """An immutable record of this client's counters (retries, cache hits, ...), or None. Every
+        numeric field is summed over a compute node's clients (:func:`node_statistics`) and goes into
+        the run's results, per node and summed, and onto the dashboard, so fields should be counts
+        and totals that add up (docs/adding-a-system.md, "Statistics")."""
         return None
+
+
+#: Fields of a statistics record that describe what a compute node's threads *share* (its one
+#: index cache), not what one thread did: every client of the node reports the same figure, so a
+#: node's value is the largest of its clients', not their sum (``memory_use`` reads it the same way).
+#: A node-wide figure under another name goes in one client's record only, 0 in the others
+#: (FlexKV's ``node_*`` fields), so that sums stay right.
+NODE_SHARED_FIELDS = ("cache_bytes",)
+
+
+def statistics_fields(record) -> dict:
+    """The numeric fields of a ``statistics()`` record, by name in the record's order: ints and
+    finite floats (numpy scalars included); bools, strings, tuples and nested records are left out.
+    A ``NamedTuple`` (``_asdict``) or a dataclass; anything else (None) has none."""
+    import dataclasses
+    import numbers
+    if record is None:
+        return {}
+    if hasattr(record, "_asdict"):
+        items = record._asdict().items()
+    elif dataclasses.is_dataclass(record) and not isinstance(record, type):
+        items = ((f.name, getattr(record, f.name)) for f in dataclasses.fields(record))
+    else:
+        return {}
+    out = {}
+    for name, v in items:
+        if isinstance(v, bool) or not isinstance(v, numbers.Real):
+            continue
+        if isinstance(v, numbers.Integral):
+            out[name] = int(v)
+        elif v == v and abs(v) != float("inf"):
+            out[name] = float(v)
+    return out
+
+
+def node_statistics(records) -> dict:
+    """One compute node's figures from its clients' ``statistics()`` records: every numeric field
+    (:func:`statistics_fields`) summed over the records, ``NODE_SHARED_FIELDS`` the largest; in the
+    order the fields first appear. Records of different types merge by field name."""
+    out: dict = {}
+    for rec in records:
+        for name, v in statistics_fields(rec).items():
+            if name not in out:
+                out[name] = v
+            elif name in NODE_SHARED_FIELDS:
+                out[name] = max(out[name], v)
+            else:
+                out[name] += v
+    return out
 
 
 class MemoryUse(NamedTuple):

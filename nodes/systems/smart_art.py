@@ -88,7 +88,7 @@ from nodes.systems.lib.art import (
 from nodes.systems.lib.hashing import hash64
 from nodes.systems.lib.local_lock import LocalLockTable
 from nodes.systems.lib.radix_cache import RadixCache
-from nodes.systems.sherman.cache import shared
+from nodes.systems.lib.shared import shared
 from shm.failpoints import failpoint
 from shm.fabric import gaddr, gaddr_node, gaddr_offset
 

@@ -37,7 +37,7 @@ from nodes.systems.api import Option, SystemError_
 from nodes.systems.lib.hashing import mix64
 from nodes.systems.lib.hocl import FIELD_MASK
 from nodes.systems.sherman import ShermanClient, ShermanSystem
-from nodes.systems.sherman.cache import shared
+from nodes.systems.lib.shared import shared
 from nodes.systems.sherman.client import RETRY_LIMIT, ShermanStats
 from nodes.systems.sherman.layout import (
     LINE, LINE_HEAD, NODE_BYTES, OUT_OF_LINE, REF, USED, key_int,

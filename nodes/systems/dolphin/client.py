@@ -42,7 +42,7 @@ from nodes.systems.lib.cpu_costs import SoftwareCosts
 from nodes.systems.lib.local_lock import LocalLockTable
 from nodes.systems.lib.radix_cache import RadixCache
 from nodes.systems.lib.spear import Spear
-from nodes.systems.sherman.cache import shared
+from nodes.systems.lib.shared import shared
 from shm.failpoints import failpoint
 from shm.fabric import gaddr, gaddr_node, gaddr_offset
 

@@ -69,8 +69,10 @@ class ChunkAllocator:
         self.offset_limit = offset_limit
 
     def alloc(self, co, units: int):
-        """Generator: ``(node, offset)`` of a fresh block of ``units`` 64-byte units. ``co`` must
-        have no verbs queued (moving the epoch on may take a round trip on it)."""
+        """Generator: ``(node, offset)`` of a fresh block of ``units`` 64-byte units. It queues no
+        verbs of its own, except that with a reclaimer whose retired blocks wait, a chunk that ran
+        out first tries to move the epoch on with a round trip of READs on ``co``; it skips that
+        try if ``co`` has verbs queued (it never posts them early), so call it with none queued."""
         size = units * UNIT
         rec = self.reclaim
         if rec is not None:

@@ -46,7 +46,7 @@ import numpy as np
 from nodes.systems.api import KVClient, SystemError_
 from nodes.systems.lib.alloc import ChunkAllocator
 from nodes.systems.lib.reclaim import Reclaimer
-from nodes.systems.sherman.cache import shared
+from nodes.systems.lib.shared import shared
 from shm.fabric import gaddr
 
 from .cache import LearnedCache

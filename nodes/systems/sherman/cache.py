@@ -2,8 +2,8 @@
 
 Sherman keeps a cache of internal nodes on each compute node so that a lookup walks the upper
 levels locally and READs only the leaf. Here one :class:`IndexCache` per (compute node, tree) is
-shared by all the node's threads and coroutines (:func:`shared` keys it by the node's
-``NodeRdma``, so co-located compute nodes of one process each get their own). It holds:
+shared by all the node's threads and coroutines (``nodes.systems.lib.shared.shared`` keys it by
+the node's ``NodeRdma``, so co-located compute nodes of one process each get their own). It holds:
 
 * ``root``: ``(address, level)`` of the root as last read (None: read the root word);
 * ``nodes``: address -> :class:`IndexNode` (a parsed internal node), at most ``capacity``
@@ -18,7 +18,6 @@ Coroutines interleave only at ``yield``, so no locking is needed.
 
 from __future__ import annotations
 
-import weakref
 from bisect import bisect_right
 
 
@@ -71,18 +70,3 @@ class IndexCache:
             self.root = None
 
 
-_SHARED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
-def shared(owner, tree: int, kind: str, factory):
-    """The object ``factory()`` made once per (``owner`` = the compute node's ``NodeRdma``, tree
-    root word, ``kind``): how the index cache and the local lock table are shared by a node's
-    threads."""
-    per_owner = _SHARED.get(owner)
-    if per_owner is None:
-        per_owner = _SHARED[owner] = {}
-    key = (tree, kind)
-    obj = per_owner.get(key)
-    if obj is None:
-        obj = per_owner[key] = factory()
-    return obj

@@ -36,9 +36,10 @@ from nodes.systems.lib.hocl import FIELD_MASK, HoclClient, LocalLocks
 from nodes.systems.lib.local_lock import LocalLockTable
 from nodes.systems.lib.radix_cache import ENTRY_OVERHEAD
 from nodes.systems.lib.reclaim import Reclaimer
+from nodes.systems.lib.shared import shared
 from shm.fabric import OFFSET_BITS, REGION_BITS, REGION_DEVICE, gaddr, gaddr_node, gaddr_offset
 
-from .cache import IndexCache, IndexNode, shared
+from .cache import IndexCache, IndexNode
 from .layout import (
     INTERNAL_KEYS, LEAF_SLOTS, LINE, MAX_VALUE, NODE_BYTES, NODE_UNITS, OUT_OF_LINE, Header, KeySizeError,
     PerLineLeaf,
