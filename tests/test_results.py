@@ -208,7 +208,7 @@ def test_memory_figures_and_events_reach_summary_json_csv_and_table(prefix, tmp_
     buf = io.StringIO()
     Console(file=buf, width=200, color_system=None).print(res.table())
     out = buf.getvalue()
-    assert "memory: mn0 3.3/8 MiB (41 %), mn1 2/8 MiB (25 %)" in out
+    assert "memory: mn0 41 % 3.3/8 MiB, mn1 25 % 2/8 MiB" in out          # the dashboard's cells (fmt_mem)
     assert "reclaimed: 1.5 MiB (cn0 1.5), 24,576 blocks reused" in out
     assert "cn0: failpoint race.update.block_written fired (crash)" in out
 
