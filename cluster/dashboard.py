@@ -9,7 +9,9 @@ Three layers, so the arithmetic can be tested without a terminal:
   operations (a bulk load records 10,000 of them in no virtual time) counted in the first rate of
   the run step made the first frame 3.5x the steady rate and started every sparkline with a
   spike. When a node has moved to a new step since the last update, its rate is that step's
-  average so far. Latencies of a step whose operations took no virtual time (a bulk load writes
+  average so far. Operations are counted as of the node's last heartbeat, which published its
+  virtual time (``ProcSnapshot.step_ops_at_vnow``), not live: live counts over the heartbeat's
+  virtual time still read 1.3x high on a step's first frame. Latencies of a step whose operations took no virtual time (a bulk load writes
   memory directly) are not measurements: they show as blank ("–"), like every other empty cell;
   rack-wide, the sum of node throughputs, the emulation speed (virtual time advanced per real
   second) and emulated verbs per real second. It keeps each node's throughput history for the
@@ -230,17 +232,27 @@ def _us(ns: float) -> float | None:
     return None if math.isnan(ns) else ns / 1e3
 
 
-def _step_rate(cur, prev: "_Prev | None", vnow_ns: int) -> float | None:
-    """Modelled kops/s of a node's current step ``cur``: its operations since the last update over
-    the virtual time since then, or, at first sight or in a step begun since, the step's average
-    so far (see the module docstring). None when no virtual time passed."""
+def _ops_at_vnow(s: ProcSnapshot) -> int:
+    """The current step's operations when the node published its virtual time (the heartbeat's
+    count; the live count runs ahead of it, see cluster/stats.py), or the live count if unknown."""
+    cur = s.current()
+    if cur is None:
+        return 0
+    return s.step_ops_at_vnow if s.step_ops_at_vnow is not None else cur.ops()
+
+
+def _step_rate(s: ProcSnapshot, prev: "_Prev | None") -> float | None:
+    """Modelled kops/s of a node's current step: its operations since the last update over the
+    virtual time since then, or, at first sight or in a step begun since, the step's average so
+    far (see the module docstring). None when no virtual time passed."""
+    cur = s.current()
     if cur is None:                         # no step yet (memory nodes record none): no operations
-        dv = vnow_ns - prev.vnow_ns if prev is not None else 0
+        dv = s.vnow_ns - prev.vnow_ns if prev is not None else 0
         return 0.0 if dv > 0 else None
     if prev is not None and prev.step == cur.index:
-        ops, dv = cur.ops() - prev.step_ops, vnow_ns - prev.vnow_ns
+        ops, dv = _ops_at_vnow(s) - prev.step_ops, s.vnow_ns - prev.vnow_ns
     else:
-        ops, dv = cur.ops(), vnow_ns - cur.vstart_ns
+        ops, dv = _ops_at_vnow(s), s.vnow_ns - cur.vstart_ns
     return ops / dv * 1e6 if dv > 0 else None
 
 
@@ -288,14 +300,14 @@ class RackMeter:
             if ended:
                 kops, vps, device = prev.kops, prev.verbs_per_s, prev.device
             else:
-                kops = _step_rate(cur, prev, s.vnow_ns)
+                kops = _step_rate(s, prev)
                 vps = max(0, s.verbs - prev.verbs) / dt_s if prev is not None and dt_s is not None else None
                 device = _device(c, prev, s.vnow_ns) if (c.cpu_cores or s.role in ("dpu", "dpa")) else None
             if vps is not None:
                 verbs_rate = (verbs_rate or 0.0) + vps
             if kops is not None:
                 total_kops = (total_kops or 0.0) + kops
-            self._prev[s.name] = _Prev(None if cur is None else cur.index, 0 if cur is None else cur.ops(),
+            self._prev[s.name] = _Prev(None if cur is None else cur.index, _ops_at_vnow(s),
                                        s.vnow_ns, s.verbs, c.cpu_busy_ns, c.dpa_stall_ns, c.dma_bytes,
                                        kops, vps, device)
             hist = self._hist.setdefault(s.name, deque(maxlen=self.history))
