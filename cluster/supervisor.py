@@ -191,7 +191,9 @@ class Supervisor:
                     finally:
                         self.last_view = getattr(view, "view", None)
                         view.stop()
-                if self.state is not None:
+                if self.state is not None and self.procs_by_slot:
+                    # Only a rack whose nodes started has results: an empty summary after a build
+                    # that was interrupted (or whose warm-up gave up) only said its reason again.
                     self._collect()
             finally:
                 if self.state is not None:

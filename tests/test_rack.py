@@ -341,7 +341,8 @@ def test_ctrl_c_while_the_rack_is_built_exits_130_at_once_and_leaves_nothing(end
     assert proc.returncode == 130, (first, stdout, stderr)
     said = first + stdout + stderr
     assert "stopped by SIGINT before the nodes started" in said or "dmrack: interrupted" in said, said
-    assert not out.exists()                                   # nothing was collected: no results
+    assert not out.exists() and "results:" not in said        # nothing was collected: no results, no table
+    assert said.count("stopped by SIGINT") <= 1, said
     assert not psutil.pid_exists(proc.pid) or not psutil.Process(proc.pid).children()
     assert not _leftovers(proc.pid)
 
