@@ -503,7 +503,9 @@ class Supervisor:
 
 
 class _Silent:
-    """The view when the dashboard is off: nothing live, but faults and stops are still said."""
+    """The view when the dashboard is off: nothing live, but deaths are still said (as notes)."""
+
+    shows_events = False                # the supervisor's deaths come as notes (Supervisor._event)
 
     def __init__(self, say):
         self.say = say
