@@ -11,8 +11,9 @@ Three layers, so the arithmetic can be tested without a terminal:
   spike. When a node has moved to a new step since the last update, its rate is that step's
   average so far. Operations are counted as of the node's last heartbeat, which published its
   virtual time (``ProcSnapshot.step_ops_at_vnow``), not live: live counts over the heartbeat's
-  virtual time still read 1.3x high on a step's first frame. Latencies of a step whose operations took no virtual time (a bulk load writes
-  memory directly) are not measurements: they show as blank ("–"), like every other empty cell;
+  virtual time still read 1.3x high on a step's first frame. Latencies of a step whose
+  operations took no virtual time (a bulk load writes memory directly) are not measurements:
+  they show as blank ("–"), like every other empty cell;
   rack-wide, the sum of node throughputs, the emulation speed (virtual time advanced per real
   second) and emulated verbs per real second. It keeps each node's throughput history for the
   sparklines. :class:`ProcUsage` adds CPU % and RSS from psutil (cached ``Process`` objects, so
