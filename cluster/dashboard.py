@@ -3,12 +3,23 @@
 Three layers, so the arithmetic can be tested without a terminal:
 
 * :class:`RackMeter` turns successive ``StatsPlane.snapshot()`` tuples into a :class:`RackView`:
-  per node, *modelled* throughput (operations over virtual time between two updates, which is the
-  figure the modelled hardware would show) and latency percentiles over the node's current step;
+  per node, *modelled* throughput (the current step's operations over the virtual time between
+  two updates, which is the figure the modelled hardware would show) and latency percentiles over
+  the node's current step. Rates count the current step's operations only: a load step's
+  operations (a bulk load records 10,000 of them in no virtual time) counted in the first rate of
+  the run step made the first frame 3.5x the steady rate and started every sparkline with a
+  spike. When a node has moved to a new step since the last update, its rate is that step's
+  average so far. Operations are counted as of the node's last heartbeat, which published its
+  virtual time (``ProcSnapshot.step_ops_at_vnow``), not live: live counts over the heartbeat's
+  virtual time still read 1.3x high on a step's first frame. Latencies of a step whose
+  operations took no virtual time (a bulk load writes memory directly) are not measurements:
+  they show as blank ("–"), like every other empty cell;
   rack-wide, the sum of node throughputs, the emulation speed (virtual time advanced per real
   second) and emulated verbs per real second. It keeps each node's throughput history for the
   sparklines. :class:`ProcUsage` adds CPU % and RSS from psutil (cached ``Process`` objects, so
-  ``cpu_percent`` measures between updates; dead pids just show as blank).
+  ``cpu_percent`` measures between updates). A process that is gone keeps its last measured
+  values, and a node that has ended keeps the rates it ended with (and the rack its last speed):
+  the final frame is drawn after every node exited, and showed blanks and "0x" there.
   A node's state is what its slot says, except that a node the supervisor saw die (it writes the
   exit status into the plane, see ``StatsPlane.mark_exited``) shows as "dead": a SIGKILLed node
   never publishes a last state, and this view reads nothing but the plane. Memory nodes carry
@@ -25,6 +36,8 @@ Three layers, so the arithmetic can be tested without a terminal:
   a word boundary) rather than cut mid-word.
 * :class:`Dashboard` (rich ``Live``) and :class:`PlainReporter` (one line per interval, events
   printed as they arrive) share the polling, the meter and the event feed through ``_Reporter``.
+  Plain lines leave out the ``phase`` events (the scenario finished, the supervisor stopped the
+  rack): the supervisor says how the run ended once, after the summary table.
   ``Dashboard(live=None)`` picks live mode only when the console is a terminal, so piping a
   run into a file gives readable lines instead of escape codes.
 
@@ -46,6 +59,7 @@ from rich.table import Table
 from rich.text import Text
 
 from cluster.stats import STATE_NAMES, LatencyHistogram, ProcSnapshot, StatsPlane
+from cluster.units import fmt_bytes, fmt_mem     # noqa: F401 - part of this module's interface too
 
 __all__ = [
     "NodeView", "DeviceView", "RackView", "RackMeter", "ProcUsage", "sparkline", "render", "plain_line",
@@ -101,35 +115,6 @@ def fmt_rate(x: float | None) -> str:
         if abs(x) >= div:
             return f"{x / div:.2f} {unit}"
     return f"{x:.0f}"
-
-
-def _num(x: float) -> str:
-    """Up to one decimal, none when it is zero: 3.3, 8, 12.5, 256."""
-    return f"{x:.1f}".rstrip("0").rstrip(".")
-
-
-def fmt_bytes(n: int | None) -> str:
-    """A byte count in B/KiB/MiB/GiB ("1.5 MiB"); "–" for None."""
-    if n is None:
-        return "–"
-    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if abs(n) >= div:
-            return f"{_num(n / div)} {unit}"
-    return f"{n} B"
-
-
-def fmt_mem(used: int | None, capacity: int | None) -> str:
-    """Occupancy of a memory: "41 % 3.3/8 MiB" (both figures in the capacity's unit), or
-    "1 % 8.2 MiB/1 GiB" when the used part would round to 0 in the capacity's unit."""
-    if not capacity:
-        return "–"
-    used = used or 0
-    unit, div = next(((u, d) for u, d in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
-                      if capacity >= d), ("B", 1))
-    share = f"{100 * used / capacity:.0f} %"
-    if used and _num(used / div) == "0":
-        return f"{share} {fmt_bytes(used)}/{_num(capacity / div)} {unit}"
-    return f"{share} {_num(used / div)}/{_num(capacity / div)} {unit}"
 
 
 def fit_label(label: str, width: int = STEP_WIDTH) -> str:
@@ -224,6 +209,7 @@ class RackView(NamedTuple):
     mem_used: int | None = None     # summed over the memory nodes (None: no memory node published)
     mem_capacity: int | None = None
     reclaimed: int | None = None    # summed over the compute nodes
+    step_ops: int = 0               # operations of each node's current step, summed (what the rates count)
     system: tuple = ()              # (name, value): the system's own counters, summed over the nodes
 
 
@@ -238,12 +224,16 @@ def _system_totals(snaps) -> tuple:
 
 
 class _Prev(NamedTuple):
-    ops: int
+    step: int | None                # index of the node's current step at that update
+    step_ops: int                   # operations of that step then
     vnow_ns: int
     verbs: int
     busy_ns: int = 0
     stall_ns: int = 0
     dma_bytes: int = 0
+    kops: float | None = None       # the rates shown then (an ended node keeps them)
+    verbs_per_s: float | None = None
+    device: "DeviceView | None" = None
 
 
 def _device(c, prev: "_Prev | None", vnow_ns: int) -> DeviceView:
@@ -261,8 +251,40 @@ def _device(c, prev: "_Prev | None", vnow_ns: int) -> DeviceView:
                       udp_resends=c.udp_resends, ring_depth=c.ring_depth)
 
 
+_ENDED = ("done", "failed", "dead")     # node states after which nothing changes
+
+
 def _us(ns: float) -> float | None:
     return None if math.isnan(ns) else ns / 1e3
+
+
+def _ops_at_vnow(s: ProcSnapshot) -> int:
+    """The current step's operations when the node published its virtual time (the heartbeat's
+    count; the live count runs ahead of it, see cluster/stats.py), or the live count if unknown."""
+    cur = s.current()
+    if cur is None:
+        return 0
+    return s.step_ops_at_vnow if s.step_ops_at_vnow is not None else cur.ops()
+
+
+def _step_rate(s: ProcSnapshot, prev: "_Prev | None") -> float | None:
+    """Modelled kops/s of a node's current step: its operations since the last update over the
+    virtual time since then, or, at first sight or in a step begun since, the step's average so
+    far (see the module docstring). None when no virtual time passed."""
+    cur = s.current()
+    if cur is None:                         # no step yet (memory nodes record none): no operations
+        dv = s.vnow_ns - prev.vnow_ns if prev is not None else 0
+        return 0.0 if dv > 0 else None
+    if prev is not None and prev.step == cur.index:
+        ops, dv = _ops_at_vnow(s) - prev.step_ops, s.vnow_ns - prev.vnow_ns
+    else:
+        ops, dv = _ops_at_vnow(s), s.vnow_ns - cur.vstart_ns
+    return ops / dv * 1e6 if dv > 0 else None
+
+
+def _timed(h: LatencyHistogram) -> bool:
+    """Whether a histogram's operations were timed: a bulk load records each in 0 ns."""
+    return h.count > 0 and h.max_ns > 0
 
 
 class RackMeter:
@@ -275,6 +297,7 @@ class RackMeter:
         self._t0: int | None = None
         self._t_prev: int | None = None
         self._vnow_prev: int | None = None
+        self._speed_prev: float | None = None
         self.updates = 0
 
     def update(self, snaps: Iterable[ProcSnapshot], *, now_ns: int, phase: str = "",
@@ -289,37 +312,39 @@ class RackMeter:
         merged = LatencyHistogram()
         total_kops = None
         verbs_rate = None
-        total_ops = 0
+        total_ops = step_ops = 0
         mem_used = mem_cap = reclaimed = None
         for s in snaps:
-            ops = s.ops()
-            total_ops += ops
+            total_ops += s.ops()
             prev = self._prev.get(s.name)
             cur = s.current()
-            kops = None
-            if prev is not None:
-                dv = s.vnow_ns - prev.vnow_ns
-                if dv > 0:
-                    kops = (ops - prev.ops) / dv * 1e6
-            elif cur is not None and s.vnow_ns > cur.vstart_ns:
-                # First sight of this node: the current step's average is the best we have.
-                kops = cur.ops() / (s.vnow_ns - cur.vstart_ns) * 1e6
-            vps = None
-            if prev is not None and dt_s is not None:
-                vps = max(0, s.verbs - prev.verbs) / dt_s
+            step_ops += cur.ops() if cur is not None else 0
+            c = s.counters
+            # A node that has ended and not moved since the last update keeps the rates it ended
+            # with (the last frame is drawn after every node stopped: it showed blanks and 0x).
+            ended = prev is not None and s.state_name in _ENDED and s.vnow_ns == prev.vnow_ns
+            if ended:
+                kops, vps, device = prev.kops, prev.verbs_per_s, prev.device
+            else:
+                kops = _step_rate(s, prev)
+                vps = max(0, s.verbs - prev.verbs) / dt_s if prev is not None and dt_s is not None else None
+                device = _device(c, prev, s.vnow_ns) if (c.cpu_cores or s.role in ("dpu", "dpa")) else None
+            if vps is not None:
                 verbs_rate = (verbs_rate or 0.0) + vps
             if kops is not None:
                 total_kops = (total_kops or 0.0) + kops
-            c = s.counters
-            device = _device(c, prev, s.vnow_ns) if (c.cpu_cores or s.role in ("dpu", "dpa")) else None
-            self._prev[s.name] = _Prev(ops, s.vnow_ns, s.verbs, c.cpu_busy_ns, c.dpa_stall_ns, c.dma_bytes)
+            self._prev[s.name] = _Prev(None if cur is None else cur.index, _ops_at_vnow(s),
+                                       s.vnow_ns, s.verbs, c.cpu_busy_ns, c.dpa_stall_ns, c.dma_bytes,
+                                       kops, vps, device)
             hist = self._hist.setdefault(s.name, deque(maxlen=self.history))
-            hist.append(kops)
+            if not ended:
+                hist.append(kops)
             p50 = p99 = p999 = None
             if cur is not None and cur.ops():
                 h = cur.histogram()
-                merged.merge(h)
-                p50, p99, p999 = (_us(h.percentile(q)) for q in (50, 99, 99.9))
+                if _timed(h):
+                    merged.merge(h)
+                    p50, p99, p999 = (_us(h.percentile(q)) for q in (50, 99, 99.9))
             cpu, rss = usage.get(s.pid, (None, None)) if s.pid else (None, None)
             used = cap = rec = None
             if s.counters.mem_capacity:
@@ -337,26 +362,30 @@ class RackMeter:
                 device=device))
         vnow = max((s.vnow_ns for s in snaps), default=0)
         speed = None
-        if dt_s is not None and self._vnow_prev is not None:
+        if snaps and vnow == self._vnow_prev and all(s.state_name in _ENDED for s in snaps):
+            speed = self._speed_prev            # the rack has ended: the speed it ran at
+        elif dt_s is not None and self._vnow_prev is not None:
             speed = max(0, vnow - self._vnow_prev) / dt_s
         if self._t0 is None:
             self._t0 = now_ns
         self._t_prev = now_ns
         self._vnow_prev = vnow
+        self._speed_prev = speed
         self.updates += 1
         return RackView(phase=phase, vnow_ns=vnow, elapsed_s=(now_ns - self._t0) / 1e9, speed=speed,
                         verbs_per_s=verbs_rate, total_kops=total_kops,
                         p99_us=_us(merged.percentile(99)), ops=total_ops, nodes=tuple(nodes),
                         p50_us=_us(merged.percentile(50)), p999_us=_us(merged.percentile(99.9)),
-                        mem_used=mem_used, mem_capacity=mem_cap, reclaimed=reclaimed,
+                        mem_used=mem_used, mem_capacity=mem_cap, reclaimed=reclaimed, step_ops=step_ops,
                         system=_system_totals(snaps))
 
 
 class ProcUsage:
-    """CPU % and RSS of node processes via psutil, tolerating processes that are gone."""
+    """CPU % and RSS of node processes via psutil; a process that is gone keeps its last values."""
 
     def __init__(self):
         self._procs: dict[int, psutil.Process] = {}
+        self._last: dict[int, tuple[float | None, int | None]] = {}
         self.errors = 0
 
     def sample(self, pids: Iterable[int]) -> dict[int, tuple[float | None, int | None]]:
@@ -372,11 +401,11 @@ class ProcUsage:
                 # The first cpu_percent() of a Process object has no interval to measure over.
                 cpu = proc.cpu_percent(None)
                 rss = proc.memory_info().rss
-                out[pid] = (None if first else cpu, rss)
+                out[pid] = self._last[pid] = (None if first else cpu, rss)
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-                self._procs.pop(pid, None)
-                self.errors += 1
-                out[pid] = (None, None)
+                if self._procs.pop(pid, None) is not None or pid not in self._last:
+                    self.errors += 1
+                out[pid] = self._last.get(pid, (None, None))
         return out
 
 
@@ -407,7 +436,8 @@ def _status_lines(view: RackView) -> list[Text]:
     mops = None if view.total_kops is None else view.total_kops / 1e3
     return [
         _pairs([("phase", view.phase or "–"), ("vtime", fmt_vtime(view.vnow_ns)),
-                ("real", f"{view.elapsed_s:.1f} s"), ("ops", f"{view.ops:,}")]),
+                ("real", f"{view.elapsed_s:.1f} s"),
+                ("ops", f"{view.step_ops:,} in this step, {view.ops:,} in all")]),
         _pairs([("rack", f"{_fmt(mops, '.3f')} Mops/s"), ("p50", f"{_fmt(view.p50_us, '.2f')} µs"),
                 ("p99", f"{_fmt(view.p99_us, '.2f')} µs"), ("verbs/s", fmt_rate(view.verbs_per_s))]),
         _pairs([("speed", fmt_speed(view.speed, words=True))]),
@@ -546,6 +576,9 @@ class _Reporter:
     """Polling, metrics and the event feed shared by the dashboard and the plain reporter."""
 
     mode = "plain"
+    #: The supervisor logs what it sees (deaths, stops) to the plane's event log only when its view
+    #: shows that log; a view that does not gets them as notes (cluster/supervisor.py).
+    shows_events = True
 
     def __init__(self, title_info: dict, plane: StatsPlane, *, console: Console | None = None,
                  interval_s: float = 0.5, clock=time.monotonic_ns):
@@ -618,7 +651,8 @@ class _Reporter:
 
     def _show(self, view: RackView, fresh) -> None:
         for ev in fresh:
-            self.console.print(_event_line(ev), markup=False, highlight=False)
+            if ev.kind != "phase":          # how the run ended: said once, after the summary
+                self.console.print(_event_line(ev), markup=False, highlight=False)
         self.console.print(plain_line(view), markup=False, highlight=False)
 
     def _show_note(self, line: str) -> None:

@@ -6,10 +6,15 @@ A node process
 
 * asks the kernel to SIGKILL it if the supervisor dies (``PR_SET_PDEATHSIG``), so no node can
   outlive its rack even when the supervisor is killed with SIGKILL;
-* names itself ``dmrack-<node>`` twice: ``PR_SET_NAME`` sets the kernel's 15-byte ``comm``
-  (``ps -o comm``, ``top``'s default, psutil's ``name()``), and ``setproctitle`` rewrites the
-  process's argv memory, which is what ``ps -ef``, ``ps aux``, htop and /proc/<pid>/cmdline show
-  (they showed the supervisor's inherited command line, ``dmrack up``, for every node);
+* names itself ``dmrack-<node>-<rack id>`` (``RackState.process_name``; the id is the random part
+  of the rack's segment prefix, so two racks side by side, which both had ``dmrack-cn0``, differ)
+  twice: ``PR_SET_NAME`` sets the kernel's ``comm`` (``ps``, ``ps -o comm``, ``top``'s default,
+  psutil's ``name()``, ``pgrep``), which keeps 15 bytes, so it shows as much of the id as fits
+  (``dmrack-cn0-3f9a``, ``dmrack-dpa0-3f9``: 16 bits or more of a random id for names up to 4
+  characters); ``setproctitle`` rewrites the process's argv memory, which is what ``ps -ef``,
+  ``ps aux``, htop and /proc/<pid>/cmdline show (they showed the supervisor's inherited command
+  line, ``dmrack up``, for every node), with the whole id, the rack's name and the supervisor's
+  pid: ``dmrack-cn0-3f9a1c2e (rack minimal, supervisor 12345)``;
 * ignores SIGINT: Ctrl-C reaches the whole process group, but stopping is the supervisor's
   decision (it sets the rack's stop flag, and every node ends its run cleanly);
 * publishes its pid and a heartbeat (virtual time, verbs, NIC utilisation) from a small thread,
@@ -58,18 +63,19 @@ _PR_SET_PDEATHSIG = 1
 _PR_SET_NAME = 15
 
 
-def _die_with_parent(parent_pid: int, name: str) -> None:
+def _die_with_parent(parent_pid: int, name: str, rack: str = "") -> None:
+    """``name``: what ps calls this process (``RackState.process_name``); ``rack``: the rack's name."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        # ps/top/psutil show "dmrack-cn1" instead of a row of identical pythons
-        libc.prctl(_PR_SET_NAME, f"dmrack-{name}"[:15].encode(), 0, 0, 0)
+        # ps/top/psutil show "dmrack-cn1-3f9a" instead of a row of identical pythons
+        libc.prctl(_PR_SET_NAME, name.encode()[:15], 0, 0, 0)
     except (OSError, AttributeError):
         pass                                   # not Linux: the supervisor's finally still reaps us
     try:
         import setproctitle
         # argv memory, for ps -ef/htop (see the module docstring); comm was set above, keep it
-        setproctitle.setproctitle(f"dmrack-{name}")
+        setproctitle.setproctitle(f"{name} (rack {rack}, supervisor {parent_pid})" if rack else name)
     except ImportError:
         pass                                   # an install without it: comm still names the node
     if os.getppid() != parent_pid:             # the parent died before prctl took effect
@@ -118,7 +124,7 @@ def node_main(state, slot: int, parent_pid: int, run_dir: str, restart: tuple[in
     """Entry point of a forked node process (``multiprocessing`` target). ``restart``: (virtual
     time, plan step) of a restart step: this process replaces a compute node a kill step killed."""
     decl = state.compiled.nodes[slot]
-    _die_with_parent(parent_pid, decl.name)
+    _die_with_parent(parent_pid, state.process_name(decl.name), state.compiled.spec.name)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     writer = state.plane.writer(slot)
@@ -151,11 +157,20 @@ def node_main(state, slot: int, parent_pid: int, run_dir: str, restart: tuple[in
         try:
             text = (f"{decl.name}: the system gave up: {msg}" if gave_up
                     else f"{decl.name} failed: {type(e).__name__}: {e}")
-            state.plane.log(0, "fault", decl.name, text[:200])
+            state.plane.log(_published_vnow(state, decl.name), "fault", decl.name, text[:200])
             writer.finish(STATE_FAILED)
         except Exception:  # noqa: BLE001 - the stats plane itself may be what broke
             pass
         os._exit(EXIT_GAVE_UP if gave_up else EXIT_FAILED)
+
+
+def _published_vnow(state, name: str) -> int:
+    """The virtual time ``name`` last published: the stamp of what it logs outside its event loop
+    (a failure, a late compile), which said 0 ns beside events at milliseconds."""
+    try:
+        return state.plane.read(name).vnow_ns
+    except Exception:  # noqa: BLE001 - a stamp must never hide the event it stamps
+        return 0
 
 
 def _log_late_compiles(state, name: str) -> None:
@@ -174,7 +189,7 @@ def _log_late_compiles(state, name: str) -> None:
                 d = ev.data or {}
                 fn = getattr(d.get("dispatcher"), "py_func", None)
                 what = f"{fn.__module__}.{fn.__qualname__}" if fn is not None else "?"
-                state.plane.log(0, "compile", name, f"{name}: numba compiled {what}{tuple(d.get('args', ()))} "
+                state.plane.log(_published_vnow(state, name), "compile", name, f"{name}: numba compiled {what}{tuple(d.get('args', ()))} "
                                                     f"after the warm-up"[:200])
             except Exception:  # noqa: BLE001 - a diagnostic must never take the node down
                 pass
@@ -224,8 +239,10 @@ def _wire(state, env, name: str):
     return host, udp, router, contexts
 
 
-def _device_counters(contexts, udp, name: str):
-    """() -> the device counters of this node's actors (cluster.stats.COUNTERS), for the heartbeat."""
+def _device_counters(contexts, udp, name: str, idle_cores: int = 0):
+    """() -> the device counters of this node's actors (cluster.stats.COUNTERS), for the heartbeat.
+    ``idle_cores``: the cores to publish when the system runs no actor here (a DPU that only
+    receives mirrored datagrams still has its Arm cores: the dashboard showed "cores –")."""
     def counters() -> dict:
         try:
             return read()
@@ -233,7 +250,8 @@ def _device_counters(contexts, udp, name: str):
             return {}
 
     def read() -> dict:
-        out = {"cpu_cores": 0, "cpu_busy_ns": 0, "dpa_threads": 0, "dpa_stall_ns": 0, "dma_bytes": 0}
+        out = {"cpu_cores": 0 if contexts else idle_cores, "cpu_busy_ns": 0, "dpa_threads": 0, "dpa_stall_ns": 0,
+               "dma_bytes": 0}
         for ctx in contexts:
             if ctx.dpa is not None:
                 out["cpu_cores"] += len(ctx.dpa.cores)
@@ -294,12 +312,15 @@ def _actor_node(state, name: str, writer) -> None:
     """A memory node with cores, a DPU or a DPA: its server actors in the rack's virtual clock."""
     env = _sync_env(state, state.compiled.address(name))
     host, udp, _router, contexts = _wire(state, env, name)
+    role = state.compiled.nodes[state.slot(name)].role
     base = None
-    if state.compiled.nodes[state.slot(name)].role == "memory":
+    if role == "memory":
         def base() -> dict:
             used, capacity = state.fabric.occupancy(name)
             return {"mem_used": used, "mem_capacity": capacity}
-    dev = _device_counters(contexts, udp, name)
+    from nodes.actors import modelled_cores
+    dev = _device_counters(contexts, udp, name, modelled_cores(state.compiled.spec, role)[0]
+                           if role in ("dpu", "dpa") else 0)
 
     def counters() -> dict:
         out = dev()

@@ -250,6 +250,17 @@ class RackState:
     def slot(self, name: str) -> int:
         return next(i for i, n in enumerate(self.compiled.nodes) if n.name == name)
 
+    @property
+    def rack_id(self) -> str:
+        """This rack's short id: the random part of its segment prefix (``dmrack.<pid>.<id>``), so
+        the same id names its processes and its files in /dev/shm."""
+        return self.prefix.rsplit(".", 1)[-1]
+
+    def process_name(self, node: str) -> str:
+        """What ``ps`` calls a node's process: ``dmrack-cn0-<rack id>``. Two racks side by side both
+        had ``dmrack-cn0``; the kernel keeps 15 bytes of it as ``comm`` (cluster/node_main.py)."""
+        return f"dmrack-{node}-{self.rack_id}"
+
     def close(self, *, check: bool = True) -> None:
         """Unlink every segment; with ``check``, then raise :class:`shm.calendar.CalendarAliased`
         if a fabric calendar aliased (the run's timing is wrong: it must not give numbers)."""

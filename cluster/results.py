@@ -62,6 +62,7 @@ from typing import Iterable, NamedTuple
 from rich.table import Table
 
 from cluster.stats import OP_KINDS, Event, LatencyHistogram, ProcSnapshot, StatsPlane
+from cluster.units import fmt_mem
 
 __all__ = ["Results", "KindFigures", "NodeStep", "StepFigures", "NodeSummary", "COLUMNS",
            "read_csv", "FORMAT"]
@@ -401,10 +402,12 @@ class Results:
             if len(st.nodes) > 1:
                 rows += [(n.node, n.kinds[0], "dim") for n in st.nodes]
             for i, (node, kf, style) in enumerate(rows):
+                # Operations that took no virtual time (a bulk load writes memory directly) have no
+                # latency to show: "–" like every other empty cell, not 0.00 (the JSON keeps the 0s).
+                lat = [num(x, ".2f") if kf.max_us else "–" for x in (kf.p50_us, kf.p99_us, kf.p999_us, kf.mean_us)]
                 t.add_row(str(st.index) if i == 0 else "", st.label if i == 0 else "", node, kf.kind,
                           f"{kf.ops:,}", f"{kf.failures:,}", num(_mops(kf.ops, st.vdur_ns), ".3f"),
-                          num(kf.p50_us, ".2f"), num(kf.p99_us, ".2f"), num(kf.p999_us, ".2f"),
-                          num(kf.mean_us, ".2f"), style=style)
+                          *lat, style=style)
         speed = self.speed
         parts = [f"virtual {self.vspan_ns / 1e6:.3f} ms"]
         if self.real_s is not None:
@@ -419,9 +422,8 @@ class Results:
         mem = self._memory_nodes()
         occupied = [n for n in mem if n.mem_capacity]
         if occupied:
-            lines.append("memory: " + ", ".join(
-                f"{n.node} {_mib(n.mem_used)}/{_mib(n.mem_capacity)} MiB ({100 * n.mem_used / n.mem_capacity:.0f} %)"
-                for n in occupied))
+            # the dashboard's format (cluster.units.fmt_mem): the same bytes read the same in both
+            lines.append("memory: " + ", ".join(f"{n.node} {fmt_mem(n.mem_used, n.mem_capacity)}" for n in occupied))
         reclaimers = [n for n in mem if n.role != "memory"]
         if reclaimers:
             total = sum(n.bytes_reclaimed for n in reclaimers)

@@ -39,6 +39,12 @@ default 64 steps (the rack creates its plane with one step more than its scenari
 typical rack uses a few hundred KiB per node); tmpfs only backs pages that are touched, so unused
 steps and unused buckets cost nothing.
 
+A heartbeat also stores the current step's operation count of that moment (``W_HB_STEP_OPS``)
+beside the virtual time it publishes. Rates need the two as a pair: the step's live counters are
+bumped by every operation while the virtual time is published only by the heartbeat (every 50 ms
+of real time, ~0.2 ms of virtual time at a typical emulation speed), so live operations over the
+published time read up to 1.3x high on a step's first update.
+
 Besides the heartbeat, the slot header carries a few *counters* (``COUNTERS``): a memory node's
 occupancy (bytes carved from its host memory, and its capacity), and a compute node's sums of
 its clients' reclamation figures (``bytes_reclaimed``, ``blocks_reused``). They are published
@@ -162,8 +168,8 @@ REL_ERROR = 1.0 / (2 * SUB)         # bound on a percentile's relative error (se
 # -- segment layout -----------------------------------------------------------------------------
 
 MAGIC = 0x7374_6174_536B_6344       # b"DckSstat" little-endian-ish; fits in int64
-VERSION = 4                         # 2: 32 sub-buckets, counters and exit words; 3: device counters;
-                                    # 4: the system's own counters
+VERSION = 5                         # 2: 32 sub-buckets, counters and exit words; 3: device counters;
+                                    # 4: the system's own counters; 5: W_HB_STEP_OPS
 LINE = 8                            # int64 words per cache line
 
 # global header words
@@ -176,6 +182,7 @@ HEADER_WORDS = 24
 W_SEQ, W_PID, W_STATE, W_START_REAL, W_START_MONO, W_HB_REAL, W_HB_MONO, W_VNOW = range(8)
 W_EVENTS, W_VERBS, W_CUR_STEP, W_STEP_HI, W_HEARTBEATS = range(8, 13)
 W_EXIT_CODE, W_EXITED = 13, 14      # written by the supervisor once the owner is dead (not seqlocked)
+W_HB_STEP_OPS = 15                  # the current step's operations at the last heartbeat (-1: none since it began)
 W_GAUGES = 16                       # float64 words: nic_util, link_util, pcie_util
 W_COUNTERS = 24                     # int64 words: COUNTERS, in order
 SLOT_HDR_WORDS = 40
@@ -572,6 +579,8 @@ class ProcSnapshot:
     counters: Counters = Counters()
     exit_code: int | None = None    # as the supervisor saw it (negative: killed by that signal); None: alive
     system: dict = field(default_factory=dict)   # the system's own counters, by name (see the module docstring)
+    # operations of ``step`` when ``vnow_ns`` was published (None: no heartbeat since it began), for rates
+    step_ops_at_vnow: int | None = None
 
     @property
     def dead(self) -> bool:
@@ -787,6 +796,7 @@ class StatsPlane:
             plane = cls(seg, procs, max_steps)
             for w in plane._slots:
                 w[W_CUR_STEP] = -1
+                w[W_HB_STEP_OPS] = -1
             # Magic last, with release: an attacher that sees it sees the rest.
             store_release(hdr, G_MAGIC, MAGIC)
             del hdr
@@ -940,6 +950,7 @@ class StatsPlane:
             verbs=int(hdr[W_VERBS]),
             gauges=Gauges(*(float(x) for x in floats[W_GAUGES:W_GAUGES + len(GAUGES)])),
             heartbeats=int(hdr[W_HEARTBEATS]),
+            step_ops_at_vnow=None if cur < 0 or hdr[W_HB_STEP_OPS] < 0 else int(hdr[W_HB_STEP_OPS]),
             step=None if cur < 0 else cur,
             steps=tuple(steps),
             stale=stale,
@@ -1201,6 +1212,12 @@ class ProcWriter:
             if sysc is not None:
                 self._put_system(*sysc)
             w[W_VNOW] = vnow_ns
+            cur = int(w[W_CUR_STEP])
+            if cur >= 0:
+                # Counted now, beside vnow: the pair a reader's rates use (the step's live counters
+                # run up to a heartbeat ahead of the published vnow; see the module docstring).
+                at = STEPS_OFF + cur * STEP_WORDS + S_COUNT
+                w[W_HB_STEP_OPS] = int(w[at:at + N_KINDS].sum())
             w[W_EVENTS] = events
             w[W_VERBS] = verbs
             w[W_HB_REAL] = time.time_ns()
@@ -1289,6 +1306,7 @@ class ProcWriter:
             lab[:len(raw)] = np.frombuffer(raw, dtype=np.uint8)
             m[M_BEGUN] = 1
             w[W_CUR_STEP] = index
+            w[W_HB_STEP_OPS] = -1           # no heartbeat in this step yet
             w[W_STEP_HI] = max(int(w[W_STEP_HI]), index + 1)
 
     def end_step(self, vend_ns: int) -> None:

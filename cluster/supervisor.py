@@ -27,8 +27,19 @@ Order of work, and why:
    frame with every node's final state, collect results, close (unlink) every segment, remove the
    run directory.
 
-``run()`` returns the exit status: 0 when the scenario ended or the user stopped it, 1 when a node
-failed (died, hung), ``EXIT_GAVE_UP`` (3) when the system gave up.
+``run()`` returns the exit status: 0 when the scenario ended or ``--duration`` stopped it, 1 when a
+node failed (died, hung), ``EXIT_GAVE_UP`` (3) when the system gave up, and ``128 + the signal's
+number`` when Ctrl-C (130) or SIGTERM (143) stopped it, as a shell reports a command a signal
+ended. One rule wherever the signal lands: while the rack is being built (the first run compiles
+for about half a minute) it interrupts the build at once and leaves nothing behind; once the nodes
+run it stops them, and the results collected so far are printed and written as after any stop.
+A second Ctrl-C during the cleanup is ignored. (It used to be 0 or 130 depending on when it came.)
+
+Each thing the supervisor has to say is said once. What it sees (a node's death, why it stopped
+the rack) goes into the rack's event log, stamped with the rack's virtual time at that moment
+(the furthest node's), which the dashboard's event panel shows; a view that shows no event log
+(``--no-dashboard``) gets the deaths as one line each. How the run ended is the last line, after
+the summary table; a death that stops the rack is said there, not also when it happened.
 """
 
 from __future__ import annotations
@@ -62,6 +73,7 @@ JOIN_S = 5.0
 EXIT_NODE_FAILED = 1
 EXIT_GAVE_UP = 3                    # the rack's exit status when the system gave up (SystemError_)
 EXIT_ALIASED = 5                    # a fabric calendar aliased: the run's timing is wrong, no results
+EXIT_SIGNAL_BASE = 128              # stopped by signal N: 128 + N (Ctrl-C 130, SIGTERM 143), the shell's convention
 _CTX = mp.get_context("fork")
 
 
@@ -121,6 +133,8 @@ class Supervisor:
         self._t0 = time.monotonic()
         self._t_run: float | None = None    # when the nodes were started (what --duration counts from)
         self._signal = None
+        self._signum = 0
+        self._building = True               # a signal now interrupts the build at once
         self._tracebacks: dict[str, str] = {}
         self._fatal_status = EXIT_NODE_FAILED
         self.last_view = None               # the dashboard's last frame (a RackView), if it had one
@@ -166,15 +180,19 @@ class Supervisor:
                 self.stop_reason = f"warm-up: the system gave up: {e.one_line()}"
                 self.say(f"dmrack: {self.stop_reason}")
                 return EXIT_GAVE_UP
-            if self._signal:                  # Ctrl-C while building: nothing to stop yet
-                self.stop_reason = f"stopped by {self._signal} before the nodes started"
-                self.say(f"dmrack: {self.stop_reason}")
-                return 0
+            self._building = False
+            if self._signal:                  # a signal just before: nothing to stop yet
+                return self._interrupted_build()
             self._spawn(run_dir)
             self._t_run = time.monotonic()
             view = self._open_view()
             status = self._watch(view, run_dir)
+        except KeyboardInterrupt:
+            if not (self._signal and self._building):
+                raise
+            return self._interrupted_build()
         finally:
+            self._building = False            # nothing may cut the cleanup short
             if own_signals:
                 signal.signal(signal.SIGINT, signal.SIG_IGN)     # a second Ctrl-C must not cut cleanup short
             try:
@@ -188,7 +206,9 @@ class Supervisor:
                     finally:
                         self.last_view = getattr(view, "view", None)
                         view.stop()
-                if self.state is not None:
+                if self.state is not None and self.procs_by_slot:
+                    # Only a rack whose nodes started has results: an empty summary after a build
+                    # that was interrupted (or whose warm-up gave up) only said its reason again.
                     self._collect()
             finally:
                 if self.state is not None:
@@ -201,6 +221,27 @@ class Supervisor:
 
     def _on_signal(self, signum, frame) -> None:
         self._signal = signal.Signals(signum).name
+        self._signum = signum
+        if self._building:
+            # Building (the warm-up compile can take half a minute): stop it now rather than after.
+            # The finally blocks of run() and RackState.create close what was created.
+            raise KeyboardInterrupt
+
+    def _interrupted_build(self) -> int:
+        self.stop_reason = f"stopped by {self._signal} before the nodes started"
+        self.say(f"dmrack: {self.stop_reason}")
+        return EXIT_SIGNAL_BASE + self._signum
+
+    def _rack_vnow(self) -> int:
+        """The rack's virtual time now: the furthest node's (what the dashboard's header shows)."""
+        return max((s.vnow_ns for s in self.state.plane.snapshot()), default=0)
+
+    def _event(self, view, kind: str, node: str, text: str) -> None:
+        """Into the rack's event log, stamped with its virtual time; to a view that shows no event
+        log as a note (see the module docstring: each thing said once)."""
+        self.state.plane.log(self._rack_vnow(), kind, node, text)
+        if not getattr(view, "shows_events", False):
+            view.note(text)
 
     def _warm_up(self) -> None:
         """:func:`warm_up`, saying what it does while it takes long (the module docstring, step 2)."""
@@ -251,8 +292,8 @@ class Supervisor:
         try:
             for slot in order:
                 decl = self.compiled.nodes[slot]
-                p = _CTX.Process(target=node_main, args=(self.state, slot, me, run_dir), name=f"dmrack-{decl.name}",
-                                 daemon=True)
+                p = _CTX.Process(target=node_main, args=(self.state, slot, me, run_dir),
+                                 name=self.state.process_name(decl.name), daemon=True)
                 p.start()
                 self.procs_by_slot[slot] = p
         finally:
@@ -287,7 +328,7 @@ class Supervisor:
             gc.freeze()
             try:
                 p = _CTX.Process(target=node_main, args=(self.state, slot, os.getpid(), run_dir),
-                                 kwargs={"restart": req}, name=f"dmrack-{name}", daemon=True)
+                                 kwargs={"restart": req}, name=self.state.process_name(name), daemon=True)
                 p.start()
             finally:
                 gc.unfreeze()
@@ -295,7 +336,8 @@ class Supervisor:
             self._seen_dead.discard(slot)
             self._last_beat.pop(slot, None)
             self._restarting[slot] = req
-            view.note(f"{name} restarted at t={req[0]} ns (as the scenario asked)")
+            if not getattr(view, "shows_events", False):     # the new process logs "restarted" itself
+                view.note(f"{name} restarted at t={req[0]} ns (as the scenario asked)")
 
     # -- watching ----------------------------------------------------------------------------------
     def _open_view(self):
@@ -322,15 +364,19 @@ class Supervisor:
         while True:
             time.sleep(TICK_S)
             view.update(self._phase())
-            fatal = self._check_deaths(view, run_dir) or self._check_hangs()
-            if not fatal:
+            died = self._check_deaths(view, run_dir)
+            hung = None if died else self._check_hangs()
+            if not (died or hung):
                 self._check_restarts(view, run_dir)
-            if fatal:
-                self._stop(fatal, view)
+            if died:
+                self._stop(died, view, log=False)    # the death is in the event log already
+                return self._fatal_status
+            if hung:
+                self._stop(hung, view)
                 return self._fatal_status
             if self._signal:
                 self._stop(f"stopped by {self._signal}", view)
-                return 0
+                return EXIT_SIGNAL_BASE + self._signum
             if self.duration_s is not None and time.monotonic() - self._t_run >= self.duration_s:
                 self._stop(f"stopped after {self.duration_s:g} s (--duration)", view)
                 return 0
@@ -343,7 +389,7 @@ class Supervisor:
                     if p.exitcode is None and self.state.control.death_expected(slot):
                         p.join(JOIN_S)
                 self._check_deaths(view, run_dir)
-                self._stop("scenario finished", view)
+                self._stop("scenario finished", view, log=False)     # the manager logged it
                 return 0
             if ended:
                 # Nobody is left to finish the scenario (the nodes ended their runs on a stop flag
@@ -381,7 +427,8 @@ class Supervisor:
             self.deaths.append(NodeDeath(decl.name, how, expected))
             stuck = state.fabric.release_stuck_line_locks()
             if stuck:
-                state.plane.log(0, "fault", decl.name, f"released {stuck} line lock(s) {decl.name} died holding")
+                state.plane.log(self._rack_vnow(), "fault", decl.name,
+                                f"released {stuck} line lock(s) {decl.name} died holding")
             if decl.name in c.compute:
                 # its epoch announcements would hold retired blocks back for good (docs/reclaim.md)
                 c.system.node_failed(state.fabric, state.layout, state.fabric.node_index(decl.name))
@@ -392,15 +439,14 @@ class Supervisor:
                     state.clock.mark_gone(c.address(decl.name))
                 return f"{decl.name}: {how}"
             text = f"{decl.name} {how}" + (" (as the scenario asked)" if expected else "")
-            view.note(text)
-            state.plane.log(0, "fault", decl.name, text)
-            if expected:
-                continue
-            if c.address(decl.name) >= 0:
+            if not expected and c.address(decl.name) >= 0:
                 # It holds nobody back any more (its clock would stay put forever).
                 state.clock.mark_gone(c.address(decl.name))
-            if c.spec.on_node_death != "continue" or decl.role == "manager":
+            if not expected and (c.spec.on_node_death != "continue" or decl.role == "manager"):
+                # It stops the rack: in the event log (and the results) now, said after the summary.
+                state.plane.log(self._rack_vnow(), "fault", decl.name, text)
                 return f"node {decl.name} died ({how})"
+            self._event(view, "fault", decl.name, text)
         return None
 
     def _mark_exits(self) -> None:
@@ -443,10 +489,12 @@ class Supervisor:
             text += f" ({done:,}/{plan[step].count:,}, {100 * done // plan[step].count}%)"
         return text
 
-    def _stop(self, reason: str, view) -> None:
+    def _stop(self, reason: str, view, *, log: bool = True) -> None:
+        """Stop the rack for ``reason``, said after the summary; ``log``: also into the event log
+        (False when it holds the reason already: the manager's end, a fatal death)."""
         self.stop_reason = reason
-        view.note(reason)
-        self.state.plane.log(0, "phase", "supervisor", reason)
+        if log:
+            self.state.plane.log(self._rack_vnow(), "phase", "supervisor", reason)
         self.state.clock.set_stop()
 
     def _stop_children(self) -> None:
@@ -505,7 +553,9 @@ class Supervisor:
 
 
 class _Silent:
-    """The view when the dashboard is off: nothing live, but faults and stops are still said."""
+    """The view when the dashboard is off: nothing live, but deaths are still said (as notes)."""
+
+    shows_events = False                # the supervisor's deaths come as notes (Supervisor._event)
 
     def __init__(self, say):
         self.say = say

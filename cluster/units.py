@@ -9,6 +9,10 @@ distinct, as in the IEC convention; the unit's letters are case-insensitive (``m
 since nobody means millibytes.
 
 Arithmetic uses :class:`decimal.Decimal`, not floats, so ``"1.1GB"`` is exactly 1,100,000,000 bytes.
+
+A memory's occupancy is shown by :func:`fmt_mem` (``"41 % 3.3/8 MiB"``), one format for the live
+dashboard and the end-of-run summary, so the two never show the same bytes differently (they did:
+``64 B/512 MiB`` beside ``0/512 MiB``).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from __future__ import annotations
 import re
 from decimal import Decimal, InvalidOperation
 
-__all__ = ["UNITS", "parse_size", "format_size"]
+__all__ = ["UNITS", "parse_size", "format_size", "fmt_bytes", "fmt_mem"]
 
 # Unit -> bytes. Keys are lower-case; the canonical spelling is given by _CANONICAL.
 _CANONICAL = ("B", "KiB", "MiB", "GiB", "TiB", "KB", "MB", "GB", "TB")
@@ -72,3 +76,35 @@ def format_size(n: int, *, exact: bool = False) -> str:
             if not exact:
                 return f"{n / mult:.1f} {unit}"
     return f"{n} B"
+
+
+# -- for people: dashboard cells and summary lines -------------------------------------------------
+
+
+def _num(x: float) -> str:
+    """Up to one decimal, none when it is zero: 3.3, 8, 12.5, 256."""
+    return f"{x:.1f}".rstrip("0").rstrip(".")
+
+
+def fmt_bytes(n: int | None) -> str:
+    """A byte count in B/KiB/MiB/GiB ("1.5 MiB"); "–" for None."""
+    if n is None:
+        return "–"
+    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(n) >= div:
+            return f"{_num(n / div)} {unit}"
+    return f"{n} B"
+
+
+def fmt_mem(used: int | None, capacity: int | None) -> str:
+    """Occupancy of a memory: "41 % 3.3/8 MiB" (both figures in the capacity's unit), or
+    "1 % 8.2 MiB/1 GiB" when the used part would round to 0 in the capacity's unit."""
+    if not capacity:
+        return "–"
+    used = used or 0
+    unit, div = next(((u, d) for u, d in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
+                      if capacity >= d), ("B", 1))
+    share = f"{100 * used / capacity:.0f} %"
+    if used and _num(used / div) == "0":
+        return f"{share} {fmt_bytes(used)}/{_num(capacity / div)} {unit}"
+    return f"{share} {_num(used / div)}/{_num(capacity / div)} {unit}"

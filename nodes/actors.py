@@ -143,6 +143,21 @@ class NodeContext:
 ROLE_ORDER = ("memory", "compute", "dpu", "dpa")
 
 
+def modelled_cores(spec, role: str) -> tuple[int, float]:
+    """(cores, GHz) a node of ``role`` has in ``spec``: what its actors run on, and what the
+    dashboard shows for it even when the system runs no actor there (a DPU that only mirrors)."""
+    prof = spec.profile
+    if role == "memory":
+        return spec.memory.cores, prof.cpu.ghz
+    if role == "compute":
+        return spec.compute.threads, prof.cpu.ghz
+    if role == "dpu":
+        return spec.dpu.cores, prof.dpu.ghz
+    if role == "dpa":
+        return prof.dpa.cores, prof.dpa.ghz
+    return 0, prof.cpu.ghz
+
+
 def actor_contexts(state, env, host, *, directory: dict | None = None, only=None, udp=None) -> list[NodeContext]:
     """A context for every node the system runs actors on: memory nodes, compute nodes, DPUs, DPAs.
     ``only``: the node names this process runs (a rack of processes; default: all). ``udp``: the
@@ -161,18 +176,12 @@ def actor_contexts(state, env, host, *, directory: dict | None = None, only=None
             if decl.role != role or (only is not None and decl.name not in only):
                 continue
             host_node = dma = dpa = None
-            if role == "memory":
-                cores = Cores(env, spec.memory.cores, prof.cpu.ghz)
-            elif role == "compute":
-                cores = Cores(env, spec.compute.threads, prof.cpu.ghz)
-            elif role == "dpu":
-                cores = Cores(env, spec.dpu.cores, prof.dpu.ghz)
-            else:
+            if role == "dpa":
                 from nodes.devices.dpa_core import Dpa
                 dpa = Dpa(env, prof, threads=spec.dpa.threads, name=decl.name)
-                # the DPA's own work is charged to its threads (dpa.thread()); these cores stand for
-                # the DPA cores for code that charges ctx.cpu() instead
-                cores = Cores(env, prof.dpa.cores, prof.dpa.ghz)
+            # a DPA's own work is charged to its threads (dpa.thread()); its cores here stand for the
+            # DPA cores for code that charges ctx.cpu() instead
+            cores = Cores(env, *modelled_cores(spec, role))
             if decl.host is not None:
                 from shm.dma import DmaEngine
                 host_node = state.fabric.node_index(decl.host)

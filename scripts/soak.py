@@ -55,7 +55,7 @@ def rack_processes(sup: psutil.Process) -> list[psutil.Process]:
 
 def anon_by_process(procs) -> dict[str, int]:
     """Each process's proportional anonymous memory (``Pss_Anon``, Linux 5.x+), by process title
-    (``dmrack-cn0``, ...; the supervisor is ``supervisor``)."""
+    (``dmrack-cn0-<rack id>``, ...; the supervisor is ``supervisor``)."""
     out: dict[str, int] = {}
     for i, p in enumerate(procs):
         try:

@@ -3,9 +3,11 @@ sparkline, and both renderings into an in-memory console."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import multiprocessing
 import os
+import time
 
 import numpy as np
 import pytest
@@ -30,6 +32,7 @@ from cluster.dashboard import (
 from cluster.stats import (
     N_BUCKETS,
     N_KINDS,
+    STATE_DONE,
     STATE_RUNNING,
     Counters,
     Gauges,
@@ -313,3 +316,82 @@ def test_device_panel_shows_core_busy_stalls_dma_and_drops_of_dpu_and_dpa_nodes(
     out = buf.getvalue()
     for s in ("devices", "DPA threads", "stalled %", "DMA Gbit/s", "ring depth", "UDP drops", "dpa0", "dpu0"):
         assert s in out, s
+
+
+# -- issue 41: what the first and the last frame show ----------------------------------------------
+
+
+def test_rates_count_the_current_steps_operations_only(plane):
+    """A bulk load records its 10,000 inserts in no virtual time; an update in the run step whose
+    previous update came before the load counted them in its rate (3.5x the steady rate on the
+    first frame, a spike starting every sparkline). Rates now count the current step's operations:
+    the step's average when it is new since the last update, its delta afterwards."""
+    w = plane.writer("cn0")
+    w.begin()
+    w.heartbeat(0, 0, 0)
+    m = RackMeter()
+    m.update(plane.snapshot(), now_ns=0, phase="starting")
+    w.step(0, 0, "bulk-load 10,000 records")
+    w.record_many([2] * 10_000, [0] * 10_000)               # inserts, 0 ns each (nothing timed)
+    w.heartbeat(600, 0, 0)
+    load = RackMeter().update(plane.snapshot(), now_ns=0, phase="load")
+    assert (load.nodes[1].p50_us, load.nodes[1].p99_us, load.nodes[1].p999_us) == (None, None, None)
+    assert "0.00" not in _row(_frame(load), "cn0")          # untimed latencies: "–", not 0.00
+    w.step(1, 600, "run A")
+    w.record_many([0] * 1000, [10_000] * 1000)
+    w.heartbeat(1_000_600, 1000, 4000)                      # 1000 ops in 1 ms: 1,000 kops/s
+    w.record_many([0] * 500, [10_000] * 500)                # done after that heartbeat's virtual time
+    first = m.update(plane.snapshot(), now_ns=500_000_000, phase="run")
+    assert first.nodes[1].kops == pytest.approx(1000)       # was (10,000 + 1500) / 1 ms: 11.5x
+    assert first.total_kops == pytest.approx(1000)
+    assert (first.step_ops, first.ops) == (1500, 11_500)    # the header counts live
+    assert "ops 1,500 in this step, 11,500 in all" in _frame(first)
+    w.record_many([0] * 500, [10_000] * 500)
+    w.heartbeat(2_000_600, 2000, 8000)
+    steady = m.update(plane.snapshot(), now_ns=1_000_000_000, phase="run")
+    assert steady.nodes[1].kops == pytest.approx(1000)
+    assert steady.nodes[1].history == (None, pytest.approx(1000), pytest.approx(1000))   # no spike
+
+
+def test_the_last_frame_keeps_cpu_rss_and_rates_of_nodes_that_ended():
+    """The supervisor draws the last frame after every node exited: psutil finds no process and
+    no virtual time has passed since the update before. It showed "–" for CPU %, RSS and the rates
+    and "0x" for the speed; they keep the last measured values."""
+    ctx = multiprocessing.get_context("fork")
+    child = ctx.Process(target=time.sleep, args=(30,))
+    child.start()
+    try:
+        u = ProcUsage()
+        u.sample([child.pid])
+        measured = u.sample([child.pid])[child.pid]
+        assert measured[0] is not None and measured[1] > 0
+    finally:
+        child.kill()
+        child.join(30)
+    assert u.sample([child.pid])[child.pid] == measured     # gone: the last values
+    assert u.sample([child.pid])[child.pid] == measured and u.errors == 1
+    m = RackMeter()
+    m.update([snap("cn0", vnow=10_000, ops=100, verbs=0)], now_ns=0)
+    run = m.update([snap("cn0", vnow=30_000, ops=600, verbs=1000)], now_ns=500_000_000)
+    done = dataclasses.replace(snap("cn0", vnow=30_000, ops=600, verbs=1000), state=STATE_DONE)
+    last = m.update([done], now_ns=600_000_000)
+    assert last.nodes[0].state == "done"
+    assert last.nodes[0].kops == run.nodes[0].kops == pytest.approx(25_000)
+    assert last.nodes[0].verbs_per_s == run.nodes[0].verbs_per_s and last.speed == run.speed
+    assert last.nodes[0].history == run.nodes[0].history    # no sample for a node that stood still
+    # a node still running whose virtual time stood still has no rate (it is waiting)
+    assert m.update([snap("cn0", vnow=30_000, ops=600)], now_ns=700_000_000).nodes[0].kops is None
+
+
+def test_a_dpu_without_actors_shows_its_cores():
+    """dpu0 of examples/devices.toml runs no actor (it only receives mirrored datagrams) and showed
+    "cores –" although the file sets cores = 4: the node publishes its modelled cores."""
+    from cluster.scenario import load_scenario
+    from nodes.actors import modelled_cores
+    spec = load_scenario(os.path.join(os.path.dirname(__file__), "..", "examples", "devices.toml")).spec
+    assert modelled_cores(spec, "dpu")[0] == 4
+    view = RackMeter().update([snap("dpu0", vnow=0, ops=0, role="dpu", counters=Counters(cpu_cores=4))], now_ns=0)
+    lines = _frame(view).splitlines()
+    top = next(i for i, ln in enumerate(lines) if "DPA threads" in ln)     # the device table's header
+    row = next(ln for ln in lines[top:] if ln.strip("│ ").startswith("dpu0"))
+    assert row.strip("│ ").split()[:4] == ["dpu0", "dpu", "4", "–"], row   # 4 cores, busy unknown at first sight

@@ -121,6 +121,7 @@ def test_a_rack_of_processes_runs_the_dpa_service_and_publishes_device_counters(
     dpa, dpu = nodes["dpa0"], nodes["dpu0"]
     assert dpa.role == "dpa" and dpa.dpa_threads == 4 and dpa.cpu_cores == 16 and dpa.cpu_busy_ns > 0
     assert dpu.role == "dpu" and dpu.dpa_threads == 0                # the DPU runs no actor here: passive
+    assert dpu.cpu_cores == 2 and dpu.cpu_busy_ns == 0                # but it has its [dpu] cores (idle)
     # active clients: the client nodes ran the workload, the server's host ran none of it
     assert nodes["cl0"].ops > 0 and nodes["cl1"].ops > 0 and nodes["cn0"].ops == 0
     assert set(_mine()) == before
@@ -137,7 +138,7 @@ def test_killing_the_dpa_process_is_reported_and_leaves_no_segment():
         while time.monotonic() < deadline:
             for p in psutil.Process().children(recursive=True):
                 try:
-                    if p.name() == "dmrack-dpa0":
+                    if p.name().startswith("dmrack-dpa0-"):
                         time.sleep(1.0)
                         p.send_signal(signal.SIGKILL)
                         return

@@ -203,6 +203,56 @@ def test_process_rack_scripted_kill_carries_on():
     assert not _children()
 
 
+def _said(**kw):
+    """Run a scripted kill (on_node_death = continue) with a plain view into a buffer: (supervisor, text)."""
+    import io
+
+    from rich.console import Console
+    buf = io.StringIO()
+    sup = Supervisor(scenario(LOAD, run(0.1), {"action": "kill", "node": "cn1"}, run(0.1), compute=2,
+                              on_death="continue"), console=Console(file=buf, width=200), **kw)
+    assert sup.run() == 0, (sup.stop_reason, sup.deaths)
+    return sup, buf.getvalue()
+
+
+@pytest.mark.parametrize("dashboard", [None, False])       # plain dashboard lines; --no-dashboard
+def test_a_death_and_the_end_are_said_once_each(dashboard):
+    """Issue 41: 'scenario finished' was printed before and after the summary table, 'cn1 killed'
+    twice, and the event panel repeated each as a 'note' line, the supervisor's stamped 0 ns after
+    events at milliseconds. Each is said once: the death when it happens, the end after the table;
+    the event log holds each once, stamped with the rack's virtual time."""
+    sup, out = _said(dashboard=dashboard)
+    assert out.count("cn1 killed by signal 9 (SIGKILL)") == 1, out
+    assert out.count("scenario finished") == 1 and out.rstrip().endswith("dmrack: scenario finished"), out
+    assert out.index("results:") < out.index("scenario finished")
+    if dashboard is None:
+        events = sup.last_view.events                       # the panel of the last frame
+        assert not any(line.split()[0] == "note" for line in events), events
+        killed = [line for line in events if "cn1 killed by signal 9" in line]
+        finished = [line for line in events if "scenario finished" in line]
+        assert len(killed) == 1 and len(finished) == 1, events
+        kill_step = next(line for line in events if "scenario kills cn1" in line)
+        stamp = (lambda line: float(line.split()[0]) * {"ns": 1e-3, "µs": 1, "ms": 1e3}[line.split()[1]])
+        assert stamp(killed[0]) >= stamp(kill_step) > 0     # not 0 ns: the rack's time when it was seen
+        assert stamp(finished[0]) >= 200                    # after both 0.1 ms runs (µs)
+
+
+def test_a_stop_by_the_supervisor_is_stamped_with_the_racks_virtual_time():
+    """A --duration stop is the supervisor's own event: in the log once, at the rack's virtual time,
+    and said once, after the summary."""
+    import io
+
+    from rich.console import Console
+    buf = io.StringIO()
+    sup = Supervisor(scenario(LOAD, {"action": "run"}), duration_s=2.0, console=Console(file=buf, width=200))
+    assert sup.run() == 0, sup.deaths
+    out = buf.getvalue()
+    assert out.count("stopped after 2 s (--duration)") == 1 and out.index("results:") < out.index("stopped after")
+    stops = [line for line in sup.last_view.events if "stopped after" in line]
+    assert len(stops) == 1 and stops[0].split()[2:4] == ["phase", "supervisor"], sup.last_view.events
+    assert stops[0].split()[1] in ("µs", "ms", "s") and float(stops[0].split()[0]) > 0, stops
+
+
 # -- the CLI as a user runs it (subprocesses: signals go to the supervisor) ---------------------------
 
 def _dmrack(*args, **kw):
@@ -265,22 +315,42 @@ def endless(tmp_path):
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_cli_stops_cleanly_on_ctrl_c_and_sigterm(endless, tmp_path, sig):
+    """Stopped by a signal while the nodes run: 128 + its number (130, 143), the results written."""
     out = tmp_path / "res.json"
     proc = _dmrack("run", endless, "--no-dashboard", "--json", str(out))
     kids = _wait_for_nodes(proc, 5)
     proc.send_signal(sig)
     stdout, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 0, stderr
-    assert f"stopped by {signal.Signals(sig).name}" in stdout
+    assert proc.returncode == 128 + sig, stderr
+    assert stdout.count(f"stopped by {signal.Signals(sig).name}") == 1, stdout     # said once, after the table
+    assert stdout.index("results:") < stdout.index(f"stopped by {signal.Signals(sig).name}"), stdout
     assert json.loads(out.read_text())["meta"]["stop_reason"].startswith("stopped by")
     _no_survivors(kids)
+    assert not _leftovers(proc.pid)
+
+
+def test_ctrl_c_while_the_rack_is_built_exits_130_at_once_and_leaves_nothing(endless, tmp_path):
+    """The other moment Ctrl-C can land: while the segments are created and the warm-up compiles
+    (half a minute on a first run). Same status as during the run, without waiting for the build."""
+    out = tmp_path / "res.json"
+    proc = _dmrack("run", endless, "--no-dashboard", "--json", str(out))
+    first = proc.stdout.readline()
+    assert "building rack 'endless'" in first, first
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, (first, stdout, stderr)
+    said = first + stdout + stderr
+    assert "stopped by SIGINT before the nodes started" in said or "dmrack: interrupted" in said, said
+    assert not out.exists() and "results:" not in said        # nothing was collected: no results, no table
+    assert said.count("stopped by SIGINT") <= 1, said
+    assert not psutil.pid_exists(proc.pid) or not psutil.Process(proc.pid).children()
     assert not _leftovers(proc.pid)
 
 
 def test_cli_reports_a_node_that_dies(endless):
     proc = _dmrack("run", endless, "--no-dashboard")
     kids = _wait_for_nodes(proc, 5)
-    victim = next(k for k in kids if k.name() == "dmrack-cn1")
+    victim = next(k for k in kids if k.name().startswith("dmrack-cn1-"))
     os.kill(victim.pid, signal.SIGKILL)
     stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 1

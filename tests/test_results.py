@@ -208,7 +208,7 @@ def test_memory_figures_and_events_reach_summary_json_csv_and_table(prefix, tmp_
     buf = io.StringIO()
     Console(file=buf, width=200, color_system=None).print(res.table())
     out = buf.getvalue()
-    assert "memory: mn0 3.3/8 MiB (41 %), mn1 2/8 MiB (25 %)" in out
+    assert "memory: mn0 41 % 3.3/8 MiB, mn1 25 % 2/8 MiB" in out          # the dashboard's cells (fmt_mem)
     assert "reclaimed: 1.5 MiB (cn0 1.5), 24,576 blocks reused" in out
     assert "cn0: failpoint race.update.block_written fired (crash)" in out
 
@@ -248,3 +248,38 @@ def test_a_rack_of_processes_reports_memory_occupancy_and_reclaimed_bytes(tmp_pa
     assert view["cn0"].reclaimed == nodes["cn0"].bytes_reclaimed and sup.last_view.reclaimed > 0
     end = {r["node"]: r for r in read_csv(tmp_path / "r.csv") if r["label"] == "end of run"}
     assert end["mn1"]["mem_capacity"] == 32 << 20 and end["cn0"]["bytes_reclaimed"] == nodes["cn0"].bytes_reclaimed
+
+
+def test_bulk_load_rows_show_no_latency_and_memory_reads_as_on_the_dashboard(prefix):
+    """Issue 41: a bulk load's rows showed latencies 0.00 where every other empty cell shows "–"
+    (its inserts take no virtual time: nothing was timed), and mn0 read "0/512 MiB" in the summary
+    but "64 B/512 MiB" on the dashboard. The JSON keeps the recorded figures."""
+    from cluster.dashboard import RackMeter, render
+    with StatsPlane.create([ProcInfo("cn0", "compute"), ProcInfo("mn0", "memory")], prefix=prefix) as plane:
+        w = plane.writer("cn0")
+        w.begin()
+        w.step(0, 0, "bulk-load 100 records")
+        w.record_many([2] * 100, [0] * 100)
+        w.end_step(0)
+        w.step(1, 0, "run")
+        w.record_many([0] * 10, [2000] * 10)
+        w.end_step(10_000)
+        m = plane.writer("mn0")
+        m.begin()
+        m.heartbeat(10_000, 0, 0, counters={"mem_used": 64, "mem_capacity": 512 << 20})
+        res = Results.from_plane(plane, {"rack": "r"})
+        view = RackMeter().update(plane.snapshot(), now_ns=0)
+    buf = io.StringIO()
+    Console(file=buf, width=200, color_system=None).print(res.table())
+    out = buf.getvalue()
+    load = [ln for ln in out.splitlines() if "bulk-load" in ln][0].split("│")
+    assert [c.strip() for c in load[-6:-1]] == ["–", "–", "–", "–", "–"], load      # Mops/s, p50, p99, p999, mean
+    timed = [ln for ln in out.splitlines() if "│ run " in ln][0]
+    assert "2.00" in timed
+    assert "memory: mn0 0 % 64 B/512 MiB" in out
+    dash = io.StringIO()
+    Console(file=dash, width=200, color_system=None).print(render(view, {"rack": "r", "system": "s", "profile": "p",
+                                                                           "workload": "w"}))
+    assert "0 % 64 B/512 MiB" in dash.getvalue()                   # the same cell, one formatter
+    rows = [r for r in res.records() if r["step"] == 0 and r["node"] == "rack" and r["kind"] == "all"]
+    assert rows[0]["p50_us"] == 0.0                                 # the JSON keeps what was recorded

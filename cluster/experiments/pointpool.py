@@ -83,7 +83,7 @@ def _worker_init(parent_pid: int) -> None:
     # queue's lock, which the parent holds while it drains the queue: the SIGTERM handler a forked
     # worker inherits would unwind through multiprocessing's exit path and wait on that lock.
     exit_promptly_on_sigterm()
-    _die_with_parent(parent_pid, "point")
+    _die_with_parent(parent_pid, "dmrack-point")
 
 
 def _call(job):
