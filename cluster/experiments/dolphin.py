@@ -3,7 +3,7 @@
 Dolphin is a hybrid index on disaggregated memory: ART internal nodes cached on the compute
 nodes over B+-tree-like leaves of 65 entries that hold the keys sharing their first 7 bytes, with
 an update as one in-place WRITE of the value between two FAAs on the leaf's lock word. Its
-evaluation (§V) sweeps the compute nodes' index-cache size (Fig. 6), compares throughput and
+evaluation (§IV) sweeps the compute nodes' index-cache size (Fig. 6), compares throughput and
 latency with a large cache (Fig. 7), scans (Fig. 8), two Twitter cache traces (Fig. 9) and the
 memory each index takes (Table II). docs/dolphin.md ("Reproduction") says how to run it, why the
 figures survive the scaling and which published value each row carries.
@@ -87,7 +87,7 @@ FIG6_SKEWS = {"fig6a": ("zipf 0.99", {"requestdistribution": "zipfian", "zipfian
               "fig6c": ("uniform", {"requestdistribution": "uniform"})}
 TRACES = {"cluster8": "write-intensive", "cluster9": "read-only"}
 
-# --- published values (Dolphin §V as in the seed text; docs/dolphin.md) ---------------------------
+# --- published values (Dolphin §IV as its text states them; docs/dolphin.md) -----------------------
 PUB_FIG6_800 = {"Sherman": 1.51, "SMART-ART": 1.32}     # Dolphin / X at 800 MB, Fig. 6a
 PUB_FIG6_200_RANGE = (1.16, 3.26)                        # Dolphin / the others at 200 MB, over Fig. 6
 PUB_FIG7_A_RANGE = (1.25, 1.45)                          # Dolphin / each other, YCSB A

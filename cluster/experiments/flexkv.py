@@ -100,7 +100,7 @@ FIG19_RATIO = 0.6                  # Fig. 19: FlexKV on YCSB A, at the ratio it 
 FIG20_THREADS = (1, 2, 3, 4)
 FIG24_RATIOS = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 
-# --- published values (FlexKV §5; /work/shared/research/next-systems.md §4c) -----------------------
+# --- published values (FlexKV §5.2-§5.4: Figs. 16-20 and 24, Table 1) ------------------------------
 PUB_FIG16 = {"+Proxy": 1.145, "+Rank Hotness": 1.119, "+KV Cache": 1.061, "+Adaptive Split": 1.152}
 PUB_FIG17 = 1 - 0.249              # FlexKV-OP / FlexKV, on average
 PUB_FIG18 = {"B": 0.3, "A": 0.6, "round_ms": (3.24, 5.26)}

@@ -355,7 +355,8 @@ def latency(quick: bool, progress) -> list[Row]:
 ATOMIC_PROFILES = ("cx3-56g", "cx5-100g", "cx6-200g", "bf3")
 #: Published values of these rows; the others have no source yet (docs/bench.md, "atomics").
 #: cx3 same-address CAS: ~2.7 Mops, one PCIe read-modify-write (~370 ns) per atomic: rdma_bench's
-#: atomics sequencer on ConnectX-3 (the source of nic.atomic_slot_ns, ../CALIBRATION.md).
+#: atomics sequencer on ConnectX-3 (the source of nic.atomic_slot_ns; rdma_bench is the code of
+#: Kalia, Kaminsky, Andersen, "Design Guidelines for High Performance RDMA Systems", USENIX ATC'16).
 ATOMIC_PUBLISHED = {("cx3-56g", "same-address CAS, host", 128): 2.7}
 _RDMA_BENCH_SEQ = "rdma_bench atomics-sequencer (ConnectX-3), CALIBRATION.md"
 ATOMIC_SOURCES = {("cx3-56g", "same-address CAS, host", 128): _RDMA_BENCH_SEQ}

@@ -1,28 +1,30 @@
 """FlexKV's manager algorithms, pure and deterministic: who owns which index partition, which
 partitions each owner offloads, and how much of the index to offload.
 
-FlexKV (Hu, Shen, Yang; its text is /work/shared/seeds/003_e575dbeb3d96bb46.txt, §4.2 and §4.3.2;
-"l. N" below is line N of that file, "Line N" a line of an algorithm as the paper writes it; a paraphrase is in
-/work/shared/research/next-systems.md §4a) proxies a RACE index whose P = 2^13 partitions are
-each owned by one compute node (CN). Its manager runs two algorithms, written here with no rack,
-no clock and no I/O so that the FlexKV system and its tests can drive them from whatever loop
-they have (one call per Δ window):
+FlexKV (Hu, Shen, Yang: "FlexKV: Flexible Index Offloading for Memory-Disaggregated Key-Value
+Store", §4.2 "Rank-Aware Hotness Detection" and §4.3.2 "Adaptive Index-Cache Splitting"; "Line N"
+below is a line of Algorithm 1 or 2 as the paper numbers it) proxies a RACE index whose
+P = 2^13 partitions are each owned by one compute node (CN). Its manager runs two algorithms,
+written here with no rack, no clock and no I/O so that the FlexKV system and its tests can drive
+them from whatever loop they have (one call per Δ window):
 
-* **Rank-aware hotness detection** (Algorithm 1, l. 139-160; text l. 133-167):
+* **Rank-aware hotness detection** (§4.2, Algorithm 1 and the text around it):
   :class:`HotnessRanker`. Partitions are sorted by hotness (access counts summed over the CNs in
   the window) and cut into R ranks of C partitions (C = number of CNs); rank 0 here is the paper's
   rank 1, the C hottest. The displacement D = Σ_p |R_new(p) − R_old(p)| counts rank changes only,
-  so hotness noise inside a rank is ignored (l. 135), and a reassignment is triggered when
-  D ≥ 0.25 B, B being the expected D of a random reshuffle.
-* **Rank-based assignment** (l. 133, Figure 6): :func:`assign` gives each CN exactly one
-  partition of every rank, so every CN gets the same mix of hot and cold; :func:`priority_lists`
-  is each CN's hot-to-cold list, and :func:`moved` the partitions that the pause/resume protocol
-  of the atomic reassignment (l. 169) must quiesce.
-* **Unified index-offload ratio** (l. 198): :func:`offloaded`. One ratio i for all CNs: each
-  offloads the head i·|list| of its list. Since same-rank partitions have similar hotness, one
-  ratio keeps the load balanced and the knob tunes one variable instead of C.
-* **Throughput-guided knob** (Algorithm 2, l. 202-229): :class:`RatioTuner`, Algorithm 2 turned
-  inside out into a state machine fed one throughput sample per interval, plus
+  so hotness noise inside a rank is ignored (§4.2, "Rank-Level Displacement Score"), and a
+  reassignment is triggered when D ≥ 0.25 B, B being the expected D of a random reshuffle.
+* **Rank-based assignment** (§4.2, "Rank-Based Partition Assignment", Figure 6): :func:`assign`
+  gives each CN exactly one partition of every rank, so every CN gets the same mix of hot and
+  cold; :func:`priority_lists` is each CN's hot-to-cold list, and :func:`moved` the partitions
+  that the pause/resume protocol of the atomic reassignment (§4.2, "Atomic Partition
+  Reassignment") must quiesce.
+* **Unified index-offload ratio** (§4.3.2, "Unified Index-Offload Ratio"): :func:`offloaded`. One
+  ratio i for all CNs: each offloads the head i·|list| of its list. Since same-rank partitions
+  have similar hotness, one ratio keeps the load balanced and the knob tunes one variable instead
+  of C.
+* **Throughput-guided knob** (§4.3.2, Algorithm 2 and the paragraph after it): :class:`RatioTuner`,
+  Algorithm 2 turned inside out into a state machine fed one throughput sample per interval, plus
   :func:`workload_shifted`, the read:write-mix half of its WORKLOADSHIFT() trigger.
 
 Judgement calls (the paper is silent or assumes them away):
@@ -38,9 +40,10 @@ Judgement calls (the paper is silent or assumes them away):
   R = ceil(P / C) and the last rank holds the P − (R − 1)C coldest partitions; :func:`assign`
   gives them to distinct CNs (the least loaded), so CNs' lists differ in length by at most one.
 * **R_old.** Line 18 sets R_old ← R_new after every window, reassignment or not (D measures the
-  change since the previous window, as l. 135 says). ``reference="assignment"`` instead keeps
-  R_old at the ranks of the last reassignment, so a slow drift, which the paper's rule never
-  notices, eventually triggers. The paper's rule is the default.
+  change since the previous window, as "Rank-Level Displacement Score" in §4.2 says).
+  ``reference="assignment"`` instead keeps R_old at the ranks of the last reassignment, so a
+  slow drift, which the paper's rule never notices, eventually triggers. The paper's rule is the
+  default.
 * **D = 0 never reassigns** (after the first call). With the paper's parameters D ≥ 0.25B fails
   anyway; the rule only matters for R = 1 (B = 0) or threshold 0, which would otherwise reassign
   every window with nothing to move.
@@ -201,7 +204,8 @@ def _assign_rank(members: np.ndarray, h: np.ndarray, prev: np.ndarray | None,
 
 
 def moved(previous_owner: np.ndarray, owner: np.ndarray) -> np.ndarray:
-    """Partitions whose owner changes: what the pause phase of a reassignment quiesces (l. 169)."""
+    """Partitions whose owner changes: what the pause phase of a reassignment quiesces (FlexKV §4.2,
+    "Atomic Partition Reassignment")."""
     return np.flatnonzero(np.asarray(previous_owner) != np.asarray(owner))
 
 
@@ -348,7 +352,8 @@ class RatioTuner:
 
 
 def workload_shifted(prev_read_fraction: float, read_fraction: float, threshold: float = 0.10) -> bool:
-    """A change of at least ``threshold`` in the read fraction of all requests (l. 229).
+    """A change of at least ``threshold`` in the read fraction of all requests (FlexKV §4.3.2,
+    the paragraph after Algorithm 2: "a change of at least 10% in the read-write ratios").
 
     The 10 % is absolute, in points of the request mix: the paper's example, 1:9 to 2:8, moves the
     read fraction from 0.1 to 0.2 (a relative change of 100 %, of 11 % in the write fraction).
