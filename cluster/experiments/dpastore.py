@@ -420,8 +420,9 @@ def fig10(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
     return rows
 
 
-#: "a larger eps" for face and osmc (Table 1, Fig. 11): the values were lost with the seed's math;
-#: twice the defaults (leaf 16, inner 8) is the smallest step that halves face's segment count
+#: "a larger eps" for face and osmc (Table 1, Fig. 11): the values are missing from the text of the
+#: paper this project works from (its formulas were lost); twice the defaults (leaf 16, inner 8)
+#: is the smallest step that halves face's segment count
 LARGER_EPS = (16, 8)
 
 
