@@ -76,7 +76,6 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from shm import futex
 from shm.atomics import faa, fetch_min, load_acquire, store_release, swap
 from shm.ring import Ring, ring_try_pop, ring_try_push
 from shm.segment import Segment
@@ -130,23 +129,12 @@ def _min_others(clocks, me, n, slot):
 
 
 @njit(cache=True)
-def _refresh_core(clocks, me, n, pub, front, front_w, hdr, seqs, slots, out, now, consumed_i, stop_i,
-                  progress_i, waiters_i):
+def _refresh_core(clocks, me, n, pub, front, front_w, hdr, seqs, slots, out, now, consumed_i, stop_i):
     """Publish our clock ``pub`` and frontiers; return (min of others' frontiers of any effect,
-    of writes, messages drained, stop flag, whether a parked process must be woken: what we
-    published moved and somebody is parked on the progress word)."""
-    moved = swap(clocks, me * STRIDE + FRONTIER, front) != front
-    if swap(clocks, me * STRIDE + FRONTIER_W, front_w) != front_w:
-        moved = True
-    if swap(clocks, me * STRIDE, pub) != pub:  # full fence: store before the loads below
-        moved = True
-    wake = False
-    if moved:
-        faa(clocks, progress_i, 1)            # a parked process sees the word change (no lost wake)
-        wake = load_acquire(clocks, waiters_i) > 0
-    # Read before the others' frontiers: whatever changes them after this read changes the word too,
-    # so a sleep on this value (shm.futex.wait) ends at once if it did.
-    seen = load_acquire(clocks, progress_i)
+    of writes, messages drained, stop flag)."""
+    swap(clocks, me * STRIDE + FRONTIER, front)
+    swap(clocks, me * STRIDE + FRONTIER_W, front_w)
+    swap(clocks, me * STRIDE, pub)            # full fence: store before the loads below
     m = _min_others(clocks, me, n, FRONTIER)
     m_w = _min_others(clocks, me, n, FRONTIER_W)
     k = 0
@@ -160,7 +148,7 @@ def _refresh_core(clocks, me, n, pub, front, front_w, hdr, seqs, slots, out, now
         # Visibly busy (slot <= delivery time) before the consumption counts.
         _lower(clocks, me, max(first, now))
         faa(clocks, consumed_i, k)
-    return m, m_w, k, load_acquire(clocks, stop_i), wake, seen
+    return m, m_w, k, load_acquire(clocks, stop_i)
 
 
 @njit(cache=True)
@@ -172,22 +160,13 @@ def _lower(clocks, i, t):
 
 
 @njit(cache=True)
-def _send_core(clocks, dest, sent_i, count_it, hdr, seqs, slots, msg, progress_i):
-    """Push ``msg`` into ``dest``'s inbox: 0 when the inbox is full, 1 when pushed, 2 when pushed
-    and a parked process must be woken (the receiver may be asleep waiting for news)."""
+def _send_core(clocks, dest, sent_i, count_it, hdr, seqs, slots, msg):
     if count_it:
         faa(clocks, sent_i, 1)                # before the push: consumed <= sent always
     if not ring_try_push(hdr, seqs, slots, msg):
-        return 0
+        return False
     _lower(clocks, dest, msg[0])
-    return _bump(clocks, progress_i)
-
-
-@njit(cache=True)
-def _bump(clocks, progress_i):
-    """Something parked processes wait for changed: 2 if one may be parked (wake it), else 1."""
-    faa(clocks, progress_i, 1)
-    return 2 if load_acquire(clocks, progress_i + STRIDE) > 0 else 1
+    return True
 
 
 @njit(cache=True)
@@ -242,15 +221,13 @@ class ClockTable:
         self.sent_i = n_procs * STRIDE
         self.consumed_i = (n_procs + 1) * STRIDE
         self.stop_i = (n_procs + 2) * STRIDE
-        self.progress_i = (n_procs + 3) * STRIDE      # bumped when a process publishes an advance
-        self.waiters_i = (n_procs + 4) * STRIDE       # processes parked on the progress word
 
     @classmethod
     def create(cls, n_procs: int, *, prefix: str, inbox_capacity: int = 4096,
                payload_words: int = 8, name: str = "sync") -> "ClockTable":
         if n_procs < 1:
             raise ValueError(f"n_procs must be >= 1, got {n_procs}")
-        seg = Segment.create(f"{name}-clock", (n_procs + 5) * STRIDE * 8, prefix=prefix)
+        seg = Segment.create(f"{name}-clock", (n_procs + 3) * STRIDE * 8, prefix=prefix)
         inboxes = []
         try:
             seg.array(np.int64)[:] = 0       # clocks start at 0: nobody races ahead at startup
@@ -280,12 +257,6 @@ class ClockTable:
 
     def set_stop(self) -> None:
         store_release(self.clocks, self.stop_i, 1)
-        self.progressed()
-
-    def progressed(self) -> None:
-        """Wake whoever is parked waiting for the rack to move (a stop, a process gone)."""
-        if _bump(self.clocks, self.progress_i) == 2:
-            futex.wake(self.clocks, self.progress_i)
 
     @property
     def stop_requested(self) -> bool:
@@ -306,9 +277,7 @@ class ClockTable:
         ``_discard``. Returns the messages thrown away."""
         hdr, seqs, slots = _ring_views(self.inboxes[i])
         out = np.zeros(HDR_WORDS + self.payload_words, dtype=np.uint64)
-        k = int(_discard(self.clocks, i, self.consumed_i, hdr, seqs, slots, out))
-        self.progressed()                           # its INF may unblock the others
-        return k
+        return int(_discard(self.clocks, i, self.consumed_i, hdr, seqs, slots, out))
 
     def rejoin(self, i: int, t: int) -> None:
         """A new process takes the gone process ``i``'s place at virtual time ``t`` (a restarted
@@ -414,11 +383,8 @@ class ClockSync:
             while True:
                 nxt = heap[0][0] if heap else INF
                 front, front_w = env.frontiers()
-                m, m_w, k, stop, wake, seen = _refresh_core(
-                    clocks, self.index, self._n, nxt, front, front_w, hdr, seqs, slots, self._out, env.now,
-                    table.consumed_i, table.stop_i, table.progress_i, table.waiters_i)
-                if wake:
-                    futex.wake(clocks, table.progress_i)
+                m, m_w, k, stop = _refresh_core(clocks, self.index, self._n, nxt, front, front_w, hdr, seqs, slots,
+                                                self._out, env.now, table.consumed_i, table.stop_i)
                 if k:
                     self._deliver_batch(k)
                     self.sleeps += sleeps
@@ -451,11 +417,7 @@ class ClockSync:
                     _yield()
                     spins += 1
                     continue
-                # Parked until another process publishes an advance, sends, stops or leaves
-                # (shm.futex; ``seen`` was read before the others' frontiers), or ``delay`` passes.
-                faa(clocks, table.waiters_i, 1)
-                futex.wait(clocks, table.progress_i, seen, delay)
-                faa(clocks, table.waiters_i, -1)
+                time.sleep(delay)
                 delay = min(delay * 2, 1e-3)
                 sleeps += 1
                 parked = True
@@ -529,14 +491,12 @@ class ClockSync:
         msg[:HDR_WORDS + n] = (arrival_ns, self.index, n, *payload)
         hdr, seqs, slots = self._outboxes[dest]
         table = self.table
-        pushed = _send_core(self._clocks, dest, table.sent_i, True, hdr, seqs, slots, msg, table.progress_i)
-        if not pushed:
+        if not _send_core(self._clocks, dest, table.sent_i, True, hdr, seqs, slots, msg):
             # Inbox full.  Keep taking our own messages meanwhile, or two
             # processes sending to each other's full inboxes would deadlock.
             delay = 1e-5
             t0 = time.perf_counter()
-            while not (pushed := _send_core(self._clocks, dest, table.sent_i, False, hdr, seqs, slots, msg,
-                                            table.progress_i)):
+            while not _send_core(self._clocks, dest, table.sent_i, False, hdr, seqs, slots, msg):
                 if load_acquire(self._clocks, dest * STRIDE + GONE):
                     self.dropped_gone += 1      # died while its inbox was full: it never drains
                     faa(self._clocks, table.consumed_i, 1)   # the send above was counted: balance it
@@ -546,8 +506,6 @@ class ClockSync:
                 time.sleep(delay)
                 delay = min(delay * 2, 1e-3)
             self.wait_s += time.perf_counter() - t0
-        if pushed == 2:
-            futex.wake(self._clocks, table.progress_i)           # the receiver may be parked
         if load_acquire(self._clocks, dest * STRIDE + GONE):
             # It was marked gone while we pushed (after the check above): our fetch_min may have
             # lowered its INF again, and our message may sit in an inbox nobody drains. Undo both
@@ -567,12 +525,8 @@ class ClockSync:
         nxt = heap[0][0] if heap else INF
         nxt = min(nxt, env.now)     # we are mid-event: never publish later than now
         front, front_w = env.frontiers()
-        table = self.table
-        _, _, k, _, wake, _ = _refresh_core(self._clocks, self.index, self._n, nxt, min(front, env.now),
-                                            min(front_w, env.now), hdr, seqs, slots, self._out, env.now,
-                                            table.consumed_i, table.stop_i, table.progress_i, table.waiters_i)
-        if wake:
-            futex.wake(self._clocks, table.progress_i)
+        _, _, k, _ = _refresh_core(self._clocks, self.index, self._n, nxt, min(front, env.now), min(front_w, env.now),
+                                   hdr, seqs, slots, self._out, env.now, self.table.consumed_i, self.table.stop_i)
         if k:
             self._deliver_batch(k)
 
@@ -606,7 +560,6 @@ class ClockSync:
     def leave(self) -> None:
         """Publish INF for good: this process takes no further part (does not hold others back)."""
         _leave(self._clocks, self.index)
-        self.table.progressed()
 
     def statistics(self) -> ClockSyncStats:
         return ClockSyncStats(self.index, self.window, self.refreshes, self.sleeps, self.wait_s,
@@ -624,17 +577,16 @@ def _warm_up() -> None:
     global _warm
     if _warm:
         return
-    clocks = np.zeros(6 * STRIDE, dtype=np.int64)
+    clocks = np.zeros(4 * STRIDE, dtype=np.int64)
     hdr = np.zeros(24, dtype=np.int64)
     hdr[1] = 2
     seqs = np.arange(2, dtype=np.int64)
     slots = np.zeros((2, 4), dtype=np.uint64)
     out = np.zeros((2, 4), dtype=np.uint64)
     msg = np.zeros(4, dtype=np.int64)
-    _refresh_core(clocks, 0, 1, 5, 5, 5, hdr, seqs, slots, out, 0, STRIDE, 2 * STRIDE, 3 * STRIDE, 4 * STRIDE)
+    _refresh_core(clocks, 0, 1, 5, 5, 5, hdr, seqs, slots, out, 0, STRIDE, 2 * STRIDE)
     _leave(clocks, 0)
-    _send_core(clocks, 0, STRIDE, True, hdr, seqs, slots, msg, 3 * STRIDE)
-    _bump(clocks, 3 * STRIDE)
+    _send_core(clocks, 0, STRIDE, True, hdr, seqs, slots, msg)
     _finished_core(clocks, 1, 5, STRIDE, 2 * STRIDE)
     _discard(clocks, 0, STRIDE, hdr, seqs, slots, out[0])
     _min_others(clocks, 0, 1, 0)
