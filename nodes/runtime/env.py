@@ -120,7 +120,7 @@ class EnvStats(NamedTuple):
 class ProcStats(NamedTuple):
     name: str
     alive: bool
-    charged_ns: int           # total CPU time charged with env.charge()
+    charged_ns: int           # total CPU time charged (env.charge(), or debt_ns raised directly)
 
 
 _new_event = object.__new__
