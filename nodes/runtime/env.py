@@ -37,8 +37,9 @@ The low-level API
 -----------------
 What device models (``shm/coro.py``, ``shm/verbs.py``, ``shm/landing.py``, ``shm/dma.py``,
 ``shm/deferred.py``), actors and node processes use of the core, besides processes, events and
-``run()``.  Nothing outside this package touches the privates of :class:`Environment` or
-:class:`Process` (``tests/test_event_core_api.py`` checks it); the per-verb members are plain
+``run()``.  Nothing outside the core (this module, ``sync.py``, ``router.py``) touches the
+privates of :class:`Environment` or :class:`Process` (``tests/test_event_core_api.py`` checks
+it); the per-verb members are plain
 attributes or are fetched once, so using them costs no Python call per verb, and a compiled
 per-post path can sit behind the same members: it returns times, and the entries it schedules are
 still ``(t, seq, fn, arg)`` tuples on the one queue.
@@ -48,7 +49,7 @@ still ``(t, seq, fn, arg)`` tuples on the one queue.
   the clock of its fresh environment once with ``env.start_at(t)``.
 * ``env.schedule(t, fn, *args)``: call ``fn(*args)`` at ``t`` (clamped to now).  Per-verb code
   fetches the queue once, ``heap, next_seq = env.event_queue()``, and pushes
-  ``heappush(heap, (t, next_seq(), fn, arg))`` itself (``t >= now``: it clamps): the same
+  ``heappush(heap, (t, next_seq(), fn, arg))`` itself (``t >= now``: the caller clamps): the same
   entry, without a call.  ``env.peek()`` is the time of the next entry.
 * ``env.succeed_last(ev, value)``: ``ev.succeed(value)`` as the last action of a heap callback
   (its callbacks run at once when nothing else is due now: one heap round trip less).
