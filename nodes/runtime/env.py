@@ -39,10 +39,9 @@ What device models (``shm/coro.py``, ``shm/verbs.py``, ``shm/landing.py``, ``shm
 ``shm/deferred.py``), actors and node processes use of the core, besides processes, events and
 ``run()``.  Nothing outside the core (this module, ``sync.py``, ``router.py``) touches the
 privates of :class:`Environment` or :class:`Process` (``tests/test_event_core_api.py`` checks
-it); the per-verb members are plain
-attributes or are fetched once, so using them costs no Python call per verb, and a compiled
-per-post path can sit behind the same members: it returns times, and the entries it schedules are
-still ``(t, seq, fn, arg)`` tuples on the one queue.
+it); the per-verb members are plain attributes or are fetched once, so using them costs no
+Python call per verb, and a compiled per-post path can sit behind the same members: it returns
+times, and the entries it schedules are still ``(t, seq, fn, arg)`` tuples on the one queue.
 
 * ``env.now``, ``env.seq_now``: the virtual time (ns) and the sequence number of the entry
   running.  Read-only outside the core; a node that joins a rack at its current virtual time sets
