@@ -282,7 +282,7 @@ def _compute(state, slot: int, name: str, writer, restart: tuple[int, int] | Non
     if restart is not None:
         # a restarted node starts at the rack's current virtual time: the manager set our clock
         # slot to it (ClockTable.rejoin) and holds the rack there until we say we have joined
-        env.now = restart[0]
+        env.start_at(restart[0])
     host, udp, router, contexts = _wire(state, env, name)
     node = make_compute(state, env, host, name, env.send, writer, udp=udp)
     router.on(MSG_START, compute_handler(node))

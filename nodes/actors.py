@@ -77,7 +77,7 @@ class Cores:
             raise RuntimeError("Cores.charge() called outside an actor")
         if ns < 0:
             raise ValueError(f"negative CPU charge {ns}")
-        ready = env.now + actor._debt
+        ready = env.now + actor.debt_ns
         i = min(range(self.n), key=self.free.__getitem__)
         start = max(ready, self.free[i])
         self.free[i] = start + ns

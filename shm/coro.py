@@ -411,7 +411,7 @@ class RdmaThread:
         env = self.env
         now = env.now
         actor = env.active_process
-        debt = actor._debt
+        debt = actor.debt_ns
         start = now + debt
         if start < self.cpu_free:
             start = self.cpu_free
@@ -419,8 +419,7 @@ class RdmaThread:
         charge = start + ns - now - debt   # env.charge(charge), inlined
         if charge < 0:
             raise ValueError(f"negative charge {charge}")
-        actor._debt = debt + charge
-        actor._charged += charge
+        actor.debt_ns = debt + charge
         if env.tracer is not None:
             env.tracer.cpu_charge(self, actor, "compute", start, start + ns)
 
@@ -450,10 +449,9 @@ class Coroutine:
         self._waiter = None
         self._errors: list = []
         self._mr_off = gaddr_offset(thread.mr.addr)
-        # effects and completions go straight onto the environment's heap (what env.schedule
-        # does, minus its argument handling), with bound methods made once
-        self._heap = env._heap
-        self._next_seq = env._next_seq
+        # effects and completions go straight onto the environment's queue (what env.schedule
+        # does, minus its call), with bound methods made once
+        self._heap, self._next_seq = env.event_queue()
         self._land_cb = self._land
         self._lines_cb = self._land_lines
         self._landings: list = []      # multi-line transfers still landing (shm/landing.py)
@@ -603,7 +601,8 @@ class Coroutine:
         land = self._land_cb
         done = 0
         pw = self._pw
-        effects = self.env._effects       # a rack of processes: the others wait for these
+        env = self.env
+        synced = env.synced               # a rack of processes: the others wait for our effects
         for (effect, complete, other), item in zip(times, items):
             first = other if other < effect else effect   # == effect but for a multi-line transfer
             if other == effect:
@@ -612,10 +611,10 @@ class Coroutine:
                 heappush(heap, (first if first > now else now, seq(), self._lines_cb, (item, effect, other)))
             if item[0] != IBV_WR_RDMA_READ:
                 pw.add(dst, effect, other)   # a READ landing meanwhile must see it
-                if effects is not None:
-                    self.env.effect_at(first if first > now else now)
-            elif effects is not None:
-                heappush(effects, first if first > now else now)
+                if synced:
+                    env.effect_at(first if first > now else now)
+            elif synced:
+                env.effect_at(first if first > now else now, False)
             if complete > done:
                 done = complete
         self._outstanding += 1
@@ -765,7 +764,7 @@ class Coroutine:
         if self._errors:
             self._finish(ev)
         else:
-            self.env._succeed_last(ev)
+            self.env.succeed_last(ev)
 
     def sync(self):
         """Post anything still queued; ``yield co.sync()`` resumes when all of this coroutine's

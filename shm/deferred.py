@@ -187,8 +187,7 @@ def deferred_reads_of(fabric, env) -> DeferredReads | None:
     dr = getattr(fabric, "_deferred_reads", None)
     if dr is None or (dr.env is not env and not any(dr.live.values())):
         dr = fabric._deferred_reads = DeferredReads(env)
-        if env._sync is not None:
-            env._deferred = dr              # its earliest READ counts in the process's frontier
+        env.track_deferred_reads(dr)        # sync mode: its earliest READ counts in the frontier
     return dr if dr.env is env else None
 
 

@@ -32,8 +32,6 @@ from heapq import heappop, heappush
 
 from shm.fabric import IBV_ACCESS_REMOTE_READ, IBV_ACCESS_REMOTE_WRITE, REGION_HOST, land_lines, mr_check, remote_read_write
 
-INF = (1 << 63) - 1
-
 
 class _Landed:
     """What :func:`begin_landing` returns for a transfer that landed whole in its first step."""
@@ -79,8 +77,7 @@ def _bound(env, pending: "PendingWrites", deferred, node: int, is_read: bool) ->
     now = env.now
     bound = pending.next_change(node, now) if is_read else now
     if bound <= now:
-        heap = env._heap
-        bound = heap[0][0] if heap else INF
+        bound = env.peek()
     if deferred is not None:
         # a WRITE lands lines ahead of their times only before the node's next deferred READ
         deferred.before_write(node)
@@ -184,8 +181,9 @@ class Landing:
         env = self.env
         t = self.advance(bound)
         if t >= 0:
-            heappush(env._heap, (t, env._next_seq(), _resume, self))
-            if env._effects is not None:
+            heap, next_seq = env.event_queue()   # not env.schedule: t is never clamped here
+            heappush(heap, (t, next_seq(), _resume, self))
+            if env.synced:
                 env.effect_at(t, not self.is_read)
 
 

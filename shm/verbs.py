@@ -624,7 +624,7 @@ class QP:
         if id(user) not in self._users:
             self._note_user(user)
         now = env.now
-        debt = actor._debt if actor is not None else 0
+        debt = actor.debt_ns if actor is not None else 0
         start = now + debt
         if start < cpu_floor:
             start = cpu_floor
@@ -640,8 +640,7 @@ class QP:
                                                    start + cpu.post_ns + cpu.wqe_ns * rows.shape[0], user, actor)
         if actor is not None:
             # env.charge, inlined: never negative, the model frees the CPU no earlier than ``start``
-            actor._debt += cpu_free - now - debt
-            actor._charged += cpu_free - now - debt
+            actor.debt_ns += cpu_free - now - debt
 
     def _note_user(self, actor) -> None:
         key = id(actor)

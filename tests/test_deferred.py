@@ -171,7 +171,7 @@ def test_in_a_rack_of_processes_deferred_reads_count_in_the_frontier_until_they_
                 hs = [co.read(gaddr(MN, off), 8) for _ in range(DEFER_MIN)]
                 co.post()
                 dr = co._dr
-                assert env._deferred is dr and dr.live[MN] == 1
+                assert env.deferred_reads is dr and dr.live[MN] == 1
                 first = min(dr.heaps[MN])[0]
                 assert env.frontiers()[0] == first          # the READ is what others wait for
                 last = max(dr.heaps[MN][0][2].keys)[0]

@@ -384,8 +384,9 @@ def test_exception_in_one_node_stops_the_others(prefix):
 
 
 def _leaver(table, i):
-    env = Environment(sync=ClockSync(table, i, 100))
-    env._sync.leave_on_failure = True            # a rack with on_node_death = "continue"
+    sync = ClockSync(table, i, 100)
+    sync.leave_on_failure = True                 # a rack with on_node_death = "continue"
+    env = Environment(sync=sync)
 
     def worker(env):
         while env.now < 20_000:
@@ -423,7 +424,8 @@ def test_mark_gone_discards_the_inbox_and_frees_the_clock(prefix):
     never hold again), its slot is INF, and a later message to it is dropped."""
     t = ClockTable.create(2, prefix=prefix)
     try:
-        env = Environment(sync=ClockSync(t, 0, 100))
+        sync = ClockSync(t, 0, 100)
+        env = Environment(sync=sync)
         env.send(1, 50, (1,))
         env.send(1, 60, (2,))
         assert t.statistics().sent == 2 and t.statistics().consumed == 0
@@ -431,7 +433,7 @@ def test_mark_gone_discards_the_inbox_and_frees_the_clock(prefix):
         st = t.statistics()
         assert t.clock(1) == INF and st.sent == st.consumed == 2 and len(t.inboxes[1]) == 0
         env.send(1, 70, (3,))
-        assert t.clock(1) == INF and t.statistics().sent == 2 and env._sync.dropped_gone == 1
+        assert t.clock(1) == INF and t.statistics().sent == 2 and sync.dropped_gone == 1
     finally:
         t.close()
 

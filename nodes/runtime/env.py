@@ -12,7 +12,7 @@ Design (and why):
   Event object at all.  ``yield event`` parks the process in the event's
   callback list, exactly like SimPy.
 * ``env.schedule(t, fn, *args)`` is the low-level hook the timing model uses for
-  verb effects: one tuple, no Event.
+  verb effects: one tuple, no Event (more in "The low-level API" below).
 * ``env.charge(ns)`` models CPU time spent by the active process without
   yielding: the debt delays the process' next resumption to
   ``max(event time, now + debt)``.
@@ -32,6 +32,35 @@ Design (and why):
   node processes end their runs instead of waiting for this one forever (or,
   with ``ClockSync.leave_on_failure``, marks this process gone: the others
   carry on without it).
+
+The low-level API
+-----------------
+What device models (``shm/coro.py``, ``shm/verbs.py``, ``shm/landing.py``, ``shm/dma.py``,
+``shm/deferred.py``), actors and node processes use of the core, besides processes, events and
+``run()``.  Nothing outside the core (this module, ``sync.py``, ``router.py``) touches the
+privates of :class:`Environment` or :class:`Process` (``tests/test_event_core_api.py`` checks
+it); the per-verb members are plain attributes or are fetched once, so using them costs no
+Python call per verb, and a compiled per-post path can sit behind the same members: it returns
+times, and the entries it schedules are still ``(t, seq, fn, arg)`` tuples on the one queue.
+
+* ``env.now``, ``env.seq_now``: the virtual time (ns) and the sequence number of the entry
+  running.  Read-only outside the core; a node that joins a rack at its current virtual time sets
+  the clock of its fresh environment once with ``env.start_at(t)``.
+* ``env.schedule(t, fn, *args)``: call ``fn(*args)`` at ``t`` (clamped to now).  Per-verb code
+  fetches the queue once, ``heap, next_seq = env.event_queue()``, and pushes
+  ``heappush(heap, (t, next_seq(), fn, arg))`` itself (``t >= now``: the caller clamps): the same
+  entry, without a call.  ``env.peek()`` is the time of the next entry.
+* ``env.succeed_last(ev, value)``: ``ev.succeed(value)`` as the last action of a heap callback
+  (its callbacks run at once when nothing else is due now: one heap round trip less).
+* CPU time: ``env.charge(ns)`` charges the active process; ``process.debt_ns`` is what it has
+  been charged since it last yielded (it resumes no earlier than ``now + debt_ns``), so
+  ``env.now + env.active_process.debt_ns`` is when its CPU is free.  A model of a core that
+  knows when the process's CPU work ends may raise ``debt_ns`` itself, never lower it (that is
+  ``charge()`` without its checks; ``statistics().charged_ns`` counts it either way).
+* Sync mode (``env.synced``): an entry that touches memory other processes see is declared with
+  ``env.effect_at(t, write)``; a device states the least delay from an event to its effects
+  with ``env.limit_lookahead(ns)``; the process's deferred READs (``shm/deferred.py``) are
+  registered once with ``env.track_deferred_reads(dr)``.
 """
 from __future__ import annotations
 
@@ -91,7 +120,7 @@ class EnvStats(NamedTuple):
 class ProcStats(NamedTuple):
     name: str
     alive: bool
-    charged_ns: int           # total CPU time charged with env.charge()
+    charged_ns: int           # total CPU time charged (env.charge(), or debt_ns raised directly)
 
 
 _new_event = object.__new__
@@ -183,7 +212,7 @@ class Event:
 class Process(Event):
     """A generator driven by the environment.  As an Event it fires with the
     generator's return value when the generator finishes."""
-    __slots__ = ("name", "_gen", "_debt", "_charged", "_epoch", "_target", "_ready_at",
+    __slots__ = ("name", "_gen", "debt_ns", "_charged", "_epoch", "_target", "_ready_at",
                  "_wake_cb", "_on_event_cb", "_heap", "_next_seq")
 
     def __init__(self, env: "Environment", generator, name: str | None = None):
@@ -192,8 +221,8 @@ class Process(Event):
         super().__init__(env)
         self.name = name if name is not None else getattr(generator, "__name__", "process")
         self._gen = generator
-        self._debt = 0            # CPU time charged since the last yield
-        self._charged = 0
+        self.debt_ns = 0          # CPU time charged since the last yield (the low-level API)
+        self._charged = 0         # CPU time charged before the last yield (statistics())
         self._epoch = 0           # bumped by interrupt(): stale wake-ups compare unequal
         self._target = None       # the Event we wait on, if any
         self._ready_at = 0
@@ -210,7 +239,7 @@ class Process(Event):
         return self._gen is not None
 
     def statistics(self) -> ProcStats:
-        return ProcStats(self.name, self._gen is not None, self._charged)
+        return ProcStats(self.name, self._gen is not None, self._charged + self.debt_ns)
 
     # -- driving the generator -------------------------------------------------
     def _wake(self, epoch):
@@ -232,17 +261,21 @@ class Process(Event):
             return
         env.active_process = None
         if type(target) is int and target >= 0:
-            debt = self._debt
+            debt = self.debt_ns
             if debt:
-                self._debt = 0
+                self.debt_ns = 0
+                self._charged += debt
                 if debt > target:
                     target = debt
             heappush(self._heap, (env.now + target, self._next_seq(), self._wake_cb, epoch))
             return
         cbs = getattr(target, "callbacks", None)
         if cbs is not None and isinstance(target, Event):
-            self._ready_at = env.now + self._debt    # as in _on_event()
-            self._debt = 0
+            debt = self.debt_ns                      # as in _on_event()
+            self._ready_at = env.now + debt
+            if debt:
+                self.debt_ns = 0
+                self._charged += debt
             self._target = target
             cbs.append(self._on_event_cb)
             return
@@ -269,14 +302,17 @@ class Process(Event):
             return
         env.active_process = None
         # Inline of the two common outcomes of _dispatch().
-        if type(target) is int and target >= 0 and not self._debt:
+        if type(target) is int and target >= 0 and not self.debt_ns:
             heappush(self._heap, (env.now + target, self._next_seq(), self._wake_cb, self._epoch))
             return
         cbs = getattr(target, "callbacks", None)
         if cbs is not None and isinstance(target, Event):
             # parked on a pending event; CPU debt delays the resumption (as in _dispatch())
-            self._ready_at = env.now + self._debt
-            self._debt = 0
+            debt = self.debt_ns
+            self._ready_at = env.now + debt
+            if debt:
+                self.debt_ns = 0
+                self._charged += debt
             self._target = target
             cbs.append(self._on_event_cb)
             return
@@ -319,8 +355,11 @@ class Process(Event):
         env = self.env
         while True:
             if isinstance(target, Event):
-                ready_at = env.now + self._debt
-                self._debt = 0
+                debt = self.debt_ns
+                ready_at = env.now + debt
+                if debt:
+                    self.debt_ns = 0
+                    self._charged += debt
                 if target.callbacks is not None:         # not processed yet: park
                     self._ready_at = ready_at
                     self._target = target
@@ -337,8 +376,10 @@ class Process(Event):
                 if delay < 0:
                     err = ValueError(f"process {self.name!r} yielded a negative delay {delay}")
                 else:
-                    debt = self._debt
-                    self._debt = 0
+                    debt = self.debt_ns
+                    if debt:
+                        self.debt_ns = 0
+                        self._charged += debt
                     heappush(self._heap, (env.now + (debt if debt > delay else delay),
                                           self._next_seq(), self._wake_cb, self._epoch))
                     return
@@ -419,7 +460,7 @@ class Environment:
     """Virtual-time scheduler; see the module docstring."""
     __slots__ = ("now", "rng", "active_process", "on_message", "_heap", "_next_seq", "_alive",
                  "_events", "_sync", "_seed", "_inline", "seq_now", "lookahead_ns", "_effects", "_writes",
-                 "_deferred", "tracer")
+                 "deferred_reads", "synced", "tracer")
 
     def __init__(self, *, seed: int = 0, sync=None):
         self.now = 0
@@ -434,8 +475,9 @@ class Environment:
         self._next_seq = count().__next__
         self._alive = 0
         self._events = 0
-        self._inline = False      # True while _run_local runs: see _succeed_last
+        self._inline = False      # True while _run_local runs: see succeed_last
         self._sync = sync
+        self.synced = sync is not None   # one of several OS processes of a rack (read-only)
         # Sync mode: the times of pending entries that touch memory other processes see (verb
         # effects, DMA, message deliveries; _writes: those that may change it), and the least
         # delay from any entry to an effect it causes (None: unknown, so 0). Together they bound
@@ -443,7 +485,7 @@ class Environment:
         self.lookahead_ns: int | None = None
         self._effects: list | None = [] if sync is not None else None
         self._writes: list | None = [] if sync is not None else None
-        self._deferred = None     # sync mode: the process's deferred READs (shm/deferred.py)
+        self.deferred_reads = None   # sync mode: the process's deferred READs (track_deferred_reads)
         self.tracer = None        # a nodes.runtime.trace.Tracer while a trace is recorded
         if sync is not None:
             sync._bind(self)
@@ -486,7 +528,23 @@ class Environment:
         else:
             heappush(self._heap, (at_ns, self._next_seq(), _calln, (callback, args)))
 
-    def _succeed_last(self, ev: Event, value=None) -> None:
+    def event_queue(self) -> tuple[list, Callable[[], int]]:
+        """The event queue itself, ``(heap, next_seq)``, for code that schedules once per verb:
+        ``heappush(heap, (t, next_seq(), fn, arg))`` with ``t >= now`` is ``schedule(t, fn, arg)``
+        without a Python call (see "The low-level API" in the module docstring).  Fetch it once
+        (e.g. when a coroutine is made), not per entry."""
+        return self._heap, self._next_seq
+
+    def start_at(self, t_ns: int) -> None:
+        """Set the clock of an environment that has run nothing yet: a node that joins a rack
+        (starts, or restarts after a crash) at the rack's current virtual time ``t_ns``."""
+        if self._events or self._heap:
+            raise RuntimeError(f"start_at({t_ns}) on an environment that already has events (now={self.now})")
+        if t_ns < self.now:
+            raise ValueError(f"start_at({t_ns}) is before now={self.now}")
+        self.now = t_ns
+
+    def succeed_last(self, ev: Event, value=None) -> None:
         """``ev.succeed(value)`` as the last action of a heap callback.  When no other entry is
         due at ``now``, the firing would be the very next entry popped, so its callbacks run at
         once: same order, same event count, one heap round trip less.  Only inside the
@@ -511,6 +569,14 @@ class Environment:
                 heappush(self._writes, t)
                 self._sync.note_write(t)
 
+    def track_deferred_reads(self, deferred_reads) -> None:
+        """Sync mode: READs deferred past their effect times (``shm.deferred.DeferredReads``):
+        their earliest time counts in :meth:`frontiers`, and the sync layer lands them
+        (``land_past``) when the rack would otherwise wait for them.  Co-located: nothing to do
+        (no other process reads the frontier)."""
+        if self._sync is not None:
+            self.deferred_reads = deferred_reads
+
     def limit_lookahead(self, ns: int) -> None:
         """A device of this process turns what an event posts into an effect ``ns`` later at the
         earliest (verbs: the wire; DMA: half its latency). Code that writes shared memory from an
@@ -528,7 +594,7 @@ class Environment:
         nxt = heap[0][0]
         f = nxt + (self.lookahead_ns or 0)
         f_all = _earliest(self._effects, nxt, f)
-        deferred = self._deferred
+        deferred = self.deferred_reads
         if deferred is not None:          # a READ deferred past its time (shm/deferred.py)
             t = deferred.earliest()
             if t < f_all:
@@ -546,8 +612,7 @@ class Environment:
             raise RuntimeError("env.charge() called outside a process")
         if ns < 0:
             raise ValueError(f"negative charge {ns}")
-        p._debt += ns
-        p._charged += ns
+        p.debt_ns += ns
 
     # -- messages (sync mode) ----------------------------------------------------
     def send(self, dest: int, arrival_ns: int, payload: tuple = ()) -> None:

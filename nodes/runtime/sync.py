@@ -369,7 +369,6 @@ class ClockSync:
         (termination test passed or stop flag set; ``self.stopped`` tells which).
         """
         env = self.env
-        heap = env._heap
         clocks = self._clocks
         table = self.table
         hdr, seqs, slots = self._inbox
@@ -381,7 +380,7 @@ class ClockSync:
         self.refreshes += 1
         try:
             while True:
-                nxt = heap[0][0] if heap else INF
+                nxt = env.peek()
                 front, front_w = env.frontiers()
                 m, m_w, k, stop = _refresh_core(clocks, self.index, self._n, nxt, front, front_w, hdr, seqs, slots,
                                                 self._out, env.now, table.consumed_i, table.stop_i)
@@ -401,7 +400,8 @@ class ClockSync:
                 elif _finished_core(clocks, self._n, until_t, table.sent_i, table.consumed_i):
                     self.stopped = False
                     return -1
-                if env._deferred is not None and env._deferred.land_past(min(nxt, horizon + 1)):
+                deferred = env.deferred_reads
+                if deferred is not None and deferred.land_past(min(nxt, horizon + 1)):
                     # Blocked or idle with READs deferred past their time, which may be what the
                     # others wait for: they land (as a READ at that time could run by now,
                     # shm/deferred.py), and our frontier is published again without them.
@@ -455,9 +455,8 @@ class ClockSync:
 
     def _deliver_batch(self, k: int) -> None:
         env = self.env
-        heap = env._heap
+        heap, seq = env.event_queue()
         now = env.now
-        seq = env._next_seq
         deliver = self._deliver
         for row in self._out[:k].view(np.int64).tolist():
             a, src, nw = row[0], row[1], row[2]
@@ -483,8 +482,7 @@ class ClockSync:
         if dest == self.index:
             # To ourselves: no shared memory needed, same delivery rule.
             env = self.env
-            heappush(env._heap, (max(arrival_ns, env.now), env._next_seq(), self._deliver,
-                                 (dest, tuple(payload))))
+            env.schedule(arrival_ns, self._deliver, (dest, tuple(payload)))   # (clamped to now)
             env.effect_at(max(arrival_ns, env.now))
             return
         msg = self._msg
@@ -521,9 +519,7 @@ class ClockSync:
     def _drain_only(self) -> None:
         env = self.env
         hdr, seqs, slots = self._inbox
-        heap = env._heap
-        nxt = heap[0][0] if heap else INF
-        nxt = min(nxt, env.now)     # we are mid-event: never publish later than now
+        nxt = min(env.peek(), env.now)     # we are mid-event: never publish later than now
         front, front_w = env.frontiers()
         _, _, k, _ = _refresh_core(self._clocks, self.index, self._n, nxt, min(front, env.now), min(front_w, env.now),
                                    hdr, seqs, slots, self._out, env.now, self.table.consumed_i, self.table.stop_i)

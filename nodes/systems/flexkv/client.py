@@ -192,7 +192,7 @@ class FlexKVClient(RaceClient):
     def _clock(self) -> int:
         """Virtual now including the CPU charged since the last yield (latency by path, Table 1)."""
         env = self.env
-        return env.now + env.active_process._debt
+        return env.now + env.active_process.debt_ns
 
     def _slot_index(self, p: int, slot_gaddr: int) -> int:
         return (gaddr_offset(slot_gaddr) - self.directory.bases[p]) >> 3

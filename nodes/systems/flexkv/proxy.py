@@ -140,7 +140,7 @@ def _shared(ctx, req, st, ns: int) -> None:
     thread = co.thread
     db = ctx.profile.doorbell
     hold = ns + db.lock_ns + (st.proxy_threads - 1) * db.lock_per_sharer_ns
-    ready = max(ctx.env.now + ctx.env.active_process._debt, thread.cpu_free)
+    ready = max(ctx.env.now + ctx.env.active_process.debt_ns, thread.cpu_free)
     start = max(ready, st.lock_free_at)
     st.lock_free_at = start + hold
     thread.cpu(start - ready + hold)
