@@ -69,7 +69,12 @@ __all__ = [
 OP_KINDS = ("read", "update", "insert", "scan", "rmw", "delete")
 N_KINDS = len(OP_KINDS)
 KIND_INDEX = {k: i for i, k in enumerate(OP_KINDS)}
-OP_READ, OP_UPDATE, OP_INSERT, OP_SCAN, OP_RMW, OP_DELETE = (KIND_INDEX[k] for k in OP_KINDS)
+OP_READ = KIND_INDEX["read"]
+OP_UPDATE = KIND_INDEX["update"]
+OP_INSERT = KIND_INDEX["insert"]
+OP_SCAN = KIND_INDEX["scan"]
+OP_RMW = KIND_INDEX["rmw"]
+OP_DELETE = KIND_INDEX["delete"]
 #: The operations of YCSB's CoreWorkload, codes 0..4 (``workloads/ycsb.py`` draws these).
 YCSB_OPS = OP_KINDS[:OP_RMW + 1]
 

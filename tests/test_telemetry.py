@@ -151,3 +151,31 @@ def test_a_counter_added_to_the_declaration_shows_everywhere(tmp_path):
     # the dashboard: the counters panel, summed over the nodes
     assert "counters (summed over the nodes)" in out["frame"]
     assert re.search(r"widgets_made\s+10\b", out["frame"]), out["frame"]
+
+
+def _import_stats_with(tmp_path, old: str, new: str) -> subprocess.CompletedProcess:
+    """Import cluster.stats in a child whose shm/telemetry.py has ``old`` replaced by ``new``."""
+    text = (ROOT / "shm/telemetry.py").read_text()
+    assert text.count(old) == 1
+    edited = tmp_path / "telemetry.py"
+    edited.write_text(text.replace(old, new))
+    code = textwrap.dedent(f"""
+        import importlib.util, sys
+        import shm
+        spec = importlib.util.spec_from_file_location("shm.telemetry", {str(edited)!r})
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules["shm.telemetry"] = shm.telemetry = mod
+        spec.loader.exec_module(mod)
+        import cluster.stats
+    """)
+    return subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=600)
+
+
+def test_a_declaration_that_outgrows_the_plane_layout_is_refused(tmp_path):
+    # numba's cache of the stats kernels would keep the old layout: the plane refuses to start
+    res = _import_stats_with(tmp_path, '"rmw", "delete")', '"rmw", "delete", "merge")')
+    assert res.returncode != 0 and "7 op kinds" in res.stderr and "a new kind is a new layout" in res.stderr
+    extra = "".join(f'    Counter("extra{i}", "things", "actors", "an extra counter"),\n' for i in range(3))
+    res = _import_stats_with(tmp_path, "\n)\nCOUNTER_NAMES = ", "\n" + extra + ")\nCOUNTER_NAMES = ")
+    assert res.returncode != 0 and "17 counters" in res.stderr and "room for 16" in res.stderr
