@@ -29,7 +29,11 @@ Three layers, so the arithmetic can be tested without a terminal:
   percentiles do not). The system's own counters (every numeric field of its clients'
   ``statistics()`` records, which each compute node publishes summed over its clients) are summed
   over the nodes into ``RackView.system``; the frame shows the ones that are not 0 in a panel of
-  their own, as fresh as the nodes' last heartbeat.
+  their own, as fresh as the nodes' last heartbeat. The counters of a stats slot come from their
+  one declaration (``shm/telemetry.py``): those no table here shows and no client produces (a
+  client's are in the system panel already) are summed over the nodes into
+  ``RackView.counters`` and shown, when not 0, in a counters panel, so a counter declared there
+  shows here with no edit of this file (none does today: each has its column).
 * :func:`render` draws a ``RackView`` as a rich renderable (header, node table, throughput
   sparklines, event log); :func:`plain_line` is the one-line form. Step labels longer than the
   step column are shortened (:func:`fit_label`: "until stopped" becomes "∞", then an ellipsis at
@@ -58,7 +62,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from cluster.stats import STATE_NAMES, LatencyHistogram, ProcSnapshot, StatsPlane
+from cluster.stats import COUNTERS, STATE_NAMES, LatencyHistogram, ProcSnapshot, StatsPlane
 from cluster.units import fmt_bytes, fmt_mem     # noqa: F401 - part of this module's interface too
 
 __all__ = [
@@ -211,6 +215,27 @@ class RackView(NamedTuple):
     reclaimed: int | None = None    # summed over the compute nodes
     step_ops: int = 0               # operations of each node's current step, summed (what the rates count)
     system: tuple = ()              # (name, value): the system's own counters, summed over the nodes
+    counters: tuple = ()            # (Counter, value): the declared counters of _PANEL_COUNTERS, summed over the nodes
+
+
+#: Declared counters (shm.telemetry.COUNTERS) this view shows in a table of its own: the memory
+#: and reclaimed columns of the node table, and the device table (DeviceView). A name that is not
+#: declared fails here, at import.
+_TABLE_COUNTERS = frozenset({"mem_used", "mem_capacity", "bytes_reclaimed", "cpu_cores", "cpu_busy_ns",
+                             "dpa_threads", "dpa_stall_ns", "dma_bytes", "rx_queued", "udp_dropped",
+                             "udp_resends", "ring_depth"})
+if not _TABLE_COUNTERS <= {c.name for c in COUNTERS}:
+    raise ImportError(f"cluster/dashboard.py shows counters shm/telemetry.py does not declare: "
+                      f"{', '.join(sorted(_TABLE_COUNTERS - {c.name for c in COUNTERS}))}")
+#: Every other declared counter is shown in the counters panel, except those the compute nodes'
+#: clients produce: they are fields of the clients' statistics() records, so the system panel
+#: shows them already. A counter declared in shm/telemetry.py thus shows without an edit here.
+_PANEL_COUNTERS = tuple(c for c in COUNTERS if c.name not in _TABLE_COUNTERS and c.source != "clients")
+
+
+def _counter_totals(snaps) -> tuple:
+    """(Counter, value summed over the nodes) of the panel's counters (every counter is additive)."""
+    return tuple((c, sum(getattr(s.counters, c.name) for s in snaps)) for c in _PANEL_COUNTERS)
 
 
 def _system_totals(snaps) -> tuple:
@@ -377,7 +402,7 @@ class RackMeter:
                         p99_us=_us(merged.percentile(99)), ops=total_ops, nodes=tuple(nodes),
                         p50_us=_us(merged.percentile(50)), p999_us=_us(merged.percentile(99.9)),
                         mem_used=mem_used, mem_capacity=mem_cap, reclaimed=reclaimed, step_ops=step_ops,
-                        system=_system_totals(snaps))
+                        system=_system_totals(snaps), counters=_counter_totals(snaps))
 
 
 class ProcUsage:
@@ -531,6 +556,33 @@ def _system_panel(view: RackView, title_info: dict) -> Panel | None:
     return Panel(body, title=title, border_style="dim")
 
 
+def _fmt_counter(c, v: int) -> str:
+    """A counter's value in its declared unit."""
+    if c.unit == "bytes":
+        return fmt_bytes(v)
+    if c.unit == "ns":
+        return fmt_vtime(v)
+    return f"{v:,}"
+
+
+def _counters_panel(view: RackView) -> Panel | None:
+    """The declared counters no table shows, those that are not 0, summed over the nodes (None:
+    all are 0, which is every counter declared today: see _PANEL_COUNTERS)."""
+    shown = [(c, v) for c, v in view.counters if v]
+    if not shown:
+        return None
+    table = Table(expand=True, box=None, show_header=False, pad_edge=False)
+    for _ in range(SYSTEM_PAIRS):
+        table.add_column(style="dim", no_wrap=True, overflow="ellipsis")
+        table.add_column(justify="right", style="bold", no_wrap=True)
+    for i in range(0, len(shown), SYSTEM_PAIRS):
+        cells = []
+        for c, v in shown[i:i + SYSTEM_PAIRS]:
+            cells += [c.name, _fmt_counter(c, v)]
+        table.add_row(*cells)
+    return Panel(table, title="counters (summed over the nodes)", border_style="dim")
+
+
 def render(view: RackView, title_info: dict):
     """The dashboard frame for ``view`` (a rich renderable)."""
     header = Panel(Group(_title_line(title_info), *_status_lines(view)), title="dmrack", border_style="cyan")
@@ -539,7 +591,7 @@ def render(view: RackView, title_info: dict):
                  border_style="dim")
     ev = Text("\n".join(view.events) if view.events else "(no events yet)")
     events = Panel(ev, title="events", border_style="dim")
-    own = [p for p in (_system_panel(view, title_info),) if p is not None]
+    own = [p for p in (_counters_panel(view), _system_panel(view, title_info)) if p is not None]
     table = _device_table(view)
     if table is None:
         return Group(header, nodes, *own, hist, events)

@@ -54,6 +54,7 @@ from cluster.control import F_DONE
 from cluster.stats import STATE_DONE, STATE_FAILED, STATE_RUNNING
 from nodes.nicgauge import NicGauge
 from nodes.runtime.env import INF
+from shm.telemetry import counters_of
 
 HEARTBEAT_S = 0.05
 RESTART_TIMEOUT_S = 60.0                       # a restart step's new process must join within this
@@ -61,6 +62,7 @@ EXIT_FAILED = 3
 EXIT_GAVE_UP = 4                               # the system raised SystemError_ (see the module docstring)
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NAME = 15
+_ACTOR_COUNTERS = counters_of("actors")          # what _device_counters publishes
 
 
 def _die_with_parent(parent_pid: int, name: str, rack: str = "") -> None:
@@ -240,7 +242,8 @@ def _wire(state, env, name: str):
 
 
 def _device_counters(contexts, udp, name: str, idle_cores: int = 0):
-    """() -> the device counters of this node's actors (cluster.stats.COUNTERS), for the heartbeat.
+    """() -> the device counters of this node's actors (``shm.telemetry.COUNTERS`` whose source is
+    "actors"), for the heartbeat.
     ``idle_cores``: the cores to publish when the system runs no actor here (a DPU that only
     receives mirrored datagrams still has its Arm cores: the dashboard showed "cores –")."""
     def counters() -> dict:
@@ -250,8 +253,8 @@ def _device_counters(contexts, udp, name: str, idle_cores: int = 0):
             return {}
 
     def read() -> dict:
-        out = {"cpu_cores": 0 if contexts else idle_cores, "cpu_busy_ns": 0, "dpa_threads": 0, "dpa_stall_ns": 0,
-               "dma_bytes": 0}
+        out = dict.fromkeys(_ACTOR_COUNTERS, 0)      # a counter declared and not read here: 0
+        out["cpu_cores"] = 0 if contexts else idle_cores
         for ctx in contexts:
             if ctx.dpa is not None:
                 out["cpu_cores"] += len(ctx.dpa.cores)
@@ -264,7 +267,7 @@ def _device_counters(contexts, udp, name: str, idle_cores: int = 0):
             if ctx.dma is not None:
                 out["dma_bytes"] += ctx.dma.statistics().bytes
         out["ring_depth"] = sum(max(0, r.depth()) for ctx in contexts for r in list(ctx.rings))
-        if udp is not None:
+        if udp is not None:             # (without one, the UDP counters stay 0)
             out["rx_queued"] = sum(len(q) for q in list(udp.queues.values()))
             st = udp.statistics()
             out["udp_dropped"] = st.dropped

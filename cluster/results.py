@@ -21,9 +21,11 @@ Files are written atomically (a temporary file in the same directory, then ``os.
 a reader never sees half a result file and a crash never leaves one behind.
 
 * Memory figures are end-of-run totals the nodes published as counters of their stats slot
-  (``cluster.stats.COUNTERS``): a memory node's occupancy (bytes carved from its host memory, of
+  (``shm.telemetry.COUNTERS``): a memory node's occupancy (bytes carved from its host memory, of
   its capacity), a compute node's bytes reclaimed and blocks reused by its clients. They are not
-  per step (a memory node records no steps), so they have rows of their own.
+  per step (a memory node records no steps), so they have rows of their own. Every declared
+  counter is a field of each node in the JSON document (``nodes[i]``), and the ones declared
+  with ``summary`` are summed over the nodes in ``summary``; both derive from the declaration.
 * The system's own counters: every numeric field of the clients' ``statistics()`` records (RACE's
   CAS retries, Sherman's cache hits, a plugin's hops), as each compute node published them at the
   end of the run (summed over its clients, ``nodes.systems.api.node_statistics``), in the JSON
@@ -57,11 +59,12 @@ import io
 import json
 import math
 import os
+from collections import namedtuple
 from typing import Iterable, NamedTuple
 
 from rich.table import Table
 
-from cluster.stats import OP_KINDS, Event, LatencyHistogram, ProcSnapshot, StatsPlane
+from cluster.stats import COUNTER_NAMES, COUNTERS, OP_KINDS, Event, LatencyHistogram, ProcSnapshot, StatsPlane
 from cluster.units import fmt_mem
 
 __all__ = ["Results", "KindFigures", "NodeStep", "StepFigures", "NodeSummary", "COLUMNS",
@@ -118,31 +121,16 @@ class StepFigures(NamedTuple):
     nodes: tuple                    # NodeStep per node that recorded the step
 
 
-class NodeSummary(NamedTuple):
-    node: str
-    role: str
-    pid: int
-    state: str
-    vnow_ns: int
-    events: int
-    verbs: int
-    ops: int
-    mem_used: int = 0               # memory nodes: bytes carved from host memory
-    mem_capacity: int = 0           # memory nodes: host memory bytes (0: not a memory node)
-    bytes_reclaimed: int = 0        # compute nodes: bytes their clients reclaimed
-    blocks_reused: int = 0          # compute nodes: blocks their clients reused
-    torn_reads: int = 0             # compute nodes: READs their clients found torn (a WRITE met halfway)
-    # nodes with server actors (cluster.stats.Counters): DPUs, DPAs, memory nodes with cores
-    cpu_cores: int = 0
-    cpu_busy_ns: int = 0
-    dpa_threads: int = 0
-    dpa_stall_ns: int = 0
-    dma_bytes: int = 0
-    rx_queued: int = 0
-    udp_dropped: int = 0
-    udp_resends: int = 0
-    ring_depth: int = 0
-    system: dict = {}               # compute nodes: the system's own counters (every numeric statistics field)
+#: One node's end-of-run figures: who it is and what it did, then every counter of its stats slot
+#: (``shm.telemetry.COUNTERS``, named and ordered as declared there, 0 unless published: memory
+#: nodes' occupancy, compute nodes' reclamation, actors' cores and queues), then the system's own
+#: counters (compute nodes: every numeric statistics field). Derived from the declaration, so a
+#: counter declared there is a field here (and in the JSON's ``nodes``) with no edit of this file.
+NodeSummary = namedtuple(
+    "NodeSummary", ("node", "role", "pid", "state", "vnow_ns", "events", "verbs", "ops", *COUNTER_NAMES, "system"),
+    defaults=(0,) * len(COUNTER_NAMES) + ({},))
+#: The counters whose rack total the summary carries (``Counter.summary``), in declared order.
+_SUMMED = tuple(c.name for c in COUNTERS if c.summary)
 
 
 def _sum_system(nodes) -> dict:
@@ -254,7 +242,7 @@ class Results:
         indices = sorted({s.index for p in snaps for s in p.steps})
         steps = tuple(cls._step(meta, snaps, i) for i in indices)
         nodes = tuple(NodeSummary(p.name, p.role, p.pid, p.state_name, p.vnow_ns, p.events, p.verbs,
-                                  p.ops(), *p.counters, system=dict(p.system)) for p in snaps)
+                                  p.ops(), **p.counters._asdict(), system=dict(p.system)) for p in snaps)
         kept = tuple(dict.fromkeys(e.text for e in events if e.kind in KEPT_EVENTS))   # once each
         starts = [s.real_start for p in snaps for s in p.steps]
         ends = [s.real_end if s.real_end is not None else (p.heartbeat_time or s.real_start)
@@ -313,11 +301,7 @@ class Results:
                 "failures": sum(s.failures for s in self.steps), "vspan_ns": self.vspan_ns,
                 "real_s": self.real_s, "speed_vns_per_s": self.speed, "verbs": self.verbs,
                 "verbs_per_s": self.verbs_per_s, "wall_s": self.meta.get("wall_s"),
-                "mem_used": sum(n.mem_used for n in self.nodes),
-                "mem_capacity": sum(n.mem_capacity for n in self.nodes),
-                "bytes_reclaimed": sum(n.bytes_reclaimed for n in self.nodes),
-                "blocks_reused": sum(n.blocks_reused for n in self.nodes),
-                "torn_reads": sum(n.torn_reads for n in self.nodes),
+                **{name: sum(getattr(n, name) for n in self.nodes) for name in _SUMMED},
                 "system": _sum_system(self.nodes)}
 
     def records(self) -> list[dict]:

@@ -45,10 +45,13 @@ bumped by every operation while the virtual time is published only by the heartb
 of real time, ~0.2 ms of virtual time at a typical emulation speed), so live operations over the
 published time read up to 1.3x high on a step's first update.
 
-Besides the heartbeat, the slot header carries a few *counters* (``COUNTERS``): a memory node's
-occupancy (bytes carved from its host memory, and its capacity), and a compute node's sums of
-its clients' reclamation figures (``bytes_reclaimed``, ``blocks_reused``). They are published
-under the header seqlock like the gauges, and are totals since the process started.
+Besides the heartbeat, the slot header carries a few *counters*, which ``shm/telemetry.py``
+declares (``COUNTERS``: name, unit, who produces it, meaning) with the op kinds and the node
+states; this module re-exports them and derives its layout from them. Examples: a memory node's
+occupancy (bytes carved from its host memory, and its capacity), a compute node's sums of its
+clients' reclamation figures (``bytes_reclaimed``, ``blocks_reused``), a DPU's busy cores. They
+are published under the header seqlock like the gauges, and are totals since the process started
+(or, for the few ``level`` ones such as a queue's depth, the value now).
 
 A system's *own* counters (every numeric field of its clients' ``statistics()`` records, which
 differ from system to system: RACE's CAS retries, Sherman's cache hits, a plugin's hops) have a
@@ -87,6 +90,7 @@ import operator
 import os
 import threading
 import time
+from collections import namedtuple
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterable, NamedTuple, Sequence
@@ -96,11 +100,13 @@ from numba import njit, types
 
 from shm.atomics import faa, fence, load_acquire, store_release
 from shm.segment import Segment
+from shm.telemetry import (COUNTER_NAMES, COUNTERS, KIND_INDEX, N_KINDS, OP_KINDS, STATE_DONE, STATE_EMPTY,
+                           STATE_FAILED, STATE_LOADING, STATE_NAMES, STATE_RUNNING, STATE_STARTING)
 
 __all__ = [
     "OP_KINDS", "N_KINDS", "KIND_INDEX",
     "STATE_EMPTY", "STATE_STARTING", "STATE_LOADING", "STATE_RUNNING", "STATE_DONE", "STATE_FAILED",
-    "STATE_NAMES", "GAUGES", "Gauges", "COUNTERS", "Counters", "SYS_MAX", "SYS_NAME_BYTES",
+    "STATE_NAMES", "GAUGES", "Gauges", "COUNTERS", "COUNTER_NAMES", "Counters", "SYS_MAX", "SYS_NAME_BYTES",
     "SUB_BITS", "SUB", "MAX_EXP", "N_BUCKETS", "REL_ERROR",
     "bucket_index", "bucket_of", "bucket_lower", "bucket_width",
     "LatencyHistogram", "HistStats",
@@ -110,16 +116,7 @@ __all__ = [
     "EVENT_CAPACITY", "EVENT_TEXT_BYTES", "EVENT_KIND_BYTES", "EVENT_NODE_BYTES", "LABEL_BYTES",
 ]
 
-# -- op kinds and states ------------------------------------------------------------------------
-
-#: Operation kinds; 0..4 are the YCSB op codes of the workloads, delete (5) is extra.
-OP_KINDS = ("read", "update", "insert", "scan", "rmw", "delete")
-N_KINDS = len(OP_KINDS)
-KIND_INDEX = {k: i for i, k in enumerate(OP_KINDS)}
-
-#: Process states, published in the slot header. EMPTY: nobody has called ``begin`` yet.
-STATE_EMPTY, STATE_STARTING, STATE_LOADING, STATE_RUNNING, STATE_DONE, STATE_FAILED = range(6)
-STATE_NAMES = ("empty", "starting", "loading", "running", "done", "failed")
+# -- gauges and counters (op kinds, node states and counters: shm/telemetry.py) ------------------
 
 #: The fixed set of utilisation gauges a heartbeat carries (fractions, nominally 0..1).
 GAUGES = ("nic_util", "link_util", "pcie_util")
@@ -131,29 +128,9 @@ class Gauges(NamedTuple):
     pcie_util: float = 0.0
 
 
-#: Totals a process publishes in its slot header beside the heartbeat (bytes or counts, >= 0):
-#: a memory node's occupancy, a compute node's clients' reclamation (see the module docstring).
-COUNTERS = ("mem_used", "mem_capacity", "bytes_reclaimed", "blocks_reused", "torn_reads",
-            "cpu_cores", "cpu_busy_ns", "dpa_threads", "dpa_stall_ns", "dma_bytes", "rx_queued", "udp_dropped",
-            "udp_resends", "ring_depth")
-
-
-class Counters(NamedTuple):
-    mem_used: int = 0               # bytes carved from the node's host memory (memory nodes)
-    mem_capacity: int = 0           # bytes of host memory the node has (memory nodes)
-    bytes_reclaimed: int = 0        # bytes the node's clients reclaimed (compute nodes)
-    blocks_reused: int = 0          # blocks the node's clients reused (compute nodes)
-    torn_reads: int = 0             # multi-line READs the node's clients found torn and read again
-    # nodes that run server actors (docs/devices.md, "Observability")
-    cpu_cores: int = 0              # modelled cores the node's actors run on (a DPU's Arm cores, a DPA's cores)
-    cpu_busy_ns: int = 0            # virtual ns those cores were busy, summed over cores
-    dpa_threads: int = 0            # DPA hardware threads started (DPA nodes)
-    dpa_stall_ns: int = 0           # virtual ns DPA threads waited off their cores (memory, DMA)
-    dma_bytes: int = 0              # bytes the node's DMA engine moved to or from its host
-    rx_queued: int = 0              # datagrams waiting in the node's RX queues now
-    udp_dropped: int = 0            # datagrams the node's queues dropped (full ring, or overrun)
-    udp_resends: int = 0            # requests the node's processes sent again after a timeout
-    ring_depth: int = 0             # records waiting in the DMA rings the node's actors serve (ctx.rings)
+#: The values of a slot's counters (``shm.telemetry.COUNTERS``, in header order; 0 unless published).
+Counters = namedtuple("Counters", COUNTER_NAMES, defaults=(0,) * len(COUNTER_NAMES))
+Counters.__doc__ = "The counters of one stats slot, named and ordered as shm.telemetry.COUNTERS declares them."
 
 
 # -- histogram geometry -------------------------------------------------------------------------
@@ -186,6 +163,19 @@ W_HB_STEP_OPS = 15                  # the current step's operations at the last 
 W_GAUGES = 16                       # float64 words: nic_util, link_util, pcie_util
 W_COUNTERS = 24                     # int64 words: COUNTERS, in order
 SLOT_HDR_WORDS = 40
+_COUNTER_WORD = {name: W_COUNTERS + i for i, name in enumerate(COUNTER_NAMES)}
+# The jitted kernels below freeze N_KINDS and the header size when they compile, and numba's
+# on-disk cache is keyed on this file, not on shm/telemetry.py where kinds and counters are
+# declared: a declaration that outgrows this layout must change this file (a new VERSION), or a
+# cached kernel would keep writing the old layout. Counters up to the header's 16 words fit.
+_LAYOUT_KINDS = 6                   # the op kinds of layout VERSION 5
+if N_KINDS != _LAYOUT_KINDS:
+    raise ImportError(f"shm/telemetry.py declares {N_KINDS} op kinds, the stats plane's layout (cluster/stats.py, "
+                      f"version {VERSION}) holds {_LAYOUT_KINDS}: a new kind is a new layout")
+if W_COUNTERS + len(COUNTER_NAMES) > SLOT_HDR_WORDS:
+    raise ImportError(f"shm/telemetry.py declares {len(COUNTER_NAMES)} counters, a stats slot's header "
+                      f"(cluster/stats.py, version {VERSION}) has room for {SLOT_HDR_WORDS - W_COUNTERS}: "
+                      f"more is a new layout")
 
 # per-step data (the hot part): counters per kind, then one histogram per kind
 S_COUNT = 0
@@ -675,14 +665,14 @@ def _nonneg_int(value, what: str) -> int:
 
 
 def _counter_words(counters) -> list[tuple[int, int]]:
-    """``{name: value}`` of COUNTERS -> [(header word, value)], refusing unknown names and negatives."""
+    """``{name: value}`` of COUNTER_NAMES -> [(header word, value)], refusing unknown names and negatives."""
     if not counters:
         return []
     out = []
     for name, v in counters.items():
-        if name not in COUNTERS:
-            raise ValueError(f"unknown counter {name!r}; counters are {', '.join(COUNTERS)}")
-        out.append((W_COUNTERS + COUNTERS.index(name), _nonneg_int(v, name)))
+        if name not in _COUNTER_WORD:
+            raise ValueError(f"unknown counter {name!r}; counters are {', '.join(COUNTER_NAMES)}")
+        out.append((_COUNTER_WORD[name], _nonneg_int(v, name)))
     return out
 
 
@@ -954,7 +944,7 @@ class StatsPlane:
             step=None if cur < 0 else cur,
             steps=tuple(steps),
             stale=stale,
-            counters=Counters(*(max(0, int(x)) for x in hdr[W_COUNTERS:W_COUNTERS + len(COUNTERS)])),
+            counters=Counters(*(max(0, int(x)) for x in hdr[W_COUNTERS:W_COUNTERS + len(COUNTER_NAMES)])),
             exit_code=exit_code,
             system=_system_counters(sysw),
         )
@@ -1188,7 +1178,7 @@ class ProcWriter:
                   state: int | str | None = None, counters: dict | None = None,
                   system: dict | None = None) -> None:
         """Publish progress: virtual time, events processed, verbs issued, gauges (None: keep),
-        ``counters`` (a dict of some of ``COUNTERS``; the others keep their values) and ``system``
+        ``counters`` (a dict of some of ``COUNTER_NAMES``; the others keep their values) and ``system``
         (the system's own counters, all of them: see :meth:`set_system_counters`; None: keep)."""
         self._require_begun()
         vnow_ns = _nonneg_int(vnow_ns, "vnow_ns")
@@ -1229,7 +1219,7 @@ class ProcWriter:
                 w[W_STATE] = st
 
     def set_counters(self, **counters: int) -> None:
-        """Publish some of ``COUNTERS`` (totals, >= 0) without a heartbeat."""
+        """Publish some of ``COUNTER_NAMES`` (values >= 0) without a heartbeat."""
         cnt = _counter_words(counters)
         self._require_begun()
         with self._header() as w:

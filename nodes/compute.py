@@ -49,13 +49,14 @@ from shm import nic
 from shm.coro import NodeRdma
 from shm.failpoints import ClientCrash
 from shm.profile import with_overrides
+# Op codes and node states as the stats plane has them, declared once below every floor.
+from shm.telemetry import (OP_DELETE, OP_INSERT, OP_READ, OP_RMW, OP_SCAN, OP_UPDATE,  # noqa: F401 - re-exported
+                           STATE_LOADING, STATE_RUNNING, counters_of)
 
-# YCSB op codes (workloads.ycsb) and the stats plane's kinds agree on 0..4; delete is 5.
-OP_READ, OP_UPDATE, OP_INSERT, OP_SCAN, OP_RMW, OP_DELETE = range(6)
-STATE_LOADING, STATE_RUNNING = 2, 3  # the stats plane's node states (cluster.stats): nodes do not import cluster
 BATCH = 64                      # operations drawn from a stream at a time, per coroutine
-#: Numeric fields of the clients' statistics() records a node sums and publishes (stats counters).
-CLIENT_COUNTERS = ("bytes_reclaimed", "blocks_reused", "torn_reads")
+#: Numeric fields of the clients' statistics() records a node sums and publishes (stats counters):
+#: the counters shm.telemetry declares with the source "clients".
+CLIENT_COUNTERS = counters_of("clients")
 _FAILPOINT_RE = re.compile(r"failpoint (\S+)")     # shm.failpoints.ClientCrash's message
 
 

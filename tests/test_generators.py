@@ -254,6 +254,11 @@ def test_load_keys_and_interarrivals():
     assert g.interarrival_ns(s, 1e3) >= 0
 
 
+#: The modules of shm a workload may import: leaves of the standard library that hold no rack
+#: (one-line error conventions; the op codes, declared once for every floor).
+WORKLOAD_MAY_IMPORT = ("shm.messages", "shm.telemetry")
+
+
 def test_workloads_package_depends_on_nothing_of_the_rack():
     for path in pathlib.Path(g.__file__).parent.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -263,4 +268,6 @@ def test_workloads_package_depends_on_nothing_of_the_rack():
             elif isinstance(node, ast.ImportFrom) and node.module:
                 names = [node.module]
             for n in names:
+                if n in WORKLOAD_MAY_IMPORT:
+                    continue
                 assert n.split(".")[0] not in ("shm", "nodes", "cluster"), f"{path.name} imports {n}"

@@ -37,6 +37,8 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
+from shm.telemetry import OP_INSERT, OP_SCAN
+
 MASK64 = (1 << 64) - 1
 
 # --- constants from YCSB ------------------------------------------------------------------------
@@ -60,8 +62,9 @@ KIND_NAMES = ("constant", "uniform", "zipfian", "scrambled_zipfian", "hotspot", 
 ZP_ITEMS, ZP_BASE, ZP_THETA, ZP_ZETA2, ZP_ALPHA, ZP_ZETAN, ZP_ETA, ZP_COUNT, ZP_HALF = range(9)
 ZP_SIZE = 9
 
-# Operation codes shared with workloads.ycsb (which re-exports them).
-OP_READ, OP_UPDATE, OP_INSERT, OP_SCAN, OP_RMW = range(5)
+# Operation codes: shm/telemetry.py declares them (workloads.ycsb re-exports YCSB's five). The
+# kernels below freeze OP_INSERT and OP_SCAN when they compile, and numba's cache does not see
+# that file change: safe because a code never changes (see shm/telemetry.py).
 # Slot of the counts array of stream_batch that counts rejected key draws.
 COUNT_RETRIES = 5
 MAX_KEY_TRIES = 1_000_000

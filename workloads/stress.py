@@ -25,7 +25,7 @@ It is a drop-in for ``workloads.ycsb.CoreWorkload`` where the rack uses one (the
 with a ``scan`` field, ``expected_new_keys``), ``describe()``, ``key_id``/``load_keys`` and
 ``stream(seed, stream_id, inserts)`` whose ``next_batch(n)`` returns ``(ops int8[n], keys
 int64[n], scan_lengths int32[n])``. Operation codes are the rack's: ``OP_READ`` for get,
-``OP_UPDATE``, ``OP_INSERT``, ``OP_SCAN`` and ``OP_DELETE = 5``.
+``OP_UPDATE``, ``OP_INSERT``, ``OP_SCAN`` and ``OP_DELETE`` (``shm/telemetry.py`` declares them).
 
 Generation is vectorised numpy over the jitted generators of ``workloads.generators`` (uniform,
 YCSB's zipfian, ``fnvhash64``), each stream owning explicit xoshiro state from ``rng_state``: a
@@ -43,18 +43,15 @@ from typing import Mapping, NamedTuple
 
 import numpy as np
 
+from shm.telemetry import OP_DELETE, OP_INSERT, OP_READ, OP_SCAN, OP_UPDATE
 from workloads import generators as g
-from workloads.generators import OP_INSERT, OP_READ, OP_SCAN, OP_UPDATE, rng_state
+from workloads.generators import rng_state
 from workloads.keys import decode_value, key_bytes, value_bytes
 from workloads.properties import WorkloadError
 from workloads.ycsb import InsertSequence, LocalInsertSequence
 
 __all__ = ["StressWorkload", "StressStream", "StressStreamStats", "StressProportions", "OP_READ", "OP_UPDATE",
            "OP_INSERT", "OP_SCAN", "OP_DELETE", "MIX_OPS", "DEFAULT_MIX", "MAX_SCAN", "decode_value"]
-
-# Matches nodes.compute.OP_DELETE and cluster.stats' "delete" kind (index 5 of its kinds): the
-# workloads package may not import nodes or cluster, so the number is repeated here.
-OP_DELETE = 5
 
 # The mix names, in the order the operation draw walks them, and their rack op codes. "scan" is
 # last, so a mix without scans walks (and draws) exactly as before scans existed.

@@ -61,8 +61,9 @@ from typing import Mapping, NamedTuple
 import numpy as np
 
 from shm.messages import clip, did_you_mean
+from shm.telemetry import OP_DELETE, OP_INSERT, OP_READ, OP_UPDATE
 from workloads import generators as g
-from workloads.generators import OP_INSERT, OP_READ, OP_UPDATE, rng_state
+from workloads.generators import rng_state
 from workloads.keys import key_bytes, value_bytes
 from workloads.properties import WorkloadError
 from workloads.stress import StressProportions
@@ -71,8 +72,6 @@ __all__ = ["TRACE_OPS", "OP_DELETE", "READ_OPS", "WRITE_OPS", "CREATE_OPS", "Tra
            "TraceStream", "TraceStreamStats", "TraceProportions", "read_trace", "trace_key_id",
            "classify", "TRACE_PROPERTIES"]
 
-# nodes.compute.OP_DELETE (the workloads package may not import nodes)
-OP_DELETE = 5
 # Twitter's operations, in the order of their codes in TraceRows.ops.
 TRACE_OPS = ("get", "gets", "set", "add", "replace", "cas", "append", "prepend", "delete", "incr", "decr")
 _TRACE_CODE = {name: i for i, name in enumerate(TRACE_OPS)}

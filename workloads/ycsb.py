@@ -35,10 +35,9 @@ from typing import Mapping, NamedTuple, Protocol, runtime_checkable
 import numpy as np
 
 from shm.messages import clip, did_you_mean
+from shm.telemetry import OP_INSERT, OP_READ, OP_RMW, OP_SCAN, OP_UPDATE, YCSB_OPS
 from workloads import generators as g
-from workloads.generators import (
-    OP_INSERT, OP_READ, OP_RMW, OP_SCAN, OP_UPDATE, fnvhash64, interarrival_ns, rng_state,
-)
+from workloads.generators import fnvhash64, interarrival_ns, rng_state
 from workloads.keys import decode_value, key_bytes, value_bytes
 from workloads.properties import (
     DEFAULTS, DMRACK_PRESETS, IGNORED, IGNORED_PREFIXES, PRESET_TITLES, PRESETS, YCSB_LETTERS, Properties,
@@ -51,7 +50,7 @@ __all__ = [
     "value_bytes", "decode_value", "fnvhash64", "interarrival_ns", "rng_state", "benchmark",
 ]
 
-OP_NAMES = ("read", "update", "insert", "scan", "rmw")
+OP_NAMES = YCSB_OPS                 # CoreWorkload's operations by code (shm/telemetry.py declares them)
 # Salt of the arrival-time stream next to a stream's operations (any constant != 0).
 _ARRIVAL_SALT = 0xA7721BA1
 
