@@ -14,6 +14,11 @@ old kind, so every reader (compare, plot, report) takes either. It also reads th
 ``dmrack run`` / ``dmrack up`` (``--out``/``--json``, format ``dmrack.results/2``) as rows without
 published values (``cluster.results.document_rows``: per step, node and kind, throughput and
 latencies), so two runs of a rack compare and go into a report like any other result.
+
+A module's parts run through :func:`run_experiments`; :func:`reproduction` and :func:`bench` make
+a module's declaration (:class:`cluster.experiments.registry.Experiment`) from its parts, setup,
+figures and title, its ``run`` included, so that every paper runs, prints and records alike and a
+paper module holds its experiments and nothing else.
 """
 
 from __future__ import annotations
