@@ -30,7 +30,8 @@ def test_the_package_declares_the_benches_and_the_papers():
 def test_find_returns_the_module_declaration():
     from cluster.experiments import sherman, smart, verbs, ycsb
     assert find("reproduce", "smart") is smart.EXPERIMENT
-    assert find("reproduce", "sherman").run is sherman.run
+    assert find("reproduce", "sherman") is sherman.EXPERIMENT and sherman.EXPERIMENT.setup is sherman.setup
+    assert find("reproduce", "sherman").figures == tuple(sherman.FIGURES)
     assert find("bench", "verbs").parts == tuple(verbs.EXPERIMENTS)
     assert find("bench", "ycsb").options == ("system", "trace")
     assert find("reproduce", "smart").options == ("jobs",) == find("reproduce", "sherman").options
@@ -58,21 +59,19 @@ def test_a_declaration_is_checked():
 
 NEW_PAPER = '''
 """A paper added as one module: declares itself, no edit to the command line."""
-from cluster.experiments.registry import Experiment
-from cluster.experiments.rows import Row, run_experiments
+from cluster.experiments.rows import Row, reproduction
 
-def fig1(quick, progress):
+def fig1(quick, progress, *, jobs=1):
+    assert jobs == 3
     return [Row("fig1", "toy", 1, "Mops", 1.5 if quick else 3.0, 2.0)]
 
 EXPERIMENTS = {"fig1": fig1}
 
-def run(only=None, quick=False, json_path=None, console=None, jobs=1):
-    assert jobs == 3
-    return run_experiments(EXPERIMENTS, only=only, quick=quick, json_path=json_path, console=console,
-                           label="reproduce toypaper")
+def setup(quick):
+    return {"profile": "cx6-200g", "scale": "toy" if quick else "full toy"}
 
-EXPERIMENT = Experiment(kind="reproduce", name="toypaper", title="a toy paper", run=run,
-                        parts=tuple(EXPERIMENTS), options=("jobs",))
+EXPERIMENT = reproduction("toypaper", "Toy", title="a toy paper", parts=EXPERIMENTS, side_by_side=("fig1",),
+                          setup=setup)
 '''
 
 
@@ -90,6 +89,7 @@ def test_a_new_module_is_a_new_command(tmp_path, monkeypatch, capsys):
         assert written["rows"] == [{"experiment": "fig1", "series": "toy", "x": 1, "metric": "Mops",
                                     "emulated": 1.5, "published": 2.0}]
         assert written["run"]["quick"] is True and written["run"]["parts"] == ["fig1"]
+        assert written["run"]["setup"]["scale"] == "toy" and written["run"]["options"] == {"jobs": 3}
         assert [e.name for e in available("reproduce")] == ["dolphin", "dpastore", "flexkv", "pd3", "sherman", "smart", "toypaper"]
         with pytest.raises(SystemExit):
             main(["reproduce", "--help"])
@@ -109,3 +109,50 @@ def test_the_command_line_imports_no_experiment():
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().splitlines()[-1] == "['cluster.experiments.pointpool']"
+
+
+def _measured(key, log):
+    log.append(key)
+    return key * 10
+
+
+def test_points_a_run_shares_are_measured_once_per_run_and_not_seen_by_another_run():
+    """Parts of one run read the same points (a new SharedPoints per run, handed to every part with
+    a ``shared`` keyword); a second run in the same process measures them again (no module cache
+    to clear), and parts without the keyword are called as before."""
+    from cluster.experiments.pointpool import SharedPoints
+    from cluster.experiments.rows import Row, reproduction
+
+    class Quiet:
+        def print(self, *a, **k):
+            pass
+    log, seen = [], []
+
+    def part(name):
+        def fn(quick, progress, *, shared: SharedPoints | None = None):
+            seen.append(shared)
+            got = shared.measure(_measured, [2, 1, 2], args=lambda k: (k, log))
+            return [Row(name, "s", k, "x", v) for k, v in zip((2, 1, 2), got)]
+        return fn
+
+    def plain(quick, progress):
+        return [Row("plain", "s", 0, "x", 0.0)]
+    exp = reproduction("toy", "Toy", title="toy", parts={"a": part("a"), "b": part("b"), "plain": plain},
+                       setup=lambda quick: {"scale": "toy"})
+    assert exp.parts == ("a", "b", "plain") and exp.options == ("jobs",) and exp.figures == ()
+    first = exp.run(quick=True, console=Quiet())
+    assert [r.emulated for r in first] == [20, 10, 20, 20, 10, 20, 0.0]
+    assert log == [2, 1]                                 # each point once, in first-named order
+    assert seen[0] is seen[1]                            # both parts of the run: one SharedPoints
+    exp.run(quick=True, console=Quiet())
+    assert log == [2, 1, 2, 1] and seen[2] is not seen[0]   # the next run measures its own
+
+
+def test_shared_points_run_the_missing_ones_in_the_order_asked():
+    from cluster.experiments.pointpool import SharedPoints
+    log = []
+    shared = SharedPoints()
+    assert shared.measure(_measured, [1, 3, 2], args=lambda k: (k, log), order=lambda k: -k) == [10, 30, 20]
+    assert log == [3, 2, 1]
+    assert shared.measure(_measured, [4, 3], args=lambda k: (k, log)) == [40, 30] and log == [3, 2, 1, 4]
+    assert shared.once("rack", lambda: len(log)) == 4 and shared.once("rack", lambda: -1) == 4

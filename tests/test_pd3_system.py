@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from cluster.experiments import pd3 as rp
+from cluster.experiments.pointpool import SharedPoints
 from nodes.systems.pd3 import hashmap as hm
 from nodes.systems.pd3.host_view import HostView
 from nodes.systems.pd3.loading_zone import LoadingZone
@@ -142,15 +143,14 @@ def test_reproduce_rows_on_a_tiny_rack(monkeypatch):
     for app, keys, clients in (("hashmap", 4000, (8, 8)), ("pages", 1000, (8, 4)), ("garnet", 4000, (32, 1))):
         monkeypatch.setitem(rp.APPS, app, dict(rp.APPS[app], keys={True: keys, False: keys}, clients=clients,
                                                client_nodes=1, window={True: (20, 60), False: (20, 60)}))
-    rp._POINTS.clear()
-    rows = rp.fig10(True, None) + rp.fig18(True, None)
+    shared = SharedPoints()                     # fig18 reads fig10's racks, as in one run
+    rows = rp.fig10(True, None, shared=shared) + rp.fig18(True, None, shared=shared)
     by = {(r.experiment, r.series): r for r in rows}
     assert by["fig10", "PD3 / sync RDMA"].published == 26.0 and by["fig10", "PD3 / sync RDMA"].emulated > 1
     assert by["fig10", "Redy / sync RDMA"].emulated > 1
     assert by["fig18", "PD3 / all local"].published == 0.9
     assert all(r.emulated is not None for r in rows if r.metric == "Mops")
     assert {r.x for r in rows if r.experiment == "fig18"} == {"hash map", "page server", "Garnet"}
-    rp._POINTS.clear()
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ import os
 import pytest
 
 from cluster.experiments import dolphin as rd
+from cluster.experiments.pointpool import SharedPoints
 
 ON_SHERMAN = {label: "sherman" for label in rd.SYSTEMS}
 TINY = dict(records=600, warm_ms=0.03, measure_ms=0.05, compute=2, threads=2, systems=ON_SHERMAN)
@@ -70,11 +71,11 @@ def test_published_values_only_on_the_papers_rack_shape():
 
 
 def test_fig7_and_fig8_share_their_racks():
-    rd._LARGE.clear()
+    shared = SharedPoints()                             # what one run hands its parts
     seen = []
-    rows7 = rd.fig7(True, seen.append, **TINY)
+    rows7 = rd.fig7(True, seen.append, shared=shared, **TINY)
     started = len(seen)
-    rows8 = rd.fig8(True, seen.append, **TINY)
+    rows8 = rd.fig8(True, seen.append, shared=shared, **TINY)
     assert len(seen) == started                         # fig8 ran no rack of its own
     for label in rd.SYSTEMS:
         for wl in ("A", "C", "LOAD"):
@@ -140,7 +141,7 @@ def test_run_writes_json_with_the_scale(tmp_path, monkeypatch):
     monkeypatch.setattr(rd, "THREADS", 2)
     console = Console(record=True, width=200)
     path = tmp_path / "d.json"
-    rows = rd.run(only=["table2"], quick=True, json_path=str(path), console=console)
+    rows = rd.EXPERIMENT.run(only=["table2"], quick=True, json_path=str(path), console=console)
     out = console.export_text()
     assert "scale" in out and "500 items" in out
     data = json.loads(path.read_text())
@@ -153,7 +154,7 @@ def test_run_writes_json_with_the_scale(tmp_path, monkeypatch):
 def test_unregistered_systems_are_one_line(monkeypatch):
     monkeypatch.setattr(rd, "SYSTEMS", {**ON_SHERMAN, "Dolphin": "no-such-system"})
     with pytest.raises(ValueError, match="not registered: no-such-system$"):
-        rd.run(quick=True)
+        rd.EXPERIMENT.run(quick=True)
     rd.check_systems({"Dolphin": "sherman"})            # an override that is registered passes
 
 

@@ -17,13 +17,6 @@ def quiet(msg):
     pass
 
 
-@pytest.fixture(autouse=True)
-def fresh_points():
-    rf._POINTS.clear()
-    yield
-    rf._POINTS.clear()
-
-
 def test_scaling_and_options():
     assert rf.cn_memory_bytes(10_000_000) == 64 << 20
     assert rf.cn_memory_bytes(20_000) == round((64 << 20) * 20_000 / 10_000_000)
@@ -104,7 +97,7 @@ def test_run_writes_json_with_the_scale(tmp_path, monkeypatch):
     monkeypatch.setattr(rf, "COROUTINES", 4)
     console = Console(record=True, width=200)
     path = tmp_path / "f.json"
-    rows = rf.run(only=["fig19"], quick=True, json_path=str(path), console=console)
+    rows = rf.EXPERIMENT.run(only=["fig19"], quick=True, json_path=str(path), console=console)
     out = console.export_text()
     assert "scaled" in out and "2,000 KV pairs" in out
     data = json.loads(path.read_text())
@@ -119,7 +112,7 @@ def test_registered():
     assert exp.parts == ("fig3", "fig16", "table1", "fig17", "fig19", "fig20", "fig24", "fig18")
     assert "jobs" in exp.options
     with pytest.raises(ValueError, match="unknown experiment"):
-        rf.run(only=["fig99"], quick=True)
+        rf.EXPERIMENT.run(only=["fig99"], quick=True)
 
 
 def test_a_failed_point_is_a_note_and_blank_rows():

@@ -14,7 +14,7 @@ from cluster.cli import main
 from cluster.experiments import sensitivity
 from cluster.experiments.pointpool import map_points
 from cluster.experiments.registry import Experiment, available
-from cluster.experiments.rows import Row, load_result
+from cluster.experiments.rows import Row, load_result, reproduction
 from shm.profile import (ProfileError, active_overrides, dump_profile, list_profiles, load_profile, overridden,
                          profile_to_dict, schema_fields, with_overrides)
 
@@ -197,6 +197,34 @@ def test_a_failing_variant_is_recorded_not_fatal(tmp_path):
     res = sensitivity.run(exp, knobs=["link.one_way_ns"], json_path=str(tmp_path / "f.json"))
     s = {x["factor"]: x for x in res["summary"]}
     assert s[2.0]["error"] == "RuntimeError: calendars aliased" and s[0.5]["error"] is None
+
+
+def _shared_part(name: str):
+    """A part that reads one point shared with the other part of its run, as FlexKV's and PD3's do."""
+    def part(quick, progress, *, jobs=1, shared=None):
+        (lat,) = shared.measure(_latency_us, ["one way"], args=lambda key: (), jobs=jobs)
+        CALLS.append(name)
+        return [Row(name, "one way", 1, "us", lat, 5.0)]
+    return part
+
+
+SHARING = reproduction("sharing", "Sharing", title="two parts, one point", parts={"a": _shared_part("a"),
+                       "b": _shared_part("b")}, side_by_side=("a", "b"), headline=("a", "b"),
+                       profiles=("cx6-200g",), setup=lambda quick: {"profile": "cx6-200g", "scale": "one point"})
+
+
+def test_each_variant_measures_the_points_its_parts_share_afresh(tmp_path):
+    """Every run of a variant is a run of its own: the point both parts read is measured at that
+    variant's knob value (a cache kept from the 1x run would give 6.0 everywhere), and the run
+    record holds the reproduction's declared setup."""
+    path = str(tmp_path / "s.json")
+    CALLS.clear()
+    sensitivity.run(SHARING, quick=True, jobs=1, knobs=["link.one_way_ns"], json_path=path)
+    run, rows = load_result(path)
+    assert {r["experiment"]: r["emulated"] for r in rows} == {
+        "a": 6.0, "b": 6.0, "a [link.one_way_ns x0.5]": 3.0, "b [link.one_way_ns x0.5]": 3.0,
+        "a [link.one_way_ns x2]": 12.0, "b [link.one_way_ns x2]": 12.0}
+    assert CALLS == ["a", "b"] * 3 and run["setup"] == {"profile": "cx6-200g", "scale": "one point"}
 
 
 def test_every_reproduction_declares_a_headline_and_its_profiles():

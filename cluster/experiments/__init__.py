@@ -2,8 +2,10 @@
 
 One module per bench or paper, named like its command (``dmrack bench verbs`` is ``verbs.py``,
 ``dmrack reproduce smart`` is ``smart.py``), beside the helpers they share: ``rows`` (the
-(experiment, series, x, metric, emulated, published) record, its tables and JSON, and the loop
-that runs a module's parts) and ``pointpool`` (fresh racks side by side, one per core).
+(experiment, series, x, metric, emulated, published) record, its tables and JSON, the loop
+that runs a module's parts, and ``reproduction``/``bench``, which turn a module's parts, setup,
+figures and title into its declaration) and ``pointpool`` (fresh racks side by side, one per
+core, and the points one run's parts share).
 
 Why a package of their own: the rest of ``cluster`` builds, runs and watches a rack (spec,
 scenario, rack, supervisor, stats, dashboard, results), ``cluster.correctness`` checks that a

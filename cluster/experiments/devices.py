@@ -30,8 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from cluster.experiments.figures import Figure
-from cluster.experiments.registry import Experiment
-from cluster.experiments.rows import Row, run_experiments
+from cluster.experiments.rows import Row, bench
 from cluster.experiments.verbs import FabricRig
 from nodes.devices.dpa_core import Dpa
 from nodes.services.dpu_forwarder import OP_PUT, RECORD_BYTES, wire
@@ -522,13 +521,6 @@ def setup(quick: bool) -> dict:
                            f"WRITEs in flight per thread")}
 
 
-TITLE = ("device calibration: DPA memory, DMA, host copy, UDP ping on DPA threads (DPA-Store), "
-         "DPU forwarder (PD3)")
-
-
-def run(only=None, quick: bool = False, json_path: str | None = None, console=None) -> list[Row]:
-    return run_experiments(EXPERIMENTS, only=only, quick=quick, json_path=json_path, console=console,
-                           label="bench devices", setup=setup, title=TITLE)
-
-
-EXPERIMENT = Experiment(kind="bench", name="devices", run=run, parts=tuple(EXPERIMENTS), title=TITLE)
+EXPERIMENT = bench("devices", title="device calibration: DPA memory, DMA, host copy, UDP ping on DPA threads "
+                                    "(DPA-Store), DPU forwarder (PD3)",
+                   parts=EXPERIMENTS, setup=setup, figures=FIGURES)

@@ -52,10 +52,9 @@ import os
 import tempfile
 
 from cluster.experiments.figures import Figure
-from cluster.experiments.pointpool import map_points
+from cluster.experiments.pointpool import SharedPoints, map_points
 from cluster.experiments.progress import prefixed
-from cluster.experiments.registry import Experiment
-from cluster.experiments.rows import Row, check_only, run_experiments, scale_row
+from cluster.experiments.rows import Row, reproduction, scale_row
 
 PROFILE = "cx5-100g"
 COMPUTE = 4                      # compute nodes (the paper's compute servers)
@@ -313,31 +312,28 @@ FIG7_WORKLOADS = {"A": {"preset": "a", "requestdistribution": "zipfian", "zipfia
 FIG8_WORKLOADS = {"range-only": {"preset": "range-only"}, "range-write": {"preset": "range-write"}}
 
 
-def _large(quick: bool, progress, *, systems=None, records=None, warm_ms=None, measure_ms=None,
-           compute: int | None = None, threads: int | None = None, jobs: int = 1) -> dict:
-    """The racks of fig7 and fig8 (one per system: load, A, C, range-only, range-write), cached
-    per arguments since both experiments read them."""
+def _large(quick: bool, progress, shared: SharedPoints | None, *, systems=None, records=None, warm_ms=None,
+           measure_ms=None, compute: int | None = None, threads: int | None = None, jobs: int = 1) -> dict:
+    """The racks of fig7 and fig8 (one per system: load, A, C, range-only, range-write), measured
+    once per run and arguments (``shared``) since both experiments read them."""
     sysmap = _systems(systems)
     kw = _sizes(quick, records, warm_ms, measure_ms, compute, threads)
     key = (quick, tuple(sorted(sysmap.items())), tuple(sorted(kw.items())))
-    if key not in _LARGE:
+
+    def large():
         workloads = {**FIG7_WORKLOADS, **FIG8_WORKLOADS}
         cache = scaled_cache_bytes(LARGE_CACHE_MB, kw["records"])
         points = [(f"{label}, {LARGE_CACHE_MB} MB", system, cache, workloads, kw) for label, system in sysmap.items()]
         got = map_points(_point, points, jobs=jobs, progress=progress, describe=lambda p: p[0])
-        _LARGE.clear()
-        _LARGE[key] = (dict(zip(sysmap, got)), kw)
-    return _LARGE[key]
+        return dict(zip(sysmap, got)), kw
+    return (shared if shared is not None else SharedPoints()).once(key, large)
 
 
-_LARGE: dict = {}
-
-
-def fig7(quick: bool, progress, *, jobs: int = 1, **kw) -> list[Row]:
+def fig7(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None = None, **kw) -> list[Row]:
     """YCSB A and C (zipf 0.99) and LOAD with a 2000 MB cache (scaled): Mops, p50, p99 of all four.
     Published: Dolphin 1.25x-1.45x the others on A, p50 5.5 µs (1.4-2.5 µs below the others);
     C: Sherman ~ Dolphin; LOAD: SMART-ART ~1.54x lower, p50 +8 µs."""
-    got, sizes = _large(quick, prefixed(progress, "fig7: "), jobs=jobs, **kw)
+    got, sizes = _large(quick, prefixed(progress, "fig7: "), shared, jobs=jobs, **kw)
     paper = _paper_shape(sizes)
     n = sizes["records"]
     rows = [_scale_row("fig7", n),
@@ -388,12 +384,12 @@ def _diff(a, b):
     return a - b if a is not None and b is not None else None
 
 
-def fig8(quick: bool, progress, *, jobs: int = 1, **kw) -> list[Row]:
+def fig8(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None = None, **kw) -> list[Row]:
     """range-only (scans of 1-100 items) and range-write (half scans, half inserts), uniform keys,
     2000 MB cache (scaled), all four. Published (range-only): Dolphin ~ Sherman, 4.38x Marlin and
     22.4x SMART-ART; Marlin 5.11x SMART-ART. range-write: Marlin, SMART-ART and Dolphin slightly up
     from range-only, Sherman slightly down (no values given)."""
-    got, sizes = _large(quick, prefixed(progress, "fig8: "), jobs=jobs, **kw)
+    got, sizes = _large(quick, prefixed(progress, "fig8: "), shared, jobs=jobs, **kw)
     paper = _paper_shape(sizes)
     rows = [_scale_row("fig8", sizes["records"])]
     for wl in FIG8_WORKLOADS:
@@ -565,25 +561,10 @@ def check_systems(systems: dict | None = None) -> None:
                          f"{', '.join(missing)}")
 
 
-def run(only=None, quick: bool = False, json_path: str | None = None, console=None, jobs: int = 1) -> list[Row]:
-    from rich.console import Console
-    check_only(EXPERIMENTS, only)
-    check_systems()
-    console = console or Console()
-    s = setup(quick)
-    console.print(f"Dolphin reproduction, scaled: {s['scale']}", markup=False, highlight=False)
-    _LARGE.clear()
-    return run_experiments(EXPERIMENTS, only=only, quick=quick, json_path=json_path, console=console,
-                           label="reproduce dolphin", title_prefix="Dolphin ", jobs=jobs, side_by_side=SIDE_BY_SIDE,
-                           setup=setup, title=TITLE)
-
-
-TITLE = "Dolphin (MSST'24): Fig. 6, 7, 8, 9 and Table II against Sherman, Marlin and SMART-ART"
-
-
-#: the parts `dmrack sensitivity dolphin` runs per knob: Fig. 7's throughput of the four indexes and Table II's per-operation cost: about a minute with --quick
-HEADLINE = ("fig7", "table2")
-
-EXPERIMENT = Experiment(kind="reproduce", name="dolphin", run=run, parts=tuple(EXPERIMENTS), options=("jobs",),
-                        headline=HEADLINE, profiles=(PROFILE,),
-                        title=TITLE)
+EXPERIMENT = reproduction(
+    "dolphin", "Dolphin", title="Dolphin (MSST'24): Fig. 6, 7, 8, 9 and Table II against Sherman, Marlin and SMART-ART",
+    parts=EXPERIMENTS, side_by_side=SIDE_BY_SIDE, setup=setup, figures=FIGURES, profiles=(PROFILE,),
+    check=check_systems,
+    # what `dmrack sensitivity dolphin` runs per knob: Fig. 7's throughput of the four indexes and
+    # Table II's per-operation cost: about a minute with --quick
+    headline=("fig7", "table2"))

@@ -18,10 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from cluster.experiments.pointpool import map_points
+from cluster.experiments.pointpool import SharedPoints
 from cluster.experiments.progress import prefixed
-from cluster.experiments.registry import Experiment
-from cluster.experiments.rows import Row, check_only, run_experiments
+from cluster.experiments.rows import Row, reproduction
 
 PROFILE = "bf3"
 PAPER_KEYS = 25_000_000
@@ -68,10 +67,6 @@ def dataset_keys(name: str, n: int, seed: int = 1) -> np.ndarray:
     from workloads.sosd import dataset
     ks = dataset(name, n, seed=seed)
     return ks[(ks > 0) & (ks < np.uint64(2**64 - 1))]
-
-
-def sparse_keys(n: int, seed: int) -> np.ndarray:
-    return dataset_keys("sparse", n, seed)
 
 
 def point(*, quick: bool = True, keys: int | None = None, op: str = "get", dist: str = "uniform",
@@ -296,9 +291,6 @@ def _fresh_keys(loaded: np.ndarray, seed: int) -> np.ndarray:
 
 # --- the figures ---------------------------------------------------------------------------------------
 
-_POINTS: dict = {}
-
-
 def _run_spec(system: str, quick: bool, kw: tuple) -> dict:
     fn = point if system == "dpa-store" else rolex_point
     return fn(quick=quick, **dict(kw))
@@ -308,16 +300,16 @@ def _spec(system: str = "dpa-store", **kw) -> tuple:
     return (system, tuple(sorted((k, tuple(sorted(v.items())) if isinstance(v, dict) else v) for k, v in kw.items())))
 
 
-def _points(specs, progress, jobs: int, quick: bool) -> dict:
-    """Each point once per run (figures share points), keyed by its spec."""
-    todo = [sp for sp in dict.fromkeys(specs) if (sp, quick) not in _POINTS]
-    args = [(sys_, quick, tuple((k, dict(v) if isinstance(v, tuple) and v and isinstance(v[0], tuple) else v)
-                                for k, v in kw)) for sys_, kw in todo]
-    got = map_points(_run_spec, args, jobs=jobs, progress=progress,
-                     describe=lambda a: a[0] + " " + " ".join(f"{k}={v}" for k, v in a[2]))
-    for sp, r in zip(todo, got):
-        _POINTS[sp, quick] = r
-    return {sp: _POINTS[sp, quick] for sp in specs}
+def _points(specs, progress, jobs: int, quick: bool, shared: SharedPoints | None) -> dict:
+    """Each point once per run (``shared``: figures share points), keyed by its spec."""
+    def args(key):
+        (sys_, kw), _quick = key
+        return (sys_, quick, tuple((k, dict(v) if isinstance(v, tuple) and v and isinstance(v[0], tuple) else v)
+                                   for k, v in kw))
+    got = (shared if shared is not None else SharedPoints()).measure(
+        _run_spec, [(sp, quick) for sp in specs], args=args, jobs=jobs, progress=progress,
+        describe=lambda a: a[0] + " " + " ".join(f"{k}={v}" for k, v in a[2]))
+    return dict(zip(specs, got))
 
 
 def _on(dataset: str, options: dict | None = None) -> dict:
@@ -329,23 +321,19 @@ def _ratio(a, b):
     return round(a / b, 2) if a and b else None
 
 
-def headline(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
+def headline(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None = None) -> list[Row]:
     """The abstract's numbers: GET 33, RANGE 13 (10 keys), UPDATE up to 12.1, INSERT at most 1.7 Mops
     (sparse, uniform; Fig. 9 and Fig. 13)."""
     ops = {"GET": ("get", 33.0), "RANGE (10 keys)": ("range", 13.0), "UPDATE": ("update", 12.1),
            "INSERT": ("insert", 1.7)}
     specs = {name: _spec(op=op) for name, (op, _) in ops.items()}
-    res = _points(list(specs.values()), prefixed(progress, "headline: "), jobs, quick)
+    res = _points(list(specs.values()), prefixed(progress, "headline: "), jobs, quick, shared)
     rows = []
     for name, (op, pub) in ops.items():
         r = res[specs[name]]
         rows.append(Row("headline", name, "sparse, uniform", "Mops", round(r["mops"], 2), pub))
         rows.append(Row("headline", name, "sparse, uniform", "p50 us", round(r["p50"], 1), None))
     return rows
-
-
-def _per_key(stats, n: int) -> float:
-    return stats / n
 
 
 def table1(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
@@ -375,7 +363,7 @@ def table1(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
     return rows
 
 
-def fig9(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
+def fig9(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None = None) -> list[Row]:
     """Throughput against traverser threads (GET, uniform sparse), INSERT with the stitchers on a core
     of their own or among the traversers (-14 %), INSERT against patcher and stitcher threads."""
     travs = (16, 64, 176) if quick else (16, 32, 64, 128, 176)
@@ -388,7 +376,7 @@ def fig9(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
     ins = {w: _spec(op="insert") if w == STITCHERS else _spec(op="insert", stitchers=w, options={"patchers": w})
            for w in workers}                                      # 4 and 4: the headline's point
     res = _points(list(get.values()) + list(place.values()) + list(ins.values()), prefixed(progress, "fig9: "),
-                  jobs, quick)
+                  jobs, quick, shared)
     rows = [Row("fig9", "GET", f"{t} traversers", "Mops", round(res[sp]["mops"], 2), 33.0 if t == 176 else None)
             for t, sp in get.items()]
     rows.append(Row("fig9", "GET 176 / 16 traversers", "ratio", "x",
@@ -404,11 +392,11 @@ def fig9(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
     return rows
 
 
-def fig10(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
+def fig10(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None = None) -> list[Row]:
     """GET against the clients' queue depth (6 clients x 31 threads): rises to 32, then latency grows."""
     qds = (1, 32, 64) if quick else (1, 4, 8, 16, 32, 48, 64)
     specs = {q: _spec(op="get", qd=q) for q in qds}
-    res = _points(list(specs.values()), prefixed(progress, "fig10: "), jobs, quick)
+    res = _points(list(specs.values()), prefixed(progress, "fig10: "), jobs, quick, shared)
     rows = []
     for q, sp in specs.items():
         rows.append(Row("fig10", "GET", f"QD {q}", "Mops", round(res[sp]["mops"], 2), None))
@@ -426,7 +414,7 @@ def fig10(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
 LARGER_EPS = (16, 8)
 
 
-def fig11(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
+def fig11(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None = None) -> list[Row]:
     """GET per dataset (uniform): deeper trees and larger eps cost lines; the hot-entry cache under
     Zipf skew (up to +30 %)."""
     sets = ("sparse", "amzn", "osmc") if quick else ("sparse", "dense4x", "wiki", "amzn", "osmc", "face")
@@ -435,7 +423,7 @@ def fig11(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
            for d in (("osmc",) if quick else ("osmc", "face"))}
     skew = {c: _spec(op="get", dist="zipf", options={"hot_cache": c}) for c in (True, False)}
     res = _points(list(uni.values()) + list(big.values()) + list(skew.values()), prefixed(progress, "fig11: "),
-                  jobs, quick)
+                  jobs, quick, shared)
     rows = []
     for d, sp in uni.items():
         r = res[sp]
@@ -453,13 +441,13 @@ def fig11(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
     return rows
 
 
-def fig12(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
+def fig12(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None = None) -> list[Row]:
     """Learned index against the B+-tree on the same DPA framework (GET, uniform)."""
     sets = ("sparse", "amzn", "osmc") if quick else ("sparse", "dense4x", "wiki", "amzn", "osmc", "face")
     opts = {d: ({"leaf_eps": LARGER_EPS[0], "inner_eps": LARGER_EPS[1]} if d in ("osmc", "face") else {}) for d in sets}
     learned = {d: _spec(op="get", **_on(d, opts[d])) for d in sets}
     btree = {d: _spec(op="get", **_on(d, {"index": "btree"})) for d in sets}
-    res = _points(list(learned.values()) + list(btree.values()), prefixed(progress, "fig12: "), jobs, quick)
+    res = _points(list(learned.values()) + list(btree.values()), prefixed(progress, "fig12: "), jobs, quick, shared)
     winner = {"sparse": 1, "amzn": 1, "osmc": 0}          # the paper: learned higher on sparse and amzn, B+-tree on osmc
     rows = []
     for d in sets:
@@ -472,7 +460,7 @@ def fig12(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
     return rows
 
 
-def fig13(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
+def fig13(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None = None) -> list[Row]:
     """INSERT and UPDATE mixed with GETs (sparse, uniform): UPDATE-only up to 12.1, INSERT at most 1.7."""
     fractions = (0.0, 0.9) if quick else (0.0, 0.25, 0.5, 0.75, 0.9, 0.95)
     sets = ("sparse",) if quick else ("sparse", "amzn", "osmc")
@@ -482,7 +470,7 @@ def fig13(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
             for f in fractions:
                 op = w if f == 0 else f"get:{f},{w}:{round(1 - f, 6)}"
                 specs[d, w, f] = _spec(op=op, **_on(d))
-    res = _points(list(specs.values()), prefixed(progress, "fig13: "), jobs, quick)
+    res = _points(list(specs.values()), prefixed(progress, "fig13: "), jobs, quick, shared)
     rows = []
     for (d, w, f), sp in specs.items():
         pub = (12.1 if w == "update" else 1.7) if f == 0 and d == "sparse" else None
@@ -499,7 +487,7 @@ FIG15_WINNER = {("A", "amzn"): 1, ("A", "osmc"): 1, ("C", "sparse"): 1, ("C", "a
                 ("range", "sparse"): 1, ("range", "amzn"): 1, ("range", "osmc"): 1}
 
 
-def fig15(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
+def fig15(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None = None) -> list[Row]:
     """DPA-Store against ROLEX on YCSB A-F, insert-only and range-only (uniform): who wins where."""
     sets = ("sparse",) if quick else ("sparse", "amzn", "osmc")
     loads = ("A", "C", "D", "E", "insert", "range") if quick else tuple(FIG15)
@@ -509,7 +497,7 @@ def fig15(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
         for w in loads:
             specs["dpa", d, w] = _spec(op=FIG15[w], **_on(d, opts))
             specs["rolex", d, w] = _spec("rolex", op=FIG15[w], **_on(d))
-    res = _points(list(specs.values()), prefixed(progress, "fig15: "), jobs, quick)
+    res = _points(list(specs.values()), prefixed(progress, "fig15: "), jobs, quick, shared)
     rows = []
     for d in sets:
         for w in loads:
@@ -525,13 +513,13 @@ def fig15(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
     return rows
 
 
-def model(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
+def model(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None = None) -> list[Row]:
     """§4.2.6: the GET cost model (4.5 lines per inner node), the +19 % of prefetching, and the
     model's what-if of 100 ns DPA memory (> 62 Mops)."""
     base = _spec(op="get", options={"hot_cache": False})
     nopf = _spec(op="get", options={"hot_cache": False, "prefetch": False})
     fast = _spec(op="get", options={"hot_cache": False}, profile_overrides={"dpa.memory_ns": 100})
-    res = _points([base, nopf, fast], prefixed(progress, "model: "), jobs, quick)
+    res = _points([base, nopf, fast], prefixed(progress, "model: "), jobs, quick, shared)
     r = res[base]
     from shm.profile import load_profile
     prof = load_profile(PROFILE)
@@ -572,7 +560,6 @@ def bulkload(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
 EXPERIMENTS = {"headline": headline, "table1": table1, "fig9": fig9, "fig10": fig10, "fig11": fig11, "fig12": fig12,
                "fig13": fig13, "fig15": fig15, "model": model, "bulkload": bulkload}
 SIDE_BY_SIDE = ("headline", "table1", "fig9", "fig11", "fig12", "fig13", "model", "bulkload")
-TITLE = "DPA-Store (OSDI'26): headline, Table 1, Figs. 9-13, 15, §4.2.6-4.2.7 (with ROLEX and a B+-tree)"
 
 
 def setup(quick: bool) -> dict:
@@ -586,22 +573,11 @@ def setup(quick: bool) -> dict:
                      f"{n / PAPER_KEYS:.4f}; windows {warm} us warm-up + {window} us measured (virtual)"}
 
 
-def run(only=None, quick: bool = False, json_path: str | None = None, console=None, jobs: int = 1) -> list[Row]:
-    from rich.console import Console
-    check_only(EXPERIMENTS, only)
-    console = console or Console()
-    console.print(f"DPA-Store reproduction, scaled: {setup(quick)['scale']}", markup=False, highlight=False)
-    _POINTS.clear()
-    return run_experiments(EXPERIMENTS, only=only, quick=quick, json_path=json_path, console=console,
-                           label="reproduce dpastore", title_prefix="DPA-Store ", jobs=jobs,
-                           side_by_side=SIDE_BY_SIDE, setup=setup, title=TITLE)
+EXPERIMENT = reproduction(
+    "dpastore", "DPA-Store",
+    title="DPA-Store (OSDI'26): headline, Table 1, Figs. 9-13, 15, §4.2.6-4.2.7 (with ROLEX and a B+-tree)",
+    parts=EXPERIMENTS, side_by_side=SIDE_BY_SIDE, setup=setup, profiles=(PROFILE,),
+    # what `dmrack sensitivity dpastore` runs per knob: the abstract's GET, RANGE, UPDATE and INSERT rates
+    headline=("headline",))
 
-
-#: the parts `dmrack sensitivity dpastore` runs per knob: the abstract's GET, RANGE, UPDATE and INSERT rates
-HEADLINE = ("headline",)
-
-EXPERIMENT = Experiment(kind="reproduce", name="dpastore", run=run, parts=tuple(EXPERIMENTS), options=("jobs",),
-                        headline=HEADLINE, profiles=(PROFILE,),
-                        title=TITLE)
-
-__all__ = ["point", "rolex_point", "run", "EXPERIMENT"]
+__all__ = ["point", "rolex_point", "EXPERIMENT"]

@@ -26,7 +26,6 @@ experiment and metric, so a new paper has plots with zero work and specs only re
 
 from __future__ import annotations
 
-import importlib
 import re
 import textwrap
 from dataclasses import dataclass, replace
@@ -105,11 +104,6 @@ def ref_rows(fig: Figure, rows: list[dict], metrics=None) -> list[dict]:
             and not numeric(r.get("x")) and r.get("published") is not None and r.get("series") in drawn]
 
 
-def rows_of(fig: Figure, rows: list[dict]) -> list[dict]:
-    """Every row a figure shows: its points and its references."""
-    return select(fig, rows) + ref_rows(fig, rows) + ref_rows(fig, rows, fig.xrefs)
-
-
 def slug(text: str) -> str:
     """A file-name part: "p99 µs" -> "p99-us"."""
     return re.sub(r"[^A-Za-z0-9]+", "-", str(text).replace("µ", "u")).strip("-").lower() or "x"
@@ -145,9 +139,9 @@ def automatic(rows: list[dict], *, wall_clock: bool = False, experiments=None) -
 
 
 def declared(run: dict | None) -> list[Figure] | None:
-    """The FIGURES of the experiment module that made the run (found through ``run["command"]``,
-    "reproduce smart" or "bench ycsb (race)"), or None: no run record, an unknown command, a
-    module without FIGURES."""
+    """The figures of the experiment that made the run (found through ``run["command"]``,
+    "reproduce smart" or "bench ycsb (race)"; its ``Experiment.figures``), or None: no run record,
+    an unknown command, an experiment that declares none."""
     command = (run or {}).get("command") or ""
     words = command.split()
     if len(words) < 2:
@@ -159,8 +153,7 @@ def declared(run: dict | None) -> list[Figure] | None:
         exp = find(words[0], words[1])
     except ValueError:
         return None
-    figures = getattr(importlib.import_module(exp.run.__module__), "FIGURES", None)
-    return list(figures) if figures else None
+    return list(exp.figures) or None
 
 
 def figures_for(run: dict | None, rows: list[dict]) -> list[Figure]:

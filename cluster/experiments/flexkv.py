@@ -37,10 +37,11 @@ Experiments (``--only``):
   times per Δ, the manager's events, the ratios it settles on and its rounds' durations.
 
 Points are shared between experiments (the full FlexKV on YCSB A is Fig. 16's last step, Table
-1's row A, Fig. 17's FlexKV bar and Fig. 20's 2-thread point) and run once per process
-(:data:`_POINTS`). Each figure takes a dict of series (label -> registered system), so Clover,
-FUSEE and Aceso (Figs. 11-15, 21-23) can join the same figures as more series later
-(:data:`SYSTEMS`, :func:`system_options`).
+1's row A, Fig. 17's FlexKV bar and Fig. 20's 2-thread point) and run once per run (the
+run's :class:`~cluster.experiments.pointpool.SharedPoints`, which it hands to the parts as
+``shared``). Each figure takes a dict of series (label -> registered system), so Clover, FUSEE
+and Aceso (Figs. 11-15, 21-23) can join the same figures as more series later (:data:`SYSTEMS`,
+:func:`system_options`).
 
 Per-step client statistics: a co-located rack only hands its clients' statistics over at the
 end, so :func:`_observing` wraps the rack's compute-node message handler for the length of one run
@@ -54,10 +55,9 @@ import math
 from contextlib import contextmanager
 
 from cluster.experiments.figures import Figure
-from cluster.experiments.pointpool import map_points
+from cluster.experiments.pointpool import SharedPoints
 from cluster.experiments.progress import prefixed
-from cluster.experiments.registry import Experiment
-from cluster.experiments.rows import Row, check_only, run_experiments, scale_row
+from cluster.experiments.rows import Row, reproduction, scale_row
 
 PROFILE = "cx3-56g"
 COMPUTE = 4                     # compute nodes (the paper's 20)
@@ -254,9 +254,6 @@ def _run_point(key: tuple, system: str, options: dict, runs: list, kw: dict, sam
 
 # --- the shared points ----------------------------------------------------------------------------
 
-_POINTS: dict = {}
-
-
 def _sizes(quick: bool, records=None, interval_us=None, windows=None, compute=None, threads=None,
            coroutines=None) -> dict:
     return {"records": records or RECORDS[quick], "interval_us": interval_us or INTERVAL_US[quick],
@@ -283,20 +280,15 @@ def _spec(system: str, options: dict, letter: str, sizes: dict) -> tuple:
     return (key, system, options, runs, kw, None)
 
 
-def points(specs: list[tuple], progress, jobs: int) -> list[dict]:
-    """The results of ``specs`` (from :func:`_spec`), running those not run yet in this process
-    (knob points first: they are the longest)."""
-    todo, seen = [], set()
+def points(specs: list[tuple], progress, jobs: int, shared: SharedPoints | None) -> list[dict]:
+    """The results of ``specs`` (from :func:`_spec`), running those this run (``shared``) has not
+    run yet (knob points first: they are the longest)."""
+    by_key: dict = {}
     for s in specs:
-        if s[0] not in _POINTS and s[0] not in seen:
-            seen.add(s[0])
-            todo.append(s)
-    todo.sort(key=lambda s: -sum(ms for _, ms in s[3]))
-    if todo:
-        got = map_points(_run_point, todo, jobs=jobs, progress=progress, describe=_describe)
-        for s, r in zip(todo, got):
-            _POINTS[s[0]] = r
-    return [_POINTS[s[0]] for s in specs]
+        by_key.setdefault(s[0], s)
+    return (shared if shared is not None else SharedPoints()).measure(
+        _run_point, [s[0] for s in specs], args=by_key.__getitem__, jobs=jobs, progress=progress,
+        describe=_describe, order=lambda k: -sum(ms for _, ms in by_key[k][3]))
 
 
 def _describe(p: tuple) -> str:
@@ -315,12 +307,13 @@ def _get(p: dict, field: str = "mops"):
     return None if "error" in p else p[field]
 
 
-def _grid(exp: str, keys, spec_of, sizes: dict, progress, jobs: int) -> tuple[dict, list[Row]]:
+def _grid(exp: str, keys, spec_of, sizes: dict, progress, jobs: int,
+          shared: SharedPoints | None) -> tuple[dict, list[Row]]:
     """Run the point ``spec_of(key, letter)`` of every key x YCSB workload: Mops per (key, letter)
     (None for a failed point), and the experiment's first rows (the scale, a note per failure)."""
     grid = [(k, w) for k in keys for w in WORKLOADS]
     specs = [spec_of(k, w) for k, w in grid]
-    res = points(specs, prefixed(progress, f"{exp}: "), jobs)
+    res = points(specs, prefixed(progress, f"{exp}: "), jobs, shared)
     return ({kw: _get(p) for kw, p in zip(grid, res)},
             _scale_rows(exp, sizes) + _failures(exp, specs, res))
 
@@ -359,11 +352,6 @@ def _mean(xs):
     return sum(xs) / len(xs) if xs else None
 
 
-def _geomean(xs):
-    xs = [x for x in xs if x]
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
-
-
 # --- Fig. 3 ---------------------------------------------------------------------------------------
 
 def fig3(quick: bool, progress) -> list[Row]:
@@ -374,12 +362,14 @@ def fig3(quick: bool, progress) -> list[Row]:
 
 # --- Fig. 16: ablation ------------------------------------------------------------------------------
 
-def fig16(quick: bool, progress, *, jobs: int = 1, system: str = "flexkv", **size) -> list[Row]:
+def fig16(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None = None,
+          system: str = "flexkv", **size) -> list[Row]:
     """Base -> +Proxy -> +Rank Hotness -> +KV Cache -> +Adaptive Split on YCSB A-D. Published average
     gains per step +14.5 %, +11.9 %, +6.1 %, +15.2 %."""
     sizes = _sizes(quick, **size)
     steps = ablation_options()
-    mops, rows = _grid("fig16", steps, lambda s, w: _spec(system, steps[s], w, sizes), sizes, progress, jobs)
+    mops, rows = _grid("fig16", steps, lambda s, w: _spec(system, steps[s], w, sizes), sizes, progress, jobs,
+                       shared)
     for s in steps:
         for w in WORKLOADS:
             rows.append(Row("fig16", s, f"YCSB {w}", "Mops", mops[(s, w)]))
@@ -431,12 +421,13 @@ TABLE1_ROWS = (("offload ratio, knob's last settled", "ratio"), ("KV-cache hits 
                ("SEARCH latency, address-cache hit", "µs"), ("SEARCH latency, otherwise", "µs"))
 
 
-def table1(quick: bool, progress, *, jobs: int = 1, system: str = "flexkv", **size) -> list[Row]:
+def table1(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None = None,
+           system: str = "flexkv", **size) -> list[Row]:
     """Per workload, knob on: the offload ratio chosen, KV-cache and address-cache hit ratios
     among SEARCHes, SEARCH latency on a KV hit, an address hit and otherwise (measured window)."""
     sizes = _sizes(quick, **size)
     specs = [_spec(system, full_options(), w, sizes) for w in WORKLOADS]
-    got = points(specs, prefixed(progress, "table1: "), jobs)
+    got = points(specs, prefixed(progress, "table1: "), jobs, shared)
     rows = _scale_rows("table1", sizes) + _failures("table1", specs, got)
     for w, spec, p in zip(WORKLOADS, specs, got):
         pub = PUB_TABLE1[w]
@@ -466,7 +457,8 @@ def table1(quick: bool, progress, *, jobs: int = 1, system: str = "flexkv", **si
 
 # --- Fig. 17: FlexKV-OP --------------------------------------------------------------------------------
 
-def fig17(quick: bool, progress, *, jobs: int = 1, systems: dict | None = None, **size) -> list[Row]:
+def fig17(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None = None,
+          systems: dict | None = None, **size) -> list[Row]:
     """FlexKV against FlexKV-OP (ownership partitioning) per workload. Published: OP -24.9 % on
     average. A series whose system is not registered gets a note row and no points."""
     from nodes.systems import is_known
@@ -479,7 +471,7 @@ def fig17(quick: bool, progress, *, jobs: int = 1, systems: dict | None = None, 
             rows.append(Row("fig17", f"{label}: system {name!r} is not registered, skipped", "-", "Mops", None))
     specs = {label: [_spec(name, full_options(), w, sizes) for w in WORKLOADS] for label, name in present.items()}
     flat = [s for ss in specs.values() for s in ss]
-    res = points(flat, prefixed(progress, "fig17: "), jobs)
+    res = points(flat, prefixed(progress, "fig17: "), jobs, shared)
     rows += _failures("fig17", flat, res)
     got = iter(res)
     mops = {(label, w): _get(next(got)) for label in specs for w in WORKLOADS}
@@ -505,7 +497,8 @@ def _cv(xs: list[float]) -> float | None:
     return math.sqrt(sum((x - m) ** 2 for x in xs) / len(xs)) / m
 
 
-def fig19(quick: bool, progress, *, jobs: int = 1, system: str = "flexkv", **size) -> list[Row]:
+def fig19(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None = None,
+          system: str = "flexkv", **size) -> list[Row]:
     """FlexKV on YCSB A at the ratio it runs A with (:data:`FIG19_RATIO`, knob off so both cases
     offload the same share): each CN's proxy load (read RPCs served + writes committed) with
     Algorithm 1 off (each CN offloads the first partitions of its static list) and on; its
@@ -515,7 +508,7 @@ def fig19(quick: bool, progress, *, jobs: int = 1, system: str = "flexkv", **siz
     fixed = full_options(knob=False, offload_ratio=FIG19_RATIO)
     cases = {"without Alg. 1": {**fixed, "rank_hotness": False}, "with Alg. 1": fixed}
     specs = [_spec(system, opts, "A", sizes) for opts in cases.values()]
-    res = points(specs, prefixed(progress, "fig19: "), jobs)
+    res = points(specs, prefixed(progress, "fig19: "), jobs, shared)
     got = dict(zip(cases, res))
     rows = _scale_rows("fig19", sizes) + _failures("fig19", specs, res)
     cv, offl = {}, {}
@@ -541,8 +534,8 @@ def fig19(quick: bool, progress, *, jobs: int = 1, system: str = "flexkv", **siz
 
 # --- Fig. 20: proxy threads ---------------------------------------------------------------------------
 
-def fig20(quick: bool, progress, *, jobs: int = 1, system: str = "flexkv", threads_list=FIG20_THREADS,
-          **size) -> list[Row]:
+def fig20(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None = None, system: str = "flexkv",
+          threads_list=FIG20_THREADS, **size) -> list[Row]:
     """FlexKV with 1-4 proxy threads per CN on YCSB A-D, each workload at the ratio the paper's
     knob chose for it (Table 1) with the knob off: the knob's own noise (which ratio it settles on
     within a few short samples) would otherwise decide more than the thread count does. Published:
@@ -551,7 +544,7 @@ def fig20(quick: bool, progress, *, jobs: int = 1, system: str = "flexkv", threa
     threads_list = [t for t in threads_list if t <= sizes["threads"]]
     mops, rows = _grid("fig20", threads_list, lambda t, w: _spec(
         system, full_options(proxy_threads=t, knob=False, offload_ratio=PUB_TABLE1[w][0]), w, sizes),
-        sizes, progress, jobs)
+        sizes, progress, jobs, shared)
     ones = []
     for w in WORKLOADS:
         for t in threads_list:
@@ -571,13 +564,13 @@ def fig20(quick: bool, progress, *, jobs: int = 1, system: str = "flexkv", threa
 
 # --- Fig. 24: fixed offload ratios -------------------------------------------------------------------
 
-def fig24(quick: bool, progress, *, jobs: int = 1, system: str = "flexkv", ratios=FIG24_RATIOS,
-          **size) -> list[Row]:
+def fig24(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None = None, system: str = "flexkv",
+          ratios=FIG24_RATIOS, **size) -> list[Row]:
     """Knob off, fixed offload ratios 0-100 % on YCSB A-D (Algorithm 1 and the KV cache on).
     Published: roughly unimodal; 0 % and 100 % both below the best."""
     sizes = _sizes(quick, **size)
     mops, rows = _grid("fig24", ratios, lambda r, w: _spec(system, full_options(knob=False, offload_ratio=r), w, sizes),
-                       sizes, progress, jobs)
+                       sizes, progress, jobs, shared)
     for w in WORKLOADS:
         for r in ratios:
             rows.append(Row("fig24", f"YCSB {w}", f"{r:.0%}", "Mops", mops[(r, w)]))
@@ -596,8 +589,8 @@ def fig24(quick: bool, progress, *, jobs: int = 1, system: str = "flexkv", ratio
 
 # --- Fig. 18: dynamic workload -------------------------------------------------------------------------
 
-def fig18(quick: bool, progress, *, system: str = "flexkv", phases_ms=None, options: dict | None = None,
-          **size) -> list[Row]:
+def fig18(quick: bool, progress, *, shared: SharedPoints | None = None, system: str = "flexkv", phases_ms=None,
+          options: dict | None = None, **size) -> list[Row]:
     """YCSB B, then YCSB A, on one rack with the full FlexKV: throughput over time (sampled
     SAMPLES_PER_INTERVAL times per Δ), the offload ratio the map holds, the manager's events, the
     ratios the knob settles on in B (published 30 %) and A (60 %) and its rounds' durations
@@ -612,7 +605,7 @@ def fig18(quick: bool, progress, *, system: str = "flexkv", phases_ms=None, opti
     opts = full_options(**(options or {}))
     key = (system, "fig18", _freeze(opts), tuple(runs), _freeze(kw), sample_ns)
     spec = (key, system, opts, runs, kw, sample_ns)
-    p = points([spec], prefixed(progress, "fig18: "), 1)[0]
+    p = points([spec], prefixed(progress, "fig18: "), 1, shared)[0]
     rows = _scale_rows("fig18", sizes) + _failures("fig18", [spec], [p])
     if "error" in p:
         return rows
@@ -702,27 +695,11 @@ def check_systems() -> None:
         raise ValueError("reproduce flexkv needs the system flexkv; not registered")
 
 
-def run(only=None, quick: bool = False, json_path: str | None = None, console=None, jobs: int = 1) -> list[Row]:
-    from rich.console import Console
-    check_only(EXPERIMENTS, only)
-    check_systems()
-    console = console or Console()
-    s = setup(quick)
-    console.print(f"FlexKV reproduction, scaled: {s['scale']}", markup=False, highlight=False)
-    _POINTS.clear()
-    return run_experiments(EXPERIMENTS, only=only, quick=quick, json_path=json_path, console=console,
-                           label="reproduce flexkv", title_prefix="FlexKV ", jobs=jobs, side_by_side=SIDE_BY_SIDE,
-                           setup=setup, title=TITLE)
-
-
-TITLE = "FlexKV (Hu, Shen, Yang): Fig. 3, 16, 17, 18, 19, 20, 24 and Table 1"
-
-
-#: the parts `dmrack sensitivity flexkv` runs per knob: Fig. 3's verb-rate ratios, the measurement the
-#: design rests on (WRITE 10.1x, SEND&RECV 19.5x, LOCAL_CAS 177.1x RDMA_CAS). Fig. 16's ablation is
-#: 20 racks (five steps x YCSB A-D), too many for a run per knob: `--only fig16` when it is wanted.
-HEADLINE = ("fig3",)
-
-EXPERIMENT = Experiment(kind="reproduce", name="flexkv", run=run, parts=tuple(EXPERIMENTS), options=("jobs",),
-                        headline=HEADLINE, profiles=(PROFILE,),
-                        title=TITLE)
+EXPERIMENT = reproduction(
+    "flexkv", "FlexKV", title="FlexKV (Hu, Shen, Yang): Fig. 3, 16, 17, 18, 19, 20, 24 and Table 1",
+    parts=EXPERIMENTS, side_by_side=SIDE_BY_SIDE, setup=setup, figures=FIGURES, profiles=(PROFILE,),
+    check=check_systems,
+    # what `dmrack sensitivity flexkv` runs per knob: Fig. 3's verb-rate ratios, the measurement the
+    # design rests on (WRITE 10.1x, SEND&RECV 19.5x, LOCAL_CAS 177.1x RDMA_CAS). Fig. 16's ablation is
+    # 20 racks (five steps x YCSB A-D), too many for a run per knob: `--only fig16` when it is wanted.
+    headline=("fig3",))

@@ -25,10 +25,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from cluster.experiments.pointpool import map_points
+from cluster.experiments.pointpool import SharedPoints
 from cluster.experiments.progress import prefixed
-from cluster.experiments.registry import Experiment
-from cluster.experiments.rows import Row, check_only, run_experiments
+from cluster.experiments.rows import Row, reproduction
 
 PROFILE = "bf3"
 KEYS = {True: 500_000, False: 2_000_000}
@@ -192,25 +191,20 @@ def _loop(env, cli, co, r, key_ids, cdf, t0, t1, lat, done, failed, reads, value
 
 # --- the figures -------------------------------------------------------------------------------------------
 
-_POINTS: dict = {}
-
-
 def _run_point(mode: str, dist: str, quick: bool, app_threads: int, app: str = "hashmap", extra=()) -> dict:
     return point(mode, dist, quick=quick, app_threads=app_threads, app=app, **dict(extra))
 
 
-def _points(specs, progress, jobs: int, quick: bool) -> dict:
-    """Each point once per run: figures share their points. A spec is (mode, dist, app threads) for
-    the hash map, or (mode, dist, app threads, app[, extra]) with ``extra`` a tuple of point()
-    keyword pairs (cache_fraction, zone_kib); results are keyed by the spec as given."""
+def _points(specs, progress, jobs: int, quick: bool, shared: SharedPoints | None) -> dict:
+    """Each point once per run (``shared``): figures share their points. A spec is (mode, dist, app
+    threads) for the hash map, or (mode, dist, app threads, app[, extra]) with ``extra`` a tuple of
+    point() keyword pairs (cache_fraction, zone_kib); results are keyed by the spec as given."""
     full = [s + ("hashmap",) * (len(s) == 3) + ((),) * (len(s) <= 4) for s in specs]
-    todo = [f for f in dict.fromkeys(full) if (f, quick) not in _POINTS]
-    got = map_points(_run_point, [(m, d, quick, t, a, e) for m, d, t, a, e in todo], jobs=jobs, progress=progress,
-                     describe=lambda p: " ".join([p[4], p[0], p[1], f"{p[3]} threads"] +
-                                                 [f"{k}={v:g}" for k, v in p[5]]))
-    for f, r in zip(todo, got):
-        _POINTS[f, quick] = r
-    return {s: _POINTS[f, quick] for s, f in zip(specs, full)}
+    got = (shared if shared is not None else SharedPoints()).measure(
+        _run_point, [(f, quick) for f in full], args=lambda k: (k[0][0], k[0][1], quick, *k[0][2:]), jobs=jobs,
+        progress=progress, describe=lambda p: " ".join([p[4], p[0], p[1], f"{p[3]} threads"] +
+                                                       [f"{k}={v:g}" for k, v in p[5]]))
+    return dict(zip(specs, got))
 
 
 def _ratio(a, b):
@@ -227,10 +221,10 @@ def fig8(quick: bool, progress) -> list[Row]:
     return [Row("fig8", r.series, r.x, r.metric, r.emulated, r.published) for r in run8(quick, progress)]
 
 
-def _throughput(exp: str, dist: str, quick: bool, progress, jobs: int, published: dict, ratios: list,
-                app: str = "hashmap") -> list[Row]:
+def _throughput(exp: str, dist: str, quick: bool, progress, jobs: int, shared: SharedPoints | None,
+                published: dict, ratios: list, app: str = "hashmap") -> list[Row]:
     specs = [(m, dist, APP_THREADS, app) for m in MODES.values()]
-    res = _points(specs, prefixed(progress, f"{exp}: "), jobs, quick)
+    res = _points(specs, prefixed(progress, f"{exp}: "), jobs, quick, shared)
     key = (lambda m: (m, dist, APP_THREADS, app))
     mops = {name: res[key(m)]["mops"] for name, m in MODES.items()}
     rows = [Row(exp, name, f"{APP_THREADS} threads", "Mops", round(v, 2), published.get(name)) for name, v in mops.items()]
@@ -242,22 +236,23 @@ def _throughput(exp: str, dist: str, quick: bool, progress, jobs: int, published
     return rows
 
 
-def fig10(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
+def fig10(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None = None) -> list[Row]:
     """Hash map, YCSB 95/5, uniform (PD3 §8.2, Fig. 10)."""
-    return _throughput("fig10", "uniform", quick, progress, jobs, {"sync RDMA": 2.0},
+    return _throughput("fig10", "uniform", quick, progress, jobs, shared, {"sync RDMA": 2.0},
                        [("PD3", "sync RDMA", 26.0), ("PD3", "Redy", 2.2), ("Redy", "sync RDMA", 9.5),
                         ("Leap", "sync RDMA", 1.0)])
 
 
-def fig11(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
+def fig11(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None = None) -> list[Row]:
     """Hash map, YCSB 95/5, Zipfian 0.99 (Fig. 11)."""
-    return _throughput("fig11", "zipf", quick, progress, jobs, {"sync RDMA": 9.0},
+    return _throughput("fig11", "zipf", quick, progress, jobs, shared, {"sync RDMA": 9.0},
                        [("Leap", "sync RDMA", 1.15), ("PD3", "sync RDMA", None), ("PD3", "Redy", None)])
 
 
-def _latency(exp: str, dist: str, quick: bool, progress, jobs: int, app: str = "hashmap") -> list[Row]:
+def _latency(exp: str, dist: str, quick: bool, progress, jobs: int, shared: SharedPoints | None,
+             app: str = "hashmap") -> list[Row]:
     specs = [(m, dist, APP_THREADS, app) for m in MODES.values()]
-    res = _points(specs, prefixed(progress, f"{exp}: "), jobs, quick)
+    res = _points(specs, prefixed(progress, f"{exp}: "), jobs, quick, shared)
     key = (lambda m: (m, dist, APP_THREADS, app))
     rows = []
     for name, m in MODES.items():
@@ -281,39 +276,39 @@ def _latency(exp: str, dist: str, quick: bool, progress, jobs: int, app: str = "
     return rows
 
 
-def fig12(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
+def fig12(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None = None) -> list[Row]:
     """The page server: random reads of 4 KB pages (PD3 §8.2, Fig. 12): PD3 +65 % over sync RDMA and
     +33 % over Redy. PD3's absolute number is the input of the page handling cost (APPS)."""
-    return _throughput("fig12", "uniform", quick, progress, jobs, {"PD3": round(1.4 / 1.54, 2)},
+    return _throughput("fig12", "uniform", quick, progress, jobs, shared, {"PD3": round(1.4 / 1.54, 2)},
                        [("PD3", "sync RDMA", 1.65), ("PD3", "Redy", 1.33), ("Leap", "sync RDMA", 1.0)],
                        app="pages")
 
 
-def fig16(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
+def fig16(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None = None) -> list[Row]:
     """Latency of the page server (Fig. 16): Redy up to 2.2x above sync RDMA, PD3 lowest."""
-    return _latency("fig16", "uniform", quick, progress, jobs, app="pages")
+    return _latency("fig16", "uniform", quick, progress, jobs, shared, app="pages")
 
 
-def fig13(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
+def fig13(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None = None) -> list[Row]:
     """The Garnet-like store, RESP, one request per thread (Fig. 13): sync RDMA and Leap 1.4x Redy;
     PD3 6x sync RDMA / Leap and 8.5x Redy."""
-    return _throughput("fig13", "uniform", quick, progress, jobs, {"PD3": round(5.3 / 1.35, 2)},
+    return _throughput("fig13", "uniform", quick, progress, jobs, shared, {"PD3": round(5.3 / 1.35, 2)},
                        [("sync RDMA", "Redy", 1.4), ("Leap", "Redy", 1.4), ("PD3", "sync RDMA", 6.0),
                         ("PD3", "Redy", 8.5)], app="garnet")
 
 
-def fig17(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
+def fig17(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None = None) -> list[Row]:
     """Latency of the Garnet-like store (Fig. 17): Redy up to 2.2x above sync RDMA, PD3 lowest."""
-    return _latency("fig17", "uniform", quick, progress, jobs, app="garnet")
+    return _latency("fig17", "uniform", quick, progress, jobs, shared, app="garnet")
 
 
-def fig19(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
+def fig19(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None = None) -> list[Row]:
     """Garnet's GET broken down (Fig. 19): a hit's process + respond (500 ns: the model's input, so
     not a check), PD3's consume (38 ns), request + transfer of sync RDMA / Leap (5.3 us) and Redy
     (6.1 us), as measured on the application threads of the Fig. 13 runs."""
     names = {"sync RDMA": "sync", "Leap": "leap", "Redy": "redy", "PD3": "pd3"}
     res = _points([(m, "uniform", APP_THREADS, "garnet") for m in names.values()], prefixed(progress, "fig19: "),
-                  jobs, quick)
+                  jobs, quick, shared)
     st = {n: res[m, "uniform", APP_THREADS, "garnet"]["stages"] for n, m in names.items()}
     rows = [Row("fig19", "hit: process + respond (input)", "PD3", "ns", round(st["PD3"]["hit_ns"]), 500),
             Row("fig19", "PD3: consume", "PD3", "ns", round(st["PD3"]["consume_ns"]), 38)]
@@ -334,12 +329,13 @@ MEMORY_FRACTIONS = {True: (1 / 256, 1 / 64, 1 / 16, 1 / 4, 1.0), False: (1 / 256
 ZONE_KIB = {True: (1, 2, 4, 16, 1024), False: (1, 2, 4, 8, 16, 64, 256, 1024)}
 
 
-def fig21(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
+def fig21(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None = None) -> list[Row]:
     """Garnet against local memory size (Figs. 21, 22): PD3 reaches all-local throughput from 128 MB
     (< 1 % of the log); sync RDMA only when everything is cached; PD3 stays above it at 64 MB."""
     fr = MEMORY_FRACTIONS[quick]
     specs = [(m, "uniform", APP_THREADS, "garnet", (("cache_fraction", f),)) for m in ("pd3", "sync") for f in fr]
-    res = _points(specs + [("local", "uniform", APP_THREADS, "garnet")], prefixed(progress, "fig21: "), jobs, quick)
+    res = _points(specs + [("local", "uniform", APP_THREADS, "garnet")], prefixed(progress, "fig21: "), jobs, quick,
+                  shared)
     local = res["local", "uniform", APP_THREADS, "garnet"]["mops"]
     rows = []
     for s in specs:
@@ -359,12 +355,12 @@ def fig21(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
     return rows
 
 
-def fig23(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
+def fig23(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None = None) -> list[Row]:
     """Garnet against the Loading Zone's size (Figs. 23, 24): throughput falls and latency rises once
     the zone is too small to hold the items prefetched and not yet consumed (drops counted)."""
     sizes = ZONE_KIB[quick]
     specs = [("pd3", "uniform", APP_THREADS, "garnet", (("zone_kib", z),)) for z in sizes]
-    res = _points(specs, prefixed(progress, "fig23: "), jobs, quick)
+    res = _points(specs, prefixed(progress, "fig23: "), jobs, quick, shared)
     rows = []
     for s in specs:
         r, z = res[s], s[4][0][1]
@@ -378,21 +374,21 @@ def fig23(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
     return rows
 
 
-def fig14(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
+def fig14(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None = None) -> list[Row]:
     """Latency of the hash map, uniform (Fig. 14): PD3 1.5-11x lower p50, Redy up to 3.5x below sync."""
-    return _latency("fig14", "uniform", quick, progress, jobs)
+    return _latency("fig14", "uniform", quick, progress, jobs, shared)
 
 
-def fig15(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
+def fig15(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None = None) -> list[Row]:
     """Latency of the hash map, Zipfian (Fig. 15)."""
-    return _latency("fig15", "zipf", quick, progress, jobs)
+    return _latency("fig15", "zipf", quick, progress, jobs, shared)
 
 
-def fig18(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
+def fig18(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None = None) -> list[Row]:
     """Prefetching off and on against all-local (Fig. 18, hash map uniform)."""
     specs = [(m, "uniform", APP_THREADS) for m in ("pd3-noprefetch", "pd3", "local", "redy")]
     res = _points(specs + [(m, "uniform", APP_THREADS, a) for m in ("pd3-noprefetch", "pd3", "local")
-                           for a in ("pages", "garnet")], prefixed(progress, "fig18: "), jobs, quick)
+                           for a in ("pages", "garnet")], prefixed(progress, "fig18: "), jobs, quick, shared)
     mops = {m: res[m, "uniform", APP_THREADS]["mops"] for m, _d, _t in specs}
     pages = {m: res[m, "uniform", APP_THREADS, "pages"]["mops"] for m in ("pd3-noprefetch", "pd3", "local")}
     store = {m: res[m, "uniform", APP_THREADS, "garnet"]["mops"] for m in ("pd3-noprefetch", "pd3", "local")}
@@ -415,12 +411,12 @@ def _fig18_app(x: str, mops: dict) -> list[Row]:
             Row("fig18", "PD3 / all local", x, "ratio", _ratio(mops["pd3"], mops["local"]), 0.9)]
 
 
-def fig20(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
+def fig20(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None = None) -> list[Row]:
     """Host cores saved (Fig. 20): Redy and PD3 with 8 and 16 application threads."""
     specs = [(m, "uniform", t) for m in ("redy", "pd3") for t in (APP_THREADS, 2 * APP_THREADS)]
     apps = [(m, "uniform", t, a) for a in ("pages", "garnet") for m in ("redy", "pd3")
             for t in (APP_THREADS, 2 * APP_THREADS)]
-    res = _points(specs + apps, prefixed(progress, "fig20: "), jobs, quick)
+    res = _points(specs + apps, prefixed(progress, "fig20: "), jobs, quick, shared)
     rows = []
     for m, name in (("redy", "Redy"), ("pd3", "PD3")):
         for t in (APP_THREADS, 2 * APP_THREADS):
@@ -465,22 +461,10 @@ def setup(quick: bool) -> dict:
                      f"{warm} us warm-up + {window} us measured (virtual)"}
 
 
-def run(only=None, quick: bool = False, json_path: str | None = None, console=None, jobs: int = 1) -> list[Row]:
-    from rich.console import Console
-    check_only(EXPERIMENTS, only)
-    console = console or Console()
-    console.print(f"PD3 reproduction, scaled: {setup(quick)['scale']}", markup=False, highlight=False)
-    _POINTS.clear()
-    return run_experiments(EXPERIMENTS, only=only, quick=quick, json_path=json_path, console=console,
-                           label="reproduce pd3", title_prefix="PD3 ", jobs=jobs, side_by_side=SIDE_BY_SIDE,
-                           setup=setup, title=TITLE)
-
-
-TITLE = "PD3 (Sankhe et al.): Figs. 4, 8, 10-24 (hash map, page server, Garnet-like store)"
-
-#: the parts `dmrack sensitivity pd3` runs per knob: Fig. 4's Host View steps (the DPU cost table), Fig. 8's Loading Zone (the host's coherence costs) and Fig. 10's hash map, uniform (the four systems' racks): about 55 s with --quick
-HEADLINE = ("fig4", "fig8", "fig10")
-
-EXPERIMENT = Experiment(kind="reproduce", name="pd3", run=run, parts=tuple(EXPERIMENTS), options=("jobs",),
-                        headline=HEADLINE, profiles=(PROFILE,),
-                        title=TITLE)
+EXPERIMENT = reproduction(
+    "pd3", "PD3", title="PD3 (Sankhe et al.): Figs. 4, 8, 10-24 (hash map, page server, Garnet-like store)",
+    parts=EXPERIMENTS, side_by_side=SIDE_BY_SIDE, setup=setup, profiles=(PROFILE,),
+    # what `dmrack sensitivity pd3` runs per knob: Fig. 4's Host View steps (the DPU cost table), Fig. 8's
+    # Loading Zone (the host's coherence costs) and Fig. 10's hash map, uniform (the four systems'
+    # racks): about 55 s with --quick
+    headline=("fig4", "fig8", "fig10"))

@@ -37,6 +37,14 @@ runs them:
   runs with its worker's daemon flag cleared: a point whose rack forks node processes (or a fork
   pool) works on a worker as it does here.
 
+Points that several parts of one run read (FlexKV's Fig. 16 last step is Table 1's and Fig. 17's
+point, Sherman's Figs. 10 and 11 are the skew part's) are measured once per run:
+:class:`SharedPoints` holds them, and :func:`cluster.experiments.rows.run_experiments` makes one per
+run and hands it to every part that takes a ``shared`` keyword. It is an object of the run rather
+than a cache in the module, so two runs in one process (``dmrack sensitivity`` runs a paper once
+per knob, under other profile overrides; tests run parts side by side) never read each other's
+points, and nothing has to remember to clear it.
+
 Profile overrides (:func:`shm.profile.overridden`, what ``dmrack sensitivity`` varies) travel with
 the points: every backend runs a point under the overrides in force where :func:`map_points` was
 called, handed to the worker with the point (a forked worker would inherit them, a Dask worker would
@@ -148,6 +156,36 @@ def map_points(fn: Callable, points: Sequence[tuple], *, jobs: int = 1,
             if progress is not None:
                 progress(f"{describe(points[index])} done ({done}/{len(points)}, {jobs} at a time)")
     return results
+
+
+class SharedPoints:
+    """The points one run has measured, by key, for the parts of that run that share them (see the
+    module docstring). A part called on its own (a test) passes none and gets a fresh one: it then
+    measures everything it needs itself."""
+
+    def __init__(self):
+        self._got: dict = {}
+
+    def measure(self, fn: Callable, keys: Sequence, *, args: Callable = tuple, jobs: int = 1,
+                progress: Callable[[str], None] | None = None, describe: Callable[[tuple], str] = str,
+                order: Callable | None = None) -> list:
+        """The results of the points named by ``keys`` (hashable), in that order: those this run has
+        not measured yet are run by :func:`map_points` as ``fn(*args(key))``, each once, in the
+        order ``order`` sorts them by (a key function; None: as first named)."""
+        todo = [k for k in dict.fromkeys(keys) if k not in self._got]
+        if order is not None:
+            todo.sort(key=order)
+        if todo:
+            got = map_points(fn, [args(k) for k in todo], jobs=jobs, progress=progress, describe=describe)
+            self._got.update(zip(todo, got))
+        return [self._got[k] for k in keys]
+
+    def once(self, key, measure: Callable[[], object]):
+        """``measure()`` the first time this run asks for ``key``, what it returned after that (one
+        rack that several parts read, measured in this process)."""
+        if key not in self._got:
+            self._got[key] = measure()
+        return self._got[key]
 
 
 # --- the Dask backend ------------------------------------------------------------------------------

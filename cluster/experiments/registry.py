@@ -1,13 +1,16 @@
 """The experiments' registry: ``dmrack bench NAME`` and ``dmrack reproduce NAME`` find an experiment
 by name among the modules of this package, so a new paper is one new module and no edit elsewhere.
 
-An experiment module declares itself with one module-level constant::
+An experiment module declares itself with one module-level constant, usually made by
+:func:`cluster.experiments.rows.reproduction` or :func:`~cluster.experiments.rows.bench` from its
+parts, setup, figures and title (they write ``run``)::
 
-    EXPERIMENT = Experiment(kind="reproduce", name="smart", title="SMART (ASPLOS'24): ...",
-                            run=run, parts=tuple(EXPERIMENTS), options=("jobs",))
+    EXPERIMENT = reproduction("smart", "SMART", title="SMART (ASPLOS'24): ...", parts=EXPERIMENTS,
+                              side_by_side=SIDE_BY_SIDE, setup=setup, figures=FIGURES, ...)
 
-and nothing registers it: :func:`find` and :func:`available` look for ``EXPERIMENT`` in the
-modules of ``cluster.experiments``. Why a constant found by looking rather than a decorator that
+or, when its ``run`` is its own (``bench ycsb``: parts per system, a trace), as an
+:class:`Experiment` directly, and nothing registers it: :func:`find` and :func:`available` look
+for ``EXPERIMENT`` in the modules of ``cluster.experiments``. Why a constant found by looking rather than a decorator that
 fills a table on import: the table is then only ever what the package holds (no import order to
 get right, no module that registers twice or from outside), and a module that is never asked for
 is never imported.
@@ -29,6 +32,10 @@ reproduce --jobs``; ``system``: the system to measure, from ``dmrack bench --sys
 timeline of its first point). ``run``
 checks ``only`` itself (a ValueError is one line and exit status 2 at the command line) and
 returns the rows (:class:`cluster.experiments.rows.Row`) it printed and wrote.
+
+An experiment also declares its ``setup`` (``setup(quick) -> dict``: its racks, for the run record,
+:mod:`cluster.experiments.provenance`) and its ``figures`` (:mod:`cluster.experiments.figures`),
+which ``--plot``, ``dmrack plot``, ``dmrack report`` and ``dmrack sensitivity`` read from here.
 
 A reproduction also declares its ``headline``: the few parts (names of ``parts``) that carry its
 main claims and are cheap (about a minute each with ``--quick`` on two cores), and the shipped
@@ -61,6 +68,8 @@ class Experiment:
     options: tuple[str, ...] = ()   # further keywords of run() the command line fills (OPTIONS)
     headline: tuple[str, ...] = ()  # the cheap parts that carry the main claims (dmrack sensitivity)
     profiles: tuple[str, ...] = ()  # the shipped profiles its racks use
+    setup: Callable | None = None   # setup(quick) -> dict: its racks, for the run record
+    figures: tuple = ()             # its figures (cluster.experiments.figures.Figure)
 
     def __post_init__(self):
         if self.kind not in KINDS:

@@ -14,6 +14,11 @@ old kind, so every reader (compare, plot, report) takes either. It also reads th
 ``dmrack run`` / ``dmrack up`` (``--out``/``--json``, format ``dmrack.results/2``) as rows without
 published values (``cluster.results.document_rows``: per step, node and kind, throughput and
 latencies), so two runs of a rack compare and go into a report like any other result.
+
+A module's parts run through :func:`run_experiments`; :func:`reproduction` and :func:`bench` make
+a module's declaration (:class:`cluster.experiments.registry.Experiment`) from its parts, setup,
+figures and title, its ``run`` included, so that every paper runs, prints and records alike and a
+paper module holds its experiments and nothing else.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ import os
 import re
 import time
 from dataclasses import asdict, dataclass
+
+from cluster.experiments.registry import Experiment
 
 FORMAT = "dmrack-result/1"
 KEYS = ("experiment", "series", "x", "metric", "emulated", "published")
@@ -262,19 +269,30 @@ def run_experiments(experiments: dict, *, only=None, quick: bool = False, json_p
     :mod:`cluster.experiments.provenance`). The
     experiments named in ``side_by_side`` are sweeps of fresh racks that also take ``jobs``: how
     many racks run at a time (cluster.experiments.pointpool), which does not change a figure.
+    An experiment with a ``shared`` parameter gets this run's
+    :class:`~cluster.experiments.pointpool.SharedPoints` (the points its parts measure once and
+    share; a new one per call of this function).
     An experiment whose points failed (on a Dask cluster) prints one line per failed point and
     has no rows; the others run, and :class:`ExperimentsFailed` is raised after the JSON is written."""
     from functools import partial
+    from inspect import signature
 
     from rich.console import Console
 
     from cluster.experiments import pointpool
-    from cluster.experiments.pointpool import PointsFailed
+    from cluster.experiments.pointpool import PointsFailed, SharedPoints
     from cluster.experiments.progress import Sweep
     from cluster.experiments.provenance import record, software
     if not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs must be a whole number of processes, at least 1; got {jobs!r}")
-    experiments = {name: (partial(fn, jobs=jobs) if name in side_by_side else fn) for name, fn in experiments.items()}
+    shared = SharedPoints()
+
+    def bound(name, fn):
+        kw = {"jobs": jobs} if name in side_by_side else {}
+        if "shared" in signature(fn).parameters:
+            kw["shared"] = shared
+        return partial(fn, **kw) if kw else fn
+    experiments = {name: bound(name, fn) for name, fn in experiments.items()}
     console = console or Console()
     check_only(experiments, only)
     names = list(experiments) if not only else list(only)
@@ -306,3 +324,39 @@ def run_experiments(experiments: dict, *, only=None, quick: bool = False, json_p
     if failed:
         raise ExperimentsFailed(rows, failed)
     return rows
+
+
+def reproduction(name: str, short: str, *, title: str, parts: dict, setup, side_by_side: tuple = (),
+                 figures=(), headline: tuple = (), profiles: tuple = (), check=None) -> Experiment:
+    """The :class:`~cluster.experiments.registry.Experiment` of ``dmrack reproduce NAME``: every
+    paper module declares its parts (``name -> fn(quick, progress[, jobs=][, shared=]) -> [Row]``,
+    a dict read when the run starts), the parts made of fresh racks (``side_by_side``: they take
+    ``--jobs``), ``setup(quick)`` (its racks, for the run record and the line that states the
+    scale), its figures, title, headline parts and profiles, and gets its ``run`` from here.
+    ``short`` names the paper in the tables' titles and the scale line ("SMART"); ``check()``, if
+    given, refuses a run before anything runs (a system that is not registered: a ValueError of
+    one line)."""
+
+    def run(only=None, quick: bool = False, json_path: str | None = None, console=None, jobs: int = 1) -> Rows:
+        from rich.console import Console
+        check_only(parts, only)
+        if check is not None:
+            check()
+        console = console or Console()
+        console.print(f"{short} reproduction, scaled: {setup(quick)['scale']}", markup=False, highlight=False)
+        return run_experiments(parts, only=only, quick=quick, json_path=json_path, console=console,
+                               label=f"reproduce {name}", title_prefix=f"{short} ", jobs=jobs,
+                               side_by_side=side_by_side, setup=setup, title=title)
+    return Experiment(kind="reproduce", name=name, title=title, run=run, parts=tuple(parts), options=("jobs",),
+                      headline=headline, profiles=profiles, setup=setup, figures=tuple(figures))
+
+
+def bench(name: str, *, title: str, parts: dict, setup, figures=(), title_prefix: str = "") -> Experiment:
+    """The :class:`~cluster.experiments.registry.Experiment` of ``dmrack bench NAME``: its parts run
+    in one process, one after the other (no ``--jobs``); ``title_prefix`` starts each table's title."""
+
+    def run(only=None, quick: bool = False, json_path: str | None = None, console=None) -> Rows:
+        return run_experiments(parts, only=only, quick=quick, json_path=json_path, console=console,
+                               label=f"bench {name}", title_prefix=title_prefix, setup=setup, title=title)
+    return Experiment(kind="bench", name=name, title=title, run=run, parts=tuple(parts), setup=setup,
+                      figures=tuple(figures))

@@ -31,7 +31,6 @@ top; matplotlib).
 
 from __future__ import annotations
 
-import importlib
 import math
 import os
 import sys
@@ -208,10 +207,6 @@ class _Quiet:
         pass
 
 
-def _setup(exp) -> Callable | None:
-    return getattr(importlib.import_module(exp.run.__module__), "setup", None)
-
-
 def _run_once(exp, parts, quick: bool, jobs: int, overrides: dict) -> list[dict]:
     from shm.profile import overridden
     options = {"jobs": jobs} if "jobs" in exp.options else {}
@@ -286,7 +281,7 @@ def run(exp, *, parts: list[str] | None = None, quick: bool = False, jobs: int =
                 "notes": notes, "table": entries, "summary": summary(entries)}
         rec = record(label, title=f"{exp.title}: sensitivity to the profiles' assumptions", parts=parts,
                      quick=quick, options={"jobs": jobs, "factors": list(factors), "knobs": knobs or "assumptions"},
-                     setup=_setup(exp), started=started, wall_s=time.perf_counter() - t0, code=code)
+                     setup=exp.setup, started=started, wall_s=time.perf_counter() - t0, code=code)
         rec["sensitivity"] = sens
         return {"format": FORMAT, "run": rec, "rows": rows, "table": entries, "summary": sens["summary"],
                 "notes": notes}

@@ -45,10 +45,9 @@ Experiments:
 from __future__ import annotations
 
 from cluster.experiments.figures import Figure
-from cluster.experiments.pointpool import map_points
+from cluster.experiments.pointpool import SharedPoints, map_points
 from cluster.experiments.progress import prefixed
-from cluster.experiments.registry import Experiment
-from cluster.experiments.rows import Row, run_experiments
+from cluster.experiments.rows import Row, reproduction
 
 PROFILE = "cx5-100g"
 SERVERS = 8                      # compute nodes and memory nodes
@@ -151,28 +150,25 @@ def measure(workloads: dict[str, tuple[str, float]], **kw) -> tuple[dict[str, di
     return out, totals
 
 
-def _figures(quick: bool, progress, *, records=None, warm_ms=None, measure_ms=None, servers=SERVERS,
-             threads=THREADS, mixes=tuple(MIXES)) -> dict:
-    """fig10 and fig11 on one rack (one load): {(fig, mix): point}. Cached per arguments, since
-    ``skew`` needs both."""
+def _figures(quick: bool, progress, shared: SharedPoints | None, *, records=None, warm_ms=None, measure_ms=None,
+             servers=SERVERS, threads=THREADS, mixes=tuple(MIXES)) -> dict:
+    """fig10 and fig11 on one rack (one load): {(fig, mix): point}. Measured once per run and
+    arguments (``shared``), since ``skew`` needs both."""
     key = (quick, records, warm_ms, measure_ms, servers, threads, tuple(mixes))
-    if key not in _FIGURES:
+
+    def figures() -> dict:
         warm, win = WINDOWS_MS[quick]
         workloads = {f"{fig}_{mix}": (dist, MIXES[mix]) for fig, dist in DISTRIBUTIONS.items() for mix in mixes}
         progress(f"{servers} compute nodes x {threads} threads, {servers} memory nodes: loading "
                  f"{records or RECORDS[quick]:,} keys, then {len(workloads)} workloads")
         got, _ = measure(workloads, records=records or RECORDS[quick], warm_ms=warm_ms or warm,
                          measure_ms=measure_ms or win, servers=servers, threads=threads)
-        _FIGURES.clear()
-        _FIGURES[key] = {tuple(name.split("_", 1)): p for name, p in got.items()}
-    return _FIGURES[key]
+        return {tuple(name.split("_", 1)): p for name, p in got.items()}
+    return (shared if shared is not None else SharedPoints()).once(key, figures)
 
 
-_FIGURES: dict = {}
-
-
-def _figure(fig: str, quick: bool, progress, **kw) -> list[Row]:
-    points = _figures(quick, progress, **kw)
+def _figure(fig: str, quick: bool, progress, shared: SharedPoints | None, **kw) -> list[Row]:
+    points = _figures(quick, progress, shared, **kw)
     clients = kw.get("servers", SERVERS) * kw.get("threads", THREADS)
     series = "skewed (zipf 0.99)" if fig == "fig10" else "uniform"
     rows = []
@@ -186,23 +182,23 @@ def _figure(fig: str, quick: bool, progress, **kw) -> list[Row]:
     return rows
 
 
-def fig10(quick: bool, progress, **kw) -> list[Row]:
+def fig10(quick: bool, progress, *, shared: SharedPoints | None = None, **kw) -> list[Row]:
     """Skewed keys (zipf 0.99): write-only, write-intensive and read-intensive at 176 threads.
     Published (Fig. 10, transcribed): 4.14, 8.02 and 33.8 Mops."""
-    return _figure("fig10", quick, progress, **kw)
+    return _figure("fig10", quick, progress, shared, **kw)
 
 
-def fig11(quick: bool, progress, **kw) -> list[Row]:
+def fig11(quick: bool, progress, *, shared: SharedPoints | None = None, **kw) -> list[Row]:
     """Uniform keys: write-only, write-intensive and read-intensive at 176 threads. Published
     (Fig. 11, transcribed): 16.04, 21.53 and 32.4 Mops."""
-    return _figure("fig11", quick, progress, **kw)
+    return _figure("fig11", quick, progress, shared, **kw)
 
 
-def skew(quick: bool, progress, **kw) -> list[Row]:
+def skew(quick: bool, progress, *, shared: SharedPoints | None = None, **kw) -> list[Row]:
     """Skewed over uniform throughput per mix: skewed writes far below uniform ones (published,
     from the transcribed Figs. 10 and 11: 0.26 write-only, 0.37 write-intensive, 1.04
     read-intensive)."""
-    points = _figures(quick, progress, **kw)
+    points = _figures(quick, progress, shared, **kw)
     rows = []
     for mix in kw.get("mixes", MIXES):
         z, u = points[("fig10", mix)], points[("fig11", mix)]
@@ -315,19 +311,8 @@ def setup(quick: bool) -> dict:
                      f"(paper: 1 G); windows of virtual milliseconds"}
 
 
-def run(only=None, quick: bool = False, json_path: str | None = None, console=None, jobs: int = 1) -> list[Row]:
-    _FIGURES.clear()
-    return run_experiments(EXPERIMENTS, only=only, quick=quick, json_path=json_path, console=console,
-                           label="reproduce sherman", title_prefix="Sherman ", jobs=jobs, side_by_side=SIDE_BY_SIDE,
-                           setup=setup, title=TITLE)
-
-
-TITLE = "Sherman (SIGMOD'22): Fig. 10, 11 and the ablation from FG+"
-
-
-#: the parts `dmrack sensitivity sherman` runs per knob: Figs. 10 and 11 share one rack: about 45 s with --quick
-HEADLINE = ("fig10", "fig11")
-
-EXPERIMENT = Experiment(kind="reproduce", name="sherman", run=run, parts=tuple(EXPERIMENTS), options=("jobs",),
-                        headline=HEADLINE, profiles=(PROFILE,),
-                        title=TITLE)
+EXPERIMENT = reproduction(
+    "sherman", "Sherman", title="Sherman (SIGMOD'22): Fig. 10, 11 and the ablation from FG+",
+    parts=EXPERIMENTS, side_by_side=SIDE_BY_SIDE, setup=setup, figures=FIGURES, profiles=(PROFILE,),
+    # what `dmrack sensitivity sherman` runs per knob: Figs. 10 and 11 share one rack: about 45 s with --quick
+    headline=("fig10", "fig11"))

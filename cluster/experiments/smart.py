@@ -40,8 +40,7 @@ from __future__ import annotations
 from cluster.experiments.figures import Figure
 from cluster.experiments.pointpool import map_points
 from cluster.experiments.progress import advance, expect, prefixed
-from cluster.experiments.registry import Experiment
-from cluster.experiments.rows import Row, run_experiments
+from cluster.experiments.rows import Row, reproduction
 from cluster.experiments.ycsb import CONTENDED_MS, SMART_KEYS, UNCONTENDED_MS
 
 
@@ -555,18 +554,9 @@ def setup(quick: bool) -> dict:
                      f"{win:g} ms after {warm:g} ms of warm-up (paper: 10 s runs); rig times x 1/{RIG_SCALE}"}
 
 
-def run(only=None, quick: bool = False, json_path: str | None = None, console=None, jobs: int = 1) -> list[Row]:
-    return run_experiments(EXPERIMENTS, only=only, quick=quick, json_path=json_path, console=console,
-                           label="reproduce smart", title_prefix="SMART ", jobs=jobs, side_by_side=SIDE_BY_SIDE,
-                           setup=setup, title=TITLE)
-
-
-TITLE = "SMART (ASPLOS'24): Fig. 3, 4, 5, 7, 12, 13, 14 and Table 1"
-
-
-#: the parts `dmrack sensitivity smart` runs per knob: Figs. 3 and 4 (doorbells, QPs, WQE cache: seconds) and Fig. 5 (RACE's hot-key collapse, about 46 s) with --quick
-HEADLINE = ("fig3", "fig4", "fig5")
-
-EXPERIMENT = Experiment(kind="reproduce", name="smart", run=run, parts=tuple(EXPERIMENTS), options=("jobs",),
-                        headline=HEADLINE, profiles=("cx6-200g",),
-                        title=TITLE)
+EXPERIMENT = reproduction(
+    "smart", "SMART", title="SMART (ASPLOS'24): Fig. 3, 4, 5, 7, 12, 13, 14 and Table 1",
+    parts=EXPERIMENTS, side_by_side=SIDE_BY_SIDE, setup=setup, figures=FIGURES, profiles=("cx6-200g",),
+    # what `dmrack sensitivity smart` runs per knob: Figs. 3 and 4 (doorbells, QPs, WQE cache: seconds)
+    # and Fig. 5 (RACE's hot-key collapse, about 46 s) with --quick
+    headline=("fig3", "fig4", "fig5"))

@@ -38,8 +38,7 @@ import time
 import numpy as np
 
 from cluster.experiments.figures import Figure
-from cluster.experiments.registry import Experiment
-from cluster.experiments.rows import Row, run_experiments
+from cluster.experiments.rows import Row, bench
 
 DEPTH = 8
 TARGET_COROUTINE = 500_000
@@ -403,13 +402,5 @@ def setup(quick: bool) -> dict:
             "note": "measures this machine's real time: compare only with runs on the same machine"}
 
 
-def run(only=None, quick: bool = False, json_path: str | None = None, console=None) -> list[Row]:
-    return run_experiments(EXPERIMENTS, only=only, quick=quick, json_path=json_path, console=console,
-                           label="bench speed", title_prefix="speed: ", setup=setup, title=TITLE)
-
-
-TITLE = "how fast the emulator runs in real time: verbs, systems, reproduction parts"
-
-
-EXPERIMENT = Experiment(kind="bench", name="speed", run=run, parts=tuple(EXPERIMENTS),
-                        title=TITLE)
+EXPERIMENT = bench("speed", title="how fast the emulator runs in real time: verbs, systems, reproduction parts",
+                   parts=EXPERIMENTS, setup=setup, figures=FIGURES, title_prefix="speed: ")

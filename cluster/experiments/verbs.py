@@ -27,9 +27,8 @@ from __future__ import annotations
 import numpy as np
 
 from cluster.experiments.figures import Figure
-from cluster.experiments.registry import Experiment
 from cluster.experiments.progress import advance, expect
-from cluster.experiments.rows import Row, run_experiments
+from cluster.experiments.rows import Row, bench
 from nodes.runtime.env import Environment
 from shm.coro import NodeRdma
 from shm.fabric import REGION_DEVICE, REGION_HOST, Fabric, NodeSpec, gaddr
@@ -626,13 +625,6 @@ def setup(quick: bool) -> dict:
             "scale": "shorter windows and fewer points" if quick else "full sweeps"}
 
 
-def run(only=None, quick: bool = False, json_path: str | None = None, console=None) -> list[Row]:
-    return run_experiments(EXPERIMENTS, only=only, quick=quick, json_path=json_path, console=console,
-                           label="bench verbs", setup=setup, title=TITLE)
-
-
-TITLE = "fabric calibration: FlexKV Fig. 3, SMART Fig. 3 and 4, latency, atomics, locks, speed"
-
-
-EXPERIMENT = Experiment(kind="bench", name="verbs", run=run, parts=tuple(EXPERIMENTS),
-                        title=TITLE)
+EXPERIMENT = bench("verbs", title="fabric calibration: FlexKV Fig. 3, SMART Fig. 3 and 4, latency, atomics, locks, "
+                                  "speed",
+                   parts=EXPERIMENTS, setup=setup, figures=FIGURES)

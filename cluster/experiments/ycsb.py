@@ -194,4 +194,4 @@ FIGURES = [Figure(f"ycsb-{w}", f"ycsb-{w}", ("Mops", "p99 µs"), f"YCSB {w.upper
 
 
 EXPERIMENT = Experiment(kind="bench", name="ycsb", run=run, parts=tuple(WORKLOADS), options=("system", "trace"),
-                        title=TITLE)
+                        title=TITLE, setup=setup, figures=tuple(FIGURES))
