@@ -540,20 +540,23 @@ def _system_panel(view: RackView, title_info: dict) -> Panel | None:
     if not view.system:
         return None
     shown = [(k, v) for k, v in view.system if v]
-    table = Table(expand=True, box=None, show_header=False, pad_edge=False)
-    for _ in range(SYSTEM_PAIRS):
-        table.add_column(style="dim", no_wrap=True, overflow="ellipsis")
-        table.add_column(justify="right", style="bold", no_wrap=True)
-    for i in range(0, len(shown), SYSTEM_PAIRS):
-        cells = []
-        for k, v in shown[i:i + SYSTEM_PAIRS]:
-            cells += [k, f"{v:,}" if isinstance(v, int) else f"{v:,.4g}"]
-        table.add_row(*cells)
+    table = _pairs_table([(k, f"{v:,}" if isinstance(v, int) else f"{v:,.4g}") for k, v in shown])
     zero = len(view.system) - len(shown)
     title = (f"{title_info.get('system', 'system')} counters (statistics(), summed over the compute nodes"
              + (f"; {zero} at 0 not shown" if zero else "") + ")")
     body = table if shown else Text(f"all {len(view.system)} counters are 0 so far", style="dim")
     return Panel(body, title=title, border_style="dim")
+
+
+def _pairs_table(pairs) -> Table:
+    """(name, shown value) pairs, SYSTEM_PAIRS to a row: a panel of counters."""
+    table = Table(expand=True, box=None, show_header=False, pad_edge=False)
+    for _ in range(SYSTEM_PAIRS):
+        table.add_column(style="dim", no_wrap=True, overflow="ellipsis")
+        table.add_column(justify="right", style="bold", no_wrap=True)
+    for i in range(0, len(pairs), SYSTEM_PAIRS):
+        table.add_row(*[cell for pair in pairs[i:i + SYSTEM_PAIRS] for cell in pair])
+    return table
 
 
 def _fmt_counter(c, v: int) -> str:
@@ -571,15 +574,7 @@ def _counters_panel(view: RackView) -> Panel | None:
     shown = [(c, v) for c, v in view.counters if v]
     if not shown:
         return None
-    table = Table(expand=True, box=None, show_header=False, pad_edge=False)
-    for _ in range(SYSTEM_PAIRS):
-        table.add_column(style="dim", no_wrap=True, overflow="ellipsis")
-        table.add_column(justify="right", style="bold", no_wrap=True)
-    for i in range(0, len(shown), SYSTEM_PAIRS):
-        cells = []
-        for c, v in shown[i:i + SYSTEM_PAIRS]:
-            cells += [c.name, _fmt_counter(c, v)]
-        table.add_row(*cells)
+    table = _pairs_table([(c.name, _fmt_counter(c, v)) for c, v in shown])
     return Panel(table, title="counters (summed over the nodes)", border_style="dim")
 
 

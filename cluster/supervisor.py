@@ -249,26 +249,12 @@ class Supervisor:
         live = not self.quiet and self.dashboard_mode is not False and self.console.is_terminal
         if live:
             with self.console.status(f"dmrack: {WARMING}") as status:
-                done = threading.Event()
-                ticker = threading.Thread(target=_tick, daemon=True, args=(done, 1.0, lambda dt: status.update(
-                    f"dmrack: {WARMING} [{dt:.0f} s]")))
-                ticker.start()
-                try:
-                    warm_up(self.compiled)
-                finally:
-                    done.set()
-                    ticker.join()
+                _while_ticking(lambda: warm_up(self.compiled), 1.0,
+                               lambda dt: status.update(f"dmrack: {WARMING} [{dt:.0f} s]"))
         else:
             self.say(f"dmrack: {WARMING}")
-            done = threading.Event()
-            ticker = threading.Thread(target=_tick, daemon=True, args=(done, WARM_TICK_S, lambda dt: self.say(
-                f"dmrack: still preparing the kernels ({dt:.0f} s)")))
-            ticker.start()
-            try:
-                warm_up(self.compiled)
-            finally:
-                done.set()
-                ticker.join()
+            _while_ticking(lambda: warm_up(self.compiled), WARM_TICK_S,
+                           lambda dt: self.say(f"dmrack: still preparing the kernels ({dt:.0f} s)"))
         took = time.monotonic() - t0
         if took >= WARM_SAY_S:
             self.say(f"dmrack: kernels ready after {took:.0f} s (compiled and cached: later runs start in seconds)")
@@ -587,11 +573,21 @@ def _exit_failpoints(node: str) -> list[str]:
     return [name for only, name, action, _ in armed if action == "exit" and only in (None, node)]
 
 
-def _tick(done: threading.Event, every_s: float, show) -> None:
-    """Call ``show(seconds since start)`` every ``every_s`` until ``done`` is set."""
+def _while_ticking(work, every_s: float, show) -> None:
+    """Run ``work()`` here while a daemon thread calls ``show(seconds since start)`` every ``every_s``."""
+    done = threading.Event()
     t0 = time.monotonic()
-    while not done.wait(every_s):
-        show(time.monotonic() - t0)
+
+    def tick():
+        while not done.wait(every_s):
+            show(time.monotonic() - t0)
+    ticker = threading.Thread(target=tick, daemon=True)
+    ticker.start()
+    try:
+        work()
+    finally:
+        done.set()
+        ticker.join()
 
 
 def warm_up(compiled) -> None:

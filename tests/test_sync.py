@@ -127,41 +127,9 @@ LAT = 1000
 ROUNDS = 20
 
 
-def _pingpong(table, i, window):
-    env = Environment(sync=ClockSync(table, i, window), seed=i)
-    got = []
-
-    def on_message(src, payload):
-        got.append((env.now, src, payload[0]))
-        if payload[0] < ROUNDS:
-            env.send(src, env.now + LAT, (payload[0] + 1, 7))
-
-    env.on_message = on_message
-    if i == 0:
-        def starter(env):
-            yield 100
-            env.send(1, env.now + LAT, (0, 7))
-        env.process(starter(env))
-    env.run()
-    return got, env.now
-
-
-def test_ping_pong_receipt_times_are_exact(prefix):
-    t = ClockTable.create(2, prefix=prefix, inbox_capacity=16)
-    try:
-        (got0, now0), (got1, now1) = run_procs(t, _pingpong, 500)
-        # message k is sent at 100 + k*LAT and received one latency later
-        assert got1 == [(100 + (k + 1) * LAT, 0, k) for k in range(0, ROUNDS + 1, 2)]
-        assert got0 == [(100 + (k + 1) * LAT, 1, k) for k in range(1, ROUNDS + 1, 2)]
-        assert max(now0, now1) == 100 + (ROUNDS + 1) * LAT
-        st = t.statistics()
-        assert st.sent == st.consumed == ROUNDS + 1 and st.clocks == (INF, INF)
-    finally:
-        t.close()
-
-
-def _pingpong_spin(table, i, spin_us):
-    sync = ClockSync(table, i, 500, spin_us)
+def _pingpong(table, i, window, spin_us=0.0):
+    """Two processes bounce a message ROUNDS times; returns (receipts, end time, sync statistics)."""
+    sync = ClockSync(table, i, window, spin_us)
     env = Environment(sync=sync, seed=i)
     got = []
 
@@ -177,7 +145,21 @@ def _pingpong_spin(table, i, spin_us):
             env.send(1, env.now + LAT, (0, 7))
         env.process(starter(env))
     env.run()
-    return got, sync.statistics()
+    return got, env.now, sync.statistics()
+
+
+def test_ping_pong_receipt_times_are_exact(prefix):
+    t = ClockTable.create(2, prefix=prefix, inbox_capacity=16)
+    try:
+        (got0, now0, _), (got1, now1, _) = run_procs(t, _pingpong, 500)
+        # message k is sent at 100 + k*LAT and received one latency later
+        assert got1 == [(100 + (k + 1) * LAT, 0, k) for k in range(0, ROUNDS + 1, 2)]
+        assert got0 == [(100 + (k + 1) * LAT, 1, k) for k in range(1, ROUNDS + 1, 2)]
+        assert max(now0, now1) == 100 + (ROUNDS + 1) * LAT
+        st = t.statistics()
+        assert st.sent == st.consumed == ROUNDS + 1 and st.clocks == (INF, INF)
+    finally:
+        t.close()
 
 
 @pytest.mark.parametrize("spin_us", [0, 100_000])
@@ -187,7 +169,7 @@ def test_a_wait_spins_for_at_most_spin_us_then_parks_and_times_stay_exact(prefix
     the ping-pong, waits end while spinning (real-time behaviour, so only the extremes are checked)."""
     t = ClockTable.create(2, prefix=prefix, inbox_capacity=16)
     try:
-        (got0, st0), (got1, st1) = run_procs(t, _pingpong_spin, spin_us)
+        (got0, _, st0), (got1, _, st1) = run_procs(t, _pingpong, 500, spin_us)
         assert got1 == [(100 + (k + 1) * LAT, 0, k) for k in range(0, ROUNDS + 1, 2)]
         assert got0 == [(100 + (k + 1) * LAT, 1, k) for k in range(1, ROUNDS + 1, 2)]
         spins = st0.spins + st1.spins
