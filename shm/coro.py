@@ -67,12 +67,13 @@ _NODE_MASK = MAX_NODES - 1
 _REGION_MASK = (1 << REGION_BITS) - 1
 _OFFSET_MASK = (1 << OFFSET_BITS) - 1
 
-# A batch for the NIC model is one int64 row per work request: model opcode, length, offset,
-# region, flags (nic.FLAG_FENCE after co.fence(); never inline), then the model's three outputs
-# (effect ns, completion ns, the other end of a multi-line landing window: shm/landing.py), then
-# the offset in the thread's buffer (which deferred READs land into: shm/deferred.py).
-_WR_COLS = 9
-_PACK_WR = Struct("<9q").pack_into
+# A batch for the NIC model is one int64 row per work request (the layout: nic.WR_*): model
+# opcode, length, offset, region, flags (nic.FLAG_FENCE after co.fence(); never inline), then the
+# model's three outputs (effect ns, completion ns, the other end of a multi-line landing window:
+# shm/landing.py), then the offset in the thread's buffer (which deferred READs land into:
+# shm/deferred.py). One pack call fills a row, its values in column order:
+assert (nic.WR_OP, nic.WR_LEN, nic.WR_OFF, nic.WR_REGION, nic.WR_FLAGS, nic.WR_OUT, nic.WR_LOFF) == (0, 1, 2, 3, 4, 5, 8)
+_PACK_WR = Struct(f"<{nic.WR_COLS}q").pack_into
 
 # Batches of at least this many one-line READs are deferred (shm/deferred.py). Below it, a
 # deferred batch's fixed cost (its record, the node's heap, one compiled call) exceeds the one
@@ -429,8 +430,8 @@ class RdmaThread:
         ``nic.model_post_rows``) and the view of the model's three outputs."""
         arrays = self._batches.get(n)
         if arrays is None:
-            rows = np.zeros((n, _WR_COLS), np.int64)
-            arrays = self._batches[n] = (rows, rows[:, 5:8])
+            rows = np.zeros((n, nic.WR_COLS), np.int64)
+            arrays = self._batches[n] = (rows, rows[:, nic.WR_OUT:nic.WR_MODEL_COLS])
         return arrays
 
 
@@ -585,7 +586,7 @@ class Coroutine:
             if reads and (op != IBV_WR_RDMA_READ or region != REGION_HOST or (off & 63) + item[2] > 64):
                 reads = False
             _PACK_WR(rows, pos, MODEL_OPCODE[op], item[2], off, region, item[9], 0, 0, 0, item[3])
-            pos += 8 * _WR_COLS
+            pos += 8 * nic.WR_COLS
         qp._model(dst, rows, thr.cpu_free, thr)
         thr.cpu_free = qp.cpu_free
         thr.posts += 1

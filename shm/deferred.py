@@ -37,12 +37,14 @@ from heapq import heapify, heappop, heappush
 
 from numba import njit
 
+from shm import nic
 from shm.fabric import REGION_HOST, remote_read_write
 
 INF = (1 << 63) - 1
 
-# Columns of a batch's work-request rows (the coroutine's model rows, copied at post: shm/coro.py)
-C_LEN, C_OFF, C_STATE, C_LOFF = 1, 2, 4, 8
+# Columns of a batch's work-request rows (the coroutine's model rows, copied at post: shm/coro.py;
+# the layout is nic.WR_*): a row's flags column holds its landing state once it is deferred
+C_LEN, C_OFF, C_STATE, C_LOFF = nic.WR_LEN, nic.WR_OFF, nic.WR_FLAGS, nic.WR_LOFF
 # A row's C_STATE after it landed (before, it holds the request's non-negative model flags)
 LANDED, FAILED = -1, -2
 

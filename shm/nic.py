@@ -51,6 +51,17 @@ N_OPS = 6
 REGION_HOST = 0
 REGION_DEVICE = 1  # NIC device memory: no PCIe trip at the responder
 
+# A batch of work requests as :func:`model_post_rows` reads it: one int64 row per work request.
+# Declared once, here: shm/verbs.py and shm/coro.py fill rows, shm/deferred.py lands READs from
+# them, nodes/runtime/trace.py reads them.
+WR_OP, WR_LEN, WR_OFF, WR_REGION, WR_FLAGS = range(5)   # the request: model opcode, bytes, offset,
+#                                                         region, FLAG_* (deferred READs: their state)
+WR_OUT = 5                 # the model's outputs start here, OUT_* columns of ``out`` (model_post)
+OUT_EFFECT, OUT_DONE, OUT_OTHER = range(3)   # effect, completion, the landing window's other end (ns)
+WR_MODEL_COLS = WR_OUT + 3                   # what the model reads and writes
+WR_LOFF = WR_MODEL_COLS    # a coroutine's own column: the offset in the thread's buffer
+WR_COLS = WR_LOFF + 1      # a coroutine's rows
+
 # Indices into the parameter vector (all times in ps; rates in fs per byte).
 P_ONE_WAY = 0
 P_LINK_FS_PER_B = 1
@@ -353,8 +364,8 @@ def model_post_rows(tbl, prm, descs, rq, rs, qp, db, t_ns, rows):
     offset, region, flags, then the three outputs (later columns are the caller's). Nodes are
     indices into ``descs``, the fabric's descriptors. Five arrays to pass instead of eleven: numba
     unboxes each array argument of a call from Python, about 0.1 µs apiece, once per post."""
-    return model_post(tbl, prm, descs[rq], descs[rs], qp, db, t_ns, rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3],
-                      rows[:, 4], rows[:, 5:8], rows[:0, :])
+    return model_post(tbl, prm, descs[rq], descs[rs], qp, db, t_ns, rows[:, WR_OP], rows[:, WR_LEN], rows[:, WR_OFF],
+                      rows[:, WR_REGION], rows[:, WR_FLAGS], rows[:, WR_OUT:WR_MODEL_COLS], rows[:0, :])
 
 
 @njit(cache=True)
@@ -362,8 +373,8 @@ def model_post_rows_staged(tbl, prm, descs, rq, rs, qp, db, t_ns, rows, stages):
     """:func:`model_post_rows` that also writes each work request's stage times (ps, the
     ``ST_*`` columns) into ``stages`` (``len(rows)`` x ``N_STAGES`` int64): what a trace shows
     (``nodes/runtime/trace.py``). Same prices: the stages are only observed."""
-    return model_post(tbl, prm, descs[rq], descs[rs], qp, db, t_ns, rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3],
-                      rows[:, 4], rows[:, 5:8], stages)
+    return model_post(tbl, prm, descs[rq], descs[rs], qp, db, t_ns, rows[:, WR_OP], rows[:, WR_LEN], rows[:, WR_OFF],
+                      rows[:, WR_REGION], rows[:, WR_FLAGS], rows[:, WR_OUT:WR_MODEL_COLS], stages)
 
 
 @njit(cache=True)
@@ -471,9 +482,9 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, flags,
                 stages[i, ST_BACK] = t3
                 stages[i, ST_CQE] = t3 + pcie_lat
                 stages[i, ST_DONE] = done
-            out[i, 0] = _ceil_ns(eff)
-            out[i, 1] = _ceil_ns(done)
-            out[i, 2] = out[i, 0]
+            out[i, OUT_EFFECT] = _ceil_ns(eff)
+            out[i, OUT_DONE] = _ceil_ns(done)
+            out[i, OUT_OTHER] = out[i, OUT_EFFECT]
             continue
         t4 = reserve(tbl, rs[D_RX], t3 + one_way, wire)
         t5 = reserve(tbl, rs[D_RESP], t4, prm[P_RESP_COST + op])
@@ -554,9 +565,9 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, flags,
                 pos = qp[Q_RD_POS]
                 qp[Q_RD_RING + pos] = t9
                 qp[Q_RD_POS] = (pos + 1) % rd_k
-        out[i, 0] = _ceil_ns(eff)
-        out[i, 1] = _ceil_ns(t9)
-        out[i, 2] = _ceil_ns(other) if other >= 0 else out[i, 0]
+        out[i, OUT_EFFECT] = _ceil_ns(eff)
+        out[i, OUT_DONE] = _ceil_ns(t9)
+        out[i, OUT_OTHER] = _ceil_ns(other) if other >= 0 else out[i, OUT_EFFECT]
     return _ceil_ns(cpu_free)
 
 

@@ -556,9 +556,10 @@ class QP:
             dst = dsts.pop()
         arrays = self._post_arrays.get(n)
         if arrays is None:          # kept per post size: the model reads them before post_send returns
-            rows = np.zeros((n, 8), np.int64)   # the columns of nic.model_post_rows
-            arrays = self._post_arrays[n] = (rows, rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3], rows[:, 4],
-                                             rows[:, 5:8])
+            rows = np.zeros((n, nic.WR_MODEL_COLS), np.int64)   # the columns of nic.model_post_rows
+            arrays = self._post_arrays[n] = (rows, rows[:, nic.WR_OP], rows[:, nic.WR_LEN], rows[:, nic.WR_OFF],
+                                             rows[:, nic.WR_REGION], rows[:, nic.WR_FLAGS],
+                                             rows[:, nic.WR_OUT:nic.WR_MODEL_COLS])
         rows, ops, lens, addrs, regions, flags, out = arrays
         flags[:] = 0
         for i, wr in enumerate(wrs):

@@ -204,7 +204,7 @@ class Tracer:
                                               qp._model_state, qp.doorbell, t_ns, rows, stages)
         track = self._track_of(qp, user, actor)
         self.posts.append((op, track, qp.qp_num, qp.node, dst, start, rows[:, :5].copy(), stages,
-                           rows[:, 5:8].copy()))
+                           rows[:, nic.WR_OUT:nic.WR_MODEL_COLS].copy()))
         self.cpu.append((op, qp.node, track[0], "post (build WQEs, doorbell)", start, int(cpu_free)))
         return cpu_free
 
@@ -237,7 +237,7 @@ class Tracer:
         w = _Writer(self.names)
         last = 0
         for p in self.posts:
-            last = max(last, int(p[8][:, 1].max()))
+            last = max(last, int(p[8][:, nic.OUT_DONE].max()))
         for op in self.ops:
             if op.end is not None:
                 last = max(last, op.end)
@@ -256,9 +256,9 @@ class Tracer:
         for op, track, qpn, src, dst, start, rows, stages, times in self.posts:
             node = self.names[src]
             for i in range(rows.shape[0]):
-                code = int(rows[i, 0])
+                code = int(rows[i, nic.WR_OP])
                 vname = _VERB.get(code, str(code))
-                done = int(times[i, 1])
+                done = int(times[i, nic.OUT_DONE])
                 st = stages[i]
                 children = []
                 t0 = start * 1000
@@ -271,8 +271,8 @@ class Tracer:
                     if b <= a:
                         continue
                     children.append((name or _REMOTE.get(code, "remote"), "stage", a, b, None))
-                args = {"qp": qpn, "to": self.names[dst], "bytes": int(rows[i, 1]), "offset": int(rows[i, 2]),
-                        "effect_ns": int(times[i, 0]), "completion_ns": done}
+                args = {"qp": qpn, "to": self.names[dst], "bytes": int(rows[i, nic.WR_LEN]), "offset": int(rows[i, nic.WR_OFF]),
+                        "effect_ns": int(times[i, nic.OUT_EFFECT]), "completion_ns": done}
                 if op is not None:
                     args["op_id"] = op.id
                     args["op"] = op.kind
@@ -293,11 +293,11 @@ class Tracer:
                 w.item(node, f"{coro} verbs", start, done, [verb] + children, extra=extra, sort=sort)
                 # the responder's side, on the memory node: from arrival to the effect
                 arr = _ceil_ns(int(st[nic.ST_ARRIVED]))
-                eff = max(int(times[i, 0]), _ceil_ns(int(st[nic.ST_REMOTE_DONE])))
+                eff = max(int(times[i, nic.OUT_EFFECT]), _ceil_ns(int(st[nic.ST_REMOTE_DONE])))
                 if eff > arr:
                     w.item(self.names[dst], "responder", arr, eff,
                            [(f"{vname} from {node} {coro}", "responder", arr * 1000, eff * 1000,
-                             {"qp": qpn, "bytes": int(rows[i, 1]), "offset": int(rows[i, 2])})], sort=(0, 0, 0))
+                             {"qp": qpn, "bytes": int(rows[i, nic.WR_LEN]), "offset": int(rows[i, nic.WR_OFF])})], sort=(0, 0, 0))
         for op, src, thread, label, s, e in self.cpu:
             args = {"op_id": op.id, "op": op.kind} if op is not None else None
             w.item(self.names[src], f"{thread} cpu", s, e, [(label, "cpu", s * 1000, e * 1000, args)],
