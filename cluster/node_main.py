@@ -65,7 +65,7 @@ _PR_SET_NAME = 15
 _ACTOR_COUNTERS = counters_of("actors")          # what _device_counters publishes
 
 
-def _die_with_parent(parent_pid: int, name: str, rack: str = "") -> None:
+def die_with_parent(parent_pid: int, name: str, rack: str = "") -> None:
     """``name``: what ps calls this process (``RackState.process_name``); ``rack``: the rack's name."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
@@ -126,7 +126,7 @@ def node_main(state, slot: int, parent_pid: int, run_dir: str, restart: tuple[in
     """Entry point of a forked node process (``multiprocessing`` target). ``restart``: (virtual
     time, plan step) of a restart step: this process replaces a compute node a kill step killed."""
     decl = state.compiled.nodes[slot]
-    _die_with_parent(parent_pid, state.process_name(decl.name), state.compiled.spec.name)
+    die_with_parent(parent_pid, state.process_name(decl.name), state.compiled.spec.name)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     writer = state.plane.writer(slot)

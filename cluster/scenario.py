@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Mapping
 
 from cluster.spec import (
-    DEFAULT_SOURCE, DEFAULT_WORKLOAD_OVERRIDES, RackSpec, SpecError, WorkloadSpec, WORKLOAD_PRESETS, _show, _strip_label,
+    DEFAULT_SOURCE, DEFAULT_WORKLOAD_OVERRIDES, RackSpec, SpecError, WorkloadSpec, WORKLOAD_PRESETS, show_toml, strip_override_label,
     preset_workload, read_toml, spec_from_dict, workloads_available,
 )
 from shm.messages import did_you_mean
@@ -148,7 +148,7 @@ class SetStep(Step):
 
     def describe(self, spec: RackSpec | None = None) -> str:
         what = f"active {self.knob} per compute node" if not self.is_profile_knob else self.knob
-        return f"step {self.index}: set {what} = {_show(self.value)}"
+        return f"step {self.index}: set {what} = {show_toml(self.value)}"
 
 
 @dataclass(frozen=True)
@@ -239,7 +239,7 @@ def _resolve_workload(spec: RackSpec, label: str, key: str, name: Any, added: di
     """The spec.workloads key a step's ``workload`` names; a preset letter is added to ``added``
     (as that preset over the default workload's data) the first time a step uses it."""
     if not isinstance(name, str):
-        raise SpecError(f"{label}: {key} = {_show(name)}: must be a workload name (a string)")
+        raise SpecError(f"{label}: {key} = {show_toml(name)}: must be a workload name (a string)")
     if name in spec.workloads:
         return name
     letter = name.lower()
@@ -248,21 +248,21 @@ def _resolve_workload(spec: RackSpec, label: str, key: str, name: Any, added: di
             added[letter] = preset_workload(spec.workload, letter, key)
         return letter
     known = list(spec.workloads) + list(WORKLOAD_PRESETS)
-    raise SpecError(f"{label}: {key} = {_show(name)}: unknown workload; known: {', '.join(known)}"
+    raise SpecError(f"{label}: {key} = {show_toml(name)}: unknown workload; known: {', '.join(known)}"
                     f"{did_you_mean(name, known)}")
 
 
 def _duration(label: str, key: str, v: Any, *, allow_zero: bool) -> float:
     ok = not isinstance(v, bool) and isinstance(v, (int, float)) and v == v and v not in (float("inf"),)
     if not ok or v < 0 or (v == 0 and not allow_zero):
-        raise SpecError(f"{label}: {key} = {_show(v)}: must be a number of virtual milliseconds > 0")
+        raise SpecError(f"{label}: {key} = {show_toml(v)}: must be a number of virtual milliseconds > 0")
     return float(v)
 
 
 def _parse_steps(spec: RackSpec, label: str, raw: Any) -> tuple[tuple, dict]:
     """The steps, and the preset workloads they name directly (letter -> WorkloadSpec)."""
     if not isinstance(raw, list) or not all(isinstance(t, dict) for t in raw):
-        raise SpecError(f"{label}: step = {_show(raw)}: steps must be an array of tables, written [[step]]")
+        raise SpecError(f"{label}: step = {show_toml(raw)}: steps must be an array of tables, written [[step]]")
     if not raw:
         raise SpecError(f"{label}: step = []: no steps; leave [[step]] out for the default steps")
     from shm.profile import ProfileError, schema_fields, with_overrides
@@ -281,13 +281,13 @@ def _parse_steps(spec: RackSpec, label: str, raw: Any) -> tuple[tuple, dict]:
         if action is None:
             raise SpecError(f"{label}: {where}: missing action (one of {', '.join(ACTIONS)})")
         if action not in ACTIONS:
-            raise SpecError(f"{label}: {where}.action = {_show(action)}: unknown action; one of "
+            raise SpecError(f"{label}: {where}.action = {show_toml(action)}: unknown action; one of "
                             f"{', '.join(ACTIONS)}{did_you_mean(str(action), ACTIONS)}")
         required, optional = _FIELDS[action]
         for k in t:
             if k != "action" and k not in required + optional:
                 takes = ", ".join(required + optional)
-                raise SpecError(f"{label}: {where}.{k} = {_show(t[k])}: not a field of a {action!r} step "
+                raise SpecError(f"{label}: {where}.{k} = {show_toml(t[k])}: not a field of a {action!r} step "
                                 f"(it takes {takes}){did_you_mean(k, required + optional)}")
         for k in required:
             if k not in t:
@@ -297,10 +297,10 @@ def _parse_steps(spec: RackSpec, label: str, raw: Any) -> tuple[tuple, dict]:
             w = _resolve_workload(spec, label, f"{where}.workload", t.get("workload", "default"), added)
             count = t.get("count")
             if count is not None and (type(count) is not int or count < 1):
-                raise SpecError(f"{label}: {where}.count = {_show(count)}: must be an integer >= 1")
+                raise SpecError(f"{label}: {where}.count = {show_toml(count)}: must be an integer >= 1")
             bulk = t.get("bulk")
             if bulk is not None and type(bulk) is not bool:
-                raise SpecError(f"{label}: {where}.bulk = {_show(bulk)}: must be true or false")
+                raise SpecError(f"{label}: {where}.bulk = {show_toml(bulk)}: must be true or false")
             if bulk and any(isinstance(s, LoadStep) for s in steps):
                 raise SpecError(f"{label}: {where}.bulk = true: only the first load step may be a bulk load "
                                 f"(it builds an empty structure); load these keys with inserts")
@@ -310,7 +310,7 @@ def _parse_steps(spec: RackSpec, label: str, raw: Any) -> tuple[tuple, dict]:
             d = t.get("duration_ms", 0)
             duration = _duration(label, f"{where}.duration_ms", d, allow_zero=True)
             if duration == 0 and i != last:
-                shown = f"{where}.duration_ms = {_show(d)}" if "duration_ms" in t else f"{where}.duration_ms"
+                shown = f"{where}.duration_ms = {show_toml(d)}" if "duration_ms" in t else f"{where}.duration_ms"
                 raise SpecError(f"{label}: {shown}: only the last step may run until stopped; give a "
                                 f"duration_ms > 0")
             steps.append(RunStep(index=i, workload=w, duration_ms=duration or None))
@@ -318,35 +318,35 @@ def _parse_steps(spec: RackSpec, label: str, raw: Any) -> tuple[tuple, dict]:
             knob, value = t["knob"], t["value"]
             if not isinstance(knob, str) or (knob not in NODE_KNOBS and knob not in profile_knobs):
                 known = list(NODE_KNOBS) + profile_knobs
-                raise SpecError(f"{label}: {where}.knob = {_show(knob)}: unknown knob; a profile key such as "
+                raise SpecError(f"{label}: {where}.knob = {show_toml(knob)}: unknown knob; a profile key such as "
                                 f"link.gbps, or threads, coroutines{did_you_mean(str(knob), known)}")
             if knob in NODE_KNOBS:
                 top = spec.compute.threads if knob == "threads" else spec.compute.coroutines
                 if type(value) is not int or not 1 <= value <= top:
-                    raise SpecError(f"{label}: {where}.value = {_show(value)}: active {knob} must be an integer "
+                    raise SpecError(f"{label}: {where}.value = {show_toml(value)}: active {knob} must be an integer "
                                     f"from 1 to compute.{knob} = {top}")
             else:
                 if isinstance(value, (str, list, dict)):
-                    raise SpecError(f"{label}: {where}.value = {_show(value)}: {knob} takes a number")
+                    raise SpecError(f"{label}: {where}.value = {show_toml(value)}: {knob} takes a number")
                 try:
                     profile = with_overrides(profile, {knob: value})
                 except ProfileError as e:
-                    raise SpecError(f"{label}: {where}.value = {_show(value)}: {_strip_label(e.errors[0])}") from None
+                    raise SpecError(f"{label}: {where}.value = {show_toml(value)}: {strip_override_label(e.errors[0])}") from None
             steps.append(SetStep(index=i, knob=knob, value=value))
         elif action == "kill":
             node = t["node"]
             if node == "mgr":
                 raise SpecError(f"{label}: {where}.node = \"mgr\": the manager runs the steps and cannot be killed")
             if not isinstance(node, str) or node not in nodes:
-                raise SpecError(f"{label}: {where}.node = {_show(node)}: no such node; the rack has "
+                raise SpecError(f"{label}: {where}.node = {show_toml(node)}: no such node; the rack has "
                                 f"{', '.join(n for n in nodes if n != 'mgr')}{did_you_mean(str(node), nodes)}")
             if node in killed:
-                raise SpecError(f"{label}: {where}.node = {_show(node)}: already killed by step[{killed[node]}]")
+                raise SpecError(f"{label}: {where}.node = {show_toml(node)}: already killed by step[{killed[node]}]")
             killed[node] = i
             steps.append(KillStep(index=i, node=node))
         elif action == "restart":
             node = t["node"]
-            shown = f"{label}: {where}.node = {_show(node)}"
+            shown = f"{label}: {where}.node = {show_toml(node)}"
             if not isinstance(node, str) or node not in nodes:
                 raise SpecError(f"{shown}: no such node; the rack has "
                                 f"{', '.join(n for n in nodes if n != 'mgr')}{did_you_mean(str(node), nodes)}")
@@ -437,7 +437,7 @@ def _capacity_culprit(scenario, built, cls, options, capacity, key_size, value_s
                                                              sizes["value_size"]) <= have:
             if size == "valuesize" and "valuesize" not in w.properties:
                 size = "fieldlength"              # the value is fieldcount x fieldlength
-            return f"{spec.workloads[name].table}.{size}", _show(w.properties.get(size, getattr(w, prop))), \
+            return f"{spec.workloads[name].table}.{size}", show_toml(w.properties.get(size, getattr(w, prop))), \
                 f"the {'value' if prop == 'value_size' else 'key'} size"
     where, count = "workload.recordcount", built["default"].recordcount
     for name, w in built.items():

@@ -326,7 +326,7 @@ class WorkloadSpec:
     def describe(self) -> str:
         base = (f"trace {self.trace}" if self.trace is not None else
                 self.title if self.preset else f"YCSB file {self.file}")
-        props = " ".join(f"{k}={_show(v)}" for k, v in self.overrides.items())
+        props = " ".join(f"{k}={show_toml(v)}" for k, v in self.overrides.items())
         return f"{base}{' ' + props if props else ''}"
 
 
@@ -388,7 +388,7 @@ class RackSpec:
     def describe(self) -> list[str]:
         """Human lines for the dashboard and the event log."""
         c, m = self.compute, self.memory
-        prof = self.profile_name + (" with " + ", ".join(f"{k}={_show(v)}" for k, v in self.profile_overrides.items())
+        prof = self.profile_name + (" with " + ", ".join(f"{k}={show_toml(v)}" for k, v in self.profile_overrides.items())
                                     if self.profile_overrides else "")
         lines = [
             f"rack {self.name} ({self.source}): profile {prof}, seed {self.seed}, "
@@ -409,7 +409,7 @@ class RackSpec:
             ports = f"{r.port}" if r.port_hi == r.port else f"{r.port}-{r.port_hi}"
             lines.append(f"steer: {r.node} udp {ports} -> {r.target}" + (f", mirror to {r.mirror}" if r.mirror else ""))
         lines.append(f"nodes: {', '.join(self.node_names())} ({format_size(self.total_memory_bytes())} mapped lazily)")
-        opts = ", ".join(f"{k}={_show(v)}" for k, v in self.system.options.items())
+        opts = ", ".join(f"{k}={show_toml(v)}" for k, v in self.system.options.items())
         lines.append(f"system: {self.system.name}{' (' + opts + ')' if opts else ''}")
         for name, w in self.workloads.items():
             lines.append(f"workload {name}: {w.describe()}")
@@ -422,7 +422,7 @@ class RackSpec:
 # message; _Table adds "file: key = value: " in front.
 
 
-def _show(v: Any) -> str:
+def show_toml(v: Any) -> str:
     """A value as it would be written in TOML, for messages (a long one cut: shm.messages.clip)."""
     if isinstance(v, bool):
         return "true" if v else "false"
@@ -431,9 +431,9 @@ def _show(v: Any) -> str:
     if isinstance(v, float):
         return repr(int(v)) if v.is_integer() and abs(v) < 1e15 else repr(v)
     if isinstance(v, dict):
-        return clip("{" + ", ".join(f"{k} = {_show(x)}" for k, x in v.items()) + "}")
+        return clip("{" + ", ".join(f"{k} = {show_toml(x)}" for k, x in v.items()) + "}")
     if isinstance(v, list):
-        return clip("[" + ", ".join(_show(x) for x in v) + "]")
+        return clip("[" + ", ".join(show_toml(x) for x in v) + "]")
     return clip(str(v))
 
 
@@ -493,7 +493,7 @@ class _Table:
 
     def __init__(self, label: str, path: str, data: Any):
         if not isinstance(data, dict):
-            raise SpecError(f"{label}: {path} = {_show(data)}: must be a table [{path}]")
+            raise SpecError(f"{label}: {path} = {show_toml(data)}: must be a table [{path}]")
         self.label, self.path, self.data = label, path, data
 
     def key(self, key: str) -> str:
@@ -501,7 +501,7 @@ class _Table:
 
     def fail(self, key: str, why: str):
         v = self.data[key]
-        raise SpecError(f"{self.label}: {self.key(key)} = {_show(v)}: {why}")
+        raise SpecError(f"{self.label}: {self.key(key)} = {show_toml(v)}: {why}")
 
     def get(self, key: str, default, conv: Callable[[Any], Any]):
         if key not in self.data:
@@ -514,7 +514,7 @@ class _Table:
     def only(self, known) -> None:
         for k in self.data:
             if k not in known:
-                raise SpecError(f"{self.label}: {self.key(k)} = {_show(self.data[k])}: unknown key in "
+                raise SpecError(f"{self.label}: {self.key(k)} = {show_toml(self.data[k])}: unknown key in "
                                 f"[{self.path}] (known: {', '.join(known)}){did_you_mean(k, known)}")
 
 
@@ -582,7 +582,7 @@ def apply_overrides(data: dict, overrides: Mapping[str, Any] | None, label: str,
     data = copy.deepcopy(data)
     for key, value in (overrides or {}).items():
         table, _, rest = str(key).partition(".")
-        where = f"{label}: override {key} = {_show(value)}"
+        where = f"{label}: override {key} = {show_toml(value)}"
         if table not in tables:
             raise SpecError(f"{where}: unknown table {table!r} (known: {', '.join(tables)}){did_you_mean(table, tables)}")
         if not rest:
@@ -666,11 +666,11 @@ def _apply_profile_overrides(label: str, profile: Profile, data: Any) -> tuple[P
             try:
                 with_overrides(profile, {k: v})
             except ProfileError as e:
-                raise SpecError(f"{label}: profile_overrides.{k} = {_show(v)}: {_strip_label(e.errors[0])}") from None
-        raise SpecError(f"{label}: profile_overrides: {'; '.join(_strip_label(x) for x in whole.errors)}") from None
+                raise SpecError(f"{label}: profile_overrides.{k} = {show_toml(v)}: {strip_override_label(e.errors[0])}") from None
+        raise SpecError(f"{label}: profile_overrides: {'; '.join(strip_override_label(x) for x in whole.errors)}") from None
 
 
-def _strip_label(line: str) -> str:
+def strip_override_label(line: str) -> str:
     # shm.profile prefixes each line with "<file> (overrides): "; ours names the scenario file instead.
     head, sep, tail = line.partition(" (overrides): ")
     return tail if sep else line
@@ -691,7 +691,7 @@ def _load_system(label: str, data: Any) -> SystemSpec:
     try:
         cls = get_system(name)
     except (ValueError, ImportError, AttributeError) as e:  # a plugin (or a registry line) that does not load
-        raise SpecError(f"{label}: system.name = {_show(name)}: the system cannot be loaded "
+        raise SpecError(f"{label}: system.name = {show_toml(name)}: the system cannot be loaded "
                         f"({' '.join(str(e).split())})") from None
     given = {k: v for k, v in t.data.items() if k != "name"}
     try:
@@ -701,17 +701,17 @@ def _load_system(label: str, data: Any) -> SystemSpec:
     servers = getattr(cls, "servers", None) or {}
     from nodes.actors import ACTOR_ROLES, AVAILABLE_ROLES
     if not isinstance(servers, dict):
-        raise SpecError(f"{label}: system.name = {_show(name)}: {cls.__name__}.servers must be a dict "
+        raise SpecError(f"{label}: system.name = {show_toml(name)}: {cls.__name__}.servers must be a dict "
                         f"role -> function(ctx), got {type(servers).__name__}")
     for role, fn in servers.items():
         if role not in ACTOR_ROLES:
-            raise SpecError(f"{label}: system.name = {_show(name)}: {cls.__name__}.servers names role {role!r}; "
+            raise SpecError(f"{label}: system.name = {show_toml(name)}: {cls.__name__}.servers names role {role!r}; "
                             f"server actors run on {', '.join(ACTOR_ROLES)}")
         if role not in AVAILABLE_ROLES:
-            raise SpecError(f"{label}: system.name = {_show(name)}: {cls.__name__}.servers names role {role!r}, "
+            raise SpecError(f"{label}: system.name = {show_toml(name)}: {cls.__name__}.servers names role {role!r}, "
                             f"which this version of the rack does not have yet (it has {', '.join(AVAILABLE_ROLES)})")
         if not callable(fn):
-            raise SpecError(f"{label}: system.name = {_show(name)}: {cls.__name__}.servers[{role!r}] is not callable")
+            raise SpecError(f"{label}: system.name = {show_toml(name)}: {cls.__name__}.servers[{role!r}] is not callable")
     return SystemSpec(name=name, options=dict(options), roles=tuple(getattr(cls, "roles", ("compute", "memory"))),
                       servers=tuple(r for r in ACTOR_ROLES if r in servers))
 
@@ -731,7 +731,7 @@ def _workload(label: str, base_dir: Path, name: str, path: str, data: Any, *, de
         overrides = {}
         for k, v in _flatten({k: v for k, v in t.data.items() if k != "trace"}).items():
             if isinstance(v, (list, dict)) or v is None:
-                raise SpecError(f"{label}: {path}.{k} = {_show(v)}: a trace property must be a string, number or "
+                raise SpecError(f"{label}: {path}.{k} = {show_toml(v)}: a trace property must be a string, number or "
                                 f"boolean")
             overrides[k] = v
         return WorkloadSpec(name=name, preset=None, file=None, overrides=overrides, source=label, table=path,
@@ -749,7 +749,7 @@ def _workload(label: str, base_dir: Path, name: str, path: str, data: Any, *, de
         overrides = {**defaults, **inherit}
     for k, v in _flatten({k: v for k, v in t.data.items() if k not in ("preset", "file")}).items():
         if isinstance(v, (list, dict)) or v is None:
-            raise SpecError(f"{label}: {path}.{k} = {_show(v)}: a YCSB property must be a string, number or boolean")
+            raise SpecError(f"{label}: {path}.{k} = {show_toml(v)}: a YCSB property must be a string, number or boolean")
         overrides[k] = v
     return WorkloadSpec(name=name, preset=preset, file=file, overrides=overrides, source=label, table=path)
 
@@ -792,14 +792,14 @@ def _workloads(label: str, base_dir: Path, data: dict) -> dict:
     if named is None:
         return out
     if not isinstance(named, dict):
-        raise SpecError(f"{label}: workloads = {_show(named)}: must be tables [workloads.NAME]")
+        raise SpecError(f"{label}: workloads = {show_toml(named)}: must be tables [workloads.NAME]")
     shape = inherited_shape(default)
     for name, table in named.items():
         if name == "default" or name.lower() in WORKLOAD_PRESETS or not _WORKLOAD_NAME.match(name):
             raise SpecError(f"{label}: workloads.{name}: bad workload name {name!r}: use letters, digits, _ "
                             f"and -, not 'default' nor a preset letter (a step names those directly)")
         if not isinstance(table, dict):
-            raise SpecError(f"{label}: workloads.{name} = {_show(table)}: must be a table [workloads.{name}]")
+            raise SpecError(f"{label}: workloads.{name} = {show_toml(table)}: must be a table [workloads.{name}]")
         inherit = {k: v for k, v in shape.items() if k not in table} if not {"file", "trace"} & set(table) else {}
         out[name] = _workload(label, base_dir, name, f"workloads.{name}", table, defaults={}, inherit=inherit)
     return out
@@ -829,13 +829,13 @@ def spec_from_dict(data: Mapping[str, Any], *, source: str = "<string>", base_di
                                 f"{did_you_mean(k, known_tables)}")
             owner = next((t for t, keys in _TABLE_KEYS.items() if k in keys), None)
             hint = f"; it belongs in [{owner}]" if owner else did_you_mean(k, known_tables)
-            raise SpecError(f"{label}: {k} = {_show(v)}: unknown top-level key{hint}")
+            raise SpecError(f"{label}: {k} = {show_toml(v)}: unknown top-level key{hint}")
         if k == "steer":
             if not (isinstance(v, list) and all(isinstance(x, dict) for x in v)):
-                raise SpecError(f"{label}: steer = {_show(v)}: must be an array of tables [[steer]]")
+                raise SpecError(f"{label}: steer = {show_toml(v)}: must be an array of tables [[steer]]")
             continue
         if not isinstance(v, dict):
-            raise SpecError(f"{label}: {k} = {_show(v)}: must be a table [{k}]")
+            raise SpecError(f"{label}: {k} = {show_toml(v)}: must be a table [{k}]")
 
     # [rack]
     rack = _Table(label, "rack", data.get("rack", {}))
@@ -847,7 +847,7 @@ def spec_from_dict(data: Mapping[str, Any], *, source: str = "<string>", base_di
         try:
             seed = _int(0, (1 << 63) - 1)(seed)  # a command-line seed is a Python int: bound it
         except ValueError as e:
-            raise SpecError(f"{label}: rack.seed (from the command line) = {_show(seed)}: {e}") from None
+            raise SpecError(f"{label}: rack.seed (from the command line) = {show_toml(seed)}: {e}") from None
     on_death = rack.get("on_node_death", "stop", _choice(ON_NODE_DEATH))
     profile, profile_name = _load_profile(label, base, rack)
     profile, prof_over = _apply_profile_overrides(label, profile, data.get("profile_overrides"))
@@ -871,7 +871,7 @@ def spec_from_dict(data: Mapping[str, Any], *, source: str = "<string>", base_di
                         f"qp_policy = \"multiplexed_qp\" (qp_policy is \"{compute.qp_policy}\")")
     need = compute.threads * THREAD_BUFFER_BYTES + MIN_NODE_MEMORY
     if compute.memory_bytes < need:
-        shown = _show(t.data["memory"]) if "memory" in t.data else f"{format_size(compute.memory_bytes)} (default)"
+        shown = show_toml(t.data["memory"]) if "memory" in t.data else f"{format_size(compute.memory_bytes)} (default)"
         raise SpecError(f"{label}: compute.memory = {shown}: too small for {compute.threads} threads, each "
                         f"registering a {format_size(THREAD_BUFFER_BYTES)} verbs buffer; give at least "
                         f"{format_size(need, exact=True)}")
@@ -932,7 +932,7 @@ def spec_from_dict(data: Mapping[str, Any], *, source: str = "<string>", base_di
     smart = data.get("smart")
     if smart is not None:
         if not isinstance(smart, dict):
-            raise SpecError(f"{label}: smart = {_show(smart)}: must be a table of SMART switches")
+            raise SpecError(f"{label}: smart = {show_toml(smart)}: must be a table of SMART switches")
         from shm.smart import SmartConfig
         try:
             SmartConfig.from_dict(smart)
@@ -973,10 +973,10 @@ def _hosts(t: "_Table", compute: ComputeSpec) -> tuple:
         t.fail("hosts", "must be a list of compute node names, e.g. [\"cn0\"]")
     for i, h in enumerate(hosts):
         if h not in names:
-            raise SpecError(f"{t.label}: {t.path}.{item('hosts', i)} = {_show(h)}: no such compute node; the rack has "
+            raise SpecError(f"{t.label}: {t.path}.{item('hosts', i)} = {show_toml(h)}: no such compute node; the rack has "
                             f"{', '.join(names)}{did_you_mean(h, names)}")
         if h in hosts[:i]:
-            raise SpecError(f"{t.label}: {t.path}.{item('hosts', i)} = {_show(h)}: listed twice; a card has one "
+            raise SpecError(f"{t.label}: {t.path}.{item('hosts', i)} = {show_toml(h)}: listed twice; a card has one "
                             f"{t.path.upper()}")
     return tuple(hosts)
 

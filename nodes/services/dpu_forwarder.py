@@ -142,8 +142,9 @@ class ServerStats(NamedTuple):
 
 # --- shared plumbing -----------------------------------------------------------------------------------
 
-class _Actor:
-    """CPU accounting shared by the forwarder and the server: charges go on ``cores``; a verbs
+class BatchActor:
+    """An actor serving batches over verbs (this module's forwarder and server, PD3's Transfer
+    Engine and memory server: nodes/systems/pd3/transfer.py). CPU accounting shared by them: charges go on ``cores``; a verbs
     call's own charge (the ``[cpu]`` constants) is topped up to a target."""
 
     def __init__(self, env, cores: Cores):
@@ -184,17 +185,19 @@ class _Actor:
         return status
 
 
-def _imm(slot: int, n: int) -> int:
+def batch_imm(slot: int, n: int) -> int:
+    """The immediate of a batch's notification: its ring slot and its record count (< 65,536)."""
     return (slot << 16) | n
 
 
-def _unimm(imm: int) -> tuple[int, int]:
+def batch_of_imm(imm: int) -> tuple[int, int]:
+    """``(slot, count)`` of a notification's immediate (:func:`batch_imm`)."""
     return imm >> 16, imm & 0xFFFF
 
 
 # --- the Transfer Engine (DPU side) ------------------------------------------------------------------------
 
-class DpuForwarder(_Actor):
+class DpuForwarder(BatchActor):
     """PD3's Transfer Engine on one Arm core. ``cores``: the core(s) it charges (one, as PD3);
     ``engine``: the DPU's DMA engine to the host; ``req_ring``/``resp_ring``: the host rings;
     ``qps``: one RC QP per memory-server lane, all completing on ``cq``; ``unified``: the MR of
@@ -295,7 +298,7 @@ class DpuForwarder(_Actor):
         write = SendWR(slot, IBV_WR_RDMA_WRITE, 1, [SGE(self.unified.addr + base, nbytes, self.unified.lkey)], 0)
         addr, rkey = self.remote_req
         write.set_wr_rdma(rkey, addr + base)
-        note = SendWR(slot, IBV_WR_SEND, 0, [], IBV_SEND_SIGNALED, imm_data=_imm(slot, n))
+        note = SendWR(slot, IBV_WR_SEND, 0, [], IBV_SEND_SIGNALED, imm_data=batch_imm(slot, n))
         self._topped(self.p.post_ns, self.qps[slot % len(self.qps)].post_send, [write, note])
         self.batches += 1
         self.records += n
@@ -310,7 +313,7 @@ class DpuForwarder(_Actor):
                 return
             if wc.opcode != IBV_WC_RECV:
                 continue                              # our SEND completed: nothing to do
-            slot, n = _unimm(wc.imm_data)
+            slot, n = batch_of_imm(wc.imm_data)
             base = slot * self.slot_bytes
             buf = self.resp_space.buf
             self._pending.append((slot, [buf[base + j * RECORD_BYTES:base + j * RECORD_BYTES + PAYLOAD_BYTES].tobytes()
@@ -339,7 +342,7 @@ class DpuForwarder(_Actor):
 
 # --- the memory server ----------------------------------------------------------------------------------------
 
-class MemoryServer(_Actor):
+class MemoryServer(BatchActor):
     """The memory node's CPU executing batches: one :meth:`run` actor per lane (core), each with
     its own QP and CQ; ``cores`` is shared by the lanes. ``requests``: the request ring's MR
     (``slots x max_batch`` records, remote write); ``staging``: a local MR of the same shape for
@@ -386,7 +389,7 @@ class MemoryServer(_Actor):
                                                     f"{wc_status_str(wc.status)}")
                 if wc.opcode != IBV_WC_RECV:
                     continue
-                slot, n = _unimm(wc.imm_data)
+                slot, n = batch_of_imm(wc.imm_data)
                 yield from self._cpu(self.cpu.rpc_handler_ns + self.cpu.local_read_ns_per_line * n)
                 self._execute(slot, n)
                 base = slot * self.slot_bytes
@@ -394,7 +397,7 @@ class MemoryServer(_Actor):
                                [SGE(self.staging.addr + base, n * RECORD_BYTES, self.staging.lkey)], 0)
                 addr, rkey = self.remote_resp
                 write.set_wr_rdma(rkey, addr + base)
-                note = SendWR(slot, IBV_WR_SEND, 0, [], IBV_SEND_SIGNALED, imm_data=_imm(slot, n))
+                note = SendWR(slot, IBV_WR_SEND, 0, [], IBV_SEND_SIGNALED, imm_data=batch_imm(slot, n))
                 self._topped(0, qp.post_send, [write, note])
                 qp.post_recv(RecvWR(slot, 1, [self._recv_sge]))
                 self.batches += 1

@@ -65,7 +65,7 @@ from .pla import (
     RAW_PAIR_BYTES,
     HostLeaf,
     OrderedIndex,
-    _check_pairs,
+    check_pairs,
 )
 
 NODE_ENTRIES = 128  # keys (and children, or values) per node: the paper's "128 entries"
@@ -207,7 +207,7 @@ class BPlusTree(OrderedIndex):
     def bulk_build(cls, keys, values) -> "BPlusTree":
         """Sorted unique keys and their values -> fully packed 128-entry leaves -> fully packed
         128-child inner levels bottom-up from the children's first keys, up to one root."""
-        k, v = _check_pairs(keys, values)
+        k, v = check_pairs(keys, values)
 
         level: list[BNode] = [
             BLeaf(k[i : i + NODE_ENTRIES], v[i : i + NODE_ENTRIES])

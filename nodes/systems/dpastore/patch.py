@@ -258,7 +258,7 @@ def patch_leaf(
         )
     if not isinstance(leaf, pla.Leaf):
         raise ValueError(f"leaf must be a pla.Leaf, got {type(leaf).__name__}")
-    eps = pla._check_eps(leaf_eps, "leaf_eps")
+    eps = pla.check_eps(leaf_eps, "leaf_eps")
     limit = split_limit(capacity, retrain_bound)
     for k, v in entries.items():
         _check_word(k, "key")
@@ -343,7 +343,7 @@ def rebuild_parent(
     ``split_limit(7)`` segments."""
     if not isinstance(parent, pla.InnerNode):
         raise ValueError(f"parent must be a pla.InnerNode, got {type(parent).__name__}")
-    eps = pla._check_eps(inner_eps, "inner_eps")
+    eps = pla.check_eps(inner_eps, "inner_eps")
     seg_limit = split_limit(SEGMENT_CAPACITY, retrain_bound)
     node_limit = split_limit(SEGMENTS_PER_NODE, retrain_bound)
     children = [c for kids in parent.children for c in kids]
@@ -394,7 +394,7 @@ def new_root(nodes: Sequence, inner_eps: int = INNER_EPS) -> pla.InnerNode:
     level = list(nodes)
     if not level:
         raise ValueError("a new root needs at least one child")
-    eps = pla._check_eps(inner_eps, "inner_eps")
+    eps = pla.check_eps(inner_eps, "inner_eps")
     while True:
         pv = np.array([_first_key(c) for c in level], dtype=np.uint64)
         segs = pla.segment(pv, eps, max_size=SEGMENT_CAPACITY)

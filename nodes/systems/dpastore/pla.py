@@ -160,7 +160,7 @@ def _check_keys(keys) -> np.ndarray:
     return k
 
 
-def _check_pairs(keys, values, what: str = "bulk build") -> tuple[np.ndarray, np.ndarray]:
+def check_pairs(keys, values, what: str = "bulk build") -> tuple[np.ndarray, np.ndarray]:
     """Sorted unique keys and as many values, as uint64 arrays, or one ValueError naming the
     problem (``what`` names the operation in it)."""
     k = _check_keys(keys)
@@ -172,7 +172,7 @@ def _check_pairs(keys, values, what: str = "bulk build") -> tuple[np.ndarray, np
     return k, v
 
 
-def _check_eps(eps, what: str = "eps") -> int:
+def check_eps(eps, what: str = "eps") -> int:
     if isinstance(eps, bool) or not isinstance(eps, (int, np.integer)) or not 1 <= eps <= MAX_EPS:
         raise ValueError(f"{what} must be an integer in [1, {MAX_EPS}], got {eps!r}")
     return int(eps)
@@ -327,7 +327,7 @@ def segment(keys, eps: int, max_size: Optional[int] = None) -> list[Segment]:
     ``max_size`` splits a longer segment into near-equal pieces (each keeps the same line, so
     the bound holds; each gets its own fixed-point model relative to its first key).
     """
-    eps = _check_eps(eps)
+    eps = check_eps(eps)
     k = _check_keys(keys)
     if max_size is not None and max_size < 1:
         raise ValueError(f"max_size must be >= 1, got {max_size}")
@@ -526,9 +526,9 @@ class LearnedIndex(OrderedIndex):
     ) -> "LearnedIndex":
         """Sorted unique keys and their values -> leaves by PLA (leaf eps, 128 entries each) ->
         inner levels bottom-up from the children's first keys (inner eps) up to one root."""
-        leaf_eps = _check_eps(leaf_eps, "leaf_eps")
-        inner_eps = _check_eps(inner_eps, "inner_eps")
-        k, v = _check_pairs(keys, values)
+        leaf_eps = check_eps(leaf_eps, "leaf_eps")
+        inner_eps = check_eps(inner_eps, "inner_eps")
+        k, v = check_pairs(keys, values)
 
         ks = k.tolist()
         leaf_lines = _fit_lines(ks, leaf_eps)

@@ -59,7 +59,7 @@ import numpy as np
 
 from nodes.actors import Cores
 from nodes.runtime.env import any_of
-from nodes.services.dpu_forwarder import _Actor, _imm, _unimm
+from nodes.services.dpu_forwarder import BatchActor, batch_imm, batch_of_imm
 from shm.dmaring import RING_FULL, DmaRing
 from shm.fabric import gaddr
 from shm.verbs import (
@@ -142,7 +142,7 @@ class ServerStats(NamedTuple):
 
 # --- the memory server -------------------------------------------------------------------------------
 
-class MemoryServer(_Actor):
+class MemoryServer(BatchActor):
     """One core executing batches on ``region`` (a local MR over the records), one lane per TE or
     I/O thread. ``directory``: the key map (None: no prefetches served); ``parse(data) -> key`` the
     application's parser over written data (the key of the record written, or None).
@@ -192,13 +192,13 @@ class MemoryServer(_Actor):
                     return self._fail(32, f"work completion {wc.wr_id}: {wc_status_str(wc.status)}")
                 if wc.opcode != IBV_WC_RECV:
                     continue
-                slot, n = _unimm(wc.imm_data)
+                slot, n = batch_of_imm(wc.imm_data)
                 work, out_bytes = self._execute(L, slot, n)
                 yield from self._cpu(self.cpu.rpc_handler_ns + work)
                 base = slot * L["slot_bytes"]
                 write = SendWR(slot, IBV_WR_RDMA_WRITE, 1, [SGE(L["staging"].addr + base, out_bytes, L["staging"].lkey)], 0)
                 write.set_wr_rdma(L["remote"][1], L["remote"][0] + base)
-                note = SendWR(slot, IBV_WR_SEND, 0, [], IBV_SEND_SIGNALED, imm_data=_imm(slot, n))
+                note = SendWR(slot, IBV_WR_SEND, 0, [], IBV_SEND_SIGNALED, imm_data=batch_imm(slot, n))
                 self._topped(0, qp.post_send, [write, note])
                 qp.post_recv(RecvWR(slot, 1, [L["sge"]]))
                 self.batches += 1
@@ -271,7 +271,7 @@ class MemoryServer(_Actor):
 
 # --- the Transfer Engine -----------------------------------------------------------------------------
 
-class TransferEngine(_Actor):
+class TransferEngine(BatchActor):
     """The engine loop over a *front* (where requests come from and responses go: the host rings
     by DMA for PD3's TE, an SPSC queue for Redy's I/O thread), one RC QP to the memory server, and,
     for PD3, the prefetch queue, the Prefetcher and the Loading Zone."""
@@ -424,7 +424,7 @@ class TransferEngine(_Actor):
         nbytes = data - base
         write = SendWR(slot, IBV_WR_RDMA_WRITE, 1, [SGE(self.unified.addr + base, nbytes, self.unified.lkey)], 0)
         write.set_wr_rdma(self.remote_req[1], self.remote_req[0] + base)
-        note = SendWR(slot, IBV_WR_SEND, 0, [], IBV_SEND_SIGNALED, imm_data=_imm(slot, n))
+        note = SendWR(slot, IBV_WR_SEND, 0, [], IBV_SEND_SIGNALED, imm_data=batch_imm(slot, n))
         self._topped(c.post_ns, self.qp.post_send, [write, note])
         self.batches += 1
         self.requests += len(reqs)
@@ -439,7 +439,7 @@ class TransferEngine(_Actor):
                 return
             if wc.opcode != IBV_WC_RECV:
                 continue
-            slot, n = _unimm(wc.imm_data)
+            slot, n = batch_of_imm(wc.imm_data)
             self.qp.post_recv(RecvWR(slot, 1, [self._recv_sge]))
             base = slot * self.slot_bytes
             buf = self.resp_space.buf

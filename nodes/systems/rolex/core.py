@@ -86,8 +86,8 @@ import numpy as np
 # the project's PLA segmenter and its input checks (one place for both systems' error messages)
 from nodes.systems.dpastore.pla import (
     Segment,
-    _check_eps,
-    _check_pairs,
+    check_eps,
+    check_pairs,
     predict,
     segment,
 )
@@ -181,14 +181,14 @@ class RolexIndex:
     """ROLEX's leaves (memory node) and learned cache (compute node) after a bulk load."""
 
     def __init__(self, keys, values, eps: int = EPS, fill: int | None = None, span: int = SLOTS):
-        self.eps = _check_eps(eps)
+        self.eps = check_eps(eps)
         self.span = check_span(span)
         fill = self.span if fill is None else fill
         is_int = isinstance(fill, (int, np.integer)) and not isinstance(fill, bool)
         if not is_int or not 1 <= fill <= self.span:
             raise ValueError(f"fill must be an integer in [1, {self.span}] (the span), got {fill!r}")
         self.fill = int(fill)
-        k, v = _check_pairs(keys, values, "bulk load")
+        k, v = check_pairs(keys, values, "bulk load")
         if int(k[-1]) == EMPTY_KEY:
             raise ValueError("keys must be below 2**64 - 1 (UINT64_MAX marks an empty slot)")
         self._load(k, v)
