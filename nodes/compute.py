@@ -37,7 +37,7 @@ from __future__ import annotations
 import functools
 import re
 from collections import deque
-from typing import Callable, NamedTuple
+from typing import TYPE_CHECKING, Callable, NamedTuple, Protocol
 
 import numpy as np
 
@@ -52,6 +52,12 @@ from shm.profile import with_overrides
 # Op codes and node states as the stats plane has them, declared once below every floor.
 from shm.telemetry import (OP_DELETE, OP_INSERT, OP_READ, OP_RMW, OP_SCAN, OP_UPDATE,  # noqa: F401 - re-exported
                            STATE_LOADING, STATE_RUNNING, counters_of)
+
+if TYPE_CHECKING:                   # the collaborators' types, for readers and checkers only
+    from nodes.history import HistoryWriter
+    from shm.smart import SmartConfig
+    from shm.udp import UdpNet
+    from workloads.ycsb import InsertSequence
 
 BATCH = 64                      # operations drawn from a stream at a time, per coroutine
 #: Numeric fields of the clients' statistics() records a node sums and publishes (stats counters):
@@ -85,6 +91,29 @@ class PlanStep(NamedTuple):
     bulk: bool = False          # load: the system's bulk_load writes the keys (compute node 0)
 
 
+class StepRecorder(Protocol):
+    """Where a compute node's operations go: one process's slot of the stats plane
+    (``cluster.stats.ProcWriter`` implements it; tests pass their own). Optional, looked up with
+    ``getattr``: ``set_counters(**counters)`` and ``set_system_counters(values)`` (the node's
+    client and system counters at a step's end) and ``plane.log(vtime_ns, kind, node, text)``
+    (an event in the rack's log)."""
+
+    def step(self, index: int, vstart_ns: int, label: str = "") -> None:
+        """Step ``index`` (counting from 1) began at ``vstart_ns``."""
+
+    def end_step(self, vend_ns: int) -> None:
+        """The current step ended at ``vend_ns``."""
+
+    def set_state(self, state: int | str) -> None:
+        """The node's state (``shm.telemetry.STATE_*``)."""
+
+    def record(self, kind: int, latency_ns: int, ok: bool = True) -> None:
+        """One operation of ``kind`` (``shm.telemetry.OP_*``) in the current step."""
+
+    def record_in(self, step: int, kind: int, latency_ns: int, ok: bool = True) -> None:
+        """One operation that was issued in step ``step`` and completed after it ended."""
+
+
 class ComputeStats(NamedTuple):
     node: str
     threads: int
@@ -102,9 +131,16 @@ class ComputeNode:
 
     def __init__(self, env, host, node: str, *, index: int, n_compute: int, threads: int, coroutines: int,
                  qp_policy: str, system, layout: dict, options: dict, workloads: dict, plan: list[PlanStep],
-                 recorder, inserts, on_done: Callable[[int, int, int], None], seed: int = 0,
-                 buffer_bytes: int = 256 << 10, history=None, smart=None, threads_per_qp: int | None = None,
-                 udp=None):
+                 recorder: StepRecorder, inserts: "InsertSequence", on_done: Callable[[int, int, int], None],
+                 seed: int = 0, buffer_bytes: int = 256 << 10, history: "HistoryWriter | None" = None,
+                 smart: "SmartConfig | None" = None, threads_per_qp: int | None = None, udp: "UdpNet | None" = None):
+        """``recorder``: where operations and steps go (:class:`StepRecorder`); ``inserts``: the
+        rack's shared insert key sequence (``workloads.ycsb.InsertSequence``; a rack implements it
+        over shared memory, ``cluster.control.SharedInsertSequence``); ``history``: this node's
+        region of the operation history (``nodes.history.HistoryWriter``), None when not recorded;
+        ``smart``: SMART's switches for the node's verbs (``shm.smart.SmartConfig``); ``udp``: the
+        process's datagram net (``shm.udp.UdpNet``), for clients of a service; ``on_done(step,
+        end_ns, ops)``: called when every thread finished a step."""
         self.env = env
         self.name = node
         self.index = index                  # among compute nodes: picks this node's load share
