@@ -225,9 +225,12 @@ def _system_queues(spec):
 
 
 def steer_rules(compiled) -> dict:
-    """The rack's steering rules per node name, as ``shm.udp.SteerRule``s: the spec's ``[[steer]]``
-    first (first match wins, so a file can override), then the system's (``System.steering``)."""
-    from shm.udp import SteerRule
+    """The rack's steering rules per node name, as the lists ``UdpNet.set_rules`` takes: the spec's
+    ``[[steer]]`` first (first match wins, so a file can override), then the system's
+    (``System.steering``). Each is a :class:`shm.steering.SteerRule` naming its ``node``; here a
+    target or mirror that names a node becomes that node's queues, and the rule goes to its node's
+    list (without the ``node``, which the list says)."""
+    from dataclasses import replace
     spec = compiled.spec
     decls = {d.name: d for d in compiled.nodes}
     system_rules = getattr(compiled.system, "steering", None)
@@ -242,8 +245,8 @@ def steer_rules(compiled) -> dict:
     for r in rules:
         targets = queues(r.target)
         mirror = queues(r.mirror)[0] if r.mirror else None
-        out.setdefault(r.node, []).append(SteerRule(r.port, targets[0] if len(targets) == 1 else targets,
-                                                    port_hi=r.port_hi, mirror=mirror, spread="port"))
+        out.setdefault(r.node, []).append(replace(r, target=targets[0] if len(targets) == 1 else targets,
+                                                  mirror=mirror, node=None))
     return out
 
 

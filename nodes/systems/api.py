@@ -224,8 +224,10 @@ class System:
     #: for it (the conformance suite, ``dmrack check``) merge them under their own tables. A scenario
     #: file is taken as written.
     rack_tables: dict = {}
-    #: Optional: a classmethod ``steering(spec) -> [cluster.spec.SteerSpec]``, NIC steering rules
-    #: the system's service needs (after the file's ``[[steer]]``; docs/devices.md).
+    #: Optional: a classmethod ``steering(spec) -> [shm.steering.SteerRule]``, NIC steering rules
+    #: the system's service needs, each naming the ``node`` whose NIC applies it (after the file's
+    #: ``[[steer]]``; docs/devices.md). ``cluster.spec.SteerSpec(node, port, port_hi, target,
+    #: mirror)``, which plugins used before, still builds one.
     steering = None
     #: Optional: a classmethod ``rx_queues(spec, node) -> [queue ids] | None``, the RX queues a node
     #: has instead of its one default ``<node>.rx`` (named ``<node>.<name>``): e.g. one per host

@@ -33,6 +33,7 @@ from nodes.actors import Cores
 from nodes.systems.api import KVClient, Option, System, SystemError_
 from shm.dmaring import DmaRing
 from shm.fabric import IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_WRITE, gaddr
+from shm.steering import SteerRule
 from shm.udp import ReplyPorts
 from shm.verbs import CQ, IBV_QPT_RC, MR, PD, QP, QPInitAttr
 
@@ -784,12 +785,11 @@ class Pd3System(System):
 
     @classmethod
     def steering(cls, spec):
-        from cluster.spec import SteerSpec
         if not spec.dpu.hosts:
             return []
         host = spec.dpu.hosts[0]
         threads = int(spec.system.options.get("app_threads", 8))
-        return [SteerSpec(host, PORT, PORT + threads - 1, host, mirror="dpu0")]
+        return [SteerRule(PORT, host, port_hi=PORT + threads - 1, mirror="dpu0", spread="port", node=host)]
 
     @classmethod
     def rx_queues(cls, spec, node):
