@@ -28,23 +28,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Generator, NamedTuple
 
+# Declared on the lowest floor (shm/messages.py), where shm/rpc.py can tell a system's failure from
+# a handler's error; re-exported here, where systems and plugins import them.
+from shm.messages import SystemError_, one_line  # noqa: F401  (re-exports)
+
 
 class UnsupportedOperation(NotImplementedError):
     """The system does not offer this operation (e.g. scans on a hash table)."""
-
-
-def one_line(text) -> str:
-    """``text`` (a message, an exception) with every run of whitespace, newlines included, as one
-    space: how the rack prints a failure in one line."""
-    return " ".join(str(text).split())
-
-
-class SystemError_(RuntimeError):
-    """A system-level failure a workload should report (e.g. the table is full)."""
-
-    def one_line(self) -> str:
-        """The message alone (``str()`` of an exception may carry notes), in one line."""
-        return one_line(self.args[0] if self.args else "")
 
 
 @dataclass(frozen=True)
