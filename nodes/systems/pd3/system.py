@@ -40,15 +40,13 @@ from shm.verbs import CQ, IBV_QPT_RC, MR, PD, QP, QPInitAttr
 from . import garnet
 from . import hashmap as hm
 from .garnet import HybridLogHost, Stages
-from .parsers import RespRequestParser
+from .parsers import PORT, REPLY_PORT, RespRequestParser
 from .loading_zone import copy_ns
 from .transfer import (
     INLINE, OP_READ, OP_WRITE, RECORD_BYTES, DmaFront, MemoryApi, MemoryServer, RedyFront,
     TransferEngine, dpu_costs, host_costs,
 )
 
-PORT = 7000
-REPLY_PORT = 16384                # coroutine k of client thread t replies to REPLY_PORT + 256 t + k
 BATCH = 8                       # keys per client packet (the Host View's batch: 64 B of keys)
 SRV_QPN = (1 << 40) + 0x50443300        # lane k: QP SRV_QPN + k on both sides (no exchange needed)
 MAX_BATCH = 128                 # records per Transfer Engine batch
