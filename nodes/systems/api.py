@@ -254,7 +254,7 @@ class System:
     @classmethod
     def heavy_stress(cls, shape):
         """The ``dmrack check --heavy`` stress for this system: ``shape`` (a
-        ``cluster.correctness.check.StressShape``: keys, value bytes, threads, coroutines, ms per
+        ``cluster.correctness.shapes.StressShape``: keys, value bytes, threads, coroutines, ms per
         phase) as is, or ``shape._replace(...)`` for a design whose limits or weak spots call for
         another one (a smaller largest value, a key count that fills one node, ...)."""
         return shape
