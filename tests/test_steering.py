@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.correctness.shapes import with_rack_tables
 from cluster.rack import compile_scenario
-from cluster.scenario import scenario_from_dict
+from cluster.scenario import scenario_from_dict, with_rack_tables
 from cluster.spec import SteerSpec, spec_from_dict
 from nodes.actors import steer_rules
 from nodes.systems import get_system
@@ -77,5 +76,7 @@ def test_moved_names_keep_their_old_homes():
     import shm.rpc_client as rpc_client
     assert api.SystemError_ is messages.SystemError_ and api.one_line is messages.one_line
     assert rpc.rpc is rpc_client.rpc and rpc.RpcError is rpc_client.RpcError and rpc.HEADER is rpc_client.HEADER
-    assert check.StressShape is shapes.StressShape and check.with_rack_tables is shapes.with_rack_tables
+    import cluster.scenario as scenario
+    assert check.StressShape is shapes.StressShape and check.with_rack_tables is scenario.with_rack_tables
+    assert conformance.with_rack_tables is scenario.with_rack_tables
     assert conformance.DEFAULT_PROFILE == shapes.DEFAULT_PROFILE == "cx6-200g"

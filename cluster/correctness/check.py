@@ -32,7 +32,8 @@ from typing import NamedTuple
 # The stress's shapes and mix are shared with the conformance suite, which this command runs: they
 # live in shapes.py, which both import, and are re-exported here where they were first declared.
 from cluster.correctness.shapes import (  # noqa: F401  (re-exports)
-    HEAVY, QUICK, SCAN_SHARE, STRESS_KEYS, StressShape, stress_mix, with_rack_tables)
+    HEAVY, QUICK, SCAN_SHARE, STRESS_KEYS, StressShape, stress_mix)
+from cluster.scenario import with_rack_tables  # noqa: F401  (re-exported: declared here first)
 
 HISTORY_CAPACITY = 1 << 20
 

@@ -3,8 +3,8 @@
 Both ``dmrack check`` (``cluster/correctness/check.py``: the conformance suite, then a stress of a
 rack of processes) and the conformance suite (``cluster/correctness/conformance.py``: its
 co-located history checks) push a system with the same shapes of stress, the same mix of
-operations, on racks merged with the tables the system needs, on the same default profile. These
-are declared once here, below both: the check command imports the suite it runs, and the suite
+operations, on the same default profile (on racks merged with the tables the system needs,
+``cluster.scenario.with_rack_tables``). These are declared once here, below both: the check command imports the suite it runs, and the suite
 imports only this, so neither module imports the other both ways. ``check.py`` and
 ``conformance.py`` re-export the names where they were declared first.
 """
@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["DEFAULT_PROFILE", "STRESS_KEYS", "SCAN_SHARE", "StressShape", "QUICK", "HEAVY", "with_rack_tables",
-           "stress_mix"]
+__all__ = ["DEFAULT_PROFILE", "STRESS_KEYS", "SCAN_SHARE", "StressShape", "QUICK", "HEAVY", "stress_mix"]
 
 #: The hardware profile the conformance rigs and the process stress build on unless a check names
 #: one (``run_suite(profile=)``, ``dmrack check --profile``): cx6-200g, whose multi-line WRITEs
@@ -45,17 +44,6 @@ QUICK = StressShape(run_ms=0.5)
 #: times the clients on a quarter of the keys (every key sees overlapping inserts, updates,
 #: deletes and re-inserts), longer phases. A system shapes it with ``System.heavy_stress``.
 HEAVY = StressShape(keys=16, value_size=1000, threads=8, coroutines=8, run_ms=2.0, mixed_sizes=True)
-
-
-def with_rack_tables(system, data: dict) -> dict:
-    """``data`` (a rack the project builds: conformance rigs, the stress) with the tables ``system``
-    needs to run at all (``System.rack_tables``: a profile with a DPA, the devices it serves from)
-    merged in; they are requirements, so they win over the builder's defaults key by key."""
-    need = getattr(system, "rack_tables", None) or {}
-    out = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
-    for table, keys in need.items():
-        out[table] = {**out.get(table, {}), **keys}
-    return out
 
 
 def stress_mix(system_cls) -> dict | None:
