@@ -352,7 +352,7 @@ class RackSpec:
     smart: dict | None = None  # [smart]: SMART's switches for the compute nodes' verbs (shm.smart.SmartConfig)
     dpu: DpuSpec = DpuSpec()
     dpa: DpaSpec = DpaSpec()
-    steer: tuple = ()          # shm.steering.SteerRule rules (with their node), in file order (first match wins per node)
+    steer: tuple = ()          # shm.steering.SteerRule rules with their node, in file order (first match wins)
 
     def smart_config(self, system_defaults: dict | None = None):
         """The SMART switches the compute nodes run with: the system's defaults, then [smart]."""

@@ -12,5 +12,6 @@
 Why a package of their own: these modules build racks to judge a system, and running a rack
 never needs them: the machinery of ``cluster`` (spec, rack, supervisor, stats) does not import
 them (a run that records a history builds its records, ``nodes.history.Op``, and only the command
-line's ``--check`` calls the checker), and the experiments (``cluster.experiments``) do not either. docs/checking.md describes the checker and the suite.
+line's ``--check`` calls the checker), and the experiments (``cluster.experiments``) do not
+either. docs/checking.md describes the checker and the suite.
 """

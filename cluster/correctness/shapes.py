@@ -4,8 +4,9 @@ Both ``dmrack check`` (``cluster/correctness/check.py``: the conformance suite, 
 rack of processes) and the conformance suite (``cluster/correctness/conformance.py``: its
 co-located history checks) push a system with the same shapes of stress, the same mix of
 operations, on the same default profile (on racks merged with the tables the system needs,
-``cluster.scenario.with_rack_tables``). These are declared once here, below both: the check command imports the suite it runs, and the suite
-imports only this, so neither module imports the other both ways. ``check.py`` and
+``cluster.scenario.with_rack_tables``). These are declared once here, below both: the check
+command imports the suite it runs, and the suite imports only this, so the two modules do not
+import each other both ways. ``check.py`` and
 ``conformance.py`` re-export the names where they were declared first.
 """
 
