@@ -22,8 +22,8 @@ later):
   node, an ordered list of plain-data rules mapping a destination port or an inclusive port range
   to a target queue id, or to several (a flow hash of source node, source port and destination
   port picks one, as RSS does). The first rule that matches wins; a datagram no rule matches is
-  dropped and counted ``unsteered``. Targets are queue ids (today host queues; a DPA thread's or DPU's queue later is a queue id too); an
-  unknown target is refused with one line naming it.
+  dropped and counted ``unsteered``. Targets are queue ids (today host queues; a DPA thread's or
+  DPU's queue later is a queue id too); an unknown target is refused with one line naming it.
 * **Mirroring**: a rule's ``mirror`` names a second queue that receives a copy of every matching
   datagram while the original still reaches the primary target (PD3 mirrors client packets to the
   DPU). ASSUMPTION (no published figure): the NIC's switch replicates the packet after the
