@@ -424,9 +424,9 @@ class ColocatedRack:
 
 
 def collect_history(state: RackState) -> list:
-    """Every compute node's recorded operations as checker ops (``cluster.correctness.checker.Op``)."""
-    from cluster.correctness.checker import Op
+    """Every compute node's recorded operations as checker ops (``nodes.history.Op``)."""
     from nodes import history as h
+    Op = h.Op
     log = state.history
     full = [state.compiled.compute[i] for i in range(log.n_procs) if log.overflowed(i)]
     if full:

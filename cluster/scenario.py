@@ -49,6 +49,7 @@ from cluster.spec import (
 from shm.messages import did_you_mean
 
 __all__ = [
+    "with_rack_tables",
     "SpecError",
     "Step",
     "LoadStep",
@@ -447,6 +448,19 @@ def _capacity_culprit(scenario, built, cls, options, capacity, key_size, value_s
         if s.action == "load" and getattr(s, "count", None) and s.count > count:
             where, count = f"step[{s.index}].count", s.count
     return where, count, "the count"
+
+
+def with_rack_tables(system, data: dict) -> dict:
+    """``data`` (a rack the project builds: conformance rigs, the checks' stress, the PD3 and
+    DPA-Store reproductions) with the tables ``system`` needs to run at all (``System.rack_tables``:
+    a profile with a DPA, the devices it serves from) merged in; they are requirements, so they win
+    over the builder's defaults key by key. Here, with the scenario dicts, so that the correctness
+    tools and the experiments both import it downward."""
+    need = getattr(system, "rack_tables", None) or {}
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
+    for table, keys in need.items():
+        out[table] = {**out.get(table, {}), **keys}
+    return out
 
 
 def scenario_from_dict(data: Mapping[str, Any], *, source: str = "<string>", base_dir: str | os.PathLike | None = None,

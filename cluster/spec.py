@@ -59,6 +59,7 @@ from cluster.units import format_size, parse_size
 from shm.profile import ProfileError, list_profiles, load_profile, with_overrides
 from shm.messages import clip, did_you_mean, item
 from shm.profile_schema import Profile
+from shm.steering import SteerRule
 
 try:  # Python >= 3.11
     import tomllib
@@ -231,15 +232,13 @@ class DpaSpec:
     memory_bytes: int = 64 << 20   # DPA memory of each (its segment)
 
 
-@dataclass(frozen=True)
-class SteerSpec:
-    """A NIC steering rule of the rack ([[steer]]): datagrams to ``node`` on ``port``..``port_hi``
-    land in ``target`` (a node on the same card, or one of its queues), a copy in ``mirror``."""
-    node: str
-    port: int
-    port_hi: int
-    target: str
-    mirror: str | None = None
+def SteerSpec(node: str, port: int, port_hi: int, target: str, mirror: str | None = None) -> SteerRule:
+    """A NIC steering rule of the rack, as the spec's ``[[steer]]`` gives it: datagrams to ``node``
+    on ``port``..``port_hi`` land in ``target`` (a node on the same card, or one of its queues), a
+    copy in ``mirror``. Kept for plugins written against it (``steering(spec)`` returned these): it
+    builds the one steering-rule type, :class:`shm.steering.SteerRule`, which new code uses
+    directly."""
+    return SteerRule(port, target, port_hi=port_hi, mirror=mirror, spread="port", node=node)
 
 
 @dataclass(frozen=True)
@@ -353,7 +352,7 @@ class RackSpec:
     smart: dict | None = None  # [smart]: SMART's switches for the compute nodes' verbs (shm.smart.SmartConfig)
     dpu: DpuSpec = DpuSpec()
     dpa: DpaSpec = DpaSpec()
-    steer: tuple = ()          # SteerSpec rules, in file order (first match wins per node)
+    steer: tuple = ()          # shm.steering.SteerRule rules with their node, in file order (first match wins)
 
     def smart_config(self, system_defaults: dict | None = None):
         """The SMART switches the compute nodes run with: the system's defaults, then [smart]."""
@@ -1043,7 +1042,7 @@ def _steering(label: str, rules: list, compute, memory, dpu, dpa) -> tuple:
         mirror = t.get("mirror", None, _text)
         if mirror is not None:
             target("mirror", mirror)
-        out.append(SteerSpec(node, port, hi, tgt, mirror))
+        out.append(SteerRule(port, tgt, port_hi=hi, mirror=mirror, spread="port", node=node))
     return tuple(out)
 
 

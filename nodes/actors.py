@@ -193,13 +193,15 @@ def actor_contexts(state, env, host, *, directory: dict | None = None, only=None
     return out
 
 
-def default_queues(spec, decl) -> list[str]:
+def default_queues(spec, decl, system=None) -> list[str]:
     """The RX queues a node has from the start: one per DPA thread (``dpa0.t3``), those the system
-    asks for on that node (``System.rx_queues(spec, node)``, e.g. one per host application thread,
-    as a NIC's RSS queues: ``cn0.a0``..), else one (``cn0.rx``)."""
+    (``system``, the rack's system class: ``CompiledRack.system``) asks for on that node
+    (``System.rx_queues(spec, node)``, e.g. one per host application thread, as a NIC's RSS queues:
+    ``cn0.a0``..), else one (``cn0.rx``). The caller hands the class in, so that this module, which
+    the systems import, never looks systems up itself."""
     if decl.role == "dpa":
         return [f"{decl.name}.t{i}" for i in range(spec.dpa.threads)]
-    hook = _system_queues(spec)
+    hook = getattr(system, "rx_queues", None)
     extra = hook(spec, decl.name) if hook is not None else None
     if extra:
         bad = [q for q in extra if not (isinstance(q, str) and q.startswith(f"{decl.name}.") and q != f"{decl.name}.")]
@@ -210,24 +212,13 @@ def default_queues(spec, decl) -> list[str]:
     return [f"{decl.name}.rx"]
 
 
-def _system_queues(spec):
-    """The system's ``rx_queues`` hook, if it has one (systems load lazily; a spec without a system
-    has none)."""
-    system = getattr(spec, "system", None)
-    if system is None or not getattr(system, "name", None):
-        return None
-    from nodes.systems import get_system
-    try:
-        cls = get_system(system.name)
-    except ValueError:
-        return None
-    return getattr(cls, "rx_queues", None)
-
-
 def steer_rules(compiled) -> dict:
-    """The rack's steering rules per node name, as ``shm.udp.SteerRule``s: the spec's ``[[steer]]``
-    first (first match wins, so a file can override), then the system's (``System.steering``)."""
-    from shm.udp import SteerRule
+    """The rack's steering rules per node name, as the lists ``UdpNet.set_rules`` takes: the spec's
+    ``[[steer]]`` first (first match wins, so a file can override), then the system's
+    (``System.steering``). Each is a :class:`shm.steering.SteerRule` naming its ``node``; here a
+    target or mirror that names a node becomes that node's queues, and the rule goes to its node's
+    list (without the ``node``, which the list says)."""
+    from dataclasses import replace
     spec = compiled.spec
     decls = {d.name: d for d in compiled.nodes}
     system_rules = getattr(compiled.system, "steering", None)
@@ -236,14 +227,14 @@ def steer_rules(compiled) -> dict:
     def queues(target: str):
         if "." in target:
             return (target,)
-        return tuple(default_queues(spec, decls[target]))
+        return tuple(default_queues(spec, decls[target], compiled.system))
 
     out: dict = {}
     for r in rules:
         targets = queues(r.target)
         mirror = queues(r.mirror)[0] if r.mirror else None
-        out.setdefault(r.node, []).append(SteerRule(r.port, targets[0] if len(targets) == 1 else targets,
-                                                    port_hi=r.port_hi, mirror=mirror, spread="port"))
+        out.setdefault(r.node, []).append(replace(r, target=targets[0] if len(targets) == 1 else targets,
+                                                  mirror=mirror, node=None))
     return out
 
 
@@ -259,7 +250,7 @@ def rack_udp(state, host, *, only=None):
     for decl in c.nodes:
         if decl.role == "manager" or (only is not None and decl.name not in only):
             continue
-        for qid in default_queues(c.spec, decl):
+        for qid in default_queues(c.spec, decl, c.system):
             net.add_queue(decl.name, qid)
     for node, rules in steer_rules(c).items():
         net.set_rules(node, rules)

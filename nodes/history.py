@@ -1,4 +1,5 @@
-"""Operation histories in shared memory, for the linearizability checker.
+"""Operation histories in shared memory, for the linearizability checker, and :class:`Op`, the
+record of one operation the checker reads.
 
 Each process appends one fixed-size record per KV operation to its own region of a history
 segment: the record is written at *invoke* (with no return yet) and completed at *return*. Two
@@ -56,6 +57,24 @@ def _signed(x: int) -> int:
     """A 64-bit key id as the int64 a record holds (ids >= 2**63 wrap to negative)."""
     x &= _MASK64
     return x - (1 << 64) if x >= (1 << 63) else x
+
+
+class Op(NamedTuple):
+    """One KV operation of a history as the linearizability checker reads it
+    (``cluster.correctness.checker``, which re-exports it): what the rack's merge of the recorded
+    regions makes of each record (``cluster/rack.py:collect_history``), what JSON lines hold. Here,
+    with the histories, so that the rack builds it without importing the checker."""
+    client: int          # who issued it (one coroutine; unique across the rack)
+    kind: str            # "get" | "insert" | "update" | "put" | "delete" | "scan"
+    key: int             # key id (int64); for scan: the start key
+    value: int | None    # get: version returned (None = not found); writes: version written;
+    #                      delete: None; scan: the requested count
+    ok: bool | None      # insert/update/delete: took effect; get/put: True; None = unknown (crashed)
+    call: int            # invoke time (virtual ns)
+    ret: int | None      # return time (virtual ns); None = the client crashed before it returned
+    result: tuple = ()   # scan only: ((key, version), ...) in the order returned
+    call_real: float = 0.0   # real time (s) of invoke and return, for humans; not used by the check
+    ret_real: float | None = None
 
 
 class HistoryStats(NamedTuple):

@@ -524,7 +524,7 @@ class Coroutine:
         """``reply = yield from co.rpc(node, payload, method=m, timeout_ns=..., retries=...)``: a
         two-sided RPC over datagrams to ``node``'s RPC server, its post charged to this coroutine's
         thread (``shm.rpc.rpc``; the thread's node needs a datagram net, ``NodeRdma.udp``)."""
-        from shm.rpc import rpc
+        from shm.rpc_client import rpc
         return rpc(self, dst_node, payload, **kw)
 
     # -- posting and waiting ------------------------------------------------------------------

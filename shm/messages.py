@@ -13,6 +13,13 @@ declared here once and every layer (shm, workloads, nodes, cluster) uses them:
 * :func:`item`: positions in a list count from 1 in messages (``steer[1]`` is the first
   ``[[steer]]`` rule, ``step[1]`` the first ``[[step]]``, ``hosts[1]`` the first host), as the
   results table numbers steps and as files number lines: a person counts the first one as 1.
+* :func:`one_line`: a message or an exception with every run of whitespace as one space, how the
+  rack prints a failure in one line.
+
+It also declares :class:`SystemError_`, a system's failure a workload reports (a full table): the
+systems raise it and the rack stops on it, and so does the two-sided RPC server of ``shm/rpc.py``,
+which must tell it from a handler's ordinary error without importing the systems' floor. It is
+re-exported as ``nodes.systems.api.SystemError_``, where systems and plugins have always found it.
 
 Standard library only, so that the lowest layer can import it.
 """
@@ -21,7 +28,7 @@ from __future__ import annotations
 
 import difflib
 
-__all__ = ["CLIP_CHARS", "clip", "did_you_mean", "item"]
+__all__ = ["CLIP_CHARS", "clip", "did_you_mean", "item", "one_line", "SystemError_"]
 
 #: The most characters of a user's value a message repeats (a long path or a TOML inline table
 #: still fits whole; a pasted blob does not).
@@ -47,3 +54,17 @@ def did_you_mean(word, choices, quote: bool = False) -> str:
 def item(name: str, index0: int) -> str:
     """The message name of the entry at 0-based ``index0`` of the list ``name``: ``name[index0 + 1]``."""
     return f"{name}[{index0 + 1}]"
+
+
+def one_line(text) -> str:
+    """``text`` (a message, an exception) with every run of whitespace, newlines included, as one
+    space: how the rack prints a failure in one line."""
+    return " ".join(str(text).split())
+
+
+class SystemError_(RuntimeError):
+    """A system-level failure a workload should report (e.g. the table is full)."""
+
+    def one_line(self) -> str:
+        """The message alone (``str()`` of an exception may carry notes), in one line."""
+        return one_line(self.args[0] if self.args else "")

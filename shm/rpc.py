@@ -45,6 +45,10 @@ upwards), so concurrent callers never take each other's replies. The reply is th
   own (``request.co``) for one-sided verbs from its handlers (FlexKV's proxy WRITEs the slot to the
   memory node before its local commit); its posts are priced on that thread's core, as a client's.
 
+The caller's side (the header, the errors, endpoints, :func:`rpc`) is in ``shm/rpc_client.py``,
+which ``shm/coro.py`` imports for ``Coroutine.rpc`` while this module, the server, imports
+``shm/coro.py`` for its threads' coroutines; every name of it is re-exported here.
+
 Not built yet: RPC from the manager process (it has no datagram net; a manager that needs RPCs
 would get a socket on a node of its own), no batching of several requests in one datagram, payloads are limited to
 one datagram (``udp.mtu_bytes - 28 - HEADER.size`` bytes).
@@ -52,41 +56,17 @@ one datagram (``udp.mtu_bytes - 28 - HEADER.size`` bytes).
 
 from __future__ import annotations
 
-import struct
-import weakref
 from typing import Any, Callable, NamedTuple
 
-from shm.udp import UDP_OK, UdpError, call
+from shm.coro import NodeRdma
+from shm.messages import SystemError_
+from shm.rpc_client import (  # noqa: F401  (the caller's side, re-exported: shm.rpc is the one name)
+    HEADER, KIND_REPLY, KIND_REQUEST, REPLY_PORT_BASE, RPC_PORT, ST_ERROR, ST_NO_METHOD, ST_OK, RpcEndpoint,
+    RpcError, RpcHandlerError, RpcTimeout, encode_request, endpoint_of, rpc)
+from shm.udp import UDP_OK
 
 __all__ = ["rpc", "rpc_server", "RpcServer", "RpcEndpoint", "Request", "RpcError", "RpcTimeout", "RpcHandlerError", "RpcStats",
            "RPC_PORT", "REPLY_PORT_BASE", "HEADER", "encode_request"]
-
-#: the UDP port every node's RPC server listens on (a bound port: no steering rule needed)
-RPC_PORT = 7471
-#: reply ports of a node's client endpoints count up from here
-REPLY_PORT_BASE = 40000
-
-KIND_REQUEST, KIND_REPLY = 1, 2
-ST_OK, ST_NO_METHOD, ST_ERROR = 0, 1, 2
-#: kind u8, status u8, method u16, request id u64
-HEADER = struct.Struct("<BBHQ")
-
-
-class RpcError(RuntimeError):
-    """An RPC that cannot complete (unknown method, a payload too big): one line naming the node."""
-
-
-class RpcTimeout(RpcError):
-    """Every attempt of an RPC timed out: one line naming the node."""
-
-
-class RpcHandlerError(RpcError):
-    """The handler raised on the server: one line naming the node, the method and the exception
-    (its type and the first line of its message); ``.remote`` is that ``Type: message`` part."""
-
-    def __init__(self, message: str, remote: str = ""):
-        super().__init__(message)
-        self.remote = remote
 
 
 class Request(NamedTuple):
@@ -107,144 +87,6 @@ class RpcStats(NamedTuple):
     stale: int           # requests older than the endpoint's latest, dropped
     no_method: int       # requests for a method nobody registered
     errors: int = 0      # handler executions that raised (answered with an error status, cached as any reply)
-
-
-def encode_request(method: int, rid: int, payload: bytes) -> bytes:
-    """The datagram of a request (for tests that send one by hand)."""
-    return HEADER.pack(KIND_REQUEST, ST_OK, method, rid) + bytes(payload)
-
-
-# -- client -------------------------------------------------------------------------------------
-
-class RpcEndpoint:
-    """One caller's socket, bound reply queue and request-id counter on ``node`` of ``net``."""
-
-    def __init__(self, net, node, port: int | None = None):
-        self.net = net
-        self.node = net.fabric.node_index(node)
-        if port is None:
-            port = _next_port(net, self.node)
-        self.port = port
-        self.sock = net.socket(self.node, port)
-        self.queue = net.bind(self.node, port)
-        # Ids start at the virtual time the endpoint is made, not at 0: a restarted node's new
-        # process reuses the same (node, port) endpoints, and a server still holds the old
-        # incarnation's latest id for them (its dedup table), so ids from 1 would be dropped as
-        # stale. Every call takes more than 1 ns, so the old endpoint's ids never reached the time
-        # of its death, which the new one starts above.
-        self._rid = int(net.env.now)
-        self.calls = self.resends = self.timeouts = 0
-
-    def call(self, dst_node, payload: bytes, *, method: int = 0, timeout_ns: int = 100_000, retries: int = 3,
-             thread=None, port: int = RPC_PORT, again: bool = False):
-        """``reply = yield from ep.call(...)``: see :func:`rpc`."""
-        net = self.net
-        try:
-            dst = net.fabric.node_index(dst_node)
-        except KeyError as e:
-            raise RpcError(f"rpc to node {dst_node!r}: {e.args[0]}") from None
-        name = net.fabric.nodes[dst].name
-        if type(method) is not int or not 0 <= method <= 0xFFFF:
-            raise RpcError(f"rpc to node {name!r}: method must be an integer 0..65535, got {method!r}")
-        payload = bytes(payload)
-        if len(payload) + HEADER.size > net.max_payload:
-            raise RpcError(f"rpc to node {name!r}: a payload of {len(payload)} B exceeds one datagram "
-                           f"({net.max_payload - HEADER.size} B after the {HEADER.size} B RPC header)")
-        if not (again and self._rid):
-            self._rid += 1
-        rid = self._rid
-        data = HEADER.pack(KIND_REQUEST, ST_OK, method, rid) + payload
-        self.calls += 1
-        before = net.statistics()
-
-        def match(dg) -> bool:
-            if len(dg.data) < HEADER.size:
-                return False
-            kind, _st, _m, r = HEADER.unpack_from(dg.data)
-            return kind == KIND_REPLY and r == rid
-
-        try:
-            dg = yield from call(self.sock, dst, port, data, self.queue, timeout_ns=timeout_ns,
-                                 resends=retries, match=match, thread=thread)
-        except UdpError as e:
-            raise RpcError(f"rpc to node {name!r}: {e}") from None
-        after = net.statistics()
-        self.resends += after.resends - before.resends
-        self.timeouts += after.timeouts - before.timeouts
-        if dg is None:
-            raise RpcTimeout(f"rpc to node {name!r} (method {method}): no reply after {retries + 1} attempts of "
-                             f"{timeout_ns / 1000:g} us (the node is gone, serves no RPCs, or drops them)")
-        _kind, status, _m, _r = HEADER.unpack_from(dg.data)
-        if status == ST_NO_METHOD:
-            raise RpcError(f"rpc to node {name!r}: no handler for method {method}")
-        if status == ST_ERROR:
-            remote = dg.data[HEADER.size:].decode("utf-8", "replace")
-            raise RpcHandlerError(f"rpc to node {name!r} (method {method}): the handler raised {remote}", remote)
-        return dg.data[HEADER.size:]
-
-
-_PORTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()       # net -> {node: next port}
-_ENDPOINTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # net -> {(node, id(actor)): (actor, ep)}
-
-
-def _next_port(net, node: int) -> int:
-    ports = _PORTS.setdefault(net, {})
-    while True:
-        p = ports.get(node, REPLY_PORT_BASE)
-        ports[node] = p + 1
-        if p > 0xFFFF:
-            raise RpcError(f"node {net.fabric.nodes[node].name!r}: no reply ports left for RPC endpoints")
-        if (node, p) not in net.bound:
-            return p
-
-
-def _resolve(who, net=None):
-    """(net, node, thread) of a coroutine, an RdmaThread or a NodeContext."""
-    thread = None
-    if hasattr(who, "thread") and hasattr(who, "sync"):          # shm.coro.Coroutine
-        thread = who.thread
-    elif hasattr(who, "owner") and hasattr(who, "cpu_free"):     # shm.coro.RdmaThread
-        thread = who
-    if thread is not None:
-        net = net if net is not None else getattr(thread.owner, "udp", None)
-        node = thread.owner.node
-    else:                                                         # a NodeContext (server actor)
-        net = net if net is not None else getattr(who, "udp", None)
-        node = getattr(who, "index", None)
-    if net is None or node is None:
-        raise RpcError(f"rpc: {type(who).__name__} has no datagram net (a profile with [udp], and a rack that "
-                       f"gives its nodes one) ")
-    return net, node, thread
-
-
-def endpoint_of(who, *, net=None) -> RpcEndpoint:
-    """The calling actor's endpoint on ``who``'s node (made on first use, then reused)."""
-    net, node, _thread = _resolve(who, net)
-    actor = net.env.active_process
-    eps = _ENDPOINTS.setdefault(net, {})
-    key = (node, id(actor))
-    got = eps.get(key)
-    if got is None or got[0] is not actor:
-        got = eps[key] = (actor, RpcEndpoint(net, node))
-    return got[1]
-
-
-def rpc(who, dst_node, payload: bytes = b"", *, method: int = 0, timeout_ns: int = 100_000, retries: int = 3,
-        net=None, port: int = RPC_PORT, again: bool = False):
-    """``reply = yield from rpc(co, dst_node, payload, method=m, timeout_ns=..., retries=...)``.
-
-    Sends ``payload`` to method ``method`` of ``dst_node``'s RPC server and returns the handler's
-    reply bytes. ``who``: the caller (a coroutine, an ``RdmaThread``, a ``NodeContext``); ``net``
-    overrides its datagram net; ``port`` the server's (a node may run several servers, e.g.
-    one whose handlers never wait on other nodes, so nested RPCs cannot deadlock). Raises :class:`RpcTimeout` when every one of the ``retries + 1``
-    attempts timed out, :class:`RpcError` for an unknown method or a payload over one datagram.
-    ``again=True`` goes on with the caller's previous call after its RpcTimeout: the same request
-    id, so the server runs it at most once in all (an executed one answers from its reply cache),
-    and no request of the caller's can still run after a reply came."""
-    net, _node, thread = _resolve(who, net)
-    ep = endpoint_of(who, net=net)
-    return (yield from ep.call(dst_node, payload, method=method, timeout_ns=timeout_ns, retries=retries,
-                               thread=thread, port=port, again=again))
 
 
 # -- server -------------------------------------------------------------------------------------
@@ -299,7 +141,6 @@ class RpcServer:
         from shm.verbs import Context
         rdma = None
         if self.verbs_buffer:
-            from shm.coro import NodeRdma
             rdma = NodeRdma(self.net.host, self._ctx_index, buffer_bytes=self.verbs_buffer)
         out = []
         for _ in range(self.threads):
@@ -402,10 +243,6 @@ def _propagates(exc: BaseException) -> bool:
     from nodes.runtime.env import Interrupt
     if isinstance(exc, Interrupt):
         return True
-    try:
-        from nodes.systems.api import SystemError_
-    except ImportError:                 # pragma: no cover - shm used without nodes
-        return False
     return isinstance(exc, SystemError_)
 
 

@@ -18,12 +18,12 @@ later):
   datagram arriving at a full ring is **dropped and counted**, never blocks the sender and never
   raises. Receivers ``poll()`` (one ``cpu.poll_ns``, as a CQ poll) or ``yield q.wait(timeout_ns)``,
   an event that fires when a datagram is there or at the timeout, in virtual time.
-* **Steering** (:class:`SteerRule`, item 5): per destination node, an ordered list of plain-data
-  rules mapping a destination port or an inclusive port range to a target queue id, or to several
-  (a flow hash of source node, source port and destination port picks one, as RSS does). The first
-  rule that matches wins; a datagram no rule matches is dropped and counted ``unsteered``. Targets
-  are queue ids (today host queues; a DPA thread's or DPU's queue later is a queue id too); an
-  unknown target is refused with one line naming it.
+* **Steering** (:class:`SteerRule`, declared in ``shm/steering.py``, item 5): per destination
+  node, an ordered list of plain-data rules mapping a destination port or an inclusive port range
+  to a target queue id, or to several (a flow hash of source node, source port and destination
+  port picks one, as RSS does). The first rule that matches wins; a datagram no rule matches is
+  dropped and counted ``unsteered``. Targets are queue ids (today host queues; a DPA thread's or
+  DPU's queue later is a queue id too); an unknown target is refused with one line naming it.
 * **Mirroring**: a rule's ``mirror`` names a second queue that receives a copy of every matching
   datagram while the original still reaches the primary target (PD3 mirrors client packets to the
   DPU). ASSUMPTION (no published figure): the NIC's switch replicates the packet after the
@@ -44,7 +44,6 @@ too big), checksum or loss models on the wire (drops happen only at full rings a
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
 import numpy as np
@@ -52,6 +51,7 @@ import numpy as np
 from shm import nic
 from shm.calendar import reserve
 from shm.fabric import REGION_HOST
+from shm.steering import SteerRule   # re-exported: the one steering-rule type lives in a leaf
 from shm.verbs import CQ, IBV_QPT_UD, PD, QP, Context, QPInitAttr, VerbsHost
 
 __all__ = [
@@ -74,28 +74,6 @@ STAGING_SLOTS = 64
 
 class UdpError(ValueError):
     """Bad input to the datagram path (an unknown queue, a bad rule): one line naming it."""
-
-
-@dataclass(frozen=True)
-class SteerRule:
-    """Datagrams to ``port`` (or ``port``..``port_hi``, inclusive) go to queue ``target``; with a
-    tuple of targets a flow hash picks one. ``mirror``: a queue that also gets a copy."""
-
-    port: int
-    target: str | tuple[str, ...]
-    port_hi: int | None = None
-    mirror: str | None = None
-    # how a tuple of targets is chosen: "flow" (a hash of source node, source port and destination
-    # port, as RSS) or "port" (target (port - self.port) mod len: a port per queue, as DPA-Store's
-    # clients pick a DPA thread by the key's port)
-    spread: str = "flow"
-
-    def matches(self, port: int) -> bool:
-        hi = self.port if self.port_hi is None else self.port_hi
-        return self.port <= port <= hi
-
-    def targets(self) -> tuple[str, ...]:
-        return (self.target,) if isinstance(self.target, str) else tuple(self.target)
 
 
 class Datagram(NamedTuple):
@@ -258,6 +236,8 @@ class UdpNet:
             targets = r.targets()
             if not targets:
                 raise UdpError(f"{where}: no target queue")
+            if r.node is not None and r.node != name:
+                raise UdpError(f"{where}: the rule is for node {r.node!r}")
             if r.spread not in ("flow", "port"):
                 raise UdpError(f"{where}: spread must be 'flow' or 'port', got {r.spread!r}")
             for t in (*targets, *((r.mirror,) if r.mirror is not None else ())):

@@ -71,8 +71,8 @@ def test_the_host_has_one_rx_queue_per_application_thread():
                                   "workload": {"preset": "c", "recordcount": 100}})
     c = compile_scenario(scenario_from_dict(d, source="test"))
     decls = {n.name: n for n in c.nodes}
-    assert default_queues(c.spec, decls["cn0"]) == ["cn0.a0", "cn0.a1", "cn0.a2"]
-    assert default_queues(c.spec, decls["mn0"]) == ["mn0.rx"]
+    assert default_queues(c.spec, decls["cn0"], c.system) == ["cn0.a0", "cn0.a1", "cn0.a2"]
+    assert default_queues(c.spec, decls["mn0"], c.system) == ["mn0.rx"]
 
 
 def test_an_item_fetched_before_the_last_write_back_is_never_taken(fabric_dma):

@@ -7,9 +7,11 @@
   system by tests/test_conformance.py.
 * ``check``: ``dmrack check``: the suite, then a stress on a rack of processes whose history
   ``checker`` decides; or a recorded history checked again.
+* ``shapes``: the stress shapes, mix and default profile that ``check`` and ``conformance`` share.
 
 Why a package of their own: these modules build racks to judge a system, and running a rack
-never needs them: the machinery of ``cluster`` (spec, rack, supervisor, stats) imports them only
-where a run records or checks a history (``--history``, ``--check``), and the experiments
-(``cluster.experiments``) not at all. docs/checking.md describes the checker and the suite.
+never needs them: the machinery of ``cluster`` (spec, rack, supervisor, stats) does not import
+them (a run that records a history builds its records, ``nodes.history.Op``, and only the command
+line's ``--check`` calls the checker), and the experiments (``cluster.experiments``) do not
+either. docs/checking.md describes the checker and the suite.
 """

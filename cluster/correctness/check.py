@@ -29,31 +29,13 @@ from __future__ import annotations
 import time
 from typing import NamedTuple
 
-STRESS_KEYS = 64
+# The stress's shapes and mix are shared with the conformance suite, which this command runs: they
+# live in shapes.py, which both import, and are re-exported here where they were first declared.
+from cluster.correctness.shapes import (  # noqa: F401  (re-exports)
+    HEAVY, QUICK, SCAN_SHARE, STRESS_KEYS, StressShape, stress_mix)
+from cluster.scenario import with_rack_tables  # noqa: F401  (re-exported: declared here first)
+
 HISTORY_CAPACITY = 1 << 20
-#: The share of scans in the stress mix of a system with ``supports_scan`` (the rest: the
-#: default get/insert/update/delete mix); systems without scans run the default mix unchanged.
-SCAN_SHARE = 0.1
-
-
-class StressShape(NamedTuple):
-    """How hard the process stress pushes: keys, value bytes (the largest, with ``mixed_sizes``
-    each write's size drawn from 16 up to it), threads and coroutines per compute node, virtual
-    ms per phase (uniform, then zipfian)."""
-    keys: int = STRESS_KEYS
-    value_size: int = 32
-    threads: int = 4
-    coroutines: int = 4
-    run_ms: float = 2.0
-    mixed_sizes: bool = False
-
-
-QUICK = StressShape(run_ms=0.5)
-#: ``--heavy``: values of 16 to 1000 bytes (up to 16 cache lines: a multi-line READ can meet a
-#: WRITE of the same block, and a key's value moves across size classes and inline limits), four
-#: times the clients on a quarter of the keys (every key sees overlapping inserts, updates,
-#: deletes and re-inserts), longer phases. A system shapes it with ``System.heavy_stress``.
-HEAVY = StressShape(keys=16, value_size=1000, threads=8, coroutines=8, run_ms=2.0, mixed_sizes=True)
 
 
 class CheckReport(NamedTuple):
@@ -65,27 +47,6 @@ class CheckReport(NamedTuple):
     keys: int
     explanation: str
     wall_s: float
-
-
-def with_rack_tables(system, data: dict) -> dict:
-    """``data`` (a rack the project builds: conformance rigs, the stress) with the tables ``system``
-    needs to run at all (``System.rack_tables``: a profile with a DPA, the devices it serves from)
-    merged in; they are requirements, so they win over the builder's defaults key by key."""
-    need = getattr(system, "rack_tables", None) or {}
-    out = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
-    for table, keys in need.items():
-        out[table] = {**out.get(table, {}), **keys}
-    return out
-
-
-def stress_mix(system_cls) -> dict | None:
-    """The StressWorkload mix of the checks for ``system_cls``: None (the default mix) for a
-    system without scans, else the default mix with SCAN_SHARE of scans."""
-    if not getattr(system_cls, "supports_scan", False):
-        return None
-    from workloads.stress import DEFAULT_MIX
-    rest = sum(DEFAULT_MIX.values())
-    return {**DEFAULT_MIX, "scan": rest * SCAN_SHARE / (1.0 - SCAN_SHARE)}
 
 
 def stress_workloads(system_cls, shape: "StressShape") -> dict:
@@ -101,7 +62,7 @@ def stress_scenario(system: str, options: dict, *, seed: int, run_ms: float, com
                     coroutines: int = 4, keys: int = STRESS_KEYS, value_size: int = 32, profile: str | None = None):
     """The process-rack stress: load half the keys, run uniform, then zipfian (as a scenario), on
     ``profile`` (default the conformance rigs' ``cx6-200g``)."""
-    from cluster.correctness.conformance import DEFAULT_PROFILE
+    from cluster.correctness.shapes import DEFAULT_PROFILE
     from cluster.scenario import scenario_from_dict
     data = {
         "rack": {"name": f"check-{system}", "profile": profile or DEFAULT_PROFILE, "seed": seed,

@@ -115,6 +115,7 @@ import time
 from dataclasses import dataclass
 from typing import Iterable, NamedTuple
 
+from nodes.history import Op  # re-exported: the record of a history, declared with the histories
 from shm.messages import item
 
 __all__ = ["Op", "HistoryError", "CheckResult", "KeyFailure", "Placed", "Blocked", "KeySearchStats",
@@ -130,20 +131,6 @@ INF = math.inf
 
 class HistoryError(ValueError):
     """A malformed history: the message names the record (operation #N, or path:line) and field."""
-
-
-class Op(NamedTuple):
-    client: int          # who issued it (one coroutine; unique across the rack)
-    kind: str            # "get" | "insert" | "update" | "put" | "delete" | "scan"
-    key: int             # key id (int64); for scan: the start key
-    value: int | None    # get: version returned (None = not found); writes: version written;
-    #                      delete: None; scan: the requested count
-    ok: bool | None      # insert/update/delete: took effect; get/put: True; None = unknown (crashed)
-    call: int            # invoke time (virtual ns)
-    ret: int | None      # return time (virtual ns); None = the client crashed before it returned
-    result: tuple = ()   # scan only: ((key, version), ...) in the order returned
-    call_real: float = 0.0   # real time (s) of invoke and return, for humans; not used by the check
-    ret_real: float | None = None
 
 
 # -- describing operations and states (shared by errors and explanations) --------------------

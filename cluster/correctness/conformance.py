@@ -57,7 +57,9 @@ import traceback
 from collections import OrderedDict
 from typing import Callable, Iterable, NamedTuple
 
-from cluster.correctness.check import HEAVY, StressShape, stress_mix, with_rack_tables
+from cluster.correctness.shapes import (  # noqa: F401  (DEFAULT_PROFILE re-exported)
+    DEFAULT_PROFILE, HEAVY, StressShape, stress_mix)
+from cluster.scenario import with_rack_tables
 from nodes.runtime.env import Environment, ProcessError
 from nodes.systems import get_system
 from nodes.systems.api import UnsupportedOperation
@@ -87,10 +89,7 @@ class CheckOutcome(NamedTuple):
 # checks add what they checked. A context variable rather than a return value so that a check
 # stays "return None or raise", the shape a test calls directly.
 _TALLY: contextvars.ContextVar[list | None] = contextvars.ContextVar("conformance_tally", default=None)
-#: The hardware profile the rigs build on unless a check names one (``run_suite(profile=)``,
-#: ``dmrack check --profile``): cx6-200g, whose multi-line WRITEs land in descending order, so that
-#: designs leaning on ascending order show it.
-DEFAULT_PROFILE = "cx6-200g"
+# The rigs' profile, DEFAULT_PROFILE, is declared in shapes.py with the stress the checks share.
 _PROFILE: contextvars.ContextVar[str] = contextvars.ContextVar("conformance_profile", default=DEFAULT_PROFILE)
 
 
@@ -664,7 +663,7 @@ HISTORY = StressShape(keys=64, value_size=48, threads=2, coroutines=4, run_ms=1.
 def _history_check(system, options: dict, distribution: str, shape: StressShape = HISTORY) -> None:
     """A StressWorkload of ``shape`` (``run_ms``: the run's length) on a co-located rack of two
     compute nodes; the recorded history must be linearizable. A system with ``supports_scan``
-    runs the mix with scans (``check.stress_mix``): their results are checked too."""
+    runs the mix with scans (``shapes.stress_mix``): their results are checked too."""
     from cluster.correctness.checker import check
     from workloads.stress import StressWorkload
     if shape is HISTORY and hasattr(system, "history_stress"):

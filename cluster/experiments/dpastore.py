@@ -77,9 +77,8 @@ def point(*, quick: bool = True, keys: int | None = None, op: str = "get", dist:
           profile_overrides: dict | None = None) -> dict:
     """One run: Mops over the window, p50/p99 latency (us), DPA and traverser statistics.
     ``op``: get, range, update, insert, or a mix such as ``"get:0.95,insert:0.05"`` (:func:`parse_mix`)."""
-    from cluster.correctness.conformance import with_rack_tables
     from cluster.rack import RackState, compile_scenario
-    from cluster.scenario import scenario_from_dict
+    from cluster.scenario import scenario_from_dict, with_rack_tables
     from nodes.actors import actor_contexts, rack_udp, start_actors
     from nodes.runtime.env import Environment
     from nodes.systems import get_system

@@ -93,8 +93,7 @@ def point(mode: str, dist: str, *, quick: bool = True, app_threads: int = APP_TH
     spec = APPS[app]
     cache_fraction = spec["cache_fraction"] if cache_fraction is None else cache_fraction
     from cluster.rack import RackState, compile_scenario
-    from cluster.scenario import scenario_from_dict
-    from cluster.correctness.conformance import with_rack_tables
+    from cluster.scenario import scenario_from_dict, with_rack_tables
     from nodes.actors import actor_contexts, rack_udp, start_actors
     from nodes.runtime.env import Environment
     from nodes.systems import get_system

@@ -18,11 +18,13 @@ Experiments (see docs/bench.md for how each maps onto the paper's setup):
 * ``locks``: one contended spin lock (CAS, READ, WRITE + unlock in one post) against clients, in
   host and device memory: acquisitions per second, failed CASes per acquisition, fairness; and a
   same-address CAS that always fails beside one that always succeeds.
-* ``speed``: emulated verbs per real second: one process, two processes, and SimPy.
+* ``speed``: emulated verbs per real second: one process, two processes, and SimPy (the loops are
+  declared here; ``dmrack bench speed --only verbs`` runs them too).
 """
 
 from __future__ import annotations
 
+import time
 
 import numpy as np
 
@@ -585,9 +587,247 @@ def locks(quick: bool, progress) -> list[Row]:
 
 # --- emulation speed ---------------------------------------------------------------------------------
 
+# The closed loop of ``dmrack bench speed`` (cluster/experiments/speed.py, whose docstring says what
+# each row measures) at the verbs level: one process through the coroutine API and through raw
+# verbs, SimPy's model of the same loop, two processes under lax sync. Declared here, beside the
+# rig they run on, and run by both benches (``bench verbs --only speed``, ``bench speed --only
+# verbs``): the speed bench imports this module, never the other way round.
+
+DEPTH = 8
+TARGET_COROUTINE = 500_000
+TARGET_RAW = 250_000
+ADDRESSES = 1024                 # precomputed random addresses per client, cycled
+
+
+def _addresses(m: int, words: int, seed: int) -> list[int]:
+    from shm.fabric import gaddr
+    rng = np.random.default_rng(seed)
+    return [gaddr(m, int(w) * 64) for w in rng.integers(words, size=ADDRESSES)]
+
+
+def _fair_client(env, co, addrs: list, window_ns: int, done: list):
+    """The closed loop's client: ``DEPTH`` 8-byte READs from its precomputed addresses (cycled),
+    wait for them, again until ``window_ns``; counts the verbs completed in ``done[0]``."""
+    i, n = 0, len(addrs)
+    while env.now < window_ns:
+        for _ in range(DEPTH):
+            co.read(addrs[i], 8)
+            i = i + 1 if i + 1 < n else 0
+        yield co.sync()
+        done[0] += DEPTH
+
+
+def coroutine_loop(threads: int, window_ns: int, *, numpy_addresses: bool = False) -> tuple[int, float]:
+    """One process, the coroutine API: (verbs completed, real seconds) for ``window_ns`` of
+    virtual time."""
+    from shm.coro import NodeRdma
+    from shm.fabric import gaddr
+    from shm.profile import load_profile
+    with Rig(load_profile("cx6-200g"), 1, 1, mem_bytes=16 << 20) as rig:
+        env, m, words = rig.env, rig.mns[0], (16 << 20) // 64
+        done = [0]
+
+        def drawn(co, rng):
+            while env.now < window_ns:
+                for _ in range(DEPTH):
+                    co.read(gaddr(m, int(rng.integers(words)) * 64), 8)
+                yield co.sync()
+                done[0] += DEPTH
+
+        node = NodeRdma(rig.host, rig.cns[0], policy="per_thread_doorbell")
+        for t in range(threads):
+            co = node.thread().coroutine()
+            env.process(drawn(co, np.random.default_rng(t)) if numpy_addresses
+                        else _fair_client(env, co, _addresses(m, words, t), window_ns, done))
+        t0 = time.perf_counter()
+        env.run(until=window_ns + 50_000)
+        return done[0], time.perf_counter() - t0
+
+
+def raw_verbs_loop(threads: int, window_ns: int) -> tuple[int, float]:
+    """One process, pyverbs: each thread its own QP and CQ, ``DEPTH`` READs per ``post_send``,
+    then ``CQ.wait(DEPTH)`` and one ``CQ.poll``."""
+    from shm.profile import load_profile
+    from shm.verbs import (
+        CQ, IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_READ, IBV_WR_RDMA_READ, MR, PD, QP, SGE, Context, QPInitAttr,
+        SendWR,
+    )
+    with Rig(load_profile("cx6-200g"), 1, 1, mem_bytes=16 << 20) as rig:
+        env, host = rig.env, rig.host
+        cn, m = rig.cns[0], rig.mns[0]
+        words = (16 << 20) // 64
+        ctx, mctx = Context(host, cn), Context(host, m)
+        pd, mpd = PD(ctx), PD(mctx)
+        rmr = MR(mpd, 16 << 20, IBV_ACCESS_REMOTE_READ | IBV_ACCESS_LOCAL_WRITE, offset=0)
+        done = [0]
+
+        def client(k):
+            cq = CQ(ctx)
+            qp = QP(pd, QPInitAttr(scq=cq))
+            mqp = QP(mpd, QPInitAttr(scq=CQ(mctx)))
+            qp.connect(mqp)
+            mqp.connect(qp)
+            lmr = MR(pd, DEPTH * 64, IBV_ACCESS_LOCAL_WRITE)
+            addrs = [rmr.addr + int(w) * 64 for w in np.random.default_rng(k).integers(words, size=ADDRESSES)]
+            wrs = [SendWR(wr_id=i, opcode=IBV_WR_RDMA_READ, sg=[SGE(lmr.addr + 64 * i, 8, lmr.lkey)])
+                   for i in range(DEPTH)]
+            i, n = 0, len(addrs)
+            while env.now < window_ns:
+                for wr in wrs:
+                    wr.set_wr_rdma(rmr.rkey, addrs[i])
+                    i = i + 1 if i + 1 < n else 0
+                qp.post_send(wrs)
+                yield cq.wait(DEPTH)          # asleep until the whole batch is back
+                got, _wcs = cq.poll(DEPTH)
+                done[0] += got
+
+        for k in range(threads):
+            env.process(client(k))
+        t0 = time.perf_counter()
+        env.run(until=window_ns + 50_000)
+        return done[0], time.perf_counter() - t0
+
+
+def simpy_loop(threads: int, window_ns: int) -> tuple[int, float] | None:
+    """The same closed loop in SimPy (None without simpy): a 16-unit NIC of 9 ns per READ and a
+    2.3 µs round trip, addresses drawn from the same kind of precomputed list."""
+    try:
+        import simpy
+    except ImportError:
+        return None
+    env = simpy.Environment()
+    nic = simpy.Resource(env, capacity=16)
+    count = [0]
+
+    def read(env, addr):
+        with nic.request() as req:
+            yield req
+            yield env.timeout(9)
+        yield env.timeout(2300 + (addr & 1))
+        count[0] += 1
+
+    def thread(env, addrs):
+        i, n = 0, len(addrs)
+        while env.now < window_ns:
+            batch = []
+            for _ in range(DEPTH):
+                batch.append(env.process(read(env, addrs[i])))
+                i = i + 1 if i + 1 < n else 0
+            yield env.all_of(batch)
+
+    for t in range(threads):
+        env.process(thread(env, _addresses(2, (16 << 20) // 64, t)))
+    t0 = time.perf_counter()
+    env.run(until=window_ns)
+    return count[0], time.perf_counter() - t0
+
+
+def _two_processes_child(desc, table_names, index, window_ns, out_q):
+    """One of :func:`two_processes`' compute nodes: 16 threads of the closed loop, fair addresses."""
+    from nodes.runtime.env import Environment
+    from nodes.runtime.sync import ClockSync, ClockTable
+    from shm.coro import NodeRdma
+    from shm.fabric import Fabric
+    from shm.verbs import VerbsHost
+    table = ClockTable.attach(table_names)
+    fabric = Fabric.attach(desc)
+    try:
+        env = Environment(seed=index, sync=ClockSync(table, index, fabric.profile.sync.window_ns))
+        # the memory node is passive (one-sided verbs only): no process of its own
+        host = VerbsHost(fabric, env, proc_of_node={0: 0, 1: 1, 2: 0}, my_proc=index)
+        node = NodeRdma(host, index, policy="per_thread_doorbell")
+        done = [0]
+        for t in range(16):
+            env.process(_fair_client(env, node.thread().coroutine(), _addresses(2, (16 << 20) // 64, 100 * index + t),
+                                     window_ns, done))
+        t0 = time.perf_counter()
+        env.run(until=window_ns + 50_000)
+        out_q.put((index, done[0], time.perf_counter() - t0))
+    finally:
+        fabric.close()
+        table.close()
+
+
+def two_processes(window_ns: int, sync_window_ns: int | None = None) -> tuple[int, float]:
+    """Two compute-node processes (16 threads each) READing one memory node under the lax sync
+    window of ``cx6-200g`` (or ``sync_window_ns``): (verbs completed, real seconds of the longer
+    run). Runs only: starting the processes (fork, attaching the segments) is not the emulator's
+    speed, and the clock table starts nobody before both are there."""
+    import multiprocessing
+
+    from nodes.runtime.sync import ClockTable
+    from shm.fabric import Fabric, NodeSpec
+    from shm.profile import load_profile, with_overrides
+    from shm.segment import new_prefix
+    prof = load_profile("cx6-200g")
+    if sync_window_ns is not None:
+        prof = with_overrides(prof, {"sync.window_ns": sync_window_ns})
+    prefix = new_prefix()
+    fabric = Fabric.create(prof, [NodeSpec("cn0"), NodeSpec("cn1"), NodeSpec("mn0", "memory", 16 << 20)], prefix=prefix)
+    fabric.expose(2)
+    table = ClockTable.create(2, prefix=prefix)
+    ctx = multiprocessing.get_context("fork")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_two_processes_child, args=(fabric.describe(), table.names(), i, window_ns, q))
+             for i in range(2)]
+    try:
+        for p in procs:
+            p.start()
+        results = [q.get(timeout=600) for _ in procs]
+        for p in procs:
+            p.join(timeout=30)
+        return sum(r[1] for r in results), max(r[2] for r in results)
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join()
+        table.close()
+        fabric.close()
+
+
+def _rate(got) -> float | None:
+    if got is None:
+        return None
+    verbs, real = got
+    return round(verbs / real) if real > 0 else None
+
+
+def verbs_rows(quick: bool, progress) -> list[Row]:
+    """The verbs-level rows (also ``dmrack bench verbs --only speed``)."""
+    window = 200_000 if quick else 1_000_000
+    rows = []
+    progress("speed: one process (warming the JIT caches)")
+    coroutine_loop(8, 20_000)
+    raw_verbs_loop(2, 20_000)
+    progress("speed: one process, coroutine API")
+    rows.append(Row("speed", "one process", "32 threads x depth 8", "verbs/s real",
+                    _rate(coroutine_loop(32, window)), TARGET_COROUTINE))
+    rows.append(Row("speed", "one process, numpy addresses", "32 threads x depth 8", "verbs/s real",
+                    _rate(coroutine_loop(32, window, numpy_addresses=True))))
+    progress("speed: one process, raw verbs")
+    rows.append(Row("speed", "raw verbs", "32 threads x depth 8", "verbs/s real", _rate(raw_verbs_loop(32, window)),
+                    TARGET_RAW))
+    progress("speed: SimPy")
+    simpy_rate = _rate(simpy_loop(32, window))
+    if simpy_rate is not None:
+        rows.append(Row("speed", "simpy", "32 threads x depth 8", "verbs/s real", simpy_rate))
+    one = rows[0].emulated
+    for sync in (None, 4_000) if quick else (None, 2_000, 8_000):
+        label = "default window" if sync is None else f"window {sync:,} ns"
+        progress(f"speed: two processes, {label}")
+        try:
+            rate = _rate(two_processes(window, sync))
+            # the target: two processes on two cores run 1.5x one process in total
+            rows.append(Row("speed", f"two processes, {label}", "2 x 16 threads x depth 8", "verbs/s real", rate,
+                            1.5 * one if sync is None and one else None))
+        except Exception as e:  # the table still reports the rest; the error is shown in the row
+            rows.append(Row("speed", f"two processes, {label} failed: {e}", "2 x 16 threads", "verbs/s real", None))
+    return rows
+
+
 def speed(quick: bool, progress) -> list[Row]:
-    """The verbs-level rows of ``dmrack bench speed`` (cluster/experiments/speed.py)."""
-    from cluster.experiments.speed import verbs_rows
+    """The verbs-level rows of ``dmrack bench speed`` (:func:`verbs_rows`)."""
     return verbs_rows(quick, progress)
 
 

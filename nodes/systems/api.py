@@ -28,23 +28,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Generator, NamedTuple
 
+# Declared on the lowest floor (shm/messages.py), where shm/rpc.py can tell a system's failure from
+# a handler's error; re-exported here, where systems and plugins import them.
+from shm.messages import SystemError_, one_line  # noqa: F401  (re-exports)
+
 
 class UnsupportedOperation(NotImplementedError):
     """The system does not offer this operation (e.g. scans on a hash table)."""
-
-
-def one_line(text) -> str:
-    """``text`` (a message, an exception) with every run of whitespace, newlines included, as one
-    space: how the rack prints a failure in one line."""
-    return " ".join(str(text).split())
-
-
-class SystemError_(RuntimeError):
-    """A system-level failure a workload should report (e.g. the table is full)."""
-
-    def one_line(self) -> str:
-        """The message alone (``str()`` of an exception may carry notes), in one line."""
-        return one_line(self.args[0] if self.args else "")
 
 
 @dataclass(frozen=True)
@@ -224,8 +214,10 @@ class System:
     #: for it (the conformance suite, ``dmrack check``) merge them under their own tables. A scenario
     #: file is taken as written.
     rack_tables: dict = {}
-    #: Optional: a classmethod ``steering(spec) -> [cluster.spec.SteerSpec]``, NIC steering rules
-    #: the system's service needs (after the file's ``[[steer]]``; docs/devices.md).
+    #: Optional: a classmethod ``steering(spec) -> [shm.steering.SteerRule]``, NIC steering rules
+    #: the system's service needs, each naming the ``node`` whose NIC applies it (after the file's
+    #: ``[[steer]]``; docs/devices.md). ``cluster.spec.SteerSpec(node, port, port_hi, target,
+    #: mirror)``, which plugins used before, still builds one.
     steering = None
     #: Optional: a classmethod ``rx_queues(spec, node) -> [queue ids] | None``, the RX queues a node
     #: has instead of its one default ``<node>.rx`` (named ``<node>.<name>``): e.g. one per host
@@ -262,7 +254,7 @@ class System:
     @classmethod
     def heavy_stress(cls, shape):
         """The ``dmrack check --heavy`` stress for this system: ``shape`` (a
-        ``cluster.correctness.check.StressShape``: keys, value bytes, threads, coroutines, ms per
+        ``cluster.correctness.shapes.StressShape``: keys, value bytes, threads, coroutines, ms per
         phase) as is, or ``shape._replace(...)`` for a design whose limits or weak spots call for
         another one (a smaller largest value, a key count that fills one node, ...)."""
         return shape

@@ -39,6 +39,7 @@ import numpy as np
 
 from nodes.systems.api import KVClient, Option, System, SystemError_
 from shm.udp import Requester
+from shm.steering import SteerRule
 
 BASE_PORT = 9000
 PORTS = 256                     # partitions of the table, each owned by one DPA thread
@@ -260,10 +261,9 @@ class DpaKvSystem(System):
     @classmethod
     def steering(cls, spec):
         """The host's NIC steers the service's ports to the DPA's threads (one port, one thread)."""
-        from cluster.spec import SteerSpec
         if not spec.dpa.hosts:
             return []
-        return [SteerSpec(spec.dpa.hosts[0], BASE_PORT, BASE_PORT + PORTS - 1, "dpa0")]
+        return [SteerRule(BASE_PORT, "dpa0", port_hi=BASE_PORT + PORTS - 1, spread="port", node=spec.dpa.hosts[0])]
 
     @classmethod
     def footprint(cls, options, capacity, key_bytes, value_bytes):

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from nodes.systems.api import Option, System, SystemError_
 from shm.fabric import REGION_HOST
+from shm.steering import SteerRule
 
 from . import layout as L
 from . import wire as W
@@ -222,11 +223,11 @@ class DpaStoreSystem(System):
     @classmethod
     def steering(cls, spec):
         """Port BASE + i goes to traverser i's queue (the last ``stitchers`` threads have none)."""
-        from cluster.spec import SteerSpec
         if not spec.dpa.hosts:
             return []
         n = min(int(spec.system.options.get("traversers", 6)), spec.dpa.threads)
-        return [SteerSpec(spec.dpa.hosts[0], W.BASE_PORT + i, W.BASE_PORT + i, f"dpa0.t{i}") for i in range(n)]
+        return [SteerRule(W.BASE_PORT + i, f"dpa0.t{i}", port_hi=W.BASE_PORT + i, spread="port", node=spec.dpa.hosts[0])
+                for i in range(n)]
 
     @classmethod
     def footprint(cls, options, capacity, key_bytes, value_bytes):

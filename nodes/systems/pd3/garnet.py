@@ -43,7 +43,7 @@ from nodes.systems.api import KVClient, SystemError_
 from shm.udp import ReplyPorts
 
 from . import hashmap as hm
-from .parsers import resp_key
+from .parsers import PORT, REPLY_PORT, resp_key
 
 #: Garnet's default mutable region: the newest 90 % of the in-memory log (``MutablePercent`` 90,
 #: FASTER's ``LogSettings.MutableFraction`` 0.9)
@@ -236,7 +236,6 @@ class GarnetClient(KVClient):
     left (the rack loses no datagram unless a scenario drops them)."""
 
     def __init__(self, layout, thread, options):
-        from .system import PORT, REPLY_PORT
         self.thread = thread
         self.net = thread.owner.udp
         if self.net is None:

@@ -78,6 +78,13 @@ OP_NAMES = {READ: "read", WRITE: "write", DELETE: "delete"}
 
 RESERVED_KEY = (1 << 64) - 1    # the Host View's empty-slot marker: never emitted as a key
 
+#: Where client packets go: the host's port of application thread i is ``PORT + i`` (the NIC steers
+#: them there and mirrors them to the DPU, ``system.Pd3System.steering``); coroutine k of client thread t
+#: takes its replies on ``REPLY_PORT + 256 t + k``. Declared here, with the packets' formats, for
+#: every application's client and host (:mod:`.system`, :mod:`.garnet`).
+PORT = 7000
+REPLY_PORT = 16384
+
 _REC = struct.Struct("<BQ")     # hash map: op, key
 _VAL = struct.Struct("<Q")      # ... and the value of a write
 

@@ -33,21 +33,20 @@ from nodes.actors import Cores
 from nodes.systems.api import KVClient, Option, System, SystemError_
 from shm.dmaring import DmaRing
 from shm.fabric import IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_WRITE, gaddr
+from shm.steering import SteerRule
 from shm.udp import ReplyPorts
 from shm.verbs import CQ, IBV_QPT_RC, MR, PD, QP, QPInitAttr
 
 from . import garnet
 from . import hashmap as hm
 from .garnet import HybridLogHost, Stages
-from .parsers import RespRequestParser
+from .parsers import PORT, REPLY_PORT, RespRequestParser
 from .loading_zone import copy_ns
 from .transfer import (
     INLINE, OP_READ, OP_WRITE, RECORD_BYTES, DmaFront, MemoryApi, MemoryServer, RedyFront,
     TransferEngine, dpu_costs, host_costs,
 )
 
-PORT = 7000
-REPLY_PORT = 16384                # coroutine k of client thread t replies to REPLY_PORT + 256 t + k
 BATCH = 8                       # keys per client packet (the Host View's batch: 64 B of keys)
 SRV_QPN = (1 << 40) + 0x50443300        # lane k: QP SRV_QPN + k on both sides (no exchange needed)
 MAX_BATCH = 128                 # records per Transfer Engine batch
@@ -784,12 +783,11 @@ class Pd3System(System):
 
     @classmethod
     def steering(cls, spec):
-        from cluster.spec import SteerSpec
         if not spec.dpu.hosts:
             return []
         host = spec.dpu.hosts[0]
         threads = int(spec.system.options.get("app_threads", 8))
-        return [SteerSpec(host, PORT, PORT + threads - 1, host, mirror="dpu0")]
+        return [SteerRule(PORT, host, port_hi=PORT + threads - 1, mirror="dpu0", spread="port", node=host)]
 
     @classmethod
     def rx_queues(cls, spec, node):

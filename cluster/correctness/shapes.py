@@ -1,0 +1,57 @@
+"""How the correctness tools load a system: the stress shapes and mix, and the rack a check builds.
+
+Both ``dmrack check`` (``cluster/correctness/check.py``: the conformance suite, then a stress of a
+rack of processes) and the conformance suite (``cluster/correctness/conformance.py``: its
+co-located history checks) push a system with the same shapes of stress, the same mix of
+operations, on the same default profile (on racks merged with the tables the system needs,
+``cluster.scenario.with_rack_tables``). These are declared once here, below both: the check
+command imports the suite it runs, and the suite imports only this, so the two modules do not
+import each other both ways. ``check.py`` and
+``conformance.py`` re-export the names where they were declared first.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+__all__ = ["DEFAULT_PROFILE", "STRESS_KEYS", "SCAN_SHARE", "StressShape", "QUICK", "HEAVY", "stress_mix"]
+
+#: The hardware profile the conformance rigs and the process stress build on unless a check names
+#: one (``run_suite(profile=)``, ``dmrack check --profile``): cx6-200g, whose multi-line WRITEs
+#: land in descending order, so that designs leaning on ascending order show it.
+DEFAULT_PROFILE = "cx6-200g"
+
+STRESS_KEYS = 64
+#: The share of scans in the stress mix of a system with ``supports_scan`` (the rest: the
+#: default get/insert/update/delete mix); systems without scans run the default mix unchanged.
+SCAN_SHARE = 0.1
+
+
+class StressShape(NamedTuple):
+    """How hard the process stress pushes: keys, value bytes (the largest, with ``mixed_sizes``
+    each write's size drawn from 16 up to it), threads and coroutines per compute node, virtual
+    ms per phase (uniform, then zipfian)."""
+    keys: int = STRESS_KEYS
+    value_size: int = 32
+    threads: int = 4
+    coroutines: int = 4
+    run_ms: float = 2.0
+    mixed_sizes: bool = False
+
+
+QUICK = StressShape(run_ms=0.5)
+#: ``--heavy``: values of 16 to 1000 bytes (up to 16 cache lines: a multi-line READ can meet a
+#: WRITE of the same block, and a key's value moves across size classes and inline limits), four
+#: times the clients on a quarter of the keys (every key sees overlapping inserts, updates,
+#: deletes and re-inserts), longer phases. A system shapes it with ``System.heavy_stress``.
+HEAVY = StressShape(keys=16, value_size=1000, threads=8, coroutines=8, run_ms=2.0, mixed_sizes=True)
+
+
+def stress_mix(system_cls) -> dict | None:
+    """The StressWorkload mix of the checks for ``system_cls``: None (the default mix) for a
+    system without scans, else the default mix with SCAN_SHARE of scans."""
+    if not getattr(system_cls, "supports_scan", False):
+        return None
+    from workloads.stress import DEFAULT_MIX
+    rest = sum(DEFAULT_MIX.values())
+    return {**DEFAULT_MIX, "scan": rest * SCAN_SHARE / (1.0 - SCAN_SHARE)}
