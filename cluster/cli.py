@@ -456,9 +456,13 @@ def _cmd_check(args) -> int:
         load_profile(args.profile)               # an unknown name: one line, exit 2
     options = _parse_options(args.system, args.option)
     bounds = _trace_bounds(args)
-    report = check.run(args.system, options=options, quick=args.quick, heavy=args.heavy, seed=args.seed or 1,
-                       console=_console(), json_path=args.json, report_path=args.report, out_dir=args.out,
-                       trace=(args.trace, bounds) if bounds is not None else None, profile=args.profile)
+    try:
+        report = check.run(args.system, options=options, quick=args.quick, heavy=args.heavy, seed=args.seed or 1,
+                           console=_console(), json_path=args.json, report_path=args.report, out_dir=args.out,
+                           trace=(args.trace, bounds) if bounds is not None else None, profile=args.profile)
+    except check.StressRackFailed as e:
+        print(f"FAIL: {args.system}: {e}", file=sys.stderr)
+        return 1
     return 0 if report.passed else 1
 
 

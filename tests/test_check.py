@@ -160,3 +160,17 @@ def test_the_verdict_line_shows_the_options_it_ran_with():
     fail = verdict_line("race", {"fault": "x" * 500}, False, 9, 1, "illegal", 1, 1, 1.0)
     assert fail.startswith("FAIL: race (--option fault=" + "x" * (OPTION_VALUE_CHARS - 3) + "...): 9 conformance "
                            "checks (1 failed), process stress NOT linearizable")
+
+
+def test_a_stress_rack_that_fails_is_one_fail_line_not_a_traceback(monkeypatch, capsys):
+    from cluster.cli import main
+    from cluster.correctness import check
+
+    def failing(*args, **kwargs):
+        raise check.StressRackFailed("the stress rack failed: cl1 the system gave up: out of replies")
+    monkeypatch.setattr(check, "stress_processes", failing)
+    from cluster.correctness import conformance
+    monkeypatch.setattr(conformance, "run_suite", lambda *a, **k: [])
+    assert main(["check", "--system", "race", "--quick"]) == 1
+    err = capsys.readouterr().err
+    assert err.strip() == "FAIL: race: the stress rack failed: cl1 the system gave up: out of replies"

@@ -80,6 +80,11 @@ def stress_scenario(system: str, options: dict, *, seed: int, run_ms: float, com
     return scenario_from_dict(with_rack_tables(get_system(system), data), source=f"dmrack check {system}")
 
 
+class StressRackFailed(RuntimeError):
+    """The process stress's rack ended without a history to check (a node died, the system gave
+    up): a FAIL of the check, said in one line (``dmrack check`` exits 1)."""
+
+
 def stress_processes(system: str, options: dict, *, seed: int = 1, run_ms: float | None = None,
                      time_limit_s: float = 60.0, shape: StressShape = StressShape(), profile: str | None = None):
     """Run the stress on a rack of processes; returns (CheckResult, Supervisor)."""
@@ -99,7 +104,7 @@ def stress_processes(system: str, options: dict, *, seed: int = 1, run_ms: float
     status = sup.run()
     if status != 0:
         deaths = "; ".join(f"{d.node} {d.how}" for d in sup.deaths) or sup.stop_reason
-        raise RuntimeError(f"the stress rack failed: {deaths}")
+        raise StressRackFailed(f"the stress rack failed: {deaths}")
     return check(sup.history_ops, time_limit_s=time_limit_s), sup
 
 
