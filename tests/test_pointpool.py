@@ -33,6 +33,12 @@ def _segment_then_wait(x, prefix):
     raise ValueError("point 1 fails")
 
 
+def _sigterm_state(_):
+    """In a worker: whether SIGTERM is blocked, and its handler's name."""
+    import signal
+    return signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, []), signal.getsignal(signal.SIGTERM).__name__
+
+
 def _children():
     return psutil.Process().children(recursive=True)
 
@@ -74,6 +80,15 @@ def test_a_terminated_worker_unlinks_its_segments_and_never_blocks_the_pool():
         assert list_segments(prefix) == []        # point 0's worker unlinked its segment on SIGTERM
     finally:
         mine.unlink()
+
+
+def test_workers_are_forked_with_sigterm_blocked_until_their_own_handler_is_in():
+    """A worker SIGTERMed before it ran a line of Python must not run the caller's handler (it would
+    unwind the caller's stack copy and run on as a clone of the caller): the pool forks with
+    SIGTERM blocked, and the worker unblocks it once its own handler is installed."""
+    import signal
+    assert map_points(_sigterm_state, [(0,), (1,)], jobs=2) == [(False, "_unlink_and_exit")] * 2
+    assert signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK, [])      # the caller's mask is back
 
 
 def test_jobs_must_be_positive():

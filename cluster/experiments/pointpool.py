@@ -89,9 +89,26 @@ def _worker_init(parent_pid: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # Pool.terminate() (also Pool.__exit__) SIGTERMs a worker that may be blocked on the task
     # queue's lock, which the parent holds while it drains the queue: the SIGTERM handler a forked
-    # worker inherits would unwind through multiprocessing's exit path and wait on that lock.
+    # worker inherits would unwind through multiprocessing's exit path and wait on that lock. The
+    # worker was forked with SIGTERM blocked (_forking_workers): it takes a SIGTERM only from here on.
     exit_promptly_on_sigterm()
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     die_with_parent(parent_pid, "dmrack-point")
+
+
+@contextmanager
+def _forking_workers():
+    """SIGTERM blocked in this thread while a pool forks its workers and starts its helper threads
+    (which keep the mask, for the workers they fork later). Pool.terminate() SIGTERMs every worker
+    when the points are done, perhaps before a new one ran a line of Python: with the caller's
+    SIGTERM handler still installed (shm.segment's, which unwinds) it would unwind the caller's
+    stack copy and run on as a clone of the caller (once, a test suite ran on twice so). Blocked,
+    the signal waits until _worker_init has installed the worker's own handler."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def _call(job):
@@ -147,7 +164,9 @@ def map_points(fn: Callable, points: Sequence[tuple], *, jobs: int = 1,
     results: list = [None] * len(points)
     ctx = multiprocessing.get_context("fork")
     # Pool.__exit__ terminates the workers, also when this process is interrupted mid-sweep
-    with ctx.Pool(jobs, initializer=_worker_init, initargs=(os.getpid(),)) as pool:
+    with _forking_workers():
+        pool = ctx.Pool(jobs, initializer=_worker_init, initargs=(os.getpid(),))
+    with pool:
         done = 0
         for index, result in pool.imap_unordered(_call, [(i, fn, p, overrides) for i, p in enumerate(points)]):
             results[index] = result
