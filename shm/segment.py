@@ -126,13 +126,23 @@ def _register(name: str, pid: int) -> None:
     _exit_on_sigterm()
 
 
+_unwinds_in = 0          # the process whose SIGTERM unwinds (the one that installed _on_sigterm)
+
+
 def _exit_on_sigterm() -> None:
     """SIGTERM unwinds this process (see the module docstring), unless it is handled already."""
+    global _unwinds_in
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        _unwinds_in = os.getpid()
         signal.signal(signal.SIGTERM, _on_sigterm)
 
 
 def _on_sigterm(signum, frame):
+    if os.getpid() != _unwinds_in:
+        # A forked child that has not set a handler of its own inherited this one: it must not
+        # unwind the parent's stack it was forked from (it would run on as a clone of the parent,
+        # e.g. of a test suite, when terminated before its own code ran). It ends at once instead.
+        _unlink_and_exit(signum, frame)
     raise SystemExit(128 + signum)
 
 

@@ -354,3 +354,22 @@ def test_unlink_all_exact_prefix(prefix):
     assert list_segments(prefix) == []
     with pytest.raises(ValueError, match="prefix"):
         unlink_all("")
+
+
+def test_a_forked_child_terminated_before_its_own_handler_ends_instead_of_unwinding_the_parents_stack(prefix):
+    import signal
+    import time
+    seg = Segment.create("parent-owned", 4096, prefix=prefix)   # the parent's SIGTERM unwinds from now on
+    try:
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(5)
+            finally:
+                os._exit(7)                 # reached only if the handler raised in the child
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 128 + signal.SIGTERM
+        assert seg.name in list_segments(prefix)          # the child unlinked nothing of the parent's
+    finally:
+        seg.unlink()
