@@ -9,7 +9,8 @@ runs them:
 * **serial** (``jobs=1``, the default): in this process, nothing is forked;
 * **a fork pool** (``jobs=N``): ``N`` forked worker processes (forked, so a worker inherits the
   imported modules and any machine code already compiled). Workers are a rack's helpers like its
-  nodes are: they ignore Ctrl-C (the parent decides to stop, and then terminates them), ask the
+  nodes are: they ignore Ctrl-C (the parent decides to stop, and then terminates them; at the end
+  of a sweep they exit on their own, so no signal can go missing), ask the
   kernel to kill them if the parent dies (``PR_SET_PDEATHSIG``), and show up as ``dmrack-point`` in
   ps. A point that raises re-raises in the parent;
 * **a Dask cluster** (``with backend(dask="tcp://HOST:PORT")`` or ``dask="local:N"``; ``dmrack
@@ -60,7 +61,8 @@ from contextlib import contextmanager
 from typing import Callable, Iterator, Sequence
 
 DIST_HINT = "pip install 'dmrack[dist]'"
-CONNECT_TIMEOUT_S = 5.0        # how long --dask tcp://... tries to reach the scheduler
+CONNECT_TIMEOUT_S = 5.0         # how long --dask tcp://... tries to reach the scheduler
+TERMINATE_S = 10.0              # how long a pool's terminate() may take before its workers are killed
 
 
 class PointsFailed(RuntimeError):
@@ -89,26 +91,9 @@ def _worker_init(parent_pid: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # Pool.terminate() (also Pool.__exit__) SIGTERMs a worker that may be blocked on the task
     # queue's lock, which the parent holds while it drains the queue: the SIGTERM handler a forked
-    # worker inherits would unwind through multiprocessing's exit path and wait on that lock. The
-    # worker was forked with SIGTERM blocked (_forking_workers): it takes a SIGTERM only from here on.
+    # worker inherits would unwind through multiprocessing's exit path and wait on that lock.
     exit_promptly_on_sigterm()
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     die_with_parent(parent_pid, "dmrack-point")
-
-
-@contextmanager
-def _forking_workers():
-    """SIGTERM blocked in this thread while a pool forks its workers and starts its helper threads
-    (which keep the mask, for the workers they fork later). Pool.terminate() SIGTERMs every worker
-    when the points are done, perhaps before a new one ran a line of Python: with the caller's
-    SIGTERM handler still installed (shm.segment's, which unwinds) it would unwind the caller's
-    stack copy and run on as a clone of the caller (once, a test suite ran on twice so). Blocked,
-    the signal waits until _worker_init has installed the worker's own handler."""
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def _call(job):
@@ -163,10 +148,8 @@ def map_points(fn: Callable, points: Sequence[tuple], *, jobs: int = 1,
         return out
     results: list = [None] * len(points)
     ctx = multiprocessing.get_context("fork")
-    # Pool.__exit__ terminates the workers, also when this process is interrupted mid-sweep
-    with _forking_workers():
-        pool = ctx.Pool(jobs, initializer=_worker_init, initargs=(os.getpid(),))
-    with pool:
+    pool = ctx.Pool(jobs, initializer=_worker_init, initargs=(os.getpid(),))
+    try:
         done = 0
         for index, result in pool.imap_unordered(_call, [(i, fn, p, overrides) for i, p in enumerate(points)]):
             results[index] = result
@@ -174,7 +157,31 @@ def map_points(fn: Callable, points: Sequence[tuple], *, jobs: int = 1,
             advance(progress)
             if progress is not None:
                 progress(f"{describe(points[index])} done ({done}/{len(points)}, {jobs} at a time)")
+    except BaseException:           # a point raised, or this process was interrupted mid-sweep
+        _end_workers(pool)
+        raise
+    # Every point is done: each worker takes its end-of-work sentinel and exits on its own. Not
+    # Pool.terminate(): its SIGTERM can be lost by a worker forked an instant before (CPython clears
+    # the signal flags a new child caught before its interpreter resumed), which then waits on the
+    # task queue forever while terminate() joins it (a hang seen in the test suite).
+    pool.close()
+    pool.join()
     return results
+
+
+def _end_workers(pool) -> None:
+    """End a pool's workers now: Pool.terminate(), in a thread; a worker that missed its SIGTERM
+    (see map_points) would keep terminate() joining it forever, so after TERMINATE_S the workers
+    still alive are SIGKILLed (which none can miss), and terminate() then reaps them."""
+    import threading
+    ender = threading.Thread(target=pool.terminate, daemon=True, name="dmrack-pool-terminate")
+    ender.start()
+    ender.join(TERMINATE_S)
+    if ender.is_alive():
+        for p in multiprocessing.active_children():
+            if p.name.startswith("ForkPoolWorker"):
+                p.kill()
+        ender.join()
 
 
 class SharedPoints:
