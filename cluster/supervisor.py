@@ -14,8 +14,8 @@ Order of work, and why:
 4. watch: every tick it reads the stats plane (dashboard), checks each child's exit status and
    heartbeat, and turns Ctrl-C, SIGTERM, ``--duration`` (counted from the moment the nodes
    start, not from the command: a first run's compile does not eat the run) or the end of the
-   scenario into the rack's stop flag. A node that dies unexpectedly is reported with its name and how it died (exit
-   status, signal, or the exception it wrote); the rack then stops, or carries on when the spec
+   scenario into the rack's stop flag. A node that dies unexpectedly is reported with its name
+   and how it died (exit status, signal, or the exception it wrote); the rack then stops, or carries on when the spec
    says ``on_node_death = "continue"``. A heartbeat older than ``HEARTBEAT_TIMEOUT_S`` is a hang;
    every process gone before the scenario finished (``F_DONE``) stops the rack with status 1.
    Every exit it sees is written into the stats plane (``StatsPlane.mark_exited``): a node killed

@@ -158,12 +158,20 @@ def _unlink_and_exit(signum, frame):
         names = [n for n, pid in list(_owned.items()) if pid == os.getpid()]
     except RuntimeError:                 # another thread resized the registry mid-copy
         names = []
+    _unlink_names(names)
+    os._exit(128 + signum)
+
+
+def _unlink_names(names) -> list[str]:
+    """Unlink these segments; returns those that were still there."""
+    removed = []
     for n in names:
         try:
             posix_ipc.unlink_shared_memory(n)
+            removed.append(n)
         except posix_ipc.ExistentialError:
             pass
-    os._exit(128 + signum)
+    return removed
 
 
 def _unregister(name: str) -> None:
@@ -174,18 +182,11 @@ def _unregister(name: str) -> None:
 def unlink_owned() -> list[str]:
     """Unlink every segment this very process created and has not unlinked (run at exit)."""
     me = os.getpid()
-    removed = []
     with _owned_lock:
         mine = [n for n, pid in _owned.items() if pid == me]
         for n in mine:
             del _owned[n]
-    for n in mine:
-        try:
-            posix_ipc.unlink_shared_memory(n)
-            removed.append(n)
-        except posix_ipc.ExistentialError:
-            pass
-    return removed
+    return _unlink_names(mine)
 
 
 atexit.register(unlink_owned)

@@ -89,9 +89,9 @@ def _worker_init(parent_pid: int) -> None:
     from cluster.node_main import die_with_parent
     from shm.segment import exit_promptly_on_sigterm
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # Pool.terminate() (also Pool.__exit__) SIGTERMs a worker that may be blocked on the task
-    # queue's lock, which the parent holds while it drains the queue: the SIGTERM handler a forked
-    # worker inherits would unwind through multiprocessing's exit path and wait on that lock.
+    # A failed or interrupted sweep ends with Pool.terminate() (_end_workers), which SIGTERMs a
+    # worker that may be blocked on the task queue's lock, which the parent holds while it drains
+    # the queue: unwinding through multiprocessing's exit path would wait on that lock.
     exit_promptly_on_sigterm()
     die_with_parent(parent_pid, "dmrack-point")
 

@@ -19,12 +19,12 @@ shared **clock table**:
   on an oversubscribed machine runs, an idle core is not given away), then
   parks in sleeps of 10 µs doubling to 1 ms.  It spins only while the moving
   average of its waits is below ``spin_us``: an idle node, or a machine with
-  fewer cores than busy nodes, makes waits long, and then it parks at once.  Most waits of a rack with a core
-  per busy node end within a few refreshes; a sleep, even ``sleep(0)`` after a
-  few, wakes tens of µs late and leaves the process asleep while its peers
-  wait for *its* clock, so without the spin a rack of processes ran slower
-  than the same rack co-located in one process.  The check is done against a cached *horizon* and refreshed
-  every ``POLL_EVENTS`` events, so the hot loop touches no shared memory; a
+  fewer cores than busy nodes, makes waits long, and then it parks at once.
+  Most waits of a rack with a core per busy node end within a few refreshes; a
+  sleep, even ``sleep(0)`` after a few, wakes tens of µs late and leaves the
+  process asleep while its peers wait for *its* clock, so without the spin a
+  rack of processes ran slower than the same rack co-located in one process.
+  The check is done against a cached *horizon* and refreshed every ``POLL_EVENTS`` events, so the hot loop touches no shared memory; a
   write scheduled meanwhile beyond the write horizon lowers it (``note_write``).
   Frontiers never precede the next event, so the process with the earliest
   next event can always run: no deadlock.
@@ -69,6 +69,7 @@ single numba call each (atomics from ``shm.atomics``, rings from ``shm.ring``).
 """
 from __future__ import annotations
 
+import os
 import time
 from heapq import heappush
 from typing import NamedTuple
@@ -563,7 +564,7 @@ class ClockSync:
                               self.waits_parked)
 
 
-_yield = getattr(__import__("os"), "sched_yield", lambda: time.sleep(0))    # not on every platform
+_yield = getattr(os, "sched_yield", None) or (lambda: time.sleep(0))    # sched_yield: not on every platform
 
 _warm = False
 
