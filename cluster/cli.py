@@ -249,7 +249,7 @@ def _trace_bounds(args):
         if getattr(args, "trace_window_us", None) is not None or getattr(args, "trace_ops", None) is not None:
             raise ValueError("--trace-window-us and --trace-ops go with --trace FILE")
         return None
-    from nodes.runtime.trace import DEFAULT_MAX_OPS, DEFAULT_WINDOW_US, TraceBounds, check_trace_path
+    from shm.sim.trace import DEFAULT_MAX_OPS, DEFAULT_WINDOW_US, TraceBounds, check_trace_path
     check_trace_path(path)
     window = DEFAULT_WINDOW_US if args.trace_window_us is None else args.trace_window_us
     ops = DEFAULT_MAX_OPS if args.trace_ops is None else args.trace_ops
@@ -263,7 +263,7 @@ def _trace_bounds(args):
 def _write_trace(tracer, path: str, console, result=None, history=None) -> None:
     """Write a recorded trace; with a checker result that found violations, the operations of the
     failing keys (at most five) go into the same file, a process track per key."""
-    from nodes.runtime.trace import violation_events
+    from shm.sim.trace import violation_events
     extra = []
     if result is not None and result.verdict == "illegal" and history:
         for k, f in enumerate(result.failures[:5]):

@@ -36,7 +36,7 @@ until the rack is stopped. A node whose role the system runs server actors on (a
 with cores, a DPU, a DPA: ``CompiledRack.actor_nodes``) runs its actors in a clock-synchronised
 environment too, and publishes its device counters (cores busy, DPA threads and stalls, DMA
 bytes, RX queue depth, datagram drops) with its heartbeat. Every synchronised process routes
-its messages by kind (``nodes/runtime/router.py``): the manager's, verbs SENDs, datagrams, and
+its messages by kind (``shm/sim/router.py``): the manager's, verbs SENDs, datagrams, and
 the end of the plan, which the manager announces to every process once its plan is over so that
 polling actors end (``ctx.stopped``).
 """
@@ -53,7 +53,7 @@ import traceback
 from cluster.control import F_DONE
 from cluster.stats import STATE_DONE, STATE_FAILED, STATE_RUNNING
 from nodes.nicgauge import NicGauge
-from nodes.runtime.env import INF
+from shm.sim.env import INF
 from shm.telemetry import counters_of
 
 HEARTBEAT_S = 0.05
@@ -200,8 +200,8 @@ def _log_late_compiles(state, name: str) -> None:
 
 
 def _sync_env(state, address: int):
-    from nodes.runtime.env import Environment
-    from nodes.runtime.sync import ClockSync
+    from shm.sim.env import Environment
+    from shm.sim.sync import ClockSync
     spec = state.compiled.spec
     sync = ClockSync(state.clock, address, spec.profile.sync.window_ns, spec.profile.sync.spin_us)
     # A rack that carries on after a node death: a node whose run raises leaves the clock (the
@@ -217,7 +217,7 @@ def _sync_env(state, address: int):
 def _wire(state, env, name: str):
     """A synchronised node's verbs host, datagram net, message router and server actors."""
     from nodes.actors import actor_contexts, rack_udp, start_actors
-    from nodes.runtime.router import MSG_STOP, MSG_UDP, MSG_UDP_COPY, MSG_VERBS_SEND, Router
+    from shm.sim.router import MSG_STOP, MSG_UDP, MSG_UDP_COPY, MSG_VERBS_SEND, Router
     from shm.verbs import VerbsHost
     c = state.compiled
     host = VerbsHost(state.fabric, env, proc_of_node=c.proc_of_node(), my_proc=c.address(name))
@@ -278,7 +278,7 @@ def _device_counters(contexts, udp, name: str, idle_cores: int = 0):
 
 def _compute(state, slot: int, name: str, writer, restart: tuple[int, int] | None = None) -> None:
     from cluster.rack import compute_handler, make_compute
-    from nodes.runtime.router import MSG_START
+    from shm.sim.router import MSG_START
     c = state.compiled
     address = c.compute.index(name)
     env = _sync_env(state, address)
@@ -379,7 +379,7 @@ def _manager(state, name: str, writer) -> None:
     env.on_message = mgr.on_message
     proc = env.process(mgr.run(), name="manager")
     if getattr(c.system, "servers", None):
-        from nodes.runtime.router import MSG_STOP
+        from shm.sim.router import MSG_STOP
         latency = c.spec.profile.link.one_way_ns
 
         def announce(_ev) -> None:

@@ -25,8 +25,8 @@ from cluster.stats import STATE_DONE, ProcInfo, StatsPlane
 from nodes.compute import ComputeNode, PlanStep
 from nodes.history import HistoryLog
 from nodes.manager import MSG_DONE, MSG_START, ColocatedLink, Manager
-from nodes.runtime.env import Environment
-from nodes.runtime.sync import ClockTable
+from shm.sim.env import Environment
+from shm.sim.sync import ClockTable
 from nodes.systems import get_system
 from nodes.systems.api import SystemError_
 from shm.fabric import Fabric
@@ -332,7 +332,7 @@ class ColocatedRack:
     def __init__(self, scenario, *, history: int = 0, trace=None):
         self.compiled = compile_scenario(scenario)
         self.history_capacity = history
-        # a nodes.runtime.trace.TraceBounds: record a timeline of the run (self.tracer after run())
+        # a shm.sim.trace.TraceBounds: record a timeline of the run (self.tracer after run())
         self.trace_bounds = trace
         self.tracer = None
         self.history_ops = None             # the recorded operations, when history > 0
@@ -355,7 +355,7 @@ class ColocatedRack:
             self.state = state
             env = Environment(seed=c.spec.seed)
             if self.trace_bounds is not None:
-                from nodes.runtime.trace import Tracer
+                from shm.sim.trace import Tracer
                 self.tracer = env.tracer = Tracer(state.fabric, self.trace_bounds, provenance={
                     "rack": c.spec.name, "system": c.system.name, "profile": c.spec.profile_name,
                     "seed": c.spec.seed, "steps": [s.label for s in c.plan]}, env=env)

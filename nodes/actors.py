@@ -12,7 +12,7 @@ any role")::
         return [serve(ctx)]       # generators: each runs as a process on the node's environment
 
 Each returned generator runs as one process of the node's virtual-time environment
-(nodes/runtime/env.py) from time 0, beside the compute nodes' clients, and may ``yield`` events,
+(shm/sim/env.py) from time 0, beside the compute nodes' clients, and may ``yield`` events,
 timeouts and ``CQ.wait()`` as any actor does. The :class:`NodeContext` it gets carries what is
 in reach on that node: its name, fabric index and role, the environment, the verbs host (make a
 :meth:`NodeContext.verbs` context for QPs, CQs and MRs on this node), its memory, the layout and
@@ -96,7 +96,7 @@ class NodeContext:
     name: str                    # "mn0", "cn1", ...
     index: int                   # the node's fabric index (global addresses use it)
     role: str                    # one of AVAILABLE_ROLES
-    env: Any                     # nodes.runtime.env.Environment
+    env: Any                     # shm.sim.env.Environment
     host: Any                    # shm.verbs.VerbsHost of this process
     fabric: Any                  # shm.fabric.Fabric
     layout: dict                 # what System.setup returned

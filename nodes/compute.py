@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Callable, NamedTuple, Protocol
 
 import numpy as np
 
-from nodes.runtime.env import all_of
+from shm.sim.env import all_of
 from nodes.systems.api import UnsupportedOperation, node_statistics
 from nodes.history import GARBAGE
 from workloads.keys import decode_value, key_packer, value_bytes

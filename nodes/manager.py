@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
-from nodes.runtime.router import MSG_DONE, MSG_START  # noqa: F401 - the message kinds live in one place
+from shm.sim.router import MSG_DONE, MSG_START  # noqa: F401 - the message kinds live in one place
 
 DEATH_POLL_NS = 20_000          # how often a waiting manager looks for dead nodes ("continue" mode)
 

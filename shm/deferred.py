@@ -27,7 +27,7 @@ in its frontier (``Environment.frontiers``), and at each visit to the clock tabl
 before its next event that a READ event at their time could run by then (up to the READ
 horizon) whenever it is blocked or idle (where the others may be waiting for them). Then no other process applies a write more than W after a deferred READ's effect time
 before that READ lands, nor has a write more than W before it still to apply: the same tolerance
-as a READ landing at its effect time (nodes/runtime/sync.py). ``defer_reads(fabric, False)`` turns deferral off, which tests use as the
+as a READ landing at its effect time (shm/sim/sync.py). ``defer_reads(fabric, False)`` turns deferral off, which tests use as the
 reference path.
 """
 

@@ -37,7 +37,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from nodes.runtime.env import Event
+from shm.sim.env import Event
 from shm import nic
 from shm.atomics import load_acquire, store_release
 from shm.fabric import REGION_HOST, copy_lines, format_gaddr, gaddr_node, gaddr_offset, gaddr_region, read_lines

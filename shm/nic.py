@@ -53,7 +53,7 @@ REGION_DEVICE = 1  # NIC device memory: no PCIe trip at the responder
 
 # A batch of work requests as :func:`model_post_rows` reads it: one int64 row per work request.
 # Declared once, here: shm/verbs.py and shm/coro.py fill rows, shm/deferred.py lands READs from
-# them, nodes/runtime/trace.py reads them.
+# them, shm/sim/trace.py reads them.
 WR_OP, WR_LEN, WR_OFF, WR_REGION, WR_FLAGS = range(5)   # the request: model opcode, bytes, offset,
 #                                                         region, FLAG_* (deferred READs: their state)
 WR_OUT = 5                 # the model's outputs start here, OUT_* columns of ``out`` (model_post)
@@ -130,7 +130,7 @@ Q_RD_DONE = 7
 Q_RD_RING = 8
 
 # Stage times of one work request, in ps, as model_post computes them (the ``stages`` argument,
-# for traces only: nodes/runtime/trace.py). In walking order: the post reaches the NIC model
+# for traces only: shm/sim/trace.py). In walking order: the post reaches the NIC model
 # (CPU built the WQEs), the QP lock is held, the doorbell is rung (the CPU is free), the WQE is
 # fetched over PCIe, the requester unit starts and ends (the start also waits for the QP's order,
 # a fence or max_rd_atomic), the payload is read over PCIe (WRITE/SEND), the request has crossed
@@ -372,7 +372,7 @@ def model_post_rows(tbl, prm, descs, rq, rs, qp, db, t_ns, rows):
 def model_post_rows_staged(tbl, prm, descs, rq, rs, qp, db, t_ns, rows, stages):
     """:func:`model_post_rows` that also writes each work request's stage times (ps, the
     ``ST_*`` columns) into ``stages`` (``len(rows)`` x ``N_STAGES`` int64): what a trace shows
-    (``nodes/runtime/trace.py``). Same prices: the stages are only observed."""
+    (``shm/sim/trace.py``). Same prices: the stages are only observed."""
     return model_post(tbl, prm, descs[rq], descs[rs], qp, db, t_ns, rows[:, WR_OP], rows[:, WR_LEN], rows[:, WR_OFF],
                       rows[:, WR_REGION], rows[:, WR_FLAGS], rows[:, WR_OUT:WR_MODEL_COLS], stages)
 

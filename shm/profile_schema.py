@@ -251,7 +251,7 @@ class UdpProfile:
 @dataclass(frozen=True)
 class CoherenceProfile:
     """Cache coherence of the host CPU's cores (optional: only a profile whose host CPU is known has
-    one; :mod:`nodes.runtime.coherence` refuses a profile without it). Costs of moving one 64-byte
+    one; :mod:`nodes.devices.coherence` refuses a profile without it). Costs of moving one 64-byte
     line between cores, used where threads contend for shared words (PD3 Fig. 8)."""
     ccds: int = knob("CCDs", "core complex dies (one L3 each) of the host CPU", min=1, max=64)
     cores_per_ccd: int = knob("cores", "cores per CCD", min=1, max=64)

@@ -240,7 +240,7 @@ def _propagates(exc: BaseException) -> bool:
     ``crash`` failpoint raises ``ClientCrash`` (a BaseException), an ``exit`` failpoint ends the
     process with ``os._exit``, and ``KeyboardInterrupt``, ``SystemExit``, ``GeneratorExit`` are
     BaseExceptions too; only ``Exception`` is caught."""
-    from nodes.runtime.env import Interrupt
+    from shm.sim.env import Interrupt
     if isinstance(exc, Interrupt):
         return True
     return isinstance(exc, SystemError_)

@@ -376,12 +376,12 @@ class UdpNet:
         off, seq = self._stage(dg, holder)
         nodes = (holder << 32) | (dg.src_node << 16) | dg.dst_node
         ports = (dg.src_port << 16) | dg.dst_port
-        from nodes.runtime.router import MSG_UDP, MSG_UDP_COPY
+        from shm.sim.router import MSG_UDP, MSG_UDP_COPY
         self.host.env.send(proc, at, (MSG_UDP_COPY if copy else MSG_UDP, nodes, ports, off, seq, len(dg.data),
                                       dg.sent_ns))
 
     def deliver(self, kind_copy: bool, payload) -> None:
-        """A datagram from another process reached this one (``nodes.runtime.router``): read its
+        """A datagram from another process reached this one (``shm.sim.router``): read its
         payload from the sender's staging slot, then steer and land it as a local one."""
         nodes, ports, off, seq, length, sent = (int(x) for x in payload)
         holder, src, dst = nodes >> 32, (nodes >> 16) & 0xFFFF, nodes & 0xFFFF

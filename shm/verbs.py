@@ -3,7 +3,7 @@
 ``Context``, ``PD``, ``MR``, ``CQ``, ``QP`` (RC and UD), ``SGE``, ``SendWR``/``RecvWR`` and work
 completions with ``ibv_wc_status`` keep the names and meanings of pyverbs/libibverbs, so code and
 intuition carry over. What differs is time: every call is made by an actor of a
-:class:`~nodes.runtime.env.Environment` at its virtual ``now``.
+:class:`~shm.sim.env.Environment` at its virtual ``now``.
 
 * ``post_send`` charges the caller's CPU (building WQEs, the doorbell spinlock), prices the whole
   list in one call of the NIC model (:func:`shm.nic.model_post`) and schedules, per work request,
@@ -108,7 +108,7 @@ MODEL_OPCODE = {opcode: spec[0] for opcode, spec in _OPS.items()}
 _ATOMICS = (IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_MASKED_ATOMIC_CMP_AND_SWP,
             IBV_WR_MASKED_ATOMIC_FETCH_AND_ADD)
 
-from nodes.runtime.router import MSG_VERBS_SEND as _MSG_SEND  # noqa: E402 - a SEND arriving at a QP of this process
+from shm.sim.router import MSG_VERBS_SEND as _MSG_SEND  # noqa: E402 - a SEND arriving at a QP of this process
 
 #: QP numbers from here on are chosen by services (``QP(..., qp_num=)``); the counter of a process
 #: (``VerbsHost._new_qpn``: 1 + process << 20, ...) stays far below them
@@ -636,7 +636,7 @@ class QP:
             cpu_free = self.cpu_free = nic.model_post_rows(
                 fabric.table, fabric.params, fabric.descriptors, self.node, dst, self._model_state, self.doorbell,
                 start + cpu.post_ns + cpu.wqe_ns * rows.shape[0], rows)
-        else:                           # the same prices, with the stages recorded (nodes/runtime/trace.py)
+        else:                           # the same prices, with the stages recorded (shm/sim/trace.py)
             cpu_free = self.cpu_free = tracer.post(self, dst, rows, start,
                                                    start + cpu.post_ns + cpu.wqe_ns * rows.shape[0], user, actor)
         if actor is not None:

@@ -1,17 +1,12 @@
-"""docs/architecture.md is true of the tree: every name it gives exists, its import exceptions are
-the ones the tree has, and no tracked file cites sources by paths users do not have.
+"""docs/architecture.md is true of the tree: every name it gives exists, and no tracked file cites
+sources by paths users do not have. (Its floors are import-linter contracts in pyproject.toml,
+checked by tests/test_layers.py.)
 
 The page names files and definitions in one convention, backticked paths from the repository
 root: `shm/nic.py`, a folder `nodes/systems/`, a definition `shm/nic.py:model_post` or a method
 `shm/coro.py:Coroutine.sync`. The first test reads every such name and checks that the file or
 folder exists and, for a definition, that the file defines it (read with :mod:`ast`, nothing is
 imported). A renamed function fails here until the page follows.
-
-Its section "Known exceptions" lists the upward imports (a lower floor importing a higher one;
-floors shm < workloads < nodes < cluster) and the import cycles between modules. The second test
-measures both again with :mod:`ast` over every import statement, including those inside functions
-and excluding ``if TYPE_CHECKING:`` blocks, and compares the sets both ways: an import that the
-page does not list fails, and so does a listed one that is gone (the page must drop the line).
 
 The last test is review item 8 of issue 42: sources were cited by paths of a folder outside the
 repository (``shared/seeds/...``, ``shared/research/...``, ``CALIBRATION.md``) that users do not
@@ -23,16 +18,12 @@ from __future__ import annotations
 import ast
 import re
 import subprocess
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "architecture.md"
-
-#: The four packages and their floors, bottom first.
-FLOORS = {"shm": 0, "workloads": 1, "nodes": 2, "cluster": 3}
 
 #: A backticked name of the page that is a path: a folder ending in "/", or a file with one of
 #: these suffixes, optionally followed by ":Name" or ":Class.method".
@@ -100,159 +91,6 @@ def test_get_path_names_a_function_at_every_hop():
     assert len(hops) >= 8, f"the GET's path has {len(hops)} hops, expected about eight or more"
     for i, hop in enumerate(hops, 1):
         assert any(attr for _, attr in named_paths(hop)), f"hop {i} names no `file.py:function`: {hop[:80]!r}"
-
-
-# -- the imports, measured ---------------------------------------------------------------------
-def _modules() -> dict[str, Path]:
-    """Module name -> file, for every module of the four packages."""
-    mods = {}
-    for top in FLOORS:
-        for f in sorted((ROOT / top).rglob("*.py")):
-            parts = list(f.relative_to(ROOT).with_suffix("").parts)
-            if parts[-1] == "__init__":
-                parts = parts[:-1]
-            mods[".".join(parts)] = f
-    return mods
-
-
-def _type_checking(node: ast.If) -> bool:
-    return "TYPE_CHECKING" in ast.unparse(node.test)
-
-
-def import_graph() -> tuple[dict[str, Path], dict[str, set[str]]]:
-    """Module -> the dmrack modules it imports, at module level or inside functions.
-
-    ``from X import a`` imports ``X.a`` when that is a module, else ``X``; ``import X.Y`` imports
-    ``X.Y`` (the longest prefix that is a module). Parent packages run as a side effect are not
-    counted, as import-linter does not count them."""
-    mods = _modules()
-
-    def resolve(name: str) -> str | None:
-        parts = name.split(".")
-        for i in range(len(parts), 0, -1):
-            cand = ".".join(parts[:i])
-            if cand in mods:
-                return cand
-        return None
-
-    graph: dict[str, set[str]] = defaultdict(set)
-    for mod, path in mods.items():
-        tree = ast.parse(path.read_text(), str(path))
-        package = mod.split(".") if path.name == "__init__.py" else mod.split(".")[:-1]
-        skip = set()
-        for node in ast.walk(tree):
-            if isinstance(node, ast.If) and _type_checking(node):
-                skip.update(id(n) for stmt in node.body for n in ast.walk(stmt))
-        for node in ast.walk(tree):
-            if id(node) in skip:
-                continue
-            if isinstance(node, ast.Import):
-                targets = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                if node.level:
-                    base = package[:len(package) - (node.level - 1)]
-                    src = ".".join(base + ([node.module] if node.module else []))
-                else:
-                    src = node.module or ""
-                targets = [f"{src}.{a.name}" if f"{src}.{a.name}" in mods else src for a in node.names]
-            else:
-                continue
-            for t in targets:
-                r = resolve(t)
-                if r is not None and r != mod:
-                    graph[mod].add(r)
-    return mods, graph
-
-
-def _rel(mods: dict[str, Path], mod: str) -> str:
-    return mods[mod].relative_to(ROOT).as_posix()
-
-
-def measured_upward(mods, graph) -> set[tuple[str, str]]:
-    return {(_rel(mods, a), _rel(mods, b)) for a, targets in graph.items() for b in targets
-            if FLOORS[a.split(".")[0]] < FLOORS[b.split(".")[0]]}
-
-
-def measured_cycles(mods, graph) -> set[frozenset[str]]:
-    """The strongly connected components of more than one module (Tarjan, iteratively)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    out = set()
-    counter = 0
-    for root in sorted(mods):
-        if root in index:
-            continue
-        work = [(root, iter(sorted(graph.get(root, ()))))]
-        index[root] = low[root] = counter
-        counter += 1
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            v, it = work[-1]
-            w = next(it, None)
-            if w is not None:
-                if w not in index:
-                    index[w] = low[w] = counter
-                    counter += 1
-                    stack.append(w)
-                    on_stack.add(w)
-                    work.append((w, iter(sorted(graph.get(w, ())))))
-                elif w in on_stack:
-                    low[v] = min(low[v], index[w])
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[v])
-            if low[v] == index[v]:
-                comp = []
-                while True:
-                    w = stack.pop()
-                    on_stack.discard(w)
-                    comp.append(w)
-                    if w == v:
-                        break
-                if len(comp) > 1:
-                    out.add(frozenset(_rel(mods, m) for m in comp))
-    return out
-
-
-def listed_exceptions(text: str) -> tuple[set[tuple[str, str]], set[frozenset[str]]]:
-    section = text.split("### Known exceptions", 1)[1].split("\n## ", 1)[0]
-    upward, cycles = set(), set()
-    for line in section.splitlines():
-        paths = [p for p, attr in named_paths(line) if attr is None and p.endswith(".py")]
-        if line.startswith("- upward:"):
-            assert len(paths) >= 2, f"an upward line names importer and imported: {line!r}"
-            upward.add((paths[0], paths[1]))
-        elif line.startswith("- cycle:"):
-            assert len(paths) >= 3 and paths[0] == paths[-1], f"a cycle line goes round to its start: {line!r}"
-            cycles.add(frozenset(paths))
-    return upward, cycles
-
-
-def test_known_exceptions_are_the_measured_ones():
-    mods, graph = import_graph()
-    upward, cycles = listed_exceptions(doc_text())
-    measured_up, measured_cyc = measured_upward(mods, graph), measured_cycles(mods, graph)
-    problems = [f"upward import not in the page: {a} -> {b}" for a, b in sorted(measured_up - upward)]
-    problems += [f"listed upward import is gone (drop its line): {a} -> {b}" for a, b in sorted(upward - measured_up)]
-    problems += [f"import cycle not in the page: {sorted(c)}" for c in measured_cyc - cycles]
-    problems += [f"listed cycle is gone or changed (fix its line): {sorted(c)}" for c in cycles - measured_cyc]
-    assert not problems, "docs/architecture.md, \"Known exceptions\", disagrees with the tree:\n  " + \
-        "\n  ".join(problems)
-
-
-def test_the_measurement_sees_lazy_imports():
-    """The graph counts an import inside a function: shm/rpc.py's lazy import of the systems API
-    is an edge (while it exists), as is the experiments' lazy import of the rack."""
-    mods, graph = import_graph()
-    assert "cluster.rack" in graph["cluster.experiments.sherman"]
-    tree = ast.parse((ROOT / "cluster/experiments/sherman.py").read_text())
-    lazy = [n for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) for n in ast.walk(f)
-            if isinstance(n, ast.ImportFrom) and n.module == "cluster.rack"]
-    assert lazy, "cluster/experiments/sherman.py no longer imports the rack inside a function: pick another example"
 
 
 # -- review item 8: sources by paths users do not have ------------------------------------------

@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from nodes.runtime.env import Environment
+from shm.sim.env import Environment
 from nodes.systems.lib.alloc import ChunkAllocator
 from nodes.systems.lib.art import (
     ADDR_MASK, NODE_4, NODE_8, NODE_16, NODE_128, NODE_256, ArtTree, Header, build_node, create_root, decode_entry,

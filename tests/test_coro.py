@@ -7,7 +7,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from nodes.runtime.env import Environment
+from shm.sim.env import Environment
 from shm import nic
 from shm.coro import POLICIES, NodeRdma, RemoteAccessError
 from shm.fabric import REGION_DEVICE, Fabric, NodeSpec, format_gaddr, gaddr

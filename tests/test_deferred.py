@@ -153,8 +153,8 @@ def test_a_write_landing_after_a_deferred_read_is_not_seen_by_it(prefix):
 def test_in_a_rack_of_processes_deferred_reads_count_in_the_frontier_until_they_land(prefix):
     """Sync mode: the earliest READ still deferred bounds the process's frontier (the others'
     writes wait for it), and a visit to the clock table lands those whose time has passed."""
-    from nodes.runtime.env import INF, Environment
-    from nodes.runtime.sync import ClockSync, ClockTable
+    from shm.sim.env import INF, Environment
+    from shm.sim.sync import ClockSync, ClockTable
     from shm.verbs import VerbsHost
     from shm.coro import NodeRdma
 

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from nodes.runtime.env import Environment
+from shm.sim.env import Environment
 from shm.dma import DmaEngine, DmaError
 from shm.fabric import Fabric, NodeSpec, gaddr
 from shm.profile import load_profile

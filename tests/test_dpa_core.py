@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from nodes.devices.dpa_core import Dpa, DpaCoreStats, DpaError
-from nodes.runtime.env import Environment
+from shm.sim.env import Environment
 from shm.profile import load_profile
 
 BF3 = load_profile("bf3")

@@ -14,7 +14,7 @@ import pytest
 from cluster.correctness.check import with_rack_tables
 from nodes.systems import get_system
 from nodes.systems.api import SystemError_
-from nodes.runtime.env import ProcessError
+from shm.sim.env import ProcessError
 from nodes.systems.dpastore import wire as W
 
 SYSTEM = get_system("dpa-store")
@@ -26,7 +26,7 @@ def store(options=None, *, threads=2, coroutines=4, capacity=5_000, dpa=None):
     from cluster.rack import RackState, compile_scenario
     from cluster.scenario import scenario_from_dict
     from nodes.actors import actor_contexts, rack_udp, start_actors
-    from nodes.runtime.env import Environment
+    from shm.sim.env import Environment
     from shm.coro import NodeRdma
     from shm.verbs import VerbsHost
     d = with_rack_tables(SYSTEM, {

@@ -1,4 +1,4 @@
-"""The event core's public low-level API (nodes/runtime/env.py, "The low-level API"), and that no
+"""The event core's public low-level API (shm/sim/env.py, "The low-level API"), and that no
 module outside the core (env.py, sync.py, router.py) uses its privates instead (issue 42).
 
 The guard reads the source with ``ast``: an attribute named like a private member of
@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from nodes.runtime.env import Environment, Event, Process
+from shm.sim.env import Environment, Event, Process
 
 ROOT = Path(__file__).resolve().parents[1]
-CORE = {"nodes/runtime/env.py", "nodes/runtime/sync.py", "nodes/runtime/router.py"}
+CORE = {"shm/sim/env.py", "shm/sim/sync.py", "shm/sim/router.py"}
 FOLDERS = ("shm", "nodes", "cluster", "workloads", "scripts", "examples", "tests")
 FORMER = {"_debt", "_charged", "_succeed_last", "_deferred", "_effects", "_writes", "_heap", "_next_seq"}
 ENV_NAMES = {"env", "environment", "active_process"}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nodes.runtime.env import Environment
+from shm.sim.env import Environment
 from shm.coro import RemoteAccessError
 from shm.fabric import gaddr
 from shm.profile import with_overrides

@@ -5,7 +5,7 @@ back, and a leader that stops hands the lead on. Virtual time only (no fabric)."
 
 from __future__ import annotations
 
-from nodes.runtime.env import Environment
+from shm.sim.env import Environment
 from nodes.systems.lib.local_lock import LocalLockTable
 from shm.failpoints import ClientCrash
 

@@ -16,7 +16,7 @@ from shm.fabric import gaddr
 from shm.verbs import (
     IBV_SEND_FENCE, IBV_SEND_SIGNALED, IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE, VerbsHost,
 )
-from nodes.runtime.env import Environment
+from shm.sim.env import Environment
 from tests.test_coro import MN, mem_word, new_fabric, run, setup
 from tests.test_verbs import atomic, build_rack, new_fabric as new_verbs_fabric, rdma, run_actor, set_word, wait_cqes, word
 

@@ -1,11 +1,11 @@
-"""PD3 Fig. 8: the coherence model (nodes/runtime/coherence.py) and the three rings
+"""PD3 Fig. 8: the coherence model (nodes/devices/coherence.py) and the three rings
 (cluster/experiments/_pd3_fig8.py). Virtual time only; nothing asserts on wall-clock time."""
 
 import pytest
 
 from cluster.experiments import _pd3_fig8 as f8
-from nodes.runtime.coherence import Coherence, CoherenceCosts, Line
-from nodes.runtime.env import Environment
+from nodes.devices.coherence import Coherence, CoherenceCosts, Line
+from shm.sim.env import Environment
 from shm.profile import load_profile
 
 COSTS = CoherenceCosts(ccds=2, cores_per_ccd=2, l1_ns=1.0, intra_ccd_ns=20.0, cross_ccd_ns=80.0, dma_line_ns=100.0,

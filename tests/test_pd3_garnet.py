@@ -77,7 +77,7 @@ def _garnet_rack(script):
     from cluster.rack import RackState, compile_scenario
     from cluster.scenario import scenario_from_dict
     from nodes.actors import actor_contexts, rack_udp, start_actors
-    from nodes.runtime.env import Environment
+    from shm.sim.env import Environment
     from nodes.systems import get_system
     from shm.coro import NodeRdma
     from shm.verbs import VerbsHost

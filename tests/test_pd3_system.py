@@ -155,7 +155,7 @@ def test_reproduce_rows_on_a_tiny_rack(monkeypatch):
 
 @pytest.fixture
 def fabric_dma():
-    from nodes.runtime.env import Environment
+    from shm.sim.env import Environment
     from shm.dma import DmaEngine
     from shm.fabric import Fabric, NodeSpec
     from shm.profile import load_profile

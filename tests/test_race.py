@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nodes.runtime.env import Environment
+from shm.sim.env import Environment
 from nodes.systems import get_system
 from nodes.systems.api import SystemError_, UnsupportedOperation
 from nodes.systems.race import (

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 import pytest
 
 from nodes.actors import Cores, NodeContext
-from nodes.runtime.env import Environment
+from shm.sim.env import Environment
 from shm.coro import NodeRdma
 from shm.fabric import Fabric, NodeSpec, gaddr
 from shm.profile import load_profile
@@ -387,7 +387,7 @@ def test_a_handler_exception_goes_back_to_the_caller_and_the_server_keeps_servin
 def test_a_failpoint_crash_or_the_system_giving_up_in_a_handler_is_not_swallowed(prefix, kind):
     """A crash failpoint (ClientCrash, a BaseException), the system giving up (SystemError_) and an
     Interrupt are not sent back: they end the server actor as before, out of env.run()."""
-    from nodes.runtime.env import Interrupt, ProcessError
+    from shm.sim.env import Interrupt, ProcessError
     from nodes.systems.api import SystemError_
     from shm.failpoints import ClientCrash
     exc = {"crash": ClientCrash("failpoint verbs.post (hit 1)"), "gave-up": SystemError_("table full"),

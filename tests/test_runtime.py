@@ -1,8 +1,8 @@
-"""Co-located tests of the event core (nodes/runtime/env.py), SimPy style."""
+"""Co-located tests of the event core (shm/sim/env.py), SimPy style."""
 import numpy as np
 import pytest
 
-from nodes.runtime.env import (INF, Environment, Event, Interrupt, ProcessError,
+from shm.sim.env import (INF, Environment, Event, Interrupt, ProcessError,
                                all_of, any_of)
 
 

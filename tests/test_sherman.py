@@ -11,7 +11,7 @@ from unittest import mock
 import pytest
 
 from cluster.correctness.conformance import rig
-from nodes.runtime.env import Environment
+from shm.sim.env import Environment
 from nodes.systems.sherman import INLINE_VALUE, KeySizeError, ShermanSystem
 from nodes.systems.sherman.layout import LINE, NODE_BYTES, PACKED_ENTRY, unpack_root
 from shm.coro import Coroutine, NodeRdma

@@ -13,7 +13,7 @@ import pytest
 
 from cluster.correctness.checker import Op, check
 from cluster.correctness.conformance import rig, stress_rack
-from nodes.runtime.env import Environment
+from shm.sim.env import Environment
 from nodes.systems.api import SystemError_
 from nodes.systems.lib.art import NODE_4, NODE_256, dump_tree
 from nodes.systems.smart_art import (

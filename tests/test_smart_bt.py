@@ -8,7 +8,7 @@ import contextlib
 import random
 
 from cluster.correctness.conformance import rig
-from nodes.runtime.env import Environment
+from shm.sim.env import Environment
 from nodes.systems.sherman.layout import LINE, NODE_BYTES
 from nodes.systems.smart_bt import SmartBTStats, SmartBTSystem, SpecCache
 from shm.coro import NodeRdma

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nodes.runtime.env import Environment
+from shm.sim.env import Environment
 from shm.coro import NodeRdma
 from shm.fabric import gaddr
 from shm.profile import load_profile

@@ -1,4 +1,4 @@
-"""Lax cross-process synchronisation (nodes/runtime/sync.py).
+"""Lax cross-process synchronisation (shm/sim/sync.py).
 
 Multi-process tests fork one child per emulated node; each child attaches the
 clock table by name, runs its Environment and reports through a queue.
@@ -10,8 +10,8 @@ import traceback
 import numpy as np
 import pytest
 
-from nodes.runtime.env import INF, Environment
-from nodes.runtime.sync import ClockSync, ClockTable
+from shm.sim.env import INF, Environment
+from shm.sim.sync import ClockSync, ClockTable
 
 CTX = mp.get_context("fork")
 TIMEOUT_S = 30

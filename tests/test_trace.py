@@ -16,7 +16,7 @@ import pytest
 from cluster import cli
 from cluster.rack import ColocatedRack
 from cluster.scenario import scenario_from_dict
-from nodes.runtime.trace import TraceBounds, violation_events
+from shm.sim.trace import TraceBounds, violation_events
 from tests.test_cli_edges import STALE, assert_one_line_exit_2, dmrack
 
 KEYS = 3000

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from nodes.runtime.env import Environment
+from shm.sim.env import Environment
 from shm.fabric import Fabric, NodeSpec
 from shm.profile import ProfileError, load_profile, with_overrides
 from shm.udp import (

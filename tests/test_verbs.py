@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from nodes.runtime.env import Environment
+from shm.sim.env import Environment
 from shm.fabric import REGION_DEVICE, Fabric, NodeSpec, gaddr
 from shm.profile_schema import (
     CpuProfile, DmaProfile, DoorbellProfile, LinkProfile, NicProfile, PcieProfile, Profile, QpProfile,

@@ -10,8 +10,8 @@ import traceback
 
 import pytest
 
-from nodes.runtime.env import Environment
-from nodes.runtime.sync import ClockSync, ClockTable
+from shm.sim.env import Environment
+from shm.sim.sync import ClockSync, ClockTable
 from shm.coro import NodeRdma
 from shm.fabric import Fabric, NodeSpec, gaddr
 from shm.verbs import (

@@ -175,12 +175,12 @@ def trace_stress(system: str, options: dict, path: str, bounds, *, seed: int, sh
                  history=None, result=None, profile: str | None = None) -> dict:
     """``dmrack check --trace FILE``: the stress's first phase run again co-located (one process,
     one virtual clock: what a trace needs; the rack of processes keeps a clock per node), recorded
-    from the start of its run within ``bounds`` (nodes/runtime/trace.py) and written to ``path``.
+    from the start of its run within ``bounds`` (shm/sim/trace.py) and written to ``path``.
     With the process stress's ``history`` and a checker ``result`` that found violations, the
     operations of the failing keys (at most SHOWN_KEYS) go into the same file, a process track
     named ``violation: key K`` each. Returns the written document."""
     from cluster.rack import ColocatedRack
-    from nodes.runtime.trace import violation_events
+    from shm.sim.trace import violation_events
     from nodes.systems import get_system
     # long enough to hold the window, no longer: the trace is of the first phase's start
     run_ms = min(shape.run_ms, bounds.window_ns / 1e6 + 0.05)

@@ -60,7 +60,7 @@ from typing import Callable, Iterable, NamedTuple
 from cluster.correctness.shapes import (  # noqa: F401  (DEFAULT_PROFILE re-exported)
     DEFAULT_PROFILE, HEAVY, StressShape, stress_mix)
 from cluster.scenario import with_rack_tables
-from nodes.runtime.env import Environment, ProcessError
+from shm.sim.env import Environment, ProcessError
 from nodes.systems import get_system
 from nodes.systems.api import UnsupportedOperation
 from shm.coro import NodeRdma

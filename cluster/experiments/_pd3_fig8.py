@@ -1,7 +1,7 @@
 """PD3 Fig. 8: CheckAndReturn throughput of three host rings as application threads are added.
 
 The three rings (PD3 §7.2; artifact ``src/PD3/buffer/baselines.cpp`` for the two baselines), each a
-model of which 64-byte lines a call touches, priced by :mod:`nodes.runtime.coherence` (contention
+model of which 64-byte lines a call touches, priced by :mod:`nodes.devices.coherence` (contention
 is the queue of transfers on a shared line):
 
 * ``spinlock``: the artifact's ``SpinlockAgentBuffer``. A test-and-set lock (one atomic exchange on
@@ -40,7 +40,7 @@ Fig. 8's driver is not in the artifact, so this is the authors' practice, not th
 setup. On the EPYC 9254 (4 CCDs x 6 cores, numbered CCD by CCD) 16 threads sit 1 + 6 + 6 + 3 on the
 four CCDs. ``placement="spread"`` (thread ``i`` on CCD ``i % 4``, as Linux's load balancer spreads
 unpinned threads over idle LLC domains) was the placement before. Virtual time: each thread keeps a float clock, waits on the
-:class:`~nodes.runtime.env.Environment` before each shared access; throughput is calls completed in
+:class:`~shm.sim.env.Environment` before each shared access; throughput is calls completed in
 a measured window after a warm-up. Deterministic (no randomness at all).
 
 Nothing here is fitted to Fig. 8: the constants are the profile's ``[coherence]`` table.
@@ -49,8 +49,8 @@ Nothing here is fitted to Fig. 8: the constants are the profile's ``[coherence]`
 from __future__ import annotations
 
 from cluster.experiments.rows import Row
-from nodes.runtime.coherence import Coherence, CoherenceCosts, CoreClock, Line
-from nodes.runtime.env import Environment
+from nodes.devices.coherence import Coherence, CoherenceCosts, CoreClock, Line
+from shm.sim.env import Environment
 from shm.profile import load_profile
 
 EXPERIMENT = "pd3-fig8"

@@ -80,7 +80,7 @@ def point(*, quick: bool = True, keys: int | None = None, op: str = "get", dist:
     from cluster.rack import RackState, compile_scenario
     from cluster.scenario import scenario_from_dict, with_rack_tables
     from nodes.actors import actor_contexts, rack_udp, start_actors
-    from nodes.runtime.env import Environment
+    from shm.sim.env import Environment
     from nodes.systems import get_system
     from shm.coro import NodeRdma
     from shm.verbs import VerbsHost
@@ -227,7 +227,7 @@ def rolex_point(*, quick: bool = True, keys: int | None = None, op: str = "get",
     that load: the default windows give the rate, not a steady-state latency."""
     from cluster.rack import RackState, compile_scenario
     from cluster.scenario import scenario_from_dict
-    from nodes.runtime.env import Environment
+    from shm.sim.env import Environment
     from nodes.systems import get_system
     from shm.coro import NodeRdma
     from shm.verbs import VerbsHost

@@ -95,7 +95,7 @@ def point(mode: str, dist: str, *, quick: bool = True, app_threads: int = APP_TH
     from cluster.rack import RackState, compile_scenario
     from cluster.scenario import scenario_from_dict, with_rack_tables
     from nodes.actors import actor_contexts, rack_udp, start_actors
-    from nodes.runtime.env import Environment
+    from shm.sim.env import Environment
     from nodes.systems import get_system
     from nodes.systems.pd3 import hashmap as hm
     from nodes.systems.pd3.system import preload

@@ -28,7 +28,7 @@ with an underscore are private and never imported by a lookup; the shared helper
 a list of the names in ``parts`` or None for all of them, ``options`` the keywords named in
 ``options`` that the command line fills (``jobs``: fresh racks side by side, from ``dmrack
 reproduce --jobs``; ``system``: the system to measure, from ``dmrack bench --system``; ``trace``:
-``(path, nodes.runtime.trace.TraceBounds)`` from ``--trace``, for an experiment that can record a
+``(path, shm.sim.trace.TraceBounds)`` from ``--trace``, for an experiment that can record a
 timeline of its first point). ``run``
 checks ``only`` itself (a ValueError is one line and exit status 2 at the command line) and
 returns the rows (:class:`cluster.experiments.rows.Row`) it printed and wrote.

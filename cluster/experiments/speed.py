@@ -21,7 +21,7 @@ waiting for them, ``cx6-200g``):
 * ``rack``: ``examples/minimal.toml`` (the default rack with a bounded run) as a rack of processes,
   as ``dmrack run`` runs it, against the same scenario co-located, verbs per real second over the
   steps; and the rack of processes without the adaptive spin of waits on another node's clock
-  (``sync.spin_us = 0``, nodes/runtime/sync.py), what it ran before the spin existed. The target:
+  (``sync.spin_us = 0``, shm/sim/sync.py), what it ran before the spin existed. The target:
   processes at least as fast as co-located (on a machine with a core per busy node);
 * ``reproduce smart --quick fig12``: the wall time of one reproduction part (``fig3``, ``fig4``
   and ``fig13`` too without ``--quick``).

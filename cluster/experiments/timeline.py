@@ -1,6 +1,6 @@
 """A Gantt picture of the first operations of a ``--trace`` file (docs/trace.md), without a browser.
 
-:func:`draw_timeline` reads a trace written by :mod:`nodes.runtime.trace` (a path or the parsed
+:func:`draw_timeline` reads a trace written by :mod:`shm.sim.trace` (a path or the parsed
 document) and draws, for each of its first ``max_ops`` operations of the kinds asked, one row for
 the operation, then per verb it issued one row with its stages as coloured bars (the NIC model's
 stages: WQE fetch over PCIe, requester unit, links, responder, remote memory or atomic, CQE...),
@@ -101,7 +101,7 @@ def draw_timeline(trace, png_path: str, *, max_ops: int = 3, kinds: tuple[str, .
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
-    from nodes.runtime.trace import STAGE_NAMES
+    from shm.sim.trace import STAGE_NAMES
 
     doc = load_trace(trace)
     ops, verbs, stages, cpu = _slices(doc)

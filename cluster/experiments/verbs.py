@@ -31,7 +31,7 @@ import numpy as np
 from cluster.experiments.figures import Figure
 from cluster.experiments.progress import advance, expect
 from cluster.experiments.rows import Row, bench
-from nodes.runtime.env import Environment
+from shm.sim.env import Environment
 from shm.coro import NodeRdma
 from shm.fabric import REGION_DEVICE, REGION_HOST, Fabric, NodeSpec, gaddr
 from shm.profile import load_profile
@@ -724,8 +724,8 @@ def simpy_loop(threads: int, window_ns: int) -> tuple[int, float] | None:
 
 def _two_processes_child(desc, table_names, index, window_ns, out_q):
     """One of :func:`two_processes`' compute nodes: 16 threads of the closed loop, fair addresses."""
-    from nodes.runtime.env import Environment
-    from nodes.runtime.sync import ClockSync, ClockTable
+    from shm.sim.env import Environment
+    from shm.sim.sync import ClockSync, ClockTable
     from shm.coro import NodeRdma
     from shm.fabric import Fabric
     from shm.verbs import VerbsHost
@@ -755,7 +755,7 @@ def two_processes(window_ns: int, sync_window_ns: int | None = None) -> tuple[in
     speed, and the clock table starts nobody before both are there."""
     import multiprocessing
 
-    from nodes.runtime.sync import ClockTable
+    from shm.sim.sync import ClockTable
     from shm.fabric import Fabric, NodeSpec
     from shm.profile import load_profile, with_overrides
     from shm.segment import new_prefix

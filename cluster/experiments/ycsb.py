@@ -87,7 +87,7 @@ def measure(system: str, workload: str, threads: tuple[int, ...], *, records: in
     """Run one workload over every thread count; returns per-point figures and speed figures.
     ``scenario``: more arguments of :func:`scenario_dict` (properties, options, qp_policy, ...).
     ``trace``: ``(path, TraceBounds)``: write a timeline of the first point's measured run there
-    (nodes/runtime/trace.py); the figures are the same with or without it."""
+    (shm/sim/trace.py); the figures are the same with or without it."""
     from cluster.rack import ColocatedRack
     from cluster.scenario import scenario_from_dict
     scen = scenario_from_dict(scenario_dict(system, workload, threads, records=records, warm_ms=warm_ms,

@@ -2,7 +2,7 @@
 
 A BlueField-3 DPA has ``dpa.cores`` RISC-V cores with ``dpa.threads_per_core`` hardware threads
 each, of which ``dpa.usable_threads`` are an application's (DPA-Store §2.3). Each hardware thread is
-an actor (a generator process on :class:`nodes.runtime.env.Environment`); the core is the resource
+an actor (a generator process on :class:`shm.sim.env.Environment`); the core is the resource
 the threads of one core share.
 
 Design (and why):

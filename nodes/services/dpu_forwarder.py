@@ -79,7 +79,7 @@ from typing import NamedTuple
 import numpy as np
 
 from nodes.actors import Cores
-from nodes.runtime.env import any_of
+from shm.sim.env import any_of
 from shm.dma import DmaEngine
 from shm.dmaring import RING_FULL, DmaRing
 from shm.fabric import IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_WRITE, gaddr

@@ -25,7 +25,7 @@ reclaimer blocks are never reused (what the layout-level tests of the allocator 
 
 from __future__ import annotations
 
-from nodes.systems.api import SystemError_
+from shm.messages import SystemError_
 from shm.fabric import OFFSET_BITS
 
 UNIT = 64                     # blocks are whole 64-byte units (one cache line each)

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from nodes.systems.api import SystemError_
+from shm.messages import SystemError_
 from shm.fabric import OFFSET_BITS, REGION_BITS, REGION_DEVICE, gaddr
 
 FIELD_BITS = 16

@@ -42,7 +42,7 @@ inside an SMO keeps every IDU out of the node (Marlin describes no failure handl
 
 from __future__ import annotations
 
-from nodes.systems.api import SystemError_
+from shm.messages import SystemError_
 
 NORMAL_OP = 1
 SMO_STATUS = -1_000_000

@@ -58,7 +58,7 @@ from typing import NamedTuple
 import numpy as np
 
 from nodes.actors import Cores
-from nodes.runtime.env import any_of
+from shm.sim.env import any_of
 from nodes.services.dpu_forwarder import BatchActor, batch_imm, batch_of_imm
 from shm.dmaring import RING_FULL, DmaRing
 from shm.fabric import gaddr
