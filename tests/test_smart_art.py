@@ -1,4 +1,4 @@
-"""SMART-ART (nodes/systems/smart_art.py): the leaf format and its checksum, semantics through
+"""SMART-ART (nodes/systems/smart_art/): the leaf format and its checksum, semantics through
 leaf splits, prefix splits and node upgrades, scans in key order, verbs and round trips per
 operation with a warm cache, in-place and out-of-place updates, chains of replaced leaves met
 through a stale cache of another compute node, deletes and re-inserts, the local lock table's

@@ -1,4 +1,4 @@
-"""SMART-ART scans (nodes/systems/smart_art.py, ``SmartArtClient.scan``; issue 40, item 4): a scan
+"""SMART-ART scans (nodes/systems/smart_art/client.py, ``SmartArtClient.scan``; issue 40, item 4): a scan
 READs the nodes on the start key's path and then only the subtrees that hold the keys it returns,
 in key order, with sibling subtrees in one doorbell; never a whole level of the tree. Asserted in
 virtual time on a co-located rig: which nodes a short scan READs (against the nodes whose key range

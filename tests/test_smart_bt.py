@@ -1,4 +1,4 @@
-"""SMART-BT (nodes/systems/smart_bt.py): Sherman semantics, speculative hits after warm-up read
+"""SMART-BT (nodes/systems/smart_bt/): Sherman semantics, speculative hits after warm-up read
 64 B per get instead of a 1 KB leaf, and stale cache entries (split, delete, line reused, key
 re-inserted) are detected by the line validation and answered correctly."""
 

@@ -389,7 +389,7 @@ def fig13(quick: bool, progress, *, threads=None, depths=None, warm_us=None, win
 # is exponential back-off without truncation (MAX_BACKOFF_CYCLE_LOG2=-1; here 2^20 t0, as the
 # artifact's sds::Backoff does) and without coroutine throttling; "+DynLimit" adapts t_max by the
 # retry rate; "+CoroThrot" is SMART-HT (everything on). All run with SMART-HT's scaled retry-rate
-# window and t_max starting at t_M (nodes/systems/smart_ht.py); the fifth row starts t_max at t0,
+# window and t_max starting at t_M (nodes/systems/smart_ht/system.py); the fifth row starts t_max at t0,
 # as the artifact does, to show what that transient does to coroutine throttling here.
 UNTRUNCATED = {"max_exp": 20, "t_max_cycles": 4096 << 20}
 FIG14_CONFIGS = (

@@ -34,12 +34,12 @@ BUILTIN = {
     "smart-bt": "nodes.systems.smart_bt:SmartBTSystem",
     "marlin": "nodes.systems.marlin:MarlinSystem",
     "dpa-kv": "nodes.systems.dpa_kv:DpaKvSystem",
-    "dpa-store": "nodes.systems.dpastore.system:DpaStoreSystem",
+    "dpa-store": "nodes.systems.dpastore:DpaStoreSystem",
     "dolphin": "nodes.systems.dolphin:DolphinSystem",
     "flexkv": "nodes.systems.flexkv:FlexKVSystem",
     "flexkv-op": "nodes.systems.flexkv:FlexKVOpSystem",
     "smart-art": "nodes.systems.smart_art:SmartArtSystem",
-    "pd3": "nodes.systems.pd3.system:Pd3System",
+    "pd3": "nodes.systems.pd3:Pd3System",
     "rolex": "nodes.systems.rolex:RolexSystem",
 }
 

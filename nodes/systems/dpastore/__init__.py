@@ -1,6 +1,6 @@
-"""DPA-Store (an ordered KV store on BlueField-3 DPA threads, a learned index) will live here.
+"""DPA-Store (an ordered KV store on BlueField-3 DPA threads, a learned index); see docs/dpastore.md.
 
-Not a system on the rack yet: nothing here is registered. Its parts so far:
+The system is :class:`DpaStoreSystem` (``dpa-store``, :mod:`.system`). Its parts:
 
 * :mod:`.pla`: the learned index's data-structure core: PGM-style greedy piecewise-linear
   segmentation with an error bound, integer-only fixed-point models (the DPA has no FPU), the
@@ -17,5 +17,14 @@ Not a system on the rack yet: nothing here is registered. Its parts so far:
   the parent rebuild that goes upward while nodes split.
 * :mod:`.hotcache`: one traverser's hot-entry cache (client-computed hints, a 256-bit Bloom filter
   in the thread context, 24 bucket lines of 4 pairs), random admission, invalidation on writes,
-  Bloom rebuilds against stale bits, with the lines each operation touches.
+  Bloom rebuilds against stale bits, with the lines each operation touches;
+* :mod:`.layout`, :mod:`.traverser`, :mod:`.stitcher`, :mod:`.host`: the system on the rack (the
+  DPA region's layout, the DPA's traversers and stitchers, the host's patchers);
+* :mod:`.wire`: the datagrams and :class:`DpaStoreClient`;
+* :mod:`.system`: :class:`DpaStoreSystem` (options, steering, setup, bulk load, the roles' actors).
 """
+
+from .system import DpaStoreSystem
+from .wire import DpaStoreClient, DpaStoreStats
+
+__all__ = ["DpaStoreSystem", "DpaStoreClient", "DpaStoreStats"]

@@ -20,7 +20,8 @@ loaded pairs.
 
 from __future__ import annotations
 
-from nodes.systems.api import Option, System, SystemError_
+from nodes.systems.api import Option, SystemError_
+from nodes.systems.dpa_kv.datagram import DatagramSystem, request_options
 from shm.fabric import REGION_HOST
 from shm.steering import SteerRule
 
@@ -184,13 +185,11 @@ def _dpa_server(ctx):
     return gens
 
 
-class DpaStoreSystem(System):
+class DpaStoreSystem(DatagramSystem):
     name = "dpa-store"
     description = ("DPA-Store: a learned-index ordered KV store on BlueField-3 DPA threads (clients -> steered "
                    "UDP -> traversers; writes via insert buffers, host patchers and DPA stitchers)")
     paper = "DPA-Store: An Ordered Network Data Path Key-Value Store (OSDI'26)"
-    roles = ("compute", "client")
-    client_role = "client"
     supports_scan = True
     options = (
         Option("value_max", 1024, "largest value in bytes (a value slot; 8 = the paper's 8-byte values)",
@@ -208,9 +207,7 @@ class DpaStoreSystem(System):
                minimum=1, maximum=64),
         Option("prefetch", True, "prefetch the next lines while the model computes (the paper's +19 %)"),
         Option("hot_cache", True, "the per-traverser hot-entry cache (clients send its hints)"),
-        Option("timeout_us", 200.0, "a client's wait for a reply before it sends again (virtual us)",
-               minimum=0.1, maximum=1e6),
-        Option("resends", 3, "times a client sends a request again before it gives up", minimum=0, maximum=100),
+        *request_options(timeout_us=200.0),
         Option("seed", 1, "seed of the hot-entry caches' random admission", minimum=0, maximum=2**31),
         Option("index", "learned", "the inner nodes: the learned index, or the B+-tree baseline of Fig. 12 "
                "(2 KB nodes of 128 keys, binary search; docs/dpastore.md)", choices=INDEXES),
@@ -230,16 +227,9 @@ class DpaStoreSystem(System):
                 for i in range(n)]
 
     @classmethod
-    def footprint(cls, options, capacity, key_bytes, value_bytes):
-        return 0                        # nothing on memory nodes
-
-    @classmethod
     def setup(cls, fabric, memory_nodes, options, capacity):
         from shm.dmaring import DmaRing
-        names = [n.name for n in fabric.nodes]
-        if "dpa0" not in names:
-            raise SystemError_("dpa-store needs a DPA: give the rack dpa.hosts = [\"cn0\"] and rack.profile = \"bf3\"")
-        dpa = names.index("dpa0")
+        dpa = cls.dpa_index(fabric)
         host = fabric.node_index(fabric.nodes[dpa].nic_of)
         value_max = int(options["value_max"])
         geo = L.LeafGeometry.of(value_max)

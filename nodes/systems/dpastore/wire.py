@@ -26,8 +26,8 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
-from nodes.systems.api import KVClient, SystemError_
-from shm.udp import Requester
+from nodes.systems.api import SystemError_
+from nodes.systems.dpa_kv.datagram import DatagramClient, DatagramStats
 
 BASE_PORT = 9500
 REPLY_PORT = 21000            # coroutine k of thread t binds REPLY_PORT + t * 64 + k
@@ -128,27 +128,23 @@ def parse_range(data: bytes) -> tuple:
     return out, (nxt if status == ST_MORE else None)
 
 
-class DpaStoreStats(NamedTuple):
-    requests: int       # requests this client sent (a RANGE continued over packets counts each)
-    resends: int        # requests sent again after a timeout
-    timeouts: int       # waits for a reply that ran out
+class DpaStoreStats(DatagramStats):
+    """requests (a RANGE continued over packets counts each), resends, timeouts of one client."""
+    __slots__ = ()
 
 
-class DpaStoreClient(KVClient):
+class DpaStoreClient(DatagramClient):
     """A stateless client: a key's hash picks the traverser's port; every coroutine its reply port."""
 
+    service = "dpa-store"
+    reply_port = REPLY_PORT
+    stats_class = DpaStoreStats
+
     def __init__(self, layout: dict, thread, options: dict):
-        self.thread = thread
-        self.net = thread.owner.udp
-        if self.net is None:
-            raise SystemError_("dpa-store needs the datagram path: a profile with a [udp] table")
-        self.server = layout["server"]
+        super().__init__(layout, thread, options)
         self.traversers = layout["traversers"]
         self.value_max = layout["value_max"]
         self.cache = bool(layout["hot_cache"])
-        self.timeout_ns = int(options["timeout_us"] * 1000)
-        self.resends = int(options["resends"])
-        self.calls = Requester(self.net, thread, REPLY_PORT, timeout_ns=self.timeout_ns, resends=self.resends)
         self.endpoint = self.calls.endpoint             # coroutine -> (socket, reply queue)
 
     def _hints(self, k: int):
@@ -160,12 +156,9 @@ class DpaStoreClient(KVClient):
 
     def _call(self, co, op: int, k: int, *, count: int = 0, value: bytes = b"", hints=None):
         port = BASE_PORT + port_hash(k) % self.traversers
-        reply = yield from self.calls.request(
-            co, self.server, port, lambda rid: encode_request(op, rid, k, count=count, hints=hints, value=value),
+        reply = yield from self.request(
+            co, port, lambda rid: encode_request(op, rid, k, count=count, hints=hints, value=value),
             lambda data: REP.unpack_from(data)[3])
-        if reply is None:
-            raise SystemError_(f"dpa-store: no reply from the DPA behind {self.server} after "
-                               f"{self.resends + 1} attempts of {self.timeout_ns / 1000:g} us")
         status = REP.unpack_from(reply.data)[1]
         if status == ST_ERROR:
             raise SystemError_(f"dpa-store: the DPA refused a request: {reply.data[REP.size:].decode(errors='replace')}")
@@ -212,7 +205,3 @@ class DpaStoreClient(KVClient):
                 break
             k = nxt
         return out[:count]
-
-    def statistics(self) -> DpaStoreStats:
-        c = self.calls
-        return DpaStoreStats(c.requests, c.n_resends, c.n_timeouts)

@@ -1,6 +1,7 @@
-"""PD3 (prefetching data with DPUs for disaggregated memory) will live in this package.
+"""PD3 (prefetching data with DPUs for disaggregated memory) on the rack; see docs/pd3.md.
 
-Not a system on the rack yet: nothing here is registered. Its parts so far:
+The system is :class:`Pd3System` (``pd3``, :mod:`.system`: clients, the host's application, the
+DPU and the memory server). Its parts:
 
 * :mod:`.host_view`: the DPU-side set of keys believed cached on the host (PD3's Host View);
 * :mod:`.loading_zone`: the host ring the DPU DMA-writes prefetched items into, and the
@@ -9,5 +10,14 @@ Not a system on the rack yet: nothing here is registered. Its parts so far:
   the algorithm of PD3's Leap baseline;
 * :mod:`.parsers`: the user-defined request parser interface, the hash map's, page server's and
   RESP2 store's parsers, and the memory server's key -> address directory built from them;
-* :mod:`.prefetcher`: the prefetch decision and Host View maintenance of PD3's Tables 1 and 2.
+* :mod:`.prefetcher`: the prefetch decision and Host View maintenance of PD3's Tables 1 and 2;
+* :mod:`.dpu_costs`: the DPU cores' price of the Host View's lookups (profile ``[dpu]``);
+* :mod:`.hashmap` and :mod:`.garnet`: the host applications (the hash map / page server, and the
+  Garnet-like RESP2 store on a hybrid log);
+* :mod:`.transfer`: the Transfer Engine (DPU core) and the memory server's batch executor;
+* :mod:`.system`: :class:`Pd3System` (options, steering, setup, the roles' actors, the client).
 """
+
+from .system import Pd3Client, Pd3System
+
+__all__ = ["Pd3System", "Pd3Client"]

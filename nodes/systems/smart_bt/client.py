@@ -33,16 +33,15 @@ from __future__ import annotations
 import random
 from typing import NamedTuple
 
-from nodes.systems.api import Option, SystemError_
+from nodes.systems.api import SystemError_
 from nodes.systems.lib.hashing import mix64
 from nodes.systems.lib.hocl import FIELD_MASK
-from nodes.systems.sherman import ShermanClient, ShermanSystem
+from nodes.systems.sherman import ShermanClient
 from nodes.systems.lib.shared import shared
 from nodes.systems.sherman.client import RETRY_LIMIT, ShermanStats
 from nodes.systems.sherman.layout import (
     LINE, LINE_HEAD, NODE_BYTES, OUT_OF_LINE, REF, USED, key_int,
 )
-from nodes.systems.smart_ht import SCALED_TUNER
 
 SPEC_FIELDS = (
     "spec_hits",            # gets answered by the one-line READ
@@ -195,25 +194,3 @@ class SmartBTClient(ShermanClient):
 
     def entry_gone(self, key: bytes) -> None:
         self.spec.drop(key)
-
-
-class SmartBTSystem(ShermanSystem):
-    name = "smart-bt"
-    description = ("SMART-BT: Sherman on the SMART framework (thread-aware doorbells, adaptive work-request "
-                   "throttling, back-off lock CAS, coroutine throttling) + speculative lookup (a compute-node "
-                   "key -> entry-line cache; a get READs one validated 64-byte line instead of the 1 KB leaf)")
-    paper = "Ren et al., Scaling Up Memory Disaggregated Applications with SMART, ASPLOS'24 (§5.2, §6.2.3)"
-    smart_defaults = {"all": True, **SCALED_TUNER}
-    #: SMART-BT is Sherman+ (SMART §6.2.3: a version on every cache line), and its speculative
-    #: lookup caches one 64-byte entry line per key: per-line leaves, no ``leaf_layout`` option.
-    leaf_layout_default = "per-line"
-    options = tuple(o for o in ShermanSystem.options if o.name != "leaf_layout") + (
-        Option("spec_cache", SPEC_CACHE_SLOTS, "slots of a compute node's direct-mapped speculative-lookup cache "
-               "(key -> entry line; 0: off, every get takes Sherman's path)", minimum=0, maximum=1 << 26),
-        Option("lock_backoff", False, "HOCL's remote lock CAS goes through SMART's backoff_masked_cas (feeding "
-               "the back-off and coroutine throttling's retry rate) instead of Sherman's own retry"),
-    )
-    client_class = SmartBTClient
-
-
-__all__ = ["SmartBTSystem", "SmartBTClient", "SmartBTStats", "SpecCache", "SPEC_FIELDS", "SPEC_CACHE_SLOTS"]
