@@ -85,7 +85,32 @@ class RingStats(NamedTuple):
     refused: int     # pushes refused because the ring was full
 
 
-class DmaRing:
+class HostRing:
+    """What every ring in a host's memory shares with this one (:class:`DmaRing`, and PD3's
+    Loading Zone, ``nodes.systems.pd3.loading_zone``): a header at ``base`` whose line 1 holds the
+    producer's Head (word :data:`W_HEAD`) and line 2 the consumer's Tail (:data:`W_TAIL`), each
+    alone on its cache line; the host reads them with a load-acquire, a device addresses them by
+    their global address. One declaration of those words and their accessors for both rings."""
+
+    def __init__(self, fabric, host, base: int):
+        self.fabric = fabric
+        self.host = fabric.node_index(host)
+        self.base = base
+        self._mem = fabric.memory[self.host]
+        self._w0 = base >> 3
+
+    def gaddr_of(self, word: int) -> int:
+        """Global address of header word ``word`` (W_HEAD, W_TAIL, ...)."""
+        return gaddr(self.host, self.base + 8 * word)
+
+    def head(self) -> int:
+        return int(load_acquire(self._mem.host64, self._w0 + W_HEAD))
+
+    def tail(self) -> int:
+        return int(load_acquire(self._mem.host64, self._w0 + W_TAIL))
+
+
+class DmaRing(HostRing):
     """A ring of ``capacity`` records of ``record_bytes`` at offset ``base`` of node ``host``'s memory."""
 
     def __init__(self, fabric, host, base: int, capacity: int, record_bytes: int):
@@ -95,18 +120,14 @@ class DmaRing:
             raise ValueError(f"a DMA ring needs capacity >= 1, got {capacity}")
         if record_bytes < 16 or record_bytes % 8:
             raise ValueError(f"record_bytes must be a multiple of 8 and >= 16, got {record_bytes}")
-        self.fabric = fabric
-        self.host = fabric.node_index(host)
-        self.base = base
+        super().__init__(fabric, host, base)
         self.capacity = capacity
         self.record_bytes = record_bytes
         self.payload_bytes = record_bytes - 8
-        mem = fabric.memory[self.host]
+        mem = self._mem
         if base + self.bytes_needed(capacity, record_bytes) > mem.host.shape[0]:
             raise ValueError(f"a DMA ring of {self.bytes_needed(capacity, record_bytes)} B at {base} does not "
                              f"fit node {self.host}'s memory ({mem.host.shape[0]} B)")
-        self._mem = mem
-        self._w0 = base >> 3
         # the device end (one per ring, in the device's process)
         self._dev_head = 0       # next sequence the device publishes
         self._dev_tail = 0       # the tail it last read
@@ -149,17 +170,7 @@ class DmaRing:
     def _state_word(self, seq: int) -> int:
         return (self._slot_off(seq) + self.record_bytes - 8) >> 3
 
-    def gaddr_of(self, word: int) -> int:
-        """Global address of header word ``word`` (W_HEAD, W_TAIL, ...)."""
-        return gaddr(self.host, self.base + 8 * word)
-
     # -- host side: local memory ------------------------------------------------------------
-    def head(self) -> int:
-        return int(load_acquire(self._mem.host64, self._w0 + W_HEAD))
-
-    def tail(self) -> int:
-        return int(load_acquire(self._mem.host64, self._w0 + W_TAIL))
-
     def depth(self) -> int:
         """Records published and not yet freed, as host memory shows them now."""
         return self.head() - self.tail()

@@ -184,6 +184,18 @@ class BatchActor:
         self.status, self.error = status, error
         return status
 
+    def refresh_ring(self, ring, engine, post_ns: int):
+        """Generator, after a device push found the host ring ``ring`` full: post (``post_ns`` of
+        this core) the DMA read of what the host freed and wait for it. True once known (push
+        again), False if the read failed (this actor failed)."""
+        yield from self._cpu(post_ns)
+        r = ring.device_refresh(engine)
+        if not r.succeeded:
+            self._fail(r.status, r.error)
+            return False
+        yield r
+        return True
+
 
 def batch_imm(slot: int, n: int) -> int:
     """The immediate of a batch's notification: its ring slot and its record count (< 65,536)."""
@@ -325,12 +337,7 @@ class DpuForwarder(BatchActor):
             yield from self._cpu(self.p.post_ns)
             c = self.resp_ring.device_push(self.engine, payloads)
             if c.status == RING_FULL:                 # learn what the host freed, retry on the next loop
-                yield from self._cpu(self.p.post_ns)
-                r = self.resp_ring.device_refresh(self.engine)
-                if not r.succeeded:
-                    self._fail(r.status, r.error)
-                    return
-                yield r
+                yield from self.refresh_ring(self.resp_ring, self.engine, self.p.post_ns)
                 return
             if not c.succeeded:
                 self._fail(c.status, c.error)

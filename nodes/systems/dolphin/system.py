@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from nodes.systems.api import Option, System, SystemError_
 from nodes.systems.lib.art import (
-    ENTRIES_OFF, MAX_INTERNAL_MN, NODE_16, NODE_256, build_node, create_root, encode_entry, encode_leaf_entry,
-    first_difference, node_bytes, type_for,
+    ENTRIES_OFF, NODE_16, NODE_256, build_node, encode_entry, encode_leaf_entry, first_difference, node_bytes,
+    setup_root, type_for,
 )
+from nodes.systems.lib.memory_nodes import memory_node_indexes
 from shm.fabric import gaddr, gaddr_node, gaddr_offset
 
 from .client import SPECIAL_DEPTH, DolphinClient
@@ -59,18 +60,8 @@ class DolphinSystem(System):
     def setup(cls, fabric, memory_nodes: list[int], options: dict, capacity: int) -> dict:
         """Expose the memory nodes and put the ART root (a NODE_256 never replaced) on the first."""
         opts = cls.check_options(dict(options or {}), f"system {cls.name!r}")
-        mns = [fabric.node_index(m) for m in memory_nodes]
-        if not mns:
-            raise SystemError_("Dolphin needs at least one memory node")
-        if len(mns) > MAX_INTERNAL_MN + 1:
-            raise SystemError_(f"Dolphin: ART entries name at most {MAX_INTERNAL_MN + 1} memory nodes (mn_id:4); "
-                               f"the rack has {len(mns)}")
-        for m in mns:
-            fabric.expose(m)
-        try:
-            root = create_root(fabric, mns[0])
-        except MemoryError as e:
-            raise SystemError_(f"Dolphin: the ART root does not fit memory node {mns[0]}: {e}") from None
+        mns = memory_node_indexes(fabric, memory_nodes, "Dolphin")
+        root = setup_root(fabric, mns, "Dolphin")
         return {
             "system": cls.name,
             "format": LAYOUT_FORMAT,

@@ -8,6 +8,8 @@ these modules instead of copying them; docs/systems-library.md shows each with a
 * :mod:`.record`: versioned and checksummed records (``RecordFormat``, ``check_record``), the
   checksum RACE's KV blocks carry (``checksum32``) and Sherman's per-line versions
   (``stamp_lines``, ``lines_consistent``): telling a torn READ from a good one;
+* :mod:`.memory_nodes`: the memory nodes ``System.setup`` is given, as fabric indexes, checked
+  (``memory_node_indexes``);
 * :mod:`.array`: N fixed-size records spread over the memory nodes, allocated and zeroed at
   setup (``allocate_array``), described by a picklable ``RecordArray`` with ``address_of(i)``;
 * :mod:`.alloc`: client-side allocation of remote blocks out of chunks (``ChunkAllocator``);

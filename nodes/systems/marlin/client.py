@@ -132,21 +132,13 @@ class MarlinClient(ShermanClient):
         return 0, EMPTY
 
     # -- get ---------------------------------------------------------------------------------------
-    def _moved(self, hd, k: int) -> int:
-        """Where a leaf snapshot sends key ``k``: 0 it covers it, 1 move right, 2 descend again."""
-        if hd.high is not None and k >= hd.high:
-            return 1
-        if k < hd.low or hd.level != 0:
-            return 2
-        return 0
-
     def leaf_get(self, co, key: bytes, k: int):
         ks = key_signed_le(key)
         home = home_line(k)
         addr, parent, _ = yield from self.find_node(co, k, 0)
         mismatches = 0
         for _ in range(RETRY_LIMIT):
-            addr, parent, off, hd = yield from self._covering_leaf(co, k, addr, parent)
+            addr, parent, off, hd = yield from self.covering_leaf(co, k, addr, parent)
             r = leaf_probe(self._b64, off >> 3, ks, home)
             line, pending = r & 0xFF, r >> 16
             if line:
@@ -168,25 +160,6 @@ class MarlinClient(ShermanClient):
                 continue
             return None
         raise SystemError_(f"{self.NAME}: get of key {key!r} did not settle after {RETRY_LIMIT} tries")
-
-    def _covering_leaf(self, co, k: int, addr: int, parent: int):
-        """Generator: READ the leaf at ``addr`` and move along the B-link (or walk again) until the
-        leaf READ covers ``k``; ``(addr, parent, off, header)`` of that READ (lock-free: a get or a
-        scan takes no Spear count)."""
-        for _ in range(RETRY_LIMIT):
-            off = yield from self.read_node(co, addr)
-            hd = Header(self._mv, off)
-            move = self._moved(hd, k)
-            if move == 1:
-                self.sibling_follows += 1
-                self.invalidate(parent)
-                addr, parent = hd.sibling, 0
-            elif move == 2:
-                self.invalidate(parent)
-                addr, parent, _ = yield from self.find_node(co, k, 0)
-            else:
-                return addr, parent, off, hd
-        raise SystemError_(f"{self.NAME}: no leaf covering key {k:#x} after {RETRY_LIMIT} moves")
 
     def _mismatch(self, key: bytes, seen: int) -> int:
         self.item_mismatches += 1
@@ -210,7 +183,7 @@ class MarlinClient(ShermanClient):
                 continue
             failpoint("marlin.idu.entered")
             hd = Header(self._mv, off)
-            move = self._moved(hd, k)
+            move = self.moved(hd, k)
             if move == 0:
                 return addr, parent, off
             spear.queue_idu_exit(co, lock)
@@ -376,18 +349,14 @@ class MarlinClient(ShermanClient):
 
     # -- scans ---------------------------------------------------------------------------------------
     def _scan(self, co, start: bytes, count: int):
-        if type(start) is not bytes:
-            start = bytes(start)
-        cursor = key_int(start)
-        self.scans += 1
-        self.thread.cpu(self._op_ns)
+        begun = yield from self.begin_scan(co, start, count)
+        if begun is None:
+            return []
+        start, cursor, addr, parent = begun
         out: list = []
-        if count <= 0:
-            return out
-        addr, parent, _ = yield from self.find_node(co, cursor, 0)
         mismatches = 0
         for _ in range(RETRY_LIMIT):
-            addr, parent, off, hd = yield from self._covering_leaf(co, cursor, addr, parent)
+            addr, parent, off, hd = yield from self.covering_leaf(co, cursor, addr, parent)
             ents = leaf_entries(self._mv, off)
             self.thread.cpu(self._node_ns)
             need = count - len(out)

@@ -14,6 +14,7 @@ DPU and the memory server). Its parts:
 * :mod:`.dpu_costs`: the DPU cores' price of the Host View's lookups (profile ``[dpu]``);
 * :mod:`.hashmap` and :mod:`.garnet`: the host applications (the hash map / page server, and the
   Garnet-like RESP2 store on a hybrid log);
+* :mod:`.client_base`: the set-up both clients share (reply ports, the host, the limits);
 * :mod:`.transfer`: the Transfer Engine (DPU core) and the memory server's batch executor;
 * :mod:`.system`: :class:`Pd3System` (options, steering, setup, the roles' actors, the client).
 """

@@ -39,11 +39,11 @@ from typing import NamedTuple
 from workloads.resp import INCOMPLETE, RespError, RespParser, RespProtocolError, SimpleString, encode_command
 from workloads.resp import encode_reply as resp_reply
 
-from nodes.systems.api import KVClient, SystemError_
-from shm.udp import ReplyPorts
+from nodes.systems.api import SystemError_
 
 from . import hashmap as hm
-from .parsers import PORT, REPLY_PORT, resp_key
+from .client_base import HostAppClient
+from .parsers import PORT, resp_key
 
 #: Garnet's default mutable region: the newest 90 % of the in-memory log (``MutablePercent`` 90,
 #: FASTER's ``LogSettings.MutableFraction`` 0.9)
@@ -228,7 +228,7 @@ def encode_del(key: bytes) -> bytes:
 
 # --- the client: a RESP connection per coroutine -------------------------------------------------------------
 
-class GarnetClient(KVClient):
+class GarnetClient(HostAppClient):
     """A client thread's handle on the Garnet-like store: each coroutine is one RESP connection
     (its own reply port) with one request active, sent in a datagram of its own. RESP carries no
     request id, so before each request a connection drops whatever late reply of an earlier one is
@@ -236,16 +236,8 @@ class GarnetClient(KVClient):
     left (the rack loses no datagram unless a scenario drops them)."""
 
     def __init__(self, layout, thread, options):
-        self.thread = thread
-        self.net = thread.owner.udp
-        if self.net is None:
-            raise SystemError_("pd3 needs the datagram path: a profile with a [udp] table (bf3)")
-        self.server = layout["host_name"]
-        self.app_threads = layout["threads"]
-        self.value_max = layout["value_max"]
-        self.timeout_ns = int(options["timeout_us"] * 1000)
+        super().__init__(layout, thread, options)       # its reply ports: a connection per coroutine
         self.port0 = PORT
-        self.endpoint = ReplyPorts(self.net, thread, REPLY_PORT, 256)     # a connection per coroutine
         self.requests = 0
 
     def command(self, co, data: bytes):

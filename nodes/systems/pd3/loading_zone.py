@@ -107,12 +107,13 @@ import numpy as np
 
 from shm.atomics import cas, load_acquire
 from shm.dma import DMA_OK, DmaCompletion
+from shm.dmaring import W_HEAD, W_TAIL, HostRing
 from shm.fabric import REGION_HOST, gaddr, read_lines
 
 MAGIC = 0x5044334C5A4E_0001      # "PD3LZN", version 1
 HEADER_BYTES = 192               # zone header area: magic line, Head line, Tail line
 W_MAGIC, W_CAPACITY = 0, 1
-W_HEAD, W_TAIL = 8, 16           # word indices from base: lines 1 and 2
+# W_HEAD, W_TAIL: the Head and Tail words (lines 1 and 2), as every host ring has them (shm.dmaring.HostRing)
 ITEM_HEADER = 24                 # size|seq, state, key
 SALT = 0x9E3779B97F4A7C10        # low 3 bits zero: the state kind lives there
 
@@ -214,7 +215,7 @@ class ZoneStats(NamedTuple):
     expired: int            # unconsumed items the device retired to make room (expire)
 
 
-class LoadingZone:
+class LoadingZone(HostRing):
     """A Loading Zone of ``capacity`` data bytes at offset ``base`` of node ``host``'s memory."""
 
     def __init__(self, fabric, host, base: int, capacity: int):
@@ -222,17 +223,13 @@ class LoadingZone:
             raise ValueError(f"a Loading Zone's base must be 64-byte aligned, got {base}")
         if capacity < 64 or capacity % 64:
             raise ValueError(f"a Loading Zone's capacity must be a positive multiple of 64 bytes, got {capacity}")
-        self.fabric = fabric
-        self.host = fabric.node_index(host)
-        self.base = base
+        super().__init__(fabric, host, base)
         self.capacity = capacity
-        mem = fabric.memory[self.host]
+        mem = self._mem
         need = self.bytes_needed(capacity)
         if base + need > mem.host.shape[0]:
             raise ValueError(f"a Loading Zone of {need} B at {base} does not fit node {self.host}'s memory "
                              f"({mem.host.shape[0]} B)")
-        self._mem = mem
-        self._w0 = base >> 3
         self._data = base + HEADER_BYTES
         # the device end (one per zone, in the device's process): what it published and what it
         # knows was reclaimed, and where each item it wrote starts (for cleaning)
@@ -284,16 +281,6 @@ class LoadingZone:
         """``pos``, or the next lap's start if no item header fits before the end of this lap."""
         rest = self.capacity - pos % self.capacity
         return pos + rest if rest < ITEM_HEADER else pos
-
-    def gaddr_of(self, word: int) -> int:
-        """Global address of header word ``word`` (W_HEAD, W_TAIL)."""
-        return gaddr(self.host, self.base + 8 * word)
-
-    def head(self) -> int:
-        return int(load_acquire(self._mem.host64, self._w0 + W_HEAD))
-
-    def tail(self) -> int:
-        return int(load_acquire(self._mem.host64, self._w0 + W_TAIL))
 
     def bytes_free(self) -> int:
         return self.capacity - (self.tail() - self.head())

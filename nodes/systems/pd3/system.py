@@ -30,17 +30,17 @@ from typing import NamedTuple
 import numpy as np
 
 from nodes.actors import Cores
-from nodes.systems.api import KVClient, Option, System, SystemError_
+from nodes.systems.api import Option, System, SystemError_
 from shm.dmaring import DmaRing
 from shm.fabric import IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_WRITE, gaddr
 from shm.steering import SteerRule
-from shm.udp import ReplyPorts
 from shm.verbs import CQ, IBV_QPT_RC, MR, PD, QP, QPInitAttr
 
 from . import garnet
 from . import hashmap as hm
 from .garnet import HybridLogHost, Stages
-from .parsers import PORT, REPLY_PORT, RespRequestParser
+from .client_base import HostAppClient
+from .parsers import PORT, RespRequestParser
 from .loading_zone import copy_ns
 from .transfer import (
     INLINE, OP_READ, OP_WRITE, RECORD_BYTES, DmaFront, MemoryApi, MemoryServer, RedyFront,
@@ -57,20 +57,12 @@ BATCH_BYTES = 32 * 1024
 SLOTS = 8
 
 
-class Pd3Client(KVClient):
+class Pd3Client(HostAppClient):
     """A client thread's handle: ops of its coroutines go out together in one packet."""
 
     def __init__(self, layout, thread, options):
-        self.thread = thread
-        self.net = thread.owner.udp
-        if self.net is None:
-            raise SystemError_("pd3 needs the datagram path: a profile with a [udp] table (bf3)")
-        self.server = layout["host_name"]
         # a reply port per leading coroutine, so the replies of a thread's packets in flight never mix
-        self.endpoint = ReplyPorts(self.net, thread, REPLY_PORT, 256)
-        self.timeout_ns = int(options["timeout_us"] * 1000)
-        self.value_max = layout["value_max"]
-        self.app_threads = layout["threads"]
+        super().__init__(layout, thread, options)
         self.open = None                 # the packet being filled: its ops (op, key, value, event), sizes
         self.room = self.net.max_payload  # request and reply must each fit one datagram
         self.rid = 0

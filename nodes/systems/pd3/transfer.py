@@ -614,14 +614,10 @@ class DmaFront:
         while payloads:
             yield from te._cpu(c.post_ns)
             done = self.resp_ring.device_push(self.engine, payloads)
-            if done.status == RING_FULL:
-                yield from te._cpu(c.post_ns)
-                r = self.resp_ring.device_refresh(self.engine)
-                if not r.succeeded:
-                    te._fail(r.status, r.error)
-                    return
-                yield r
-                continue
+            if done.status == RING_FULL:              # learn what the host freed, push again
+                if (yield from te.refresh_ring(self.resp_ring, self.engine, c.post_ns)):
+                    continue
+                return
             if not done.succeeded:
                 te._fail(done.status, done.error)
             elif self.landed is not None:

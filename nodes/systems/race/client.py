@@ -41,8 +41,8 @@ from shm.profile import load_profile
 from .bucket import MAX_MATCHES, SAME, probe, scan, slot_offset
 from .directory import DirectoryCache
 from .layout import (
-    COMBINED_BYTES, FP_SHIFT, MAX_NODE, MAX_OFFSET, NODE_SHIFT, OFFSET_MASK, TENTATIVE, UNIT, UNITS_SHIFT, check_block,
-    check_item, encode_block, slot_location,
+    COMBINED_BYTES, FP_SHIFT, MAX_NODE, MAX_OFFSET, TENTATIVE, UNIT, check_block, check_item, encode_block,
+    slot_committed, slot_location, slot_units, slot_word,
 )
 
 #: Modelled CPU ns beyond what the model prices piece by piece (verbs posts and polls, hashing,
@@ -75,10 +75,6 @@ def hash_ns(profile, key_len: int) -> int:
 #: rounds of its retry loop.
 RETRY_LIMIT = 100_000
 STALE_TENTATIVE_WAITS = 32      # back-offs (about 1 ms) before a tentative copy counts as abandoned
-
-_BLOCK_ADDR = OFFSET_MASK & ~TENTATIVE
-#: the slot's length field: 0 in a non-empty word is a deleted slot (FlexKV), never a KV block
-_UNITS = 0xFF << UNITS_SHIFT
 
 
 class RaceStats(NamedTuple):
@@ -180,7 +176,8 @@ class RaceClient(KVClient):
 
     def read_block(self, co, w: int):
         """Queue the READ of the KV block slot word ``w`` points to."""
-        return co.read(self._nb[(w >> NODE_SHIFT) & 0xFF] | (w & _BLOCK_ADDR), ((w >> UNITS_SHIFT) & 0xFF) * UNIT)
+        node, off, units = slot_location(w)
+        return co.read(self._nb[node] | off, units * UNIT)
 
     def check(self, key: bytes, hd) -> int:
         """Match a READ block against ``key`` (see ``layout.check_block``), counting and charging."""
@@ -216,7 +213,7 @@ class RaceClient(KVClient):
             cands = None
             for k in range(n):
                 w = int(out[2 * k + 1])
-                if w & TENTATIVE or not w & _UNITS:
+                if w & TENTATIVE or not slot_units(w):
                     continue          # an undecided insert, or a deleted slot (FlexKV): not in the table
                 if cands is None:
                     cands = []
@@ -254,9 +251,9 @@ class RaceClient(KVClient):
             pending = None
             for k in range(n):
                 w = int(out[2 * k + 1])
-                if not w & _UNITS:
+                if not slot_units(w):
                     continue                      # a deleted slot (FlexKV's tombstone): holds no key
-                wc = w & ~TENTATIVE
+                wc = slot_committed(w)
                 idx = int(out[2 * k])
                 if wc == mine_c:
                     mine = (nb | slot_offset(idx, off_a, off_b), w)
@@ -276,7 +273,7 @@ class RaceClient(KVClient):
                     if v == -2:
                         torn = True
                         continue
-                    known[w & ~TENTATIVE] = v >= 0
+                    known[slot_committed(w)] = v >= 0
                     if v >= 0:
                         others.append((nb | slot_offset(idx, off_a, off_b), w))
             if torn:
@@ -325,7 +322,7 @@ class RaceClient(KVClient):
         node, off = yield from self.alloc.alloc(co, units)
         co.write(self._nb[node] | off, encode_block(key, value))
         self.thread.cpu(self._line_ns * units)           # building the block in the send buffer
-        return ((h >> FP_SHIFT) << FP_SHIFT) | (units << UNITS_SHIFT) | (node << NODE_SHIFT) | off
+        return slot_word(h >> FP_SHIFT, units, node, off)
 
     # -- the KV interface ----------------------------------------------------------------------
     # Every operation runs inside an epoch (nodes/systems/lib/reclaim.py): the blocks it may read are

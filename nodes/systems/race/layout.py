@@ -41,7 +41,7 @@ import numpy as np
 
 from nodes.systems.api import SystemError_
 from nodes.systems.lib.record import checksum32
-from shm.fabric import gaddr, gaddr_node, gaddr_offset
+from shm.fabric import gaddr
 
 # --- buckets --------------------------------------------------------------------------------
 SLOTS_PER_BUCKET = 7          # header + 7 slots = 64 B: one cache line, read atomically by RDMA
@@ -64,6 +64,7 @@ UNIT = 64
 MAX_UNITS = 255
 MAX_NODE = 255
 MAX_OFFSET = OFFSET_MASK & ~(UNIT - 1)
+BLOCK_ADDR = OFFSET_MASK & ~TENTATIVE     # a slot word's block offset, without the tentative bit
 MASK64 = (1 << 64) - 1
 
 # --- KV block -------------------------------------------------------------------------------
@@ -92,32 +93,26 @@ def pack_slot(fp: int, units: int, node: int, offset: int, tentative: bool = Fal
         raise ValueError(f"slot: memory node {node} does not fit 8 bits (0..{MAX_NODE})")
     if not 0 < offset <= MAX_OFFSET or offset % UNIT:
         raise ValueError(f"slot: block offset {offset:#x} must be a nonzero multiple of {UNIT} below 2**{OFFSET_BITS}")
-    return (fp << FP_SHIFT) | (units << UNITS_SHIFT) | (node << NODE_SHIFT) | offset | (TENTATIVE if tentative else 0)
+    return slot_word(fp, units, node, offset) | (TENTATIVE if tentative else 0)
 
 
-def slot_fp(w: int) -> int:
-    return w >> FP_SHIFT
-
-
-def slot_units(w: int) -> int:
-    return (w >> UNITS_SHIFT) & 0xFF
-
-
-def slot_node(w: int) -> int:
-    return (w >> NODE_SHIFT) & 0xFF
-
-
-def slot_offset(w: int) -> int:
-    return w & (OFFSET_MASK & ~TENTATIVE)
+# The accessors below are the one declaration of the slot word's fields; the client's per-slot
+# paths call them (one call each, no checks: the words come from the table or from slot_word).
+def slot_word(fp: int, units: int, node: int, offset: int) -> int:
+    """The committed slot word of fields known to fit (:func:`pack_slot` checks them first)."""
+    return (fp << FP_SHIFT) | (units << UNITS_SHIFT) | (node << NODE_SHIFT) | offset
 
 
 def slot_location(w: int) -> tuple[int, int, int]:
-    """(node, offset, units) of the KV block a slot word points to: what the allocator reuses."""
-    return slot_node(w), slot_offset(w), slot_units(w)
+    """(node, offset, units) of the KV block a slot word points to: what a READ of it and the
+    allocator need."""
+    return (w >> NODE_SHIFT) & 0xFF, w & BLOCK_ADDR, (w >> UNITS_SHIFT) & 0xFF
 
 
-def slot_is_tentative(w: int) -> bool:
-    return bool(w & TENTATIVE)
+def slot_units(w: int) -> int:
+    """The KV block's length in units; 0 in a non-empty word is a deleted slot (FlexKV's
+    tombstone), never a block."""
+    return (w >> UNITS_SHIFT) & 0xFF
 
 
 def slot_committed(w: int) -> int:
@@ -127,7 +122,7 @@ def slot_committed(w: int) -> int:
 
 def slot_block(w: int) -> int:
     """The fabric global address of the KV block a slot points to."""
-    return gaddr((w >> NODE_SHIFT) & 0xFF, w & (OFFSET_MASK & ~TENTATIVE))
+    return gaddr((w >> NODE_SHIFT) & 0xFF, w & BLOCK_ADDR)
 
 
 def slot_block_bytes(w: int) -> int:
@@ -137,14 +132,6 @@ def slot_block_bytes(w: int) -> int:
 # --- bucket header --------------------------------------------------------------------------
 def pack_header(local_depth: int, suffix: int) -> int:
     return (local_depth & 0xFF) | (suffix << 8)
-
-
-def header_local_depth(h: int) -> int:
-    return h & 0xFF
-
-
-def header_suffix(h: int) -> int:
-    return h >> 8
 
 
 # --- directory entry ------------------------------------------------------------------------
@@ -159,11 +146,6 @@ def unpack_dir_entry(e: int) -> tuple[int, int, int]:
     return e >> 56, (e >> NODE_SHIFT) & 0xFF, e & OFFSET_MASK
 
 
-def dir_entry_from_gaddr(local_depth: int, addr: int) -> int:
-    return pack_dir_entry(local_depth, gaddr_node(addr), gaddr_offset(addr))
-
-
-# --- KV blocks ------------------------------------------------------------------------------
 def block_units(key_len: int, value_len: int) -> int:
     """64-byte units of the KV block of a key and value of these sizes."""
     return (BLOCK_HEADER + key_len + value_len + UNIT - 1) // UNIT

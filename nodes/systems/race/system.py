@@ -5,6 +5,7 @@ from __future__ import annotations
 from nodes.systems.api import Option, System, SystemError_
 from nodes.systems.lib.array import allocate_array
 from nodes.systems.lib.reclaim import setup_epochs
+from nodes.systems.lib.memory_nodes import memory_node_indexes
 from shm.fabric import gaddr
 
 from .client import SEARCH_CPU_NS, WRITE_CPU_NS, RaceClient
@@ -66,11 +67,7 @@ class RaceSystem(System):
         """Expose the memory nodes, carve the directory (first memory node) and the pre-sized
         subtables (round-robin over the memory nodes) out of them, write every bucket header."""
         opts = cls.check_options(dict(options or {}), _where(None))
-        mns = [fabric.node_index(m) for m in memory_nodes]
-        if not mns:
-            raise SystemError_("RACE needs at least one memory node")
-        if len(set(mns)) != len(mns):
-            raise SystemError_(f"RACE: memory node listed twice in {mns}")
+        mns = memory_node_indexes(fabric, memory_nodes, "RACE")
         for m in mns:
             spec = fabric.nodes[m]
             if m > MAX_NODE:

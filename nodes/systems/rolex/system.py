@@ -17,6 +17,7 @@ import numpy as np
 
 from nodes.systems.api import Option, System, SystemError_
 from nodes.systems.lib.reclaim import epochs_bytes, setup_epochs
+from nodes.systems.lib.memory_nodes import memory_node_indexes
 from shm.fabric import gaddr
 
 from .client import RolexClient
@@ -96,11 +97,7 @@ class RolexSystem(System):
     @classmethod
     def setup(cls, fabric, memory_nodes: list[int], options: dict, capacity: int) -> dict:
         opts = cls.check_options(dict(options or {}), f"system {cls.name!r}")
-        mns = [fabric.node_index(m) for m in memory_nodes]
-        if not mns:
-            raise SystemError_("ROLEX needs at least one memory node")
-        if len(set(mns)) != len(mns):
-            raise SystemError_(f"ROLEX: memory node listed twice in {mns}")
+        mns = memory_node_indexes(fabric, memory_nodes, "ROLEX")
         if max(mns) > MAX_NODE:
             raise SystemError_(f"ROLEX: memory nodes must be among the first {MAX_NODE + 1} fabric nodes (a value "
                                f"word holds 8 bits of node number); got {max(mns)}")

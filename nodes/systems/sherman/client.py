@@ -295,19 +295,10 @@ class ShermanClient(HoclClient, KVClient):
         """Generator: a get's descent, leaf READ and B-link moves; reports where it found the key
         (:meth:`entry_at`) or that it is absent (:meth:`entry_gone`)."""
         fmt = self.leaf
+        read = self.read_node if self.lock_free_reads else self.read_unlocked
         addr, parent, _ = yield from self.find_node(co, k, 0)
         for _ in range(RETRY_LIMIT):
-            off = yield from (self.read_node(co, addr) if self.lock_free_reads else self.read_unlocked(co, addr))
-            hd = Header(self._mv, off)
-            if hd.high is not None and k >= hd.high:
-                self.sibling_follows += 1
-                self.invalidate(parent)
-                addr, parent = hd.sibling, 0
-                continue
-            if k < hd.low or hd.level != 0:
-                self.invalidate(parent)
-                addr, parent, _ = yield from self.find_node(co, k, 0)
-                continue
+            addr, parent, off, hd = yield from self.covering_leaf(co, k, addr, parent, read)
             r = fmt.probe(self._buf, self._b64, off, key)
             if r < 0:                                  # torn (read_node checked; kept for safety)
                 self.torn_reads += 1
@@ -571,28 +562,59 @@ class ShermanClient(HoclClient, KVClient):
         return True
 
     # -- scans ---------------------------------------------------------------------------------------
-    def _scan(self, co, start: bytes, count: int):
+    def begin_scan(self, co, start: bytes, count: int):
+        """Generator: a scan's start, counted and its per-operation CPU charged; ``(start bytes,
+        cursor, leaf addr, parent)`` of the descent to the leaf of ``start``, or None for a scan
+        of no keys (Sherman's and Marlin's scans)."""
         if type(start) is not bytes:
             start = bytes(start)
         cursor = key_int(start)
         self.scans += 1
         self.thread.cpu(self._op_ns)
-        out: list = []
         if count <= 0:
-            return out
+            return None
         addr, parent, _ = yield from self.find_node(co, cursor, 0)
+        return start, cursor, addr, parent
+
+    def moved(self, hd, k: int) -> int:
+        """Where a leaf snapshot's header ``hd`` sends key ``k``: 0 it covers it, 1 move right
+        along the B-link, 2 descend again (the node is no leaf, or ``k`` is left of it)."""
+        if hd.high is not None and k >= hd.high:
+            return 1
+        if k < hd.low or hd.level != 0:
+            return 2
+        return 0
+
+    def covering_leaf(self, co, k: int, addr: int, parent: int, read=None):
+        """Generator: READ the leaf at ``addr`` (with ``read``; default the lock-free
+        :meth:`read_node`) and move along the B-link (or walk again) until the leaf READ covers
+        ``k``; ``(addr, parent, off, header)`` of that READ. The get and the scan of Sherman and
+        its descendants find their leaf this way."""
+        if read is None:
+            read = self.read_node
         for _ in range(RETRY_LIMIT):
-            off = yield from self.read_node(co, addr)
+            off = yield from read(co, addr)
             hd = Header(self._mv, off)
-            if hd.high is not None and cursor >= hd.high:
+            move = self.moved(hd, k)
+            if move == 0:
+                return addr, parent, off, hd
+            if move == 1:
                 self.sibling_follows += 1
                 self.invalidate(parent)
                 addr, parent = hd.sibling, 0
-                continue
-            if cursor < hd.low or hd.level != 0:
+            else:
                 self.invalidate(parent)
-                addr, parent, _ = yield from self.find_node(co, cursor, 0)
-                continue
+                addr, parent, _ = yield from self.find_node(co, k, 0)
+        raise SystemError_(f"{self.NAME}: no leaf covering key {k:#x} after {RETRY_LIMIT} moves")
+
+    def _scan(self, co, start: bytes, count: int):
+        begun = yield from self.begin_scan(co, start, count)
+        if begun is None:
+            return []
+        start, cursor, addr, parent = begun
+        out: list = []
+        for _ in range(RETRY_LIMIT):
+            addr, parent, off, hd = yield from self.covering_leaf(co, cursor, addr, parent)
             ents = [e for e in self.leaf.entries(self._mv, off) if e[1] >= cursor]
             ents.sort(key=lambda e: e[1])
             self.thread.cpu(self._node_ns)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from nodes.systems.api import Option, System, SystemError_
 from nodes.systems.lib.hocl import FIELD_BITS, lock_table_slots, setup_lock_tables
 from nodes.systems.lib.reclaim import epochs_bytes, setup_epochs
+from nodes.systems.lib.memory_nodes import memory_node_indexes
 from shm.fabric import REGION_DEVICE, REGION_HOST, gaddr, gaddr_node, gaddr_offset
 
 from .client import ShermanClient
@@ -102,11 +103,7 @@ class ShermanSystem(System):
         """Expose the memory nodes, carve a HOCL lock table out of each one's NIC device memory,
         and put the root word and an empty root leaf on the first memory node."""
         opts = cls.check_options(dict(options or {}), cls.where())
-        mns = [fabric.node_index(m) for m in memory_nodes]
-        if not mns:
-            raise SystemError_("Sherman needs at least one memory node")
-        if len(set(mns)) != len(mns):
-            raise SystemError_(f"Sherman: memory node listed twice in {mns}")
+        mns = memory_node_indexes(fabric, memory_nodes, "Sherman")
         for m in mns:
             if m > MAX_NODE:
                 raise SystemError_(f"Sherman: memory node {fabric.nodes[m].name!r} is fabric node {m}; the root word "

@@ -6,9 +6,10 @@ from __future__ import annotations
 from nodes.systems.api import Option, System, SystemError_
 from nodes.systems.lib.alloc import UNIT
 from nodes.systems.lib.art import (
-    ENTRIES_OFF, NODE_256, NodeImage, create_root, encode_entry, encode_header, encode_leaf_entry,
-    first_difference, node_units, type_for,
+    ENTRIES_OFF, NODE_256, NodeImage, encode_entry, encode_header, encode_leaf_entry,
+    first_difference, node_units, setup_root, type_for,
 )
+from nodes.systems.lib.memory_nodes import memory_node_indexes
 from shm.fabric import gaddr, gaddr_node, gaddr_offset
 
 from .client import SmartArtClient
@@ -58,19 +59,8 @@ class SmartArtSystem(System):
     def setup(cls, fabric, memory_nodes: list[int], options: dict, capacity: int) -> dict:
         """The root (a NODE_256 that is never replaced) on the first memory node."""
         opts = cls.check_options(dict(options or {}), f"system {cls.name!r}")
-        mns = [fabric.node_index(m) for m in memory_nodes]
-        if not mns:
-            raise SystemError_("SMART-ART needs at least one memory node")
-        if len(set(mns)) != len(mns):
-            raise SystemError_(f"SMART-ART: memory node listed twice in {mns}")
-        if len(mns) > 16:
-            raise SystemError_(f"SMART-ART: internal entries name at most 16 memory nodes (mn_id:4); got {len(mns)}")
-        for m in mns:
-            fabric.expose(m)
-        try:
-            root = create_root(fabric, mns[0])
-        except MemoryError as e:
-            raise SystemError_(f"SMART-ART: the root does not fit memory node {mns[0]}: {e}") from None
+        mns = memory_node_indexes(fabric, memory_nodes, "SMART-ART")
+        root = setup_root(fabric, mns, "SMART-ART")
         return {
             "system": cls.name,
             "format": LAYOUT_FORMAT,
