@@ -187,13 +187,7 @@ class MarlinClient(ShermanClient):
             if move == 0:
                 return addr, parent, off
             spear.queue_idu_exit(co, lock)
-            if move == 1:
-                self.sibling_follows += 1
-                self.invalidate(parent)
-                addr, parent = hd.sibling, 0
-            else:
-                self.invalidate(parent)
-                addr, parent, _ = yield from self.find_node(co, k, 0)
+            addr, parent = yield from self.move_to(co, k, hd, move, parent)
         raise SystemError_(f"{self.NAME}: no leaf for key {k:#x} after {RETRY_LIMIT} tries")
 
     def _modify(self, co, key, value, kind: str):

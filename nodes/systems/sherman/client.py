@@ -598,14 +598,19 @@ class ShermanClient(HoclClient, KVClient):
             move = self.moved(hd, k)
             if move == 0:
                 return addr, parent, off, hd
-            if move == 1:
-                self.sibling_follows += 1
-                self.invalidate(parent)
-                addr, parent = hd.sibling, 0
-            else:
-                self.invalidate(parent)
-                addr, parent, _ = yield from self.find_node(co, k, 0)
+            addr, parent = yield from self.move_to(co, k, hd, move, parent)
         raise SystemError_(f"{self.NAME}: no leaf covering key {k:#x} after {RETRY_LIMIT} moves")
+
+    def move_to(self, co, k: int, hd, move: int, parent: int):
+        """Generator: take the ``move`` :meth:`moved` chose for ``k`` from the leaf of header
+        ``hd`` (1: its B-link sibling; 2: a descent from the cache or the root), dropping the
+        cached parent that led astray; ``(addr, parent)`` of the node to READ next."""
+        self.invalidate(parent)
+        if move == 1:
+            self.sibling_follows += 1
+            return hd.sibling, 0
+        addr, parent, _ = yield from self.find_node(co, k, 0)
+        return addr, parent
 
     def _scan(self, co, start: bytes, count: int):
         begun = yield from self.begin_scan(co, start, count)
