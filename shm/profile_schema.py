@@ -156,6 +156,9 @@ class SoftwareProfile:
                                  "(and per pivot re-segmented)", min=0, max=1_000_000)
     alloc_server_ns: int = knob("ns", "a memory node's allocator serving one allocation RPC (find, "
                                 "register, answer), beside cpu.rpc_handler_ns", min=0, max=100_000_000)
+    epoch_scan_ns_per_line: int = knob("ns", "epoch-based reclamation: checking one 64-byte line of the "
+                                       "announcement rows a thread READ to decide whether the epoch may move on",
+                                       min=0, max=1_000_000)
     core_stream_gbps: float = knob("Gbit/s", "one host core reading memory forward, line after line, with its "
                                    "stream prefetcher running ahead (a scan, a memcpy's reads): PD3's "
                                    "Loading Zone scans and record copies", min=0.001, max=10_000)

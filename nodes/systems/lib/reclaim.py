@@ -84,8 +84,8 @@ ADVANCE_PERIOD_NS = 10_000
 #: ... and only after this many retirements since its last try, so that a thread retiring slowly
 #: (a read-mostly workload, one thread) does not spend its CPU on tries the epoch does not need.
 ADVANCE_MIN_RETIRED = 32
-#: Modelled CPU of checking one READ line of a row for the advance decision.
-LINE_SCAN_NS = 2
+# The CPU of checking one READ line of a row for the advance decision is the profile's
+# software.epoch_scan_ns_per_line (an assumption there).
 
 
 class ReclaimStats(NamedTuple):
@@ -149,6 +149,7 @@ class Reclaimer:
             raise ValueError(f"reclaim: thread {thread.index} is beyond the {MAX_THREADS} threads of a row")
         self.thread = thread
         self.env = thread.env
+        self._line_scan_ns = fabric.profile.software.epoch_scan_ns_per_line
         self._host = fabric.memory[node].host64
         base = off // WORD
         self._mirror = base + HEADER_WORDS + row * ROW_WORDS
@@ -287,7 +288,7 @@ class Reclaimer:
         words = self._row_words
         handles = [co.read(a, n * WORD) for a, n in zip(self._row_addrs, words)]
         yield co.sync()
-        self.thread.cpu(LINE_SCAN_NS * sum(words) // LINE_WORDS)
+        self.thread.cpu(self._line_scan_ns * sum(words) // LINE_WORDS)
         active = 0
         ok = True
         for r, h in enumerate(handles):
