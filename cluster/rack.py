@@ -19,19 +19,18 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from cluster.control import F_DONE, F_LOADED, F_STEP, F_STEP_VSTART, ControlBlock, SharedInsertSequence
+from cluster.control import F_DONE, ControlBlock
 from cluster.scenario import table_capacity
 from cluster.stats import STATE_DONE, ProcInfo, StatsPlane
-from nodes.compute import ComputeNode, PlanStep
+from cluster.wiring import wire
+from nodes.compute import PlanStep
 from nodes.history import HistoryLog
-from nodes.manager import MSG_DONE, MSG_START, ColocatedLink, Manager
 from shm.sim.env import Environment
 from shm.sim.sync import ClockTable
 from nodes.systems import get_system
 from nodes.systems.api import SystemError_
 from shm.fabric import Fabric
 from shm.segment import new_prefix
-from shm.verbs import VerbsHost
 
 
 class RackError(ValueError):
@@ -276,54 +275,6 @@ class RackState:
         self.close(check=exc_type is None)
 
 
-def make_compute(state: RackState, env, host, name: str, send, recorder, udp=None) -> ComputeNode:
-    """One compute node wired to the manager through ``send`` (link address of the manager = K)."""
-    c = state.compiled
-    spec = c.spec
-    index = c.compute.index(name)
-    manager_addr = len(c.compute)
-    latency = spec.profile.link.one_way_ns
-
-    def on_done(step: int, end: int, ops: int) -> None:
-        send(manager_addr, end + latency, (MSG_DONE, step, end, ops))
-
-    smart = spec.smart_config(getattr(c.system, "smart_defaults", None))
-    return ComputeNode(env, host, name, index=index, n_compute=len(c.compute), threads=spec.compute.threads,
-                       coroutines=spec.compute.coroutines, qp_policy=spec.compute.qp_policy,
-                       threads_per_qp=spec.compute.threads_per_qp, system=c.system,
-                       layout=state.layout, options=c.options, workloads=c.workloads, plan=c.plan,
-                       recorder=recorder, inserts=SharedInsertSequence(state.control), on_done=on_done,
-                       seed=spec.seed, history=state.history.writer(index) if state.history else None,
-                       smart=smart, udp=udp)
-
-
-def compute_handler(node: ComputeNode):
-    def on_message(src: int, payload: tuple) -> None:
-        if payload[0] != MSG_START:
-            raise ValueError(f"{node.name}: unexpected control message {payload!r}")
-        node.start(int(payload[1]), int(payload[2]))
-    return on_message
-
-
-def make_manager(state: RackState, env, send, *, kill_node=None, is_alive=None, restart_node=None) -> Manager:
-    c = state.compiled
-    control = state.control
-    plane = state.plane
-    inserts = SharedInsertSequence(control)
-
-    def on_step(i: int, t: int) -> None:
-        control.set(F_STEP_VSTART, t)
-        control.set(F_STEP, i)
-
-    def on_loaded(n: int) -> None:
-        control.set(F_LOADED, n)
-        inserts.reset(n)
-
-    return Manager(env, c.plan, dict(enumerate(c.compute)), send, latency_ns=c.spec.profile.link.one_way_ns,
-                   log=plane.log, on_step=on_step, on_loaded=on_loaded, kill_node=kill_node, is_alive=is_alive,
-                   keep_going=c.spec.on_node_death == "continue", restart_node=restart_node)
-
-
 # -- co-located ----------------------------------------------------------------------------------
 
 class ColocatedRack:
@@ -359,31 +310,10 @@ class ColocatedRack:
                 self.tracer = env.tracer = Tracer(state.fabric, self.trace_bounds, provenance={
                     "rack": c.spec.name, "system": c.system.name, "profile": c.spec.profile_name,
                     "seed": c.spec.seed, "steps": [s.label for s in c.plan]}, env=env)
-            host = VerbsHost(state.fabric, env)
-            from nodes.actors import rack_udp
-            self.udp = rack_udp(state, host)
-            link = ColocatedLink(env)
-            nodes = []
-            for i, name in enumerate(c.compute):
-                slot = state.slot(name)
-                writer = state.plane.writer(slot)
-                writer.begin(0)
-                node = make_compute(state, env, host, name, link.sender(i), writer, udp=self.udp)
-                link.bind(i, compute_handler(node))
-                nodes.append((node, writer))
-            mgr = make_manager(state, env, link.sender(len(c.compute)))
-            link.bind(len(c.compute), mgr.on_message)
-            self.actor_contexts = []
-            if getattr(c.system, "servers", None):
-                # server actors (nodes/actors.py): only a system that declares some gets any
-                from nodes.actors import actor_contexts, start_actors
-                self.actor_contexts = actor_contexts(state, env, host, udp=self.udp)
-                start_actors(c.system, self.actor_contexts)
-            mgr_proc = env.process(mgr.run(), name="manager")
-            if self.actor_contexts:
-                # ctx.stopped fires when the plan is over: an actor that polls ends on it
-                stopped = self.actor_contexts[0].stopped
-                mgr_proc.callbacks.append(lambda _ev: stopped.succeed())
+            # every node in this one environment, messages as scheduled calls (cluster/wiring.py)
+            w = wire(state, env, writers=lambda name: _begun(state.plane.writer(state.slot(name))))
+            host, self.udp, self.actor_contexts, mgr = w.host, w.udp, w.contexts, w.manager
+            nodes = w.computes
             t0 = time.perf_counter()
             env.run(until=until_ns)
             self.wall_s = time.perf_counter() - t0
@@ -421,6 +351,12 @@ class ColocatedRack:
         return {"rack": spec.name, "system": c.system.name, "profile": spec.profile_name, "seed": spec.seed,
                 "mode": "co-located", "workloads": {n: w.describe() for n, w in c.workloads.items()},
                 "steps": [s.label for s in c.plan], "wall_s": round(self.wall_s, 3), "virtual_ns": vnow}
+
+
+def _begun(writer):
+    """A stats slot writer begun for a node with no process of its own (pid 0)."""
+    writer.begin(0)
+    return writer
 
 
 def collect_history(state: RackState) -> list:
