@@ -4,7 +4,9 @@ As in Mininet, where ``Topo.build()`` is data and ``Mininet(topo)`` makes it liv
 :class:`cluster.scenario.Scenario` only describes the rack; this module
 
 1. *compiles* it: builds every workload it names (so a bad property fails before anything
-   exists), checks the system can run them, and lowers the steps to :class:`PlanStep` records;
+   exists), checks the system can run them, and fills in what the steps leave to the rack (a
+   load's count, whether it is a bulk load): the plan is the scenario's own typed steps
+   (``nodes/steps.py``), which the manager and the compute nodes dispatch on;
 2. *creates* the rack's shared state (:class:`RackState`): the fabric with one memory per node,
    the system's remote structures (``System.setup``), the stats plane, the control block and the
    clock table, all under one rack-unique segment prefix, and closes (unlinks) them whatever
@@ -17,13 +19,13 @@ As in Mininet, where ``Topo.build()`` is data and ``Mininet(topo)`` makes it liv
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from cluster.control import F_DONE, ControlBlock
 from cluster.scenario import table_capacity
 from cluster.stats import STATE_DONE, ProcInfo, StatsPlane
 from cluster.wiring import wire
-from nodes.compute import PlanStep
+from nodes.steps import KillStep, LoadStep, RestartStep, RunStep, SleepStep, Step
 from nodes.history import HistoryLog
 from shm.sim.env import Environment
 from shm.sim.sync import ClockTable
@@ -47,7 +49,7 @@ class CompiledRack:
     system: type
     options: dict
     workloads: dict           # name -> workloads.ycsb.CoreWorkload
-    plan: list[PlanStep]
+    plan: list               # nodes.steps.Step: the scenario's steps, count and bulk of loads filled in
     nodes: list               # NodeDecl(name, role, memory_bytes), fabric order
     compute: list[str]        # the nodes running the KV clients (compute, or client nodes), addresses 0..K-1
     capacity: int             # keys the system is sized for
@@ -79,12 +81,12 @@ class CompiledRack:
     @property
     def finite(self) -> bool:
         # a run of a trace replayed once (workloads.traces, loop = false) ends with the trace
-        return all(s.action not in ("run", "sleep") or s.duration_ns > 0
-                   or (s.action == "run" and getattr(self.workloads.get(s.workload), "finite", False))
+        return all(not isinstance(s, (RunStep, SleepStep)) or s.duration_ns > 0
+                   or (isinstance(s, RunStep) and getattr(self.workloads.get(s.workload), "finite", False))
                    for s in self.plan)
 
     def describe_workloads(self) -> str:
-        used = [s.workload for s in self.plan if s.workload]
+        used = [s.workload for s in self.plan if getattr(s, "workload", None)]
         names = list(dict.fromkeys(used)) or list(self.workloads)[:1]
         return "; ".join(self.workloads[n].describe() for n in names if n in self.workloads)
 
@@ -97,33 +99,28 @@ def compile_scenario(scenario) -> CompiledRack:
     for name, ws in spec.workloads.items():
         workloads[name] = ws.build()
     has_bulk = getattr(system, "bulk_load", None) is not None
-    plan: list[PlanStep] = []
-    for i, st in enumerate(scenario.steps):
-        action = st.action
-        wname = getattr(st, "workload", None)
-        if action in ("load", "run"):
-            wname = wname or "default"
-            if wname not in workloads:
-                raise RackError(f"{scenario.source}: step {st.index} uses workload {wname!r}, which is not defined")
-        wl = workloads.get(wname) if wname else None
-        if action == "run" and wl is not None and wl.proportions.scan > 0 and not system.supports_scan:
-            raise RackError(f"{scenario.source}: step {st.index}: workload {wname!r} has scans "
+    plan: list[Step] = []
+    for st in scenario.steps:
+        if isinstance(st, (LoadStep, RunStep)):
+            if not st.workload:
+                st = replace(st, workload="default")
+            if st.workload not in workloads:
+                raise RackError(f"{scenario.source}: step {st.index} uses workload {st.workload!r}, which is not defined")
+        if isinstance(st, RunStep) and workloads[st.workload].proportions.scan > 0 and not system.supports_scan:
+            raise RackError(f"{scenario.source}: step {st.index}: workload {st.workload!r} has scans "
                             f"(scanproportion > 0) but system {system.name!r} offers no scan")
-        duration_ms = getattr(st, "duration_ms", None) or 0
-        count = getattr(st, "count", None)
-        if action == "load" and not count:
-            count = wl.recordcount
-        bulk = getattr(st, "bulk", None) if action == "load" else False
-        if bulk is None:            # the file left it to the rack: bulk while the structure is empty
-            bulk = has_bulk and not any(p.action in ("load", "run") for p in plan)
-        if bulk and not has_bulk:
-            raise RackError(f"{scenario.source}: step {st.index}: bulk = true, but system {system.name!r} has no "
-                            f"bulk load; load its keys with inserts (drop bulk)")
-        label = _label(action, st, wname, wl, duration_ms, count, bulk)
-        plan.append(PlanStep(index=i, action=action, label=label, workload=wname,
-                             duration_ns=int(round(duration_ms * 1e6)), count=int(count or 0),
-                             knob=getattr(st, "knob", None), value=getattr(st, "value", 0.0) or 0.0,
-                             node=getattr(st, "node", None), bulk=bulk))
+        if isinstance(st, LoadStep):
+            # what the file may leave to the rack: the count (the workload's recordcount) and the
+            # kind of load (bulk while the structure is empty, if the system has a bulk load)
+            count = int(st.count or workloads[st.workload].recordcount)
+            bulk = st.bulk
+            if bulk is None:
+                bulk = has_bulk and not any(isinstance(p, (LoadStep, RunStep)) for p in plan)
+            if bulk and not has_bulk:
+                raise RackError(f"{scenario.source}: step {st.index}: bulk = true, but system {system.name!r} has no "
+                                f"bulk load; load its keys with inserts (drop bulk)")
+            st = replace(st, count=count, bulk=bulk)
+        plan.append(st)
     capacity = table_capacity(plan, workloads)       # the formula cluster.scenario.check_capacity checked
     nodes = list(spec.nodes())
     # the nodes that run the KV clients (YCSB, histories): compute nodes, or the client nodes of a
@@ -135,21 +132,6 @@ def compile_scenario(scenario) -> CompiledRack:
     actor_nodes = [n.name for n in nodes
                    if n.name not in compute and (n.role in ("dpu", "dpa") or n.role in servers)]
     return CompiledRack(scenario, system, options, workloads, plan, nodes, compute, capacity, actor_nodes)
-
-
-def _label(action, st, wname, wl, duration_ms, count, bulk) -> str:
-    if action == "load":
-        return f"{'bulk-load' if bulk else 'load'} {count:,} records ({wname})"
-    if action == "run":
-        how = f"for {duration_ms:g} ms" if duration_ms else "until stopped"
-        return f"run {wname} {how}"
-    if action == "set":
-        return f"set {st.knob} = {st.value:g}"
-    if action == "kill":
-        return f"kill {st.node}"
-    if action == "restart":
-        return f"restart {st.node}"
-    return f"sleep {duration_ms:g} ms"
 
 
 # -- the rack's shared state ---------------------------------------------------------------------
@@ -214,7 +196,7 @@ class RackState:
                 # does not fit is the same bad input: one line naming the scenario, not a traceback.
                 raise RackError(f"{compiled.scenario.source}: {e}") from None
             images = {}
-            if processes and any(s.action == "restart" for s in compiled.plan):
+            if processes and any(isinstance(s, RestartStep) for s in compiled.plan):
                 for i, n in enumerate(compiled.nodes):
                     if n.role == "compute":
                         mem = fabric.memory[i]
@@ -288,8 +270,8 @@ class ColocatedRack:
         self.tracer = None
         self.history_ops = None             # the recorded operations, when history > 0
         for s in self.compiled.plan:
-            if s.action in ("kill", "restart"):
-                raise RackError(f"{scenario.source}: step {s.index + 1} {s.action}s {s.node}, which needs a rack "
+            if isinstance(s, (KillStep, RestartStep)):
+                raise RackError(f"{scenario.source}: step {s.index} {s.action}s {s.node}, which needs a rack "
                                 f"of processes (dmrack run), not a co-located one")
         self.state: RackState | None = None
         self.wall_s = 0.0
