@@ -214,33 +214,6 @@ def _sync_env(state, address: int):
     return Environment(seed=spec.seed * 1000 + address, sync=sync)
 
 
-def _wire(state, env, name: str):
-    """A synchronised node's verbs host, datagram net, message router and server actors."""
-    from nodes.actors import actor_contexts, rack_udp, start_actors
-    from shm.sim.router import MSG_STOP, MSG_UDP, MSG_UDP_COPY, MSG_VERBS_SEND, Router
-    from shm.verbs import VerbsHost
-    c = state.compiled
-    host = VerbsHost(state.fabric, env, proc_of_node=c.proc_of_node(), my_proc=c.address(name))
-    udp = rack_udp(state, host, only={name})
-    router = Router(name)
-    router.on(MSG_VERBS_SEND, host._on_message)
-    if udp is not None:
-        router.on(MSG_UDP, lambda _src, p: udp.deliver(False, p[1:]))
-        router.on(MSG_UDP_COPY, lambda _src, p: udp.deliver(True, p[1:]))
-    contexts = []
-    if getattr(c.system, "servers", None):
-        contexts = actor_contexts(state, env, host, only={name}, udp=udp)
-        start_actors(c.system, contexts)
-    stopped = contexts[0].stopped if contexts else None
-
-    def stop(_src, _p):
-        if stopped is not None and not stopped.triggered:
-            stopped.succeed()
-    router.on(MSG_STOP, stop)
-    env.on_message = router
-    return host, udp, router, contexts
-
-
 def _device_counters(contexts, udp, name: str, idle_cores: int = 0):
     """() -> the device counters of this node's actors (``shm.telemetry.COUNTERS`` whose source is
     "actors"), for the heartbeat.
@@ -277,8 +250,7 @@ def _device_counters(contexts, udp, name: str, idle_cores: int = 0):
 
 
 def _compute(state, slot: int, name: str, writer, restart: tuple[int, int] | None = None) -> None:
-    from cluster.rack import compute_handler, make_compute
-    from shm.sim.router import MSG_START
+    from cluster.wiring import wire
     c = state.compiled
     address = c.compute.index(name)
     env = _sync_env(state, address)
@@ -286,9 +258,9 @@ def _compute(state, slot: int, name: str, writer, restart: tuple[int, int] | Non
         # a restarted node starts at the rack's current virtual time: the manager set our clock
         # slot to it (ClockTable.rejoin) and holds the rack there until we say we have joined
         env.start_at(restart[0])
-    host, udp, router, contexts = _wire(state, env, name)
-    node = make_compute(state, env, host, name, env.send, writer, udp=udp)
-    router.on(MSG_START, compute_handler(node))
+    w = wire(state, env, {name}, writers=lambda _name: writer)
+    host, udp, contexts = w.host, w.udp, w.contexts
+    ((node, _writer),) = w.computes
     if restart is not None:
         node.catch_up(restart[1])
         state.plane.log(env.now, "fault", name, f"{name} restarted (pid {os.getpid()})")
@@ -313,8 +285,10 @@ def _compute(state, slot: int, name: str, writer, restart: tuple[int, int] | Non
 
 def _actor_node(state, name: str, writer) -> None:
     """A memory node with cores, a DPU or a DPA: its server actors in the rack's virtual clock."""
+    from cluster.wiring import wire
     env = _sync_env(state, state.compiled.address(name))
-    host, udp, _router, contexts = _wire(state, env, name)
+    w = wire(state, env, {name}, writers=lambda _name: writer)
+    host, udp, contexts = w.host, w.udp, w.contexts
     role = state.compiled.nodes[state.slot(name)].role
     base = None
     if role == "memory":
@@ -337,7 +311,7 @@ def _actor_node(state, name: str, writer) -> None:
 
 
 def _manager(state, name: str, writer) -> None:
-    from cluster.rack import make_manager
+    from cluster.wiring import wire
     c = state.compiled
     address = len(c.compute)
     env = _sync_env(state, address)
@@ -375,19 +349,8 @@ def _manager(state, name: str, writer) -> None:
                 raise RuntimeError(f"restart of {node}: no new process joined within {RESTART_TIMEOUT_S:g} s")
             time.sleep(0.002)
 
-    mgr = make_manager(state, env, env.send, kill_node=kill_node, is_alive=is_alive, restart_node=restart_node)
-    env.on_message = mgr.on_message
-    proc = env.process(mgr.run(), name="manager")
-    if getattr(c.system, "servers", None):
-        from shm.sim.router import MSG_STOP
-        latency = c.spec.profile.link.one_way_ns
-
-        def announce(_ev) -> None:
-            # the plan is over: every other process's actors that poll may end (ctx.stopped)
-            for dest in range(c.n_procs):
-                if dest != address and not state.clock.gone(dest):
-                    env.send(dest, env.now + latency, (MSG_STOP,))
-        proc.callbacks.append(announce)
+    mgr = wire(state, env, {name}, writers=lambda _name: writer,
+               manager_hooks={"kill_node": kill_node, "is_alive": is_alive, "restart_node": restart_node}).manager
     hb = _Heartbeat(writer, NicGauge(state.fabric, name), lambda: env.now, lambda: mgr.step, lambda: 0)
     hb.during(env)
     if mgr.step >= len(c.plan):

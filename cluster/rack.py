@@ -4,7 +4,9 @@ As in Mininet, where ``Topo.build()`` is data and ``Mininet(topo)`` makes it liv
 :class:`cluster.scenario.Scenario` only describes the rack; this module
 
 1. *compiles* it: builds every workload it names (so a bad property fails before anything
-   exists), checks the system can run them, and lowers the steps to :class:`PlanStep` records;
+   exists), checks the system can run them, and fills in what the steps leave to the rack (a
+   load's count, whether it is a bulk load): the plan is the scenario's own typed steps
+   (``nodes/steps.py``), which the manager and the compute nodes dispatch on;
 2. *creates* the rack's shared state (:class:`RackState`): the fabric with one memory per node,
    the system's remote structures (``System.setup``), the stats plane, the control block and the
    clock table, all under one rack-unique segment prefix, and closes (unlinks) them whatever
@@ -17,21 +19,20 @@ As in Mininet, where ``Topo.build()`` is data and ``Mininet(topo)`` makes it liv
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from cluster.control import F_DONE, F_LOADED, F_STEP, F_STEP_VSTART, ControlBlock, SharedInsertSequence
+from cluster.control import F_DONE, ControlBlock
 from cluster.scenario import table_capacity
 from cluster.stats import STATE_DONE, ProcInfo, StatsPlane
-from nodes.compute import ComputeNode, PlanStep
+from cluster.wiring import wire
+from nodes.steps import KillStep, LoadStep, RestartStep, RunStep, SleepStep, Step
 from nodes.history import HistoryLog
-from nodes.manager import MSG_DONE, MSG_START, ColocatedLink, Manager
 from shm.sim.env import Environment
 from shm.sim.sync import ClockTable
 from nodes.systems import get_system
 from nodes.systems.api import SystemError_
 from shm.fabric import Fabric
 from shm.segment import new_prefix
-from shm.verbs import VerbsHost
 
 
 class RackError(ValueError):
@@ -48,7 +49,7 @@ class CompiledRack:
     system: type
     options: dict
     workloads: dict           # name -> workloads.ycsb.CoreWorkload
-    plan: list[PlanStep]
+    plan: list               # nodes.steps.Step: the scenario's steps, count and bulk of loads filled in
     nodes: list               # NodeDecl(name, role, memory_bytes), fabric order
     compute: list[str]        # the nodes running the KV clients (compute, or client nodes), addresses 0..K-1
     capacity: int             # keys the system is sized for
@@ -80,12 +81,12 @@ class CompiledRack:
     @property
     def finite(self) -> bool:
         # a run of a trace replayed once (workloads.traces, loop = false) ends with the trace
-        return all(s.action not in ("run", "sleep") or s.duration_ns > 0
-                   or (s.action == "run" and getattr(self.workloads.get(s.workload), "finite", False))
+        return all(not isinstance(s, (RunStep, SleepStep)) or s.duration_ns > 0
+                   or (isinstance(s, RunStep) and getattr(self.workloads.get(s.workload), "finite", False))
                    for s in self.plan)
 
     def describe_workloads(self) -> str:
-        used = [s.workload for s in self.plan if s.workload]
+        used = [s.workload for s in self.plan if getattr(s, "workload", None)]
         names = list(dict.fromkeys(used)) or list(self.workloads)[:1]
         return "; ".join(self.workloads[n].describe() for n in names if n in self.workloads)
 
@@ -98,33 +99,28 @@ def compile_scenario(scenario) -> CompiledRack:
     for name, ws in spec.workloads.items():
         workloads[name] = ws.build()
     has_bulk = getattr(system, "bulk_load", None) is not None
-    plan: list[PlanStep] = []
-    for i, st in enumerate(scenario.steps):
-        action = st.action
-        wname = getattr(st, "workload", None)
-        if action in ("load", "run"):
-            wname = wname or "default"
-            if wname not in workloads:
-                raise RackError(f"{scenario.source}: step {st.index} uses workload {wname!r}, which is not defined")
-        wl = workloads.get(wname) if wname else None
-        if action == "run" and wl is not None and wl.proportions.scan > 0 and not system.supports_scan:
-            raise RackError(f"{scenario.source}: step {st.index}: workload {wname!r} has scans "
+    plan: list[Step] = []
+    for st in scenario.steps:
+        if isinstance(st, (LoadStep, RunStep)):
+            if not st.workload:
+                st = replace(st, workload="default")
+            if st.workload not in workloads:
+                raise RackError(f"{scenario.source}: step {st.index} uses workload {st.workload!r}, which is not defined")
+        if isinstance(st, RunStep) and workloads[st.workload].proportions.scan > 0 and not system.supports_scan:
+            raise RackError(f"{scenario.source}: step {st.index}: workload {st.workload!r} has scans "
                             f"(scanproportion > 0) but system {system.name!r} offers no scan")
-        duration_ms = getattr(st, "duration_ms", None) or 0
-        count = getattr(st, "count", None)
-        if action == "load" and not count:
-            count = wl.recordcount
-        bulk = getattr(st, "bulk", None) if action == "load" else False
-        if bulk is None:            # the file left it to the rack: bulk while the structure is empty
-            bulk = has_bulk and not any(p.action in ("load", "run") for p in plan)
-        if bulk and not has_bulk:
-            raise RackError(f"{scenario.source}: step {st.index}: bulk = true, but system {system.name!r} has no "
-                            f"bulk load; load its keys with inserts (drop bulk)")
-        label = _label(action, st, wname, wl, duration_ms, count, bulk)
-        plan.append(PlanStep(index=i, action=action, label=label, workload=wname,
-                             duration_ns=int(round(duration_ms * 1e6)), count=int(count or 0),
-                             knob=getattr(st, "knob", None), value=getattr(st, "value", 0.0) or 0.0,
-                             node=getattr(st, "node", None), bulk=bulk))
+        if isinstance(st, LoadStep):
+            # what the file may leave to the rack: the count (the workload's recordcount) and the
+            # kind of load (bulk while the structure is empty, if the system has a bulk load)
+            count = int(st.count or workloads[st.workload].recordcount)
+            bulk = st.bulk
+            if bulk is None:
+                bulk = has_bulk and not any(isinstance(p, (LoadStep, RunStep)) for p in plan)
+            if bulk and not has_bulk:
+                raise RackError(f"{scenario.source}: step {st.index}: bulk = true, but system {system.name!r} has no "
+                                f"bulk load; load its keys with inserts (drop bulk)")
+            st = replace(st, count=count, bulk=bulk)
+        plan.append(st)
     capacity = table_capacity(plan, workloads)       # the formula cluster.scenario.check_capacity checked
     nodes = list(spec.nodes())
     # the nodes that run the KV clients (YCSB, histories): compute nodes, or the client nodes of a
@@ -136,21 +132,6 @@ def compile_scenario(scenario) -> CompiledRack:
     actor_nodes = [n.name for n in nodes
                    if n.name not in compute and (n.role in ("dpu", "dpa") or n.role in servers)]
     return CompiledRack(scenario, system, options, workloads, plan, nodes, compute, capacity, actor_nodes)
-
-
-def _label(action, st, wname, wl, duration_ms, count, bulk) -> str:
-    if action == "load":
-        return f"{'bulk-load' if bulk else 'load'} {count:,} records ({wname})"
-    if action == "run":
-        how = f"for {duration_ms:g} ms" if duration_ms else "until stopped"
-        return f"run {wname} {how}"
-    if action == "set":
-        return f"set {st.knob} = {st.value:g}"
-    if action == "kill":
-        return f"kill {st.node}"
-    if action == "restart":
-        return f"restart {st.node}"
-    return f"sleep {duration_ms:g} ms"
 
 
 # -- the rack's shared state ---------------------------------------------------------------------
@@ -215,7 +196,7 @@ class RackState:
                 # does not fit is the same bad input: one line naming the scenario, not a traceback.
                 raise RackError(f"{compiled.scenario.source}: {e}") from None
             images = {}
-            if processes and any(s.action == "restart" for s in compiled.plan):
+            if processes and any(isinstance(s, RestartStep) for s in compiled.plan):
                 for i, n in enumerate(compiled.nodes):
                     if n.role == "compute":
                         mem = fabric.memory[i]
@@ -276,54 +257,6 @@ class RackState:
         self.close(check=exc_type is None)
 
 
-def make_compute(state: RackState, env, host, name: str, send, recorder, udp=None) -> ComputeNode:
-    """One compute node wired to the manager through ``send`` (link address of the manager = K)."""
-    c = state.compiled
-    spec = c.spec
-    index = c.compute.index(name)
-    manager_addr = len(c.compute)
-    latency = spec.profile.link.one_way_ns
-
-    def on_done(step: int, end: int, ops: int) -> None:
-        send(manager_addr, end + latency, (MSG_DONE, step, end, ops))
-
-    smart = spec.smart_config(getattr(c.system, "smart_defaults", None))
-    return ComputeNode(env, host, name, index=index, n_compute=len(c.compute), threads=spec.compute.threads,
-                       coroutines=spec.compute.coroutines, qp_policy=spec.compute.qp_policy,
-                       threads_per_qp=spec.compute.threads_per_qp, system=c.system,
-                       layout=state.layout, options=c.options, workloads=c.workloads, plan=c.plan,
-                       recorder=recorder, inserts=SharedInsertSequence(state.control), on_done=on_done,
-                       seed=spec.seed, history=state.history.writer(index) if state.history else None,
-                       smart=smart, udp=udp)
-
-
-def compute_handler(node: ComputeNode):
-    def on_message(src: int, payload: tuple) -> None:
-        if payload[0] != MSG_START:
-            raise ValueError(f"{node.name}: unexpected control message {payload!r}")
-        node.start(int(payload[1]), int(payload[2]))
-    return on_message
-
-
-def make_manager(state: RackState, env, send, *, kill_node=None, is_alive=None, restart_node=None) -> Manager:
-    c = state.compiled
-    control = state.control
-    plane = state.plane
-    inserts = SharedInsertSequence(control)
-
-    def on_step(i: int, t: int) -> None:
-        control.set(F_STEP_VSTART, t)
-        control.set(F_STEP, i)
-
-    def on_loaded(n: int) -> None:
-        control.set(F_LOADED, n)
-        inserts.reset(n)
-
-    return Manager(env, c.plan, dict(enumerate(c.compute)), send, latency_ns=c.spec.profile.link.one_way_ns,
-                   log=plane.log, on_step=on_step, on_loaded=on_loaded, kill_node=kill_node, is_alive=is_alive,
-                   keep_going=c.spec.on_node_death == "continue", restart_node=restart_node)
-
-
 # -- co-located ----------------------------------------------------------------------------------
 
 class ColocatedRack:
@@ -337,8 +270,8 @@ class ColocatedRack:
         self.tracer = None
         self.history_ops = None             # the recorded operations, when history > 0
         for s in self.compiled.plan:
-            if s.action in ("kill", "restart"):
-                raise RackError(f"{scenario.source}: step {s.index + 1} {s.action}s {s.node}, which needs a rack "
+            if isinstance(s, (KillStep, RestartStep)):
+                raise RackError(f"{scenario.source}: step {s.index} {s.action}s {s.node}, which needs a rack "
                                 f"of processes (dmrack run), not a co-located one")
         self.state: RackState | None = None
         self.wall_s = 0.0
@@ -359,31 +292,10 @@ class ColocatedRack:
                 self.tracer = env.tracer = Tracer(state.fabric, self.trace_bounds, provenance={
                     "rack": c.spec.name, "system": c.system.name, "profile": c.spec.profile_name,
                     "seed": c.spec.seed, "steps": [s.label for s in c.plan]}, env=env)
-            host = VerbsHost(state.fabric, env)
-            from nodes.actors import rack_udp
-            self.udp = rack_udp(state, host)
-            link = ColocatedLink(env)
-            nodes = []
-            for i, name in enumerate(c.compute):
-                slot = state.slot(name)
-                writer = state.plane.writer(slot)
-                writer.begin(0)
-                node = make_compute(state, env, host, name, link.sender(i), writer, udp=self.udp)
-                link.bind(i, compute_handler(node))
-                nodes.append((node, writer))
-            mgr = make_manager(state, env, link.sender(len(c.compute)))
-            link.bind(len(c.compute), mgr.on_message)
-            self.actor_contexts = []
-            if getattr(c.system, "servers", None):
-                # server actors (nodes/actors.py): only a system that declares some gets any
-                from nodes.actors import actor_contexts, start_actors
-                self.actor_contexts = actor_contexts(state, env, host, udp=self.udp)
-                start_actors(c.system, self.actor_contexts)
-            mgr_proc = env.process(mgr.run(), name="manager")
-            if self.actor_contexts:
-                # ctx.stopped fires when the plan is over: an actor that polls ends on it
-                stopped = self.actor_contexts[0].stopped
-                mgr_proc.callbacks.append(lambda _ev: stopped.succeed())
+            # every node in this one environment, messages as scheduled calls (cluster/wiring.py)
+            w = wire(state, env, writers=lambda name: _begun(state.plane.writer(state.slot(name))))
+            host, self.udp, self.actor_contexts, mgr = w.host, w.udp, w.contexts, w.manager
+            nodes = w.computes
             t0 = time.perf_counter()
             env.run(until=until_ns)
             self.wall_s = time.perf_counter() - t0
@@ -421,6 +333,12 @@ class ColocatedRack:
         return {"rack": spec.name, "system": c.system.name, "profile": spec.profile_name, "seed": spec.seed,
                 "mode": "co-located", "workloads": {n: w.describe() for n, w in c.workloads.items()},
                 "steps": [s.label for s in c.plan], "wall_s": round(self.wall_s, 3), "virtual_ns": vnow}
+
+
+def _begun(writer):
+    """A stats slot writer begun for a node with no process of its own (pid 0)."""
+    writer.begin(0)
+    return writer
 
 
 def collect_history(state: RackState) -> list:

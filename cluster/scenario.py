@@ -17,8 +17,10 @@ experiment" means a rack file is already a runnable experiment, and an experimen
 with a few lines more; there is nothing to keep in step between two formats.
 
 Steps are parsed into frozen dataclasses, one per action (:class:`LoadStep`, :class:`RunStep`,
-:class:`SetStep`, :class:`KillStep`, :class:`RestartStep`, :class:`SleepStep`), all plain data like the spec, so the
-manager process receives them pickled and dispatches with ``match``. A step refers to workloads
+:class:`SetStep`, :class:`KillStep`, :class:`RestartStep`, :class:`SleepStep`, declared in
+``nodes/steps.py`` and re-exported here), all plain data like the spec: the rack's plan is a list
+of the same steps, which the manager and the compute nodes receive (pickled, in a rack of
+processes) and dispatch on by type. A step refers to workloads
 and nodes by name, and keeps the name: ``step.workload`` is a key of ``scenario.spec.workloads``,
 which holds every workload the scenario can run -- the declared ones and, under their letter, the
 presets that steps name directly (``workload = "b"``: YCSB-B over the default workload's keys). So
@@ -40,12 +42,14 @@ import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Mapping
+from typing import Any, Mapping
 
 from cluster.spec import (
     DEFAULT_SOURCE, DEFAULT_WORKLOAD_OVERRIDES, RackSpec, SpecError, WorkloadSpec, WORKLOAD_PRESETS, show_toml, strip_override_label,
     preset_workload, read_toml, spec_from_dict, workloads_available,
 )
+from nodes.steps import (ACTIONS, NODE_KNOBS, KillStep, LoadStep, RestartStep, RunStep, SetStep,
+                         SleepStep, Step)
 from shm.messages import did_you_mean
 
 __all__ = [
@@ -76,118 +80,11 @@ __all__ = [
     "WARMUP_RUN_MS",
 ]
 
-# Knobs a set step may change besides profile keys: how many of the configured threads/coroutines of
-# each compute node issue requests from then on (the rest idle). They can only go down from the
-# configured count, since the resources (QPs, buffers) are created at start.
-NODE_KNOBS = ("threads", "coroutines")
-
-
 # ----------------------------------------------------------------------------- steps
 
+# The step types live with the nodes that run them (nodes/steps.py: nodes import nothing from
+# cluster); this module parses them and re-exports every name, where scenario code finds them.
 
-@dataclass(frozen=True)
-class Step:
-    """One step. ``index`` is its 1-based position in the file (or in the default steps)."""
-
-    index: int
-    action: ClassVar[str] = ""
-
-    def describe(self, spec: RackSpec | None = None) -> str:  # pragma: no cover - every subclass overrides
-        """One human line; ``spec`` (optional) lets a step show numbers it takes from the rack."""
-        return f"step {self.index}: {self.action}"
-
-
-@dataclass(frozen=True)
-class LoadStep(Step):
-    """Insert ``count`` keys of workload ``workload`` (a key of spec.workloads); None: its recordcount.
-    ``bulk``: True writes them straight into the memory nodes (the system's ``bulk_load``), False
-    inserts them one by one through the system's client, None (the file says nothing) lets the rack
-    choose: a bulk load when the structure is still empty (the first load step, no run before it)
-    and the system has one, inserts otherwise. A bulk load is the default because loading is
-    not what a study measures, and per-key inserts of millions of keys take hours of real time
-    (a Sherman tree also grows from one root leaf, so they are slow in virtual time too)."""
-
-    workload: str
-    count: int | None = None
-    bulk: bool | None = None
-    action: ClassVar[str] = "load"
-
-    def describe(self, spec: RackSpec | None = None) -> str:
-        n = f"{self.count:,}" if self.count is not None else "recordcount"
-        w = spec.workloads.get(self.workload) if spec is not None else None
-        if self.count is None and w is not None and isinstance(w.overrides.get("recordcount"), int):
-            n = f"{w.overrides['recordcount']:,} (recordcount)"
-        how = {True: "bulk-load", False: "insert", None: "load"}[self.bulk]
-        return f"step {self.index}: {how} {n} keys of workload {self.workload}"
-
-
-@dataclass(frozen=True)
-class RunStep(Step):
-    """Run workload ``workload`` (a key of spec.workloads) for ``duration_ms`` virtual ms
-    (None: until stopped, which only the last step may do)."""
-
-    workload: str
-    duration_ms: float | None = None
-    action: ClassVar[str] = "run"
-
-    def describe(self, spec: RackSpec | None = None) -> str:
-        d = f"for {self.duration_ms:g} ms" if self.duration_ms is not None else "until stopped"
-        return f"step {self.index}: run workload {self.workload} {d}"
-
-
-@dataclass(frozen=True)
-class SetStep(Step):
-    """Change a knob for the following steps: a profile key (``link.gbps``) or a NODE_KNOBS entry."""
-
-    knob: str
-    value: Any  # int | float (| bool for a boolean profile key)
-    action: ClassVar[str] = "set"
-
-    @property
-    def is_profile_knob(self) -> bool:
-        return self.knob not in NODE_KNOBS
-
-    def describe(self, spec: RackSpec | None = None) -> str:
-        what = f"active {self.knob} per compute node" if not self.is_profile_knob else self.knob
-        return f"step {self.index}: set {what} = {show_toml(self.value)}"
-
-
-@dataclass(frozen=True)
-class KillStep(Step):
-    """SIGKILL one node process (never the manager, which runs the steps)."""
-
-    node: str
-    action: ClassVar[str] = "kill"
-
-    def describe(self, spec: RackSpec | None = None) -> str:
-        return f"step {self.index}: kill node {self.node}"
-
-
-@dataclass(frozen=True)
-class RestartStep(Step):
-    """Bring back a compute node an earlier kill step killed: a new process for it joins the
-    rack's clock at the current virtual time, runs the system's setup for the node again (its
-    server actors, its clients) on fresh memory, and takes part in the following steps."""
-
-    node: str
-    action: ClassVar[str] = "restart"
-
-    def describe(self, spec: RackSpec | None = None) -> str:
-        return f"step {self.index}: restart node {self.node}"
-
-
-@dataclass(frozen=True)
-class SleepStep(Step):
-    """Let ``duration_ms`` virtual ms pass with no load."""
-
-    duration_ms: float
-    action: ClassVar[str] = "sleep"
-
-    def describe(self, spec: RackSpec | None = None) -> str:
-        return f"step {self.index}: sleep {self.duration_ms:g} ms"
-
-
-ACTIONS = {cls.action: cls for cls in (LoadStep, RunStep, SetStep, KillStep, RestartStep, SleepStep)}
 # action -> (required fields, optional fields), as written in the file.
 _FIELDS = {
     "load": ((), ("count", "workload", "bulk")),

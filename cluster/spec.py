@@ -47,7 +47,6 @@ hash table, and YCSB-A (zipfian 0.99) over 10,000 keys of 8 bytes (loaded in a f
 from __future__ import annotations
 
 import copy
-import json
 import math
 import os
 import re
@@ -57,7 +56,7 @@ from typing import Any, Callable, Mapping
 
 from cluster.units import format_size, parse_size
 from shm.profile import ProfileError, list_profiles, load_profile, with_overrides
-from shm.messages import clip, did_you_mean, item
+from shm.messages import clip, did_you_mean, item, show_toml  # noqa: F401 - show_toml re-exported
 from shm.profile_schema import Profile
 from shm.steering import SteerRule
 
@@ -419,21 +418,6 @@ class RackSpec:
 # ----------------------------------------------------------------------------- value checks
 # Each converter returns the checked value or raises ValueError with the "must be ..." part of the
 # message; _Table adds "file: key = value: " in front.
-
-
-def show_toml(v: Any) -> str:
-    """A value as it would be written in TOML, for messages (a long one cut: shm.messages.clip)."""
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, str):
-        return json.dumps(clip(v), ensure_ascii=False)
-    if isinstance(v, float):
-        return repr(int(v)) if v.is_integer() and abs(v) < 1e15 else repr(v)
-    if isinstance(v, dict):
-        return clip("{" + ", ".join(f"{k} = {show_toml(x)}" for k, x in v.items()) + "}")
-    if isinstance(v, list):
-        return clip("[" + ", ".join(show_toml(x) for x in v) + "]")
-    return clip(str(v))
 
 
 def _int(lo: int, hi: int | None = None) -> Callable[[Any], int]:

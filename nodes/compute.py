@@ -7,7 +7,7 @@ from a given virtual time, and it answers through ``on_done(step, end_ns, ops)``
 coroutine of that step has finished. That is why the same class serves a node process of a real
 rack and a co-located rack (all nodes in one process, deterministic) alike.
 
-Steps a compute node executes:
+Steps a compute node executes (the scenario's typed steps, ``nodes/steps.py``, told apart by type):
 
 * ``load``: insert its share of records ``[first, first + count)``; the share is split over the
   active coroutines, each inserting its records in YCSB insert order;
@@ -44,6 +44,7 @@ import numpy as np
 from shm.sim.env import all_of
 from nodes.systems.api import UnsupportedOperation, node_statistics
 from nodes.history import GARBAGE
+from nodes.steps import LoadStep, RestartStep, RunStep, SetStep, SleepStep, Step
 from workloads.keys import decode_value, key_packer, value_bytes
 from shm import nic
 from shm.coro import NodeRdma
@@ -74,21 +75,6 @@ def _packer(wl):
 @functools.lru_cache(maxsize=None)
 def _packers(key_size: int, order: str):
     return key_packer(key_size, order)
-
-
-class PlanStep(NamedTuple):
-    """One step of a scenario as the nodes execute it (plain data, picklable)."""
-
-    index: int
-    action: str                 # load | run | set | kill | restart | sleep
-    label: str
-    workload: str | None = None
-    duration_ns: int = 0        # run/sleep; 0 = until the rack is stopped
-    count: int = 0              # load: records to load (rack-wide)
-    knob: str | None = None
-    value: float = 0.0
-    node: str | None = None     # kill, restart
-    bulk: bool = False          # load: the system's bulk_load writes the keys (compute node 0)
 
 
 class StepRecorder(Protocol):
@@ -130,7 +116,7 @@ class ComputeNode:
     """One compute node's threads, coroutines and clients (see the module docstring)."""
 
     def __init__(self, env, host, node: str, *, index: int, n_compute: int, threads: int, coroutines: int,
-                 qp_policy: str, system, layout: dict, options: dict, workloads: dict, plan: list[PlanStep],
+                 qp_policy: str, system, layout: dict, options: dict, workloads: dict, plan: "list[Step]",
                  recorder: StepRecorder, inserts: "InsertSequence", on_done: Callable[[int, int, int], None],
                  seed: int = 0, buffer_bytes: int = 256 << 10, history: "HistoryWriter | None" = None,
                  smart: "SmartConfig | None" = None, threads_per_qp: int | None = None, udp: "UdpNet | None" = None):
@@ -236,25 +222,28 @@ class ComputeNode:
         self.recorder.step(step_index + 1, env.now, step.label)   # stats steps count from 1, as scenario files do
         if env.tracer is not None:
             env.tracer.step_started(step_index, step.action, env.now)
-        if step.action in ("load", "run"):
-            self.recorder.set_state(STATE_LOADING if step.action == "load" else STATE_RUNNING)
-        if step.action == "load":
-            done = self._load(step)
-        elif step.action == "run":
-            done = self._run(step)
-            if step.duration_ns > 0:
-                # A timed run ends with its window: the operations still in flight finish (and are
-                # recorded) afterwards, while the next step starts, as in a real measurement; a step
-                # that waited for its stragglers would divide its ops by a span stretched by the
-                # slowest one (a hot-key update can outlast a short window by milliseconds).
-                done.callbacks.append(self._check_failed)
-                env.schedule(env.now + step.duration_ns, self._finish, step_index)
-                return
-        elif step.action == "set":
-            self._set(step)
-            done = None
-        else:                               # sleep, kill: nothing for a compute node to do
-            done = env.timeout(step.duration_ns) if step.action == "sleep" else None
+        if isinstance(step, (LoadStep, RunStep)):
+            self.recorder.set_state(STATE_LOADING if isinstance(step, LoadStep) else STATE_RUNNING)
+        match step:
+            case LoadStep():
+                done = self._load(step)
+            case RunStep():
+                done = self._run(step)
+                if step.duration_ns > 0:
+                    # A timed run ends with its window: the operations still in flight finish (and are
+                    # recorded) afterwards, while the next step starts, as in a real measurement; a step
+                    # that waited for its stragglers would divide its ops by a span stretched by the
+                    # slowest one (a hot-key update can outlast a short window by milliseconds).
+                    done.callbacks.append(self._check_failed)
+                    env.schedule(env.now + step.duration_ns, self._finish, step_index)
+                    return
+            case SetStep():
+                self._set(step)
+                done = None
+            case SleepStep():
+                done = env.timeout(step.duration_ns)
+            case _:                         # kill, restart: nothing for a compute node to do
+                done = None
         if done is None:
             self._finish(step_index)
         else:
@@ -272,11 +261,11 @@ class ComputeNode:
 
     def _finish(self, step_index: int) -> None:
         step = self.plan[step_index]
-        if step.action == "load":
+        if isinstance(step, LoadStep):
             self.loaded_before += step.count
         self.recorder.end_step(self.env.now)
         self.publish_counters()
-        if step.action == "run" and self.rdma.smart is not None:
+        if isinstance(step, RunStep) and self.rdma.smart is not None:
             # SMART's controller state as the step ended (t_max, c_max, C_max move during the run)
             self.smart_at_step_end[step_index] = tuple(t.smart_statistics() for t in self.threads[:self.active_threads])
         self.on_done(step_index, self.env.now, self.ops)
@@ -286,11 +275,11 @@ class ComputeNode:
         steps before left behind that later ones rely on: the knobs set steps changed (profile keys
         included: this process was forked with the profile as the scenario began) and the records
         load steps loaded. Nothing is recorded for those steps."""
-        self.incarnation = sum(1 for s in self.plan[:upto + 1] if s.action == "restart" and s.node == self.name)
+        self.incarnation = sum(1 for s in self.plan[:upto + 1] if isinstance(s, RestartStep) and s.node == self.name)
         for step in self.plan[:upto]:
-            if step.action == "set":
+            if isinstance(step, SetStep):
                 self._set(step)
-            elif step.action == "load":
+            elif isinstance(step, LoadStep):
                 self.loaded_before += step.count
 
     def stop(self) -> None:
@@ -306,7 +295,7 @@ class ComputeNode:
                     yield t, c
 
     # -- load ------------------------------------------------------------------------------------
-    def _load(self, step: PlanStep):
+    def _load(self, step: LoadStep):
         wl = self.workloads[step.workload]
         if step.bulk:
             self._bulk_load(step, wl)
@@ -327,7 +316,7 @@ class ComputeNode:
                                               name=f"{self.name}.load.t{t}c{c}"))
         return all_of(self.env, procs)
 
-    def _bulk_load(self, step: PlanStep, wl) -> None:
+    def _bulk_load(self, step: LoadStep, wl) -> None:
         """The whole step's keys written straight into the memory nodes by the system's
         ``bulk_load``, at once in virtual time, by compute node 0 (a structure such as a tree is
         built over all keys together); the other compute nodes have nothing to do. Each key is
@@ -368,7 +357,7 @@ class ComputeNode:
             self._crash(t, c, e)        # a failpoint stopped this client between two verbs
 
     # -- run -------------------------------------------------------------------------------------
-    def _run(self, step: PlanStep):
+    def _run(self, step: RunStep):
         wl = self.workloads[step.workload]
         env = self.env
         end = env.now + step.duration_ns if step.duration_ns > 0 else None
@@ -387,8 +376,8 @@ class ComputeNode:
                     stream = wl.client_stream(self.index * self.active_threads + t,
                                               self.n_compute * self.active_threads, self.inserts, self.seed)
                 else:
-                    stream = wl.stream(self.seed, self._stream_id(step, t, 0), self.inserts)
-                procs.append(env.process(self._arrivals(stream, rate, end, queue, waiting, t, step.index),
+                    stream = wl.stream(self.seed, self._stream_id(t, 0), self.inserts)
+                procs.append(env.process(self._arrivals(stream, rate, end, queue, waiting, t, self.step_index),
                                          name=f"{self.name}.arrivals.t{t}"))
                 for c in range(self.active_coroutines):
                     if (t, c) in self.dead:
@@ -402,7 +391,7 @@ class ComputeNode:
                     stream = wl.client_stream(self.index * per_node + t * self.active_coroutines + c,
                                               self.n_compute * per_node, self.inserts, self.seed)
                 else:
-                    stream = wl.stream(self.seed, self._stream_id(step, t, c), self.inserts)
+                    stream = wl.stream(self.seed, self._stream_id(t, c), self.inserts)
                 procs.append(env.process(self._closed_loop(t, c, wl, stream, end), name=f"{self.name}.t{t}c{c}"))
         return all_of(env, procs)
 
@@ -414,8 +403,10 @@ class ComputeNode:
         if prev is not None and prev.is_alive:
             yield prev
 
-    def _stream_id(self, step: PlanStep, t: int, c: int) -> int:
-        return ((step.index * 4096 + self.index) * 1024 + t) * 64 + c
+    def _stream_id(self, t: int, c: int) -> int:
+        """The operation stream of coroutine (t, c) in the current step: by the step's position
+        in the plan (0-based), this node, the thread and the coroutine."""
+        return ((self.step_index * 4096 + self.index) * 1024 + t) * 64 + c
 
     def _closed_loop(self, t: int, c: int, wl, stream, end):
         env = self.env
@@ -577,7 +568,7 @@ class ComputeNode:
         return ok
 
     # -- knobs -----------------------------------------------------------------------------------
-    def _set(self, step: PlanStep) -> None:
+    def _set(self, step: SetStep) -> None:
         knob, value = step.knob, step.value
         if knob == "threads":
             before = self.active_threads

@@ -10,6 +10,9 @@ The messages travel through a *link*: in a rack of processes that is the clock-s
 message layer (``env.send``/``env.on_message``), in a co-located rack a scheduled call. Both give
 the same virtual-time behaviour, which is why the manager never needs to know which it has.
 
+The plan is the scenario's typed steps (``nodes/steps.py``), in order; a step's position in it is
+what the messages and the stats plane carry. The manager tells the steps apart by type.
+
 A ``kill`` step is the manager's own: it asks the rack (``kill_node``) to SIGKILL the node's
 process, logs it, and stops waiting for that node. With ``on_node_death = "continue"`` it also
 notices nodes that die on their own (``is_alive``) while it waits. A ``restart`` step asks the
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
+from nodes.steps import KillStep, LoadStep, RestartStep
 from shm.sim.router import MSG_DONE, MSG_START  # noqa: F401 - the message kinds live in one place
 
 DEATH_POLL_NS = 20_000          # how often a waiting manager looks for dead nodes ("continue" mode)
@@ -118,40 +122,41 @@ class Manager:
         """The manager's actor: every step in order, then return (the rack then quiesces)."""
         env = self.env
         t = env.now
-        for step in self.plan:
-            self.step = step.index
-            if step.action == "kill":
-                victim = next(a for a, n in self.compute.items() if n == step.node) \
-                    if step.node in self.compute.values() else None
-                self.log(env.now, "fault", step.node, f"scenario kills {step.node}")
-                self.kill_node(step.node)
-                if victim is not None:
-                    self.dead.add(victim)
-                continue
-            if step.action == "restart":
-                addr = next(a for a, n in self.compute.items() if n == step.node)
-                if self.restart_node is None:
-                    raise RuntimeError(f"step {step.index + 1}: restart {step.node} needs a rack of processes")
-                self.log(env.now, "fault", step.node, f"scenario restarts {step.node}")
-                self.restart_node(step.node, step.index)     # returns once the new process has joined
-                self.dead.discard(addr)
-                continue
+        for position, step in enumerate(self.plan):
+            self.step = position
+            match step:
+                case KillStep(node=node):
+                    victim = next(a for a, n in self.compute.items() if n == node) \
+                        if node in self.compute.values() else None
+                    self.log(env.now, "fault", node, f"scenario kills {node}")
+                    self.kill_node(node)
+                    if victim is not None:
+                        self.dead.add(victim)
+                    continue
+                case RestartStep(node=node):
+                    addr = next(a for a, n in self.compute.items() if n == node)
+                    if self.restart_node is None:
+                        raise RuntimeError(f"step {position + 1}: restart {node} needs a rack of processes")
+                    self.log(env.now, "fault", node, f"scenario restarts {node}")
+                    self.restart_node(node, position)     # returns once the new process has joined
+                    self.dead.discard(addr)
+                    continue
             start = env.now + self.latency
-            self.on_step(step.index, start)
-            self.log(start, "step", "mgr", f"step {step.index + 1}/{len(self.plan)}: {step.label}")
+            self.on_step(position, start)
+            self.log(start, "step", "mgr", f"step {position + 1}/{len(self.plan)}: {step.label}")
             live = [a for a in self.compute if a not in self.dead]
             self._pending = set(live)
             self._ends = []
             self._all_done = env.event()
             for addr in live:
-                self.send(addr, start, (MSG_START, step.index, start))
+                self.send(addr, start, (MSG_START, position, start))
             while self._pending:
                 if self.keep_going and self.is_alive is not None:
                     yield DEATH_POLL_NS
                     self._notice_deaths()
                 else:
                     yield self._all_done
-            if step.action == "load":
+            if isinstance(step, LoadStep):
                 self.loaded += step.count
                 self.on_loaded(self.loaded)
             t = max(self._ends, default=env.now)

@@ -13,6 +13,10 @@ declared here once and every layer (shm, workloads, nodes, cluster) uses them:
 * :func:`item`: positions in a list count from 1 in messages (``steer[1]`` is the first
   ``[[steer]]`` rule, ``step[1]`` the first ``[[step]]``, ``hosts[1]`` the first host), as the
   results table numbers steps and as files number lines: a person counts the first one as 1.
+* :func:`show_toml`: a value echoed back as it would be written in TOML (``true``, ``"cn9"``,
+  ``100`` for ``100.0``), so the message shows the line the user wrote. (Here rather than with the
+  spec, so that the scenario's step types, which live with the nodes that run them, describe
+  themselves with it.)
 * :func:`one_line`: a message or an exception with every run of whitespace as one space, how the
   rack prints a failure in one line.
 
@@ -27,8 +31,10 @@ Standard library only, so that the lowest layer can import it.
 from __future__ import annotations
 
 import difflib
+import json
+from typing import Any
 
-__all__ = ["CLIP_CHARS", "clip", "did_you_mean", "item", "one_line", "SystemError_"]
+__all__ = ["CLIP_CHARS", "clip", "did_you_mean", "item", "show_toml", "one_line", "SystemError_"]
 
 #: The most characters of a user's value a message repeats (a long path or a TOML inline table
 #: still fits whole; a pasted blob does not).
@@ -54,6 +60,21 @@ def did_you_mean(word, choices, quote: bool = False) -> str:
 def item(name: str, index0: int) -> str:
     """The message name of the entry at 0-based ``index0`` of the list ``name``: ``name[index0 + 1]``."""
     return f"{name}[{index0 + 1}]"
+
+
+def show_toml(v: Any) -> str:
+    """A value as it would be written in TOML, for messages (a long one cut: :func:`clip`)."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return json.dumps(clip(v), ensure_ascii=False)
+    if isinstance(v, float):
+        return repr(int(v)) if v.is_integer() and abs(v) < 1e15 else repr(v)
+    if isinstance(v, dict):
+        return clip("{" + ", ".join(f"{k} = {show_toml(x)}" for k, x in v.items()) + "}")
+    if isinstance(v, list):
+        return clip("[" + ", ".join(show_toml(x) for x in v) + "]")
+    return clip(str(v))
 
 
 def one_line(text) -> str:

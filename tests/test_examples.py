@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from cluster.rack import compile_scenario
-from cluster.scenario import default_scenario, load_scenario
+from cluster.scenario import LoadStep, RunStep, default_scenario, load_scenario
 from cluster.spec import DEFAULT_WORKLOAD_OVERRIDES
 
 try:  # Python >= 3.11
@@ -32,8 +32,9 @@ def test_there_are_examples():
 def test_example_loads_and_compiles(path):
     s = load_scenario(path)
     c = compile_scenario(s)
-    assert c.plan and c.plan[0].action == "load"
-    assert all(n in c.workloads for n in {st.workload for st in c.plan if st.workload})
+    assert c.plan and isinstance(c.plan[0], LoadStep)
+    # the plan is the scenario's typed steps: only loads and runs name a workload
+    assert all(n in c.workloads for n in {st.workload for st in c.plan if isinstance(st, (LoadStep, RunStep))})
     assert c.capacity > c.plan[0].count
 
 

@@ -1,7 +1,8 @@
-"""The experiments' registry (cluster/experiments/registry.py): every module of the package that
-declares an experiment is found by kind and name, a new module is found with no edit anywhere
-else (a paper dropped into the package runs as ``dmrack reproduce NAME``), an unknown name is one
-line listing what is available, and importing the command line imports no experiment."""
+"""The experiments' registry (cluster/experiments/registry.py): every experiment its table lists is
+found by kind and name and declares that kind and name, the table lists every module of the
+package that declares one, a new module with its line in the table runs as ``dmrack reproduce
+NAME``, an unknown name is one line listing what is available, and importing the command line
+imports no experiment."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import cluster.experiments
+from cluster.experiments import registry
 from cluster.experiments.registry import OPTIONS, Experiment, UnknownExperiment, available, find
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,6 +27,32 @@ def test_the_package_declares_the_benches_and_the_papers():
     assert [e.name for e in available("reproduce")] == ["dolphin", "dpastore", "flexkv", "pd3", "sherman", "smart"]
     for e in available():
         assert e.title and callable(e.run) and e.parts and set(e.options) <= set(OPTIONS)
+
+
+def test_the_table_lists_every_module_that_declares_an_experiment():
+    """A module moved or renamed is its line in the table changed: every line resolves to the
+    experiment it is listed as, and no public module of the package declares one the table lacks
+    (the message names the line to add)."""
+    import importlib
+    import pkgutil
+    listed = {target.partition(":")[0]: (kind, name) for kind, names in registry.EXPERIMENTS.items()
+              for name, target in names.items()}
+    for exp in available():
+        assert registry.EXPERIMENTS[exp.kind][exp.name].endswith(":EXPERIMENT")
+    for m in pkgutil.iter_modules(cluster.experiments.__path__):
+        if m.name.startswith("_"):
+            continue
+        module = f"cluster.experiments.{m.name}"
+        exp = getattr(importlib.import_module(module), "EXPERIMENT", None)
+        if isinstance(exp, Experiment):
+            assert listed.get(module) == (exp.kind, exp.name), \
+                f"add EXPERIMENTS[{exp.kind!r}][{exp.name!r}] = '{module}:EXPERIMENT' to cluster/experiments/registry.py"
+
+
+def test_a_line_that_names_another_experiment_is_refused(monkeypatch):
+    monkeypatch.setitem(registry.EXPERIMENTS["reproduce"], "smarter", "cluster.experiments.smart:EXPERIMENT")
+    with pytest.raises(ValueError, match=r"EXPERIMENTS\['reproduce'\]\['smarter'\] = .* declares reproduce 'smart'"):
+        find("reproduce", "smarter")
 
 
 def test_find_returns_the_module_declaration():
@@ -77,9 +105,11 @@ EXPERIMENT = reproduction("toypaper", "Toy", title="a toy paper", parts=EXPERIME
 
 def test_a_new_module_is_a_new_command(tmp_path, monkeypatch, capsys):
     """A module that is not in the package's directory but on its path stands for a new file in
-    cluster/experiments/: ``dmrack reproduce toypaper`` finds and runs it, --help lists it."""
+    cluster/experiments/, with its line in the table: ``dmrack reproduce toypaper`` finds and runs
+    it, --help lists it."""
     (tmp_path / "toypaper.py").write_text(NEW_PAPER)
     monkeypatch.setattr(cluster.experiments, "__path__", [*cluster.experiments.__path__, str(tmp_path)])
+    monkeypatch.setitem(registry.EXPERIMENTS["reproduce"], "toypaper", "cluster.experiments.toypaper:EXPERIMENT")
     monkeypatch.delitem(sys.modules, "cluster.experiments.toypaper", raising=False)
     try:
         from cluster.cli import main

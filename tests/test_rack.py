@@ -426,3 +426,54 @@ def test_cli_up_runs_the_default_rack_for_a_duration_and_exits_0(tmp_path):
     assert "load 10,000 records" in stdout and "stopped after 8 s (--duration)" in stdout
     assert (tmp_path / "results.json").exists() and (tmp_path / "results.csv").exists()
     assert not _leftovers(proc.pid)
+
+
+def test_the_plan_is_the_scenarios_typed_steps():
+    """One step type from the file to the manager (nodes/steps.py): the plan holds the scenario's
+    own steps, a load's count and bulk filled in, and survives pickling (node processes get it)."""
+    import pickle
+
+    from cluster.rack import compile_scenario
+    from nodes.steps import LoadStep, RunStep, SetStep, SleepStep
+    s = scenario(LOAD, {"action": "set", "knob": "threads", "value": 1}, run(0.1), {"action": "sleep", "duration_ms": 0.5})
+    plan = compile_scenario(s).plan
+    assert [type(p) for p in plan] == [LoadStep, SetStep, RunStep, SleepStep]
+    assert plan[0] == LoadStep(index=1, workload="default", count=400, bulk=True)
+    assert plan[1:] == list(s.steps[1:])             # nothing to fill in: the file's own steps
+    assert [p.label for p in plan] == ["bulk-load 400 records (default)", "set threads = 1",
+                                       "run default for 0.1 ms", "sleep 0.5 ms"]
+    assert [p.duration_ns for p in plan] == [0, 0, 100_000, 500_000]
+    assert pickle.loads(pickle.dumps(plan)) == plan
+
+
+def test_a_set_step_reaches_the_nodes_as_written():
+    """A boolean profile key set to false arrives as False (the string-typed plan step of before
+    turned it into 0.0, which the profile refused mid-run)."""
+    rack = ColocatedRack(scenario(LOAD, {"action": "set", "knob": "nic.atomic_write_race", "value": True}, run(0.05),
+                                  {"action": "set", "knob": "nic.atomic_write_race", "value": False}, run(0.05)))
+    res = rack.run()
+    assert rack.nodes[0].fabric.profile.nic.atomic_write_race is False
+    assert [s.label for s in res.steps][-2:] == ["set nic.atomic_write_race = 0", "run default for 0.05 ms"]
+
+
+def test_one_wiring_for_both_kinds_of_rack():
+    """cluster/wiring.py builds a co-located rack's nodes and a node process's alike; what differs
+    follows from the rack state: a rack of processes (a clock table) routes messages by kind, the
+    manager's process gets no verbs host, a compute node's process builds its one node."""
+    from cluster.rack import RackState, compile_scenario
+    from cluster.wiring import wire
+    from shm.sim.env import Environment
+    from shm.sim.router import MSG_DONE, MSG_START, MSG_STOP, MSG_VERBS_SEND
+    c = compile_scenario(scenario(LOAD, run(0.1), compute=2))
+    with RackState.create(c, processes=True) as state:
+        mgr = wire(state, Environment(seed=1), {"mgr"}, writers=lambda n: None)
+        assert mgr.host is None and mgr.computes == [] and mgr.manager is not None
+        assert set(mgr.router.handlers) == {MSG_DONE}
+        cn1 = wire(state, Environment(seed=2), {"cn1"}, writers=lambda n: n)
+        assert [(n.name, w) for n, w in cn1.computes] == [("cn1", "cn1")] and cn1.manager is None
+        assert cn1.host.my_proc == c.address("cn1") == 1
+        assert {MSG_START, MSG_VERBS_SEND, MSG_STOP} <= set(cn1.router.handlers)
+    with RackState.create(c, processes=False) as state:
+        w = wire(state, Environment(seed=3), writers=lambda n: n)
+        assert [n.name for n, _ in w.computes] == ["cn0", "cn1"] and w.router is None
+        assert w.manager is not None and w.manager_proc is not None and w.host.proc_of_node is None

@@ -5,7 +5,9 @@ a missing one, values come back exactly, ...). This module states it in code, on
 system gets the whole suite by being registered in ``nodes.systems.BUILTIN``:
 ``tests/test_conformance.py`` parametrises over every registered system and every check here.
 
-Each check is a plain function ``check(system, options=None) -> None`` taking the System
+The checks are listed in one declared table, ``CHECKS`` (and ``HEAVY_CHECKS`` for ``dmrack check
+--heavy``), name -> check, in the order the suite runs them: the style of every registry of dmrack
+(``shm/targets.py``). Each check there is a function ``check(system, options=None) -> None`` taking the System
 *class* (what ``nodes.systems.get_system`` returns) and optionally system options (checked and
 filled by the system; ``dmrack check --option`` passes them, e.g. RACE's deliberate
 ``fault``). It returns on success and raises
@@ -54,7 +56,6 @@ import contextvars
 import random
 import time
 import traceback
-from collections import OrderedDict
 from typing import Callable, Iterable, NamedTuple
 
 from cluster.correctness.shapes import (  # noqa: F401  (DEFAULT_PROFILE re-exported)
@@ -340,29 +341,25 @@ def stress_rack(system, workload, *, compute: int = 2, threads: int = 2, corouti
 
 # -- the checks ------------------------------------------------------------------------------------
 
-CHECKS: "OrderedDict[str, Callable]" = OrderedDict()
-#: Checks only ``dmrack check --heavy`` runs (``run_suite(heavy=True)``): too slow for every run.
-HEAVY_CHECKS: "OrderedDict[str, Callable]" = OrderedDict()
+def _named(checks: dict) -> dict:
+    """The checks of a table (name -> function), each wrapped so that any failure escaping it
+    becomes a ConformanceFailure whose message starts with its name."""
+    return {name: _wrapped(name, fn) for name, fn in checks.items()}
 
 
-def _check(name: str, registry: "OrderedDict[str, Callable]" = CHECKS):
-    """Register a check under ``name`` (in ``registry``); any failure escaping it becomes a
-    ConformanceFailure whose message starts with ``name``."""
-    def deco(fn):
-        def check(system, options: dict | None = None) -> None:
-            try:
-                fn(system, dict(options or {}))
-            except ConformanceFailure as e:
-                raise ConformanceFailure(f"{name} [{system.name}]: {e}") from e
-            except Exception as e:          # a crash is a failure of the check it happened in
-                raise ConformanceFailure(f"{name} [{system.name}]: {type(e).__name__}: {e}") from e
-        check.__name__ = f"check_{name}"
-        check.__qualname__ = check.__name__
-        check.__doc__ = fn.__doc__
-        check.check_name = name
-        registry[name] = check
-        return check
-    return deco
+def _wrapped(name: str, fn: Callable) -> Callable:
+    def check(system, options: dict | None = None) -> None:
+        try:
+            fn(system, dict(options or {}))
+        except ConformanceFailure as e:
+            raise ConformanceFailure(f"{name} [{system.name}]: {e}") from e
+        except Exception as e:          # a crash is a failure of the check it happened in
+            raise ConformanceFailure(f"{name} [{system.name}]: {type(e).__name__}: {e}") from e
+    check.__name__ = f"check_{name}"
+    check.__qualname__ = check.__name__
+    check.__doc__ = fn.__doc__
+    check.check_name = name
+    return check
 
 
 def _k(i: int) -> bytes:
@@ -373,7 +370,6 @@ def _v(kid: int, version: int, size: int = 32) -> bytes:
     return value_bytes(kid, version, size)
 
 
-@_check("single_client")
 def check_single_client(system, options) -> None:
     """Every result of every operation on one coroutine, failure paths included; scans."""
     with rig(system, options=options) as r:
@@ -476,7 +472,6 @@ def _pairs(pairs) -> str:
     return "[" + ", ".join(out) + (", ..." if len(pairs) > 12 else "") + "]"
 
 
-@_check("sequential_model")
 def check_sequential_model(system, options) -> None:
     """600 random operations on 12 keys from one coroutine, each compared with a dict."""
     rng = random.Random(20240607)
@@ -523,7 +518,6 @@ def check_sequential_model(system, options) -> None:
         _expect(problem is None, problem)
 
 
-@_check("large_values")
 def check_large_values(system, options) -> None:
     """Values from 16 B to 1000 B round-trip exactly, through inserts and updates that change
     their size (a block that grows past a cache line, and shrinks back)."""
@@ -551,7 +545,6 @@ def check_large_values(system, options) -> None:
             _expect(got == v, f"key {kid} put back to {size} B came back as {_short(got)}")
 
 
-@_check("no_torn_values")
 def check_no_torn_values(system, options) -> None:
     """4 threads x 4 coroutines update one key with 1000 B and 200 B values and read it back
     between updates: every get returns exactly one written value (never a mix of two, never a
@@ -589,7 +582,6 @@ def check_no_torn_values(system, options) -> None:
                 f"after the updates the key holds {_short(final)}, which no update wrote")
 
 
-@_check("insert_race")
 def check_insert_race(system, options) -> None:
     """4 threads x 4 coroutines insert one key at the same virtual instant (and then staggered):
     exactly one insert wins and its value is the one stored; then all delete it at once: exactly
@@ -624,7 +616,6 @@ def check_insert_race(system, options) -> None:
             _expect(got is None, f"round {rnd}: key {kid} deleted by everyone still reads {_short(got)}")
 
 
-@_check("load_then_read")
 def check_load_then_read(system, options) -> None:
     """2,000 keys inserted by 4 threads x 4 coroutines, then every key read (by a different
     coroutine than its inserter) with exactly its value."""
@@ -695,21 +686,18 @@ def _history_check(system, options: dict, distribution: str, shape: StressShape 
                                     f"(verdict {result.verdict}):\n{result.explain()}")
 
 
-@_check("history_uniform")
 def check_history_uniform(system, options) -> None:
     """A StressWorkload over 64 keys (uniform), 2 compute nodes x 2 threads x 4 coroutines, 1
     virtual ms after loading half the keys (``HISTORY``): the recorded history is linearizable."""
     _history_check(system, options, "uniform")
 
 
-@_check("history_zipfian")
 def check_history_zipfian(system, options) -> None:
     """As history_uniform with zipfian 0.99 keys: a few keys take most operations, so many
     operations on one key overlap."""
     _history_check(system, options, "zipfian")
 
 
-@_check("history_heavy", HEAVY_CHECKS)
 def check_history_heavy(system, options) -> None:
     """``dmrack check --heavy`` only: the process stress's shape (``System.heavy_stress`` of the
     ``--heavy`` shape: by default 16 keys, values of 16-1000 bytes, 8 threads x 8 coroutines per node)
@@ -719,7 +707,6 @@ def check_history_heavy(system, options) -> None:
     _history_check(system, options, "uniform", system.heavy_stress(HEAVY)._replace(run_ms=1.0))
 
 
-@_check("client_statistics")
 def check_client_statistics(system, options) -> None:
     """``KVClient.statistics()`` is None or an immutable record (hashable, and a snapshot: later
     operations do not change a record already returned)."""
@@ -737,6 +724,27 @@ def check_client_statistics(system, options) -> None:
         _expect(hash(before) == snapshot, f"a statistics() record changed after later operations: {before!r}")
         after = r.client.statistics()
         _expect(type(after) is type(before), f"statistics() changed type: {type(before)} then {type(after)}")
+
+
+# -- the tables -------------------------------------------------------------------------------------
+# The suite's registry, in the style of every registry of dmrack (a declared table: shm/targets.py):
+# name -> check, in the order the suite runs them. A new check is a function above and its line here.
+
+CHECKS = _named({
+    "single_client": check_single_client,
+    "sequential_model": check_sequential_model,
+    "large_values": check_large_values,
+    "no_torn_values": check_no_torn_values,
+    "insert_race": check_insert_race,
+    "load_then_read": check_load_then_read,
+    "history_uniform": check_history_uniform,
+    "history_zipfian": check_history_zipfian,
+    "client_statistics": check_client_statistics,
+})
+#: Checks only ``dmrack check --heavy`` runs (``run_suite(heavy=True)``): too slow for every run.
+HEAVY_CHECKS = _named({
+    "history_heavy": check_history_heavy,
+})
 
 
 # -- the suite -------------------------------------------------------------------------------------

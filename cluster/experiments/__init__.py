@@ -11,11 +11,11 @@ Why a package of their own: the rest of ``cluster`` builds, runs and watches a r
 scenario, rack, supervisor, stats, dashboard, results), ``cluster.correctness`` checks that a
 system is right; experiments use both and nothing uses them. Each paper to come adds a module,
 so they are kept out of the way of the machinery, and the command line does not list them: a
-module declares itself (``EXPERIMENT = Experiment(kind=..., name=..., ...)``) and the registry
-(``registry.py``: :func:`~cluster.experiments.registry.find`,
-:func:`~cluster.experiments.registry.available`) finds it among the modules of this package when
-``dmrack bench NAME`` or ``dmrack reproduce NAME`` asks. Adding a reproduction is one new module
-here and no edit anywhere else (docs/experiments.md).
+module declares itself (``EXPERIMENT = Experiment(kind=..., name=..., ...)``) and the registry's
+table (``registry.py``: ``EXPERIMENTS``, read by :func:`~cluster.experiments.registry.find` and
+:func:`~cluster.experiments.registry.available`) names it for ``dmrack bench NAME`` or ``dmrack
+reproduce NAME``. Adding a reproduction is one new module here and its line in that table
+(docs/experiments.md).
 
 Importing this package imports none of its modules: the registry imports an experiment's module
 only when it is asked for, so ``dmrack --help`` does not pay for numpy and the fabric.

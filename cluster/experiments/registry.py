@@ -1,5 +1,6 @@
 """The experiments' registry: ``dmrack bench NAME`` and ``dmrack reproduce NAME`` find an experiment
-by name among the modules of this package, so a new paper is one new module and no edit elsewhere.
+by name in one declared table, :data:`EXPERIMENTS`, so a new paper is one new module and one line
+here.
 
 An experiment module declares itself with one module-level constant, usually made by
 :func:`cluster.experiments.rows.reproduction` or :func:`~cluster.experiments.rows.bench` from its
@@ -9,20 +10,21 @@ parts, setup, figures and title (they write ``run``)::
                               side_by_side=SIDE_BY_SIDE, setup=setup, figures=FIGURES, ...)
 
 or, when its ``run`` is its own (``bench ycsb``: parts per system, a trace), as an
-:class:`Experiment` directly, and nothing registers it: :func:`find` and :func:`available` look
-for ``EXPERIMENT`` in the modules of ``cluster.experiments``. Why a constant found by looking rather than a decorator that
-fills a table on import: the table is then only ever what the package holds (no import order to
-get right, no module that registers twice or from outside), and a module that is never asked for
-is never imported.
+:class:`Experiment` directly; the table names it by kind and name as a ``module:attr`` target
+(``"cluster.experiments.smart:EXPERIMENT"``). That is the style of every registry of dmrack (the
+systems' ``BUILTIN``, the conformance checks' ``CHECKS``; ``shm/targets.py`` says why): the table
+is the whole registry at a glance, there is no import order to get right and no module that
+registers twice or from outside, and a module that is never asked for is never imported. A
+module moved or renamed is its line here changed; the registry's test resolves every line and
+checks that each declares the kind and name it is listed under, and that no module of the package
+declares an experiment the table lacks.
 
 Lookups are lazy because the modules are not cheap to import (the verbs bench pulls in the fabric
 and its compiled kernels, about half a second): importing this package or ``cluster.cli`` imports
 none of them, so ``dmrack --help`` and every other subcommand stay as fast as before. :func:`find`
-first imports the module named like the experiment (``reproduce smart`` -> ``smart.py``), the
-convention every module here follows, and only if that module does not declare it imports them
-all; :func:`available` (listings, an unknown name) imports them all. Modules whose name starts
-with an underscore are private and never imported by a lookup; the shared helpers (``rows``,
-``pointpool``) are imported like any module and simply declare nothing.
+imports the one module the table names, and an unknown name's message lists the table's names
+without importing anything; :func:`available` (listings: ``--help`` of bench and reproduce,
+``dmrack sensitivity``) imports them all.
 
 ``run`` is called as ``run(only=..., quick=..., json_path=..., console=..., **options)``: ``only``
 a list of the names in ``parts`` or None for all of them, ``options`` the keywords named in
@@ -45,10 +47,10 @@ runs the headline again for every knob those profiles list as an assumption, at 
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from dataclasses import dataclass
 from typing import Callable
+
+from shm.targets import resolve
 
 # kind -> the word for one experiment of that kind, in messages ("unknown paper 'x'")
 KINDS = {"bench": "suite", "reproduce": "paper"}
@@ -85,55 +87,54 @@ class Experiment:
 
 
 class UnknownExperiment(ValueError):
-    """No module of the package declares this kind and name; the message lists those that do."""
+    """The table lists no experiment of this kind and name; the message lists those it does."""
 
 
-PACKAGE = __name__.rpartition(".")[0]          # cluster.experiments
+#: kind -> name -> the "module:attr" of the Experiment ``dmrack <kind> <name>`` runs, in the order
+#: listings show them. A new bench or paper adds one line.
+EXPERIMENTS = {
+    "bench": {
+        "devices": "cluster.experiments.devices:EXPERIMENT",
+        "speed": "cluster.experiments.speed:EXPERIMENT",
+        "verbs": "cluster.experiments.verbs:EXPERIMENT",
+        "ycsb": "cluster.experiments.ycsb:EXPERIMENT",
+    },
+    "reproduce": {
+        "dolphin": "cluster.experiments.dolphin:EXPERIMENT",
+        "dpastore": "cluster.experiments.dpastore:EXPERIMENT",
+        "flexkv": "cluster.experiments.flexkv:EXPERIMENT",
+        "pd3": "cluster.experiments.pd3:EXPERIMENT",
+        "sherman": "cluster.experiments.sherman:EXPERIMENT",
+        "smart": "cluster.experiments.smart:EXPERIMENT",
+    },
+}
 
 
-def _module_names() -> list[str]:
-    """The public modules of the package, by name, without importing them."""
-    package = importlib.import_module(PACKAGE)
-    return sorted(m.name for m in pkgutil.iter_modules(package.__path__)
-                  if not m.ispkg and not m.name.startswith("_") and m.name != "registry")
-
-
-def _declared(module_name: str) -> Experiment | None:
-    got = getattr(importlib.import_module(f"{PACKAGE}.{module_name}"), "EXPERIMENT", None)
-    if got is not None and not isinstance(got, Experiment):
-        raise TypeError(f"{PACKAGE}.{module_name}.EXPERIMENT must be an Experiment, got {type(got).__name__}")
+def _declared(kind: str, name: str) -> Experiment:
+    """The Experiment the table lists under ``kind``, ``name``, imported now and checked."""
+    target = EXPERIMENTS[kind][name]
+    got = resolve(target)
+    if not isinstance(got, Experiment):
+        raise TypeError(f"{__name__}.EXPERIMENTS[{kind!r}][{name!r}] = {target!r}: not an Experiment "
+                        f"(a {type(got).__name__})")
+    if (got.kind, got.name) != (kind, name):
+        raise ValueError(f"{__name__}.EXPERIMENTS[{kind!r}][{name!r}] = {target!r} declares "
+                         f"{got.kind} {got.name!r}")
     return got
 
 
 def available(kind: str | None = None) -> list[Experiment]:
-    """Every experiment the package declares (of ``kind``), by name. Imports every module."""
-    found: dict[tuple[str, str], str] = {}
-    out = []
-    for module_name in _module_names():
-        exp = _declared(module_name)
-        if exp is None:
-            continue
-        key = (exp.kind, exp.name)
-        if key in found:
-            raise ValueError(f"{exp.kind} {exp.name!r} is declared twice: by {PACKAGE}.{found[key]} "
-                             f"and {PACKAGE}.{module_name}")
-        found[key] = module_name
-        if kind is None or exp.kind == kind:
-            out.append(exp)
-    return sorted(out, key=lambda e: (e.kind, e.name))
+    """Every experiment the table lists (of ``kind``), sorted by kind and name. Imports their modules."""
+    return [_declared(k, name) for k in sorted(EXPERIMENTS) if kind is None or k == kind
+            for name in sorted(EXPERIMENTS[k])]
 
 
 def find(kind: str, name: str) -> Experiment:
     """The experiment ``dmrack <kind> <name>`` runs; :class:`UnknownExperiment` (one line listing
-    what is available) if no module declares it."""
+    what is available) if the table lists none."""
     if kind not in KINDS:
         raise ValueError(f"unknown kind of experiment {kind!r}; choose from {', '.join(KINDS)}")
-    if name in _module_names():                 # the convention: the module is named like it
-        exp = _declared(name)
-        if exp is not None and exp.kind == kind and exp.name == name:
-            return exp
-    for exp in available(kind):
-        if exp.name == name:
-            return exp
-    raise UnknownExperiment(f"unknown {KINDS[kind]} {name!r}; available: "
-                            f"{', '.join(e.name for e in available(kind))}")
+    listed = EXPERIMENTS.get(kind, {})
+    if name not in listed:
+        raise UnknownExperiment(f"unknown {KINDS[kind]} {name!r}; available: {', '.join(sorted(listed))}")
+    return _declared(kind, name)

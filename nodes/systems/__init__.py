@@ -17,16 +17,17 @@ suite names systems by it) and in the node processes forked from it. Every failu
 module and the error.
 
 Systems are imported only when used, so listing them stays cheap and one broken system cannot
-stop the others from loading.
+stop the others from loading: ``BUILTIN`` is a declared table of ``module:Class`` targets, the
+style every registry of dmrack follows (``shm/targets.py``, which resolves them).
 """
 
 from __future__ import annotations
 
-import importlib
-
 from shm.messages import clip, did_you_mean
+from shm.targets import TargetError, is_target, load, resolve
 
-# name -> "module:Class"; a new built-in system adds one line.
+# name -> "module:Class" (the registries' one style, shm/targets.py); a new built-in system adds
+# one line.
 BUILTIN = {
     "race": "nodes.systems.race:RaceSystem",
     "smart-ht": "nodes.systems.smart_ht:SmartHTSystem",
@@ -77,28 +78,17 @@ def is_known(name: str) -> bool:
 
 def is_plugin_target(name: str) -> bool:
     """``name`` looks like ``module:Class``."""
-    module, sep, cls = name.partition(":")
-    return bool(sep and module and cls)
+    return is_target(name)
 
 
 def _import_target(target: str, asked: str, origin: str):
     """The class named by ``module:Class``, checked (subclass of System, a usable name)."""
-    from nodes.systems.api import System, one_line
+    from nodes.systems.api import System
     asked = clip(asked)                     # only ever shown in messages
-    module, _, attr = target.partition(":")
-    if not module or not attr or ":" in attr:
-        raise SystemLoadError(f"system {asked!r}: {clip(target)!r} is not of the form module:Class")
     try:
-        mod = importlib.import_module(module)
-    except Exception as e:                  # ImportError, SyntaxError, or whatever the module raised
-        raise SystemLoadError(f"system {asked!r}: module {clip(module)!r} does not import: "
-                              f"{type(e).__name__}: {one_line(e)}") from None
-    obj = mod
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise SystemLoadError(f"system {asked!r}: module {clip(module)!r} has no {clip(attr)!r}") from None
+        obj = load(target, "module:Class")
+    except TargetError as e:
+        raise SystemLoadError(f"system {asked!r}: {e}") from None
     if not (isinstance(obj, type) and issubclass(obj, System)):
         raise SystemLoadError(f"system {asked!r}: {clip(target)} is not a subclass of nodes.systems.api.System "
                               f"(it is {obj!r})")
@@ -119,8 +109,7 @@ def _import_target(target: str, asked: str, origin: str):
 
 
 def _builtin_class(name: str):
-    module, _, cls = BUILTIN[name].partition(":")
-    return getattr(importlib.import_module(module), cls)
+    return resolve(BUILTIN[name])
 
 
 def get_system(name: str):
