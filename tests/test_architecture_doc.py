@@ -4,7 +4,7 @@ checked by tests/test_layers.py.)
 
 The page names files and definitions in one convention, backticked paths from the repository
 root: `shm/nic.py`, a folder `nodes/systems/`, a definition `shm/nic.py:model_post` or a method
-`shm/coro.py:Coroutine.sync`. The first test reads every such name and checks that the file or
+`shm/coro.py:VerbBatch.sync`. The first test reads every such name and checks that the file or
 folder exists and, for a definition, that the file defines it (read with :mod:`ast`, nothing is
 imported). A renamed function fails here until the page follows.
 
