@@ -28,7 +28,7 @@ def test_the_package_declares_the_benches_and_the_papers():
 
 
 def test_find_returns_the_module_declaration():
-    from cluster.experiments import sherman, smart, verbs, ycsb
+    from cluster.experiments import bench_verbs as verbs, bench_ycsb as ycsb, reproduce_smart as smart, sherman
     assert find("reproduce", "smart") is smart.EXPERIMENT
     assert find("reproduce", "sherman") is sherman.EXPERIMENT and sherman.EXPERIMENT.setup is sherman.setup
     assert find("reproduce", "sherman").figures == tuple(sherman.FIGURES)

@@ -188,7 +188,7 @@ def test_reads_land_in_one_event_when_no_write_can_come_between():
     samples cannot change before its last line), so a READ costs the events an 8 B one landing
     at its effect time does (8 B READs are deferred to their completions by default, which
     costs less still: shm/deferred.py)."""
-    from cluster.experiments.verbs import Rig, _onesided_closed_loop
+    from cluster.experiments.bench_verbs import Rig, _onesided_closed_loop
     from shm.deferred import defer_reads
 
     def events_per_verb(size, defer=True):

@@ -31,7 +31,7 @@ import numpy as np
 
 from cluster.experiments.figures import Figure
 from cluster.experiments.rows import Row, bench
-from cluster.experiments.verbs import FabricRig
+from cluster.experiments.bench_verbs import FabricRig
 from nodes.devices.dpa_core import Dpa
 from nodes.services.dpu_forwarder import OP_PUT, RECORD_BYTES, wire
 from shm.coro import NodeRdma

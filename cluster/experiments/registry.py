@@ -18,9 +18,10 @@ is never imported.
 Lookups are lazy because the modules are not cheap to import (the verbs bench pulls in the fabric
 and its compiled kernels, about half a second): importing this package or ``cluster.cli`` imports
 none of them, so ``dmrack --help`` and every other subcommand stay as fast as before. :func:`find`
-first imports the module named like the experiment (``reproduce smart`` -> ``smart.py``), the
-convention every module here follows, and only if that module does not declare it imports them
-all; :func:`available` (listings, an unknown name) imports them all. Modules whose name starts
+first imports the module named like the experiment (``reproduce sherman`` -> ``sherman.py``), or
+like the command where that name is taken elsewhere in dmrack (``reproduce smart`` ->
+``reproduce_smart.py``), the convention every module here follows, and only if that module does
+not declare it imports them all; :func:`available` (listings, an unknown name) imports them all. Modules whose name starts
 with an underscore are private and never imported by a lookup; the shared helpers (``rows``,
 ``pointpool``) are imported like any module and simply declare nothing.
 
@@ -128,10 +129,12 @@ def find(kind: str, name: str) -> Experiment:
     what is available) if no module declares it."""
     if kind not in KINDS:
         raise ValueError(f"unknown kind of experiment {kind!r}; choose from {', '.join(KINDS)}")
-    if name in _module_names():                 # the convention: the module is named like it
-        exp = _declared(name)
-        if exp is not None and exp.kind == kind and exp.name == name:
-            return exp
+    modules = _module_names()
+    for module_name in (name, f"{kind}_{name}"):    # the convention: the module is named like it
+        if module_name in modules:
+            exp = _declared(module_name)
+            if exp is not None and exp.kind == kind and exp.name == name:
+                return exp
     for exp in available(kind):
         if exp.name == name:
             return exp
