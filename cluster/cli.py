@@ -206,12 +206,12 @@ def _run_scenario(scenario, args, note: str | None = None) -> int:
 
 
 def _gave_up(e: BaseException) -> str | None:
-    """The one-line message of a SystemError_ (the system gave up: out of memory, a full table)
+    """The one-line message of a SystemGaveUp (the system gave up: out of memory, a full table)
     that ``e`` is or was caused by, or None."""
-    from nodes.systems.api import SystemError_
+    from shm.messages import SystemGaveUp
     seen = 0
     while e is not None and seen < 8:
-        if isinstance(e, SystemError_):
+        if isinstance(e, SystemGaveUp):
             return e.one_line()
         e, seen = e.__cause__ or e.__context__, seen + 1
     return None

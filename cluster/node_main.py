@@ -20,7 +20,7 @@ A node process
 * publishes its pid and a heartbeat (virtual time, verbs, NIC utilisation) from a small thread,
   so the dashboard stays live even while the node waits for slower nodes;
 * writes a failure's traceback to ``<run dir>/<node>.err`` and exits non-zero (``EXIT_FAILED``),
-  which the supervisor reports. A ``SystemError_`` is not a bug but the system giving up (RACE
+  which the supervisor reports. A ``SystemGaveUp`` is not a bug but the system giving up (RACE
   out of memory for KV blocks, a table full): its one-line message also goes to
   ``<run dir>/<node>.gaveup`` and the node exits with ``EXIT_GAVE_UP``, so the supervisor can say
   "cn0: the system gave up: <message>" instead of printing a traceback;
@@ -59,7 +59,7 @@ from shm.telemetry import counters_of
 HEARTBEAT_S = 0.05
 RESTART_TIMEOUT_S = 60.0                       # a restart step's new process must join within this
 EXIT_FAILED = 3
-EXIT_GAVE_UP = 4                               # the system raised SystemError_ (see the module docstring)
+EXIT_GAVE_UP = 4                               # the system raised SystemGaveUp (see the module docstring)
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NAME = 15
 _ACTOR_COUNTERS = counters_of("actors")          # what _device_counters publishes
@@ -148,10 +148,10 @@ def node_main(state, slot: int, parent_pid: int, run_dir: str, restart: tuple[in
         else:
             _passive(state, decl.name, writer)
     except BaseException as e:  # noqa: BLE001 - every failure is reported, then the process exits
-        from nodes.systems.api import SystemError_
+        from shm.messages import SystemGaveUp
         with open(os.path.join(run_dir, f"{decl.name}.err"), "w") as f:
             f.write(traceback.format_exc())
-        gave_up = isinstance(e, SystemError_)
+        gave_up = isinstance(e, SystemGaveUp)
         if gave_up:
             msg = e.one_line()
             with open(os.path.join(run_dir, f"{decl.name}.gaveup"), "w") as f:
@@ -206,11 +206,11 @@ def _sync_env(state, address: int):
     sync = ClockSync(state.clock, address, spec.profile.sync.window_ns, spec.profile.sync.spin_us)
     # A rack that carries on after a node death: a node whose run raises leaves the clock (the
     # others go on without it) instead of stopping every node. The manager's failure still stops
-    # it, and so does the system giving up (SystemError_), which stops the rack whatever
+    # it, and so does the system giving up (SystemGaveUp), which stops the rack whatever
     # on_node_death says (cluster/supervisor.py).
     if spec.on_node_death == "continue" and address != len(state.compiled.compute):
-        from nodes.systems.api import SystemError_
-        sync.leave_on_failure = lambda exc: not isinstance(exc, SystemError_)
+        from shm.messages import SystemGaveUp
+        sync.leave_on_failure = lambda exc: not isinstance(exc, SystemGaveUp)
     return Environment(seed=spec.seed * 1000 + address, sync=sync)
 
 

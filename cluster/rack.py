@@ -30,7 +30,7 @@ from nodes.history import HistoryLog
 from shm.sim.env import Environment
 from shm.sim.sync import ClockTable
 from nodes.systems import get_system
-from nodes.systems.api import SystemError_
+from shm.messages import SystemGaveUp
 from shm.fabric import Fabric
 from shm.segment import new_prefix
 
@@ -191,7 +191,7 @@ class RackState:
                         fabric.expose(i)
             try:
                 layout = compiled.system.setup(fabric, mns, compiled.options, compiled.capacity)
-            except (SystemError_, MemoryError) as e:
+            except (SystemGaveUp, MemoryError) as e:
                 # The spec's capacity check (System.footprint) is a lower bound; a table that still
                 # does not fit is the same bad input: one line naming the scenario, not a traceback.
                 raise RackError(f"{compiled.scenario.source}: {e}") from None

@@ -64,7 +64,7 @@ from typing import Iterable, NamedTuple
 
 from rich.table import Table
 
-from cluster.stats import COUNTER_NAMES, COUNTERS, OP_KINDS, Event, LatencyHistogram, ProcSnapshot, StatsPlane
+from cluster.stats import COUNTER_NAMES, COUNTERS, OP_KINDS, LatencyHistogram, LogEntry, ProcSnapshot, StatsPlane
 from cluster.units import fmt_mem
 
 __all__ = ["Results", "KindFigures", "NodeStep", "StepFigures", "NodeSummary", "COLUMNS",
@@ -230,7 +230,7 @@ class Results:
 
     @classmethod
     def from_snapshots(cls, snaps: Iterable[ProcSnapshot], meta: dict,
-                       events: Iterable[Event] = ()) -> "Results":
+                       events: Iterable[LogEntry] = ()) -> "Results":
         if not isinstance(meta, dict):
             raise TypeError(f"meta must be a dict (rack, system, profile, seed, ...), got {type(meta).__name__}")
         meta = _jsonable(dict(meta))

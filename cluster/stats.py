@@ -110,7 +110,7 @@ __all__ = [
     "SUB_BITS", "SUB", "MAX_EXP", "N_BUCKETS", "REL_ERROR",
     "bucket_index", "bucket_of", "bucket_lower", "bucket_width",
     "LatencyHistogram", "HistStats",
-    "ProcInfo", "StepRecord", "ProcSnapshot", "Event",
+    "ProcInfo", "StepRecord", "ProcSnapshot", "LogEntry", "Event",
     "StatsPlane", "PlaneStats", "ProcWriter", "WriterStats",
     "record_op", "record_batch",
     "EVENT_CAPACITY", "EVENT_TEXT_BYTES", "EVENT_KIND_BYTES", "EVENT_NODE_BYTES", "LABEL_BYTES",
@@ -604,13 +604,19 @@ class ProcSnapshot:
         return sum(s.ops() for s in self.steps)
 
 
-class Event(NamedTuple):
+class LogEntry(NamedTuple):
+    """One line of the rack's event log (a ring in the plane, :meth:`StatsPlane.events`): not an
+    event of the virtual-time scheduler (``shm.sim.env.Event``)."""
     seq: int
     time: float                     # time.time() seconds when logged
     vtime_ns: int
     kind: str
     node: str
     text: str
+
+
+#: The name :class:`LogEntry` had before issue 42, kept for code that reads the plane's log with it.
+Event = LogEntry
 
 
 class PlaneStats(NamedTuple):
@@ -987,7 +993,7 @@ class StatsPlane:
         store_release(self._ev, e + E_STAMP, 2 * pos + 2)
         return pos
 
-    def _read_event(self, pos: int) -> Event | str:
+    def _read_event(self, pos: int) -> LogEntry | str:
         """The event at ``pos``, or "pending" (not yet published) or "gone" (overwritten)."""
         e = (pos % EVENT_CAPACITY) * EVENT_WORDS
         want = 2 * pos + 2
@@ -1003,13 +1009,13 @@ class StatsPlane:
             if int(load_acquire(self._ev, e + E_STAMP)) != s1:
                 continue
             raw = words.view(np.uint8)
-            return Event(pos, int(words[E_REAL]) / 1e9, int(words[E_VTIME]),
+            return LogEntry(pos, int(words[E_REAL]) / 1e9, int(words[E_VTIME]),
                          _from_utf8(raw[8 * E_KIND:8 * E_NODE]),
                          _from_utf8(raw[8 * E_NODE:8 * E_TEXT]),
                          _from_utf8(raw[8 * E_TEXT:]))
         return "pending"
 
-    def events(self, since: int = 0) -> list[Event]:
+    def events(self, since: int = 0) -> list[LogEntry]:
         """Events with ``seq >= since`` still in the ring, oldest first.
 
         Stops before an entry that is reserved but not yet published, so that ``since = last

@@ -20,7 +20,7 @@ Order of work, and why:
    every process gone before the scenario finished (``F_DONE``) stops the rack with status 1.
    Every exit it sees is written into the stats plane (``StatsPlane.mark_exited``): a node killed
    with SIGKILL never says so itself, and the dashboard reads nothing but the plane. A node whose
-   system raised ``SystemError_`` (it gave up: out of memory, a full table) is reported in one line,
+   system raised ``SystemGaveUp`` (it gave up: out of memory, a full table) is reported in one line,
    "cn0: the system gave up: <message>", without a traceback, and stops the rack whatever
    ``on_node_death`` says (the system, not a node, failed);
 5. stop: stop flag, then join, SIGTERM, SIGKILL in turn (no orphan survives), a last dashboard
@@ -57,7 +57,7 @@ from typing import NamedTuple
 from cluster.control import F_DONE, F_STEP
 from cluster.node_main import EXIT_GAVE_UP as EXIT_NODE_GAVE_UP
 from cluster.rack import RackError, RackState, compile_scenario
-from nodes.systems.api import SystemError_
+from shm.messages import SystemGaveUp
 from shm import failpoints
 from shm.segment import reclaim_stale
 
@@ -71,7 +71,7 @@ WARMING = ("preparing the fabric's kernels: numba compiles them on a machine's f
 HEARTBEAT_TIMEOUT_S = 30.0
 JOIN_S = 5.0
 EXIT_NODE_FAILED = 1
-EXIT_GAVE_UP = 3                    # the rack's exit status when the system gave up (SystemError_)
+EXIT_GAVE_UP = 3                    # the rack's exit status when the system gave up (SystemGaveUp)
 EXIT_ALIASED = 5                    # a fabric calendar aliased: the run's timing is wrong, no results
 EXIT_SIGNAL_BASE = 128              # stopped by signal N: 128 + N (Ctrl-C 130, SIGTERM 143), the shell's convention
 _CTX = mp.get_context("fork")
@@ -175,7 +175,7 @@ class Supervisor:
             self.state = RackState.create(self.compiled, processes=True, history=self.history_capacity)
             try:
                 self._warm_up()
-            except SystemError_ as e:
+            except SystemGaveUp as e:
                 # The warm-up rack runs the same system in the same memory: it gave up before any node did.
                 self.stop_reason = f"warm-up: the system gave up: {e.one_line()}"
                 self.say(f"dmrack: {self.stop_reason}")

@@ -305,12 +305,12 @@ class ComputeNode:
         if self.index == self.n_compute - 1:
             share = step.count - share * (self.n_compute - 1)
         keys = wl.load_keys(first, share) if share else np.empty(0, np.int64)
-        actors = list(self._active())
+        loaders = list(self._active())
         procs = []
         # a trace (workloads.traces) sizes each loaded key's value by the trace
         vsize = getattr(wl, "load_value_size", None) or wl.value_size
-        for j, (t, c) in enumerate(actors):
-            mine = keys[j::len(actors)]
+        for j, (t, c) in enumerate(loaders):
+            mine = keys[j::len(loaders)]
             if len(mine):
                 procs.append(self.env.process(self._load_loop(t, c, mine, _packer(wl), vsize),
                                               name=f"{self.name}.load.t{t}c{c}"))

@@ -31,7 +31,7 @@ DEATH_POLL_NS = 20_000          # how often a waiting manager looks for dead nod
 
 
 class ColocatedLink:
-    """Control messages between actors of one Environment: delivery is a scheduled call."""
+    """Control messages between processes of one Environment: delivery is a scheduled call."""
 
     def __init__(self, env):
         self.env = env
@@ -119,7 +119,7 @@ class Manager:
         self._check_done()
 
     def run(self):
-        """The manager's actor: every step in order, then return (the rack then quiesces)."""
+        """The manager's process: every step in order, then return (the rack then quiesces)."""
         env = self.env
         t = env.now
         for position, step in enumerate(self.plan):

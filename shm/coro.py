@@ -1,9 +1,12 @@
 """SMART-style coroutine verbs: the interface disaggregated systems are written against.
 
-A system's client code runs as coroutines (actors) on modelled CPU threads. Each coroutine
-appends one-sided verbs to its own batch with :meth:`Coroutine.read`, ``write``, ``cas``, ``faa``
-(and the masked atomics), rings the doorbell with :meth:`Coroutine.post`, and waits for the whole
-batch with ``yield co.sync()``. Results are read from the returned handles after the sync.
+A system's client code runs as coroutines on modelled CPU threads: SMART's user-level threads,
+each one a process of the event core (shm/sim/env.py), not a Python ``async`` coroutine. Each
+coroutine has one :class:`VerbBatch` (``co = thread.coroutine()``), its handle for one-sided verbs:
+it appends verbs to its batch with :meth:`VerbBatch.read`, ``write``, ``cas``, ``faa`` (and the
+masked atomics), rings the doorbell with :meth:`VerbBatch.post`, and waits for the whole batch with
+``yield co.sync()``. Results are read from the returned handles after the sync. (The class was
+called ``Coroutine`` before issue 42; that name stays as an alias for code written against it.)
 
 Thread resources follow a *policy* (SMART §3.1), which is the whole difference between the curves
 of SMART Fig. 3:
@@ -245,7 +248,7 @@ class RdmaThread:
         if self._tuner is not None and self._tuner is owner._node_tuner and self._tuner.phase != "idle":
             self._wr_cmax = self._tuner.current
         self._wr_queue: deque = deque()        # (coroutine, dst, items) waiting for credits
-        self._wr_out = self._wr_out_peak = self._wr_queued = self._deferred = 0
+        self._wr_out = self._wr_out_peak = self._wr_queued = self._posts_waited = 0
         self._conflict = (owner._node_conflict or ConflictController(cfg, 1)) \
             if cfg is not None and (cfg.backoff or cfg.coro_throttle) else None
         self._coro_throttle = cfg is not None and cfg.coro_throttle
@@ -263,21 +266,22 @@ class RdmaThread:
         cap = self._wr_cmax if self._throttle else None
         return SmartStats(
             cfg.throttle if cfg is not None else "off", cap, None if cap is None else cap - self._wr_out,
-            self._wr_out, self._wr_queued, self._deferred,
+            self._wr_out, self._wr_queued, self._posts_waited,
             tuner.samples if tuner else 0, tuner.epochs if tuner else 0, tuple(tuner.history) if tuner else (),
             self._cycles_ns(ctl.t_max) if ctl is not None and cfg.backoff else None,
             ctl.c_max if ctl is not None and self._coro_throttle else None,
             self._ops_running, len(self._op_waiters), self._bcas, self._bcas_failed, self._backoffs,
             self._backoff_ns, ctl.gamma if ctl is not None else None, ctl.windows if ctl is not None else 0)
 
-    def coroutine(self) -> "Coroutine":
+    def coroutine(self) -> "VerbBatch":
+        """A new coroutine of this thread (counted for coroutine throttling): its :class:`VerbBatch`."""
         self._coros += 1
         ctl = self._conflict
         if ctl is not None:
             # a node-scope controller bounds c_max by the largest thread's coroutine count
             ctl.set_upper(max(ctl.c_upper, self._coros) if ctl is self.owner._node_conflict else self._coros)
             self._admit()
-        return Coroutine(self)
+        return VerbBatch(self)
 
     def _conflict_sharers(self):
         """The threads whose operations this thread's retry-rate controller governs."""
@@ -345,7 +349,7 @@ class RdmaThread:
             self._wr_cmax = cap
 
     # -- SMART: coroutine throttling ---------------------------------------------------------------
-    def op_begin(self, co: "Coroutine | None" = None):
+    def op_begin(self, co: "VerbBatch | None" = None):
         """``yield from thread.op_begin(co)`` before a KV operation: with coroutine throttling on,
         waits until fewer than c_max operations of this thread are running. ``co`` (optional)
         restarts its back-off sequence. Pair with :meth:`op_end`."""
@@ -366,7 +370,7 @@ class RdmaThread:
         if self._op_waiters:
             self._admit()
 
-    def op(self, gen, co: "Coroutine | None" = None):
+    def op(self, gen, co: "VerbBatch | None" = None):
         """``result = yield from thread.op(client.get(co, key), co)``: op_begin, the operation, op_end."""
         yield from self.op_begin(co)
         try:
@@ -411,8 +415,8 @@ class RdmaThread:
         """Charge ``ns`` of this thread's core to the running coroutine."""
         env = self.env
         now = env.now
-        actor = env.active_process
-        debt = actor.debt_ns
+        proc = env.active_process
+        debt = proc.debt_ns
         start = now + debt
         if start < self.cpu_free:
             start = self.cpu_free
@@ -420,9 +424,9 @@ class RdmaThread:
         charge = start + ns - now - debt   # env.charge(charge), inlined
         if charge < 0:
             raise ValueError(f"negative charge {charge}")
-        actor.debt_ns = debt + charge
+        proc.debt_ns = debt + charge
         if env.tracer is not None:
-            env.tracer.cpu_charge(self, actor, "compute", start, start + ns)
+            env.tracer.cpu_charge(self, proc, "compute", start, start + ns)
 
     def _batch_arrays(self, n: int) -> tuple:
         """The NIC model's arrays for a batch of ``n`` work requests, allocated once per size:
@@ -435,8 +439,8 @@ class RdmaThread:
         return arrays
 
 
-class Coroutine:
-    """One coroutine's batch of verbs (see the module docstring)."""
+class VerbBatch:
+    """One coroutine's batch of verbs and its handle for posting them (see the module docstring)."""
 
     __slots__ = ("thread", "env", "_pending", "_posted", "_outstanding", "_waiter", "_errors", "_mr_off",
                  "_heap", "_next_seq", "_land_cb", "_batch_done_cb", "_finish_cb", "_submit", "_bo_fail", "_flags",
@@ -558,7 +562,7 @@ class Coroutine:
         q = thr._wr_queue
         cap = thr._wr_cmax
         if q or (cap is not None and cap - thr._wr_out < (len(items) if len(items) <= cap else cap)):
-            thr._deferred += 1
+            thr._posts_waited += 1
         q.append((self, dst, items))
         thr._wr_queued += len(items)
         self._outstanding += 1           # a queued batch counts: sync() waits for it too
@@ -835,3 +839,7 @@ class Coroutine:
 
 
 _U64 = (1 << 64) - 1
+
+#: The name :class:`VerbBatch` had before issue 42 (it is not a Python coroutine), kept so that
+#: systems and plugins written against ``shm.coro.Coroutine`` keep working.
+Coroutine = VerbBatch

@@ -20,10 +20,12 @@ declared here once and every layer (shm, workloads, nodes, cluster) uses them:
 * :func:`one_line`: a message or an exception with every run of whitespace as one space, how the
   rack prints a failure in one line.
 
-It also declares :class:`SystemError_`, a system's failure a workload reports (a full table): the
+It also declares :class:`SystemGaveUp`, a system's failure a workload reports (a full table): the
 systems raise it and the rack stops on it, and so does the two-sided RPC server of ``shm/rpc.py``,
 which must tell it from a handler's ordinary error without importing the systems' floor. It is
-re-exported as ``nodes.systems.api.SystemError_``, where systems and plugins have always found it.
+re-exported as ``nodes.systems.api.SystemGaveUp``, where systems and plugins find it. Its name
+before issue 42, ``SystemError_`` (a builtin's name with an underscore), stays an alias here and in
+``nodes.systems.api`` for code written against it.
 
 Standard library only, so that the lowest layer can import it.
 """
@@ -34,7 +36,7 @@ import difflib
 import json
 from typing import Any
 
-__all__ = ["CLIP_CHARS", "clip", "did_you_mean", "item", "show_toml", "one_line", "SystemError_"]
+__all__ = ["CLIP_CHARS", "clip", "did_you_mean", "item", "show_toml", "one_line", "SystemGaveUp", "SystemError_"]
 
 #: The most characters of a user's value a message repeats (a long path or a TOML inline table
 #: still fits whole; a pasted blob does not).
@@ -83,9 +85,14 @@ def one_line(text) -> str:
     return " ".join(str(text).split())
 
 
-class SystemError_(RuntimeError):
-    """A system-level failure a workload should report (e.g. the table is full)."""
+class SystemGaveUp(RuntimeError):
+    """The system gave up on an operation or its setup: a failure a workload should report (the
+    table is full, out of memory, an operation that never settled), not a bug of the emulator."""
 
     def one_line(self) -> str:
         """The message alone (``str()`` of an exception may carry notes), in one line."""
         return one_line(self.args[0] if self.args else "")
+
+
+#: The name :class:`SystemGaveUp` had before issue 42, kept for systems and plugins that import it.
+SystemError_ = SystemGaveUp

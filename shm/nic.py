@@ -39,14 +39,18 @@ from shm.atomics import faa, load_acquire
 from shm.calendar import ResourceLayout, reserve
 from shm.profile_schema import Profile
 
-# Opcodes of the model (the verbs layer maps IBV_WR_* onto these).
-OP_READ = 0
-OP_WRITE = 1
-OP_CAS = 2
-OP_FAA = 3
-OP_SEND = 4       # RC SEND: acknowledged
-OP_SEND_UD = 5    # UD SEND: no acknowledgement, completes once on the wire
-N_OPS = 6
+# Opcodes of the model: the verb a work request carries (the verbs layer maps IBV_WR_* onto
+# these). VERB_*, not OP_*: an "op" is a KV operation of a workload (shm.telemetry.OP_READ, ...).
+VERB_READ = 0
+VERB_WRITE = 1
+VERB_CAS = 2
+VERB_FAA = 3
+VERB_SEND = 4     # RC SEND: acknowledged
+VERB_SEND_UD = 5  # UD SEND: no acknowledgement, completes once on the wire
+N_VERBS = 6
+#: The names the opcodes had before issue 42, kept for code written against them.
+OP_READ, OP_WRITE, OP_CAS, OP_FAA, OP_SEND, OP_SEND_UD, N_OPS = (
+    VERB_READ, VERB_WRITE, VERB_CAS, VERB_FAA, VERB_SEND, VERB_SEND_UD, N_VERBS)
 
 REGION_HOST = 0
 REGION_DEVICE = 1  # NIC device memory: no PCIe trip at the responder
@@ -82,9 +86,9 @@ P_ATOMIC_SLOT = 15
 P_DEVMEM = 16
 P_MAX_INLINE = 17
 P_PCIE_PAYLOAD_FS_PER_B = 18
-P_REQ_COST = 19             # N_OPS entries
-P_RESP_COST = P_REQ_COST + N_OPS
-P_QP_LOCK = P_RESP_COST + N_OPS
+P_REQ_COST = 19             # N_VERBS entries
+P_RESP_COST = P_REQ_COST + N_VERBS
+P_QP_LOCK = P_RESP_COST + N_VERBS
 P_ATOMIC_HOLDS_UNIT = P_QP_LOCK + 1
 N_PARAMS = P_ATOMIC_HOLDS_UNIT + 1
 
@@ -205,7 +209,7 @@ def pack_params(p: Profile) -> np.ndarray:
     n = p.nic
     req = (n.req_read_ns, n.req_write_ns, n.req_atomic_ns, n.req_atomic_ns, n.req_send_ns, n.req_send_ns)
     resp = (n.resp_read_ns, n.resp_write_ns, n.resp_atomic_ns, n.resp_atomic_ns, n.resp_recv_ns, n.resp_recv_ns)
-    for op in range(N_OPS):
+    for op in range(N_VERBS):
         prm[P_REQ_COST + op] = req[op] * _PS
         prm[P_RESP_COST + op] = resp[op] * _PS
     return prm
@@ -308,7 +312,7 @@ def _in_effect_order(qp, op, eff):
     """RC placement order: a WRITE/SEND lands no earlier than the QP's previous WRITE/SEND, a
     READ/atomic no earlier than anything posted before it on the QP (so it sees earlier WRITEs).
     Returns the effect time and records it."""
-    if op == OP_WRITE or op == OP_SEND:
+    if op == VERB_WRITE or op == VERB_SEND:
         if qp[Q_PLACED] > eff:
             eff = qp[Q_PLACED]
         qp[Q_PLACED] = eff
@@ -447,7 +451,7 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, flags,
             t1 = qp[Q_BUSY]
         if flags[i] & FLAG_FENCE and qp[Q_RD_DONE] > t1:
             t1 = qp[Q_RD_DONE]  # fenced: the QP's earlier READs and atomics have completed
-        is_rd = op == OP_READ or op == OP_CAS or op == OP_FAA
+        is_rd = op == VERB_READ or op == VERB_CAS or op == VERB_FAA
         if is_rd and rd_k > 0:
             pos = qp[Q_RD_POS]
             if qp[Q_RD_RING + pos] > t1:
@@ -457,17 +461,17 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, flags,
         if rec:
             stages[i, ST_REQ_START] = t1
             stages[i, ST_REQ_DONE] = t2
-        carries_payload = op == OP_WRITE or op == OP_SEND or op == OP_SEND_UD
+        carries_payload = op == VERB_WRITE or op == VERB_SEND or op == VERB_SEND_UD
         if carries_payload and flags[i] & FLAG_INLINE == 0:
             t2 = reserve(tbl, rq[D_PCIE], t2 + pcie_lat, _pcie_ps(prm, 0, nbytes))
         if rec:
             stages[i, ST_PAYLOAD] = t2
         req_b = nbytes if carries_payload else 0
-        if op == OP_CAS or op == OP_FAA:
+        if op == VERB_CAS or op == VERB_FAA:
             req_b = 16
         wire = _wire_ps(prm, req_b)
         t3 = reserve(tbl, rq[D_TX], t2, wire)
-        if op == OP_SEND_UD:
+        if op == VERB_SEND_UD:
             # unreliable datagram: complete once sent; the receiver sees it after the wire
             t4 = reserve(tbl, rs[D_RX], t3 + one_way, wire)
             t5 = reserve(tbl, rs[D_RESP], t4, prm[P_RESP_COST + op])
@@ -497,7 +501,7 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, flags,
         if not device and nbytes > 0:
             span = (addrs[i] + nbytes - 1) // 64 - addrs[i] // 64
         other = -1
-        if op == OP_CAS or op == OP_FAA:
+        if op == VERB_CAS or op == VERB_FAA:
             t_unit = t5
             t5 = reserve(tbl, rs[D_ATOMIC], t5, prm[P_ATOMIC_UNIT])
             slot = ((addrs[i] >> 3) * 0x9E3779B1) % rs[D_N_SLOTS]
@@ -517,7 +521,7 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, flags,
                 reserve(tbl, rs[D_RESP], t_unit, held if held < most else most)
             eff = t6
             resp_b = 8
-        elif op == OP_READ:
+        elif op == VERB_READ:
             eff = _in_effect_order(qp, op, t5 + mem_lat)
             if device:
                 t6 = eff
@@ -535,7 +539,7 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, flags,
                 eff = reserve(tbl, rs[D_PCIE], t5, _pcie_ps(prm, prm[P_PCIE_RESP_B_PER_WR], nbytes)) + mem_lat
             placed_before = qp[Q_PLACED]
             eff = _in_effect_order(qp, op, eff)
-            if op == OP_WRITE and span > 0:
+            if op == VERB_WRITE and span > 0:
                 other = eff - span * line_ps
                 if other < t5 + mem_lat:
                     other = t5 + mem_lat

@@ -36,7 +36,7 @@ generic loader on top of it:
   loaded again: ``load(dump(p)) == p`` up to :attr:`Profile.source`.
 
 Profiles are immutable (frozen dataclasses), so one loaded profile can be shared freely between the
-actors of a process; each node process loads its own copy by name from the rack spec.
+processes of an event loop; each node process loads its own copy by name from the rack spec.
 
 Command line: ``python -m shm.profile list | show NAME | check FILE... | dump NAME_OR_FILE``.
 """

@@ -2,7 +2,7 @@
 
 Why here, in ``shm/`` beside ``shm/udp.py`` and ``shm/coro.py``, and not in ``nodes/``: the layer
 is a thin protocol on the datagram path (a header, request ids, a dedup table) that needs nothing
-of a rack. Its client runs from a ``shm.coro`` coroutine or thread, or from any actor, and its
+of a rack. Its client runs from a ``shm.coro`` coroutine or thread, or from a server actor, and its
 server is a plain generator per server thread over a ``UdpNet`` queue; ``rpc_server`` only adapts
 it to the ``System.servers`` hook of ``nodes/actors.py`` (it takes a ``NodeContext``, or anything
 with the same few fields), so unit tests run it on a bare fabric and systems run it in a rack.
@@ -11,9 +11,9 @@ Client::
 
     reply = yield from rpc(co, "cn1", payload, method=3, timeout_ns=50_000, retries=3)
 
-``co`` is a ``shm.coro.Coroutine``, an ``RdmaThread`` (its ``owner.udp`` is the net, as a rack's
+``co`` is a ``shm.coro.VerbBatch``, an ``RdmaThread`` (its ``owner.udp`` is the net, as a rack's
 compute node sets it) or a ``NodeContext`` (a server actor calling out: nested RPCs). Each calling
-actor gets its own endpoint: a UDP socket and a reply port bound on its node (``REPLY_PORT_BASE``
+process gets its own endpoint: a UDP socket and a reply port bound on its node (``REPLY_PORT_BASE``
 upwards), so concurrent callers never take each other's replies. The reply is the handler's bytes.
 
 * **Pricing**: the request and the reply are datagrams of ``shm.udp``, i.e. UD SENDs of
@@ -31,7 +31,7 @@ upwards), so concurrent callers never take each other's replies. The reply is th
   gone, has no server on the port, or is overloaded: a datagram to a full RX ring is dropped).
   An unknown method is :class:`RpcError` naming node and method; a handler that raised an
   ``Exception`` is :class:`RpcHandlerError` naming node, method and the exception's first line
-  (the server logs one line and keeps serving; failpoint crashes, ``SystemError_``, ``Interrupt``
+  (the server logs one line and keeps serving; failpoint crashes, ``SystemGaveUp``, ``Interrupt``
   and other BaseExceptions are not caught: see :func:`_propagates`).
 * **At most once**: the server keeps, per client endpoint (node, port), the id of its latest
   request and, once executed, its reply. A resend of an executed request gets the cached reply
@@ -46,7 +46,7 @@ upwards), so concurrent callers never take each other's replies. The reply is th
   memory node before its local commit); its posts are priced on that thread's core, as a client's.
 
 The caller's side (the header, the errors, endpoints, :func:`rpc`) is in ``shm/rpc_client.py``,
-which ``shm/coro.py`` imports for ``Coroutine.rpc`` while this module, the server, imports
+which ``shm/coro.py`` imports for ``VerbBatch.rpc`` while this module, the server, imports
 ``shm/coro.py`` for its threads' coroutines; every name of it is re-exported here.
 
 Not built yet: RPC from the manager process (it has no datagram net; a manager that needs RPCs
@@ -59,7 +59,7 @@ from __future__ import annotations
 from typing import Any, Callable, NamedTuple
 
 from shm.coro import NodeRdma
-from shm.messages import SystemError_
+from shm.messages import SystemGaveUp
 from shm.rpc_client import (  # noqa: F401  (the caller's side, re-exported: shm.rpc is the one name)
     HEADER, KIND_REPLY, KIND_REQUEST, REPLY_PORT_BASE, RPC_PORT, ST_ERROR, ST_NO_METHOD, ST_OK, RpcEndpoint,
     RpcError, RpcHandlerError, RpcTimeout, encode_request, endpoint_of, rpc)
@@ -76,7 +76,7 @@ class Request(NamedTuple):
     rid: int             # the request id (the same in every resend)
     payload: bytes
     arrived_ns: int      # when the request landed in the server's RX queue
-    co: Any = None       # the server thread's shm.coro Coroutine for one-sided verbs (None: verbs off)
+    co: Any = None       # the server thread's shm.coro VerbBatch for one-sided verbs (None: verbs off)
 
 
 class RpcStats(NamedTuple):
@@ -235,7 +235,7 @@ def _log_stderr(line: str) -> None:
 
 def _propagates(exc: BaseException) -> bool:
     """An exception a handler raised that must not be sent back as an error reply but end the
-    server actor as before: the system giving up (``SystemError_``: the rack stops) and an
+    server actor as before: the system giving up (``SystemGaveUp``: the rack stops) and an
     ``Interrupt`` thrown into the actor. Process shutdown and failpoints never get here: a
     ``crash`` failpoint raises ``ClientCrash`` (a BaseException), an ``exit`` failpoint ends the
     process with ``os._exit``, and ``KeyboardInterrupt``, ``SystemExit``, ``GeneratorExit`` are
@@ -243,7 +243,7 @@ def _propagates(exc: BaseException) -> bool:
     from shm.sim.env import Interrupt
     if isinstance(exc, Interrupt):
         return True
-    return isinstance(exc, SystemError_)
+    return isinstance(exc, SystemGaveUp)
 
 
 #: per process: node name -> its RpcServer (tests and systems read their statistics here)

@@ -3,7 +3,7 @@
 ``shm/rpc.py`` describes the protocol (pricing, request ids, retries, at most once, server
 threads) and holds the server; this module holds what a caller needs: the header, the errors, a
 caller's endpoint (a socket and a bound reply queue) and :func:`rpc`. It is a module of its own so
-that the coroutine verbs of ``shm/coro.py`` (``Coroutine.rpc``) can call it while the server, whose
+that the coroutine verbs of ``shm/coro.py`` (``VerbBatch.rpc``) can call it while the server, whose
 threads own a ``shm.coro`` coroutine for one-sided verbs, imports ``shm/coro.py``: both import this
 module downward, and neither imports the other's. ``shm.rpc`` re-exports every name here, so
 ``from shm.rpc import rpc, RpcError, RPC_PORT`` keeps working.
@@ -124,7 +124,7 @@ class RpcEndpoint:
 
 
 _PORTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()       # net -> {node: next port}
-_ENDPOINTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # net -> {(node, id(actor)): (actor, ep)}
+_ENDPOINTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # net -> {(node, id(process)): (process, ep)}
 
 
 def _next_port(net, node: int) -> int:
@@ -141,7 +141,7 @@ def _next_port(net, node: int) -> int:
 def _resolve(who, net=None):
     """(net, node, thread) of a coroutine, an RdmaThread or a NodeContext."""
     thread = None
-    if hasattr(who, "thread") and hasattr(who, "sync"):          # shm.coro.Coroutine
+    if hasattr(who, "thread") and hasattr(who, "sync"):          # shm.coro.VerbBatch
         thread = who.thread
     elif hasattr(who, "owner") and hasattr(who, "cpu_free"):     # shm.coro.RdmaThread
         thread = who
@@ -158,14 +158,14 @@ def _resolve(who, net=None):
 
 
 def endpoint_of(who, *, net=None) -> RpcEndpoint:
-    """The calling actor's endpoint on ``who``'s node (made on first use, then reused)."""
+    """The calling process's endpoint on ``who``'s node (made on first use, then reused)."""
     net, node, _thread = _resolve(who, net)
-    actor = net.env.active_process
+    proc = net.env.active_process
     eps = _ENDPOINTS.setdefault(net, {})
-    key = (node, id(actor))
+    key = (node, id(proc))
     got = eps.get(key)
-    if got is None or got[0] is not actor:
-        got = eps[key] = (actor, RpcEndpoint(net, node))
+    if got is None or got[0] is not proc:
+        got = eps[key] = (proc, RpcEndpoint(net, node))
     return got[1]
 
 

@@ -8,7 +8,7 @@ a plain dict, see :meth:`SmartConfig.from_dict`):
   outstanding work requests at ``c_max``; ``throttle = "adaptive"`` tunes that cap online by
   sampling every candidate of ``candidates`` for ``delta_ns`` and keeping the best for
   ``hold x delta_ns`` (:class:`WrTuner`).
-* **conflict avoidance** (§4.3): ``backoff = True`` makes ``Coroutine.backoff_cas`` wait a
+* **conflict avoidance** (§4.3): ``backoff = True`` makes ``VerbBatch.backoff_cas`` wait a
   truncated exponential back-off after a failed CAS; ``dyn_limit`` adapts its limit ``t_max``
   between ``t0`` and ``2**max_exp * t0`` from the retry rate (:class:`ConflictController`).
 * **coroutine throttling** (§4.3): ``coro_throttle = True`` lets at most ``c_max`` operations
@@ -297,7 +297,7 @@ class SmartStats(NamedTuple):
     credits: int | None        # WR credits left (None: unlimited / off)
     outstanding_wr: int        # WRs rung and not yet completed
     queued_wr: int             # WRs waiting for credits
-    deferred_posts: int        # posts that waited for credits
+    posts_waited: int          # posts that waited for credits (deferred_posts before issue 42)
     tuner_samples: int         # Δ samples taken by the adaptive tuner
     tuner_epochs: int          # stable phases completed
     tuner_history: tuple       # recent (time ns, candidate, WRs per µs) samples
@@ -311,3 +311,9 @@ class SmartStats(NamedTuple):
     backoff_ns: int            # virtual time spent waiting in back-off
     gamma: float | None        # retry rate of the last closed window
     windows: int               # retry-rate windows closed
+
+    @property
+    def deferred_posts(self) -> int:
+        """The name :attr:`posts_waited` had before issue 42 ("deferred" now means only the
+        deferred READs of shm/deferred.py), kept for code that reads it."""
+        return self.posts_waited

@@ -9,7 +9,7 @@ later):
   :data:`UDP_TOO_BIG` and nothing is sent.
 * **Pricing: a UD SEND.** Each socket owns a verbs UD QP (``shm/verbs.py``) and a datagram is priced
   by the same call of the NIC model as a UD SEND of ``payload + 28`` bytes
-  (:func:`shm.nic.model_post_rows`, opcode ``OP_SEND_UD``): the sender's CPU (post, WQE, doorbell),
+  (:func:`shm.nic.model_post_rows`, opcode ``VERB_SEND_UD``): the sender's CPU (post, WQE, doorbell),
   its PCIe and requester unit, the egress link, the wire, the receiver's ingress link, responder
   unit and PCIe. The datagram is in its RX ring at the UD SEND's effect time; the send never waits
   for it (no acknowledgement, as UD and UDP). Reusing the one pricing function keeps the two paths
@@ -32,7 +32,7 @@ later):
   node, booked on that node's calendars: the copy lands after the original, and copies contend
   with everything else the NIC serves.
 * **Request/response with timeout and resends** (:func:`call`): ``reply = yield from call(...)``
-  from any actor or coroutine sends a request, waits for a matching reply up to ``timeout_ns``,
+  from any server actor or coroutine sends a request, waits for a matching reply up to ``timeout_ns``,
   resends up to ``resends`` times, and counts timeouts and resends.
 
 :meth:`UdpNet.statistics` is an immutable record (:class:`UdpStats`) of sent, received, dropped and
@@ -145,7 +145,7 @@ class RxQueue:
         return True
 
     def poll(self) -> Datagram | None:
-        """The oldest datagram, or None; charges one ``cpu.poll_ns`` to the calling actor."""
+        """The oldest datagram, or None; charges one ``cpu.poll_ns`` to the calling process."""
         env = self.env
         if env.active_process is not None:
             env.charge(self.net.profile.cpu.poll_ns)
@@ -320,7 +320,7 @@ class UdpNet:
             prm = self.fabric.params
             desc = self.fabric.descriptors[dg.dst_node]
             tbl = self.fabric.table
-            t = reserve(tbl, desc[nic.D_RESP], now * _PS, int(prm[nic.P_RESP_COST + nic.OP_SEND_UD]))
+            t = reserve(tbl, desc[nic.D_RESP], now * _PS, int(prm[nic.P_RESP_COST + nic.VERB_SEND_UD]))
             nbytes = len(dg.data) + IP_UDP_HEADER_BYTES
             cost = (int(prm[nic.P_PCIE_RESP_B_PER_WR]) * int(prm[nic.P_PCIE_FS_PER_B])
                     + nbytes * int(prm[nic.P_PCIE_PAYLOAD_FS_PER_B])) // 1000
@@ -426,7 +426,7 @@ class UdpSocket:
 
         ``thread``: the modelled CPU thread whose core the post runs on (a ``shm.coro.RdmaThread``,
         or anything with a ``cpu_free`` ns): coroutines of one thread then share its core, as
-        their verbs do. Without it the calling actor is its own core."""
+        their verbs do. Without it the calling process is its own core."""
         net = self.net
         data = bytes(data)
         if len(data) > net.max_payload:
@@ -448,7 +448,7 @@ class UdpSocket:
                            f"send to its node and port (steering or a bound port picks the queue)")
         rows = self._rows
         rows[0, :] = 0
-        rows[0, 0] = nic.OP_SEND_UD
+        rows[0, 0] = nic.VERB_SEND_UD
         rows[0, 1] = len(data) + IP_UDP_HEADER_BYTES
         rows[0, 3] = REGION_HOST
         sent = self.env.now

@@ -2,7 +2,7 @@
 
 ``Context``, ``PD``, ``MR``, ``CQ``, ``QP`` (RC and UD), ``SGE``, ``SendWR``/``RecvWR`` and work
 completions with ``ibv_wc_status`` keep the names and meanings of pyverbs/libibverbs, so code and
-intuition carry over. What differs is time: every call is made by an actor of a
+intuition carry over. What differs is time: every call is made by a process of an
 :class:`~shm.sim.env.Environment` at its virtual ``now``.
 
 * ``post_send`` charges the caller's CPU (building WQEs, the doorbell spinlock), prices the whole
@@ -93,15 +93,15 @@ IBV_WC_RECV = 128
 
 # opcode -> (model opcode, wc opcode, remote access needed, local access needed)
 _OPS = {
-    IBV_WR_RDMA_READ: (nic.OP_READ, IBV_WC_RDMA_READ, IBV_ACCESS_REMOTE_READ, IBV_ACCESS_LOCAL_WRITE),
-    IBV_WR_RDMA_WRITE: (nic.OP_WRITE, IBV_WC_RDMA_WRITE, IBV_ACCESS_REMOTE_WRITE, 0),
-    IBV_WR_ATOMIC_CMP_AND_SWP: (nic.OP_CAS, IBV_WC_COMP_SWAP, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_LOCAL_WRITE),
-    IBV_WR_ATOMIC_FETCH_AND_ADD: (nic.OP_FAA, IBV_WC_FETCH_ADD, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_LOCAL_WRITE),
-    IBV_WR_MASKED_ATOMIC_CMP_AND_SWP: (nic.OP_CAS, IBV_WC_MASKED_COMP_SWAP, IBV_ACCESS_REMOTE_ATOMIC,
+    IBV_WR_RDMA_READ: (nic.VERB_READ, IBV_WC_RDMA_READ, IBV_ACCESS_REMOTE_READ, IBV_ACCESS_LOCAL_WRITE),
+    IBV_WR_RDMA_WRITE: (nic.VERB_WRITE, IBV_WC_RDMA_WRITE, IBV_ACCESS_REMOTE_WRITE, 0),
+    IBV_WR_ATOMIC_CMP_AND_SWP: (nic.VERB_CAS, IBV_WC_COMP_SWAP, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_LOCAL_WRITE),
+    IBV_WR_ATOMIC_FETCH_AND_ADD: (nic.VERB_FAA, IBV_WC_FETCH_ADD, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_LOCAL_WRITE),
+    IBV_WR_MASKED_ATOMIC_CMP_AND_SWP: (nic.VERB_CAS, IBV_WC_MASKED_COMP_SWAP, IBV_ACCESS_REMOTE_ATOMIC,
                                        IBV_ACCESS_LOCAL_WRITE),
-    IBV_WR_MASKED_ATOMIC_FETCH_AND_ADD: (nic.OP_FAA, IBV_WC_MASKED_FETCH_ADD, IBV_ACCESS_REMOTE_ATOMIC,
+    IBV_WR_MASKED_ATOMIC_FETCH_AND_ADD: (nic.VERB_FAA, IBV_WC_MASKED_FETCH_ADD, IBV_ACCESS_REMOTE_ATOMIC,
                                          IBV_ACCESS_LOCAL_WRITE),
-    IBV_WR_SEND: (nic.OP_SEND, IBV_WC_SEND, 0, 0),
+    IBV_WR_SEND: (nic.VERB_SEND, IBV_WC_SEND, 0, 0),
 }
 #: ibv_wr_opcode -> the NIC model's opcode (for callers that price verbs without SendWRs)
 MODEL_OPCODE = {opcode: spec[0] for opcode, spec in _OPS.items()}
@@ -234,7 +234,7 @@ class VerbsHost:
         self.qps: dict[tuple[int, int], QP] = {}
         self._next_qpn = 1 + (my_proc << 20)
         self._posted = self._completed = self._errors = self._delivered = self._ud_dropped = 0
-        # actor id -> {(node, doorbell): its share there in nic.SHARER_UNITs}; a thread is among a
+        # id(process) -> {(node, doorbell): its share there in nic.SHARER_UNITs}; a thread is among a
         # doorbell's sharers iff the doorbell is in its shares
         self._db_shares: dict[int, dict[tuple[int, int], int]] = {}
         if proc_of_node is not None:
@@ -381,7 +381,7 @@ class AH:
 
 class CQ:
     """A completion queue; ``poll`` takes what has completed by now, ``wait`` is an event that
-    fires when something (or ``min_entries`` completions) is there, so an actor needs not spin in
+    fires when something (or ``min_entries`` completions) is there, so a process needs not spin in
     virtual time."""
 
     def __init__(self, ctx: Context, cqe: int = 4096):
@@ -425,7 +425,7 @@ class CQ:
         return len(got), got
 
     def wait(self, min_entries: int = 1):
-        """Event that fires once the CQ holds at least ``min_entries`` completions: an actor that
+        """Event that fires once the CQ holds at least ``min_entries`` completions: a process that
         posted a batch can sleep until all of it is back instead of waking for each one."""
         if type(min_entries) is not int or min_entries < 1:
             raise PyverbsError(f"CQ.wait: min_entries must be an integer >= 1, got {min_entries!r}")
@@ -573,7 +573,7 @@ class QP:
             length = wr.sg[0].length if wr.sg else 0
             op = spec[0]
             if self.qp_type == IBV_QPT_UD:
-                op = nic.OP_SEND_UD
+                op = nic.VERB_SEND_UD
             ops[i] = op
             lens[i] = length
             addrs[i] = gaddr_offset(wr.remote_addr)
@@ -614,18 +614,18 @@ class QP:
     def _model(self, dst: int, rows, cpu_floor: int = 0, user=None) -> None:
         """Run the NIC model for one post (``rows``: the work requests as the columns of
         :func:`shm.nic.model_post_rows`; it writes their outputs: effect ns, completion ns, the other
-        end of a multi-line landing window) and charge the calling actor's CPU up to the moment the
+        end of a multi-line landing window) and charge the calling process's CPU up to the moment the
         doorbell is rung. ``cpu_floor`` is when the posting thread's core is free (coroutines of one
         thread share a core). ``user`` is the modelled thread that posts (default: the calling
-        actor); it counts once among the doorbell's sharers however many coroutines it runs."""
+        process); it counts once among the doorbell's sharers however many coroutines it runs."""
         env = self.env
-        actor = env.active_process
+        proc = env.active_process
         if user is None:
-            user = actor
+            user = proc
         if id(user) not in self._users:
             self._note_user(user)
         now = env.now
-        debt = actor.debt_ns if actor is not None else 0
+        debt = proc.debt_ns if proc is not None else 0
         start = now + debt
         if start < cpu_floor:
             start = cpu_floor
@@ -638,13 +638,13 @@ class QP:
                 start + cpu.post_ns + cpu.wqe_ns * rows.shape[0], rows)
         else:                           # the same prices, with the stages recorded (shm/sim/trace.py)
             cpu_free = self.cpu_free = tracer.post(self, dst, rows, start,
-                                                   start + cpu.post_ns + cpu.wqe_ns * rows.shape[0], user, actor)
-        if actor is not None:
+                                                   start + cpu.post_ns + cpu.wqe_ns * rows.shape[0], user, proc)
+        if proc is not None:
             # env.charge, inlined: never negative, the model frees the CPU no earlier than ``start``
-            actor.debt_ns += cpu_free - now - debt
+            proc.debt_ns += cpu_free - now - debt
 
-    def _note_user(self, actor) -> None:
-        key = id(actor)
+    def _note_user(self, proc) -> None:
+        key = id(proc)
         if key not in self._users:
             self._users.add(key)
             if len(self._users) > 1:

@@ -4,7 +4,7 @@ checked by tests/test_layers.py.)
 
 The page names files and definitions in one convention, backticked paths from the repository
 root: `shm/nic.py`, a folder `nodes/systems/`, a definition `shm/nic.py:model_post` or a method
-`shm/coro.py:Coroutine.sync`. The first test reads every such name and checks that the file or
+`shm/coro.py:VerbBatch.sync`. The first test reads every such name and checks that the file or
 folder exists and, for a definition, that the file defines it (read with :mod:`ast`, nothing is
 imported). A renamed function fails here until the page follows.
 
@@ -100,7 +100,7 @@ OUTSIDE_PATHS = re.compile(r"shared/(?:seeds|research)|\.\./shared/|/work/shared
 
 #: Matches left on purpose, each with why; the test fails when one is gone, so the list shrinks.
 KNOWN = {
-    ("cluster/experiments/verbs.py", '_RDMA_BENCH_SEQ = "rdma_bench atomics-sequencer (ConnectX-3), CALIBRATION.md"'):
+    ("cluster/experiments/bench_verbs.py", '_RDMA_BENCH_SEQ = "rdma_bench atomics-sequencer (ConnectX-3), CALIBRATION.md"'):
         "a row's source string in `dmrack bench verbs` JSON output; changing it changes output (issue 42 is "
         "behaviour-preserving), so the lead decides",
 }

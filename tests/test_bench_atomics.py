@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.experiments.verbs import Rig, _atomic_clients
+from cluster.experiments.bench_verbs import Rig, _atomic_clients
 from shm.fabric import REGION_DEVICE, REGION_HOST, gaddr
 from shm.profile import load_profile
 
@@ -39,7 +39,7 @@ def test_spinning_on_a_lock_fills_its_address_slot_with_failed_cas():
     """One lock, 8 clients spinning: every failed CAS holds the lock word's address slot as a
     successful one does, so acquisitions x (1 + failed CASes per acquisition) is the same-address
     CAS rate; the holder's READ and WRITE + unlock set the acquisition rate."""
-    from cluster.experiments.verbs import _lock_clients
+    from cluster.experiments.bench_verbs import _lock_clients
     nic = load_profile("cx5-100g").nic
     with Rig(load_profile("cx5-100g"), 4, 1, mem_bytes=1 << 20) as rig:
         mops, fails, starved, _ = _lock_clients(rig, clients=8, region=REGION_HOST, warmup=20_000,
@@ -54,7 +54,7 @@ def test_atomics_queued_on_a_hot_address_hold_processing_units_other_requests_ne
     their rate alone; on NIC device memory the address is held for an SRAM access, so the units
     wait far less and the READs suffer several times less (FORGE, OSDI'26 §2.2: on-chip memory
     cuts the interference 2.4-3.0x); a few CAS clients cannot fill the units either."""
-    from cluster.experiments.verbs import _reads_beside_hot_cas
+    from cluster.experiments.bench_verbs import _reads_beside_hot_cas
 
     def reads(casers, region=REGION_HOST):
         with Rig(load_profile("cx5-100g"), 4, 1, mem_bytes=64 << 20) as rig:
@@ -69,10 +69,10 @@ def test_atomics_queued_on_a_hot_address_hold_processing_units_other_requests_ne
 
 
 def batched(pname: str, op: str, **nic) -> float:
-    """rlib db_bench's shape (cluster.experiments.verbs.RLIB): 3 CNs x 12 threads x 5 batches of 10.
+    """rlib db_bench's shape (cluster.experiments.bench_verbs.RLIB): 3 CNs x 12 threads x 5 batches of 10.
     ``nic``: profile keys of the nic section to override (e.g. rlib's 21 ns pipeline, tried in
     issue 40 and not shipped: docs/contention.md, "Atomics per NIC generation")."""
-    from cluster.experiments.verbs import BATCHED_WORDS, _onesided_closed_loop
+    from cluster.experiments.bench_verbs import BATCHED_WORDS, _onesided_closed_loop
     from shm.profile import with_overrides
     profile = with_overrides(load_profile(pname), {f"nic.{k}": v for k, v in nic.items()})
     with Rig(profile, 3, 1, mem_bytes=1 << 20) as rig:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from cluster.experiments import speed as bs
-from cluster.experiments import verbs as bv
+from cluster.experiments import bench_verbs as bv
 
 
 @pytest.mark.parametrize("loop", [bs.coroutine_loop, bs.raw_verbs_loop,

@@ -13,7 +13,7 @@ import glob
 
 import pytest
 
-from cluster.experiments.verbs import Rig, _atomic_clients
+from cluster.experiments.bench_verbs import Rig, _atomic_clients
 from shm.calendar import CalendarAliased
 from shm.fabric import REGION_HOST, gaddr
 from shm.profile import load_profile

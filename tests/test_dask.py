@@ -109,7 +109,7 @@ def test_workers_import_this_dmrack_and_listen_on_localhost_only(dask2):
 def test_fresh_racks_on_dask_give_the_rows_of_jobs_2(dask2):
     """Co-located racks are deterministic for their seed, so the sweep gives the same results in
     point order on a Dask cluster as on a fork pool."""
-    from cluster.experiments.smart import UPDATE_ONLY, _fresh_points
+    from cluster.experiments.reproduce_smart import UPDATE_ONLY, _fresh_points
     kw = dict(records=2_000, warm_ms=0.05, measure_ms=0.05, properties=UPDATE_ONLY)
     points = [(f"{t} threads", "race", "a", t, kw) for t in (1, 2, 4)]
     heard = []

@@ -13,7 +13,7 @@ import pytest
 
 from cluster.correctness.check import with_rack_tables
 from nodes.systems import get_system
-from nodes.systems.api import SystemError_
+from nodes.systems.api import SystemGaveUp
 from shm.sim.env import ProcessError
 from nodes.systems.dpastore import wire as W
 
@@ -198,7 +198,7 @@ def test_prefetching_makes_gets_faster_in_virtual_time():
 
 
 def test_bad_configuration_and_input_are_one_line():
-    with pytest.raises(SystemError_, match="need 12 DPA threads"):
+    with pytest.raises(SystemGaveUp, match="need 12 DPA threads"):
         with store({"traversers": 8}, dpa={"threads": 10}):
             pass
     with store({"value_max": 8}) as (env, clients, directory, state):
@@ -207,11 +207,11 @@ def test_bad_configuration_and_input_are_one_line():
                           (cl.get(cos[0], b"short"), "exactly 8 bytes")):
             with pytest.raises(ProcessError) as e:
                 run(env, op)
-            assert isinstance(e.value.__cause__, SystemError_) and match in str(e.value.__cause__)
-        with pytest.raises(SystemError_, match="does not fit system.value_max = 8"):
+            assert isinstance(e.value.__cause__, SystemGaveUp) and match in str(e.value.__cause__)
+        with pytest.raises(SystemGaveUp, match="does not fit system.value_max = 8"):
             SYSTEM.bulk_load(state.fabric, state.layout, [(k(1), b"a")])
         SYSTEM.bulk_load(state.fabric, state.layout, [(k(1), b"8 bytes!")])
-        with pytest.raises(SystemError_, match="needs the empty store"):
+        with pytest.raises(SystemGaveUp, match="needs the empty store"):
             SYSTEM.bulk_load(state.fabric, state.layout, [(k(2), b"8 bytes!")])
 
 

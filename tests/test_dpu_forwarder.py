@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.experiments.verbs import FabricRig
+from cluster.experiments.bench_verbs import FabricRig
 from nodes.services.dpu_forwarder import (
     FWD_OK, OP_GET, OP_PUT, ST_BAD_OP, ST_OK, ForwarderStats, VALUE_BYTES, wire,
 )

@@ -50,13 +50,13 @@ def test_the_table_lists_every_module_that_declares_an_experiment():
 
 
 def test_a_line_that_names_another_experiment_is_refused(monkeypatch):
-    monkeypatch.setitem(registry.EXPERIMENTS["reproduce"], "smarter", "cluster.experiments.smart:EXPERIMENT")
+    monkeypatch.setitem(registry.EXPERIMENTS["reproduce"], "smarter", "cluster.experiments.reproduce_smart:EXPERIMENT")
     with pytest.raises(ValueError, match=r"EXPERIMENTS\['reproduce'\]\['smarter'\] = .* declares reproduce 'smart'"):
         find("reproduce", "smarter")
 
 
 def test_find_returns_the_module_declaration():
-    from cluster.experiments import sherman, smart, verbs, ycsb
+    from cluster.experiments import bench_verbs as verbs, bench_ycsb as ycsb, reproduce_smart as smart, sherman
     assert find("reproduce", "smart") is smart.EXPERIMENT
     assert find("reproduce", "sherman") is sherman.EXPERIMENT and sherman.EXPERIMENT.setup is sherman.setup
     assert find("reproduce", "sherman").figures == tuple(sherman.FIGURES)

@@ -204,8 +204,8 @@ def test_a_system_that_gives_up_stops_the_rack_with_one_line_and_status_3(tmp_pa
 
 
 def test_a_system_that_gives_up_co_located_raises_its_message_and_leaks_nothing():
-    from nodes.systems.api import SystemError_
-    with pytest.raises(SystemError_, match="RACE: (no memory for KV blocks|out of memory)"):
+    from nodes.systems.api import SystemGaveUp
+    with pytest.raises(SystemGaveUp, match="RACE: (no memory for KV blocks|out of memory)"):
         ColocatedRack(_starved()).run()
 
 

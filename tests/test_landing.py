@@ -1,6 +1,6 @@
 """Multi-line transfers land line by line over their modelled transfer time (shm/landing.py).
 
-Co-located, so deterministic: a watcher actor looks at the memory node's bytes every nanosecond,
+Co-located, so deterministic: a watcher process looks at the memory node's bytes every nanosecond,
 and a READ racing a WRITE to the same bytes tears the same way on every run.
 """
 
@@ -15,7 +15,7 @@ from shm.fabric import gaddr
 from shm.profile import with_overrides
 from shm.verbs import IBV_WR_RDMA_WRITE
 from tests.test_coro import MN, new_fabric, run, setup
-from tests.test_verbs import build_rack, new_fabric as new_verbs_fabric, rack_profile, rdma, run_actor, wait_cqes
+from tests.test_verbs import build_rack, new_fabric as new_verbs_fabric, rack_profile, rdma, run_process, wait_cqes
 
 KIB = 1024
 LINES = KIB // 64
@@ -177,7 +177,7 @@ def test_pyverbs_multi_line_write_lands_over_a_window(prefix):
             assert (host[off:off + KIB] == 5).all(), "completed before its last line landed"
 
         env.process(watcher())
-        run_actor(env, body())
+        run_process(env, body())
         assert any(0 < n < LINES for n in seen), "the KiB landed at one instant"
     finally:
         fab.close()
@@ -188,7 +188,7 @@ def test_reads_land_in_one_event_when_no_write_can_come_between():
     samples cannot change before its last line), so a READ costs the events an 8 B one landing
     at its effect time does (8 B READs are deferred to their completions by default, which
     costs less still: shm/deferred.py)."""
-    from cluster.experiments.verbs import Rig, _onesided_closed_loop
+    from cluster.experiments.bench_verbs import Rig, _onesided_closed_loop
     from shm.deferred import defer_reads
 
     def events_per_verb(size, defer=True):

@@ -17,7 +17,7 @@ from cluster.correctness.conformance import rig
 from cluster.rack import ColocatedRack
 from cluster.scenario import scenario_from_dict
 from nodes.systems import get_system
-from nodes.systems.api import MemoryUse, SystemError_
+from nodes.systems.api import MemoryUse, SystemGaveUp
 from nodes.systems.lib.spear import SMO_STATUS, SMO_UP_LIMIT, signed
 from nodes.systems.marlin import LOCK_OFFSET, MAX_VALUE, MarlinSystem
 from nodes.systems.marlin.layout import ITEM, LEAF_SLOTS, TOMBSTONE
@@ -25,7 +25,7 @@ from nodes.systems.sherman import ShermanSystem
 from nodes.systems.sherman.client import CACHED_NODE_BYTES
 from nodes.systems.sherman.layout import LINE, NODE_BYTES, unpack_root
 from shm import failpoints
-from shm.coro import Coroutine
+from shm.coro import VerbBatch
 from shm.fabric import gaddr_node, gaddr_offset
 from tests.test_rack import rack_dict, run
 from workloads.keys import key_bytes
@@ -117,7 +117,7 @@ class Verbs:
 
     @contextlib.contextmanager
     def counting(self):
-        orig = {n: getattr(Coroutine, n) for n in ("read", "write", "cas", "faa", "sync")}
+        orig = {n: getattr(VerbBatch, n) for n in ("read", "write", "cas", "faa", "sync")}
 
         def wrap(name):
             def f(co, *a):
@@ -126,7 +126,7 @@ class Verbs:
             return f
         with contextlib.ExitStack() as st:
             for n in orig:
-                st.enter_context(mock.patch.object(Coroutine, n, wrap(n)))
+                st.enter_context(mock.patch.object(VerbBatch, n, wrap(n)))
             yield self
 
     def kinds(self):
@@ -231,8 +231,8 @@ def test_a_split_waits_for_the_idus_inside_the_leaf_and_never_writes_the_lock_wo
 
         r.env.process(leave())
         writes = []
-        orig = Coroutine.write
-        with mock.patch.object(Coroutine, "write",
+        orig = VerbBatch.write
+        with mock.patch.object(VerbBatch, "write",
                                lambda co, addr, data: writes.append((addr, len(data))) or orig(co, addr, data)):
             assert r.op("insert", _k(99), _v(99)) is True
         assert r.env.now >= 30_000
@@ -423,7 +423,7 @@ def _zipfian_stress(fault: str, run_ms: float, seed: int) -> str:
                        duration_ms=run_ms, options={"fault": fault}, seed=seed)
     try:
         rack.run()
-    except SystemError_ as e:
+    except SystemGaveUp as e:
         assert "holds another key" in str(e), e
         return "corrupt"
     return check(rack.history_ops, time_limit_s=20.0).verdict
@@ -460,7 +460,7 @@ def test_bulk_load_builds_a_tree_that_answers_as_an_inserted_one():
             assert bulk.op("insert", _k(i), _v(i)) is True
         assert bulk.client.statistics().leaf_splits > 0
         assert all(bulk.op("get", _k(i)) == _v(i) for i in range(1200, 2500, 37))
-        with pytest.raises(SystemError_, match="empty tree"):
+        with pytest.raises(SystemGaveUp, match="empty tree"):
             MarlinSystem.bulk_load(bulk.fabric, bulk.layout, [(_k(5000), b"a")])
 
 

@@ -1,6 +1,6 @@
 """Ordering rules of one RC queue pair (docs/fabric.md, "Ordering rules"), one test per rule.
 
-Co-located fabrics (one Environment, deterministic). A *watcher* is a plain actor that looks at
+Co-located fabrics (one Environment, deterministic). A *watcher* is a plain process that looks at
 the memory node's bytes every nanosecond of virtual time: it sees effects land the way a CPU on
 the memory node would. An *observer* is a coroutine on another thread (another QP) that reads
 through the NIC, as a client of a disaggregated system would.
@@ -18,7 +18,7 @@ from shm.verbs import (
 )
 from shm.sim.env import Environment
 from tests.test_coro import MN, mem_word, new_fabric, run, setup
-from tests.test_verbs import atomic, build_rack, new_fabric as new_verbs_fabric, rdma, run_actor, set_word, wait_cqes, word
+from tests.test_verbs import atomic, build_rack, new_fabric as new_verbs_fabric, rdma, run_process, set_word, wait_cqes, word
 
 SLOT = 1064                       # a Sherman-sized leaf write-back
 
@@ -56,7 +56,7 @@ def load(env, node, fab, threads=32, nbytes=512, posts=60):
 
 
 def watch(env, check, until):
-    """An actor calling ``check()`` every ns of virtual time up to ``until``, or until ``check``
+    """A process calling ``check()`` every ns of virtual time up to ``until``, or until ``check``
     returns True."""
     def body():
         while env.now < until:
@@ -359,11 +359,11 @@ def test_pyverbs_write_then_flag_and_send_fence(rack):
     wrs = [rdma(IBV_WR_RDMA_WRITE, r.lmr, 0, 8192, r.rmr.addr, r.rmr.rkey, wr_id=1),
            rdma(IBV_WR_RDMA_WRITE, r.lmr, 16384, 8, r.rmr.addr + flag_off, r.rmr.rkey, wr_id=2)]
 
-    def actor():
+    def body():
         r.qp.post_send(wrs)
         return (yield from wait_cqes(r.env, r.cq, 2))
 
-    run_actor(r.env, actor())
+    run_process(r.env, body())
     assert seen["data_then"] == b"\x33"
 
     # IBV_SEND_FENCE: a WRITE after a CAS waits for the CAS to complete
@@ -384,7 +384,7 @@ def test_pyverbs_write_then_flag_and_send_fence(rack):
         r.qp.post_send(wrs)
         return (yield from wait_cqes(r.env, r.cq, 2))
 
-    got = run_actor(r.env, actor2())
+    got = run_process(r.env, actor2())
     cas_done = got[0][0]
     assert times["write"] >= cas_done - 200 and times["write"] > times["cas"] + 1000
 

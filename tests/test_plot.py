@@ -94,7 +94,7 @@ def test_wall_clock_rows_get_figures_only_in_the_speed_bench():
 
 
 def test_log_scales_and_panels_as_declared():
-    from cluster.experiments.smart import FIGURES
+    from cluster.experiments.reproduce_smart import FIGURES
     spec = {f.id: f for f in FIGURES}
     rows = smart_rows()
     fig4 = plot.draw(spec["fig4"], rows, RUN)
@@ -111,7 +111,7 @@ def test_log_scales_and_panels_as_declared():
 
 
 def test_published_points_and_headline_references_are_drawn():
-    from cluster.experiments.smart import FIGURES
+    from cluster.experiments.reproduce_smart import FIGURES
     fig7a = plot.draw({f.id: f for f in FIGURES}["fig7a"], smart_rows(), RUN)
     ax = fig7a.axes[0]
     stars = [c for c in ax.collections if len(c.get_offsets())]
@@ -157,7 +157,7 @@ def test_dmrack_plot_of_a_bad_file_is_one_line_and_draws_nothing(tmp_path, capsy
                                   ["bench", "ycsb", "--quick", "--only", "c", "--plot"],
                                   ["plot", "RESULT", "--out"]])
 def test_without_matplotlib_one_line_exit_2_before_anything_runs(tmp_path, capsys, monkeypatch, argv):
-    from cluster.experiments import smart, ycsb
+    from cluster.experiments import bench_ycsb as ycsb, reproduce_smart as smart
 
     def boom(*a, **k):
         raise AssertionError("ran an experiment without matplotlib")

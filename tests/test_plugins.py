@@ -220,7 +220,7 @@ def test_a_plugin_setup_that_does_not_fit_is_one_line(tmp_path, monkeypatch):
 
 
 WARMUP_ONLY = """
-    from nodes.systems.api import SystemError_
+    from nodes.systems.api import SystemGaveUp
     from nodes.systems.race import RaceSystem
 
     class Picky(RaceSystem):
@@ -229,7 +229,7 @@ WARMUP_ONLY = """
         @classmethod
         def setup(cls, fabric, memory_nodes, options, capacity):
             if capacity < 5000:                                  # the supervisor's small warm-up rack
-                raise SystemError_(f"picky-ht: capacity {capacity} is too small")
+                raise SystemGaveUp(f"picky-ht: capacity {capacity} is too small")
             return super().setup(fabric, memory_nodes, options, capacity)
 """
 

@@ -100,7 +100,7 @@ def test_jobs_must_be_positive():
 def test_fresh_racks_side_by_side_give_the_same_figures():
     """Co-located racks are deterministic for their seed and share nothing, so the reproduction's
     sweeps of fresh racks may run side by side (dmrack reproduce --jobs)."""
-    from cluster.experiments.smart import UPDATE_ONLY, _fresh_points
+    from cluster.experiments.reproduce_smart import UPDATE_ONLY, _fresh_points
     kw = dict(records=1_000, warm_ms=0.05, measure_ms=0.05, properties=UPDATE_ONLY)
     points = [(f"{t} threads", "race", "a", t, kw) for t in (1, 2, 4)]
     serial = _fresh_points(points)

@@ -11,7 +11,7 @@ import pytest
 
 from shm.sim.env import Environment
 from nodes.systems import get_system
-from nodes.systems.api import SystemError_, UnsupportedOperation
+from nodes.systems.api import SystemGaveUp, UnsupportedOperation
 from nodes.systems.race import (
     Geometry, ItemTooLarge, RaceClient, RaceSystem, decode_block, encode_block, probe, slot_block,
 )
@@ -150,7 +150,7 @@ def test_large_values_round_trip_and_too_large_items_are_refused(fab):
 
     msg = r.run(too_big())
     assert "too large" in msg and "17000" in msg and "255" in msg
-    assert issubclass(ItemTooLarge, SystemError_)
+    assert issubclass(ItemTooLarge, SystemGaveUp)
 
 
 def test_scan_is_unsupported(fab):
@@ -397,7 +397,7 @@ def test_table_full_error_names_the_option(fab):
         try:
             for k in range(1000):
                 yield from r.client.insert(r.co, b"k%d" % k, b"v")
-        except SystemError_ as e:
+        except SystemGaveUp as e:
             return k, str(e)
 
     k, msg = r.run(body())
@@ -459,11 +459,11 @@ def test_options_are_checked_with_the_key_named():
 
 
 def test_setup_refuses_bad_memory_nodes(fab):
-    with pytest.raises(SystemError_, match="at least one memory node"):
+    with pytest.raises(SystemGaveUp, match="at least one memory node"):
         RaceSystem.setup(fab, [], {}, 100)
     with pytest.raises(KeyError):
         RaceSystem.setup(fab, [7], {}, 100)
-    with pytest.raises(SystemError_, match="does not fit"):
+    with pytest.raises(SystemGaveUp, match="does not fit"):
         RaceSystem.setup(fab, MN, {}, 50_000_000)
 
 
@@ -499,7 +499,7 @@ def test_bulk_load_places_keys_as_inserts_do():
     import random as _random
 
     from cluster.correctness.conformance import rig as _rig
-    from nodes.systems.api import SystemError_
+    from nodes.systems.api import SystemGaveUp
     from nodes.systems.race import RaceSystem
     from workloads.keys import key_bytes
     rnd = _random.Random(1)
@@ -513,9 +513,9 @@ def test_bulk_load_places_keys_as_inserts_do():
         assert bulk.op("insert", pairs[5][0], b"again") is False          # present, as after an insert
         assert bulk.op("update", pairs[5][0], b"x") is True and bulk.op("get", pairs[5][0]) == b"x"
         assert bulk.op("delete", pairs[6][0]) is True and bulk.op("get", pairs[6][0]) is None
-        with pytest.raises(SystemError_, match="empty table"):
+        with pytest.raises(SystemGaveUp, match="empty table"):
             RaceSystem.bulk_load(bulk.fabric, bulk.layout, [(key_bytes(9999, 8), b"v")])
-    with _rig(RaceSystem) as r, pytest.raises(SystemError_, match="twice"):
+    with _rig(RaceSystem) as r, pytest.raises(SystemGaveUp, match="twice"):
         RaceSystem.bulk_load(r.fabric, r.layout, [(b"k" * 8, b"a"), (b"k" * 8, b"b")])
 
 

@@ -9,7 +9,7 @@ import pytest
 from cluster.correctness import conformance
 from cluster.correctness.conformance import rig
 from nodes.systems import get_system
-from nodes.systems.api import SystemError_
+from nodes.systems.api import SystemGaveUp
 from nodes.systems.lib.reclaim import clear_row, global_epoch
 from shm.atomics import load_acquire
 
@@ -124,7 +124,7 @@ def test_out_of_memory_error_is_a_system_error():
         p = r.env.process(_inserts(r))
         with pytest.raises(Exception) as ei:
             r.env.run()
-        assert isinstance(ei.value.__cause__, SystemError_) and "out of memory" in str(ei.value.__cause__)
+        assert isinstance(ei.value.__cause__, SystemGaveUp) and "out of memory" in str(ei.value.__cause__)
         assert not p.is_alive or p.value is None
 
 

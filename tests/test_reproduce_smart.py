@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.experiments import smart as rs
+from cluster.experiments import reproduce_smart as rs
 
 TINY = {
     "fig7": dict(threads=(2,), records=1_000, warm_ms=0.02, measure_ms=0.05, workloads=("a", "c")),
@@ -50,7 +50,7 @@ def test_hot_key_updates_pile_up_over_milliseconds():
     zipf 0.99 an update of a hot key stays in flight while it retries, so the operations in
     flight fill with hot-key updates and RACE's throughput (no back-off) falls well below its
     first millisecond's. Virtual time, co-located: deterministic."""
-    from cluster.experiments.ycsb import scenario_dict
+    from cluster.experiments.bench_ycsb import scenario_dict
     from cluster.rack import ColocatedRack
     from cluster.scenario import scenario_from_dict
     doc = scenario_dict("race", "a", (16,), records=2_000, warm_ms=1.0, measure_ms=1.0,
@@ -67,7 +67,7 @@ def test_one_race_thread_runs_the_artifacts_rate(workload, props, artifact_mops)
     """RACE's per-operation CPU (search_cpu_ns, write_cpu_ns) is calibrated so that one thread with
     8 coroutines runs SMART's artifact rates: read-only 0.571 Mops (fig8-ycsb-c.csv), update-only
     0.237 (fig5a.csv). Uniform keys, so no conflict enters; virtual time, deterministic."""
-    from cluster.experiments.ycsb import measure
+    from cluster.experiments.bench_ycsb import measure
     (p,), _ = measure("race", workload, (1,), records=2_000, warm_ms=0.3, measure_ms=1.0,
                       properties={"requestdistribution": "uniform", **props})
     assert p["mops"] == pytest.approx(artifact_mops, rel=0.05)

@@ -11,7 +11,7 @@ import pytest
 from cluster.correctness.checker import Op, check
 from cluster.correctness.conformance import CHECKS, ConformanceFailure, rig
 from nodes.systems import get_system, system_names
-from nodes.systems.api import SystemError_
+from nodes.systems.api import SystemGaveUp
 from nodes.systems.rolex import RolexStats, RolexSystem
 from workloads.keys import decode_value, value_bytes
 
@@ -89,13 +89,13 @@ def test_bulk_load_then_get_every_key():
 
 def test_bulk_load_refuses_a_loaded_index_a_duplicate_and_a_bad_key_in_one_line():
     with rig(RolexSystem) as r:
-        with pytest.raises(SystemError_, match="twice") as e:
+        with pytest.raises(SystemGaveUp, match="twice") as e:
             RolexSystem.bulk_load(r.fabric, r.layout, [(_key(1), _val(1, 0)), (_key(1), _val(1, 1))])
-        with pytest.raises(SystemError_, match="exactly 8 bytes") as e:
+        with pytest.raises(SystemGaveUp, match="exactly 8 bytes") as e:
             RolexSystem.bulk_load(r.fabric, r.layout, [(b"abc", _val(1, 0))])
         assert "\n" not in e.value.one_line()
         assert r.op("insert", _key(7), _val(7, 1)) is True
-        with pytest.raises(SystemError_, match="empty index"):
+        with pytest.raises(SystemGaveUp, match="empty index"):
             _bulk(r, [1, 2])
 
 
@@ -105,7 +105,7 @@ def test_a_bad_key_size_is_one_clear_line():
             with pytest.raises(ConformanceFailure) as e:
                 r.op(op, *args)
             msg = str(e.value)
-            assert "SystemError_" in msg and "ROLEX keys are exactly 8 bytes" in msg and "\n" not in msg
+            assert "SystemGaveUp" in msg and "ROLEX keys are exactly 8 bytes" in msg and "\n" not in msg
 
 
 def test_scans_and_gets_across_synonym_chains():

@@ -385,12 +385,12 @@ def test_a_handler_exception_goes_back_to_the_caller_and_the_server_keeps_servin
 
 @pytest.mark.parametrize("kind", ["crash", "gave-up", "interrupt"])
 def test_a_failpoint_crash_or_the_system_giving_up_in_a_handler_is_not_swallowed(prefix, kind):
-    """A crash failpoint (ClientCrash, a BaseException), the system giving up (SystemError_) and an
+    """A crash failpoint (ClientCrash, a BaseException), the system giving up (SystemGaveUp) and an
     Interrupt are not sent back: they end the server actor as before, out of env.run()."""
     from shm.sim.env import Interrupt, ProcessError
-    from nodes.systems.api import SystemError_
+    from nodes.systems.api import SystemGaveUp
     from shm.failpoints import ClientCrash
-    exc = {"crash": ClientCrash("failpoint verbs.post (hit 1)"), "gave-up": SystemError_("table full"),
+    exc = {"crash": ClientCrash("failpoint verbs.post (hit 1)"), "gave-up": SystemGaveUp("table full"),
            "interrupt": Interrupt("stop")}[kind]
 
     def dies(ctx, req):

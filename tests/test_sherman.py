@@ -14,7 +14,7 @@ from cluster.correctness.conformance import rig
 from shm.sim.env import Environment
 from nodes.systems.sherman import INLINE_VALUE, KeySizeError, ShermanSystem
 from nodes.systems.sherman.layout import LINE, NODE_BYTES, PACKED_ENTRY, unpack_root
-from shm.coro import Coroutine, NodeRdma
+from shm.coro import VerbBatch, NodeRdma
 from shm.fabric import REGION_HOST, Fabric, NodeSpec, gaddr_node, gaddr_offset, gaddr_region
 from shm.profile import load_profile
 from shm.segment import new_prefix
@@ -340,8 +340,8 @@ def test_without_two_level_versions_an_update_writes_back_the_whole_leaf(leaf_la
     with rig(ShermanSystem, options={"entry_writes": entry_writes, "leaf_layout": leaf_layout}) as r:
         assert r.op("insert", _k(5), _v(5, size=8)) is True
         sizes = []
-        write = Coroutine.write
-        with mock.patch.object(Coroutine, "write", lambda co, addr, data: sizes.append(len(data)) or write(co, addr, data)):
+        write = VerbBatch.write
+        with mock.patch.object(VerbBatch, "write", lambda co, addr, data: sizes.append(len(data)) or write(co, addr, data)):
             assert r.op("update", _k(5), _v(5, 2, size=8)) is True
         assert r.op("get", _k(5)) == _v(5, 2, size=8)
         assert sizes[0] == size and sizes[1:] == [2]      # the write-back, then the 16-bit unlock
@@ -371,12 +371,12 @@ def test_bulk_load_builds_a_tree_that_answers_as_an_inserted_one(leaf_layout):
 
 
 def test_bulk_load_refuses_a_tree_with_keys_and_duplicate_keys():
-    from nodes.systems.api import SystemError_
+    from nodes.systems.api import SystemGaveUp
     with rig(ShermanSystem) as r:
-        with pytest.raises(SystemError_, match="twice"):
+        with pytest.raises(SystemGaveUp, match="twice"):
             ShermanSystem.bulk_load(r.fabric, r.layout, [(_k(1), b"a"), (_k(1), b"b")])
         assert r.op("insert", _k(2), b"x") is True
-        with pytest.raises(SystemError_, match="empty tree"):
+        with pytest.raises(SystemGaveUp, match="empty tree"):
             ShermanSystem.bulk_load(r.fabric, r.layout, [(_k(3), b"a")])
 
 
@@ -481,11 +481,11 @@ def test_retiring_the_new_block_is_caught_by_the_checker():
 def _verbs():
     """Record (verb, bytes) of every verb posted by any coroutine, and the ``sync`` rounds."""
     log = []
-    read, write, masked_cas, sync = Coroutine.read, Coroutine.write, Coroutine.masked_cas, Coroutine.sync
-    with mock.patch.object(Coroutine, "read", lambda co, a, n: log.append(("READ", n)) or read(co, a, n)), \
-            mock.patch.object(Coroutine, "write", lambda co, a, d: log.append(("WRITE", len(d))) or write(co, a, d)), \
-            mock.patch.object(Coroutine, "masked_cas", lambda co, *a: log.append(("CAS", 8)) or masked_cas(co, *a)), \
-            mock.patch.object(Coroutine, "sync", lambda co: log.append(("sync", 0)) or sync(co)):
+    read, write, masked_cas, sync = VerbBatch.read, VerbBatch.write, VerbBatch.masked_cas, VerbBatch.sync
+    with mock.patch.object(VerbBatch, "read", lambda co, a, n: log.append(("READ", n)) or read(co, a, n)), \
+            mock.patch.object(VerbBatch, "write", lambda co, a, d: log.append(("WRITE", len(d))) or write(co, a, d)), \
+            mock.patch.object(VerbBatch, "masked_cas", lambda co, *a: log.append(("CAS", 8)) or masked_cas(co, *a)), \
+            mock.patch.object(VerbBatch, "sync", lambda co: log.append(("sync", 0)) or sync(co)):
         yield log
 
 

@@ -14,7 +14,7 @@ import pytest
 from cluster.correctness.checker import Op, check
 from cluster.correctness.conformance import rig, stress_rack
 from shm.sim.env import Environment
-from nodes.systems.api import SystemError_
+from nodes.systems.api import SystemGaveUp
 from nodes.systems.lib.art import NODE_4, NODE_256, dump_tree
 from nodes.systems.smart_art import (
     LIVE, UNIT, VALUE, KeySizeError, Leaf, SmartArtClient, SmartArtSystem, ValueTooLarge, leaf_image,
@@ -390,10 +390,10 @@ def test_bulk_load_builds_a_tree_that_answers_as_an_inserted_one():
 
 def test_bulk_load_refuses_a_tree_with_keys_and_duplicate_keys():
     with rig(SmartArtSystem) as r:
-        with pytest.raises(SystemError_, match="twice"):
+        with pytest.raises(SystemGaveUp, match="twice"):
             SmartArtSystem.bulk_load(r.fabric, r.layout, [(_k(1), b"a"), (_k(1), b"b")])
         SmartArtSystem.bulk_load(r.fabric, r.layout, [(_k(1), b"a")])
-        with pytest.raises(SystemError_, match="empty tree"):
+        with pytest.raises(SystemGaveUp, match="empty tree"):
             SmartArtSystem.bulk_load(r.fabric, r.layout, [(_k(2), b"a")])
         with pytest.raises(KeySizeError):
             with rig(SmartArtSystem) as r2:

@@ -74,9 +74,25 @@ def test_moved_names_keep_their_old_homes():
     import shm.messages as messages
     import shm.rpc as rpc
     import shm.rpc_client as rpc_client
-    assert api.SystemError_ is messages.SystemError_ and api.one_line is messages.one_line
+    assert api.SystemGaveUp is messages.SystemGaveUp and api.one_line is messages.one_line
+    # the names before issue 42, kept for systems and plugins written against them
+    assert api.SystemError_ is messages.SystemError_ is messages.SystemGaveUp
     assert rpc.rpc is rpc_client.rpc and rpc.RpcError is rpc_client.RpcError and rpc.HEADER is rpc_client.HEADER
     import cluster.scenario as scenario
     assert check.StressShape is shapes.StressShape and check.with_rack_tables is scenario.with_rack_tables
     assert conformance.with_rack_tables is scenario.with_rack_tables
     assert conformance.DEFAULT_PROFILE == shapes.DEFAULT_PROFILE == "cx6-200g"
+
+
+def test_renamed_names_keep_their_old_names():
+    """Issue 42 renamed what misled (a batch of verbs called Coroutine, NIC opcodes called OP_* like
+    the workload's op kinds, a log line called Event, a counter called deferred); the old names stay
+    importable, the same objects, for systems, plugins and scripts written against them."""
+    from cluster import stats
+    from shm import coro, nic
+    from shm.smart import SmartStats
+    assert coro.Coroutine is coro.VerbBatch and stats.Event is stats.LogEntry
+    assert (nic.OP_READ, nic.OP_WRITE, nic.OP_CAS, nic.OP_FAA, nic.OP_SEND, nic.OP_SEND_UD, nic.N_OPS) == (
+        nic.VERB_READ, nic.VERB_WRITE, nic.VERB_CAS, nic.VERB_FAA, nic.VERB_SEND, nic.VERB_SEND_UD, nic.N_VERBS)
+    st = SmartStats(*range(len(SmartStats._fields)))
+    assert st.deferred_posts == st.posts_waited == SmartStats._fields.index("posts_waited")

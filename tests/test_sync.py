@@ -426,7 +426,7 @@ WE = 100
 
 
 def _effects(table, i, log_name):
-    """Actors post 'effects' LOOK..LOOK+300 ns ahead (as verbs do), 1 in 4 a write; each effect
+    """Processes post 'effects' LOOK..LOOK+300 ns ahead (as verbs do), 1 in 4 a write; each effect
     takes a ticket from a shared counter when it runs, so the real order can be compared with
     the virtual one."""
     from shm.atomics import faa
@@ -442,7 +442,7 @@ def _effects(table, i, log_name):
             k = int(faa(words, 0, 1))
             words[1 + 3 * k: 4 + 3 * k] = (t, i, write)
 
-        def actor(env):
+        def body(env):
             for _ in range(400):
                 # process 0 is sparse (few events between two visits to the clock table: a write
                 # it posts may come due before the next), process 1 lags in real time
@@ -455,7 +455,7 @@ def _effects(table, i, log_name):
                 env.effect_at(t, write)
 
         for _ in range(3):
-            env.process(actor(env))
+            env.process(body(env))
         env.run()
         return env.now
     finally:

@@ -224,7 +224,7 @@ def test_dmrack_run_trace_and_its_errors(tmp_path):
 
 
 def test_bench_ycsb_traces_its_first_point(tmp_path):
-    from cluster.experiments import ycsb
+    from cluster.experiments import bench_ycsb as ycsb
     out = tmp_path / "ycsb.json"
     points, _ = ycsb.measure("race", "a", (1, 2), records=2000, warm_ms=0.05, measure_ms=0.05,
                              trace=(str(out), TraceBounds(window_ns=20_000, max_ops=50)))

@@ -311,7 +311,7 @@ def test_the_docs_example_runs(fab, capsys):
 
 def test_coroutines_of_one_thread_share_its_core_when_sending(fab):
     """Two coroutines of one shm.coro thread send at t=0: the second post's CPU starts after the
-    first's, as their verbs would; with no thread each actor is its own core."""
+    first's, as their verbs would; with no thread each process is its own core."""
     from shm.coro import NodeRdma
 
     def arrivals(use_thread):

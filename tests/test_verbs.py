@@ -102,8 +102,8 @@ def rack(env, prefix):
 
 # -- helpers ------------------------------------------------------------------------------------
 
-def run_actor(env, gen):
-    """Run ``gen`` as an actor (and everything else) to the end; return its value."""
+def run_process(env, gen):
+    """Run ``gen`` as a process (and everything else) to the end; return its value."""
     p = env.process(gen)
     env.run()
     assert not p.is_alive
@@ -111,7 +111,7 @@ def run_actor(env, gen):
 
 
 def wait_cqes(env, cq, n):
-    """Actor body: poll ``cq`` until ``n`` completions; returns [(virtual time seen, WC)]."""
+    """Process body: poll ``cq`` until ``n`` completions; returns [(virtual time seen, WC)]."""
     got = []
     while len(got) < n:
         k, wcs = cq.poll(n - len(got))
@@ -122,20 +122,20 @@ def wait_cqes(env, cq, n):
 
 
 def post_wait(r, wrs, n=None, qp=None, cq=None):
-    """Post ``wrs`` at t=now from an actor and wait for ``n`` CQEs (default: one per WR);
+    """Post ``wrs`` at t=now from a process and wait for ``n`` CQEs (default: one per WR);
     returns (post time, [(time, WC)])."""
     qp = qp or r.qp
     cq = cq or r.cq
     wrs = [wrs] if isinstance(wrs, SendWR) else wrs
     n = len(wrs) if n is None else n
 
-    def actor():
+    def body():
         t0 = r.env.now
         qp.post_send(wrs)
         got = yield from wait_cqes(r.env, cq, n)
         return t0, got
 
-    return run_actor(r.env, actor())
+    return run_process(r.env, body())
 
 
 def rdma(op, lmr, loff, length, raddr, rkey, wr_id=1, flags=IBV_SEND_SIGNALED, lkey=None):
@@ -285,14 +285,14 @@ def test_send_queue_completes_in_posting_order(rack):
            atomic(IBV_WR_ATOMIC_FETCH_AND_ADD, r.lmr, 32768, r.rmr.addr + 40960, r.rmr.rkey, 1, wr_id=3),
            rdma(IBV_WR_RDMA_WRITE, r.lmr, 0, 8, r.rmr.addr + 32776, r.rmr.rkey, wr_id=4)]
 
-    def actor():
+    def body():
         r.qp.post_send(wrs[:3])
         yield 10
         r.qp.post_send(wrs[3])                     # a quick WRITE right behind a slow FAA
         got = yield from wait_cqes(r.env, r.cq, 4)
         return got
 
-    got = run_actor(r.env, actor())
+    got = run_process(r.env, body())
     assert [wc.wr_id for _, wc in got] == [1, 2, 3, 4]
     assert all(wc.status == IBV_WC_SUCCESS for _, wc in got)
 
@@ -471,7 +471,7 @@ def test_posting_past_max_send_wr_raises_enomem_and_posts_nothing(env, prefix):
         r.lmr.write(b"\x01" * 64)
         caught = []
 
-        def actor():
+        def body():
             r.qp.post_send([rdma(IBV_WR_RDMA_WRITE, r.lmr, 0, 8, r.rmr.addr + 8 * i, r.rmr.rkey, i) for i in range(3)])
             with pytest.raises(PyverbsRDMAError) as ei:
                 r.qp.post_send([rdma(IBV_WR_RDMA_WRITE, r.lmr, 0, 8, r.rmr.addr + 8 * i, r.rmr.rkey, i)
@@ -485,7 +485,7 @@ def test_posting_past_max_send_wr_raises_enomem_and_posts_nothing(env, prefix):
             got += yield from wait_cqes(r.env, r.cq, 1)
             return got
 
-        got = run_actor(env, actor())
+        got = run_process(env, body())
         assert caught == [errno.ENOMEM]
         assert [wc.wr_id for _, wc in got] == [0, 1, 2, 5, 6]
         assert [word(r.rmr, 8 * i) != 0 for i in range(7)] == [True, True, True, False, False, True, True]
@@ -616,7 +616,7 @@ def _writer(desc, target_addr, rkey, stop, q):
             lmr = MR(pd, TORN_BYTES)
             n = 0
 
-            def actor():
+            def body():
                 nonlocal n
                 while not stop.is_set() and n < 100_000:
                     lmr.buf[:] = n % 251 + 1       # every byte of this write the same value
@@ -625,7 +625,7 @@ def _writer(desc, target_addr, rkey, stop, q):
                     assert got[0][1].status == IBV_WC_SUCCESS
                     n += 1
 
-            run_actor(env, actor())
+            run_process(env, body())
         finally:
             fab.close()
         q.put(("ok", n))
@@ -698,7 +698,7 @@ def test_qps_bind_to_low_latency_doorbells_then_round_robin(rack):
 
 
 def _post_cpu_times(n_threads, shared_doorbell, posts=10):
-    """Each of ``n_threads`` actors posts ``posts`` WRITEs (depth 1) through its own QP; returns
+    """Each of ``n_threads`` processes posts ``posts`` WRITEs (depth 1) through its own QP; returns
     every post's CPU time (from the call to when the doorbell is rung)."""
     env = Environment(seed=3)
     fab = new_fabric()
@@ -749,7 +749,7 @@ def test_cq_wait_for_several_completions_wakes_once_all_are_there(rack):
     for i, wr in enumerate(wrs):
         wr.set_wr_rdma(rack.rmr.rkey, rack.rmr.addr + 64 * i)
 
-    def actor(need):
+    def body(need):
         t0 = rack.env.now
         rack.qp.post_send(wrs)
         yield rack.cq.wait(need)
@@ -760,7 +760,7 @@ def test_cq_wait_for_several_completions_wakes_once_all_are_there(rack):
             n += rack.cq.poll(4 - n)[0]
         return woke
 
-    first, all_four = run_actor(rack.env, actor(1)), run_actor(rack.env, actor(4))
+    first, all_four = run_process(rack.env, body(1)), run_process(rack.env, body(4))
     assert 0 < first < all_four             # the 4th completion comes after the 1st
     with pytest.raises(Exception, match="min_entries"):
         rack.cq.wait(0)

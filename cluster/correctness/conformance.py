@@ -13,7 +13,7 @@ filled by the system; ``dmrack check --option`` passes them, e.g. RACE's deliber
 ``fault``). It returns on success and raises
 :class:`ConformanceFailure` (an ``AssertionError``, so pytest shows it as a failed assertion)
 whose message starts with the check's name and says what went wrong, with the key, the value
-and the operation. Any other exception escaping a check (a ``SystemError_``, a crashed
+and the operation. Any other exception escaping a check (a ``SystemGaveUp``, a crashed
 coroutine) is turned into a ``ConformanceFailure`` of that check too: to the suite a system that
 crashes is a system that fails.
 

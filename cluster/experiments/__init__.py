@@ -1,7 +1,9 @@
 """Experiments: the benchmarks (``dmrack bench``) and the papers' reproductions (``dmrack reproduce``).
 
-One module per bench or paper, named like its command (``dmrack bench verbs`` is ``verbs.py``,
-``dmrack reproduce smart`` is ``smart.py``), beside the helpers they share: ``rows`` (the
+One module per bench or paper, named like its command (``dmrack reproduce sherman`` is
+``sherman.py``), or like the whole command (``bench_verbs.py``, ``bench_ycsb.py``,
+``reproduce_smart.py``) where the plain name is a module of another floor already (``shm/verbs.py``,
+``workloads/ycsb.py``, ``shm/smart.py``: a module name is used once), beside the helpers they share: ``rows`` (the
 (experiment, series, x, metric, emulated, published) record, its tables and JSON, the loop
 that runs a module's parts, and ``reproduction``/``bench``, which turn a module's parts, setup,
 figures and title into its declaration) and ``pointpool`` (fresh racks side by side, one per

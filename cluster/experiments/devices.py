@@ -31,7 +31,7 @@ import numpy as np
 
 from cluster.experiments.figures import Figure
 from cluster.experiments.rows import Row, bench
-from cluster.experiments.verbs import FabricRig
+from cluster.experiments.bench_verbs import FabricRig
 from nodes.devices.dpa_core import Dpa
 from nodes.services.dpu_forwarder import OP_PUT, RECORD_BYTES, wire
 from shm.coro import NodeRdma
@@ -74,15 +74,15 @@ def _in_window(env, warmup: int, window: int, read) -> list:
 
 
 def _timed(env, gen_fn):
-    """Run the actor ``gen_fn()`` (a generator) alone and return the virtual ns it took."""
+    """Run ``gen_fn()`` (a generator) alone as a process and return the virtual ns it took."""
     out = {}
 
-    def actor():
+    def timed():
         t0 = env.now
         yield from gen_fn()
         out["ns"] = env.now - t0
 
-    env.process(actor())
+    env.process(timed())
     env.run()
     return out["ns"]
 
@@ -90,7 +90,7 @@ def _timed(env, gen_fn):
 # --- DPA memory -----------------------------------------------------------------------------------
 
 def dpa_load_costs() -> dict[str, int]:
-    """Virtual ns of one 8 B load by a DPA thread (an actor on a DpaCore) that misses every cache,
+    """Virtual ns of one 8 B load by a DPA thread (a process on a DpaCore) that misses every cache,
     and that hits L1, L2 (a line another thread loaded) and L3 (a line pushed out of L2 by 2 MiB of
     other lines, which the 3 MiB L3 still holds)."""
     with Rig() as rig:
@@ -161,7 +161,7 @@ def dma(quick: bool, progress) -> list[Row]:
 # --- host copy --------------------------------------------------------------------------------------
 
 def host_copy_mb_per_s(total: int, threads: int = 4, chunk: int = 64 << 10) -> float:
-    """MB/s of ``threads`` polling DPA threads (actors on DpaCores) copying ``total`` bytes from host
+    """MB/s of ``threads`` polling DPA threads (processes on DpaCores) copying ``total`` bytes from host
     memory into DPA memory in ``chunk``-byte pieces. Each piece is a stall priced by
     ``DpaMemory.host_copy_ns`` at the thread's share of the aggregate rate (``dpa.host_copy_mb_per_s``
     / threads), then a store of its first line to DPA memory."""
@@ -201,7 +201,7 @@ def udp_ping(threads: int, *, clients_per_thread: int = 8, client_nodes: int = 8
 
     Each client (a coroutine on one of ``client_nodes`` compute nodes) sends a ``PING_BYTES`` ping
     to ``dpa0`` port ``PING_PORT + k % threads``; the DPA's steering rules send port
-    ``PING_PORT + i`` to thread i's RX queue. Thread i (an actor on its DpaCore) waits on its queue,
+    ``PING_PORT + i`` to thread i's RX queue. Thread i (a process on its DpaCore) waits on its queue,
     takes a datagram (one poll), loads its first line (the NIC put it in L2), computes
     ``dpa.packet_cycles`` (the profile's packet-handling assumption, never tuned to the published
     44.9 Mops) on its core as a doorbell burst and sends the reply to the client's queue."""
@@ -325,7 +325,7 @@ def transfer_engine(*, warmup: int = 20_000, window: int = 80_000, record_ns: in
     the server cores' utilisation in it, the mean batch, host CPU ns per record spent feeding and
     draining the rings (not counted, PD3's setup) and the host threads on the transfer path.
 
-    The host side is two uncounted actors: a feeder that refills the request ring every 100 ns
+    The host side is two uncounted processes: a feeder that refills the request ring every 100 ns
     (``HostClient.submit``, PUTs of 64 B records) and a drain that takes every response every 100 ns."""
     with FwdRig(seed=seed) as rig:
         env = rig.env

@@ -356,7 +356,7 @@ def _mean(xs):
 
 def fig3(quick: bool, progress) -> list[Row]:
     """The verbs of FlexKV Fig. 3 (``dmrack bench verbs --only flexkv-fig3``, the same function)."""
-    from cluster.experiments.verbs import flexkv_fig3
+    from cluster.experiments.bench_verbs import flexkv_fig3
     return [Row("fig3", r.series, r.x, r.metric, r.emulated, r.published) for r in flexkv_fig3(quick, progress)]
 
 

@@ -11,7 +11,7 @@ parts, setup, figures and title (they write ``run``)::
 
 or, when its ``run`` is its own (``bench ycsb``: parts per system, a trace), as an
 :class:`Experiment` directly; the table names it by kind and name as a ``module:attr`` target
-(``"cluster.experiments.smart:EXPERIMENT"``). That is the style of every registry of dmrack (the
+(``"cluster.experiments.reproduce_smart:EXPERIMENT"``). That is the style of every registry of dmrack (the
 systems' ``BUILTIN``, the conformance checks' ``CHECKS``; ``shm/targets.py`` says why): the table
 is the whole registry at a glance, there is no import order to get right and no module that
 registers twice or from outside, and a module that is never asked for is never imported. A
@@ -96,8 +96,8 @@ EXPERIMENTS = {
     "bench": {
         "devices": "cluster.experiments.devices:EXPERIMENT",
         "speed": "cluster.experiments.speed:EXPERIMENT",
-        "verbs": "cluster.experiments.verbs:EXPERIMENT",
-        "ycsb": "cluster.experiments.ycsb:EXPERIMENT",
+        "verbs": "cluster.experiments.bench_verbs:EXPERIMENT",
+        "ycsb": "cluster.experiments.bench_ycsb:EXPERIMENT",
     },
     "reproduce": {
         "dolphin": "cluster.experiments.dolphin:EXPERIMENT",
@@ -105,7 +105,7 @@ EXPERIMENTS = {
         "flexkv": "cluster.experiments.flexkv:EXPERIMENT",
         "pd3": "cluster.experiments.pd3:EXPERIMENT",
         "sherman": "cluster.experiments.sherman:EXPERIMENT",
-        "smart": "cluster.experiments.smart:EXPERIMENT",
+        "smart": "cluster.experiments.reproduce_smart:EXPERIMENT",
     },
 }
 

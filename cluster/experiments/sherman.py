@@ -265,9 +265,9 @@ def onemn(quick: bool, progress, *, threads: int = ONE_MN_THREADS, records=None,
 
 
 def _onemn_point(dist: str, threads: int, kw: dict) -> float:
-    from cluster.experiments.smart import FIG12_MEMORY_NODES, SHERMAN_PLUS_LEAF
-    from cluster.experiments.ycsb import SMART_KEYS
-    from cluster.experiments.ycsb import measure as ycsb_measure
+    from cluster.experiments.reproduce_smart import FIG12_MEMORY_NODES, SHERMAN_PLUS_LEAF
+    from cluster.experiments.bench_ycsb import SMART_KEYS
+    from cluster.experiments.bench_ycsb import measure as ycsb_measure
     pts, _ = ycsb_measure("sherman", "a", (threads,), qp_policy="per_thread_qp", memory_nodes=FIG12_MEMORY_NODES,
                           options={"leaf_layout": SHERMAN_PLUS_LEAF},
                           properties={**SMART_KEYS, "requestdistribution": dist}, **kw)

@@ -27,7 +27,7 @@ waiting for them, ``cx6-200g``):
   and ``fig13`` too without ``--quick``).
 
 The verbs-level loops (``one process``, ``raw verbs``, ``two processes``, ``simpy``) are declared
-in ``cluster/experiments/verbs.py`` (``bench verbs --only speed`` gives the same rows) and
+in ``cluster/experiments/bench_verbs.py`` (``bench verbs --only speed`` gives the same rows) and
 re-exported here.
 
 Virtual-time results never depend on these numbers; tests check that each row is measured, never
@@ -42,16 +42,16 @@ import time
 from cluster.experiments.figures import Figure
 from cluster.experiments.rows import Row, bench
 # The verbs-level loops and their rows are ``dmrack bench verbs --only speed`` too: declared in
-# verbs.py beside the rig they run on (so that verbs.py need not import this module, which times
-# SMART's reproduction, whose Figs. 3 and 4 are verbs.py's), and re-exported here.
-from cluster.experiments.verbs import (  # noqa: F401  (re-exports)
+# bench_verbs.py beside the rig they run on (so that bench_verbs.py need not import this module,
+# which times SMART's reproduction, whose Figs. 3 and 4 are bench_verbs.py's), and re-exported here.
+from cluster.experiments.bench_verbs import (  # noqa: F401  (re-exports)
     ADDRESSES, DEPTH, TARGET_COROUTINE, TARGET_RAW, coroutine_loop, raw_verbs_loop, simpy_loop, two_processes,
     verbs_rows)
 
 def ycsb_a(system: str, *, records: int, threads: int, coroutines: int, run_ms: float) -> dict:
     """A co-located rack: load ``records`` keys with one thread, run YCSB-A (zipf 0.99) for
     ``run_ms`` virtual ms; operations and verbs per real second over the whole run."""
-    from cluster.experiments.ycsb import SMART_KEYS, scenario_dict
+    from cluster.experiments.bench_ycsb import SMART_KEYS, scenario_dict
     from cluster.rack import ColocatedRack
     from cluster.scenario import scenario_from_dict
     doc = scenario_dict(system, "a", (threads,), records=records, warm_ms=run_ms / 4, measure_ms=run_ms,
@@ -140,7 +140,7 @@ def rack_rows(quick: bool, progress) -> list[Row]:
 
 
 def reproduce_rows(quick: bool, progress) -> list[Row]:
-    from cluster.experiments import smart
+    from cluster.experiments import reproduce_smart as smart
     rows = []
     for name in ("fig12",) if quick else ("fig3", "fig4", "fig12", "fig13"):
         progress(f"speed: reproduce smart --quick {name}")

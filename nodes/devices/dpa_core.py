@@ -2,7 +2,7 @@
 
 A BlueField-3 DPA has ``dpa.cores`` RISC-V cores with ``dpa.threads_per_core`` hardware threads
 each, of which ``dpa.usable_threads`` are an application's (DPA-Store §2.3). Each hardware thread is
-an actor (a generator process on :class:`shm.sim.env.Environment`); the core is the resource
+a process (a generator on :class:`shm.sim.env.Environment`); the core is the resource
 the threads of one core share.
 
 Design (and why):
@@ -132,7 +132,7 @@ class DpaCore:
 
 
 class DpaThread:
-    """One hardware thread: what its actor yields to compute, load and stall."""
+    """One hardware thread: what its process yields to compute, load and stall."""
 
     def __init__(self, dpa: "Dpa", tid: int, core: DpaCore):
         self.dpa = dpa

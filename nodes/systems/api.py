@@ -13,8 +13,8 @@ A *system* has two halves:
   it returns is shared by that thread's coroutines; per-thread caches (a directory cache, an
   allocation chunk) live in it.
 
-Client operations are generators that run inside a coroutine actor and issue verbs through the
-:class:`shm.coro.Coroutine` passed as ``co``::
+Client operations are generators that run inside a coroutine (a process of the event core) and
+issue verbs through the coroutine's :class:`shm.coro.VerbBatch` passed as ``co``::
 
     value = yield from client.get(co, key)         # bytes or None
     ok = yield from client.insert(co, key, value)  # False if the key exists
@@ -30,7 +30,8 @@ from typing import Any, Generator, NamedTuple
 
 # Declared on the lowest floor (shm/messages.py), where shm/rpc.py can tell a system's failure from
 # a handler's error; re-exported here, where systems and plugins import them.
-from shm.messages import SystemError_, one_line  # noqa: F401  (re-exports)
+from shm.messages import SystemError_, SystemGaveUp, one_line  # noqa: F401  (re-exports)
+# SystemError_ is SystemGaveUp's name before issue 42, kept for systems and plugins that import it
 
 
 class UnsupportedOperation(NotImplementedError):

@@ -7,7 +7,7 @@ Design (and why):
   counter, so ties run in scheduling order and ``fn`` is never compared: runs are
   deterministic for a given seed.  No per-entry object is allocated beyond the
   tuple itself, which is what keeps the loop at a few hundred ns per event.
-* Actors are generators.  ``yield 10`` (a plain int) is the fast path: it pushes
+* Processes are generators.  ``yield 10`` (a plain int) is the fast path: it pushes
   the process' cached bound ``_wake`` method straight onto the heap, with no
   Event object at all.  ``yield event`` parks the process in the event's
   callback list, exactly like SimPy.
@@ -25,6 +25,11 @@ Design (and why):
   ``shm/sim/sync.py`` for the protocol.  The hot loop then only compares
   each event time against a cached horizon and calls into the sync layer every
   ``POLL_EVENTS`` events or when the horizon is reached.
+* Words: a *process* is a generator this loop runs (:class:`Process`): a client coroutine of a
+  compute thread, a server actor, a device's engine.  An *actor*, everywhere in dmrack, is a
+  system's code on a node role (``nodes/actors.py``), which runs as processes here; and an *event*
+  is one this scheduler fires (:class:`Event`), not a line of the rack's log
+  (``cluster.stats.LogEntry``).
 * Errors are never swallowed: an exception escaping a process' generator is
   thrown into the processes waiting on it, or, if none wait, propagates out of
   ``run()`` as a :class:`ProcessError` naming the process.  In sync mode an
@@ -36,8 +41,8 @@ Design (and why):
 The low-level API
 -----------------
 What device models (``shm/coro.py``, ``shm/verbs.py``, ``shm/landing.py``, ``shm/dma.py``,
-``shm/deferred.py``), actors and node processes use of the core, besides processes, events and
-``run()``.  Nothing outside the core (this module, ``sync.py``, ``router.py``) touches the
+``shm/deferred.py``), server actors and node processes use of the core, besides processes,
+events and ``run()``.  Nothing outside the core (this module, ``sync.py``, ``router.py``) touches the
 privates of :class:`Environment` or :class:`Process` (``tests/test_event_core_api.py`` checks
 it); the per-verb members are plain attributes or are fetched once, so using them costs no
 Python call per verb, and a compiled per-post path can sit behind the same members: it returns

@@ -67,8 +67,8 @@ DEFAULT_MAX_OPS = 1000
 
 #: YCSB op codes (nodes.compute) -> the names on the timeline
 OP_NAMES = {0: "GET", 1: "UPDATE", 2: "INSERT", 3: "SCAN", 4: "RMW", 5: "DELETE"}
-_VERB = {nic.OP_READ: "READ", nic.OP_WRITE: "WRITE", nic.OP_CAS: "CAS", nic.OP_FAA: "FAA", nic.OP_SEND: "SEND",
-         nic.OP_SEND_UD: "SEND (UD)"}
+_VERB = {nic.VERB_READ: "READ", nic.VERB_WRITE: "WRITE", nic.VERB_CAS: "CAS", nic.VERB_FAA: "FAA", nic.VERB_SEND: "SEND",
+         nic.VERB_SEND_UD: "SEND (UD)"}
 
 # (name, from column, to column) of a verb's stages; a stage of zero length is left out. Before
 # ST_POSTED the CPU builds the WQEs (from the post's start).
@@ -85,8 +85,8 @@ _STAGES = (
     ("CQE (PCIe)", nic.ST_BACK, nic.ST_CQE),
     ("wait: earlier completions", nic.ST_CQE, nic.ST_DONE),
 )
-_REMOTE = {nic.OP_READ: "memory read (remote PCIe)", nic.OP_CAS: "atomic unit + address slot",
-           nic.OP_FAA: "atomic unit + address slot"}
+_REMOTE = {nic.VERB_READ: "memory read (remote PCIe)", nic.VERB_CAS: "atomic unit + address slot",
+           nic.VERB_FAA: "atomic unit + address slot"}
 #: stage names in walking order (the timeline's colours follow it)
 STAGE_NAMES = ("build WQE (CPU)",) + tuple(n for n, _, _ in _STAGES if n) + tuple(dict.fromkeys(_REMOTE.values()))
 
@@ -127,8 +127,8 @@ class Tracer:
         self.window_end: int | None = None
         self.closed = False                 # no new operation is taken
         self.ops: list[_Op] = []
-        self._current: dict[int, _Op] = {}  # id(actor) -> its operation being recorded
-        self._by_coro: dict[int, _Op] = {}  # id(shm.coro.Coroutine) -> the same
+        self._current: dict[int, _Op] = {}  # id(process) -> its operation being recorded
+        self._by_coro: dict[int, _Op] = {}  # id(shm.coro.VerbBatch) -> the same
         self.posts: list[tuple] = []        # (op, track, qpn, src, dst, start_ns, rows, stages, times)
         self.cpu: list[tuple] = []          # (op, node, thread track, label, start_ns, end_ns)
         self.dropped_ops = 0                # operations begun after the bounds closed
@@ -159,8 +159,8 @@ class Tracer:
             self.env.tracer = None
 
     # -- operations ---------------------------------------------------------------------------
-    def op_begin(self, actor, node: str, thread: int, coro: int, kind: int, key: int, now: int, co=None):
-        """A KV operation begins on ``actor`` (the coroutine's process); returns a token for
+    def op_begin(self, proc, node: str, thread: int, coro: int, kind: int, key: int, now: int, co=None):
+        """A KV operation begins on ``proc`` (the coroutine's process); returns a token for
         :meth:`op_end`, or None when it is not recorded."""
         if not self._open(now):
             if self.window_start is not None:
@@ -168,66 +168,66 @@ class Tracer:
             return None
         op = _Op(len(self.ops), node, thread, coro, OP_NAMES.get(kind, str(kind)), key, now)
         self.ops.append(op)
-        self._current[id(actor)] = op
+        self._current[id(proc)] = op
         if co is not None:
             self._by_coro[id(co)] = op
         return op
 
-    def op_end(self, actor, op: _Op, now: int, ok, co=None) -> None:
+    def op_end(self, proc, op: _Op, now: int, ok, co=None) -> None:
         op.end = now
         op.ok = bool(ok)
-        if self._current.get(id(actor)) is op:
-            del self._current[id(actor)]
+        if self._current.get(id(proc)) is op:
+            del self._current[id(proc)]
         if co is not None and self._by_coro.get(id(co)) is op:
             del self._by_coro[id(co)]
         if self.closed:
             self._detach_if_done()
 
-    def _op_of(self, actor, now: int):
-        """(recorded?, the operation ``actor`` runs or None)."""
-        op = self._current.get(id(actor)) if actor is not None else None
+    def _op_of(self, proc, now: int):
+        """(recorded?, the operation ``proc`` runs or None)."""
+        op = self._current.get(id(proc)) if proc is not None else None
         if op is not None:
             return True, op
         return self._open(now), None
 
     # -- verbs and CPU ------------------------------------------------------------------------
-    def post(self, qp, dst: int, rows, start: int, t_ns: int, user, actor) -> int:
+    def post(self, qp, dst: int, rows, start: int, t_ns: int, user, proc) -> int:
         """Price one post as ``shm.nic.model_post_rows`` does, recording its stages; returns the
         model's result (when the posting CPU is free)."""
         fabric = qp.fabric
-        keep, op = self._op_of(actor, qp.env.now)
+        keep, op = self._op_of(proc, qp.env.now)
         if not keep:
             return nic.model_post_rows(fabric.table, fabric.params, fabric.descriptors, qp.node, dst,
                                        qp._model_state, qp.doorbell, t_ns, rows)
         stages = np.zeros((rows.shape[0], nic.N_STAGES), np.int64)
         cpu_free = nic.model_post_rows_staged(fabric.table, fabric.params, fabric.descriptors, qp.node, dst,
                                               qp._model_state, qp.doorbell, t_ns, rows, stages)
-        track = self._track_of(qp, user, actor)
+        track = self._track_of(qp, user, proc)
         self.posts.append((op, track, qp.qp_num, qp.node, dst, start, rows[:, :5].copy(), stages,
                            rows[:, nic.WR_OUT:nic.WR_MODEL_COLS].copy()))
         self.cpu.append((op, qp.node, track[0], "post (build WQEs, doorbell)", start, int(cpu_free)))
         return cpu_free
 
-    def _track_of(self, qp, user, actor) -> tuple:
+    def _track_of(self, qp, user, proc) -> tuple:
         """(thread track name, coroutine track name) of a post's poster."""
         thread = getattr(user, "index", None)
         if thread is not None and getattr(user, "owner", None) is not None:
-            op = self._current.get(id(actor)) if actor is not None else None
-            coro = f"t{thread}.co{op.coro}" if op is not None else (getattr(actor, "name", None) or f"t{thread}")
+            op = self._current.get(id(proc)) if proc is not None else None
+            coro = f"t{thread}.co{op.coro}" if op is not None else (getattr(proc, "name", None) or f"t{thread}")
             return f"t{thread}", coro
-        name = getattr(actor, "name", None) or f"qp{qp.qp_num}"
+        name = getattr(proc, "name", None) or f"qp{qp.qp_num}"
         return name, name
 
-    def cpu_charge(self, thread, actor, label: str, start: int, end: int, co=None) -> None:
+    def cpu_charge(self, thread, proc, label: str, start: int, end: int, co=None) -> None:
         """``thread`` (an RdmaThread) spent [start, end) ns of its core (a system's compute,
-        polling the CQ) for ``actor`` (or, when no actor runs, for coroutine ``co``)."""
+        polling the CQ) for ``proc`` (or, when no process runs, for coroutine ``co``)."""
         if end <= start:
             return
-        if actor is None and co is not None:
+        if proc is None and co is not None:
             op = self._by_coro.get(id(co))
             keep = op is not None or self._open(start)
         else:
-            keep, op = self._op_of(actor, start)
+            keep, op = self._op_of(proc, start)
         if keep:
             self.cpu.append((op, thread.owner.node, f"t{thread.index}", label, start, end))
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import struct
 
-from nodes.systems.api import KVClient, Option, System, SystemError_
+from nodes.systems.api import KVClient, Option, System, SystemGaveUp
 from nodes.systems.lib.alloc import UNIT, ChunkAllocator
 from nodes.systems.lib.array import RecordArray, allocate_array
 from nodes.systems.lib.hashing import hash64, reduce_range
@@ -77,7 +77,7 @@ class ToyHTClient(KVClient):
         for i, h in zip(cands, handles):
             rec = RecordFormat(h.length).decode(h.data)
             if rec is None:
-                raise SystemError_("toy-ht: torn KV block (a block was reused under a reader)")
+                raise SystemGaveUp("toy-ht: torn KV block (a block was reused under a reader)")
             (klen,) = _KLEN.unpack_from(rec.payload)
             if rec.payload[2:2 + klen] == key:
                 return i, rec.payload[2 + klen:]
@@ -104,7 +104,7 @@ class ToyHTClient(KVClient):
         payload = _KLEN.pack(len(key)) + key + value
         units = -(-(16 + len(payload)) // UNIT)
         if units > MAX_UNITS:
-            raise SystemError_(f"toy-ht: key + value of {len(key) + len(value)} B do not fit a block")
+            raise SystemGaveUp(f"toy-ht: key + value of {len(key) + len(value)} B do not fit a block")
         node, off = yield from self.alloc.alloc(co, units)
         co.write(gaddr(node, off), RecordFormat(units * UNIT).encode(1, payload))
         return pack_slot(fp, units, node, off)
@@ -151,7 +151,7 @@ class ToyHTClient(KVClient):
                 if not free:
                     self._unlock_with(co, addr, words)
                     yield co.sync()
-                    raise SystemError_("toy-ht: bucket full; lower the option load_factor")
+                    raise SystemGaveUp("toy-ht: bucket full; lower the option load_factor")
                 i = free[0]
             words[i] = 0 if kind == "delete" else (yield from self._new_block(co, key, value, fp))
             if kind != "delete":
@@ -189,7 +189,7 @@ class ToyHT(System):
             array = allocate_array(fabric, mns, buckets, LINE)
             epochs = setup_epochs(fabric, mns[0])
         except MemoryError as e:
-            raise SystemError_(f"toy-ht: {buckets} buckets for capacity {capacity} do not fit the memory "
+            raise SystemGaveUp(f"toy-ht: {buckets} buckets for capacity {capacity} do not fit the memory "
                                f"nodes: {e}; raise their memory or the option load_factor") from None
         return {"system": cls.name, "memory_nodes": mns, "buckets": array, "epochs": epochs,
                 "chunk_bytes": opts["chunk_bytes"]}

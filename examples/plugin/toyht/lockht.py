@@ -30,7 +30,7 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
-from nodes.systems.api import KVClient, Option, System, SystemError_
+from nodes.systems.api import KVClient, Option, System, SystemGaveUp
 from nodes.systems.lib.array import RecordArray, allocate_array
 from nodes.systems.lib.hashing import hash64, reduce_range
 from nodes.systems.lib.record import RECORD_HEADER, RecordFormat
@@ -90,7 +90,7 @@ class LockHTClient(KVClient):
             klen, deleted = _HEAD.unpack_from(payload)
             body = payload[_HEAD.size:]
             return version, klen, bool(deleted), body[:klen], body[klen:]
-        raise SystemError_(f"lock-ht: bucket {bucket}'s record stayed torn for {TORN_RETRIES} READs")
+        raise SystemGaveUp(f"lock-ht: bucket {bucket}'s record stayed torn for {TORN_RETRIES} READs")
 
     def _find(self, co, key: bytes, start: int = 0):
         """Generator: (bucket, record) of the first bucket from probe step ``start`` on that holds
@@ -122,13 +122,13 @@ class LockHTClient(KVClient):
 
     def _modify(self, co, key: bytes, value, kind: str):
         if value is not None and len(key) + len(value) + _HEAD.size > self.record.capacity:
-            raise SystemError_(f"lock-ht: key + value of {len(key) + len(value)} B do not fit a "
+            raise SystemGaveUp(f"lock-ht: key + value of {len(key) + len(value)} B do not fit a "
                                f"{self.record.size} B record; raise the option record_bytes")
         p = 0
         while True:
             b, p, rec = yield from self._find(co, key, p)
             if b < 0:
-                raise SystemError_(f"lock-ht: {self.probe} buckets from the key's home are full; "
+                raise SystemGaveUp(f"lock-ht: {self.probe} buckets from the key's home are full; "
                                    f"lower the option load_factor")
             lock = self.buckets.address_of(b)
             while True:
@@ -184,13 +184,13 @@ class LockHT(System):
     def setup(cls, fabric, memory_nodes, options, capacity):
         opts = cls.check_options(dict(options or {}), "system 'lock-ht'")
         if opts["record_bytes"] % LINE:
-            raise SystemError_(f"lock-ht: record_bytes = {opts['record_bytes']} is not a multiple of {LINE}")
+            raise SystemGaveUp(f"lock-ht: record_bytes = {opts['record_bytes']} is not a multiple of {LINE}")
         mns = [fabric.node_index(m) for m in memory_nodes]
         buckets = cls._buckets(opts, capacity)
         try:
             array = allocate_array(fabric, mns, buckets, LINE + opts["record_bytes"])
         except MemoryError as e:
-            raise SystemError_(f"lock-ht: {buckets} buckets for capacity {capacity} do not fit the memory "
+            raise SystemGaveUp(f"lock-ht: {buckets} buckets for capacity {capacity} do not fit the memory "
                                f"nodes: {e}; raise their memory or the option load_factor") from None
         return {"system": cls.name, "buckets": array, "record_bytes": opts["record_bytes"],
                 "probe": opts["probe"], "fault": opts["fault"]}

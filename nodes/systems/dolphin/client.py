@@ -32,7 +32,7 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
-from nodes.systems.api import KVClient, SystemError_
+from nodes.systems.api import KVClient, SystemGaveUp
 from nodes.systems.lib.alloc import ChunkAllocator
 from nodes.systems.lib.art import (
     KEY_BYTES, NODE_16, ArtTree, build_node, decode_entry, entry_byte, is_frozen, is_leaf_entry,
@@ -143,10 +143,10 @@ class DolphinClient(KVClient):
     def _key(self, key) -> bytes:
         key = bytes(key)
         if len(key) != KEY_BYTES:
-            raise SystemError_(f"{self.NAME} keys are exactly {KEY_BYTES} bytes; got {len(key)} bytes: {key[:16]!r}")
+            raise SystemGaveUp(f"{self.NAME} keys are exactly {KEY_BYTES} bytes; got {len(key)} bytes: {key[:16]!r}")
         w = key_word(key)
         if w == EMPTY or w == TOMBSTONE:
-            raise SystemError_(f"{self.NAME}: key {key.hex()} cannot be stored: its slot word would be the empty "
+            raise SystemGaveUp(f"{self.NAME}: key {key.hex()} cannot be stored: its slot word would be the empty "
                                f"or the deleted mark (nodes/systems/dolphin/layout.py, KEY_MASK)")
         return key
 
@@ -224,7 +224,7 @@ class DolphinClient(KVClient):
                 self.restarts += 1
                 continue
             return loc
-        raise SystemError_(f"{self.NAME}: no stable walk for key {key.hex()} after {RETRY_LIMIT} tries")
+        raise SystemGaveUp(f"{self.NAME}: no stable walk for key {key.hex()} after {RETRY_LIMIT} tries")
 
     def _backtrack(self, co, key: bytes, loc: Located):
         """Generator: the leaf for ``key`` after the one ``loc`` found did not hold it (a split moved
@@ -322,7 +322,7 @@ class DolphinClient(KVClient):
             if ok:
                 return value, stamp
             self.torn_reads += 1                     # lines of two updates: read again
-        raise SystemError_(f"{self.NAME}: get of {key.hex()} found no consistent leaf after {RETRY_LIMIT} READs")
+        raise SystemGaveUp(f"{self.NAME}: get of {key.hex()} found no consistent leaf after {RETRY_LIMIT} READs")
 
     def _find_uncached(self, co, key):
         """Generator: ``_find`` from the root, after a cached path proved stale."""
@@ -362,7 +362,7 @@ class DolphinClient(KVClient):
                 Spear.queue_idu_exit(co, lock)
                 in_flight += 1
                 if in_flight > IN_FLIGHT_WAITS:
-                    raise SystemError_(f"{self.NAME}: the insert of key {key.hex()} CASed its key slot but has not "
+                    raise SystemGaveUp(f"{self.NAME}: the insert of key {key.hex()} CASed its key slot but has not "
                                        f"written its value for {IN_FLIGHT_WAITS * RETRY_NS // 1000} µs: its client "
                                        f"stopped between the two (Dolphin has no recovery for that)")
                 yield RETRY_NS
@@ -377,7 +377,7 @@ class DolphinClient(KVClient):
                 loc = yield from self._find_uncached(co, key)
             else:
                 return Located(0, loc.path, False), None
-        raise SystemError_(f"{self.NAME}: no leaf for {key.hex()} after {RETRY_LIMIT} tries")
+        raise SystemGaveUp(f"{self.NAME}: no leaf for {key.hex()} after {RETRY_LIMIT} tries")
 
     def _written(self, co, img: LeafImage, i: int, key: bytes):
         """Generator: whether slot ``i``'s value is written for ``key`` (from the image when it was
@@ -490,7 +490,7 @@ class DolphinClient(KVClient):
                 continue
             # full: restructure, then try again
             yield from self._smo(co, key, loc.leaf)
-        raise SystemError_(f"{self.NAME}: insert of {key.hex()} did not settle after {RETRY_LIMIT} tries")
+        raise SystemGaveUp(f"{self.NAME}: insert of {key.hex()} did not settle after {RETRY_LIMIT} tries")
 
     def _insert_new_leaf(self, co, key: bytes, value: bytes):
         """Generator: no leaf holds the key's 7-byte prefix: a new leaf ``[prefix.00, prefix.ff]`` with
@@ -627,7 +627,7 @@ class DolphinClient(KVClient):
                     self.cache.put(lo_key[:SPECIAL_DEPTH], special)
                 return
             self.alloc.release(gaddr_node(saddr), gaddr_offset(saddr), node_units(NODE_16))
-        raise SystemError_(f"{self.NAME}: could not publish a split leaf after {RETRY_LIMIT} tries")
+        raise SystemGaveUp(f"{self.NAME}: could not publish a split leaf after {RETRY_LIMIT} tries")
 
     # -- scan --------------------------------------------------------------------------------------------
     def scan(self, co, start: bytes, count: int):
@@ -640,7 +640,7 @@ class DolphinClient(KVClient):
         it ends): the scan waits and walks again from the gap."""
         start = bytes(start)
         if len(start) != KEY_BYTES:
-            raise SystemError_(f"{self.NAME} keys are exactly {KEY_BYTES} bytes; got {len(start)}")
+            raise SystemGaveUp(f"{self.NAME} keys are exactly {KEY_BYTES} bytes; got {len(start)}")
         self.scans += 1
         self.thread.cpu(self._op_ns)
         out: list = []
@@ -655,7 +655,7 @@ class DolphinClient(KVClient):
             use_cache = False
             if status == "gap":
                 yield RETRY_NS
-        raise SystemError_(f"{self.NAME}: scan from {start.hex()} did not settle")
+        raise SystemGaveUp(f"{self.NAME}: scan from {start.hex()} did not settle")
 
     def _scan_from(self, co, pos: int, count: int, out: list, use_cache: bool):
         """Generator: append pairs with key >= ``pos`` to ``out`` in order. Returns ``("done", _)``

@@ -50,7 +50,7 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
-from nodes.systems.api import SystemError_
+from nodes.systems.api import SystemGaveUp
 
 LINE = 64
 SLOTS = 65
@@ -142,13 +142,13 @@ class LeafFormat(NamedTuple):
     def check_value(self, value: bytes, owner: str = "dolphin") -> None:
         if self.raw:
             if len(value) != RAW_VALUE:
-                raise SystemError_(f"{owner}: value slots are raw 8 B (system option value_bytes = 8) and hold "
+                raise SystemGaveUp(f"{owner}: value slots are raw 8 B (system option value_bytes = 8) and hold "
                                    f"exactly 8 B; got a {len(value)} B value")
             if value == bytes(RAW_VALUE):
-                raise SystemError_(f"{owner}: raw 8 B value slots reserve the all-zero value (an insert in "
+                raise SystemGaveUp(f"{owner}: raw 8 B value slots reserve the all-zero value (an insert in "
                                    f"flight); use value_bytes > 8 to store it")
         elif len(value) > self.value_bytes:
-            raise SystemError_(f"{owner}: a {len(value)} B value does not fit the leaves' value slots of "
+            raise SystemGaveUp(f"{owner}: a {len(value)} B value does not fit the leaves' value slots of "
                                f"{self.value_bytes} B (system option value_bytes)")
 
     def encode_slot(self, key: bytes, value: bytes, version: int) -> bytes:

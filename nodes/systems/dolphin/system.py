@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nodes.systems.api import Option, System, SystemError_
+from nodes.systems.api import Option, System, SystemGaveUp
 from nodes.systems.lib.art import (
     ENTRIES_OFF, NODE_16, NODE_256, build_node, encode_entry, encode_leaf_entry, first_difference, node_bytes,
     setup_root, type_for,
@@ -87,16 +87,16 @@ class DolphinSystem(System):
         rmem = fabric.memory[gaddr_node(root)].host64
         rw = gaddr_offset(root) // 8 + 2
         if any(int(rmem[rw + i]) for i in range(256)):
-            raise SystemError_("Dolphin: a bulk load needs the empty tree setup made; this one holds keys")
+            raise SystemGaveUp("Dolphin: a bulk load needs the empty tree setup made; this one holds keys")
         items = {}
         for key, value in pairs:
             key, value = bytes(key), bytes(value)
             if len(key) != 8:
-                raise SystemError_(f"Dolphin keys are exactly 8 bytes; got {len(key)}")
+                raise SystemGaveUp(f"Dolphin keys are exactly 8 bytes; got {len(key)}")
             fmt.check_value(value)
             k = key_num(key)
             if k in items:
-                raise SystemError_(f"Dolphin: bulk load of key {key.hex()} twice")
+                raise SystemGaveUp(f"Dolphin: bulk load of key {key.hex()} twice")
             items[k] = (key, value)
         if not items:
             return
@@ -109,7 +109,7 @@ class DolphinSystem(System):
             try:
                 return gaddr(m, fabric.allocate(m, -(-size // 64) * 64))
             except MemoryError as e:
-                raise SystemError_(f"Dolphin: bulk load: memory node {fabric.nodes[m].name} is full ({e}); "
+                raise SystemGaveUp(f"Dolphin: bulk load: memory node {fabric.nodes[m].name} is full ({e}); "
                                    f"give the memory nodes more memory") from None
 
         def write(addr: int, data: bytes) -> None:
@@ -196,7 +196,7 @@ class DolphinSystem(System):
     @classmethod
     def client(cls, fabric, layout: dict, thread, options: dict) -> DolphinClient:
         if layout.get("system") != cls.name or layout.get("format") != LAYOUT_FORMAT:
-            raise SystemError_(f"Dolphin: layout is not a Dolphin layout of format {LAYOUT_FORMAT}: "
+            raise SystemGaveUp(f"Dolphin: layout is not a Dolphin layout of format {LAYOUT_FORMAT}: "
                                f"{layout.get('system')!r}/{layout.get('format')!r}")
         return DolphinClient(fabric, layout, thread, cls.check_options(dict(options or {}), f"system {cls.name!r}"))
 

@@ -3,7 +3,7 @@ resends and timeouts through the datagram client DPA-Store's shares (:mod:`.data
 
 from __future__ import annotations
 
-from nodes.systems.api import SystemError_
+from nodes.systems.api import SystemGaveUp
 from .datagram import DatagramClient, DatagramStats
 
 from .wire import OP_DELETE, OP_GET, OP_INSERT, OP_UPDATE, REP, REPLY_PORT, REQ, ST_OK, port_of
@@ -27,7 +27,7 @@ class DpaKvClient(DatagramClient):
 
     def _call(self, co, op: int, key: bytes, value: bytes = b""):
         if len(key) > self.key_max or len(value) > self.value_max:
-            raise SystemError_(f"dpa-kv: a key of {len(key)} B and a value of {len(value)} B do not fit a slot "
+            raise SystemGaveUp(f"dpa-kv: a key of {len(key)} B and a value of {len(value)} B do not fit a slot "
                                f"(system.key_max = {self.key_max}, system.value_max = {self.value_max})")
         reply = yield from self.request(co, port_of(key), lambda rid: REQ.pack(op, rid, len(key)) + key + value,
                                         lambda data: REP.unpack_from(data)[1])

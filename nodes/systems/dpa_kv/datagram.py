@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
-from nodes.systems.api import KVClient, Option, System, SystemError_
+from nodes.systems.api import KVClient, Option, System, SystemGaveUp
 from shm.udp import Requester
 
 
@@ -41,7 +41,7 @@ class DatagramClient(KVClient):
         self.thread = thread
         self.net = thread.owner.udp
         if self.net is None:
-            raise SystemError_(f"{self.service} needs the datagram path: a profile with a [udp] table")
+            raise SystemGaveUp(f"{self.service} needs the datagram path: a profile with a [udp] table")
         self.server = layout["server"]          # the DPA's host: the NIC that steers to its threads
         self.timeout_ns = int(options["timeout_us"] * 1000)
         self.resends = int(options["resends"])
@@ -49,10 +49,10 @@ class DatagramClient(KVClient):
 
     def request(self, co, port: int, make: Callable[[int], bytes], rid_of: Callable[[bytes], int]):
         """``reply = yield from self.request(co, port, make, rid_of)``: ``make(rid)`` sent to the
-        server's ``port``; the reply datagram, or :class:`SystemError_` after every attempt."""
+        server's ``port``; the reply datagram, or :class:`SystemGaveUp` after every attempt."""
         reply = yield from self.calls.request(co, self.server, port, make, rid_of)
         if reply is None:
-            raise SystemError_(f"{self.service}: no reply from the DPA behind {self.server} after "
+            raise SystemGaveUp(f"{self.service}: no reply from the DPA behind {self.server} after "
                                f"{self.resends + 1} attempts of {self.timeout_ns / 1000:g} us")
         return reply
 
@@ -85,5 +85,5 @@ class DatagramSystem(System):
         """The fabric index of the serving DPA, ``dpa0``; a one-line error when the rack has none."""
         names = [n.name for n in fabric.nodes]
         if "dpa0" not in names:
-            raise SystemError_(f"{cls.name} needs a DPA: give the rack dpa.hosts = [\"cn0\"] and rack.profile = \"bf3\"")
+            raise SystemGaveUp(f"{cls.name} needs a DPA: give the rack dpa.hosts = [\"cn0\"] and rack.profile = \"bf3\"")
         return names.index("dpa0")

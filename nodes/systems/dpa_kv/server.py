@@ -19,7 +19,7 @@ import struct
 
 import numpy as np
 
-from nodes.systems.api import SystemError_
+from nodes.systems.api import SystemGaveUp
 
 from .wire import BASE_PORT, OP_GET, OP_INSERT, OP_UPDATE, REP, REQ, ST_EXISTS, ST_MISSING, ST_OK
 
@@ -144,7 +144,7 @@ def _execute(th, table: _Table, part: int, op: int, key: bytes, value: bytes):
         return ST_MISSING, b""
     a = free if free is not None else a
     if a is None:
-        raise SystemError_(f"dpa-kv: partition {part} of the table is full ({n} slots); raise "
+        raise SystemGaveUp(f"dpa-kv: partition {part} of the table is full ({n} slots); raise "
                            f"system.load_factor's room or [dpa] memory")
     yield th.load(a, SLOT_HEADER.size + table.key_max + len(value), write=True)
     table.write(a, USED, key, value)

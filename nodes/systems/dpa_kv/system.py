@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nodes.systems.api import Option, SystemError_
+from nodes.systems.api import Option, SystemGaveUp
 from .datagram import DatagramSystem, request_options
 from shm.steering import SteerRule
 
@@ -42,7 +42,7 @@ class DpaKvSystem(DatagramSystem):
         need = PORTS * slots * slot_bytes
         have = fabric.nodes[dpa].memory_bytes
         if need > have - 4096:
-            raise SystemError_(f"dpa-kv: a table for {capacity:,} keys needs {need / 2**20:.1f} MiB of DPA memory "
+            raise SystemGaveUp(f"dpa-kv: a table for {capacity:,} keys needs {need / 2**20:.1f} MiB of DPA memory "
                                f"(slots of {slot_bytes} B at load factor {options['load_factor']}); dpa0 has "
                                f"{have / 2**20:.1f} MiB: raise dpa.memory or lower value_max or the key count")
         table = fabric.allocate(dpa, need)

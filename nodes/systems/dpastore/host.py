@@ -242,8 +242,8 @@ class HostTree:
         leaves of up to 128 by the leaf PLA, inner levels bottom-up, the root pointer last."""
         plan = Plan(self, 0, snapshot=False)     # nothing changes the mirror while a bulk load runs
         if self.root:
-            from nodes.systems.api import SystemError_
-            raise SystemError_("dpa-store: a bulk load needs the empty store setup made; this one has a tree")
+            from nodes.systems.api import SystemGaveUp
+            raise SystemGaveUp("dpa-store: a bulk load needs the empty store setup made; this one has a tree")
         level = self.leaves_of(0, list(keys), list(values), LEAF_CAPACITY, plan, bulk=True)
         while True:
             level = self.inner_nodes([p for p, _ in level], [o for _, o in level], plan, bulk=True)

@@ -287,8 +287,8 @@ class Heap:
             return spare.pop()
         at = int(self.words[self.cursor_word]) or self.base
         if at + nbytes > self.limit:
-            from nodes.systems.api import SystemError_
-            raise SystemError_(f"dpa-store: {self.what} is full ({self.limit - self.base:,} B): raise "
+            from nodes.systems.api import SystemGaveUp
+            raise SystemGaveUp(f"dpa-store: {self.what} is full ({self.limit - self.base:,} B): raise "
                                f"{'dpa.memory' if 'DPA' in self.what else 'compute.memory'} of the rack")
         self.words[self.cursor_word] = at + nbytes
         return at

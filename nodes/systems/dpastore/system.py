@@ -20,7 +20,7 @@ loaded pairs.
 
 from __future__ import annotations
 
-from nodes.systems.api import Option, SystemError_
+from nodes.systems.api import Option, SystemGaveUp
 from nodes.systems.dpa_kv.datagram import DatagramSystem, request_options
 from shm.fabric import REGION_HOST
 from shm.steering import SteerRule
@@ -141,7 +141,7 @@ def _dpa_server(ctx):
     from .traverser import PricedCache, Traverser
     n_trav, n_st = lay["traversers"], lay["stitchers"]
     if n_trav + n_st > ctx.dpa.limit:
-        raise SystemError_(f"dpa-store: {n_trav} traversers and {n_st} stitchers need {n_trav + n_st} DPA threads; "
+        raise SystemGaveUp(f"dpa-store: {n_trav} traversers and {n_st} stitchers need {n_trav + n_st} DPA threads; "
                            f"the rack's dpa.threads is {ctx.dpa.limit}")
     queues = {q.id: q for q in ctx.queues}
     per_core = ctx.profile.dpa.threads_per_core
@@ -160,12 +160,12 @@ def _dpa_server(ctx):
         if lay["stitcher_core"] == "dedicated":
             core = trav_cores
             if core >= ctx.profile.dpa.cores:
-                raise SystemError_(f"dpa-store: no DPA core left for the stitchers ({n_trav} traversers use "
+                raise SystemGaveUp(f"dpa-store: no DPA core left for the stitchers ({n_trav} traversers use "
                                    f"{trav_cores} of {ctx.profile.dpa.cores}); use stitcher_core = \"shared\"")
         else:                           # the traversers' cores with a free hardware thread, the last first
             room = [c for c in range(trav_cores - 1, -1, -1) if len(ctx.dpa.cores[c].threads) < per_core]
             if not room:
-                raise SystemError_(f"dpa-store: stitcher_core = \"shared\" needs a free thread on a traverser "
+                raise SystemGaveUp(f"dpa-store: stitcher_core = \"shared\" needs a free thread on a traverser "
                                    f"core; {n_trav} traversers fill {trav_cores} cores: use fewer traversers")
             core = room[0]
         ring = DmaRing.attach(ctx.fabric, lay["host"], lay["stitch_rings"][s])
@@ -246,13 +246,13 @@ class DpaStoreSystem(DatagramSystem):
         heap_bytes = free - min(4 << 20, free // 8)
         need = (-(-max(capacity, 1) // 96) + 16) * (L.HOST_KEYS_BYTES + geo.host_values_bytes)
         if heap_bytes < need:
-            raise SystemError_(f"dpa-store: the host ({fabric.nodes[host].name}) has {max(heap_bytes, 0) / 2**20:.1f} MiB "
+            raise SystemGaveUp(f"dpa-store: the host ({fabric.nodes[host].name}) has {max(heap_bytes, 0) / 2**20:.1f} MiB "
                                f"left for the leaves' arrays of {capacity:,} keys, which need {need / 2**20:.1f} MiB: "
                                f"raise compute.memory")
         try:
             heap = fabric.allocate(host, heap_bytes)
         except MemoryError as e:
-            raise SystemError_(f"dpa-store: the host's memory cannot hold the leaves' arrays for {capacity:,} keys "
+            raise SystemGaveUp(f"dpa-store: the host's memory cannot hold the leaves' arrays for {capacity:,} keys "
                                f"({heap_bytes / 2**20:.1f} MiB): raise compute.memory ({e})") from None
         lay = {"dpa": "dpa0", "dpa_index": dpa, "host": host, "server": fabric.nodes[dpa].nic_of,
                "dpa_region": region, "dpa_bytes": dpa_bytes, "host_ctl": host_ctl, "patch_ring": patch_ring,
@@ -284,10 +284,10 @@ class DpaStoreSystem(DatagramSystem):
             k = W.key_int(bytes(key))
             if len(value) > layout["value_max"] or (layout["value_max"] == 8 and (
                     len(value) != 8 or int.from_bytes(value, "little") >= (1 << 64) - 2)):
-                raise SystemError_(f"dpa-store: a value of {len(value)} B does not fit system.value_max = "
+                raise SystemGaveUp(f"dpa-store: a value of {len(value)} B does not fit system.value_max = "
                                    f"{layout['value_max']} (8: exactly 8 bytes, not the two reserved words)")
             if k in items:
-                raise SystemError_(f"dpa-store: bulk load of key {k:#x} twice")
+                raise SystemGaveUp(f"dpa-store: bulk load of key {k:#x} twice")
             items[k] = bytes(value)
         keys = sorted(items)
         cls._reset(fabric, layout)
@@ -304,7 +304,7 @@ class DpaStoreSystem(DatagramSystem):
         dm = fabric.memory[lay["dpa_index"]]
         reserved = int(dm.host64[(leaf + tree.geo.counters) // 8])
         if len(path) != 1 or meta.count or reserved or len(tree.inner(path[0][0])[1]) != 1:
-            raise SystemError_("dpa-store: a bulk load needs the empty store setup made; this one holds keys")
+            raise SystemGaveUp("dpa-store: a bulk load needs the empty store setup made; this one holds keys")
         root_word = lay["dpa_region"] // 8 + L.CTL_ROOT
         dm.host64[root_word] = 0
         tree.hw[tree.mirror(lay["dpa_region"]) // 8 + L.CTL_ROOT] = 0

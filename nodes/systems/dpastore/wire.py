@@ -26,7 +26,7 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
-from nodes.systems.api import SystemError_
+from nodes.systems.api import SystemGaveUp
 from nodes.systems.dpa_kv.datagram import DatagramClient, DatagramStats
 
 BASE_PORT = 9500
@@ -58,7 +58,7 @@ class Malformed(ValueError):
 
 def key_int(key: bytes) -> int:
     if len(key) != 8:
-        raise SystemError_(f"dpa-store keys are exactly 8 bytes (uint64, as the paper's); got {len(key)}")
+        raise SystemGaveUp(f"dpa-store keys are exactly 8 bytes (uint64, as the paper's); got {len(key)}")
     return int.from_bytes(key, "big")
 
 
@@ -161,14 +161,14 @@ class DpaStoreClient(DatagramClient):
             lambda data: REP.unpack_from(data)[3])
         status = REP.unpack_from(reply.data)[1]
         if status == ST_ERROR:
-            raise SystemError_(f"dpa-store: the DPA refused a request: {reply.data[REP.size:].decode(errors='replace')}")
+            raise SystemGaveUp(f"dpa-store: the DPA refused a request: {reply.data[REP.size:].decode(errors='replace')}")
         return status, reply.data
 
     def _value(self, value: bytes) -> bytes:
         if len(value) > self.value_max:
-            raise SystemError_(f"dpa-store: a value of {len(value)} B exceeds system.value_max = {self.value_max}")
+            raise SystemGaveUp(f"dpa-store: a value of {len(value)} B exceeds system.value_max = {self.value_max}")
         if self.value_max == 8 and (len(value) != 8 or int.from_bytes(value, "little") >= (1 << 64) - 2):
-            raise SystemError_("dpa-store: with system.value_max = 8 values are 8-byte words (the paper's), "
+            raise SystemGaveUp("dpa-store: with system.value_max = 8 values are 8-byte words (the paper's), "
                                f"not {len(value)} B, and not ff..ff or fe..ff (the buffer's reserved marks)")
         return bytes(value)
 

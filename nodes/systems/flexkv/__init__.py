@@ -4,7 +4,7 @@
 * :mod:`.cache`: the compute-node cache of addresses and KV pairs;
 * :mod:`.node`: a compute node's shared state (maps, local index, metadata, locks, pause gate);
 * :mod:`.proxy`: the proxy's RPC handlers (read, write, invalidate, flush);
-* :mod:`.manager`: the manager actor and the pause/resume reassignment;
+* :mod:`.reassignment`: the manager actor and the pause/resume reassignment;
 * :mod:`.algorithms`: Algorithms 1 and 2, pure;
 * :mod:`.client`: :class:`FlexKVClient` (proxied and one-sided paths);
 * :mod:`.system`: :class:`FlexKVSystem`;

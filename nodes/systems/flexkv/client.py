@@ -29,7 +29,7 @@ together): a client whose process died after posting both could have its RPC del
 committed by a live proxy while the WRITE never landed, leaving the key's slot naming a block that
 still held another key's retired pair (docs/flexkv.md, "Where it differs from the paper").
 
-Operations on a paused partition (a reassignment under way, manager.py) wait for the resume; a
+Operations on a paused partition (a reassignment under way, reassignment.py) wait for the resume; a
 proxy that no longer owns the partition answers ``NOT_OWNER`` and the operation is routed again
 with the node's current map.
 """
@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from nodes.systems.api import SystemError_
+from nodes.systems.api import SystemGaveUp
 from nodes.systems.lib.hashing import hash64
 from nodes.systems.race.bucket import SAME, slot_offset
 from nodes.systems.race.client import RETRY_LIMIT, RaceClient
@@ -183,7 +183,7 @@ class FlexKVClient(RaceClient):
                 yield self.backoff(0)
                 yield from st.enter(p)
                 inside = True
-            raise SystemError_(f"FlexKV: key {key[:32]!r} found no owner for partition {p} after {RETRY_LIMIT} tries")
+            raise SystemGaveUp(f"FlexKV: key {key[:32]!r} found no owner for partition {p} after {RETRY_LIMIT} tries")
         finally:
             if inside:
                 st.leave(p)
@@ -298,7 +298,7 @@ class FlexKVClient(RaceClient):
                 self.get_other_ns += self._clock() - t0
                 return None
             self.torn_reads += 1
-        raise SystemError_(f"FlexKV: get of key {key[:32]!r} did not settle after {RETRY_LIMIT} rounds")
+        raise SystemGaveUp(f"FlexKV: get of key {key[:32]!r} did not settle after {RETRY_LIMIT} rounds")
 
     def _resolve(self, co, key, h, p, op):
         """Generator: the key's slot in the memory node's copy (queued verbs go out with the bucket
@@ -343,7 +343,7 @@ class FlexKVClient(RaceClient):
                 yield from self.no_free_slot(co, key)
                 continue
             return (slot[0] - base) >> 3, slot[1], checked[:MAX_CHECKED]
-        raise SystemError_(f"FlexKV: slot of key {key[:32]!r} did not settle after {RETRY_LIMIT} rounds")
+        raise SystemGaveUp(f"FlexKV: slot of key {key[:32]!r} did not settle after {RETRY_LIMIT} rounds")
 
     def _expired_tombstone(self, pr):
         """(node offset, word) of a deleted slot an insert may take now, in the probe's buckets
@@ -475,7 +475,7 @@ class FlexKVClient(RaceClient):
                 expected = cur          # another write of the key committed first: try over it
             elif status == MISMATCH:
                 slot = None
-        raise SystemError_(f"FlexKV: write of key {key[:32]!r} did not settle after {RETRY_LIMIT} rounds")
+        raise SystemGaveUp(f"FlexKV: write of key {key[:32]!r} did not settle after {RETRY_LIMIT} rounds")
 
     def _still_mine(self, op, expected, seen) -> bool:
         """Does the slot that held this key's pair ``expected`` at ``seen`` still belong to the key?
@@ -611,4 +611,4 @@ class FlexKVClient(RaceClient):
                 # hot key's updates a CAS storm (YCSB A: 8.8 failed CASes per update, p99 2.6 ms).
                 self._overwritten(key, new)
                 return True
-        raise SystemError_(f"FlexKV: update of key {key[:32]!r} gave up after {RETRY_LIMIT} failed CASes")
+        raise SystemGaveUp(f"FlexKV: update of key {key[:32]!r} gave up after {RETRY_LIMIT} failed CASes")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import struct
 
-from nodes.systems.api import Option, SystemError_
+from nodes.systems.api import Option, SystemGaveUp
 from nodes.systems.lib.hashing import hash64
 from nodes.systems.race.client import RETRY_LIMIT
 from nodes.systems.race.layout import FP_SHIFT
@@ -154,7 +154,7 @@ class FlexKVOpClient(FlexKVClient):
             if is_pair(expected):
                 self.retire_block(expected)
             return True
-        raise SystemError_(f"FlexKV-OP: operation on key {key[:32]!r} did not settle after {RETRY_LIMIT} rounds")
+        raise SystemGaveUp(f"FlexKV-OP: operation on key {key[:32]!r} did not settle after {RETRY_LIMIT} rounds")
 
     def _local_free(self, local, p, h):
         """A slot of the key's buckets an insert may take: empty, or a tombstone past its lease."""

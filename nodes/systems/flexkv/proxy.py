@@ -23,7 +23,7 @@ client looks at its map again, which is how clients ride over a reassignment in 
   node never decides anything.
 * ``INVALIDATE`` (proxy to sharer): drop the key from the node's cache and refuse installs of
   requests that were out meanwhile.
-* ``PAUSE`` / ``RESUME`` (manager to node): the two phases of a reassignment (manager.py).
+* ``PAUSE`` / ``RESUME`` (manager to node): the two phases of a reassignment (reassignment.py).
 * ``FLUSH``: read counts owed by cache hits, sent when more than ``FLUSH_READS`` piled up.
 
 **The proxy threads share one lock.** The local index, the per-key metadata and the key locks

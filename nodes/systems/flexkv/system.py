@@ -6,14 +6,14 @@ import os
 
 import numpy as np
 
-from nodes.systems.api import Option, SystemError_
+from nodes.systems.api import Option, SystemGaveUp
 from nodes.systems.race.client import SEARCH_CPU_NS, WRITE_CPU_NS
 from nodes.systems.race.layout import MAX_BLOCK_BYTES, Geometry, LayoutError, SLOTS_PER_GROUP, GROUP_BYTES
 from nodes.systems.race.system import RaceSystem
 
 from .client import FlexKVClient
 from .layout import ON_MEMORY, partition_bits
-from .manager import handle_pause, handle_resume, manager
+from .reassignment import handle_pause, handle_resume, manager
 from .node import region_bytes, region_views, state_of
 from .proxy import HANDLERS, M_PAUSE, M_RESUME, start_servers
 
@@ -125,9 +125,9 @@ class FlexKVSystem(RaceSystem):
         layout = super().setup(fabric, memory_nodes, opts, capacity)
         cns = [i for i, n in enumerate(fabric.nodes) if n.role == "compute"]
         if not cns:
-            raise SystemError_("FlexKV needs at least one compute node")
+            raise SystemGaveUp("FlexKV needs at least one compute node")
         if len(cns) > MAX_COMPUTE_NODES:
-            raise SystemError_(f"FlexKV: sharer lists hold {MAX_COMPUTE_NODES} compute nodes, the rack has {len(cns)}")
+            raise SystemGaveUp(f"FlexKV: sharer lists hold {MAX_COMPUTE_NODES} compute nodes, the rack has {len(cns)}")
         P = opts["partitions"]
         need = region_bytes(P)
         offs = set()
@@ -135,11 +135,11 @@ class FlexKVSystem(RaceSystem):
             try:
                 fabric.exposed_key(c)
             except KeyError:
-                raise SystemError_(f"FlexKV: compute node {fabric.nodes[c].name!r} is not exposed to one-sided "
+                raise SystemGaveUp(f"FlexKV: compute node {fabric.nodes[c].name!r} is not exposed to one-sided "
                                    f"verbs (the rack exposes compute nodes of systems with expose_compute)") from None
             offs.add(fabric.allocate(c, need))
         if len(offs) != 1:
-            raise SystemError_(f"FlexKV: the compute nodes' regions landed at different offsets {sorted(offs)}")
+            raise SystemGaveUp(f"FlexKV: the compute nodes' regions landed at different offsets {sorted(offs)}")
         region = offs.pop()
         for c in cns:
             _c, staging, _s, _m = region_views(fabric.memory[c].host, region, P)
@@ -193,6 +193,6 @@ class FlexKVSystem(RaceSystem):
     @classmethod
     def client(cls, fabric, layout: dict, thread, options: dict) -> FlexKVClient:
         if layout.get("system") != cls.name or layout.get("format") != LAYOUT_FORMAT:
-            raise SystemError_(f"FlexKV: layout is not a {cls.name} layout of format {LAYOUT_FORMAT}: "
+            raise SystemGaveUp(f"FlexKV: layout is not a {cls.name} layout of format {LAYOUT_FORMAT}: "
                                f"{layout.get('system')!r}/{layout.get('format')!r}")
         return FlexKVClient(fabric, layout, thread, layout["options"])

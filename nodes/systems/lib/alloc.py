@@ -25,7 +25,7 @@ reclaimer blocks are never reused (what the layout-level tests of the allocator 
 
 from __future__ import annotations
 
-from shm.messages import SystemError_
+from shm.messages import SystemGaveUp
 from shm.fabric import OFFSET_BITS
 
 UNIT = 64                     # blocks are whole 64-byte units (one cache line each)
@@ -150,7 +150,7 @@ class ChunkAllocator:
             if off is None:
                 return False
             if off + self.chunk_bytes > self.max_offset:
-                raise SystemError_(f"{self.owner}: chunk at {off:#x} on node {node} is beyond {self.offset_limit}")
+                raise SystemGaveUp(f"{self.owner}: chunk at {off:#x} on node {node} is beyond {self.offset_limit}")
             yield self.rpc_ns
             return True
         finally:
@@ -166,6 +166,6 @@ class ChunkAllocator:
         held = (f"; {len(rec.limbo)} retired blocks still wait for readers (a thread that stopped in the "
                 f"middle of an operation holds the epoch)") if rec is not None and rec.limbo else ""
         names = ", ".join(self.fabric.nodes[n].name for n in self.memory_nodes)
-        return SystemError_(f"{self.owner}: out of memory: memory nodes {names} are full "
+        return SystemGaveUp(f"{self.owner}: out of memory: memory nodes {names} are full "
                             f"({self.chunk_bytes} B chunks){held}; give them more memory (memory.memory) "
                             f"or lower the system option chunk_bytes")

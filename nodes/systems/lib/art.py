@@ -67,7 +67,7 @@ from typing import NamedTuple
 from nodes.systems.lib.alloc import UNIT, ChunkAllocator
 from shm import failpoints
 from shm.failpoints import failpoint
-from shm.messages import SystemError_
+from shm.messages import SystemGaveUp
 from shm.fabric import gaddr, gaddr_node, gaddr_offset
 
 KEY_BYTES = 8
@@ -326,16 +326,16 @@ def parse_node(addr: int, node_type: int, raw) -> NodeImage:
 def setup_root(fabric, memory_nodes: list[int], system: str) -> int:
     """Setup time for an ART-indexed system (SMART-ART, Dolphin): check that its entries can name
     every memory node (``mn_id:4``), expose them, and create the root on the first
-    (:func:`create_root`); :class:`SystemError_` of one line naming ``system`` otherwise."""
+    (:func:`create_root`); :class:`SystemGaveUp` of one line naming ``system`` otherwise."""
     if len(memory_nodes) > MAX_INTERNAL_MN + 1:
-        raise SystemError_(f"{system}: ART entries name at most {MAX_INTERNAL_MN + 1} memory nodes (mn_id:4); "
+        raise SystemGaveUp(f"{system}: ART entries name at most {MAX_INTERNAL_MN + 1} memory nodes (mn_id:4); "
                            f"the rack has {len(memory_nodes)}")
     for m in memory_nodes:
         fabric.expose(m)
     try:
         return create_root(fabric, memory_nodes[0])
     except MemoryError as e:
-        raise SystemError_(f"{system}: the ART root does not fit memory node {memory_nodes[0]}: {e}") from None
+        raise SystemGaveUp(f"{system}: the ART root does not fit memory node {memory_nodes[0]}: {e}") from None
 
 
 def create_root(fabric, memory_node: int) -> int:

@@ -36,13 +36,13 @@ from __future__ import annotations
 
 from collections import deque
 
-from shm.messages import SystemError_
+from shm.messages import SystemGaveUp
 from shm.fabric import OFFSET_BITS, REGION_BITS, REGION_DEVICE, gaddr
 
 FIELD_BITS = 16
 FIELD_MASK = (1 << FIELD_BITS) - 1
 FIELDS_PER_WORD = 4
-RETRY_LIMIT = 100_000         # remote CAS attempts before a lock is declared stuck (SystemError_)
+RETRY_LIMIT = 100_000         # remote CAS attempts before a lock is declared stuck (SystemGaveUp)
 _HASH = 0x9E3779B97F4A7C15
 _U64 = (1 << 64) - 1
 _NODE_SHIFT = REGION_BITS + OFFSET_BITS
@@ -154,7 +154,7 @@ class HoclClient:
             if h.value & mask == 0:
                 return
             self.remote_lock_retries += 1
-        raise SystemError_(f"{self.NAME}: lock {word:#x}>>{shift} not acquired after {RETRY_LIMIT} tries")
+        raise SystemGaveUp(f"{self.NAME}: lock {word:#x}>>{shift} not acquired after {RETRY_LIMIT} tries")
 
     def release(self, co, lock):
         """Generator: release ``lock`` after the write-back verbs already queued on ``co``: hand it

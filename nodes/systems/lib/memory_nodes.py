@@ -9,15 +9,15 @@ reason. One function, so that the messages say the same thing for every system.
 
 from __future__ import annotations
 
-from shm.messages import SystemError_
+from shm.messages import SystemGaveUp
 
 
 def memory_node_indexes(fabric, memory_nodes, system: str) -> list[int]:
-    """The fabric indexes of ``memory_nodes``; :class:`SystemError_` (one line naming ``system``)
+    """The fabric indexes of ``memory_nodes``; :class:`SystemGaveUp` (one line naming ``system``)
     if there is none or one is listed twice."""
     mns = [fabric.node_index(m) for m in memory_nodes]
     if not mns:
-        raise SystemError_(f"{system} needs at least one memory node")
+        raise SystemGaveUp(f"{system} needs at least one memory node")
     if len(set(mns)) != len(mns):
-        raise SystemError_(f"{system}: memory node listed twice in {mns}")
+        raise SystemGaveUp(f"{system}: memory node listed twice in {mns}")
     return mns

@@ -65,7 +65,7 @@ from typing import NamedTuple
 import numpy as np
 
 from shm.atomics import fetch_max, swap
-from shm.coro import Coroutine
+from shm.coro import VerbBatch
 from shm.fabric import REGION_HOST, gaddr
 
 WORD = 8
@@ -239,7 +239,7 @@ class Reclaimer:
             elif self._since >= ADVANCE_MIN_RETIRED and not self._busy and self.env.now >= self._next_try:
                 self._busy = True
                 if self._co is None:
-                    self._co = Coroutine(self.thread)   # not one of the workload's coroutines
+                    self._co = VerbBatch(self.thread)   # not one of the workload's coroutines
                 self.env.process(self._background(), name="epoch-advance")
         lst = self.free.get(units)
         if not lst:

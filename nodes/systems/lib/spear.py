@@ -42,12 +42,12 @@ inside an SMO keeps every IDU out of the node (Marlin describes no failure handl
 
 from __future__ import annotations
 
-from shm.messages import SystemError_
+from shm.messages import SystemGaveUp
 
 NORMAL_OP = 1
 SMO_STATUS = -1_000_000
 SMO_UP_LIMIT = -100_000
-SPIN_LIMIT = 100_000          # READs of a lock word before it is declared stuck (SystemError_)
+SPIN_LIMIT = 100_000          # READs of a lock word before it is declared stuck (SystemGaveUp)
 
 _U64 = 1 << 64
 
@@ -100,7 +100,7 @@ class Spear:
             self.spin_reads += 1
             if signed(int.from_bytes(h.data[:8], "little")) >= SMO_UP_LIMIT:
                 return
-        raise SystemError_(f"{self.name}: an SMO held lock {lock:#x} for {SPIN_LIMIT} READs")
+        raise SystemGaveUp(f"{self.name}: an SMO held lock {lock:#x} for {SPIN_LIMIT} READs")
 
     def smo_enter(self, co, lock: int, inside_idu: bool, drain: bool = True):
         """Generator: take the word for an SMO and wait for the IDUs to drain. False (nothing
@@ -125,7 +125,7 @@ class Spear:
             yield co.sync()
             self.spin_reads += 1
             cur = signed(int.from_bytes(h.data[:8], "little"))
-        raise SystemError_(f"{self.name}: IDUs did not leave lock {lock:#x} in {SPIN_LIMIT} READs "
+        raise SystemGaveUp(f"{self.name}: IDUs did not leave lock {lock:#x} in {SPIN_LIMIT} READs "
                            f"(a client stopped inside one?)")
 
     @staticmethod

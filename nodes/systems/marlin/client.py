@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from nodes.systems.api import SystemError_
+from nodes.systems.api import SystemGaveUp
 from nodes.systems.lib.record import checksum32
 from nodes.systems.lib.spear import Spear
 from nodes.systems.sherman.client import CACHED_NODE_BYTES, RETRY_LIMIT, ShermanClient, ShermanStats
@@ -159,12 +159,12 @@ class MarlinClient(ShermanClient):
                 mismatches = self._mismatch(key, mismatches)
                 continue
             return None
-        raise SystemError_(f"{self.NAME}: get of key {key!r} did not settle after {RETRY_LIMIT} tries")
+        raise SystemGaveUp(f"{self.NAME}: get of key {key!r} did not settle after {RETRY_LIMIT} tries")
 
     def _mismatch(self, key: bytes, seen: int) -> int:
         self.item_mismatches += 1
         if seen + 1 >= ITEM_RETRIES:
-            raise SystemError_(f"{self.NAME}: the item an entry of key {key!r} points to holds another key or a "
+            raise SystemGaveUp(f"{self.NAME}: the item an entry of key {key!r} points to holds another key or a "
                                f"torn value {ITEM_RETRIES} times in a row: an item was reused while linked")
         return seen + 1
 
@@ -188,7 +188,7 @@ class MarlinClient(ShermanClient):
                 return addr, parent, off
             spear.queue_idu_exit(co, lock)
             addr, parent = yield from self.move_to(co, k, hd, move, parent)
-        raise SystemError_(f"{self.NAME}: no leaf for key {k:#x} after {RETRY_LIMIT} tries")
+        raise SystemGaveUp(f"{self.NAME}: no leaf for key {k:#x} after {RETRY_LIMIT} tries")
 
     def _modify(self, co, key, value, kind: str):
         """Generator: insert / update / delete by CAS of the key's entry, inside Spear's IDU count."""
@@ -278,13 +278,13 @@ class MarlinClient(ShermanClient):
                     self._unpublished(word)
                     return False
             else:
-                raise SystemError_(f"{self.NAME}: {kind} of key {key!r}: entry CAS lost {RETRY_LIMIT} times")
+                raise SystemGaveUp(f"{self.NAME}: {kind} of key {key!r}: entry CAS lost {RETRY_LIMIT} times")
             spear.queue_idu_exit(co, lock)
             if self.fault == "retire-new-item" and word:
                 cur = word                        # the deliberate bug: the live item is reused
             self.alloc.retire(*item_parts(cur))
             return True
-        raise SystemError_(f"{self.NAME}: {kind} of key {key!r} did not settle after {RETRY_LIMIT} tries")
+        raise SystemGaveUp(f"{self.NAME}: {kind} of key {key!r} did not settle after {RETRY_LIMIT} tries")
 
     def _unpublished(self, word: int) -> None:
         if word:
@@ -369,7 +369,7 @@ class MarlinClient(ShermanClient):
             if len(out) >= count or hd.high is None or not hd.sibling:
                 return out
             cursor, addr, parent = hd.high, hd.sibling, 0
-        raise SystemError_(f"{self.NAME}: scan from {start!r} did not settle after {RETRY_LIMIT} leaves")
+        raise SystemGaveUp(f"{self.NAME}: scan from {start!r} did not settle after {RETRY_LIMIT} leaves")
 
 
 __all__ = ["MarlinClient", "MarlinStats", "MARLIN_FIELDS", "KeySizeError", "ValueTooLarge"]

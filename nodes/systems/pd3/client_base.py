@@ -12,7 +12,7 @@ client's.
 
 from __future__ import annotations
 
-from nodes.systems.api import KVClient, SystemError_
+from nodes.systems.api import KVClient, SystemGaveUp
 from shm.udp import ReplyPorts
 
 from .parsers import REPLY_PORT
@@ -25,7 +25,7 @@ class HostAppClient(KVClient):
         self.thread = thread
         self.net = thread.owner.udp
         if self.net is None:
-            raise SystemError_("pd3 needs the datagram path: a profile with a [udp] table (bf3)")
+            raise SystemGaveUp("pd3 needs the datagram path: a profile with a [udp] table (bf3)")
         self.server = layout["host_name"]
         self.app_threads = layout["threads"]
         self.value_max = layout["value_max"]

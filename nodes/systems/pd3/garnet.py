@@ -39,7 +39,7 @@ from typing import NamedTuple
 from workloads.resp import INCOMPLETE, RespError, RespParser, RespProtocolError, SimpleString, encode_command
 from workloads.resp import encode_reply as resp_reply
 
-from nodes.systems.api import SystemError_
+from nodes.systems.api import SystemGaveUp
 
 from . import hashmap as hm
 from .client_base import HostAppClient
@@ -252,7 +252,7 @@ class GarnetClient(HostAppClient):
         reply = yield from call(sock, self.server, port, data, queue, timeout_ns=self.timeout_ns, resends=3,
                                 thread=self.thread)
         if reply is None:
-            raise SystemError_(f"pd3 garnet: no reply from {self.server} after 4 attempts of "
+            raise SystemGaveUp(f"pd3 garnet: no reply from {self.server} after 4 attempts of "
                                f"{self.timeout_ns / 1000:g} us")
         p = RespParser()
         p.feed(reply.data)
@@ -260,7 +260,7 @@ class GarnetClient(HostAppClient):
 
     def _value(self, value: bytes) -> bytes:
         if len(value) > self.value_max:
-            raise SystemError_(f"pd3: a {len(value)} B value exceeds system.value_max = {self.value_max}")
+            raise SystemGaveUp(f"pd3: a {len(value)} B value exceeds system.value_max = {self.value_max}")
         return value
 
     def get(self, co, key):

@@ -30,7 +30,7 @@ from typing import NamedTuple
 import numpy as np
 
 from nodes.actors import Cores
-from nodes.systems.api import Option, System, SystemError_
+from nodes.systems.api import Option, System, SystemGaveUp
 from shm.dmaring import DmaRing
 from shm.fabric import IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_WRITE, gaddr
 from shm.steering import SteerRule
@@ -43,7 +43,7 @@ from .client_base import HostAppClient
 from .parsers import PORT, RespRequestParser
 from .loading_zone import copy_ns
 from .transfer import (
-    INLINE, OP_READ, OP_WRITE, RECORD_BYTES, DmaFront, MemoryApi, MemoryServer, RedyFront,
+    INLINE, REQ_READ, REQ_WRITE, RECORD_BYTES, DmaFront, MemoryApi, MemoryServer, RedyFront,
     TransferEngine, dpu_costs, host_costs,
 )
 
@@ -70,7 +70,7 @@ class Pd3Client(HostAppClient):
 
     def _op(self, co, op, key: bytes, value: bytes = b""):
         if len(value) > self.value_max:
-            raise SystemError_(f"pd3: a {len(value)} B value exceeds system.value_max = {self.value_max}")
+            raise SystemGaveUp(f"pd3: a {len(value)} B value exceeds system.value_max = {self.value_max}")
         env = self.thread.env
         ev = env.event()
         need = (hm._OP.size + len(value), hm._ST.size + (self.value_max if op == hm.GET else 0))
@@ -112,7 +112,7 @@ class Pd3Client(HostAppClient):
                                 resends=3, match=lambda dg: int.from_bytes(dg.data[:4], "little") == rid,
                                 thread=self.thread)
         if reply is None:
-            err = SystemError_(f"pd3: no reply from {self.server} after 4 attempts of {self.timeout_ns / 1000:g} us")
+            err = SystemGaveUp(f"pd3: no reply from {self.server} after 4 attempts of {self.timeout_ns / 1000:g} us")
             for *_x, ev in batch:
                 ev.fail(err)
             return
@@ -481,7 +481,7 @@ class HostApp:
             rids = []
             for key in keys:
                 rid = self._rid(t)
-                t.front.submit(_req(OP_READ, rid, m.addr(key), size[key], key), None)
+                t.front.submit(_req(REQ_READ, rid, m.addr(key), size[key], key), None)
                 rids.append((rid, key))
             t.cpu(self.cpu.local_cas_ns * len(keys))
             res = yield from self._redy_wait(t, [r for r, _k in rids])
@@ -492,7 +492,7 @@ class HostApp:
         if self.zone is not None:
             m.reading.update(keys)                         # a prefetch of these arriving now is too late
         for key in keys:
-            rid = yield from self.api.post(t, OP_READ, m.addr(key), size[key], key)
+            rid = yield from self.api.post(t, REQ_READ, m.addr(key), size[key], key)
             rids.append(rid)
         res = yield from self.api.wait(t, rids)
         for key, c in zip(keys, res):
@@ -544,7 +544,7 @@ class HostApp:
             rids = []
             for k, v, rec in recs:
                 rid = self._rid(t)
-                t.front.submit(_req(OP_WRITE, rid, m.addr(k), len(rec), k, rec), rec if len(rec) > INLINE else None)
+                t.front.submit(_req(REQ_WRITE, rid, m.addr(k), len(rec), k, rec), rec if len(rec) > INLINE else None)
                 rids.append(rid)
             t.cpu(self.cpu.local_cas_ns * len(recs))
             res = yield from self._redy_wait(t, rids)
@@ -552,7 +552,7 @@ class HostApp:
         else:
             rids = []
             for k, v, rec in recs:
-                rid = yield from self.api.post(t, OP_WRITE, m.addr(k), len(rec), k, rec)
+                rid = yield from self.api.post(t, REQ_WRITE, m.addr(k), len(rec), k, rec)
                 rids.append(rid)
             res = yield from self.api.wait(t, rids)
             seqs = [c.seq for c in res]
@@ -797,7 +797,7 @@ class Pd3System(System):
     def setup(cls, fabric, memory_nodes, options, capacity):
         names = [n.name for n in fabric.nodes]
         if "dpu0" not in names:
-            raise SystemError_("pd3 needs a DPU on the host: give the rack dpu.hosts = [\"cn0\"] and rack.profile = \"bf3\"")
+            raise SystemGaveUp("pd3 needs a DPU on the host: give the rack dpu.hosts = [\"cn0\"] and rack.profile = \"bf3\"")
         idx = fabric.node_index
         host, dpu, mem = idx("cn0"), idx("dpu0"), idx(memory_nodes[0] if memory_nodes else "mn0")
         threads = int(options["app_threads"])

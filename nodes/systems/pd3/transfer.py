@@ -72,7 +72,7 @@ from .loading_zone import copy_ns
 RECORD_BYTES = 64
 INLINE = 24                     # request data bytes carried in the record
 RESP_INLINE = 32                # response data bytes carried in the record
-OP_READ, OP_WRITE, OP_PREFETCH = 1, 2, 3
+REQ_READ, REQ_WRITE, REQ_PREFETCH = 1, 2, 3
 ST_OK, ST_MISSING, ST_BAD = 0, 1, 2
 NO_KEY = (1 << 64) - 1
 _REQ = struct.Struct("<BBHIQQQ")        # op, 0, id, size, addr, key, buf (32 B) + inline
@@ -222,12 +222,12 @@ class MemoryServer(BatchActor):
             op, _z, rid, size, addr, key, buf = _REQ.unpack_from(req, o)
             seq = int.from_bytes(req[o + 56:o + 64].tobytes(), "little")   # the TE's batch seq, in the pad
             status, data = ST_OK, b""
-            if op == OP_READ:
+            if op == REQ_READ:
                 if addr < lo or addr + size > limit:
                     status = ST_BAD
                 else:
                     data = mem[addr - lo:addr - lo + size].tobytes()
-            elif op == OP_WRITE:
+            elif op == REQ_WRITE:
                 if size <= INLINE:
                     src = req[o + 32:o + 32 + size]
                 else:
@@ -241,7 +241,7 @@ class MemoryServer(BatchActor):
                         k = self.parse(src.tobytes())
                         if k is not None:
                             self.directory.apply([(k, 1)], 0, addr, size)
-            elif op == OP_PREFETCH:
+            elif op == REQ_PREFETCH:
                 loc = self.directory.lookup(key) if self.directory is not None else None
                 if loc is None:
                     status = ST_MISSING
@@ -254,10 +254,10 @@ class MemoryServer(BatchActor):
             if data:
                 copied += len(data)
             size_out = len(data) if data else 0
-            rec = _RESP.pack(op, status, rid, size_out if op != OP_WRITE else size, seq, key)
+            rec = _RESP.pack(op, status, rid, size_out if op != REQ_WRITE else size, seq, key)
             out[o:o + _RESP.size] = np.frombuffer(rec, np.uint8)
             out[o + _RESP.size:o + RECORD_BYTES] = 0
-            if data and size_out <= RESP_INLINE and op == OP_READ:
+            if data and size_out <= RESP_INLINE and op == REQ_READ:
                 out[o + _RESP.size:o + _RESP.size + size_out] = np.frombuffer(data, np.uint8)
             elif data:
                 if data_out + size_out > end_out:
@@ -381,13 +381,13 @@ class TransferEngine(BatchActor):
         if evicts:                                  # host-only notices: nothing goes to the server
             reqs = [r for r in reqs if r[0][0] != OP_EVICT]
         flushes = [key for payload, _d in reqs for key in [_REQ.unpack_from(payload)[5]]
-                   if payload[0] == OP_WRITE and key != NO_KEY]
+                   if payload[0] == REQ_WRITE and key != NO_KEY]
         flushes += [k for payload, _d in evicts for k in decode_evict(payload)]
         if flushes and self.prefetcher is not None:
             self.prefetcher.on_flush(flushes)       # Table 2: after ①, before any prefetch is appended
         if self.prefetcher is not None:
             reads = [key for payload, _d in reqs for key in [_REQ.unpack_from(payload)[5]]
-                     if payload[0] == OP_READ and key != NO_KEY]
+                     if payload[0] == REQ_READ and key != NO_KEY]
             if reads:
                 self.prefetcher.on_host_read(reads)
         room = self.max_batch - len(reqs)
@@ -419,7 +419,7 @@ class TransferEngine(BatchActor):
                 data += -(-len(wdata) // 8) * 8
         for j, (key, zone) in enumerate(pf):
             o = base + (len(reqs) + j) * RECORD_BYTES
-            buf[o:o + 56] = np.frombuffer(encode_request(OP_PREFETCH, zone, 0, 0, key), np.uint8)
+            buf[o:o + 56] = np.frombuffer(encode_request(REQ_PREFETCH, zone, 0, 0, key), np.uint8)
             buf[o + 56:o + 64] = seqb
         nbytes = data - base
         write = SendWR(slot, IBV_WR_RDMA_WRITE, 1, [SGE(self.unified.addr + base, nbytes, self.unified.lkey)], 0)
@@ -448,7 +448,7 @@ class TransferEngine(BatchActor):
             for j in range(n):
                 o = base + j * RECORD_BYTES
                 op, st, rid, size, seq, key = _RESP.unpack_from(buf, o)
-                if op == OP_PREFETCH:
+                if op == REQ_PREFETCH:
                     got = None
                     if st == ST_OK:
                         got = buf[data:data + size].tobytes()
@@ -460,13 +460,13 @@ class TransferEngine(BatchActor):
                             items.setdefault(rid, []).append((key, got, seq))   # rid: the zone
                     continue
                 big = None
-                if op == OP_READ and st == ST_OK and size > RESP_INLINE:
+                if op == REQ_READ and st == ST_OK and size > RESP_INLINE:
                     big = buf[data:data + size].tobytes()
                     data += -(-size // 8) * 8
                 host.append((buf[o:o + 56].tobytes(), big))
             if host and self.prefetcher is not None:
                 self.prefetcher.on_remote_read_response(
-                    [k for p, _b in host for k in [_RESP.unpack_from(p)[5]] if p[0] == OP_READ and k != NO_KEY])
+                    [k for p, _b in host for k in [_RESP.unpack_from(p)[5]] if p[0] == REQ_READ and k != NO_KEY])
             if items:
                 # every zone's items (and Tail) in one scatter-gather list: one post
                 yield from self._cpu(self.costs.post_ns)
@@ -574,7 +574,7 @@ class DmaFront:
         out, big = [], []
         for r in recs:
             op, _z, rid, size, _addr, _key, _buf = _REQ.unpack_from(r)
-            if op == OP_WRITE and size > INLINE:
+            if op == REQ_WRITE and size > INLINE:
                 big.append((len(out), rid, size))
             out.append([r, None])
         if big:
@@ -722,11 +722,11 @@ class MemoryApi:
         if size > self.buf_bytes:
             raise ValueError(f"a request of {size} B exceeds the memory API's {self.buf_bytes} B buffers")
         rid = yield from self._id()
-        if op == OP_WRITE and len(data) > INLINE:
+        if op == REQ_WRITE and len(data) > INLINE:
             o = self.bufs + rid * self.buf_bytes
             self.mem[o:o + len(data)] = np.frombuffer(data, np.uint8)
             thread.cpu(copy_ns(self.fabric.profile, len(data), first="cached"))
-        rec = encode_request(op, rid, addr, size, key, data if op == OP_WRITE else b"", 0)
+        rec = encode_request(op, rid, addr, size, key, data if op == REQ_WRITE else b"", 0)
         while not self.req_ring.host_push(rec, thread):
             self.full += 1
             yield self.env.timeout(self.POLL_GAP_NS)
@@ -755,7 +755,7 @@ class MemoryApi:
                 return
             c = decode_response(p)
             self.seen = max(self.seen, c.seq & 0xFFFFFFFF)
-            if c.op == OP_READ and c.status == ST_OK and c.size > RESP_INLINE:
+            if c.op == REQ_READ and c.status == ST_OK and c.size > RESP_INLINE:
                 o = self.bufs + c.id * self.buf_bytes
                 c = c._replace(data=self.mem[o:o + c.size].tobytes())
                 thread.cpu(copy_ns(self.fabric.profile, c.size))

@@ -24,7 +24,7 @@ from itertools import islice
 import numpy as np
 from numba import njit
 
-from nodes.systems.api import SystemError_
+from nodes.systems.api import SystemGaveUp
 from nodes.systems.lib.hashing import hash64
 from nodes.systems.lib.record import checksum32
 
@@ -116,7 +116,7 @@ def bulk_load(fabric, layout: dict, pairs, *, compiled: bool = True) -> int:
     for node, base in set(zip(dnode.tolist(), dbase.tolist())):
         buckets = fabric.memory[node].host64[base // WORD:base // WORD + sub_words].reshape(-1, BUCKET_BYTES // WORD)
         if buckets[:, 1:].any():
-            raise SystemError_("RACE: a bulk load needs the empty table setup made; this one holds keys")
+            raise SystemGaveUp("RACE: a bulk load needs the empty table setup made; this one holds keys")
     pos_of = np.full(len(fabric.nodes), -1, np.int64)
     for k, m in enumerate(mns):
         pos_of[m] = k
@@ -145,7 +145,7 @@ def bulk_load(fabric, layout: dict, pairs, *, compiled: bool = True) -> int:
                 try:
                     cursor[p] = fabric.allocate(mns[p], n)
                 except MemoryError as e:
-                    raise SystemError_(f"RACE: the KV blocks of a bulk load do not fit the memory nodes: {e}") from None
+                    raise SystemGaveUp(f"RACE: the KV blocks of a bulk load do not fit the memory nodes: {e}") from None
         keys = np.frombuffer(b"".join(k for k, _ in batch), np.uint8)
         vals = np.frombuffer(b"".join(v for _, v in batch) or b"\0", np.uint8)
         koff = np.zeros(len(batch) + 1, np.int64)
@@ -157,8 +157,8 @@ def bulk_load(fabric, layout: dict, pairs, *, compiled: bool = True) -> int:
         if r != PLACED:
             key = batch[r // 2][0]
             if r % 2 == DUPLICATE:
-                raise SystemError_(f"RACE: bulk load of key {key[:32]!r} twice")
-            raise SystemError_(f"RACE table full during a bulk load: both combined buckets of key {key[:32]!r} "
+                raise SystemGaveUp(f"RACE: bulk load of key {key[:32]!r} twice")
+            raise SystemGaveUp(f"RACE table full during a bulk load: both combined buckets of key {key[:32]!r} "
                                f"have no free slot ({layout['slots']} slots sized for capacity "
                                f"{layout['capacity']} at load_factor {layout['load_factor']})")
         done += len(batch)

@@ -1,7 +1,7 @@
 """The RACE client: get / insert / update / delete over coroutine verbs (see docs/race.md).
 
 One :class:`RaceClient` per modelled thread, shared by the thread's coroutines. Every operation is
-a generator run inside a coroutine actor; it queues verbs on the coroutine (``co.read``, ``co.cas``
+a generator run inside a coroutine; it queues verbs on the coroutine (``co.read``, ``co.cas``
 ...) and waits with ``yield co.sync()``. Verbs per operation (no conflicts, no fingerprint false
 positives; a "round" is one ``sync``, i.e. one round trip):
 
@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from nodes.systems.api import KVClient, SystemError_
+from nodes.systems.api import KVClient, SystemGaveUp
 from nodes.systems.lib.alloc import ChunkAllocator
 from nodes.systems.lib.hashing import hash64
 from nodes.systems.lib.reclaim import Reclaimer
@@ -71,7 +71,7 @@ def hash_ns(profile, key_len: int) -> int:
     return int((sw.hash_cycles + sw.hash_cycles_per_byte * key_len) / profile.cpu.ghz)
 
 
-#: An operation that keeps failing (a livelock, or a bug) gives up with SystemError_ after this many
+#: An operation that keeps failing (a livelock, or a bug) gives up with SystemGaveUp after this many
 #: rounds of its retry loop.
 RETRY_LIMIT = 100_000
 STALE_TENTATIVE_WAITS = 32      # back-offs (about 1 ms) before a tentative copy counts as abandoned
@@ -199,7 +199,7 @@ class RaceClient(KVClient):
             if r >= 0:
                 return pr, r
             yield from self.refresh_directory(co)
-        raise SystemError_(f"RACE: the directory stayed stale for {RETRY_LIMIT} bucket reads")
+        raise SystemGaveUp(f"RACE: the directory stayed stale for {RETRY_LIMIT} bucket reads")
 
     def find(self, co, key: bytes, h: int):
         """Generator: the committed slot holding ``key``: ``(slot address, slot word, block handle,
@@ -231,7 +231,7 @@ class RaceClient(KVClient):
             if not torn:
                 return None
             self.torn_reads += 1
-        raise SystemError_(f"RACE: lookup of key {key[:32]!r} did not settle after {RETRY_LIMIT} rounds")
+        raise SystemGaveUp(f"RACE: lookup of key {key[:32]!r} did not settle after {RETRY_LIMIT} rounds")
 
     def scan_key(self, co, key: bytes, h: int, known: dict, mine_c: int):
         """Generator for inserts: every slot holding ``key``, tentative or committed, except the one
@@ -284,7 +284,7 @@ class RaceClient(KVClient):
             if free >= 0:
                 return others, mine, nb | slot_offset(free, off_a, off_b)
             return others, mine, self.no_empty_slot(pr)
-        raise SystemError_(f"RACE: bucket scan of key {key[:32]!r} did not settle after {RETRY_LIMIT} rounds")
+        raise SystemGaveUp(f"RACE: bucket scan of key {key[:32]!r} did not settle after {RETRY_LIMIT} rounds")
 
     def no_empty_slot(self, pr):
         """Hook for inserts when both combined buckets of a probe (still in the buffer) have no empty
@@ -294,7 +294,7 @@ class RaceClient(KVClient):
 
     def no_free_slot(self, co, key: bytes):
         """Generator hook: an insert found no slot to take. RACE: the table is full (a
-        SystemError_). FlexKV waits for a deleted slot's lease to run out."""
+        SystemGaveUp). FlexKV waits for a deleted slot's lease to run out."""
         self._table_full(key)
         yield  # pragma: no cover
 
@@ -377,7 +377,7 @@ class RaceClient(KVClient):
                 return True
             self.cas_retries += 1
             yield from self.cas_failed(co, attempt)
-        raise SystemError_(f"RACE: update of key {key[:32]!r} gave up after {RETRY_LIMIT} failed CASes")
+        raise SystemGaveUp(f"RACE: update of key {key[:32]!r} gave up after {RETRY_LIMIT} failed CASes")
 
     def _delete(self, co, key: bytes):
         if type(key) is not bytes:
@@ -397,7 +397,7 @@ class RaceClient(KVClient):
                 return True
             self.cas_retries += 1
             yield from self.cas_failed(co, attempt)
-        raise SystemError_(f"RACE: delete of key {key[:32]!r} gave up after {RETRY_LIMIT} failed CASes")
+        raise SystemGaveUp(f"RACE: delete of key {key[:32]!r} gave up after {RETRY_LIMIT} failed CASes")
 
     def _insert(self, co, key: bytes, value: bytes):
         """Publish a *tentative* slot, re-read both combined buckets, settle with any concurrent
@@ -455,7 +455,7 @@ class RaceClient(KVClient):
             self.insert_conflicts += 1            # our tentative copy was aborted: start over
             yield self.backoff(waits)
             waits += 1
-        raise SystemError_(f"RACE: insert of key {key[:32]!r} did not settle after {RETRY_LIMIT} rounds")
+        raise SystemGaveUp(f"RACE: insert of key {key[:32]!r} did not settle after {RETRY_LIMIT} rounds")
 
     def _settle(self, co, key, h, known, mine_c, mine_t, slot):
         """Generator: decide a published tentative insert. True (committed), False (the key exists;
@@ -483,11 +483,11 @@ class RaceClient(KVClient):
             c = co.cas(slot, mine_t, mine_c)
             yield co.sync()
             return True if c.value == mine_t else None
-        raise SystemError_(f"RACE: insert of key {key[:32]!r} did not settle after {RETRY_LIMIT} rounds")
+        raise SystemGaveUp(f"RACE: insert of key {key[:32]!r} did not settle after {RETRY_LIMIT} rounds")
 
     def _table_full(self, key: bytes):
         lay = self.layout
-        raise SystemError_(
+        raise SystemGaveUp(
             f"RACE table full: both combined buckets of key {key[:32]!r} have no free slot "
             f"({lay['slots']} slots sized for capacity {lay['capacity']} at load_factor {lay['load_factor']}; "
             f"RACE cannot split subtables yet). Lower the system option load_factor (more buckets per key) "

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from numba import njit
 import numpy as np
 
-from nodes.systems.api import SystemError_
+from nodes.systems.api import SystemGaveUp
 from nodes.systems.lib.record import checksum32
 from shm.fabric import gaddr
 
@@ -151,7 +151,7 @@ def block_units(key_len: int, value_len: int) -> int:
     return (BLOCK_HEADER + key_len + value_len + UNIT - 1) // UNIT
 
 
-class ItemTooLarge(SystemError_, ValueError):
+class ItemTooLarge(SystemGaveUp, ValueError):
     """A key and value that do not fit one KV block (see :data:`MAX_ITEM_BYTES`)."""
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nodes.systems.api import Option, System, SystemError_
+from nodes.systems.api import Option, System, SystemGaveUp
 from nodes.systems.lib.array import allocate_array
 from nodes.systems.lib.reclaim import setup_epochs
 from nodes.systems.lib.memory_nodes import memory_node_indexes
@@ -88,13 +88,13 @@ class RaceSystem(System):
                 tables.words(fabric, i).reshape(-1, BUCKET_BYTES // WORD)[:, 0] = pack_header(geo.global_depth, i)
                 entries.append(pack_dir_entry(geo.global_depth, tables.node_of(i), tables.offset_of(i)))
         except MemoryError as e:
-            raise SystemError_(f"RACE: the table ({geo.subtables} subtables of {geo.subtable_bytes} B for capacity "
+            raise SystemGaveUp(f"RACE: the table ({geo.subtables} subtables of {geo.subtable_bytes} B for capacity "
                                f"{capacity} at load_factor {opts['load_factor']}) does not fit the memory nodes: "
                                f"{e}") from None
         try:
             epochs = setup_epochs(fabric, mns[0])
         except MemoryError as e:
-            raise SystemError_(f"RACE: the epoch table does not fit memory node {mns[0]}: {e}") from None
+            raise SystemGaveUp(f"RACE: the epoch table does not fit memory node {mns[0]}: {e}") from None
         dwords = directory_words(geo.global_depth, geo.groups, entries)
         host64 = fabric.memory[mns[0]].host64
         for k, w in enumerate(dwords):
@@ -125,13 +125,13 @@ class RaceSystem(System):
         """Place ``pairs`` (an iterable of key bytes, value bytes; consumed once) as inserts would,
         straight into the memory nodes of the empty table ``setup`` made: the same probe, the same
         slot choice, the KV block then the committed slot word, in compiled batches
-        (:mod:`nodes.systems.race.bulk`). A key given twice or a table too small is a SystemError_."""
+        (:mod:`nodes.systems.race.bulk`). A key given twice or a table too small is a SystemGaveUp."""
         from .bulk import bulk_load
         bulk_load(fabric, layout, pairs)
 
     @classmethod
     def client(cls, fabric, layout: dict, thread, options: dict) -> RaceClient:
         if layout.get("system") != cls.name or layout.get("format") != LAYOUT_FORMAT:
-            raise SystemError_(f"RACE: layout is not a RACE layout of format {LAYOUT_FORMAT}: "
+            raise SystemGaveUp(f"RACE: layout is not a RACE layout of format {LAYOUT_FORMAT}: "
                                f"{layout.get('system')!r}/{layout.get('format')!r}")
         return RaceClient(fabric, layout, thread, cls.check_options(dict(options or {}), _where(None)))

@@ -43,7 +43,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from nodes.systems.api import KVClient, SystemError_
+from nodes.systems.api import KVClient, SystemGaveUp
 from nodes.systems.lib.alloc import ChunkAllocator
 from nodes.systems.lib.reclaim import Reclaimer
 from nodes.systems.lib.shared import shared
@@ -169,7 +169,7 @@ class RolexClient(KVClient):
         yield co.sync()
         table = h.value
         if not table:
-            raise SystemError_("ROLEX: no model table in memory: the index was not set up")
+            raise SystemGaveUp("ROLEX: no model table in memory: the index was not set up")
         h = co.read(table, 64)
         yield co.sync()
         head = bytes(h.data)
@@ -207,7 +207,7 @@ class RolexClient(KVClient):
         try:
             k = key_int(key, bound)
         except ValueError as e:
-            raise SystemError_(str(e)) from None
+            raise SystemGaveUp(str(e)) from None
         if not self.cache.loaded:
             yield from self._fill_cache(co)
         self.thread.cpu(self._op_ns)
@@ -240,7 +240,7 @@ class RolexClient(KVClient):
             snap = self._take(leaf, hl, hm)
             if snap is not None:
                 return snap
-        raise SystemError_(f"ROLEX: leaf {leaf} stayed torn for {RETRY_LIMIT} READs")
+        raise SystemGaveUp(f"ROLEX: leaf {leaf} stayed torn for {RETRY_LIMIT} READs")
 
     def _queue_window(self, co, lo: int, hi: int, metas: range) -> tuple[list, dict]:
         """Queue the READs of the window's leaves and of the meta words of ``metas``."""
@@ -258,7 +258,7 @@ class RolexClient(KVClient):
                 return snap, prev
             self.synonym_hops += 1
             prev, snap = snap, (yield from self._read_leaf(co, snap.synonym))
-        raise SystemError_(f"ROLEX: synonym chain from leaf {snap.leaf} does not end")
+        raise SystemGaveUp(f"ROLEX: synonym chain from leaf {snap.leaf} does not end")
 
     def _read_value(self, co, word: int):
         """Generator: the value bytes a leaf's value word stands for."""
@@ -309,11 +309,11 @@ class RolexClient(KVClient):
             value = bytes(value)
         if self.inline:
             if len(value) != 8:
-                raise SystemError_(f"ROLEX with values = \"inline\" stores 8-byte values (ROLEX's u64); got "
+                raise SystemGaveUp(f"ROLEX with values = \"inline\" stores 8-byte values (ROLEX's u64); got "
                                    f"{len(value)} bytes (use values = \"out-of-line\")")
             return int.from_bytes(value, "little"), None
         if len(value) > MAX_VALUE:
-            raise SystemError_(f"ROLEX values are at most {MAX_VALUE} bytes; got {len(value)}")
+            raise SystemGaveUp(f"ROLEX values are at most {MAX_VALUE} bytes; got {len(value)}")
         units = value_units(len(value))
         node, off = yield from self.alloc.alloc(co, units)
         co.write(gaddr(node, off), value)
@@ -339,7 +339,7 @@ class RolexClient(KVClient):
                 break
             self.lock_retries += 1
         else:
-            raise SystemError_(f"ROLEX: the lock of leaf group {home} stayed taken for {RETRY_LIMIT} tries")
+            raise SystemGaveUp(f"ROLEX: the lock of leaf group {home} stayed taken for {RETRY_LIMIT} tries")
         if attempt:
             batch = self._queue_window(co, lo, hi, (home,))
             yield co.sync()
@@ -411,7 +411,7 @@ class RolexClient(KVClient):
         yield co.sync()
         local = h.value
         if local >= r.leaves_per_node:
-            raise SystemError_(f"ROLEX: the leaf region of memory node {r.nodes[j]} is full ({r.leaves_per_node} "
+            raise SystemGaveUp(f"ROLEX: the leaf region of memory node {r.nodes[j]} is full ({r.leaves_per_node} "
                                f"leaves): raise the option leaf_headroom")
         span = self.span
         half = span // 2

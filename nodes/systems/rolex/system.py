@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nodes.systems.api import Option, System, SystemError_
+from nodes.systems.api import Option, System, SystemGaveUp
 from nodes.systems.lib.reclaim import epochs_bytes, setup_epochs
 from nodes.systems.lib.memory_nodes import memory_node_indexes
 from shm.fabric import gaddr
@@ -99,7 +99,7 @@ class RolexSystem(System):
         opts = cls.check_options(dict(options or {}), f"system {cls.name!r}")
         mns = memory_node_indexes(fabric, memory_nodes, "ROLEX")
         if max(mns) > MAX_NODE:
-            raise SystemError_(f"ROLEX: memory nodes must be among the first {MAX_NODE + 1} fabric nodes (a value "
+            raise SystemGaveUp(f"ROLEX: memory nodes must be among the first {MAX_NODE + 1} fabric nodes (a value "
                                f"word holds 8 bits of node number); got {max(mns)}")
         M = len(mns)
         span = opts["span"]
@@ -114,7 +114,7 @@ class RolexSystem(System):
                 tables.append(fabric.allocate(m, lpn * META_BYTES))
                 locks.append(fabric.allocate(m, lpn * LOCK_BYTES))
         except MemoryError as e:
-            raise SystemError_(f"ROLEX: {e} ({lpn} leaves of {lb} B per memory node; lower the option leaf_headroom "
+            raise SystemGaveUp(f"ROLEX: {e} ({lpn} leaves of {lb} B per memory node; lower the option leaf_headroom "
                                f"or give the memory nodes more memory)") from None
         layout = {
             "system": cls.name, "format": LAYOUT_FORMAT, "memory_nodes": mns, "regions": regions,
@@ -138,7 +138,7 @@ class RolexSystem(System):
         try:
             layout["epochs"] = setup_epochs(fabric, mns[0])
         except MemoryError as e:
-            raise SystemError_(f"ROLEX: the epoch table does not fit memory node {mns[0]}: {e}") from None
+            raise SystemGaveUp(f"ROLEX: the epoch table does not fit memory node {mns[0]}: {e}") from None
         layout["setup_bytes"] = (M * (REGION_HEADER_BYTES + lpn * (lb + META_BYTES + LOCK_BYTES))
                                  + epochs_bytes(layout["epochs"]))
         return layout
@@ -150,7 +150,7 @@ class RolexSystem(System):
         try:
             off = fabric.allocate(m, len(table))
         except MemoryError as e:
-            raise SystemError_(f"ROLEX: the model table ({len(table)} B) does not fit memory node {m}: {e}") from None
+            raise SystemGaveUp(f"ROLEX: the model table ({len(table)} B) does not fit memory node {m}: {e}") from None
         fabric.memory[m].host[off:off + len(table)] = np.frombuffer(table, np.uint8)
         fabric.memory[m].host64[(remote.regions[0] + WORD) // 8] = gaddr(m, off)
 
@@ -166,32 +166,32 @@ class RolexSystem(System):
             used = int(host64[remote.regions[j] // 8])
             first = (remote.regions[j] + REGION_HEADER_BYTES) // 8
             if (host64[first:first + used * 2 * span:2 * span] != EMPTY).any():
-                raise SystemError_("ROLEX: a bulk load needs the empty index setup made; this one holds keys")
+                raise SystemGaveUp("ROLEX: a bulk load needs the empty index setup made; this one holds keys")
         inline = layout["values"] == "inline"
         items = []
         for key, value in pairs:
             try:
                 k = key_int(key)
             except ValueError as e:
-                raise SystemError_(str(e)) from None
+                raise SystemGaveUp(str(e)) from None
             if inline and len(value) != 8:
-                raise SystemError_(f"ROLEX with values = \"inline\" stores 8-byte values; got {len(value)} bytes")
+                raise SystemGaveUp(f"ROLEX with values = \"inline\" stores 8-byte values; got {len(value)} bytes")
             if len(value) > MAX_VALUE:
-                raise SystemError_(f"ROLEX values are at most {MAX_VALUE} bytes; got {len(value)}")
+                raise SystemGaveUp(f"ROLEX values are at most {MAX_VALUE} bytes; got {len(value)}")
             items.append((k, bytes(value)))
         if not items:
             return
         items.sort(key=lambda it: it[0])
         for a, b in zip(items, items[1:]):
             if a[0] == b[0]:
-                raise SystemError_(f"ROLEX: bulk load of key {a[0].to_bytes(8, 'big')!r} twice")
+                raise SystemGaveUp(f"ROLEX: bulk load of key {a[0].to_bytes(8, 'big')!r} twice")
         keys = np.array([k for k, _ in items], dtype=np.uint64)
         words = cls._value_words(fabric, remote, [v for _, v in items], inline)
         index = RolexIndex(keys, words, eps=layout["eps"], fill=layout["fill"], span=span)
         # the core's leaves (arrays indexed by leaf number) and models; nothing else of it is kept
         primaries, lk, lv = index._primary, index._keys, index._vals
         if -(-primaries // M) > remote.leaves_per_node:
-            raise SystemError_(f"ROLEX: the bulk load needs {primaries} leaves, the regions hold "
+            raise SystemGaveUp(f"ROLEX: the bulk load needs {primaries} leaves, the regions hold "
                                f"{remote.leaves_per_node} per memory node: raise the option leaf_headroom")
         for j, m in enumerate(remote.nodes):
             count = len(range(j, primaries, M))
@@ -225,7 +225,7 @@ class RolexSystem(System):
             try:
                 base.append(fabric.allocate(m, need[j]) if need[j] else 0)
             except MemoryError as e:
-                raise SystemError_(f"ROLEX: the bulk load's values do not fit memory node {m}: {e}") from None
+                raise SystemGaveUp(f"ROLEX: the bulk load's values do not fit memory node {m}: {e}") from None
         pos = list(base)
         out = np.zeros(len(values), dtype=np.uint64)
         for i, v in enumerate(values):
@@ -239,6 +239,6 @@ class RolexSystem(System):
     @classmethod
     def client(cls, fabric, layout: dict, thread, options: dict) -> RolexClient:
         if layout.get("system") != cls.name or layout.get("format") != LAYOUT_FORMAT:
-            raise SystemError_(f"ROLEX: layout is not a rolex layout of format {LAYOUT_FORMAT}: "
+            raise SystemGaveUp(f"ROLEX: layout is not a rolex layout of format {LAYOUT_FORMAT}: "
                                f"{layout.get('system')!r}/{layout.get('format')!r}")
         return RolexClient(fabric, layout, thread, options)

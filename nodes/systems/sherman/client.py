@@ -29,7 +29,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from typing import NamedTuple
 
-from nodes.systems.api import KVClient, SystemError_
+from nodes.systems.api import KVClient, SystemGaveUp
 from nodes.systems.lib.alloc import ChunkAllocator
 from nodes.systems.lib.cpu_costs import SoftwareCosts
 from nodes.systems.lib.hocl import FIELD_MASK, HoclClient, LocalLocks
@@ -185,7 +185,7 @@ class ShermanClient(HoclClient, KVClient):
             if fmt.consistent(self._buf, self._b64, h._off):
                 return h._off
             self.torn_reads += 1
-        raise SystemError_(f"Sherman: node {addr:#x} stayed torn for {RETRY_LIMIT} READs")
+        raise SystemGaveUp(f"Sherman: node {addr:#x} stayed torn for {RETRY_LIMIT} READs")
 
     def read_unlocked(self, co, addr: int):
         """Generator (option ``lock_free_reads`` off, FG+'s readers): READ a leaf together with its
@@ -199,7 +199,7 @@ class ShermanClient(HoclClient, KVClient):
             if lk.value & mask == 0:
                 return off
             self.locked_reads += 1
-        raise SystemError_(f"{self.NAME}: node {addr:#x} stayed locked for {RETRY_LIMIT} READs")
+        raise SystemGaveUp(f"{self.NAME}: node {addr:#x} stayed locked for {RETRY_LIMIT} READs")
 
     def fetch_internal(self, co, addr: int) -> IndexNode:
         """Generator: READ an internal node, parse it, put it in the index cache."""
@@ -258,7 +258,7 @@ class ShermanClient(HoclClient, KVClient):
                 lvl -= 1
             else:
                 return addr, parent, lvl
-        raise SystemError_(f"Sherman: descent for key {k:#x} did not settle after {RETRY_LIMIT} tries")
+        raise SystemGaveUp(f"Sherman: descent for key {k:#x} did not settle after {RETRY_LIMIT} tries")
 
     def invalidate(self, addr: int) -> None:
         """Drop a cached node (0: the cached root) after a fence showed it stale."""
@@ -312,7 +312,7 @@ class ShermanClient(HoclClient, KVClient):
             if type(v) is bytes:
                 return v
             return (yield from self.read_block(co, *v))
-        raise SystemError_(f"{self.NAME}: get of key {key!r} did not settle after {RETRY_LIMIT} tries")
+        raise SystemGaveUp(f"{self.NAME}: get of key {key!r} did not settle after {RETRY_LIMIT} tries")
 
     # Where a key's entry line is, as the operations see it: no-ops here; SMART-BT's speculative
     # lookup caches them (the only difference between its reads and writes and Sherman's).
@@ -454,7 +454,7 @@ class ShermanClient(HoclClient, KVClient):
             if old is not None:
                 self.alloc.retire(*old)               # after the entry's WRITE completed
             return True
-        raise SystemError_(f"{self.NAME}: {kind} of key {key!r} did not settle after {RETRY_LIMIT} tries")
+        raise SystemGaveUp(f"{self.NAME}: {kind} of key {key!r} did not settle after {RETRY_LIMIT} tries")
 
     # -- splits --------------------------------------------------------------------------------------
     def split_leaf(self, co, addr, lock, off, hd, key, k, value, block):
@@ -536,7 +536,7 @@ class ShermanClient(HoclClient, KVClient):
             self.cache.put(addr, IndexNode(level, hd.low, up, new, lkeys, [hd.leftmost] + lchildren))
             self.cache.put(new, IndexNode(level, up, hd.high, hd.sibling, rkeys, [rleft] + rchildren))
             k, child, level = up, new, level + 1
-        raise SystemError_(f"Sherman: separator insert of {k:#x} at level {level} did not settle")
+        raise SystemGaveUp(f"Sherman: separator insert of {k:#x} at level {level} did not settle")
 
     def grow_root(self, co, old: int, old_level: int, k: int, child: int, level: int):
         """Generator: install a new root over the root ``old`` (level ``old_level``) with the one
@@ -599,7 +599,7 @@ class ShermanClient(HoclClient, KVClient):
             if move == 0:
                 return addr, parent, off, hd
             addr, parent = yield from self.move_to(co, k, hd, move, parent)
-        raise SystemError_(f"{self.NAME}: no leaf covering key {k:#x} after {RETRY_LIMIT} moves")
+        raise SystemGaveUp(f"{self.NAME}: no leaf covering key {k:#x} after {RETRY_LIMIT} moves")
 
     def move_to(self, co, k: int, hd, move: int, parent: int):
         """Generator: take the ``move`` :meth:`moved` chose for ``k`` from the leaf of header
@@ -640,7 +640,7 @@ class ShermanClient(HoclClient, KVClient):
             if len(out) >= count or hd.high is None or not hd.sibling:
                 return [(kk, v) for kk, v in out]
             cursor, addr, parent = hd.high, hd.sibling, 0
-        raise SystemError_(f"Sherman: scan from {start!r} did not settle after {RETRY_LIMIT} leaves")
+        raise SystemGaveUp(f"Sherman: scan from {start!r} did not settle after {RETRY_LIMIT} leaves")
 
 
 __all__ = ["ShermanClient", "ShermanStats", "KeySizeError", "ValueTooLarge", "LEAF_SLOTS", "leaf_image"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nodes.systems.api import Option, System, SystemError_
+from nodes.systems.api import Option, System, SystemGaveUp
 from nodes.systems.lib.hocl import FIELD_BITS, lock_table_slots, setup_lock_tables
 from nodes.systems.lib.reclaim import epochs_bytes, setup_epochs
 from nodes.systems.lib.memory_nodes import memory_node_indexes
@@ -106,7 +106,7 @@ class ShermanSystem(System):
         mns = memory_node_indexes(fabric, memory_nodes, "Sherman")
         for m in mns:
             if m > MAX_NODE:
-                raise SystemError_(f"Sherman: memory node {fabric.nodes[m].name!r} is fabric node {m}; the root word "
+                raise SystemGaveUp(f"Sherman: memory node {fabric.nodes[m].name!r} is fabric node {m}; the root word "
                                    f"holds 8 bits of node number, so memory nodes must be among the first "
                                    f"{MAX_NODE + 1} nodes")
             fabric.expose(m)
@@ -118,7 +118,7 @@ class ShermanSystem(System):
             root_word = fabric.allocate(mns[0], 64)
             leaf = fabric.allocate(mns[0], NODE_BYTES)
         except MemoryError as e:
-            raise SystemError_(f"Sherman: {e} (lower the option lock_slots: {lock_bytes} B of device memory per "
+            raise SystemGaveUp(f"Sherman: {e} (lower the option lock_slots: {lock_bytes} B of device memory per "
                                f"memory node were asked)") from None
         fmt = cls.leaf_layout_of(opts)
         mem = fabric.memory[mns[0]]
@@ -127,7 +127,7 @@ class ShermanSystem(System):
         try:
             epochs = setup_epochs(fabric, mns[0])
         except MemoryError as e:
-            raise SystemError_(f"{cls.client_class.NAME}: the epoch table does not fit memory node {mns[0]}: "
+            raise SystemGaveUp(f"{cls.client_class.NAME}: the epoch table does not fit memory node {mns[0]}: "
                                f"{e}") from None
         return {
             "system": cls.name,
@@ -153,7 +153,7 @@ class ShermanSystem(System):
         sorted leaves of :data:`BULK_LEAF_ENTRIES` entries round-robin over the memory nodes,
         chained by siblings with fences, internal levels of :data:`BULK_INTERNAL_KEYS` keys up to
         one root, the root word last; values over 48 B in out-of-line blocks. Only into the empty
-        tree ``setup`` made (SystemError_ otherwise)."""
+        tree ``setup`` made (SystemGaveUp otherwise)."""
         name = cls.client_class.NAME
         mns = layout["memory_nodes"]
         root_word = layout["root"]
@@ -163,7 +163,7 @@ class ShermanSystem(System):
         fo = gaddr_offset(root_addr)
         fmt = leaf_format(layout.get("leaf_layout", "per-line"))
         if root_level != 0 or cls.bulk_leaf_holds_keys(memoryview(first[fo:fo + NODE_BYTES]), fmt):
-            raise SystemError_(f"{name}: a bulk load needs the empty tree setup made; this one holds keys")
+            raise SystemGaveUp(f"{name}: a bulk load needs the empty tree setup made; this one holds keys")
         items = []
         for key, value in pairs:
             if len(key) != 8:
@@ -174,7 +174,7 @@ class ShermanSystem(System):
         items.sort(key=lambda it: it[0])
         for a, b in zip(items, items[1:]):
             if a[0] == b[0]:
-                raise SystemError_(f"{name}: bulk load of key {a[1]!r} twice")
+                raise SystemGaveUp(f"{name}: bulk load of key {a[1]!r} twice")
         if not items:
             return
 
@@ -270,6 +270,6 @@ class ShermanSystem(System):
     def client(cls, fabric, layout: dict, thread, options: dict) -> ShermanClient:
         name = cls.client_class.NAME
         if layout.get("system") != cls.name or layout.get("format") != LAYOUT_FORMAT:
-            raise SystemError_(f"{name}: layout is not a {name} layout of format {LAYOUT_FORMAT}: "
+            raise SystemGaveUp(f"{name}: layout is not a {name} layout of format {LAYOUT_FORMAT}: "
                                f"{layout.get('system')!r}/{layout.get('format')!r}")
         return cls.client_class(fabric, layout, thread, cls.check_options(dict(options or {}), cls.where()))

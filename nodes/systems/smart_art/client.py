@@ -58,7 +58,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from nodes.systems.api import KVClient, SystemError_
+from nodes.systems.api import KVClient, SystemGaveUp
 from nodes.systems.lib.alloc import UNIT, ChunkAllocator
 from nodes.systems.lib.cpu_costs import SoftwareCosts
 from nodes.systems.lib.art import (
@@ -246,7 +246,7 @@ class SmartArtClient(KVClient):
                 size = units * UNIT
             else:
                 self.torn_reads += 1
-        raise SystemError_(f"SMART-ART: leaf {addr:#x} stayed torn for {RETRY_LIMIT} READs")
+        raise SystemGaveUp(f"SMART-ART: leaf {addr:#x} stayed torn for {RETRY_LIMIT} READs")
 
     def new_leaf(self, co, key: bytes, value: bytes, rev_ptr: int = 0):
         """Generator: allocate a leaf for ``value`` and queue its WRITE; ``(addr, units)``."""
@@ -301,7 +301,7 @@ class SmartArtClient(KVClient):
                 # node's next walks do not hop again (the image stays a stale-tolerant hint)
                 self.cache.patch(key, loc.entry_addr, loc.word, self._entry_to(leaf.addr, loc.word))
             return leaf, loc
-        raise SystemError_(f"SMART-ART: key {key!r} could not be found in {RETRY_LIMIT} walks")
+        raise SystemGaveUp(f"SMART-ART: key {key!r} could not be found in {RETRY_LIMIT} walks")
 
     def _cache_cost(self) -> None:
         """An operation's fixed work and, with a cache, one walk of it, priced by its size."""
@@ -349,7 +349,7 @@ class SmartArtClient(KVClient):
                 done = yield from self._replace(co, leaf, loc, key, value)
             if done:
                 return True
-        raise SystemError_(f"SMART-ART: update of key {key!r} did not settle after {RETRY_LIMIT} tries")
+        raise SystemGaveUp(f"SMART-ART: update of key {key!r} did not settle after {RETRY_LIMIT} tries")
 
     def _update_in_place(self, co, leaf: Leaf, key: bytes, value: bytes):
         """Generator: lock, WRITE the body and unlock in one doorbell. False if the leaf died."""
@@ -368,7 +368,7 @@ class SmartArtClient(KVClient):
             yield co.sync()
             self.in_place_updates += 1
             return True
-        raise SystemError_(f"SMART-ART: leaf {leaf.addr:#x} stayed locked for {RETRY_LIMIT} tries")
+        raise SystemGaveUp(f"SMART-ART: leaf {leaf.addr:#x} stayed locked for {RETRY_LIMIT} tries")
 
     def _decide(self, co, leaf: Leaf, status: int):
         """Generator: CAS the live leaf's status to ``status`` (dead), waiting while it is locked.
@@ -383,7 +383,7 @@ class SmartArtClient(KVClient):
             if old != LOCKED:
                 return False
             yield self.retry_ns
-        raise SystemError_(f"SMART-ART: leaf {leaf.addr:#x} stayed locked for {RETRY_LIMIT} tries")
+        raise SystemGaveUp(f"SMART-ART: leaf {leaf.addr:#x} stayed locked for {RETRY_LIMIT} tries")
 
     def _replace(self, co, leaf: Leaf, loc, key: bytes, value: bytes):
         """Generator: the out-of-place update (see the module docstring). False if the leaf died
@@ -434,7 +434,7 @@ class SmartArtClient(KVClient):
             if (yield from self._decide(co, leaf, dead(0))):
                 self._unlinked(leaf.addr, leaf.units)
                 return True
-        raise SystemError_(f"SMART-ART: delete of key {key!r} did not settle after {RETRY_LIMIT} tries")
+        raise SystemGaveUp(f"SMART-ART: delete of key {key!r} did not settle after {RETRY_LIMIT} tries")
 
     def insert(self, co, key: bytes, value: bytes):
         key, value = self._key(key), self._value(value)
@@ -465,7 +465,7 @@ class SmartArtClient(KVClient):
                     cache.patch(key, res.entry_addr, res.word, want)
                 return True
             cache = None                            # the entry moved (split, upgrade, insert): from the root
-        raise SystemError_(f"SMART-ART: insert of key {key!r} did not settle after {RETRY_LIMIT} tries")
+        raise SystemGaveUp(f"SMART-ART: insert of key {key!r} did not settle after {RETRY_LIMIT} tries")
 
     # -- scans -------------------------------------------------------------------------------------
     def scan(self, co, start: bytes, count: int):

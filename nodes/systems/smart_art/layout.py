@@ -31,7 +31,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from nodes.systems.api import SystemError_
+from nodes.systems.api import SystemGaveUp
 from nodes.systems.lib.alloc import UNIT
 from nodes.systems.lib.hashing import hash64
 
@@ -45,11 +45,11 @@ LEAF_HEAD = struct.Struct("<QQQ8sII")
 _BODY = struct.Struct("<Q8sII")           # checksum, key, vlen, units (the in-place WRITE starts here)
 
 
-class KeySizeError(SystemError_):
+class KeySizeError(SystemGaveUp):
     """SMART-ART indexes 8-byte keys only."""
 
 
-class ValueTooLarge(SystemError_):
+class ValueTooLarge(SystemGaveUp):
     pass
 
 

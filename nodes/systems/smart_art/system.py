@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from nodes.systems.api import Option, System, SystemError_
+from nodes.systems.api import Option, System, SystemGaveUp
 from nodes.systems.lib.alloc import UNIT
 from nodes.systems.lib.art import (
     ENTRIES_OFF, NODE_256, NodeImage, encode_entry, encode_header, encode_leaf_entry,
@@ -96,7 +96,7 @@ class SmartArtSystem(System):
         rnode, roff = gaddr_node(root), gaddr_offset(root)
         host = fabric.memory[rnode].host64
         if host[roff // 8 + 2: roff // 8 + 2 + 256].any():
-            raise SystemError_("SMART-ART: a bulk load needs the empty tree setup made; this one holds keys")
+            raise SystemGaveUp("SMART-ART: a bulk load needs the empty tree setup made; this one holds keys")
         items = []
         for key, value in pairs:
             key, value = bytes(key), bytes(value)
@@ -108,7 +108,7 @@ class SmartArtSystem(System):
         items.sort(key=lambda kv: kv[0])
         for a, b in zip(items, items[1:]):
             if a[0] == b[0]:
-                raise SystemError_(f"SMART-ART: bulk load of key {a[0]!r} twice")
+                raise SystemGaveUp(f"SMART-ART: bulk load of key {a[0]!r} twice")
         mn_id = {n: i for i, n in enumerate(mns)}
         total = 0
         turn = 0
@@ -120,7 +120,7 @@ class SmartArtSystem(System):
             try:
                 off = fabric.allocate(node, nbytes)
             except MemoryError as e:
-                raise SystemError_(f"SMART-ART: bulk load: {e}") from None
+                raise SystemGaveUp(f"SMART-ART: bulk load: {e}") from None
             total += nbytes
             return gaddr(node, off)
 
@@ -178,6 +178,6 @@ class SmartArtSystem(System):
     @classmethod
     def client(cls, fabric, layout: dict, thread, options: dict) -> SmartArtClient:
         if layout.get("system") != cls.name or layout.get("format") != LAYOUT_FORMAT:
-            raise SystemError_(f"SMART-ART: layout is not a SMART-ART layout of format {LAYOUT_FORMAT}: "
+            raise SystemGaveUp(f"SMART-ART: layout is not a SMART-ART layout of format {LAYOUT_FORMAT}: "
                                f"{layout.get('system')!r}/{layout.get('format')!r}")
         return SmartArtClient(fabric, layout, thread, cls.check_options(dict(options or {}), f"system {cls.name!r}"))

@@ -33,7 +33,7 @@ from __future__ import annotations
 import random
 from typing import NamedTuple
 
-from nodes.systems.api import SystemError_
+from nodes.systems.api import SystemGaveUp
 from nodes.systems.lib.hashing import mix64
 from nodes.systems.lib.hocl import FIELD_MASK
 from nodes.systems.sherman import ShermanClient
@@ -157,7 +157,7 @@ class SmartBTClient(ShermanClient):
             self.remote_lock_retries += 1
             if attempt >= 2 and not smart_backoff:     # Sherman's own back-off when SMART's is off
                 yield self._rng.randrange(self._backoff_ns, 2 * self._backoff_ns)
-        raise SystemError_(f"SMART-BT: lock {word:#x}>>{shift} not acquired after {RETRY_LIMIT} tries")
+        raise SystemGaveUp(f"SMART-BT: lock {word:#x}>>{shift} not acquired after {RETRY_LIMIT} tries")
 
     # -- get: the speculative fast path, then Sherman's path refreshing the cache -------------------
     def _get(self, co, key: bytes):

@@ -1,7 +1,7 @@
 """``dmrack bench verbs``: the fabric's calibration tables, published beside emulated.
 
 Each experiment builds a small co-located rack (one process, deterministic), runs closed-loop
-actors for a window of virtual time after a warm-up, and reports modelled throughput or latency.
+processes for a window of virtual time after a warm-up, and reports modelled throughput or latency.
 Nothing here measures host time except the emulation-speed table, which is the point of that table.
 
 Experiments (see docs/bench.md for how each maps onto the paper's setup):

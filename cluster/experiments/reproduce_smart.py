@@ -41,16 +41,16 @@ from cluster.experiments.figures import Figure
 from cluster.experiments.pointpool import map_points
 from cluster.experiments.progress import advance, expect, prefixed
 from cluster.experiments.rows import Row, reproduction
-from cluster.experiments.ycsb import CONTENDED_MS, SMART_KEYS, UNCONTENDED_MS
+from cluster.experiments.bench_ycsb import CONTENDED_MS, SMART_KEYS, UNCONTENDED_MS
 
 
 def fig3(quick: bool, progress) -> list[Row]:
-    from cluster.experiments.verbs import smart_fig3
+    from cluster.experiments.bench_verbs import smart_fig3
     return [_renamed(r, "fig3") for r in smart_fig3(quick, progress)]
 
 
 def fig4(quick: bool, progress) -> list[Row]:
-    from cluster.experiments.verbs import smart_fig4
+    from cluster.experiments.bench_verbs import smart_fig4
     return [_renamed(r, "fig4") for r in smart_fig4(quick, progress)]
 
 
@@ -100,7 +100,7 @@ def fig5(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
 
 def _ycsb_rack(system: str, workload: str, threads: tuple[int, ...], *, records: int, warm_ms: float,
                measure_ms: float, **scenario):
-    """Like :func:`cluster.experiments.ycsb.measure` but keeps the rack, so the clients' and threads'
+    """Like :func:`cluster.experiments.bench_ycsb.measure` but keeps the rack, so the clients' and threads'
     statistics can be read after the run. Returns (points, rack); a point's ``plan_step`` is its
     measured step in the rack's plan (``ComputeNode.smart_at_step_end`` is keyed by it).
 
@@ -108,7 +108,7 @@ def _ycsb_rack(system: str, workload: str, threads: tuple[int, ...], *, records:
     timed run step ends with its window, and an operation that returns later is still counted in
     the step that issued it (nodes/compute.py), so the rack's step figure is the same number.
     """
-    from cluster.experiments.ycsb import scenario_dict
+    from cluster.experiments.bench_ycsb import scenario_dict
     from cluster.rack import ColocatedRack
     from cluster.scenario import scenario_from_dict
     scenario["properties"] = {**SMART_KEYS, **(scenario.get("properties") or {})}
@@ -154,7 +154,7 @@ def _reads(rig, *, threads: int, depth: int, smart: dict | None, warmup: int, wi
     turned on, it calls ``resume()``. Returns Mops in [warmup, warmup + window)."""
     import numpy as np
 
-    from cluster.experiments.verbs import Window
+    from cluster.experiments.bench_verbs import Window
     from shm.coro import NodeRdma
     from shm.fabric import gaddr
     env = rig.env
@@ -203,7 +203,7 @@ def _reads(rig, *, threads: int, depth: int, smart: dict | None, warmup: int, wi
 
 
 def _rig():
-    from cluster.experiments.verbs import Rig
+    from cluster.experiments.bench_verbs import Rig
     from shm.profile import load_profile
     return Rig(load_profile("cx6-200g"), 1, 1)
 

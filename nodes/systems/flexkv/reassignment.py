@@ -118,7 +118,7 @@ def handle_resume(ctx, req):
 
 # -- the manager actor ---------------------------------------------------------------------------
 
-class Event(tuple):
+class Marker(tuple):
     """(virtual ns, kind, ratio, value): kind is "reassign" (value = round ns), "ratio" (a knob
     event, value = throughput in ops/s or None), "rank" (value = displacement / bound)."""
 
@@ -205,12 +205,12 @@ def manager(ctx):
         window += hotness
         if tuner is not None:
             for ev in tuner.sample(throughput):
-                events.append(Event((now, ev.kind, ev.ratio, ev.throughput)))
+                events.append(Marker((now, ev.kind, ev.ratio, ev.throughput)))
             if delta[0] > 0:
                 rf = float(delta[1]) / float(delta[0])
                 if read_fraction is not None and tuner.settled and workload_shifted(read_fraction, rf):
                     for ev in tuner.restart():
-                        events.append(Event((now, ev.kind, ev.ratio, None)))
+                        events.append(Marker((now, ev.kind, ev.ratio, None)))
                 if tuner.settled or read_fraction is None:
                     read_fraction = rf
             ratio = tuner.ratio
@@ -223,10 +223,10 @@ def manager(ctx):
             if res.reassign:
                 owner = assign(res.ranks, hotness, C, owner)
                 ranks = res.ranks
-                events.append(Event((now, "rank", ratio, res.displacement / max(res.bound, 1e-9))))
+                events.append(Marker((now, "rank", ratio, res.displacement / max(res.bound, 1e-9))))
                 if tuner is not None and tuner.settled:
                     for ev in tuner.restart():
-                        events.append(Event((now, ev.kind, ev.ratio, None)))
+                        events.append(Marker((now, ev.kind, ev.ratio, None)))
                     ratio = tuner.ratio
         off_mask = offloaded(owner, ranks, C, ratio)
         owners = np.asarray(cns, np.int64)[owner]
@@ -266,7 +266,7 @@ def manager(ctx):
             except RpcError:
                 gone.add(cn)
         current = new if not gone else None
-        events.append(Event((env.now, "reassign", ratio, env.now - t0)))
+        events.append(Marker((env.now, "reassign", ratio, env.now - t0)))
         # the knob's next sample covers the new map only: the round's own time and operations are out
         yield from read_counters(alive)
         since[0] = env.now
