@@ -42,7 +42,7 @@ from cluster.control import F_LOADED, F_STEP, F_STEP_VSTART, SharedInsertSequenc
 from nodes import actors
 from nodes.compute import ComputeNode
 from nodes.manager import ColocatedLink, Manager
-from shm.sim.router import (MSG_DONE, MSG_START, MSG_STOP, MSG_UDP, MSG_UDP_COPY, MSG_VERBS_SEND,
+from shm.sim.router import (MSG_DONE, MSG_DRAIN, MSG_START, MSG_STOP, MSG_UDP, MSG_UDP_COPY, MSG_VERBS_SEND,
                             Router)
 from shm.verbs import VerbsHost
 
@@ -115,7 +115,9 @@ def wire(state, env, names=None, *, writers: Callable[[str], Any],
             continue
         writer = writers(name)
         node = make_compute(state, env, host, name, sender(i), writer, udp=udp)
-        bind(i, MSG_START, compute_handler(node))
+        handler = compute_handler(node)
+        bind(i, MSG_START, handler)
+        bind(i, MSG_DRAIN, handler)
         out.computes.append((node, writer))
     manager_addr = len(c.compute)
     if runs(MANAGER):
@@ -182,11 +184,14 @@ def make_compute(state, env, host, name: str, send, recorder, udp=None) -> Compu
 
 
 def compute_handler(node: ComputeNode):
-    """A compute node's control messages: the manager's START of a step."""
+    """A compute node's control messages: the manager's START of a step, its DRAIN at the end."""
     def on_message(src: int, payload: tuple) -> None:
-        if payload[0] != MSG_START:
+        if payload[0] == MSG_START:
+            node.start(int(payload[1]), int(payload[2]))
+        elif payload[0] == MSG_DRAIN:
+            node.drain()
+        else:
             raise ValueError(f"{node.name}: unexpected control message {payload!r}")
-        node.start(int(payload[1]), int(payload[2]))
     return on_message
 
 

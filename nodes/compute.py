@@ -152,6 +152,7 @@ class ComputeNode:
         self.on_done = on_done
         self.seed = seed
         self.step_index = -1
+        self._stragglers: list = []      # the done events of timed runs whose operations may still be in flight
         self._version = index << 48         # unique write versions across the rack
         self.ops = 0
         self.unsupported = 0
@@ -235,6 +236,7 @@ class ComputeNode:
                     # that waited for its stragglers would divide its ops by a span stretched by the
                     # slowest one (a hot-key update can outlast a short window by milliseconds).
                     done.callbacks.append(self._check_failed)
+                    self._stragglers.append(done)
                     env.schedule(env.now + step.duration_ns, self._finish, step_index)
                     return
             case SetStep():
@@ -248,6 +250,24 @@ class ComputeNode:
             self._finish(step_index)
         else:
             done.callbacks.append(lambda ev: self._step_done(ev, step_index))
+
+    def drain(self) -> None:
+        """The plan is over (the manager's DRAIN): report ``on_done(len(plan), ...)`` once the
+        operations still in flight from timed runs have finished. Until every compute node has,
+        the rack's server actors keep serving (``ctx.stopped`` waits for it): an operation that
+        outlasts the last window is still answered, as on a real rack, and recorded."""
+        pending = [ev for ev in self._stragglers if not ev.triggered]
+        self._stragglers.clear()
+        left = [len(pending)]
+
+        def one_done(_ev) -> None:
+            left[0] -= 1
+            if left[0] == 0:
+                self.on_done(len(self.plan), self.env.now, self.ops)
+        if not pending:
+            self.on_done(len(self.plan), self.env.now, self.ops)
+        for ev in pending:
+            ev.callbacks.append(one_done)
 
     def _step_done(self, ev, step_index: int) -> None:
         self._check_failed(ev)

@@ -5,6 +5,9 @@ every live compute node ``START(step, t)`` with ``t`` = now + one control-messag
 for ``DONE(step, end, ops)`` from each of them, and starts the next step one latency after the
 last ``DONE`` arrived. Loads end when every record is in, runs when their duration has passed and
 the last operation returned, so a step boundary is the same virtual instant on every node.
+After the last step it sends ``DRAIN`` and waits for every node's ``DONE`` once the operations
+still in flight from timed runs have finished: only then is the plan over for the rack's server
+actors (``ctx.stopped``), so an operation that outlasts the last window is still served.
 
 The messages travel through a *link*: in a rack of processes that is the clock-synchronised
 message layer (``env.send``/``env.on_message``), in a co-located rack a scheduled call. Both give
@@ -25,9 +28,14 @@ from __future__ import annotations
 from typing import Callable, NamedTuple
 
 from nodes.steps import KillStep, LoadStep, RestartStep
-from shm.sim.router import MSG_DONE, MSG_START  # noqa: F401 - the message kinds live in one place
+from shm.sim.env import any_of
+from shm.sim.router import MSG_DONE, MSG_DRAIN, MSG_START  # noqa: F401 - the message kinds live in one place
 
 DEATH_POLL_NS = 20_000          # how often a waiting manager looks for dead nodes ("continue" mode)
+#: The longest the manager waits, after the plan, for the compute nodes' operations still in
+#: flight (virtual ns): a generous bound (a hot-key update has outlasted a window by a few ms), so
+#: that an operation stuck for good (a lock whose holder crashed) cannot hold the rack open.
+DRAIN_LIMIT_NS = 50_000_000
 
 
 class ColocatedLink:
@@ -164,4 +172,30 @@ class Manager:
                 yield t - env.now
         self.log(env.now, "phase", "mgr", "scenario finished")
         self.step = len(self.plan)
+        yield from self._drain()
         return t
+
+    def _drain(self):
+        """After the plan: DRAIN every live compute node and wait (up to ``DRAIN_LIMIT_NS``) for its
+        DONE, sent once its operations still in flight have finished. The manager's process ends
+        after it, and with it the plan (``ctx.stopped``: actors that poll end), so no server actor
+        stops while a client still waits for it."""
+        env = self.env
+        live = [a for a in self.compute if a not in self.dead]
+        self._pending = set(live)
+        self._ends = []
+        self._all_done = env.event()
+        start = env.now + self.latency
+        for addr in live:
+            self.send(addr, start, (MSG_DRAIN,))
+        deadline = start + DRAIN_LIMIT_NS
+        while self._pending and env.now < deadline:
+            if self.keep_going and self.is_alive is not None:
+                yield DEATH_POLL_NS
+                self._notice_deaths()
+            else:
+                yield any_of(env, [self._all_done, env.timeout(deadline - env.now)])
+        if self._pending:
+            names = ", ".join(self.compute[a] for a in sorted(self._pending))
+            self.log(env.now, "fault", "mgr", f"operations still in flight on {names} after "
+                     f"{DRAIN_LIMIT_NS / 1e6:g} ms past the plan; the rack ends without them")

@@ -1,7 +1,7 @@
 """One inbox, several listeners: the kinds of message a node process receives, and their dispatch.
 
 A node process has one ``env.on_message`` (the clock table's inbox, shm/sim/sync.py), but
-several things talk to it: the manager (start a step), verbs of other processes (a SEND arriving
+several things talk to it: the manager (start a step, drain at the end), verbs of other processes (a SEND arriving
 at one of its QPs, shm/verbs.py), datagrams of other processes (shm/udp.py) and the end of the
 plan (server actors stop). Each message's first word is its kind; :class:`Router` hands it to the
 listener registered for that kind and refuses an unknown kind in one line, so a stray message
@@ -15,7 +15,8 @@ from __future__ import annotations
 from typing import Callable
 
 MSG_START = 1          # manager -> compute node: start a plan step (nodes/manager.py)
-MSG_DONE = 2           # compute node -> manager: a step is done on this node
+MSG_DONE = 2           # compute node -> manager: a step is done on this node (or, after the plan, drained)
+MSG_DRAIN = 3          # manager -> compute node: the plan is over; answer DONE once no operation is in flight
 MSG_VERBS_SEND = 11    # a SEND for a QP of this process (shm/verbs.py)
 MSG_UDP = 21           # a datagram for a queue of this process (shm/udp.py)
 MSG_UDP_COPY = 22      # a mirror copy of a datagram, for the rule's mirror queue here
