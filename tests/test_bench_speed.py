@@ -17,6 +17,12 @@ def test_each_layer_completes_its_verbs(loop):
     assert 100 <= verbs <= 300 and verbs % bs.DEPTH == 0 and real > 0
 
 
+def test_the_coroutine_loop_at_depth_1_posts_one_verb_a_doorbell():
+    verbs, real = bs.coroutine_loop(2, 30_000, depth=1)
+    # two threads, one READ a round trip: about 2 x 30 / 2.3 verbs, far fewer than at depth 8
+    assert 10 <= verbs <= 40 and real > 0
+
+
 def test_simpy_model_runs_the_same_loop():
     pytest.importorskip("simpy")
     verbs, real = bs.simpy_loop(2, 30_000)
@@ -31,6 +37,7 @@ def test_verbs_rows_name_their_targets(monkeypatch):
     by = {r.series: r for r in rows}
     assert by["one process"].published == bs.TARGET_COROUTINE and by["raw verbs"].published == bs.TARGET_RAW
     assert by["two processes, default window"].emulated == 2000
+    assert by["one process, depth 1"].x == "32 threads x depth 1"
     assert all(r.metric == "verbs/s real" and r.emulated and r.emulated > 0 for r in rows)
 
 
@@ -49,14 +56,16 @@ def test_rack_rows_compare_processes_with_colocated(monkeypatch):
 
     def fake(colocated, overrides=None, run_ms=None):
         calls.append((colocated, overrides, run_ms))
-        return 800.0 if colocated else (400.0 if overrides else 1000.0)
+        return (800.0, 50.0) if colocated else ((400.0, 25.0) if overrides else (1000.0, 62.5))
     monkeypatch.setattr(bs, "minimal_rack", fake)
     by = {r.series: r for r in bs.rack_rows(True, lambda msg: None)}
     assert by["processes / co-located"].emulated == 1.25 and all(r.experiment == "rack" for r in by.values())
     assert by["as processes"].published == 800 and by["as processes, no spin"].emulated == 400
     assert (False, {"profile_overrides.sync.spin_us": 0}, 10) in calls
+    assert by["rack time, co-located"].emulated == 50 and by["rack time, as processes"].emulated == 62
 
 
 @pytest.mark.parametrize("colocated", [True, False])
 def test_the_minimal_rack_runs_in_both_modes(colocated):
-    assert bs.minimal_rack(colocated, run_ms=0.2) > 0
+    verbs_per_s, rack_us_per_s = bs.minimal_rack(colocated, run_ms=0.2)
+    assert verbs_per_s > 0 and rack_us_per_s > 0

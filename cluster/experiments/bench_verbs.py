@@ -605,21 +605,23 @@ def _addresses(m: int, words: int, seed: int) -> list[int]:
     return [gaddr(m, int(w) * 64) for w in rng.integers(words, size=ADDRESSES)]
 
 
-def _fair_client(env, co, addrs: list, window_ns: int, done: list):
-    """The closed loop's client: ``DEPTH`` 8-byte READs from its precomputed addresses (cycled),
+def _fair_client(env, co, addrs: list, window_ns: int, done: list, depth: int = DEPTH):
+    """The closed loop's client: ``depth`` 8-byte READs from its precomputed addresses (cycled),
     wait for them, again until ``window_ns``; counts the verbs completed in ``done[0]``."""
     i, n = 0, len(addrs)
     while env.now < window_ns:
-        for _ in range(DEPTH):
+        for _ in range(depth):
             co.read(addrs[i], 8)
             i = i + 1 if i + 1 < n else 0
         yield co.sync()
-        done[0] += DEPTH
+        done[0] += depth
 
 
-def coroutine_loop(threads: int, window_ns: int, *, numpy_addresses: bool = False) -> tuple[int, float]:
+def coroutine_loop(threads: int, window_ns: int, *, numpy_addresses: bool = False,
+                   depth: int = DEPTH) -> tuple[int, float]:
     """One process, the coroutine API: (verbs completed, real seconds) for ``window_ns`` of
-    virtual time."""
+    virtual time, each thread ``depth`` READs per doorbell (depth 1: every verb its own post, the
+    per-post path alone; systems post 1.3-1.7 verbs a doorbell)."""
     from shm.coro import NodeRdma
     from shm.fabric import gaddr
     from shm.profile import load_profile
@@ -638,7 +640,7 @@ def coroutine_loop(threads: int, window_ns: int, *, numpy_addresses: bool = Fals
         for t in range(threads):
             co = node.thread().coroutine()
             env.process(drawn(co, np.random.default_rng(t)) if numpy_addresses
-                        else _fair_client(env, co, _addresses(m, words, t), window_ns, done))
+                        else _fair_client(env, co, _addresses(m, words, t), window_ns, done, depth))
         t0 = time.perf_counter()
         env.run(until=window_ns + 50_000)
         return done[0], time.perf_counter() - t0
@@ -805,6 +807,8 @@ def verbs_rows(quick: bool, progress) -> list[Row]:
                     _rate(coroutine_loop(32, window)), TARGET_COROUTINE))
     rows.append(Row("speed", "one process, numpy addresses", "32 threads x depth 8", "verbs/s real",
                     _rate(coroutine_loop(32, window, numpy_addresses=True))))
+    rows.append(Row("speed", "one process, depth 1", "32 threads x depth 1", "verbs/s real",
+                    _rate(coroutine_loop(32, window, depth=1))))
     progress("speed: one process, raw verbs")
     rows.append(Row("speed", "raw verbs", "32 threads x depth 8", "verbs/s real", _rate(raw_verbs_loop(32, window)),
                     TARGET_RAW))

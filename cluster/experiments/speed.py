@@ -100,9 +100,9 @@ def systems_rows(quick: bool, progress) -> list[Row]:
     return rows
 
 
-def minimal_rack(colocated: bool, overrides: dict | None = None, run_ms: float | None = None) -> float:
-    """Verbs per real second of ``examples/minimal.toml`` over its steps, co-located or as a rack of
-    processes (a quiet supervisor: no dashboard, no summary)."""
+def minimal_rack(colocated: bool, overrides: dict | None = None, run_ms: float | None = None) -> tuple:
+    """(verbs per real second, virtual µs per real second) of ``examples/minimal.toml`` over its
+    steps, co-located or as a rack of processes (a quiet supervisor: no dashboard, no summary)."""
     from pathlib import Path
     from cluster.scenario import load_scenario
     path = Path(__file__).resolve().parents[2] / "examples" / "minimal.toml"
@@ -119,7 +119,7 @@ def minimal_rack(colocated: bool, overrides: dict | None = None, run_ms: float |
         if sup.run() != 0 or sup.results is None:
             raise RuntimeError(f"the rack of processes failed: {sup.stop_reason}")
         res = sup.results
-    return res.verbs_per_s or 0.0
+    return res.verbs_per_s or 0.0, (res.speed or 0.0) / 1e3
 
 
 def rack_rows(quick: bool, progress) -> list[Row]:
@@ -127,16 +127,19 @@ def rack_rows(quick: bool, progress) -> list[Row]:
     x = f"examples/minimal.toml, {run_ms} virtual ms"
     progress("speed: minimal.toml co-located")
     minimal_rack(True, run_ms=1)                       # compile (or load) the kernels first
-    colocated = minimal_rack(True, run_ms=run_ms)
+    colocated, colocated_us = minimal_rack(True, run_ms=run_ms)
     progress("speed: minimal.toml as processes")
-    processes = minimal_rack(False, run_ms=run_ms)
+    processes, processes_us = minimal_rack(False, run_ms=run_ms)
     progress("speed: minimal.toml as processes, no spin")
-    parked = minimal_rack(False, {"profile_overrides.sync.spin_us": 0}, run_ms=run_ms)
-    # rows of their own experiment, so the figure of the verbs-level loops does not draw them
+    parked, _ = minimal_rack(False, {"profile_overrides.sync.spin_us": 0}, run_ms=run_ms)
+    # rows of their own experiment, so the figure of the verbs-level loops does not draw them;
+    # "rack time per real second" is the dashboard's speed figure of dmrack up's default rack
     return [Row("rack", "co-located", x, "verbs/s real", round(colocated)),
             Row("rack", "as processes", x, "verbs/s real", round(processes), round(colocated)),
             Row("rack", "as processes, no spin", x, "verbs/s real", round(parked)),
-            Row("rack", "processes / co-located", x, "ratio of verbs/s real", round(processes / colocated, 2), 1.0)]
+            Row("rack", "processes / co-located", x, "ratio of verbs/s real", round(processes / colocated, 2), 1.0),
+            Row("rack", "rack time, co-located", x, "virtual us per real s", round(colocated_us)),
+            Row("rack", "rack time, as processes", x, "virtual us per real s", round(processes_us))]
 
 
 def reproduce_rows(quick: bool, progress) -> list[Row]:
