@@ -493,7 +493,7 @@ class Environment:
         self.deferred_reads = None   # sync mode: the process's deferred READs (track_deferred_reads)
         self.tracer = None        # a shm.sim.trace.Tracer while a trace is recorded
         if sync is not None:
-            sync._bind(self)
+            sync.bind(self)
 
     # -- creating things -------------------------------------------------------
     def process(self, generator, name: str | None = None) -> Process:
