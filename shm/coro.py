@@ -259,7 +259,7 @@ class RdmaThread:
         self._ops_running = 0
         self._op_waiters: deque = deque()
         self._bcas = self._bcas_failed = self._backoffs = self._backoff_ns = 0
-        self._rng = random.Random(hash((getattr(owner.env, "_seed", 0), owner.node, index, 0x5A)))
+        self._rng = random.Random(hash((getattr(owner.env, "seed", 0), owner.node, index, 0x5A)))
 
     def statistics(self) -> ThreadStats:
         return ThreadStats(self.posts, self.verbs, self.errors, self.cpu_free)
