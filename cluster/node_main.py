@@ -277,7 +277,7 @@ def _compute(state, slot: int, name: str, writer, restart: tuple[int, int] | Non
         except RuntimeError:          # a client's record read while its event loop changed it: next beat
             return None
     hb = _Heartbeat(writer, NicGauge(state.fabric, name), lambda: env.now, lambda: node.ops,
-                    lambda: host._posted, counters, system)
+                    lambda: host.posted, counters, system)
     hb.during(env)
     node.stop()
     hb.last()
@@ -305,7 +305,7 @@ def _actor_node(state, name: str, writer) -> None:
             out.update(base())
         return out
     hb = _Heartbeat(writer, NicGauge(state.fabric, name), lambda: env.now, lambda: env.statistics().events,
-                    lambda: host._posted, counters)
+                    lambda: host.posted, counters)
     hb.during(env)
     hb.last()
 

@@ -92,7 +92,7 @@ def wire(state, env, names=None, *, writers: Callable[[str], Any],
         (me,) = only
         router = out.router = Router(me)
         if host is not None:
-            router.on(MSG_VERBS_SEND, host._on_message)
+            router.on(MSG_VERBS_SEND, host.on_message)
         if udp is not None:
             router.on(MSG_UDP, lambda _src, p: udp.deliver(False, p[1:]))
             router.on(MSG_UDP_COPY, lambda _src, p: udp.deliver(True, p[1:]))

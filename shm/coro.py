@@ -90,25 +90,29 @@ class RemoteAccessError(RuntimeError):
 
 
 class Handle:
-    """The result of one queued verb: ``data`` (READ) or ``value`` (atomics) after ``sync``."""
+    """The result of one queued verb: ``data`` (READ) or ``value`` (atomics) after ``sync``.
 
-    __slots__ = ("_buf", "_off", "length", "status")
+    ``offset`` is where the verb's bytes land in the thread's buffer (``thread.buf``): a client
+    that parses a READ in place (a bucket scan, a checksum) indexes the buffer with it rather than
+    taking the ``data`` view."""
+
+    __slots__ = ("_buf", "offset", "length", "status")
 
     def __init__(self, buf, off, length):
         self._buf = buf
-        self._off = off
+        self.offset = off
         self.length = length
         self.status = -1  # not landed yet
 
     @property
     def data(self) -> np.ndarray:
         """The bytes read (a view into the thread's buffer; copy it to keep it past later verbs)."""
-        return self._buf[self._off:self._off + self.length]
+        return self._buf[self.offset:self.offset + self.length]
 
     @property
     def value(self) -> int:
         """An atomic's old value (or the first 8 bytes read)."""
-        word = self._buf[self._off:self._off + 8]
+        word = self._buf[self.offset:self.offset + 8]
         if word.shape[0] == 8:
             return int.from_bytes(word, _BYTEORDER)   # = its uint64 view, without making one
         return int(word.view(np.uint64)[0])
@@ -231,7 +235,7 @@ class RdmaThread:
             ctx = self._ctx
         self.mr = MR(PD(ctx), owner.buffer_bytes)
         self.buf = self.mr.buf
-        self._buf_view = memoryview(self.buf)
+        self.buf_view = memoryview(self.buf)   # the buffer as bytes: a landing's copy is one slice assignment
         self._buf_pos = 0
         self._buf_cap = owner.buffer_bytes
         self._rkeys: dict[tuple[int, int], int] = {}
@@ -255,7 +259,7 @@ class RdmaThread:
         self._ops_running = 0
         self._op_waiters: deque = deque()
         self._bcas = self._bcas_failed = self._backoffs = self._backoff_ns = 0
-        self._rng = random.Random(hash((getattr(owner.env, "_seed", 0), owner.node, index, 0x5A)))
+        self._rng = random.Random(hash((getattr(owner.env, "seed", 0), owner.node, index, 0x5A)))
 
     def statistics(self) -> ThreadStats:
         return ThreadStats(self.posts, self.verbs, self.errors, self.cpu_free)
@@ -283,6 +287,12 @@ class RdmaThread:
             self._admit()
         return VerbBatch(self)
 
+    @property
+    def conflict_control(self) -> bool:
+        """Whether SMART's retry-rate control (back-off or coroutine throttling) governs this
+        thread's retries: a system with a back-off of its own leaves it off then."""
+        return self._conflict is not None
+
     def _conflict_sharers(self):
         """The threads whose operations this thread's retry-rate controller governs."""
         return self.owner.threads if self._conflict is self.owner._node_conflict else (self,)
@@ -296,8 +306,8 @@ class RdmaThread:
         if self.idle_since is None:
             self.idle_since = self.env.now
         key = id(self)
-        left = [(qp.node, qp.doorbell) for qp in self._qps.values() if qp._drop_user(key)]
-        self.owner.host._leave_doorbells(key, left)
+        left = [(qp.node, qp.doorbell) for qp in self._qps.values() if qp.drop_user(key)]
+        self.owner.host.leave_doorbells(key, left)
 
     def resume(self) -> None:
         """The thread is active again; it rejoins its doorbells' sharers at its next post."""
@@ -472,6 +482,11 @@ class VerbBatch:
         else:
             self._submit = self._post_to
 
+    @property
+    def queued(self) -> int:
+        """The verbs queued on this batch and not yet posted (``post``/``sync`` sends them)."""
+        return len(self._pending)
+
     # -- queueing verbs ---------------------------------------------------------------------
     def _queue(self, op, addr, length, a=0, b=0, am=0, bm=0) -> Handle:
         thr = self.thread
@@ -505,11 +520,11 @@ class VerbBatch:
             data = int(data).to_bytes(8, "little", signed=False)
         if isinstance(data, (bytes, bytearray)):     # copied through a memoryview: no numpy call
             h = self._queue(IBV_WR_RDMA_WRITE, addr, len(data))
-            self.thread._buf_view[h._off:h._off + h.length] = data
+            self.thread.buf_view[h.offset:h.offset + h.length] = data
             return h
         payload = np.frombuffer(data, np.uint8) if not isinstance(data, np.ndarray) else data.view(np.uint8)
         h = self._queue(IBV_WR_RDMA_WRITE, addr, payload.shape[0])
-        self.thread.buf[h._off:h._off + h.length] = payload
+        self.thread.buf[h.offset:h.offset + h.length] = payload
         return h
 
     def cas(self, addr: int, expected: int, desired: int) -> Handle:
@@ -591,11 +606,11 @@ class VerbBatch:
                 reads = False
             _PACK_WR(rows, pos, MODEL_OPCODE[op], item[2], off, region, item[9], 0, 0, 0, item[3])
             pos += 8 * nic.WR_COLS
-        qp._model(dst, rows, thr.cpu_free, thr)
+        qp.model_post(dst, rows, thr.cpu_free, thr)
         thr.cpu_free = qp.cpu_free
         thr.posts += 1
         thr.verbs += n
-        qp.host._posted += n           # the host's verbs statistics count coroutine verbs too
+        qp.host.posted += n           # the host's verbs statistics count coroutine verbs too
         now = self.env.now
         heap = self._heap
         seq = self._next_seq
@@ -669,7 +684,7 @@ class VerbBatch:
         h.status = status
         if status != IBV_WC_SUCCESS:
             thr.errors += 1
-            thr.owner.host._errors += 1
+            thr.owner.host.errors += 1
             self._errors.append((op, addr, status))
 
     def _land_lines(self, arg) -> None:
@@ -691,7 +706,7 @@ class VerbBatch:
         if landing is None:
             h.status = IBV_WC_REM_ACCESS_ERR
             thr.errors += 1
-            thr.owner.host._errors += 1
+            thr.owner.host.errors += 1
             self._errors.append((op, addr, IBV_WC_REM_ACCESS_ERR))
             return
         h.status = IBV_WC_SUCCESS
@@ -706,7 +721,7 @@ class VerbBatch:
         if self._landings:
             self._landings = flush_due(self._landings, self.env.now)
         nic.retire(qp.fabric.table, qp.ctx.desc, n)
-        qp.host._completed += n
+        qp.host.completed += n
         self._outstanding -= 1
         if self._outstanding == 0 and self._waiter is not None:
             ev, self._waiter = self._waiter, None
@@ -737,7 +752,7 @@ class VerbBatch:
             else:
                 item[8].status = IBV_WC_REM_ACCESS_ERR
                 thr.errors += 1
-                thr.owner.host._errors += 1
+                thr.owner.host.errors += 1
                 self._errors.append((item[0], item[1], IBV_WC_REM_ACCESS_ERR))
 
     def _batch_done_throttled(self, arg) -> None:

@@ -336,6 +336,11 @@ class Ring:
             arr = arr.astype(np.int64 if arr.dtype.kind == "i" else np.uint64)
         return arr
 
+    def views(self) -> tuple:
+        """The ring's (header, sequence numbers, slots) arrays, for jitted code that calls
+        ``ring_try_push``/``ring_try_pop``/``ring_len`` on them directly (the event core's inboxes)."""
+        return self._hdr, self._seqs, self._slots
+
     def _check_open(self) -> None:
         if self._hdr is None:
             raise ValueError(f"ring {self.name!r} is closed")

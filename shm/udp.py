@@ -251,7 +251,7 @@ class UdpNet:
         if not isinstance(qid, str) or "." not in qid:
             return False
         owner = qid.split(".", 1)[0]
-        return owner in self._names and not self.host._is_local(self._names[owner])
+        return owner in self._names and not self.host.is_local(self._names[owner])
 
     def bind(self, node, port: int, depth: int | None = None) -> RxQueue:
         """A queue ``<node>.p<port>`` for datagrams to ``(node, port)`` that no steering rule of
@@ -327,7 +327,7 @@ class UdpNet:
             t = reserve(tbl, desc[nic.D_PCIE], t, cost) + int(prm[nic.P_PCIE_LAT])
             at = (t + _PS - 1) // _PS
             owner = self._owner(mirror)
-            if owner is None or self.host._is_local(owner):
+            if owner is None or self.host.is_local(owner):
                 self.env.schedule(at, self._land_copy, (dg, mirror))
             else:
                 self._ship(owner, at, dg, copy=True, stage_on=q.node)
@@ -443,7 +443,7 @@ class UdpSocket:
                 raise UdpError(f"queue {queue!r} is on node {net.fabric.nodes[q.node].name!r}, "
                                f"not {net.fabric.nodes[dst].name!r}")
         host = net.host
-        if queue is not None and not host._is_local(dst):
+        if queue is not None and not host.is_local(dst):
             raise UdpError(f"queue {queue!r}: a datagram to a named queue of another process is not possible; "
                            f"send to its node and port (steering or a bound port picks the queue)")
         rows = self._rows
@@ -453,9 +453,9 @@ class UdpSocket:
         rows[0, 3] = REGION_HOST
         sent = self.env.now
         if thread is None:             # the UD SEND's price: CPU, PCIe, units, links (shm/nic.py)
-            self.qp._model(dst, rows)
+            self.qp.model_post(dst, rows)
         else:
-            self.qp._model(dst, rows, thread.cpu_free, thread)
+            self.qp.model_post(dst, rows, thread.cpu_free, thread)
             thread.cpu_free = self.qp.cpu_free
         effect, done = int(rows[0, 5]), int(rows[0, 6])
         net._sent += 1
@@ -465,7 +465,7 @@ class UdpSocket:
             qid, _mirror = net._steer(dg)       # the rules are the rack's, the same in every process
             owner = net._owner(qid) if qid is not None else dst
             owner = dst if owner is None else owner
-        if host._is_local(owner):
+        if host.is_local(owner):
             self.env.schedule(effect, net._arrive, dg, queue)
         else:
             net._ship(owner, effect, dg)

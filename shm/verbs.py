@@ -233,12 +233,14 @@ class VerbsHost:
         self.my_proc = my_proc
         self.qps: dict[tuple[int, int], QP] = {}
         self._next_qpn = 1 + (my_proc << 20)
-        self._posted = self._completed = self._errors = self._delivered = self._ud_dropped = 0
+        # the verbs this host posted, completed, completed in error (coroutine verbs of shm/coro.py
+        # included: VerbBatch counts them here), SENDs delivered, UD datagrams dropped; :meth:`statistics`
+        self.posted = self.completed = self.errors = self.sends_delivered = self.ud_dropped = 0
         # id(process) -> {(node, doorbell): its share there in nic.SHARER_UNITs}; a thread is among a
         # doorbell's sharers iff the doorbell is in its shares
         self._db_shares: dict[int, dict[tuple[int, int], int]] = {}
         if proc_of_node is not None:
-            env.on_message = self._on_message
+            env.on_message = self.on_message
 
     def _reshare(self, shares: dict) -> None:
         """Spread one thread evenly over the doorbells in ``shares`` (its current ones), moving
@@ -251,7 +253,7 @@ class VerbsHost:
                 nic.doorbell_users(self.fabric.table, self.fabric.descriptors[node], db, each - old)
                 shares[(node, db)] = each
 
-    def _leave_doorbells(self, key: int, doorbells) -> None:
+    def leave_doorbells(self, key: int, doorbells) -> None:
         """Thread ``key`` stops sharing the ``(node, doorbell)`` pairs in ``doorbells``; its share
         moves to the doorbells it keeps (one reshare, so no count passes through a transient)."""
         shares = self._db_shares.get(key, {})
@@ -262,26 +264,30 @@ class VerbsHost:
         self._reshare(shares)
 
     def statistics(self) -> VerbsStats:
-        return VerbsStats(self._posted, self._completed, self._errors, self._delivered, self._ud_dropped)
+        return VerbsStats(self.posted, self.completed, self.errors, self.sends_delivered, self.ud_dropped)
 
     def _new_qpn(self) -> int:
         qpn = self._next_qpn
         self._next_qpn += 1
         return qpn
 
-    def _is_local(self, node: int) -> bool:
+    def is_local(self, node: int) -> bool:
+        """Whether ``node`` runs in this process (always, co-located): a datagram or SEND to it is
+        placed directly instead of crossing the message router."""
         return self.proc_of_node is None or self.proc_of_node[node] == self.my_proc
 
     def _deliver_send(self, at: int, dst_node: int, dst_qpn: int, src_node: int, src_qpn: int, src_addr: int,
                       length: int, imm: int) -> None:
-        if self._is_local(dst_node):
+        if self.is_local(dst_node):
             # placed now, before a WRITE of the same QP that lands at the same ns (RC order)
             self._arrive_send((dst_node, dst_qpn, src_node, src_qpn, src_addr, length, imm))
         else:
             self.env.send(self.proc_of_node[dst_node], at,
                           (_MSG_SEND, dst_node, dst_qpn, src_node, src_qpn, src_addr, length, imm))
 
-    def _on_message(self, src_proc, payload):
+    def on_message(self, src_proc, payload):
+        """The router's handler of verbs messages from another process (a SEND to one of this
+        process's QPs): registered by the wiring (cluster/wiring.py)."""
         if payload[0] == _MSG_SEND:
             self._arrive_send(tuple(int(x) for x in payload[1:8]))
         else:
@@ -291,7 +297,7 @@ class VerbsHost:
         dst_node, dst_qpn, src_node, src_qpn, src_addr, length, imm = msg
         qp = self.qps.get((dst_node, dst_qpn))
         if qp is None:
-            self._ud_dropped += 1  # no such QP: dropped as a real fabric would
+            self.ud_dropped += 1  # no such QP: dropped as a real fabric would
             return
         qp._receive(src_node, src_qpn, src_addr, length, imm)
 
@@ -499,7 +505,9 @@ class QP:
         self.doorbell = ctx._bind_doorbell()
         self.state = self.RTS if self.qp_type == IBV_QPT_UD else self.RESET
         self.remote: tuple[int, int] | None = None
-        self._model_state = nic.new_qp_state(prof.qp.max_rd_atomic)
+        # the NIC model's state of this QP (shm/nic.py, Q_*): passed to every pricing of a post,
+        # read by the tracer (shm/sim/trace.py), which prices the same post stage by stage
+        self.model_state = nic.new_qp_state(prof.qp.max_rd_atomic)
         self._sq_in_flight = 0     # posted, not yet completed and polled
         self._unpolled_unsignaled = 0
         self._recv_queue: list[RecvWR] = []
@@ -585,9 +593,9 @@ class QP:
                 flags[i] = nic.FLAG_INLINE
             if wr.send_flags & IBV_SEND_FENCE:
                 flags[i] |= nic.FLAG_FENCE   # waits for this QP's earlier READs and atomics
-        self._model(dst, rows)
+        self.model_post(dst, rows)
         self._sq_in_flight += n
-        self.host._posted += n
+        self.host.posted += n
         times = out.tolist()
         sizes = lens.tolist()
         pending = pending_writes_of(self.fabric)
@@ -611,7 +619,7 @@ class QP:
                     pending.add(dst, effect, other)
             env.schedule(done, self._complete, p)   # in posting order (the model)
 
-    def _model(self, dst: int, rows, cpu_floor: int = 0, user=None) -> None:
+    def model_post(self, dst: int, rows, cpu_floor: int = 0, user=None) -> None:
         """Run the NIC model for one post (``rows``: the work requests as the columns of
         :func:`shm.nic.model_post_rows`; it writes their outputs: effect ns, completion ns, the other
         end of a multi-line landing window) and charge the calling process's CPU up to the moment the
@@ -634,7 +642,7 @@ class QP:
         tracer = env.tracer
         if tracer is None:
             cpu_free = self.cpu_free = nic.model_post_rows(
-                fabric.table, fabric.params, fabric.descriptors, self.node, dst, self._model_state, self.doorbell,
+                fabric.table, fabric.params, fabric.descriptors, self.node, dst, self.model_state, self.doorbell,
                 start + cpu.post_ns + cpu.wqe_ns * rows.shape[0], rows)
         else:                           # the same prices, with the stages recorded (shm/sim/trace.py)
             cpu_free = self.cpu_free = tracer.post(self, dst, rows, start,
@@ -648,19 +656,19 @@ class QP:
         if key not in self._users:
             self._users.add(key)
             if len(self._users) > 1:
-                self._model_state[nic.Q_SHARED] = 1     # threads now take turns on the QP lock
+                self.model_state[nic.Q_SHARED] = 1     # threads now take turns on the QP lock
             shares = self.host._db_shares.setdefault(key, {})
             if (self.node, self.doorbell) not in shares:
                 shares[(self.node, self.doorbell)] = 0
                 self.host._reshare(shares)
 
-    def _drop_user(self, key: int) -> bool:
+    def drop_user(self, key: int) -> bool:
         """Thread ``key`` stops posting through this QP (it went idle); True if it was a user."""
         if key not in self._users:
             return False
         self._users.discard(key)
         if len(self._users) < 2:
-            self._model_state[nic.Q_SHARED] = 0         # no one left to take turns with
+            self.model_state[nic.Q_SHARED] = 0         # no one left to take turns with
         return True
 
     def post_recv(self, wrs) -> None:
@@ -754,9 +762,9 @@ class QP:
         if self._landings:
             self._landings = flush_due(self._landings, self.env.now)
         nic.retire(self.fabric.table, self.ctx.desc, 1)
-        self.host._completed += 1
+        self.host.completed += 1
         if p.status != IBV_WC_SUCCESS:
-            self.host._errors += 1
+            self.host.errors += 1
             if p.status != IBV_WC_WR_FLUSH_ERR:
                 self.state = self.ERR
         if p.signaled or p.status != IBV_WC_SUCCESS:
@@ -773,7 +781,7 @@ class QP:
         """A SEND landed at this QP: consume a RECV, copy the payload from the sender's memory."""
         if not self._recv_queue:
             if self.qp_type == IBV_QPT_UD:
-                self.host._ud_dropped += 1   # UD: no receive buffer means the datagram is lost
+                self.host.ud_dropped += 1   # UD: no receive buffer means the datagram is lost
             else:
                 self._early_sends.append((src_node, src_qpn, src_addr, length, imm))  # RNR retry
             return
@@ -792,7 +800,7 @@ class QP:
                 so = gaddr_offset(src_addr)
                 before_write(self.fabric, self.node)
                 copy_lines(local[0], local[2], src_buf, so, length, local[1], False)
-        self.host._delivered += 1
+        self.host.sends_delivered += 1
         self.rcq._push(WC(rwr.wr_id, status, IBV_WC_RECV, length, self.qp_num, src_qpn, imm, 0, src_node))
 
 

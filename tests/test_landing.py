@@ -142,7 +142,7 @@ def test_a_bad_rkey_on_a_multi_line_read_touches_nothing(fab):
     env, node = setup(fab)
     co = node.thread().coroutine()
     h = co.read(gaddr(MN, (4 << 20) - 512), KIB)        # runs off the end of m0's memory
-    co.thread.buf[h._off:h._off + KIB] = 7
+    co.thread.buf[h.offset:h.offset + KIB] = 7
 
     def body():
         with pytest.raises(RemoteAccessError):

@@ -184,7 +184,7 @@ def test_jitted_cores_on_views(ring):
             total += out[0]
         return total
 
-    assert pump(ring._hdr, ring._seqs, ring._slots, 1000) == sum(range(1000))
+    assert pump(*ring.views(), 1000) == sum(range(1000))
 
 
 # -- attach -----------------------------------------------------------------

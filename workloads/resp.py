@@ -235,6 +235,12 @@ class RespParser:
         self._start = 0     # stream offset where the value being parsed began
         self._error: RespProtocolError | None = None
 
+    @property
+    def open_arrays(self) -> int:
+        """How many arrays are open (some of their elements parsed, the rest still to come):
+        with ``pending`` at 0, a request is whole only when this is 0 too."""
+        return len(self._stack)
+
     def feed(self, data) -> None:
         """Append bytes read from the peer (bytes, bytearray or memoryview)."""
         if self._pos:

@@ -157,10 +157,10 @@ class DpaThread:
         """Event: a load (or store) of DPA memory, priced by the cache model. All-L1 hits keep the
         core busy (compute); anything that misses L1 is a stall."""
         mem = self.dpa.memory
-        misses = mem._m1            # the model's L1 miss count (same package): did this access miss?
+        misses = mem.l1_misses       # the model's L1 miss count: did this access miss?
         ns = mem.access(self.id, addr, nbytes, write=write, overlap=overlap)
         self._loads += 1
-        return self.compute(ns) if mem._m1 == misses else self.stall(ns)
+        return self.compute(ns) if mem.l1_misses == misses else self.stall(ns)
 
     def dma(self):
         """Event: one DMA access to host memory as a cost alone (``[dma] latency_ns``, off the core).

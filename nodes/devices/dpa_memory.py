@@ -123,7 +123,9 @@ class DpaMemory:
         self._l2 = _Lru(dpa.l2_bytes >> shift)
         self._l3 = _Lru(dpa.l3_bytes >> shift)
         self._accesses = self._lines = self._ns = self._inval = 0
-        self._h1 = self._m1 = self._h2 = self._m2 = self._h3 = self._m3 = 0
+        # hits and misses per level; l1_misses is public: a DPA core (dpa_core.py) compares it
+        # around one access to tell an all-L1 hit (compute) from a miss (a stall)
+        self._h1 = self.l1_misses = self._h2 = self._m2 = self._h3 = self._m3 = 0
 
     # ------------------------------------------------------------------ checks
     def _thread_l1(self, thread: int) -> _Lru:
@@ -149,7 +151,7 @@ class DpaMemory:
         if l1.hit(line):
             self._h1 += 1
             return p.l1_ns
-        self._m1 += 1
+        self.l1_misses += 1
         if self._l2.hit(line):
             self._h2 += 1
             cost = p.l2_ns
@@ -212,7 +214,7 @@ class DpaMemory:
                         self._inval += 1
 
     def statistics(self) -> DpaCacheStats:
-        return DpaCacheStats(self._accesses, self._lines, self._h1, self._m1, self._h2, self._m2,
+        return DpaCacheStats(self._accesses, self._lines, self._h1, self.l1_misses, self._h2, self._m2,
                              self._h3, self._m3, self._inval, self._ns)
 
     def host_copy_ns(self, nbytes: int) -> int:

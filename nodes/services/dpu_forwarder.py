@@ -154,7 +154,7 @@ class BatchActor:
         self.status = FWD_OK
         self.error = ""
 
-    def _cpu(self, ns: int):
+    def charge_cpu(self, ns: int):
         """Charge ``ns`` to the core and let the time pass (a DMA posted next starts after it)."""
         if ns > 0:
             self.cores.charge(ns)
@@ -180,7 +180,8 @@ class BatchActor:
         for qp in self.qps:
             qp.post_recv([RecvWR(i, 1, [self._recv_sge]) for i in range(self.slots)])
 
-    def _fail(self, status: int, error: str):
+    def fail(self, status: int, error: str):
+        """Record that this actor failed (``status``, ``error``: what its stats report); returns ``status``."""
         self.status, self.error = status, error
         return status
 
@@ -188,10 +189,10 @@ class BatchActor:
         """Generator, after a device push found the host ring ``ring`` full: post (``post_ns`` of
         this core) the DMA read of what the host freed and wait for it. True once known (push
         again), False if the read failed (this actor failed)."""
-        yield from self._cpu(post_ns)
+        yield from self.charge_cpu(post_ns)
         r = ring.device_refresh(engine)
         if not r.succeeded:
-            self._fail(r.status, r.error)
+            self.fail(r.status, r.error)
             return False
         yield r
         return True
@@ -277,10 +278,10 @@ class DpuForwarder(BatchActor):
             # batch is on its way (step 1 again), not overlapped with the work on it; while the DMA
             # read is in flight the core hands responses to the host (below)
             if poll is None and self._free:
-                yield from self._cpu(self.p.poll_ns + self.p.post_ns)      # poll the ring: one DMA read
+                yield from self.charge_cpu(self.p.poll_ns + self.p.post_ns)      # poll the ring: one DMA read
                 poll = self.req_ring.device_poll(self.engine, self.max_batch)
                 if not poll.succeeded:
-                    return self._fail(poll.status, poll.error)
+                    return self.fail(poll.status, poll.error)
                 self.polls += 1
             if len(self.cq) or self._pending:
                 did = True
@@ -298,7 +299,7 @@ class DpuForwarder(BatchActor):
         """One batch: read its headers, RDMA-WRITE it to a free slot of the server's ring + SEND."""
         n = len(recs)
         # the free write device_poll posted for these slots, and each record's header
-        yield from self._cpu(self.p.post_ns + self.record_ns * n)
+        yield from self.charge_cpu(self.p.post_ns + self.record_ns * n)
         slot = self._free.popleft()
         base = slot * self.slot_bytes
         buf = self.unified.buf
@@ -321,7 +322,7 @@ class DpuForwarder(BatchActor):
         got, wcs = self._topped(self.p.poll_ns, self.cq.poll, 2 * self.slots)
         for wc in wcs:
             if wc.status != IBV_WC_SUCCESS:
-                self._fail(FWD_WC_ERROR, f"work completion {wc.wr_id} on QP {wc.qp_num}: {wc_status_str(wc.status)}")
+                self.fail(FWD_WC_ERROR, f"work completion {wc.wr_id} on QP {wc.qp_num}: {wc_status_str(wc.status)}")
                 return
             if wc.opcode != IBV_WC_RECV:
                 continue                              # our SEND completed: nothing to do
@@ -334,13 +335,13 @@ class DpuForwarder(BatchActor):
         while self._pending:
             slot, payloads = self._pending[0]
             # one DMA write of the whole response block: no per-record work (PD3 step 4)
-            yield from self._cpu(self.p.post_ns)
+            yield from self.charge_cpu(self.p.post_ns)
             c = self.resp_ring.device_push(self.engine, payloads)
             if c.status == RING_FULL:                 # learn what the host freed, retry on the next loop
                 yield from self.refresh_ring(self.resp_ring, self.engine, self.p.post_ns)
                 return
             if not c.succeeded:
-                self._fail(c.status, c.error)
+                self.fail(c.status, c.error)
                 return
             self._pending.popleft()
             self._free.append(slot)                   # the push copied the payloads: the slot is free
@@ -392,12 +393,12 @@ class MemoryServer(BatchActor):
             _, wcs = self._topped(0, cq.poll, 4)
             for wc in wcs:
                 if wc.status != IBV_WC_SUCCESS:
-                    return self._fail(FWD_WC_ERROR, f"work completion {wc.wr_id} on QP {wc.qp_num}: "
+                    return self.fail(FWD_WC_ERROR, f"work completion {wc.wr_id} on QP {wc.qp_num}: "
                                                     f"{wc_status_str(wc.status)}")
                 if wc.opcode != IBV_WC_RECV:
                     continue
                 slot, n = batch_of_imm(wc.imm_data)
-                yield from self._cpu(self.cpu.rpc_handler_ns + self.cpu.local_read_ns_per_line * n)
+                yield from self.charge_cpu(self.cpu.rpc_handler_ns + self.cpu.local_read_ns_per_line * n)
                 self._execute(slot, n)
                 base = slot * self.slot_bytes
                 write = SendWR(slot, IBV_WR_RDMA_WRITE, 1,

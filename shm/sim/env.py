@@ -55,6 +55,8 @@ times, and the entries it schedules are still ``(t, seq, fn, arg)`` tuples on th
   fetches the queue once, ``heap, next_seq = env.event_queue()``, and pushes
   ``heappush(heap, (t, next_seq(), fn, arg))`` itself (``t >= now``: the caller clamps): the same
   entry, without a call.  ``env.peek()`` is the time of the next entry.
+* ``env.seed``: the seed the environment was made with (read-only), from which models derive
+  their own random streams.
 * ``env.succeed_last(ev, value)``: ``ev.succeed(value)`` as the last action of a heap callback
   (its callbacks run at once when nothing else is due now: one heap round trip less).
 * CPU time: ``env.charge(ns)`` charges the active process; ``process.debt_ns`` is what it has
@@ -493,7 +495,12 @@ class Environment:
         self.deferred_reads = None   # sync mode: the process's deferred READs (track_deferred_reads)
         self.tracer = None        # a shm.sim.trace.Tracer while a trace is recorded
         if sync is not None:
-            sync._bind(self)
+            sync.bind(self)
+
+    @property
+    def seed(self) -> int:
+        """The seed this environment was made with: models derive their own random streams from it."""
+        return self._seed
 
     # -- creating things -------------------------------------------------------
     def process(self, generator, name: str | None = None) -> Process:

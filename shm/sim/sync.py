@@ -204,12 +204,6 @@ def _finished_core(clocks, n, limit, sent_i, consumed_i):
 
 
 
-def _ring_views(ring: Ring):
-    # shm.ring documents that jitted code calls ring_try_push/pop on the ring's
-    # views directly; the handle keeps them as these attributes.
-    return ring._hdr, ring._seqs, ring._slots
-
-
 class ClockTable:
     """Shared clocks, counters, stop flag and one inbox ring per process."""
 
@@ -276,7 +270,7 @@ class ClockTable:
     def discard(self, i: int) -> int:
         """A gone process's slot to INF and its inbox emptied (counted as consumed): see
         ``_discard``. Returns the messages thrown away."""
-        hdr, seqs, slots = _ring_views(self.inboxes[i])
+        hdr, seqs, slots = self.inboxes[i].views()
         out = np.zeros(HDR_WORDS + self.payload_words, dtype=np.uint64)
         return int(_discard(self.clocks, i, self.consumed_i, hdr, seqs, slots, out))
 
@@ -336,8 +330,8 @@ class ClockSync:
         self.stopped = False         # why the last refresh() returned -1
         self._clocks = table.clocks
         self._n = table.n_procs
-        self._inbox = _ring_views(table.inboxes[index])
-        self._outboxes = [_ring_views(r) for r in table.inboxes]
+        self._inbox = table.inboxes[index].views()
+        self._outboxes = [r.views() for r in table.inboxes]
         pw = table.payload_words
         self._pw = pw
         self._out = np.zeros((DRAIN_BATCH, HDR_WORDS + pw), dtype=np.uint64)
@@ -357,7 +351,8 @@ class ClockSync:
         self.dropped_gone = 0
         self.leave_on_failure = False   # fail(): mark this process gone instead of stopping the rack
 
-    def _bind(self, env) -> None:
+    def bind(self, env) -> None:
+        """Make ``env`` the environment this sync drives (its constructor calls this, once)."""
         if self.env is not None:
             raise RuntimeError("this ClockSync already drives an Environment")
         self.env = env

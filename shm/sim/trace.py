@@ -26,7 +26,7 @@ Design, and why:
   an array beside the usual outputs (the prices are the same code path, so a traced run's numbers
   are identical to an untraced one). Without a tracer the hot path pays one ``env.tracer is None``
   test per post, per CPU charge and per batch completion, nothing inside compiled code.
-* **Hooks, not subclasses.** ``env.tracer`` is read by ``QP._model`` (verbs), ``RdmaThread.cpu``
+* **Hooks, not subclasses.** ``env.tracer`` is read by ``QP.model_post`` (verbs), ``RdmaThread.cpu``
   and the coroutine batch completion (CPU), and ``ComputeNode._do`` (operations), so pyverbs users,
   coroutine clients and every system are traced alike.
 * **Bounded.** Recording starts when the measured part starts (``start_step``: the plan step
@@ -198,10 +198,10 @@ class Tracer:
         keep, op = self._op_of(proc, qp.env.now)
         if not keep:
             return nic.model_post_rows(fabric.table, fabric.params, fabric.descriptors, qp.node, dst,
-                                       qp._model_state, qp.doorbell, t_ns, rows)
+                                       qp.model_state, qp.doorbell, t_ns, rows)
         stages = np.zeros((rows.shape[0], nic.N_STAGES), np.int64)
         cpu_free = nic.model_post_rows_staged(fabric.table, fabric.params, fabric.descriptors, qp.node, dst,
-                                              qp._model_state, qp.doorbell, t_ns, rows, stages)
+                                              qp.model_state, qp.doorbell, t_ns, rows, stages)
         track = self._track_of(qp, user, proc)
         self.posts.append((op, track, qp.qp_num, qp.node, dst, start, rows[:, :5].copy(), stages,
                            rows[:, nic.WR_OUT:nic.WR_MODEL_COLS].copy()))

@@ -163,7 +163,7 @@ class DolphinClient(KVClient):
         tree, cache = self.tree, self.cache
         if use_cache and cache is not None:
             self.thread.cpu(self.costs.radix_search_ns(len(self.cache)))
-        img, cached = yield from tree._start(co, key, cache, use_cache)
+        img, cached = yield from tree.descent_start(co, key, cache, use_cache)
         started_cached = cached
         if started_cached:
             self.cache_hits += 1
@@ -195,7 +195,7 @@ class DolphinClient(KVClient):
             path.append((img, slot))
             if is_leaf_entry(word):
                 return Located(tree.target(word), tuple(path), started_cached)
-            child = yield from tree._child(co, img, slot, word, cached, cache, key)
+            child = yield from tree.read_child(co, img, slot, word, cached, cache, key)
             if child is None:
                 return None
             img, cached = child, False

@@ -167,8 +167,8 @@ class LearnedFormat(InnerFormat):
         pv_addr = node + po + first_line * LINE_BYTES
         pv_bytes = (last_line - first_line + 1) * LINE_BYTES
         if trav.prefetch:
-            yield from trav._overlap(memory.prefetch(tid, node + LINE_BYTES, LINE_BYTES), trav.ns["search"])
-            yield from trav._overlap(memory.prefetch(tid, pv_addr, pv_bytes), trav.ns["model"])
+            yield from trav.overlap(memory.prefetch(tid, node + LINE_BYTES, LINE_BYTES), trav.ns["search"])
+            yield from trav.overlap(memory.prefetch(tid, pv_addr, pv_bytes), trav.ns["model"])
         else:
             yield th.compute(trav.ns["search"])
             yield th.load(node + LINE_BYTES, LINE_BYTES)

@@ -151,14 +151,14 @@ HOST_KEYS_BYTES = pla.LEAF_CAPACITY * 8
 # --- inner nodes ---------------------------------------------------------------------------------
 
 def inner_bytes(sizes) -> int:
-    return pla.NODE_HEADER_LINES * LINE_BYTES + sum(2 * pla._lines(n) * LINE_BYTES for n in sizes)
+    return pla.NODE_HEADER_LINES * LINE_BYTES + sum(2 * pla.lines_of(n) * LINE_BYTES for n in sizes)
 
 
 def segment_offsets(sizes) -> list:
     """(pivots offset, children offset) of each segment within its node."""
     out, o = [], pla.NODE_HEADER_LINES * LINE_BYTES
     for n in sizes:
-        span = pla._lines(n) * LINE_BYTES
+        span = pla.lines_of(n) * LINE_BYTES
         out.append((o, o + span))
         o += 2 * span
     return out

@@ -302,7 +302,7 @@ def leaf_get(leaves: Sequence[pla.Leaf], key: int, leaf_eps: int = LEAF_EPS) -> 
     if j < 0:
         return None
     leaf = leaves[j]
-    lo, hi = pla._window(leaf.segment, int(key), leaf_eps)
+    lo, hi = pla.search_window(leaf.segment, int(key), leaf_eps)
     i = lo + int(np.searchsorted(leaf.keys[lo : hi + 1], np.uint64(key)))
     if i < len(leaf.keys) and int(leaf.keys[i]) == int(key):
         return int(leaf.values[i])

@@ -68,7 +68,7 @@ LEAF_CAPACITY = 128  # entries per leaf
 
 # A window of w consecutive 8-byte keys starting anywhere in a line-aligned array touches at
 # most ceil((w + 7) / 8) lines. The search reads 2 eps + 1 keys around the prediction (see
-# _window: the one extra candidate below the window is known without reading it), so
+# search_window: the one extra candidate below the window is known without reading it), so
 #   inner: "at most two cache line accesses" -> 2 eps + 1 + 7 <= 16 -> eps <= 4
 #   leaf:  "at most three DMA-accessed lines" -> 2 eps + 1 + 7 <= 24 -> eps <= 8
 # A window that only counts pivots (15 resp. 23 keys for eps 7 resp. 11) would meet the pivot
@@ -360,11 +360,12 @@ def max_error(segments: Sequence[Segment], keys) -> int:
 # --- nodes -----------------------------------------------------------------------------------
 
 
-def _lines(n_items: int) -> int:
+def lines_of(n_items: int) -> int:
+    """The cache lines a line-aligned array of ``n_items`` 8-byte keys (pivots, pointers) spans."""
     return -(-n_items // KEYS_PER_LINE)
 
 
-def _window(seg: Segment, key: int, eps: int) -> tuple[int, int]:
+def search_window(seg: Segment, key: int, eps: int) -> tuple[int, int]:
     """The clamped [lo, hi] positions to read around the prediction for ``key``."""
     p = min(max(predict(seg, key), 0), seg.size - 1)
     return max(p - eps, 0), min(p + eps, seg.size - 1)
@@ -387,7 +388,7 @@ class HostLeaf:
     def host_padding_bytes(self) -> int:
         # each array is line-aligned, so its last line's tail is index overhead, not data
         n = len(self.keys)
-        return 2 * (_lines(n) * LINE_BYTES - n * KEY_BYTES)
+        return 2 * (lines_of(n) * LINE_BYTES - n * KEY_BYTES)
 
 
 class Leaf(HostLeaf):
@@ -428,7 +429,7 @@ class InnerNode:
         return self.first_keys[0]
 
     def dpa_bytes(self) -> int:
-        body = sum(2 * _lines(len(p)) * LINE_BYTES for p in self.pivots)
+        body = sum(2 * lines_of(len(p)) * LINE_BYTES for p in self.pivots)
         return NODE_HEADER_LINES * LINE_BYTES + body
 
 
@@ -594,7 +595,7 @@ class LearnedIndex(OrderedIndex):
                 scan_lines.append(0)
                 return None, inner_lines, pivot_lines, scan_lines, fence
             seg = node.segments[j]
-            lo, hi = _window(seg, key, eps)
+            lo, hi = search_window(seg, key, eps)
             window = node.pivots[j][lo : hi + 1].tolist()
             # the model brackets the child in [p - eps - 1, p + eps]; if no pivot of the window
             # is <= key the child is the one just below it, known without reading its pivot
@@ -620,7 +621,7 @@ class LearnedIndex(OrderedIndex):
         if leaf is None:
             cost = LookupCost(tuple(inner_lines), tuple(pivot_lines), tuple(scan_lines), 0, 0, 0)
             return None, cost
-        lo, hi = _window(leaf.segment, key, self.leaf_eps)
+        lo, hi = search_window(leaf.segment, key, self.leaf_eps)
         window = leaf.keys[lo : hi + 1].tolist()
         i = bisect_right(window, key) - 1
         found = i >= 0 and window[i] == key
@@ -637,7 +638,7 @@ class LearnedIndex(OrderedIndex):
     def _leaf_lower_bound(self, leaf: Leaf, key: int) -> int:
         if key <= leaf.first_key:
             return 0
-        lo, hi = _window(leaf.segment, key, self.leaf_eps)
+        lo, hi = search_window(leaf.segment, key, self.leaf_eps)
         # first key >= key lies in [lo, hi + 1] (hi + 1 when the whole window is below key)
         return lo + int(np.searchsorted(leaf.keys[lo : hi + 1], np.uint64(key), side="left"))
 

@@ -185,7 +185,7 @@ class Traverser:
 
     # --- the walk ---------------------------------------------------------------------------------
 
-    def _overlap(self, fetch_ns: int, compute_ns: int):
+    def overlap(self, fetch_ns: int, compute_ns: int):
         """Compute while lines (or a DMA) are on their way: the later of the two."""
         yield self.th.compute(compute_ns)
         if fetch_ns > compute_ns:
@@ -249,7 +249,7 @@ class Traverser:
             if meta.count:
                 win, dma = self._dma_read(meta.keys_addr + first, nbytes)
                 pf = max(pf, dma.done_ns - self.env.now)
-            yield from self._overlap(pf, self.ns["model"])
+            yield from self.overlap(pf, self.ns["model"])
         else:
             yield th.compute(self.ns["model"])
             yield th.load(leaf + g.counters, g.buffer_bytes, overlap=True)
@@ -294,7 +294,7 @@ class Traverser:
                 win, dma = self._dma_read(meta.keys_addr + first * LINE_BYTES, LINE_BYTES)
                 got[first] = win
                 pf = max(pf, dma.done_ns - self.env.now)
-            yield from self._overlap(pf, probe)
+            yield from self.overlap(pf, probe)
         else:
             yield th.compute(probe)
             yield th.load(leaf + g.counters, g.buffer_bytes, overlap=True)

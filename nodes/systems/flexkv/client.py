@@ -203,7 +203,7 @@ class FlexKVClient(RaceClient):
 
     def _check(self, key: bytes, hd) -> tuple[int, bool]:
         """(value length or -1/-2, the pair's valid bit was cleared) of a READ pair."""
-        invalid = bool(self._buf[hd._off + INVALID_BYTE] & INVALID_BIT)
+        invalid = bool(self._buf[hd.offset + INVALID_BYTE] & INVALID_BIT)
         return self.check(key, hd), invalid
 
     def check(self, key: bytes, hd) -> int:
@@ -212,11 +212,11 @@ class FlexKVClient(RaceClient):
         current may return), and the one-sided update marks the pair before its CAS, so a pair
         still in its slot can carry the bit for a round trip (or for good, if that client died in
         between)."""
-        self._buf[hd._off + INVALID_BYTE] &= ~INVALID_BIT & 0xFF
+        self._buf[hd.offset + INVALID_BYTE] &= ~INVALID_BIT & 0xFF
         return super().check(key, hd)
 
     def _value(self, key: bytes, hd, vlen: int) -> bytes:
-        off = hd._off + 8 + len(key)
+        off = hd.offset + 8 + len(key)
         return self._buf[off:off + vlen].tobytes()
 
     # -- the proxied path ------------------------------------------------------------------------
@@ -354,7 +354,7 @@ class FlexKVClient(RaceClient):
 
         def slots():
             for b in range(4 if flags & SAME != SAME else 2):
-                w0 = ((pr[5] if b < 2 else pr[6])._off >> 3) + (b & 1) * 8
+                w0 = ((pr[5] if b < 2 else pr[6]).offset >> 3) + (b & 1) * 8
                 for s in range(7):
                     yield b * 7 + s, int(buf64[w0 + 1 + s])
         idx, w, self._tomb_wait_ns = pick_tombstone(slots(), self.env.now, self._lease_ns, self._drift)
@@ -526,7 +526,7 @@ class FlexKVClient(RaceClient):
         out = self._out
         words = {w for w, _e in attempts}
         took = any(int(out[2 * k + 1]) in words for k in range(r & 63))
-        took = took or any(self._buf[hd._off + INVALID_BYTE] & INVALID_BIT for hd in hds)
+        took = took or any(self._buf[hd.offset + INVALID_BYTE] & INVALID_BIT for hd in hds)
         if took:
             self.redone += 1
             attempts.clear()

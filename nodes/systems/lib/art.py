@@ -636,7 +636,7 @@ class ArtTree:
         return node.entry_addr(1)
 
     # -- descents ---------------------------------------------------------------------------------
-    def _start(self, co, key: bytes, cache, use_cache: bool):
+    def descent_start(self, co, key: bytes, cache, use_cache: bool):
         """Generator: ``(image, from cache)``: the deepest cached node for ``key`` (a copy) if
         ``use_cache``, else the root as READ (and cached)."""
         if use_cache and cache is not None:
@@ -648,7 +648,7 @@ class ArtTree:
             cache.put(key[:0], img)
         return img, False
 
-    def _child(self, co, img: NodeImage, slot: int, word: int, img_cached: bool, cache, key: bytes):
+    def read_child(self, co, img: NodeImage, slot: int, word: int, img_cached: bool, cache, key: bytes):
         """Generator: READ the child an internal entry points at, follow forwarding, check its
         ``rev_ptr``. Returns the child's image, or None if the cached ``img`` proved stale."""
         d = decode_entry(word)
@@ -702,7 +702,7 @@ class ArtTree:
 
     def _lookup_once(self, co, key, cache, verify, use_cache):
         """Generator: a ``Located``, None (not there), or False (a cached walk failed)."""
-        img, img_cached = yield from self._start(co, key, cache, use_cache)
+        img, img_cached = yield from self.descent_start(co, key, cache, use_cache)
         cached_walk = img_cached
         miss = False if cached_walk else None
         while True:
@@ -723,7 +723,7 @@ class ArtTree:
                 if verify and (yield from self.leaf_key(co, leaf)) != key:
                     return miss
                 return Located(leaf, img.entry_addr(slot), word, cached_walk)
-            child = yield from self._child(co, img, slot, word, img_cached, cache, key)
+            child = yield from self.read_child(co, img, slot, word, img_cached, cache, key)
             if child is None:
                 return False
             img, img_cached = child, False
@@ -748,7 +748,7 @@ class ArtTree:
 
     def _insert_once(self, co, key, leaf_addr, cache, use_cache):
         """Generator: the result of ``insert``, or None to run it again from the root."""
-        img, img_cached = yield from self._start(co, key, cache, use_cache)
+        img, img_cached = yield from self.descent_start(co, key, cache, use_cache)
         parent, pslot = None, -1                     # a cached start does not know its parent
         while True:
             if not img.live:
@@ -786,7 +786,7 @@ class ArtTree:
                 if got is False:
                     continue                         # the slot changed under us: look again
                 return got
-            child = yield from self._child(co, img, slot, word, img_cached, cache, key)
+            child = yield from self.read_child(co, img, slot, word, img_cached, cache, key)
             if child is None:
                 return None
             parent, pslot, img, img_cached = img, slot, child, False

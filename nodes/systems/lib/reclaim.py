@@ -276,7 +276,7 @@ class Reclaimer:
     def advance_inline(self, co):
         """Generator: :meth:`advance` on ``co``, an operation's coroutine whose chunk ran out, unless
         a background try is under way or ``co`` has verbs queued (the round trip would carry them)."""
-        if not self._busy and not co._pending:
+        if not self._busy and not co.queued:
             yield from self.advance(co)
 
     def advance(self, co):

@@ -135,7 +135,7 @@ def serve(app, t, dg):
         req = parser.next_request()
         if req is INCOMPLETE:
             raise RespProtocolError("the request is cut by the end of the datagram", len(dg.data))
-        if parser.pending or parser._stack:        # (no public "inside a value" flag: parsers.py)
+        if parser.pending or parser.open_arrays:   # (an array cut short leaves pending at 0)
             raise RespProtocolError("more than one request in a datagram (one request is active at a time)",
                                     len(dg.data) - parser.pending)
     except RespProtocolError as e:

@@ -55,11 +55,12 @@ from .transfer import NO_KEY
 MODES = ("pd3", "pd3-noprefetch", "redy", "sync", "leap", "local")
 GET, INSERT, UPDATE, DELETE = 0, 3, 4, 2
 S_OK, S_MISSING, S_EXISTS, S_BAD = 0, 1, 2, 3
-_HDR = struct.Struct("<IB")
-_OP = struct.Struct("<BQH")
-_ST = struct.Struct("<BH")
-_REC = struct.Struct("<QII")            # a remote record's header: key, len, live
-REC_HEADER = _REC.size
+# The wire and record layouts (the client's packet builder in system.py sizes packets with them):
+PACKET_STRUCT = struct.Struct("<IB")    # a request or reply packet's header: request id, op count
+OP_STRUCT = struct.Struct("<BQH")       # one request op: op, key, value length (the value follows)
+RESULT_STRUCT = struct.Struct("<BH")    # one reply result: status, value length (the value follows)
+RECORD_STRUCT = struct.Struct("<QII")   # a remote record's header: key, len, live
+REC_HEADER = RECORD_STRUCT.size
 
 
 def key64(key: bytes) -> int:
@@ -70,9 +71,9 @@ def key64(key: bytes) -> int:
 
 def encode_request(rid: int, ops) -> bytes:
     """``ops``: (op, key u64, value bytes)."""
-    out = [_HDR.pack(rid, len(ops))]
+    out = [PACKET_STRUCT.pack(rid, len(ops))]
     for op, key, value in ops:
-        out.append(_OP.pack(op, key, len(value)))
+        out.append(OP_STRUCT.pack(op, key, len(value)))
         out.append(value)
     return b"".join(out)
 
@@ -80,11 +81,11 @@ def encode_request(rid: int, ops) -> bytes:
 def decode_request(data: bytes):
     """``(rid, [(op, key, value)])``; ValueError naming what is wrong for anything else."""
     try:
-        rid, n = _HDR.unpack_from(data)
-        pos, ops = _HDR.size, []
+        rid, n = PACKET_STRUCT.unpack_from(data)
+        pos, ops = PACKET_STRUCT.size, []
         for i in range(n):
-            op, key, ln = _OP.unpack_from(data, pos)
-            pos += _OP.size
+            op, key, ln = OP_STRUCT.unpack_from(data, pos)
+            pos += OP_STRUCT.size
             if op not in (GET, INSERT, UPDATE, DELETE):
                 raise ValueError(f"request {i}: unknown op {op}")
             if pos + ln > len(data):
@@ -99,19 +100,19 @@ def decode_request(data: bytes):
 
 
 def encode_reply(rid: int, results) -> bytes:
-    out = [_HDR.pack(rid, len(results))]
+    out = [PACKET_STRUCT.pack(rid, len(results))]
     for st, value in results:
-        out.append(_ST.pack(st, len(value)))
+        out.append(RESULT_STRUCT.pack(st, len(value)))
         out.append(value)
     return b"".join(out)
 
 
 def decode_reply(data: bytes):
-    rid, n = _HDR.unpack_from(data)
-    pos, res = _HDR.size, []
+    rid, n = PACKET_STRUCT.unpack_from(data)
+    pos, res = PACKET_STRUCT.size, []
     for _ in range(n):
-        st, ln = _ST.unpack_from(data, pos)
-        pos += _ST.size
+        st, ln = RESULT_STRUCT.unpack_from(data, pos)
+        pos += RESULT_STRUCT.size
         res.append((st, bytes(data[pos:pos + ln])))
         pos += ln
     return rid, res
@@ -131,14 +132,14 @@ def record_key(data: bytes):
     """The memory server's parser over written records: the key of a live record, else None."""
     if len(data) < REC_HEADER:
         return None
-    key, _ln, live = _REC.unpack_from(data)
+    key, _ln, live = RECORD_STRUCT.unpack_from(data)
     return key if live else None
 
 
 def encode_record(key: int, value: bytes | None) -> bytes:
     if value is None:
-        return _REC.pack(key, 0, 0)
-    return _REC.pack(key, len(value), 1) + value
+        return RECORD_STRUCT.pack(key, 0, 0)
+    return RECORD_STRUCT.pack(key, len(value), 1) + value
 
 
 class HashMapHost:

@@ -491,6 +491,11 @@ class LoadingZone(HostRing):
             self.clean(engine)
         return c
 
+    @property
+    def clean_in_flight(self) -> bool:
+        """Whether a :meth:`clean` is under way (a new clean or expire answers ``ZONE_BUSY`` meanwhile)."""
+        return self._cleaning
+
     def clean(self, engine, max_items: int | None = CLEAN_WINDOW) -> DmaCompletion:
         """Reclaim consumed items: DMA-read the state words of up to ``max_items`` items (None: all
         the device wrote and has not reclaimed) from Head forward, as one scatter-gather read; when

@@ -250,9 +250,8 @@ class RespRequestParser(RequestParser):
         except RespProtocolError as e:
             raise ValueError(str(e)) from None
         # pending counts bytes not in a returned value *or an open array*: an array whose
-        # elements so far were all parsed leaves pending at 0, hence the look at the open frames
-        # (workloads.resp has no public "inside a value" flag)
-        if p.pending or p._stack:
+        # elements so far were all parsed leaves pending at 0, hence the look at the open arrays
+        if p.pending or p.open_arrays:
             raise ValueError("request cut by the end of the packet")
         self.ignored += ignored
         return out

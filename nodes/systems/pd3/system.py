@@ -73,14 +73,14 @@ class Pd3Client(HostAppClient):
             raise SystemGaveUp(f"pd3: a {len(value)} B value exceeds system.value_max = {self.value_max}")
         env = self.thread.env
         ev = env.event()
-        need = (hm._OP.size + len(value), hm._ST.size + (self.value_max if op == hm.GET else 0))
+        need = (hm.OP_STRUCT.size + len(value), hm.RESULT_STRUCT.size + (self.value_max if op == hm.GET else 0))
         self.requests += 1
         pkt = self.open
         if pkt is None or len(pkt["ops"]) >= BATCH or pkt["req"] + need[0] > self.room \
                 or pkt["rep"] + need[1] > self.room:
             # a new packet, led by this coroutine: it waits for the thread's other coroutines of this
             # instant to join (as far as the datagram's payload allows), then sends it
-            pkt = self.open = {"ops": [], "req": hm._HDR.size, "rep": hm._HDR.size}
+            pkt = self.open = {"ops": [], "req": hm.PACKET_STRUCT.size, "rep": hm.PACKET_STRUCT.size}
             pkt["ops"].append((op, hm.key64(key), value, ev))
             pkt["req"] += need[0]
             pkt["rep"] += need[1]
@@ -412,7 +412,7 @@ class HostApp:
             yield from t.acquire()
             for key in evs:
                 data = t.zone.check_and_return(t, key, floor=m.floor, pending=m.reading)
-                if data is not None and len(data) >= hm.REC_HEADER and hm._REC.unpack_from(data)[0] == key:
+                if data is not None and len(data) >= hm.REC_HEADER and hm.RECORD_STRUCT.unpack_from(data)[0] == key:
                     got[key] = data
                     m.n["zone_hits"] += 1
                     t.zone_hits += 1
@@ -430,7 +430,7 @@ class HostApp:
             data = got.get(key)
             value = None
             if data is not None:
-                k2, ln, live = hm._REC.unpack_from(data)
+                k2, ln, live = hm.RECORD_STRUCT.unpack_from(data)
                 value = bytes(data[hm.REC_HEADER:hm.REC_HEADER + ln]) if live else None
             if m.gen.get(key, 0) == gens[key] and key not in m.cache and key not in m.flushing:
                 evicted += m.install(key, value, dirty=False)

@@ -189,12 +189,12 @@ class MemoryServer(BatchActor):
             _, wcs = self._topped(0, cq.poll, 4)
             for wc in wcs:
                 if wc.status != IBV_WC_SUCCESS:
-                    return self._fail(32, f"work completion {wc.wr_id}: {wc_status_str(wc.status)}")
+                    return self.fail(32, f"work completion {wc.wr_id}: {wc_status_str(wc.status)}")
                 if wc.opcode != IBV_WC_RECV:
                     continue
                 slot, n = batch_of_imm(wc.imm_data)
                 work, out_bytes = self._execute(L, slot, n)
-                yield from self._cpu(self.cpu.rpc_handler_ns + work)
+                yield from self.charge_cpu(self.cpu.rpc_handler_ns + work)
                 base = slot * L["slot_bytes"]
                 write = SendWR(slot, IBV_WR_RDMA_WRITE, 1, [SGE(L["staging"].addr + base, out_bytes, L["staging"].lkey)], 0)
                 write.set_wr_rdma(L["remote"][1], L["remote"][0] + base)
@@ -339,13 +339,13 @@ class TransferEngine(BatchActor):
             if len(self.cq):
                 did = True
                 yield from self._responses()
-            todo = [z for z in self._clean_again if not self.zones[z]._cleaning]
+            todo = [z for z in self._clean_again if not self.zones[z].clean_in_flight]
             if todo:
                 # the device cleans a Loading Zone whenever a clean of it finished with progress or
                 # new items came, so its Head follows the consumers (a clean that found nothing to
                 # reclaim waits for the next produce: nothing else can change what it would find).
                 # The zones' state-word reads go as one scatter-gather list: one post
-                yield from self._cpu(self.costs.post_ns)
+                yield from self.charge_cpu(self.costs.post_ns)
             for z in todo:
                 zone = self.zones[z]
                 self._clean_again.discard(z)
@@ -401,7 +401,7 @@ class TransferEngine(BatchActor):
         n = len(reqs) + len(pf)
         if n == 0:
             return
-        yield from self._cpu(c.post_ns + c.record_ns * n)
+        yield from self.charge_cpu(c.post_ns + c.record_ns * n)
         slot = self._free.popleft()
         self._seq += 1
         base = slot * self.slot_bytes
@@ -435,7 +435,7 @@ class TransferEngine(BatchActor):
         _got, wcs = self._topped(c.poll_ns, self.cq.poll, 2 * self.slots)
         for wc in wcs:
             if wc.status != IBV_WC_SUCCESS:
-                self._fail(32, f"work completion {wc.wr_id}: {wc_status_str(wc.status)}")
+                self.fail(32, f"work completion {wc.wr_id}: {wc_status_str(wc.status)}")
                 return
             if wc.opcode != IBV_WC_RECV:
                 continue
@@ -469,7 +469,7 @@ class TransferEngine(BatchActor):
                     [k for p, _b in host for k in [_RESP.unpack_from(p)[5]] if p[0] == REQ_READ and k != NO_KEY])
             if items:
                 # every zone's items (and Tail) in one scatter-gather list: one post
-                yield from self._cpu(self.costs.post_ns)
+                yield from self.charge_cpu(self.costs.post_ns)
             for z, zitems in items.items():
                 yield from self._produce(z, zitems)
             if host:
@@ -485,13 +485,13 @@ class TransferEngine(BatchActor):
         zone = self.zones[z]
         done = zone.produce(self.engine, items, clean=False)
         if done.status not in (0, ZONE_FULL):
-            self._fail(done.status, done.error)
+            self.fail(done.status, done.error)
             return
         self.delivered += len(done.written)
         self.dropped += len(done.dropped)
         self._clean_again.add(z)
-        if done.dropped and not zone._cleaning:
-            yield from self._cpu(self.costs.post_ns)
+        if done.dropped and not zone.clean_in_flight:
+            yield from self.charge_cpu(self.costs.post_ns)
             self._clean_again.discard(z)
             c = zone.expire(self.engine, max(CLEAN_ITEMS, len(done.dropped)))
             self._cleaning_evs[z] = c
@@ -560,11 +560,11 @@ class DmaFront:
             if self.parked() and not te.queue:
                 return None
             self._rung = False
-            yield from te._cpu(c.poll_ns + c.post_ns)
+            yield from te.charge_cpu(c.poll_ns + c.post_ns)
             self._poll = self.req_ring.device_poll(self.engine, max_n)
             self.polls += 1
             if not self._poll.succeeded:
-                te._fail(self._poll.status, self._poll.error)
+                te.fail(self._poll.status, self._poll.error)
             return None
         if not self._poll.processed:
             return None
@@ -583,10 +583,10 @@ class DmaFront:
             for _i, rid, size in big:
                 els.append((self._buf(rid), o, size))
                 o += -(-size // 8) * 8
-            yield from te._cpu(c.post_ns)
+            yield from te.charge_cpu(c.post_ns)
             rd = self.engine.read_sg(els, tmp)
             if not rd.succeeded:
-                te._fail(rd.status, rd.error)
+                te.fail(rd.status, rd.error)
                 return []
             yield rd
             o = 0
@@ -604,22 +604,22 @@ class DmaFront:
             for p, b in big:
                 els.append((self._buf(_RESP.unpack_from(p)[2]), o, len(b)))
                 o += -(-len(b) // 8) * 8
-            yield from te._cpu(c.post_ns)
+            yield from te.charge_cpu(c.post_ns)
             wr = self.engine.write_sg(els, np.frombuffer(data, np.uint8))
             if not wr.succeeded:
-                te._fail(wr.status, wr.error)
+                te.fail(wr.status, wr.error)
                 return
             yield wr                 # the data is in host memory before its response record
         payloads = [p for p, _b in host]
         while payloads:
-            yield from te._cpu(c.post_ns)
+            yield from te.charge_cpu(c.post_ns)
             done = self.resp_ring.device_push(self.engine, payloads)
             if done.status == RING_FULL:              # learn what the host freed, push again
                 if (yield from te.refresh_ring(self.resp_ring, self.engine, c.post_ns)):
                     continue
                 return
             if not done.succeeded:
-                te._fail(done.status, done.error)
+                te.fail(done.status, done.error)
             elif self.landed is not None:
                 done.callbacks.append(lambda _ev: self.landed())
             return
@@ -659,11 +659,11 @@ class RedyFront:
         if not self.inbox:
             return None
         out = [self.inbox.popleft() for _ in range(min(max_n, len(self.inbox)))]
-        yield from te._cpu(te.costs.poll_ns + self.handoff_ns * len(out))
+        yield from te.charge_cpu(te.costs.poll_ns + self.handoff_ns * len(out))
         return out
 
     def deliver(self, te: TransferEngine, host):
-        yield from te._cpu(self.handoff_ns * len(host))
+        yield from te.charge_cpu(self.handoff_ns * len(host))
         for payload, big in host:
             c = decode_response(payload)
             if big is not None:

@@ -167,7 +167,7 @@ class RaceClient(KVClient):
         """Run :func:`bucket.scan` on a probe whose READs completed (charges the scan's CPU: two or
         four bucket lines)."""
         self.thread.cpu(self._scan_ns if pr[3] & SAME != SAME else self._scan_ns >> 1)
-        return scan(self._buf64, pr[5]._off >> 3, pr[6]._off >> 3, pr[3], h >> FP_SHIFT, pr[4], self._out)
+        return scan(self._buf64, pr[5].offset >> 3, pr[6].offset >> 3, pr[3], h >> FP_SHIFT, pr[4], self._out)
 
     def refresh_directory(self, co):
         """Generator: re-read the directory after a stale-header detection."""
@@ -183,7 +183,7 @@ class RaceClient(KVClient):
         """Match a READ block against ``key`` (see ``layout.check_block``), counting and charging."""
         self.blocks_read += 1
         self.thread.cpu(self._line_ns * (hd.length // UNIT))
-        v = check_block(self._buf, hd._off, hd.length, key)
+        v = check_block(self._buf, hd.offset, hd.length, key)
         if v == -1:
             self.fp_false_positives += 1
         return v
@@ -348,7 +348,7 @@ class RaceClient(KVClient):
         found = yield from self.find(co, key, h)
         if found is None:
             return None
-        off = found[2]._off + 8 + len(key)
+        off = found[2].offset + 8 + len(key)
         return self._buf[off:off + found[3]].tobytes()
 
     def _update(self, co, key: bytes, value: bytes):

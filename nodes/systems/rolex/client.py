@@ -220,10 +220,10 @@ class RolexClient(KVClient):
         """The snapshot READ into ``h_leaf`` if the meta word READ with it vouches for it."""
         self.thread.cpu(self._leaf_ns)
         checksum, synonym = unpack_meta(h_meta.value)
-        if leaf_checksum(self.buf, h_leaf._off, self.leaf_bytes) != checksum and not self.skip_checksum:
+        if leaf_checksum(self.buf, h_leaf.offset, self.leaf_bytes) != checksum and not self.skip_checksum:
             self.torn_reads += 1
             return None
-        return Snap(leaf, self.buf[h_leaf._off:h_leaf._off + self.leaf_bytes].view(np.uint64).copy(), checksum,
+        return Snap(leaf, self.buf[h_leaf.offset:h_leaf.offset + self.leaf_bytes].view(np.uint64).copy(), checksum,
                     synonym)
 
     def _read(self, co, addr: int, nbytes: int):

@@ -222,6 +222,32 @@ class RolexIndex:
         self._counter = n  # the FAA word in the region header
         self._size = int(k.size)
 
+    # what a rack's bulk load copies into the memory nodes' regions and the leaf table (system.py)
+    @property
+    def primary_leaves(self) -> int:
+        """The leaves the bulk load filled (synonym leaves are allocated after them)."""
+        return self._primary
+
+    @property
+    def leaf_keys(self) -> np.ndarray:
+        """The leaves' key slots, one row of ``span`` per leaf (``EMPTY_KEY`` marks a free slot)."""
+        return self._keys
+
+    @property
+    def leaf_values(self) -> np.ndarray:
+        """The leaves' value slots, row for row beside :attr:`leaf_keys`."""
+        return self._vals
+
+    @property
+    def segments(self) -> list:
+        """The learned models, one per segment of the sorted keys."""
+        return self._segs
+
+    @property
+    def first_leaves(self) -> list:
+        """Each model's first leaf (its segment's keys fill the leaves from there on)."""
+        return self._base
+
     def _alloc(self) -> int:
         """A synonym leaf, as FAA(counter, 1) does it; the arrays stand for a bigger region."""
         s = self._counter

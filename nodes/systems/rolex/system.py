@@ -189,7 +189,7 @@ class RolexSystem(System):
         words = cls._value_words(fabric, remote, [v for _, v in items], inline)
         index = RolexIndex(keys, words, eps=layout["eps"], fill=layout["fill"], span=span)
         # the core's leaves (arrays indexed by leaf number) and models; nothing else of it is kept
-        primaries, lk, lv = index._primary, index._keys, index._vals
+        primaries, lk, lv = index.primary_leaves, index.leaf_keys, index.leaf_values
         if -(-primaries // M) > remote.leaves_per_node:
             raise SystemGaveUp(f"ROLEX: the bulk load needs {primaries} leaves, the regions hold "
                                f"{remote.leaves_per_node} per memory node: raise the option leaf_headroom")
@@ -208,7 +208,7 @@ class RolexSystem(System):
             # leaves of the empty index beyond these are free again (a synonym leaf is written whole)
             host64[remote.regions[j] // 8] = count
         fences = lk[:primaries, 0].tolist()
-        cls._publish(fabric, remote, table_image(index._segs, index._base, fences, layout["eps"], layout["fill"]))
+        cls._publish(fabric, remote, table_image(index.segments, index.first_leaves, fences, layout["eps"], layout["fill"]))
 
     @staticmethod
     def _value_words(fabric, remote: Remote, values: list, inline: bool) -> np.ndarray:

@@ -133,7 +133,7 @@ class ShermanClient(HoclClient, KVClient):
         self._nb = [gaddr(n, 0) for n in range(min(len(fabric.nodes), 256))]
         self._buf = thread.buf
         self._b64 = as_int64(thread.buf)
-        self._mv = thread._buf_view
+        self._mv = thread.buf_view
         # the leaf format the tree was set up with (nodes/systems/sherman/layout.py): Sherman's packed
         # leaf or SMART's per-line Sherman+ leaf; a layout without the key predates the option
         self.leaf = leaf_format(layout.get("leaf_layout", "per-line"))
@@ -181,9 +181,9 @@ class ShermanClient(HoclClient, KVClient):
             yield co.sync()
             self.thread.cpu(self._node_ns)
             # a leaf is checked by its format's versions; internal nodes are per-line in both
-            fmt = self.leaf if node_is_leaf(self._buf, h._off) else PerLineLeaf
-            if fmt.consistent(self._buf, self._b64, h._off):
-                return h._off
+            fmt = self.leaf if node_is_leaf(self._buf, h.offset) else PerLineLeaf
+            if fmt.consistent(self._buf, self._b64, h.offset):
+                return h.offset
             self.torn_reads += 1
         raise SystemGaveUp(f"Sherman: node {addr:#x} stayed torn for {RETRY_LIMIT} READs")
 

@@ -149,7 +149,7 @@ class SmartBTClient(ShermanClient):
         word, shift = lock
         mask = FIELD_MASK << shift
         mine = self.tag << shift
-        smart_backoff = self.thread._conflict is not None
+        smart_backoff = self.thread.conflict_control
         for attempt in range(RETRY_LIMIT):
             ok, _ = yield from co.backoff_masked_cas(word, 0, mine, mask, mask)
             if ok:
@@ -176,7 +176,7 @@ class SmartBTClient(ShermanClient):
             yield co.sync()
             self.read_bytes += LINE
             self.thread.cpu(self._line_ns)
-            base = h._off
+            base = h.offset
             lnv, _ev, vlen, eflags, lkey = LINE_HEAD.unpack_from(self._mv, base)
             if lnv == nv and eflags & USED and lkey == key:
                 self.spec_hits += 1
