@@ -40,7 +40,7 @@ class TracingCo:
         return self.co.read(addr, length)
 
     def sync(self):
-        if self.co._pending or self.co._outstanding:
+        if self.co.queued or self.co.in_flight:
             self.rounds += 1
         return self.co.sync()
 
@@ -64,7 +64,7 @@ def main() -> None:
             for _ in range(a.scans):
                 start, count = _k(rnd.randrange(2 * RECORDS)), rnd.randint(1, 100)
                 v0, b0, r0, t0 = t.reads, t.bytes, t.rounds, r.env.now
-                got = yield from cl._client.scan(t, start, count)
+                got = yield from cl.wrapped.scan(t, start, count)
                 rows.append((count, len(got), t.reads - v0, t.bytes - b0, t.rounds - r0, r.env.now - t0))
 
         r.each(body)

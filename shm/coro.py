@@ -487,6 +487,11 @@ class VerbBatch:
         """The verbs queued on this batch and not yet posted (``post``/``sync`` sends them)."""
         return len(self._pending)
 
+    @property
+    def in_flight(self) -> int:
+        """The posts of this batch not yet completed (a ``sync`` now would wait for them)."""
+        return self._outstanding
+
     # -- queueing verbs ---------------------------------------------------------------------
     def _queue(self, op, addr, length, a=0, b=0, am=0, bm=0) -> Handle:
         thr = self.thread

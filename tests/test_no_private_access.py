@@ -26,7 +26,7 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("shm", "nodes", "cluster", "workloads")
+PACKAGES = ("shm", "nodes", "cluster", "workloads", "scripts")
 NAMEDTUPLE_API = {"_replace", "_asdict", "_fields", "_make", "_field_defaults"}
 ACCESSORS = {"getattr", "setattr", "hasattr", "delattr"}
 SELF = {"self", "cls"}

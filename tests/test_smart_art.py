@@ -128,11 +128,11 @@ def test_registered_and_keys_must_be_eight_bytes_and_values_bounded():
     assert get_system("smart-art") is SmartArtSystem and SmartArtSystem.supports_scan
     with rig(SmartArtSystem) as r:
         with pytest.raises(KeySizeError, match="exactly 8 bytes; got 5"):
-            next(r.client._client.insert(r.co, b"short", b"v"))
+            next(r.client.wrapped.insert(r.co, b"short", b"v"))
         with pytest.raises(KeySizeError, match="got 9"):
-            next(r.client._client.get(r.co, b"123456789"))
+            next(r.client.wrapped.get(r.co, b"123456789"))
         with pytest.raises(ValueTooLarge):
-            next(r.client._client.insert(r.co, _k(1), b"x" * 20000))
+            next(r.client.wrapped.insert(r.co, _k(1), b"x" * 20000))
 
 
 # -- semantics ----------------------------------------------------------------------------------
@@ -193,7 +193,7 @@ def test_verbs_and_round_trips_per_operation_with_a_warm_cache():
 
         def measure(name, *args):
             co = CountingCo(r.co)
-            r.run(getattr(r.client._client, name)(co, *args))
+            r.run(getattr(r.client.wrapped, name)(co, *args))
             return co.verbs, co.rounds
 
         assert measure("get", _k(50)) == (1, 1)                           # READ leaf
@@ -214,7 +214,7 @@ def test_without_cache_every_walk_starts_at_the_root():
         for i in range(50):
             r.op("insert", _k(i), _v(i))
         co = CountingCo(r.co)
-        assert r.run(r.client._client.get(co, _k(7))) == _v(7)
+        assert r.run(r.client.wrapped.get(co, _k(7))) == _v(7)
         assert co.rounds == 3                 # root, the depth-7 node, the leaf
         st = r.client.statistics()
         assert st.cache_hits == 0 and st.cache_bytes == 0

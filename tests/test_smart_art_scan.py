@@ -96,7 +96,7 @@ def traced_scan(r, start: bytes, count: int):
     """(pairs, TracingCo, virtual ns) of one scan."""
     co = TracingCo(r.co)
     t0 = r.env.now
-    got = r.run(r.client._client.scan(co, start, count))
+    got = r.run(r.client.wrapped.scan(co, start, count))
     return got, co, r.env.now - t0
 
 

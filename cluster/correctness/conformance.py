@@ -135,15 +135,15 @@ class _Counted:
     ``statistics()`` included, is the wrapped client's."""
 
     def __init__(self, client, rig: "Rig"):
-        self._client = client
+        self.wrapped = client             # the system's own client (a script may call it uncounted)
         self._rig = rig
 
     def __getattr__(self, name):
-        return getattr(self._client, name)
+        return getattr(self.wrapped, name)
 
     def _call(self, name, co, *args):
         self._rig.ops += 1
-        return (yield from getattr(self._client, name)(co, *args))
+        return (yield from getattr(self.wrapped, name)(co, *args))
 
     def get(self, co, key):
         return self._call("get", co, key)
