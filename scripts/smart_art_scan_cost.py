@@ -70,6 +70,9 @@ def main() -> None:
         r.each(body)
 
     def show(name, xs):
+        if not xs:                      # a short run may draw no scan of this length
+            print(f"{name}: no scans")
+            return
         print(f"{name}: scans {len(xs)}, items {statistics.mean(x[1] for x in xs):.1f}, "
               f"READs {statistics.mean(x[2] for x in xs):.1f}, bytes {statistics.mean(x[3] for x in xs):,.0f}, "
               f"round trips {statistics.mean(x[4] for x in xs):.2f}, latency mean "
