@@ -161,24 +161,26 @@ def scenario(system: str, options: dict, runs: list[tuple[str, float]], *, recor
 @contextmanager
 def _observing(on_start):
     """For the runs inside: ``on_start(node, step, at_ns)`` as each compute node is told to begin
-    plan step ``step`` (it begins at ``at_ns``). Wraps ``cluster.rack.compute_handler`` (restored on
-    leaving); a co-located rack runs in this process, one at a time."""
-    import cluster.rack as rk
-    orig = rk.compute_handler
+    plan step ``step`` (it begins at ``at_ns``). Wraps ``cluster.wiring.compute_handler`` (restored
+    on leaving); a co-located rack runs in this process, one at a time."""
+    import cluster.wiring as wiring
+    from shm.sim.router import MSG_START
+    orig = wiring.compute_handler
 
     def handler(node):
         inner = orig(node)
 
         def on_message(src, payload):
             inner(src, payload)
-            on_start(node, int(payload[1]), int(payload[2]))
+            if payload[0] == MSG_START:           # not the DRAIN after the plan
+                on_start(node, int(payload[1]), int(payload[2]))
         return on_message
 
-    rk.compute_handler = handler
+    wiring.compute_handler = handler
     try:
         yield
     finally:
-        rk.compute_handler = orig
+        wiring.compute_handler = orig
 
 
 def _numeric(stats) -> dict:
