@@ -134,7 +134,9 @@ class SetStep(Step):
 
     @property
     def label(self) -> str:
-        return f"set {self.knob} = {self.value:g}"
+        # a number as %g (``set link.gbps = 100``), a boolean as the file writes it (``= false``)
+        value = show_toml(self.value) if isinstance(self.value, bool) else f"{self.value:g}"
+        return f"set {self.knob} = {value}"
 
 
 @dataclass(frozen=True)

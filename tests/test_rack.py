@@ -453,7 +453,7 @@ def test_a_set_step_reaches_the_nodes_as_written():
                                   {"action": "set", "knob": "nic.atomic_write_race", "value": False}, run(0.05)))
     res = rack.run()
     assert rack.nodes[0].fabric.profile.nic.atomic_write_race is False
-    assert [s.label for s in res.steps][-2:] == ["set nic.atomic_write_race = 0", "run default for 0.05 ms"]
+    assert [s.label for s in res.steps][-2:] == ["set nic.atomic_write_race = false", "run default for 0.05 ms"]
 
 
 def test_one_wiring_for_both_kinds_of_rack():
