@@ -258,16 +258,10 @@ class ComputeNode:
         outlasts the last window is still answered, as on a real rack, and recorded."""
         pending = [ev for ev in self._stragglers if not ev.triggered]
         self._stragglers.clear()
-        left = [len(pending)]
-
-        def one_done(_ev) -> None:
-            left[0] -= 1
-            if left[0] == 0:
-                self.on_done(len(self.plan), self.env.now, self.ops)
         if not pending:
             self.on_done(len(self.plan), self.env.now, self.ops)
-        for ev in pending:
-            ev.callbacks.append(one_done)
+            return
+        all_of(self.env, pending).callbacks.append(lambda _ev: self.on_done(len(self.plan), self.env.now, self.ops))
 
     def _step_done(self, ev, step_index: int) -> None:
         self._check_failed(ev)

@@ -152,18 +152,7 @@ class Manager:
             start = env.now + self.latency
             self.on_step(position, start)
             self.log(start, "step", "mgr", f"step {position + 1}/{len(self.plan)}: {step.label}")
-            live = [a for a in self.compute if a not in self.dead]
-            self._pending = set(live)
-            self._ends = []
-            self._all_done = env.event()
-            for addr in live:
-                self.send(addr, start, (MSG_START, position, start))
-            while self._pending:
-                if self.keep_going and self.is_alive is not None:
-                    yield DEATH_POLL_NS
-                    self._notice_deaths()
-                else:
-                    yield self._all_done
+            yield from self._ask_live((MSG_START, position, start), start)
             if isinstance(step, LoadStep):
                 self.loaded += step.count
                 self.on_loaded(self.loaded)
@@ -181,21 +170,28 @@ class Manager:
         after it, and with it the plan (``ctx.stopped``: actors that poll end), so no server actor
         stops while a client still waits for it."""
         env = self.env
-        live = [a for a in self.compute if a not in self.dead]
-        self._pending = set(live)
-        self._ends = []
-        self._all_done = env.event()
         start = env.now + self.latency
-        for addr in live:
-            self.send(addr, start, (MSG_DRAIN,))
-        deadline = start + DRAIN_LIMIT_NS
-        while self._pending and env.now < deadline:
-            if self.keep_going and self.is_alive is not None:
-                yield DEATH_POLL_NS
-                self._notice_deaths()
-            else:
-                yield any_of(env, [self._all_done, env.timeout(deadline - env.now)])
+        yield from self._ask_live((MSG_DRAIN,), start, deadline=start + DRAIN_LIMIT_NS)
         if self._pending:
             names = ", ".join(self.compute[a] for a in sorted(self._pending))
             self.log(env.now, "fault", "mgr", f"operations still in flight on {names} after "
                      f"{DRAIN_LIMIT_NS / 1e6:g} ms past the plan; the rack ends without them")
+
+    def _ask_live(self, payload: tuple, at: int, *, deadline: int | None = None):
+        """Send ``payload`` to every live compute node, arriving at ``at``, and wait for each one's
+        DONE (or, with ``on_node_death = "continue"``, its death; or ``deadline``, if given)."""
+        env = self.env
+        live = [a for a in self.compute if a not in self.dead]
+        self._pending = set(live)
+        self._ends = []
+        self._all_done = env.event()
+        for addr in live:
+            self.send(addr, at, payload)
+        while self._pending and (deadline is None or env.now < deadline):
+            if self.keep_going and self.is_alive is not None:
+                yield DEATH_POLL_NS
+                self._notice_deaths()
+            elif deadline is None:
+                yield self._all_done
+            else:
+                yield any_of(env, [self._all_done, env.timeout(deadline - env.now)])

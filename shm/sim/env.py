@@ -72,7 +72,6 @@ times, and the entries it schedules are still ``(t, seq, fn, arg)`` tuples on th
 from __future__ import annotations
 
 import random
-import time
 from heapq import heappop, heappush
 from itertools import count
 from typing import Any, Callable, Iterable, NamedTuple

@@ -368,7 +368,6 @@ class ClockSync:
         clocks = self._clocks
         table = self.table
         hdr, seqs, slots = self._inbox
-        window = self.window
         sleeps = spins = 0
         parked = False
         delay = 1e-5
