@@ -51,6 +51,7 @@ from shm import nic
 from shm.deferred import C_STATE, LANDED, ReadBatch, deferred_reads_of
 from shm.landing import ALL_LANDED, begin_landing, flush_due, pending_writes_of
 from shm.failpoints import failpoint
+from shm.kernels import entry
 from shm.smart import ConflictController, SmartConfig, SmartStats, WrTuner
 from shm.fabric import (
     MAX_NODES, OFFSET_BITS, REGION_BITS, REGION_HOST, format_gaddr, gaddr, gaddr_node, gaddr_offset, gaddr_region,
@@ -454,7 +455,7 @@ class VerbBatch:
 
     __slots__ = ("thread", "env", "_pending", "_posted", "_outstanding", "_waiter", "_errors", "_mr_off",
                  "_heap", "_next_seq", "_land_cb", "_batch_done_cb", "_finish_cb", "_submit", "_bo_fail", "_flags",
-                 "_lines_cb", "_landings", "_pw", "_dr")
+                 "_lines_cb", "_landings", "_pw", "_dr", "_read_line", "_retire")
 
     def __init__(self, thread: RdmaThread):
         self.thread = thread
@@ -472,6 +473,13 @@ class VerbBatch:
         self._landings: list = []      # multi-line transfers still landing (shm/landing.py)
         self._pw = pending_writes_of(thread.fabric)   # when each node's memory next changes
         self._dr = deferred_reads_of(thread.fabric, env)   # None: every READ lands at its effect time
+        # the compiled landing of a one-line READ and the completion's retire, entered without
+        # numba's typing of their arguments (shm/kernels.py): the arrays are the fabric's own
+        fabric = thread.fabric
+        mem = fabric.memory[thread.owner.node]
+        self._read_line = entry(remote_read_write, True, mem.mrt, 0, 0, 0, 0, mem.host, mem.host_locks, thread.buf,
+                                0, False)
+        self._retire = entry(nic.retire, fabric.table, fabric.descriptors[thread.owner.node], 0)
         self._batch_done_cb = self._batch_done
         self._finish_cb = self._finish_last
         self._bo_fail = 0              # consecutive failed backoff_cas (the back-off exponent)
@@ -681,8 +689,8 @@ class VerbBatch:
         if op == IBV_WR_RDMA_READ and region == REGION_HOST:
             # the common case of apply_one_sided, inlined (dst is the address's node by construction)
             mem = thr.fabric.memory[dst]
-            status = IBV_WC_SUCCESS if remote_read_write(True, mem.mrt, rkey, REGION_HOST, addr & _OFFSET_MASK, length,
-                                                         mem.host, mem.host_locks, thr.buf, off, False) \
+            status = IBV_WC_SUCCESS if self._read_line(True, mem.mrt, rkey, REGION_HOST, addr & _OFFSET_MASK, length,
+                                                       mem.host, mem.host_locks, thr.buf, off, False) \
                 else IBV_WC_REM_ACCESS_ERR
         else:
             status = apply_one_sided(thr.fabric, dst, op, addr, rkey, thr.buf, off, length, a, b, am, bm, self.env)
@@ -725,7 +733,7 @@ class VerbBatch:
             self._read_statuses(batch)
         if self._landings:
             self._landings = flush_due(self._landings, self.env.now)
-        nic.retire(qp.fabric.table, qp.ctx.desc, n)
+        self._retire(qp.fabric.table, qp.ctx.desc, n)
         qp.host.completed += n
         self._outstanding -= 1
         if self._outstanding == 0 and self._waiter is not None:

@@ -26,7 +26,7 @@ import numpy as np
 from numba import njit
 
 from shm import nic
-from shm.atomics import cas, faa, load_acquire, masked_cas, masked_faa, store_release
+from shm.atomics import cas, faa, load_acquire, load_word_at, masked_cas, masked_faa, store_release, store_word_at
 from shm.calendar import CalendarAliased
 from shm.profile_schema import Profile
 from shm.segment import Segment, new_prefix
@@ -86,7 +86,7 @@ LINE = 64
 LINE_LOCKS = 4096  # striped seqlocks per node; a power of two
 
 
-@njit(cache=True)
+@njit(cache=True, inline='always')
 def mr_check(mrt, key, region, offset, length, access):
     """True if [offset, offset+length) of ``region`` lies in the MR named by ``key`` with
     ``access`` rights. A key encodes its row (key >> 8), so no search is needed."""
@@ -103,7 +103,7 @@ def mr_check(mrt, key, region, offset, length, access):
     return (mrt[row, MR_ACCESS] & access) == access
 
 
-@njit(cache=True)
+@njit(cache=True, inline='always')
 def _lock_line(locks, line):
     i = line & (locks.shape[0] - 1)
     while True:
@@ -112,7 +112,7 @@ def _lock_line(locks, line):
             return i
 
 
-@njit(cache=True)
+@njit(cache=True, inline='always')
 def _line_bounds(line, off, n):
     """The bytes of line ``line`` that a transfer of ``n`` bytes at ``off`` covers: [lo, hi)."""
     lo = line * 64
@@ -124,7 +124,7 @@ def _line_bounds(line, off, n):
     return lo, hi
 
 
-@njit(cache=True)
+@njit(cache=True, inline='always')
 def _place_line(dst, lo, hi, src, s_lo, dst_locks, line):
     """Copy dst[lo:hi] from src[s_lo:] under line ``line``'s seqlock (a writer)."""
     d_lock = _lock_line(dst_locks, line)
@@ -133,27 +133,26 @@ def _place_line(dst, lo, hi, src, s_lo, dst_locks, line):
     store_release(dst_locks, d_lock, load_acquire(dst_locks, d_lock) + 1)
 
 
-@njit(cache=True)
+@njit(cache=True, inline='always')
 def _sample_line(dst, d_lo, src, lo, hi, src_locks, line):
     """Copy src[lo:hi] into dst[d_lo:], again until line ``line``'s seqlock did not move (a reader).
 
-    Aligned 8-byte words are loaded whole: a word that a CPU store or local atomic (which take no
-    seqlock, e.g. the reclaimer's epoch announcements) changes during the copy then reads either
-    old or new, as a NIC's DMA read of an aligned word does, never half of each."""
+    Aligned 8-byte words are loaded whole (``load_word_at``): a word that a CPU store or local
+    atomic (which take no seqlock, e.g. the reclaimer's epoch announcements) changes during the
+    copy then reads either old or new, as a NIC's DMA read of an aligned word does, never half of
+    each."""
     i = line & (src_locks.shape[0] - 1)
-    whole = (lo & 7) == 0 and (hi & 7) == 0 and (src.shape[0] & 7) == 0
+    whole = (lo & 7) == 0 and (hi & 7) == 0 and (src.ctypes.data & 7) == 0
+    aligned = whole and ((dst.ctypes.data + d_lo) & 7) == 0
     while True:
         s1 = load_acquire(src_locks, i)
         if s1 & 1:
             continue
-        if whole and (d_lo & 7) == 0 and (dst.shape[0] & 7) == 0:
-            dst64 = dst.view(np.uint64)
-            src64 = src.view(np.uint64)
-            d = (d_lo - lo) >> 3
-            for w in range(lo >> 3, hi >> 3):
-                dst64[d + w] = src64[w]
+        if aligned:
+            for at in range(lo, hi, 8):
+                store_word_at(dst, d_lo + at - lo, load_word_at(src, at))
         elif whole:
-            _copy_words(dst, d_lo, src.view(np.uint64), lo, hi)
+            _copy_words(dst, d_lo, src, lo, hi)
         else:
             for b in range(hi - lo):
                 dst[d_lo + b] = src[lo + b]
@@ -161,17 +160,17 @@ def _sample_line(dst, d_lo, src, lo, hi, src_locks, line):
             return
 
 
-@njit(cache=True)
-def _copy_words(dst, d_lo, src64, lo, hi):
-    """src[lo:hi] (8-byte aligned) into dst[d_lo:], one 8-byte load per word."""
-    for w in range(lo >> 3, hi >> 3):
-        v = src64[w]
-        at = d_lo + (w << 3) - lo
+@njit(cache=True, inline='always')
+def _copy_words(dst, d_lo, src, lo, hi):
+    """src[lo:hi] (8-byte aligned) into dst[d_lo:] (not aligned), one 8-byte load per word."""
+    for w in range(lo, hi, 8):
+        v = load_word_at(src, w)
+        at = d_lo + w - lo
         for k in range(8):
             dst[at + k] = np.uint8((v >> np.uint64(8 * k)) & np.uint64(0xFF))
 
 
-@njit(cache=True)
+@njit(cache=True, inline='always')
 def copy_lines(dst, doff, src, soff, n, dst_locks, descending):
     """Copy ``n`` bytes into shared memory, each 64-byte destination line under its seqlock, so a
     concurrent reader sees every line either before or after (never torn), while two lines may
@@ -187,7 +186,7 @@ def copy_lines(dst, doff, src, soff, n, dst_locks, descending):
         _place_line(dst, lo, hi, src, soff + (lo - doff), dst_locks, line)
 
 
-@njit(cache=True)
+@njit(cache=True, inline='always')
 def read_lines(dst, doff, src, soff, n, src_locks):
     """Copy ``n`` bytes out of shared memory, retrying each line whose seqlock moved meanwhile."""
     if n <= 0:

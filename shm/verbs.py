@@ -31,6 +31,7 @@ from typing import NamedTuple
 import numpy as np
 
 from shm import nic
+from shm.kernels import entry
 from shm.fabric import (
     IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_READ, IBV_ACCESS_REMOTE_WRITE,
     ATOMIC_CAS, ATOMIC_FAA, ATOMIC_MASKED_CAS, ATOMIC_MASKED_FAA, MAX_NODES, OFFSET_BITS, REGION_BITS, REGION_DEVICE,
@@ -508,6 +509,11 @@ class QP:
         # the NIC model's state of this QP (shm/nic.py, Q_*): passed to every pricing of a post,
         # read by the tracer (shm/sim/trace.py), which prices the same post stage by stage
         self.model_state = nic.new_qp_state(prof.qp.max_rd_atomic)
+        # the model's compiled entry for this QP's argument types (shm/kernels.py): a post skips
+        # numba's typing of its nine arguments
+        fabric = self.fabric
+        self._price = entry(nic.model_post_rows, fabric.table, fabric.params, fabric.descriptors, self.node, 0,
+                            self.model_state, self.doorbell, 0, np.zeros((1, nic.WR_COLS), np.int64))
         self._sq_in_flight = 0     # posted, not yet completed and polled
         self._unpolled_unsignaled = 0
         self._recv_queue: list[RecvWR] = []
@@ -641,7 +647,7 @@ class QP:
         cpu = fabric.profile.cpu
         tracer = env.tracer
         if tracer is None:
-            cpu_free = self.cpu_free = nic.model_post_rows(
+            cpu_free = self.cpu_free = self._price(
                 fabric.table, fabric.params, fabric.descriptors, self.node, dst, self.model_state, self.doorbell,
                 start + cpu.post_ns + cpu.wqe_ns * rows.shape[0], rows)
         else:                           # the same prices, with the stages recorded (shm/sim/trace.py)

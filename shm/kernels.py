@@ -1,0 +1,44 @@
+"""Entering a compiled kernel from the per-verb Python path for the price of the call alone.
+
+Calling a numba function from Python goes through its dispatcher, which types every argument
+(``typeof``), picks the matching compiled version, then unboxes the arguments and runs it. On the
+verbs' hot path the choice never changes: the NIC model always gets the fabric's int64 tables and
+a batch's int64 rows, a landing always a node's uint8 memory and int64 seqlocks. Typing nine
+arguments on each call cost about 0.25 µs of the 1.3 µs a one-READ post spent entering the model
+from Python (docs/bench.md), as much as the model's own work on some stations.
+
+:func:`entry` returns the compiled version's entry point for the types of example arguments,
+compiling (or loading from numba's cache) once. Calling it skips the typing, not the unboxing, and
+runs the same machine code the dispatcher would pick for those types, so results are identical.
+
+The price of skipping the typing: the entry point trusts its caller. An array of another dtype
+or number of dimensions is not rejected but read as if it had the expected one. So an entry is
+taken only where the arguments are the emulator's own arrays, made with the types the example
+has (the fabric's tables, segments' views, the rows a coroutine allocates), never for arrays a
+user passes in; :func:`entry` refuses an example whose arrays are not C-contiguous, so a view
+that happens to be strided does not silently select a slower layout that later calls break.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import typeof
+
+__all__ = ["entry"]
+
+_ENTRIES: dict = {}
+
+
+def entry(kernel, *example):
+    """The compiled entry point of the numba function ``kernel`` for the argument types of
+    ``example`` (one per parameter: the arrays and scalars a hot path will pass)."""
+    for a in example:
+        if isinstance(a, np.ndarray) and not a.flags.c_contiguous:
+            raise ValueError(f"{kernel.__name__}: an entry point needs C-contiguous arrays, got shape "
+                             f"{a.shape} with strides {a.strides}")
+    sig = tuple(typeof(a) for a in example)
+    key = (kernel, sig)
+    fn = _ENTRIES.get(key)
+    if fn is None:
+        fn = _ENTRIES[key] = kernel.compile(sig)
+    return fn

@@ -1,0 +1,77 @@
+"""Compiled entry points (shm/kernels.py) and the word copies of a landing (shm/fabric.py):
+the same results as the dispatcher and as a plain-Python copy."""
+
+import numpy as np
+import pytest
+from numba import njit
+
+from shm import fabric as F
+from shm.atomics import load_word_at, store_word_at
+from shm.kernels import entry
+
+
+@njit(cache=True)
+def _scaled_sum(a, k):
+    return a.sum() * k
+
+
+def test_entry_runs_the_dispatchers_code():
+    a = np.arange(10, dtype=np.int64)
+    fn = entry(_scaled_sum, a, 3)
+    assert fn(a, 3) == _scaled_sum(a, 3) == 135
+    assert entry(_scaled_sum, a, 3) is fn          # one entry per signature
+
+
+def test_entry_refuses_a_strided_example():
+    a = np.arange(20, dtype=np.int64)[::2]
+    with pytest.raises(ValueError, match="C-contiguous"):
+        entry(_scaled_sum, a, 1)
+
+
+@njit(cache=True)
+def _copy_by_words(dst, d, src, s, n):
+    for w in range(0, n, 8):
+        store_word_at(dst, d + w, load_word_at(src, s + w))
+
+
+def test_word_access_copies_bytes_as_they_are():
+    rng = np.random.default_rng(7)
+    src = rng.integers(0, 256, 4096, dtype=np.uint8)
+    dst = np.zeros(4096, np.uint8)
+    _copy_by_words(dst, 64, src, 128, 256)
+    assert bytes(dst[64:320]) == bytes(src[128:384])
+    assert not dst[:64].any() and not dst[320:].any()
+
+
+def _mrt_granting_all():
+    mrt = np.zeros((2, F.MR_COLS), np.int64)
+    key = (1 << 8) | 5
+    mrt[0, F.MR_KEY] = key
+    mrt[0, F.MR_LENGTH] = 1 << 40
+    mrt[0, F.MR_ACCESS] = F.IBV_ACCESS_REMOTE_READ | F.IBV_ACCESS_REMOTE_WRITE
+    return mrt, key
+
+
+def test_reads_and_writes_land_the_bytes_of_a_plain_copy():
+    """READs and WRITEs of random offsets and lengths, aligned or not, against slicing."""
+    rng = np.random.default_rng(11)
+    mrt, key = _mrt_granting_all()
+    mem = rng.integers(0, 256, 1 << 14, dtype=np.uint8)
+    ref = mem.copy()
+    locks = np.zeros(F.LINE_LOCKS, np.int64)
+    buf = np.zeros(1 << 12, np.uint8)
+    for _ in range(400):
+        length = int(rng.integers(1, 300))
+        off = int(rng.integers(0, mem.shape[0] - length))
+        loff = int(rng.integers(0, buf.shape[0] - length))
+        if rng.random() < 0.5:          # aligned words take the word path
+            off, loff, length = off & ~7, loff & ~7, max(8, length & ~7)
+        if rng.random() < 0.5:
+            assert F.remote_read_write(True, mrt, key, 0, off, length, mem, locks, buf, loff, False)
+            assert bytes(buf[loff:loff + length]) == bytes(ref[off:off + length])
+        else:
+            buf[loff:loff + length] = rng.integers(0, 256, length, dtype=np.uint8)
+            assert F.remote_read_write(False, mrt, key, 0, off, length, mem, locks, buf, loff, bool(rng.random() < 0.5))
+            ref[off:off + length] = buf[loff:loff + length]
+            assert bytes(mem) == bytes(ref)
+    assert not (locks & 1).any()                 # every seqlock released
