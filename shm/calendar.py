@@ -60,7 +60,7 @@ _RUN_BITS = 24
 _RUN_MASK = (1 << _RUN_BITS) - 1
 
 
-@njit(cache=True, inline='always')
+@njit(cache=True)
 def reserve(tbl, o, t, cost):
     """Book ``cost`` ps of one server of the resource at ``o``, not before ``t`` ps.
 

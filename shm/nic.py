@@ -291,12 +291,12 @@ class FabricLayout:
             raise KeyError(f"unknown node {node!r}; the fabric has {list(self.nodes)}") from None
 
 
-@njit(cache=True, inline='always')
+@njit(cache=True)
 def _ceil_ns(ps):
     return (ps + 999) // 1000
 
 
-@njit(cache=True, inline='always')
+@njit(cache=True)
 def _in_posting_order(qp, t):
     """A send queue completes in posting order: a WR completes no earlier than the QP's previous
     one (a CAS queued behind a hot address holds back every later WR of its QP; with QPs per
@@ -307,7 +307,7 @@ def _in_posting_order(qp, t):
     return t
 
 
-@njit(cache=True, inline='always')
+@njit(cache=True)
 def _in_effect_order(qp, op, eff):
     """RC placement order: a WRITE/SEND lands no earlier than the QP's previous WRITE/SEND, a
     READ/atomic no earlier than anything posted before it on the QP (so it sees earlier WRITEs).
@@ -323,7 +323,7 @@ def _in_effect_order(qp, op, eff):
     return eff
 
 
-@njit(cache=True, inline='always')
+@njit(cache=True)
 def _wire_ps(prm, nbytes):
     mtu = prm[P_MTU_B]
     packets = (nbytes + mtu - 1) // mtu
@@ -332,7 +332,7 @@ def _wire_ps(prm, nbytes):
     return ((nbytes + packets * prm[P_HEADER_B]) * prm[P_LINK_FS_PER_B]) // _FS
 
 
-@njit(cache=True, inline='always')
+@njit(cache=True)
 def _pcie_ps(prm, overhead_b, payload_b):
     # Two rates: per-request traffic (WQE fetch, CQE, TLP headers of small DMAs) moves in small TLPs,
     # payload in full-size ones, so a 1 KB READ is not priced as 1 KB of WQE-sized transfers.
