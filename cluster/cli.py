@@ -441,9 +441,10 @@ def _cmd_check(args) -> int:
     if args.out:
         _make_dir(args.out)
     if args.history is not None:
-        if args.option or args.quick or args.heavy or args.seed is not None or args.trace or args.profile:
-            raise ValueError("--option, --quick, --heavy, --seed, --profile and --trace go with --system, not "
-                             "--history")
+        if args.option or args.quick or args.heavy or args.seed is not None or args.trace or args.profile \
+                or args.chaos is not None:
+            raise ValueError("--option, --quick, --heavy, --seed, --profile, --chaos and --trace go with --system, "
+                             "not --history")
         if args.time_limit <= 0:
             raise ValueError(f"--time-limit must be a positive number of seconds, got {args.time_limit:g}")
         return check.check_history_file(args.history, time_limit_s=args.time_limit, console=_console(),
@@ -456,10 +457,13 @@ def _cmd_check(args) -> int:
         load_profile(args.profile)               # an unknown name: one line, exit 2
     options = _parse_options(args.system, args.option)
     bounds = _trace_bounds(args)
+    from cluster.correctness.chaos import parse as parse_chaos
+    chaos = parse_chaos(args.chaos, args.chaos_seed) if args.chaos is not None else None
     try:
         report = check.run(args.system, options=options, quick=args.quick, heavy=args.heavy, seed=args.seed or 1,
                            console=_console(), json_path=args.json, report_path=args.report, out_dir=args.out,
-                           trace=(args.trace, bounds) if bounds is not None else None, profile=args.profile)
+                           trace=(args.trace, bounds) if bounds is not None else None, profile=args.profile,
+                           chaos=chaos)
     except check.StressRackFailed as e:
         print(f"FAIL: {args.system}: {e}", file=sys.stderr)
         return 1
@@ -759,6 +763,12 @@ def main(argv=None) -> int:
     ck.add_argument("--profile", metavar="NAME",
                     help="the hardware profile of the checks' racks (default cx6-200g, whose multi-line WRITEs land "
                          "in descending order; see dmrack profiles)")
+    ck.add_argument("--chaos", nargs="?", const="all", metavar="KINDS",
+                    help="adversarial timing within the fabric's ordering rules, to open narrow race windows: "
+                         "effect, completion, lines, resume, writeback (comma-separated; default all); "
+                         "see docs/checking.md")
+    ck.add_argument("--chaos-seed", type=int, default=1, metavar="N",
+                    help="the seed of the chaos delays (default 1); a failure prints the one to replay it")
     ck.add_argument("--json", metavar="PATH", help="also write the verdict as JSON")
     quiet_flag(ck)
     trace_flags(ck, "a co-located run of the stress (and the operations of failing keys)")

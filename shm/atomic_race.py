@@ -29,6 +29,7 @@ from shm.atomics import cas, load_acquire
 from shm.fabric import REGION_HOST
 from shm.deferred import before_write
 from shm.landing import pending_writes_of
+from shm.nic import CHAOS_SHARE_ONE, chaos_draw_py
 
 
 class AtomicWriteRace:
@@ -42,6 +43,11 @@ class AtomicWriteRace:
         self.last: dict[tuple[int, int, int], int] = {}   # (node, region, word) -> token of the last atomic
         self._tokens = count(1)
         self.writes_lost = 0                                  # write-backs that undid a WRITE
+        # chaos (docs/checking.md): a write-back may land later, the window it can undo a WRITE in wider
+        chaos = fabric.profile.chaos
+        self._chaos = (chaos.seed, 1 << 61, int(round(chaos.share * CHAOS_SHARE_ONE)), chaos.writeback_ns) \
+            if chaos is not None and chaos.writeback_ns > 0 else None
+        self._chaos_draws = 0
 
     def after_atomic(self, env, node: int, region: int, off: int, wrote: bool) -> None:
         """An atomic on word ``off`` of ``node``'s ``region`` took effect now; ``wrote``: it
@@ -55,6 +61,10 @@ class AtomicWriteRace:
         words = mem.host64 if region == REGION_HOST else mem.device64
         value = int(words[off // 8])
         hold = self.host_hold_ns if region == REGION_HOST else self.device_hold_ns
+        if self._chaos is not None:
+            seed, salt, share, most = self._chaos
+            hold += chaos_draw_py(seed, salt, self._chaos_draws, share, most)
+            self._chaos_draws += 1
         env.schedule(env.now + hold, self._write_back, (key, words, value, token))
         env.effect_at(env.now + hold)
         pending_writes_of(self.fabric).add(node, env.now + hold, env.now + hold)

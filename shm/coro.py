@@ -261,6 +261,13 @@ class RdmaThread:
         self._op_waiters: deque = deque()
         self._bcas = self._bcas_failed = self._backoffs = self._backoff_ns = 0
         self._rng = random.Random(hash((getattr(owner.env, "seed", 0), owner.node, index, 0x5A)))
+        # chaos (the profile's [chaos] table, docs/checking.md): a coroutine may resume late, as
+        # if its thread had been descheduled; the thread's own stream of draws, salted by node and index
+        chaos = self.fabric.profile.chaos
+        self._resume_chaos = (chaos.seed, (1 << 62) | (owner.node << 32) | index,
+                              int(round(chaos.share * nic.CHAOS_SHARE_ONE)), chaos.resume_ns) \
+            if chaos is not None and chaos.resume_ns > 0 else None
+        self._resume_draws = 0
 
     def statistics(self) -> ThreadStats:
         return ThreadStats(self.posts, self.verbs, self.errors, self.cpu_free)
@@ -395,6 +402,16 @@ class RdmaThread:
         while waiters and (cap is None or self._ops_running < cap):
             self._ops_running += 1
             waiters.popleft().succeed()
+
+    def resume_delay(self) -> int:
+        """Chaos: how much later (ns) the coroutine whose verbs just completed resumes: 0, or a
+        draw of the thread's stream (``nic.chaos_draw``) when the profile's ``chaos.resume_ns`` is set."""
+        if self._resume_chaos is None:
+            return 0
+        seed, salt, share, most = self._resume_chaos
+        n = self._resume_draws
+        self._resume_draws = n + 1
+        return nic.chaos_draw_py(seed, salt, n, share, most)
 
     def _cycles_ns(self, cycles: int) -> int:
         return self.smart.cycles_ns(cycles, self.fabric.profile.cpu.ghz)
@@ -751,6 +768,8 @@ class VerbBatch:
             if wake < thr.cpu_free:
                 wake = thr.cpu_free
             wake += cost
+            if thr._resume_chaos is not None:
+                wake += thr.resume_delay()     # chaos: the thread was descheduled meanwhile
             thr.cpu_free = wake
             if self.env.tracer is not None:
                 self.env.tracer.cpu_charge(thr, None, "poll CQ", wake - cost, wake, co=self)

@@ -90,7 +90,15 @@ P_REQ_COST = 19             # N_VERBS entries
 P_RESP_COST = P_REQ_COST + N_VERBS
 P_QP_LOCK = P_RESP_COST + N_VERBS
 P_ATOMIC_HOLDS_UNIT = P_QP_LOCK + 1
-N_PARAMS = P_ATOMIC_HOLDS_UNIT + 1
+# Adversarial timing (the profile's optional [chaos] table, docs/checking.md): the stream's seed, the
+# share of chances that draw a delay (out of 2**32), and the largest delay of each kind (ps). All
+# zero without the table: no draw is made and no time moves.
+P_CHAOS_SEED = P_ATOMIC_HOLDS_UNIT + 1
+P_CHAOS_SHARE = P_CHAOS_SEED + 1
+P_CHAOS_EFFECT = P_CHAOS_SHARE + 1
+P_CHAOS_DONE = P_CHAOS_EFFECT + 1
+P_CHAOS_LINE = P_CHAOS_DONE + 1
+N_PARAMS = P_CHAOS_LINE + 1
 
 # A node descriptor: offsets of its resources in the fabric table.
 D_TX = 0
@@ -122,7 +130,9 @@ SHARER_UNIT = 2520   # divisible by 1..10: a thread's share of up to 10 doorbell
 # the slot of the oldest outstanding READ/atomic, when its last work request completed, whether
 # more than one thread posts through it (set by the verbs layer) and when its lock is next free,
 # the effect of its last WRITE/SEND, the latest effect of any of its work requests, when its last
-# READ/atomic completed (what a fence waits for), then max_rd_atomic completion times.
+# READ/atomic completed (what a fence waits for), the draws of the chaos stream made for it and the
+# QP's salt in that stream (its node and number: QPs draw different delays), then max_rd_atomic
+# completion times.
 Q_BUSY = 0
 Q_RD_POS = 1
 Q_DONE = 2
@@ -131,7 +141,9 @@ Q_LOCK = 4
 Q_PLACED = 5
 Q_EFFECT = 6
 Q_RD_DONE = 7
-Q_RD_RING = 8
+Q_CHAOS_N = 8
+Q_SALT = 9
+Q_RD_RING = 10
 
 # Stage times of one work request, in ps, as model_post computes them (the ``stages`` argument,
 # for traces only: shm/sim/trace.py). In walking order: the post reaches the NIC model
@@ -206,6 +218,13 @@ def pack_params(p: Profile) -> np.ndarray:
     prm[P_QP_LOCK] = p.doorbell.qp_lock_ns * _PS
     prm[P_ATOMIC_HOLDS_UNIT] = 1 if p.nic.atomic_holds_unit else 0
     prm[P_MAX_INLINE] = p.qp.max_inline
+    c = p.chaos
+    if c is not None:
+        prm[P_CHAOS_SEED] = c.seed
+        prm[P_CHAOS_SHARE] = int(round(c.share * CHAOS_SHARE_ONE))
+        prm[P_CHAOS_EFFECT] = c.effect_ns * _PS
+        prm[P_CHAOS_DONE] = c.completion_ns * _PS
+        prm[P_CHAOS_LINE] = c.line_gap_ns * _PS
     n = p.nic
     req = (n.req_read_ns, n.req_write_ns, n.req_atomic_ns, n.req_atomic_ns, n.req_send_ns, n.req_send_ns)
     resp = (n.resp_read_ns, n.resp_write_ns, n.resp_atomic_ns, n.resp_atomic_ns, n.resp_recv_ns, n.resp_recv_ns)
@@ -321,6 +340,56 @@ def _in_effect_order(qp, op, eff):
     if eff > qp[Q_EFFECT]:
         qp[Q_EFFECT] = eff
     return eff
+
+
+CHAOS_SHARE_ONE = 1 << 32    # P_CHAOS_SHARE's unit: a share of 1.0
+_MASK32 = (1 << 32) - 1
+
+
+@njit(cache=True)
+def mix64(z):
+    """splitmix64's finaliser: a uint64 whose bits all depend on every bit of ``z``."""
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+@njit(cache=True)
+def chaos_draw(seed, salt, n, share, max_ps):
+    """Draw ``n`` of the stream ``(seed, salt)``: 0, or with probability ``share / 2**32`` a delay
+    uniform in ``0 .. max_ps``. Counter-based (a hash of the three), so a draw depends on nothing
+    but its place in its QP's stream: a run is the same for the same seed, and turning one kind of
+    delay on leaves the draws of another QP unchanged."""
+    x = mix64(np.uint64(seed) ^ mix64(np.uint64(salt) + np.uint64(0x9E3779B97F4A7C15) * np.uint64(n + 1)))
+    if np.int64(x & np.uint64(_MASK32)) >= share:
+        return 0
+    return np.int64((x >> np.uint64(32)) % np.uint64(max_ps + 1))
+
+
+def chaos_draw_py(seed: int, salt: int, n: int, share: int, max_ps: int) -> int:
+    """:func:`chaos_draw` in plain Python: what the Python-side models draw (a coroutine's resumption,
+    an atomic's write-back), and the reference tests compare the compiled draw with."""
+    m = (1 << 64) - 1
+
+    def mix(z):
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & m
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & m
+        return z ^ (z >> 31)
+
+    x = mix((seed & m) ^ mix(((salt & m) + 0x9E3779B97F4A7C15 * (n + 1)) & m))
+    if (x & _MASK32) >= share:
+        return 0
+    return (x >> 32) % (max_ps + 1)
+
+
+@njit(cache=True)
+def _chaos_ps(prm, qp, max_ps):
+    """The QP's next adversarial delay of at most ``max_ps`` (0 when the kind is off: no draw)."""
+    if max_ps <= 0:
+        return 0
+    n = qp[Q_CHAOS_N]
+    qp[Q_CHAOS_N] = n + 1
+    return chaos_draw(prm[P_CHAOS_SEED], qp[Q_SALT], n, prm[P_CHAOS_SHARE], max_ps)
 
 
 @njit(cache=True)
@@ -490,7 +559,9 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, flags,
             out[i, OUT_DONE] = _ceil_ns(done)
             out[i, OUT_OTHER] = out[i, OUT_EFFECT]
             continue
-        t4 = reserve(tbl, rs[D_RX], t3 + one_way, wire)
+        # chaos: the request takes longer to reach the responder (a retransmission, a switch
+        # queue); the responder still applies one QP's requests in RC order (_in_effect_order)
+        t4 = reserve(tbl, rs[D_RX], t3 + one_way + _chaos_ps(prm, qp, prm[P_CHAOS_EFFECT]), wire)
         t5 = reserve(tbl, rs[D_RESP], t4, prm[P_RESP_COST + op])
         if rec:
             stages[i, ST_ARRIVED] = t4
@@ -500,6 +571,9 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, flags,
         span = 0                # lines after the first, landing one per line_ps (host memory only)
         if not device and nbytes > 0:
             span = (addrs[i] + nbytes - 1) // 64 - addrs[i] // 64
+        gap = 0                 # chaos: more time between two lines (ps)
+        if span > 0 and (op == VERB_READ or op == VERB_WRITE):
+            gap = _chaos_ps(prm, qp, prm[P_CHAOS_LINE])
         other = -1
         if op == VERB_CAS or op == VERB_FAA:
             t_unit = t5
@@ -528,19 +602,24 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, flags,
             else:
                 t6 = reserve(tbl, rs[D_PCIE], eff, _pcie_ps(prm, prm[P_PCIE_RESP_B_PER_WR], nbytes))
                 if span > 0:
-                    other = eff + span * line_ps
+                    other = eff + span * (line_ps + gap)
                     if other > t6:
-                        other = t6
+                        if gap > 0:
+                            t6 = other  # the last line is sampled late; the response waits for it
+                        else:
+                            other = t6
             resp_b = nbytes
         else:  # WRITE and RC SEND: payload goes to memory, an ack goes back
             if device:
                 eff = t5 + mem_lat
             else:
-                eff = reserve(tbl, rs[D_PCIE], t5, _pcie_ps(prm, prm[P_PCIE_RESP_B_PER_WR], nbytes)) + mem_lat
+                # chaos: the lines are placed further apart, the last one (the effect) later
+                eff = reserve(tbl, rs[D_PCIE], t5, _pcie_ps(prm, prm[P_PCIE_RESP_B_PER_WR], nbytes)) + mem_lat \
+                    + span * gap
             placed_before = qp[Q_PLACED]
             eff = _in_effect_order(qp, op, eff)
             if op == VERB_WRITE and span > 0:
-                other = eff - span * line_ps
+                other = eff - span * (line_ps + gap)
                 if other < t5 + mem_lat:
                     other = t5 + mem_lat
                 if other < placed_before:
@@ -551,7 +630,9 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, flags,
             resp_b = 0
         wire_back = _wire_ps(prm, resp_b)
         t7 = reserve(tbl, rs[D_TX], t6, wire_back)
-        t8 = reserve(tbl, rq[D_RX], t7 + one_way, wire_back)
+        # chaos: the response takes longer to come back (the completion never precedes the
+        # effect and keeps posting order: below)
+        t8 = reserve(tbl, rq[D_RX], t7 + one_way + _chaos_ps(prm, qp, prm[P_CHAOS_DONE]), wire_back)
         t9 = reserve(tbl, rq[D_PCIE], t8, _pcie_ps(prm, 0, resp_b)) + pcie_lat
         if t9 < eff:
             t9 = eff            # an ack never announces a WRITE that has not landed

@@ -474,6 +474,15 @@ def with_overrides(p: Profile, overrides: Mapping[str, Any]) -> Profile:
     label = f"{Path(p.source).name if p.source else p.name} (overrides)"
     data = profile_to_dict(p)
     errors: list[str] = []
+    # a table the profile lacks may be added whole, every key given (as ``dmrack check --chaos`` does)
+    added: dict[str, set] = {}
+    for key in overrides:
+        section, _, fname = key.partition(".") if isinstance(key, str) else ("", "", "")
+        if section in OPTIONAL_SECTIONS and section not in data:
+            added.setdefault(section, set()).add(fname)
+    for section, given in added.items():
+        if given >= {f.name for f in dataclasses.fields(OPTIONAL_SECTIONS[section])}:
+            data[section] = {n: None for n in given}
     for key, v in overrides.items():
         if not isinstance(key, str):
             errors.append(f"{label}: override keys must be strings like 'nic.atomic_slot_ns', got {key!r}")
@@ -486,7 +495,11 @@ def with_overrides(p: Profile, overrides: Mapping[str, Any]) -> Profile:
             errors.append(f"{label}: {key!r} cannot be overridden: the [{ASSUMPTIONS}] table lists knobs, it is "
                           f"not one")
         elif section in OPTIONAL_SECTIONS and section not in data:
-            errors.append(f"{label}: unknown key {key!r} (this profile has no [{section}] table)")
+            names = [f.name for f in dataclasses.fields(OPTIONAL_SECTIONS[section])]
+            if fname == min(added[section]):      # one line for the table, not one per key
+                missing = ", ".join(f"{section}.{n}" for n in names if n not in added[section])
+                errors.append(f"{label}: unknown key {key!r} (this profile has no [{section}] table; to add one, "
+                              f"give every key of it: missing {missing})")
         elif section not in SECTIONS and section not in OPTIONAL_SECTIONS:
             errors.append(f"{label}: unknown key {key!r} (no section [{section}])")
         elif fname not in data[section]:

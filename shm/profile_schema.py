@@ -272,6 +272,31 @@ class CoherenceProfile:
                            max=1_000_000)
 
 
+@dataclass(frozen=True)
+class ChaosProfile:
+    """Adversarial timing for checking designs (optional; ``dmrack check --chaos``, docs/checking.md):
+    delays that real hardware may add (PCIe and NIC queues, retransmissions, another QP's burst, a
+    descheduled thread) and that widen the windows in which a design's races show, drawn from a
+    seeded stream so that a run is the same for the same seed. Every delay is added *before* the
+    rules of docs/fabric.md ("Ordering rules") are applied, so none of them is ever broken. Not a
+    calibration: no published figure stands behind these numbers and no experiment sets them; a
+    delay of 0 turns its kind off, and a profile without the section has none."""
+    seed: int = knob("", "the seed of the delays' stream (a run is the same for the same seed)", min=0,
+                     max=(1 << 62) - 1)
+    share: float = knob("", "the fraction of chances that draw a delay (each delay is uniform in 0 .. its maximum)",
+                        min=0, max=1)
+    effect_ns: int = knob("ns", "at most this much longer on the way to the responder: a work request's effect "
+                          "lands later (per-QP order kept)", min=0, max=10_000_000)
+    completion_ns: int = knob("ns", "at most this much longer on the way back: a completion is delivered later "
+                              "(never before its effect, in posting order)", min=0, max=10_000_000)
+    line_gap_ns: int = knob("ns", "at most this much more between two lines of a multi-line READ or WRITE (lines "
+                            "in the profile's order)", min=0, max=1_000_000)
+    resume_ns: int = knob("ns", "at most this much later a coroutine resumes after its verbs completed (its "
+                          "thread was descheduled)", min=0, max=10_000_000)
+    writeback_ns: int = knob("ns", "at most this much later an atomic's write-back lands (only with "
+                             "nic.atomic_write_race)", min=0, max=10_000_000)
+
+
 #: The table of a profile that lists its unsourced knobs, section by section (see the module docstring).
 ASSUMPTIONS = "assumptions"
 
@@ -295,6 +320,7 @@ OPTIONAL_SECTIONS = {
     "dpu": DpuProfile,
     "udp": UdpProfile,
     "coherence": CoherenceProfile,
+    "chaos": ChaosProfile,
 }
 
 
@@ -318,6 +344,7 @@ class Profile:
     dpu: DpuProfile | None = None   # optional: a card with Arm cores (bf3)
     udp: UdpProfile | None = None   # optional: the datagram path (shm/udp.py)
     coherence: CoherenceProfile | None = None   # optional: host core-to-core line transfers (bf3)
+    chaos: ChaosProfile | None = None   # optional: adversarial timing for checks (dmrack check --chaos)
     # the knobs without a published source, dotted ("nic.atomic_slots"), in schema order ([assumptions])
     assumptions: tuple[str, ...] = ()
     source: str = ""  # the file it was read from

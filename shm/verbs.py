@@ -509,6 +509,7 @@ class QP:
         # the NIC model's state of this QP (shm/nic.py, Q_*): passed to every pricing of a post,
         # read by the tracer (shm/sim/trace.py), which prices the same post stage by stage
         self.model_state = nic.new_qp_state(prof.qp.max_rd_atomic)
+        self.model_state[nic.Q_SALT] = (self.node << 32) | (self.qp_num & 0xFFFFFFFF)   # its chaos stream
         # the model's compiled entry for this QP's argument types (shm/kernels.py): a post skips
         # numba's typing of its nine arguments
         fabric = self.fabric

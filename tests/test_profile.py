@@ -472,7 +472,11 @@ def test_bad_dpa_value_is_one_line_naming_the_key(tmp_path, key, line, needle):
 def test_dpa_overrides():
     p = with_overrides(load_profile("bf3"), {"dpa.memory_ns": 100})
     assert p.dpa.memory_ns == 100 and p.dma == load_profile("bf3").dma
-    with pytest.raises(ProfileError, match=r"unknown key 'dpa.cores' \(this profile has no \[dpa\] table\)"):
+    with pytest.raises(ProfileError, match=r"unknown key 'dpa.cores' \(this profile has no \[dpa\] table; to add one, give every key"):
         with_overrides(load_profile("cx6-200g"), {"dpa.cores": 4})
+    # a whole optional table may be added by overrides that give every key of it
+    chaos = {"chaos.seed": 3, "chaos.share": 0.5, "chaos.effect_ns": 100, "chaos.completion_ns": 0,
+             "chaos.line_gap_ns": 0, "chaos.resume_ns": 0, "chaos.writeback_ns": 0}
+    assert with_overrides(load_profile("cx6-200g"), chaos).chaos.effect_ns == 100
     with pytest.raises(ProfileError, match="'dpa.usable_threads' .* must be <="):
         with_overrides(load_profile("bf3"), {"dpa.threads_per_core": 8})

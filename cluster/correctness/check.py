@@ -59,14 +59,17 @@ def stress_workloads(system_cls, shape: "StressShape") -> dict:
 
 
 def stress_scenario(system: str, options: dict, *, seed: int, run_ms: float, compute: int = 2, threads: int = 4,
-                    coroutines: int = 4, keys: int = STRESS_KEYS, value_size: int = 32, profile: str | None = None):
+                    coroutines: int = 4, keys: int = STRESS_KEYS, value_size: int = 32, profile: str | None = None,
+                    profile_overrides: dict | None = None):
     """The process-rack stress: load half the keys, run uniform, then zipfian (as a scenario), on
-    ``profile`` (default the conformance rigs' ``cx6-200g``)."""
+    ``profile`` (default the conformance rigs' ``cx6-200g``) with ``profile_overrides`` (e.g. the
+    [chaos] table of ``--chaos``)."""
     from cluster.correctness.shapes import DEFAULT_PROFILE
     from cluster.scenario import scenario_from_dict
     data = {
         "rack": {"name": f"check-{system}", "profile": profile or DEFAULT_PROFILE, "seed": seed,
                  "on_node_death": "stop"},
+        **({"profile_overrides": dict(profile_overrides)} if profile_overrides else {}),
         "compute": {"count": compute, "threads": threads, "coroutines": coroutines, "memory": "16MiB"},
         "memory": {"count": 2, "memory": "64MiB"},
         "system": {"name": system, **options},
@@ -86,7 +89,8 @@ class StressRackFailed(RuntimeError):
 
 
 def stress_processes(system: str, options: dict, *, seed: int = 1, run_ms: float | None = None,
-                     time_limit_s: float = 60.0, shape: StressShape = StressShape(), profile: str | None = None):
+                     time_limit_s: float = 60.0, shape: StressShape = StressShape(), profile: str | None = None,
+                     profile_overrides: dict | None = None):
     """Run the stress on a rack of processes; returns (CheckResult, Supervisor)."""
     from cluster.correctness.checker import check
     from cluster.supervisor import Supervisor
@@ -95,7 +99,7 @@ def stress_processes(system: str, options: dict, *, seed: int = 1, run_ms: float
         shape = shape._replace(run_ms=run_ms)
     sup = Supervisor(stress_scenario(system, options, seed=seed, run_ms=shape.run_ms, threads=shape.threads,
                                      coroutines=shape.coroutines, keys=shape.keys, value_size=shape.value_size,
-                                     profile=profile),
+                                     profile=profile, profile_overrides=profile_overrides),
                      quiet=True, history=HISTORY_CAPACITY)
     # The YCSB workloads of the scenario only shape the rack; the stress workload drives it: every
     # op kind on a small key space, so inserts meet existing keys and deletes meet missing ones
@@ -124,11 +128,14 @@ def options_text(given: dict) -> str:
 
 
 def verdict_line(system: str, given: dict, passed: bool, checks: int, failed: int, stress: str, ops: int,
-                 keys: int, wall_s: float) -> str:
+                 keys: int, wall_s: float, chaos=None) -> str:
     """The check's first line: PASS or FAIL, the system and the options it ran with (``given``:
-    the ``--option`` values, checked), the conformance checks, the process stress's verdict
-    (ok, illegal, unknown), the operations and keys checked and the time taken."""
+    the ``--option`` values, checked), the chaos it ran under (``chaos``: a ChaosSpec), the
+    conformance checks, the process stress's verdict (ok, illegal, unknown), the operations and
+    keys checked and the time taken."""
     opts = options_text(given)
+    if chaos is not None:
+        opts = f"{opts}; {chaos.describe()}" if opts else chaos.describe()
     return (f"{'PASS' if passed else 'FAIL'}: {system}" + (f" ({opts})" if opts else "")
             + f": {checks} conformance checks" + (f" ({failed} failed)" if failed else "")
             + f", process stress {_STRESS_VERDICT.get(stress, stress)}; "
@@ -197,9 +204,27 @@ def trace_stress(system: str, options: dict, path: str, bounds, *, seed: int, sh
     return rack.tracer.write(path, extra_events=extra)
 
 
+def replay_command(system: str, given: dict, *, quick: bool, heavy: bool, seed: int, profile: str | None,
+                   chaos=None) -> str:
+    """The command that runs this check again: its co-located checks (the conformance suite) give
+    the same history bit for bit, chaos included (its stream is seeded); the process stress runs
+    on real processes and may interleave differently."""
+    opts = "".join(f" --option {k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in given.items())
+    return (f"dmrack check --system {system}{opts}" + (" --quick" if quick else "") + (" --heavy" if heavy else "")
+            + (f" --profile {profile}" if profile else "") + f" --seed {seed}"
+            + (f" {chaos.flags()}" if chaos is not None else ""))
+
+
+def _chaos_overrides(chaos, profile: str | None) -> dict:
+    """``overridden()``'s argument for a check under ``chaos``: the [chaos] table added to every
+    shipped profile (a system's rack tables may name another than the check's)."""
+    from shm.profile import list_profiles
+    return {name: chaos.overrides() for name in list_profiles() + ([profile] if profile else [])}
+
+
 def run(system: str, *, options: dict | None = None, quick: bool = False, heavy: bool = False, seed: int = 1,
         console=None, json_path: str | None = None, report_path: str | None = None,
-        out_dir: str | None = None, trace=None, profile: str | None = None) -> CheckReport:
+        out_dir: str | None = None, trace=None, profile: str | None = None, chaos=None) -> CheckReport:
     """Run the suite and the process stress; print the verdict first, then one line per check
     and a short block per failing key; the full explanations go to a report file (``report_path``,
     default ``dmrack-check-SYSTEM.txt`` in ``out_dir`` or the current directory), which is written
@@ -215,17 +240,23 @@ def run(system: str, *, options: dict | None = None, quick: bool = False, heavy:
     options = cls.check_options(dict(options or {}), f"dmrack check --system {system}")
     given = {k: options[k] for k in asked}      # their values as checked (converted to the option's type)
     t0 = time.perf_counter()
+    from contextlib import nullcontext
+    from shm.profile import overridden
+    chaos_ov = chaos.overrides() if chaos is not None else None
     with Sweep(f"check {system}", ["conformance suite", "process stress"]) as sweep:
-        outcomes = run_suite(system, options=options, heavy=heavy, progress=sweep.part("conformance suite"),
-                             profile=profile)
+        with overridden(_chaos_overrides(chaos, profile)) if chaos is not None else nullcontext():
+            outcomes = run_suite(system, options=options, heavy=heavy, progress=sweep.part("conformance suite"),
+                                 profile=profile)
         stress_part = sweep.part("process stress")
         stress_part("stress on a rack of processes (history recorded)")
         shape = cls.heavy_stress(HEAVY) if heavy else QUICK if quick else StressShape()
-        result, sup = stress_processes(system, options, seed=seed, shape=shape, profile=profile)
+        result, sup = stress_processes(system, options, seed=seed, shape=shape, profile=profile,
+                                       profile_overrides=chaos_ov)
         if trace is not None:
             stress_part("a co-located run of the stress, traced")
-            doc = trace_stress(system, options, trace[0], trace[1], seed=seed, shape=shape,
-                               history=sup.history_ops, result=result, profile=profile)
+            with overridden(_chaos_overrides(chaos, profile)) if chaos is not None else nullcontext():
+                doc = trace_stress(system, options, trace[0], trace[1], seed=seed, shape=shape,
+                                   history=sup.history_ops, result=result, profile=profile)
     passed = all(o.passed for o in outcomes) and result.verdict == "ok"
     explanation = "" if result.verdict == "ok" else result.explain()
     suite_ops = sum(o.ops_checked for o in outcomes)
@@ -233,14 +264,15 @@ def run(system: str, *, options: dict | None = None, quick: bool = False, heavy:
                          explanation, time.perf_counter() - t0)
     failed = [o for o in outcomes if not o.passed]
     verdict = verdict_line(system, given, passed, len(outcomes), len(failed), result.verdict, report.ops,
-                           result.keys, report.wall_s)
+                           result.keys, report.wall_s, chaos)
+    replay = replay_command(system, given, quick=quick, heavy=heavy, seed=seed, profile=profile, chaos=chaos)
     stress_name = (f"stress (2 processes x {shape.threads} x {shape.coroutines}, {shape.keys} keys, "
                    f"{'16-' if shape.mixed_sizes else ''}{shape.value_size} B values, uniform + zipf 0.99"
                    + (f", {SCAN_SHARE:.0%} scans included" if stress_mix(cls) else "") + ")")
     write = report_path or out_dir or not passed
     path = report_path or default_report_path(system, out_dir) if write else None
     if path:
-        text = [verdict, ""]
+        text = [verdict, f"replay: {replay}", ""]
         for o in outcomes:
             text.append(f"== {o.name}: {'pass' if o.passed else 'FAIL'}")
             if o.detail:
@@ -272,10 +304,13 @@ def run(system: str, *, options: dict | None = None, quick: bool = False, heavy:
     if result.verdict != "ok":
         console.print(f"process stress: {result.summary()}", highlight=False, markup=False, soft_wrap=True)
         _failure_blocks(result, console, path)
+    if not passed:
+        console.print(f"replay: {replay}", highlight=False, markup=False, soft_wrap=True)
     if json_path:
         import json
         with open(json_path, "w") as f:
-            json.dump({"system": system, "options": given, "passed": passed, "stress": result.verdict, "ops": report.ops,
+            json.dump({"system": system, "options": given, "chaos": chaos.describe() if chaos is not None else None,
+                       "replay": replay, "passed": passed, "stress": result.verdict, "ops": report.ops,
                        "keys": result.keys, "suite": [o._asdict() for o in outcomes],
                        "explanation": explanation, "report": path}, f, indent=1)
     return report

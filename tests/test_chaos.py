@@ -1,0 +1,119 @@
+"""Chaos (docs/checking.md, "Chaos"): its draws (compiled against plain Python), that it delays
+effects, completions and resumptions within their maxima, that a run is the same for the same
+seed and that a [chaos] table with every kind off moves no time. That it never breaks an ordering
+rule: tests/test_chaos_rules.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cluster.correctness.chaos import DEFAULTS, KINDS, ChaosSpec, parse
+from shm import nic
+from shm.profile import load_profile, with_overrides
+
+
+# -- the draws -------------------------------------------------------------------------------------
+
+def test_compiled_draws_equal_the_plain_python_ones():
+    rng = np.random.default_rng(5)
+    for _ in range(2000):
+        seed, salt, n = (int(x) for x in rng.integers(0, 1 << 62, 3))
+        share = int(rng.integers(0, nic.CHAOS_SHARE_ONE + 1))
+        most = int(rng.integers(0, 10**7))
+        assert nic.chaos_draw(seed, salt, n, share, most) == nic.chaos_draw_py(seed, salt, n, share, most)
+
+
+def test_draws_are_uniform_up_to_the_maximum_and_drawn_at_the_share():
+    draws = [nic.chaos_draw_py(7, 3, n, nic.CHAOS_SHARE_ONE // 4, 1000) for n in range(20000)]
+    drawn = [d for d in draws if d > 0]
+    assert 0.23 < len(drawn) / len(draws) < 0.27
+    assert max(drawn) <= 1000 and 450 < np.mean(drawn) < 550
+    assert all(nic.chaos_draw_py(7, 3, n, 0, 1000) == 0 for n in range(1000))
+
+
+# -- what chaos does -------------------------------------------------------------------------------
+
+def _read_times(profile, n=200):
+    """Effect and completion (ns) of ``n`` single 8-byte READs posted one after another on one QP."""
+    from cluster.experiments.bench_verbs import Rig
+    from shm.coro import NodeRdma
+    from shm.fabric import gaddr
+    out = []
+    with Rig(profile, 1, 1, mem_bytes=1 << 20) as rig:
+        node = NodeRdma(rig.host, rig.cns[0], policy="per_thread_doorbell")
+        thr = node.thread()
+        qp = thr.qp(rig.mns[0])
+        rows = np.zeros((1, nic.WR_COLS), np.int64)
+        rows[0, nic.WR_LEN] = 8
+        t = 0
+        for k in range(n):
+            rows[0, nic.WR_OFF] = 64 * k
+            qp.model_post(rig.mns[0], rows)
+            out.append((t, int(rows[0, nic.WR_OUT + nic.OUT_EFFECT]), int(rows[0, nic.WR_OUT + nic.OUT_DONE])))
+            t += 10_000
+            rig.env.run(until=t)
+        _ = gaddr
+    return out
+
+
+def test_chaos_delays_effects_and_completions_within_their_maxima():
+    base = load_profile("cx6-200g")
+    calm = _read_times(base)
+    spec = ChaosSpec(("effect",), seed=4)
+    stormy = _read_times(with_overrides(base, spec.overrides()))
+    later = [(s[1] - c[1]) for c, s in zip(calm, stormy)]
+    assert all(0 <= d <= DEFAULTS["effect"][1] + 1 for d in later)
+    assert sum(d > 0 for d in later) > 20                     # a quarter of the READs, about
+    assert _read_times(with_overrides(base, spec.overrides())) == stormy        # the same seed: the same times
+    assert _read_times(with_overrides(base, spec._replace(seed=5).overrides())) != stormy
+    done = _read_times(with_overrides(base, ChaosSpec(("completion",), 4).overrides()))
+    assert [c[1] for c in done] == [c[1] for c in calm]       # effects untouched
+    assert any(d[2] > c[2] for c, d in zip(calm, done))       # completions later
+    assert all(d[2] >= d[1] for d in done)
+
+
+def test_no_chaos_table_moves_nothing():
+    base = load_profile("cx6-200g")
+    off = ChaosSpec((), seed=9).overrides()                   # the table, every kind 0
+    assert _read_times(with_overrides(base, off)) == _read_times(base)
+
+
+def test_a_descheduled_thread_resumes_late():
+    from cluster.experiments.bench_verbs import Rig
+    from shm.coro import NodeRdma
+    from shm.fabric import gaddr
+
+    def loop_time(profile):
+        with Rig(profile, 1, 1, mem_bytes=1 << 20) as rig:
+            env = rig.env
+            co = NodeRdma(rig.host, rig.cns[0]).thread().coroutine()
+            ends = []
+
+            def body():
+                for k in range(50):
+                    co.read(gaddr(rig.mns[0], 64 * k), 8)
+                    yield co.sync()
+                    ends.append(env.now)
+            env.process(body())
+            env.run()
+            return ends
+    base = load_profile("cx6-200g")
+    calm = loop_time(base)
+    late = loop_time(with_overrides(base, ChaosSpec(("resume",), 2).overrides()))
+    assert late[-1] > calm[-1]
+    assert late[-1] - calm[-1] <= 50 * DEFAULTS["resume"][1]
+
+
+def test_chaos_kinds_parse_and_refuse_unknown_ones():
+    assert parse(None, 3) == ChaosSpec(KINDS, 3)
+    assert parse("all", 3).kinds == KINDS
+    assert parse("resume, effect", 3).kinds == ("effect", "resume")
+    assert parse("lines", 8).flags() == "--chaos lines --chaos-seed 8"
+    assert parse(None, 8).flags() == "--chaos --chaos-seed 8"
+    with pytest.raises(ValueError, match="unknown kind.*'jitter'.*the kinds are effect, completion"):
+        parse("effect,jitter", 1)
+    with pytest.raises(ValueError, match="--chaos-seed"):
+        parse(None, -1)
+    ov = ChaosSpec(("lines",), 2).overrides()
+    assert ov["chaos.line_gap_ns"] == DEFAULTS["lines"][1] and ov["chaos.effect_ns"] == 0
