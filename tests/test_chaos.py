@@ -117,3 +117,47 @@ def test_chaos_kinds_parse_and_refuse_unknown_ones():
         parse(None, -1)
     ov = ChaosSpec(("lines",), 2).overrides()
     assert ov["chaos.line_gap_ns"] == DEFAULTS["lines"][1] and ov["chaos.effect_ns"] == 0
+
+
+# -- faults that only chaos catches (docs/checking.md, "Chaos") ------------------------------------
+
+PLUGIN_DIR = __import__("pathlib").Path(__file__).resolve().parents[1] / "examples" / "plugin"
+#: chaos seeds a caught fault must be caught within (the suite's co-located checks are the same
+#: run for the same seed: these are deterministic)
+SEEDS = (1, 2, 3)
+
+
+def _suite(system: str, only, options: dict, chaos_seed: int | None):
+    from cluster.correctness.check import _chaos_overrides
+    from cluster.correctness.conformance import run_suite
+    from contextlib import nullcontext
+    from shm.profile import overridden
+    spec = ChaosSpec(KINDS, chaos_seed) if chaos_seed is not None else None
+    with overridden(_chaos_overrides(spec, None)) if spec is not None else nullcontext():
+        return {o.name: o for o in run_suite(system, only=only, options=options)}
+
+
+def _caught_within_seeds(system: str, only, options: dict) -> int | None:
+    """The first chaos seed of SEEDS under which a check of ``only`` fails, or None."""
+    for seed in SEEDS:
+        if not all(o.passed for o in _suite(system, only, options, seed).values()):
+            return seed
+    return None
+
+
+@pytest.mark.parametrize("system, only, fault", [
+    ("toyht.chainkv:ChainKV", ["no_torn_values", "history_zipfian"], "link-before-write"),
+    ("sherman", ["no_torn_values"], "value-after-entry"),
+])
+def test_a_narrow_window_fault_passes_without_chaos_and_fails_with_it(monkeypatch, system, only, fault):
+    monkeypatch.syspath_prepend(str(PLUGIN_DIR))
+    options = {"fault": fault}
+    calm = _suite(system, only, options, None)
+    assert all(o.passed for o in calm.values()), {n: o.detail for n, o in calm.items()}
+    assert _caught_within_seeds(system, only, options) is not None, f"{system} {fault}: not caught on seeds {SEEDS}"
+
+
+def test_the_correct_designs_pass_under_chaos(monkeypatch):
+    monkeypatch.syspath_prepend(str(PLUGIN_DIR))
+    for system in ("toyht.chainkv:ChainKV", "sherman"):
+        assert _caught_within_seeds(system, ["no_torn_values", "history_zipfian"], {}) is None, system

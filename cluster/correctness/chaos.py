@@ -51,7 +51,7 @@ DEFAULTS = {
 }
 KINDS = tuple(DEFAULTS)
 #: the share of chances that draw a delay
-SHARE = 0.25
+SHARE = 0.5
 
 
 class ChaosSpec(NamedTuple):

@@ -36,6 +36,9 @@ from cluster.correctness.shapes import (  # noqa: F401  (re-exports)
 from cluster.scenario import with_rack_tables  # noqa: F401  (re-exported: declared here first)
 
 HISTORY_CAPACITY = 1 << 20
+#: Under --chaos the process stress writes values of 16 up to this many bytes (several lines, and
+#: out of line where a system keeps large values in blocks): the windows chaos widens are theirs.
+CHAOS_VALUE_BYTES = 512
 
 
 class CheckReport(NamedTuple):
@@ -250,6 +253,9 @@ def run(system: str, *, options: dict | None = None, quick: bool = False, heavy:
         stress_part = sweep.part("process stress")
         stress_part("stress on a rack of processes (history recorded)")
         shape = cls.heavy_stress(HEAVY) if heavy else QUICK if quick else StressShape()
+        if chaos is not None and not shape.mixed_sizes:
+            # chaos widens the windows of multi-line values and out-of-line blocks: give it some
+            shape = shape._replace(value_size=max(shape.value_size, CHAOS_VALUE_BYTES), mixed_sizes=True)
         result, sup = stress_processes(system, options, seed=seed, shape=shape, profile=profile,
                                        profile_overrides=chaos_ov)
         if trace is not None:

@@ -649,6 +649,9 @@ def check_load_then_read(system, options) -> None:
 
 #: The history checks' load: 64 keys, 48-byte values, 2 compute nodes x 2 threads x 4 coroutines, 1 ms.
 HISTORY = StressShape(keys=64, value_size=48, threads=2, coroutines=4, run_ms=1.0)
+#: How much longer the history checks run when the rigs' profile has a [chaos] table: its delays
+#: halved the operations a 1 ms run completes (marlin, rolex, smart-bt fell under 500).
+CHAOS_RUN_FACTOR = 3
 
 
 def _history_check(system, options: dict, distribution: str, shape: StressShape = HISTORY) -> None:
@@ -659,6 +662,10 @@ def _history_check(system, options: dict, distribution: str, shape: StressShape 
     from workloads.stress import StressWorkload
     if shape is HISTORY and hasattr(system, "history_stress"):
         shape = system.history_stress(shape, options)     # a design whose ops are slower needs longer
+    if load_profile(_PROFILE.get()).chaos is not None:
+        # under chaos (dmrack check --chaos) verbs and resumptions take longer: run longer for
+        # as many operations as without
+        shape = shape._replace(run_ms=shape.run_ms * CHAOS_RUN_FACTOR)
     mix = stress_mix(system)
     wl = StressWorkload(shape.keys, mix=mix, distribution=distribution, value_size=shape.value_size,
                         mixed_sizes=shape.mixed_sizes)

@@ -123,6 +123,7 @@ class ShermanClient(HoclClient, KVClient):
             if options.get("local_lock", False) else None
         self.read_handover = self.write_handover = 0
         self.fault = options.get("fault", "none")
+        self._late_blocks: dict = {}    # fault=value-after-entry: block gaddr -> its image, not yet written
         self.tag = (owner.node % FIELD_MASK) + 1          # the remote lock's holder: this compute node
         mns = layout["memory_nodes"]
         # Out-of-line value blocks are reused once no reader can hold them (nodes/systems/lib/reclaim.py);
@@ -168,7 +169,12 @@ class ShermanClient(HoclClient, KVClient):
         """Generator: allocate an out-of-line value block and queue its WRITE; its gaddr."""
         node, off = yield from self.alloc.alloc(co, block_units(len(value)))
         addr = self._nb[node] | off
-        co.write(addr, block_image(key, value))
+        if self.fault == "value-after-entry":
+            # the deliberate bug: the block's WRITE waits until the entry that points to it is
+            # queued (_modify posts it behind the entry's write-back)
+            self._late_blocks[addr] = block_image(key, value)
+        else:
+            co.write(addr, block_image(key, value))
         self.blocks_written += 1
         return addr
 
@@ -411,6 +417,7 @@ class ShermanClient(HoclClient, KVClient):
                     self.entry_gone(key)
                 yield from self.release(co, lock)
                 if block:
+                    self._late_blocks.pop(block, None)
                     self.alloc.release(*self._block_of(block, len(value)))   # never published
                 return False
             old = None                                 # the out-of-line block this write unlinks
@@ -430,6 +437,8 @@ class ShermanClient(HoclClient, KVClient):
                 self.entry_at(key, addr + fmt.entry_offset(line or free), hd.nv)
             else:
                 self.entry_gone(key)                  # the split moves it; the next get finds it
+                if block in self._late_blocks:        # (the fault's block goes out first here)
+                    co.write(block, self._late_blocks.pop(block))
                 yield from self.split_leaf(co, addr, lock, off, hd, key, k, value, block)
                 return True
             if not self.entry_writes:                 # ablation: the whole leaf goes back
@@ -443,6 +452,14 @@ class ShermanClient(HoclClient, KVClient):
                 yield from self.release(co, lock)
                 co.write(*wb)
                 yield co.sync()
+            elif block in self._late_blocks:
+                # fault=value-after-entry, the deliberate bug: the entry goes first, the value's
+                # block behind it in the same doorbell (then the unlock): on one QP the block lands
+                # nanoseconds after the entry, so a reader must follow the new entry to the block
+                # within that gap to read the block before its value is there
+                co.write(*wb)
+                co.write(block, self._late_blocks.pop(block))
+                yield from self.release(co, lock)
             else:
                 co.write(*wb)                         # the write-back and the unlock in one post
                 yield from self.release(co, lock)

@@ -78,8 +78,10 @@ class ShermanSystem(System):
                "releases a leaf's lock before the entry's write-back (lost and overwritten entries); "
                "'retire-new-block' retires the out-of-line value block an update or insert just published "
                "instead of the one it replaced, so a live value is reused under its entry (use after free; only "
-               "values over 48 B have blocks)",
-               choices=("none", "unlock-before-write", "retire-new-block")),
+               "values over 48 B have blocks); 'value-after-entry' WRITEs an out-of-line value's block behind the "
+               "entry that points to it, in the same doorbell (it lands nanoseconds after the entry on the same QP: "
+               "a window only dmrack check --chaos opens wide enough to see)",
+               choices=("none", "unlock-before-write", "retire-new-block", "value-after-entry")),
     )
 
     @classmethod
