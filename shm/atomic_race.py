@@ -63,8 +63,11 @@ class AtomicWriteRace:
         hold = self.host_hold_ns if region == REGION_HOST else self.device_hold_ns
         if self._chaos is not None:
             seed, salt, share, most = self._chaos
-            hold += chaos_draw_py(seed, salt, self._chaos_draws, share, most)
+            d = chaos_draw_py(seed, salt, self._chaos_draws, share, most)
             self._chaos_draws += 1
+            if d:
+                hold += d
+                self.fabric.windows["write_backs_delayed"] += 1
         env.schedule(env.now + hold, self._write_back, (key, words, value, token))
         env.effect_at(env.now + hold)
         pending_writes_of(self.fabric).add(node, env.now + hold, env.now + hold)

@@ -411,7 +411,10 @@ class RdmaThread:
         seed, salt, share, most = self._resume_chaos
         n = self._resume_draws
         self._resume_draws = n + 1
-        return nic.chaos_draw_py(seed, salt, n, share, most)
+        d = nic.chaos_draw_py(seed, salt, n, share, most)
+        if d:
+            self.fabric.windows["resumes_delayed"] += 1
+        return d
 
     def _cycles_ns(self, cycles: int) -> int:
         return self.smart.cycles_ns(cycles, self.fabric.profile.cpu.ghz)

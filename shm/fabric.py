@@ -302,6 +302,21 @@ class FabricStats(NamedTuple):
     segments: int
 
 
+#: What the windows a check can stretch saw (docs/checking.md, "Chaos"), per fabric
+#: (``Fabric.windows``) and summed over every fabric this process closed (:func:`windows_hit`):
+#: delays chaos drew in the NIC model and their total, CASes that lost a race (their compare
+#: failed), multi-line READs a write to their node landed inside, coroutine resumptions and
+#: atomic write-backs chaos delayed.
+WINDOW_COUNTERS = ("chaos_delays", "chaos_delay_ns", "cas_raced", "reads_overlapping_writes",
+                   "resumes_delayed", "write_backs_delayed")
+_windows_total = dict.fromkeys(WINDOW_COUNTERS, 0)
+
+
+def windows_hit() -> dict:
+    """The :data:`WINDOW_COUNTERS` summed over the fabrics this process has closed (a copy)."""
+    return dict(_windows_total)
+
+
 class Fabric:
     """Everything shared between the nodes of a rack (see the module docstring)."""
 
@@ -314,6 +329,7 @@ class Fabric:
         self._segments = segments
         self.layout = nic.FabricLayout.build(profile, [n.name for n in nodes], nic_of=_nic_of(nodes))
         self.params = nic.pack_params(profile)
+        self.windows = dict.fromkeys(WINDOW_COUNTERS, 0)   # this process's share (see WINDOW_COUNTERS)
         self.table = segments["fabric"].array(np.int64, 0, self.layout.words)
         self.descriptors = self.layout.descriptors
         self.memory: list[NodeMemory] = []
@@ -396,6 +412,9 @@ class Fabric:
         :class:`shm.calendar.CalendarAliased` if a calendar aliased (the run's timing is wrong).
         Closing on the way out of another error does not check (it would hide that error)."""
         bad = self.calendar_errors() if self.owner and check else []
+        if self.table is not None:
+            for k, v in self.window_statistics().items():
+                _windows_total[k] += v
         self.memory = []
         self.table = None
         for seg in self._segments.values():
@@ -530,6 +549,15 @@ class Fabric:
     def statistics(self) -> FabricStats:
         return FabricStats(nodes=len(self.nodes), memory_bytes=sum(n.memory_bytes for n in self.nodes),
                            segments=len(self._segments))
+
+    def window_statistics(self) -> dict:
+        """:data:`WINDOW_COUNTERS` of this fabric in this process: the model's chaos delays (in
+        the nodes' counters of the table) and what the verbs counted (``windows``)."""
+        out = dict(self.windows)
+        for d in self.descriptors:
+            out["chaos_delays"] += int(self.table[d[nic.D_STATE] + nic.S_CHAOS_DELAYS])
+            out["chaos_delay_ns"] += int(self.table[d[nic.D_STATE] + nic.S_CHAOS_PS]) // 1000
+        return out
 
     def resource_statistics(self):
         """Every NIC resource's booked time, queueing and request count (for utilisation)."""

@@ -65,6 +65,8 @@ def begin_landing(env, fabric, node: int, is_read: bool, off: int, length: int, 
     if not mr_check(mem.mrt, rkey, REGION_HOST, off, length,
                     IBV_ACCESS_REMOTE_READ if is_read else IBV_ACCESS_REMOTE_WRITE):
         return None
+    if is_read:
+        fabric.windows["reads_overlapping_writes"] += 1   # a write lands inside its window
     landing = Landing(env, pending, node, is_read, mem.host, mem.host_locks, off, length, lbuf, loff, descending, lo,
                       hi, deferred)
     landing.step(bound)

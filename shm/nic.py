@@ -123,7 +123,9 @@ N_DESC = 15
 # counts 1/k on each (it spins on one lock at a time), so the count is the expected contenders.
 S_OUTSTANDING = 0
 S_NEXT_DB = 1
-S_DB_USERS = 2
+S_CHAOS_DELAYS = 2   # chaos (the [chaos] table): delays drawn by this node's posts, and their sum (ps)
+S_CHAOS_PS = 3
+S_DB_USERS = 4
 SHARER_UNIT = 2520   # divisible by 1..10: a thread's share of up to 10 doorbells is exact
 
 # Per-QP private state (a QP lives in one process): when its requester unit is next free,
@@ -383,13 +385,18 @@ def chaos_draw_py(seed: int, salt: int, n: int, share: int, max_ps: int) -> int:
 
 
 @njit(cache=True)
-def _chaos_ps(prm, qp, max_ps):
-    """The QP's next adversarial delay of at most ``max_ps`` (0 when the kind is off: no draw)."""
+def _chaos_ps(tbl, rq, prm, qp, max_ps):
+    """The QP's next adversarial delay of at most ``max_ps`` (0 when the kind is off: no draw),
+    counted in the posting node's S_CHAOS_* counters (what a check reports as windows stretched)."""
     if max_ps <= 0:
         return 0
     n = qp[Q_CHAOS_N]
     qp[Q_CHAOS_N] = n + 1
-    return chaos_draw(prm[P_CHAOS_SEED], qp[Q_SALT], n, prm[P_CHAOS_SHARE], max_ps)
+    d = chaos_draw(prm[P_CHAOS_SEED], qp[Q_SALT], n, prm[P_CHAOS_SHARE], max_ps)
+    if d > 0:
+        faa(tbl, rq[D_STATE] + S_CHAOS_DELAYS, 1)
+        faa(tbl, rq[D_STATE] + S_CHAOS_PS, d)
+    return d
 
 
 @njit(cache=True)
@@ -561,7 +568,7 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, flags,
             continue
         # chaos: the request takes longer to reach the responder (a retransmission, a switch
         # queue); the responder still applies one QP's requests in RC order (_in_effect_order)
-        t4 = reserve(tbl, rs[D_RX], t3 + one_way + _chaos_ps(prm, qp, prm[P_CHAOS_EFFECT]), wire)
+        t4 = reserve(tbl, rs[D_RX], t3 + one_way + _chaos_ps(tbl, rq, prm, qp, prm[P_CHAOS_EFFECT]), wire)
         t5 = reserve(tbl, rs[D_RESP], t4, prm[P_RESP_COST + op])
         if rec:
             stages[i, ST_ARRIVED] = t4
@@ -573,7 +580,7 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, flags,
             span = (addrs[i] + nbytes - 1) // 64 - addrs[i] // 64
         gap = 0                 # chaos: more time between two lines (ps)
         if span > 0 and (op == VERB_READ or op == VERB_WRITE):
-            gap = _chaos_ps(prm, qp, prm[P_CHAOS_LINE])
+            gap = _chaos_ps(tbl, rq, prm, qp, prm[P_CHAOS_LINE])
         other = -1
         if op == VERB_CAS or op == VERB_FAA:
             t_unit = t5
@@ -632,7 +639,7 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, flags,
         t7 = reserve(tbl, rs[D_TX], t6, wire_back)
         # chaos: the response takes longer to come back (the completion never precedes the
         # effect and keeps posting order: below)
-        t8 = reserve(tbl, rq[D_RX], t7 + one_way + _chaos_ps(prm, qp, prm[P_CHAOS_DONE]), wire_back)
+        t8 = reserve(tbl, rq[D_RX], t7 + one_way + _chaos_ps(tbl, rq, prm, qp, prm[P_CHAOS_DONE]), wire_back)
         t9 = reserve(tbl, rq[D_PCIE], t8, _pcie_ps(prm, 0, resp_b)) + pcie_lat
         if t9 < eff:
             t9 = eff            # an ack never announces a WRITE that has not landed

@@ -161,3 +161,22 @@ def test_the_correct_designs_pass_under_chaos(monkeypatch):
     monkeypatch.syspath_prepend(str(PLUGIN_DIR))
     for system in ("toyht.chainkv:ChainKV", "sherman"):
         assert _caught_within_seeds(system, ["no_torn_values", "history_zipfian"], {}) is None, system
+
+
+def test_a_check_reports_the_windows_it_hit():
+    """The co-located checks' window counters (shm.fabric.WINDOW_COUNTERS): chaos's delays only
+    under chaos, raced CASes and READs overlapped by writes either way; the line under the verdict."""
+    from cluster.correctness.check import windows_line
+    from shm.fabric import windows_hit
+
+    def hit(seed):
+        before = windows_hit()
+        _suite("race", ["no_torn_values"], {}, seed)
+        return {k: v - before[k] for k, v in windows_hit().items()}
+    calm, stormy = hit(None), hit(1)
+    assert calm["chaos_delays"] == calm["resumes_delayed"] == 0
+    assert calm["cas_raced"] > 0 and stormy["cas_raced"] > 0
+    assert stormy["chaos_delays"] > 0 and stormy["resumes_delayed"] > 0
+    assert 0 < stormy["chaos_delay_ns"] / stormy["chaos_delays"] <= DEFAULTS["effect"][1]
+    assert "CASes lost a race" in windows_line(calm) and "chaos" not in windows_line(calm)
+    assert "chaos delayed" in windows_line(stormy)

@@ -207,6 +207,18 @@ def trace_stress(system: str, options: dict, path: str, bounds, *, seed: int, sh
     return rack.tracer.write(path, extra_events=extra)
 
 
+def windows_line(w: dict) -> str:
+    """How hard the co-located checks pushed the windows a race needs (``shm.fabric.WINDOW_COUNTERS``
+    over the conformance suite's racks): one line under the verdict, so a PASS says what it tried."""
+    parts = [f"{w['cas_raced']:,} CASes lost a race", f"{w['reads_overlapping_writes']:,} multi-line READs had a "
+             f"write land inside them"]
+    if w["chaos_delays"] or w["resumes_delayed"] or w["write_backs_delayed"]:
+        avg = w["chaos_delay_ns"] / w["chaos_delays"] if w["chaos_delays"] else 0
+        parts.append(f"chaos delayed {w['chaos_delays']:,} requests or responses (mean {avg:,.0f} ns), "
+                     f"{w['resumes_delayed']:,} resumptions and {w['write_backs_delayed']:,} write-backs")
+    return "windows hit by the co-located checks: " + "; ".join(parts)
+
+
 def replay_command(system: str, given: dict, *, quick: bool, heavy: bool, seed: int, profile: str | None,
                    chaos=None) -> str:
     """The command that runs this check again: its co-located checks (the conformance suite) give
@@ -246,10 +258,13 @@ def run(system: str, *, options: dict | None = None, quick: bool = False, heavy:
     from contextlib import nullcontext
     from shm.profile import overridden
     chaos_ov = chaos.overrides() if chaos is not None else None
+    from shm.fabric import windows_hit
+    before = windows_hit()
     with Sweep(f"check {system}", ["conformance suite", "process stress"]) as sweep:
         with overridden(_chaos_overrides(chaos, profile)) if chaos is not None else nullcontext():
             outcomes = run_suite(system, options=options, heavy=heavy, progress=sweep.part("conformance suite"),
                                  profile=profile)
+        windows = {k: v - before[k] for k, v in windows_hit().items()}
         stress_part = sweep.part("process stress")
         stress_part("stress on a rack of processes (history recorded)")
         shape = cls.heavy_stress(HEAVY) if heavy else QUICK if quick else StressShape()
@@ -272,13 +287,14 @@ def run(system: str, *, options: dict | None = None, quick: bool = False, heavy:
     verdict = verdict_line(system, given, passed, len(outcomes), len(failed), result.verdict, report.ops,
                            result.keys, report.wall_s, chaos)
     replay = replay_command(system, given, quick=quick, heavy=heavy, seed=seed, profile=profile, chaos=chaos)
+    coverage = windows_line(windows)
     stress_name = (f"stress (2 processes x {shape.threads} x {shape.coroutines}, {shape.keys} keys, "
                    f"{'16-' if shape.mixed_sizes else ''}{shape.value_size} B values, uniform + zipf 0.99"
                    + (f", {SCAN_SHARE:.0%} scans included" if stress_mix(cls) else "") + ")")
     write = report_path or out_dir or not passed
     path = report_path or default_report_path(system, out_dir) if write else None
     if path:
-        text = [verdict, f"replay: {replay}", ""]
+        text = [verdict, coverage, f"replay: {replay}", ""]
         for o in outcomes:
             text.append(f"== {o.name}: {'pass' if o.passed else 'FAIL'}")
             if o.detail:
@@ -289,6 +305,7 @@ def run(system: str, *, options: dict | None = None, quick: bool = False, heavy:
     console.print(verdict, highlight=False, soft_wrap=True)
     if path:
         console.print(f"full report: {path}", highlight=False)
+    console.print(coverage, highlight=False, soft_wrap=True)
     if trace is not None:
         o = doc["otherData"]
         failing = min(len(result.failures), SHOWN_KEYS) if result.verdict == "illegal" else 0
@@ -316,7 +333,7 @@ def run(system: str, *, options: dict | None = None, quick: bool = False, heavy:
         import json
         with open(json_path, "w") as f:
             json.dump({"system": system, "options": given, "chaos": chaos.describe() if chaos is not None else None,
-                       "replay": replay, "passed": passed, "stress": result.verdict, "ops": report.ops,
+                       "windows": windows, "replay": replay, "passed": passed, "stress": result.verdict, "ops": report.ops,
                        "keys": result.keys, "suite": [o._asdict() for o in outcomes],
                        "explanation": explanation, "report": path}, f, indent=1)
     return report
