@@ -442,9 +442,9 @@ def _cmd_check(args) -> int:
         _make_dir(args.out)
     if args.history is not None:
         if args.option or args.quick or args.heavy or args.seed is not None or args.trace or args.profile \
-                or args.chaos is not None:
-            raise ValueError("--option, --quick, --heavy, --seed, --profile, --chaos and --trace go with --system, "
-                             "not --history")
+                or args.chaos is not None or args.only or args.scale:
+            raise ValueError("--option, --quick, --heavy, --seed, --profile, --chaos, --only, --scale and --trace go "
+                             "with --system, not --history")
         if args.time_limit <= 0:
             raise ValueError(f"--time-limit must be a positive number of seconds, got {args.time_limit:g}")
         return check.check_history_file(args.history, time_limit_s=args.time_limit, console=_console(),
@@ -458,12 +458,22 @@ def _cmd_check(args) -> int:
     options = _parse_options(args.system, args.option)
     bounds = _trace_bounds(args)
     from cluster.correctness.chaos import parse as parse_chaos
+    from cluster.correctness.conformance import CHECKS, HEAVY_CHECKS, Scale
     chaos = parse_chaos(args.chaos, args.chaos_seed) if args.chaos is not None else None
+    only = [c.strip() for c in args.only.split(",") if c.strip()] if args.only else None
+    if only is not None:
+        unknown = [c for c in only if c not in CHECKS and c not in HEAVY_CHECKS]
+        if unknown or not only:
+            raise ValueError(f"--only {args.only!r}: unknown check(s) {', '.join(map(repr, unknown)) or '(none)'}; "
+                             f"the checks are {', '.join([*CHECKS, *HEAVY_CHECKS])}")
+    if args.scale is not None and only is None:
+        raise ValueError("--scale goes with --only CHECKS (it sizes those conformance checks)")
+    scale = Scale.parse(args.scale) if args.scale is not None else None
     try:
         report = check.run(args.system, options=options, quick=args.quick, heavy=args.heavy, seed=args.seed or 1,
                            console=_console(), json_path=args.json, report_path=args.report, out_dir=args.out,
                            trace=(args.trace, bounds) if bounds is not None else None, profile=args.profile,
-                           chaos=chaos)
+                           chaos=chaos, only=only, scale=scale, shrink_failures=not args.no_shrink)
     except check.StressRackFailed as e:
         print(f"FAIL: {args.system}: {e}", file=sys.stderr)
         return 1
@@ -769,6 +779,13 @@ def main(argv=None) -> int:
                          "see docs/checking.md")
     ck.add_argument("--chaos-seed", type=int, default=1, metavar="N",
                     help="the seed of the chaos delays (default 1); a failure prints the one to replay it")
+    ck.add_argument("--only", metavar="CHECKS",
+                    help="run only these conformance checks (comma-separated; no process stress): what a replay of "
+                         "a shrunk failure runs")
+    ck.add_argument("--scale", metavar="SIZES",
+                    help="run the --only checks smaller: threads=N,coroutines=N,keys=N,length=F (a shrunk failure)")
+    ck.add_argument("--no-shrink", action="store_true",
+                    help="do not search for a smaller run of a failing conformance check")
     ck.add_argument("--json", metavar="PATH", help="also write the verdict as JSON")
     quiet_flag(ck)
     trace_flags(ck, "a co-located run of the stress (and the operations of failing keys)")

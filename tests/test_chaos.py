@@ -128,12 +128,11 @@ SEEDS = (1, 2, 3)
 
 
 def _suite(system: str, only, options: dict, chaos_seed: int | None):
-    from cluster.correctness.check import _chaos_overrides
     from cluster.correctness.conformance import run_suite
     from contextlib import nullcontext
     from shm.profile import overridden
     spec = ChaosSpec(KINDS, chaos_seed) if chaos_seed is not None else None
-    with overridden(_chaos_overrides(spec, None)) if spec is not None else nullcontext():
+    with overridden(spec.everywhere()) if spec is not None else nullcontext():
         return {o.name: o for o in run_suite(system, only=only, options=options)}
 
 

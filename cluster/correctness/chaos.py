@@ -66,6 +66,13 @@ class ChaosSpec(NamedTuple):
             out[f"chaos.{key}"] = most if kind in self.kinds else 0
         return out
 
+    def everywhere(self, profile: str | None = None) -> dict:
+        """``shm.profile.overridden()``'s argument for a check under this chaos: the [chaos] table
+        added to every shipped profile and to ``profile`` (a system's rack tables may name
+        another profile than the check's)."""
+        from shm.profile import list_profiles
+        return {name: self.overrides() for name in list_profiles() + ([profile] if profile else [])}
+
     def describe(self) -> str:
         """One line for the verdict: which kinds were on, how large, the share and the seed."""
         on = ", ".join(f"{k} <= {DEFAULTS[k][1]:,} ns" for k in KINDS if k in self.kinds)

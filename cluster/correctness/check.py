@@ -115,7 +115,8 @@ def stress_processes(system: str, options: dict, *, seed: int = 1, run_ms: float
     return check(sup.history_ops, time_limit_s=time_limit_s), sup
 
 
-_STRESS_VERDICT = {"ok": "linearizable", "illegal": "NOT linearizable", "unknown": "undecided (time limit)"}
+_STRESS_VERDICT = {"ok": "linearizable", "illegal": "NOT linearizable", "unknown": "undecided (time limit)",
+                   "skipped": "skipped (--only)"}
 
 #: Characters of an option's value the verdict line shows (longer values end in "...").
 OPTION_VALUE_CHARS = 40
@@ -219,27 +220,42 @@ def windows_line(w: dict) -> str:
     return "windows hit by the co-located checks: " + "; ".join(parts)
 
 
+class StressSkipped:
+    """The process stress's place in a check that ran named conformance checks only (``--only``)."""
+    verdict = "skipped"
+    ops = keys = 0
+    failures = unknown_keys = scan_problems = ()
+
+    def summary(self) -> str:
+        return "skipped (--only)"
+
+    def explain(self) -> str:
+        return "skipped (--only)"
+
+
+def shrink_full(check: str):
+    """The full size of a shrinkable check (a Scale with its numbers)."""
+    from cluster.correctness.shrink import FULL
+    return FULL.get(check)
+
+
 def replay_command(system: str, given: dict, *, quick: bool, heavy: bool, seed: int, profile: str | None,
-                   chaos=None) -> str:
+                   chaos=None, only=None, scale=None) -> str:
     """The command that runs this check again: its co-located checks (the conformance suite) give
     the same history bit for bit, chaos included (its stream is seeded); the process stress runs
     on real processes and may interleave differently."""
     opts = "".join(f" --option {k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in given.items())
     return (f"dmrack check --system {system}{opts}" + (" --quick" if quick else "") + (" --heavy" if heavy else "")
             + (f" --profile {profile}" if profile else "") + f" --seed {seed}"
-            + (f" {chaos.flags()}" if chaos is not None else ""))
-
-
-def _chaos_overrides(chaos, profile: str | None) -> dict:
-    """``overridden()``'s argument for a check under ``chaos``: the [chaos] table added to every
-    shipped profile (a system's rack tables may name another than the check's)."""
-    from shm.profile import list_profiles
-    return {name: chaos.overrides() for name in list_profiles() + ([profile] if profile else [])}
+            + (f" {chaos.flags()}" if chaos is not None else "")
+            + (f" --only {','.join(only)}" if only else "")
+            + (f" --scale {scale.text()}" if scale is not None and scale.text() != "full" else ""))
 
 
 def run(system: str, *, options: dict | None = None, quick: bool = False, heavy: bool = False, seed: int = 1,
         console=None, json_path: str | None = None, report_path: str | None = None,
-        out_dir: str | None = None, trace=None, profile: str | None = None, chaos=None) -> CheckReport:
+        out_dir: str | None = None, trace=None, profile: str | None = None, chaos=None,
+        only: list | None = None, scale=None, shrink_failures: bool = True) -> CheckReport:
     """Run the suite and the process stress; print the verdict first, then one line per check
     and a short block per failing key; the full explanations go to a report file (``report_path``,
     default ``dmrack-check-SYSTEM.txt`` in ``out_dir`` or the current directory), which is written
@@ -261,46 +277,71 @@ def run(system: str, *, options: dict | None = None, quick: bool = False, heavy:
     from shm.fabric import windows_hit
     before = windows_hit()
     with Sweep(f"check {system}", ["conformance suite", "process stress"]) as sweep:
-        with overridden(_chaos_overrides(chaos, profile)) if chaos is not None else nullcontext():
+        with overridden(chaos.everywhere(profile)) if chaos is not None else nullcontext():
             outcomes = run_suite(system, options=options, heavy=heavy, progress=sweep.part("conformance suite"),
-                                 profile=profile)
+                                 profile=profile, only=only, scale=scale)
         windows = {k: v - before[k] for k, v in windows_hit().items()}
         stress_part = sweep.part("process stress")
-        stress_part("stress on a rack of processes (history recorded)")
         shape = cls.heavy_stress(HEAVY) if heavy else QUICK if quick else StressShape()
         if chaos is not None and not shape.mixed_sizes:
             # chaos widens the windows of multi-line values and out-of-line blocks: give it some
             shape = shape._replace(value_size=max(shape.value_size, CHAOS_VALUE_BYTES), mixed_sizes=True)
-        result, sup = stress_processes(system, options, seed=seed, shape=shape, profile=profile,
-                                       profile_overrides=chaos_ov)
-        if trace is not None:
+        if only:
+            result, sup = StressSkipped(), None   # --only: the named conformance checks alone
+        else:
+            stress_part("stress on a rack of processes (history recorded)")
+            result, sup = stress_processes(system, options, seed=seed, shape=shape, profile=profile,
+                                           profile_overrides=chaos_ov)
+        shrunk = None
+        first_failed = next((o.name for o in outcomes if not o.passed), None)
+        if shrink_failures and first_failed is not None:
+            from cluster.correctness.shrink import shrink
+            stress_part(f"shrinking the failure of {first_failed}")
+            shrunk = shrink(system, first_failed, options, chaos=chaos, profile=profile)
+        if trace is not None and sup is not None:
             stress_part("a co-located run of the stress, traced")
-            with overridden(_chaos_overrides(chaos, profile)) if chaos is not None else nullcontext():
+            with overridden(chaos.everywhere(profile)) if chaos is not None else nullcontext():
                 doc = trace_stress(system, options, trace[0], trace[1], seed=seed, shape=shape,
                                    history=sup.history_ops, result=result, profile=profile)
-    passed = all(o.passed for o in outcomes) and result.verdict == "ok"
-    explanation = "" if result.verdict == "ok" else result.explain()
+    passed = all(o.passed for o in outcomes) and result.verdict in ("ok", "skipped")
+    explanation = "" if result.verdict in ("ok", "skipped") else result.explain()
     suite_ops = sum(o.ops_checked for o in outcomes)
     report = CheckReport(system, passed, tuple(outcomes), result.verdict, result.ops + suite_ops, result.keys,
                          explanation, time.perf_counter() - t0)
     failed = [o for o in outcomes if not o.passed]
     verdict = verdict_line(system, given, passed, len(outcomes), len(failed), result.verdict, report.ops,
                            result.keys, report.wall_s, chaos)
-    replay = replay_command(system, given, quick=quick, heavy=heavy, seed=seed, profile=profile, chaos=chaos)
+    replay = replay_command(system, given, quick=quick, heavy=heavy, seed=seed, profile=profile, chaos=chaos,
+                            only=only, scale=scale)
     coverage = windows_line(windows)
+    shrunk_lines = []
+    if shrunk is not None:
+        detail = shrunk.detail.strip().splitlines()[0] if shrunk.detail.strip() else ""
+        sized = "its full size" if shrunk.scale == shrink_full(shrunk.check) else shrunk.scale.text()
+        shrunk_lines = [
+            f"shrunk: {shrunk.check} still fails at {sized}"
+            + (f" (chaos seed {shrunk.chaos_seed})" if shrunk.chaos_seed is not None else "")
+            + f", the smallest of {shrunk.runs} runs: {detail}",
+            "replay the shrunk run: " + replay_command(
+                system, given, quick=quick, heavy=heavy, seed=seed, profile=profile,
+                chaos=chaos._replace(seed=shrunk.chaos_seed) if chaos is not None else None,
+                only=[shrunk.check], scale=shrunk.scale)]
     stress_name = (f"stress (2 processes x {shape.threads} x {shape.coroutines}, {shape.keys} keys, "
                    f"{'16-' if shape.mixed_sizes else ''}{shape.value_size} B values, uniform + zipf 0.99"
                    + (f", {SCAN_SHARE:.0%} scans included" if stress_mix(cls) else "") + ")")
     write = report_path or out_dir or not passed
     path = report_path or default_report_path(system, out_dir) if write else None
     if path:
-        text = [verdict, coverage, f"replay: {replay}", ""]
+        text = [verdict, coverage, f"replay: {replay}", *shrunk_lines, ""]
         for o in outcomes:
             text.append(f"== {o.name}: {'pass' if o.passed else 'FAIL'}")
             if o.detail:
                 text.append(o.detail)
         text.append(f"== {stress_name}: {result.verdict}")
         text.append(result.explain())
+        if shrunk is not None:
+            text.append(f"== shrunk: {shrunk.check} at {shrunk.scale.text()}")
+            text.append(shrunk.detail)
         _write_report(path, "\n".join(text))
     console.print(verdict, highlight=False, soft_wrap=True)
     if path:
@@ -321,19 +362,25 @@ def run(system: str, *, options: dict | None = None, quick: bool = False, heavy:
     for o in outcomes:
         table.add_row(o.name, "[green]pass[/]" if o.passed else "[bold red]FAIL[/]",
                       o.detail.strip().splitlines()[0] if o.detail.strip() else "")
-    table.add_row(stress_name, "[green]pass[/]" if result.verdict == "ok" else f"[bold red]{result.verdict.upper()}[/]",
-                  result.summary())
+    if result.verdict != "skipped":
+        table.add_row(stress_name, "[green]pass[/]" if result.verdict == "ok"
+                      else f"[bold red]{result.verdict.upper()}[/]", result.summary())
     console.print(table)
-    if result.verdict != "ok":
+    if result.verdict not in ("ok", "skipped"):
         console.print(f"process stress: {result.summary()}", highlight=False, markup=False, soft_wrap=True)
         _failure_blocks(result, console, path)
+    for line in shrunk_lines:
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
     if not passed:
         console.print(f"replay: {replay}", highlight=False, markup=False, soft_wrap=True)
     if json_path:
         import json
         with open(json_path, "w") as f:
             json.dump({"system": system, "options": given, "chaos": chaos.describe() if chaos is not None else None,
-                       "windows": windows, "replay": replay, "passed": passed, "stress": result.verdict, "ops": report.ops,
+                       "windows": windows, "replay": replay,
+                       "shrunk": None if shrunk is None else {"check": shrunk.check, "scale": shrunk.scale.text(),
+                                                              "chaos_seed": shrunk.chaos_seed, "runs": shrunk.runs,
+                                                              "detail": shrunk.detail}, "passed": passed, "stress": result.verdict, "ops": report.ops,
                        "keys": result.keys, "suite": [o._asdict() for o in outcomes],
                        "explanation": explanation, "report": path}, f, indent=1)
     return report

@@ -94,6 +94,51 @@ _TALLY: contextvars.ContextVar[list | None] = contextvars.ContextVar("conformanc
 _PROFILE: contextvars.ContextVar[str] = contextvars.ContextVar("conformance_profile", default=DEFAULT_PROFILE)
 
 
+class Scale(NamedTuple):
+    """A smaller run of a check (``shrink.py``: a failing check run again smaller): at most
+    ``threads`` threads and ``coroutines`` coroutines per thread, ``keys`` keys, and ``length``
+    times its rounds or virtual time. None keeps the check's own. Checks that take it:
+    :data:`SHRINKABLE`."""
+    threads: int | None = None
+    coroutines: int | None = None
+    keys: int | None = None
+    length: float = 1.0
+
+    def text(self) -> str:
+        """``threads=2,coroutines=1,length=0.25`` (what ``dmrack check --scale`` takes)."""
+        parts = [f"{k}={v}" for k, v in zip(self._fields, self) if v is not None and not (k == "length" and v == 1.0)]
+        return ",".join(parts) or "full"
+
+    @classmethod
+    def parse(cls, text: str) -> "Scale":
+        """``--scale threads=2,coroutines=1,keys=8,length=0.5``; a bad one is a ValueError of one line."""
+        out = {}
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            k, eq, v = part.partition("=")
+            if not eq or k not in cls._fields:
+                raise ValueError(f"--scale {text!r}: {part!r} is not one of {', '.join(f + '=N' for f in cls._fields)}")
+            try:
+                out[k] = float(v) if k == "length" else int(v)
+            except ValueError:
+                raise ValueError(f"--scale {text!r}: {k} must be a number, got {v!r}") from None
+            if out[k] <= 0:
+                raise ValueError(f"--scale {text!r}: {k} must be positive, got {v}")
+        return cls(**out)
+
+    def threads_of(self, n: int) -> int:
+        return n if self.threads is None else max(1, min(n, self.threads))
+
+    def coroutines_of(self, n: int) -> int:
+        return n if self.coroutines is None else max(1, min(n, self.coroutines))
+
+    def keys_of(self, n: int) -> int:
+        return n if self.keys is None else max(1, min(n, self.keys))
+
+
+# The scale of the check being run (shrinking, ``--scale``): the full run unless set.
+_SCALE: contextvars.ContextVar[Scale] = contextvars.ContextVar("conformance_scale", default=Scale())
+
+
 def _tally(n: int) -> None:
     t = _TALLY.get()
     if t is not None:
@@ -551,8 +596,9 @@ def check_no_torn_values(system, options) -> None:
     value of the wrong size for its version) and every update succeeds."""
     kid = 777
     k = _k(kid)
-    rounds = 6
-    with rig(system, compute_threads=4, coroutines=4, options=options) as r:
+    sc = _SCALE.get()
+    rounds = max(1, round(6 * sc.length))
+    with rig(system, compute_threads=sc.threads_of(4), coroutines=sc.coroutines_of(4), options=options) as r:
         written = {0: _v(kid, 0, 1000)}
         _expect(r.op("insert", k, written[0]) is True, "insert of the shared key was refused")
 
@@ -586,7 +632,8 @@ def check_insert_race(system, options) -> None:
     """4 threads x 4 coroutines insert one key at the same virtual instant (and then staggered):
     exactly one insert wins and its value is the one stored; then all delete it at once: exactly
     one delete wins and the key is gone."""
-    with rig(system, compute_threads=4, coroutines=4, seed=3, options=options) as r:
+    sc = _SCALE.get()
+    with rig(system, compute_threads=sc.threads_of(4), coroutines=sc.coroutines_of(4), seed=3, options=options) as r:
         for rnd, stagger in enumerate((0, 3000, 0)):
             kid = 4000 + rnd
             k = _k(kid)
@@ -666,6 +713,11 @@ def _history_check(system, options: dict, distribution: str, shape: StressShape 
         # under chaos (dmrack check --chaos) verbs and resumptions take longer: run longer for
         # as many operations as without
         shape = shape._replace(run_ms=shape.run_ms * CHAOS_RUN_FACTOR)
+    sc = _SCALE.get()
+    shrunk = sc != Scale()
+    if shrunk:
+        shape = shape._replace(threads=sc.threads_of(shape.threads), coroutines=sc.coroutines_of(shape.coroutines),
+                               keys=sc.keys_of(shape.keys), run_ms=shape.run_ms * sc.length)
     mix = stress_mix(system)
     wl = StressWorkload(shape.keys, mix=mix, distribution=distribution, value_size=shape.value_size,
                         mixed_sizes=shape.mixed_sizes)
@@ -675,8 +727,9 @@ def _history_check(system, options: dict, distribution: str, shape: StressShape 
     ops = rack.history_ops
     _tally(len(ops))
     writes = sum(1 for op in ops if op.kind not in ("get", "scan") and op.ok)
-    _expect(len(ops) > 500 and writes > 100,
-            f"the stress run recorded only {len(ops)} operations ({writes} successful writes): too few to check")
+    if not shrunk:      # a shrunk run may be small: it is there to fail, not to pass
+        _expect(len(ops) > 500 and writes > 100,
+                f"the stress run recorded only {len(ops)} operations ({writes} successful writes): too few to check")
     kinds = {(op.kind, op.ok) for op in ops if op.kind not in ("get", "scan")}
     for want in (("insert", True), ("insert", False), ("update", True), ("update", False), ("delete", True),
                  ("delete", False)):
@@ -752,13 +805,21 @@ CHECKS = _named({
 HEAVY_CHECKS = _named({
     "history_heavy": check_history_heavy,
 })
+#: The checks that run smaller under a :class:`Scale`, and the fields each takes.
+SHRINKABLE = {
+    "no_torn_values": ("threads", "coroutines", "length"),
+    "insert_race": ("threads", "coroutines"),
+    "history_uniform": ("threads", "coroutines", "keys", "length"),
+    "history_zipfian": ("threads", "coroutines", "keys", "length"),
+    "history_heavy": ("threads", "coroutines", "keys", "length"),
+}
 
 
 # -- the suite -------------------------------------------------------------------------------------
 
 def run_suite(system_name: str, *, only: Iterable[str] | None = None, options: dict | None = None,
               progress: Callable[[str], None] | None = None, heavy: bool = False,
-              profile: str | None = None) -> list[CheckOutcome]:
+              profile: str | None = None, scale: Scale | None = None) -> list[CheckOutcome]:
     """Run the checks (all, or the names in ``only``, in CHECKS order; with ``heavy`` also the
     ``HEAVY_CHECKS``, last) on the registered system
     ``system_name`` with system ``options`` (e.g. ``{"fault": "update-skips-cas"}``); one outcome
@@ -768,6 +829,12 @@ def run_suite(system_name: str, *, only: Iterable[str] | None = None, options: d
     ``profile``: the hardware profile of the rigs (default :data:`DEFAULT_PROFILE`; a system's
     ``rack_tables`` that name one still win for its service rigs)."""
     system = get_system(system_name)
+    if scale is not None:
+        token = _SCALE.set(scale)
+        try:
+            return run_suite(system_name, only=only, options=options, progress=progress, heavy=heavy, profile=profile)
+        finally:
+            _SCALE.reset(token)
     if profile is not None:
         load_profile(profile)                     # an unknown name: one error now, not one per check
         token = _PROFILE.set(profile)

@@ -1,0 +1,65 @@
+"""Shrinking a failing conformance check (cluster/correctness/shrink.py) and the sizes it runs at
+(conformance.Scale, ``dmrack check --only CHECK --scale ...``)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from cluster.correctness.conformance import SHRINKABLE, Scale, run_suite
+from cluster.correctness.shrink import FULL, shrink
+
+
+def test_scale_reads_and_writes_its_flag():
+    sc = Scale.parse("threads=2, coroutines=1,length=0.25")
+    assert sc == Scale(threads=2, coroutines=1, length=0.25)
+    assert Scale.parse(sc.text()) == sc and Scale().text() == "full"
+    assert sc.threads_of(4) == 2 and sc.coroutines_of(4) == 1 and sc.keys_of(64) == 64
+    for bad, what in (("threads", "not one of"), ("cores=2", "not one of"), ("keys=x", "must be a number"),
+                      ("length=0", "must be positive")):
+        with pytest.raises(ValueError, match=what):
+            Scale.parse(bad)
+
+
+def test_the_search_halves_what_still_fails_and_keeps_the_smallest():
+    """A failure that needs 2 threads and 3 coroutines at least (and any length): the greedy search
+    ends there, on the seed it failed with."""
+    tried = []
+
+    def run_check(scale, seed):
+        tried.append((scale, seed))
+        fails = scale.threads >= 2 and scale.coroutines >= 3 and seed in (None, 11)
+        return not fails, f"failed at {scale.text()}"
+    got = shrink("race", "no_torn_values", {}, run_check=run_check)
+    assert got.scale == Scale(threads=2, coroutines=4, length=1 / 16) and got.chaos_seed is None
+    assert got.detail == f"failed at {got.scale.text()}" and got.runs == len(tried)
+    assert shrink("race", "single_client", {}, run_check=run_check) is None      # not shrinkable
+    assert shrink("race", "no_torn_values", {}, run_check=lambda sc, s: (True, "")) is None   # passes
+    assert set(FULL) == set(SHRINKABLE)
+
+
+def test_a_real_failure_shrinks_and_its_shrunk_run_fails_the_same_way():
+    """RACE with fault=update-skips-cas fails history_uniform; a smaller run fails too, and running
+    that size again gives the same failure (the suite's racks are co-located: one virtual clock)."""
+    options = {"fault": "update-skips-cas"}
+    got = shrink("race", "history_uniform", options, max_runs=12)
+    assert got is not None and got.scale != FULL["history_uniform"]
+    full = FULL["history_uniform"]
+    assert (got.scale.threads * got.scale.coroutines * got.scale.keys * got.scale.length
+            < full.threads * full.coroutines * full.keys * full.length)
+    again = run_suite("race", only=["history_uniform"], options=options, scale=got.scale)[0]
+    assert not again.passed and again.detail == got.detail
+
+
+def test_check_only_and_scale_refuse_bad_input():
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "cluster.cli", "check", "--system", "race", *args],
+                              capture_output=True, text=True, timeout=120)
+    r = cli("--scale", "threads=1")
+    assert r.returncode == 2 and "--scale goes with --only" in r.stderr
+    r = cli("--only", "no_such_check")
+    assert r.returncode == 2 and "unknown check(s) 'no_such_check'" in r.stderr
+    r = cli("--only", "no_torn_values", "--scale", "threads=one")
+    assert r.returncode == 2 and "threads must be a number" in r.stderr
