@@ -252,7 +252,8 @@ def test_the_example_declares_its_entry_point(monkeypatch):
     data = tomllib.loads((PLUGIN_DIR / "pyproject.toml").read_text())
     eps = data["project"]["entry-points"][registry.ENTRY_POINT_GROUP]
     monkeypatch.syspath_prepend(str(PLUGIN_DIR))
-    assert eps == {"toy-ht": EXAMPLE, "lock-ht": LOCKHT} and get_system(EXAMPLE).name == "toy-ht"
+    assert eps == {"toy-ht": EXAMPLE, "lock-ht": LOCKHT, "chain-kv": "toyht.chainkv:ChainKV"}
+    assert get_system(EXAMPLE).name == "toy-ht" and get_system(eps["chain-kv"]).name == "chain-kv"
     assert get_system(LOCKHT).name == "lock-ht"
 
 
