@@ -63,3 +63,22 @@ def test_check_only_and_scale_refuse_bad_input():
     assert r.returncode == 2 and "unknown check(s) 'no_such_check'" in r.stderr
     r = cli("--only", "no_torn_values", "--scale", "threads=one")
     assert r.returncode == 2 and "threads must be a number" in r.stderr
+
+
+def test_a_shrunk_history_failure_replays_with_its_trace(tmp_path):
+    """``--only HISTORY_CHECK --scale ... --trace FILE``: the replay of a shrunk failure records the
+    check's co-located run, with a track per failing key."""
+    import json
+    trace = tmp_path / "t.json"
+    r = subprocess.run([sys.executable, "-m", "cluster.cli", "check", "--system", "race", "--option",
+                        "fault=update-skips-cas", "--quick", "--only", "history_uniform", "--scale",
+                        "threads=1,coroutines=2", "--no-shrink", "--trace", str(trace), "--out", str(tmp_path)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "process stress skipped (--only)" in r.stdout and f"trace: {trace}" in r.stdout
+    names = {e["args"]["name"] for e in json.loads(trace.read_text())["traceEvents"]
+             if e.get("ph") == "M" and "name" in e.get("args", {})}
+    assert any(n.startswith("violation: key ") for n in names)
+    r = subprocess.run([sys.executable, "-m", "cluster.cli", "check", "--system", "race", "--only", "no_torn_values",
+                        "--trace", str(trace)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "--trace with --only records a history check" in r.stderr

@@ -277,9 +277,10 @@ def run(system: str, *, options: dict | None = None, quick: bool = False, heavy:
     from shm.fabric import windows_hit
     before = windows_hit()
     with Sweep(f"check {system}", ["conformance suite", "process stress"]) as sweep:
+        suite_trace = [trace[0], trace[1], None] if trace is not None and only else None
         with overridden(chaos.everywhere(profile)) if chaos is not None else nullcontext():
             outcomes = run_suite(system, options=options, heavy=heavy, progress=sweep.part("conformance suite"),
-                                 profile=profile, only=only, scale=scale)
+                                 profile=profile, only=only, scale=scale, trace=suite_trace)
         windows = {k: v - before[k] for k, v in windows_hit().items()}
         stress_part = sweep.part("process stress")
         shape = cls.heavy_stress(HEAVY) if heavy else QUICK if quick else StressShape()
@@ -347,7 +348,14 @@ def run(system: str, *, options: dict | None = None, quick: bool = False, heavy:
     if path:
         console.print(f"full report: {path}", highlight=False)
     console.print(coverage, highlight=False, soft_wrap=True)
-    if trace is not None:
+    if suite_trace is not None and suite_trace[2] is not None:
+        written, doc, failing = suite_trace[2]
+        o = doc["otherData"]
+        console.print(f"trace: {written} ({o['ops_recorded']:,} operations of the {only[0] if len(only) == 1 else ''}"
+                      f" history check's co-located run"
+                      + (f", and the operations of {min(failing, 5)} failing key(s)" if failing else "")
+                      + "; open it in https://ui.perfetto.dev)", highlight=False, soft_wrap=True)
+    elif trace is not None and sup is not None:
         o = doc["otherData"]
         failing = min(len(result.failures), SHOWN_KEYS) if result.verdict == "illegal" else 0
         console.print(f"trace: {trace[0]} ({o['ops_recorded']:,} operations of a co-located stress run"

@@ -137,6 +137,9 @@ class Scale(NamedTuple):
 
 # The scale of the check being run (shrinking, ``--scale``): the full run unless set.
 _SCALE: contextvars.ContextVar[Scale] = contextvars.ContextVar("conformance_scale", default=Scale())
+# ``dmrack check --only ... --trace FILE``: [path, bounds, what was written] -- the first history
+# check run records its rack (shm/sim/trace.py) with the operations of its failing keys.
+_TRACE: contextvars.ContextVar[list | None] = contextvars.ContextVar("conformance_trace", default=None)
 
 
 def _tally(n: int) -> None:
@@ -350,7 +353,7 @@ def _service_rig(system, *, compute_threads, coroutines, memory_nodes, profile, 
 
 def stress_rack(system, workload, *, compute: int = 2, threads: int = 2, coroutines: int = 4,
                 load: int | None = None, duration_ms: float = 0.5, seed: int = 7, profile: str | None = None,
-                options: dict | None = None, history: int = 1 << 16):
+                options: dict | None = None, history: int = 1 << 16, trace=None):
     """A ``cluster.rack.ColocatedRack`` (not yet run) that loads ``load`` records (default: half
     the key space) and then runs ``workload`` (a ``StressWorkload``) for ``duration_ms`` virtual
     ms, recording up to ``history`` operations per compute node. ``system`` (a class) replaces
@@ -372,7 +375,7 @@ def stress_rack(system, workload, *, compute: int = 2, threads: int = 2, corouti
         "step": steps,
     }
     d = with_rack_tables(system, d)
-    rack = ColocatedRack(scenario_from_dict(d, source=f"conformance {system.name}"), history=history)
+    rack = ColocatedRack(scenario_from_dict(d, source=f"conformance {system.name}"), history=history, trace=trace)
     c = rack.compiled
     c.system = system
     c.workloads["default"] = workload
@@ -721,27 +724,39 @@ def _history_check(system, options: dict, distribution: str, shape: StressShape 
     mix = stress_mix(system)
     wl = StressWorkload(shape.keys, mix=mix, distribution=distribution, value_size=shape.value_size,
                         mixed_sizes=shape.mixed_sizes)
+    tr = _TRACE.get()
+    bounds = tr[1] if tr is not None and tr[2] is None else None
     rack = stress_rack(system, wl, compute=2, threads=shape.threads, coroutines=shape.coroutines,
-                       duration_ms=shape.run_ms, options=options)
+                       duration_ms=shape.run_ms, options=options, trace=bounds)
     results = rack.run()
     ops = rack.history_ops
     _tally(len(ops))
     writes = sum(1 for op in ops if op.kind not in ("get", "scan") and op.ok)
-    if not shrunk:      # a shrunk run may be small: it is there to fail, not to pass
+    if not shrunk:
+        # a shrunk run may be small: it is there to fail by a violation, not to exercise every path
         _expect(len(ops) > 500 and writes > 100,
                 f"the stress run recorded only {len(ops)} operations ({writes} successful writes): too few to check")
-    kinds = {(op.kind, op.ok) for op in ops if op.kind not in ("get", "scan")}
-    for want in (("insert", True), ("insert", False), ("update", True), ("update", False), ("delete", True),
-                 ("delete", False)):
-        _expect(want in kinds, f"the stress run never saw a {want[0]} that "
-                               f"{'succeeded' if want[1] else 'failed'}: the workload did not exercise that path")
-    if mix is not None:
-        _expect(any(len(op.result) > 1 for op in ops if op.kind == "scan"),
-                "the stress run recorded no scan returning more than one key: the workload did not exercise scans")
+        kinds = {(op.kind, op.ok) for op in ops if op.kind not in ("get", "scan")}
+        for want in (("insert", True), ("insert", False), ("update", True), ("update", False), ("delete", True),
+                     ("delete", False)):
+            _expect(want in kinds, f"the stress run never saw a {want[0]} that "
+                                   f"{'succeeded' if want[1] else 'failed'}: the workload did not exercise that path")
+        if mix is not None:
+            _expect(any(len(op.result) > 1 for op in ops if op.kind == "scan"),
+                    "the stress run recorded no scan returning more than one key: the workload did not exercise "
+                    "scans")
     unsupported = sum(n.unsupported for n in rack.nodes)
     _expect(unsupported == 0, f"{unsupported} operations raised UnsupportedOperation")
     del results
     result = check(ops, time_limit_s=20.0)
+    if bounds is not None:
+        from shm.sim.trace import violation_events
+        extra = []
+        if result.verdict == "illegal":
+            for k, f in enumerate(result.failures[:5]):
+                extra.extend(violation_events(f.key, ops, first_pid=1000 + 100 * k))
+        rack.tracer.provenance.update(check=system.name, options=dict(options or {}))
+        tr[2] = (tr[0], rack.tracer.write(tr[0], extra_events=extra), len(result.failures))
     _expect(result.verdict == "ok", f"{wl.describe()}: the history is not linearizable "
                                     f"(verdict {result.verdict}):\n{result.explain()}")
 
@@ -819,7 +834,7 @@ SHRINKABLE = {
 
 def run_suite(system_name: str, *, only: Iterable[str] | None = None, options: dict | None = None,
               progress: Callable[[str], None] | None = None, heavy: bool = False,
-              profile: str | None = None, scale: Scale | None = None) -> list[CheckOutcome]:
+              profile: str | None = None, scale: Scale | None = None, trace: list | None = None) -> list[CheckOutcome]:
     """Run the checks (all, or the names in ``only``, in CHECKS order; with ``heavy`` also the
     ``HEAVY_CHECKS``, last) on the registered system
     ``system_name`` with system ``options`` (e.g. ``{"fault": "update-skips-cas"}``); one outcome
@@ -829,6 +844,13 @@ def run_suite(system_name: str, *, only: Iterable[str] | None = None, options: d
     ``profile``: the hardware profile of the rigs (default :data:`DEFAULT_PROFILE`; a system's
     ``rack_tables`` that name one still win for its service rigs)."""
     system = get_system(system_name)
+    if trace is not None:
+        token = _TRACE.set(trace)
+        try:
+            return run_suite(system_name, only=only, options=options, progress=progress, heavy=heavy, profile=profile,
+                             scale=scale)
+        finally:
+            _TRACE.reset(token)
     if scale is not None:
         token = _SCALE.set(scale)
         try:
