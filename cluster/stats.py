@@ -145,8 +145,8 @@ REL_ERROR = 1.0 / (2 * SUB)         # bound on a percentile's relative error (se
 # -- segment layout -----------------------------------------------------------------------------
 
 MAGIC = 0x7374_6174_536B_6344       # b"DckSstat" little-endian-ish; fits in int64
-VERSION = 5                         # 2: 32 sub-buckets, counters and exit words; 3: device counters;
-                                    # 4: the system's own counters; 5: W_HB_STEP_OPS
+VERSION = 6                         # 2: 32 sub-buckets, counters and exit words; 3: device counters;
+                                    # 4: the system's own counters; 5: W_HB_STEP_OPS; 6: 24 counter words
 LINE = 8                            # int64 words per cache line
 
 # global header words
@@ -162,13 +162,13 @@ W_EXIT_CODE, W_EXITED = 13, 14      # written by the supervisor once the owner i
 W_HB_STEP_OPS = 15                  # the current step's operations at the last heartbeat (-1: none since it began)
 W_GAUGES = 16                       # float64 words: nic_util, link_util, pcie_util
 W_COUNTERS = 24                     # int64 words: COUNTERS, in order
-SLOT_HDR_WORDS = 40
+SLOT_HDR_WORDS = 48
 _COUNTER_WORD = {name: W_COUNTERS + i for i, name in enumerate(COUNTER_NAMES)}
 # The jitted kernels below freeze N_KINDS and the header size when they compile, and numba's
 # on-disk cache is keyed on this file, not on shm/telemetry.py where kinds and counters are
 # declared: a declaration that outgrows this layout must change this file (a new VERSION), or a
-# cached kernel would keep writing the old layout. Counters up to the header's 16 words fit.
-_LAYOUT_KINDS = 6                   # the op kinds of layout VERSION 5
+# cached kernel would keep writing the old layout. Counters up to the header's 24 words fit.
+_LAYOUT_KINDS = 6                   # the op kinds of layout VERSION 6
 if N_KINDS != _LAYOUT_KINDS:
     raise ImportError(f"shm/telemetry.py declares {N_KINDS} op kinds, the stats plane's layout (cluster/stats.py, "
                       f"version {VERSION}) holds {_LAYOUT_KINDS}: a new kind is a new layout")

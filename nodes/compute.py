@@ -64,6 +64,7 @@ BATCH = 64                      # operations drawn from a stream at a time, per 
 #: Numeric fields of the clients' statistics() records a node sums and publishes (stats counters):
 #: the counters shm.telemetry declares with the source "clients".
 CLIENT_COUNTERS = counters_of("clients")
+FABRIC_COUNTERS = counters_of("fabric")
 _FAILPOINT_RE = re.compile(r"failpoint (\S+)")     # shm.failpoints.ClientCrash's message
 
 
@@ -189,10 +190,17 @@ class ComputeNode:
             records.append(stats() if stats is not None else None)
         return node_statistics(records)
 
+    def fabric_counters(self) -> dict:
+        """The node's share of ``shm.fabric.WINDOW_COUNTERS`` that the stats plane carries
+        (``counters_of("fabric")``): chaos's delays count its coroutines' late resumptions too."""
+        w = self.fabric.window_statistics()
+        w["chaos_delays"] += w["resumes_delayed"] + w["write_backs_delayed"]
+        return {name: w[name] for name in FABRIC_COUNTERS}
+
     def publish_counters(self) -> None:
         setter = getattr(self.recorder, "set_counters", None)
         if setter is not None:
-            setter(**self.client_counters())
+            setter(**self.client_counters(), **self.fabric_counters())
         setter = getattr(self.recorder, "set_system_counters", None)
         if setter is not None:
             setter(self.system_counters())

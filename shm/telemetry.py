@@ -47,8 +47,8 @@ value is the sum over the nodes. ``source`` says who produces it:
 ``summary`` says whether the results' ``summary`` carries the rack's total (every counter is in
 each node's row of the results whatever it says). The stats plane, the results' node rows and
 the dashboard derive from this tuple: a counter added here is published, stored, exported and
-shown (``tests/test_telemetry.py`` adds one and checks). The stats slot's header has room for 16
-counters (``cluster/stats.py``: ``SLOT_HDR_WORDS``); a 17th is a new layout.
+shown (``tests/test_telemetry.py`` adds one and checks). The stats slot's header has room for 24
+counters (``cluster/stats.py``: ``SLOT_HDR_WORDS``); a 25th is a new layout.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ STATE_EMPTY, STATE_STARTING, STATE_LOADING, STATE_RUNNING, STATE_DONE, STATE_FAI
 # -- counters -----------------------------------------------------------------------------------
 
 #: Who produces a counter on a node (see the module docstring).
-SOURCES = ("memory", "clients", "actors")
+SOURCES = ("memory", "clients", "actors", "fabric")
 
 
 class Counter(NamedTuple):
@@ -122,6 +122,11 @@ COUNTERS = (
     Counter("udp_resends", "requests", "actors", "requests the node's processes sent again after a timeout"),
     Counter("ring_depth", "records", "actors",
             "records waiting in the DMA rings the node's actors serve (ctx.rings)", level=True),
+    # what the node's verbs saw of the windows a race needs (shm.fabric.WINDOW_COUNTERS; dmrack check)
+    Counter("cas_raced", "CASes", "fabric", "CASes the node's verbs lost to a race (their compare failed)",
+            summary=True),
+    Counter("chaos_delays", "delays", "fabric",
+            "delays chaos (the profile's [chaos] table) drew for the node's verbs and coroutines", summary=True),
 )
 COUNTER_NAMES = tuple(c.name for c in COUNTERS)
 

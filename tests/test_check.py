@@ -47,6 +47,7 @@ def test_a_race_whose_update_skips_its_cas_fails_loudly(tmp_path):
     assert lines[0].startswith("FAIL: race (--option fault=update-skips-cas): ") and "NOT linearizable" in lines[0]
     assert lines[1] == "full report: ./dmrack-check-race.txt"
     assert lines[2].startswith("windows hit by the co-located checks: ") and "CASes lost a race" in lines[2]
+    assert "; by the process stress: " in lines[2] and verdict["windows"]["process_stress"]["cas_raced"] >= 0
     # the command that runs it again, last
     assert lines[-1] == "replay: dmrack check --system race --option fault=update-skips-cas --quick --seed 1"
     assert verdict["replay"] == lines[-1][len("replay: "):] and verdict["windows"]["cas_raced"] > 0

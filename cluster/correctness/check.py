@@ -315,6 +315,13 @@ def run(system: str, *, options: dict | None = None, quick: bool = False, heavy:
     replay = replay_command(system, given, quick=quick, heavy=heavy, seed=seed, profile=profile, chaos=chaos,
                             only=only, scale=scale)
     coverage = windows_line(windows)
+    summ = sup.results.summary() if sup is not None and getattr(sup, "results", None) is not None else None
+    if summ is not None:
+        stress_windows = {"cas_raced": summ.get("cas_raced", 0), "chaos_delays": summ.get("chaos_delays", 0)}
+        coverage += (f"; by the process stress: {stress_windows['cas_raced']:,} CASes lost a race"
+                     + (f", chaos delayed {stress_windows['chaos_delays']:,} verbs or resumptions"
+                        if chaos is not None else ""))
+        windows = {**windows, "process_stress": stress_windows}
     shrunk_lines = []
     if shrunk is not None:
         detail = shrunk.detail.strip().splitlines()[0] if shrunk.detail.strip() else ""
