@@ -165,7 +165,9 @@ class RackState:
         prefix = new_prefix()
         parts = []
         try:
-            fabric = Fabric.create(spec.profile, [n.fabric_spec() for n in compiled.nodes], prefix=prefix)
+            # co-located: this process alone books the calendars (plain stores, nic.P_PRIVATE)
+            fabric = Fabric.create(spec.profile, [n.fabric_spec() for n in compiled.nodes], prefix=prefix,
+                                   private=not processes)
             parts.append(fabric)
             plane = StatsPlane.create([ProcInfo(n.name, n.role) for n in compiled.nodes], prefix=prefix,
                                       max_steps=len(compiled.plan) + 1)

@@ -331,6 +331,7 @@ class Fabric:
         self.params = nic.pack_params(profile)
         self.windows = dict.fromkeys(WINDOW_COUNTERS, 0)   # this process's share (see WINDOW_COUNTERS)
         self.table = segments["fabric"].array(np.int64, 0, self.layout.words)
+        self.private_flag = segments["fabric"].array(np.int64, self.layout.words * 8, 1)
         self.descriptors = self.layout.descriptors
         self.memory: list[NodeMemory] = []
         for i, spec in enumerate(nodes):
@@ -353,8 +354,10 @@ class Fabric:
 
     # -- creation ----------------------------------------------------------------------------
     @classmethod
-    def create(cls, profile: Profile, nodes, *, prefix: str | None = None) -> "Fabric":
-        """Create the shared segments of a rack (this process owns and later unlinks them)."""
+    def create(cls, profile: Profile, nodes, *, prefix: str | None = None, private: bool = False) -> "Fabric":
+        """Create the shared segments of a rack (this process owns and later unlinks them).
+        ``private``: no other process will attach (a co-located rack): the NIC model books its
+        calendars with plain loads and stores (``nic.P_PRIVATE``), and :meth:`attach` refuses."""
         nodes = tuple(n if isinstance(n, NodeSpec) else NodeSpec(n) for n in nodes)
         if not nodes:
             raise ValueError("a fabric needs at least one node")
@@ -367,7 +370,8 @@ class Fabric:
         layout = nic.FabricLayout.build(profile, [n.name for n in nodes], nic_of=_nic_of(nodes))
         segments = {}
         try:
-            segments["fabric"] = Segment.create("fabric", layout.words * 8, prefix=prefix)
+            # one word more than the layout: the private flag, which attach reads
+            segments["fabric"] = Segment.create("fabric", (layout.words + 1) * 8, prefix=prefix)
             for i, spec in enumerate(nodes):
                 segments[f"mem{i}"] = Segment.create(f"mem{i}", spec.memory_bytes, prefix=prefix)
                 segments[f"meta{i}"] = Segment.create(f"meta{i}", _meta_bytes(profile), prefix=prefix)
@@ -377,6 +381,9 @@ class Fabric:
                 seg.close()
             raise
         layout.initialise(fabric.table)
+        if private:
+            fabric.private_flag[0] = 1
+            fabric.params[nic.P_PRIVATE] = 1
         for i in range(len(nodes)):
             # Offset 0 is never handed out, so a zero pointer in a system's data means "none".
             fabric.memory[i].alloc[:] = (LINE, 0, 0, 0)
@@ -397,7 +404,12 @@ class Fabric:
             for seg in segments.values():
                 seg.close()
             raise
-        return cls(desc["profile"], desc["nodes"], segments, False, desc["prefix"])
+        fabric = cls(desc["profile"], desc["nodes"], segments, False, desc["prefix"])
+        if fabric.private_flag[0]:
+            fabric.close(check=False)
+            raise ValueError(f"fabric {desc['prefix']!r} is private to the process that created it (a co-located "
+                             f"rack books its calendars without atomics); create it with private=False to share it")
+        return fabric
 
     def calendar_errors(self) -> list:
         """Resources whose calendar ring aliased (``stale`` or ``overflows`` above zero, see
@@ -417,6 +429,7 @@ class Fabric:
                 _windows_total[k] += v
         self.memory = []
         self.table = None
+        self.private_flag = None
         for seg in self._segments.values():
             seg.close()
         self._segments = {}

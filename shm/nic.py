@@ -98,7 +98,10 @@ P_CHAOS_SHARE = P_CHAOS_SEED + 1
 P_CHAOS_EFFECT = P_CHAOS_SHARE + 1
 P_CHAOS_DONE = P_CHAOS_EFFECT + 1
 P_CHAOS_LINE = P_CHAOS_DONE + 1
-N_PARAMS = P_CHAOS_LINE + 1
+# 1: this process alone books the fabric table (a co-located rack: Fabric.create(private=True)), so
+# the calendars book with plain loads and stores (shm/calendar.py: the same values, no locked ops)
+P_PRIVATE = P_CHAOS_LINE + 1
+N_PARAMS = P_PRIVATE + 1
 
 # A node descriptor: offsets of its resources in the fabric table.
 D_TX = 0
@@ -480,6 +483,7 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, flags,
     """
     n = ops.shape[0]
     t = t_ns * _PS
+    pv = prm[P_PRIVATE] != 0
     rec = stages.shape[0] > 0
     shared = qp[Q_SHARED] != 0
     if shared and qp[Q_LOCK] > t:
@@ -490,7 +494,7 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, flags,
         if users < SHARER_UNIT:
             users = SHARER_UNIT
         hold = prm[P_DB_LOCK] + (prm[P_DB_PER_SHARER] * (users - SHARER_UNIT)) // SHARER_UNIT
-        t = reserve(tbl, rq[D_DB0] + db * rq[D_DB_STRIDE], t, hold)
+        t = reserve(tbl, rq[D_DB0] + db * rq[D_DB_STRIDE], t, hold, pv)
     if shared:
         # every post pays it, as if another core had posted last: a fit over threads taking
         # turns (SMART fig3a), not a per-handoff count
@@ -515,7 +519,7 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, flags,
         op = ops[i]
         nbytes = lens[i]
         fetch_b = prm[P_PCIE_B_PER_WR] + (prm[P_WQE_MISS_B] * miss_num) // cap
-        t1 = reserve(tbl, rq[D_PCIE], t_nic, _pcie_ps(prm, fetch_b, 0))
+        t1 = reserve(tbl, rq[D_PCIE], t_nic, _pcie_ps(prm, fetch_b, 0), pv)
         t1 += pcie_lat + (prm[P_WQE_MISS_PS] * miss_num) // cap
         if rec:
             stages[i, ST_POSTED] = t_ns * _PS
@@ -532,27 +536,27 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, flags,
             pos = qp[Q_RD_POS]
             if qp[Q_RD_RING + pos] > t1:
                 t1 = qp[Q_RD_RING + pos]
-        t2 = reserve(tbl, rq[D_REQ], t1, prm[P_REQ_COST + op])
+        t2 = reserve(tbl, rq[D_REQ], t1, prm[P_REQ_COST + op], pv)
         qp[Q_BUSY] = t2
         if rec:
             stages[i, ST_REQ_START] = t1
             stages[i, ST_REQ_DONE] = t2
         carries_payload = op == VERB_WRITE or op == VERB_SEND or op == VERB_SEND_UD
         if carries_payload and flags[i] & FLAG_INLINE == 0:
-            t2 = reserve(tbl, rq[D_PCIE], t2 + pcie_lat, _pcie_ps(prm, 0, nbytes))
+            t2 = reserve(tbl, rq[D_PCIE], t2 + pcie_lat, _pcie_ps(prm, 0, nbytes), pv)
         if rec:
             stages[i, ST_PAYLOAD] = t2
         req_b = nbytes if carries_payload else 0
         if op == VERB_CAS or op == VERB_FAA:
             req_b = 16
         wire = _wire_ps(prm, req_b)
-        t3 = reserve(tbl, rq[D_TX], t2, wire)
+        t3 = reserve(tbl, rq[D_TX], t2, wire, pv)
         if op == VERB_SEND_UD:
             # unreliable datagram: complete once sent; the receiver sees it after the wire
-            t4 = reserve(tbl, rs[D_RX], t3 + one_way, wire)
-            t5 = reserve(tbl, rs[D_RESP], t4, prm[P_RESP_COST + op])
+            t4 = reserve(tbl, rs[D_RX], t3 + one_way, wire, pv)
+            t5 = reserve(tbl, rs[D_RESP], t4, prm[P_RESP_COST + op], pv)
             eff = t5 + pcie_lat
-            t5 = reserve(tbl, rs[D_PCIE], eff, _pcie_ps(prm, prm[P_PCIE_RESP_B_PER_WR], nbytes))
+            t5 = reserve(tbl, rs[D_PCIE], eff, _pcie_ps(prm, prm[P_PCIE_RESP_B_PER_WR], nbytes), pv)
             done = _in_posting_order(qp, t3 + pcie_lat)
             if rec:             # no response: sent at t3, complete once the CQE is written
                 stages[i, ST_ARRIVED] = t3
@@ -568,8 +572,8 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, flags,
             continue
         # chaos: the request takes longer to reach the responder (a retransmission, a switch
         # queue); the responder still applies one QP's requests in RC order (_in_effect_order)
-        t4 = reserve(tbl, rs[D_RX], t3 + one_way + _chaos_ps(tbl, rq, prm, qp, prm[P_CHAOS_EFFECT]), wire)
-        t5 = reserve(tbl, rs[D_RESP], t4, prm[P_RESP_COST + op])
+        t4 = reserve(tbl, rs[D_RX], t3 + one_way + _chaos_ps(tbl, rq, prm, qp, prm[P_CHAOS_EFFECT]), wire, pv)
+        t5 = reserve(tbl, rs[D_RESP], t4, prm[P_RESP_COST + op], pv)
         if rec:
             stages[i, ST_ARRIVED] = t4
             stages[i, ST_RESP_DONE] = t5
@@ -584,10 +588,10 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, flags,
         other = -1
         if op == VERB_CAS or op == VERB_FAA:
             t_unit = t5
-            t5 = reserve(tbl, rs[D_ATOMIC], t5, prm[P_ATOMIC_UNIT])
+            t5 = reserve(tbl, rs[D_ATOMIC], t5, prm[P_ATOMIC_UNIT], pv)
             slot = ((addrs[i] >> 3) * 0x9E3779B1) % rs[D_N_SLOTS]
             slot_hold = prm[P_ATOMIC_SLOT] if not device else prm[P_DEVMEM]
-            t6 = _in_effect_order(qp, op, reserve(tbl, rs[D_SLOT0] + slot * rs[D_SLOT_STRIDE], t5, slot_hold))
+            t6 = _in_effect_order(qp, op, reserve(tbl, rs[D_SLOT0] + slot * rs[D_SLOT_STRIDE], t5, slot_hold, pv))
             if prm[P_ATOMIC_HOLDS_UNIT]:
                 # The processing unit that took the atomic stays with it until its read-modify-
                 # write is done: it takes the NIC's internal lock on the address and issues the
@@ -599,7 +603,7 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, flags,
                 # (the fluid calendar has no "hold until", shm/calendar.py).
                 held = t6 - t_unit
                 most = (tbl[rs[D_RESP]] - 1) * slot_hold
-                reserve(tbl, rs[D_RESP], t_unit, held if held < most else most)
+                reserve(tbl, rs[D_RESP], t_unit, held if held < most else most, pv)
             eff = t6
             resp_b = 8
         elif op == VERB_READ:
@@ -607,7 +611,7 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, flags,
             if device:
                 t6 = eff
             else:
-                t6 = reserve(tbl, rs[D_PCIE], eff, _pcie_ps(prm, prm[P_PCIE_RESP_B_PER_WR], nbytes))
+                t6 = reserve(tbl, rs[D_PCIE], eff, _pcie_ps(prm, prm[P_PCIE_RESP_B_PER_WR], nbytes), pv)
                 if span > 0:
                     other = eff + span * (line_ps + gap)
                     if other > t6:
@@ -621,7 +625,7 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, flags,
                 eff = t5 + mem_lat
             else:
                 # chaos: the lines are placed further apart, the last one (the effect) later
-                eff = reserve(tbl, rs[D_PCIE], t5, _pcie_ps(prm, prm[P_PCIE_RESP_B_PER_WR], nbytes)) + mem_lat \
+                eff = reserve(tbl, rs[D_PCIE], t5, _pcie_ps(prm, prm[P_PCIE_RESP_B_PER_WR], nbytes), pv) + mem_lat \
                     + span * gap
             placed_before = qp[Q_PLACED]
             eff = _in_effect_order(qp, op, eff)
@@ -636,11 +640,11 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, flags,
             t6 = t5
             resp_b = 0
         wire_back = _wire_ps(prm, resp_b)
-        t7 = reserve(tbl, rs[D_TX], t6, wire_back)
+        t7 = reserve(tbl, rs[D_TX], t6, wire_back, pv)
         # chaos: the response takes longer to come back (the completion never precedes the
         # effect and keeps posting order: below)
-        t8 = reserve(tbl, rq[D_RX], t7 + one_way + _chaos_ps(tbl, rq, prm, qp, prm[P_CHAOS_DONE]), wire_back)
-        t9 = reserve(tbl, rq[D_PCIE], t8, _pcie_ps(prm, 0, resp_b)) + pcie_lat
+        t8 = reserve(tbl, rq[D_RX], t7 + one_way + _chaos_ps(tbl, rq, prm, qp, prm[P_CHAOS_DONE]), wire_back, pv)
+        t9 = reserve(tbl, rq[D_PCIE], t8, _pcie_ps(prm, 0, resp_b), pv) + pcie_lat
         if t9 < eff:
             t9 = eff            # an ack never announces a WRITE that has not landed
         if rec:

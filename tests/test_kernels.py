@@ -75,3 +75,31 @@ def test_reads_and_writes_land_the_bytes_of_a_plain_copy():
             ref[off:off + length] = buf[loff:loff + length]
             assert bytes(mem) == bytes(ref)
     assert not (locks & 1).any()                 # every seqlock released
+
+
+def test_a_private_fabric_books_the_same_times_and_refuses_other_processes():
+    """Fabric.create(private=True) (a co-located rack) books its calendars with plain loads and
+    stores: the same prices as the atomic bookings, and attach() from elsewhere is refused."""
+    from shm import nic
+    from shm.fabric import Fabric, NodeSpec
+    from shm.profile import load_profile
+
+    def times(private):
+        with Fabric.create(load_profile("cx6-200g"), [NodeSpec("c0"), NodeSpec("m0", "memory", 1 << 20)],
+                           private=private) as fab:
+            assert bool(fab.params[nic.P_PRIVATE]) == private
+            rows = np.zeros((8, nic.WR_COLS), np.int64)
+            rows[:, nic.WR_LEN] = [8, 64, 200, 8, 1000, 8, 16, 8]
+            rows[:, nic.WR_OP] = [nic.VERB_READ, nic.VERB_WRITE, nic.VERB_READ, nic.VERB_CAS, nic.VERB_WRITE,
+                                  nic.VERB_FAA, nic.VERB_READ, nic.VERB_READ]
+            rows[:, nic.WR_OFF] = np.arange(8) * 4096
+            qp = nic.new_qp_state(16)
+            out = []
+            for k in range(50):
+                nic.model_post_rows(fab.table, fab.params, fab.descriptors, 0, 1, qp, 0, 700 * k, rows)
+                out.append(rows[:, nic.WR_OUT:nic.WR_MODEL_COLS].tolist())
+            if private:
+                with pytest.raises(ValueError, match="private to the process that created it"):
+                    Fabric.attach(fab.describe())
+            return out
+    assert times(True) == times(False)

@@ -295,7 +295,7 @@ def rig(system, *, compute_threads: int = 1, coroutines: int = 1, memory_nodes: 
     opts = system.check_options(dict(options or {}), where=f"conformance rig of {system.name!r}")
     specs = [NodeSpec("cn0", "compute", 32 << 20)] + [NodeSpec(f"mn{i}", "memory", memory_bytes)
                                                        for i in range(memory_nodes)]
-    fabric = Fabric.create(load_profile(profile), specs, prefix=prefix or new_prefix())
+    fabric = Fabric.create(load_profile(profile), specs, prefix=prefix or new_prefix(), private=True)
     r = None
     try:
         mns = list(range(1, memory_nodes + 1))

@@ -46,7 +46,7 @@ class FabricRig:
     segments removed) on leaving the ``with``. ``expose``: the nodes whose memory is remote memory."""
 
     def __init__(self, profile, specs: list, *, expose=(), seed: int = 1):
-        self.fabric = Fabric.create(profile, specs)
+        self.fabric = Fabric.create(profile, specs, private=True)    # one process: plain bookings
         for node in expose:
             self.fabric.expose(node)
         self.env = Environment(seed=seed)
