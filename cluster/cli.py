@@ -458,19 +458,20 @@ def _cmd_check(args) -> int:
     options = _parse_options(args.system, args.option)
     bounds = _trace_bounds(args)
     from cluster.correctness.chaos import parse as parse_chaos
-    from cluster.correctness.conformance import CHECKS, HEAVY_CHECKS, Scale
+    from cluster.correctness.conformance import CHECKS, HEAVY_CHECKS, STRESS_CHECKS, Scale
     chaos = parse_chaos(args.chaos, args.chaos_seed) if args.chaos is not None else None
     only = [c.strip() for c in args.only.split(",") if c.strip()] if args.only else None
     if only is not None:
-        unknown = [c for c in only if c not in CHECKS and c not in HEAVY_CHECKS]
+        known = {**CHECKS, **HEAVY_CHECKS, **STRESS_CHECKS}
+        unknown = [c for c in only if c not in known]
         if unknown or not only:
             raise ValueError(f"--only {args.only!r}: unknown check(s) {', '.join(map(repr, unknown)) or '(none)'}; "
-                             f"the checks are {', '.join([*CHECKS, *HEAVY_CHECKS])}")
+                             f"the checks are {', '.join(known)}")
     if args.scale is not None and only is None:
         raise ValueError("--scale goes with --only CHECKS (it sizes those conformance checks)")
-    if only is not None and args.trace and not any(c.startswith("history_") for c in only):
+    if only is not None and args.trace and not any(c.startswith(("history_", "stress_")) for c in only):
         raise ValueError("--trace with --only records a history check (history_uniform, history_zipfian, "
-                         "history_heavy): name one")
+                         "history_heavy, stress_uniform, stress_zipfian): name one")
     scale = Scale.parse(args.scale) if args.scale is not None else None
     try:
         report = check.run(args.system, options=options, quick=args.quick, heavy=args.heavy, seed=args.seed or 1,

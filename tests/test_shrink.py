@@ -37,7 +37,7 @@ def test_the_search_halves_what_still_fails_and_keeps_the_smallest():
     assert got.detail == f"failed at {got.scale.text()}" and got.runs == len(tried)
     assert shrink("race", "single_client", {}, run_check=run_check) is None      # not shrinkable
     assert shrink("race", "no_torn_values", {}, run_check=lambda sc, s: (True, "")) is None   # passes
-    assert set(FULL) == set(SHRINKABLE)
+    assert set(FULL) | {"stress_uniform", "stress_zipfian"} == set(SHRINKABLE)
 
 
 def test_a_real_failure_shrinks_and_its_shrunk_run_fails_the_same_way():
@@ -82,3 +82,19 @@ def test_a_shrunk_history_failure_replays_with_its_trace(tmp_path):
     r = subprocess.run([sys.executable, "-m", "cluster.cli", "check", "--system", "race", "--only", "no_torn_values",
                         "--trace", str(trace)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "--trace with --only records a history check" in r.stderr
+
+
+def test_a_process_stress_failure_is_reproduced_co_located():
+    """ROLEX with fault=unlock-first loses updates in the window between its unlock and its
+    write-back: the conformance suite's small histories pass, the process stress fails, and so does
+    the process stress's shape run co-located (stress_uniform), which replays bit for bit and
+    shrinks; the correct ROLEX passes it."""
+    from cluster.correctness.shapes import QUICK
+    options = {"fault": "unlock-first"}
+    assert all(o.passed for o in run_suite("rolex", only=["history_uniform", "history_zipfian"], options=options))
+    first = run_suite("rolex", only=["stress_uniform"], options=options, stress_shape=QUICK)[0]
+    again = run_suite("rolex", only=["stress_uniform"], options=options, stress_shape=QUICK)[0]
+    assert not first.passed and "not linearizable" in first.detail and again.detail == first.detail
+    assert run_suite("rolex", only=["stress_uniform"], options={}, stress_shape=QUICK)[0].passed
+    got = shrink("rolex", "stress_uniform", options, stress_shape=QUICK, max_runs=8)
+    assert got is not None and got.runs <= 8

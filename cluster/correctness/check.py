@@ -233,10 +233,10 @@ class StressSkipped:
         return "skipped (--only)"
 
 
-def shrink_full(check: str):
+def shrink_full(check: str, stress_shape=None):
     """The full size of a shrinkable check (a Scale with its numbers)."""
-    from cluster.correctness.shrink import FULL
-    return FULL.get(check)
+    from cluster.correctness.shrink import full_of
+    return full_of(check, stress_shape)
 
 
 def replay_command(system: str, given: dict, *, quick: bool, heavy: bool, seed: int, profile: str | None,
@@ -277,28 +277,40 @@ def run(system: str, *, options: dict | None = None, quick: bool = False, heavy:
     from shm.fabric import windows_hit
     before = windows_hit()
     with Sweep(f"check {system}", ["conformance suite", "process stress"]) as sweep:
-        suite_trace = [trace[0], trace[1], None] if trace is not None and only else None
-        with overridden(chaos.everywhere(profile)) if chaos is not None else nullcontext():
-            outcomes = run_suite(system, options=options, heavy=heavy, progress=sweep.part("conformance suite"),
-                                 profile=profile, only=only, scale=scale, trace=suite_trace)
-        windows = {k: v - before[k] for k, v in windows_hit().items()}
-        stress_part = sweep.part("process stress")
         shape = cls.heavy_stress(HEAVY) if heavy else QUICK if quick else StressShape()
         if chaos is not None and not shape.mixed_sizes:
             # chaos widens the windows of multi-line values and out-of-line blocks: give it some
             shape = shape._replace(value_size=max(shape.value_size, CHAOS_VALUE_BYTES), mixed_sizes=True)
+        suite_trace = [trace[0], trace[1], None] if trace is not None and only else None
+        with overridden(chaos.everywhere(profile)) if chaos is not None else nullcontext():
+            outcomes = run_suite(system, options=options, heavy=heavy, progress=sweep.part("conformance suite"),
+                                 profile=profile, only=only, scale=scale, trace=suite_trace, stress_shape=shape)
+        windows = {k: v - before[k] for k, v in windows_hit().items()}
+        stress_part = sweep.part("process stress")
         if only:
             result, sup = StressSkipped(), None   # --only: the named conformance checks alone
         else:
             stress_part("stress on a rack of processes (history recorded)")
             result, sup = stress_processes(system, options, seed=seed, shape=shape, profile=profile,
                                            profile_overrides=chaos_ov)
-        shrunk = None
+        shrunk, reproduced = None, None
         first_failed = next((o.name for o in outcomes if not o.passed), None)
         if shrink_failures and first_failed is not None:
             from cluster.correctness.shrink import shrink
             stress_part(f"shrinking the failure of {first_failed}")
-            shrunk = shrink(system, first_failed, options, chaos=chaos, profile=profile)
+            shrunk = shrink(system, first_failed, options, chaos=chaos, profile=profile, stress_shape=shape)
+        elif shrink_failures and result.verdict == "illegal":
+            # a failure of the rack of processes: its interleaving was the operating system's, so
+            # look for it co-located (one virtual clock: a replay is bit for bit), then shrink it
+            from cluster.correctness.shrink import SEEDS_PER_CANDIDATE, shrink
+            stress_part("reproducing the process stress's failure co-located")
+            family = (None,) if chaos is None else tuple(chaos.seed + k for k in range(SEEDS_PER_CANDIDATE))
+            reproduced = False
+            for name in ("stress_zipfian", "stress_uniform"):
+                shrunk = shrink(system, name, options, chaos=chaos, profile=profile, stress_shape=shape, seeds=family)
+                if shrunk is not None:
+                    reproduced = True
+                    break
         if trace is not None and sup is not None:
             stress_part("a co-located run of the stress, traced")
             with overridden(chaos.everywhere(profile)) if chaos is not None else nullcontext():
@@ -323,11 +335,16 @@ def run(system: str, *, options: dict | None = None, quick: bool = False, heavy:
                         if chaos is not None else ""))
         windows = {**windows, "process_stress": stress_windows}
     shrunk_lines = []
+    if reproduced is False:
+        shrunk_lines = ["the process stress's failure did not show in a co-located run of its shape (stress_zipfian, "
+                        "stress_uniform" + (f", chaos seeds {chaos.seed}-{chaos.seed + 2}" if chaos is not None else "")
+                        + "): its interleaving was the operating system's; run the check again to see it vary"]
     if shrunk is not None:
         detail = shrunk.detail.strip().splitlines()[0] if shrunk.detail.strip() else ""
-        sized = "its full size" if shrunk.scale == shrink_full(shrunk.check) else shrunk.scale.text()
+        sized = "its full size" if shrunk.scale == shrink_full(shrunk.check, shape) else shrunk.scale.text()
         shrunk_lines = [
-            f"shrunk: {shrunk.check} still fails at {sized}"
+            ("the process stress's failure reproduced co-located, " if reproduced else "")
+            + f"shrunk: {shrunk.check} still fails at {sized}"
             + (f" (chaos seed {shrunk.chaos_seed})" if shrunk.chaos_seed is not None else "")
             + f", the smallest of {shrunk.runs} runs: {detail}",
             "replay the shrunk run: " + replay_command(

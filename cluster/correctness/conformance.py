@@ -137,6 +137,10 @@ class Scale(NamedTuple):
 
 # The scale of the check being run (shrinking, ``--scale``): the full run unless set.
 _SCALE: contextvars.ContextVar[Scale] = contextvars.ContextVar("conformance_scale", default=Scale())
+# The process stress's shape (``dmrack check``: quick, heavy, chaos), which the co-located
+# reproductions of a process-stress failure (STRESS_CHECKS) run: StressShape() unless set.
+_STRESS_SHAPE: contextvars.ContextVar[StressShape | None] = contextvars.ContextVar("conformance_stress_shape",
+                                                                                   default=None)
 # ``dmrack check --only ... --trace FILE``: [path, bounds, what was written] -- the first history
 # check run records its rack (shm/sim/trace.py) with the operations of its failing keys.
 _TRACE: contextvars.ContextVar[list | None] = contextvars.ContextVar("conformance_trace", default=None)
@@ -782,6 +786,24 @@ def check_history_heavy(system, options) -> None:
     _history_check(system, options, "uniform", system.heavy_stress(HEAVY)._replace(run_ms=1.0))
 
 
+def _stress_check(system, options, distribution: str) -> None:
+    """The process stress's shape (``_STRESS_SHAPE``) and mix run co-located, one phase: a failure
+    of the rack of processes, reproduced where one virtual clock makes it replay bit for bit."""
+    shape = _STRESS_SHAPE.get() or StressShape()
+    _history_check(system, options, distribution, shape)
+
+
+def check_stress_uniform(system, options) -> None:
+    """``dmrack check``'s process stress (its shape: quick, heavy or under chaos), uniform keys,
+    run co-located: what a process-stress failure is reproduced and shrunk with."""
+    _stress_check(system, options, "uniform")
+
+
+def check_stress_zipfian(system, options) -> None:
+    """As stress_uniform with zipfian 0.99 keys (the process stress's second phase)."""
+    _stress_check(system, options, "zipfian")
+
+
 def check_client_statistics(system, options) -> None:
     """``KVClient.statistics()`` is None or an immutable record (hashable, and a snapshot: later
     operations do not change a record already returned)."""
@@ -820,8 +842,17 @@ CHECKS = _named({
 HEAVY_CHECKS = _named({
     "history_heavy": check_history_heavy,
 })
+#: Checks that run only when named (``run_suite(only=...)``, ``dmrack check --only``): the process
+#: stress's shape co-located, with which ``dmrack check`` reproduces and shrinks a failure of the
+#: rack of processes.
+STRESS_CHECKS = _named({
+    "stress_uniform": check_stress_uniform,
+    "stress_zipfian": check_stress_zipfian,
+})
 #: The checks that run smaller under a :class:`Scale`, and the fields each takes.
 SHRINKABLE = {
+    "stress_uniform": ("threads", "coroutines", "keys", "length"),
+    "stress_zipfian": ("threads", "coroutines", "keys", "length"),
     "no_torn_values": ("threads", "coroutines", "length"),
     "insert_race": ("threads", "coroutines"),
     "history_uniform": ("threads", "coroutines", "keys", "length"),
@@ -834,7 +865,8 @@ SHRINKABLE = {
 
 def run_suite(system_name: str, *, only: Iterable[str] | None = None, options: dict | None = None,
               progress: Callable[[str], None] | None = None, heavy: bool = False,
-              profile: str | None = None, scale: Scale | None = None, trace: list | None = None) -> list[CheckOutcome]:
+              profile: str | None = None, scale: Scale | None = None, trace: list | None = None,
+              stress_shape: StressShape | None = None) -> list[CheckOutcome]:
     """Run the checks (all, or the names in ``only``, in CHECKS order; with ``heavy`` also the
     ``HEAVY_CHECKS``, last) on the registered system
     ``system_name`` with system ``options`` (e.g. ``{"fault": "update-skips-cas"}``); one outcome
@@ -844,6 +876,13 @@ def run_suite(system_name: str, *, only: Iterable[str] | None = None, options: d
     ``profile``: the hardware profile of the rigs (default :data:`DEFAULT_PROFILE`; a system's
     ``rack_tables`` that name one still win for its service rigs)."""
     system = get_system(system_name)
+    if stress_shape is not None:
+        token = _STRESS_SHAPE.set(stress_shape)
+        try:
+            return run_suite(system_name, only=only, options=options, progress=progress, heavy=heavy, profile=profile,
+                             scale=scale, trace=trace)
+        finally:
+            _STRESS_SHAPE.reset(token)
     if trace is not None:
         token = _TRACE.set(trace)
         try:
@@ -864,7 +903,7 @@ def run_suite(system_name: str, *, only: Iterable[str] | None = None, options: d
             return run_suite(system_name, only=only, options=options, progress=progress, heavy=heavy)
         finally:
             _PROFILE.reset(token)
-    every = {**CHECKS, **HEAVY_CHECKS}
+    every = {**CHECKS, **HEAVY_CHECKS, **STRESS_CHECKS}
     names = list(CHECKS) + (list(HEAVY_CHECKS) if heavy else [])
     if only is not None:
         wanted = list(only)

@@ -52,15 +52,29 @@ def _halved(sc: Scale, field: str, takes: tuple) -> Scale | None:
     return sc._replace(**{field: v // 2}) if v // 2 >= 1 else None
 
 
+def full_of(check: str, stress_shape=None) -> Scale | None:
+    """A shrinkable check's full size; the process stress's co-located checks take theirs from
+    its shape (``StressShape``)."""
+    if check in FULL:
+        return FULL[check]
+    if check in SHRINKABLE and stress_shape is not None:
+        return Scale(threads=stress_shape.threads, coroutines=stress_shape.coroutines, keys=stress_shape.keys,
+                     length=1.0)
+    return None
+
+
 def shrink(system: str, check: str, options: dict, *, chaos=None, profile: str | None = None,
-           max_runs: int = 30, max_seconds: float = 60.0, run_check=None) -> Shrunk | None:
+           max_runs: int = 30, max_seconds: float = 60.0, run_check=None, stress_shape=None,
+           seeds: tuple | None = None) -> Shrunk | None:
     """The smallest failing run of ``check`` found (None if the check is not shrinkable or its
     full run does not fail here). ``chaos``: the ChaosSpec the failure happened under (its seed
-    family is searched); ``run_check(scale, chaos_seed) -> (passed, detail)`` replaces running
-    the suite (tests)."""
-    if check not in SHRINKABLE:
+    family is searched); ``stress_shape``: the process stress's shape (for the stress_* checks);
+    ``seeds``: the chaos seeds whose full run may fail (default the failure's own: the first that
+    fails is where the search starts); ``run_check(scale, chaos_seed) -> (passed, detail)``
+    replaces running the suite (tests)."""
+    full = full_of(check, stress_shape)
+    if full is None:
         return None
-    full = FULL[check]
     t0 = time.perf_counter()
     if run_check is None:
         from contextlib import nullcontext
@@ -69,12 +83,16 @@ def shrink(system: str, check: str, options: dict, *, chaos=None, profile: str |
         def run_check(scale, seed):
             spec = chaos._replace(seed=seed) if chaos is not None else None
             with overridden(spec.everywhere(profile)) if spec is not None else nullcontext():
-                o = run_suite(system, only=[check], options=options, profile=profile, scale=scale)[0]
+                o = run_suite(system, only=[check], options=options, profile=profile, scale=scale,
+                              stress_shape=stress_shape)[0]
             return o.passed, o.detail
-    seed0 = chaos.seed if chaos is not None else None
-    passed, detail = run_check(full, seed0)
-    runs = 1
-    if passed:
+    runs = 0
+    for seed0 in (seeds or ((chaos.seed if chaos is not None else None),)):
+        passed, detail = run_check(full, seed0)
+        runs += 1
+        if not passed and "the check itself failed" not in detail:
+            break
+    else:
         return None
     best, best_seed = full, seed0
     seeds = [seed0] if chaos is None else [seed0 + k for k in range(SEEDS_PER_CANDIDATE)]

@@ -136,6 +136,7 @@ class RolexClient(KVClient):
         self.cache: LearnedCache = shared(owner, self.remote.model_word(), "rolex_learned_cache", LearnedCache)
         self.inline = layout["values"] == "inline"
         self.skip_checksum = options.get("fault", "none") == "skip-checksum"
+        self.unlock_first = options.get("fault", "none") == "unlock-first"
         self.tag = ((owner.node << 16) | thread.index) + 1          # the lock holder: this thread
         self.reclaim = Reclaimer(fabric, layout["epochs"], thread)
         self.alloc = ChunkAllocator(fabric, list(self.remote.nodes), layout["chunk_bytes"],
@@ -387,6 +388,13 @@ class RolexClient(KVClient):
                 keys, vals, n = snap.keys, snap.vals, snap.n
             keys[i + 1:n + 1], vals[i + 1:n + 1] = keys[i:n].copy(), vals[i:n].copy()
             keys[i], vals[i] = k, word
+        if self.unlock_first:
+            # fault=unlock-first, the deliberate bug: the unlock CAS is posted before the write-back
+            # in the same doorbell; a WRITE may pass an earlier atomic of its QP, so nothing keeps
+            # the write-back from landing after the unlock, where the next holder READs the leaf
+            # without it (nanoseconds co-located, where the CAS takes the longer path; up to the
+            # lax window between two processes, whose clocks may be sync.window_ns apart)
+            self._unlock(co, home)
         for leaf in dirty:
             co.write(r.leaf_addr(leaf.leaf), leaf.words.view(np.uint8))
             co.write(r.meta_addr(leaf.leaf), leaf.meta())
@@ -394,7 +402,8 @@ class RolexClient(KVClient):
             # the emptied synonym leaf leaves the chain; it keeps its next pointer for readers in flight
             co.write(r.meta_addr(prev.leaf), pack_meta(prev.checksum, snap.synonym))
             self.unlinked_leaves += 1
-        self._unlock(co, home)
+        if not self.unlock_first:
+            self._unlock(co, home)
         yield co.sync()
         if old is not None:
             self.alloc.retire(*old)          # after the WRITE that unlinked it completed

@@ -60,8 +60,10 @@ class RolexSystem(System):
                "carves value blocks out of", minimum=4096, maximum=1 << 30),
         Option("fault", "none", "a deliberate bug, to prove the checks catch it: 'skip-checksum' keeps every leaf "
                "snapshot without checking it against its meta word, so a READ that met a write-back halfway "
-               "(keys shifted by an insert or delete) can miss a key or return another key's value",
-               choices=("none", "skip-checksum")),
+               "(keys shifted by an insert or delete) can miss a key or return another key's value; 'unlock-first' "
+               "posts the unlock CAS before the leaf's write-back, in one doorbell, so the write-back may land after "
+               "the unlock (lost updates: nanoseconds co-located, up to the lax window across processes)",
+               choices=("none", "skip-checksum", "unlock-first")),
     )
 
     @staticmethod
