@@ -89,7 +89,7 @@ def test_heavy_stress_passes_race_and_catches_sherman_unlock_before_write(tmp_pa
     r, verdict = _heavy("race", tmp_path=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "16 keys, 16-1000 B values" in r.stdout and verdict["keys"] == 16 and verdict["ops"] > 5000
-    r, verdict = _heavy("sherman", "--option", "fault=unlock-before-write", tmp_path=tmp_path)
+    r, verdict = _heavy("sherman", "--option", "fault=unlock-before-write", "--no-shrink", tmp_path=tmp_path)
     assert r.returncode == 1 and r.stdout.startswith("FAIL: sherman (--option fault=unlock-before-write): ") and "NOT linearizable" in r.stdout
     assert verdict["stress"] == "illegal"
 

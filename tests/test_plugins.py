@@ -156,7 +156,7 @@ def test_dmrack_check_heavy_catches_lock_ht_skipping_its_checksum(tmp_path):
     r = _dmrack("check", "--system", LOCKHT, "--heavy", "--json", str(tmp_path / "ok.json"), cwd=tmp_path,
                 pythonpath=PLUGIN_DIR, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
-    r = _dmrack("check", "--system", LOCKHT, "--heavy", "--option", "fault=skip-checksum", "--json",
+    r = _dmrack("check", "--system", LOCKHT, "--heavy", "--option", "fault=skip-checksum", "--no-shrink", "--json",
                 str(tmp_path / "bad.json"), cwd=tmp_path, pythonpath=PLUGIN_DIR, timeout=300)
     verdict = json.loads((tmp_path / "bad.json").read_text())
     assert r.returncode == 1 and not verdict["passed"], r.stdout
