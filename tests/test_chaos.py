@@ -179,3 +179,44 @@ def test_a_check_reports_the_windows_it_hit():
     assert 0 < stormy["chaos_delay_ns"] / stormy["chaos_delays"] <= DEFAULTS["effect"][1]
     assert "CASes lost a race" in windows_line(calm) and "chaos" not in windows_line(calm)
     assert "chaos delayed" in windows_line(stormy)
+
+
+def test_each_kind_alone_lines_and_writeback(prefix):
+    """``--chaos lines`` alone spreads a multi-line WRITE's lines over a longer window (and keeps
+    them in order: tests/test_chaos_rules.py); ``--chaos writeback`` alone, with
+    ``nic.atomic_write_race``, widens the window in which a CAS's write-back undoes a WRITE."""
+    from tests.test_atomic_race import DELAYS, cas_then_write
+    from tests.test_coro import new_fabric, setup
+    from tests.test_landing import KIB, ordered, watch_write
+
+    def spread(profile):
+        with new_fabric(prefix, profile=profile, mem=4 << 20) as fab:
+            env, node = setup(fab)
+            seen, _ = watch_write(env, fab, node.thread().coroutine(), fab.allocate("m0", KIB))
+        partial = [t for t, s in seen if any(s) and not all(s)]
+        return partial[-1] - partial[0] if partial else 0
+    calm = ordered(False)
+    stretched = [spread(with_overrides(calm, ChaosSpec(("lines",), seed).overrides())) for seed in (1, 2, 3, 4)]
+    assert max(stretched) > spread(calm) + 100          # some transfers drew a gap (16 lines x up to 20 ns)
+
+    race = with_overrides(calm, {"nic.atomic_write_race": True})
+    with new_fabric(prefix, profile=race) as fab:
+        lost_calm = cas_then_write(fab, DELAYS).count(1)
+    spec = ChaosSpec(("writeback",), 1)
+    with new_fabric(prefix, profile=with_overrides(race, spec.overrides())) as fab:
+        lost_late = cas_then_write(fab, DELAYS).count(1)
+        assert fab.windows["write_backs_delayed"] > 0
+    assert lost_late > lost_calm
+
+
+def test_a_scenario_runs_under_chaos_with_profile_overrides():
+    """The [chaos] table is a profile knob: a scenario's [profile_overrides] turn it on."""
+    from cluster.scenario import scenario_from_dict
+    doc = {"rack": {"name": "chaotic", "profile": "cx6-200g", "seed": 1},
+           "profile_overrides": ChaosSpec(KINDS, 7).overrides(),
+           "compute": {"count": 1, "threads": 1, "coroutines": 1, "memory": "16MiB"},
+           "memory": {"count": 1, "memory": "16MiB"}, "system": {"name": "race"},
+           "workload": {"preset": "a", "recordcount": 100, "keysize": 8, "valuesize": 16},
+           "step": [{"action": "load"}, {"action": "run", "duration_ms": 0.1}]}
+    spec = scenario_from_dict(doc, source="test").spec
+    assert spec.profile.chaos.seed == 7 and spec.profile.chaos.effect_ns == DEFAULTS["effect"][1]
