@@ -268,6 +268,10 @@ class RdmaThread:
                               int(round(chaos.share * nic.CHAOS_SHARE_ONE)), chaos.resume_ns) \
             if chaos is not None and chaos.resume_ns > 0 else None
         self._resume_draws = 0
+        # what a resumption costs the core (see VerbBatch._batch_done), from the profile once
+        prof = self.fabric.profile
+        self.poll_ns = prof.cpu.poll_ns
+        self.poll_switch_ns = prof.cpu.poll_ns + resume_switch_ns(prof)
 
     def statistics(self) -> ThreadStats:
         return ThreadStats(self.posts, self.verbs, self.errors, self.cpu_free)
@@ -763,10 +767,7 @@ class VerbBatch:
             # coroutines also switched away from this one when it waited and switches back now
             # (to the polling coroutine and back: two switches per resume, profile
             # software.coro_switch_cycles; one coroutine busy-polls in place and switches never)
-            profile = thr.fabric.profile
-            cost = profile.cpu.poll_ns
-            if thr._coros > 1:
-                cost += resume_switch_ns(profile)
+            cost = thr.poll_ns if thr._coros < 2 else thr.poll_switch_ns
             wake = self.env.now
             if wake < thr.cpu_free:
                 wake = thr.cpu_free
