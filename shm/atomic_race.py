@@ -29,7 +29,7 @@ from shm.atomics import cas, load_acquire
 from shm.fabric import REGION_HOST
 from shm.deferred import before_write
 from shm.landing import pending_writes_of
-from shm.nic import CHAOS_SHARE_ONE, chaos_draw_py
+from shm.nic import ChaosStream
 
 
 class AtomicWriteRace:
@@ -44,10 +44,7 @@ class AtomicWriteRace:
         self._tokens = count(1)
         self.writes_lost = 0                                  # write-backs that undid a WRITE
         # chaos (docs/checking.md): a write-back may land later, the window it can undo a WRITE in wider
-        chaos = fabric.profile.chaos
-        self._chaos = (chaos.seed, 1 << 61, int(round(chaos.share * CHAOS_SHARE_ONE)), chaos.writeback_ns) \
-            if chaos is not None and chaos.writeback_ns > 0 else None
-        self._chaos_draws = 0
+        self._chaos = ChaosStream.of(fabric.profile, "writeback_ns", 1 << 61)
 
     def after_atomic(self, env, node: int, region: int, off: int, wrote: bool) -> None:
         """An atomic on word ``off`` of ``node``'s ``region`` took effect now; ``wrote``: it
@@ -62,9 +59,7 @@ class AtomicWriteRace:
         value = int(words[off // 8])
         hold = self.host_hold_ns if region == REGION_HOST else self.device_hold_ns
         if self._chaos is not None:
-            seed, salt, share, most = self._chaos
-            d = chaos_draw_py(seed, salt, self._chaos_draws, share, most)
-            self._chaos_draws += 1
+            d = self._chaos.draw()
             if d:
                 hold += d
                 self.fabric.windows["write_backs_delayed"] += 1

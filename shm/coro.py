@@ -261,15 +261,11 @@ class RdmaThread:
         self._op_waiters: deque = deque()
         self._bcas = self._bcas_failed = self._backoffs = self._backoff_ns = 0
         self._rng = random.Random(hash((getattr(owner.env, "seed", 0), owner.node, index, 0x5A)))
+        prof = self.fabric.profile
         # chaos (the profile's [chaos] table, docs/checking.md): a coroutine may resume late, as
         # if its thread had been descheduled; the thread's own stream of draws, salted by node and index
-        chaos = self.fabric.profile.chaos
-        self._resume_chaos = (chaos.seed, (1 << 62) | (owner.node << 32) | index,
-                              int(round(chaos.share * nic.CHAOS_SHARE_ONE)), chaos.resume_ns) \
-            if chaos is not None and chaos.resume_ns > 0 else None
-        self._resume_draws = 0
+        self._resume_chaos = nic.ChaosStream.of(prof, "resume_ns", (1 << 62) | (owner.node << 32) | index)
         # what a resumption costs the core (see VerbBatch._batch_done), from the profile once
-        prof = self.fabric.profile
         self.poll_ns = prof.cpu.poll_ns
         self.poll_switch_ns = prof.cpu.poll_ns + resume_switch_ns(prof)
 
@@ -412,10 +408,7 @@ class RdmaThread:
         draw of the thread's stream (``nic.chaos_draw``) when the profile's ``chaos.resume_ns`` is set."""
         if self._resume_chaos is None:
             return 0
-        seed, salt, share, most = self._resume_chaos
-        n = self._resume_draws
-        self._resume_draws = n + 1
-        d = nic.chaos_draw_py(seed, salt, n, share, most)
+        d = self._resume_chaos.draw()
         if d:
             self.fabric.windows["resumes_delayed"] += 1
         return d

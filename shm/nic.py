@@ -226,7 +226,7 @@ def pack_params(p: Profile) -> np.ndarray:
     c = p.chaos
     if c is not None:
         prm[P_CHAOS_SEED] = c.seed
-        prm[P_CHAOS_SHARE] = int(round(c.share * CHAOS_SHARE_ONE))
+        prm[P_CHAOS_SHARE] = chaos_share_units(c.share)
         prm[P_CHAOS_EFFECT] = c.effect_ns * _PS
         prm[P_CHAOS_DONE] = c.completion_ns * _PS
         prm[P_CHAOS_LINE] = c.line_gap_ns * _PS
@@ -371,20 +371,55 @@ def chaos_draw(seed, salt, n, share, max_ps):
     return np.int64((x >> np.uint64(32)) % np.uint64(max_ps + 1))
 
 
+_M64 = (1 << 64) - 1
+
+
+def mix64_py(z: int) -> int:
+    """:func:`mix64` on a Python int (splitmix64's finaliser, wrapping at 64 bits): what plain-Python
+    code hashes an integer with (``nodes.systems.lib.hashing.mix64`` is this one)."""
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
+    return z ^ (z >> 31)
+
+
 def chaos_draw_py(seed: int, salt: int, n: int, share: int, max_ps: int) -> int:
     """:func:`chaos_draw` in plain Python: what the Python-side models draw (a coroutine's resumption,
     an atomic's write-back), and the reference tests compare the compiled draw with."""
-    m = (1 << 64) - 1
-
-    def mix(z):
-        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & m
-        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & m
-        return z ^ (z >> 31)
-
-    x = mix((seed & m) ^ mix(((salt & m) + 0x9E3779B97F4A7C15 * (n + 1)) & m))
+    x = mix64_py((seed & _M64) ^ mix64_py(((salt & _M64) + 0x9E3779B97F4A7C15 * (n + 1)) & _M64))
     if (x & _MASK32) >= share:
         return 0
     return (x >> 32) % (max_ps + 1)
+
+
+def chaos_share_units(share: float) -> int:
+    """A [chaos] table's ``share`` as the draws compare it: out of :data:`CHAOS_SHARE_ONE`."""
+    return int(round(share * CHAOS_SHARE_ONE))
+
+
+class ChaosStream:
+    """A Python-side model's own stream of one kind of chaos delay (a thread's resumptions, a
+    process's atomic write-backs): draw ``n`` of ``(seed, salt)`` for the n-th chance, as the
+    compiled model draws a QP's (:func:`_chaos_ps`). :meth:`of` is None when the kind is off."""
+
+    __slots__ = ("seed", "salt", "share", "most", "draws")
+
+    def __init__(self, seed: int, salt: int, share: int, most: int):
+        self.seed, self.salt, self.share, self.most = seed, salt, share, most
+        self.draws = 0
+
+    @classmethod
+    def of(cls, profile: Profile, key: str, salt: int) -> "ChaosStream | None":
+        """The stream of the [chaos] key ``key`` (``"resume_ns"``, ``"writeback_ns"``) of ``profile``,
+        or None when the profile has no [chaos] table or that kind is 0."""
+        c = profile.chaos
+        most = getattr(c, key) if c is not None else 0
+        return cls(c.seed, salt, chaos_share_units(c.share), most) if most > 0 else None
+
+    def draw(self) -> int:
+        """The next delay (ns): 0, or up to the kind's maximum."""
+        n = self.draws
+        self.draws = n + 1
+        return chaos_draw_py(self.seed, self.salt, n, self.share, self.most)
 
 
 @njit(cache=True)

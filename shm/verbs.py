@@ -865,15 +865,15 @@ def apply_one_sided(fabric: Fabric, dst: int, op: int, remote_addr: int, rkey: i
                         ((compare_add_mask + _I64_BIAS) & _U64) - _I64_BIAS,
                         ((swap_mask + _I64_BIAS) & _U64) - _I64_BIAS, lbuf, loff,
                         mem.host_locks if host else mem.device_locks)
-    if (op == IBV_WR_ATOMIC_CMP_AND_SWP and int(old) != compare_add & _U64) or \
-            (op == IBV_WR_MASKED_ATOMIC_CMP_AND_SWP and (int(old) ^ compare_add) & compare_add_mask & _U64):
-        fabric.windows["cas_raced"] += 1     # a CAS that lost a race (docs/checking.md, "Chaos")
+    # whether the atomic changed its word: a CAS whose compare failed did not (it lost a race)
+    if op == IBV_WR_ATOMIC_CMP_AND_SWP:
+        wrote = int(old) == compare_add & _U64
+    elif op == IBV_WR_MASKED_ATOMIC_CMP_AND_SWP:
+        wrote = (int(old) ^ compare_add) & compare_add_mask & _U64 == 0
+    else:
+        wrote = True
+    if not wrote:
+        fabric.windows["cas_raced"] += 1     # docs/checking.md, "Chaos": how hard a check tried
     if env is not None and fabric.profile.nic.atomic_write_race:
-        if op == IBV_WR_ATOMIC_CMP_AND_SWP:
-            wrote = int(old) == compare_add & _U64
-        elif op == IBV_WR_MASKED_ATOMIC_CMP_AND_SWP:
-            wrote = (int(old) ^ compare_add) & compare_add_mask & _U64 == 0
-        else:
-            wrote = True
         atomic_race_of(fabric).after_atomic(env, dst, region, off, wrote)
     return IBV_WC_SUCCESS

@@ -34,6 +34,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from shm.nic import mix64_py
+
 SUFFIX_BITS = 16
 SUFFIX_MASK = (1 << SUFFIX_BITS) - 1
 BUCKET_BITS = 20
@@ -58,15 +60,9 @@ def hash64(key):
     return h
 
 
-_M64 = 0xFFFFFFFFFFFFFFFF
-
-
-def mix64(x: int) -> int:
-    """splitmix64's finaliser of a 64-bit integer: sequential keys land in unrelated slots (and
-    deterministically, unlike Python's per-process salted ``hash``)."""
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
-    return x ^ (x >> 31)
+# splitmix64's finaliser of a 64-bit integer: sequential keys land in unrelated slots (and
+# deterministically, unlike Python's per-process salted ``hash``); one definition, the fabric's
+mix64 = mix64_py
 
 
 def field(h: int, shift: int, bits: int) -> int:
