@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cluster.correctness.chaos import DEFAULTS, KINDS, ChaosSpec, parse
+from cluster.correctness.chaos import DEFAULTS, KINDS, ChaosSpec, applied, parse
 from shm import nic
 from shm.profile import load_profile, with_overrides
 
@@ -129,10 +129,8 @@ SEEDS = (1, 2, 3)
 
 def _suite(system: str, only, options: dict, chaos_seed: int | None):
     from cluster.correctness.conformance import run_suite
-    from contextlib import nullcontext
-    from shm.profile import overridden
     spec = ChaosSpec(KINDS, chaos_seed) if chaos_seed is not None else None
-    with overridden(spec.everywhere()) if spec is not None else nullcontext():
+    with applied(spec):
         return {o.name: o for o in run_suite(system, only=only, options=options)}
 
 

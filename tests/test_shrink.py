@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from cluster.correctness.conformance import SHRINKABLE, Scale, run_suite
-from cluster.correctness.shrink import FULL, shrink
+from cluster.correctness.shrink import shrink
 
 
 def test_scale_reads_and_writes_its_flag():
@@ -32,12 +32,29 @@ def test_the_search_halves_what_still_fails_and_keeps_the_smallest():
         tried.append((scale, seed))
         fails = scale.threads >= 2 and scale.coroutines >= 3 and seed in (None, 11)
         return not fails, f"failed at {scale.text()}"
-    got = shrink("race", "no_torn_values", {}, run_check=run_check)
+    got = shrink("race", "no_torn_values", {}, run_check=run_check, full=Scale(threads=4, coroutines=4, length=1.0))
     assert got.scale == Scale(threads=2, coroutines=4, length=1 / 16) and got.chaos_seed is None
     assert got.detail == f"failed at {got.scale.text()}" and got.runs == len(tried)
     assert shrink("race", "single_client", {}, run_check=run_check) is None      # not shrinkable
     assert shrink("race", "no_torn_values", {}, run_check=lambda sc, s: (True, "")) is None   # passes
-    assert set(FULL) | {"stress_uniform", "stress_zipfian"} == set(SHRINKABLE)
+    assert got.full == Scale(threads=4, coroutines=4, length=1.0)
+
+
+@pytest.mark.parametrize("check", sorted(SHRINKABLE))
+def test_a_shrinkable_check_records_its_full_size_in_the_dimensions_it_declares(check):
+    """Shrinking starts from the sizes a check's full run records (so a system's own stress shape
+    counts), in exactly the dimensions SHRINKABLE declares for it."""
+    from cluster.correctness.conformance import HISTORY
+    from cluster.correctness.shapes import HEAVY, QUICK
+    sizes = {}
+    o = run_suite("race", only=[check], sizes=sizes, stress_shape=QUICK)[0]
+    assert o.passed, o.detail
+    assert set(sizes) == set(SHRINKABLE[check])
+    want = {"no_torn_values": (4, 4, None), "insert_race": (4, 4, None), "history_uniform": (HISTORY.threads, HISTORY.coroutines, HISTORY.keys),
+            "history_zipfian": (HISTORY.threads, HISTORY.coroutines, HISTORY.keys), "history_heavy": (HEAVY.threads, HEAVY.coroutines, HEAVY.keys),
+            "stress_uniform": (QUICK.threads, QUICK.coroutines, QUICK.keys),
+            "stress_zipfian": (QUICK.threads, QUICK.coroutines, QUICK.keys)}[check]
+    assert (sizes.get("threads"), sizes.get("coroutines"), sizes.get("keys")) == want
 
 
 def test_a_real_failure_shrinks_and_its_shrunk_run_fails_the_same_way():
@@ -45,8 +62,8 @@ def test_a_real_failure_shrinks_and_its_shrunk_run_fails_the_same_way():
     that size again gives the same failure (the suite's racks are co-located: one virtual clock)."""
     options = {"fault": "update-skips-cas"}
     got = shrink("race", "history_uniform", options, max_runs=12)
-    assert got is not None and got.scale != FULL["history_uniform"]
-    full = FULL["history_uniform"]
+    assert got is not None and got.scale != got.full
+    full = got.full
     assert (got.scale.threads * got.scale.coroutines * got.scale.keys * got.scale.length
             < full.threads * full.coroutines * full.keys * full.length)
     again = run_suite("race", only=["history_uniform"], options=options, scale=got.scale)[0]

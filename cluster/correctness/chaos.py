@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["KINDS", "DEFAULTS", "SHARE", "ChaosSpec", "parse"]
+__all__ = ["KINDS", "DEFAULTS", "SHARE", "ChaosSpec", "parse", "applied"]
 
 #: kind -> the [chaos] key it sets and its largest delay (ns) under --chaos
 DEFAULTS = {
@@ -66,12 +66,6 @@ class ChaosSpec(NamedTuple):
             out[f"chaos.{key}"] = most if kind in self.kinds else 0
         return out
 
-    def everywhere(self, profile: str | None = None) -> dict:
-        """``shm.profile.overridden()``'s argument for a check under this chaos: the [chaos] table
-        added to every shipped profile and to ``profile`` (a system's rack tables may name
-        another profile than the check's)."""
-        from shm.profile import list_profiles
-        return {name: self.overrides() for name in list_profiles() + ([profile] if profile else [])}
 
     def describe(self) -> str:
         """One line for the verdict: which kinds were on, how large, the share and the seed."""
@@ -97,3 +91,14 @@ def parse(text: str | None, seed: int) -> ChaosSpec:
         raise ValueError(f"--chaos {text!r}: unknown kind(s) {', '.join(map(repr, unknown)) or '(none given)'}; "
                          f"the kinds are {', '.join(KINDS)} (or all)")
     return ChaosSpec(tuple(k for k in KINDS if k in kinds), seed)
+
+
+def applied(spec: ChaosSpec | None, profile: str | None = None):
+    """A context in which every profile loaded by name has ``spec``'s [chaos] table: every shipped
+    profile and ``profile`` (a system's rack tables may name another than the check's), in this
+    process and in the pools it starts (``shm.profile.overridden``). ``spec`` None: no chaos."""
+    from contextlib import nullcontext
+    from shm.profile import list_profiles, overridden
+    if spec is None:
+        return nullcontext()
+    return overridden({name: spec.overrides() for name in list_profiles() + ([profile] if profile else [])})

@@ -233,12 +233,6 @@ class StressSkipped:
         return "skipped (--only)"
 
 
-def shrink_full(check: str, stress_shape=None):
-    """The full size of a shrinkable check (a Scale with its numbers)."""
-    from cluster.correctness.shrink import full_of
-    return full_of(check, stress_shape)
-
-
 def replay_command(system: str, given: dict, *, quick: bool, heavy: bool, seed: int, profile: str | None,
                    chaos=None, only=None, scale=None) -> str:
     """The command that runs this check again: its co-located checks (the conformance suite) give
@@ -271,8 +265,7 @@ def run(system: str, *, options: dict | None = None, quick: bool = False, heavy:
     options = cls.check_options(dict(options or {}), f"dmrack check --system {system}")
     given = {k: options[k] for k in asked}      # their values as checked (converted to the option's type)
     t0 = time.perf_counter()
-    from contextlib import nullcontext
-    from shm.profile import overridden
+    from cluster.correctness.chaos import applied
     chaos_ov = chaos.overrides() if chaos is not None else None
     from shm.fabric import windows_hit
     before = windows_hit()
@@ -282,7 +275,7 @@ def run(system: str, *, options: dict | None = None, quick: bool = False, heavy:
             # chaos widens the windows of multi-line values and out-of-line blocks: give it some
             shape = shape._replace(value_size=max(shape.value_size, CHAOS_VALUE_BYTES), mixed_sizes=True)
         suite_trace = [trace[0], trace[1], None] if trace is not None and only else None
-        with overridden(chaos.everywhere(profile)) if chaos is not None else nullcontext():
+        with applied(chaos, profile):
             outcomes = run_suite(system, options=options, heavy=heavy, progress=sweep.part("conformance suite"),
                                  profile=profile, only=only, scale=scale, trace=suite_trace, stress_shape=shape)
         windows = {k: v - before[k] for k, v in windows_hit().items()}
@@ -313,7 +306,7 @@ def run(system: str, *, options: dict | None = None, quick: bool = False, heavy:
                     break
         if trace is not None and sup is not None:
             stress_part("a co-located run of the stress, traced")
-            with overridden(chaos.everywhere(profile)) if chaos is not None else nullcontext():
+            with applied(chaos, profile):
                 doc = trace_stress(system, options, trace[0], trace[1], seed=seed, shape=shape,
                                    history=sup.history_ops, result=result, profile=profile)
     passed = all(o.passed for o in outcomes) and result.verdict in ("ok", "skipped")
@@ -341,7 +334,7 @@ def run(system: str, *, options: dict | None = None, quick: bool = False, heavy:
                         + "): its interleaving was the operating system's; run the check again to see it vary"]
     if shrunk is not None:
         detail = shrunk.detail.strip().splitlines()[0] if shrunk.detail.strip() else ""
-        sized = "its full size" if shrunk.scale == shrink_full(shrunk.check, shape) else shrunk.scale.text()
+        sized = "its full size" if shrunk.scale == shrunk.full else shrunk.scale.text()
         shrunk_lines = [
             ("the process stress's failure reproduced co-located, " if reproduced else "")
             + f"shrunk: {shrunk.check} still fails at {sized}"

@@ -126,13 +126,31 @@ class Scale(NamedTuple):
         return cls(**out)
 
     def threads_of(self, n: int) -> int:
-        return n if self.threads is None else max(1, min(n, self.threads))
+        """A check's ``n`` threads at this scale."""
+        return self._count("threads", n)
 
     def coroutines_of(self, n: int) -> int:
-        return n if self.coroutines is None else max(1, min(n, self.coroutines))
+        return self._count("coroutines", n)
 
     def keys_of(self, n: int) -> int:
-        return n if self.keys is None else max(1, min(n, self.keys))
+        return self._count("keys", n)
+
+    def length_of(self, x):
+        """A check's rounds or virtual time ``x`` at this scale."""
+        self._note("length", 1.0)
+        return x if self.length == 1.0 else x * self.length
+
+    def _count(self, field: str, n: int) -> int:
+        self._note(field, n)
+        v = getattr(self, field)
+        return n if v is None else max(1, min(n, v))
+
+    @staticmethod
+    def _note(field: str, full) -> None:
+        """Record the check's full size of ``field`` (run_suite(sizes=...)): shrinking halves it."""
+        sizes = _SIZES.get()
+        if sizes is not None:
+            sizes.setdefault(field, full)
 
 
 # The scale of the check being run (shrinking, ``--scale``): the full run unless set.
@@ -141,6 +159,8 @@ _SCALE: contextvars.ContextVar[Scale] = contextvars.ContextVar("conformance_scal
 # reproductions of a process-stress failure (STRESS_CHECKS) run: StressShape() unless set.
 _STRESS_SHAPE: contextvars.ContextVar[StressShape | None] = contextvars.ContextVar("conformance_stress_shape",
                                                                                    default=None)
+# run_suite(sizes=...): the dict the checks that take a Scale record their full sizes in.
+_SIZES: contextvars.ContextVar[dict | None] = contextvars.ContextVar("conformance_sizes", default=None)
 # ``dmrack check --only ... --trace FILE``: [path, bounds, what was written] -- the first history
 # check run records its rack (shm/sim/trace.py) with the operations of its failing keys.
 _TRACE: contextvars.ContextVar[list | None] = contextvars.ContextVar("conformance_trace", default=None)
@@ -604,7 +624,7 @@ def check_no_torn_values(system, options) -> None:
     kid = 777
     k = _k(kid)
     sc = _SCALE.get()
-    rounds = max(1, round(6 * sc.length))
+    rounds = max(1, round(sc.length_of(6)))
     with rig(system, compute_threads=sc.threads_of(4), coroutines=sc.coroutines_of(4), options=options) as r:
         written = {0: _v(kid, 0, 1000)}
         _expect(r.op("insert", k, written[0]) is True, "insert of the shared key was refused")
@@ -722,9 +742,8 @@ def _history_check(system, options: dict, distribution: str, shape: StressShape 
         shape = shape._replace(run_ms=shape.run_ms * CHAOS_RUN_FACTOR)
     sc = _SCALE.get()
     shrunk = sc != Scale()
-    if shrunk:
-        shape = shape._replace(threads=sc.threads_of(shape.threads), coroutines=sc.coroutines_of(shape.coroutines),
-                               keys=sc.keys_of(shape.keys), run_ms=shape.run_ms * sc.length)
+    shape = shape._replace(threads=sc.threads_of(shape.threads), coroutines=sc.coroutines_of(shape.coroutines),
+                           keys=sc.keys_of(shape.keys), run_ms=sc.length_of(shape.run_ms))
     mix = stress_mix(system)
     wl = StressWorkload(shape.keys, mix=mix, distribution=distribution, value_size=shape.value_size,
                         mixed_sizes=shape.mixed_sizes)
@@ -866,7 +885,7 @@ SHRINKABLE = {
 def run_suite(system_name: str, *, only: Iterable[str] | None = None, options: dict | None = None,
               progress: Callable[[str], None] | None = None, heavy: bool = False,
               profile: str | None = None, scale: Scale | None = None, trace: list | None = None,
-              stress_shape: StressShape | None = None) -> list[CheckOutcome]:
+              stress_shape: StressShape | None = None, sizes: dict | None = None) -> list[CheckOutcome]:
     """Run the checks (all, or the names in ``only``, in CHECKS order; with ``heavy`` also the
     ``HEAVY_CHECKS``, last) on the registered system
     ``system_name`` with system ``options`` (e.g. ``{"fault": "update-skips-cas"}``); one outcome
@@ -874,35 +893,26 @@ def run_suite(system_name: str, *, only: Iterable[str] | None = None, options: d
     ValueError. ``progress(message)`` is called before each check with a one-line message
     ("conformance 3/9: no_torn_values") for a status line; outcomes are the return value.
     ``profile``: the hardware profile of the rigs (default :data:`DEFAULT_PROFILE`; a system's
-    ``rack_tables`` that name one still win for its service rigs)."""
+    ``rack_tables`` that name one still win for its service rigs). ``scale``: run the checks that
+    take it smaller (:class:`Scale`); ``trace``: ``[path, bounds, None]``, the first history check
+    records its run there; ``stress_shape``: the process stress's shape (the stress_* checks);
+    ``sizes``: a dict the checks that take a scale fill with their full sizes (what shrinking
+    halves: ``shrink.py``)."""
     system = get_system(system_name)
-    if stress_shape is not None:
-        token = _STRESS_SHAPE.set(stress_shape)
-        try:
-            return run_suite(system_name, only=only, options=options, progress=progress, heavy=heavy, profile=profile,
-                             scale=scale, trace=trace)
-        finally:
-            _STRESS_SHAPE.reset(token)
-    if trace is not None:
-        token = _TRACE.set(trace)
-        try:
-            return run_suite(system_name, only=only, options=options, progress=progress, heavy=heavy, profile=profile,
-                             scale=scale)
-        finally:
-            _TRACE.reset(token)
-    if scale is not None:
-        token = _SCALE.set(scale)
-        try:
-            return run_suite(system_name, only=only, options=options, progress=progress, heavy=heavy, profile=profile)
-        finally:
-            _SCALE.reset(token)
     if profile is not None:
         load_profile(profile)                     # an unknown name: one error now, not one per check
-        token = _PROFILE.set(profile)
-        try:
-            return run_suite(system_name, only=only, options=options, progress=progress, heavy=heavy)
-        finally:
-            _PROFILE.reset(token)
+    # what the checks read besides their arguments, for this run (the contextvars above)
+    settings = [(var, value) for var, value in ((_PROFILE, profile), (_SCALE, scale), (_TRACE, trace),
+                                                (_STRESS_SHAPE, stress_shape), (_SIZES, sizes)) if value is not None]
+    tokens = [(var, var.set(value)) for var, value in settings]
+    try:
+        return _run_checks(system, only=only, options=options, progress=progress, heavy=heavy)
+    finally:
+        for var, token in reversed(tokens):
+            var.reset(token)
+
+
+def _run_checks(system, *, only, options, progress, heavy) -> list[CheckOutcome]:
     every = {**CHECKS, **HEAVY_CHECKS, **STRESS_CHECKS}
     names = list(CHECKS) + (list(HEAVY_CHECKS) if heavy else [])
     if only is not None:

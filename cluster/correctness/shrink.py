@@ -19,16 +19,8 @@ from typing import NamedTuple
 
 from cluster.correctness.conformance import SHRINKABLE, Scale, run_suite
 
-__all__ = ["Shrunk", "FULL", "shrink"]
+__all__ = ["Shrunk", "shrink"]
 
-#: Each shrinkable check's full size in the dimensions it takes (what Scale() leaves as is).
-FULL = {
-    "no_torn_values": Scale(threads=4, coroutines=4, length=1.0),
-    "insert_race": Scale(threads=4, coroutines=4),
-    "history_uniform": Scale(threads=2, coroutines=4, keys=64, length=1.0),
-    "history_zipfian": Scale(threads=2, coroutines=4, keys=64, length=1.0),
-    "history_heavy": Scale(threads=8, coroutines=8, keys=16, length=1.0),
-}
 ORDER = ("coroutines", "threads", "keys", "length")
 LENGTH_FLOOR = 1 / 16
 SEEDS_PER_CANDIDATE = 3
@@ -37,6 +29,7 @@ SEEDS_PER_CANDIDATE = 3
 class Shrunk(NamedTuple):
     check: str
     scale: Scale            # the smallest failing run found
+    full: Scale             # the check's full size (what the search started from)
     chaos_seed: int | None  # the chaos seed it fails under (None: no chaos)
     detail: str             # its failure, as the check reported it
     runs: int               # runs the search took
@@ -52,48 +45,40 @@ def _halved(sc: Scale, field: str, takes: tuple) -> Scale | None:
     return sc._replace(**{field: v // 2}) if v // 2 >= 1 else None
 
 
-def full_of(check: str, stress_shape=None) -> Scale | None:
-    """A shrinkable check's full size; the process stress's co-located checks take theirs from
-    its shape (``StressShape``)."""
-    if check in FULL:
-        return FULL[check]
-    if check in SHRINKABLE and stress_shape is not None:
-        return Scale(threads=stress_shape.threads, coroutines=stress_shape.coroutines, keys=stress_shape.keys,
-                     length=1.0)
-    return None
-
-
 def shrink(system: str, check: str, options: dict, *, chaos=None, profile: str | None = None,
-           max_runs: int = 30, max_seconds: float = 60.0, run_check=None, stress_shape=None,
-           seeds: tuple | None = None) -> Shrunk | None:
+           max_runs: int = 30, max_seconds: float = 60.0, run_check=None, full: Scale | None = None,
+           stress_shape=None, seeds: tuple | None = None) -> Shrunk | None:
     """The smallest failing run of ``check`` found (None if the check is not shrinkable or its
     full run does not fail here). ``chaos``: the ChaosSpec the failure happened under (its seed
     family is searched); ``stress_shape``: the process stress's shape (for the stress_* checks);
     ``seeds``: the chaos seeds whose full run may fail (default the failure's own: the first that
-    fails is where the search starts); ``run_check(scale, chaos_seed) -> (passed, detail)``
-    replaces running the suite (tests)."""
-    full = full_of(check, stress_shape)
-    if full is None:
+    fails is where the search starts). The check's full size is what its full run records
+    (``run_suite(sizes=...)``: a system's own stress shapes included); ``run_check(scale,
+    chaos_seed) -> (passed, detail)`` replaces running the suite (tests), which then give
+    ``full``."""
+    if check not in SHRINKABLE:
         return None
     t0 = time.perf_counter()
+    sizes: dict = {}
     if run_check is None:
-        from contextlib import nullcontext
-        from shm.profile import overridden
+        from cluster.correctness.chaos import applied
 
         def run_check(scale, seed):
             spec = chaos._replace(seed=seed) if chaos is not None else None
-            with overridden(spec.everywhere(profile)) if spec is not None else nullcontext():
+            with applied(spec, profile):
                 o = run_suite(system, only=[check], options=options, profile=profile, scale=scale,
-                              stress_shape=stress_shape)[0]
+                              stress_shape=stress_shape, sizes=sizes)[0]
             return o.passed, o.detail
     runs = 0
     for seed0 in (seeds or ((chaos.seed if chaos is not None else None),)):
-        passed, detail = run_check(full, seed0)
+        passed, detail = run_check(full or Scale(), seed0)
         runs += 1
         if not passed and "the check itself failed" not in detail:
             break
     else:
         return None
+    if full is None:
+        full = Scale(**sizes)
     best, best_seed = full, seed0
     seeds = [seed0] if chaos is None else [seed0 + k for k in range(SEEDS_PER_CANDIDATE)]
     improved = True
@@ -114,4 +99,4 @@ def shrink(system: str, check: str, options: dict, *, chaos=None, profile: str |
                     break
             if improved:
                 break
-    return Shrunk(check, best, best_seed, detail, runs, time.perf_counter() - t0)
+    return Shrunk(check, best, full, best_seed, detail, runs, time.perf_counter() - t0)
