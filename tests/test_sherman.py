@@ -475,6 +475,17 @@ def test_retiring_the_new_block_is_caught_by_the_checker():
         conformance.CHECKS["load_then_read"](get_system("sherman"), {"fault": "retire-new-block"})
 
 
+def test_value_after_unlock_is_caught_without_chaos():
+    """fault = "value-after-unlock": an out-of-line value's block is WRITTEN only once the entry
+    that points to it and the unlock completed, a window of one round trip. The conformance
+    suite's same-key readers (no_torn_values, values up to 1000 B) follow the new entry inside it
+    and read the block before its value: caught without --chaos (docs/checking.md)."""
+    from cluster.correctness import conformance
+    from nodes.systems import get_system
+    with pytest.raises(conformance.ConformanceFailure, match="no update wrote"):
+        conformance.CHECKS["no_torn_values"](get_system("sherman"), {"fault": "value-after-unlock"})
+
+
 # -- Sherman's packed leaf (leaf_layout = "packed", the default): verbs and bytes per operation ----
 
 @contextlib.contextmanager

@@ -169,9 +169,9 @@ class ShermanClient(HoclClient, KVClient):
         """Generator: allocate an out-of-line value block and queue its WRITE; its gaddr."""
         node, off = yield from self.alloc.alloc(co, block_units(len(value)))
         addr = self._nb[node] | off
-        if self.fault == "value-after-entry":
+        if self.fault in ("value-after-entry", "value-after-unlock"):
             # the deliberate bug: the block's WRITE waits until the entry that points to it is
-            # queued (_modify posts it behind the entry's write-back)
+            # queued (_modify posts it behind the entry's write-back, or after the unlock)
             self._late_blocks[addr] = block_image(key, value)
         else:
             co.write(addr, block_image(key, value))
@@ -451,6 +451,16 @@ class ShermanClient(HoclClient, KVClient):
                 # next holder works on a leaf that misses this write (and may be overwritten by it)
                 yield from self.release(co, lock)
                 co.write(*wb)
+                yield co.sync()
+            elif block in self._late_blocks and self.fault == "value-after-unlock":
+                # fault=value-after-unlock, the deliberate bug: the entry and the unlock first, the
+                # value's block in the next doorbell, once they completed: a reader that READs the
+                # new entry and then the block within that round trip reads the block before it
+                # holds the value
+                co.write(*wb)
+                yield from self.release(co, lock)
+                yield co.sync()
+                co.write(block, self._late_blocks.pop(block))
                 yield co.sync()
             elif block in self._late_blocks:
                 # fault=value-after-entry, the deliberate bug: the entry goes first, the value's

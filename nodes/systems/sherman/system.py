@@ -80,8 +80,10 @@ class ShermanSystem(System):
                "instead of the one it replaced, so a live value is reused under its entry (use after free; only "
                "values over 48 B have blocks); 'value-after-entry' WRITEs an out-of-line value's block behind the "
                "entry that points to it, in the same doorbell (it lands nanoseconds after the entry on the same QP: "
-               "a window only dmrack check --chaos opens wide enough to see)",
-               choices=("none", "unlock-before-write", "retire-new-block", "value-after-entry")),
+               "a window only dmrack check --chaos opens wide enough to see); 'value-after-unlock' WRITEs it "
+               "only once the entry and the unlock completed (a window of one round trip)",
+               choices=("none", "unlock-before-write", "retire-new-block", "value-after-entry",
+                        "value-after-unlock")),
     )
 
     @classmethod
