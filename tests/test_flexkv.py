@@ -252,3 +252,74 @@ def test_a_proxied_update_of_a_key_being_written_waits_for_that_commit_and_is_ov
     rack, st = _hot_key_updates(offload_ratio=1.0, overwrite_on_conflict=False)
     assert check(rack.history_ops).verdict == "ok"
     assert sum(s.overwritten for s in st) == 0 and sum(s.busy for s in st) > 0
+
+
+# -- replication (option replicas, §4.5 primary-backup) ------------------------------------------
+
+def _copies_agree(fab, layout) -> tuple[int, int]:
+    """(committed slots, their pairs) checked: every committed slot word of the primary index is
+    in every backup of its slot, and every pair it names has the same bytes in every backup."""
+    from nodes.systems.lib.replicas import Replicas
+    from nodes.systems.race.layout import NODE_SHIFT, OFFSET_MASK, UNITS_SHIFT
+    from shm.fabric import gaddr, gaddr_node, gaddr_offset
+    tables, copies = layout["tables"], layout["index_copies"]
+    reps = Replicas(fab, layout["block_copies"])
+    slots = pairs = 0
+    for i in range(tables.count):
+        words = tables.words(fab, i)
+        for j, w in enumerate(words.tolist()):
+            if j % 8 == 0:
+                continue                                   # bucket headers
+            addr = gaddr(tables.node_of(i), tables.offset_of(i) + 8 * j)
+            for b in copies.backup_gaddrs(addr):
+                assert int(fab.memory[gaddr_node(b)].host64[gaddr_offset(b) // 8]) == w, (i, j)
+            units = (w >> UNITS_SHIFT) & 0xFF
+            if not units:
+                continue                                   # empty or a tombstone
+            slots += 1
+            node, off = (w >> NODE_SHIFT) & 0xFF, (w & OFFSET_MASK) & ~63
+            n = units * 64
+            primary = bytes(fab.memory[node].host[off:off + n])
+            for bn, bo in reps.copies_of(node, off):       # (a live pair's valid bit is clear on every copy)
+                assert bn != node and bytes(fab.memory[bn].host[bo:bo + n]) == primary
+            pairs += 1
+    return slots, pairs
+
+
+@pytest.mark.parametrize("ratio", [0.0, 0.5])
+def test_replicas_put_every_pair_and_slot_on_every_copy(monkeypatch, ratio):
+    """replicas = 2: after a bulk load and a run of YCSB A (one-sided at ratio 0, proxied and
+    one-sided at 0.5), every committed slot and the pair it names are the same on the backups,
+    on another memory node, and the history stays linearizable."""
+    d = flexkv_dict({"action": "load", "bulk": True}, run(2.0), preset="a", knob=False, offload_ratio=ratio,
+                    rank_hotness=False, replicas=2)
+    rack = ColocatedRack(scenario_from_dict(d, source="t.toml"), history=50_000)
+    seen = []
+    publish = ColocatedRack._publish_memory
+    # at the end of the run, while the rack's memory is still there
+    monkeypatch.setattr(ColocatedRack, "_publish_memory",
+                        lambda self, state: (publish(self, state), seen.append(_copies_agree(state.fabric,
+                                                                                             state.layout))))
+    rack.run()
+    assert check(rack.history_ops).verdict == "ok"
+    slots, pairs = seen[0]
+    assert slots >= 256 and pairs == slots
+
+
+def test_replicas_cost_writes_on_the_backup_memory_node():
+    """The same YCSB A run with 2 copies WRITEs every pair and slot twice: more verbs reach the
+    memory nodes, and updates wait for their backups (fewer operations in the same time)."""
+    def run_with(r):
+        d = flexkv_dict({"action": "load", "bulk": True}, run(2.0), preset="a", knob=False, offload_ratio=0.0,
+                        rank_hotness=False, replicas=r)
+        rack = ColocatedRack(scenario_from_dict(d, source="t.toml"), history=0)
+        res = rack.run()
+        return res.steps[-1]
+    one, two = run_with(1), run_with(2)
+    assert two.ops < one.ops
+
+
+def test_more_replicas_than_memory_nodes_is_one_line():
+    with pytest.raises(SpecError) as e:
+        scenario_from_dict(flexkv_dict(LOAD, replicas=3), source="t.toml")
+    assert "replicas = 3 needs 3 memory nodes" in str(e.value) and "\n" not in str(e.value)

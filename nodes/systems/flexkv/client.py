@@ -597,6 +597,7 @@ class FlexKVClient(RaceClient):
                      bytes([INVALID_BIT | (len(key) >> 8)]))
             swapped, _ = yield from co.backoff_cas(slot, old, new)
             if swapped:
+                yield from self.slot_committed(co, slot, new)      # the index's backups (replicas)
                 self.retire_block(old)
                 self.st.cache.put(key, ADDR, p, self._slot_index(p, slot), new, None, self.env.now)
                 return True

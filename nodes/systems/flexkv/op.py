@@ -141,7 +141,9 @@ class FlexKVOpClient(FlexKVClient):
             try:
                 new = (yield from self.new_block(co, key, value, h)) if op != OP_DELETE else \
                     tombstone(h >> FP_SHIFT, self.env.now)
-                co.write(self._slot_gaddr(p, slot), new.to_bytes(8, "little"))
+                at = self._slot_gaddr(p, slot)
+                co.write(at, new.to_bytes(8, "little"))
+                self.queue_slot_copies(co, at, new)                 # the index's backups (replicas)
                 yield co.sync()
                 local[slot] = new                                   # the commit
                 self.thread.cpu(cpu.local_cas_ns)

@@ -272,7 +272,12 @@ def handle_write(ctx, req):
             yield from _invalidate(ctx, st, key, sharers)
         co = req.co
         d = _dir(st)
-        co.write(d.slot_gaddr(p, slot), int(new).to_bytes(8, "little"))
+        at, data = d.slot_gaddr(p, slot), int(new).to_bytes(8, "little")
+        co.write(at, data)
+        copies = st.layout.get("index_copies")
+        if copies is not None:                                   # the index's backups, in parallel
+            for b in copies.backup_gaddrs(at):
+                co.write(b, data)
         if is_pair(expected):
             # the replaced pair's valid bit: a client that cached its address sees it is stale
             old = gaddr((expected >> NODE_SHIFT) & 0xFF, (expected & _BLOCK_ADDR) + INVALID_BYTE)

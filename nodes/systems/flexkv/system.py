@@ -7,6 +7,7 @@ import os
 import numpy as np
 
 from nodes.systems.api import Option, SystemGaveUp
+from nodes.systems.lib.replicas import ReplicaError, Replicas, setup_record_copies, setup_replicas
 from nodes.systems.race.client import SEARCH_CPU_NS, WRITE_CPU_NS
 from nodes.systems.race.layout import MAX_BLOCK_BYTES, Geometry, LayoutError, SLOTS_PER_GROUP, GROUP_BYTES
 from nodes.systems.race.system import RaceSystem
@@ -84,6 +85,9 @@ class FlexKVSystem(RaceSystem):
         Option("load_factor", 0.5, "keys per slot the RACE table is sized for", minimum=0.05, maximum=1.0),
         Option("chunk_bytes", 1 << 20, "bytes of the chunks a client carves KV pairs out of",
                minimum=MAX_BLOCK_BYTES, maximum=1 << 30),
+        Option("replicas", 1, "copies of every KV pair and index slot on the memory nodes (primary-backup, "
+               "§4.5: the paper evaluates 3-way): each on its own memory node, the backups WRITTEN with the "
+               "primary; 1 = one copy stands for all", minimum=1, maximum=8),
         Option("search_cpu_ns", SEARCH_CPU_NS, "modelled CPU ns of each search (as RACE's)", minimum=0,
                maximum=10**6),
         Option("write_cpu_ns", WRITE_CPU_NS, "modelled CPU ns each write adds (as RACE's)", minimum=0,
@@ -99,6 +103,9 @@ class FlexKVSystem(RaceSystem):
         if spec.compute.count > MAX_COMPUTE_NODES:
             raise ValueError(f"FlexKV's sharer lists hold {MAX_COMPUTE_NODES} compute nodes; the rack has "
                              f"{spec.compute.count}")
+        if options["replicas"] > spec.memory.count:
+            raise ValueError(f"replicas = {options['replicas']} needs {options['replicas']} memory nodes (each copy "
+                             f"on its own node); the rack has {spec.memory.count} (memory.count)")
         try:
             partition_bits(options["partitions"])
         except ValueError as e:
@@ -145,6 +152,15 @@ class FlexKVSystem(RaceSystem):
             _c, staging, _s, _m = region_views(fabric.memory[c].host, region, P)
             staging[:] = ON_MEMORY               # nothing offloaded until the manager's first round
         geo = cls.geometry(int(capacity), opts, len(layout["memory_nodes"]))
+        try:
+            layout["block_copies"] = setup_replicas(fabric, layout["memory_nodes"], opts["replicas"],
+                                                    opts["chunk_bytes"], "system 'flexkv'")
+            layout["index_copies"] = setup_record_copies(fabric, layout["tables"], opts["replicas"])
+        except ReplicaError as e:
+            raise SystemGaveUp(str(e)) from None
+        except MemoryError as e:
+            raise SystemGaveUp(f"FlexKV: the index's {opts['replicas'] - 1} backups do not fit the memory nodes: "
+                               f"{e}") from None
         layout.update({
             "format": LAYOUT_FORMAT,
             "partitions": P,
@@ -157,6 +173,34 @@ class FlexKVSystem(RaceSystem):
             "nonce": int.from_bytes(os.urandom(8), "little"),
         })
         return layout
+
+    @classmethod
+    def footprint(cls, options: dict, capacity: int, key_bytes: int, value_bytes: int) -> int:
+        """RACE's table and blocks, once per copy."""
+        return super().footprint(options, capacity, key_bytes, value_bytes) * int(options.get("replicas", 1))
+
+    @classmethod
+    def bulk_load(cls, fabric, layout: dict, pairs) -> None:
+        """RACE's bulk load; with ``replicas``, the blocks' regions come with their mirrors and the
+        backups then hold the primaries' bytes (the index's and the blocks')."""
+        rmap = layout.get("block_copies")
+        if rmap is None:
+            return super().bulk_load(fabric, layout, pairs)
+        from nodes.systems.race.bulk import bulk_load
+        reps = Replicas(fabric, rmap)
+        regions = []
+
+        def allocate(node, nbytes):
+            off = reps.allocate(node, nbytes)
+            regions.append((node, off, nbytes))
+            return off
+        bulk_load(fabric, layout, pairs, allocate=allocate)
+        for node, off, nbytes in regions:
+            reps.copy_region(node, off, nbytes)
+        copies, tables = layout["index_copies"], layout["tables"]
+        for b in copies.backups:
+            for i in range(tables.count):
+                b.words(fabric, i)[:] = tables.words(fabric, i)
 
     @classmethod
     def node_failed(cls, fabric, layout: dict, node: int) -> None:

@@ -43,16 +43,19 @@ class ChunkAllocator:
     """One client's KV-block allocator (shared by the coroutines of its thread)."""
 
     __slots__ = ("fabric", "memory_nodes", "chunk_bytes", "rpc_ns", "_next", "node", "pos", "end", "_refill",
-                 "chunks", "bytes", "blocks", "freed", "used_bytes", "reclaim", "owner", "max_offset", "offset_limit")
+                 "chunks", "bytes", "blocks", "freed", "used_bytes", "reclaim", "owner", "max_offset", "offset_limit",
+                 "replicas")
 
     def __init__(self, fabric, memory_nodes: list[int], chunk_bytes: int, start: int = 0, reclaim=None,
                  owner: str = "allocator", max_offset: int = (1 << OFFSET_BITS) - 1,
-                 offset_limit: str = "the global address's 48-bit offset field"):
+                 offset_limit: str = "the global address's 48-bit offset field", replicas=None):
         """``start``: the index of the memory node the first chunk comes from (spread clients
         over the nodes: e.g. ``node * 7 + thread.index``); ``reclaim``: the thread's
         :class:`nodes.systems.lib.reclaim.Reclaimer`, or None (never reuse); ``owner``: how
         errors name the system; ``max_offset``/``offset_limit``: the highest byte offset the
-        design's pointers can encode, and how to say so (RACE's slots hold 40 bits)."""
+        design's pointers can encode, and how to say so (RACE's slots hold 40 bits); ``replicas``:
+        a :class:`nodes.systems.lib.replicas.Replicas` (every chunk comes with mirror chunks on the
+        backup memory nodes, whose blocks the client WRITEs with the primary's), or None."""
         self.fabric = fabric
         self.memory_nodes = list(memory_nodes)
         self.chunk_bytes = (chunk_bytes + UNIT - 1) // UNIT * UNIT
@@ -67,6 +70,7 @@ class ChunkAllocator:
         self.owner = owner
         self.max_offset = max_offset
         self.offset_limit = offset_limit
+        self.replicas = replicas
 
     def alloc(self, co, units: int):
         """Generator: ``(node, offset)`` of a fresh block of ``units`` 64-byte units. It queues no
@@ -143,7 +147,10 @@ class ChunkAllocator:
                 node = self.memory_nodes[self._next]
                 self._next = (self._next + 1) % len(self.memory_nodes)
                 try:
-                    off = self.fabric.allocate(node, self.chunk_bytes)
+                    if self.replicas is None:
+                        off = self.fabric.allocate(node, self.chunk_bytes)
+                    else:                       # with its mirrors, asked in parallel: one RPC's time
+                        off = self.replicas.allocate(node, self.chunk_bytes)
                     break
                 except MemoryError:
                     continue

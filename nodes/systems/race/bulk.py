@@ -103,11 +103,13 @@ def _place(h64s, h8s, pos_of, keys, koff, vals, voff, j0, mn, dnode, dbase, dld,
     return PLACED
 
 
-def bulk_load(fabric, layout: dict, pairs, *, compiled: bool = True) -> int:
+def bulk_load(fabric, layout: dict, pairs, *, compiled: bool = True, allocate=None) -> int:
     """Place the (key bytes, value bytes) of ``pairs`` (any iterable, consumed once) into the empty
     table of ``layout``; returns how many. ``compiled=False`` runs :func:`_place`'s Python source
-    (the reference the tests compare with)."""
+    (the reference the tests compare with); ``allocate(node, nbytes) -> offset`` takes the blocks'
+    regions (default ``fabric.allocate``; a replicated layout's takes mirrors with them)."""
     place = _place if compiled else _place.py_func
+    allocate = allocate or fabric.allocate
     mns = [int(m) for m in layout["memory_nodes"]]
     entries = layout["directory_entries"]
     sub_words = layout["groups_per_subtable"] * GROUP_BYTES // WORD
@@ -143,7 +145,7 @@ def bulk_load(fabric, layout: dict, pairs, *, compiled: bool = True) -> int:
             # (it was 4 MiB) refused memory nodes that inserts fill, and left its rest unused
             if n:
                 try:
-                    cursor[p] = fabric.allocate(mns[p], n)
+                    cursor[p] = allocate(mns[p], n)
                 except MemoryError as e:
                     raise SystemGaveUp(f"RACE: the KV blocks of a bulk load do not fit the memory nodes: {e}") from None
         keys = np.frombuffer(b"".join(k for k, _ in batch), np.uint8)

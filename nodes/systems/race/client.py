@@ -31,6 +31,7 @@ import numpy as np
 
 from nodes.systems.api import KVClient, SystemGaveUp
 from nodes.systems.lib.alloc import ChunkAllocator
+from nodes.systems.lib.replicas import Replicas
 from nodes.systems.lib.hashing import hash64
 from nodes.systems.lib.reclaim import Reclaimer
 from shm.coro import resume_switch_ns
@@ -118,9 +119,15 @@ class RaceClient(KVClient):
         mns = layout["memory_nodes"]
         node = thread.owner.node
         self.reclaim = Reclaimer(fabric, layout["epochs"], thread, unsafe=self.fault == "reuse-without-epochs")
+        # replication (a layout that asks for it: FlexKV's ``replicas``): every KV block and every
+        # committed slot word also WRITTEN to the backups (nodes/systems/lib/replicas.py)
+        rmap = layout.get("block_copies")
+        self.replicas = Replicas(fabric, rmap) if rmap is not None else None
+        self.index_copies = layout.get("index_copies")
         self.alloc = ChunkAllocator(fabric, mns, layout["chunk_bytes"], start=node * 7 + thread.index,
                                     reclaim=self.reclaim, owner="RACE", max_offset=MAX_OFFSET,
-                                    offset_limit="the slot's 40-bit offset field (1 TiB per memory node)")
+                                    offset_limit="the slot's 40-bit offset field (1 TiB per memory node)",
+                                    replicas=self.replicas)
         # global-address prefix of every node (host region): gaddr(node, off) == _nb[node] | off
         self._nb = [gaddr(n, 0) for n in range(min(len(fabric.nodes), MAX_NODE + 1))]
         buf = thread.buf
@@ -308,6 +315,22 @@ class RaceClient(KVClient):
         base = self._backoff_ns
         return self._rng.randrange(base, 2 * base) << min(attempt, 4)
 
+    def queue_slot_copies(self, co, slot: int, word: int) -> None:
+        """Queue the WRITEs of a committed slot word to the index's backups (none without them)."""
+        if self.index_copies is not None:
+            data = int(word).to_bytes(8, "little")
+            for b in self.index_copies.backup_gaddrs(slot):
+                co.write(b, data)
+
+    def slot_committed(self, co, slot: int, word: int):
+        """Generator: a slot CAS of this operation committed ``word``: with a replicated index,
+        WRITE it to the backups and wait (primary-backup: the primary's CAS orders the writes,
+        the operation is done once every copy holds it); nothing, and no time, without."""
+        if self.index_copies is None:
+            return
+        self.queue_slot_copies(co, slot, word)
+        yield co.sync()
+
     def retire_block(self, w: int) -> None:
         """The block slot word ``w`` points to was unlinked by this operation."""
         self.alloc.retire(*slot_location(w))
@@ -320,7 +343,11 @@ class RaceClient(KVClient):
         """Generator: allocate a block for (key, value), queue its WRITE; returns its committed slot word."""
         units = check_item(key, value)
         node, off = yield from self.alloc.alloc(co, units)
-        co.write(self._nb[node] | off, encode_block(key, value))
+        image = encode_block(key, value)
+        co.write(self._nb[node] | off, image)
+        if self.replicas is not None:                    # the backups, in the same doorbell
+            for b in self.replicas.backup_gaddrs(node, off):
+                co.write(b, image)
         self.thread.cpu(self._line_ns * units)           # building the block in the send buffer
         return slot_word(h >> FP_SHIFT, units, node, off)
 
@@ -372,6 +399,7 @@ class RaceClient(KVClient):
             # SMART's backoff_cas: a plain CAS unless the rack turns conflict avoidance on (SMART-HT)
             swapped, _ = yield from co.backoff_cas(slot, old, new)
             if swapped:
+                yield from self.slot_committed(co, slot, new)
                 self.retire_block(old)            # the replaced block: reused once no reader holds it
                 self.updates_retried += attempt > 0
                 return True
@@ -393,6 +421,7 @@ class RaceClient(KVClient):
             slot, old = found[0], found[1]
             swapped, _ = yield from co.backoff_cas(slot, old, 0)
             if swapped:
+                yield from self.slot_committed(co, slot, 0)
                 self.retire_block(old)
                 return True
             self.cas_retries += 1
@@ -482,7 +511,10 @@ class RaceClient(KVClient):
             failpoint("race.insert.settled")
             c = co.cas(slot, mine_t, mine_c)
             yield co.sync()
-            return True if c.value == mine_t else None
+            if c.value != mine_t:
+                return None
+            yield from self.slot_committed(co, slot, mine_c)
+            return True
         raise SystemGaveUp(f"RACE: insert of key {key[:32]!r} did not settle after {RETRY_LIMIT} rounds")
 
     def _table_full(self, key: bytes):

@@ -113,6 +113,7 @@ class RaceSystem(System):
             "load_factor": opts["load_factor"],
             "chunk_bytes": opts["chunk_bytes"],
             "epochs": epochs,
+            "tables": tables,                  # the subtables as a record array (lib/array.py)
         }
 
     @classmethod
