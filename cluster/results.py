@@ -119,6 +119,7 @@ class StepFigures(NamedTuple):
     mops: float | None
     kinds: tuple                    # rack-wide KindFigures
     nodes: tuple                    # NodeStep per node that recorded the step
+    latency: LatencyHistogram | None = None  # rack-wide, every kind (for CDFs; not in the CSV or JSON)
 
 
 #: One node's end-of-run figures: who it is and what it did, then every counter of its stats slot
@@ -279,7 +280,7 @@ class Results:
                            vstart_ns=vstart, vend_ns=vend, vdur_ns=vdur, real_s=real,
                            speed=vdur / real if real else None, ops=ops, failures=sum(rack_fails),
                            mops=_mops(ops, vdur), kinds=_kind_figures(rack_hists, rack_fails),
-                           nodes=tuple(nodes))
+                           nodes=tuple(nodes), latency=LatencyHistogram.merged(rack_hists))
 
     # -- derived -----------------------------------------------------------------------------
 

@@ -81,6 +81,8 @@ WINDOWS_MS = {True: {"fixed": (2.0, 1.5), "knob": (6.0, 1.5)},
 FIG18_MS = {True: (10.0, 10.0), False: (30.0, 30.0)}
 SAMPLES_PER_INTERVAL = 2
 PARTITIONS = 64
+#: the latency CDF's points (Fig. 12): percentiles of the measured window's operations
+CDF_PERCENTILES = (1, 5, 10, 25, 50, 75, 90, 95, 99, 99.9)
 
 WORKLOADS = {"A": "a", "B": "b", "C": "c", "D": "d"}
 
@@ -138,22 +140,33 @@ def workload(letter: str, records: int) -> dict:
 
 def scenario(system: str, options: dict, runs: list[tuple[str, float]], *, records: int, interval_us: int,
              compute: int | None = None, memory: int | None = None, threads: int | None = None,
-             coroutines: int | None = None, seed: int = 1) -> dict:
-    """A rack of ``system``: bulk load, then one run step per (YCSB letter, virtual ms) of ``runs``."""
+             coroutines: int | None = None, seed: int = 1, tables: tuple | None = None,
+             extra: tuple | None = None) -> dict:
+    """A rack of ``system``: bulk load, then one run step per (workload, virtual ms) of ``runs``.
+    A workload is a YCSB letter (:func:`workload`), or with ``tables`` (pairs of name, workload
+    table: frozen, so a point's key holds it) one of those names. ``extra``: (table, key, value)
+    triples merged into the rack's tables (a system's own needs, e.g. memory-node cores)."""
     compute, memory = compute or COMPUTE, memory or MEMORY
     threads, coroutines = threads or THREADS, coroutines or COROUTINES
-    letters = list(dict.fromkeys(letter for letter, _ in runs))
+    named = {n: dict(t) for n, t in tables} if tables else {}
+    letters = list(dict.fromkeys(w for w, _ in runs))
     first = letters[0]
-    return {
+
+    def table(w):
+        return named[w] if w in named else workload(w, records)
+    doc = {
         "rack": {"name": "reproduce-flexkv", "profile": PROFILE, "seed": seed},
         "compute": {"count": compute, "threads": threads, "coroutines": coroutines, "memory": "64MiB"},
         "memory": {"count": memory, "memory": "256MiB"},
         "system": {"name": system, **system_options(system, options, records=records, interval_us=interval_us)},
-        "workload": workload(first, records),
-        "workloads": {f"w-{w}": workload(w, records) for w in letters[1:]},
+        "workload": table(first),
+        "workloads": {f"w-{w}": table(w) for w in letters[1:]},
         "step": [{"action": "load"}] + [{"action": "run", "workload": "default" if w == first else f"w-{w}",
                                           "duration_ms": ms} for w, ms in runs],
     }
+    for tab, key, value in extra or ():
+        doc.setdefault(tab, {})[key] = value
+    return doc
 
 
 # --- running one rack, with the clients' statistics per step --------------------------------------
@@ -228,16 +241,20 @@ def measure(system: str, options: dict, runs: list[tuple[str, float]], *, sample
     for node in rack.nodes:
         end = [c.statistics() for c in node.clients]
         for e in end:
-            events.extend(e.manager_events)
+            events.extend(getattr(e, "manager_events", None) or ())     # FlexKV's manager
         end = [_numeric(e) for e in end]
         start = at_start.get((node.name, measured), [{k: 0 for k in e} for e in end])
         for e, s in zip(end, start):
             for k, v in e.items():
                 window[k] = window.get(k, 0) + v - s.get(k, 0)
-        nodes.append({k: end[0][k] - start[0].get(k, 0) for k in end[0] if k.startswith("node_")}
-                     | {"offloaded_now": end[0]["node_offloaded"], "proxied_ops":
-                        sum(e["proxied_ops"] - s.get("proxied_ops", 0) for e, s in zip(end, start))})
+        if "node_offloaded" in end[0]:                                  # FlexKV's node-wide fields
+            nodes.append({k: end[0][k] - start[0].get(k, 0) for k in end[0] if k.startswith("node_")}
+                         | {"offloaded_now": end[0]["node_offloaded"], "proxied_ops":
+                            sum(e["proxied_ops"] - s.get("proxied_ops", 0) for e, s in zip(end, start))})
+    lat = step.latency
+    cdf = [(q, lat.percentile(q) / 1e3) for q in CDF_PERCENTILES] if lat is not None and lat.count else []
     return {"mops": step.ops / (window_ms * 1e3), "p50_us": every.p50_us, "p99_us": every.p99_us,
+            "cdf": cdf,
             "ops": step.ops, "window": window, "nodes": nodes, "events": sorted(events, key=lambda e: e[0]),
             "series": sorted(samples.items()) if sample_ns else None,
             "begins": [begins.get(i) for i in range(measured + 2)], "end_ns": res.meta.get("virtual_ns")}

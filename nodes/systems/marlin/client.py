@@ -328,6 +328,10 @@ class MarlinClient(ShermanClient):
                                       [(kb, w) for _, kb, w in live])[:LOCK_OFFSET])
             spear.queue_smo_exit(co, lock, True)
             self.compactions += 1
+            # the insert is in this WRITE only: it may not return before the WRITE landed, or a
+            # get that starts after it returned can READ the leaf without the key (a window of
+            # nanoseconds in calm timing, of microseconds when the WRITE's way is slow)
+            yield co.sync()
             return True
         half = len(live) // 2
         sep = live[half][0]
