@@ -137,6 +137,7 @@ class RolexClient(KVClient):
         self.inline = layout["values"] == "inline"
         self.skip_checksum = options.get("fault", "none") == "skip-checksum"
         self.unlock_first = options.get("fault", "none") == "unlock-first"
+        self.value_late = options.get("fault", "none") == "value-with-write-back"
         self.tag = ((owner.node << 16) | thread.index) + 1          # the lock holder: this thread
         self.reclaim = Reclaimer(fabric, layout["epochs"], thread)
         self.alloc = ChunkAllocator(fabric, list(self.remote.nodes), layout["chunk_bytes"],
@@ -317,7 +318,8 @@ class RolexClient(KVClient):
             raise SystemGaveUp(f"ROLEX values are at most {MAX_VALUE} bytes; got {len(value)}")
         units = value_units(len(value))
         node, off = yield from self.alloc.alloc(co, units)
-        co.write(gaddr(node, off), value)
+        if not self.value_late:
+            co.write(gaddr(node, off), value)
         self.blocks_written += 1
         return value_word(len(value), node, off), (node, off, units)
 
@@ -398,6 +400,13 @@ class RolexClient(KVClient):
         for leaf in dirty:
             co.write(r.leaf_addr(leaf.leaf), leaf.words.view(np.uint8))
             co.write(r.meta_addr(leaf.leaf), leaf.meta())
+        if self.value_late and block:
+            # fault=value-with-write-back, the deliberate bug: the value's block is WRITTEN in the
+            # write-back's doorbell, behind the leaf that names it (saving it the lock round's
+            # bandwidth), not completed before it: on another memory node, or on the same QP a
+            # few nanoseconds after, a reader that follows the new leaf reads the block before
+            # its value is there; calm timing leaves it no time to, a slow WRITE does
+            co.write(gaddr(block[0], block[1]), bytes(value))
         if kind == "delete" and n == 1 and prev is not None:
             # the emptied synonym leaf leaves the chain; it keeps its next pointer for readers in flight
             co.write(r.meta_addr(prev.leaf), pack_meta(prev.checksum, snap.synonym))

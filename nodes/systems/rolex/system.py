@@ -62,8 +62,11 @@ class RolexSystem(System):
                "snapshot without checking it against its meta word, so a READ that met a write-back halfway "
                "(keys shifted by an insert or delete) can miss a key or return another key's value; 'unlock-first' "
                "posts the unlock CAS before the leaf's write-back, in one doorbell, so the write-back may land after "
-               "the unlock (lost updates: nanoseconds co-located, up to the lax window across processes)",
-               choices=("none", "skip-checksum", "unlock-first")),
+               "the unlock (lost updates: nanoseconds co-located, up to the lax window across processes); "
+               "'value-with-write-back' WRITEs an out-of-line value's block in the write-back's doorbell, behind the "
+               "leaf that names it, instead of completing it first (a reader may read the block before its value: a "
+               "window of nanoseconds that only dmrack check --chaos opens)",
+               choices=("none", "skip-checksum", "unlock-first", "value-with-write-back")),
     )
 
     @staticmethod
