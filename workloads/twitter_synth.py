@@ -10,8 +10,9 @@ how a system behaves under a write-intensive or a read-only skewed key-value tra
 
 The generator (``synth_rows``/``write_trace``, or ``scripts/make_twitter_trace.py``):
 
-* ``keys`` keys, popularity Zipf(``alpha``) over ranks 1..keys (``p_i ~ i^-alpha``; any alpha >
-  0, unlike YCSB's theta < 1), ranks shuffled onto keys so the hot keys are scattered;
+* ``keys`` keys, popularity Zipf(``alpha``) over ranks 1..keys (``p_i ~ i^-alpha``; any alpha >=
+  0, unlike YCSB's theta < 1; 0 is uniform, FlexKV's cluster 35), ranks shuffled onto keys so the
+  hot keys are scattered;
 * each row is a read (``get``) with probability ``read_ratio``; otherwise a ``delete`` with
   probability ``delete_ratio`` (of all rows), else a ``set``;
 * each key has one value size, drawn from ``value_size`` ("lognormal:MEDIAN:SIGMA",
@@ -90,8 +91,8 @@ def parse_value_sizes(spec: str, n: int, rng: np.random.Generator) -> np.ndarray
 def _check(p: SynthParams) -> None:
     if p.keys < 1 or p.rows < 1 or p.clients < 1:
         raise ValueError("keys, rows and clients must be >= 1")
-    if not p.alpha > 0:
-        raise ValueError(f"alpha = {p.alpha}: must be > 0")
+    if not p.alpha >= 0:
+        raise ValueError(f"alpha = {p.alpha}: must be >= 0 (0: uniform)")
     if not (0 <= p.read_ratio <= 1 and 0 <= p.delete_ratio <= 1 - p.read_ratio):
         raise ValueError(f"read_ratio = {p.read_ratio}, delete_ratio = {p.delete_ratio}: need 0 <= read_ratio <= 1 "
                          f"and 0 <= delete_ratio <= 1 - read_ratio")

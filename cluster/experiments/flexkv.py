@@ -687,9 +687,15 @@ FIGURES = [
 ]
 
 
-EXPERIMENTS = {"fig3": fig3, "fig16": fig16, "table1": table1, "fig17": fig17, "fig19": fig19,
-               "fig20": fig20, "fig24": fig24, "fig18": fig18}
-SIDE_BY_SIDE = ("fig16", "table1", "fig17", "fig19", "fig20", "fig24")
+# the comparison with Clover, FUSEE and Aceso (Figs. 11-15, 21-23): its own module, which builds on
+# this one's points (imported here, below everything it uses)
+from cluster.experiments import flexkv_compare as _compare  # noqa: E402
+
+FIGURES += _compare.FIGURES
+EXPERIMENTS = {"fig3": fig3, **_compare.PARTS, "fig16": fig16, "table1": table1, "fig17": fig17,
+               "fig19": fig19, "fig20": fig20, "fig24": fig24, "fig18": fig18}
+SIDE_BY_SIDE = ("fig11", "fig12", "fig13", "fig14", "fig15", "fig21", "fig22", "fig23", "fig16", "table1", "fig17",
+                "fig19", "fig20", "fig24")
 
 
 def setup(quick: bool) -> dict:
@@ -715,7 +721,7 @@ def check_systems() -> None:
 
 
 EXPERIMENT = reproduction(
-    "flexkv", "FlexKV", title="FlexKV (Hu, Shen, Yang): Fig. 3, 16, 17, 18, 19, 20, 24 and Table 1",
+    "flexkv", "FlexKV", title="FlexKV (Hu, Shen, Yang): Figs. 3, 11-24 and Table 1",
     parts=EXPERIMENTS, side_by_side=SIDE_BY_SIDE, setup=setup, figures=FIGURES, profiles=(PROFILE,),
     check=check_systems,
     # what `dmrack sensitivity flexkv` runs per knob: Fig. 3's verb-rate ratios, the measurement the

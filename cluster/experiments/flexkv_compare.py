@@ -36,7 +36,6 @@ from __future__ import annotations
 import os
 import tempfile
 
-from cluster.experiments import flexkv as F
 from cluster.experiments.pointpool import SharedPoints
 from cluster.experiments.progress import prefixed
 from cluster.experiments.rows import Row, scale_row
@@ -430,3 +429,41 @@ def fig23(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None =
 
 PARTS = {"fig11": fig11, "fig12": fig12, "fig13": fig13, "fig14": fig14, "fig15": fig15, "fig21": fig21,
          "fig22": fig22, "fig23": fig23}
+
+
+def _figures():
+    from cluster.experiments.figures import Figure
+    out = []
+    for w in ("A", "B", "C", "D"):
+        out.append(Figure(f"fig11{w.lower()}", "fig11", "Mops", f"Fig. 11: YCSB {w}, throughput vs clients",
+                          "clients", "throughput (Mops)", xs="numeric",
+                          series=tuple(f"{label}, YCSB {w}" for label in COMPARED)))
+        out.append(Figure(f"fig12{w.lower()}", "fig12", "latency µs at percentile",
+                          f"Fig. 12: YCSB {w}, latency at the most clients", "percentile", "latency (µs)",
+                          xs="numeric", ylog=True, series=tuple(f"{label}, YCSB {w}" for label in COMPARED)))
+    out += [
+        Figure("fig13", "fig13", "Mops", "Fig. 13: UPDATE:SEARCH ratios", "UPDATE:SEARCH", "throughput (Mops)",
+               xs="category", series=tuple(COMPARED)),
+        Figure("fig21", "fig21", "Mops", f"Fig. 21: KV pair size (YCSB {KV_SIZE_WORKLOAD})", "KV pair (B)",
+               "throughput (Mops)", xs="numeric", series=tuple(f"{label}, YCSB {KV_SIZE_WORKLOAD}" for label in COMPARED)),
+        Figure("fig22", "fig22", "Mops", "Fig. 22: memory nodes : compute nodes (YCSB A)", "MN:CN",
+               "throughput (Mops)", kind="bar", series=tuple(f"{label}, YCSB A" for label in COMPARED)),
+        Figure("fig15", "fig15", "Mops", "Fig. 15: Twitter-like traces", "cluster", "throughput (Mops)", kind="bar",
+               series=tuple(COMPARED)),
+    ]
+    for w in ("A", "B", "C", "D"):
+        out.append(Figure(f"fig23{w.lower()}", "fig23", "Mops", f"Fig. 23: CN memory limit, YCSB {w}",
+                          "CN memory (paper MB)", "throughput (Mops)", xs="numeric",
+                          series=tuple(f"{label}, YCSB {w}" for label in COMPARED)))
+    out.append(Figure("fig14", "fig14", "Mops", "Fig. 14: uniform YCSB", "workload", "throughput (Mops)", kind="bar",
+                      series=tuple(f"{label}, uniform" for label in COMPARED)))
+    return out
+
+
+FIGURES = _figures()
+
+
+# The FlexKV reproduction's points and racks (cluster/experiments/flexkv.py), imported last: that
+# module registers these parts, so whichever of the two is imported first, the other finds what
+# it needs already defined (the functions above use ``F`` only when they run).
+from cluster.experiments import flexkv as F  # noqa: E402
