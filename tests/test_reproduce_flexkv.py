@@ -109,7 +109,8 @@ def test_run_writes_json_with_the_scale(tmp_path, monkeypatch):
 def test_registered():
     from cluster.experiments.registry import find
     exp = find("reproduce", "flexkv")
-    assert exp.parts == ("fig3", "fig16", "table1", "fig17", "fig19", "fig20", "fig24", "fig18")
+    assert exp.parts == ("fig3", "fig11", "fig12", "fig13", "fig14", "fig15", "fig21", "fig22", "fig23", "fig16",
+                         "table1", "fig17", "fig19", "fig20", "fig24", "fig18")
     assert "jobs" in exp.options
     with pytest.raises(ValueError, match="unknown experiment"):
         rf.EXPERIMENT.run(only=["fig99"], quick=True)
@@ -123,3 +124,15 @@ def test_a_failed_point_is_a_note_and_blank_rows():
     notes = rf._failures("fig16", [spec], [got])
     assert len(notes) == 1 and notes[0].series.startswith("point failed: flexkv YCSB A") and notes[0].emulated is None
     assert rf._get(got) is None
+
+
+def test_the_comparison_runs_registered_series_and_notes_the_others():
+    """Fig. 13 on a tiny rack: FlexKV's points (3 memory nodes, 3 copies), a note row for a series
+    whose system is not registered; FlexKV falls as updates grow."""
+    from cluster.experiments import flexkv_compare as cmp
+    rows = cmp.fig13(True, None, systems={"FlexKV": "flexkv", "Nope": "no-such-system"}, **TINY)
+    assert any(r.series.startswith("Nope: system 'no-such-system' is not registered") for r in rows)
+    mops = [r.emulated for r in rows if r.series == "FlexKV" and r.metric == "Mops"]
+    assert len(mops) == len(cmp.MIXES[True]) and all(m and m > 0 for m in mops)
+    assert mops[0] > mops[-1]                       # all searches against all updates
+    assert cmp.compare_options("flexkv", cn_bytes=1000)["replicas"] == cmp.REPLICAS

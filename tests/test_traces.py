@@ -181,7 +181,9 @@ def test_synthetic_generator_meets_its_parameters(tmp_path):
     assert counts[0] > 10 * np.median(counts)                               # skewed
     assert PRESETS["cluster9"].read_ratio == 1.0 and PRESETS["cluster8"].read_ratio < 0.7
     with pytest.raises(ValueError, match="alpha"):
-        synth_rows(p._replace(alpha=0))
+        synth_rows(p._replace(alpha=-0.5))
+    flat = np.bincount(synth_rows(p._replace(alpha=0))["keys"], minlength=p.keys)   # 0: uniform (FlexKV's cluster 35)
+    assert flat.max() < 3 * flat.mean()
 
 
 def test_script_writes_a_stand_in(tmp_path):

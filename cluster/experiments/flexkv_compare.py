@@ -106,21 +106,25 @@ def rack_extra(system: str) -> tuple:
 MEMORY_CORES = 16
 
 
-def _sizes(quick: bool, records=None, interval_us=None, windows=None) -> dict:
+def _sizes(quick: bool, records=None, interval_us=None, windows=None, compute=None, threads=None,
+           coroutines=None) -> dict:
     return {"records": records or F.RECORDS[quick], "interval_us": interval_us or F.INTERVAL_US[quick],
-            "windows": windows or F.WINDOWS_MS[quick]}
+            "windows": windows or F.WINDOWS_MS[quick], "compute": compute or COMPUTE, "threads": threads or THREADS,
+            "coroutines": coroutines or F.COROUTINES}
 
 
-def _spec(system: str, sizes: dict, workload, *, threads=THREADS, compute=COMPUTE, memory=MEMORY,
+def _spec(system: str, sizes: dict, workload, *, threads=None, compute=None, memory=MEMORY,
           cn_mb: float | None = None, tables: tuple | None = None) -> tuple:
     """A point of ``system`` on ``workload`` (a YCSB letter, or a name in ``tables``): the key and
-    the arguments of :func:`cluster.experiments.flexkv.measure`."""
+    the arguments of :func:`cluster.experiments.flexkv.measure` (threads and compute nodes: the
+    run's, unless given)."""
+    threads, compute = threads or sizes["threads"], compute or sizes["compute"]
     n = sizes["records"]
     cn = F.cn_memory_bytes(n) if cn_mb is None else int(round(cn_mb * (1 << 20) * n / F.PAPER_KEYS))
     options = compare_options(system, cn_bytes=cn)
     warm, win = sizes["windows"]["knob" if options.get("knob") else "fixed"]
     kw = {"records": n, "interval_us": sizes["interval_us"], "compute": compute, "memory": memory,
-          "threads": threads, "coroutines": F.COROUTINES, "tables": tables, "extra": rack_extra(system)}
+          "threads": threads, "coroutines": sizes["coroutines"], "tables": tables, "extra": rack_extra(system)}
     runs = [(workload, warm), (workload, win)]
     key = ("compare", system, F._freeze(options), workload, F._freeze(kw), warm, win)
     return (key, system, options, runs, kw, None)
@@ -143,11 +147,11 @@ def _run(exp: str, specs: dict, progress, jobs: int, shared) -> tuple[dict, list
     return dict(zip(keys, res)), F._failures(exp, [specs[k] for k in keys], res)
 
 
-def _scale_rows(exp: str, sizes: dict, clients: int = COMPUTE * THREADS) -> list[Row]:
-    n = sizes["records"]
+def _scale_rows(exp: str, sizes: dict) -> list[Row]:
+    n, c, t = sizes["records"], sizes["compute"], sizes["threads"]
     return [scale_row(exp, f"scale: {n:,} KV pairs / 10 M", "-", "1 / scale", F.PAPER_KEYS / n),
-            scale_row(exp, f"rack: {COMPUTE} CNs x up to {THREADS} clients x {F.COROUTINES} coroutines, {MEMORY} MNs "
-                           f"(paper: 20 x 10 x 8, 3 MNs)", "-", "clients", clients, F.PAPER_COMPUTE * F.PAPER_CLIENTS),
+            scale_row(exp, f"rack: {c} CNs x up to {t} clients x {sizes['coroutines']} coroutines, {MEMORY} MNs "
+                           f"(paper: 20 x 10 x 8, 3 MNs)", "-", "clients", c * t, F.PAPER_COMPUTE * F.PAPER_CLIENTS),
             scale_row(exp, "replication (every system: 3-way or its equivalent)", "-", "copies", REPLICAS, 3)]
 
 
@@ -167,13 +171,13 @@ def fig11(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None =
     sizes = _sizes(quick, **size)
     present, rows = _present("fig11", systems)
     rows = _scale_rows("fig11", sizes) + rows
-    clients = CLIENTS[quick]
+    clients = [t for t in CLIENTS[quick] if t <= sizes["threads"]] or [sizes["threads"]]
     specs = {(label, w, t): _spec(name, sizes, w, threads=t) for label, name in present.items()
              for w in F.WORKLOADS for t in clients}
     got, fails = _run("fig11", specs, progress, jobs, shared)
     rows += fails
     for (label, w, t), p in got.items():
-        rows.append(Row("fig11", f"{label}, YCSB {w}", COMPUTE * t, "Mops", F._get(p)))
+        rows.append(Row("fig11", f"{label}, YCSB {w}", sizes["compute"] * t, "Mops", F._get(p)))
     for w in F.WORKLOADS:
         peak = {label: max((F._get(got[(label, w, t)]) or 0.0 for t in clients), default=None) or None
                 for label in present}
