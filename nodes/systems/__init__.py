@@ -39,6 +39,7 @@ BUILTIN = {
     "dolphin": "nodes.systems.dolphin:DolphinSystem",
     "flexkv": "nodes.systems.flexkv:FlexKVSystem",
     "flexkv-op": "nodes.systems.flexkv:FlexKVOpSystem",
+    "fusee": "nodes.systems.fusee:FuseeSystem",
     "smart-art": "nodes.systems.smart_art:SmartArtSystem",
     "pd3": "nodes.systems.pd3:Pd3System",
     "rolex": "nodes.systems.rolex:RolexSystem",
