@@ -328,13 +328,13 @@ class FuseeClient(RaceClient):
         if type(key) is not bytes:
             key = bytes(key)
         ok = yield from super()._insert(co, key, value)
-        if not ok or self.r == 1:
+        if not ok:
             return ok
-        h = hash64(key)
-        # the word RACE committed is the last one _settle recorded for this coroutine
+        # the word RACE committed and its slot, as _settle recorded them for this coroutine
         w_r, slot = self._settled.pop(id(co))
-        failpoint("fusee.insert.committed")
-        yield from self._replicate(co, h, slot, w_r)
+        if self.r > 1:
+            failpoint("fusee.insert.committed")
+            yield from self._replicate(co, hash64(key), slot, w_r)
         self.cache.seen(key, slot, w_r & ~REPLICATING)
         return True
 
