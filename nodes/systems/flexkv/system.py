@@ -7,7 +7,7 @@ import os
 import numpy as np
 
 from nodes.systems.api import Option, SystemGaveUp
-from nodes.systems.lib.replicas import ReplicaError, Replicas, setup_record_copies, setup_replicas
+from nodes.systems.lib.replicas import ReplicaError, setup_record_copies, setup_replicas
 from nodes.systems.race.client import SEARCH_CPU_NS, WRITE_CPU_NS
 from nodes.systems.race.layout import MAX_BLOCK_BYTES, Geometry, LayoutError, SLOTS_PER_GROUP, GROUP_BYTES
 from nodes.systems.race.system import RaceSystem
@@ -178,29 +178,6 @@ class FlexKVSystem(RaceSystem):
     def footprint(cls, options: dict, capacity: int, key_bytes: int, value_bytes: int) -> int:
         """RACE's table and blocks, once per copy."""
         return super().footprint(options, capacity, key_bytes, value_bytes) * int(options.get("replicas", 1))
-
-    @classmethod
-    def bulk_load(cls, fabric, layout: dict, pairs) -> None:
-        """RACE's bulk load; with ``replicas``, the blocks' regions come with their mirrors and the
-        backups then hold the primaries' bytes (the index's and the blocks')."""
-        rmap = layout.get("block_copies")
-        if rmap is None:
-            return super().bulk_load(fabric, layout, pairs)
-        from nodes.systems.race.bulk import bulk_load
-        reps = Replicas(fabric, rmap)
-        regions = []
-
-        def allocate(node, nbytes):
-            off = reps.allocate(node, nbytes)
-            regions.append((node, off, nbytes))
-            return off
-        bulk_load(fabric, layout, pairs, allocate=allocate)
-        for node, off, nbytes in regions:
-            reps.copy_region(node, off, nbytes)
-        copies, tables = layout["index_copies"], layout["tables"]
-        for b in copies.backups:
-            for i in range(tables.count):
-                b.words(fabric, i)[:] = tables.words(fabric, i)
 
     @classmethod
     def node_failed(cls, fabric, layout: dict, node: int) -> None:

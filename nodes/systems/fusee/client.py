@@ -42,10 +42,8 @@ from nodes.systems.lib.hashing import hash64
 from nodes.systems.race.bucket import slot_offset
 from nodes.systems.race.client import RETRY_LIMIT, RaceClient
 from nodes.systems.race.layout import FP_SHIFT, TENTATIVE, UNIT, encode_block, slot_units, slot_word
-from shm.fabric import gaddr_offset
 from shm.failpoints import failpoint
 
-from .alloc import ReplicaMap, ReplicatedChunks
 from .cache import cache_of
 from .layout import (
     COMMITTED, DONE, LOG_BYTES, OP_DELETE, OP_INSERT, OP_UPDATE, REPLICATING, block_units, check_units,
@@ -94,7 +92,6 @@ class FuseeStats(NamedTuple):
     bytes_reclaimed: int
     limbo_blocks: int
     epoch_advances: int
-    unreplicated_dropped: int  # bulk-loaded (single-copy) blocks replaced and not reused
     cache_entries: int         # node-wide (thread 0's record only)
     cache_bytes: int           # the node's cache (NODE_SHARED_FIELDS: largest, not summed)
 
@@ -108,11 +105,8 @@ class FuseeClient(RaceClient):
         race_opts = {k: options[k] for k in ("search_cpu_ns", "write_cpu_ns") if k in options}
         super().__init__(fabric, layout, thread, race_opts)
         self.r = layout["replicas"]
-        self.rmap = ReplicaMap(fabric, layout)
         node = thread.owner.node
-        # the RACE client's allocator is replaced by one of replicated chunks (same reclaimer)
-        self.alloc = ReplicatedChunks(fabric, layout, node * 7 + thread.index, self.reclaim, self.rmap)
-        self._bk = [[(self._nb[n], base) for n, base in rep] for rep in layout["backups"]]
+        # (the RACE client's allocator takes replicated chunks: layout["block_copies"])
         opts = layout["options"]
         lease = opts["cache_lease_us"] * 1000
         self.cache = cache_of(layout, node, thread.env, opts["cache_bytes"], self.r, opts["miss_rate_threshold"],
@@ -135,7 +129,7 @@ class FuseeClient(RaceClient):
                           self.helped_rounds, self.helped_inserts, self.replication_waits, self.cas_retries,
                           self.blocks_read, self.fp_false_positives, self.torn_reads, self.dir_refreshes, a.chunks,
                           a.blocks, a.freed, r.reused, r.bytes_reclaimed, len(r.limbo), r.advances,
-                          a.unreplicated, len(self.cache) if first else 0, self.cache.bytes)
+                          len(self.cache) if first else 0, self.cache.bytes)
 
     # -- words, blocks, copies ----------------------------------------------------------------------
     def read_block(self, co, w: int):
@@ -154,14 +148,17 @@ class FuseeClient(RaceClient):
         self.alloc.retire(word_node(w), word_offset(w), units)
 
     def _copies(self, w: int) -> list:
-        return self.rmap.copies(word_node(w), word_offset(w))
+        return self.block_copies(word_node(w), word_offset(w))
 
     def _backups(self, h: int, slot: int) -> list:
         """Global addresses of a primary slot's copies in the backup replicas."""
-        d = self.directory
-        i = h & d.mask
-        rel = gaddr_offset(slot) - d.bases[i]
-        return [bk[i][0] | (bk[i][1] + rel) for bk in self._bk]
+        return self.slot_copies(slot)
+
+    def slot_committed(self, co, slot: int, word: int):
+        """RACE's hook for a replicated index: FUSEE's protocols replicate the slot themselves
+        (SNAPSHOT's backup CASes, an insert's _replicate), so nothing here."""
+        return
+        yield  # pragma: no cover
 
     def new_block(self, co, key: bytes, value: bytes, h: int, op: int = OP_INSERT):
         """Generator: allocate a replicated block, queue its WRITE to every copy (FUSEE writes the
@@ -174,7 +171,7 @@ class FuseeClient(RaceClient):
         body[:len(blk)] = blk
         body[tail_offset(units):] = encode_tail(self._prev_log, op)
         self._prev_log = compact(node, off)
-        for a in self.rmap.copies(node, off):
+        for a in self.block_copies(node, off):
             co.write(a, bytes(body))
         self.thread.cpu(self._line_ns * units * self.r)          # building the block, one copy per replica
         w = slot_word(h >> FP_SHIFT, units, node, off)
@@ -190,7 +187,7 @@ class FuseeClient(RaceClient):
         body[:len(blk)] = blk
         body[tail_offset(units):] = encode_tail(self._prev_log, OP_DELETE)
         self._prev_log = compact(node, off)
-        for a in self.rmap.copies(node, off):
+        for a in self.block_copies(node, off):
             co.write(a, bytes(body))
         self.thread.cpu(self._line_ns * units * self.r)
         return tombstone(h >> FP_SHIFT, node, off), units

@@ -1,17 +1,16 @@
-"""FuseeSystem: options, setup (RACE's table plus its backup replicas and the replica maps of the
-KV chunks), the bulk load, the client."""
+"""FuseeSystem: options, setup (RACE's table plus its backup replicas and the mirror chunks of the
+KV blocks, nodes/systems/lib/replicas.py), the client; RACE's bulk load copies into the backups."""
 
 from __future__ import annotations
 
 import os
 
 from nodes.systems.api import Option, SystemGaveUp
-from nodes.systems.lib.array import allocate_array
+from nodes.systems.lib.replicas import setup_record_copies, setup_replicas
 from nodes.systems.race.client import SEARCH_CPU_NS, WRITE_CPU_NS
-from nodes.systems.race.layout import BUCKET_BYTES, MAX_BLOCK_BYTES, WORD, pack_header
+from nodes.systems.race.layout import MAX_BLOCK_BYTES
 from nodes.systems.race.system import LAYOUT_FORMAT, RaceSystem
 
-from .alloc import map_rows
 from .client import FuseeClient
 from .layout import MAX_REPLICAS
 
@@ -86,42 +85,17 @@ class FuseeSystem(RaceSystem):
         r = replicas_for(opts["replicas"], len(mns))
         if r > len(mns):
             raise SystemGaveUp(f"FUSEE: replicas = {r} needs as many memory nodes; the rack has {len(mns)}")
-        backups = []
         try:
-            for rep in range(1, r):
-                rot = mns[rep:] + mns[:rep]          # subtable j's replica rep on the node rep after its own
-                arr = allocate_array(fabric, rot, 1 << layout["global_depth"],
-                                     layout["groups_per_subtable"] * 3 * BUCKET_BYTES)
-                rows = []
-                for i in range(1 << layout["global_depth"]):
-                    arr.words(fabric, i).reshape(-1, BUCKET_BYTES // WORD)[:, 0] = pack_header(layout["global_depth"], i)
-                    rows.append((arr.node_of(i), arr.offset_of(i)))
-                backups.append(rows)
-            kv_map = []
-            for m in mns:
-                if r > 1:
-                    n = map_rows(fabric.region_bytes(m, 0), c) * (r - 1) * WORD
-                    kv_map.append((m, fabric.allocate(m, n)))
+            # the index's backups (subtable j's copy i on the memory node i after j's) and the KV
+            # blocks' mirror chunks with their chunk map (nodes/systems/lib/replicas.py)
+            layout["index_copies"] = setup_record_copies(fabric, layout["tables"], r)
+            layout["block_copies"] = setup_replicas(fabric, mns, r, c, "system 'fusee'")
         except MemoryError as e:
             raise SystemGaveUp(f"FUSEE: the backup replicas of the table ({r - 1} more copies) do not fit the memory "
                                f"nodes: {e}; lower replicas or raise memory.memory") from None
-        layout.update(replicas=r, backups=backups, kv_map=kv_map, nonce=int.from_bytes(os.urandom(8), "little"),
+        layout.update(replicas=r, nonce=int.from_bytes(os.urandom(8), "little"),
                       options={k: opts[k] for k in ("cache_bytes", "miss_rate_threshold", "cache_lease_us")})
         return layout
-
-    @classmethod
-    def bulk_load(cls, fabric, layout: dict, pairs) -> None:
-        """RACE's bulk load into the primary table (one copy of each KV block), then every primary
-        subtable copied into its backups, so all replicas start equal."""
-        super().bulk_load(fabric, layout, pairs)
-        sub_bytes = layout["groups_per_subtable"] * 3 * BUCKET_BYTES
-        from nodes.systems.race.layout import unpack_dir_entry
-        for i, e in enumerate(layout["directory_entries"]):
-            _ld, node, base = unpack_dir_entry(e)
-            src = fabric.memory[node].host[base:base + sub_bytes]
-            for rows in layout["backups"]:
-                bn, bb = rows[i]
-                fabric.memory[bn].host[bb:bb + sub_bytes] = src
 
     @classmethod
     def client(cls, fabric, layout: dict, thread, options: dict) -> FuseeClient:

@@ -156,6 +156,13 @@ class RecordCopies:
     def __setstate__(self, state):
         self.__init__(state["primary"], state["backups"])
 
+    def copy_all(self, fabric) -> None:
+        """Make every backup hold its primary's bytes (after a bulk load wrote the primaries)."""
+        pr = self.primary
+        for b in self.backups:
+            for i in range(pr.count):
+                b.words(fabric, i)[:] = pr.words(fabric, i)
+
     def backup_gaddrs(self, addr: int) -> list[int]:
         """The global addresses of the backups of the word at primary global address ``addr``."""
         pr = self.primary
@@ -178,11 +185,10 @@ def setup_record_copies(fabric, primary, copies: int) -> RecordCopies | None:
     backups = []
     for k in range(1, copies):
         rotated = [primary.nodes[(j + k) % n] for j in range(n)]
-        b = allocate_array(fabric, rotated, primary.count, primary.record_bytes, zero=False)
-        for i in range(primary.count):
-            b.words(fabric, i)[:] = primary.words(fabric, i)
-        backups.append(b)
-    return RecordCopies(primary, backups)
+        backups.append(allocate_array(fabric, rotated, primary.count, primary.record_bytes, zero=False))
+    copies = RecordCopies(primary, backups)
+    copies.copy_all(fabric)
+    return copies
 
 
 def table_bytes(rmap: ReplicaMap | None) -> int:

@@ -315,6 +315,18 @@ class RaceClient(KVClient):
         base = self._backoff_ns
         return self._rng.randrange(base, 2 * base) << min(attempt, 4)
 
+    def block_copies(self, node: int, off: int) -> list[int]:
+        """Global addresses of every copy of the block at ``node:off``: the primary first, then the
+        backups of a replicated layout (lib/replicas.py)."""
+        primary = self._nb[node] | off
+        if self.replicas is None:
+            return [primary]
+        return [primary, *self.replicas.backup_gaddrs(node, off)]
+
+    def slot_copies(self, slot: int) -> list[int]:
+        """Global addresses of the backups of the primary slot ``slot`` (none unreplicated)."""
+        return [] if self.index_copies is None else self.index_copies.backup_gaddrs(slot)
+
     def queue_slot_copies(self, co, slot: int, word: int) -> None:
         """Queue the WRITEs of a committed slot word to the index's backups (none without them)."""
         if self.index_copies is not None:
@@ -344,10 +356,8 @@ class RaceClient(KVClient):
         units = check_item(key, value)
         node, off = yield from self.alloc.alloc(co, units)
         image = encode_block(key, value)
-        co.write(self._nb[node] | off, image)
-        if self.replicas is not None:                    # the backups, in the same doorbell
-            for b in self.replicas.backup_gaddrs(node, off):
-                co.write(b, image)
+        for a in self.block_copies(node, off):          # with a replicated layout, the backups too
+            co.write(a, image)
         self.thread.cpu(self._line_ns * units)           # building the block in the send buffer
         return slot_word(h >> FP_SHIFT, units, node, off)
 

@@ -128,7 +128,26 @@ class RaceSystem(System):
         slot choice, the KV block then the committed slot word, in compiled batches
         (:mod:`nodes.systems.race.bulk`). A key given twice or a table too small is a SystemGaveUp."""
         from .bulk import bulk_load
-        bulk_load(fabric, layout, pairs)
+        rmap = layout.get("block_copies")
+        if rmap is None:
+            bulk_load(fabric, layout, pairs)
+            return
+        # a replicated layout (FlexKV's replicas, FUSEE): the blocks' regions come with their mirrors,
+        # then the backups get the primaries' bytes, the index's and the blocks' (lib/replicas.py)
+        from nodes.systems.lib.replicas import Replicas
+        reps = Replicas(fabric, rmap)
+        regions = []
+
+        def allocate(node, nbytes):
+            off = reps.allocate(node, nbytes)
+            regions.append((node, off, nbytes))
+            return off
+        bulk_load(fabric, layout, pairs, allocate=allocate)
+        for node, off, nbytes in regions:
+            reps.copy_region(node, off, nbytes)
+        copies = layout.get("index_copies")
+        if copies is not None:
+            copies.copy_all(fabric)
 
     @classmethod
     def client(cls, fabric, layout: dict, thread, options: dict) -> RaceClient:
