@@ -68,6 +68,12 @@ KNOWN = {
     "smart-art.insert.leaf_written": "SMART-ART insert: the new leaf is written, not yet linked into the tree",
     "smart-art.update.leaf_written": "SMART-ART out-of-place update: the new leaf is written, the old leaf not yet "
                                      "marked replaced",
+    "clover.insert.written": "Clover insert of a new key: its first version is written to every replica, the "
+                             "metadata server not yet asked to create the key",
+    "clover.write.block_written": "Clover update/delete/insert: the new version is written to every replica, the "
+                                  "CAS that links it behind the chain's tail not yet posted",
+    "clover.write.linked": "Clover update/delete/insert: the version is linked (CAS done), the backups' next "
+                           "words, the cache and the GC entry not yet written",
 }
 
 

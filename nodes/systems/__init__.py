@@ -43,6 +43,7 @@ BUILTIN = {
     "smart-art": "nodes.systems.smart_art:SmartArtSystem",
     "pd3": "nodes.systems.pd3:Pd3System",
     "rolex": "nodes.systems.rolex:RolexSystem",
+    "clover": "nodes.systems.clover:CloverSystem",
 }
 
 ENTRY_POINT_GROUP = "dmrack.systems"
