@@ -70,8 +70,8 @@ from shm.rpc import HEADER, RpcTimeout
 
 from .layout import (
     ALLOC_REPLY, ALLOC_REQ, CREATE_REPLY, CREATED, GC_ENTRY, KIND_TOMBSTONE, KIND_VALUE, M_ALLOC, M_CREATE, M_GC,
-    M_QUERY, MAX_UNIT_OFFSET, NO_MEMORY, PTR_SEQ, UNIT, LayoutError, block_units, decode_block, empty_next, encode_block,
-    is_link, next_gen, pack_ptr, ptr_gaddr, ptr_gen, ptr_node, ptr_offset, ptr_units,
+    M_QUERY, MAX_UNIT_OFFSET, NO_MEMORY, PTR_SEQ, UNIT, LayoutError, block_units, decode_block, empty_next,
+    encode_block, is_link, next_gen, pack_ptr, ptr_gaddr, ptr_gen, ptr_node, ptr_offset, ptr_units,
 )
 
 #: pDPM ``MITSUME_TOOL_ASKING_THRESHOLD`` (clover/mitsume_parameter.h): a chase this many hops long
