@@ -44,6 +44,7 @@ BUILTIN = {
     "pd3": "nodes.systems.pd3:Pd3System",
     "rolex": "nodes.systems.rolex:RolexSystem",
     "clover": "nodes.systems.clover:CloverSystem",
+    "aceso": "nodes.systems.aceso:AcesoSystem",
 }
 
 ENTRY_POINT_GROUP = "dmrack.systems"
