@@ -49,6 +49,7 @@ from .layout import (
     INVALID_VERSION, OP_DELETE, OP_INSERT, OP_UPDATE, check_record, decode_trailer, encode_record,
     is_record_word, parity_positions, record_location, trailer_offset, versioned_word,
 )
+from .server import memory_node_stats
 from .server import _ALLOC, _ALLOC_DELTA, _ALLOC_DELTA_REQ, _XOR, M_ALLOC, M_ALLOC_DELTA, M_SEAL, M_XOR, RPC_PORT
 
 _INVALID = struct.pack("<Q", INVALID_VERSION)
@@ -83,6 +84,17 @@ class AcesoStats(NamedTuple):
     rpcs: int                  # RPCs to memory nodes
     cache_bytes: int           # the node's address cache (the same in each of its clients)
     cache_evictions: int       # the node's evictions (first client only; 0 in the others)
+    # The memory nodes' own counters, summed over them (server.MemoryNodeStats), in the record of
+    # the rack's first client only (cn0's thread 0; 0 in every other): the rack's totals.
+    mn_data_blocks: int        # data blocks the memory nodes handed out
+    mn_parity_blocks: int      # parity blocks they opened
+    mn_xors: int               # delta blocks XORed into parity by their XOR actors
+    mn_xor_bytes: int
+    mn_xor_cpu_ns: int         # memory-node CPU of the XORs
+    mn_checkpoints: int        # index checkpoints sent
+    mn_ckpt_changed_words: int  # changed index words they carried
+    mn_ckpt_sent_bytes: int    # delta bytes WRITten to checkpoint replicas
+    mn_ckpt_cpu_ns: int        # memory-node CPU of checkpoints (sending and applying)
 
 
 class _Block:
@@ -175,6 +187,7 @@ class AcesoClient(RaceClient):
         budget = options.get("cache_bytes", 0)
         self.cache = cache_of(layout, node, self.env, budget, options.get("miss_rate_threshold", 0.1)) if budget else None
         self._first = thread.index == 0
+        self._reporter = self._first and fabric.nodes[node].name == "cn0"
         # one dependent DRAM miss into the node's hash map per cache lookup (ASSUMPTION: the entry's
         # bucket is not in cache; tbb's concurrent_unordered_map is a split-ordered list)
         self._lookup_ns = fabric.profile.software.dram_ns
@@ -187,13 +200,26 @@ class AcesoClient(RaceClient):
 
     def statistics(self) -> AcesoStats:
         b, c = self.blocks, self.cache
+        mn = self._mn_totals() if self._reporter else (0,) * 9
         return AcesoStats(self.gets, self.inserts, self.updates, self.deletes, self.cache_hits, self.cache_moved,
                           self.cache_misses, self.cache_absent, self.cache_kv_skipped, self.bucket_searches,
                           self.cas_retries, self.updates_overwritten, self.insert_conflicts, self.stale_aborts,
                           self.dir_refreshes, self.blocks_read, self.fp_false_positives, self.torn_reads,
                           self.records_written, self.record_bytes, self.records_invalidated, self.records_abandoned,
                           b.subblocks, b.blocks, b.seals, b.rpcs, c.bytes if c is not None else 0,
-                          c.evictions if c is not None and self._first else 0)
+                          c.evictions if c is not None and self._first else 0, *mn)
+
+    def _mn_totals(self) -> tuple:
+        """The memory nodes' counters, read straight from their stats words (what a monitoring
+        tool reads; not a modelled verb: statistics() is no operation)."""
+        tot = [0] * 9
+        fields = ("data_blocks", "parity_blocks", "xors", "xor_bytes", "xor_cpu_ns", "checkpoints",
+                  "ckpt_changed_words", "ckpt_sent_bytes", "ckpt_cpu_ns")
+        for p in range(len(self.layout["memory_nodes"])):
+            st = memory_node_stats(self.fabric, self.layout, p)
+            for i, f in enumerate(fields):
+                tot[i] += getattr(st, f)
+        return tuple(tot)
 
     # -- records ---------------------------------------------------------------------------------
     def read_block(self, co, w: int):

@@ -268,12 +268,14 @@ def _ckpt_actor(ctx, st: _State, interval_ns: int, replicas: int):
     co = rdma.thread().coroutine()
     piece = CKPT_BUFFER // 4
     names = [ctx.fabric.nodes[m].name for m in st.mns]
+    start = ctx.env.now
     while True:
+        # the code's timer measures from one checkpoint's start to the next one's
+        # (thread_ckpt_send: last_ckpt_time = curr_ckpt_time before it sends)
+        yield ctx.env.timeout(max(0, start + interval_ns - ctx.env.now))
         if ctx.stopped is not None and ctx.stopped.triggered:
             return
-        yield ctx.env.timeout(interval_ns)
-        if ctx.stopped is not None and ctx.stopped.triggered:
-            return
+        start = ctx.env.now
         now = index_words(ctx.fabric, lay, st.pos)
         delta = now ^ last
         idx = np.flatnonzero(delta)
@@ -286,6 +288,7 @@ def _ckpt_actor(ctx, st: _State, interval_ns: int, replicas: int):
             st.count("idle_parks")
             st.ckpt_wake = ctx.env.event()
             yield st.ckpt_wake               # nothing changed: wait until the node sees activity
+            start = ctx.env.now
             continue
         payload = (np.array([idx.size], np.uint64).tobytes() + idx.astype(np.uint64).tobytes()
                    + delta[idx].tobytes())
