@@ -378,6 +378,8 @@ class AcesoClient(RaceClient):
             self.invalidate_record(co, blk, boff, key, value)
             yield co.sync()
             yield from self.blocks.finished(co, blk, nsub)
+            if self.cache is not None:
+                self.cache.drop(key)
             if not self._overwrite:
                 self.cas_retries += 1             # option overwrite_on_conflict = false: RACE's loop
                 continue
@@ -414,6 +416,8 @@ class AcesoClient(RaceClient):
             yield co.sync()
             yield from self.blocks.finished(co, blk, nsub)
             self.cas_retries += 1
+            if self.cache is not None:
+                self.cache.drop(key)              # look again from the buckets
         raise SystemGaveUp(f"Aceso: delete of key {key[:32]!r} gave up after {RETRY_LIMIT} rounds")
 
     def _insert_and_finish(self, co, key: bytes, value: bytes):
