@@ -49,7 +49,7 @@ from .layout import (
     INVALID_VERSION, OP_DELETE, OP_INSERT, OP_UPDATE, check_record, decode_trailer, encode_record,
     is_record_word, parity_positions, record_location, trailer_offset, versioned_word,
 )
-from .server import memory_node_stats
+from .server import CLIENT_ENVS, PARKED, memory_node_stats, wake_checkpoints
 from .server import _ALLOC, _ALLOC_DELTA, _ALLOC_DELTA_REQ, _XOR, M_ALLOC, M_ALLOC_DELTA, M_SEAL, M_XOR, RPC_PORT
 
 _INVALID = struct.pack("<Q", INVALID_VERSION)
@@ -171,7 +171,7 @@ class SubblockAllocator:
         blk.done += nsub
         if blk.done == blk.cap and self.lines:
             self.seals += 1
-            yield from self._rpc(co, blk.pos, b"", M_SEAL)
+            yield from self._rpc(co, blk.pos, struct.pack("<Q", blk.off), M_SEAL)
             for _node, q, delta, parity in blk.deltas:
                 yield from self._rpc(co, q, _XOR.pack(delta, parity), M_XOR)
 
@@ -187,6 +187,8 @@ class AcesoClient(RaceClient):
         budget = options.get("cache_bytes", 0)
         self.cache = cache_of(layout, node, self.env, budget, options.get("miss_rate_threshold", 0.1)) if budget else None
         self._first = thread.index == 0
+        CLIENT_ENVS.add(id(self.env))
+        self._parked_key = (layout["nonce"], id(self.env))
         self._reporter = self._first and fabric.nodes[node].name == "cn0"
         # one dependent DRAM miss into the node's hash map per cache lookup (ASSUMPTION: the entry's
         # bucket is not in cache; tbb's concurrent_unordered_map is a split-ordered list)
@@ -370,6 +372,8 @@ class AcesoClient(RaceClient):
             c = co.cas(slot, old, new)
             yield co.sync()
             if c.value == old:
+                if self._parked_key in PARKED:
+                    wake_checkpoints(self.layout, self.env)
                 failpoint("aceso.update.committed")
                 if self.cache is not None:
                     self.cache.update(key, slot, new)
@@ -408,6 +412,8 @@ class AcesoClient(RaceClient):
             c = co.cas(slot, old, 0)
             yield co.sync()
             if c.value == old:
+                if self._parked_key in PARKED:
+                    wake_checkpoints(self.layout, self.env)
                 if self.cache is not None:
                     self.cache.drop(key)
                 yield from self.blocks.finished(co, blk, nsub)
@@ -427,6 +433,8 @@ class AcesoClient(RaceClient):
         for blk, nsub in self._pending.pop(id(co), ()):
             yield from self.blocks.finished(co, blk, nsub)
         slot = self._slot_of.pop(id(co), None)
+        if self._parked_key in PARKED:
+            wake_checkpoints(self.layout, self.env)    # an insert (or its withdrawal) changed the index
         if ok and slot is not None and self.cache is not None:
             self.cache.update(key, *slot)
         return ok

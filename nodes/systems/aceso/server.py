@@ -27,9 +27,12 @@ requests to three more (``thread_xor``, ``thread_ckpt_send``, ``thread_ckpt_recv
 * **Checkpoint receiver** (port :data:`CKPT_PORT`, one thread of its own, as the code's receive
   thread): applies a delta, priced as above.
 
-The checkpoint actor ticks while the index changes; after an interval without a change it parks
-until the next RPC reaches its node (a rack with no writes has nothing to checkpoint, and a
-co-located rack must run out of events to end), and it ends when the rack's plan is over.
+The checkpoint actor ticks every interval and ends when the rack's plan is over. Where its node
+shares the virtual clock's environment with the clients (a co-located rack, the conformance rigs),
+it parks after an interval without a change to the index, and the next write's commit (or an RPC
+to the node) wakes it: such an environment must run out of events to end, and an index that does
+not change has nothing to checkpoint (the code would still copy and compress it: the CPU of those
+idle intervals is not charged there). A memory node that is a process of its own keeps ticking.
 
 Counters of each memory node are words in its memory (``layout["mn_stats"]``): tests and tools
 read them with :func:`memory_node_stats`.
@@ -118,6 +121,8 @@ class _State:
         self.host = ctx.memory.host
         self.stats = ctx.memory.host64[lay["mn_stats"][self.pos] // 8:][:STATS_WORDS]
         self.data_count = 0
+        self.data_blocks: list[int] = []      # offsets of the data blocks handed out, in order
+        self.sealed: set[int] = set()         # ... of those sealed
         self.free_deltas: list[int] = []
         self.parity: dict = {}
         self.xor_queue: deque = deque()
@@ -144,6 +149,18 @@ class _State:
 
 
 _STATES: dict = {}
+#: Environments (by id) that run Aceso clients in this process: there a checkpoint actor may park.
+CLIENT_ENVS: set = set()
+#: (nonce, id(env)) -> memory-node states whose checkpoint actor is parked in that environment.
+PARKED: dict = {}
+
+
+def wake_checkpoints(layout: dict, env) -> None:
+    """A client committed a write: wake the parked checkpoint actors of its environment."""
+    parked = PARKED.pop((layout["nonce"], id(env)), None)
+    if parked:
+        for st in parked:
+            st.poke()
 
 
 def state_of(ctx) -> _State:
@@ -163,6 +180,7 @@ def _alloc(ctx, req):
     off = st.allocate("data")
     c = st.data_count
     st.data_count += 1
+    st.data_blocks.append(off)
     st.count("data_blocks")
     return _ALLOC.pack(off, c % st.k, c // st.k)
     yield  # pragma: no cover
@@ -186,6 +204,7 @@ def _alloc_delta(ctx, req):
 def _seal(ctx, req):
     st = state_of(ctx)
     st.poke()
+    st.sealed.add(struct.unpack("<Q", req.payload)[0])
     st.count("seals")
     return b""
     yield  # pragma: no cover
@@ -285,10 +304,12 @@ def _ckpt_actor(ctx, st: _State, interval_ns: int, replicas: int):
         st.count("ckpt_cpu_ns", ns)
         yield 0
         if not idx.size:
-            st.count("idle_parks")
-            st.ckpt_wake = ctx.env.event()
-            yield st.ckpt_wake               # nothing changed: wait until the node sees activity
-            start = ctx.env.now
+            if id(ctx.env) in CLIENT_ENVS:
+                st.count("idle_parks")
+                st.ckpt_wake = ctx.env.event()
+                PARKED.setdefault((lay["nonce"], id(ctx.env)), []).append(st)
+                yield st.ckpt_wake           # nothing changed: wait for the next write or RPC
+                start = ctx.env.now
             continue
         payload = (np.array([idx.size], np.uint64).tobytes() + idx.astype(np.uint64).tobytes()
                    + delta[idx].tobytes())
