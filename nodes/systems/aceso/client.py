@@ -14,7 +14,7 @@ get, not cached        READ 2 combined buckets | READ record                    
 update, cache hit      READ slot + READ record | WRITE record x (1 + p) | CAS slot            4 + p
 update, not cached     READ 2 c.b. | READ record | WRITE record x (1 + p) | CAS slot          5 + p
 delete, cache hit      READ slot + READ record | WRITE log record x (1 + p) | CAS slot -> 0   4 + p
-insert                 WRITE record x (1 + p) + READ 2 c.b. | CAS 0 -> T | READ 2 c.b. |      6 + p
+insert                 WRITE record x (1 + p) + READ 2 c.b. | CAS 0 -> T | READ 2 c.b. |      7 + p
                        CAS T -> C  (RACE's insert)
 =====================  =====================================================================  ======
 
