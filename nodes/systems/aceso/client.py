@@ -199,6 +199,7 @@ class AcesoClient(RaceClient):
         self.cache_hits = self.cache_moved = self.cache_misses = self.cache_absent = self.cache_kv_skipped = 0
         self.bucket_searches = self.updates_overwritten = 0
         self.records_written = self.record_bytes = self.records_invalidated = self.records_abandoned = 0
+        self._mn_last = (0,) * 9
 
     def statistics(self) -> AcesoStats:
         b, c = self.blocks, self.cache
@@ -214,6 +215,8 @@ class AcesoClient(RaceClient):
     def _mn_totals(self) -> tuple:
         """The memory nodes' counters, read straight from their stats words (what a monitoring
         tool reads; not a modelled verb: statistics() is no operation)."""
+        if not self.fabric.memory:
+            return self._mn_last            # the rack has closed: the totals its last read saw
         tot = [0] * 9
         fields = ("data_blocks", "parity_blocks", "xors", "xor_bytes", "xor_cpu_ns", "checkpoints",
                   "ckpt_changed_words", "ckpt_sent_bytes", "ckpt_cpu_ns")
@@ -221,7 +224,8 @@ class AcesoClient(RaceClient):
             st = memory_node_stats(self.fabric, self.layout, p)
             for i, f in enumerate(fields):
                 tot[i] += getattr(st, f)
-        return tuple(tot)
+        self._mn_last = tuple(tot)
+        return self._mn_last
 
     # -- records ---------------------------------------------------------------------------------
     def read_block(self, co, w: int):
