@@ -8,6 +8,7 @@ import json
 import pytest
 
 from cluster.experiments import flexkv as rf
+from cluster.experiments import reproduce_flexkv
 
 TINY = dict(records=2000, interval_us=200, windows={"fixed": (0.3, 0.4), "knob": (0.6, 0.4)}, compute=2, threads=2,
             coroutines=4)
@@ -97,7 +98,7 @@ def test_run_writes_json_with_the_scale(tmp_path, monkeypatch):
     monkeypatch.setattr(rf, "COROUTINES", 4)
     console = Console(record=True, width=200)
     path = tmp_path / "f.json"
-    rows = rf.EXPERIMENT.run(only=["fig19"], quick=True, json_path=str(path), console=console)
+    rows = reproduce_flexkv.EXPERIMENT.run(only=["fig19"], quick=True, json_path=str(path), console=console)
     out = console.export_text()
     assert "scaled" in out and "2,000 KV pairs" in out
     data = json.loads(path.read_text())
@@ -113,7 +114,7 @@ def test_registered():
                          "table1", "fig17", "fig19", "fig20", "fig24", "fig18")
     assert "jobs" in exp.options
     with pytest.raises(ValueError, match="unknown experiment"):
-        rf.EXPERIMENT.run(only=["fig99"], quick=True)
+        reproduce_flexkv.EXPERIMENT.run(only=["fig99"], quick=True)
 
 
 def test_a_failed_point_is_a_note_and_blank_rows():

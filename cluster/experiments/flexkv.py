@@ -57,7 +57,7 @@ from contextlib import contextmanager
 from cluster.experiments.figures import Figure
 from cluster.experiments.pointpool import SharedPoints
 from cluster.experiments.progress import prefixed
-from cluster.experiments.rows import Row, reproduction, scale_row
+from cluster.experiments.rows import Row, scale_row
 
 PROFILE = "cx3-56g"
 COMPUTE = 4                     # compute nodes (the paper's 20)
@@ -638,10 +638,8 @@ def fig18(quick: bool, progress, *, shared: SharedPoints | None = None, system: 
         if t1 > t0:
             rows.append(Row("fig18", "FlexKV, YCSB B then A", round(t1 / 1e6, 3), "Mops", (n1 - n0) / (t1 - t0) * 1e3))
     events = p["events"]
-    ratio = None
     for t, kind, r, value in events:
         if kind == "reassign":
-            ratio = r
             rows.append(Row("fig18", "offload ratio held", round(t / 1e6, 3), "ratio", r))
     for t, kind, r, value in events:
         rows.append(Row("fig18", f"manager: {kind}", round(t / 1e6, 3), "event ratio", r))
@@ -687,17 +685,6 @@ FIGURES = [
 ]
 
 
-# the comparison with Clover, FUSEE and Aceso (Figs. 11-15, 21-23): its own module, which builds on
-# this one's points (imported here, below everything it uses)
-from cluster.experiments import flexkv_compare as _compare  # noqa: E402
-
-FIGURES += _compare.FIGURES
-EXPERIMENTS = {"fig3": fig3, **_compare.PARTS, "fig16": fig16, "table1": table1, "fig17": fig17,
-               "fig19": fig19, "fig20": fig20, "fig24": fig24, "fig18": fig18}
-SIDE_BY_SIDE = ("fig11", "fig12", "fig13", "fig14", "fig15", "fig21", "fig22", "fig23", "fig16", "table1", "fig17",
-                "fig19", "fig20", "fig24")
-
-
 def setup(quick: bool) -> dict:
     """The racks of this reproduction, for the run record (cluster.experiments.provenance)."""
     n = RECORDS[quick]
@@ -712,19 +699,3 @@ def setup(quick: bool) -> dict:
                      f"~5 % of the working set); manager interval {INTERVAL_US[quick]} µs virtual (paper: 1 s); "
                      f"windows (virtual ms, warm-up + measured): fixed ratio {fixed[0]:g} + {fixed[1]:g}, knob "
                      f"{knob[0]:g} + {knob[1]:g}; Fig. 18: B {FIG18_MS[quick][0]:g} ms then A {FIG18_MS[quick][1]:g} ms"}
-
-
-def check_systems() -> None:
-    from nodes.systems import is_known
-    if not is_known("flexkv"):
-        raise ValueError("reproduce flexkv needs the system flexkv; not registered")
-
-
-EXPERIMENT = reproduction(
-    "flexkv", "FlexKV", title="FlexKV (Hu, Shen, Yang): Figs. 3, 11-24 and Table 1",
-    parts=EXPERIMENTS, side_by_side=SIDE_BY_SIDE, setup=setup, figures=FIGURES, profiles=(PROFILE,),
-    check=check_systems,
-    # what `dmrack sensitivity flexkv` runs per knob: Fig. 3's verb-rate ratios, the measurement the
-    # design rests on (WRITE 10.1x, SEND&RECV 19.5x, LOCAL_CAS 177.1x RDMA_CAS). Fig. 16's ablation is
-    # 20 racks (five steps x YCSB A-D), too many for a run per knob: `--only fig16` when it is wanted.
-    headline=("fig3",))

@@ -36,6 +36,7 @@ from __future__ import annotations
 import os
 import tempfile
 
+from cluster.experiments import flexkv as F
 from cluster.experiments.pointpool import SharedPoints
 from cluster.experiments.progress import prefixed
 from cluster.experiments.rows import Row, scale_row
@@ -444,7 +445,7 @@ PARTS = {"fig11": fig11, "fig12": fig12, "fig13": fig13, "fig14": fig14, "fig15"
 def _figures():
     from cluster.experiments.figures import Figure
     out = []
-    for w in ("A", "B", "C", "D"):
+    for w in F.WORKLOADS:
         out.append(Figure(f"fig11{w.lower()}", "fig11", "Mops", f"Fig. 11: YCSB {w}, throughput vs clients",
                           "clients", "throughput (Mops)", xs="numeric",
                           series=tuple(f"{label}, YCSB {w}" for label in COMPARED)))
@@ -471,9 +472,3 @@ def _figures():
 
 
 FIGURES = _figures()
-
-
-# The FlexKV reproduction's points and racks (cluster/experiments/flexkv.py), imported last: that
-# module registers these parts, so whichever of the two is imported first, the other finds what
-# it needs already defined (the functions above use ``F`` only when they run).
-from cluster.experiments import flexkv as F  # noqa: E402

@@ -102,7 +102,7 @@ EXPERIMENTS = {
     "reproduce": {
         "dolphin": "cluster.experiments.dolphin:EXPERIMENT",
         "dpastore": "cluster.experiments.dpastore:EXPERIMENT",
-        "flexkv": "cluster.experiments.flexkv:EXPERIMENT",
+        "flexkv": "cluster.experiments.reproduce_flexkv:EXPERIMENT",
         "pd3": "cluster.experiments.pd3:EXPERIMENT",
         "sherman": "cluster.experiments.sherman:EXPERIMENT",
         "smart": "cluster.experiments.reproduce_smart:EXPERIMENT",
