@@ -48,11 +48,11 @@ REPLICAS = 3                     # "3-way replication or an equivalent fault-tol
 COMPUTE = 4                      # compute nodes (the paper's 20)
 THREADS = 8                      # clients per compute node at the most (the paper's 10)
 #: Fig. 11's clients per CN (x 4 CNs: 4 -> 32 clients, the paper's 20 -> 200)
-CLIENTS = {True: (2, 8), False: (1, 2, 4, 8)}
+CLIENTS = {True: (2, 4, 8), False: (1, 2, 4, 8)}
 #: Fig. 13's UPDATE:SEARCH mixes (update %, as YCSB proportions)
 MIXES = {True: (0, 5, 50, 100), False: (0, 5, 25, 50, 75, 100)}
-#: Fig. 14's workloads (uniform keys); --quick keeps the two ends
-UNIFORM = {True: ("A", "C"), False: ("A", "B", "C", "D")}
+#: Fig. 14's workloads (uniform keys)
+UNIFORM = {True: ("A", "B", "C", "D"), False: ("A", "B", "C", "D")}
 #: Fig. 21's KV pair sizes (bytes, key included): 128 -> 1024 in 128 B steps in the paper
 KV_SIZES = {True: (128, 1024), False: (128, 384, 640, 1024)}
 KV_SIZE_WORKLOAD = "B"
