@@ -38,7 +38,6 @@ import struct
 from typing import NamedTuple
 
 from nodes.systems.api import SystemGaveUp
-from nodes.systems.lib.hashing import hash64
 from nodes.systems.race.client import RETRY_LIMIT, RaceClient
 from nodes.systems.race.layout import FP_SHIFT, UNIT
 from shm.fabric import gaddr_node, gaddr_offset
@@ -346,24 +345,13 @@ class AcesoClient(RaceClient):
     def insert(self, co, key: bytes, value: bytes):
         return self._insert_and_finish(co, key, value)
 
-    def _get(self, co, key: bytes):
-        if type(key) is not bytes:
-            key = bytes(key)
-        self.gets += 1
-        h = hash64(key)
-        self.thread.cpu(self.hash_ns(len(key)))
-        found = yield from self.locate(co, key, h)
-        if found is None:
-            return None
-        off = found[2].offset + 8 + len(key)
-        return self._buf[off:off + found[3]].tobytes()
+    def lookup(self, co, key: bytes, h: int):
+        """A get's lookup (RACE's get calls it): :meth:`locate`, through the address cache."""
+        return self.locate(co, key, h)
 
     def _update(self, co, key: bytes, value: bytes):
-        if type(key) is not bytes:
-            key = bytes(key)
         self.updates += 1
-        h = hash64(key)
-        self.thread.cpu(self._write_ns + self.hash_ns(len(key)))
+        key, h = self.write_key(key)
         for _ in range(RETRY_LIMIT):
             found = yield from self.locate(co, key, h)
             if found is None:
@@ -399,11 +387,8 @@ class AcesoClient(RaceClient):
         raise SystemGaveUp(f"Aceso: update of key {key[:32]!r} gave up after {RETRY_LIMIT} rounds")
 
     def _delete(self, co, key: bytes):
-        if type(key) is not bytes:
-            key = bytes(key)
         self.deletes += 1
-        h = hash64(key)
-        self.thread.cpu(self._write_ns + self.hash_ns(len(key)))
+        key, h = self.write_key(key)
         for _ in range(RETRY_LIMIT):
             found = yield from self.locate(co, key, h)
             if found is None:

@@ -247,24 +247,13 @@ class FuseeClient(RaceClient):
         raise SystemGaveUp(f"FUSEE: lookup of key {key[:32]!r} did not settle after {RETRY_LIMIT} rounds")
 
     # -- the KV interface --------------------------------------------------------------------------
-    def _get(self, co, key: bytes):
-        if type(key) is not bytes:
-            key = bytes(key)
-        self.gets += 1
-        h = hash64(key)
-        self.thread.cpu(self.hash_ns(len(key)))
-        found = yield from self._lookup(co, key, h)
-        if found is None:
-            return None
-        off = found[2].offset + 8 + len(key)
-        return self._buf[off:off + found[3]].tobytes()
+    def lookup(self, co, key: bytes, h: int):
+        """A get's lookup (RACE's get calls it): :meth:`_lookup`, through the address cache."""
+        return self._lookup(co, key, h)
 
     def _update(self, co, key: bytes, value: bytes):
-        if type(key) is not bytes:
-            key = bytes(key)
         self.updates += 1
-        h = hash64(key)
-        self.thread.cpu(self._write_ns + self.hash_ns(len(key)))
+        key, h = self.write_key(key)
         new = yield from self.new_block(co, key, value, h, OP_UPDATE)
         for _ in range(RETRY_LIMIT):
             found = yield from self._lookup(co, key, h)
@@ -290,11 +279,8 @@ class FuseeClient(RaceClient):
         raise SystemGaveUp(f"FUSEE: update of key {key[:32]!r} did not settle after {RETRY_LIMIT} rounds")
 
     def _delete(self, co, key: bytes):
-        if type(key) is not bytes:
-            key = bytes(key)
         self.deletes += 1
-        h = hash64(key)
-        self.thread.cpu(self._write_ns + self.hash_ns(len(key)))
+        key, h = self.write_key(key)
         tomb, units = yield from self._delete_log(co, key, h)
         proposed = False
         for attempt in range(RETRY_LIMIT):

@@ -382,18 +382,29 @@ class RaceClient(KVClient):
         self.gets += 1
         h = hash64(key)
         self.thread.cpu(self.hash_ns(len(key)))
-        found = yield from self.find(co, key, h)
+        found = yield from self.lookup(co, key, h)
         if found is None:
             return None
         off = found[2].offset + 8 + len(key)
         return self._buf[off:off + found[3]].tobytes()
 
-    def _update(self, co, key: bytes, value: bytes):
+    def write_key(self, key) -> tuple[bytes, int]:
+        """A write's key as bytes and its hash, with the write's fixed CPU (``write_cpu_ns``) and the
+        hashing charged to the thread."""
         if type(key) is not bytes:
             key = bytes(key)
-        self.updates += 1
-        h = hash64(key)
         self.thread.cpu(self._write_ns + self.hash_ns(len(key)))
+        return key, hash64(key)
+
+    def lookup(self, co, key: bytes, h: int):
+        """What a get looks the key up with: a generator of (slot, word, block handle, value
+        length) or None. RACE: :meth:`find`; a design with another read path (an address cache, a
+        replicated index) gives its own."""
+        return self.find(co, key, h)
+
+    def _update(self, co, key: bytes, value: bytes):
+        self.updates += 1
+        key, h = self.write_key(key)
         new = yield from self.new_block(co, key, value, h)
         failpoint("race.update.block_written")
         for attempt in range(RETRY_LIMIT):
@@ -418,11 +429,8 @@ class RaceClient(KVClient):
         raise SystemGaveUp(f"RACE: update of key {key[:32]!r} gave up after {RETRY_LIMIT} failed CASes")
 
     def _delete(self, co, key: bytes):
-        if type(key) is not bytes:
-            key = bytes(key)
         self.deletes += 1
-        h = hash64(key)
-        self.thread.cpu(self._write_ns + self.hash_ns(len(key)))
+        key, h = self.write_key(key)
         for attempt in range(RETRY_LIMIT):
             found = yield from self.find(co, key, h)
             if found is None:
@@ -442,11 +450,8 @@ class RaceClient(KVClient):
         """Publish a *tentative* slot, re-read both combined buckets, settle with any concurrent
         insert of the same key (the lowest slot address wins; it aborts higher tentative copies),
         then commit with a CAS. See docs/race.md for why this is linearizable."""
-        if type(key) is not bytes:
-            key = bytes(key)
         self.inserts += 1
-        h = hash64(key)
-        self.thread.cpu(self._write_ns + self.hash_ns(len(key)))
+        key, h = self.write_key(key)
         mine_c = yield from self.new_block(co, key, value, h)
         mine_t = mine_c | TENTATIVE
         known: dict = {}
