@@ -451,7 +451,7 @@ def _figures():
                           series=tuple(f"{label}, YCSB {w}" for label in COMPARED)))
         out.append(Figure(f"fig12{w.lower()}", "fig12", "latency µs at percentile",
                           f"Fig. 12: YCSB {w}, latency at the most clients", "percentile", "latency (µs)",
-                          xs="numeric", ylog=True, series=tuple(f"{label}, YCSB {w}" for label in COMPARED)))
+                          xs="numeric", series=tuple(f"{label}, YCSB {w}" for label in COMPARED)))
     out += [
         Figure("fig13", "fig13", "Mops", "Fig. 13: UPDATE:SEARCH ratios", "UPDATE:SEARCH", "throughput (Mops)",
                xs="category", series=tuple(COMPARED)),
