@@ -98,9 +98,13 @@ P_CHAOS_SHARE = P_CHAOS_SEED + 1
 P_CHAOS_EFFECT = P_CHAOS_SHARE + 1
 P_CHAOS_DONE = P_CHAOS_EFFECT + 1
 P_CHAOS_LINE = P_CHAOS_DONE + 1
+# a rare, long stall on a request's way (a heavier tail than effect's uniform delays): its largest
+# delay (ps) and its own share (out of 2**32)
+P_CHAOS_STALL = P_CHAOS_LINE + 1
+P_CHAOS_STALL_SHARE = P_CHAOS_STALL + 1
 # 1: this process alone books the fabric table (a co-located rack: Fabric.create(private=True)), so
 # the calendars book with plain loads and stores (shm/calendar.py: the same values, no locked ops)
-P_PRIVATE = P_CHAOS_LINE + 1
+P_PRIVATE = P_CHAOS_STALL_SHARE + 1
 N_PARAMS = P_PRIVATE + 1
 
 # A node descriptor: offsets of its resources in the fabric table.
@@ -230,6 +234,8 @@ def pack_params(p: Profile) -> np.ndarray:
         prm[P_CHAOS_EFFECT] = c.effect_ns * _PS
         prm[P_CHAOS_DONE] = c.completion_ns * _PS
         prm[P_CHAOS_LINE] = c.line_gap_ns * _PS
+        prm[P_CHAOS_STALL] = c.stall_ns * _PS if c.stall_share > 0 else 0
+        prm[P_CHAOS_STALL_SHARE] = chaos_share_units(c.stall_share)
     n = p.nic
     req = (n.req_read_ns, n.req_write_ns, n.req_atomic_ns, n.req_atomic_ns, n.req_send_ns, n.req_send_ns)
     resp = (n.resp_read_ns, n.resp_write_ns, n.resp_atomic_ns, n.resp_atomic_ns, n.resp_recv_ns, n.resp_recv_ns)
@@ -422,6 +428,29 @@ class ChaosStream:
         return chaos_draw_py(self.seed, self.salt, n, self.share, self.most)
 
 
+#: mixed into the seed of the stall draws, so that they are another stream than effect's (same
+#: chance number: turning stalls on leaves every other kind's draws as they were)
+STALL_MIX = 0x5157A11
+
+
+@njit(cache=True)
+def _request_chaos_ps(tbl, rq, prm, qp):
+    """The adversarial delay of a request on its way to the responder: effect's (uniform up to
+    ``P_CHAOS_EFFECT`` on ``share`` of the chances) plus, on ``P_CHAOS_STALL_SHARE`` of them, a stall
+    uniform up to ``P_CHAOS_STALL`` drawn at the same chance from another stream. 0 with both off."""
+    eff, stall = prm[P_CHAOS_EFFECT], prm[P_CHAOS_STALL]
+    if stall <= 0:
+        return _chaos_ps(tbl, rq, prm, qp, eff)
+    n = qp[Q_CHAOS_N]
+    qp[Q_CHAOS_N] = n + 1
+    d = chaos_draw(prm[P_CHAOS_SEED], qp[Q_SALT], n, prm[P_CHAOS_SHARE], eff) if eff > 0 else 0
+    d += chaos_draw(prm[P_CHAOS_SEED] ^ STALL_MIX, qp[Q_SALT], n, prm[P_CHAOS_STALL_SHARE], stall)
+    if d > 0:
+        faa(tbl, rq[D_STATE] + S_CHAOS_DELAYS, 1)
+        faa(tbl, rq[D_STATE] + S_CHAOS_PS, d)
+    return d
+
+
 @njit(cache=True)
 def _chaos_ps(tbl, rq, prm, qp, max_ps):
     """The QP's next adversarial delay of at most ``max_ps`` (0 when the kind is off: no draw),
@@ -607,7 +636,7 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, flags,
             continue
         # chaos: the request takes longer to reach the responder (a retransmission, a switch
         # queue); the responder still applies one QP's requests in RC order (_in_effect_order)
-        t4 = reserve(tbl, rs[D_RX], t3 + one_way + _chaos_ps(tbl, rq, prm, qp, prm[P_CHAOS_EFFECT]), wire, pv)
+        t4 = reserve(tbl, rs[D_RX], t3 + one_way + _request_chaos_ps(tbl, rq, prm, qp), wire, pv)
         t5 = reserve(tbl, rs[D_RESP], t4, prm[P_RESP_COST + op], pv)
         if rec:
             stages[i, ST_ARRIVED] = t4

@@ -295,6 +295,9 @@ class ChaosProfile:
                           "thread was descheduled)", min=0, max=10_000_000)
     writeback_ns: int = knob("ns", "at most this much later an atomic's write-back lands (only with "
                              "nic.atomic_write_race)", min=0, max=10_000_000)
+    stall_ns: int = knob("ns", "a rare stall on the way to the responder: at most this much longer (a "
+                         "retransmission, a paused link), on top of effect_ns", min=0, max=100_000_000)
+    stall_share: float = knob("", "the fraction of requests that stall (0: none)", min=0, max=1)
 
 
 #: The table of a profile that lists its unsourced knobs, section by section (see the module docstring).

@@ -29,7 +29,8 @@ from tests.test_verbs import (  # noqa: F401
 
 # Larger and more frequent than --chaos's defaults: every chance draws, so the rules are tried hard.
 HARD = {"chaos.seed": 0, "chaos.share": 0.6, "chaos.effect_ns": 6_000, "chaos.completion_ns": 6_000,
-        "chaos.line_gap_ns": 200, "chaos.resume_ns": 8_000, "chaos.writeback_ns": 2_000}
+        "chaos.line_gap_ns": 200, "chaos.resume_ns": 8_000, "chaos.writeback_ns": 2_000,
+        "chaos.stall_ns": 30_000, "chaos.stall_share": 0.05}
 
 
 @pytest.fixture(autouse=True, params=[1, 2, 3])

@@ -476,7 +476,8 @@ def test_dpa_overrides():
         with_overrides(load_profile("cx6-200g"), {"dpa.cores": 4})
     # a whole optional table may be added by overrides that give every key of it
     chaos = {"chaos.seed": 3, "chaos.share": 0.5, "chaos.effect_ns": 100, "chaos.completion_ns": 0,
-             "chaos.line_gap_ns": 0, "chaos.resume_ns": 0, "chaos.writeback_ns": 0}
+             "chaos.line_gap_ns": 0, "chaos.resume_ns": 0, "chaos.writeback_ns": 0,
+             "chaos.stall_ns": 0, "chaos.stall_share": 0}
     assert with_overrides(load_profile("cx6-200g"), chaos).chaos.effect_ns == 100
     with pytest.raises(ProfileError, match="'dpa.usable_threads' .* must be <="):
         with_overrides(load_profile("bf3"), {"dpa.threads_per_core": 8})

@@ -16,7 +16,12 @@ microseconds. Chaos stretches it on purpose, with the profile's optional ``[chao
 * ``resume``: a coroutine resumes up to ``resume_ns`` after its verbs completed (its thread was
   descheduled: ``shm/coro.py``);
 * ``writeback``: with ``nic.atomic_write_race``, an atomic's write-back lands up to
-  ``writeback_ns`` later (``shm/atomic_race.py``).
+  ``writeback_ns`` later (``shm/atomic_race.py``);
+* ``stall``: one request in ``1 / stall_share`` (32 under ``--chaos``) is held up to ``stall_ns``
+  on its way to the responder, on top of ``effect``: the rare long delay of a retransmission or
+  a paused link. Uniform delays of a few µs rarely hold one WRITE back for longer than another
+  client's round trip; a stall does, which is the window a pointer published before its data
+  needs (a reader READs the pointer, then the data, one round trip apart).
 
 A chance draws a delay with probability ``share``, uniform up to the kind's maximum, from a
 counter-based stream of ``seed`` (``nic.chaos_draw``): a co-located run is the same for the same
@@ -48,10 +53,13 @@ DEFAULTS = {
     "lines": ("line_gap_ns", 20),
     "resume": ("resume_ns", 5_000),
     "writeback": ("writeback_ns", 2_000),
+    "stall": ("stall_ns", 20_000),
 }
 KINDS = tuple(DEFAULTS)
 #: the share of chances that draw a delay
 SHARE = 0.5
+#: the share of requests that stall (the rare, long delays of the stall kind: 1 in 32)
+STALL_SHARE = 1 / 32
 
 
 class ChaosSpec(NamedTuple):
@@ -61,7 +69,7 @@ class ChaosSpec(NamedTuple):
 
     def overrides(self) -> dict:
         """The profile overrides that add the [chaos] table (every key: the kinds off are 0)."""
-        out = {"chaos.seed": self.seed, "chaos.share": SHARE}
+        out = {"chaos.seed": self.seed, "chaos.share": SHARE, "chaos.stall_share": STALL_SHARE}
         for kind, (key, most) in DEFAULTS.items():
             out[f"chaos.{key}"] = most if kind in self.kinds else 0
         return out
@@ -69,7 +77,8 @@ class ChaosSpec(NamedTuple):
 
     def describe(self) -> str:
         """One line for the verdict: which kinds were on, how large, the share and the seed."""
-        on = ", ".join(f"{k} <= {DEFAULTS[k][1]:,} ns" for k in KINDS if k in self.kinds)
+        on = ", ".join(f"{k} <= {DEFAULTS[k][1]:,} ns" + (f" (1 in {round(1 / STALL_SHARE)})" if k == "stall" else "")
+                       for k in KINDS if k in self.kinds)
         return f"chaos {on}; share {SHARE:g}, seed {self.seed}"
 
     def flags(self) -> str:

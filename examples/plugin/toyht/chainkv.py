@@ -12,9 +12,12 @@ written once, never changed, never reused (this example does not collect old ver
 
 * insert / update / delete: READ the head, walk the chain to the key's newest block (to know
   whether it exists), WRITE a new block whose ``next`` is the head read, then CAS the head from
-  it to the new block, in one doorbell: on one QP the CAS lands after the block's last line
-  (docs/fabric.md, "Ordering rules": an atomic sees the WRITEs posted before it), so whoever
-  follows the new head finds the block whole. A failed CAS (another writer got in) starts over.
+  it to the new block: in one doorbell when the block and the head are on the same memory node (on
+  one QP the CAS lands after the block's last line: docs/fabric.md, "Ordering rules", an atomic
+  sees the WRITEs posted before it), after the WRITE's completion when they are not (two QPs,
+  nothing orders them: the first version of this example posted both in one doorbell anyway, and
+  ``dmrack check --chaos``'s stalls caught it), so whoever follows the new head finds the block
+  whole. A failed CAS (another writer got in) starts over.
 * get: READ the head, then the blocks of the chain one by one until the key's newest block; each
   block's checksum is verified (a torn or unwritten block would be a bug: it gives up loudly).
 
@@ -35,7 +38,7 @@ from nodes.systems.lib.alloc import UNIT, ChunkAllocator
 from nodes.systems.lib.array import RecordArray, allocate_array
 from nodes.systems.lib.hashing import hash64, reduce_range
 from nodes.systems.lib.record import RECORD_HEADER, RecordFormat
-from shm.fabric import gaddr
+from shm.fabric import gaddr, gaddr_node
 
 MAX_UNITS = 255
 HEAD = 8
@@ -132,8 +135,12 @@ class ChainKVClient(KVClient):
                 h = co.cas(addr, head, new)           # the bug: linked before the block is written
                 co.write(gaddr(node, off), image)
             else:
-                co.write(gaddr(node, off), image)     # the block, then the link: one doorbell
-                h = co.cas(addr, head, new)
+                co.write(gaddr(node, off), image)     # the block, then the link
+                if node != gaddr_node(addr):
+                    # on another memory node the WRITE and the CAS go on two QPs, which nothing
+                    # orders: the block must have landed (its completion) before the link is posted
+                    yield co.sync()
+                h = co.cas(addr, head, new)           # (same node: one doorbell, one QP, in order)
             yield co.sync()
             if h.value == head:
                 return True
