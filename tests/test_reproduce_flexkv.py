@@ -122,9 +122,9 @@ def test_a_failed_point_is_a_note_and_blank_rows():
     got = rf._run_point(None, "no-such-system", {}, [("A", 0.1)], kw, None)
     assert set(got) == {"error"} and "\n" not in got["error"]
     spec = rf._spec("flexkv", rf.full_options(), "A", rf._sizes(True, **TINY))
-    notes = rf._failures("fig16", [spec], [got])
+    notes = rf.failure_rows("fig16", [spec], [got])
     assert len(notes) == 1 and notes[0].series.startswith("point failed: flexkv YCSB A") and notes[0].emulated is None
-    assert rf._get(got) is None
+    assert rf.value_of(got) is None
 
 
 def test_the_comparison_runs_registered_series_and_notes_the_others():

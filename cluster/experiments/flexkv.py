@@ -281,7 +281,7 @@ def _sizes(quick: bool, records=None, interval_us=None, windows=None, compute=No
             "threads": threads or THREADS, "coroutines": coroutines or COROUTINES}
 
 
-def _freeze(d: dict) -> tuple:
+def freeze(d: dict) -> tuple:
     return tuple(sorted(d.items()))
 
 
@@ -295,7 +295,7 @@ def _spec(system: str, options: dict, letter: str, sizes: dict) -> tuple:
     warm, win = sizes["windows"]["knob" if knob else "fixed"]
     kw = {k: v for k, v in sizes.items() if k != "windows"}
     runs = [(letter, warm), (letter, win)]
-    key = (system, _freeze(options), letter, _freeze(kw), warm, win)
+    key = (system, freeze(options), letter, freeze(kw), warm, win)
     return (key, system, options, runs, kw, None)
 
 
@@ -316,13 +316,13 @@ def _describe(p: tuple) -> str:
     return f"{system} YCSB {'+'.join(dict.fromkeys(w for w, _ in runs))} ({opts})"
 
 
-def _failures(exp: str, specs: list[tuple], got: list[dict]) -> list[Row]:
+def failure_rows(exp: str, specs: list[tuple], got: list[dict]) -> list[Row]:
     """A note row per failed point (its emulated rows are blank)."""
     return [Row(exp, f"point failed: {_describe(s)}: {p['error']}", "-", "note", None)
             for s, p in zip(specs, got) if "error" in p]
 
 
-def _get(p: dict, field: str = "mops"):
+def value_of(p: dict, field: str = "mops"):
     return None if "error" in p else p[field]
 
 
@@ -333,8 +333,8 @@ def _grid(exp: str, keys, spec_of, sizes: dict, progress, jobs: int,
     grid = [(k, w) for k in keys for w in WORKLOADS]
     specs = [spec_of(k, w) for k, w in grid]
     res = points(specs, prefixed(progress, f"{exp}: "), jobs, shared)
-    return ({kw: _get(p) for kw, p in zip(grid, res)},
-            _scale_rows(exp, sizes) + _failures(exp, specs, res))
+    return ({kw: value_of(p) for kw, p in zip(grid, res)},
+            _scale_rows(exp, sizes) + failure_rows(exp, specs, res))
 
 
 def ablation_options() -> dict[str, dict]:
@@ -362,11 +362,11 @@ def _scale_rows(exp: str, sizes: dict) -> list[Row]:
             scale_row(exp, "manager interval Δ (paper 1 s)", "-", "virtual µs", sizes["interval_us"])]
 
 
-def _ratio(a, b):
+def ratio(a, b):
     return a / b if a and b else None
 
 
-def _mean(xs):
+def mean(xs):
     xs = [x for x in xs if x is not None]
     return sum(xs) / len(xs) if xs else None
 
@@ -394,12 +394,12 @@ def fig16(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None =
             rows.append(Row("fig16", s, f"YCSB {w}", "Mops", mops[(s, w)]))
     names = list(steps)
     for prev, s in zip(names, names[1:]):
-        gains = [_ratio(mops[(s, w)], mops[(prev, w)]) for w in WORKLOADS]
+        gains = [ratio(mops[(s, w)], mops[(prev, w)]) for w in WORKLOADS]
         for w, g in zip(WORKLOADS, gains):
             rows.append(Row("fig16", f"{s} / {prev}", f"YCSB {w}", "Mops ratio", g))
-        rows.append(Row("fig16", f"{s} / {prev}", "mean of A-D", "Mops ratio", _mean(gains), PUB_FIG16[s]))
-    total = [_ratio(mops[(names[-1], w)], mops[(names[0], w)]) for w in WORKLOADS]
-    rows.append(Row("fig16", f"{names[-1]} / {names[0]}", "mean of A-D", "Mops ratio", _mean(total),
+        rows.append(Row("fig16", f"{s} / {prev}", "mean of A-D", "Mops ratio", mean(gains), PUB_FIG16[s]))
+    total = [ratio(mops[(names[-1], w)], mops[(names[0], w)]) for w in WORKLOADS]
+    rows.append(Row("fig16", f"{names[-1]} / {names[0]}", "mean of A-D", "Mops ratio", mean(total),
                     math.prod(PUB_FIG16.values())))
     return rows
 
@@ -447,7 +447,7 @@ def table1(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None 
     sizes = _sizes(quick, **size)
     specs = [_spec(system, full_options(), w, sizes) for w in WORKLOADS]
     got = points(specs, prefixed(progress, "table1: "), jobs, shared)
-    rows = _scale_rows("table1", sizes) + _failures("table1", specs, got)
+    rows = _scale_rows("table1", sizes) + failure_rows("table1", specs, got)
     for w, spec, p in zip(WORKLOADS, specs, got):
         pub = PUB_TABLE1[w]
         x = f"YCSB {w}"
@@ -491,17 +491,17 @@ def fig17(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None =
     specs = {label: [_spec(name, full_options(), w, sizes) for w in WORKLOADS] for label, name in present.items()}
     flat = [s for ss in specs.values() for s in ss]
     res = points(flat, prefixed(progress, "fig17: "), jobs, shared)
-    rows += _failures("fig17", flat, res)
+    rows += failure_rows("fig17", flat, res)
     got = iter(res)
-    mops = {(label, w): _get(next(got)) for label in specs for w in WORKLOADS}
+    mops = {(label, w): value_of(next(got)) for label in specs for w in WORKLOADS}
     for label in specs:
         for w in WORKLOADS:
             rows.append(Row("fig17", label, f"YCSB {w}", "Mops", mops[(label, w)]))
     if "FlexKV" in specs and "FlexKV-OP" in specs:
-        r = [_ratio(mops[("FlexKV-OP", w)], mops[("FlexKV", w)]) for w in WORKLOADS]
+        r = [ratio(mops[("FlexKV-OP", w)], mops[("FlexKV", w)]) for w in WORKLOADS]
         for w, v in zip(WORKLOADS, r):
             rows.append(Row("fig17", "FlexKV-OP / FlexKV", f"YCSB {w}", "Mops ratio", v))
-        rows.append(Row("fig17", "FlexKV-OP / FlexKV", "mean of A-D", "Mops ratio", _mean(r), PUB_FIG17))
+        rows.append(Row("fig17", "FlexKV-OP / FlexKV", "mean of A-D", "Mops ratio", mean(r), PUB_FIG17))
     else:
         rows.append(Row("fig17", "FlexKV-OP / FlexKV", "mean of A-D", "Mops ratio", None, PUB_FIG17))
     return rows
@@ -529,7 +529,7 @@ def fig19(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None =
     specs = [_spec(system, opts, "A", sizes) for opts in cases.values()]
     res = points(specs, prefixed(progress, "fig19: "), jobs, shared)
     got = dict(zip(cases, res))
-    rows = _scale_rows("fig19", sizes) + _failures("fig19", specs, res)
+    rows = _scale_rows("fig19", sizes) + failure_rows("fig19", specs, res)
     cv, offl = {}, {}
     for case, p in got.items():
         if "error" in p:
@@ -545,9 +545,9 @@ def fig19(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None =
         rows.append(Row("fig19", case, "all CNs", "share of ops offloaded",
                         offl[case] / p["ops"] if p["ops"] else None))
     rows.append(Row("fig19", "with / without Alg. 1", "all CNs", "CV ratio",
-                    _ratio(cv["with Alg. 1"], cv["without Alg. 1"]), PUB_FIG19["cv"]))
+                    ratio(cv["with Alg. 1"], cv["without Alg. 1"]), PUB_FIG19["cv"]))
     rows.append(Row("fig19", "with / without Alg. 1", "all CNs", "offloaded ops ratio",
-                    _ratio(offl["with Alg. 1"], offl["without Alg. 1"]), PUB_FIG19["offloaded"]))
+                    ratio(offl["with Alg. 1"], offl["without Alg. 1"]), PUB_FIG19["offloaded"]))
     return rows
 
 
@@ -571,7 +571,7 @@ def fig20(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None =
         best = max(threads_list, key=lambda t: mops[(t, w)] or 0)
         rows.append(Row("fig20", f"YCSB {w}", "peak", "proxy threads at peak", best, PUB_FIG20["peak"]))
         if 1 in threads_list and mops[(best, w)]:
-            one = _ratio(mops[(1, w)], mops[(best, w)])
+            one = ratio(mops[(1, w)], mops[(best, w)])
             ones.append(one)
             rows.append(Row("fig20", f"YCSB {w}: 1 thread / peak", 1, "Mops ratio", one))
     ones = [o for o in ones if o is not None]
@@ -597,7 +597,7 @@ def fig24(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None =
         rows.append(Row("fig24", f"YCSB {w}", "best", "best fixed ratio", best, PUB_TABLE1[w][0]))
         for edge in (ratios[0], ratios[-1]):
             rows.append(Row("fig24", f"YCSB {w}: {edge:.0%} / best", f"{edge:.0%}",
-                            "Mops ratio (published: < 1)", _ratio(mops[(edge, w)], mops[(best, w)])))
+                            "Mops ratio (published: < 1)", ratio(mops[(edge, w)], mops[(best, w)])))
         inner = [mops[(r, w)] for r in ratios]
         rows.append(Row("fig24", f"YCSB {w}", "all", "local maxima (published: 1, unimodal)",
                         sum(1 for i, m in enumerate(inner)
@@ -622,10 +622,10 @@ def fig18(quick: bool, progress, *, shared: SharedPoints | None = None, system: 
     sample_ns = max(1000, interval_ns // SAMPLES_PER_INTERVAL)
     runs = [("B", b_ms), ("A", a_ms)]
     opts = full_options(**(options or {}))
-    key = (system, "fig18", _freeze(opts), tuple(runs), _freeze(kw), sample_ns)
+    key = (system, "fig18", freeze(opts), tuple(runs), freeze(kw), sample_ns)
     spec = (key, system, opts, runs, kw, sample_ns)
     p = points([spec], prefixed(progress, "fig18: "), 1, shared)[0]
-    rows = _scale_rows("fig18", sizes) + _failures("fig18", [spec], [p])
+    rows = _scale_rows("fig18", sizes) + failure_rows("fig18", [spec], [p])
     if "error" in p:
         return rows
     series = p["series"]

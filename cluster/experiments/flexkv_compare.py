@@ -133,7 +133,7 @@ def _spec(system: str, sizes: dict, workload, *, threads=None, compute=None, mem
     kw = {"records": n, "interval_us": sizes["interval_us"], "compute": compute, "memory": memory,
           "threads": threads, "coroutines": sizes["coroutines"], "tables": tables, "extra": rack_extra(system)}
     runs = [(workload, warm), (workload, win)]
-    key = ("compare", system, F._freeze(options), workload, F._freeze(kw), warm, win)
+    key = ("compare", system, F.freeze(options), workload, F.freeze(kw), warm, win)
     return (key, system, options, runs, kw, None)
 
 
@@ -151,7 +151,7 @@ def _run(exp: str, specs: dict, progress, jobs: int, shared) -> tuple[dict, list
     """Run ``specs`` ({(label, x): spec}); the results by the same keys, and a note row per failure."""
     keys = list(specs)
     res = F.points([specs[k] for k in keys], prefixed(progress, f"{exp}: "), jobs, shared)
-    return dict(zip(keys, res)), F._failures(exp, [specs[k] for k in keys], res)
+    return dict(zip(keys, res)), F.failure_rows(exp, [specs[k] for k in keys], res)
 
 
 def _scale_rows(exp: str, sizes: dict) -> list[Row]:
@@ -184,14 +184,14 @@ def fig11(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None =
     got, fails = _run("fig11", specs, progress, jobs, shared)
     rows += fails
     for (label, w, t), p in got.items():
-        rows.append(Row("fig11", f"{label}, YCSB {w}", sizes["compute"] * t, "Mops", F._get(p)))
+        rows.append(Row("fig11", f"{label}, YCSB {w}", sizes["compute"] * t, "Mops", F.value_of(p)))
     for w in F.WORKLOADS:
-        peak = {label: max((F._get(got[(label, w, t)]) or 0.0 for t in clients), default=None) or None
+        peak = {label: max((F.value_of(got[(label, w, t)]) or 0.0 for t in clients), default=None) or None
                 for label in present}
         if "FlexKV" in peak:
             second = _second(peak, "FlexKV")
             rows.append(Row("fig11", "peak FlexKV / peak of the second best", f"YCSB {w}", "Mops ratio",
-                            F._ratio(peak["FlexKV"], second), PUB_FIG11_PEAK_GAIN[w]))
+                            F.ratio(peak["FlexKV"], second), PUB_FIG11_PEAK_GAIN[w]))
         best = max((v, k) for k, v in peak.items() if v is not None) if any(peak.values()) else None
         if best:
             rows.append(Row("fig11", f"highest peak: {best[1]}", f"YCSB {w}", "note", None))
@@ -214,8 +214,8 @@ def fig12(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None =
         for q, us in (p.get("cdf") or []):
             rows.append(Row("fig12", f"{label}, YCSB {w}", q, "latency µs at percentile", us))
     for w in F.WORKLOADS:
-        p50 = {label: F._get(got[(label, w)], "p50_us") for label in present}
-        p99 = {label: F._get(got[(label, w)], "p99_us") for label in present}
+        p50 = {label: F.value_of(got[(label, w)], "p50_us") for label in present}
+        p99 = {label: F.value_of(got[(label, w)], "p99_us") for label in present}
         lowest = min(((v, k) for k, v in p50.items() if v is not None), default=None)
         if lowest:
             rows.append(Row("fig12", f"lowest p50: {lowest[1]} (paper: Clover)", f"YCSB {w}", "note", None))
@@ -248,15 +248,15 @@ def fig13(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None =
         for u in MIXES[quick]:
             name_w = f"mix-{u}"
             specs[(label, u)] = _spec(name, sizes, name_w,
-                                      tables=((name_w, F._freeze(_mix_table(u, sizes["records"]))),))
+                                      tables=((name_w, F.freeze(_mix_table(u, sizes["records"]))),))
     got, fails = _run("fig13", specs, progress, jobs, shared)
     rows += fails
     for (label, u), p in got.items():
-        rows.append(Row("fig13", label, f"{u}:{100 - u}", "Mops", F._get(p)))
-    _ordering_rows(rows, "fig13", present, {(label, u): F._get(p) for (label, u), p in got.items()},
+        rows.append(Row("fig13", label, f"{u}:{100 - u}", "Mops", F.value_of(p)))
+    _ordering_rows(rows, "fig13", present, {(label, u): F.value_of(p) for (label, u), p in got.items()},
                    [u for u in MIXES[quick]], lambda u: f"{u}:{100 - u}")
     for label in present:
-        ys = [F._get(got[(label, u)]) for u in MIXES[quick]]
+        ys = [F.value_of(got[(label, u)]) for u in MIXES[quick]]
         falls = all(a is not None and b is not None and b <= a * 1.05 for a, b in zip(ys, ys[1:]))
         rows.append(Row("fig13", f"{label}: falls as updates grow (5 % tolerance)", "-", "holds", float(falls), 1.0))
     return rows
@@ -268,7 +268,7 @@ def _ordering_rows(rows: list, exp: str, present: dict, mops: dict, xs, fmt) -> 
         return
     for x in xs:
         vals = {label: mops.get((label, x)) for label in present}
-        rows.append(Row(exp, "FlexKV / best other", fmt(x), "Mops ratio", F._ratio(vals["FlexKV"],
+        rows.append(Row(exp, "FlexKV / best other", fmt(x), "Mops ratio", F.ratio(vals["FlexKV"],
                                                                                   _second(vals, "FlexKV"))))
 
 
@@ -286,19 +286,19 @@ def fig14(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None =
             t["requestdistribution"] = "uniform"
             t.pop("zipfianitems", None)
             t.pop("zipfianconstant", None)
-            specs[(label, w)] = _spec(name, sizes, f"uniform-{w}", tables=((f"uniform-{w}", F._freeze(t)),))
+            specs[(label, w)] = _spec(name, sizes, f"uniform-{w}", tables=((f"uniform-{w}", F.freeze(t)),))
             skewed[(label, w)] = _spec(name, sizes, w)
     got, fails = _run("fig14", {**specs, **{("skewed",) + k: v for k, v in skewed.items()}}, progress, jobs, shared)
     rows += fails
     for (label, w) in specs:
-        u, z = F._get(got[(label, w)]), F._get(got[("skewed", label, w)])
+        u, z = F.value_of(got[(label, w)]), F.value_of(got[("skewed", label, w)])
         rows.append(Row("fig14", f"{label}, uniform", f"YCSB {w}", "Mops", u))
-        rows.append(Row("fig14", f"{label}: uniform / Zipfian 0.99", f"YCSB {w}", "Mops ratio", F._ratio(u, z)))
-    _ordering_rows(rows, "fig14", present, {k: F._get(got[k]) for k in specs}, UNIFORM[quick], lambda w: f"YCSB {w}")
+        rows.append(Row("fig14", f"{label}: uniform / Zipfian 0.99", f"YCSB {w}", "Mops ratio", F.ratio(u, z)))
+    _ordering_rows(rows, "fig14", present, {k: F.value_of(got[k]) for k in specs}, UNIFORM[quick], lambda w: f"YCSB {w}")
     if "FlexKV" in present:
-        drops = [F._ratio(F._get(got[("FlexKV", w)]), F._get(got[("skewed", "FlexKV", w)])) for w in UNIFORM[quick]]
+        drops = [F.ratio(F.value_of(got[("FlexKV", w)]), F.value_of(got[("skewed", "FlexKV", w)])) for w in UNIFORM[quick]]
         rows.append(Row("fig14", "FlexKV uniform / Zipfian (mean; published: below 1)", "-", "Mops ratio",
-                        F._mean(drops)))
+                        F.mean(drops)))
     return rows
 
 
@@ -338,18 +338,18 @@ def fig15(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None =
     for label, name in present.items():
         for c, path in paths.items():
             t = _trace_table(path, n, large=CLUSTERS[c][2].startswith("lognormal"))
-            specs[(label, c)] = _spec(name, sizes, c, tables=((c, F._freeze(t)),))
+            specs[(label, c)] = _spec(name, sizes, c, tables=((c, F.freeze(t)),))
     got, fails = _run("fig15", specs, progress, jobs, shared)
     rows += fails
     for c, (alpha, reads, vs) in CLUSTERS.items():
         for label in present:
             rows.append(Row("fig15", label, f"{c} (alpha {alpha:g}, {reads:.0%} reads, values {vs})", "Mops",
-                            F._get(got[(label, c)])))
+                            F.value_of(got[(label, c)])))
     if "FlexKV" in present:
         gains = {}
         for c in CLUSTERS:
-            vals = {label: F._get(got[(label, c)]) for label in present}
-            gains[c] = F._ratio(vals["FlexKV"], _second(vals, "FlexKV"))
+            vals = {label: F.value_of(got[(label, c)]) for label in present}
+            gains[c] = F.ratio(vals["FlexKV"], _second(vals, "FlexKV"))
             rows.append(Row("fig15", "FlexKV / second best", c, "Mops ratio", gains[c]))
         vals = [g for g in gains.values() if g is not None]
         rows.append(Row("fig15", "FlexKV / second best, smallest over the clusters", "-", "Mops ratio",
@@ -378,19 +378,19 @@ def fig21(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None =
                 continue
             t = F.workload(KV_SIZE_WORKLOAD, sizes["records"])
             t["valuesize"] = kv - F.KEY_BYTES
-            specs[(label, kv)] = _spec(name, sizes, f"kv-{kv}", tables=((f"kv-{kv}", F._freeze(t)),))
+            specs[(label, kv)] = _spec(name, sizes, f"kv-{kv}", tables=((f"kv-{kv}", F.freeze(t)),))
     got, fails = _run("fig21", specs, progress, jobs, shared)
     rows += fails
-    mops = {k: F._get(p) for k, p in got.items()}
+    mops = {k: F.value_of(p) for k, p in got.items()}
     for (label, kv), v in mops.items():
         rows.append(Row("fig21", f"{label}, YCSB {KV_SIZE_WORKLOAD}", kv, "Mops", v))
     _ordering_rows(rows, "fig21", present, mops, KV_SIZES[quick], lambda kv: f"{kv} B")
     if "FlexKV" in present:
         lo, hi = KV_SIZES[quick][0], KV_SIZES[quick][-1]
-        g_lo = F._ratio(mops.get(("FlexKV", lo)), _second({k: mops.get((k, lo)) for k in present}, "FlexKV"))
-        g_hi = F._ratio(mops.get(("FlexKV", hi)), _second({k: mops.get((k, hi)) for k in present}, "FlexKV"))
+        g_lo = F.ratio(mops.get(("FlexKV", lo)), _second({k: mops.get((k, lo)) for k in present}, "FlexKV"))
+        g_hi = F.ratio(mops.get(("FlexKV", hi)), _second({k: mops.get((k, hi)) for k in present}, "FlexKV"))
         rows.append(Row("fig21", f"gap narrows: FlexKV / best other at {hi} B over at {lo} B (published: below 1)",
-                        "-", "ratio", F._ratio(g_hi, g_lo)))
+                        "-", "ratio", F.ratio(g_hi, g_lo)))
     return rows
 
 
@@ -407,9 +407,9 @@ def fig22(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None =
     got, fails = _run("fig22", specs, progress, jobs, shared)
     rows += fails
     for (label, (m, c)), p in got.items():
-        rows.append(Row("fig22", f"{label}, YCSB A", f"{m}:{c}", "Mops", F._get(p)))
+        rows.append(Row("fig22", f"{label}, YCSB A", f"{m}:{c}", "Mops", F.value_of(p)))
     if "Clover" in present:
-        ys = [F._get(got[("Clover", s)]) for s in SPLITS[quick]]
+        ys = [F.value_of(got[("Clover", s)]) for s in SPLITS[quick]]
         ys = [y for y in ys if y]
         rows.append(Row("fig22", "Clover: largest / smallest over the splits (published: flat)", "-", "Mops ratio",
                         max(ys) / min(ys) if ys else None, 1.0))
@@ -430,10 +430,10 @@ def fig23(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None =
     got, fails = _run("fig23", specs, progress, jobs, shared)
     rows += fails
     for (label, w, mb), p in got.items():
-        rows.append(Row("fig23", f"{label}, YCSB {w}", mb, "Mops", F._get(p)))
+        rows.append(Row("fig23", f"{label}, YCSB {w}", mb, "Mops", F.value_of(p)))
     for label in present:
         for w in ws:
-            gain = F._ratio(F._get(got[(label, w, mbs[-1])]), F._get(got[(label, w, mbs[0])]))
+            gain = F.ratio(F.value_of(got[(label, w, mbs[-1])]), F.value_of(got[(label, w, mbs[0])]))
             rows.append(Row("fig23", f"{label}: {mbs[-1]} MB / 0 MB", f"YCSB {w}", "Mops ratio", gain))
     return rows
 
