@@ -1,0 +1,335 @@
+"""The transactional interface: what a distributed-transaction design offers, beside the KV one.
+
+The KV interface (nodes/systems/api.py) has one operation per call. A transaction reads and writes
+several records of named tables and either all of its writes take effect or none does; a design
+such as FORD (FAST'22) fetches a transaction's records in one batch of one-sided verbs, runs the
+application's logic on the compute node, then validates and commits. So the interface is built
+around a *transaction body*: a generator the coordinator runs inside a coroutine::
+
+    def send_payment(tx, a, b):
+        src = tx.read_for_update("checking", a)     # declare: the read-write set
+        dst = tx.read_for_update("checking", b)
+        yield from tx.execute()                      # fetch (and lock) them: one stage
+        if src.value < 500:
+            tx.abort("user")                         # the application's own abort
+        tx.write(src, src.value - 500)
+        tx.write(dst, dst.value + 500)
+
+    outcome = yield from client.run(co, send_payment, a, b)    # TxnOutcome(committed, reason)
+
+``read``/``read_for_update`` (and ``insert``/``delete`` for designs and workloads that need them)
+only *declare* a record; ``yield from tx.execute()`` fetches everything declared since the last
+stage, as FORD's ``TxExe`` does (its read-only set by READs, its read-write set by CAS-lock +
+READ), and returns the items. A body may run several stages (TATP's later steps depend on what
+the first read). Any abort (a lock held by another transaction, a failed validation, a missing
+record, the body's ``tx.abort``) raises :class:`TxnAborted` through the body; ``run`` catches it,
+releases what the attempt held and returns the outcome with the reason. An aborted attempt is
+not retried unless the caller asks (``retries``), as in FORD's benchmarks, which draw a new
+transaction after an abort.
+
+Values are the record's value bytes; the workload layer encodes them (SmallBank: signed 64-bit
+integer cents, so that the conserved total is exact). ``Item.value`` is that workload's decoding
+once the stage has run: ``TxnClient`` takes a ``codec`` (bytes <-> value) per table.
+
+Every attempt can be recorded (``client.history``, a list, or None) as a :class:`TxnRecord`:
+the versions it read and the versions it installed, which is what the serializability checker
+(cluster/correctness/serializability.py) builds its dependency graph from.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Generator, NamedTuple
+
+from nodes.systems.api import System, UnsupportedOperation  # noqa: F401  (re-export)
+
+#: Why an attempt aborted; the keys of :class:`TxnStats`'s ``abort_*`` fields.
+ABORT_REASONS = (
+    "lock",          # the execution's CAS found the record locked by another transaction
+    "validation",    # a version (or, corrected, a lock bit) changed between execution and validation
+    "not_found",     # the record is not in its table (chain ended) or is deleted
+    "invisible",     # the record stayed INVISIBLE (a commit in flight) past the re-read limit
+    "user",          # the body aborted (SmallBank SendPayment without funds, TATP's misses)
+)
+
+
+class TxnAborted(Exception):
+    """Raised through a transaction body when its attempt aborts; ``reason`` is one of
+    :data:`ABORT_REASONS`."""
+
+    def __init__(self, reason: str, detail: str = ""):
+        if reason not in ABORT_REASONS:
+            raise ValueError(f"abort reason {reason!r} is not one of {', '.join(ABORT_REASONS)}")
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+        self.detail = detail
+
+
+class TableSpec(NamedTuple):
+    """One table of a transactional workload, as the workload declares it to the system."""
+
+    name: str
+    table_id: int          # FORD's table id: with 2 memory nodes the primary is table_id % 2
+    value_bytes: int       # the record's value size (FORD's MAX_ITEM_SIZE for the workload)
+    buckets: int           # hash buckets (FORD's table json, scaled with the rows)
+    rows: int              # records loaded
+
+
+class TxnOutcome(NamedTuple):
+    committed: bool
+    reason: str = ""       # "" when committed, else one of ABORT_REASONS
+    attempts: int = 1
+    result: Any = None     # what the body returned (SmallBank: the cents it created)
+
+
+class TxnRecord(NamedTuple):
+    """One attempt as the checker sees it. ``reads``: ((table, key, version seen), ...), every
+    record the attempt read (read-only and read-write: a read-for-update reads the version it then
+    replaces). ``writes``: ((table, key, version installed, value bytes), ...), empty unless it
+    committed. ``status``: "committed", "aborted" or "unknown" (its coordinator crashed after it
+    may have installed something)."""
+
+    txn_id: int
+    client: int
+    name: str
+    start_ns: int
+    end_ns: int
+    status: str
+    reason: str
+    reads: tuple
+    writes: tuple
+
+
+class TxnStats(NamedTuple):
+    """A coordinator's counters (summed over a node's clients, into results and the dashboard)."""
+
+    attempts: int = 0
+    commits: int = 0
+    aborts: int = 0
+    abort_lock: int = 0
+    abort_validation: int = 0
+    abort_not_found: int = 0
+    abort_invisible: int = 0
+    abort_user: int = 0
+    retries: int = 0               # attempts re-run after an abort because the caller asked (run(retries=))
+    invisible_rereads: int = 0     # lock-word re-READs of a record whose commit was in flight
+    cache_hits: int = 0            # records fetched through the address cache (no bucket READ)
+    bucket_reads: int = 0
+    commit_latency_ns: int = 0     # summed over committed attempts (begin to commit return)
+
+
+class Item:
+    """A record a transaction declared: its table and key, and once its stage ran, ``found``,
+    ``value`` (the table codec's decoding), ``version`` (as read). ``write`` sets ``new_value``."""
+
+    __slots__ = ("table", "key", "mode", "found", "value", "version", "new_value", "raw", "state")
+
+    READ, UPDATE, INSERT, DELETE = "read", "update", "insert", "delete"
+
+    def __init__(self, table: str, key: int, mode: str):
+        self.table = table
+        self.key = int(key)
+        self.mode = mode
+        self.found = False
+        self.value = None
+        self.version = None
+        self.new_value = None
+        self.raw = None         # the value bytes as read
+        self.state = None       # the design's per-item state (address, lock taken, ...)
+
+    @property
+    def writable(self) -> bool:
+        return self.mode != Item.READ
+
+    def __repr__(self) -> str:
+        return f"Item({self.table}[{self.key}] {self.mode} v={self.version} value={self.value!r})"
+
+
+class Txn:
+    """One attempt of a transaction, handed to its body. Designs subclass it and implement
+    :meth:`_execute_stage`, :meth:`_commit` and :meth:`_abort`; the declaring methods are common."""
+
+    def __init__(self, client: "TxnClient", co, txn_id: int, name: str):
+        self.client = client
+        self.co = co
+        self.txn_id = txn_id
+        self.name = name
+        self.items: list[Item] = []
+        self._staged: list[Item] = []
+        self.aborted: str | None = None
+        self.installed: list = []     # (table, key, version, value bytes) the commit wrote
+
+    # -- declaring ---------------------------------------------------------------------------
+    def _declare(self, table: str, key: int, mode: str) -> Item:
+        if table not in self.client.codecs:
+            raise KeyError(f"no table {table!r}; tables: {', '.join(self.client.codecs)}")
+        for it in self.items:
+            if it.table == table and it.key == int(key):
+                raise ValueError(f"{table}[{key}] declared twice in one transaction")
+        it = Item(table, key, mode)
+        self.items.append(it)
+        self._staged.append(it)
+        return it
+
+    def read(self, table: str, key: int) -> Item:
+        """Declare a record of the read-only set."""
+        return self._declare(table, key, Item.READ)
+
+    def read_for_update(self, table: str, key: int) -> Item:
+        """Declare a record of the read-write set (the design locks it)."""
+        return self._declare(table, key, Item.UPDATE)
+
+    def insert(self, table: str, key: int) -> Item:
+        """Declare a record to insert (its value set with ``write``)."""
+        return self._declare(table, key, Item.INSERT)
+
+    def delete(self, table: str, key: int) -> Item:
+        """Declare a record to delete."""
+        return self._declare(table, key, Item.DELETE)
+
+    def write(self, item: Item, value) -> None:
+        """Set a read-write (or insert) item's new value; installed at commit."""
+        if item.mode not in (Item.UPDATE, Item.INSERT):
+            raise ValueError(f"{item.table}[{item.key}] was declared {item.mode}, not for update")
+        item.new_value = value
+
+    def abort(self, reason: str = "user", detail: str = "") -> None:
+        """The body gives up: raises :class:`TxnAborted` (caught by ``run``)."""
+        raise TxnAborted(reason, detail)
+
+    def execute(self) -> Generator[Any, Any, list]:
+        """Fetch the records declared since the last stage; returns them. Raises TxnAborted."""
+        staged, self._staged = self._staged, []
+        if staged:
+            yield from self._execute_stage(staged)
+            codecs = self.client.codecs
+            for it in staged:
+                if it.found:
+                    it.value = codecs[it.table].decode(it.raw)
+        return staged
+
+    # -- the design's part ---------------------------------------------------------------------
+    def _execute_stage(self, items: list[Item]):
+        raise NotImplementedError
+        yield  # pragma: no cover
+
+    def _commit(self):
+        """Validate and commit; raise TxnAborted if validation fails."""
+        raise NotImplementedError
+        yield  # pragma: no cover
+
+    def _abort(self, reason: str):
+        """Release what the attempt holds (called once, after any abort)."""
+        raise NotImplementedError
+        yield  # pragma: no cover
+
+
+class Codec(NamedTuple):
+    """How a table's values are bytes: ``encode(value) -> bytes`` of the table's value size."""
+
+    encode: Callable[[Any], bytes]
+    decode: Callable[[Any], Any]
+
+
+RAW = Codec(lambda v: bytes(v), lambda b: bytes(b))
+
+
+class TxnClient:
+    """One modelled thread's coordinator, shared by its coroutines. ``run`` is the one entry
+    point workloads use; designs subclass it with ``begin`` building their :class:`Txn`."""
+
+    def __init__(self, codecs: dict[str, Codec] | None = None, client_id: int = 0):
+        self.codecs = dict(codecs or {})
+        self.client_id = client_id
+        self.history: list | None = None       # set to a list to record every attempt
+        self._next_txn = 0
+        self._stats = dict.fromkeys(TxnStats._fields, 0)
+
+    def set_codecs(self, codecs: dict[str, Codec]) -> None:
+        self.codecs = dict(codecs)
+
+    def begin(self, co, name: str = "") -> Txn:
+        raise UnsupportedOperation(f"{type(self).__name__} has no transactions")
+
+    def _count(self, field: str, n: int = 1) -> None:
+        self._stats[field] += n
+
+    def new_txn_id(self) -> int:
+        """Unique over the rack: the client's id in the high bits (FORD: tx_id = coroutine-local
+        counter combined with the thread id)."""
+        self._next_txn += 1
+        return (self.client_id << 40) | self._next_txn
+
+    def run(self, co, body, *args, name: str | None = None, retries: int = 0):
+        """``outcome = yield from client.run(co, body, *args)``: run ``body(tx, *args)`` and commit.
+        An aborted attempt is re-run up to ``retries`` more times (0: FORD's benchmarks, which
+        discard it). Returns a :class:`TxnOutcome`."""
+        name = name or getattr(body, "__name__", "txn")
+        attempt = 0
+        while True:
+            attempt += 1
+            if attempt > 1:
+                self._count("retries")
+            tx = self.begin(co, name)
+            start = co.env.now
+            self._count("attempts")
+            try:
+                result = yield from body(tx, *args)
+                yield from tx.execute()            # anything declared after the last stage
+                yield from tx._commit()
+            except TxnAborted as e:
+                tx.aborted = e.reason
+                yield from tx._abort(e.reason)
+                self._count("aborts")
+                self._count("abort_" + e.reason)
+                self._record(tx, start, "aborted", e.reason)
+                if attempt <= retries:
+                    continue
+                return TxnOutcome(False, e.reason, attempt)
+            self._count("commits")
+            self._count("commit_latency_ns", co.env.now - start)
+            self._record(tx, start, "committed", "")
+            return TxnOutcome(True, "", attempt, result)
+
+    def _record(self, tx: Txn, start: int, status: str, reason: str) -> None:
+        if self.history is None:
+            return
+        reads = tuple((it.table, it.key, it.version) for it in tx.items
+                      if it.found and it.version is not None and it.mode != Item.INSERT)
+        writes = tuple(tx.installed) if status == "committed" else ()
+        self.history.append(TxnRecord(tx.txn_id, self.client_id, tx.name, start, tx.co.env.now, status, reason,
+                                      reads, writes))
+
+    def statistics(self) -> TxnStats:
+        return TxnStats(**self._stats)
+
+
+class TxnSystem(System):
+    """A transactional design. Like a KV :class:`System` it has options, ``setup`` on the rack's
+    owner and a client per thread, but its structures are the workload's tables:
+
+    * ``setup_tables(fabric, memory_nodes, options, tables) -> layout`` carves and initialises a
+      table per :class:`TableSpec` (primary and backups as the design places them);
+    * ``load(fabric, layout, table, rows)`` writes ``rows`` ((key int, value bytes), ...) into a
+      freshly set-up table as the design's loader does (FORD loads every replica identically);
+    * ``client(fabric, layout, thread, options) -> TxnClient``;
+    * ``records(fabric, layout, table)`` (for checkers): every replica's view of every record,
+      ``{key: [(version, lock, value bytes, valid), per replica]}``.
+    """
+
+    transactional = True
+
+    @classmethod
+    def setup(cls, fabric, memory_nodes, options, capacity):
+        raise UnsupportedOperation(f"{cls.name} is transactional: use setup_tables with the workload's tables")
+
+    @classmethod
+    def setup_tables(cls, fabric, memory_nodes: list[int], options: dict, tables: list[TableSpec]) -> dict:
+        raise NotImplementedError
+
+    @classmethod
+    def load(cls, fabric, layout: dict, table: str, rows) -> None:
+        raise NotImplementedError
+
+    @classmethod
+    def records(cls, fabric, layout: dict, table: str) -> dict:
+        raise NotImplementedError
