@@ -77,6 +77,11 @@ KNOWN = {
                                   "CAS that links it behind the chain's tail not yet posted",
     "clover.write.linked": "Clover update/delete/insert: the version is linked (CAS done), the backups' next "
                            "words, the cache and the GC entry not yet written",
+    "ford.executed": "FORD transaction: its records fetched and its read-write set (cached addresses) locked, "
+                     "nothing validated or logged",
+    "ford.validated": "FORD transaction: validated and its undo log acked on every memory node, nothing written",
+    "ford.primaries_written": "FORD commit: the primaries' lock and record WRITEs posted, the backups' not yet",
+    "ford.committed": "FORD commit: every replica written (and flushed), the locks not yet released",
 }
 
 

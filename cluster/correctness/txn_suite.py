@@ -1,0 +1,177 @@
+"""A co-located rig for transactional systems, and the SmallBank stress every one of them must pass.
+
+The KV conformance suite (conformance.py) builds racks of KV clients; a transactional system
+(nodes/systems/txn.py) needs its workload's tables set up and loaded first, and is judged by the
+serializability checker and the workload's invariant instead of a register model. ``TxnRig``
+builds one compute node and its memory nodes on one virtual clock (as tests/test_race.py's rig
+does), sets up and loads a workload's tables, and runs transaction bodies on ``threads x
+coroutines`` coordinators; :func:`smallbank_stress` runs a closed loop of SmallBank and checks
+
+* the recorded history is serializable (cluster/correctness/serializability.py), with the
+  primaries' final versions and values as the final state;
+* SmallBank's total changed by exactly what the committed transactions created;
+* at quiescence every lock word is 0 and every backup equals its primary (version, value, valid).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import NamedTuple
+
+from cluster.correctness.serializability import check_history
+from nodes.systems import get_system
+from shm.coro import NodeRdma
+from shm.fabric import Fabric, NodeSpec
+from shm.failpoints import ClientCrash
+from shm.profile import load_profile
+from shm.sim.env import Environment
+from shm.verbs import VerbsHost
+from workloads.smallbank import SmallBank, check_total
+
+
+class TxnRig:
+    """``system`` (a TxnSystem class or name) on a fresh co-located rack loaded with ``workload``'s
+    tables. ``close()`` (or ``with``) frees the fabric."""
+
+    def __init__(self, system, workload, options=None, *, memory_nodes: int = 2, threads: int = 1,
+                 coroutines: int = 1, seed: int = 1, profile: str = "cx6-200g", prefix: str | None = None,
+                 memory_bytes: int = 64 << 20, policy: str = "per_thread_qp", smart=None):
+        self.system = get_system(system) if isinstance(system, str) else system
+        self.workload = workload
+        self.options = self.system.check_options(dict(options or {}), f"system {self.system.name!r}")
+        nodes = [NodeSpec("cn0", "compute", 16 << 20)] + [NodeSpec(f"mn{i}", "memory", memory_bytes)
+                                                          for i in range(memory_nodes)]
+        self.fab = Fabric.create(load_profile(profile), nodes, prefix=prefix)
+        try:
+            self.layout = self.system.setup_tables(self.fab, list(range(1, memory_nodes + 1)), self.options,
+                                                   workload.tables())
+            for t in workload.tables():
+                self.system.load(self.fab, self.layout, t.name, workload.rows(t.name))
+            self.env = Environment(seed=seed)
+            kw = {"smart": smart} if smart is not None else {}
+            self.node = NodeRdma(VerbsHost(self.fab, self.env), "cn0", buffer_bytes=256 << 10, policy=policy, **kw)
+            self.threads = [self.node.thread() for _ in range(threads)]
+            self.clients = [self.system.client(self.fab, self.layout, t, self.options) for t in self.threads]
+            for c in self.clients:
+                c.set_codecs(workload.codecs())
+                c.history = []
+            self.cos = [[t.coroutine() for _ in range(coroutines)] for t in self.threads]
+        except BaseException:
+            self.fab.close()
+            raise
+
+    def close(self):
+        self.fab.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    @property
+    def client(self):
+        return self.clients[0]
+
+    @property
+    def co(self):
+        return self.cos[0][0]
+
+    def run(self, body, *args, **kw):
+        """Run one transaction on the first coroutine; its TxnOutcome."""
+        p = self.env.process(self.client.run(self.co, body, *args, **kw))
+        self.env.run()
+        assert not p.is_alive
+        return p.value
+
+    def each(self, loop):
+        """Run ``loop(client, co, i)`` in every coroutine; their return values (None if crashed)."""
+        procs = []
+        i = 0
+        for cl, cos in zip(self.clients, self.cos):
+            for co in cos:
+                procs.append(self.env.process(_guard(loop(cl, co, i))))
+                i += 1
+        self.env.run()
+        return [p.value for p in procs]
+
+    def history(self) -> list:
+        return [r for c in self.clients for r in c.history]
+
+    def records(self, table: str) -> dict:
+        return self.system.records(self.fab, self.layout, table)
+
+    def final_state(self) -> dict:
+        """``{(table, key): (version, value bytes)}`` of the primaries."""
+        out = {}
+        for t in self.workload.tables():
+            for key, reps in self.records(t.name).items():
+                version, _, value, _, _ = reps[0]
+                out[(t.name, key)] = (version, value)
+        return out
+
+    def quiescent_problems(self) -> list[str]:
+        """Locks left set, backups that differ from their primary."""
+        out = []
+        for t in self.workload.tables():
+            for key, reps in self.records(t.name).items():
+                for i, (version, lock, value, valid, _) in enumerate(reps):
+                    if lock:
+                        out.append(f"{t.name}[{key}] replica {i} lock word {lock:#x} at quiescence")
+                    if (version, value, valid) != reps[0][:1] + reps[0][2:4]:
+                        out.append(f"{t.name}[{key}] replica {i} (v{version}) differs from the primary (v{reps[0][0]})")
+        return out
+
+    def statistics(self):
+        from nodes.systems.api import node_statistics
+        return node_statistics(c.statistics() for c in self.clients)
+
+
+def _guard(gen):
+    try:
+        return (yield from gen)
+    except ClientCrash:
+        return None
+
+
+class StressReport(NamedTuple):
+    ok: bool
+    commits: int
+    aborts: int
+    message: str
+    serializability: object
+    conservation: object
+    problems: tuple
+
+
+def smallbank_loop(workload: SmallBank, attempts: int, seed: int, outcomes: list):
+    """The closed loop of one coroutine: ``attempts`` SmallBank transactions, each a new draw
+    after an abort (FORD's benchmark)."""
+    def loop(client, co, i):
+        rng = random.Random(seed * 1_000_003 + i)
+        for _ in range(attempts):
+            name, body, args = workload.next(rng)
+            out = yield from client.run(co, body, *args, name=name)
+            outcomes.append(out)
+    return loop
+
+
+def smallbank_stress(system, options=None, *, accounts: int = 200, hot_accounts: int = 20, threads: int = 2,
+                     coroutines: int = 4, attempts: int = 60, seed: int = 1, prefix: str | None = None,
+                     **rig) -> StressReport:
+    """SmallBank on ``threads x coroutines`` coordinators of ``system``; checked as the module says."""
+    wl = SmallBank(accounts=accounts, hot_accounts=hot_accounts)
+    with TxnRig(system, wl, options, threads=threads, coroutines=coroutines, seed=seed, prefix=prefix, **rig) as r:
+        outcomes: list = []
+        r.each(smallbank_loop(wl, attempts, seed, outcomes))
+        final = r.final_state()
+        ser = check_history(r.history(), final)
+        total = sum(int.from_bytes(v, "little", signed=True) for (_, v) in final.values())
+        created = sum(o.result for o in outcomes if o.committed)
+        cons = check_total(wl.initial_total(), total, created)
+        problems = tuple(r.quiescent_problems())
+        commits = sum(o.committed for o in outcomes)
+        ok = ser.ok and cons.ok and not problems
+        msg = (f"{commits} committed, {len(outcomes) - commits} aborted; {ser.message}; {cons.message}"
+               + (f"; {len(problems)} quiescence problems, first: {problems[0]}" if problems else ""))
+        return StressReport(ok, commits, len(outcomes) - commits, msg, ser, cons, problems)

@@ -1,0 +1,187 @@
+"""FordSystem: FORD's tables and undo logs on the memory nodes, a coordinator per thread.
+
+Placement (SMART dtx/manager.h:149-155 with BACKUP_DEGREE 1 on 2 blades; FORD
+workload/smallbank/smallbank_db.cc:15-63 with BACKUP_DEGREE 2): table ``t``'s primary is memory
+node ``t % N`` of the rack's N memory nodes, its backups the next ``replicas - 1`` nodes round the
+ring. Every replica of a table is loaded identically (same buckets, same slots), so a record's
+backup address is its primary offset rebased on the backup's table (dtx_issue.cc:467-477).
+
+Undo logs (SMART backend.cpp:22-23, manager.h:21: 1 GiB per blade, an 8 MiB slice per thread):
+one region per memory node, a slice per coordinator thread, circular, never truncated.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from nodes.systems.api import Option, SystemGaveUp
+from nodes.systems.lib.memory_nodes import memory_node_indexes
+from nodes.systems.txn import TableSpec, TxnSystem
+
+from .layout import (
+    KEY_OFF, LOCK_OFF, RESERVE_FRACTION, SLOTS_PER_BUCKET, TABLE_ID_OFF, VERSION_OFF, bucket_bytes, bucket_of,
+    decode_item, encode_item, item_bytes, next_off,
+)
+
+LAYOUT_FORMAT = 1
+FAULTS = ("none", "commit-without-validation", "unlock-before-backups")
+
+
+class FordSystem(TxnSystem):
+    name = "ford"
+    description = ("FORD+ (as SMART ran it): one-sided OCC transactions, records with version and lock words "
+                   "in chained bucketed hash tables, primary-backup replication, hitchhiked CAS-lock + READ, "
+                   "undo logs on every memory node, coalescent commit with a selective remote flush")
+    paper = ("Zhang et al., FORD: Fast One-sided RDMA-based Distributed Transactions for Disaggregated "
+             "Persistent Memory, USENIX FAST'22 (minghust/ford); FORD+ as in Wang et al., SMART, EuroSys'24 "
+             "(madsys-dev/smart dtx/)")
+    roles = ("compute", "memory")
+    options = (
+        Option("replicas", 2, "copies of every table (a primary and replicas - 1 backups on distinct memory nodes); "
+               "SMART's FORD+ runs 2 (dtx/common.h:32 BACKUP_DEGREE 1), FORD 3", minimum=1, maximum=8),
+        Option("addr_cache", True, "keep each thread's (table, key) -> record address cache (FORD addr_cache.h): a hit "
+               "READs the record (CAS + READ to lock it) instead of its bucket"),
+        Option("abort_unlocks", "taken", "which locks an abort releases: 'taken' (only where the CAS returned 0: "
+               "correct) or 'attempted' (every read-write record whose CAS was posted, as FORD and SMART's code do: "
+               "dtx.cpp:202,235, a lost update when it frees another transaction's lock: the brief's hazard 1)",
+               choices=("taken", "attempted")),
+        Option("validate_lock_bit", True, "validation of a read-only record also fails if its lock word is set "
+               "(Silo-style; one 16-B READ of version and lock instead of 8 B). false: versions only, as FORD's code "
+               "(dtx_check.cc:134-141, hazard 2)"),
+        Option("on_invisible", "reread", "a record fetched while its commit is in flight (lock bit 63): 'reread' its "
+               "lock word until the bit clears (SMART dtx.cpp:382-394) or 'abort' (FORD INV_ABORT)",
+               choices=("reread", "abort")),
+        Option("invisible_rereads", 1000, "lock-word re-READs before an INVISIBLE record aborts the transaction "
+               "(assumption: a bound so that a coordinator that died mid-commit cannot stall readers forever; SMART "
+               "spins without one)", minimum=1, maximum=10**7),
+        Option("flush", "selective", "remote flush READs at commit: 'selective' (one 1-B READ after the last "
+               "read-write record's backup WRITE: FORD RFLUSH 2), 'every' (after every replica WRITE: RFLUSH 1) or "
+               "'none' (RFLUSH 0)", choices=("selective", "every", "none")),
+        Option("log_slice_bytes", 1 << 20, "bytes of undo log per coordinator thread on each memory node (SMART: 8 MiB "
+               "= 1 GiB / 128 threads; scaled down, an assumption: the log is circular and never read back in a run)",
+               minimum=4096, maximum=1 << 30),
+        Option("log_threads", 32, "coordinator threads per compute node the undo-log slices are sized for (a thread "
+               "beyond shares a slice modulo this)", minimum=1, maximum=1024),
+        Option("txn_cpu_ns", 0, "modelled CPU ns per transaction attempt beyond the verbs (workload generation, "
+               "bookkeeping); 0 until calibrated against SMART Fig. 10 (assumption)", minimum=0, maximum=10**6),
+        Option("fault", "none", "a deliberate bug, to prove the checker catches it: 'commit-without-validation' "
+               "skips validation (records not locked in execution are written unlocked); 'unlock-before-backups' "
+               "releases the primary's lock in the primary doorbell, before the backups are written",
+               choices=FAULTS),
+    )
+
+    @classmethod
+    def check_rack(cls, options: dict, spec) -> None:
+        mns = [n for n in getattr(spec, "nodes", ()) if getattr(n, "role", "") == "memory"]
+        if mns and options["replicas"] > len(mns):
+            raise ValueError(f"system 'ford': replicas = {options['replicas']} needs that many memory nodes; the rack "
+                             f"has {len(mns)}")
+
+    # -- setup ---------------------------------------------------------------------------------
+    @classmethod
+    def setup_tables(cls, fabric, memory_nodes, options: dict, tables: list[TableSpec]) -> dict:
+        opts = cls.check_options(dict(options or {}), "system 'ford'")
+        mns = memory_node_indexes(fabric, memory_nodes, "FORD")
+        if opts["replicas"] > len(mns):
+            raise SystemGaveUp(f"FORD: replicas = {opts['replicas']} needs that many memory nodes, got {len(mns)}")
+        for m in mns:
+            fabric.expose(m)
+        names = [t.name for t in tables]
+        if len(set(names)) != len(names) or len({t.table_id for t in tables}) != len(tables):
+            raise ValueError(f"FORD: table names and ids must be unique: {tables}")
+        layout_tables = {}
+        try:
+            for t in tables:
+                main = int(t.buckets)
+                reserve = max(1, math.ceil(main * RESERVE_FRACTION))
+                nbytes = (main + reserve) * bucket_bytes(t.value_bytes)
+                replicas = []
+                for i in range(opts["replicas"]):
+                    node = mns[(t.table_id + i) % len(mns)]
+                    off = fabric.allocate(node, nbytes)
+                    fabric.memory[node].host[off:off + nbytes] = 0
+                    replicas.append((node, off))
+                layout_tables[t.name] = {"id": t.table_id, "value_bytes": t.value_bytes,
+                                         "item_bytes": item_bytes(t.value_bytes),
+                                         "bucket_bytes": bucket_bytes(t.value_bytes), "buckets": main,
+                                         "reserve": reserve, "replicas": replicas, "used_reserve": 0}
+            computes = [i for i, n in enumerate(fabric.nodes) if n.role == "compute"]
+            slices = max(1, len(computes)) * opts["log_threads"]
+            logs = {}
+            for m in mns:
+                logs[m] = fabric.allocate(m, slices * opts["log_slice_bytes"])
+        except MemoryError as e:
+            raise SystemGaveUp(f"FORD: the tables and undo logs do not fit the memory nodes: {e}") from None
+        return {"system": cls.name, "format": LAYOUT_FORMAT, "memory_nodes": mns, "tables": layout_tables,
+                "logs": logs, "log_slice_bytes": opts["log_slice_bytes"], "log_threads": opts["log_threads"],
+                "compute_nodes": computes}
+
+    @classmethod
+    def load(cls, fabric, layout: dict, table: str, rows) -> None:
+        """FORD's loader (HashStore::LocalInsert): each key into the first free slot of its bucket's
+        chain, an overflow bucket from the reserve when the chain is full; identically on every
+        replica (each record carrying its own replica's offset). Version 0, unlocked, valid."""
+        t = layout["tables"][table]
+        vb, ib, bb = t["value_bytes"], t["item_bytes"], t["bucket_bytes"]
+        nxt = next_off(vb)
+        pnode, pbase = t["replicas"][0]
+        pmem = fabric.memory[pnode].host
+        for key, value in rows:
+            b = pbase + bucket_of(key, t["buckets"]) * bb
+            while True:
+                slot = _free_slot(pmem, b, ib)
+                if slot is not None:
+                    break
+                n = int(pmem[b + nxt:b + nxt + 8].view(np.uint64)[0])
+                if n == 0:
+                    if t["used_reserve"] >= t["reserve"]:
+                        raise SystemGaveUp(f"FORD: table {table!r} ran out of overflow buckets while loading")
+                    new = pbase + (t["buckets"] + t["used_reserve"]) * bb
+                    t["used_reserve"] += 1
+                    for node, base in t["replicas"]:
+                        fabric.memory[node].host[base + (b - pbase) + nxt:base + (b - pbase) + nxt + 8] = \
+                            np.frombuffer(int(base + (new - pbase)).to_bytes(8, "little"), np.uint8)
+                    n = new
+                b = n
+            rel = b - pbase + slot * ib
+            for node, base in t["replicas"]:
+                rec = encode_item(t["id"], key, base + rel, 0, 0, value, vb)
+                fabric.memory[node].host[base + rel:base + rel + ib] = np.frombuffer(rec, np.uint8)
+
+    # -- the checkers' view --------------------------------------------------------------------
+    @classmethod
+    def records(cls, fabric, layout: dict, table: str) -> dict:
+        """``{key: [(version, lock, value bytes, valid, remote_offset), per replica]}`` of every
+        record ever loaded (valid or not)."""
+        t = layout["tables"][table]
+        vb, ib, bb = t["value_bytes"], t["item_bytes"], t["bucket_bytes"]
+        out: dict = {}
+        for node, base in t["replicas"]:
+            mem = fabric.memory[node].host
+            for b in range(t["buckets"] + t["used_reserve"]):
+                boff = base + b * bb
+                for s in range(SLOTS_PER_BUCKET):
+                    off = boff + s * ib
+                    r = decode_item(mem[off:off + ib], vb)
+                    if r.table_id != t["id"]:
+                        continue
+                    out.setdefault(r.key, []).append((r.version, r.lock, r.value, r.valid, r.remote_offset))
+        return out
+
+    @classmethod
+    def client(cls, fabric, layout: dict, thread, options: dict):
+        from .client import FordClient
+        return FordClient(fabric, layout, thread, cls.check_options(dict(options or {}), "system 'ford'"))
+
+
+def _free_slot(mem, bucket_off: int, ib: int):
+    for s in range(SLOTS_PER_BUCKET):
+        off = bucket_off + s * ib
+        if int(mem[off + TABLE_ID_OFF:off + TABLE_ID_OFF + 8].view(np.uint64)[0]) == 0:
+            return s
+    return None
+
+
+__all__ = ["FordSystem", "FAULTS", "KEY_OFF", "LOCK_OFF", "VERSION_OFF"]
