@@ -84,14 +84,25 @@ class TxnRig:
         assert not p.is_alive
         return p.value
 
-    def each(self, loop):
-        """Run ``loop(client, co, i)`` in every coroutine; their return values (None if crashed)."""
+    def each(self, loop, audit_every_ns: int = 0, audits: list | None = None):
+        """Run ``loop(client, co, i)`` in every coroutine; their return values (None if crashed).
+        With ``audit_every_ns``, the system's ``audit`` (what must hold at every instant, e.g.
+        FORD's unlocked primary = its backups) is sampled that often while they run, its findings
+        appended to ``audits``."""
         procs = []
         i = 0
         for cl, cos in zip(self.clients, self.cos):
             for co in cos:
                 procs.append(self.env.process(_guard(loop(cl, co, i))))
                 i += 1
+        audit = getattr(self.system, "audit", None)
+        if audit_every_ns and audit is not None:
+            def monitor():
+                while any(p.is_alive for p in procs):
+                    yield audit_every_ns
+                    if audits is not None and len(audits) < 100:
+                        audits.extend(audit(self.fab, self.layout))
+            self.env.process(monitor())
         self.env.run()
         return [p.value for p in procs]
 
@@ -158,20 +169,34 @@ def smallbank_loop(workload: SmallBank, attempts: int, seed: int, outcomes: list
 
 def smallbank_stress(system, options=None, *, accounts: int = 200, hot_accounts: int = 20, threads: int = 2,
                      coroutines: int = 4, attempts: int = 60, seed: int = 1, prefix: str | None = None,
-                     **rig) -> StressReport:
-    """SmallBank on ``threads x coroutines`` coordinators of ``system``; checked as the module says."""
+                     audit_every_ns: int = 500, crash: tuple | None = None, **rig) -> StressReport:
+    """SmallBank on ``threads x coroutines`` coordinators of ``system``; checked as the module says.
+    ``crash = (failpoint, after)`` stops the coordinator that reaches the point for the
+    ``after + 1``-th time; the system's ``recover`` then runs before the checks."""
+    from shm import failpoints
     wl = SmallBank(accounts=accounts, hot_accounts=hot_accounts)
     with TxnRig(system, wl, options, threads=threads, coroutines=coroutines, seed=seed, prefix=prefix, **rig) as r:
         outcomes: list = []
-        r.each(smallbank_loop(wl, attempts, seed, outcomes))
+        audits: list = []
+        if crash:
+            failpoints.arm(crash[0], "crash", after=crash[1])
+        try:
+            r.each(smallbank_loop(wl, attempts, seed, outcomes), audit_every_ns, audits)
+        finally:
+            if crash:
+                failpoints.arm(crash[0], "off")
+        recovered = None
+        if crash and hasattr(r.system, "recover"):
+            recovered = r.system.recover(r.fab, r.layout)
         final = r.final_state()
         ser = check_history(r.history(), final)
         total = sum(int.from_bytes(v, "little", signed=True) for (_, v) in final.values())
         created = sum(o.result for o in outcomes if o.committed)
         cons = check_total(wl.initial_total(), total, created)
-        problems = tuple(r.quiescent_problems())
+        problems = tuple(audits) + tuple(r.quiescent_problems())
         commits = sum(o.committed for o in outcomes)
         ok = ser.ok and cons.ok and not problems
         msg = (f"{commits} committed, {len(outcomes) - commits} aborted; {ser.message}; {cons.message}"
+               + (f"; recovery {recovered}" if recovered else "")
                + (f"; {len(problems)} quiescence problems, first: {problems[0]}" if problems else ""))
         return StressReport(ok, commits, len(outcomes) - commits, msg, ser, cons, problems)

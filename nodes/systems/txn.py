@@ -41,6 +41,7 @@ from __future__ import annotations
 from typing import Any, Callable, Generator, NamedTuple
 
 from nodes.systems.api import System, UnsupportedOperation  # noqa: F401  (re-export)
+from shm.failpoints import ClientCrash
 
 #: Why an attempt aborted; the keys of :class:`TxnStats`'s ``abort_*`` fields.
 ABORT_REASONS = (
@@ -276,6 +277,11 @@ class TxnClient:
                 result = yield from body(tx, *args)
                 yield from tx.execute()            # anything declared after the last stage
                 yield from tx._commit()
+            except ClientCrash:
+                # the coordinator stops here (a failpoint): what it posted may land, so its
+                # writes count as "may have happened" for the checker
+                self._record(tx, start, "unknown", "crash")
+                raise
             except TxnAborted as e:
                 tx.aborted = e.reason
                 yield from tx._abort(e.reason)
@@ -295,7 +301,7 @@ class TxnClient:
             return
         reads = tuple((it.table, it.key, it.version) for it in tx.items
                       if it.found and it.version is not None and it.mode != Item.INSERT)
-        writes = tuple(tx.installed) if status == "committed" else ()
+        writes = tuple(tx.installed) if status in ("committed", "unknown") else ()
         self.history.append(TxnRecord(tx.txn_id, self.client_id, tx.name, start, tx.co.env.now, status, reason,
                                       reads, writes))
 

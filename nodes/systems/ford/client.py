@@ -295,6 +295,7 @@ class FordClient(TxnClient):
                                                          ti["value_bytes"])))
                 last_backup = baddr
             installed.append((it.table, it.key, version, value))
+        tx.installed = installed                 # posted from here on: they may land
         co.post()
         failpoint("ford.primaries_written")
         for baddr, rec in backup_writes:
@@ -308,7 +309,6 @@ class FordClient(TxnClient):
             for it in rw:
                 co.read(it.state.addr, 1)
         yield co.sync()
-        tx.installed = installed
         failpoint("ford.committed")
         for it in rw:
             st = it.state

@@ -21,7 +21,7 @@ from nodes.systems.lib.memory_nodes import memory_node_indexes
 from nodes.systems.txn import TableSpec, TxnSystem
 
 from .layout import (
-    KEY_OFF, LOCK_OFF, RESERVE_FRACTION, SLOTS_PER_BUCKET, TABLE_ID_OFF, VERSION_OFF, bucket_bytes, bucket_of,
+    INVISIBLE, KEY_OFF, LOCK_OFF, RESERVE_FRACTION, SLOTS_PER_BUCKET, TABLE_ID_OFF, VERSION_OFF, bucket_bytes, bucket_of,
     decode_item, encode_item, item_bytes, next_off,
 )
 
@@ -169,6 +169,89 @@ class FordSystem(TxnSystem):
                         continue
                     out.setdefault(r.key, []).append((r.version, r.lock, r.value, r.valid, r.remote_offset))
         return out
+
+    @classmethod
+    def _items(cls, fabric, t: dict, node: int, base: int):
+        """A replica's records as a (records, words) uint64 array (a copy: write through
+        ``_word``): column 0 table_id, 2 key,
+        3 remote_offset, 4 version, 5 lock, 6.. value, valid, user_insert."""
+        nb = t["buckets"] + t["reserve"]
+        bw, iw = t["bucket_bytes"] // 8, t["item_bytes"] // 8
+        words = fabric.memory[node].host64[base // 8: base // 8 + nb * bw].reshape(nb, bw)
+        return words[:, :SLOTS_PER_BUCKET * iw].reshape(nb * SLOTS_PER_BUCKET, iw)
+
+    @staticmethod
+    def _word(t: dict, base: int, i: int) -> int:
+        """The word index in its node's memory of record ``i`` of a replica based at ``base``."""
+        b, slot = divmod(int(i), SLOTS_PER_BUCKET)
+        return (base + b * t["bucket_bytes"] + slot * t["item_bytes"]) // 8
+
+    @classmethod
+    def audit(cls, fabric, layout: dict, limit: int = 10) -> list[str]:
+        """Records whose primary is unlocked while a backup holds another version or value: FORD
+        releases a primary only after every backup WRITE of its commit was acked, so this never
+        holds of a correct run at any instant (the checker samples it during a run)."""
+        out = []
+        for name, t in layout["tables"].items():
+            if len(t["replicas"]) < 2:
+                continue
+            p = cls._items(fabric, t, *t["replicas"][0])
+            cols = [0, 1, 2, 4] + list(range(6, t["item_bytes"] // 8))
+            live = (p[:, 0] != 0) & (p[:, 5] == 0)
+            for node, base in t["replicas"][1:]:
+                b = cls._items(fabric, t, node, base)
+                bad = np.nonzero(live & (p[:, cols] != b[:, cols]).any(axis=1))[0]
+                for i in bad[:limit - len(out)]:
+                    out.append(f"{name}[{int(p[i, 2])}]: primary unlocked at version {int(p[i, 4])}, backup on node "
+                               f"{node} at version {int(b[i, 4])}")
+                if len(out) >= limit:
+                    return out
+        return out
+
+    @classmethod
+    def recover(cls, fabric, layout: dict) -> dict:
+        """After coordinators died (their coroutines stopped at a failpoint, or their processes
+        killed), make every record clean again from the undo logs, so that no partial commit stays
+        visible and no lock stays held (FORD's code has none; the procedure the brief infers from
+        the log format): a record INVISIBLE on any replica had a commit in flight, so the newest
+        before-image of it in the logs (matched by table, key and offset, the highest version) is
+        written back to every replica, unlocked; a record only LOCKED never reached its commit and
+        is unlocked. Run with no coordinator active. Returns counts."""
+        rolled = unlocked = 0
+        log_node = layout["memory_nodes"][0]
+        log_off = layout["logs"][log_node]
+        n_slices = max(1, len(layout["compute_nodes"])) * layout["log_threads"]
+        logw = fabric.memory[log_node].host64[log_off // 8: (log_off + n_slices * layout["log_slice_bytes"]) // 8]
+        for name, t in layout["tables"].items():
+            reps = [cls._items(fabric, t, n, b) for n, b in t["replicas"]]
+            held = np.zeros(reps[0].shape[0], bool)
+            invisible = np.zeros_like(held)
+            for r in reps:
+                held |= r[:, 5] != 0
+                invisible |= (r[:, 5] & np.uint64(INVISIBLE)) != 0
+            iw = t["item_bytes"] // 8
+            for i in np.nonzero(held)[0]:
+                p = reps[0][i]
+                if invisible[i]:
+                    hits = np.nonzero((logw[:-iw] == p[0]) & (logw[1:1 - iw or None] == p[1]))[0]
+                    hits = [h for h in hits if logw[h + 2] == p[2] and logw[h + 3] == p[3]]
+                    if not hits:
+                        raise SystemGaveUp(f"FORD recovery: {name}[{int(p[2])}] is INVISIBLE and no undo-log image "
+                                           f"of it was found")
+                    h = max(hits, key=lambda h: int(logw[h + 4]))
+                    image = logw[h:h + iw].copy()
+                    image[5] = 0
+                    for r, (node, base) in zip(reps, t["replicas"]):
+                        row = image.copy()
+                        row[3] = r[i, 3]              # each replica's own offset
+                        w = cls._word(t, base, i)
+                        fabric.memory[node].host64[w:w + iw] = row
+                    rolled += 1
+                else:
+                    for node, base in t["replicas"]:
+                        fabric.memory[node].host64[cls._word(t, base, i) + 5] = 0
+                    unlocked += 1
+        return {"rolled_back": rolled, "unlocked": unlocked}
 
     @classmethod
     def client(cls, fabric, layout: dict, thread, options: dict):
