@@ -141,8 +141,8 @@ def test_validation_fails_when_a_read_record_changes(rig):
     co2 = other.coroutine()
 
     def slow_balance(tx, a):
-        sav = tx.read("savings", a)
-        chk = tx.read("checking", a)
+        tx.read("savings", a)
+        tx.read("checking", a)
         yield from tx.execute()
         yield 20_000                                    # the deposit commits meanwhile
         return 0

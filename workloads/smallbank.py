@@ -33,7 +33,7 @@ from __future__ import annotations
 import random
 from typing import NamedTuple
 
-from nodes.systems.txn import Codec, TableSpec
+from workloads.tables import Codec, TableSpec
 from workloads.properties import WorkloadError
 
 #: FORD smallbank_db.h:15-20, in the order of its workgen array.

@@ -38,10 +38,11 @@ the versions it read and the versions it installed, which is what the serializab
 
 from __future__ import annotations
 
-from typing import Any, Callable, Generator, NamedTuple
+from typing import Any, Generator, NamedTuple
 
 from nodes.systems.api import System, UnsupportedOperation  # noqa: F401  (re-export)
 from shm.failpoints import ClientCrash
+from workloads.tables import RAW, Codec, TableSpec  # noqa: F401  (re-exports: declared on the workloads floor)
 
 #: Why an attempt aborted; the keys of :class:`TxnStats`'s ``abort_*`` fields.
 ABORT_REASONS = (
@@ -63,16 +64,6 @@ class TxnAborted(Exception):
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
         self.detail = detail
-
-
-class TableSpec(NamedTuple):
-    """One table of a transactional workload, as the workload declares it to the system."""
-
-    name: str
-    table_id: int          # FORD's table id: with 2 memory nodes the primary is table_id % 2
-    value_bytes: int       # the record's value size (FORD's MAX_ITEM_SIZE for the workload)
-    buckets: int           # hash buckets (FORD's table json, scaled with the rows)
-    rows: int              # records loaded
 
 
 class TxnOutcome(NamedTuple):
@@ -224,16 +215,6 @@ class Txn:
         yield  # pragma: no cover
 
 
-class Codec(NamedTuple):
-    """How a table's values are bytes: ``encode(value) -> bytes`` of the table's value size."""
-
-    encode: Callable[[Any], bytes]
-    decode: Callable[[Any], Any]
-
-
-RAW = Codec(lambda v: bytes(v), lambda b: bytes(b))
-
-
 class TxnClient:
     """One modelled thread's coordinator, shared by its coroutines. ``run`` is the one entry
     point workloads use; designs subclass it with ``begin`` building their :class:`Txn`."""
@@ -251,7 +232,7 @@ class TxnClient:
     def begin(self, co, name: str = "") -> Txn:
         raise UnsupportedOperation(f"{type(self).__name__} has no transactions")
 
-    def _count(self, field: str, n: int = 1) -> None:
+    def count(self, field: str, n: int = 1) -> None:
         self._stats[field] += n
 
     def new_txn_id(self) -> int:
@@ -269,10 +250,10 @@ class TxnClient:
         while True:
             attempt += 1
             if attempt > 1:
-                self._count("retries")
+                self.count("retries")
             tx = self.begin(co, name)
             start = co.env.now
-            self._count("attempts")
+            self.count("attempts")
             try:
                 result = yield from body(tx, *args)
                 yield from tx.execute()            # anything declared after the last stage
@@ -285,14 +266,14 @@ class TxnClient:
             except TxnAborted as e:
                 tx.aborted = e.reason
                 yield from tx._abort(e.reason)
-                self._count("aborts")
-                self._count("abort_" + e.reason)
+                self.count("aborts")
+                self.count("abort_" + e.reason)
                 self._record(tx, start, "aborted", e.reason)
                 if attempt <= retries:
                     continue
                 return TxnOutcome(False, e.reason, attempt)
-            self._count("commits")
-            self._count("commit_latency_ns", co.env.now - start)
+            self.count("commits")
+            self.count("commit_latency_ns", co.env.now - start)
             self._record(tx, start, "committed", "")
             return TxnOutcome(True, "", attempt, result)
 

@@ -79,12 +79,12 @@ class FordTxn(Txn):
                         st.cas = co.cas(addr + LOCK_OFF, 0, LOCKED)
                         st.lock_posted = True
                     st.handle = co.read(addr, ti["item_bytes"])
-                    cl._count("cache_hits")
+                    cl.count("cache_hits")
                 else:
                     if st.bucket is None:
                         st.bucket = ti["pgaddr"] + bucket_of(it.key, ti["buckets"]) * ti["bucket_bytes"]
                     st.handle = co.read(st.bucket, ti["bucket_bytes"])
-                    cl._count("bucket_reads")
+                    cl.count("bucket_reads")
             yield co.sync()
             again, invisible, failure = [], [], None
             for it in todo:
@@ -254,7 +254,7 @@ class FordClient(TxnClient):
         if self.on_invisible == "abort":
             raise TxnAborted("invisible", f"{it.table}[{it.key}]")
         for _ in range(self.invisible_limit):
-            self._count("invisible_rereads")
+            self.count("invisible_rereads")
             h = co.read(it.state.addr + LOCK_OFF, 8)
             yield co.sync()
             if not h.value & INVISIBLE:
