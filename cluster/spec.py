@@ -14,7 +14,8 @@ every missing key takes the value of the built-in default rack -- ::
     [rack]              name, profile, seed, on_node_death
     [profile_overrides] "section.key" = value, applied with shm.profile.with_overrides
     [compute]           count, threads, coroutines, memory, qp_policy, threads_per_qp
-    [memory]            count, memory, cores (modelled CPU cores for server actors, default 0)
+    [memory]            count, memory, cores (modelled CPU cores for server actors, default 0), kind
+                        ("dram" or "nvm", or one per memory node: persistent memory, docs/nvm.md)
     [client]            count, memory
     [manager]           count (exactly 1)
     [system]            name, and every other key is an option of that system
@@ -152,7 +153,7 @@ DEFAULT_WORKLOAD_OVERRIDES = {"recordcount": 10_000, "keysize": 8, "valuesize": 
 DEFAULTS = {
     "compute": {"count": 2, "threads": 4, "coroutines": 4, "memory": 64 << 20, "qp_policy": "per_thread_doorbell",
                 "threads_per_qp": None},
-    "memory": {"count": 2, "memory": 512 << 20, "cores": 0},
+    "memory": {"count": 2, "memory": 512 << 20, "cores": 0, "kind": "dram"},
     "client": {"count": 0, "memory": 64 << 20},
     "dpu": {"hosts": [], "cores": None, "memory": 64 << 20},
     "dpa": {"hosts": [], "threads": 16, "memory": 64 << 20},
@@ -186,12 +187,13 @@ class NodeDecl:
     role: str  # "compute" | "memory" | "client" | "dpu" | "dpa" | "manager"
     memory_bytes: int
     host: str | None = None   # a DPU's or DPA's host compute node: they share its NIC
+    memory_kind: str = "dram"  # a memory node's: "dram" or "nvm" (persistent memory, docs/nvm.md)
 
     def fabric_spec(self):
         """The :class:`shm.fabric.NodeSpec` the fabric is created from (imported here: the fabric
         pulls in numba, which reading a spec does not need)."""
         from shm.fabric import NodeSpec
-        return NodeSpec(self.name, self.role, self.memory_bytes, nic_of=self.host)
+        return NodeSpec(self.name, self.role, self.memory_bytes, nic_of=self.host, memory_kind=self.memory_kind)
 
 
 @dataclass(frozen=True)
@@ -209,6 +211,13 @@ class MemorySpec:
     count: int
     memory_bytes: int
     cores: int = 0   # modelled CPU cores per memory node for server actors (0: passive, the default)
+    # what each memory node's memory is, mn0 first: "dram" or "nvm" (persistent memory: the
+    # profile's [nvm] table, docs/nvm.md); empty: all DRAM
+    kinds: tuple = ()
+
+    def kind_of(self, i: int) -> str:
+        """Memory node ``i``'s memory kind."""
+        return self.kinds[i] if self.kinds else "dram"
 
 
 @dataclass(frozen=True)
@@ -365,7 +374,8 @@ class RackSpec:
         pointers), so the same spec always gives the same addresses.
         """
         out = [NodeDecl(f"cn{i}", "compute", self.compute.memory_bytes) for i in range(self.compute.count)]
-        out += [NodeDecl(f"mn{i}", "memory", self.memory.memory_bytes) for i in range(self.memory.count)]
+        out += [NodeDecl(f"mn{i}", "memory", self.memory.memory_bytes, memory_kind=self.memory.kind_of(i))
+                for i in range(self.memory.count)]
         out += [NodeDecl(f"cl{i}", "client", self.client.memory_bytes) for i in range(self.client.count)]
         out += [NodeDecl(f"dpu{i}", "dpu", self.dpu.memory_bytes, h) for i, h in enumerate(self.dpu.hosts)]
         out += [NodeDecl(f"dpa{i}", "dpa", self.dpa.memory_bytes, h) for i, h in enumerate(self.dpa.hosts)]
@@ -393,7 +403,8 @@ class RackSpec:
             f"on node death: {self.on_node_death}",
             f"compute: {c.count} x {c.threads} threads x {c.coroutines} coroutines "
             f"({c.count * c.threads * c.coroutines} clients), {format_size(c.memory_bytes)} each, {c.qp_policy}",
-            f"memory: {m.count} x {format_size(m.memory_bytes)}" + (f", {m.cores} cores each" if m.cores else ""),
+            f"memory: {m.count} x {format_size(m.memory_bytes)}" + (f", {m.cores} cores each" if m.cores else "")
+            + _describe_kinds(m),
         ]
         if self.client.count:
             lines.append(f"client: {self.client.count} x {format_size(self.client.memory_bytes)}")
@@ -444,6 +455,44 @@ def _bool(v):
     if type(v) is not bool:
         raise ValueError("must be true or false")
     return v
+
+
+#: What a memory node's memory may be (shm.fabric.MEMORY_KINDS; spelled here too: reading a spec
+#: does not import the fabric, which pulls in numba).
+MEMORY_KINDS = ("dram", "nvm")
+
+
+def _memory_kinds(count: int, profile) -> Callable[[Any], tuple]:
+    """``[memory] kind``: one string for every memory node, or a list of one per node (mn0 first).
+    Persistent memory needs the profile's [nvm] table."""
+    def conv(v):
+        if isinstance(v, str):
+            kinds = (v,) * count
+        elif isinstance(v, list):
+            if len(v) != count:
+                raise ValueError(f"{len(v)} entries for memory.count = {count}: give one per memory node "
+                                 f"(mn0 first), or one string for all of them")
+            kinds = tuple(v)
+        else:
+            raise ValueError(f"must be one of {', '.join(map(repr, MEMORY_KINDS))} or a list of them, one per "
+                             f"memory node")
+        for k in kinds:
+            if k not in MEMORY_KINDS:
+                raise ValueError(f"{show_toml(k)} is not a memory kind: use {' or '.join(map(repr, MEMORY_KINDS))}"
+                                 f"{did_you_mean(k, MEMORY_KINDS) if isinstance(k, str) else ''}")
+        if "nvm" in kinds and profile.nvm is None:
+            raise ValueError(f"persistent memory needs the profile's [nvm] table, which {profile.name!r} does not "
+                             f"have (cx6-200g has one; or add every nvm.* key under [profile_overrides], docs/nvm.md)")
+        return kinds if "nvm" in kinds else ()
+    return conv
+
+
+def _describe_kinds(m) -> str:
+    if not m.kinds:
+        return ""
+    if len(set(m.kinds)) == 1:
+        return ", persistent memory (nvm)"
+    return ", " + ", ".join(f"mn{i} {k}" for i, k in enumerate(m.kinds))
 
 
 def _choice(choices) -> Callable[[Any], str]:
@@ -861,9 +910,11 @@ def spec_from_dict(data: Mapping[str, Any], *, source: str = "<string>", base_di
 
     t = _Table(label, "memory", data.get("memory", {}))
     t.only(_TABLE_KEYS["memory"])
-    memory = MemorySpec(count=t.get("count", DEFAULTS["memory"]["count"], _int(*COUNT_RANGES["memory"])),
+    count = t.get("count", DEFAULTS["memory"]["count"], _int(*COUNT_RANGES["memory"]))
+    memory = MemorySpec(count=count,
                         memory_bytes=t.get("memory", DEFAULTS["memory"]["memory"], _size()),
-                        cores=t.get("cores", DEFAULTS["memory"]["cores"], _int(0, MAX_MEMORY_CORES)))
+                        cores=t.get("cores", DEFAULTS["memory"]["cores"], _int(0, MAX_MEMORY_CORES)),
+                        kinds=t.get("kind", (), _memory_kinds(count, profile)))
 
     t = _Table(label, "client", data.get("client", {}))
     t.only(_TABLE_KEYS["client"])

@@ -60,8 +60,9 @@ from shm.fabric import (
 from shm.verbs import (
     IBV_WC_REM_ACCESS_ERR, IBV_WC_SUCCESS, IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD,
     IBV_WR_MASKED_ATOMIC_CMP_AND_SWP, IBV_WR_MASKED_ATOMIC_FETCH_AND_ADD, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE, CQ, PD, QP, Context, MR,
-    MODEL_OPCODE, QPInitAttr, VerbsHost, apply_one_sided, wc_status_str,
+    MODEL_OPCODE, NVM_KIND, QPInitAttr, VerbsHost, apply_one_sided, wc_status_str,
 )
+from shm.nvm import nvm_shadow_of
 
 POLICIES = ("shared_qp", "multiplexed_qp", "per_thread_qp", "per_thread_doorbell")
 
@@ -472,7 +473,7 @@ class VerbBatch:
 
     __slots__ = ("thread", "env", "_pending", "_posted", "_outstanding", "_waiter", "_errors", "_mr_off",
                  "_heap", "_next_seq", "_land_cb", "_batch_done_cb", "_finish_cb", "_submit", "_bo_fail", "_flags",
-                 "_lines_cb", "_landings", "_pw", "_dr", "_read_line", "_retire")
+                 "_lines_cb", "_landings", "_pw", "_dr", "_read_line", "_retire", "_nvm")
 
     def __init__(self, thread: RdmaThread):
         self.thread = thread
@@ -490,6 +491,8 @@ class VerbBatch:
         self._landings: list = []      # multi-line transfers still landing (shm/landing.py)
         self._pw = pending_writes_of(thread.fabric)   # when each node's memory next changes
         self._dr = deferred_reads_of(thread.fabric, env)   # None: every READ lands at its effect time
+        # persistent memory's durability model (shm/nvm.py): None unless a node has NVM
+        self._nvm = nvm_shadow_of(thread.fabric)
         # the compiled landing of a one-line READ and the completion's retire, entered without
         # numba's typing of their arguments (shm/kernels.py): the arrays are the fabric's own
         fabric = thread.fabric
@@ -627,6 +630,8 @@ class VerbBatch:
         rows = arrays[0]
         pos = 0
         reads = self._dr is not None and n >= DEFER_MIN   # every request a one-line host READ: deferred
+        if reads and self._nvm is not None and dst in self._nvm.images:
+            reads = False                # a READ to NVM flushes its QP's WRITEs at its effect time
         for item in items:
             addr = item[1]
             op = item[0]
@@ -703,6 +708,10 @@ class VerbBatch:
         rkey = thr._rkeys.get((dst, region))
         if rkey is None:
             rkey = thr.rkey(dst, region)
+        nvm = self._nvm
+        if nvm is not None and region == REGION_HOST and dst in nvm.images and op in NVM_KIND:
+            self._land_nvm(nvm, item, dst, rkey)
+            return
         if op == IBV_WR_RDMA_READ and region == REGION_HOST:
             # the common case of apply_one_sided, inlined (dst is the address's node by construction)
             mem = thr.fabric.memory[dst]
@@ -713,6 +722,24 @@ class VerbBatch:
             status = apply_one_sided(thr.fabric, dst, op, addr, rkey, thr.buf, off, length, a, b, am, bm, self.env)
         h.status = status
         if status != IBV_WC_SUCCESS:
+            thr.errors += 1
+            thr.owner.host.errors += 1
+            self._errors.append((op, addr, status))
+
+    def _land_nvm(self, nvm, item, dst: int, rkey: int) -> None:
+        """:meth:`_land` on persistent memory: the verb's effect between the durability model's
+        two steps (shm/nvm.py: lines copied before a write, the write recorded or the QP's writes
+        flushed after)."""
+        op, addr, length, off, a, b, am, bm, h, _ = item
+        thr = self.thread
+        kind = NVM_KIND[op]
+        roff = addr & _OFFSET_MASK
+        old = nvm.before(kind, dst, roff, length)
+        status = apply_one_sided(thr.fabric, dst, op, addr, rkey, thr.buf, off, length, a, b, am, bm, self.env)
+        h.status = status
+        if status == IBV_WC_SUCCESS:
+            nvm.after(thr.qp(dst), kind, dst, roff, length, old)
+        else:
             thr.errors += 1
             thr.owner.host.errors += 1
             self._errors.append((op, addr, status))
@@ -731,8 +758,17 @@ class VerbBatch:
             rkey = thr.rkey(dst, REGION_HOST)
         is_read = op == IBV_WR_RDMA_READ
         lo, hi = (effect, other) if is_read else (other, effect)
+        nvm = self._nvm
+        if nvm is not None and dst in nvm.images:
+            # persistent memory (shm/nvm.py): a WRITE's lines are copied before its first lands
+            # and the whole WRITE recorded (a flush comes after its last line: RC order)
+            nvm.before(NVM_KIND[op], dst, addr & _OFFSET_MASK, length)
+        else:
+            nvm = None
         landing = begin_landing(self.env, thr.fabric, dst, is_read, addr & _OFFSET_MASK, length, rkey, thr.buf, off,
                                 lo, hi)
+        if nvm is not None and landing is not None:
+            nvm.after(thr.qp(dst), NVM_KIND[op], dst, addr & _OFFSET_MASK, length, None, thr.buf[off:off + length])
         if landing is None:
             h.status = IBV_WC_REM_ACCESS_ERR
             thr.errors += 1

@@ -278,6 +278,17 @@ class NodeSpec:
     # the node whose NIC this one shares (a DPU or DPA node names its host): their verbs queue on
     # the same NIC units, link and atomic pipeline, as a BlueField's host and Arm cores do
     nic_of: str | None = None
+    # what the host memory is: "dram", or "nvm" (persistent memory, the profile's [nvm] table:
+    # slower reads, XPLine bandwidth, and WRITEs durable only once flushed; docs/nvm.md)
+    memory_kind: str = "dram"
+
+
+MEMORY_KINDS = ("dram", "nvm")
+
+
+def nvm_nodes(nodes) -> tuple:
+    """Indices of the nodes whose host memory is persistent memory."""
+    return tuple(i for i, n in enumerate(nodes) if getattr(n, "memory_kind", "dram") == "nvm")
 
 
 def _nic_of(nodes) -> dict:
@@ -327,7 +338,8 @@ class Fabric:
         self.prefix = prefix
         self.owner = owner
         self._segments = segments
-        self.layout = nic.FabricLayout.build(profile, [n.name for n in nodes], nic_of=_nic_of(nodes))
+        self.layout = nic.FabricLayout.build(profile, [n.name for n in nodes], nic_of=_nic_of(nodes),
+                                             nvm=nvm_nodes(nodes))
         self.params = nic.pack_params(profile)
         self.windows = dict.fromkeys(WINDOW_COUNTERS, 0)   # this process's share (see WINDOW_COUNTERS)
         self.table = segments["fabric"].array(np.int64, 0, self.layout.words)
@@ -351,6 +363,12 @@ class Fabric:
                 host=host.array(np.uint8), host64=host.array(np.uint64),
                 device=meta_dev, device64=meta_dev[: dev_bytes - dev_bytes % 8].view(np.uint64),
                 host_locks=host_locks, device_locks=dev_locks, mrt=mrt, alloc=alloc))
+        # persistent memory: node index -> its durability shadow's shared arrays (shm/nvm.py)
+        self.nvm: dict = {}
+        if any(f"nvm{i}" in segments for i in range(len(nodes))):
+            from shm.nvm import NvmImage
+            self.nvm = {i: NvmImage.of_segment(segments[f"nvm{i}"], spec.memory_bytes)
+                        for i, spec in enumerate(nodes) if f"nvm{i}" in segments}
 
     # -- creation ----------------------------------------------------------------------------
     @classmethod
@@ -366,8 +384,14 @@ class Fabric:
         for spec in nodes:
             if spec.memory_bytes < 4096 or spec.memory_bytes > (1 << OFFSET_BITS):
                 raise ValueError(f"node {spec.name!r}: memory_bytes {spec.memory_bytes} out of range")
+            kind = getattr(spec, "memory_kind", "dram")
+            if kind not in MEMORY_KINDS:
+                raise ValueError(f"node {spec.name!r}: memory_kind {kind!r} is not one of {', '.join(MEMORY_KINDS)}")
+            if kind == "nvm" and profile.nvm is None:
+                raise ValueError(f"node {spec.name!r}: persistent memory needs the profile's [nvm] table, which "
+                                 f"{profile.name!r} does not have")
         prefix = prefix or new_prefix()
-        layout = nic.FabricLayout.build(profile, [n.name for n in nodes], nic_of=_nic_of(nodes))
+        layout = nic.FabricLayout.build(profile, [n.name for n in nodes], nic_of=_nic_of(nodes), nvm=nvm_nodes(nodes))
         segments = {}
         try:
             # one word more than the layout: the private flag, which attach reads
@@ -375,6 +399,10 @@ class Fabric:
             for i, spec in enumerate(nodes):
                 segments[f"mem{i}"] = Segment.create(f"mem{i}", spec.memory_bytes, prefix=prefix)
                 segments[f"meta{i}"] = Segment.create(f"meta{i}", _meta_bytes(profile), prefix=prefix)
+                if getattr(spec, "memory_kind", "dram") == "nvm":
+                    from shm.nvm import NvmImage
+                    segments[f"nvm{i}"] = Segment.create(f"nvm{i}", NvmImage.segment_bytes(spec.memory_bytes),
+                                                         prefix=prefix)
             fabric = cls(profile, nodes, segments, True, prefix)
         except BaseException:
             for seg in segments.values():

@@ -11,7 +11,9 @@ reservation calendar (:mod:`shm.calendar`):
     -> requester processing unit (in order per QP; READ/atomic capped by max_rd_atomic)
     -> [payload DMA read for WRITE/SEND] -> egress link -> wire/switch -> ingress link
     -> responder unit [-> NIC-wide atomic pipeline -> per-address atomic slot]
-    -> responder PCIe to host memory (or NIC device memory): the *effect* happens here
+    -> responder PCIe to host memory (or NIC device memory): the *effect* happens here [on a node
+       whose memory is persistent memory: plus the media's load latency over DRAM for a READ or
+       atomic, and the XPLines of every READ and WRITE booked on the DIMMs' calendars (docs/nvm.md)]
     -> response on the links back -> PCIe write of data and CQE at the requester: *completion*,
        never before the completion of the QP's previous work request (a send queue completes in
        posting order).
@@ -105,7 +107,15 @@ P_CHAOS_STALL_SHARE = P_CHAOS_STALL + 1
 # 1: this process alone books the fabric table (a co-located rack: Fabric.create(private=True)), so
 # the calendars book with plain loads and stores (shm/calendar.py: the same values, no locked ops)
 P_PRIVATE = P_CHAOS_STALL_SHARE + 1
-N_PARAMS = P_PRIVATE + 1
+# Persistent memory (the profile's optional [nvm] table, docs/nvm.md), used only for nodes whose
+# descriptor has NVM calendars (D_NVM_RD >= 0): the media's extra load latency over DRAM (ps), its
+# access granularity (B, the XPLine) and the time one DIMM takes to read or write one byte (fs/B).
+# All zero without the table: no node can be NVM then (Fabric.create refuses it).
+P_NVM_EXTRA = P_PRIVATE + 1
+P_NVM_XPLINE = P_NVM_EXTRA + 1
+P_NVM_RD_FS_PER_B = P_NVM_XPLINE + 1
+P_NVM_WR_FS_PER_B = P_NVM_RD_FS_PER_B + 1
+N_PARAMS = P_NVM_WR_FS_PER_B + 1
 
 # A node descriptor: offsets of its resources in the fabric table.
 D_TX = 0
@@ -123,7 +133,9 @@ D_DB_STRIDE = 11
 D_N_DB = 12
 D_DMA = 13        # the DMA engine, device -> host (writes)
 D_DMA_RD = 14     # the DMA engine, host -> device (reads): PCIe is full duplex
-N_DESC = 15
+D_NVM_RD = 15     # persistent memory's media reads, one server per DIMM (-1: the node's memory is DRAM)
+D_NVM_WR = 16     # persistent memory's media writes, one server per DIMM (-1: DRAM)
+N_DESC = 17
 
 # Node counters at desc[D_STATE]: outstanding WRs (WQE cache), doorbells handed out, then per
 # doorbell the threads that post through it, in SHARER_UNITs: a thread posting through k doorbells
@@ -236,6 +248,12 @@ def pack_params(p: Profile) -> np.ndarray:
         prm[P_CHAOS_LINE] = c.line_gap_ns * _PS
         prm[P_CHAOS_STALL] = c.stall_ns * _PS if c.stall_share > 0 else 0
         prm[P_CHAOS_STALL_SHARE] = chaos_share_units(c.stall_share)
+    m = p.nvm
+    if m is not None:
+        prm[P_NVM_EXTRA] = (m.read_ns - m.dram_read_ns) * _PS
+        prm[P_NVM_XPLINE] = m.xpline_bytes
+        prm[P_NVM_RD_FS_PER_B] = _fs_per_byte(m.read_gbps)
+        prm[P_NVM_WR_FS_PER_B] = _fs_per_byte(m.write_gbps)
     n = p.nic
     req = (n.req_read_ns, n.req_write_ns, n.req_atomic_ns, n.req_atomic_ns, n.req_send_ns, n.req_send_ns)
     resp = (n.resp_read_ns, n.resp_write_ns, n.resp_atomic_ns, n.resp_atomic_ns, n.resp_recv_ns, n.resp_recv_ns)
@@ -263,11 +281,13 @@ class FabricLayout:
 
     @classmethod
     def build(cls, profile: Profile, nodes, *, doorbells_per_node: int = 512,
-              nic_of: dict | None = None) -> "FabricLayout":
+              nic_of: dict | None = None, nvm=()) -> "FabricLayout":
         """``nic_of``: node index -> index of the node whose NIC it shares (a DPU or DPA on its
         host's card): that node's link, requester and responder units and atomic pipeline and
         slots are the host's calendars; its PCIe (the card's internal path), DMA engine, doorbells
-        and counters stay its own."""
+        and counters stay its own. ``nvm``: indices of the nodes whose host memory is persistent
+        memory (the profile's [nvm] table): they get media read and write calendars, added after
+        every other resource so that a rack without NVM has exactly the layout it always had."""
         nodes = tuple(nodes)
         if len(set(nodes)) != len(nodes):
             raise ValueError(f"node names must be unique, got {nodes}")
@@ -299,6 +319,16 @@ class FabricLayout:
             d[D_N_SLOTS] = profile.nic.atomic_slots
             d[D_DB0], d[D_DB_STRIDE] = _add_array(lay, f"{name}.db", doorbells_per_node, 1024 * ns, 256)
             d[D_N_DB] = doorbells_per_node
+        desc[:, D_NVM_RD] = -1
+        desc[:, D_NVM_WR] = -1
+        for i in sorted(nvm):
+            if profile.nvm is None:
+                raise ValueError(f"node {nodes[i]!r} has persistent memory but profile {profile.name!r} has no "
+                                 f"[nvm] table")
+            # one server per DIMM (an XPLine goes to one DIMM; interleaving spreads them), 64 ns
+            # buckets over NODE_RING: a saturated DIMM set's backlog is bounded by the NIC's
+            desc[i, D_NVM_RD] = lay.add(f"{nodes[i]}.nvm_rd", profile.nvm.dimms, 64 * ns, NODE_RING)
+            desc[i, D_NVM_WR] = lay.add(f"{nodes[i]}.nvm_wr", profile.nvm.dimms, 64 * ns, NODE_RING)
         for i, host in (nic_of or {}).items():
             for k in (D_TX, D_RX, D_REQ, D_RESP, D_ATOMIC, D_SLOT0, D_SLOT_STRIDE, D_N_SLOTS):
                 desc[i, k] = desc[host, k]
@@ -464,6 +494,19 @@ def _chaos_ps(tbl, rq, prm, qp, max_ps):
         faa(tbl, rq[D_STATE] + S_CHAOS_DELAYS, 1)
         faa(tbl, rq[D_STATE] + S_CHAOS_PS, d)
     return d
+
+
+@njit(cache=True)
+def _nvm_media_start(tbl, prm, res, t, addr, nbytes, fs_per_b, pv):
+    """Book the XPLines an access of ``nbytes`` at ``addr`` touches on persistent memory's media
+    calendar ``res`` (one server per DIMM), not before ``t`` (ps); returns when the media starts
+    on it (``t`` unless the DIMMs are busy). A 64 B write moves a whole 256 B XPLine: the write
+    amplification of small writes is in the bandwidth, not the latency."""
+    xp = prm[P_NVM_XPLINE]
+    n = nbytes if nbytes > 0 else 1
+    lines = (addr + n - 1) // xp - addr // xp + 1
+    cost = (lines * xp * fs_per_b) // _FS
+    return reserve(tbl, res, t, cost, pv) - cost
 
 
 @njit(cache=True)
@@ -643,6 +686,7 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, flags,
             stages[i, ST_RESP_DONE] = t5
         device = regions[i] == REGION_DEVICE
         mem_lat = prm[P_DEVMEM] if device else pcie_lat
+        nvm = not device and rs[D_NVM_RD] >= 0     # persistent memory (docs/nvm.md)
         span = 0                # lines after the first, landing one per line_ps (host memory only)
         if not device and nbytes > 0:
             span = (addrs[i] + nbytes - 1) // 64 - addrs[i] // 64
@@ -655,6 +699,10 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, flags,
             t5 = reserve(tbl, rs[D_ATOMIC], t5, prm[P_ATOMIC_UNIT], pv)
             slot = ((addrs[i] >> 3) * 0x9E3779B1) % rs[D_N_SLOTS]
             slot_hold = prm[P_ATOMIC_SLOT] if not device else prm[P_DEVMEM]
+            if nvm:
+                # the NIC's read-modify-write reads the line from the media: it holds the
+                # address that much longer (the write-back goes to the memory controller's queue)
+                slot_hold += prm[P_NVM_EXTRA]
             t6 = _in_effect_order(qp, op, reserve(tbl, rs[D_SLOT0] + slot * rs[D_SLOT_STRIDE], t5, slot_hold, pv))
             if prm[P_ATOMIC_HOLDS_UNIT]:
                 # The processing unit that took the atomic stays with it until its read-modify-
@@ -671,7 +719,12 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, flags,
             eff = t6
             resp_b = 8
         elif op == VERB_READ:
-            eff = _in_effect_order(qp, op, t5 + mem_lat)
+            t_mem = t5 + mem_lat
+            if nvm:
+                # the media's load latency over DRAM's, once the DIMMs have room for its XPLines
+                t_mem = _nvm_media_start(tbl, prm, rs[D_NVM_RD], t_mem, addrs[i], nbytes, prm[P_NVM_RD_FS_PER_B],
+                                         pv) + prm[P_NVM_EXTRA]
+            eff = _in_effect_order(qp, op, t_mem)
             if device:
                 t6 = eff
             else:
@@ -691,6 +744,11 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, flags,
                 # chaos: the lines are placed further apart, the last one (the effect) later
                 eff = reserve(tbl, rs[D_PCIE], t5, _pcie_ps(prm, prm[P_PCIE_RESP_B_PER_WR], nbytes), pv) + mem_lat \
                     + span * gap
+                if nvm and op == VERB_WRITE:
+                    # placed in the memory controller's write queue at DRAM speed (ADR), unless
+                    # the DIMMs' write bandwidth is used up: then the queue is full and the
+                    # write waits for room (its XPLines' media time, amplified for small writes)
+                    eff = _nvm_media_start(tbl, prm, rs[D_NVM_WR], eff, addrs[i], nbytes, prm[P_NVM_WR_FS_PER_B], pv)
             placed_before = qp[Q_PLACED]
             eff = _in_effect_order(qp, op, eff)
             if op == VERB_WRITE and span > 0:

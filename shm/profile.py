@@ -314,6 +314,13 @@ def _cross_checks(values: dict[str, dict[str, Any]], errors: list[str], label: s
                 f"({mtu}): a packet must have room for payload"
             )
     _dpa_checks(have, get, errors, label)
+    if have("nvm.read_ns", "nvm.dram_read_ns") and get("nvm.read_ns") < get("nvm.dram_read_ns"):
+        errors.append(f"{label}: 'nvm.read_ns' ({get('nvm.read_ns')}) must be >= 'nvm.dram_read_ns' "
+                      f"({get('nvm.dram_read_ns')}): the model adds their difference to a host-memory access")
+    if have("nvm.xpline_bytes"):
+        xp = get("nvm.xpline_bytes")
+        if xp & (xp - 1):
+            errors.append(f"{label}: 'nvm.xpline_bytes' must be a power of two, got {xp}")
 
 
 def _dpa_checks(have, get, errors: list[str], label: str) -> None:

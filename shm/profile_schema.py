@@ -300,6 +300,31 @@ class ChaosProfile:
     stall_share: float = knob("", "the fraction of requests that stall (0: none)", min=0, max=1)
 
 
+@dataclass(frozen=True)
+class NvmProfile:
+    """Persistent memory on memory nodes (optional: a rack's ``[memory] kind = "nvm"`` needs it;
+    docs/nvm.md). Intel Optane DC PMem, first generation (the memory FORD and SMART-DTX keep their
+    tables and undo logs on), in App Direct mode behind the memory node's NIC. The timing model
+    charges a READ or atomic to an NVM node the media's extra load latency over DRAM and books
+    every access's 256-byte XPLines on the node's media read and write calendars; the durability
+    model (shm/nvm.py) keeps what a power failure (a ``kill`` of the node) would leave."""
+    read_ns: int = knob("ns", "random 64 B load latency of the media (an idle DIMM, a line in no cache)",
+                        min=1, max=100_000)
+    dram_read_ns: int = knob("ns", "the same load from DRAM in the same measurement: the model adds read_ns - "
+                             "dram_read_ns to a host-memory access (pcie.latency_ns already holds DRAM's)",
+                             min=1, max=100_000)
+    xpline_bytes: int = knob("B", "media access granularity: a smaller or unaligned access moves whole XPLines "
+                             "(write amplification of small writes)", min=64, max=4096)
+    read_gbps: float = knob("Gbit/s", "media read bandwidth of one DIMM", min=0.001, max=10_000)
+    write_gbps: float = knob("Gbit/s", "media write bandwidth of one DIMM", min=0.001, max=10_000)
+    dimms: int = knob("DIMMs", "DIMMs interleaved behind one memory node's NIC (bandwidths scale with them)",
+                      min=1, max=64)
+    persist_on_placement: bool = knob("bool", "a WRITE is durable once placed in memory (eADR, or ADR with DDIO "
+                                      "off as Intel platforms place it); false: only once a later READ or atomic "
+                                      "of its QP has executed (the RDMA read-after-write flush, FORD's), the "
+                                      "contract a design may rely on")
+
+
 #: The table of a profile that lists its unsourced knobs, section by section (see the module docstring).
 ASSUMPTIONS = "assumptions"
 
@@ -324,6 +349,7 @@ OPTIONAL_SECTIONS = {
     "udp": UdpProfile,
     "coherence": CoherenceProfile,
     "chaos": ChaosProfile,
+    "nvm": NvmProfile,
 }
 
 
@@ -348,6 +374,7 @@ class Profile:
     udp: UdpProfile | None = None   # optional: the datagram path (shm/udp.py)
     coherence: CoherenceProfile | None = None   # optional: host core-to-core line transfers (bf3)
     chaos: ChaosProfile | None = None   # optional: adversarial timing for checks (dmrack check --chaos)
+    nvm: NvmProfile | None = None   # optional: persistent memory for [memory] kind = "nvm" (docs/nvm.md)
     # the knobs without a published source, dotted ("nic.atomic_slots"), in schema order ([assumptions])
     assumptions: tuple[str, ...] = ()
     source: str = ""  # the file it was read from

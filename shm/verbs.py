@@ -41,6 +41,7 @@ from shm.fabric import (
 )
 from shm.atomic_race import atomic_race_of
 from shm.deferred import before_write
+from shm.nvm import NVM_ATOMIC, NVM_READ, NVM_WRITE, nvm_shadow_of
 from shm.landing import ALL_LANDED, begin_landing, flush_due, pending_writes_of
 
 __all__ = [
@@ -737,13 +738,23 @@ class QP:
             self.host._deliver_send(self.env.now, dst_node, dst_qpn, self.node, self.qp_num,
                                     sge.addr if sge else 0, length, wr.imm_data)
             return
+        nvm = nvm_shadow_of(self.fabric) if self.fabric.nvm else None
+        if nvm is not None and (dst not in nvm.images or op not in NVM_KIND
+                                or wr.remote_addr >> _OFFSET_BITS & _REGION_MASK != REGION_HOST):
+            nvm = None                   # DRAM, NIC device memory, or not a one-sided verb
+        if nvm is not None:              # persistent memory: what a power failure keeps (shm/nvm.py)
+            off = wr.remote_addr & _OFFSET_MASK
+            old = nvm.before(NVM_KIND[op], dst, off, length)
         if len(arg) == 4:
             self._start_landing(p, dst, wr, local, length, arg[2], arg[3])
-            return
-        p.status = apply_one_sided(self.fabric, dst, op, wr.remote_addr, wr.rkey, local[0], local[2], length,
-                                   wr.compare_add, wr.swap, wr.compare_add_mask, wr.swap_mask, self.env)
-        if p.status != IBV_WC_SUCCESS:
-            self._note_error(p)
+        else:
+            p.status = apply_one_sided(self.fabric, dst, op, wr.remote_addr, wr.rkey, local[0], local[2], length,
+                                       wr.compare_add, wr.swap, wr.compare_add_mask, wr.swap_mask, self.env)
+            if p.status != IBV_WC_SUCCESS:
+                self._note_error(p)
+        if nvm is not None and p.status == IBV_WC_SUCCESS:
+            nvm.after(self, NVM_KIND[op], dst, off, length, old,
+                      local[0][local[2]:local[2] + length] if len(arg) == 4 else None)
 
     def _start_landing(self, p, dst: int, wr, local, length: int, lo: int, hi: int) -> None:
         """A multi-line READ or WRITE of host memory starts landing: the checks of
@@ -812,6 +823,11 @@ class QP:
 
 
 _U64 = (1 << 64) - 1
+#: What each one-sided opcode is to persistent memory's durability model (shm/nvm.py).
+NVM_KIND = {IBV_WR_RDMA_READ: NVM_READ, IBV_WR_RDMA_WRITE: NVM_WRITE, IBV_WR_ATOMIC_CMP_AND_SWP: NVM_ATOMIC,
+            IBV_WR_ATOMIC_FETCH_AND_ADD: NVM_ATOMIC, IBV_WR_MASKED_ATOMIC_CMP_AND_SWP: NVM_ATOMIC,
+            IBV_WR_MASKED_ATOMIC_FETCH_AND_ADD: NVM_ATOMIC}
+
 _ATOMIC_KIND = {IBV_WR_ATOMIC_CMP_AND_SWP: ATOMIC_CAS, IBV_WR_ATOMIC_FETCH_AND_ADD: ATOMIC_FAA,
                 IBV_WR_MASKED_ATOMIC_CMP_AND_SWP: ATOMIC_MASKED_CAS, IBV_WR_MASKED_ATOMIC_FETCH_AND_ADD: ATOMIC_MASKED_FAA}
 
