@@ -330,6 +330,13 @@ def _manager(state, name: str, writer) -> None:
         if c.address(victim) >= 0:
             state.clock.mark_gone(c.address(victim))
         state.fabric.release_stuck_line_locks()      # it may have died inside a 64-byte line copy
+        if state.fabric.node_index(victim) in state.fabric.nvm:
+            # a memory node with persistent memory lost power: the WRITEs no READ of their QP
+            # flushed are gone, what was durable stays (shm/nvm.py); its memory stays reachable
+            from shm.nvm import power_fail
+            lost = power_fail(state.fabric, victim)
+            state.plane.log(env.now, "fault", victim, f"{victim}'s persistent memory keeps what was flushed; "
+                            f"{lost} line(s) of unflushed writes lost")
 
     def is_alive(addr: int) -> bool:
         pid = control.pid(state.slot(c.compute[addr]))
