@@ -1,5 +1,10 @@
 """The live view of a running rack: a rich dashboard on a terminal, plain lines elsewhere.
 
+A transactional workload (SmallBank on ``ford``) records each attempt as a ``commit`` or an
+``abort`` (shm/telemetry.py): the view adds a line (:class:`TxnView`) of committed and aborted
+transactions per second (the rack's rate split by the current steps' committed share), the abort
+rate and the committed transactions' latency percentiles.
+
 Three layers, so the arithmetic can be tested without a terminal:
 
 * :class:`RackMeter` turns successive ``StatsPlane.snapshot()`` tuples into a :class:`RackView`:
@@ -66,7 +71,7 @@ from cluster.stats import COUNTERS, STATE_NAMES, LatencyHistogram, ProcSnapshot,
 from cluster.units import fmt_bytes, fmt_mem     # noqa: F401 - part of this module's interface too
 
 __all__ = [
-    "NodeView", "DeviceView", "RackView", "RackMeter", "ProcUsage", "sparkline", "render", "plain_line",
+    "NodeView", "DeviceView", "RackView", "TxnView", "RackMeter", "ProcUsage", "sparkline", "render", "plain_line",
     "fmt_vtime", "fmt_speed", "fmt_rate", "fmt_bytes", "fmt_mem", "fit_label", "STEP_WIDTH", "Dashboard", "PlainReporter", "ReporterStats",
     "TITLE_KEYS",
 ]
@@ -216,6 +221,17 @@ class RackView(NamedTuple):
     step_ops: int = 0               # operations of each node's current step, summed (what the rates count)
     system: tuple = ()              # (name, value): the system's own counters, summed over the nodes
     counters: tuple = ()            # (Counter, value): the declared counters of _PANEL_COUNTERS, summed over the nodes
+    txn: "TxnView | None" = None    # a transactional workload's figures (None: no transactions in the current steps)
+
+
+class TxnView(NamedTuple):
+    """Transactions of the nodes' current steps (the ``commit`` and ``abort`` kinds, shm/telemetry.py)."""
+    committed_per_s: float | None   # the rack's rate (ops/s of the current steps) times the committed share
+    aborted_per_s: float | None
+    abort_rate: float               # aborted attempts / attempts, in the current steps
+    p50_us: float | None            # committed transactions' latency (merged histograms)
+    p99_us: float | None
+    p999_us: float | None
 
 
 #: Declared counters (shm.telemetry.COUNTERS) this view shows in a table of its own: the memory
@@ -339,11 +355,17 @@ class RackMeter:
         verbs_rate = None
         total_ops = step_ops = 0
         mem_used = mem_cap = reclaimed = None
+        commits = aborts = 0
+        commit_hist = LatencyHistogram()
         for s in snaps:
             total_ops += s.ops()
             prev = self._prev.get(s.name)
             cur = s.current()
             step_ops += cur.ops() if cur is not None else 0
+            if cur is not None and (cur.ops("commit") or cur.ops("abort")):
+                commits += cur.ops("commit")
+                aborts += cur.ops("abort")
+                commit_hist.merge(cur.histogram("commit"))
             c = s.counters
             # A node that has ended and not moved since the last update keeps the rates it ended
             # with (the last frame is drawn after every node stopped: it showed blanks and 0x).
@@ -397,7 +419,14 @@ class RackMeter:
         self._vnow_prev = vnow
         self._speed_prev = speed
         self.updates += 1
-        return RackView(phase=phase, vnow_ns=vnow, elapsed_s=(now_ns - self._t0) / 1e9, speed=speed,
+        txn = None
+        if commits or aborts:
+            share = commits / (commits + aborts)
+            rate = None if total_kops is None else total_kops * 1e3
+            txn = TxnView(None if rate is None else rate * share, None if rate is None else rate * (1 - share),
+                          aborts / (commits + aborts), _us(commit_hist.percentile(50)),
+                          _us(commit_hist.percentile(99)), _us(commit_hist.percentile(99.9)))
+        return RackView(txn=txn, phase=phase, vnow_ns=vnow, elapsed_s=(now_ns - self._t0) / 1e9, speed=speed,
                         verbs_per_s=verbs_rate, total_kops=total_kops,
                         p99_us=_us(merged.percentile(99)), ops=total_ops, nodes=tuple(nodes),
                         p50_us=_us(merged.percentile(50)), p999_us=_us(merged.percentile(99.9)),
@@ -465,8 +494,19 @@ def _status_lines(view: RackView) -> list[Text]:
                 ("ops", f"{view.step_ops:,} in this step, {view.ops:,} in all")]),
         _pairs([("rack", f"{_fmt(mops, '.3f')} Mops/s"), ("p50", f"{_fmt(view.p50_us, '.2f')} µs"),
                 ("p99", f"{_fmt(view.p99_us, '.2f')} µs"), ("verbs/s", fmt_rate(view.verbs_per_s))]),
+        *([_txn_pairs(view.txn)] if view.txn is not None else []),
         _pairs([("speed", fmt_speed(view.speed, words=True))]),
     ]
+
+
+def _txn_pairs(txn: "TxnView") -> Text:
+    """The status line of a transactional workload: committed and aborted per second, the abort
+    rate and the committed transactions' latency."""
+    def rate(x):
+        return "–" if x is None else f"{x:,.0f}/s"
+    return _pairs([("committed", rate(txn.committed_per_s)), ("aborted", rate(txn.aborted_per_s)),
+                   ("abort rate", f"{txn.abort_rate:.1%}"), ("txn p50", f"{_fmt(txn.p50_us, '.2f')} µs"),
+                   ("txn p99", f"{_fmt(txn.p99_us, '.2f')} µs")])
 
 
 _STATE_STYLE = {"running": "green", "loading": "yellow", "starting": "yellow", "done": "blue",
@@ -600,7 +640,11 @@ def plain_line(view: RackView) -> str:
     mops = None if view.total_kops is None else view.total_kops / 1e3
     return (f"[{view.phase or '-'}] vtime {fmt_vtime(view.vnow_ns)} | {_fmt(mops, '.3f')} Mops/s | "
             f"p50/p99 {_fmt(view.p50_us, '.2f')}/{_fmt(view.p99_us, '.2f')} us | speed {fmt_speed(view.speed)} | "
-            f"verbs/s {fmt_rate(view.verbs_per_s)} | ops {view.ops}")
+            f"verbs/s {fmt_rate(view.verbs_per_s)} | ops {view.ops}"
+            + ("" if view.txn is None else
+               f" | txn committed/aborted {fmt_rate(view.txn.committed_per_s)}/{fmt_rate(view.txn.aborted_per_s)} "
+               f"abort rate {view.txn.abort_rate:.1%} p50/p99 {_fmt(view.txn.p50_us, '.2f')}/"
+               f"{_fmt(view.txn.p99_us, '.2f')} us"))
 
 
 def _event_line(ev) -> str:

@@ -106,7 +106,12 @@ def compile_scenario(scenario) -> CompiledRack:
                 st = replace(st, workload="default")
             if st.workload not in workloads:
                 raise RackError(f"{scenario.source}: step {st.index} uses workload {st.workload!r}, which is not defined")
-        if isinstance(st, RunStep) and workloads[st.workload].proportions.scan > 0 and not system.supports_scan:
+        txn = getattr(workloads[st.workload], "transactional", False) if isinstance(st, (LoadStep, RunStep)) else False
+        if isinstance(st, LoadStep) and txn:
+            raise RackError(f"{scenario.source}: step {st.index}: workload {st.workload!r} is transactional: its "
+                            f"tables are loaded when the rack is built; drop the load step")
+        if isinstance(st, RunStep) and not txn and workloads[st.workload].proportions.scan > 0 \
+                and not system.supports_scan:
             raise RackError(f"{scenario.source}: step {st.index}: workload {st.workload!r} has scans "
                             f"(scanproportion > 0) but system {system.name!r} offers no scan")
         if isinstance(st, LoadStep):
@@ -132,6 +137,23 @@ def compile_scenario(scenario) -> CompiledRack:
     actor_nodes = [n.name for n in nodes
                    if n.name not in compute and (n.role in ("dpu", "dpa") or n.role in servers)]
     return CompiledRack(scenario, system, options, workloads, plan, nodes, compute, capacity, actor_nodes)
+
+
+def setup_tables(compiled: CompiledRack, fabric, memory_nodes: list) -> dict:
+    """A transactional system's tables (nodes/systems/txn.py): set up for the default workload's
+    ``tables()`` and loaded with its ``rows`` (the design's own loader, as FORD's benchmark loads
+    before it runs), in the rack's owner before any node starts. Every workload of the scenario
+    runs on these tables, so they must declare the same ones."""
+    default = compiled.workloads["default"]
+    tables = default.tables()
+    for name, w in compiled.workloads.items():
+        if w.tables() != tables:
+            raise RackError(f"{compiled.scenario.source}: workload {name!r} declares other tables than the default "
+                            f"workload's ({w.describe()}); the transactional workloads of one rack share its tables")
+    layout = compiled.system.setup_tables(fabric, memory_nodes, compiled.options, tables)
+    for t in tables:
+        compiled.system.load(fabric, layout, t.name, default.rows(t.name))
+    return layout
 
 
 # -- the rack's shared state ---------------------------------------------------------------------
@@ -192,7 +214,10 @@ class RackState:
                     if n.role == "compute":
                         fabric.expose(i)
             try:
-                layout = compiled.system.setup(fabric, mns, compiled.options, compiled.capacity)
+                if getattr(compiled.system, "transactional", False):
+                    layout = setup_tables(compiled, fabric, mns)
+                else:
+                    layout = compiled.system.setup(fabric, mns, compiled.options, compiled.capacity)
             except (SystemGaveUp, MemoryError) as e:
                 # The spec's capacity check (System.footprint) is a lower bound; a table that still
                 # does not fit is the same bad input: one line naming the scenario, not a traceback.

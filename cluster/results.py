@@ -337,10 +337,28 @@ class Results:
                                     None if memory and not n.bytes_reclaimed else n.bytes_reclaimed))
         return rows
 
+    @staticmethod
+    def transactions(st: StepFigures) -> dict | None:
+        """A step's transactional figures, or None when it ran no transactions (a KV step): the
+        ``commit`` and ``abort`` kinds (shm/telemetry.py) as committed and aborted transactions
+        per second (virtual), the abort rate (aborted attempts over all attempts) and the
+        committed transactions' latency percentiles (µs, begin to commit)."""
+        by = {kf.kind: kf for kf in st.kinds}
+        c, a = by.get("commit"), by.get("abort")
+        if c is None and a is None:
+            return None
+        committed, aborted = (c.ops if c else 0), (a.ops if a else 0)
+        per_s = (lambda n: n / st.vdur_ns * 1e9 if st.vdur_ns > 0 else None)
+        return {"committed": committed, "aborted": aborted, "committed_per_s": per_s(committed),
+                "aborted_per_s": per_s(aborted), "abort_rate": aborted / (committed + aborted),
+                "p50_us": c.p50_us if c else None, "p99_us": c.p99_us if c else None,
+                "p999_us": c.p999_us if c else None, "mean_us": c.mean_us if c else None}
+
     def _step_doc(self, st: StepFigures) -> dict:
         def kinds(ks):
             return {kf.kind: {k: v for k, v in kf._asdict().items() if k != "kind"} for kf in ks}
-        return {"index": st.index, "label": st.label, "description": st.description,
+        txn = self.transactions(st)
+        return {**({"transactions": txn} if txn is not None else {}), "index": st.index, "label": st.label, "description": st.description,
                 "vstart_ns": st.vstart_ns, "vend_ns": st.vend_ns, "vdur_ns": st.vdur_ns,
                 "real_s": st.real_s, "speed_vns_per_s": st.speed, "ops": st.ops,
                 "failures": st.failures, "mops": st.mops, "kinds": kinds(st.kinds),
@@ -420,6 +438,10 @@ class Results:
             lines.append(f"torn reads: {sum(n.torn_reads for n in torn):,} (" + ", ".join(
                 f"{n.node} {n.torn_reads:,}" for n in torn) + "): multi-line READs that met a WRITE halfway "
                 "and were read again")
+        for st in self.steps:
+            txn = self.transactions(st)
+            if txn is not None:
+                lines.append(_txn_line(st.index, txn))
         own = self._system_line()
         if own:
             lines.append(own)
@@ -441,6 +463,18 @@ class Results:
 
     def __repr__(self) -> str:
         return f"<Results steps={len(self.steps)} nodes={len(self.nodes)} ops={self.summary()['ops']}>"
+
+
+def _txn_line(index: int, txn: dict) -> str:
+    """The summary's line of a step's transactions (the dashboard says the same while it runs)."""
+    def rate(x):
+        return "–" if x is None else f"{x:,.0f}"
+
+    def us(x):
+        return "–" if x is None else f"{x:.2f}"
+    return (f"transactions, step {index}: {rate(txn['committed_per_s'])} committed/s, "
+            f"{rate(txn['aborted_per_s'])} aborted/s (abort rate {txn['abort_rate']:.1%}); committed latency "
+            f"p50 {us(txn['p50_us'])} µs, p99 {us(txn['p99_us'])} µs, p99.9 {us(txn['p999_us'])} µs")
 
 
 # -- a results document as rows of dmrack compare and dmrack report ---------------------------------

@@ -127,7 +127,8 @@ class Scenario:
 def default_steps(spec: RackSpec) -> tuple:
     """[load the default workload (if run.load)] + [run it for run.duration_ms (None: until stopped)]."""
     steps: list[Step] = []
-    if spec.run.load:
+    # a transactional workload's tables are loaded when the rack is built (cluster/rack.py)
+    if spec.run.load and not spec.workloads["default"].transactional:
         steps.append(LoadStep(index=1, workload="default"))
     steps.append(RunStep(index=len(steps) + 1, workload="default", duration_ms=spec.run.duration_ms))
     return tuple(steps)
@@ -440,6 +441,10 @@ def check_history(scenario: Scenario) -> None:
     workload it defines must have values of at least HISTORY_VALUE_SIZE bytes (nodes/history.py).
     The message names the table and says how to fix it from the command line."""
     for name, w in scenario.spec.workloads.items():
+        if w.transactional:
+            raise SpecError(f"{scenario.source}: {w.table}: --check and --history record KV operations; a "
+                            f"transactional workload's histories are checked by dmrack check --system "
+                            f"{scenario.spec.system.name} (serializability)")
         size = w.build().value_size if workloads_available() else None
         if size is not None and size < HISTORY_VALUE_SIZE:
             # A preset letter named by a step inherits its values from [workload]: fix it there.
@@ -481,8 +486,11 @@ def warmup_scenario(spec: RackSpec) -> Scenario:
     Nothing is killed (a co-located rack has no processes to kill).
     """
     small = {"recordcount": WARMUP_RECORDS, "operationcount": WARMUP_RECORDS}
+    txn = spec.workloads["default"].transactional
+    # a transactional workload keeps its parameters (its tables are set up and loaded as the real
+    # rack's are; only the run is short)
     workloads = {name: dataclasses.replace(w, overrides={**w.overrides, **small, **_warmup_keyspace(w.overrides)},
-                                           table=f"{w.table} (warm-up)")
+                                           table=f"{w.table} (warm-up)") if not w.transactional else w
                  for name, w in spec.workloads.items()}
     compute = dataclasses.replace(spec.compute, count=1, threads=min(2, spec.compute.threads),
                                   coroutines=min(2, spec.compute.coroutines))
@@ -493,7 +501,8 @@ def warmup_scenario(spec: RackSpec) -> Scenario:
     # step will be one), half by inserts, so both paths are compiled before the nodes fork.
     half = WARMUP_RECORDS // 2
     steps: list[Step] = [LoadStep(index=1, workload="default", count=half),
-                         LoadStep(index=2, workload="default", count=WARMUP_RECORDS - half, bulk=False)]
+                         LoadStep(index=2, workload="default", count=WARMUP_RECORDS - half, bulk=False)] \
+        if not txn else []
     for name in workloads:
         steps.append(RunStep(index=len(steps) + 1, workload=name, duration_ms=WARMUP_RUN_MS))
     return Scenario(spec=warm, steps=tuple(steps), source=f"{spec.source} (warm-up)")

@@ -133,6 +133,9 @@ MAX_NODE_MEMORY = 1 << 48
 ON_NODE_DEATH = ("stop", "continue")
 # YCSB's core workloads A-F, then dmrack's presets for Dolphin's workloads (workloads/properties.py)
 WORKLOAD_PRESETS = ("a", "b", "c", "d", "e", "f", "load", "range-only", "range-write")
+#: Transactional workloads a [workload] may name (``preset`` or ``kind``), for transactional
+#: systems (nodes/systems/txn.py); built by workloads.smallbank.
+TXN_WORKLOADS = ("smallbank",)
 
 # YCSB properties that fix *which keys exist and how big they are*. Every preset-based workload of a
 # scenario inherits these from [workload] unless it sets them itself, so that "run B" after
@@ -285,6 +288,12 @@ class WorkloadSpec:
     table: str = "workload"
     trace: str | None = None  # absolute path of a Twitter-format trace (workloads.traces), or None
 
+    @property
+    def transactional(self) -> bool:
+        """A transactional workload (``preset``/``kind = "smallbank"``: workloads.smallbank) for a
+        transactional system (nodes/systems/txn.py), not a YCSB one."""
+        return self.preset in TXN_WORKLOADS
+
     def build(self):
         """The :class:`workloads.ycsb.CoreWorkload`, or a SpecError naming the file and the table.
 
@@ -295,6 +304,12 @@ class WorkloadSpec:
         from workloads.ycsb import CoreWorkload
 
         where = f"{self.source}: {self.table}"
+        if self.transactional:
+            from workloads.smallbank import SmallBank
+            try:
+                return SmallBank.from_properties(self.overrides, where)
+            except WorkloadError as e:
+                raise SpecError(str(e) if where in str(e) else f"{where}: {e}") from None
         if self.trace is not None:
             from workloads.traces import TraceWorkload
             try:
@@ -328,12 +343,15 @@ class WorkloadSpec:
         """``"YCSB A"``, ``"YCSB file x.properties"`` or ``"trace x.csv"``: the short name for step lines."""
         if self.trace is not None:
             return f"trace {Path(self.trace).name}"
+        if self.transactional:
+            return "SmallBank"
         return f"YCSB {self.preset.upper()}" if self.preset else f"YCSB file {Path(self.file).name}"
 
     def describe(self) -> str:
         base = (f"trace {self.trace}" if self.trace is not None else
                 self.title if self.preset else f"YCSB file {self.file}")
-        props = " ".join(f"{k}={show_toml(v)}" for k, v in self.overrides.items())
+        props = " ".join(f"{k}={show_toml(v) if not isinstance(v, (list, tuple)) else show_toml(list(v))}"
+                         for k, v in self.overrides.items())
         return f"{base}{' ' + props if props else ''}"
 
 
@@ -751,6 +769,9 @@ def _load_system(label: str, data: Any) -> SystemSpec:
 def _workload(label: str, base_dir: Path, name: str, path: str, data: Any, *, defaults: dict,
               inherit: dict) -> WorkloadSpec:
     t = _Table(label, path, data)
+    txn = _txn_workload(label, name, path, t)
+    if txn is not None:
+        return txn
     if "preset" in t.data and "file" in t.data:
         t.fail("file", "give preset or file, not both")
     if "trace" in t.data:
@@ -784,6 +805,28 @@ def _workload(label: str, base_dir: Path, name: str, path: str, data: Any, *, de
             raise SpecError(f"{label}: {path}.{k} = {show_toml(v)}: a YCSB property must be a string, number or boolean")
         overrides[k] = v
     return WorkloadSpec(name=name, preset=preset, file=file, overrides=overrides, source=label, table=path)
+
+
+def _txn_workload(label: str, name: str, path: str, t: "_Table") -> WorkloadSpec | None:
+    """A transactional workload (``preset = "smallbank"`` or ``kind = "smallbank"``, and the
+    workload's parameters: workloads.smallbank.SmallBank.PARAMETERS), or None for a YCSB one.
+    Its parameters are checked when it is built (one line naming the key)."""
+    kind = t.data.get("kind")
+    preset = t.data.get("preset")
+    if kind is None and not (isinstance(preset, str) and preset.lower() in TXN_WORKLOADS):
+        return None
+    if kind is not None:
+        if not isinstance(kind, str) or kind.lower() not in TXN_WORKLOADS:
+            t.fail("kind", f"must be one of {', '.join(TXN_WORKLOADS)} (a transactional workload); a YCSB workload "
+                           f"gives preset or file instead")
+        if preset is not None and str(preset).lower() != kind.lower():
+            t.fail("preset", f"give kind = {show_toml(kind)} or a YCSB preset, not both")
+    for other in ("file", "trace"):
+        if other in t.data:
+            t.fail(other, f"a transactional workload ({(kind or preset).lower()}) has no {other}")
+    params = {k: (tuple(v) if isinstance(v, list) else v) for k, v in t.data.items() if k not in ("kind", "preset")}
+    return WorkloadSpec(name=name, preset=(kind or preset).lower(), file=None, overrides=params, source=label,
+                        table=path)
 
 
 def _text_path(v):
@@ -825,14 +868,15 @@ def _workloads(label: str, base_dir: Path, data: dict) -> dict:
         return out
     if not isinstance(named, dict):
         raise SpecError(f"{label}: workloads = {show_toml(named)}: must be tables [workloads.NAME]")
-    shape = inherited_shape(default)
+    shape = inherited_shape(default) if not default.transactional else {}
     for name, table in named.items():
         if name == "default" or name.lower() in WORKLOAD_PRESETS or not _WORKLOAD_NAME.match(name):
             raise SpecError(f"{label}: workloads.{name}: bad workload name {name!r}: use letters, digits, _ "
                             f"and -, not 'default' nor a preset letter (a step names those directly)")
         if not isinstance(table, dict):
             raise SpecError(f"{label}: workloads.{name} = {show_toml(table)}: must be a table [workloads.{name}]")
-        inherit = {k: v for k, v in shape.items() if k not in table} if not {"file", "trace"} & set(table) else {}
+        inherit = ({k: v for k, v in shape.items() if k not in table}
+                   if not {"file", "trace", "kind"} & set(table) else {})
         out[name] = _workload(label, base_dir, name, f"workloads.{name}", table, defaults={}, inherit=inherit)
     return out
 
@@ -979,6 +1023,18 @@ def spec_from_dict(data: Mapping[str, Any], *, source: str = "<string>", base_di
         client=client, manager=manager, system=system, workloads=workloads, run=run, base_dir=str(base),
         warnings=tuple(warnings), smart=dict(smart) if smart else None, dpu=dpu, dpa=dpa, steer=steer,
     )
+
+    # a transactional system runs transactional workloads only, and a KV system KV ones
+    from nodes.systems import is_transactional
+    txn_system = is_transactional(system.name)
+    for w in workloads.values():
+        if w.transactional != txn_system:
+            given = "kind" if w.transactional else "preset"
+            raise SpecError(f"{label}: {w.table}: system {system.name!r} is "
+                            + ("transactional: give it a transactional workload (preset = \"smallbank\")"
+                               if txn_system else
+                               f"a key-value store: {w.title} is a transactional workload (for a transactional "
+                               f"system such as 'ford'); drop {given} or pick a YCSB preset"))
 
     # a system's options that only make sense against the rack (FlexKV: proxy threads <= threads)
     try:

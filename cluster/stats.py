@@ -34,7 +34,7 @@ sub-buckets would halve the error again at twice the memory, for differences bel
 timing model itself resolves.
 
 Each slot holds ``max_steps`` step records (counters + one histogram per op kind), so the results
-can report every scenario step separately. Memory: ~54 KiB per step, ~3.4 MiB per slot at the
+can report every scenario step separately. Memory: ~72 KiB per step, ~4.5 MiB per slot at the
 default 64 steps (the rack creates its plane with one step more than its scenario has, so a
 typical rack uses a few hundred KiB per node); tmpfs only backs pages that are touched, so unused
 steps and unused buckets cost nothing.
@@ -145,8 +145,9 @@ REL_ERROR = 1.0 / (2 * SUB)         # bound on a percentile's relative error (se
 # -- segment layout -----------------------------------------------------------------------------
 
 MAGIC = 0x7374_6174_536B_6344       # b"DckSstat" little-endian-ish; fits in int64
-VERSION = 6                         # 2: 32 sub-buckets, counters and exit words; 3: device counters;
-                                    # 4: the system's own counters; 5: W_HB_STEP_OPS; 6: 24 counter words
+VERSION = 7                         # 2: 32 sub-buckets, counters and exit words; 3: device counters;
+                                    # 4: the system's own counters; 5: W_HB_STEP_OPS; 6: 24 counter words;
+                                    # 7: op kinds commit and abort (transactions)
 LINE = 8                            # int64 words per cache line
 
 # global header words
@@ -168,7 +169,7 @@ _COUNTER_WORD = {name: W_COUNTERS + i for i, name in enumerate(COUNTER_NAMES)}
 # on-disk cache is keyed on this file, not on shm/telemetry.py where kinds and counters are
 # declared: a declaration that outgrows this layout must change this file (a new VERSION), or a
 # cached kernel would keep writing the old layout. Counters up to the header's 24 words fit.
-_LAYOUT_KINDS = 6                   # the op kinds of layout VERSION 6
+_LAYOUT_KINDS = 8                   # the op kinds of layout VERSION 7
 if N_KINDS != _LAYOUT_KINDS:
     raise ImportError(f"shm/telemetry.py declares {N_KINDS} op kinds, the stats plane's layout (cluster/stats.py, "
                       f"version {VERSION}) holds {_LAYOUT_KINDS}: a new kind is a new layout")

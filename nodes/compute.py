@@ -11,8 +11,9 @@ Steps a compute node executes (the scenario's typed steps, ``nodes/steps.py``, t
 
 * ``load``: insert its share of records ``[first, first + count)``; the share is split over the
   active coroutines, each inserting its records in YCSB insert order;
-* ``run``: closed loop (each coroutine issues its next operation when the previous one returns)
-  or, when the workload has a ``target`` rate, open loop (Poisson arrivals per thread into a
+* ``run``: closed loop (each coroutine issues its next operation when the previous one returns;
+  with a transactional workload, its next transaction through its thread's ``TxnClient``,
+  recorded as a ``commit`` or an ``abort``) or, when the workload has a ``target`` rate, open loop (Poisson arrivals per thread into a
   queue the thread's coroutines serve; latency counts from the arrival, so queueing shows);
 * ``set``: change a knob (a profile key, or the active threads/coroutines) from that time on;
 * ``sleep``: nothing.
@@ -35,6 +36,7 @@ what the fault injection did.
 from __future__ import annotations
 
 import functools
+import random
 import re
 from collections import deque
 from typing import TYPE_CHECKING, Callable, NamedTuple, Protocol
@@ -51,8 +53,8 @@ from shm.coro import NodeRdma
 from shm.failpoints import ClientCrash
 from shm.profile import with_overrides
 # Op codes and node states as the stats plane has them, declared once below every floor.
-from shm.telemetry import (OP_DELETE, OP_INSERT, OP_READ, OP_RMW, OP_SCAN, OP_UPDATE,  # noqa: F401 - re-exported
-                           STATE_LOADING, STATE_RUNNING, counters_of)
+from shm.telemetry import (OP_ABORT, OP_COMMIT, OP_DELETE, OP_INSERT, OP_READ, OP_RMW, OP_SCAN,  # noqa: F401
+                           OP_UPDATE, STATE_LOADING, STATE_RUNNING, counters_of)
 
 if TYPE_CHECKING:                   # the collaborators' types, for readers and checkers only
     from nodes.history import HistoryWriter
@@ -406,6 +408,14 @@ class ComputeNode:
                         continue
                     procs.append(env.process(self._serve(t, c, wl, queue, waiting, end),
                                              name=f"{self.name}.t{t}c{c}"))
+        elif getattr(wl, "transactional", False):
+            # a transactional workload (SmallBank): every coroutine runs transactions back to back
+            # through its thread's TxnClient, closed loop as FORD's benchmark does
+            for client in self.clients:
+                client.set_codecs(wl.codecs())
+            for t, c in self._active():
+                rng = random.Random(self.seed * 1_000_003 + self._stream_id(t, c))
+                procs.append(env.process(self._txn_loop(t, c, wl, rng, end), name=f"{self.name}.t{t}c{c}"))
         else:
             per_node = self.active_threads * self.active_coroutines
             for t, c in self._active():
@@ -445,6 +455,34 @@ class ComputeNode:
                     yield from do(t, c, wl, op, kid, n, env.now)
         except ClientCrash as e:
             self._crash(t, c, e)        # its operation never returns: "may or may not have happened"
+
+    def _txn_loop(self, t: int, c: int, wl, rng, end):
+        """Transactions of ``wl`` (``wl.next(rng)``: name, body, arguments) one after the other on
+        coroutine (t, c) until ``end``; each attempt is recorded as a ``commit`` (its latency from
+        begin to commit) or an ``abort`` (a failure of that kind), and an aborted transaction is
+        not retried: the next is drawn (FORD's benchmark). A coordinator stopped by a crash
+        failpoint stays down, as a KV client does."""
+        env = self.env
+        client, co, thread = self.clients[t], self.coroutines[t][c], self.threads[t]
+        yield from self._after_previous(t, c)
+        try:
+            while end is None or env.now < end:
+                name, body, args = wl.next(rng)
+                issued_in = self.step_index
+                t0 = env.now
+                yield from thread.op_begin(co)      # SMART's coroutine throttling, if on
+                try:
+                    out = yield from client.run(co, body, *args, name=name)
+                finally:
+                    thread.op_end()
+                kind = OP_COMMIT if out.committed else OP_ABORT
+                if self.step_index == issued_in:
+                    self.recorder.record(kind, env.now - t0, out.committed)
+                else:
+                    self.recorder.record_in(issued_in + 1, kind, env.now - t0, out.committed)
+                self.ops += 1
+        except ClientCrash as e:
+            self._crash(t, c, e)
 
     def _arrivals(self, stream, rate_per_s: float, end, queue: deque, waiting: list, t: int, step_index: int):
         env = self.env

@@ -26,7 +26,7 @@ they compile (``workloads/generators.py``), so a code never changes: a new kind 
 is a new stats-plane layout (``cluster/stats.py`` refuses to start until its layout says so). The
 names a workload's *properties* use for its mix ("get", a trace's "gets", "cas") are that
 workload's own, mapped to these codes in that workload (``stress.MIX_OPS``, ``traces.TRACE_OPS``).
-``OP_KINDS`` are KV operations; the NIC's opcodes (``shm/nic.py``) are another thing.
+``OP_KINDS`` are KV operations and transaction outcomes; the NIC's opcodes (``shm/nic.py``) are another thing.
 
 **Node states.** What a process's stats slot says it is doing; the dashboard adds "dead" (the
 supervisor saw the process die without publishing a last state), which no process publishes.
@@ -57,7 +57,7 @@ from typing import NamedTuple
 
 __all__ = [
     "OP_KINDS", "N_KINDS", "KIND_INDEX", "YCSB_OPS",
-    "OP_READ", "OP_UPDATE", "OP_INSERT", "OP_SCAN", "OP_RMW", "OP_DELETE",
+    "OP_READ", "OP_UPDATE", "OP_INSERT", "OP_SCAN", "OP_RMW", "OP_DELETE", "OP_COMMIT", "OP_ABORT", "TXN_KINDS",
     "STATE_NAMES", "STATE_EMPTY", "STATE_STARTING", "STATE_LOADING", "STATE_RUNNING", "STATE_DONE",
     "STATE_FAILED",
     "Counter", "COUNTERS", "COUNTER_NAMES", "SOURCES", "counters_of",
@@ -65,8 +65,14 @@ __all__ = [
 
 # -- operation kinds ----------------------------------------------------------------------------
 
-#: KV operation kinds; a kind's code is its index (never reordered: see the module docstring).
-OP_KINDS = ("read", "update", "insert", "scan", "rmw", "delete")
+#: Operation kinds; a kind's code is its index (never reordered: see the module docstring). The
+#: first six are KV operations; ``commit`` and ``abort`` are a transactional workload's attempts
+#: (nodes/systems/txn.py): a committed transaction (recorded ok, its latency from begin to commit)
+#: and an aborted attempt (recorded as a failure), so the stats plane, the results and the dashboard
+#: count committed and aborted transactions per second, the abort rate and committed latencies
+#: with the machinery every kind has. A KV workload never records them (results leave out kinds
+#: without operations, so a KV run's rows are what they were).
+OP_KINDS = ("read", "update", "insert", "scan", "rmw", "delete", "commit", "abort")
 N_KINDS = len(OP_KINDS)
 KIND_INDEX = {k: i for i, k in enumerate(OP_KINDS)}
 OP_READ = KIND_INDEX["read"]
@@ -75,6 +81,10 @@ OP_INSERT = KIND_INDEX["insert"]
 OP_SCAN = KIND_INDEX["scan"]
 OP_RMW = KIND_INDEX["rmw"]
 OP_DELETE = KIND_INDEX["delete"]
+OP_COMMIT = KIND_INDEX["commit"]
+OP_ABORT = KIND_INDEX["abort"]
+#: The kinds a transactional workload records.
+TXN_KINDS = ("commit", "abort")
 #: The operations of YCSB's CoreWorkload, codes 0..4 (``workloads/ycsb.py`` draws these).
 YCSB_OPS = OP_KINDS[:OP_RMW + 1]
 

@@ -3,14 +3,15 @@ has teeth: deliberately broken systems fail the check meant to catch them, with 
 names the check and the problem.
 
 A new system gets the whole suite by being registered in ``nodes.systems.BUILTIN``: the first
-test is parametrised over ``system_names()`` x ``CHECKS``."""
+test is parametrised over ``kv_system_names()`` (the registered KV systems; transactional ones have
+their own suite, cluster/correctness/txn_check.py) x ``CHECKS``."""
 
 from __future__ import annotations
 
 import pytest
 
 from cluster.correctness.conformance import CHECKS, CheckOutcome, ConformanceFailure, rig, run_suite, stress_rack
-from nodes.systems import get_system, system_names
+from nodes.systems import get_system, kv_system_names
 from nodes.systems.api import KVClient, System
 from nodes.systems.race import RaceSystem
 from workloads.keys import decode_value
@@ -18,7 +19,7 @@ from workloads.stress import StressWorkload
 
 
 @pytest.mark.parametrize("check", list(CHECKS))
-@pytest.mark.parametrize("system", system_names())
+@pytest.mark.parametrize("system", kv_system_names())
 def test_system_passes_check(system, check):
     CHECKS[check](get_system(system))
 

@@ -73,7 +73,24 @@ def _int(name, value, lo, hi=None):
 
 
 class SmallBank:
-    """The workload's parameters (validated) and its transaction bodies."""
+    """The workload's parameters (validated) and its transaction bodies.
+
+    On the rack (a scenario's ``[workload] preset = "smallbank"``, built by
+    :meth:`from_properties`) it is a *transactional* workload: the system's ``setup_tables`` and
+    ``load`` are given :meth:`tables` and :meth:`rows` when the rack is built, and each compute
+    coroutine runs a closed loop of :meth:`next` transactions through its thread's ``TxnClient``
+    (nodes/compute.py), recording each attempt as a ``commit`` or an ``abort`` (shm/telemetry.py).
+    The attributes below the constructor are what the rack reads of any workload."""
+
+    #: the scenario keys of :meth:`from_properties`, with the constructor's argument each sets
+    PARAMETERS = ("accounts", "hot_accounts", "tx_hot", "frequencies", "initial_balance_cents",
+                  "buckets_per_account")
+    transactional = True
+    key_size = 8                        # an account id (smallbank_db.h: u64)
+    value_size = VALUE_BYTES
+    expected_new_keys = 0               # SmallBank inserts nothing
+    target = 0                          # closed loop only (FORD's benchmark)
+    finite = False
 
     def __init__(self, accounts: int = NUM_ACCOUNTS, hot_accounts: int = NUM_HOT_ACCOUNTS, tx_hot: int = TX_HOT,
                  frequencies=FREQUENCIES, initial_balance_cents: int = INITIAL_BALANCE_CENTS,
@@ -97,6 +114,29 @@ class SmallBank:
                                 f"got {buckets_per_account!r}")
         self.buckets_per_account = float(buckets_per_account)
         self._workgen = [t for t, f in zip(TYPES, freq) for _ in range(f)]
+
+    @classmethod
+    def from_properties(cls, props: dict, where: str = "smallbank") -> "SmallBank":
+        """From a scenario's ``[workload]`` keys (:data:`PARAMETERS`); an unknown key or a bad
+        value is one :class:`WorkloadError` line naming ``where`` and the key."""
+        unknown = [k for k in props if k not in cls.PARAMETERS]
+        if unknown:
+            raise WorkloadError(f"{where}.{unknown[0]}: unknown SmallBank parameter; the parameters are "
+                                f"{', '.join(cls.PARAMETERS)}")
+        try:
+            return cls(**props)
+        except WorkloadError as e:
+            raise WorkloadError(f"{where}: {e}") from None
+
+    @property
+    def recordcount(self) -> int:
+        """Records per table (the rack's capacity formula reads it)."""
+        return self.accounts
+
+    def describe(self) -> str:
+        freq = "/".join(str(f) for f in self.frequencies)
+        return (f"SmallBank: {self.accounts:,} accounts ({self.hot_accounts:,} hot, {self.tx_hot} % of transactions "
+                f"on them), mix {freq} ({', '.join(TYPES)})")
 
     # -- what the system is given ---------------------------------------------------------------
     def tables(self) -> list[TableSpec]:

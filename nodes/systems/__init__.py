@@ -45,6 +45,7 @@ BUILTIN = {
     "rolex": "nodes.systems.rolex:RolexSystem",
     "clover": "nodes.systems.clover:CloverSystem",
     "aceso": "nodes.systems.aceso:AcesoSystem",
+    "ford": "nodes.systems.ford:FordSystem",
 }
 
 ENTRY_POINT_GROUP = "dmrack.systems"
@@ -71,6 +72,20 @@ def entry_points() -> dict:
 def system_names() -> list[str]:
     """The built-in names, then the names of installed entry points (sorted within each)."""
     return sorted(BUILTIN) + sorted(n for n in entry_points() if n not in BUILTIN)
+
+
+def is_transactional(cls_or_name) -> bool:
+    """Whether a system (its class or name) is transactional (``System.transactional``: a
+    ``nodes.systems.txn.TxnSystem``) rather than a KV store; the one way the registry's users tell
+    them apart (the KV conformance suite, ``dmrack check``, ``dmrack run``)."""
+    cls = get_system(cls_or_name) if isinstance(cls_or_name, str) else cls_or_name
+    return bool(getattr(cls, "transactional", False))
+
+
+def kv_system_names() -> list[str]:
+    """:func:`system_names` without the transactional systems: what loops over every KV system
+    (the KV conformance suite's tests) iterate. Loads each system to read its class attribute."""
+    return [n for n in system_names() if not is_transactional(n)]
 
 
 def is_known(name: str) -> bool:

@@ -185,6 +185,12 @@ class System:
     roles: tuple[str, ...] = ("compute", "memory")
     options: tuple[Option, ...] = ()
     supports_scan: bool = False
+    #: False: a key-value store behind the KV interface (this module). True: a transactional design
+    #: behind nodes/systems/txn.py (``TxnSystem`` sets it): the rack drives it with a transactional
+    #: workload (SmallBank) and ``dmrack check`` runs the transactional suite
+    #: (cluster/correctness/txn_check.py) instead of the KV one. ``nodes.systems.is_transactional``
+    #: and ``kv_system_names`` read it: the one way to tell the two kinds apart.
+    transactional: bool = False
     smart_defaults: dict = {}            # SMART switches it runs with unless the rack's [smart] says otherwise
     #: Optional: a classmethod ``bulk_load(fabric, layout, pairs)`` that writes ``pairs`` (an
     #: iterable of key bytes, value bytes, consumed once: a system that can place keys one at a

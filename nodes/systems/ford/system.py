@@ -74,7 +74,8 @@ class FordSystem(TxnSystem):
 
     @classmethod
     def check_rack(cls, options: dict, spec) -> None:
-        mns = [n for n in getattr(spec, "nodes", ()) if getattr(n, "role", "") == "memory"]
+        nodes = getattr(spec, "nodes", ())
+        mns = [n for n in (nodes() if callable(nodes) else nodes) if getattr(n, "role", "") == "memory"]
         if mns and options["replicas"] > len(mns):
             raise ValueError(f"system 'ford': replicas = {options['replicas']} needs that many memory nodes; the rack "
                              f"has {len(mns)}")
