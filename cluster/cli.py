@@ -456,6 +456,9 @@ def _cmd_check(args) -> int:
         from shm.profile import load_profile
         load_profile(args.profile)               # an unknown name: one line, exit 2
     options = _parse_options(args.system, args.option)
+    from nodes.systems import is_transactional
+    if is_transactional(args.system):
+        return _check_txn(args, options)
     bounds = _trace_bounds(args)
     from cluster.correctness.chaos import parse as parse_chaos
     from cluster.correctness.conformance import CHECKS, HEAVY_CHECKS, STRESS_CHECKS, Scale
@@ -481,6 +484,27 @@ def _cmd_check(args) -> int:
     except check.StressRackFailed as e:
         print(f"FAIL: {args.system}: {e}", file=sys.stderr)
         return 1
+    return 0 if report.passed else 1
+
+
+def _check_txn(args, options: dict) -> int:
+    """``dmrack check --system NAME`` of a transactional system (cluster/correctness/txn_check.py)."""
+    from cluster.correctness import txn_check
+    from cluster.correctness.chaos import parse as parse_chaos
+    if args.scale is not None or args.trace:
+        raise ValueError(f"--scale and --trace go with the KV checks; system {args.system!r} is transactional "
+                         f"(its checks: {', '.join(list(txn_check.TXN_CHECKS) + [txn_check.STRESS])})")
+    chaos = parse_chaos(args.chaos, args.chaos_seed) if args.chaos is not None else None
+    only = [c.strip() for c in args.only.split(",") if c.strip()] if args.only else None
+    if only is not None:
+        known = list(txn_check.TXN_CHECKS) + [txn_check.STRESS]
+        unknown = [c for c in only if c not in known]
+        if unknown or not only:
+            raise ValueError(f"--only {args.only!r}: unknown check(s) {', '.join(map(repr, unknown)) or '(none)'}; "
+                             f"the transactional checks are {', '.join(known)}")
+    report = txn_check.run(args.system, options=options, quick=args.quick, heavy=args.heavy, seed=args.seed or 1,
+                           console=_console(), json_path=args.json, report_path=args.report, out_dir=args.out,
+                           profile=args.profile, chaos=chaos, only=only)
     return 0 if report.passed else 1
 
 

@@ -259,8 +259,14 @@ def run(system: str, *, options: dict | None = None, quick: bool = False, heavy:
     from cluster.correctness.conformance import run_suite
     from cluster.experiments.progress import Sweep
     from nodes.systems import get_system
-    console = console or Console()
     cls = get_system(system)
+    if getattr(cls, "transactional", False):
+        # a transactional system has its own suite (serializability, SmallBank's invariants)
+        from cluster.correctness import txn_check
+        return txn_check.run(system, options=options, quick=quick, heavy=heavy, seed=seed, console=console,
+                             json_path=json_path, report_path=report_path, out_dir=out_dir, profile=profile,
+                             chaos=chaos, only=only)
+    console = console or Console()
     asked = list(options or {})                 # the --option names, in the order given
     options = cls.check_options(dict(options or {}), f"dmrack check --system {system}")
     given = {k: options[k] for k in asked}      # their values as checked (converted to the option's type)

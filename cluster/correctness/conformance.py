@@ -899,6 +899,9 @@ def run_suite(system_name: str, *, only: Iterable[str] | None = None, options: d
     ``sizes``: a dict the checks that take a scale fill with their full sizes (what shrinking
     halves: ``shrink.py``)."""
     system = get_system(system_name)
+    if getattr(system, "transactional", False):
+        raise ValueError(f"system {system_name!r} is transactional: the KV conformance suite does not apply; its "
+                         f"checks are cluster/correctness/txn_check.py's (dmrack check --system {system_name})")
     if profile is not None:
         load_profile(profile)                     # an unknown name: one error now, not one per check
     # what the checks read besides their arguments, for this run (the contextvars above)
