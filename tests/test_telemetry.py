@@ -174,8 +174,8 @@ def _import_stats_with(tmp_path, old: str, new: str) -> subprocess.CompletedProc
 
 def test_a_declaration_that_outgrows_the_plane_layout_is_refused(tmp_path):
     # numba's cache of the stats kernels would keep the old layout: the plane refuses to start
-    res = _import_stats_with(tmp_path, '"rmw", "delete")', '"rmw", "delete", "merge")')
-    assert res.returncode != 0 and "7 op kinds" in res.stderr and "a new kind is a new layout" in res.stderr
+    res = _import_stats_with(tmp_path, '"delete", "commit", "abort")', '"delete", "commit", "abort", "merge")')
+    assert res.returncode != 0 and "9 op kinds" in res.stderr and "a new kind is a new layout" in res.stderr
     from cluster.stats import SLOT_HDR_WORDS, W_COUNTERS
     room = SLOT_HDR_WORDS - W_COUNTERS
     n = room - len(COUNTERS) + 1             # one more than the header holds
