@@ -35,11 +35,15 @@ class TxnRig:
 
     def __init__(self, system, workload, options=None, *, memory_nodes: int = 2, threads: int = 1,
                  coroutines: int = 1, seed: int = 1, profile: str = "cx6-200g", prefix: str | None = None,
-                 memory_bytes: int = 64 << 20, policy: str = "per_thread_qp", smart=None):
+                 memory_bytes: int = 64 << 20, policy: str = "per_thread_qp", smart=None,
+                 memory_kind: str = "dram"):
         self.system = get_system(system) if isinstance(system, str) else system
         self.workload = workload
         self.options = self.system.check_options(dict(options or {}), f"system {self.system.name!r}")
-        nodes = [NodeSpec("cn0", "compute", 16 << 20)] + [NodeSpec(f"mn{i}", "memory", memory_bytes)
+        # memory_kind "nvm": the memory nodes hold Optane PMem (docs/nvm.md), as FORD's and SMART-DTX's
+        # two memory blades do; the profile needs an [nvm] table (cx6-200g has one)
+        nodes = [NodeSpec("cn0", "compute", 16 << 20)] + [NodeSpec(f"mn{i}", "memory", memory_bytes,
+                                                                   memory_kind=memory_kind)
                                                           for i in range(memory_nodes)]
         self.fab = Fabric.create(load_profile(profile), nodes, prefix=prefix)
         try:
@@ -169,10 +173,14 @@ def smallbank_loop(workload: SmallBank, attempts: int, seed: int, outcomes: list
 
 def smallbank_stress(system, options=None, *, accounts: int = 200, hot_accounts: int = 20, threads: int = 2,
                      coroutines: int = 4, attempts: int = 60, seed: int = 1, prefix: str | None = None,
-                     audit_every_ns: int = 500, crash: tuple | None = None, **rig) -> StressReport:
+                     audit_every_ns: int = 500, crash: tuple | None = None, power_fail: tuple = (),
+                     **rig) -> StressReport:
     """SmallBank on ``threads x coroutines`` coordinators of ``system``; checked as the module says.
     ``crash = (failpoint, after)`` stops the coordinator that reaches the point for the
-    ``after + 1``-th time; the system's ``recover`` then runs before the checks."""
+    ``after + 1``-th time; the system's ``recover`` then runs before the checks. ``power_fail``:
+    memory nodes (``mn0`` = 0) whose persistent memory loses power once the run is over (needs
+    ``memory_kind = "nvm"``); the system's ``recover_power_failure`` then runs, and the checks ask
+    that no committed transaction was lost."""
     from shm import failpoints
     wl = SmallBank(accounts=accounts, hot_accounts=hot_accounts)
     with TxnRig(system, wl, options, threads=threads, coroutines=coroutines, seed=seed, prefix=prefix, **rig) as r:
@@ -188,6 +196,10 @@ def smallbank_stress(system, options=None, *, accounts: int = 200, hot_accounts:
         recovered = None
         if crash and hasattr(r.system, "recover"):
             recovered = r.system.recover(r.fab, r.layout)
+        if power_fail:
+            from shm.nvm import power_fail as fail
+            lost = {f"mn{m}": fail(r.fab, f"mn{m}") for m in power_fail}
+            recovered = {"lines lost": lost, **r.system.recover_power_failure(r.fab, r.layout)}
         final = r.final_state()
         ser = check_history(r.history(), final)
         total = sum(int.from_bytes(v, "little", signed=True) for (_, v) in final.values())

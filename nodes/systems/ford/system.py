@@ -255,6 +255,52 @@ class FordSystem(TxnSystem):
         return {"rolled_back": rolled, "unlocked": unlocked}
 
     @classmethod
+    def recover_power_failure(cls, fabric, layout: dict) -> dict:
+        """After memory nodes with persistent memory lost power (``shm.nvm.power_fail``, the rack's
+        ``kill`` of an NVM memory node) while no transaction was in flight: make every record's
+        replicas equal again, each to its replica of the highest version, unlocked.
+
+        Why the highest version is the last committed one: a commit's selective flush (one 1-B READ
+        after the last read-write record's backup WRITE, FORD RFLUSH 2) makes durable every earlier
+        WRITE of the coordinator's QP to that memory node: that backup, and any other record's
+        primary or backup WRITE of the transaction that went to the same node. With SMART's
+        placement (2 memory nodes, every table on both) every record of a committed transaction
+        has its new version durable on the flushed node, while the copies on the other node (the
+        primaries of the last record's tables, the backup of an Amalgamate's savings record: the
+        brief's §1.5) revert to an older version if nothing else flushed them. Versions grow by
+        one per commit, so the highest survivor is the newest committed value. The lock words do
+        not survive cleanly (the C1 WRITE of LOCKED|INVISIBLE or INVISIBLE is flushed, the release
+        is not): they are all cleared. Returns counts.
+
+        Not covered: a transaction in flight at the failure (the rack kills memory nodes between
+        steps, when every operation has returned; a coordinator crash is :meth:`recover`'s), and
+        placements where a record has no replica on the flushed node (more than 2 memory nodes,
+        or ``replicas = 1``, which FORD's selective flush never flushes)."""
+        repaired = unlocked = 0
+        for name, t in layout["tables"].items():
+            reps = [cls._items(fabric, t, n, b) for n, b in t["replicas"]]
+            iw = t["item_bytes"] // 8
+            versions = np.stack([r[:, 4] for r in reps])
+            best = versions.argmax(axis=0)
+            live = reps[0][:, 0] != 0
+            for i in np.nonzero(live)[0]:
+                src = reps[int(best[i])][i]
+                differs = any((r[i, [0, 1, 2, 4]] != src[[0, 1, 2, 4]]).any() or (r[i, 6:iw] != src[6:iw]).any()
+                              for r in reps)
+                locked = any(r[i, 5] != 0 for r in reps)
+                if not differs and not locked:
+                    continue
+                repaired += bool(differs)
+                unlocked += bool(locked and not differs)
+                for r, (node, base) in zip(reps, t["replicas"]):
+                    row = src.copy()
+                    row[3] = r[i, 3]                  # each replica's own offset
+                    row[5] = 0
+                    w = cls._word(t, base, i)
+                    fabric.memory[node].host64[w:w + iw] = row
+        return {"repaired": repaired, "unlocked": unlocked}
+
+    @classmethod
     def client(cls, fabric, layout: dict, thread, options: dict):
         from .client import FordClient
         return FordClient(fabric, layout, thread, cls.check_options(dict(options or {}), "system 'ford'"))
