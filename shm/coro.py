@@ -878,6 +878,20 @@ class VerbBatch:
         h = self.masked_cas(addr, compare, swap, compare_mask, swap_mask)
         return (yield from self._backoff_after(h, compare, compare_mask))
 
+    def after_attempt(self, ok: bool):
+        """``yield from co.after_attempt(ok)``: SMART's conflict avoidance driven by an attempt that
+        is not one CAS, a transaction (SMART-DTX hooks ``sds::Backoff`` at a transaction's commit
+        and abort: madsys-dev/smart dtx/dtx.h:91-96, dtx.cpp:149-162). ``ok`` False (an abort) is a
+        retry for the retry-rate controller and, with back-off on, waits the truncated exponential
+        back-off; True restarts the back-off sequence. Counted as a ``backoff_cas`` would be
+        (``SmartStats.backoff_cas`` = attempts, ``retries`` = the failed ones). With conflict
+        avoidance off it does nothing (no counter moves, no time passes)."""
+        if self.thread._conflict is None:
+            return
+        delay = self._after_cas(ok)
+        if delay:
+            yield delay
+
     def _backoff_after(self, h: Handle, compare: int, mask: int):
         """Sync a queued CAS, then back off if its compared bits (``mask``) did not match."""
         yield self.sync()

@@ -226,6 +226,33 @@ class FordClient(TxnClient):
         self.logs = [gaddr(m, off + slot * self.log_bytes) for m, off in sorted(layout["logs"].items())]
         self.log_pos = 0
 
+    def run(self, co, body, *args, name: str | None = None, retries: int = 0):
+        """:meth:`TxnClient.run`, under SMART's conflict avoidance when the thread has it (SMART-DTX,
+        or FORD on a rack whose ``[smart]`` table turns it on): each attempt is one operation of
+        coroutine throttling (``op_begin``/``op_end``: SMART's ``begin_task``/``end_task``, at most
+        c_max transactions of the thread in flight) and its outcome feeds the retry-rate controller,
+        an abort waiting the back-off before the coroutine goes on (``retry_task``; FORD draws a new
+        transaction after an abort, so the pause comes after every abort, TATP's by-construction
+        ones included: madsys-dev/smart dtx/dtx.h:91-96,134-163, dtx.cpp:149-162). Without it, the
+        plain loop, not one event more."""
+        thread = self.thread
+        if not thread.conflict_control:
+            return (yield from super().run(co, body, *args, name=name, retries=retries))
+        attempt = 0
+        while True:
+            # the back-off exponent restarts with each new transaction (op_begin(co)), and grows
+            # over the retries of one when the caller asks for retries
+            yield from thread.op_begin(co if attempt == 0 else None)
+            try:
+                out = yield from super().run(co, body, *args, name=name, retries=0)
+                yield from co.after_attempt(out.committed)
+            finally:
+                thread.op_end()
+            if out.committed or attempt >= retries:
+                return out._replace(attempts=attempt + 1)
+            attempt += 1
+            self.count("retries")
+
     def begin(self, co, name: str = "") -> FordTxn:
         return FordTxn(self, co, self.new_txn_id(), name)
 

@@ -77,13 +77,13 @@ class FordSystem(TxnSystem):
         nodes = getattr(spec, "nodes", ())
         mns = [n for n in (nodes() if callable(nodes) else nodes) if getattr(n, "role", "") == "memory"]
         if mns and options["replicas"] > len(mns):
-            raise ValueError(f"system 'ford': replicas = {options['replicas']} needs that many memory nodes; the rack "
+            raise ValueError(f"system {cls.name!r}: replicas = {options['replicas']} needs that many memory nodes; the rack "
                              f"has {len(mns)}")
 
     # -- setup ---------------------------------------------------------------------------------
     @classmethod
     def setup_tables(cls, fabric, memory_nodes, options: dict, tables: list[TableSpec]) -> dict:
-        opts = cls.check_options(dict(options or {}), "system 'ford'")
+        opts = cls.check_options(dict(options or {}), f"system {cls.name!r}")
         mns = memory_node_indexes(fabric, memory_nodes, "FORD")
         if opts["replicas"] > len(mns):
             raise SystemGaveUp(f"FORD: replicas = {opts['replicas']} needs that many memory nodes, got {len(mns)}")
@@ -303,7 +303,7 @@ class FordSystem(TxnSystem):
     @classmethod
     def client(cls, fabric, layout: dict, thread, options: dict):
         from .client import FordClient
-        return FordClient(fabric, layout, thread, cls.check_options(dict(options or {}), "system 'ford'"))
+        return FordClient(fabric, layout, thread, cls.check_options(dict(options or {}), f"system {cls.name!r}"))
 
 
 def _free_slot(mem, bucket_off: int, ib: int):
