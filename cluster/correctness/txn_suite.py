@@ -212,3 +212,41 @@ def smallbank_stress(system, options=None, *, accounts: int = 200, hot_accounts:
                + (f"; recovery {recovered}" if recovered else "")
                + (f"; {len(problems)} quiescence problems, first: {problems[0]}" if problems else ""))
         return StressReport(ok, commits, len(outcomes) - commits, msg, ser, cons, problems)
+
+
+def tatp_stress(system, options=None, *, subscribers: int = 100, threads: int = 2, coroutines: int = 4,
+                attempts: int = 60, seed: int = 1, prefix: str | None = None, audit_every_ns: int = 500,
+                crash: tuple | None = None, **rig) -> StressReport:
+    """TATP (workloads/tatp.py) on ``threads x coroutines`` coordinators of ``system``: the history
+    checked serializable against the primaries' final state, TATP's invariants (each subscriber's
+    secondary row names it; every live call_forwarding row has its special_facility row), the
+    system's audit sampled during the run, and at quiescence no lock set and backups equal to their
+    primaries. ``crash`` as for :func:`smallbank_stress`."""
+    from shm import failpoints
+    from workloads.tatp import Tatp, check_tatp
+    wl = Tatp(subscribers=subscribers)
+    with TxnRig(system, wl, options, threads=threads, coroutines=coroutines, seed=seed, prefix=prefix, **rig) as r:
+        outcomes: list = []
+        audits: list = []
+        if crash:
+            failpoints.arm(crash[0], "crash", after=crash[1])
+        try:
+            r.each(smallbank_loop(wl, attempts, seed, outcomes), audit_every_ns, audits)
+        finally:
+            if crash:
+                failpoints.arm(crash[0], "off")
+        recovered = None
+        if crash and hasattr(r.system, "recover"):
+            recovered = r.system.recover(r.fab, r.layout)
+        ser = check_history(r.history(), r.final_state())
+        inv = check_tatp({t.name: r.records(t.name) for t in wl.tables()}, subscribers)
+        problems = tuple(audits) + tuple(r.quiescent_problems()) + inv.problems
+        commits = sum(o.committed for o in outcomes)
+        reasons: dict = {}
+        for o in outcomes:
+            if not o.committed:
+                reasons[o.reason] = reasons.get(o.reason, 0) + 1
+        msg = (f"{commits} committed, {len(outcomes) - commits} aborted {reasons}; {ser.message}; {inv.message}"
+               + (f"; recovery {recovered}" if recovered else "")
+               + (f"; {len(problems)} problems, first: {problems[0]}" if problems else ""))
+        return StressReport(ser.ok and not problems, commits, len(outcomes) - commits, msg, ser, inv, problems)

@@ -32,7 +32,7 @@ Failpoints between the phases (``ford.executed``, ``ford.validated``, ``ford.pri
 
 from __future__ import annotations
 
-from nodes.systems.txn import Item, Txn, TxnAborted, TxnClient, UnsupportedOperation
+from nodes.systems.txn import Item, Txn, TxnAborted, TxnClient
 from shm.fabric import gaddr
 from shm.failpoints import failpoint
 
@@ -63,19 +63,18 @@ class FordTxn(Txn):
         cl: FordClient = self.client
         co = self.co
         for it in items:
-            if it.mode not in (Item.READ, Item.UPDATE):
-                raise UnsupportedOperation(f"ford: {it.mode} is not built yet (SmallBank needs none)")
             it.state = _State(cl.tables[it.table])
         todo = list(items)
         while todo:
             for it in todo:
                 st = it.state
                 ti = st.tinfo
-                addr = cl.cache.get((ti["id"], it.key)) if cl.addr_cache else None
+                # an insert always READs its bucket chain (FORD: inserts are not cached)
+                addr = cl.cache.get((ti["id"], it.key)) if cl.addr_cache and it.mode != Item.INSERT else None
                 if addr is not None and st.bucket is None:
                     st.addr = addr
                     st.rel = addr - ti["pgaddr"]
-                    if it.mode == Item.UPDATE:
+                    if it.mode != Item.READ:
                         st.cas = co.cas(addr + LOCK_OFF, 0, LOCKED)
                         st.lock_posted = True
                     st.handle = co.read(addr, ti["item_bytes"])
@@ -96,6 +95,14 @@ class FordTxn(Txn):
                     elif failure is None:
                         failure = TxnAborted("lock", f"{it.table}[{it.key}]")
                     st.cas = None
+                if it.mode == Item.INSERT:
+                    nxt, problem = cl._scan_insert(st, it)
+                    if problem is not None:
+                        failure = failure or problem
+                    elif nxt:
+                        st.bucket = ti["pgaddr"] - ti["pbase"] + nxt
+                        again.append(it)
+                    continue
                 if st.bucket is None:
                     rec = decode_item(st.handle.data, ti["value_bytes"])
                     raw = bytes(st.handle.data)
@@ -136,7 +143,7 @@ class FordTxn(Txn):
     def _commit(self):
         cl: FordClient = self.client
         co = self.co
-        rw = [it for it in self.items if it.mode == Item.UPDATE]
+        rw = [it for it in self.items if it.mode != Item.READ]
         ro = [it for it in self.items if it.mode == Item.READ]
         if cl.txn_cpu_ns:
             cl.thread.cpu(cl.txn_cpu_ns)
@@ -276,6 +283,51 @@ class FordClient(TxnClient):
         nxt = int.from_bytes(bytes(data[ti["next_off"]:ti["next_off"] + 8]), "little")
         return None, None, nxt
 
+    def _scan_insert(self, st: _State, it: Item):
+        """Choose an insert's slot in the bucket just READ (FORD ``FindInsertOff``, dtx_check_rw.cc:
+        186-244: a slot with ``valid == 0`` and an unlocked lock word). Here a slot is kept by its key
+        once used: the key's own deleted record is taken first, else a never-used slot, so a
+        key's versions stay one sequence for the checker (FORD reuses any invalid slot). A live
+        record of the key aborts (the key exists: TATP InsertCallForwarding's duplicate), and so
+        does a never-used slot that is locked, an insert in flight in this chain whose key cannot
+        be seen (two inserts of one key could otherwise take two slots). Returns (the ``next``
+        offset to READ, 0 once decided; an abort or None); a chosen slot sets the item's address,
+        its version (the slot's, validated by CAS + READ) and its before-image."""
+        ti = st.tinfo
+        data = st.handle.data
+        ib, vb = ti["item_bytes"], ti["value_bytes"]
+        for s in range(22):
+            off = s * ib
+            rec = decode_item(data[off:off + ib], vb)
+            if rec.table_id == ti["id"] and rec.key == it.key:
+                if rec.valid:
+                    return 0, TxnAborted("user", f"{it.table}[{it.key}] exists")
+                if rec.lock:
+                    return 0, TxnAborted("lock", f"{it.table}[{it.key}] (deleted) is locked")
+                self._take_slot(st, it, st.bucket + off, rec.version, bytes(data[off:off + ib]))
+            elif rec.table_id == 0:
+                if rec.lock:
+                    return 0, TxnAborted("lock", f"{it.table}: an insert is in flight in {it.key}'s bucket")
+                if st.addr is None:
+                    self._take_slot(st, it, st.bucket + off, 0, None)
+        nxt = int.from_bytes(bytes(data[ti["next_off"]:ti["next_off"] + 8]), "little")
+        if nxt:
+            return nxt, None
+        if st.addr is None:
+            return 0, TxnAborted("not_found", f"{it.table}[{it.key}]: no free slot in its bucket chain")
+        return 0, None
+
+    def _take_slot(self, st: _State, it: Item, addr: int, version: int, raw) -> None:
+        """The insert goes to ``addr``; a key's own deleted record beats a never-used slot."""
+        ti = st.tinfo
+        st.addr = addr
+        st.rel = addr - ti["pgaddr"]
+        it.version = version
+        # the undo log's before-image: the record as it was, or for a never-used slot an absent
+        # record of the key (valid 0), so that recovery can roll an interrupted insert back
+        st.raw_record = raw if raw is not None else encode_item(ti["id"], it.key, ti["pbase"] + st.rel, 0, 0, b"",
+                                                                 ti["value_bytes"], valid=False)
+
     def _wait_visible(self, co, it: Item):
         """SMART: re-READ the lock word until bit 63 clears, keeping what was read (dtx.cpp:382-394)."""
         if self.on_invisible == "abort":
@@ -309,17 +361,23 @@ class FordClient(TxnClient):
         for it in rw:
             st = it.state
             ti = st.tinfo
-            value = codecs[it.table].encode(it.new_value if it.new_value is not None else it.value)
+            if it.mode == Item.DELETE:               # valid := 0, the bytes kept (FORD: delete = valid 0)
+                value = it.raw
+            elif it.mode == Item.INSERT and it.new_value is None:
+                raise TxnAborted("user", f"{it.table}[{it.key}] inserted without a value")
+            else:
+                value = codecs[it.table].encode(it.new_value if it.new_value is not None else it.value)
+            valid, ins = it.mode != Item.DELETE, it.mode == Item.INSERT
             version = it.version + 1
             co.write(st.addr + LOCK_OFF, invis)
             co.write(st.addr, encode_item(ti["id"], it.key, ti["pbase"] + st.rel, version, invis, value,
-                                          ti["value_bytes"]))
+                                          ti["value_bytes"], valid, ins))
             if self.fault == "unlock-before-backups":
                 co.write(st.addr + LOCK_OFF, 0)
             for (bnode, bbase), bg in zip(ti["replicas"][1:], ti["backups"]):
                 baddr = bg + st.rel
                 backup_writes.append((baddr, encode_item(ti["id"], it.key, bbase + st.rel, version, INVISIBLE, value,
-                                                         ti["value_bytes"])))
+                                                         ti["value_bytes"], valid, ins)))
                 last_backup = baddr
             installed.append((it.table, it.key, version, value))
         tx.installed = installed                 # posted from here on: they may land
