@@ -42,7 +42,37 @@ def test_fig14_counts_retries():
 
 
 def test_registry_lists_every_experiment():
-    assert list(rs.EXPERIMENTS) == ["fig3", "fig4", "fig5", "fig7", "fig12", "fig13", "fig14", "table1"]
+    assert list(rs.EXPERIMENTS) == ["fig3", "fig4", "fig5", "fig7", "fig10", "fig11", "fig12", "fig13", "fig14",
+                                    "table1"]
+
+
+def test_fig10_and_fig11_rows_on_a_tiny_rack():
+    """FORD+ and SMART-DTX on a few coordinators (TATP, 5,000 subscribers on two PMem nodes): the
+    rows carry the artifact's points at the same thread counts; virtual time, deterministic."""
+    from cluster.experiments import smart_dtx
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(smart_dtx, "_windows", lambda quick, idle_us=0.0: (20.0 + 2 * idle_us, 40.0 + 2 * idle_us))
+        rows = rs.fig10(True, lambda msg: None, threads=(1, 8), workloads=("tatp",))
+        rows11 = rs.fig11(True, lambda msg: None, idles=(0, 16), threads=4, workloads=("tatp",))
+    got = {(r.series, r.x, r.metric): r for r in rows}
+    for s in ("ford+", "smart-dtx"):
+        r = got[(f"{s}, tatp", 8, "Mtxn/s")]
+        assert r.emulated > 0 and r.published == smart_dtx.FIG10_ARTIFACT[("tatp", s)][8]
+        assert 0.1 < got[(f"{s}, tatp", 1, "abort rate")].emulated < 0.45      # TATP's by-construction aborts
+    assert [r.published for r in rows if r.metric == "max ratio"] == [2.6]
+    assert {r.experiment for r in rows11} == {"fig11"}
+    p50 = {(r.series, r.x): r.emulated for r in rows11 if r.metric == "p50 µs"}
+    assert all(v > 0 for v in p50.values()) and len(p50) == 4
+    assert any(r.metric == "p50 change %" and r.published == -77.0 for r in rows11)
+
+
+def test_one_ford_thread_runs_the_artifacts_attempt_rate():
+    """smart_dtx.TXN_CPU_NS: one FORD+ thread x 8 coroutines attempts SmallBank at the artifact's
+    0.247 M/s and TATP at 0.517 M/s (ae/raw-reference/fig10-*.csv, 1 thread)."""
+    from cluster.experiments.smart_dtx import dtx_point
+    for wl, rate in (("smallbank", 0.247), ("tatp", 0.517)):
+        p = dtx_point("calibration", "ford+", wl, 1, True, 50.0, 300.0)
+        assert p["attempts_m"] == pytest.approx(rate, rel=0.12), (wl, p)
 
 
 def test_hot_key_updates_pile_up_over_milliseconds():

@@ -36,13 +36,13 @@ class TxnRig:
     def __init__(self, system, workload, options=None, *, memory_nodes: int = 2, threads: int = 1,
                  coroutines: int = 1, seed: int = 1, profile: str = "cx6-200g", prefix: str | None = None,
                  memory_bytes: int = 64 << 20, policy: str = "per_thread_qp", smart=None,
-                 memory_kind: str = "dram"):
+                 memory_kind: str = "dram", compute_bytes: int = 16 << 20):
         self.system = get_system(system) if isinstance(system, str) else system
         self.workload = workload
         self.options = self.system.check_options(dict(options or {}), f"system {self.system.name!r}")
         # memory_kind "nvm": the memory nodes hold Optane PMem (docs/nvm.md), as FORD's and SMART-DTX's
         # two memory blades do; the profile needs an [nvm] table (cx6-200g has one)
-        nodes = [NodeSpec("cn0", "compute", 16 << 20)] + [NodeSpec(f"mn{i}", "memory", memory_bytes,
+        nodes = [NodeSpec("cn0", "compute", compute_bytes)] + [NodeSpec(f"mn{i}", "memory", memory_bytes,
                                                                    memory_kind=memory_kind)
                                                           for i in range(memory_nodes)]
         self.fab = Fabric.create(load_profile(profile), nodes, prefix=prefix)

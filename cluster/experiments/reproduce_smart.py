@@ -21,6 +21,9 @@ Experiments available now:
   at 16 threads;
 * ``fig7``: RACE (QPs per thread, SMART off) against SMART-HT (a doorbell per thread, its
   ``smart_defaults``) on YCSB A, B and C by thread count;
+* ``fig10``, ``fig11``: FORD+ against SMART-DTX on SmallBank and TATP with the tables on two PMem
+  memory nodes, committed Mtxn/s by thread count, and throughput against median latency at 96 x 8
+  by idle time per commit (cluster/experiments/smart_dtx.py);
 * ``fig12``: Sherman, Sherman with speculative lookup and SMART-BT on YCSB B and C by thread count;
 * ``fig13``: 8-byte READs with and without adaptive work-request throttling, (a) by thread count at
   16 outstanding WRs per thread, (b) by outstanding WRs per thread at 96 threads (raw verbs rig);
@@ -523,6 +526,14 @@ FIGURES = [
     *[Figure(f"fig12{w}", "fig12", "Mops", f"Fig. 12{w}: B+-trees, YCSB {w.upper()}, zipf 0.99", THREADS,
              "throughput (Mops)", series=tuple(f"{s}, YCSB {w.upper()}" for s, *_ in FIG12_SYSTEMS))
       for w in ("b", "c")],
+    *[Figure(f"fig10{k}", "fig10", "Mtxn/s", f"Fig. 10{k}: FORD+ vs SMART-DTX, {w} (PMem), by thread count",
+             THREADS, "committed Mtxn/s", series=(f"ford+, {w}", f"smart-dtx, {w}"), refs=("peak Mtxn/s",),
+             peak_at="threads at peak")
+      for k, w in (("a", "smallbank"), ("b", "tatp"))],
+    *[Figure(f"fig11{k}", "fig11", ("Mtxn/s", "p50 µs"), f"Fig. 11{k}: {w} at 96 x 8, by idle time per commit",
+             "idle µs after each commit", ("committed Mtxn/s", "median latency (µs)"), xs="category",
+             series=(f"ford+, {w}", f"smart-dtx, {w}"))
+      for k, w in (("a", "smallbank"), ("b", "tatp"))],
     Figure("fig13a", "fig13a", "Mops", "Fig. 13a: 8-byte READs, 16 outstanding WRs per thread", THREADS,
            "throughput (Mops)", refs=("Mops",)),
     Figure("fig13b", "fig13b", "Mops", "Fig. 13b: 8-byte READs at 96 threads by batch size",
@@ -536,12 +547,26 @@ FIGURES = [
 ]
 
 
-EXPERIMENTS = {"fig3": fig3, "fig4": fig4, "fig5": fig5, "fig7": fig7, "fig12": fig12, "fig13": fig13,
-               "fig14": fig14, "table1": table1}
+# --- Figs. 10 and 11: FORD+ vs SMART-DTX (cluster/experiments/smart_dtx.py) ------------------------
+
+def fig10(quick: bool, progress, **kw) -> list[Row]:
+    """FORD+ against SMART-DTX, committed Mtxn/s by thread count on SmallBank and TATP (PMem)."""
+    from cluster.experiments.smart_dtx import fig10 as run
+    return run(quick, progress, **kw)
+
+
+def fig11(quick: bool, progress, **kw) -> list[Row]:
+    """FORD+ against SMART-DTX at 96 x 8: throughput against median latency by idle time."""
+    from cluster.experiments.smart_dtx import fig11 as run
+    return run(quick, progress, **kw)
+
+
+EXPERIMENTS = {"fig3": fig3, "fig4": fig4, "fig5": fig5, "fig7": fig7, "fig10": fig10, "fig11": fig11,
+               "fig12": fig12, "fig13": fig13, "fig14": fig14, "table1": table1}
 
 
 # the experiments made of fresh racks, which can run side by side (cluster.experiments.pointpool)
-SIDE_BY_SIDE = ("fig5", "fig7", "fig14")
+SIDE_BY_SIDE = ("fig5", "fig7", "fig10", "fig11", "fig14")
 
 
 def setup(quick: bool) -> dict:
@@ -555,7 +580,7 @@ def setup(quick: bool) -> dict:
 
 
 EXPERIMENT = reproduction(
-    "smart", "SMART", title="SMART (ASPLOS'24): Fig. 3, 4, 5, 7, 12, 13, 14 and Table 1",
+    "smart", "SMART", title="SMART (ASPLOS'24): Fig. 3, 4, 5, 7, 10, 11, 12, 13, 14 and Table 1",
     parts=EXPERIMENTS, side_by_side=SIDE_BY_SIDE, setup=setup, figures=FIGURES, profiles=("cx6-200g",),
     # what `dmrack sensitivity smart` runs per knob: Figs. 3 and 4 (doorbells, QPs, WQE cache: seconds)
     # and Fig. 5 (RACE's hot-key collapse, about 46 s) with --quick

@@ -19,6 +19,7 @@ import numpy as np
 from nodes.systems.api import Option, SystemGaveUp
 from nodes.systems.lib.memory_nodes import memory_node_indexes
 from nodes.systems.txn import TableSpec, TxnSystem
+from shm.fabric import gaddr
 
 from .layout import (
     INVISIBLE, KEY_OFF, LOCK_OFF, RESERVE_FRACTION, SLOTS_PER_BUCKET, TABLE_ID_OFF, VERSION_OFF, bucket_bytes, bucket_of,
@@ -170,6 +171,17 @@ class FordSystem(TxnSystem):
                         continue
                     out.setdefault(r.key, []).append((r.version, r.lock, r.value, r.valid, r.remote_offset))
         return out
+
+    @classmethod
+    def addresses(cls, fabric, layout: dict, table: str) -> dict:
+        """``{(table id, key): the primary's global address}`` of every live record: what a
+        coordinator's address cache holds after FORD's warm-up (50,000 transactions per thread,
+        bench.cpp:241), for experiments that start warm (``client.cache``)."""
+        t = layout["tables"][table]
+        node, base = t["replicas"][0]
+        items = cls._items(fabric, t, node, base)
+        live = np.nonzero((items[:, 0] == t["id"]))[0]
+        return {(t["id"], int(items[i, 2])): gaddr(node, cls._word(t, base, i) * 8) for i in live}
 
     @classmethod
     def _items(cls, fabric, t: dict, node: int, base: int):
