@@ -66,13 +66,14 @@ def test_fig10_and_fig11_rows_on_a_tiny_rack():
     assert any(r.metric == "p50 change %" and r.published == -77.0 for r in rows11)
 
 
-def test_one_ford_thread_runs_the_artifacts_attempt_rate():
-    """smart_dtx.TXN_CPU_NS: one FORD+ thread x 8 coroutines attempts SmallBank at the artifact's
-    0.247 M/s and TATP at 0.517 M/s (ae/raw-reference/fig10-*.csv, 1 thread)."""
+def test_one_ford_thread_attempts_from_the_profiles_cpu_prices():
+    """The coordinator's CPU is priced from the profile's [software] table, not fitted to a figure:
+    one FORD+ thread x 8 coroutines attempts transactions at a rate of the artifact's order
+    (SmallBank 0.247, TATP 0.517 M/s, ae/raw-reference/fig10-*.csv); fig10 reports it as a check."""
     from cluster.experiments.smart_dtx import dtx_point
     for wl, rate in (("smallbank", 0.247), ("tatp", 0.517)):
-        p = dtx_point("calibration", "ford+", wl, 1, True, 50.0, 300.0)
-        assert p["attempts_m"] == pytest.approx(rate, rel=0.12), (wl, p)
+        p = dtx_point("one thread", "ford+", wl, 1, True, 50.0, 300.0)
+        assert rate / 4 < p["attempts_m"] < rate * 4, (wl, p)
 
 
 def test_hot_key_updates_pile_up_over_milliseconds():

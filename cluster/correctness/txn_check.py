@@ -237,10 +237,13 @@ def check_serializable_history(system, options, ctx) -> int:
 
 
 def check_coordinator_crash(system, options, ctx) -> int:
-    """Each of the system's failpoints (``<name>.*`` in shm/failpoints.KNOWN), one crash each."""
+    """Each of the system's failpoints (``<name>.*`` in shm/failpoints.KNOWN, for its own name and
+    the designs it is built on: SMART-DTX's are FORD's), one crash each."""
     from shm.failpoints import KNOWN
     name = "coordinator_crash"
-    points = [p for p in KNOWN if p.startswith(f"{system.name}.")]
+    cls = system if isinstance(system, type) else type(system)
+    names = [c.name for c in cls.__mro__ if getattr(c, "name", "")]
+    points = [p for p in KNOWN if any(p.startswith(f"{n}.") for n in names)]
     _expect(points, name, f"system {system.name!r} declares no failpoints ({system.name}.* in shm/failpoints.py)")
     _expect(hasattr(system, "recover"), name, f"system {system.name!r} has no recover(fabric, layout)")
     # a dead coordinator's INVISIBLE records stall readers up to the re-read bound: keep it short

@@ -46,6 +46,7 @@ BUILTIN = {
     "clover": "nodes.systems.clover:CloverSystem",
     "aceso": "nodes.systems.aceso:AcesoSystem",
     "ford": "nodes.systems.ford:FordSystem",
+    "smart-dtx": "nodes.systems.smart_dtx:SmartDtxSystem",
 }
 
 ENTRY_POINT_GROUP = "dmrack.systems"

@@ -32,6 +32,8 @@ Failpoints between the phases (``ford.executed``, ``ford.validated``, ``ford.pri
 
 from __future__ import annotations
 
+from nodes.systems.lib.cpu_costs import SoftwareCosts
+from nodes.systems.race.client import hash_ns
 from nodes.systems.txn import Item, Txn, TxnAborted, TxnClient
 from shm.fabric import gaddr
 from shm.failpoints import failpoint
@@ -145,8 +147,10 @@ class FordTxn(Txn):
         co = self.co
         rw = [it for it in self.items if it.mode != Item.READ]
         ro = [it for it in self.items if it.mode == Item.READ]
-        if cl.txn_cpu_ns:
-            cl.thread.cpu(cl.txn_cpu_ns)
+        lines = sum(-(-it.state.tinfo["item_bytes"] // 64) for it in self.items)
+        rw_lines = sum(-(-it.state.tinfo["item_bytes"] // 64) for it in rw)
+        cl.thread.cpu(cl._attempt_ns + len(self.items) * cl._record_ns + (lines + 2 * rw_lines) * cl._line_ns
+                      + cl.txn_cpu_ns)
         if rw:
             cl._log(co, self, rw)
         unlocked = [it for it in rw if not it.state.locked]
@@ -218,6 +222,16 @@ class FordClient(TxnClient):
         self.flush = options["flush"]
         self.fault = options["fault"]
         self.txn_cpu_ns = options["txn_cpu_ns"]
+        # The coordinator's own CPU per attempt, priced from the profile's [software] table as every
+        # system's (nodes/systems/lib/cpu_costs.py), not fitted to a figure: the fixed work of an
+        # operation (op_cycles); per record the address-cache lookup (hashing its 8-byte key, one
+        # DRAM miss into the map) and its lines checked (line_cycles each); per read-write record
+        # its before-image copied into the undo log and its new image built (its lines twice).
+        # The verbs' own posting and polling are charged by the verbs layer.
+        sw = SoftwareCosts(fabric.profile)
+        self._attempt_ns = sw.op_ns
+        self._record_ns = hash_ns(fabric.profile, 8) + sw.dram_ns
+        self._line_ns = sw.line_ns
         self.cache: dict = {}
         self.tables = {}
         for name, t in layout["tables"].items():
