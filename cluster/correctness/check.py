@@ -174,7 +174,7 @@ def _failure_blocks(result, console, report_path: str | None) -> None:
         console.print(f"scan problem: {p}", highlight=False, markup=False, soft_wrap=True)
 
 
-def _write_report(path: str, text: str) -> None:
+def write_report(path: str, text: str) -> None:
     import os
     d = os.path.dirname(os.path.abspath(path))
     os.makedirs(d, exist_ok=True)
@@ -365,7 +365,7 @@ def run(system: str, *, options: dict | None = None, quick: bool = False, heavy:
         if shrunk is not None:
             text.append(f"== shrunk: {shrunk.check} at {shrunk.scale.text()}")
             text.append(shrunk.detail)
-        _write_report(path, "\n".join(text))
+        write_report(path, "\n".join(text))
     console.print(verdict, highlight=False, soft_wrap=True)
     if path:
         console.print(f"full report: {path}", highlight=False)
@@ -440,7 +440,7 @@ def check_history_file(path: str, *, time_limit_s: float = 10.0, console=None, r
     write = report_path or out_dir or result.verdict != "ok"
     out = report_path or default_report_path(stem, out_dir) if write else None
     if out:
-        _write_report(out, f"{path}\n{result.explain()}")
+        write_report(out, f"{path}\n{result.explain()}")
     console.print(result.summary(), highlight=False, markup=False, soft_wrap=True)
     if out:
         console.print(f"full report: {out}", highlight=False)

@@ -356,7 +356,7 @@ def run(system: str, *, options: dict | None = None, quick: bool = False, heavy:
     from rich.console import Console
     from rich.table import Table
     from cluster.correctness.chaos import applied
-    from cluster.correctness.check import CheckReport, _write_report, default_report_path, options_text, \
+    from cluster.correctness.check import CheckReport, write_report, default_report_path, options_text, \
         replay_command
     from cluster.experiments.progress import Sweep
     from nodes.systems import get_system
@@ -384,7 +384,7 @@ def run(system: str, *, options: dict | None = None, quick: bool = False, heavy:
             text.append(f"== {o.name}: {'pass' if o.passed else 'FAIL'} ({o.txns_checked:,} attempts, {o.wall_s:.1f} s)")
             if o.detail:
                 text.append(o.detail)
-        _write_report(path, "\n".join(text))
+        write_report(path, "\n".join(text))
     console.print(verdict, highlight=False, soft_wrap=True)
     if path:
         console.print(f"full report: {path}", highlight=False)
