@@ -181,21 +181,9 @@ def smallbank_stress(system, options=None, *, accounts: int = 200, hot_accounts:
     memory nodes (``mn0`` = 0) whose persistent memory loses power once the run is over (needs
     ``memory_kind = "nvm"``); the system's ``recover_power_failure`` then runs, and the checks ask
     that no committed transaction was lost."""
-    from shm import failpoints
     wl = SmallBank(accounts=accounts, hot_accounts=hot_accounts)
     with TxnRig(system, wl, options, threads=threads, coroutines=coroutines, seed=seed, prefix=prefix, **rig) as r:
-        outcomes: list = []
-        audits: list = []
-        if crash:
-            failpoints.arm(crash[0], "crash", after=crash[1])
-        try:
-            r.each(smallbank_loop(wl, attempts, seed, outcomes), audit_every_ns, audits)
-        finally:
-            if crash:
-                failpoints.arm(crash[0], "off")
-        recovered = None
-        if crash and hasattr(r.system, "recover"):
-            recovered = r.system.recover(r.fab, r.layout)
+        outcomes, audits, recovered = _run(r, wl, attempts, seed, audit_every_ns, crash)
         if power_fail:
             from shm.nvm import power_fail as fail
             lost = {f"mn{m}": fail(r.fab, f"mn{m}") for m in power_fail}
@@ -214,6 +202,25 @@ def smallbank_stress(system, options=None, *, accounts: int = 200, hot_accounts:
         return StressReport(ok, commits, len(outcomes) - commits, msg, ser, cons, problems)
 
 
+def _run(r, wl, attempts: int, seed: int, audit_every_ns: int, crash):
+    """Run ``wl``'s closed loop on the rig (``crash``: a failpoint armed for the run), then the
+    system's recovery after a crash; ``(outcomes, audits, what recovery did or None)``."""
+    from shm import failpoints
+    outcomes: list = []
+    audits: list = []
+    if crash:
+        failpoints.arm(crash[0], "crash", after=crash[1])
+    try:
+        r.each(smallbank_loop(wl, attempts, seed, outcomes), audit_every_ns, audits)
+    finally:
+        if crash:
+            failpoints.arm(crash[0], "off")
+    recovered = None
+    if crash and hasattr(r.system, "recover"):
+        recovered = r.system.recover(r.fab, r.layout)
+    return outcomes, audits, recovered
+
+
 def tatp_stress(system, options=None, *, subscribers: int = 100, threads: int = 2, coroutines: int = 4,
                 attempts: int = 60, seed: int = 1, prefix: str | None = None, audit_every_ns: int = 500,
                 crash: tuple | None = None, **rig) -> StressReport:
@@ -222,22 +229,10 @@ def tatp_stress(system, options=None, *, subscribers: int = 100, threads: int = 
     secondary row names it; every live call_forwarding row has its special_facility row), the
     system's audit sampled during the run, and at quiescence no lock set and backups equal to their
     primaries. ``crash`` as for :func:`smallbank_stress`."""
-    from shm import failpoints
     from workloads.tatp import Tatp, check_tatp
     wl = Tatp(subscribers=subscribers)
     with TxnRig(system, wl, options, threads=threads, coroutines=coroutines, seed=seed, prefix=prefix, **rig) as r:
-        outcomes: list = []
-        audits: list = []
-        if crash:
-            failpoints.arm(crash[0], "crash", after=crash[1])
-        try:
-            r.each(smallbank_loop(wl, attempts, seed, outcomes), audit_every_ns, audits)
-        finally:
-            if crash:
-                failpoints.arm(crash[0], "off")
-        recovered = None
-        if crash and hasattr(r.system, "recover"):
-            recovered = r.system.recover(r.fab, r.layout)
+        outcomes, audits, recovered = _run(r, wl, attempts, seed, audit_every_ns, crash)
         ser = check_history(r.history(), r.final_state())
         inv = check_tatp({t.name: r.records(t.name) for t in wl.tables()}, subscribers)
         problems = tuple(audits) + tuple(r.quiescent_problems()) + inv.problems
