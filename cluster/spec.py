@@ -134,8 +134,9 @@ ON_NODE_DEATH = ("stop", "continue")
 # YCSB's core workloads A-F, then dmrack's presets for Dolphin's workloads (workloads/properties.py)
 WORKLOAD_PRESETS = ("a", "b", "c", "d", "e", "f", "load", "range-only", "range-write")
 #: Transactional workloads a [workload] may name (``preset`` or ``kind``), for transactional
-#: systems (nodes/systems/txn.py); built by workloads.smallbank.
-TXN_WORKLOADS = ("smallbank",)
+#: systems (nodes/systems/txn.py): the names of workloads.tables.TXN_WORKLOADS (declared there,
+#: with the class each names; listed here so that a spec can be read without importing them).
+TXN_WORKLOADS = ("smallbank", "tatp")
 
 # YCSB properties that fix *which keys exist and how big they are*. Every preset-based workload of a
 # scenario inherits these from [workload] unless it sets them itself, so that "run B" after
@@ -290,8 +291,8 @@ class WorkloadSpec:
 
     @property
     def transactional(self) -> bool:
-        """A transactional workload (``preset``/``kind = "smallbank"``: workloads.smallbank) for a
-        transactional system (nodes/systems/txn.py), not a YCSB one."""
+        """A transactional workload (``preset``/``kind = "smallbank"`` or ``"tatp"``: workloads.smallbank,
+        workloads.tatp) for a transactional system (nodes/systems/txn.py), not a YCSB one."""
         return self.preset in TXN_WORKLOADS
 
     def build(self):
@@ -305,9 +306,9 @@ class WorkloadSpec:
 
         where = f"{self.source}: {self.table}"
         if self.transactional:
-            from workloads.smallbank import SmallBank
+            from workloads.tables import txn_workload_class
             try:
-                return SmallBank.from_properties(self.overrides, where)
+                return txn_workload_class(self.preset).from_properties(self.overrides, where)
             except WorkloadError as e:
                 raise SpecError(str(e) if where in str(e) else f"{where}: {e}") from None
         if self.trace is not None:
@@ -344,7 +345,7 @@ class WorkloadSpec:
         if self.trace is not None:
             return f"trace {Path(self.trace).name}"
         if self.transactional:
-            return "SmallBank"
+            return {"smallbank": "SmallBank", "tatp": "TATP"}.get(self.preset, self.preset)
         return f"YCSB {self.preset.upper()}" if self.preset else f"YCSB file {Path(self.file).name}"
 
     def describe(self) -> str:

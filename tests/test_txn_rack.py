@@ -78,6 +78,30 @@ def test_the_example_runs_smallbank_and_reports_transactions():
     assert "committed/s" in "\n".join(str(res.table().caption).splitlines())
 
 
+@pytest.mark.parametrize("system", ["ford", "smart-dtx"])
+def test_tatp_runs_on_a_rack_with_its_aborts_by_construction(system):
+    """``[workload] kind = "tatp"``: TATP's five tables loaded with the rack, its mix run by the
+    coordinators; a quarter or so of the attempts abort by construction (rows that do not exist),
+    and they are counted as aborts."""
+    data = _rack(**{"system.name": system, "workload.preset": None, "workload.kind": "tatp",
+                    "workload.accounts": None, "workload.hot_accounts": None, "workload.subscribers": 300,
+                    "compute.coroutines": 4})
+    data["step"] = [{"action": "run", "duration_ms": 0.2}]
+    s = scenario_from_dict(data, source="t.toml")
+    assert s.spec.workloads["default"].title == "TATP"
+    res = ColocatedRack(s).run()
+    txn = res.transactions(res.steps[0])
+    assert txn["committed"] > 40 and 0.1 < txn["abort_rate"] < 0.5, txn
+
+
+def test_bad_tatp_parameters_are_one_line():
+    with pytest.raises(SpecError) as e:
+        compile_scenario(scenario_from_dict(_rack(**{"workload.preset": "tatp", "workload.accounts": None,
+                                                     "workload.hot_accounts": None, "workload.subscribers": 0}),
+                                            source="t.toml"))
+    assert "subscribers = 0 must be" in str(e.value) and "\n" not in str(e.value)
+
+
 def test_a_kv_run_has_no_transaction_figures():
     res = ColocatedRack(scenario_from_dict({"compute": {"count": 1, "threads": 1, "coroutines": 1},
                                             "workload": {"recordcount": 200},

@@ -33,7 +33,7 @@ from __future__ import annotations
 import random
 from typing import NamedTuple
 
-from workloads.tables import Codec, TableSpec
+from workloads.tables import Codec, TableSpec, TxnWorkload
 from workloads.properties import WorkloadError
 
 #: FORD smallbank_db.h:15-20, in the order of its workgen array.
@@ -72,7 +72,7 @@ def _int(name, value, lo, hi=None):
     return value
 
 
-class SmallBank:
+class SmallBank(TxnWorkload):
     """The workload's parameters (validated) and its transaction bodies.
 
     On the rack (a scenario's ``[workload] preset = "smallbank"``, built by
@@ -85,12 +85,8 @@ class SmallBank:
     #: the scenario keys of :meth:`from_properties`, with the constructor's argument each sets
     PARAMETERS = ("accounts", "hot_accounts", "tx_hot", "frequencies", "initial_balance_cents",
                   "buckets_per_account")
-    transactional = True
-    key_size = 8                        # an account id (smallbank_db.h: u64)
+    LABEL = "SmallBank"
     value_size = VALUE_BYTES
-    expected_new_keys = 0               # SmallBank inserts nothing
-    target = 0                          # closed loop only (FORD's benchmark)
-    finite = False
 
     def __init__(self, accounts: int = NUM_ACCOUNTS, hot_accounts: int = NUM_HOT_ACCOUNTS, tx_hot: int = TX_HOT,
                  frequencies=FREQUENCIES, initial_balance_cents: int = INITIAL_BALANCE_CENTS,
@@ -114,19 +110,6 @@ class SmallBank:
                                 f"got {buckets_per_account!r}")
         self.buckets_per_account = float(buckets_per_account)
         self._workgen = [t for t, f in zip(TYPES, freq) for _ in range(f)]
-
-    @classmethod
-    def from_properties(cls, props: dict, where: str = "smallbank") -> "SmallBank":
-        """From a scenario's ``[workload]`` keys (:data:`PARAMETERS`); an unknown key or a bad
-        value is one :class:`WorkloadError` line naming ``where`` and the key."""
-        unknown = [k for k in props if k not in cls.PARAMETERS]
-        if unknown:
-            raise WorkloadError(f"{where}.{unknown[0]}: unknown SmallBank parameter; the parameters are "
-                                f"{', '.join(cls.PARAMETERS)}")
-        try:
-            return cls(**props)
-        except WorkloadError as e:
-            raise WorkloadError(f"{where}: {e}") from None
 
     @property
     def recordcount(self) -> int:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, NamedTuple
 
+from workloads.properties import WorkloadError
+
 
 class TableSpec(NamedTuple):
     """One table of a transactional workload."""
@@ -29,3 +31,45 @@ class Codec(NamedTuple):
 
 
 RAW = Codec(lambda v: bytes(v), lambda b: bytes(b))
+
+
+class TxnWorkload:
+    """What every transactional workload shares (SmallBank, TATP): the attributes a rack reads of a
+    workload, and :meth:`from_properties`, the scenario's ``[workload]`` keys (``PARAMETERS``, each
+    a constructor argument) checked in one line. A subclass gives ``PARAMETERS``, ``LABEL`` (its name
+    in errors), ``tables()``, ``codecs()``, ``rows(table)``, ``recordcount``, ``describe()`` and
+    ``next(rng) -> (name, body, args)``."""
+
+    PARAMETERS: tuple = ()
+    LABEL = "transactional workload"
+    transactional = True
+    key_size = 8                        # FORD's keys are u64
+    expected_new_keys = 0               # the rack sizes tables from the workload's own rows
+    target = 0                          # closed loop only (FORD's benchmark)
+    finite = False
+
+    @classmethod
+    def from_properties(cls, props: dict, where: str | None = None):
+        """From a scenario's ``[workload]`` keys; an unknown key or a bad value is one
+        :class:`WorkloadError` line naming ``where`` and the key."""
+        where = where or cls.LABEL.lower()
+        unknown = [k for k in props if k not in cls.PARAMETERS]
+        if unknown:
+            raise WorkloadError(f"{where}.{unknown[0]}: unknown {cls.LABEL} parameter; the parameters are "
+                                f"{', '.join(cls.PARAMETERS)}")
+        try:
+            return cls(**props)
+        except WorkloadError as e:
+            raise WorkloadError(f"{where}: {e}") from None
+
+
+#: The transactional workloads a scenario's ``[workload]`` may name (``preset`` or ``kind``), as
+#: ``module:Class`` targets (imported when used).
+TXN_WORKLOADS = {"smallbank": "workloads.smallbank:SmallBank", "tatp": "workloads.tatp:Tatp"}
+
+
+def txn_workload_class(name: str):
+    """The class of the transactional workload ``name`` (a key of :data:`TXN_WORKLOADS`)."""
+    import importlib
+    module, cls = TXN_WORKLOADS[name].split(":")
+    return getattr(importlib.import_module(module), cls)

@@ -57,7 +57,7 @@ import struct
 from typing import NamedTuple
 
 from workloads.properties import WorkloadError
-from workloads.tables import Codec, TableSpec
+from workloads.tables import Codec, TableSpec, TxnWorkload
 
 TYPES = ("GetSubscriberData", "GetAccessData", "GetNewDestination", "UpdateSubscriberData", "UpdateLocation",
          "InsertCallForwarding", "DeleteCallForwarding")
@@ -120,8 +120,13 @@ def _int(name, value, lo, hi=None):
     return value
 
 
-class Tatp:
+class Tatp(TxnWorkload):
     """The workload's parameters (validated), its population and its transaction bodies."""
+
+    #: the scenario keys of :meth:`from_properties`, with the constructor's argument each sets
+    PARAMETERS = ("subscribers", "frequencies", "buckets_scale", "seed")
+    LABEL = "TATP"
+    value_size = VALUE_BYTES
 
     def __init__(self, subscribers: int = NUM_SUBSCRIBERS, frequencies=FREQUENCIES, buckets_scale: float = 1.0,
                  seed: int = POPULATE_SEED):
@@ -142,6 +147,15 @@ class Tatp:
         self.nurand_a = 65_535 if self.subscribers <= 1_000_000 else 1_048_575
         self._workgen = [t for t, f in zip(TYPES, freq) for _ in range(f)]
         self._rows = self._populate()
+
+    @property
+    def recordcount(self) -> int:
+        """Subscribers (the rack's capacity formula reads it)."""
+        return self.subscribers
+
+    def describe(self) -> str:
+        freq = "/".join(str(f) for f in self.frequencies)
+        return f"TATP: {self.subscribers:,} subscribers, mix {freq} ({', '.join(TYPES)})"
 
     # -- what the system is given ---------------------------------------------------------------
     def tables(self) -> list[TableSpec]:
