@@ -33,7 +33,7 @@ from __future__ import annotations
 import random
 from typing import NamedTuple
 
-from workloads.tables import Codec, TableSpec, TxnWorkload
+from workloads.tables import Codec, TableSpec, TxnWorkload, check_int, check_mix, check_number
 from workloads.properties import WorkloadError
 
 #: FORD smallbank_db.h:15-20, in the order of its workgen array.
@@ -63,15 +63,6 @@ CENTS = Codec(lambda v: int(v).to_bytes(8, "little", signed=True),
               lambda b: int.from_bytes(bytes(b), "little", signed=True))
 
 
-def _int(name, value, lo, hi=None):
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise WorkloadError(f"smallbank: {name} must be an integer, got {value!r}")
-    if value < lo or (hi is not None and value > hi):
-        rng = f">= {lo}" if hi is None else f"in {lo}..{hi}"
-        raise WorkloadError(f"smallbank: {name} = {value} must be {rng}")
-    return value
-
-
 class SmallBank(TxnWorkload):
     """The workload's parameters (validated) and its transaction bodies.
 
@@ -91,25 +82,14 @@ class SmallBank(TxnWorkload):
     def __init__(self, accounts: int = NUM_ACCOUNTS, hot_accounts: int = NUM_HOT_ACCOUNTS, tx_hot: int = TX_HOT,
                  frequencies=FREQUENCIES, initial_balance_cents: int = INITIAL_BALANCE_CENTS,
                  buckets_per_account: float = BUCKETS_PER_ACCOUNT):
-        self.accounts = _int("accounts", accounts, 2)
-        self.hot_accounts = _int("hot_accounts", hot_accounts, 2)
+        self.accounts = check_int("smallbank", "accounts", accounts, 2)
+        self.hot_accounts = check_int("smallbank", "hot_accounts", hot_accounts, 2)
         if hot_accounts > accounts:
             raise WorkloadError(f"smallbank: hot_accounts = {hot_accounts} exceeds accounts = {accounts}")
-        self.tx_hot = _int("tx_hot", tx_hot, 0, 100)
-        freq = tuple(frequencies)
-        if len(freq) != len(TYPES) or any(isinstance(f, bool) or not isinstance(f, int) or f < 0 for f in freq):
-            raise WorkloadError(f"smallbank: frequencies must be {len(TYPES)} non-negative integers "
-                                f"({', '.join(TYPES)}), got {frequencies!r}")
-        if sum(freq) != 100:
-            raise WorkloadError(f"smallbank: frequencies must sum to 100 (FORD's workgen array), got {sum(freq)}")
-        self.frequencies = freq
-        self.initial_balance_cents = _int("initial_balance_cents", initial_balance_cents, 0, 1 << 60)
-        if isinstance(buckets_per_account, bool) or not isinstance(buckets_per_account, (int, float)) \
-                or not 0.01 <= buckets_per_account <= 64:
-            raise WorkloadError(f"smallbank: buckets_per_account must be a number in 0.01..64, "
-                                f"got {buckets_per_account!r}")
-        self.buckets_per_account = float(buckets_per_account)
-        self._workgen = [t for t, f in zip(TYPES, freq) for _ in range(f)]
+        self.tx_hot = check_int("smallbank", "tx_hot", tx_hot, 0, 100)
+        self.frequencies, self._workgen = check_mix("smallbank", frequencies, TYPES)
+        self.initial_balance_cents = check_int("smallbank", "initial_balance_cents", initial_balance_cents, 0, 1 << 60)
+        self.buckets_per_account = check_number("smallbank", "buckets_per_account", buckets_per_account, 0.01, 64)
 
     @property
     def recordcount(self) -> int:

@@ -33,6 +33,35 @@ class Codec(NamedTuple):
 RAW = Codec(lambda v: bytes(v), lambda b: bytes(b))
 
 
+def check_int(workload: str, name: str, value, lo: int, hi: int | None = None) -> int:
+    """A transactional workload's integer parameter ``name``, or one WorkloadError line."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise WorkloadError(f"{workload}: {name} must be an integer, got {value!r}")
+    if value < lo or (hi is not None and value > hi):
+        rng = f">= {lo}" if hi is None else f"in {lo}..{hi}"
+        raise WorkloadError(f"{workload}: {name} = {value} must be {rng}")
+    return value
+
+
+def check_number(workload: str, name: str, value, lo: float, hi: float) -> float:
+    """A transactional workload's number parameter ``name`` in ``lo..hi``, or one WorkloadError line."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi:
+        raise WorkloadError(f"{workload}: {name} must be a number in {lo:g}..{hi:g}, got {value!r}")
+    return float(value)
+
+
+def check_mix(workload: str, frequencies, types: tuple) -> tuple[tuple, list]:
+    """A transaction mix (one non-negative integer per type, summing to 100, as FORD's workgen
+    array): ``(frequencies, workgen)``, ``workgen`` the 100 type names a uniform draw picks from."""
+    freq = tuple(frequencies)
+    if len(freq) != len(types) or any(isinstance(f, bool) or not isinstance(f, int) or f < 0 for f in freq):
+        raise WorkloadError(f"{workload}: frequencies must be {len(types)} non-negative integers "
+                            f"({', '.join(types)}), got {frequencies!r}")
+    if sum(freq) != 100:
+        raise WorkloadError(f"{workload}: frequencies must sum to 100 (FORD's workgen array), got {sum(freq)}")
+    return freq, [t for t, f in zip(types, freq) for _ in range(f)]
+
+
 class TxnWorkload:
     """What every transactional workload shares (SmallBank, TATP): the attributes a rack reads of a
     workload, and :meth:`from_properties`, the scenario's ``[workload]`` keys (``PARAMETERS``, each

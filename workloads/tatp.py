@@ -56,8 +56,7 @@ import random
 import struct
 from typing import NamedTuple
 
-from workloads.properties import WorkloadError
-from workloads.tables import Codec, TableSpec, TxnWorkload
+from workloads.tables import Codec, TableSpec, TxnWorkload, check_int, check_mix, check_number
 
 TYPES = ("GetSubscriberData", "GetAccessData", "GetNewDestination", "UpdateSubscriberData", "UpdateLocation",
          "InsertCallForwarding", "DeleteCallForwarding")
@@ -111,15 +110,6 @@ def cf_key(s_id: int, sf_type: int, start_time: int) -> int:
     return (int(s_id) << 16) | (sf_type << 8) | start_time
 
 
-def _int(name, value, lo, hi=None):
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise WorkloadError(f"tatp: {name} must be an integer, got {value!r}")
-    if value < lo or (hi is not None and value > hi):
-        rng = f">= {lo}" if hi is None else f"in {lo}..{hi}"
-        raise WorkloadError(f"tatp: {name} = {value} must be {rng}")
-    return value
-
-
 class Tatp(TxnWorkload):
     """The workload's parameters (validated), its population and its transaction bodies."""
 
@@ -130,22 +120,12 @@ class Tatp(TxnWorkload):
 
     def __init__(self, subscribers: int = NUM_SUBSCRIBERS, frequencies=FREQUENCIES, buckets_scale: float = 1.0,
                  seed: int = POPULATE_SEED):
-        self.subscribers = _int("subscribers", subscribers, 1, 1 << 32)
-        freq = tuple(frequencies)
-        if len(freq) != len(TYPES) or any(isinstance(f, bool) or not isinstance(f, int) or f < 0 for f in freq):
-            raise WorkloadError(f"tatp: frequencies must be {len(TYPES)} non-negative integers "
-                                f"({', '.join(TYPES)}), got {frequencies!r}")
-        if sum(freq) != 100:
-            raise WorkloadError(f"tatp: frequencies must sum to 100 (FORD's workgen array), got {sum(freq)}")
-        self.frequencies = freq
-        if isinstance(buckets_scale, bool) or not isinstance(buckets_scale, (int, float)) \
-                or not 0.01 <= buckets_scale <= 64:
-            raise WorkloadError(f"tatp: buckets_scale must be a number in 0.01..64, got {buckets_scale!r}")
-        self.buckets_scale = float(buckets_scale)
-        self.seed = _int("seed", seed, 0)
+        self.subscribers = check_int("tatp", "subscribers", subscribers, 1, 1 << 32)
+        self.frequencies, self._workgen = check_mix("tatp", frequencies, TYPES)
+        self.buckets_scale = check_number("tatp", "buckets_scale", buckets_scale, 0.01, 64)
+        self.seed = check_int("tatp", "seed", seed, 0)
         # tatp.h:281-287: A = 65,535 up to 1 M subscribers, 1,048,575 above
         self.nurand_a = 65_535 if self.subscribers <= 1_000_000 else 1_048_575
-        self._workgen = [t for t, f in zip(TYPES, freq) for _ in range(f)]
         self._rows = self._populate()
 
     @property
