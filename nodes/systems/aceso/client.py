@@ -349,6 +349,31 @@ class AcesoClient(RaceClient):
         """A get's lookup (RACE's get calls it): :meth:`locate`, through the address cache."""
         return self.locate(co, key, h)
 
+    def _write_and_swap(self, co, key: bytes, value: bytes, h: int, found, op: int, point: str):
+        """Generator: one attempt of an update (``op`` OP_UPDATE) or a delete (OP_DELETE, its log
+        record: key, no value): the record WRITTEN and completed, then one CAS of the slot from
+        the word ``found`` READ to the record (a delete: to empty). Committed: ``(True, block,
+        sub-blocks, the new word)``, the block still to be finished by the caller; lost: the record
+        marked invalid, its block finished, the key's cache entry dropped, ``(False, ...)``."""
+        slot, old, hd, v = found
+        version = self.record_version(hd, len(key), v) + 1
+        new, blk, boff, nsub = yield from self.write_record(co, key, value, h, version, op, slot,
+                                                            whole=op != OP_DELETE)
+        yield co.sync()                           # the record is in memory before the CAS publishes it
+        failpoint(point)
+        c = co.cas(slot, old, 0 if op == OP_DELETE else new)
+        yield co.sync()
+        if c.value == old:
+            if self._parked_key in PARKED:
+                wake_checkpoints(self.layout, self.env)
+            return True, blk, nsub, new
+        self.invalidate_record(co, blk, boff, key, value)
+        yield co.sync()
+        yield from self.blocks.finished(co, blk, nsub)
+        if self.cache is not None:
+            self.cache.drop(key)                  # look again from the buckets
+        return False, blk, nsub, new
+
     def _update(self, co, key: bytes, value: bytes):
         self.updates += 1
         key, h = self.write_key(key)
@@ -356,26 +381,14 @@ class AcesoClient(RaceClient):
             found = yield from self.locate(co, key, h)
             if found is None:
                 return False
-            slot, old, hd, v = found
-            version = self.record_version(hd, len(key), v) + 1
-            new, blk, boff, nsub = yield from self.write_record(co, key, value, h, version, OP_UPDATE, slot)
-            yield co.sync()                       # the record is in memory before the CAS publishes it
-            failpoint("aceso.update.written")
-            c = co.cas(slot, old, new)
-            yield co.sync()
-            if c.value == old:
-                if self._parked_key in PARKED:
-                    wake_checkpoints(self.layout, self.env)
+            done, blk, nsub, new = yield from self._write_and_swap(co, key, value, h, found, OP_UPDATE,
+                                                                   "aceso.update.written")
+            if done:
                 failpoint("aceso.update.committed")
                 if self.cache is not None:
-                    self.cache.update(key, slot, new)
+                    self.cache.update(key, found[0], new)
                 yield from self.blocks.finished(co, blk, nsub)
                 return True
-            self.invalidate_record(co, blk, boff, key, value)
-            yield co.sync()
-            yield from self.blocks.finished(co, blk, nsub)
-            if self.cache is not None:
-                self.cache.drop(key)
             if not self._overwrite:
                 self.cas_retries += 1             # option overwrite_on_conflict = false: RACE's loop
                 continue
@@ -393,26 +406,14 @@ class AcesoClient(RaceClient):
             found = yield from self.locate(co, key, h)
             if found is None:
                 return False
-            slot, old, hd, v = found
-            version = self.record_version(hd, len(key), v) + 1
-            _w, blk, boff, nsub = yield from self.write_record(co, key, b"", h, version, OP_DELETE, slot, whole=False)
-            yield co.sync()                       # the delete's log record, then the CAS
-            failpoint("aceso.delete.logged")
-            c = co.cas(slot, old, 0)
-            yield co.sync()
-            if c.value == old:
-                if self._parked_key in PARKED:
-                    wake_checkpoints(self.layout, self.env)
+            done, blk, nsub, _new = yield from self._write_and_swap(co, key, b"", h, found, OP_DELETE,
+                                                                    "aceso.delete.logged")
+            if done:
                 if self.cache is not None:
                     self.cache.drop(key)
                 yield from self.blocks.finished(co, blk, nsub)
                 return True
-            self.invalidate_record(co, blk, boff, key, b"")
-            yield co.sync()
-            yield from self.blocks.finished(co, blk, nsub)
             self.cas_retries += 1
-            if self.cache is not None:
-                self.cache.drop(key)              # look again from the buckets
         raise SystemGaveUp(f"Aceso: delete of key {key[:32]!r} gave up after {RETRY_LIMIT} rounds")
 
     def _insert_and_finish(self, co, key: bytes, value: bytes):
