@@ -174,6 +174,18 @@ def _failure_blocks(result, console, report_path: str | None) -> None:
         console.print(f"scan problem: {p}", highlight=False, markup=False, soft_wrap=True)
 
 
+def checks_table(system: str, given: dict):
+    """The table under a verdict, one row per check (``check``, ``verdict``, ``detail``): the
+    detail is one line, cut to the terminal; the rest is in the report."""
+    from rich.table import Table
+    table = Table(title=f"dmrack check --system {system}" + (f" {options_text(given)}" if given else ""),
+                  title_justify="left")
+    table.add_column("check", no_wrap=True)
+    table.add_column("verdict", no_wrap=True)
+    table.add_column("detail", no_wrap=True, overflow="ellipsis", max_width=100)
+    return table
+
+
 def write_report(path: str, text: str) -> None:
     import os
     d = os.path.dirname(os.path.abspath(path))
@@ -255,7 +267,6 @@ def run(system: str, *, options: dict | None = None, quick: bool = False, heavy:
     default ``dmrack-check-SYSTEM.txt`` in ``out_dir`` or the current directory), which is written
     when something failed or when a path or directory was given."""
     from rich.console import Console
-    from rich.table import Table
     from cluster.correctness.conformance import run_suite
     from cluster.experiments.progress import Sweep
     from nodes.systems import get_system
@@ -383,12 +394,7 @@ def run(system: str, *, options: dict | None = None, quick: bool = False, heavy:
         console.print(f"trace: {trace[0]} ({o['ops_recorded']:,} operations of a co-located stress run"
                       + (f", and the operations of {failing} failing key(s) of the process stress" if failing else "")
                       + "; open it in https://ui.perfetto.dev)", highlight=False, soft_wrap=True)
-    table = Table(title=f"dmrack check --system {system}" + (f" {options_text(given)}" if given else ""),
-                  title_justify="left")
-    table.add_column("check", no_wrap=True)
-    table.add_column("verdict", no_wrap=True)
-    # One line per check: the first line of a failure, cut to the terminal; the rest is in the report.
-    table.add_column("detail", no_wrap=True, overflow="ellipsis", max_width=100)
+    table = checks_table(system, given)
     for o in outcomes:
         table.add_row(o.name, "[green]pass[/]" if o.passed else "[bold red]FAIL[/]",
                       o.detail.strip().splitlines()[0] if o.detail.strip() else "")

@@ -354,9 +354,8 @@ def run(system: str, *, options: dict | None = None, quick: bool = False, heavy:
     verdict first, one line per check, a report file when something failed (or a path was given).
     Returns a ``check.CheckReport`` (``passed`` says the exit status)."""
     from rich.console import Console
-    from rich.table import Table
     from cluster.correctness.chaos import applied
-    from cluster.correctness.check import CheckReport, write_report, default_report_path, options_text, \
+    from cluster.correctness.check import CheckReport, checks_table, write_report, default_report_path, \
         replay_command
     from cluster.experiments.progress import Sweep
     from nodes.systems import get_system
@@ -388,11 +387,7 @@ def run(system: str, *, options: dict | None = None, quick: bool = False, heavy:
     console.print(verdict, highlight=False, soft_wrap=True)
     if path:
         console.print(f"full report: {path}", highlight=False)
-    table = Table(title=f"dmrack check --system {system}" + (f" {options_text(given)}" if given else ""),
-                  title_justify="left")
-    table.add_column("check", no_wrap=True)
-    table.add_column("verdict", no_wrap=True)
-    table.add_column("detail", no_wrap=True, overflow="ellipsis", max_width=100)
+    table = checks_table(system, given)
     for o in outcomes:
         first = o.detail.strip().splitlines()[0] if o.detail.strip() else (
             f"{o.txns_checked:,} attempts" + (f": {TXN_SHAPES[mode].describe()}" if o.name == STRESS else ""))
