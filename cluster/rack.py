@@ -19,6 +19,7 @@ As in Mininet, where ``Topo.build()`` is data and ``Mininet(topo)`` makes it liv
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 from dataclasses import dataclass, field, replace
 
 from cluster.control import F_DONE, ControlBlock
@@ -27,6 +28,7 @@ from cluster.stats import STATE_DONE, ProcInfo, StatsPlane
 from cluster.wiring import wire
 from nodes.steps import KillStep, LoadStep, RestartStep, RunStep, SleepStep, Step
 from nodes.history import HistoryLog
+from nodes.txn_history import MAX_ITEMS, TxnHistoryLog
 from shm.sim.env import Environment
 from shm.sim.sync import ClockTable
 from nodes.systems import get_system
@@ -170,7 +172,7 @@ class RackState:
     clock: ClockTable | None
     layout: dict
     memory_nodes: list[int] = field(default_factory=list)
-    history: HistoryLog | None = None
+    history: HistoryLog | TxnHistoryLog | None = None     # a transactional system's is a TxnHistoryLog
     # compute node slot -> (host bump pointer, host bytes, device bump pointer, device bytes) as
     # System.setup left them: what a restarted node's memory is reset to (reset_node_memory)
     setup_images: dict = field(default_factory=dict)
@@ -179,7 +181,9 @@ class RackState:
     def create(cls, compiled: CompiledRack, *, processes: bool, history: int = 0) -> "RackState":
         """``history``: record up to that many operations per compute node (0: none)."""
         spec = compiled.spec
-        short = [n for n, w in compiled.workloads.items() if history and w.value_size < 16]
+        transactional = getattr(compiled.system, "transactional", False)
+        # a KV history tells writes apart by a version in the value; a transactional one records versions itself
+        short = [n for n, w in compiled.workloads.items() if history and not transactional and w.value_size < 16]
         if short:
             raise RackError(f"{compiled.scenario.source}: recording a history needs values of at least 16 bytes "
                             f"(they carry the version that tells writes apart); workload {short[0]!r} has valuesize "
@@ -203,7 +207,12 @@ class RackState:
                 clock = ClockTable.create(compiled.n_procs, prefix=prefix)
                 parts.append(clock)
             log = None
-            if history:
+            if history and transactional:
+                wl = compiled.workloads["default"]
+                log = TxnHistoryLog.create(len(compiled.compute), prefix=prefix, capacity=history,
+                                           tables=[t.name for t in wl.tables()], names=wl.TYPES)
+                parts.append(log)
+            elif history:
                 log = HistoryLog.create(len(compiled.compute), prefix=prefix, capacity=history)
                 parts.append(log)
             mns = [i for i, n in enumerate(compiled.nodes) if n.role == "memory"]
@@ -295,7 +304,8 @@ class ColocatedRack:
         # a shm.sim.trace.TraceBounds: record a timeline of the run (self.tracer after run())
         self.trace_bounds = trace
         self.tracer = None
-        self.history_ops = None             # the recorded operations, when history > 0
+        self.history_ops = None             # the recorded operations, when history > 0 (a KV system)
+        self.txn_run: TxnRun | None = None  # the recorded transactions, when history > 0 (a transactional system)
         for s in self.compiled.plan:
             if isinstance(s, (KillStep, RestartStep)):
                 raise RackError(f"{scenario.source}: step {s.index} {s.action}s {s.node}, which needs a rack "
@@ -335,7 +345,9 @@ class ColocatedRack:
                                  system=node.system_counters())    # with the operations that ended after the last step
                 writer.finish(STATE_DONE)
             self._publish_memory(state)
-            if state.history is not None:
+            if isinstance(state.history, TxnHistoryLog):
+                self.txn_run = collect_txn_run(state, coordinators_died=any(n.dead for n, _ in nodes))
+            elif state.history is not None:
                 self.history_ops = collect_history(state)
             self.env = env
             self.manager = mgr
@@ -366,6 +378,43 @@ def _begun(writer):
     """A stats slot writer begun for a node with no process of its own (pid 0)."""
     writer.begin(0)
     return writer
+
+
+def collect_txn_history(state: RackState) -> list:
+    """Every compute node's recorded transaction attempts (``nodes.txn_history.TxnRecord``, values
+    as digests) in node order."""
+    log = state.history
+    full = [state.compiled.compute[i] for i in range(log.n_procs) if log.overflowed(i)]
+    if full:
+        raise RackError(f"the transaction history of {', '.join(full)} overflowed its {log.capacity:,} rows (or an "
+                        f"attempt touched more than {MAX_ITEMS} records): it cannot be checked; record fewer")
+    return [r for i in range(log.n_procs) for r in log.records(i)]
+
+
+class TxnRun(NamedTuple):
+    """What a transactional rack recorded, read by its owner once no coordinator runs: every
+    attempt (``TxnRecord``, values as digests), what the system's recovery did (None: no compute
+    node died, or the system has no ``recover``), then every record's replicas
+    (``{table: {key: [(version, lock, value bytes, valid, offset), per replica]}}``)."""
+    history: list
+    recovered: dict | None
+    records: dict
+
+    def final_state(self) -> dict:
+        """``{(table, key): (version, value bytes)}`` of the primaries."""
+        return {(t, k): (reps[0][0], reps[0][2]) for t, recs in self.records.items() for k, reps in recs.items()}
+
+
+def collect_txn_run(state: RackState, *, coordinators_died: bool) -> TxnRun:
+    """The history, then (when ``coordinators_died``) the system's recovery from its undo logs, as
+    the rack's owner would run it with every coordinator stopped, then the records."""
+    c = state.compiled
+    history = collect_txn_history(state)
+    recovered = None
+    if coordinators_died and hasattr(c.system, "recover"):
+        recovered = c.system.recover(state.fabric, state.layout)
+    records = {t.name: c.system.records(state.fabric, state.layout, t.name) for t in c.workloads["default"].tables()}
+    return TxnRun(history, recovered, records)
 
 
 def collect_history(state: RackState) -> list:

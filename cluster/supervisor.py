@@ -116,6 +116,7 @@ class Supervisor:
         self.quiet = quiet
         self.history_capacity = history     # record up to this many ops per compute node (0: none)
         self.history_ops = None
+        self.txn_run = None                 # a transactional system's recorded run (cluster.rack.TxnRun)
         if console is None:
             from rich.console import Console
             console = Console()
@@ -521,7 +522,13 @@ class Supervisor:
             self.say(f"dmrack: {self.stop_reason}; no results written")
             return
         self.results = Results.from_plane(self.state.plane, meta)
-        if self.state.history is not None:
+        from nodes.txn_history import TxnHistoryLog
+        if isinstance(self.state.history, TxnHistoryLog):
+            # every node is stopped: the rack's owner recovers what dead coordinators left, then reads
+            from cluster.rack import collect_txn_run
+            died = any(d.node in c.compute for d in self.deaths)
+            self.txn_run = collect_txn_run(self.state, coordinators_died=died)
+        elif self.state.history is not None:
             from cluster.rack import collect_history
             self.history_ops = collect_history(self.state)
         if not self.quiet:

@@ -126,7 +126,8 @@ class ComputeNode:
         """``recorder``: where operations and steps go (:class:`StepRecorder`); ``inserts``: the
         rack's shared insert key sequence (``workloads.ycsb.InsertSequence``; a rack implements it
         over shared memory, ``cluster.control.SharedInsertSequence``); ``history``: this node's
-        region of the operation history (``nodes.history.HistoryWriter``), None when not recorded;
+        region of the operation history (``nodes.history.HistoryWriter``; a transactional system's
+        ``nodes.txn_history.TxnHistoryWriter``), None when not recorded;
         ``smart``: SMART's switches for the node's verbs (``shm.smart.SmartConfig``); ``udp``: the
         process's datagram net (``shm.udp.UdpNet``), for clients of a service; ``on_done(step,
         end_ns, ops)``: called when every thread finished a step."""
@@ -150,7 +151,7 @@ class ComputeNode:
         self.workloads = workloads
         self.plan = plan
         self.recorder = recorder
-        self.history = history             # a nodes.history.HistoryWriter, or None
+        self.history = history             # a HistoryWriter (TxnHistoryWriter for transactions), or None
         self.inserts = inserts
         self.on_done = on_done
         self.seed = seed
@@ -413,6 +414,8 @@ class ComputeNode:
             # through its thread's TxnClient, closed loop as FORD's benchmark does
             for client in self.clients:
                 client.set_codecs(wl.codecs())
+                if self.history is not None:
+                    client.history = self.history   # this node's region (nodes.txn_history.TxnHistoryWriter)
             for t, c in self._active():
                 rng = random.Random(self.seed * 1_000_003 + self._stream_id(t, c))
                 procs.append(env.process(self._txn_loop(t, c, wl, rng, end), name=f"{self.name}.t{t}c{c}"))

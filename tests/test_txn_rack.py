@@ -182,7 +182,7 @@ def test_the_dashboard_shows_committed_and_aborted_transactions():
 
 def test_the_transactional_suite_passes_ford_and_catches_its_faulty_variant():
     assert list(TXN_CHECKS) == ["single_client", "abort_leaves_nothing", "concurrent_transfers",
-                                "serializable_history", "coordinator_crash"]
+                                "serializable_history", "coordinator_crash", "coordinator_kill"]
     good = run_txn_suite(FordSystem, FordSystem.check_options({}, "t"), quick=True,
                          only=["single_client", "abort_leaves_nothing", "concurrent_transfers"])
     assert [o.name for o in good] == ["single_client", "abort_leaves_nothing", "concurrent_transfers"]

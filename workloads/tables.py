@@ -66,7 +66,7 @@ class TxnWorkload:
     """What every transactional workload shares (SmallBank, TATP): the attributes a rack reads of a
     workload, and :meth:`from_properties`, the scenario's ``[workload]`` keys (``PARAMETERS``, each
     a constructor argument) checked in one line. A subclass gives ``PARAMETERS``, ``LABEL`` (its name
-    in errors), ``tables()``, ``codecs()``, ``rows(table)``, ``recordcount``, ``describe()`` and
+    in errors), ``TYPES`` (the names of its transactions, as ``next`` draws them), ``tables()``, ``codecs()``, ``rows(table)``, ``recordcount``, ``describe()`` and
     ``next(rng) -> (name, body, args)``."""
 
     PARAMETERS: tuple = ()

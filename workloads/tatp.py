@@ -113,6 +113,7 @@ def cf_key(s_id: int, sf_type: int, start_time: int) -> int:
 class Tatp(TxnWorkload):
     """The workload's parameters (validated), its population and its transaction bodies."""
 
+    TYPES = TYPES           # its transactions' names (what a shared history records by position)
     #: the scenario keys of :meth:`from_properties`, with the constructor's argument each sets
     PARAMETERS = ("subscribers", "frequencies", "buckets_scale", "seed")
     LABEL = "TATP"

@@ -2,10 +2,11 @@
 
 A KV system is judged against a register model, key by key (conformance.py, checker.py); a
 transactional system (nodes/systems/txn.py) is judged by what a transaction promises: all of its
-writes or none, in an order some serial execution would give. The suite runs on co-located racks
-(``txn_suite.TxnRig``: one compute node, its memory nodes, one virtual clock, so every failure
-replays bit for bit with the same seed) loaded with SmallBank (workloads/smallbank.py), and every
-concurrent check ends with the same three judges: the serializability checker on the recorded
+writes or none, in an order some serial execution would give. The first five checks run on
+co-located racks (``txn_suite.TxnRig``: one compute node, its memory nodes, one virtual clock, so
+every failure replays bit for bit with the same seed), the last and the stress on racks of
+processes (real concurrency, the operating system's interleaving), all loaded with SmallBank
+(workloads/smallbank.py), and every concurrent check ends with the same three judges: the serializability checker on the recorded
 history (cluster/correctness/serializability.py), SmallBank's conserved total, and the quiescent
 state (no lock left set, every backup equal to its primary). The checks, in ``TXN_CHECKS`` order:
 
@@ -22,13 +23,16 @@ state (no lock left set, every backup equal to its primary). The checks, in ``TX
   the design's ``audit`` (what must hold at every instant) sampled during the run;
 * ``coordinator_crash``: the same, with a coordinator stopped at each of the design's failpoints
   (``shm/failpoints.py``: ``<name>.*``) in the middle of a commit, then the design's ``recover``
-  run: no committed transaction lost, no partial one visible, no lock left.
+  run: no committed transaction lost, no partial one visible, no lock left;
+* ``coordinator_kill``: a rack of *processes* (two compute nodes) in which compute node cn1's
+  process exits, as ``kill -9``, when one of its coordinators reaches a failpoint mid-commit: all
+  its coroutines stop where they are and what they posted but did not see land never lands; the
+  other node runs on; the rack's owner runs ``recover`` and the merged history is judged.
 
-Then the *stress* (``stress``): a longer, wider SmallBank run, sized by ``--quick``/``--heavy``
-(``TXN_SHAPES``), judged the same way. It is co-located, not a rack of processes: the process
-stress of the KV check records KV operations in a shared history (nodes/history.py) that has no
-place for a transaction's read and write sets, and a process rack keeps no per-transaction result
-from which SmallBank's total could be checked; see docs/checking.md.
+Then the *stress* (``stress``): SmallBank on a rack of processes (two compute nodes, their
+coordinators recording every attempt in a shared transaction history, nodes/txn_history.py),
+sized by ``--quick``/``--heavy`` (``TXN_SHAPES``), judged the same way (the design's ``audit``
+is sampled only on the co-located rigs: it reads every replica while one clock stands still).
 
 ``--chaos`` runs all of it under ``chaos.applied(spec)``: the rigs load their profile by name, so
 the [chaos] delays widen every window a race needs (a commit's WRITEs landing later, a coordinator
@@ -41,30 +45,32 @@ from __future__ import annotations
 import time
 from typing import Callable, NamedTuple
 
-from cluster.correctness.txn_suite import TxnRig, smallbank_loop, smallbank_stress
+from cluster.correctness.txn_suite import TxnRig, smallbank_loop, smallbank_processes, smallbank_stress
 from cluster.correctness.serializability import check_history
 from workloads.smallbank import SEND_CENTS, SmallBank, amalgamate, balance, check_total, deposit_checking, \
     send_payment, transact_saving, write_check
 
 
 class TxnShape(NamedTuple):
-    """A SmallBank stress: accounts (and hot ones), threads x coroutines of one compute node,
-    transactions per coroutine."""
+    """The stress: SmallBank on a rack of processes, ``compute`` compute nodes of ``threads x
+    coroutines`` coordinators each, for ``run_ms`` of virtual time, over ``accounts`` (and hot
+    ones)."""
     accounts: int = 400
     hot_accounts: int = 24
+    compute: int = 2
     threads: int = 2
     coroutines: int = 8
-    attempts: int = 120
+    run_ms: float = 0.6
 
     def describe(self) -> str:
-        return (f"SmallBank, 1 compute node x {self.threads} threads x {self.coroutines} coroutines, "
-                f"{self.attempts} transactions each, {self.accounts} accounts ({self.hot_accounts} hot)")
+        return (f"SmallBank on a rack of processes, {self.compute} compute nodes x {self.threads} threads x "
+                f"{self.coroutines} coroutines, {self.run_ms:g} ms, {self.accounts} accounts ({self.hot_accounts} hot)")
 
 
-#: The stress by mode. Sized for the 2-core machine: --quick is a few seconds.
-TXN_SHAPES = {"quick": TxnShape(accounts=200, hot_accounts=16, threads=2, coroutines=4, attempts=60),
+#: The stress by mode. Sized for the 2-core machine: --quick is about a second of processes.
+TXN_SHAPES = {"quick": TxnShape(accounts=200, hot_accounts=16, threads=2, coroutines=4, run_ms=0.3),
               "default": TxnShape(),
-              "heavy": TxnShape(accounts=1000, hot_accounts=32, threads=4, coroutines=8, attempts=250)}
+              "heavy": TxnShape(accounts=1000, hot_accounts=32, threads=4, coroutines=8, run_ms=1.5)}
 
 
 class TxnCheckFailure(AssertionError):
@@ -236,16 +242,24 @@ def check_serializable_history(system, options, ctx) -> int:
     return rep.commits + rep.aborts
 
 
-def check_coordinator_crash(system, options, ctx) -> int:
-    """Each of the system's failpoints (``<name>.*`` in shm/failpoints.KNOWN, for its own name and
-    the designs it is built on: SMART-DTX's are FORD's), one crash each."""
+def _failpoints(system, check: str) -> list[str]:
+    """The failpoints of ``system`` (``<name>.*`` in shm/failpoints.KNOWN, for its own name and the
+    designs it is built on: SMART-DTX's are FORD's); the check fails if there are none or the
+    system cannot recover."""
     from shm.failpoints import KNOWN
-    name = "coordinator_crash"
     cls = system if isinstance(system, type) else type(system)
     names = [c.name for c in cls.__mro__ if getattr(c, "name", "")]
     points = [p for p in KNOWN if any(p.startswith(f"{n}.") for n in names)]
-    _expect(points, name, f"system {system.name!r} declares no failpoints ({system.name}.* in shm/failpoints.py)")
-    _expect(hasattr(system, "recover"), name, f"system {system.name!r} has no recover(fabric, layout)")
+    _expect(points, check, f"system {system.name!r} declares no failpoints ({system.name}.* in shm/failpoints.py)")
+    _expect(hasattr(system, "recover"), check, f"system {system.name!r} has no recover(fabric, layout)")
+    return points
+
+
+def check_coordinator_crash(system, options, ctx) -> int:
+    """Each of the system's failpoints (:func:`_failpoints`), one crash each: a coroutine stopped
+    on a co-located rack, so what it posted before the point still lands."""
+    name = "coordinator_crash"
+    points = _failpoints(system, name)
     # a dead coordinator's INVISIBLE records stall readers up to the re-read bound: keep it short
     opts = dict(options)
     if "invisible_rereads" in opts and opts["invisible_rereads"] > 20:
@@ -262,12 +276,36 @@ def check_coordinator_crash(system, options, ctx) -> int:
     return n
 
 
+def check_coordinator_kill(system, options, ctx) -> int:
+    """A rack of processes (two compute nodes) running SmallBank, in which compute node cn1's
+    process exits (as ``kill -9``) when one of its coordinators reaches a failpoint mid-commit:
+    every coroutine of that process stops wherever it is, its WRITEs in flight never land, and
+    the other node runs on (blocked by the dead node's locks until recovery). The rack's owner
+    then runs ``recover``; the merged history must be serializable, the total kept (each attempt
+    in flight at the kill counting or not), nothing locked, the replicas equal. One rack per
+    failpoint (--quick: the two of the commit phase)."""
+    name = "coordinator_kill"
+    points = _failpoints(system, name)
+    if ctx.factor < 1:
+        points = [p for p in points if p.endswith(("primaries_written", "committed"))] or points
+    n = 0
+    for point in points:
+        for after in ctx.kill_afters:
+            rep = smallbank_processes(system.name, options, kill=(point, after), seed=ctx.seed, profile=ctx.profile,
+                                      profile_overrides=ctx.profile_overrides)
+            _expect(rep.ok, name, f"cn1's process killed at {point} (its {after + 1}th arrival), then recovered: "
+                                  f"{rep.message}")
+            n += rep.commits + rep.aborts
+    return n
+
+
 TXN_CHECKS: dict[str, Callable] = {
     "single_client": check_single_client,
     "abort_leaves_nothing": check_abort_leaves_nothing,
     "concurrent_transfers": check_concurrent_transfers,
     "serializable_history": check_serializable_history,
     "coordinator_crash": check_coordinator_crash,
+    "coordinator_kill": check_coordinator_kill,
 }
 #: The stress, last (named so --only can pick it).
 STRESS = "stress"
@@ -277,26 +315,28 @@ class _Ctx(NamedTuple):
     seed: int
     profile: str
     factor: float               # transactions per coroutine, relative to the default
-    crash_afters: tuple         # at which arrival each failpoint fires
+    crash_afters: tuple         # at which arrival each failpoint fires (a stopped coroutine)
+    kill_afters: tuple = (20,)  # at which arrival each failpoint kills cn1's process
+    profile_overrides: dict | None = None   # the [chaos] table of --chaos, for the racks of processes
 
     def scale(self, n: int) -> int:
         return max(4, int(n * self.factor))
 
 
 def _stress(system, options, shape: TxnShape, ctx: _Ctx):
-    return smallbank_stress(system, options, accounts=shape.accounts, hot_accounts=shape.hot_accounts,
-                            threads=shape.threads, coroutines=shape.coroutines, attempts=shape.attempts,
-                            seed=ctx.seed, profile=ctx.profile)
+    return smallbank_processes(system.name, options, seed=ctx.seed, profile=ctx.profile,
+                               profile_overrides=ctx.profile_overrides, **shape._asdict())
 
 
 def run_txn_suite(system, options: dict, *, quick: bool = False, heavy: bool = False, seed: int = 1,
-                  profile: str | None = None, only=None, progress=None) -> list[TxnOutcome]:
+                  profile: str | None = None, only=None, progress=None,
+                  profile_overrides: dict | None = None) -> list[TxnOutcome]:
     """Every check (or those named in ``only``, ``stress`` among them) on ``system`` (a
     TxnSystem class) with ``options``; one outcome each, a failure recorded, never raised."""
     from cluster.correctness.shapes import DEFAULT_PROFILE
     mode = "heavy" if heavy else "quick" if quick else "default"
     ctx = _Ctx(seed, profile or DEFAULT_PROFILE, {"quick": 0.5, "default": 1.0, "heavy": 2.0}[mode],
-               (30,) if not heavy else (10, 30, 60))
+               (30,) if not heavy else (10, 30, 60), (20,) if not heavy else (5, 20, 60), profile_overrides)
     names = list(TXN_CHECKS) + [STRESS]
     if only is not None:
         unknown = [n for n in only if n not in names]
@@ -368,7 +408,8 @@ def run(system: str, *, options: dict | None = None, quick: bool = False, heavy:
     with Sweep(f"check {system}", ["transactional suite"]) as sweep:
         with applied(chaos, profile):
             outcomes = run_txn_suite(cls, options, quick=quick, heavy=heavy, seed=seed, profile=profile, only=only,
-                                     progress=sweep.part("transactional suite"))
+                                     progress=sweep.part("transactional suite"),
+                                     profile_overrides=chaos.overrides() if chaos is not None else None)
     wall = time.perf_counter() - t0
     passed = all(o.passed for o in outcomes)
     verdict = verdict_line(system, given, passed, outcomes, wall, chaos)

@@ -127,19 +127,25 @@ class TxnRig:
 
     def quiescent_problems(self) -> list[str]:
         """Locks left set, backups that differ from their primary."""
-        out = []
-        for t in self.workload.tables():
-            for key, reps in self.records(t.name).items():
-                for i, (version, lock, value, valid, _) in enumerate(reps):
-                    if lock:
-                        out.append(f"{t.name}[{key}] replica {i} lock word {lock:#x} at quiescence")
-                    if (version, value, valid) != reps[0][:1] + reps[0][2:4]:
-                        out.append(f"{t.name}[{key}] replica {i} (v{version}) differs from the primary (v{reps[0][0]})")
-        return out
+        return quiescent_problems({t.name: self.records(t.name) for t in self.workload.tables()})
 
     def statistics(self):
         from nodes.systems.api import node_statistics
         return node_statistics(c.statistics() for c in self.clients)
+
+
+def quiescent_problems(records: dict) -> list[str]:
+    """What must hold once no transaction runs, over ``{table: TxnSystem.records(...)}``: no lock
+    word set, every backup equal to its primary (version, value, valid)."""
+    out = []
+    for table, recs in records.items():
+        for key, reps in recs.items():
+            for i, (version, lock, value, valid, _) in enumerate(reps):
+                if lock:
+                    out.append(f"{table}[{key}] replica {i} lock word {lock:#x} at quiescence")
+                if (version, value, valid) != reps[0][:1] + reps[0][2:4]:
+                    out.append(f"{table}[{key}] replica {i} (v{version}) differs from the primary (v{reps[0][0]})")
+    return out
 
 
 def _guard(gen):
@@ -192,7 +198,9 @@ def smallbank_stress(system, options=None, *, accounts: int = 200, hot_accounts:
         ser = check_history(r.history(), final)
         total = sum(int.from_bytes(v, "little", signed=True) for (_, v) in final.values())
         created = sum(o.result for o in outcomes if o.committed)
-        cons = check_total(wl.initial_total(), total, created)
+        # a coordinator stopped mid-commit: recovery may roll its transaction forward or back
+        in_flight = [h.result or 0 for h in r.history() if h.status == "unknown"]
+        cons = check_total(wl.initial_total(), total, created, in_flight)
         problems = tuple(audits) + tuple(r.quiescent_problems())
         commits = sum(o.committed for o in outcomes)
         ok = ser.ok and cons.ok and not problems
@@ -245,3 +253,80 @@ def tatp_stress(system, options=None, *, subscribers: int = 100, threads: int = 
                + (f"; recovery {recovered}" if recovered else "")
                + (f"; {len(problems)} problems, first: {problems[0]}" if problems else ""))
         return StressReport(ser.ok and not problems, commits, len(outcomes) - commits, msg, ser, inv, problems)
+
+
+# -- on a rack of processes -----------------------------------------------------------------------
+
+def smallbank_scenario(system: str, options: dict, *, seed: int = 1, accounts: int = 200, hot_accounts: int = 16,
+                       compute: int = 2, threads: int = 2, coroutines: int = 4, run_ms: float = 0.3,
+                       profile: str | None = None, profile_overrides: dict | None = None):
+    """SmallBank on a rack of processes: ``compute`` compute nodes of ``threads x coroutines``
+    coordinators, two memory nodes, one timed run; a node that dies (a coordinator killed
+    mid-commit) leaves the others running (``on_node_death = "continue"``)."""
+    from cluster.correctness.shapes import DEFAULT_PROFILE
+    from cluster.scenario import scenario_from_dict
+    data = {
+        "rack": {"name": f"check-{system}", "profile": profile or DEFAULT_PROFILE, "seed": seed,
+                 "on_node_death": "continue"},
+        **({"profile_overrides": dict(profile_overrides)} if profile_overrides else {}),
+        "compute": {"count": compute, "threads": threads, "coroutines": coroutines, "memory": "16MiB"},
+        # FORD's undo logs take 2 compute nodes x 32 thread slices x 1 MiB on each memory node
+        "memory": {"count": 2, "memory": "128MiB"},
+        "system": {"name": system, **options},
+        "workload": {"preset": "smallbank", "accounts": accounts, "hot_accounts": hot_accounts},
+        "step": [{"action": "run", "duration_ms": run_ms}],
+    }
+    return scenario_from_dict(data, source=f"dmrack check {system}")
+
+
+#: transaction rows recorded per compute node (a 0.3 ms run of 8 coordinators records ~400)
+PROCESS_HISTORY_ROWS = 1 << 15
+
+
+def smallbank_processes(system: str, options: dict, *, kill: tuple | None = None, **shape) -> StressReport:
+    """:func:`smallbank_scenario` run as processes with the history recorded in shared memory
+    (nodes/txn_history.py), judged as :func:`smallbank_stress` judges a co-located run: the merged
+    history serializable against the primaries' final state, SmallBank's total (each attempt a
+    killed coordinator left in flight may count or not), and quiescence. ``kill = (failpoint,
+    after)``: compute node cn1's process exits (``os._exit``, as ``kill -9``) when one of its
+    coordinators reaches ``failpoint`` for the ``after + 1``-th time, mid-commit; the rack's owner
+    then runs the system's ``recover`` before anything is read."""
+    import os
+    from cluster.supervisor import Supervisor
+    from nodes.txn_history import digest_state
+    from shm import failpoints
+    sup = Supervisor(smallbank_scenario(system, options, **shape), quiet=True, history=PROCESS_HISTORY_ROWS)
+    wl = sup.compiled.workloads["default"]
+    saved = os.environ.get(failpoints.ENV)
+    if kill:
+        os.environ[failpoints.ENV] = f"cn1:{kill[0]}=exit@{kill[1]}"      # inherited by the forked nodes
+    try:
+        status = sup.run()
+    finally:
+        if saved is None:
+            os.environ.pop(failpoints.ENV, None)
+        else:
+            os.environ[failpoints.ENV] = saved
+    run = sup.txn_run
+    if run is None:
+        deaths = "; ".join(f"{d.node} {d.how}" for d in sup.deaths) or sup.stop_reason
+        return StressReport(False, 0, 0, f"the rack of processes ended without a history (status {status}): {deaths}",
+                            None, None, ())
+    problems = []
+    if kill and not any(d.node == "cn1" for d in sup.deaths):
+        problems.append(f"cn1 never reached {kill[0]} {kill[1] + 1} times: the kill was not tested")
+    unexpected = [f"{d.node} {d.how}" for d in sup.deaths if not (kill and d.node == "cn1")]
+    problems += [f"node died: {u}" for u in unexpected]
+    final = run.final_state()
+    ser = check_history(run.history, digest_state(final))
+    total = sum(int.from_bytes(v, "little", signed=True) for (_, v) in final.values())
+    committed = [r for r in run.history if r.status == "committed"]
+    in_flight = [r.result or 0 for r in run.history if r.status == "unknown"]
+    cons = check_total(wl.initial_total(), total, sum(r.result or 0 for r in committed), in_flight)
+    problems = tuple(problems) + tuple(quiescent_problems(run.records))
+    aborts = sum(r.status == "aborted" for r in run.history)
+    ok = ser.ok and cons.ok and not problems
+    msg = (f"{len(committed)} committed, {aborts} aborted, {len(in_flight)} in flight at the kill; {ser.message}; "
+           f"{cons.message}" + (f"; recovery {run.recovered}" if run.recovered is not None else "")
+           + (f"; {len(problems)} problems, first: {problems[0]}" if problems else ""))
+    return StressReport(ok, len(committed), aborts, msg, ser, cons, problems)

@@ -31,9 +31,9 @@ Values are the record's value bytes; the workload layer encodes them (SmallBank:
 integer cents, so that the conserved total is exact). ``Item.value`` is that workload's decoding
 once the stage has run: ``TxnClient`` takes a ``codec`` (bytes <-> value) per table.
 
-Every attempt can be recorded (``client.history``, a list, or None) as a :class:`TxnRecord`:
-the versions it read and the versions it installed, which is what the serializability checker
-(cluster/correctness/serializability.py) builds its dependency graph from.
+Every attempt can be recorded (``client.history``: a list, a shared ``nodes.txn_history.TxnHistoryWriter``
+or None) as a :class:`TxnRecord`: the versions it read and the versions it installed, which is what
+the serializability checker (cluster/correctness/serializability.py) builds its dependency graph from.
 """
 
 from __future__ import annotations
@@ -41,18 +41,9 @@ from __future__ import annotations
 from typing import Any, Generator, NamedTuple
 
 from nodes.systems.api import System, UnsupportedOperation  # noqa: F401  (re-export)
+from nodes.txn_history import ABORT_REASONS, TxnRecord  # noqa: F401  (re-exports: declared with the history rows)
 from shm.failpoints import ClientCrash
 from workloads.tables import RAW, Codec, TableSpec  # noqa: F401  (re-exports: declared on the workloads floor)
-
-#: Why an attempt aborted; the keys of :class:`TxnStats`'s ``abort_*`` fields.
-ABORT_REASONS = (
-    "lock",          # the execution's CAS found the record locked by another transaction
-    "validation",    # a version (or, corrected, a lock bit) changed between execution and validation
-    "not_found",     # the record is not in its table (chain ended) or is deleted
-    "invisible",     # the record stayed INVISIBLE (a commit in flight) past the re-read limit
-    "user",          # the body aborted (SmallBank SendPayment without funds, TATP's misses)
-)
-
 
 class TxnAborted(Exception):
     """Raised through a transaction body when its attempt aborts; ``reason`` is one of
@@ -71,24 +62,6 @@ class TxnOutcome(NamedTuple):
     reason: str = ""       # "" when committed, else one of ABORT_REASONS
     attempts: int = 1
     result: Any = None     # what the body returned (SmallBank: the cents it created)
-
-
-class TxnRecord(NamedTuple):
-    """One attempt as the checker sees it. ``reads``: ((table, key, version seen), ...), every
-    record the attempt read (read-only and read-write: a read-for-update reads the version it then
-    replaces). ``writes``: ((table, key, version installed, value bytes), ...), empty unless it
-    committed. ``status``: "committed", "aborted" or "unknown" (its coordinator crashed after it
-    may have installed something)."""
-
-    txn_id: int
-    client: int
-    name: str
-    start_ns: int
-    end_ns: int
-    status: str
-    reason: str
-    reads: tuple
-    writes: tuple
 
 
 class TxnStats(NamedTuple):
@@ -149,6 +122,8 @@ class Txn:
         self._staged: list[Item] = []
         self.aborted: str | None = None
         self.installed: list = []     # (table, key, version, value bytes) the commit wrote
+        self.start_ns = co.env.now
+        self.result = None            # what the body returned, once it has
 
     # -- declaring ---------------------------------------------------------------------------
     def _declare(self, table: str, key: int, mode: str) -> Item:
@@ -252,10 +227,10 @@ class TxnClient:
             if attempt > 1:
                 self.count("retries")
             tx = self.begin(co, name)
-            start = co.env.now
+            start = tx.start_ns
             self.count("attempts")
             try:
-                result = yield from body(tx, *args)
+                result = tx.result = yield from body(tx, *args)
                 yield from tx.execute()            # anything declared after the last stage
                 yield from tx._commit()
             except ClientCrash:
@@ -277,14 +252,26 @@ class TxnClient:
             self._record(tx, start, "committed", "")
             return TxnOutcome(True, "", attempt, result)
 
-    def _record(self, tx: Txn, start: int, status: str, reason: str) -> None:
-        if self.history is None:
-            return
+    def installing(self, tx: Txn) -> None:
+        """A design calls this once it has set ``tx.installed`` and before it posts the WRITEs that
+        install it: from here on they may land. A history shared with the rack's owner
+        (``nodes.txn_history.TxnHistoryWriter``) records the attempt now, as in flight, so that a
+        process killed before the attempt returns leaves it as "may have happened"; a list (the
+        co-located rigs) needs nothing, a stopped coroutine records itself (``run``)."""
+        intend = getattr(self.history, "intend", None)
+        if intend is not None:
+            intend(self._snapshot(tx, tx.start_ns, "unknown", "crash"))
+
+    def _snapshot(self, tx: Txn, start: int, status: str, reason: str) -> TxnRecord:
         reads = tuple((it.table, it.key, it.version) for it in tx.items
                       if it.found and it.version is not None and it.mode != Item.INSERT)
         writes = tuple(tx.installed) if status in ("committed", "unknown") else ()
-        self.history.append(TxnRecord(tx.txn_id, self.client_id, tx.name, start, tx.co.env.now, status, reason,
-                                      reads, writes))
+        return TxnRecord(tx.txn_id, self.client_id, tx.name, start, tx.co.env.now, status, reason, reads, writes,
+                         tx.result)
+
+    def _record(self, tx: Txn, start: int, status: str, reason: str) -> None:
+        if self.history is not None:
+            self.history.append(self._snapshot(tx, start, status, reason))
 
     def statistics(self) -> TxnStats:
         return TxnStats(**self._stats)

@@ -39,7 +39,7 @@ from shm.fabric import gaddr
 from shm.failpoints import failpoint
 
 from .layout import (
-    INVISIBLE, LOCK_OFF, LOCKED, LOG_HEADER, VERSION_OFF, bucket_of, decode_item, encode_item, next_off,
+    INVISIBLE, LOCK_OFF, LOCKED, LOG_HEADER, VERSION_OFF, bucket_of, decode_item, encode_item, next_off, owner_bits,
 )
 
 
@@ -357,7 +357,7 @@ class FordClient(TxnClient):
     def _log(self, co, tx: FordTxn, rw: list[Item]) -> None:
         """One WRITE per memory node: the entry header and every read-write record's before-image
         (SMART's entries have no images, a bug the brief notes: images are written here)."""
-        entry = LOG_HEADER.pack(tx.txn_id, self.client_id) + b"".join(it.state.raw_record for it in rw)
+        entry = LOG_HEADER.pack(tx.txn_id, self.client_id, len(rw)) + b"".join(it.state.raw_record for it in rw)
         if len(entry) > self.log_bytes:
             raise TxnAborted("user", f"undo-log entry of {len(entry)} B exceeds the slice")
         if self.log_pos + len(entry) > self.log_bytes:
@@ -370,7 +370,7 @@ class FordClient(TxnClient):
         codecs = self.codecs
         installed = []
         backup_writes = []
-        invis = LOCKED | INVISIBLE
+        invis = LOCKED | INVISIBLE | owner_bits(tx.txn_id)       # whose commit it is, for recovery
         last_backup = None
         for it in rw:
             st = it.state
@@ -390,15 +390,16 @@ class FordClient(TxnClient):
                 co.write(st.addr + LOCK_OFF, 0)
             for (bnode, bbase), bg in zip(ti["replicas"][1:], ti["backups"]):
                 baddr = bg + st.rel
-                backup_writes.append((baddr, encode_item(ti["id"], it.key, bbase + st.rel, version, INVISIBLE, value,
+                backup_writes.append((baddr, encode_item(ti["id"], it.key, bbase + st.rel, version, invis & ~LOCKED, value,
                                                          ti["value_bytes"], valid, ins)))
                 last_backup = baddr
             installed.append((it.table, it.key, version, value))
         tx.installed = installed                 # posted from here on: they may land
+        self.installing(tx)
         co.post()
         failpoint("ford.primaries_written")
         for baddr, rec in backup_writes:
-            co.write(baddr + LOCK_OFF, INVISIBLE)
+            co.write(baddr + LOCK_OFF, invis & ~LOCKED)
             co.write(baddr, rec)
             if self.flush == "every":
                 co.read(baddr, 1)

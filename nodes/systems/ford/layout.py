@@ -22,8 +22,9 @@ come from a reserve after the main buckets, used only by the loader (FORD: the l
 hash region, server.cc:29).
 
 Undo-log entry (core/dtx/dtx.cc:179-210): ``tx_id u64, t_id u32`` then the before-image of each
-read-write record, the whole record as read. Here the header is padded to 16 B so images stay
-8-byte aligned (FORD packs it to 12).
+read-write record, the whole record as read. Here the header is 16 B so images stay 8-byte
+aligned (FORD packs it to 12), and its last 4 B count the images: recovery (``FordSystem.recover``)
+reads a slice entry after entry and needs to know where one ends (FORD has no recovery code).
 """
 
 from __future__ import annotations
@@ -38,7 +39,26 @@ TABLE_ID_OFF, VALUE_SIZE_OFF, KEY_OFF, REMOTE_OFF_OFF, VERSION_OFF, LOCK_OFF, VA
 HEADER = struct.Struct("<QQQQQQ")    # table_id, value_size, key, remote_offset, version, lock
 LOCKED = 1                           # common.h:39 STATE_LOCKED (no owner id)
 INVISIBLE = 1 << 63                  # common.h:41 STATE_INVISIBLE
-LOG_HEADER = struct.Struct("<QIxxxx")   # tx_id, t_id, padding to 16 B
+#: The commit's INVISIBLE lock words also carry the committing transaction's id in bits 1-62
+#: (:func:`owner_bits`): the readers test only ``lock != 0`` and bit 63, so nothing else changes,
+#: and recovery knows whose undo-log entry an INVISIBLE record belongs to (several entries may
+#: hold the same before-image: an attempt that logged and then failed validation). FORD's lock
+#: word is 1 or bit 63 alone; it has no recovery.
+OWNER_MASK = (1 << 62) - 1
+
+
+def owner_bits(txn_id: int) -> int:
+    return (txn_id & OWNER_MASK) << 1
+
+
+def owner_of(lock: int) -> int:
+    """The transaction id a commit's lock word carries (0: none)."""
+    return (int(lock) >> 1) & OWNER_MASK
+
+
+LOG_HEADER = struct.Struct("<QII")   # tx_id, t_id, the number of before-images (FORD: 4 B of padding)
+#: before-images one undo-log entry may hold (what recovery accepts when it parses a slice)
+MAX_LOG_IMAGES = 64
 #: overflow buckets reserved per table, as a fraction of its main buckets (FORD server.cc:29: the
 #: last 25 % of the hash region)
 RESERVE_FRACTION = 0.25

@@ -22,7 +22,7 @@ from nodes.systems.txn import TableSpec, TxnSystem
 from shm.fabric import gaddr
 
 from .layout import (
-    INVISIBLE, KEY_OFF, LOCK_OFF, RESERVE_FRACTION, SLOTS_PER_BUCKET, TABLE_ID_OFF, VERSION_OFF, bucket_bytes, bucket_of,
+    INVISIBLE, KEY_OFF, LOCK_OFF, MAX_LOG_IMAGES, owner_of, RESERVE_FRACTION, SLOTS_PER_BUCKET, TABLE_ID_OFF, VERSION_OFF, bucket_bytes, bucket_of,
     decode_item, encode_item, item_bytes, next_off,
 )
 
@@ -223,49 +223,126 @@ class FordSystem(TxnSystem):
         return out
 
     @classmethod
-    def recover(cls, fabric, layout: dict) -> dict:
-        """After coordinators died (their coroutines stopped at a failpoint, or their processes
-        killed), make every record clean again from the undo logs, so that no partial commit stays
-        visible and no lock stays held (FORD's code has none; the procedure the brief infers from
-        the log format): a record INVISIBLE on any replica had a commit in flight, so the newest
-        before-image of it in the logs (matched by table, key and offset, the highest version) is
-        written back to every replica, unlocked; a record only LOCKED never reached its commit and
-        is unlocked. Run with no coordinator active. Returns counts."""
-        rolled = unlocked = 0
+    def log_entries(cls, fabric, layout: dict) -> list:
+        """Every undo-log entry in the first memory node's slices (the logs are written to every
+        node alike), as ``(tx_id, [(table, image words), ...])``. A slice is written from its start
+        and wraps back to it (``FordClient._log``), so each is read from its start, entry after
+        entry (the header's count of images says where one ends), until a word that is not an
+        entry: the end of the current lap, or the stale bytes of an earlier one. An image is
+        accepted only if its table id and value size are a table's."""
+        by_id = {t["id"]: t for t in layout["tables"].values()}
         log_node = layout["memory_nodes"][0]
         log_off = layout["logs"][log_node]
         n_slices = max(1, len(layout["compute_nodes"])) * layout["log_threads"]
-        logw = fabric.memory[log_node].host64[log_off // 8: (log_off + n_slices * layout["log_slice_bytes"]) // 8]
-        for name, t in layout["tables"].items():
+        sw = layout["log_slice_bytes"] // 8
+        logw = fabric.memory[log_node].host64[log_off // 8: log_off // 8 + n_slices * sw]
+        entries = []
+        for s in range(n_slices):
+            w = logw[s * sw:(s + 1) * sw]
+            pos = 0
+            while pos + 2 <= sw:
+                tx_id, n = int(w[pos]), int(w[pos + 1]) >> 32
+                if tx_id == 0 or not 0 < n <= MAX_LOG_IMAGES:
+                    break
+                p, images = pos + 2, []
+                for _ in range(n):
+                    t = by_id.get(int(w[p])) if p + 2 <= sw else None
+                    if t is None or int(w[p + 1]) != t["value_bytes"] or p + t["item_bytes"] // 8 > sw:
+                        break
+                    images.append((t, w[p:p + t["item_bytes"] // 8].copy()))
+                    p += t["item_bytes"] // 8
+                if len(images) != n:
+                    break
+                entries.append((tx_id, images))
+                pos = p
+        return entries
+
+    @classmethod
+    def recover(cls, fabric, layout: dict) -> dict:
+        """After coordinators died (their coroutines stopped at a failpoint, or their processes
+        killed), make every record clean again from the undo logs, so that no committed
+        transaction is lost, no partial one stays visible and no lock stays held (FORD's code has
+        none; the procedure the brief infers from the protocol). Run with no coordinator active.
+
+        A record INVISIBLE on any replica had a commit in flight: the transaction that made it so
+        is named by the lock word (``layout.owner_of``) and its undo-log entry holds the
+        before-images of all its records. A coordinator reports a commit only after every commit
+        WRITE (primaries and backups) was acked and releases nothing before, so the transaction
+        is decided by its records:
+
+        * every record of the entry holds a newer version than its before-image on every
+          replica, the replicas agreeing: the commit may have been reported, and it is whole:
+          **rolled forward** (its lock words cleared). This is the case of a coordinator that died
+          after its commit returned, with its releases posted but not landed;
+        * otherwise it was never reported and part of it may be missing: **rolled back**, every
+          record of the entry that is still held getting its before-image on every replica.
+
+        A record only LOCKED (no commit reached it) is unlocked. Limit: a record longer than one
+        64-B line whose WRITEs were cut mid-record on every replica at the same line would look
+        written (the version word is in its first line); SmallBank's records are one line.
+        Returns counts."""
+        rows = {}                                    # table id -> (table, replicas' rows, offset -> row)
+        names = {t["id"]: name for name, t in layout["tables"].items()}
+        for t in layout["tables"].values():
             reps = [cls._items(fabric, t, n, b) for n, b in t["replicas"]]
-            held = np.zeros(reps[0].shape[0], bool)
-            invisible = np.zeros_like(held)
-            for r in reps:
-                held |= r[:, 5] != 0
-                invisible |= (r[:, 5] & np.uint64(INVISIBLE)) != 0
-            iw = t["item_bytes"] // 8
-            for i in np.nonzero(held)[0]:
-                p = reps[0][i]
-                if invisible[i]:
-                    hits = np.nonzero((logw[:-iw] == p[0]) & (logw[1:1 - iw or None] == p[1]))[0]
-                    hits = [h for h in hits if logw[h + 2] == p[2] and logw[h + 3] == p[3]]
-                    if not hits:
-                        raise SystemGaveUp(f"FORD recovery: {name}[{int(p[2])}] is INVISIBLE and no undo-log image "
-                                           f"of it was found")
-                    h = max(hits, key=lambda h: int(logw[h + 4]))
-                    image = logw[h:h + iw].copy()
-                    image[5] = 0
-                    for r, (node, base) in zip(reps, t["replicas"]):
-                        row = image.copy()
+            live = np.nonzero(reps[0][:, 0] == t["id"])[0]
+            rows[t["id"]] = (t, reps, {int(reps[0][i, 3]): int(i) for i in live})
+        entries = {tx: images for tx, images in cls.log_entries(fabric, layout)}
+        owners: dict = {}                            # owner tx id -> its images
+        for tid, (t, reps, _) in rows.items():
+            for i in np.nonzero(np.any([(r[:, 5] & np.uint64(INVISIBLE)) != 0 for r in reps], axis=0))[0]:
+                locks = [int(r[i, 5]) for r in reps if int(r[i, 5]) & INVISIBLE]
+                owner = owner_of(locks[0])
+                if owner not in entries:
+                    raise SystemGaveUp(f"FORD recovery: {names[tid]}[{int(reps[0][i, 2])}] is INVISIBLE in the "
+                                       f"commit of transaction {owner:#x}, which has no undo-log entry")
+                owners[owner] = entries[owner]
+        handled: set = set()
+        forward = back = unlocked = 0
+        for owner, images in owners.items():
+            whole = all(cls._written(rows[t["id"]][1], rows[t["id"]][2].get(int(img[3])), int(img[4]))
+                        for t, img in images)
+            for t, img in images:
+                _, reps, where = rows[t["id"]]
+                i = where.get(int(img[3]))
+                if i is None or (t["id"], i) in handled or not any(r[i, 5] for r in reps):
+                    continue
+                handled.add((t["id"], i))
+                iw = t["item_bytes"] // 8
+                for r, (node, base) in zip(reps, t["replicas"]):
+                    w = cls._word(t, base, i)
+                    if whole:
+                        fabric.memory[node].host64[w + 5] = 0
+                    else:
+                        row = img.copy()
+                        row[5] = 0
                         row[3] = r[i, 3]              # each replica's own offset
-                        w = cls._word(t, base, i)
                         fabric.memory[node].host64[w:w + iw] = row
-                    rolled += 1
+                if whole:
+                    forward += 1
                 else:
+                    back += 1
+        for tid, (t, reps, _) in rows.items():
+            for i in map(int, np.nonzero(np.any([r[:, 5] != 0 for r in reps], axis=0))[0]):
+                if (tid, i) not in handled:
                     for node, base in t["replicas"]:
                         fabric.memory[node].host64[cls._word(t, base, i) + 5] = 0
                     unlocked += 1
-        return {"rolled_back": rolled, "unlocked": unlocked}
+        return {"rolled_forward": forward, "rolled_back": back, "unlocked": unlocked}
+
+    @staticmethod
+    def _written(reps, i, before: int) -> bool:
+        """Record ``i`` holds a version after ``before`` on every replica, the replicas agreeing
+        on everything but their own offset and lock word (a commit's WRITEs to it all landed)."""
+        if i is None:
+            return False
+        first = reps[0][i]
+        for r in reps:
+            row = r[i]
+            if int(row[4]) <= before or row[4] != first[4] or (row[6:] != first[6:]).any() \
+                    or (row[:3] != first[:3]).any():
+                return False
+        return True
 
     @classmethod
     def recover_power_failure(cls, fabric, layout: dict) -> dict:
