@@ -494,6 +494,13 @@ def _txn_line(index: int, txn: dict) -> str:
 
 STEP_METRICS = (("ops", "ops"), ("failures", "failures"), ("mops", "Mops/s"), ("p50_us", "p50 µs"),
                 ("p99_us", "p99 µs"), ("p999_us", "p999 µs"), ("mean_us", "mean µs"))
+#: a transactional step's figures (``Results.transactions``) as the rows of experiment
+#: :data:`TRANSACTIONS`, series "step N", x "rack": what ``dmrack plot`` draws of them (a group of
+#: bars per step)
+TXN_METRICS = (("committed_per_s", "committed txn/s"), ("aborted_per_s", "aborted txn/s"),
+               ("abort_rate", "abort rate %"), ("p50_us", "txn p50 µs"), ("p99_us", "txn p99 µs"),
+               ("p999_us", "txn p99.9 µs"))
+TRANSACTIONS = "transactions"
 END_METRICS = (("mem_used", "bytes used"), ("mem_capacity", "bytes capacity"), ("bytes_reclaimed", "bytes reclaimed"))
 SUMMARY_METRICS = {"vspan_ns": "virtual ns", "real_s": "real s", "speed_vns_per_s": "virtual ns per real s",
                    "verbs_per_s": "verbs per real s", "wall_s": "wall s"}
@@ -521,6 +528,13 @@ def document_rows(doc: dict) -> tuple[dict, list[dict]]:
         elif rec.get("label") == END:
             for col, metric in END_METRICS:
                 add(END, str(rec["node"]), "memory", metric, rec.get(col))
+    for st in doc.get("steps") or ():
+        txn = st.get("transactions") if isinstance(st, dict) else None
+        if isinstance(txn, dict):
+            for col, metric in TXN_METRICS:
+                value = txn.get(col)
+                add(TRANSACTIONS, f"step {st.get('index')}", RACK, metric,
+                    value * 100 if col == "abort_rate" and isinstance(value, (int, float)) else value)
     for key, value in summary.items():
         add("run", RACK, ALL, SUMMARY_METRICS.get(key, key.replace("_", " ")), value)
     steps = meta.get("steps") if isinstance(meta.get("steps"), list) else []

@@ -102,6 +102,41 @@ def test_bad_tatp_parameters_are_one_line():
     assert "subscribers = 0 must be" in str(e.value) and "\n" not in str(e.value)
 
 
+def test_a_transactional_run_plots_its_transactions_by_step(tmp_path):
+    """Two run steps: ``dmrack plot`` of the results draws committed and aborted transactions per
+    second, the abort rate and the committed latency, a group of bars per step."""
+    from cluster.experiments.figures import figures_for
+    from cluster.experiments.plot import write_plots
+    from cluster.experiments.rows import load_result
+    data = _rack()
+    data["step"] = [{"action": "run", "duration_ms": 0.05}, {"action": "run", "duration_ms": 0.05}]
+    res = ColocatedRack(scenario_from_dict(data, source="t.toml")).run()
+    path = res.to_json(tmp_path / "r.json")
+    run, rows = load_result(str(path))
+    txn = {(r["series"], r["metric"]): r["emulated"] for r in rows if r["experiment"] == "transactions"}
+    for st in res.steps:
+        t = res.transactions(st)
+        assert txn[(f"step {st.index}", "committed txn/s")] == pytest.approx(t["committed_per_s"])
+        assert txn[(f"step {st.index}", "abort rate %")] == pytest.approx(100 * t["abort_rate"])
+        assert txn[(f"step {st.index}", "txn p99 µs")] == pytest.approx(t["p99_us"])
+    figs = figures_for(run, rows)
+    assert figs[0].id == "transactions"
+    written = write_plots(run, rows, str(tmp_path / "plots"), "r")
+    assert any(p.endswith("r-transactions.png") for p in written)
+
+
+def test_a_colocated_run_records_its_transactions_for_the_checker():
+    from cluster.correctness.serializability import check_history
+    from nodes.txn_history import digest_state
+    rack = ColocatedRack(scenario_from_dict(_rack(), source="t.toml"), history=1 << 12)
+    rack.run()
+    run = rack.txn_run
+    assert run is not None and run.recovered is None and rack.history_ops is None
+    assert {r.status for r in run.history} <= {"committed", "aborted"}
+    assert sum(r.status == "committed" for r in run.history) > 10
+    assert check_history(run.history, digest_state(run.final_state())).ok
+
+
 def test_a_kv_run_has_no_transaction_figures():
     res = ColocatedRack(scenario_from_dict({"compute": {"count": 1, "threads": 1, "coroutines": 1},
                                             "workload": {"recordcount": 200},

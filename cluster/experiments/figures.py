@@ -156,10 +156,23 @@ def declared(run: dict | None) -> list[Figure] | None:
     return list(exp.figures) or None
 
 
+#: The figure of a transactional ``dmrack run`` (its "transactions" rows, cluster/results.py
+#: ``TXN_METRICS``): committed and aborted transactions per second, the abort rate and the committed
+#: transactions' latency, a bar per step.
+RUN_FIGURES = (
+    Figure("transactions", experiment="transactions",
+           metric=(("committed txn/s", "aborted txn/s"), "abort rate %", ("txn p50 µs", "txn p99 µs", "txn p99.9 µs")),
+           title="Transactions by step", xlabel="step",
+           ylabel=("transactions per second (virtual)", "aborted attempts (%)", "committed latency (µs)"),
+           kind="bar", xs="category"),
+)
+
+
 def figures_for(run: dict | None, rows: list[dict]) -> list[Figure]:
     """The figures of a result: the declared ones that have rows, then automatic figures for the
     experiments no declared figure covers (all of them when nothing is declared)."""
-    specs = [f for f in declared(run) or [] if select(f, rows)]
+    own = list(RUN_FIGURES) if (run or {}).get("command") == "run" else declared(run) or []
+    specs = [f for f in own if select(f, rows)]
     covered = {f.experiment for f in specs}
     rest = [r for r in rows if r["experiment"] not in covered]
     command = (run or {}).get("command") or ""
