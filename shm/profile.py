@@ -20,6 +20,9 @@ generic loader on top of it:
   that cannot exist (e.g. ``qp.max_rd_atomic`` above ``qp.max_send_wr``). All problems of a file are
   reported at once, one line each, and every line starts with the file and names the dotted key:
   ``cx6-200g.toml: 'link.gbps' must be >= 0.001, got -5``.
+* A profile file may give only what differs from another with ``extends = "bf3"`` (a shipped name
+  or a path): the tables of that profile, this file's keys replacing theirs (:func:`_extended`);
+  ``bf3-b3220`` is the BlueField-3 B3220 written that way.
 * ``with_overrides(p, {"nic.atomic_slot_ns": 400})`` returns a new profile with some keys changed,
   validated by exactly the same code (it goes through the same dict -> Profile path). Scenarios use
   it for knob changes, benchmarks for ablations.
@@ -77,6 +80,8 @@ __all__ = [
 ]
 
 _TOP_LEVEL = ("name", "description")
+#: a profile file's key naming the profile it only changes (:func:`_extended`)
+EXTENDS = "extends"
 
 
 class ProfileError(ValueError):
@@ -149,7 +154,7 @@ def load_profile(name_or_path: str | os.PathLike) -> Profile:
             raise ProfileError(f"{label}: is a directory, not a profile file") from None
         except OSError as e:
             raise ProfileError(f"{label}: cannot read: {e.strerror or e}") from None
-        data = _parse_toml(raw, label)
+        data = _extended(_parse_toml(raw, label), label, path.parent)
         return _with_active(profile_from_dict(data, source=str(path), label=label))
 
     name = str(name_or_path)
@@ -202,7 +207,55 @@ def _load_shipped(name: str) -> Profile:
     """The shipped profile ``name`` as its file says, without the active overrides."""
     res = _profiles_dir().joinpath(f"{name}.toml")
     label = f"{name}.toml"
-    return profile_from_dict(_parse_toml(res.read_bytes(), label), source=str(res), label=label)
+    return profile_from_dict(_shipped_data(name), source=str(res), label=label)
+
+
+def _shipped_data(name: str, seen: tuple = ()) -> dict:
+    """The plain data of shipped profile ``name``, its ``extends`` resolved."""
+    label = f"{name}.toml"
+    return _extended(_parse_toml(_profiles_dir().joinpath(label).read_bytes(), label), label, None, seen + (name,))
+
+
+def _extended(data: Any, label: str, folder: Path | None, seen: tuple = ()) -> Any:
+    """A profile file may give only what differs from another: ``extends = "bf3"`` (a shipped name,
+    or the path of a file, relative to this one's folder) takes every table of that profile and
+    replaces the keys this file gives, table by table; ``name`` and ``description`` are this
+    file's own, and a section this file lists under ``[assumptions]`` replaces that section's list
+    (a knob this file gives a source for is then no longer an assumption). Why: a card variant
+    (BlueField-3 B3220 beside the B3140L) differs in a few numbers, and a copy of the whole file
+    would keep hundreds of sourced values twice. The result is validated like any profile."""
+    if not isinstance(data, Mapping) or EXTENDS not in data:
+        return data
+    base_ref = data[EXTENDS]
+    if not isinstance(base_ref, str) or not base_ref.strip():
+        raise ProfileError(f"{label}: {EXTENDS!r} must name a profile (a shipped name or a .toml path), got "
+                           f"{_describe(base_ref)}")
+    where = f"{label}: {EXTENDS} = {base_ref!r}"
+    if _is_path(base_ref):
+        path = Path(base_ref) if folder is None or Path(base_ref).is_absolute() else folder / base_ref
+        if str(path.resolve()) in seen:
+            raise ProfileError(f"{where}: profiles extend each other in a circle")
+        try:
+            raw = path.read_bytes()
+        except OSError as e:
+            raise ProfileError(f"{where}: cannot read {path}: {e.strerror or e}") from None
+        base = _extended(_parse_toml(raw, str(path)), str(path), path.parent, seen + (str(path.resolve()),))
+    else:
+        if base_ref in seen:
+            raise ProfileError(f"{where}: profiles extend each other in a circle")
+        if base_ref not in list_profiles():
+            raise ProfileError(f"{where}: unknown profile; shipped profiles are {', '.join(list_profiles())}, or give "
+                               f"the path of a .toml file")
+        base = _shipped_data(base_ref, seen)
+    merged: dict = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in base.items()}
+    for key, v in data.items():
+        if key == EXTENDS:
+            continue
+        if isinstance(v, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = {**merged[key], **v}      # (for [assumptions]: a section's list replaced whole)
+        else:
+            merged[key] = v
+    return merged
 
 
 def _with_active(p: Profile) -> Profile:

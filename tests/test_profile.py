@@ -24,7 +24,7 @@ from shm.profile import (
 from shm.profile_schema import OPTIONAL_SECTIONS, SECTIONS, Profile
 
 REPO = Path(__file__).resolve().parents[1]
-SHIPPED = ["bf3", "cx3-56g", "cx5-100g", "cx6-200g"]
+SHIPPED = ["bf3", "bf3-b3220", "cx3-56g", "cx5-100g", "cx6-200g"]
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -481,3 +481,42 @@ def test_dpa_overrides():
     assert with_overrides(load_profile("cx6-200g"), chaos).chaos.effect_ns == 100
     with pytest.raises(ProfileError, match="'dpa.usable_threads' .* must be <="):
         with_overrides(load_profile("bf3"), {"dpa.threads_per_core": 8})
+
+
+# ----------------------------------------------------------------------------- extends
+
+def test_b3220_is_bf3_but_for_its_packet_matching():
+    a, b = profile_to_dict(load_profile("bf3")), profile_to_dict(load_profile("bf3-b3220"))
+    diff = {(s, k) for s in a if isinstance(a[s], dict) for k in a[s] if a[s][k] != b[s][k]}
+    assert diff == {("nic", "resp_recv_ns")}
+    assert b["nic"]["resp_recv_ns"] == round(a["nic"]["resp_recv_ns"] / 1.69)      # DPA-Store §4.2.9's ping
+    assert b["name"] == "bf3-b3220" and b["assumptions"] == a["assumptions"]
+
+
+def test_a_file_extends_a_shipped_profile_or_a_path(tmp_path):
+    base = _write(tmp_path, 'extends = "cx6-200g"\nname = "mine"\ndescription = "d"\n[link]\n# measured\ngbps = 100.0\n'
+                  '[assumptions]\nlink = []\n', "base.toml")
+    p = load_profile(base)
+    ref = load_profile("cx6-200g")
+    assert p.link.gbps == 100.0 and p.link.one_way_ns == ref.link.one_way_ns and p.nic == ref.nic
+    assert "link.one_way_ns" in ref.assumptions and "link.one_way_ns" not in p.assumptions    # its list replaced
+    assert ("nic.req_read_ns" in p.assumptions) == ("nic.req_read_ns" in ref.assumptions)      # the others kept
+    child = _write(tmp_path, 'extends = "base.toml"\nname = "child"\ndescription = "d"\n[nic]\nresp_recv_ns = 300\n',
+                   "child.toml")
+    q = load_profile(child)                       # a path relative to the file, extended twice
+    assert (q.link.gbps, q.nic.resp_recv_ns, q.nic.resp_read_ns) == (100.0, 300, ref.nic.resp_read_ns)
+
+
+@pytest.mark.parametrize("text, needle", [
+    ('extends = "bf9"\nname = "x"\ndescription = "d"\n', "extends = 'bf9': unknown profile"),
+    ('extends = 3\nname = "x"\ndescription = "d"\n', "'extends' must name a profile"),
+    ('extends = "loop.toml"\nname = "x"\ndescription = "d"\n', "extend each other in a circle"),
+    ('extends = "nope.toml"\nname = "x"\ndescription = "d"\n', "cannot read"),
+    ('extends = "bf3"\nname = "x"\ndescription = "d"\n[nic]\nresp_recv_ns = -1\n', "'nic.resp_recv_ns' must be"),
+])
+def test_bad_extends_is_one_line(tmp_path, text, needle):
+    path = _write(tmp_path, text, "loop.toml")
+    with pytest.raises(ProfileError) as e:
+        load_profile(path)
+    assert needle in str(e.value) and str(e.value).startswith(str(path)) and "\n" not in str(e.value)
+

@@ -48,3 +48,15 @@ def test_table1_and_bulkload_rows(monkeypatch):
     assert by["sparse", "index overhead"].emulated > 0
     assert by["face", "DPA memory (50 M pairs)"].emulated > by["sparse", "DPA memory (50 M pairs)"].emulated
     assert by["bytes copied to DPA memory (50 M sparse)", "COPY stitches"].published == 192
+
+
+def test_the_b3220_card_runs_the_same_points_and_receives_pings_faster():
+    """Fig. 14's second card: the same tiny GET point runs on bf3-b3220 (its rack's profile, not
+    the system's default bf3), and 64 DPA threads' pings, bound by the NIC's receive path on bf3,
+    are served faster there (the B3220's packet matching, shm/profiles/bf3-b3220.toml)."""
+    from cluster.experiments.devices import udp_ping
+    b3220 = tiny(op="get", profile=D.B3220)
+    assert b3220["ops"] > 30 and b3220["failed"] == 0
+    slow, fast = (udp_ping(64, window=20_000, profile=p)["mops"] for p in ("bf3", D.B3220))
+    assert fast > 1.3 * slow
+    assert "fig14" in D.EXPERIMENTS and "fig14" in D.SIDE_BY_SIDE

@@ -195,7 +195,7 @@ def host_copy(quick: bool, progress) -> list[Row]:
 # --- UDP ping -----------------------------------------------------------------------------------------
 
 def udp_ping(threads: int, *, clients_per_thread: int = 8, client_nodes: int = 8, warmup: int = 20_000,
-             window: int = 50_000, seed: int = 1) -> dict:
+             window: int = 50_000, seed: int = 1, profile: str = PROFILE) -> dict:
     """Closed-loop UDP pings to ``threads`` DPA threads; returns Mops in the window and the DPA
     cores' mean utilisation.
 
@@ -205,7 +205,7 @@ def udp_ping(threads: int, *, clients_per_thread: int = 8, client_nodes: int = 8
     takes a datagram (one poll), loads its first line (the NIC put it in L2), computes
     ``dpa.packet_cycles`` (the profile's packet-handling assumption, never tuned to the published
     44.9 Mops) on its core as a doorbell burst and sends the reply to the client's queue."""
-    with Rig(client_nodes, seed=seed) as rig:
+    with Rig(client_nodes, seed=seed, profile=profile) as rig:
         env, prof = rig.env, rig.profile
         net = UdpNet(rig.host)
         dpa = Dpa(env, prof)

@@ -74,9 +74,10 @@ def point(*, quick: bool = True, keys: int | None = None, op: str = "get", dist:
           client_threads: int = CLIENT_THREADS, qd: int | None = None, window_us=None, seed: int = 1,
           options: dict | None = None, zipf: float = 0.99, range_count: int = 10,
           key_array: np.ndarray | None = None, scale_caches: bool = True, dataset: str = "sparse",
-          profile_overrides: dict | None = None) -> dict:
+          profile_overrides: dict | None = None, profile: str = PROFILE) -> dict:
     """One run: Mops over the window, p50/p99 latency (us), DPA and traverser statistics.
-    ``op``: get, range, update, insert, or a mix such as ``"get:0.95,insert:0.05"`` (:func:`parse_mix`)."""
+    ``op``: get, range, update, insert, or a mix such as ``"get:0.95,insert:0.05"`` (:func:`parse_mix`).
+    ``profile``: the card (``bf3``, DPA-Store's B3140L; ``bf3-b3220`` for Fig. 14)."""
     from cluster.rack import RackState, compile_scenario
     from cluster.scenario import scenario_from_dict, with_rack_tables
     from nodes.actors import actor_contexts, rack_udp, start_actors
@@ -89,7 +90,7 @@ def point(*, quick: bool = True, keys: int | None = None, op: str = "get", dist:
     n = len(loaded)
     dpa_mem = max(32 << 20, int(n * 1.6 * 512 // 90 * 2) + (8 << 20))
     d = with_rack_tables(system, {
-        "rack": {"name": f"dpastore-{op}", "profile": PROFILE, "seed": seed},
+        "rack": {"name": f"dpastore-{op}", "profile": profile, "seed": seed},
         "profile_overrides": {**NETWORK, **(cache_overrides(n) if scale_caches else {}), **(profile_overrides or {})},
         "compute": {"count": 1, "threads": client_threads, "coroutines": qd,
                     "memory": f"{max(128, (dpa_mem >> 20) + n * 600 // (1 << 20) + 64)}MiB"},
@@ -100,6 +101,7 @@ def point(*, quick: bool = True, keys: int | None = None, op: str = "get", dist:
                    "timeout_us": CLIENT_TIMEOUT_US, **(options or {})},
         "workload": {"preset": "c", "recordcount": n}})
     d["client"]["count"] = client_nodes          # the system's rack tables give the small defaults
+    d["rack"]["profile"] = profile               # (and bf3, a card with a DPA: so is the B3220)
     d["dpa"].update({"threads": traversers + stitchers, "memory": f"{dpa_mem >> 20}MiB"})
     d["compute"]["memory"] = f"{max(128, (dpa_mem >> 20) + n * 600 // (1 << 20) + 64)}MiB"
     compiled = compile_scenario(scenario_from_dict(d, source=f"dpastore point {op}"))
@@ -461,7 +463,7 @@ def fig12(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None =
 
 def fig13(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None = None) -> list[Row]:
     """INSERT and UPDATE mixed with GETs (sparse, uniform): UPDATE-only up to 12.1, INSERT at most 1.7."""
-    fractions = (0.0, 0.9) if quick else (0.0, 0.25, 0.5, 0.75, 0.9, 0.95)
+    fractions = (0.0, 0.5, 0.9) if quick else (0.0, 0.25, 0.5, 0.75, 0.9, 0.95)
     sets = ("sparse",) if quick else ("sparse", "amzn", "osmc")
     specs = {}
     for d in sets:
@@ -477,6 +479,55 @@ def fig13(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None =
     return rows
 
 
+#: Fig. 14's second card (shm/profiles/bf3-b3220.toml): bf3 with the B3220's faster packet matching
+B3220 = "bf3-b3220"
+#: DPA-Store §4.2.9: GET-only on skewed keys 39.9 (B3140L) and 48.5 Mops (B3220); pings 44.9 and +69 %
+FIG14_SKEWED = (39.9, 48.5)
+FIG14_PING = (44.9, round(44.9 * 1.69, 1))
+#: the paper's ping runs every DPA thread an application may use (189, bf3 [dpa] usable_threads)
+PING_THREADS = 189
+
+
+def fig14(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None = None) -> list[Row]:
+    """B3140L (bf3) against B3220 (bf3-b3220): GET-only per dataset on uniform keys (the same on both
+    cards), on skewed keys with the hot-entry cache (48.5 against 39.9 Mops), the ping (+69 %),
+    INSERT, UPDATE and RANGE (about the same); and the skewed pair again at half the DPA's
+    per-packet cycles, the assumption the skewed direction turns on (docs/dpastore.md, Fig. 14)."""
+    from cluster.experiments.devices import udp_ping
+    sets = ("sparse", "amzn", "osmc")
+    cards = {"B3140L": {}, "B3220": {"profile": B3220}}
+    half = {"dpa.packet_cycles": 150}
+    specs = {}
+    for card, prof in cards.items():
+        for d in sets:
+            specs[card, "GET uniform", d] = _spec(op="get", **_on(d), **prof)
+        specs[card, "GET Zipf 0.99", "sparse"] = _spec(op="get", dist="zipf", **prof)
+        for op in ("insert", "update", "range"):
+            specs[card, op.upper(), "sparse"] = _spec(op=op, **prof)
+        specs[card, "GET Zipf 0.99, packet_cycles 150", "sparse"] = _spec(op="get", dist="zipf",
+                                                                          profile_overrides=half, **prof)
+    res = _points(list(specs.values()), prefixed(progress, "fig14: "), jobs, quick, shared)
+    rows = []
+    for (card, what, d), sp in specs.items():
+        pub = dict(zip(cards, FIG14_SKEWED)).get(card) if what == "GET Zipf 0.99" else None
+        rows.append(Row("fig14", f"{d} {what}", card, "Mops", round(res[sp]["mops"], 2), pub))
+    for what, d, pub in [("GET uniform", d, 1.0) for d in sets] + [
+            ("GET Zipf 0.99", "sparse", round(FIG14_SKEWED[1] / FIG14_SKEWED[0], 2)),
+            ("INSERT", "sparse", 1.0), ("UPDATE", "sparse", 1.0), ("RANGE", "sparse", 1.0),
+            ("GET Zipf 0.99, packet_cycles 150", "sparse", round(FIG14_SKEWED[1] / FIG14_SKEWED[0], 2))]:
+        rows.append(Row("fig14", f"{d} {what}: B3220 / B3140L", "ratio", "x",
+                        _ratio(res[specs["B3220", what, d]]["mops"], res[specs["B3140L", what, d]]["mops"]), pub))
+    window = 40_000 if quick else 80_000
+    pings = {}
+    for card, pub in zip(cards, FIG14_PING):
+        progress(f"fig14: ping, {card}")
+        pings[card] = udp_ping(PING_THREADS, window=window, profile=cards[card].get("profile", PROFILE))["mops"]
+        rows.append(Row("fig14", f"ping ({PING_THREADS} DPA threads)", card, "Mops", round(pings[card], 2), pub))
+    rows.append(Row("fig14", "ping: B3220 / B3140L (the B3220's receive constant's source)", "ratio", "x",
+                    _ratio(pings["B3220"], pings["B3140L"]), 1.69))
+    return rows
+
+
 #: YCSB A-F (Cooper et al.), insert-only and range-only of 10 keys, as DPA-Store's Fig. 15 runs them
 FIG15 = {"A": "get:0.5,update:0.5", "B": "get:0.95,update:0.05", "C": "get", "D": "get:0.95,insert:0.05",
          "E": "range:0.95,insert:0.05", "F": "get:0.5,update:0.5", "insert": "insert", "range": "range"}
@@ -488,7 +539,7 @@ FIG15_WINNER = {("A", "amzn"): 1, ("A", "osmc"): 1, ("C", "sparse"): 1, ("C", "a
 
 def fig15(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None = None) -> list[Row]:
     """DPA-Store against ROLEX on YCSB A-F, insert-only and range-only (uniform): who wins where."""
-    sets = ("sparse",) if quick else ("sparse", "amzn", "osmc")
+    sets = ("sparse", "amzn", "osmc")
     loads = ("A", "C", "D", "E", "insert", "range") if quick else tuple(FIG15)
     specs = {}
     for d in sets:
@@ -557,8 +608,8 @@ def bulkload(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
 
 
 EXPERIMENTS = {"headline": headline, "table1": table1, "fig9": fig9, "fig10": fig10, "fig11": fig11, "fig12": fig12,
-               "fig13": fig13, "fig15": fig15, "model": model, "bulkload": bulkload}
-SIDE_BY_SIDE = ("headline", "table1", "fig9", "fig11", "fig12", "fig13", "model", "bulkload")
+               "fig13": fig13, "fig14": fig14, "fig15": fig15, "model": model, "bulkload": bulkload}
+SIDE_BY_SIDE = ("headline", "table1", "fig9", "fig11", "fig12", "fig13", "fig14", "model", "bulkload")
 
 
 def setup(quick: bool) -> dict:
@@ -574,7 +625,9 @@ def setup(quick: bool) -> dict:
 
 EXPERIMENT = reproduction(
     "dpastore", "DPA-Store",
-    title="DPA-Store (OSDI'26): headline, Table 1, Figs. 9-13, 15, §4.2.6-4.2.7 (with ROLEX and a B+-tree)",
+    title="DPA-Store (OSDI'26): headline, Table 1, Figs. 9-15, §4.2.6-4.2.7 (with ROLEX and a B+-tree)",
+    # (Fig. 14's bf3-b3220 extends bf3 and has its assumptions; the headline runs on bf3 alone, so
+    # `dmrack sensitivity` varies bf3's)
     parts=EXPERIMENTS, side_by_side=SIDE_BY_SIDE, setup=setup, profiles=(PROFILE,),
     # what `dmrack sensitivity dpastore` runs per knob: the abstract's GET, RANGE, UPDATE and INSERT rates
     headline=("headline",))
