@@ -67,15 +67,11 @@ def stress_scenario(system: str, options: dict, *, seed: int, run_ms: float, com
     """The process-rack stress: load half the keys, run uniform, then zipfian (as a scenario), on
     ``profile`` (default the conformance rigs' ``cx6-200g``) with ``profile_overrides`` (e.g. the
     [chaos] table of ``--chaos``)."""
-    from cluster.correctness.shapes import DEFAULT_PROFILE
+    from cluster.correctness.shapes import process_rack
     from cluster.scenario import scenario_from_dict
     data = {
-        "rack": {"name": f"check-{system}", "profile": profile or DEFAULT_PROFILE, "seed": seed,
-                 "on_node_death": "stop"},
-        **({"profile_overrides": dict(profile_overrides)} if profile_overrides else {}),
-        "compute": {"count": compute, "threads": threads, "coroutines": coroutines, "memory": "16MiB"},
-        "memory": {"count": 2, "memory": "64MiB"},
-        "system": {"name": system, **options},
+        **process_rack(system, options, seed=seed, on_node_death="stop", compute=compute, threads=threads,
+                       coroutines=coroutines, memory="64MiB", profile=profile, profile_overrides=profile_overrides),
         "workload": {"preset": "a", "recordcount": keys // 2, "keysize": 8, "valuesize": value_size},
         "workloads": {"zipf": {"preset": "a"}},
         # inserts, not a bulk load: concurrent inserts are part of what is checked

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["DEFAULT_PROFILE", "STRESS_KEYS", "SCAN_SHARE", "StressShape", "QUICK", "HEAVY", "stress_mix"]
+__all__ = ["DEFAULT_PROFILE", "STRESS_KEYS", "SCAN_SHARE", "StressShape", "QUICK", "HEAVY", "stress_mix",
+           "process_rack"]
 
 #: The hardware profile the conformance rigs and the process stress build on unless a check names
 #: one (``run_suite(profile=)``, ``dmrack check --profile``): cx6-200g, whose multi-line WRITEs
@@ -55,3 +56,20 @@ def stress_mix(system_cls) -> dict | None:
     from workloads.stress import DEFAULT_MIX
     rest = sum(DEFAULT_MIX.values())
     return {**DEFAULT_MIX, "scan": rest * SCAN_SHARE / (1.0 - SCAN_SHARE)}
+
+
+def process_rack(system: str, options: dict, *, seed: int, on_node_death: str, compute: int, threads: int,
+                 coroutines: int, memory: str, profile: str | None = None, profile_overrides: dict | None = None) -> dict:
+    """The rack tables of a check's rack of processes (the KV stress, the transactional stress and
+    kill): ``compute`` compute nodes of ``threads x coroutines`` and two memory nodes of ``memory``
+    each, on ``profile`` (default :data:`DEFAULT_PROFILE`) with ``profile_overrides`` (e.g. the
+    [chaos] table of ``--chaos``). The caller adds its workload and steps."""
+    return {
+        "rack": {"name": f"check-{system}", "profile": profile or DEFAULT_PROFILE, "seed": seed,
+                 "on_node_death": on_node_death},
+        **({"profile_overrides": dict(profile_overrides)} if profile_overrides else {}),
+        "compute": {"count": compute, "threads": threads, "coroutines": coroutines, "memory": "16MiB"},
+        "memory": {"count": 2, "memory": memory},
+        "system": {"name": system, **options},
+    }
+

@@ -263,16 +263,12 @@ def smallbank_scenario(system: str, options: dict, *, seed: int = 1, accounts: i
     """SmallBank on a rack of processes: ``compute`` compute nodes of ``threads x coroutines``
     coordinators, two memory nodes, one timed run; a node that dies (a coordinator killed
     mid-commit) leaves the others running (``on_node_death = "continue"``)."""
-    from cluster.correctness.shapes import DEFAULT_PROFILE
+    from cluster.correctness.shapes import process_rack
     from cluster.scenario import scenario_from_dict
     data = {
-        "rack": {"name": f"check-{system}", "profile": profile or DEFAULT_PROFILE, "seed": seed,
-                 "on_node_death": "continue"},
-        **({"profile_overrides": dict(profile_overrides)} if profile_overrides else {}),
-        "compute": {"count": compute, "threads": threads, "coroutines": coroutines, "memory": "16MiB"},
         # FORD's undo logs take 2 compute nodes x 32 thread slices x 1 MiB on each memory node
-        "memory": {"count": 2, "memory": "128MiB"},
-        "system": {"name": system, **options},
+        **process_rack(system, options, seed=seed, on_node_death="continue", compute=compute, threads=threads,
+                       coroutines=coroutines, memory="128MiB", profile=profile, profile_overrides=profile_overrides),
         "workload": {"preset": "smallbank", "accounts": accounts, "hot_accounts": hot_accounts},
         "step": [{"action": "run", "duration_ms": run_ms}],
     }
