@@ -506,7 +506,8 @@ class ReplyPorts:
 class Requester:
     """A client thread's request/response over datagrams (dpa-kv's and dpa-store's clients): a
     request id per request, a reply port per coroutine (:class:`ReplyPorts`), and the resends and
-    timeouts of its own calls counted (the net's counters, read around each :func:`call`)."""
+    timeouts of its own calls counted (its own attempts: the net's counters, read around a call,
+    would also count every other coroutine's timeouts during the wait)."""
 
     def __init__(self, net: "UdpNet", thread, reply_base: int, *, timeout_ns: int, resends: int):
         self.net, self.thread = net, thread
@@ -515,32 +516,42 @@ class Requester:
         self._rid = 0
         self.requests = self.n_resends = self.n_timeouts = 0
 
-    def request(self, co, dst_node, dst_port: int, make: Callable[[int], bytes], rid_of: Callable[[bytes], int]):
+    def request(self, co, dst_node, dst_port: int, make: Callable[[int], bytes], rid_of: Callable[[bytes], int],
+                on_send: Callable[[int], None] | None = None):
         """``reply = yield from requester.request(co, node, port, make, rid_of)``: sends ``make(rid)``
-        and returns the first reply whose ``rid_of(data)`` is ``rid``, or None after every attempt."""
+        and returns the first reply whose ``rid_of(data)`` is ``rid``, or None after every attempt.
+        ``on_send``: as in :func:`call`."""
         sock, queue = self.endpoint(co)
         self._rid = (self._rid + 1) & 0xFFFFFFFF
         rid = self._rid
         self.requests += 1
-        before = self.net.statistics()
+        sends = [0]
+
+        def sent(attempt: int) -> None:
+            sends[0] = attempt + 1
+            if on_send is not None:
+                on_send(attempt)
+
         reply = yield from call(sock, dst_node, dst_port, make(rid), queue, timeout_ns=self.timeout_ns,
-                                resends=self.resends, match=lambda dg: rid_of(dg.data) == rid, thread=self.thread)
-        after = self.net.statistics()
-        self.n_resends += after.resends - before.resends
-        self.n_timeouts += after.timeouts - before.timeouts
+                                resends=self.resends, match=lambda dg: rid_of(dg.data) == rid, thread=self.thread,
+                                on_send=sent)
+        self.n_resends += sends[0] - 1
+        self.n_timeouts += sends[0] - (reply is not None)
         return reply
 
 
 def call(sock: UdpSocket, dst_node, dst_port: int, data: bytes, reply_queue: RxQueue, *, timeout_ns: int,
          resends: int = 3, match: Callable[[Datagram], bool] | None = None, queue: str | None = None,
-         thread=None):
+         thread=None, on_send: Callable[[int], None] | None = None):
     """Request/response over datagrams, for actors and coroutines: ``reply = yield from call(...)``.
 
     Sends ``data``, waits up to ``timeout_ns`` for a datagram in ``reply_queue`` that ``match``
     accepts (others are consumed and skipped: stale replies of earlier requests), and sends again
     up to ``resends`` times. Returns the reply, or None when every attempt timed out. Each wait
     that runs out counts one timeout, each repeated send one resend (``UdpNet.statistics``).
-    ``thread``: as in :meth:`UdpSocket.send`, for coroutines of a ``shm.coro`` thread."""
+    ``thread``: as in :meth:`UdpSocket.send`, for coroutines of a ``shm.coro`` thread.
+    ``on_send(attempt)`` is called before each send (0 the first, 1 the first resend, ...): how a
+    caller learns that its own request was resent (the net's counters mix every caller's)."""
     net = sock.net
     env = sock.env
     if type(timeout_ns) is not int or timeout_ns <= 0:
@@ -550,6 +561,8 @@ def call(sock: UdpSocket, dst_node, dst_port: int, data: bytes, reply_queue: RxQ
     for attempt in range(resends + 1):
         if attempt:
             net._resends += 1
+        if on_send is not None:
+            on_send(attempt)
         status = sock.send(dst_node, dst_port, data, queue=queue, thread=thread)
         if status != UDP_OK:
             raise UdpError(f"call: a request of {len(data)} B exceeds the datagram payload limit "

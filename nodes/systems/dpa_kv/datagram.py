@@ -47,10 +47,12 @@ class DatagramClient(KVClient):
         self.resends = int(options["resends"])
         self.calls = Requester(self.net, thread, self.reply_port, timeout_ns=self.timeout_ns, resends=self.resends)
 
-    def request(self, co, port: int, make: Callable[[int], bytes], rid_of: Callable[[bytes], int]):
+    def request(self, co, port: int, make: Callable[[int], bytes], rid_of: Callable[[bytes], int],
+                on_send: Callable[[int], None] | None = None):
         """``reply = yield from self.request(co, port, make, rid_of)``: ``make(rid)`` sent to the
-        server's ``port``; the reply datagram, or :class:`SystemGaveUp` after every attempt."""
-        reply = yield from self.calls.request(co, self.server, port, make, rid_of)
+        server's ``port``; the reply datagram, or :class:`SystemGaveUp` after every attempt.
+        ``on_send(attempt)`` before each send (``shm.udp.call``)."""
+        reply = yield from self.calls.request(co, self.server, port, make, rid_of, on_send)
         if reply is None:
             raise SystemGaveUp(f"{self.service}: no reply from the DPA behind {self.server} after "
                                f"{self.resends + 1} attempts of {self.timeout_ns / 1000:g} us")
