@@ -124,12 +124,14 @@ def point(*, quick: bool = True, keys: int | None = None, op: str = "get", dist:
         failed = [0]
         t0, t1 = warm * 1000, (warm + window) * 1000
         cursor = [0]
+        clients = []
         for c in range(client_nodes):
             node = NodeRdma(host, f"cl{c}")
             node.udp = udp
             for _ in range(client_threads):
                 th = node.thread()
                 cli = system.client(state.fabric, state.layout, th, compiled.options)
+                clients.append(cli)
                 for _k in range(qd):
                     co = th.coroutine()
                     r = np.random.default_rng(rng.integers(1 << 62))
@@ -151,6 +153,15 @@ def point(*, quick: bool = True, keys: int | None = None, op: str = "get", dist:
                "deferred": sum(s.deferred for s in tstats), "patches": tree.statistics()._asdict(),
                "copied": sum(s.statistics().copied_bytes for s in sts),
                "calendar_errors": len(state.fabric.calendar_errors())}
+        # the hot-thread switch and the traversers' RX rings (whole run): what single threads got
+        cst = [cli.statistics() for cli in clients]
+        for f in ("requests", "gets_moved", "late_replies", "switch_raised", "switch_lowered", "resends", "timeouts"):
+            out[f] = sum(getattr(x, f) for x in cst)
+        dctx = next(c for c in contexts if c.name == state.layout["dpa"])
+        rx = [q.statistics() for q in dctx.queues if q.id.startswith(f"{dctx.name}.t")]
+        per = sorted((s.received + s.dropped for s in rx), reverse=True)
+        out["rx_dropped"] = sum(s.dropped for s in rx)
+        out["hottest_share"] = per[0] / max(1, sum(per)) if per else 0.0
         if dpa is not None:
             out["core_busy"] = float(np.mean([c.statistics().utilisation for c in dpa.cores[:max(1, traversers // 16)]]))
             out["cache"] = dpa.memory.statistics()._asdict()
@@ -415,16 +426,37 @@ def fig10(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None =
 LARGER_EPS = (16, 8)
 
 
+#: the hot-thread switch's rows (§3.1.3): the paper's 256-packet RX ring per traverser ("256
+#: packets for each traverser ... 45,056 in-flight packets"), so that a hot thread overflows as the
+#: paper says it can; a client timeout of 1 ms (ASSUMPTION: the paper gives none; 5x a GET's p50 at
+#: QD 32, 182 us, so a request that waits in a full ring is not resent, one that was dropped is);
+#: resends enough that no request gives up within the run; and windows of several timeouts, since
+#: the switch reacts to late replies, which come a timeout after the drop
+HOT_RX_DEPTH = 256
+HOT_TIMEOUT_US = 1000.0
+HOT_RESENDS = 20
+HOT_WINDOW_US = {True: (3000, 1000), False: (5000, 2000)}
+HOT_SKEWS = (0.99, 1.2)
+
+
+def _hot_spec(zipf: float, switch: bool, quick: bool) -> tuple:
+    opts = {"timeout_us": HOT_TIMEOUT_US, "resends": HOT_RESENDS, **({"hot_switch": True} if switch else {})}
+    return _spec(op="get", dist="zipf", options=opts, window_us=HOT_WINDOW_US[quick],
+                 profile_overrides={"udp.rx_depth": HOT_RX_DEPTH}, **({"zipf": zipf} if zipf != 0.99 else {}))
+
+
 def fig11(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None = None) -> list[Row]:
     """GET per dataset (uniform): deeper trees and larger eps cost lines; the hot-entry cache under
-    Zipf skew (up to +30 %)."""
+    Zipf skew (up to +30 %); the clients' switch away from hot traverser threads (§3.1.3) when
+    256-packet rings overflow, at Zipf 0.99 and 1.2."""
     sets = ("sparse", "amzn", "osmc") if quick else ("sparse", "dense4x", "wiki", "amzn", "osmc", "face")
     uni = {d: _spec(op="get", **_on(d)) for d in sets}
     big = {d: _spec(op="get", **_on(d, {"leaf_eps": LARGER_EPS[0], "inner_eps": LARGER_EPS[1]}))
            for d in (("osmc",) if quick else ("osmc", "face"))}
     skew = {c: _spec(op="get", dist="zipf", options={"hot_cache": c}) for c in (True, False)}
-    res = _points(list(uni.values()) + list(big.values()) + list(skew.values()), prefixed(progress, "fig11: "),
-                  jobs, quick, shared)
+    hot = {(z, sw): _hot_spec(z, sw, quick) for z in HOT_SKEWS for sw in (False, True)}
+    res = _points(list(uni.values()) + list(big.values()) + list(skew.values()) + list(hot.values()),
+                  prefixed(progress, "fig11: "), jobs, quick, shared)
     rows = []
     for d, sp in uni.items():
         r = res[sp]
@@ -439,6 +471,17 @@ def fig11(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None =
     rows.append(Row("fig11", "GET Zipf 0.99, hot cache hits", "share of GETs", "%",
                     round(100 * on["cache_hits"] / max(1, on["gets"]), 1), None))
     rows.append(Row("fig11", "GET Zipf 0.99 p99, hot cache on / off", "ratio", "x", _ratio(on["p99"], off["p99"]), None))
+    for z in HOT_SKEWS:
+        name = f"GET Zipf {z:g}, 256-packet rings"
+        on, off = res[hot[z, True]], res[hot[z, False]]
+        for label, r in (("switch off", off), ("switch on", on)):
+            rows.append(Row("fig11", f"{name}, {label}", "throughput", "Mops", round(r["mops"], 2), None))
+            rows.append(Row("fig11", f"{name}, {label}", "datagrams dropped by traverser rings", "per 100 requests",
+                            round(100 * r["rx_dropped"] / max(1, r["requests"]), 1), None))
+        rows.append(Row("fig11", f"{name}: switch on / off", "throughput", "x", _ratio(on["mops"], off["mops"]), None))
+        rows.append(Row("fig11", f"{name}: switch on / off", "p99", "x", _ratio(on["p99"], off["p99"]), None))
+        rows.append(Row("fig11", f"{name}, switch on: GETs moved", "share of GETs", "%",
+                        round(100 * on["gets_moved"] / max(1, on["gets"]), 1), None))
     return rows
 
 

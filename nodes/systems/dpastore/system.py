@@ -3,7 +3,8 @@
 Where its parts run (docs/dpastore.md has the whole design):
 
 * **clients** on the client nodes (``cl0``..): stateless; a key's hash picks the traverser's UDP
-  port (:mod:`.wire`);
+  port (:mod:`.wire`); with ``hot_switch`` a client node moves a share of a hot traverser's GETs
+  to an alternative one (:mod:`.hotswitch`);
 * **traversers** on ``dpa0``: one per RX queue the host's NIC steers a port to; they walk the
   learned index (or, with ``index = "btree"``, the B+-tree baseline: :mod:`.inner`) in DPA
   memory and DMA keys and values from the host (:mod:`.traverser`);
@@ -27,6 +28,7 @@ from shm.steering import SteerRule
 
 from . import layout as L
 from . import wire as W
+from .hotswitch import REHASH
 from .inner import INDEXES
 
 def _ring_record(lay_value_max: int) -> int:
@@ -208,6 +210,21 @@ class DpaStoreSystem(DatagramSystem):
         Option("prefetch", True, "prefetch the next lines while the model computes (the paper's +19 %)"),
         Option("hot_cache", True, "the per-traverser hot-entry cache (clients send its hints)"),
         *request_options(timeout_us=200.0),
+        Option("hot_switch", False, "clients move a growing share of a hot traverser's GETs to an alternative "
+               "traverser, without cache hints (the paper's protection against hot threads, §3.1.3; off by "
+               "default: the published rows do not say it was on; docs/dpastore.md \"Hot threads\")"),
+        Option("hot_threshold", 0.05, "hot_switch: share of a client's replies from one traverser that came late "
+               "(the request timed out and was sent again) above which it moves more of that traverser's GETs "
+               "(ASSUMPTION: the paper names a threshold, not its value)", minimum=0.0, maximum=0.99),
+        Option("hot_window", 16, "hot_switch: replies from one traverser per decision of a client (ASSUMPTION: "
+               "the paper gives no interval)", minimum=1, maximum=100_000),
+        Option("hot_step", 0.125, "hot_switch: share of a traverser's GETs moved more (or fewer) per decision, "
+               "at most 1 - hot_step moved (ASSUMPTION: the paper says only \"gradually\")",
+               minimum=0.01, maximum=0.5),
+        Option("hot_rehash", "key+client", "hot_switch: the alternative traverser is a second hash of the key and "
+               "the client thread (a hot key's GETs spread over many threads) or of the key alone (they all go "
+               "to one other thread) (ASSUMPTION: the paper says \"an alternative hashing scheme\")",
+               choices=REHASH),
         Option("seed", 1, "seed of the hot-entry caches' random admission", minimum=0, maximum=2**31),
         Option("index", "learned", "the inner nodes: the learned index, or the B+-tree baseline of Fig. 12 "
                "(2 KB nodes of 128 keys, binary search; docs/dpastore.md)", choices=INDEXES),
@@ -216,6 +233,12 @@ class DpaStoreSystem(DatagramSystem):
     rack_tables = {"rack": {"profile": "bf3"}, "dpa": {"hosts": ["cn0"], "threads": 10, "memory": "16MiB"},
                    "compute": {"memory": "96MiB"},
                    "client": {"count": 2}}
+
+    @classmethod
+    def check_rack(cls, options: dict, spec) -> None:
+        if options.get("hot_switch") and int(options["traversers"]) < 2:
+            raise ValueError(f"system.hot_switch = true needs traversers >= 2 (an alternative to move GETs to); "
+                             f"traversers = {options['traversers']}")
 
     @classmethod
     def steering(cls, spec):

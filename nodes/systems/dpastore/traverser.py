@@ -74,6 +74,7 @@ class TraverserStats(NamedTuple):
     deferred: int              # writes put aside on a full insert buffer
     buffer_hits: int           # GETs answered from an insert buffer
     cache_hits: int
+    bypasses: int              # GETs without cache hints at a thread with a cache (moved by a client)
     patches: int               # patch requests pushed
     inner_lines: int           # DPA-memory lines of inner nodes read by walks (GETs, writes, RANGEs)
     inner_nodes: int
@@ -113,7 +114,7 @@ class Traverser:
         self.deferred: deque = deque()
         self.on_patch = None                            # co-located: wakes the host's patchers
         self.n = dict(requests=0, gets=0, writes=0, ranges=0, errors=0, duplicates=0, deferred=0,
-                      buffer_hits=0, cache_hits=0, patches=0, inner_lines=0, inner_nodes=0,
+                      buffer_hits=0, cache_hits=0, bypasses=0, patches=0, inner_lines=0, inner_nodes=0,
                       leaf_searches=0, leaf_key_lines=0)
 
     def statistics(self) -> TraverserStats:
@@ -334,6 +335,8 @@ class Traverser:
 
     def _get(self, req: W.Request):
         self.n["gets"] += 1
+        if self.cache is not None and req.hints is None:
+            self.n["bypasses"] += 1                     # neither read nor filled: another owner's key
         if self.cache is not None and req.hints is not None:
             hit = yield from self.cache.probe(self.th, req.hints, req.key)
             if hit is not None:

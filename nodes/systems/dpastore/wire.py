@@ -11,7 +11,8 @@ carries up to 64 pairs (1500-byte MTU). Here::
               GET: the value;  RANGE: next key u64, then count x (key u64 | length u16 | value);
               ERROR: a one-line message
 
-``flags`` bit 0: the hot-entry cache hints are valid (clients that bypass the cache clear it).
+``flags`` bit 0: the hot-entry cache hints are valid (clients that bypass the cache clear it, as
+a GET the hot-thread switch sends to another traverser does: :mod:`.hotswitch`).
 RANGE ``count`` asks for that many pairs; a response holds what fits a packet (at most
 :data:`RANGE_MAX` pairs) and, with status ``ST_MORE``, the key the client continues from.
 
@@ -27,7 +28,9 @@ import struct
 from typing import NamedTuple
 
 from nodes.systems.api import SystemGaveUp
-from nodes.systems.dpa_kv.datagram import DatagramClient, DatagramStats
+from nodes.systems.dpa_kv.datagram import DatagramClient
+
+from .hotswitch import HotSwitch, SwitchSettings
 
 BASE_PORT = 9500
 REPLY_PORT = 21000            # coroutine k of thread t binds REPLY_PORT + t * 64 + k
@@ -128,13 +131,26 @@ def parse_range(data: bytes) -> tuple:
     return out, (nxt if status == ST_MORE else None)
 
 
-class DpaStoreStats(DatagramStats):
-    """requests (a RANGE continued over packets counts each), resends, timeouts of one client."""
-    __slots__ = ()
+class DpaStoreStats(NamedTuple):
+    """One client's counters: requests (a RANGE continued over packets counts each), resends and
+    timeouts (as every datagram client's), and the hot-thread switch's (``hot_switch``; zero
+    without it): this thread's GETs sent to an alternative traverser, its replies that came late
+    (the request timed out at least once: the switch's signal), and the decisions of the node's
+    switch its replies triggered, raising or lowering a traverser's moved share."""
+    requests: int
+    resends: int
+    timeouts: int
+    gets_moved: int
+    late_replies: int
+    switch_raised: int
+    switch_lowered: int
 
 
 class DpaStoreClient(DatagramClient):
-    """A stateless client: a key's hash picks the traverser's port; every coroutine its reply port."""
+    """A stateless client: a key's hash picks the traverser's port; every coroutine its reply port.
+    With ``hot_switch`` it watches, per traverser, the share of its requests answered late and
+    moves a growing share of a hot traverser's GETs to an alternative one, without cache hints
+    (:mod:`.hotswitch`)."""
 
     service = "dpa-store"
     reply_port = REPLY_PORT
@@ -146,6 +162,14 @@ class DpaStoreClient(DatagramClient):
         self.value_max = layout["value_max"]
         self.cache = bool(layout["hot_cache"])
         self.endpoint = self.calls.endpoint             # coroutine -> (socket, reply queue)
+        self.switch = None
+        self.moved = self.late = self.raised = self.lowered = 0
+        if options.get("hot_switch"):
+            from nodes.systems.lib.shared import shared
+            self.env = self.net.env
+            self.salt = (thread.owner.node << 12) | thread.index   # one client thread of the rack
+            self.switch = shared(thread.owner, layout["dpa_region"], "dpastore.hot_switch",
+                                 lambda: HotSwitch(self.traversers, SwitchSettings.of(options), self.timeout_ns))
 
     def _hints(self, k: int):
         if not self.cache:
@@ -154,15 +178,39 @@ class DpaStoreClient(DatagramClient):
         h = cache_hints(k)
         return (tuple(h.bloom), h.bucket)
 
-    def _call(self, co, op: int, k: int, *, count: int = 0, value: bytes = b"", hints=None):
-        port = BASE_PORT + port_hash(k) % self.traversers
+    def _call(self, co, op: int, k: int, *, count: int = 0, value: bytes = b"", hints=None, movable: bool = False):
+        """One request to the key's owner (``movable``: a GET the switch may send elsewhere, then
+        without ``hints``); (status, reply bytes)."""
+        owner = port_hash(k) % self.traversers
+        t = owner
+        sw = self.switch
+        if sw is not None and movable:
+            t = sw.target(owner, k, self.salt)
+            if t != owner:
+                self.moved += 1
+                hints = None                            # bypass (and never fill) the other thread's cache
+        sends = [0]
+
+        def sent(attempt: int) -> None:
+            sends[0] = attempt + 1
+
         reply = yield from self.request(
-            co, port, lambda rid: encode_request(op, rid, k, count=count, hints=hints, value=value),
-            lambda data: REP.unpack_from(data)[3])
+            co, BASE_PORT + t, lambda rid: encode_request(op, rid, k, count=count, hints=hints, value=value),
+            lambda data: REP.unpack_from(data)[3], sent if sw is not None else None)
+        if sw is not None:                              # late: timed out, sent again at least once
+            late = sends[0] > 1
+            self.late += late
+            d = sw.record(t, late, self.env.now)
+            self.raised += d > 0
+            self.lowered += d < 0
         status = REP.unpack_from(reply.data)[1]
         if status == ST_ERROR:
             raise SystemGaveUp(f"dpa-store: the DPA refused a request: {reply.data[REP.size:].decode(errors='replace')}")
         return status, reply.data
+
+    def statistics(self):
+        c = self.calls
+        return DpaStoreStats(c.requests, c.n_resends, c.n_timeouts, self.moved, self.late, self.raised, self.lowered)
 
     def _value(self, value: bytes) -> bytes:
         if len(value) > self.value_max:
@@ -174,7 +222,7 @@ class DpaStoreClient(DatagramClient):
 
     def get(self, co, key):
         k = key_int(key)
-        status, data = yield from self._call(co, OP_GET, k, hints=self._hints(k))
+        status, data = yield from self._call(co, OP_GET, k, hints=self._hints(k), movable=True)
         return bytes(data[REP.size:]) if status == ST_OK else None
 
     def insert(self, co, key, value):
