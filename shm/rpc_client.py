@@ -95,7 +95,10 @@ class RpcEndpoint:
         rid = self._rid
         data = HEADER.pack(KIND_REQUEST, ST_OK, method, rid) + payload
         self.calls += 1
-        before = net.statistics()
+        sends = [0]                 # this call's own sends (the net's counters mix every caller's)
+
+        def sent(attempt: int) -> None:
+            sends[0] = attempt + 1
 
         def match(dg) -> bool:
             if len(dg.data) < HEADER.size:
@@ -105,12 +108,11 @@ class RpcEndpoint:
 
         try:
             dg = yield from call(self.sock, dst, port, data, self.queue, timeout_ns=timeout_ns,
-                                 resends=retries, match=match, thread=thread)
+                                 resends=retries, match=match, thread=thread, on_send=sent)
         except UdpError as e:
             raise RpcError(f"rpc to node {name!r}: {e}") from None
-        after = net.statistics()
-        self.resends += after.resends - before.resends
-        self.timeouts += after.timeouts - before.timeouts
+        self.resends += sends[0] - 1
+        self.timeouts += sends[0] - (dg is not None)
         if dg is None:
             raise RpcTimeout(f"rpc to node {name!r} (method {method}): no reply after {retries + 1} attempts of "
                              f"{timeout_ns / 1000:g} us (the node is gone, serves no RPCs, or drops them)")
