@@ -18,7 +18,10 @@ Steps a compute node executes (the scenario's typed steps, ``nodes/steps.py``, t
 * ``set``: change a knob (a profile key, or the active threads/coroutines) from that time on;
 * ``sleep``: nothing.
 
-Every operation is recorded with its virtual latency in the node's stats slot (``recorder``).
+Every operation is recorded with its virtual latency in the node's stats slot (``recorder``): from
+its start to the end of its work, the CPU it charged after its last wait included
+(``env.cpu_free_at()``; that CPU is paid at the coroutine's next yield, so ``env.now`` alone
+would leave it out and give it to the next operation).
 Beside the operations the node publishes, as counters of its slot, the sums of a few fields of its
 clients' ``statistics()`` records (``CLIENT_COUNTERS``, e.g. the bytes RACE's reclamation gave
 back): at every step end here, and every heartbeat in a node process (``cluster/node_main.py``).
@@ -374,9 +377,9 @@ class ComputeNode:
         record = self.recorder.record
         try:
             for kid in keys.tolist():
-                t0 = env.now
+                t0 = env.cpu_free_at()
                 ok = yield from self._write("insert", t, c, kid, ksize, vsize)
-                record(OP_INSERT, env.now - t0, ok)
+                record(OP_INSERT, env.cpu_free_at() - t0, ok)
                 self.ops += 1
         except ClientCrash as e:
             self._crash(t, c, e)        # a failpoint stopped this client between two verbs
@@ -455,7 +458,7 @@ class ComputeNode:
                 for op, kid, n in zip(ops.tolist(), keys.tolist(), scans.tolist()):
                     if end is not None and env.now >= end:
                         return
-                    yield from do(t, c, wl, op, kid, n, env.now)
+                    yield from do(t, c, wl, op, kid, n, env.cpu_free_at())
         except ClientCrash as e:
             self._crash(t, c, e)        # its operation never returns: "may or may not have happened"
 
@@ -472,17 +475,18 @@ class ComputeNode:
             while end is None or env.now < end:
                 name, body, args = wl.next(rng)
                 issued_in = self.step_index
-                t0 = env.now
+                t0 = env.cpu_free_at()
                 yield from thread.op_begin(co)      # SMART's coroutine throttling, if on
                 try:
                     out = yield from client.run(co, body, *args, name=name)
                 finally:
                     thread.op_end()
                 kind = OP_COMMIT if out.committed else OP_ABORT
+                done = env.cpu_free_at()
                 if self.step_index == issued_in:
-                    self.recorder.record(kind, env.now - t0, out.committed)
+                    self.recorder.record(kind, done - t0, out.committed)
                 else:
-                    self.recorder.record_in(issued_in + 1, kind, env.now - t0, out.committed)
+                    self.recorder.record_in(issued_in + 1, kind, done - t0, out.committed)
                 self.ops += 1
         except ClientCrash as e:
             self._crash(t, c, e)
@@ -571,10 +575,14 @@ class ComputeNode:
             thread.op_end()
         if traced is not None:
             tracer.op_end(self.env.active_process, traced, self.env.now, ok, self.coroutines[t][c])
+        # latency to when the operation's work ends: env.now plus the CPU it charged after its
+        # last wait (paid at the coroutine's next yield), as t0 of a closed loop is the end of
+        # the previous operation's work
+        done = self.env.cpu_free_at()
         if self.step_index == issued_in:
-            self.recorder.record(op, self.env.now - t0, ok)
+            self.recorder.record(op, done - t0, ok)
         else:                       # returned after the next step began: it belongs to its own step
-            self.recorder.record_in(issued_in + 1, op, self.env.now - t0, ok)
+            self.recorder.record_in(issued_in + 1, op, done - t0, ok)
         self.ops += 1
 
     # One KV call each, recorded in the history when there is one.

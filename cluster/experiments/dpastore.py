@@ -201,7 +201,7 @@ def _loop(env, cli, co, r, keys, fresh, cursor, cdf, perm, mix, range_count, t0,
                 x -= share
                 if x < 0:
                     break
-        start = env.now
+        start = env.cpu_free_at()        # (the previous operation's trailing CPU is not this one's)
         if kind == "get":
             ok = (yield from cli.get(co, key)) is not None
         elif kind == "range":
@@ -221,7 +221,7 @@ def _loop(env, cli, co, r, keys, fresh, cursor, cdf, perm, mix, range_count, t0,
             failed[0] += 1
         if t0 <= env.now <= t1:
             done[0] += 1
-            lat.append(env.now - start)
+            lat.append(env.cpu_free_at() - start)     # its work's end: the CPU after its last wait included
 
 
 def rolex_point(*, quick: bool = True, keys: int | None = None, op: str = "get", dataset: str = "sparse",

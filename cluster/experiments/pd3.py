@@ -176,7 +176,7 @@ def _loop(env, cli, co, r, key_ids, cdf, t0, t1, lat, done, failed, reads, value
     while env.now < t1:
         i = int(np.searchsorted(cdf, r.random())) if cdf is not None else int(r.integers(n))
         key = key_ids[min(i, n - 1)].to_bytes(8, "little")
-        start = env.now
+        start = env.cpu_free_at()        # (the previous operation's trailing CPU is not this one's)
         if reads >= 1.0 or r.random() < reads:
             ok = (yield from cli.get(co, key)) is not None      # every key is loaded: never missing
         else:
@@ -185,7 +185,7 @@ def _loop(env, cli, co, r, key_ids, cdf, t0, t1, lat, done, failed, reads, value
             failed[0] += 1
         if t0 <= env.now <= t1:            # completions in the window: the throughput
             done[0] += 1
-            lat.append(env.now - start)
+            lat.append(env.cpu_free_at() - start)     # its work's end: the CPU after its last wait included
 
 
 # --- the figures -------------------------------------------------------------------------------------------

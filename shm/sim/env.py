@@ -61,8 +61,8 @@ times, and the entries it schedules are still ``(t, seq, fn, arg)`` tuples on th
   (its callbacks run at once when nothing else is due now: one heap round trip less).
 * CPU time: ``env.charge(ns)`` charges the active process; ``process.debt_ns`` is what it has
   been charged since it last yielded (it resumes no earlier than ``now + debt_ns``), so
-  ``env.now + env.active_process.debt_ns`` is when its CPU is free.  A model of a core that
-  knows when the process's CPU work ends may raise ``debt_ns`` itself, never lower it (that is
+  ``env.now + env.active_process.debt_ns`` (``env.cpu_free_at()``) is when its CPU is free.  A
+  model of a core that knows when the process's CPU work ends may raise ``debt_ns`` itself, never lower it (that is
   ``charge()`` without its checks; ``statistics().charged_ns`` counts it either way).
 * Sync mode (``env.synced``): an entry that touches memory other processes see is declared with
   ``env.effect_at(t, write)``; a device states the least delay from an event to its effects
@@ -615,6 +615,11 @@ class Environment:
     def pending_writes(self) -> list:
         """Sync mode: the times of this process's pending writes (unordered; some may have run)."""
         return self._writes
+
+    def cpu_free_at(self) -> int:
+        """When the active process's CPU is free: ``now`` plus what it has been charged since it
+        last yielded (the time its work so far ends, which an operation's latency must include)."""
+        return self.now + self.active_process.debt_ns
 
     def charge(self, ns: int) -> None:
         """Charge CPU time to the active process (see module docstring)."""
