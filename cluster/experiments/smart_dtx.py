@@ -126,14 +126,14 @@ def dtx_point(label: str, series: str, wl_name: str, threads: int, quick: bool, 
                 yield int(rng.random() * idle)
             while env.now < end:
                 name, body, args = wl.next(rng)
-                t0 = env.now
+                t0 = env.cpu_free_at()     # latency to the end of its work, trailing CPU included
                 out = yield from client.run(co, body, *args, name=name)
                 t1 = env.now
                 if start <= t1 < end:
                     counts[0] += 1
                     if out.committed:
                         counts[1] += 1
-                        lat.append(t1 - t0)
+                        lat.append(env.cpu_free_at() - t0)
                 if out.committed and idle:
                     yield idle
 
