@@ -92,10 +92,12 @@ def stress_processes(system: str, options: dict, *, seed: int = 1, run_ms: float
                      profile_overrides: dict | None = None):
     """Run the stress on a rack of processes; returns (CheckResult, Supervisor)."""
     from cluster.correctness.checker import check
+    from cluster.correctness.shapes import stress_options
     from cluster.supervisor import Supervisor
     from nodes.systems import get_system
     if run_ms is not None:
         shape = shape._replace(run_ms=run_ms)
+    options = stress_options(get_system(system), options, shape)
     sup = Supervisor(stress_scenario(system, options, seed=seed, run_ms=shape.run_ms, threads=shape.threads,
                                      coroutines=shape.coroutines, keys=shape.keys, value_size=shape.value_size,
                                      profile=profile, profile_overrides=profile_overrides),
@@ -198,9 +200,11 @@ def trace_stress(system: str, options: dict, path: str, bounds, *, seed: int, sh
     With the process stress's ``history`` and a checker ``result`` that found violations, the
     operations of the failing keys (at most SHOWN_KEYS) go into the same file, a process track
     named ``violation: key K`` each. Returns the written document."""
+    from cluster.correctness.shapes import stress_options
     from cluster.rack import ColocatedRack
     from shm.sim.trace import violation_events
     from nodes.systems import get_system
+    options = stress_options(get_system(system), options, shape)
     # long enough to hold the window, no longer: the trace is of the first phase's start
     run_ms = min(shape.run_ms, bounds.window_ns / 1e6 + 0.05)
     scen = stress_scenario(system, options, seed=seed, run_ms=run_ms, threads=shape.threads,
@@ -282,7 +286,7 @@ def run(system: str, *, options: dict | None = None, quick: bool = False, heavy:
     from shm.fabric import windows_hit
     before = windows_hit()
     with Sweep(f"check {system}", ["conformance suite", "process stress"]) as sweep:
-        shape = cls.heavy_stress(HEAVY) if heavy else QUICK if quick else StressShape()
+        shape = cls.heavy_stress(HEAVY) if heavy else cls.check_stress(QUICK if quick else StressShape(), options)
         if chaos is not None and not shape.mixed_sizes:
             # chaos widens the windows of multi-line values and out-of-line blocks: give it some
             shape = shape._replace(value_size=max(shape.value_size, CHAOS_VALUE_BYTES), mixed_sizes=True)

@@ -59,7 +59,7 @@ import traceback
 from typing import Callable, Iterable, NamedTuple
 
 from cluster.correctness.shapes import (  # noqa: F401  (DEFAULT_PROFILE re-exported)
-    DEFAULT_PROFILE, HEAVY, StressShape, stress_mix)
+    DEFAULT_PROFILE, HEAVY, StressShape, stress_mix, stress_options)
 from cluster.scenario import with_rack_tables
 from shm.sim.env import Environment, ProcessError
 from nodes.systems import get_system
@@ -740,6 +740,7 @@ def _history_check(system, options: dict, distribution: str, shape: StressShape 
         # under chaos (dmrack check --chaos) verbs and resumptions take longer: run longer for
         # as many operations as without
         shape = shape._replace(run_ms=shape.run_ms * CHAOS_RUN_FACTOR)
+    options = stress_options(system, options, shape)       # a system's own options for its stresses
     sc = _SCALE.get()
     shrunk = sc != Scale()
     shape = shape._replace(threads=sc.threads_of(shape.threads), coroutines=sc.coroutines_of(shape.coroutines),

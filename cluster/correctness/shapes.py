@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 __all__ = ["DEFAULT_PROFILE", "STRESS_KEYS", "SCAN_SHARE", "StressShape", "QUICK", "HEAVY", "stress_mix",
-           "process_rack"]
+           "process_rack", "stress_options"]
 
 #: The hardware profile the conformance rigs and the process stress build on unless a check names
 #: one (``run_suite(profile=)``, ``dmrack check --profile``): cx6-200g, whose multi-line WRITEs
@@ -31,13 +31,16 @@ SCAN_SHARE = 0.1
 class StressShape(NamedTuple):
     """How hard the process stress pushes: keys, value bytes (the largest, with ``mixed_sizes``
     each write's size drawn from 16 up to it), threads and coroutines per compute node, virtual
-    ms per phase (uniform, then zipfian)."""
+    ms per phase (uniform, then zipfian); ``options``: (name, value) pairs of system options the
+    stress runs the system with (a system's ``check_stress`` / ``heavy_stress`` / ``history_stress``
+    sets them, e.g. ROLEX's, so that so few keys reach its retraining; :func:`stress_options`)."""
     keys: int = STRESS_KEYS
     value_size: int = 32
     threads: int = 4
     coroutines: int = 4
     run_ms: float = 2.0
     mixed_sizes: bool = False
+    options: tuple = ()
 
 
 QUICK = StressShape(run_ms=0.5)
@@ -73,3 +76,17 @@ def process_rack(system: str, options: dict, *, seed: int, on_node_death: str, c
         "system": {"name": system, **options},
     }
 
+
+def stress_options(system_cls, options: dict | None, shape: StressShape) -> dict:
+    """The system options a stress of ``shape`` runs ``system_cls`` with: ``options``, and the
+    shape's own (``StressShape.options``) when the check was given none of those (an option at its
+    default counts as not given): a system's stress options are a set that holds together, so an
+    option the check names leaves the system's options as they are."""
+    opts = dict(options or {})
+    if not shape.options:
+        return opts
+    defaults = {o.name: o.default for o in getattr(system_cls, "options", ())}
+    if any(k in opts and opts[k] != defaults.get(k) for k, _v in shape.options):
+        return opts
+    opts.update(shape.options)
+    return opts

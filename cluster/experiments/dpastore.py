@@ -237,23 +237,31 @@ def rolex_point(*, quick: bool = True, keys: int | None = None, op: str = "get",
     ``calendar_errors``: NIC calendars whose ring aliased (must be 0: see ``shm/calendar.py``; at
     6 x 31 x 32 the memory node's READ backlog outran the old 262 us rings and the run reported
     122 Mops through one 100 Gb/s link). The backlog makes a GET's latency about a millisecond at
-    that load: the default windows give the rate, not a steady-state latency."""
+    that load: the default windows give the rate, not a steady-state latency.
+
+    The memory node runs ROLEX's retrainer (its ``rack_tables`` cores; docs/rolex.md,
+    "Retraining"); a mix with inserts adds ``retrain`` (the retrainer's counters, retrain.py),
+    ``chains`` (synonym leaves per primary leaf at the end: mean and longest) and the clients'
+    ``stale_retries`` and ``newer_tables``. Without inserts nothing splits, so nothing retrains."""
     from cluster.rack import RackState, compile_scenario
-    from cluster.scenario import scenario_from_dict
+    from cluster.scenario import scenario_from_dict, with_rack_tables
+    from nodes.actors import actor_contexts, rack_udp, start_actors
     from shm.sim.env import Environment
     from nodes.systems import get_system
+    from nodes.systems.rolex.retrain import chain_lengths, retrain_stats
     from shm.coro import NodeRdma
     from shm.verbs import VerbsHost
     system = get_system("rolex")
     ks, fresh, mix, (warm, window), qd = _load(quick, keys, key_array, dataset, seed, op, window_us, qd)
     n = len(ks)
     leaf_mib = max(64, n * 64 // (1 << 20) + 32)
-    d = {"rack": {"name": f"rolex-{op}", "profile": PROFILE, "seed": seed},
-         "profile_overrides": {**NETWORK, **(profile_overrides or {})},
-         "compute": {"count": client_nodes, "threads": client_threads, "coroutines": qd, "memory": "64MiB"},
-         "memory": {"count": 1, "memory": f"{leaf_mib}MiB"},
-         "system": {"name": "rolex", "values": "inline", **(options or {})},
-         "workload": {"preset": "c", "recordcount": n + (len(fresh) if fresh is not None else 0)}}
+    d = with_rack_tables(system, {
+        "rack": {"name": f"rolex-{op}", "profile": PROFILE, "seed": seed},
+        "profile_overrides": {**NETWORK, **(profile_overrides or {})},
+        "compute": {"count": client_nodes, "threads": client_threads, "coroutines": qd, "memory": "64MiB"},
+        "memory": {"count": 1, "memory": f"{leaf_mib}MiB"},
+        "system": {"name": "rolex", "values": "inline", **(options or {})},
+        "workload": {"preset": "c", "recordcount": n + (len(fresh) if fresh is not None else 0)}})
     compiled = compile_scenario(scenario_from_dict(d, source=f"rolex point {op}"))
     rng = np.random.default_rng(seed)
     with RackState.create(compiled, processes=False) as state:
@@ -261,14 +269,19 @@ def rolex_point(*, quick: bool = True, keys: int | None = None, op: str = "get",
                                                       for k in ks.tolist()))
         env = Environment(seed=seed)
         host = VerbsHost(state.fabric, env)
+        udp = rack_udp(state, host)
+        start_actors(system, actor_contexts(state, env, host, udp=udp))
         lat: list = []
         done, failed, cursor = [0], [0], [0]
         t0, t1 = warm * 1000, (warm + window) * 1000
+        clients = []
         for c in range(client_nodes):
             node = NodeRdma(host, f"cn{c}")
+            node.udp = udp
             for _ in range(client_threads):
                 th = node.thread()
                 cli = system.client(state.fabric, state.layout, th, compiled.options)
+                clients.append(cli)
                 for _k in range(qd):
                     co = th.coroutine()
                     r = np.random.default_rng(rng.integers(1 << 62))
@@ -276,9 +289,18 @@ def rolex_point(*, quick: bool = True, keys: int | None = None, op: str = "get",
                                       t0, t1, lat, done, failed))
         env.run(until=t1 + 20_000)
         lat_us = np.array(lat) / 1000 if lat else np.array([0.0])
-        return {"op": op, "keys": n, "mops": done[0] / (window * 1000) * 1000, "p50": float(np.percentile(lat_us, 50)),
-                "p99": float(np.percentile(lat_us, 99)), "ops": done[0], "failed": failed[0],
-                "calendar_errors": len(state.fabric.calendar_errors())}
+        out = {"op": op, "keys": n, "mops": done[0] / (window * 1000) * 1000, "p50": float(np.percentile(lat_us, 50)),
+               "p99": float(np.percentile(lat_us, 99)), "ops": done[0], "failed": failed[0],
+               "calendar_errors": len(state.fabric.calendar_errors())}
+        if "insert" in mix:
+            chains = chain_lengths(state.fabric, state.layout)
+            stats = [cl.statistics() for cl in clients]
+            out["retrain"] = retrain_stats(state.fabric, state.layout)._asdict()
+            out["chains"] = {"mean": float(np.mean(chains)), "max": int(max(chains)),
+                             "synonym_leaves": int(sum(s.synonym_leaves for s in stats))}
+            out["stale_retries"] = int(sum(s.stale_retries for s in stats))
+            out["newer_tables"] = int(sum(s.newer_tables for s in stats))
+        return out
 
 
 def _load(quick, keys, key_array, dataset, seed, op, window_us, qd):

@@ -267,6 +267,17 @@ class System:
         return shape
 
     @classmethod
+    def check_stress(cls, shape, options: dict | None = None):
+        """The ``dmrack check`` stress for this system with its ``options`` without ``--heavy``
+        (the ``--quick`` or the default shape; ``--heavy``: :meth:`heavy_stress`): ``shape`` as
+        is, or replaced. A shape's
+        ``options`` are system options the stress (and the conformance checks that reproduce it)
+        runs with when the check was given none of them (``cluster.correctness.shapes.stress_options``),
+        for a design whose weak spots so few keys do not reach with its default options (ROLEX's
+        retraining)."""
+        return shape
+
+    @classmethod
     def node_failed(cls, fabric, layout: dict, node: int) -> None:
         """Compute node ``node`` (a fabric index) has died (its process is gone): release what it
         held that the rest of the rack waits for. The default clears its epoch announcements

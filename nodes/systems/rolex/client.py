@@ -10,7 +10,7 @@ op         rounds                                                               
 =========  ===================================================================  ======  ==========
 get        READ W leaves + the home leaf's meta word | READ value block          2       W + 2
 update     WRITE block, CAS lock, READ W leaves + meta | WRITE leaf, meta, CAS   2       W + 6
-insert     as update; a full leaf adds FAA (one round) and WRITE synonym + meta  2 (3)   W + 6 (+3)
+insert     as update; a full leaf adds FAA (one round) and WRITE synonym + meta  2 (3)   W + 6 (+3/4)
 delete     CAS lock, READ W leaves + meta | WRITE leaf, meta, CAS unlock         2       W + 5
 scan       READ W leaves + W metas, then one READ of leaf + meta per leaf       1/leaf  2/leaf
            beyond the window | READ the value blocks of each leaf
@@ -20,7 +20,10 @@ Each synonym leaf a key's chain walk passes adds one round (READ leaf + meta: th
 meta word just READ). A lock found taken adds a CAS round per try; the READs of the first try go
 with its CAS, since on one queue pair a READ executes after the atomic posted before it, and the
 previous holder's write-back landed before its unlock CAS. With ``values = "inline"`` there are
-no blocks: get is one round, update/insert lose the block WRITE.
+no blocks: get is one round, update/insert lose the block WRITE. With retraining on
+(``retrain_synonyms`` > 0) a split's FAA round also FAAs its model's synonym count (one more verb,
+no more rounds); the insert that brings the count to the budget then asks the memory node to
+retrain the model (one datagram after its unlock, no reply; retrain.py).
 
 Why each step is correct under concurrency (docs/rolex.md, "On the rack"):
 
@@ -34,7 +37,12 @@ Why each step is correct under concurrency (docs/rolex.md, "On the rack"):
   pointer, so a reader following an old pointer still ends on a leaf that was current after it
   started;
 * a value block is WRITTEN and completed before the leaf that names it, and replaced blocks are
-  reused only after two epochs (nodes/systems/lib/reclaim.py).
+  reused only after two epochs (nodes/systems/lib/reclaim.py);
+* an operation uses one table (one epoch of the learned cache) throughout; a leaf a retrain
+  replaced has a retired meta word and its group a retired lock, and the retrain retires them
+  before it publishes the new table, after it has locked every group it re-lays: so a leaf an
+  operation takes was current when it was READ, and one that is retired sends the operation back
+  to READ the new table and start over (:class:`Stale`; docs/rolex.md, "Retraining").
 """
 
 from __future__ import annotations
@@ -49,11 +57,13 @@ from nodes.systems.lib.reclaim import Reclaimer
 from nodes.systems.lib.shared import shared
 from shm.fabric import gaddr
 
-from .cache import LearnedCache
+from .cache import LearnedCache, Table
 from .layout import (
-    EMPTY, MAX_VALUE, NO_SYNONYM, VALUE_OFFSET_BITS, Remote, image_meta, key_int, leaf_checksum, pack_meta,
-    parse_table, table_bytes, unpack_meta, unpack_value_word, used, value_units, value_word,
+    EMPTY, MAX_VALUE, NO_SYNONYM, RETIRED_LOCK, VALUE_OFFSET_BITS, Remote, image_meta, key_int, leaf_checksum,
+    pack_meta, parse_table, retired_epoch, table_bytes, table_head, unpack_meta, unpack_value_word, used,
+    value_units, value_word,
 )
+from .retrain import REQUEST, REQUEST_PORT, RETRAIN_PORT
 
 #: Modelled CPU: the profile's [software] prices (nodes/systems/lib/cpu_costs.py): a leaf's lines
 #: checked and searched line by line, and per operation the fixed work plus the learned-cache
@@ -84,6 +94,17 @@ class RolexStats(NamedTuple):
     cache_bytes: int           # the node's learned cache (models + fences)
     memory_bytes: int          # value blocks this client allocated and has not retired
     read_bytes: int            # bytes operations READ (leaves, meta words, value blocks; not the model table)
+    stale_retries: int         # operations that met a retired leaf or lock and started over on a newer table
+    newer_tables: int          # model tables READ that were newer than the node's (retrains the node crossed)
+    retrain_requests: int      # retrain requests sent to the memory node (a model's synonym budget reached)
+
+
+class Stale(Exception):
+    """An operation met a leaf or a lock that a retrain retired: its table is older than ``epoch``."""
+
+    def __init__(self, epoch: int):
+        super().__init__(epoch)
+        self.epoch = epoch
 
 
 class Snap:
@@ -138,6 +159,8 @@ class RolexClient(KVClient):
         self.skip_checksum = options.get("fault", "none") == "skip-checksum"
         self.unlock_first = options.get("fault", "none") == "unlock-first"
         self.value_late = options.get("fault", "none") == "value-with-write-back"
+        self.retrain_at = int(layout.get("retrain_synonyms", 0))     # a model's synonym budget; 0: off
+        self.retrainer = fabric.nodes[self.remote.nodes[0]].name      # the memory node that retrains
         self.tag = ((owner.node << 16) | thread.index) + 1          # the lock holder: this thread
         self.reclaim = Reclaimer(fabric, layout["epochs"], thread)
         self.alloc = ChunkAllocator(fabric, list(self.remote.nodes), layout["chunk_bytes"],
@@ -155,55 +178,65 @@ class RolexClient(KVClient):
         self.candidate_leaves = self.synonym_hops = self.lock_retries = self.torn_reads = 0
         self.synonym_leaves = self.unlinked_leaves = self.cache_refreshes = self.blocks_written = 0
         self.read_bytes = 0
+        self.stale_retries = self.newer_tables = self.retrain_requests = 0
+        self._socket = None                  # the datagram socket retrain requests go out on (made on first use)
 
     def statistics(self) -> RolexStats:
         return RolexStats(self.gets, self.inserts, self.updates, self.deletes, self.scans, self.candidate_leaves,
                           self.synonym_hops, self.lock_retries, self.torn_reads, self.synonym_leaves,
                           self.unlinked_leaves, self.cache_refreshes, self.blocks_written, self.reclaim.reused,
                           self.reclaim.bytes_reclaimed, self.cache.nbytes,
-                          self.alloc.used_bytes, self.read_bytes)
+                          self.alloc.used_bytes, self.read_bytes, self.stale_retries, self.newer_tables, self.retrain_requests)
 
     # -- the learned cache -----------------------------------------------------------------------
-    def refresh(self, co):
+    def refresh(self, co, want: int = 0):
         """Generator: READ the model table (its address from the first region's header) into the
-        node's learned cache: the one-time cost of a compute node's first operation."""
-        h = co.read(self.remote.model_word(), 8)
-        yield co.sync()
-        table = h.value
-        if not table:
-            raise SystemGaveUp("ROLEX: no model table in memory: the index was not set up")
-        h = co.read(table, 64)
-        yield co.sync()
-        head = bytes(h.data)
-        models, primaries = int.from_bytes(head[8:16], "little"), int.from_bytes(head[16:24], "little")
-        size = table_bytes(models, primaries)
-        data = bytearray(size)
-        for pos in range(0, size, TABLE_PIECE):
-            n = min(TABLE_PIECE, size - pos)
-            h = co.read(table + pos, n)
+        node's learned cache: a compute node's first operation does it, and an operation that met
+        a leaf retired for epoch ``want`` (the table of that epoch is published right after)."""
+        for _ in range(RETRY_LIMIT):
+            h = co.read(self.remote.model_word(), 8)
             yield co.sync()
-            data[pos:pos + n] = h.data.tobytes()
-        self.thread.cpu(self._line_ns * (size // 64 + 1))
-        self.cache_refreshes += 1
-        self.cache.load(*parse_table(data))
+            table = h.value
+            if not table:
+                raise SystemGaveUp("ROLEX: no model table in memory: the index was not set up")
+            h = co.read(table, 64)
+            yield co.sync()
+            models, primaries, mapped, epoch = table_head(bytes(h.data))
+            if epoch < want:
+                continue                     # retired, not yet published: the store comes next
+            size = table_bytes(models, primaries, mapped)
+            data = bytearray(size)
+            for pos in range(0, size, TABLE_PIECE):
+                n = min(TABLE_PIECE, size - pos)
+                h = co.read(table + pos, n)
+                yield co.sync()
+                data[pos:pos + n] = h.data.tobytes()
+            self.thread.cpu(self._line_ns * (size // 64 + 1))
+            self.cache_refreshes += 1
+            had = self.cache.table
+            self.cache.load(parse_table(data))
+            if had is not None and self.cache.table.epoch > had.epoch:
+                self.newer_tables += 1
+            return
+        raise SystemGaveUp(f"ROLEX: the model table of epoch {want} was not published after {RETRY_LIMIT} READs")
 
-    def _fill_cache(self, co):
-        """Generator: the node's learned cache, READ by the first coroutine that needs it; the
-        others wait for that one."""
+    def _fill_cache(self, co, want: int = 0):
+        """Generator: the node's learned cache, at epoch ``want`` or later, READ by the first
+        coroutine that needs it; the others wait for that one."""
         cache = self.cache
-        while not cache.loaded:
+        while cache.table is None or cache.table.epoch < want:
             if cache.fetching is not None:
                 yield cache.fetching
                 continue
             cache.fetching = self.thread.env.event()
             try:
-                yield from self.refresh(co)
+                yield from self.refresh(co, want)
             finally:
                 done, cache.fetching = cache.fetching, None
                 done.succeed()
 
-    def _locate(self, co, key, bound: bool = False) -> tuple[int, int, int, int]:
-        """Generator: (key int, home group, window lo, hi), the cache loaded first if need be."""
+    def _locate(self, co, key, bound: bool = False) -> tuple[Table, int, int, int, int]:
+        """Generator: (table, key int, home slot, window lo, hi), the cache loaded first if need be."""
         if type(key) is not bytes:
             key = bytes(key)
         try:
@@ -213,15 +246,31 @@ class RolexClient(KVClient):
         if not self.cache.loaded:
             yield from self._fill_cache(co)
         self.thread.cpu(self._op_ns)
-        home = self.cache.home(k)
-        lo, hi = self.cache.window(k, home)
-        return k, home, lo, hi
+        t = self.cache.table
+        home = t.home(k)
+        lo, hi = t.window(k, home)
+        return t, k, home, lo, hi
+
+    def _again(self, co, op, *args):
+        """Generator: ``op(co, *args)``, started over on a newer table each time it meets a leaf
+        or lock a retrain retired."""
+        for _ in range(RETRY_LIMIT):
+            try:
+                return (yield from op(co, *args))
+            except Stale as s:
+                self.stale_retries += 1
+                yield from self._fill_cache(co, s.epoch)
+        raise SystemGaveUp(f"ROLEX: an operation met retired leaves {RETRY_LIMIT} times in a row")
 
     # -- reading leaves ---------------------------------------------------------------------------
     def _take(self, leaf: int, h_leaf, h_meta) -> Snap | None:
         """The snapshot READ into ``h_leaf`` if the meta word READ with it vouches for it."""
         self.thread.cpu(self._leaf_ns)
-        checksum, synonym = unpack_meta(h_meta.value)
+        word = h_meta.value
+        epoch = retired_epoch(word)
+        if epoch is not None:
+            raise Stale(epoch)
+        checksum, synonym = unpack_meta(word)
         if leaf_checksum(self.buf, h_leaf.offset, self.leaf_bytes) != checksum and not self.skip_checksum:
             self.torn_reads += 1
             return None
@@ -244,12 +293,13 @@ class RolexClient(KVClient):
                 return snap
         raise SystemGaveUp(f"ROLEX: leaf {leaf} stayed torn for {RETRY_LIMIT} READs")
 
-    def _queue_window(self, co, lo: int, hi: int, metas: range) -> tuple[list, dict]:
-        """Queue the READs of the window's leaves and of the meta words of ``metas``."""
+    def _queue_window(self, co, t: Table, lo: int, hi: int, metas: range) -> tuple[list, dict]:
+        """Queue the READs of the window's leaves (slots ``lo``..``hi`` of table ``t``) and of the
+        meta words of the slots ``metas``."""
         r = self.remote
         self.candidate_leaves += hi - lo + 1
-        return ([self._read(co, r.leaf_addr(g), self.leaf_bytes) for g in range(lo, hi + 1)],
-                {g: self._read(co, r.meta_addr(g), 8) for g in metas})
+        return ([self._read(co, r.leaf_addr(t.leaf(g)), self.leaf_bytes) for g in range(lo, hi + 1)],
+                {g: self._read(co, r.meta_addr(t.leaf(g)), 8) for g in metas})
 
     def _walk(self, co, snap: Snap, k: int) -> tuple[Snap, Snap | None]:
         """Generator: from a group's primary snapshot, the leaf of the chain where ``k`` is or
@@ -277,15 +327,16 @@ class RolexClient(KVClient):
     # -- the KV interface -------------------------------------------------------------------------
     def get(self, co, key: bytes):
         self.gets += 1
-        return self.reclaim.run(self._get(co, key))
+        return self.reclaim.run(self._again(co, self._get, key))
 
     def _get(self, co, key: bytes):
-        k, home, lo, hi = yield from self._locate(co, key)
-        leaves, metas = self._queue_window(co, lo, hi, (home,))
+        t, k, home, lo, hi = yield from self._locate(co, key)
+        leaves, metas = self._queue_window(co, t, lo, hi, (home,))
         yield co.sync()
-        snap = self._take(home, leaves[home - lo], metas[home])
+        leaf = t.leaf(home)
+        snap = self._take(leaf, leaves[home - lo], metas[home])
         if snap is None:
-            snap = yield from self._read_leaf(co, home)
+            snap = yield from self._read_leaf(co, leaf)
         snap, _ = yield from self._walk(co, snap, k)
         i, hit = snap.slot(k)
         if not hit:
@@ -294,15 +345,15 @@ class RolexClient(KVClient):
 
     def insert(self, co, key: bytes, value: bytes):
         self.inserts += 1
-        return self.reclaim.run(self._modify(co, key, value, "insert"))
+        return self.reclaim.run(self._again(co, self._modify, key, value, "insert"))
 
     def update(self, co, key: bytes, value: bytes):
         self.updates += 1
-        return self.reclaim.run(self._modify(co, key, value, "update"))
+        return self.reclaim.run(self._again(co, self._modify, key, value, "update"))
 
     def delete(self, co, key: bytes):
         self.deletes += 1
-        return self.reclaim.run(self._modify(co, key, None, "delete"))
+        return self.reclaim.run(self._again(co, self._modify, key, None, "delete"))
 
     def _value_word(self, co, value: bytes):
         """Generator: the value word for ``value``; out of line, the block's WRITE is queued
@@ -329,40 +380,67 @@ class RolexClient(KVClient):
         length, node, off = unpack_value_word(int(word))
         return node, off, value_units(length)
 
-    def _lock(self, co, home: int, lo: int, hi: int):
+    def _lock(self, co, t: Table, home: int, lo: int, hi: int):
         """Generator: take the group's lock; the window's leaves and the home meta READ after it
-        (with the first CAS; again after a CAS that had to be retried)."""
-        addr = self.remote.lock_addr(home)
+        (with the first CAS; again after a CAS that had to be retried). A retired lock: Stale."""
+        leaf = t.leaf(home)
+        addr = self.remote.lock_addr(leaf)
         for attempt in range(RETRY_LIMIT):
             c = co.cas(addr, 0, self.tag)
             if attempt == 0:
-                batch = self._queue_window(co, lo, hi, (home,))
+                batch = self._queue_window(co, t, lo, hi, (home,))
             yield co.sync()
-            if c.value == 0:
+            held = c.value
+            if held == 0:
                 break
+            if held & RETIRED_LOCK:
+                raise Stale(held & 0xFFFFFFFF)
             self.lock_retries += 1
         else:
-            raise SystemGaveUp(f"ROLEX: the lock of leaf group {home} stayed taken for {RETRY_LIMIT} tries")
+            raise SystemGaveUp(f"ROLEX: the lock of leaf group {leaf} stayed taken for {RETRY_LIMIT} tries")
         if attempt:
-            batch = self._queue_window(co, lo, hi, (home,))
+            batch = self._queue_window(co, t, lo, hi, (home,))
             yield co.sync()
         leaves, metas = batch
-        snap = self._take(home, leaves[home - lo], metas[home])
-        if snap is None:                     # cannot be torn under the lock; READ again regardless
-            snap = yield from self._read_leaf(co, home)
+        try:
+            snap = self._take(leaf, leaves[home - lo], metas[home])
+            if snap is None:                 # cannot be torn under the lock; READ again regardless
+                snap = yield from self._read_leaf(co, leaf)
+        except Stale:
+            # a group whose lock a writer holds is never retired (a retrain takes the lock
+            # first); should one be (fault=retrain-unlocked), the lock still goes back
+            self._unlock(co, leaf)
+            yield co.sync()
+            raise
         return snap
 
-    def _unlock(self, co, home: int):
+    def _unlock(self, co, leaf: int):
         """Queue the unlock: a CAS after the write-back WRITEs on the same queue pair lands after them."""
-        co.cas(self.remote.lock_addr(home), self.tag, 0)
+        co.cas(self.remote.lock_addr(leaf), self.tag, 0)
 
     def _modify(self, co, key, value, kind: str):
         """Generator: insert / update / delete under the leaf group's lock (see the module table)."""
-        k, home, lo, hi = yield from self._locate(co, key)
+        t, k, home, lo, hi = yield from self._locate(co, key)
         word, block = (0, None) if value is None else (yield from self._value_word(co, value))
-        primary = yield from self._lock(co, home, lo, hi)
-        snap, prev = yield from self._walk(co, primary, k)
+        try:
+            primary = yield from self._lock(co, t, home, lo, hi)
+        except Stale:
+            if block:
+                self.alloc.release(*block)   # never published
+            raise
+        slot, home = home, t.leaf(home)      # from here on the group by its primary leaf
+        try:
+            snap, prev = yield from self._walk(co, primary, k)
+        except Stale:
+            # a leaf of a group whose lock this writer holds is never retired (a retrain takes
+            # the lock first); should one be, the lock still goes back before starting over
+            self._unlock(co, home)
+            yield co.sync()
+            if block:
+                self.alloc.release(*block)
+            raise
         i, hit = snap.slot(k)
+        due = None
         if hit != (kind != "insert"):        # insert of a present key, change of a missing one
             self._unlock(co, home)
             yield co.sync()
@@ -384,7 +462,8 @@ class RolexClient(KVClient):
         else:
             if n == self.span:
                 # the new synonym leaf goes first, so it has landed before the meta that links it
-                dirty = list((yield from self._split(co, home, snap)))
+                syn, full, due = yield from self._split(co, t, slot, home, snap)
+                dirty = [syn, full]
                 snap = dirty[0] if k > int(dirty[0].keys[0]) else dirty[1]
                 i = snap.slot(k)[0]
                 keys, vals, n = snap.keys, snap.vals, snap.n
@@ -416,16 +495,42 @@ class RolexClient(KVClient):
         yield co.sync()
         if old is not None:
             self.alloc.retire(*old)          # after the WRITE that unlinked it completed
+        if due is not None:
+            self._request_retrain(*due)
         return True
 
-    def _split(self, co, home: int, full: Snap):
+    def _request_retrain(self, epoch: int, unit_leaf: int) -> None:
+        """Ask the memory node that retrains (the first) to retrain the model whose first primary
+        is ``unit_leaf``: one datagram (a UD SEND, priced on this thread's core and the NIC
+        model), no reply to wait for; a request lost to a full receive ring is made again when
+        the model's count reaches its next multiple of the budget."""
+        if self._socket is None:
+            owner = self.thread.owner
+            net = getattr(owner, "udp", None)
+            if net is None:
+                raise SystemGaveUp("ROLEX: retraining needs the datagram path to the memory node (a profile with "
+                                   "[udp] and a rack that gives its nodes one); set retrain_synonyms = 0 to run "
+                                   "without it")
+            self._socket = net.socket(owner.node, REQUEST_PORT)
+        self.retrain_requests += 1
+        self._socket.send(self.retrainer, RETRAIN_PORT, REQUEST.pack(epoch, unit_leaf), thread=self.thread)
+
+    def _split(self, co, t: Table, slot: int, home: int, full: Snap):
         """Generator (holding the lock): ROLEX's insert_synonym. A synonym leaf from the group's
         memory node (FAA on its counter) takes the upper half of the full leaf and is linked right
-        after it, so the chain stays sorted. Returns (the synonym leaf, the full leaf), changed
-        locally: the caller inserts the key into one of them and writes both back in that order."""
+        after it, so the chain stays sorted. Returns (the synonym leaf, the full leaf, a retrain
+        request or None), the leaves changed locally: the caller inserts the key into one of them
+        and writes both back in that order. With retraining on, the same round FAAs the synonym
+        count of the group's model (its first primary's count word); the FAA that reaches the
+        budget (and each further budget) makes the request (epoch, the model's first leaf).
+        ``slot``: the group's slot in ``t``; ``home``: its primary leaf."""
         r = self.remote
         j = r.node_of(home)
         h = co.faa(r.counter_addr(j), 1)
+        c = None
+        if self.retrain_at:
+            unit = t.leaf(t.unit(slot))
+            c = co.faa(r.count_addr(unit), 1)
         yield co.sync()
         local = h.value
         if local >= r.leaves_per_node:
@@ -441,25 +546,30 @@ class RolexClient(KVClient):
         full.keys[half:], full.vals[half:] = EMPTY, 0
         full.synonym = syn.leaf
         self.synonym_leaves += 1
-        return syn, full
+        due = None
+        if c is not None:
+            n, at = c.value + 1, self.retrain_at
+            if n >= at and (n - at) % at == 0:
+                due = (t.epoch, unit)
+        return syn, full, due
 
     def scan(self, co, start: bytes, count: int):
         self.scans += 1
-        return self.reclaim.run(self._scan(co, start, count))
+        return self.reclaim.run(self._again(co, self._scan, start, count))
 
     def _scan(self, co, start: bytes, count: int):
         """Generator: the window of ``start`` in one batch (with every window leaf's meta), then
         leaf groups in key order, each primary then its chain, until ``count`` pairs."""
-        k, home, lo, hi = yield from self._locate(co, start, bound=True)
+        t, k, home, lo, hi = yield from self._locate(co, start, bound=True)
         out: list = []
         if count <= 0:
             return out
-        leaves, metas = self._queue_window(co, lo, hi, range(lo, hi + 1))
+        leaves, metas = self._queue_window(co, t, lo, hi, range(lo, hi + 1))
         yield co.sync()
-        batch = {g: self._take(g, leaves[g - lo], metas[g]) for g in range(home, hi + 1)}
+        batch = {g: self._take(t.leaf(g), leaves[g - lo], metas[g]) for g in range(home, hi + 1)}
         g = home
-        while g < self.cache.primaries and len(out) < count:
-            snap = batch.get(g) or (yield from self._read_leaf(co, g))
+        while g < t.primaries and len(out) < count:
+            snap = batch.get(g) or (yield from self._read_leaf(co, t.leaf(g)))
             while True:
                 n = snap.n
                 ks = snap.keys[:n]

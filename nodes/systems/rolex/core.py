@@ -73,7 +73,9 @@ Retraining
     and the compute nodes fetch the new models. Here :meth:`RolexIndex.retrain` is a synchronous
     method the caller invokes: it reads every linked leaf in key order and re-lays the keys out
     as a fresh bulk load (new models, no chains), so a key that was in a synonym leaf is then
-    found in its primary leaf. Its OpCost counts the leaves read and written.
+    found in its primary leaf. Its OpCost counts the leaves read and written. On the rack the
+    memory node's retrainer (``retrain.py``) does this one model at a time while clients run,
+    laying each model's keys out with this class.
 """
 
 from __future__ import annotations
