@@ -9,8 +9,6 @@ one thread.
 
 from __future__ import annotations
 
-import contextlib
-
 import pytest
 
 from cluster.correctness.checker import check
@@ -18,44 +16,17 @@ from cluster.scenario import with_rack_tables
 from nodes.systems import get_system
 from nodes.systems.dpastore import wire as W
 from nodes.systems.dpastore.hotswitch import HotSwitch, SwitchSettings
+from tests.test_dpastore_rack import store as rack_store
 
 SYSTEM = get_system("dpa-store")
 SWITCH = {"hot_switch": True, "timeout_us": 30.0, "resends": 50}
 
 
-@contextlib.contextmanager
 def store(options=None, *, threads=2, coroutines=8, rx_depth=3, traversers=4):
     """A co-located dpa-store with ``rx_depth``-datagram RX rings: (env, [(client, [coroutines])],
     directory, state)."""
-    from cluster.rack import RackState, compile_scenario
-    from cluster.scenario import scenario_from_dict
-    from nodes.actors import actor_contexts, rack_udp, start_actors
-    from shm.coro import NodeRdma
-    from shm.sim.env import Environment
-    from shm.verbs import VerbsHost
-    d = with_rack_tables(SYSTEM, {
-        "rack": {"name": "dpastore-hot", "profile": "bf3", "seed": 1},
-        "profile_overrides": {"udp.rx_depth": rx_depth},
-        "compute": {"count": 1, "threads": threads, "coroutines": coroutines, "memory": "32MiB"},
-        "memory": {"count": 1, "memory": "16MiB"},
-        "system": {"name": "dpa-store", "traversers": traversers, "stitchers": 2, **(options or {})},
-        "workload": {"preset": "c", "recordcount": 2000}})
-    compiled = compile_scenario(scenario_from_dict(d, source="dpastore hot test"))
-    compiled.system = SYSTEM
-    with RackState.create(compiled, processes=False) as state:
-        env = Environment(seed=1)
-        host = VerbsHost(state.fabric, env)
-        udp = rack_udp(state, host)
-        contexts = actor_contexts(state, env, host, udp=udp)
-        start_actors(SYSTEM, contexts)
-        node = NodeRdma(host, "cl0")
-        node.udp = udp
-        clients = []
-        for _ in range(threads):
-            th = node.thread()
-            clients.append((SYSTEM.client(state.fabric, state.layout, th, compiled.options),
-                            [th.coroutine() for _ in range(coroutines)]))
-        yield env, clients, contexts[0].directory, state
+    return rack_store({"traversers": traversers, "stitchers": 2, **(options or {})}, threads=threads,
+                      coroutines=coroutines, capacity=2000, profile_overrides={"udp.rx_depth": rx_depth})
 
 
 def k(i: int) -> bytes:

@@ -21,7 +21,7 @@ SYSTEM = get_system("dpa-store")
 
 
 @contextlib.contextmanager
-def store(options=None, *, threads=2, coroutines=4, capacity=5_000, dpa=None):
+def store(options=None, *, threads=2, coroutines=4, capacity=5_000, dpa=None, profile_overrides=None):
     """A co-located rack of dpa-store: (env, [(client, [coroutines])], directory, state)."""
     from cluster.rack import RackState, compile_scenario
     from cluster.scenario import scenario_from_dict
@@ -31,6 +31,7 @@ def store(options=None, *, threads=2, coroutines=4, capacity=5_000, dpa=None):
     from shm.verbs import VerbsHost
     d = with_rack_tables(SYSTEM, {
         "rack": {"name": "dpastore-test", "profile": "bf3", "seed": 1},
+        **({"profile_overrides": dict(profile_overrides)} if profile_overrides else {}),
         "compute": {"count": 1, "threads": threads, "coroutines": coroutines, "memory": "32MiB"},
         "memory": {"count": 1, "memory": "16MiB"},
         "system": {"name": "dpa-store", **(options or {})},
