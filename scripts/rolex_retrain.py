@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """ROLEX's synonym chains and insert rate over a long insert-only run, with retraining and without.
 
+The run is ``cluster.experiments.dpastore.rolex_retrain`` (``dmrack reproduce dpastore --only
+retrain`` runs it at two sizes and writes JSON rows); this script gives its sizes on the command line.
+
     python3 scripts/rolex_retrain.py                      # 20,000 keys, 60,000 inserts, budgets 126 and 0
     python3 scripts/rolex_retrain.py --keys 10000 --inserts 20000 --budgets 126,32,0
 
@@ -23,88 +26,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import numpy as np  # noqa: E402
-
-
-def fresh_keys(loaded: np.ndarray, count: int, seed: int) -> np.ndarray:
-    """``count`` keys not in ``loaded``: points strictly between loaded neighbours, shuffled."""
-    rng = np.random.default_rng(seed + 7)
-    lo, hi = loaded[:-1], loaded[1:]
-    ok = (hi - lo) > count // len(lo) + 2
-    lo, gap = lo[ok], (hi - lo)[ok]
-    per = -(-count // len(lo))
-    out = []
-    for j in range(1, per + 1):
-        out.append(lo + gap * np.uint64(j) // np.uint64(per + 1))
-    keys = np.unique(np.concatenate(out))
-    keys = keys[~np.isin(keys, loaded)]
-    rng.shuffle(keys)
-    return keys[:count]
-
-
-def run(budget: int, args) -> list[dict]:
-    from cluster.experiments.dpastore import NETWORK, PROFILE, dataset_keys
-    from cluster.rack import RackState, compile_scenario
-    from cluster.scenario import scenario_from_dict, with_rack_tables
-    from nodes.actors import actor_contexts, rack_udp, start_actors
-    from nodes.systems import get_system
-    from nodes.systems.rolex.retrain import chain_lengths, retrain_stats
-    from shm.coro import NodeRdma
-    from shm.sim.env import Environment
-    from shm.verbs import VerbsHost
-    system = get_system("rolex")
-    ks = dataset_keys("sparse", args.keys, args.seed)
-    fresh = fresh_keys(ks, args.inserts, args.seed)
-    n = len(ks) + len(fresh)
-    d = with_rack_tables(system, {
-        "rack": {"name": "rolex-retrain", "profile": PROFILE, "seed": args.seed},
-        "profile_overrides": dict(NETWORK),
-        "compute": {"count": args.nodes, "threads": args.threads, "coroutines": args.qd, "memory": "64MiB"},
-        "memory": {"count": 1, "memory": f"{max(64, n * 160 // (1 << 20) + 64)}MiB"},
-        "system": {"name": "rolex", "values": "inline", "retrain_synonyms": budget, "leaf_headroom": 8.0},
-        "workload": {"preset": "c", "recordcount": n}})
-    compiled = compile_scenario(scenario_from_dict(d, source="rolex retrain"))
-    rows = []
-    with RackState.create(compiled, processes=False) as state:
-        system.bulk_load(state.fabric, state.layout, ((int(k).to_bytes(8, "big"), int(k).to_bytes(8, "little"))
-                                                      for k in ks.tolist()))
-        env = Environment(seed=args.seed)
-        host = VerbsHost(state.fabric, env)
-        udp = rack_udp(state, host)
-        start_actors(system, actor_contexts(state, env, host, udp=udp))
-        cursor, done = [0], [0]
-
-        def loop(cli, co):
-            while cursor[0] < len(fresh):
-                k = int(fresh[cursor[0]]).to_bytes(8, "big")
-                cursor[0] += 1
-                if not (yield from cli.insert(co, k, k[::-1])):
-                    raise RuntimeError(f"insert of a fresh key {k.hex()} failed")
-                done[0] += 1
-
-        for c in range(args.nodes):
-            node = NodeRdma(host, f"cn{c}")
-            node.udp = udp
-            for _ in range(args.threads):
-                th = node.thread()
-                cli = system.client(state.fabric, state.layout, th, compiled.options)
-                for _q in range(args.qd):
-                    env.process(loop(cli, th.coroutine()))
-        marks = [len(fresh) * (i + 1) // args.samples for i in range(args.samples)]
-        last_t, last_done = 0, 0
-        step = 100_000                                   # virtual ns between looks at the count
-        for mark in marks:
-            while done[0] < mark:
-                env.run(until=env.now + step)
-            chains = chain_lengths(state.fabric, state.layout)
-            st = retrain_stats(state.fabric, state.layout)
-            rows.append({"inserted": done[0], "ms": env.now / 1e6, "stats": st,
-                         "mops": (done[0] - last_done) / max(1, env.now - last_t) * 1e3,
-                         "chain_mean": float(np.mean(chains)), "chain_max": int(max(chains)),
-                         "retrains": st.retrains, "epoch": st.epoch, "cpu_ms": st.cpu_ns / 1e6,
-                         "busy_ms": st.busy_ns / 1e6})
-            last_t, last_done = env.now, done[0]
-    return rows
+from cluster.experiments.dpastore import rolex_retrain  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -122,7 +44,8 @@ def main(argv=None) -> int:
         print(f"retrain_synonyms = {budget}" + (" (never retrain)" if budget == 0 else ""))
         print(f"{'inserted':>9} {'ms':>8} {'Mops':>6} {'chain mean':>10} {'max':>4} {'retrains':>8} "
               f"{'epoch':>5} {'MN cpu ms':>9} {'busy ms':>8}")
-        for r in run(budget, args):
+        for r in rolex_retrain(budget, keys=args.keys, inserts=args.inserts, nodes=args.nodes, threads=args.threads,
+                               qd=args.qd, samples=args.samples, seed=args.seed):
             print(f"{r['inserted']:>9,} {r['ms']:>8.2f} {r['mops']:>6.3f} {r['chain_mean']:>10.2f} {r['chain_max']:>4} "
                   f"{r['retrains']:>8} {r['epoch']:>5} {r['cpu_ms']:>9.2f} {r['busy_ms']:>8.2f}", flush=True)
         st = r["stats"]

@@ -628,6 +628,126 @@ def fig15(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None =
     return rows
 
 
+def _spread_keys(loaded: np.ndarray, count: int, seed: int) -> np.ndarray:
+    """``count`` keys not in ``loaded``: points strictly between loaded neighbours, shuffled."""
+    rng = np.random.default_rng(seed + 7)
+    lo, hi = loaded[:-1], loaded[1:]
+    ok = (hi - lo) > count // len(lo) + 2
+    lo, gap = lo[ok], (hi - lo)[ok]
+    per = -(-count // len(lo))
+    out = []
+    for j in range(1, per + 1):
+        out.append(lo + gap * np.uint64(j) // np.uint64(per + 1))
+    keys = np.unique(np.concatenate(out))
+    keys = keys[~np.isin(keys, loaded)]
+    rng.shuffle(keys)
+    return keys[:count]
+
+
+def rolex_retrain(budget: int, *, keys: int = 20_000, inserts: int = 60_000, nodes: int = 2, threads: int = 8,
+                  qd: int = 4, samples: int = 6, seed: int = 1) -> list[dict]:
+    """ROLEX's synonym chains and insert rate over a long insert-only run with ``retrain_synonyms =
+    budget`` (0: never retrain): Fig. 15's rack (bf3 cards, 100 Gb/s links, one memory node with
+    ROLEX's retrainer, 8-byte inline values, sparse keys bulk-loaded with full leaves) with fewer
+    clients (``nodes x threads x qd``) so that the memory node's NIC is not saturated, for as long
+    as ``inserts`` fresh keys take (each between two loaded neighbours: the dataset grows inside
+    its own distribution). A row per ``samples``-th of the inserts: virtual ms, the insert rate
+    since the row before, the mean and longest synonym chain of the current table's primary
+    leaves, the retrainer's counters (docs/rolex.md, "Retraining"). Deterministic for a seed."""
+    from cluster.rack import RackState, compile_scenario
+    from cluster.scenario import scenario_from_dict, with_rack_tables
+    from nodes.actors import actor_contexts, rack_udp, start_actors
+    from nodes.systems import get_system
+    from nodes.systems.rolex.retrain import chain_lengths, retrain_stats
+    from shm.coro import NodeRdma
+    from shm.sim.env import Environment
+    from shm.verbs import VerbsHost
+    system = get_system("rolex")
+    ks = dataset_keys("sparse", keys, seed)
+    fresh = _spread_keys(ks, inserts, seed)
+    n = len(ks) + len(fresh)
+    d = with_rack_tables(system, {
+        "rack": {"name": "rolex-retrain", "profile": PROFILE, "seed": seed},
+        "profile_overrides": dict(NETWORK),
+        "compute": {"count": nodes, "threads": threads, "coroutines": qd, "memory": "64MiB"},
+        "memory": {"count": 1, "memory": f"{max(64, n * 160 // (1 << 20) + 64)}MiB"},
+        "system": {"name": "rolex", "values": "inline", "retrain_synonyms": budget, "leaf_headroom": 8.0},
+        "workload": {"preset": "c", "recordcount": n}})
+    compiled = compile_scenario(scenario_from_dict(d, source="rolex retrain"))
+    rows = []
+    with RackState.create(compiled, processes=False) as state:
+        system.bulk_load(state.fabric, state.layout, ((int(k).to_bytes(8, "big"), int(k).to_bytes(8, "little"))
+                                                      for k in ks.tolist()))
+        env = Environment(seed=seed)
+        host = VerbsHost(state.fabric, env)
+        udp = rack_udp(state, host)
+        start_actors(system, actor_contexts(state, env, host, udp=udp))
+        cursor, done = [0], [0]
+
+        def loop(cli, co):
+            while cursor[0] < len(fresh):
+                k = int(fresh[cursor[0]]).to_bytes(8, "big")
+                cursor[0] += 1
+                if not (yield from cli.insert(co, k, k[::-1])):
+                    raise RuntimeError(f"insert of a fresh key {k.hex()} failed")
+                done[0] += 1
+
+        for c in range(nodes):
+            node = NodeRdma(host, f"cn{c}")
+            node.udp = udp
+            for _ in range(threads):
+                th = node.thread()
+                cli = system.client(state.fabric, state.layout, th, compiled.options)
+                for _q in range(qd):
+                    env.process(loop(cli, th.coroutine()))
+        marks = [len(fresh) * (i + 1) // samples for i in range(samples)]
+        last_t, last_done = 0, 0
+        step = 100_000                                   # virtual ns between looks at the count
+        for mark in marks:
+            while done[0] < mark:
+                env.run(until=env.now + step)
+            chains = chain_lengths(state.fabric, state.layout)
+            st = retrain_stats(state.fabric, state.layout)
+            rows.append({"inserted": done[0], "ms": env.now / 1e6, "stats": st,
+                         "mops": (done[0] - last_done) / max(1, env.now - last_t) * 1e3,
+                         "chain_mean": float(np.mean(chains)), "chain_max": int(max(chains)),
+                         "retrains": st.retrains, "epoch": st.epoch, "cpu_ms": st.cpu_ns / 1e6,
+                         "busy_ms": st.busy_ns / 1e6})
+            last_t, last_done = env.now, done[0]
+    return rows
+
+
+#: ROLEX's retraining over a long insert-only run: (keys loaded, fresh keys inserted) by mode, and
+#: the budgets compared (ROLEX's synonym table holds 126; 0 never retrains)
+RETRAIN_RUN = {True: (10_000, 20_000), False: (20_000, 60_000)}
+RETRAIN_BUDGETS = (126, 0)
+
+
+def retrain(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
+    """ROLEX retraining at run time (docs/rolex.md): synonym chains and the insert rate over a long
+    insert-only run, with the default budget and never retraining. Nothing is published (ROLEX's
+    paper gives no chain lengths); the direction is the point: chains stay short with retraining."""
+    keys, inserts = RETRAIN_RUN[quick]
+    rows, last = [], {}
+    for budget in RETRAIN_BUDGETS:
+        label = f"ROLEX, retrain_synonyms = {budget}" + (" (never)" if budget == 0 else "")
+        progress(f"retrain: {label}")
+        got = rolex_retrain(budget, keys=keys, inserts=inserts, samples=4)
+        for r in got:
+            x = f"{r['inserted']:,} inserted"
+            rows.append(Row("retrain", label, x, "insert Mops since the row before", round(r["mops"], 3), None))
+            rows.append(Row("retrain", label, x, "synonym chain, mean", round(r["chain_mean"], 2), None))
+            rows.append(Row("retrain", label, x, "synonym chain, longest", r["chain_max"], None))
+        end = got[-1]
+        rows.append(Row("retrain", label, "end", "retrains", end["retrains"], None))
+        rows.append(Row("retrain", label, "end", "memory-node CPU ms", round(end["cpu_ms"], 2), None))
+        rows.append(Row("retrain", label, "end", "virtual ms for the inserts", round(end["ms"], 2), None))
+        last[budget] = end
+    rows.append(Row("retrain", "chain mean at the end: retraining / never", "ratio", "x",
+                    _ratio(last[RETRAIN_BUDGETS[0]]["chain_mean"], last[0]["chain_mean"]), None))
+    return rows
+
+
 def model(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None = None) -> list[Row]:
     """§4.2.6: the GET cost model (4.5 lines per inner node), the +19 % of prefetching, and the
     model's what-if of 100 ns DPA memory (> 62 Mops)."""
@@ -673,7 +793,7 @@ def bulkload(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
 
 
 EXPERIMENTS = {"headline": headline, "table1": table1, "fig9": fig9, "fig10": fig10, "fig11": fig11, "fig12": fig12,
-               "fig13": fig13, "fig14": fig14, "fig15": fig15, "model": model, "bulkload": bulkload}
+               "fig13": fig13, "fig14": fig14, "fig15": fig15, "retrain": retrain, "model": model, "bulkload": bulkload}
 SIDE_BY_SIDE = ("headline", "table1", "fig9", "fig11", "fig12", "fig13", "fig14", "model", "bulkload")
 
 
@@ -690,11 +810,11 @@ def setup(quick: bool) -> dict:
 
 EXPERIMENT = reproduction(
     "dpastore", "DPA-Store",
-    title="DPA-Store (OSDI'26): headline, Table 1, Figs. 9-15, §4.2.6-4.2.7 (with ROLEX and a B+-tree)",
+    title="DPA-Store (OSDI'26): headline, Table 1, Figs. 9-15, §4.2.6-4.2.7 (with ROLEX, its retraining, and a B+-tree)",
     # (Fig. 14's bf3-b3220 extends bf3 and has its assumptions; the headline runs on bf3 alone, so
     # `dmrack sensitivity` varies bf3's)
     parts=EXPERIMENTS, side_by_side=SIDE_BY_SIDE, setup=setup, profiles=(PROFILE,),
     # what `dmrack sensitivity dpastore` runs per knob: the abstract's GET, RANGE, UPDATE and INSERT rates
     headline=("headline",))
 
-__all__ = ["point", "rolex_point", "EXPERIMENT"]
+__all__ = ["point", "rolex_point", "rolex_retrain", "EXPERIMENT"]
