@@ -62,8 +62,7 @@ def test_the_b3220_card_runs_the_same_points_and_receives_pings_faster():
     assert "fig14" in D.EXPERIMENTS and "fig14" in D.SIDE_BY_SIDE
 
 
-def test_the_retrain_part_shows_shorter_chains_with_retraining(monkeypatch):
-    monkeypatch.setitem(D.RETRAIN_RUN, True, (4000, 8000))
+def test_the_retrain_part_shows_shorter_chains_with_retraining():
     rows = {(r.series, r.x, r.metric): r.emulated for r in D.retrain(True, lambda _m: None)}
     on, off = (f"ROLEX, retrain_synonyms = {D.RETRAIN_BUDGETS[0]}", "ROLEX, retrain_synonyms = 0 (never)")
     assert rows[(on, "end", "retrains")] >= 1 and rows[(off, "end", "retrains")] == 0
