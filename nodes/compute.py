@@ -13,8 +13,9 @@ Steps a compute node executes (the scenario's typed steps, ``nodes/steps.py``, t
   active coroutines, each inserting its records in YCSB insert order;
 * ``run``: closed loop (each coroutine issues its next operation when the previous one returns;
   with a transactional workload, its next transaction through its thread's ``TxnClient``,
-  recorded as a ``commit`` or an ``abort``) or, when the workload has a ``target`` rate, open loop (Poisson arrivals per thread into a
-  queue the thread's coroutines serve; latency counts from the arrival, so queueing shows);
+  recorded as a ``commit`` or an ``abort``) or, when the workload has a ``target`` rate, open
+  loop (Poisson arrivals per thread, of operations or of transactions, into a queue the thread's
+  coroutines serve; latency counts from the arrival, so queueing shows);
 * ``set``: change a knob (a profile key, or the active threads/coroutines) from that time on;
 * ``sleep``: nothing.
 
@@ -394,7 +395,27 @@ class ComputeNode:
         # A replayed trace (workloads.traces) is one sequence of operations shared by the rack's
         # clients: each opens its own share, numbered across the compute nodes.
         replayed = getattr(wl, "replayed", False)
-        if target > 0:
+        transactional = getattr(wl, "transactional", False)
+        if transactional:
+            for client in self.clients:
+                client.set_codecs(wl.codecs())
+                if self.history is not None:
+                    client.history = self.history   # this node's region (nodes.txn_history.TxnHistoryWriter)
+        if target > 0 and transactional:
+            # Transactions arriving at the workload's rate (rack-wide, shared evenly by the compute
+            # nodes and their active threads), Poisson, served by the thread's coroutines; an
+            # attempt's latency counts from its arrival, so queueing shows.
+            rate = target / (self.n_compute * self.active_threads)
+            for t in range(self.active_threads):
+                queue, waiting = deque(), []
+                rng = random.Random(self.seed * 1_000_003 + self._stream_id(t, 63))
+                procs.append(env.process(self._txn_arrivals(wl, rng, rate, end, queue, waiting),
+                                         name=f"{self.name}.arrivals.t{t}"))
+                for c in range(self.active_coroutines):
+                    if (t, c) not in self.dead:
+                        procs.append(env.process(self._serve(t, c, queue, waiting, self._txn_item),
+                                                 name=f"{self.name}.t{t}c{c}"))
+        elif target > 0:
             # The rack-wide rate is shared evenly by the compute nodes and their active threads.
             rate = target / (self.n_compute * self.active_threads)
             for t in range(self.active_threads):
@@ -410,15 +431,11 @@ class ComputeNode:
                 for c in range(self.active_coroutines):
                     if (t, c) in self.dead:
                         continue
-                    procs.append(env.process(self._serve(t, c, wl, queue, waiting, end),
+                    procs.append(env.process(self._serve(t, c, queue, waiting, self._kv_item(wl)),
                                              name=f"{self.name}.t{t}c{c}"))
-        elif getattr(wl, "transactional", False):
+        elif transactional:
             # a transactional workload (SmallBank): every coroutine runs transactions back to back
             # through its thread's TxnClient, closed loop as FORD's benchmark does
-            for client in self.clients:
-                client.set_codecs(wl.codecs())
-                if self.history is not None:
-                    client.history = self.history   # this node's region (nodes.txn_history.TxnHistoryWriter)
             for t, c in self._active():
                 rng = random.Random(self.seed * 1_000_003 + self._stream_id(t, c))
                 procs.append(env.process(self._txn_loop(t, c, wl, rng, end), name=f"{self.name}.t{t}c{c}"))
@@ -469,27 +486,64 @@ class ComputeNode:
         not retried: the next is drawn (FORD's benchmark). A coordinator stopped by a crash
         failpoint stays down, as a KV client does."""
         env = self.env
-        client, co, thread = self.clients[t], self.coroutines[t][c], self.threads[t]
         yield from self._after_previous(t, c)
         try:
             while end is None or env.now < end:
                 name, body, args = wl.next(rng)
-                issued_in = self.step_index
-                t0 = env.cpu_free_at()
-                yield from thread.op_begin(co)      # SMART's coroutine throttling, if on
-                try:
-                    out = yield from client.run(co, body, *args, name=name)
-                finally:
-                    thread.op_end()
-                kind = OP_COMMIT if out.committed else OP_ABORT
-                done = env.cpu_free_at()
-                if self.step_index == issued_in:
-                    self.recorder.record(kind, done - t0, out.committed)
-                else:
-                    self.recorder.record_in(issued_in + 1, kind, done - t0, out.committed)
-                self.ops += 1
+                yield from self._txn(t, c, name, body, args, env.cpu_free_at())
         except ClientCrash as e:
             self._crash(t, c, e)
+
+    def _txn(self, t: int, c: int, name: str, body, args, t0: int):
+        """One transaction attempt on coroutine (t, c), recorded as a ``commit`` or an ``abort``
+        with its latency from ``t0`` (its start, or its arrival in an open loop)."""
+        env = self.env
+        client, co, thread = self.clients[t], self.coroutines[t][c], self.threads[t]
+        issued_in = self.step_index
+        yield from thread.op_begin(co)      # SMART's coroutine throttling, if on
+        try:
+            out = yield from client.run(co, body, *args, name=name)
+        finally:
+            thread.op_end()
+        kind = OP_COMMIT if out.committed else OP_ABORT
+        done = env.cpu_free_at()
+        if self.step_index == issued_in:
+            self.recorder.record(kind, done - t0, out.committed)
+        else:
+            self.recorder.record_in(issued_in + 1, kind, done - t0, out.committed)
+        self.ops += 1
+
+    def _txn_item(self, t: int, c: int, item):
+        name, body, args, arrived = item        # queued by _txn_arrivals
+        return self._txn(t, c, name, body, args, arrived)
+
+    def _kv_item(self, wl):
+        def serve(t: int, c: int, item):
+            op, kid, n, arrived = item          # queued by _arrivals
+            return self._do(t, c, wl, op, kid, n, arrived)
+        return serve
+
+    @staticmethod
+    def _close(queue: deque, waiting: list) -> None:
+        """An open loop's arrivals are over: a marker tells the servers to go home."""
+        queue.append(None)
+        for ev in waiting:
+            ev.succeed()
+        waiting.clear()
+
+    def _txn_arrivals(self, wl, rng, rate_per_s: float, end, queue: deque, waiting: list):
+        """Transactions of ``wl`` arriving at ``rate_per_s`` (exponential gaps from ``rng``, the
+        thread's own stream) into ``queue`` until ``end``."""
+        env = self.env
+        mean_ns = 1e9 / rate_per_s
+        while True:
+            yield int(rng.expovariate(1.0) * mean_ns) + 1
+            if end is not None and env.now >= end:
+                self._close(queue, waiting)
+                return
+            queue.append((*wl.next(rng), env.now))
+            if waiting:
+                waiting.pop().succeed()
 
     def _arrivals(self, stream, rate_per_s: float, end, queue: deque, waiting: list, t: int, step_index: int):
         env = self.env
@@ -497,24 +551,20 @@ class ComputeNode:
             ops, keys, scans = stream.next_batch(BATCH)
             gaps = stream.interarrivals_ns(BATCH, rate_per_s)
             if not len(ops):                    # a trace's share is done: the servers go home
-                queue.append(None)
-                for ev in waiting:
-                    ev.succeed()
-                waiting.clear()
+                self._close(queue, waiting)
                 return
             for op, kid, n, gap in zip(ops.tolist(), keys.tolist(), scans.tolist(), gaps.tolist()):
                 yield int(gap) + 1
                 if end is not None and env.now >= end:
-                    queue.append(None)          # tells the servers to go home
-                    for ev in waiting:
-                        ev.succeed()
-                    waiting.clear()
+                    self._close(queue, waiting)
                     return
                 queue.append((op, kid, n, env.now))
                 if waiting:
                     waiting.pop().succeed()
 
-    def _serve(self, t: int, c: int, wl, queue: deque, waiting: list, end):
+    def _serve(self, t: int, c: int, queue: deque, waiting: list, serve):
+        """Coroutine (t, c) of an open loop: takes the next arrival from ``queue`` and runs
+        ``serve(t, c, item)`` on it, until the arrivals' marker (``_close``)."""
         env = self.env
         yield from self._after_previous(t, c)
         while True:
@@ -527,9 +577,8 @@ class ComputeNode:
             if item is None:
                 return                          # leave the marker for the other servers
             queue.popleft()
-            op, kid, n, arrived = item
             try:
-                yield from self._do(t, c, wl, op, kid, n, arrived)
+                yield from serve(t, c, item)
             except ClientCrash as e:
                 self._crash(t, c, e)
                 return

@@ -102,6 +102,28 @@ def test_bad_tatp_parameters_are_one_line():
     assert "subscribers = 0 must be" in str(e.value) and "\n" not in str(e.value)
 
 
+def test_an_open_loop_of_transactions_runs_at_its_target_and_refuses_a_bad_one():
+    """``target`` (transactions per second, rack-wide): Poisson arrivals per thread served by its
+    coroutines; each attempt's latency counts from its arrival."""
+    data = _rack(**{"workload.target": 200_000, "compute.coroutines": 4})
+    data["step"] = [{"action": "run", "duration_ms": 1.0}]
+    s = scenario_from_dict(data, source="t.toml")
+    assert "open loop 200000 txn/s" in s.spec.workloads["default"].build().describe()
+    res = ColocatedRack(s).run()
+    (st,) = res.steps
+    txn = res.transactions(st)
+    attempts = txn["committed"] + txn["aborted"]
+    assert 140 <= attempts <= 260                    # 200 expected in 1 ms (Poisson)
+    assert txn["p50_us"] > 1
+    closed = res.transactions(ColocatedRack(scenario_from_dict(_rack(**{"compute.coroutines": 4}), source="t.toml"))
+                              .run().steps[0])
+    assert closed["committed_per_s"] > 2 * txn["committed_per_s"]   # the closed loop runs flat out
+    for bad in (-1, "fast", True):
+        with pytest.raises((SpecError, RackError)) as e:
+            compile_scenario(scenario_from_dict(_rack(**{"workload.target": bad}), source="t.toml"))
+        assert "target must be a number" in str(e.value) and "\n" not in str(e.value)
+
+
 def test_a_transactional_run_plots_its_transactions_by_step(tmp_path):
     """Two run steps: ``dmrack plot`` of the results draws committed and aborted transactions per
     second, the abort rate and the committed latency, a group of bars per step."""

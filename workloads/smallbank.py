@@ -100,7 +100,7 @@ class SmallBank(TxnWorkload):
     def describe(self) -> str:
         freq = "/".join(str(f) for f in self.frequencies)
         return (f"SmallBank: {self.accounts:,} accounts ({self.hot_accounts:,} hot, {self.tx_hot} % of transactions "
-                f"on them), mix {freq} ({', '.join(TYPES)})")
+                f"on them), mix {freq} ({', '.join(TYPES)}){self.loop()}")
 
     # -- what the system is given ---------------------------------------------------------------
     def tables(self) -> list[TableSpec]:

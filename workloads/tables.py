@@ -70,11 +70,14 @@ class TxnWorkload:
     ``next(rng) -> (name, body, args)``."""
 
     PARAMETERS: tuple = ()
+    #: parameters every transactional workload takes besides its own: ``target``, transactions
+    #: arriving per second (virtual, rack-wide; 0: closed loop, FORD's benchmark)
+    COMMON = ("target",)
     LABEL = "transactional workload"
     transactional = True
     key_size = 8                        # FORD's keys are u64
     expected_new_keys = 0               # the rack sizes tables from the workload's own rows
-    target = 0                          # closed loop only (FORD's benchmark)
+    target = 0.0                        # 0: closed loop (FORD's benchmark); else an open loop's rate
     finite = False
 
     @classmethod
@@ -82,14 +85,23 @@ class TxnWorkload:
         """From a scenario's ``[workload]`` keys; an unknown key or a bad value is one
         :class:`WorkloadError` line naming ``where`` and the key."""
         where = where or cls.LABEL.lower()
-        unknown = [k for k in props if k not in cls.PARAMETERS]
+        known = cls.PARAMETERS + cls.COMMON
+        unknown = [k for k in props if k not in known]
         if unknown:
             raise WorkloadError(f"{where}.{unknown[0]}: unknown {cls.LABEL} parameter; the parameters are "
-                                f"{', '.join(cls.PARAMETERS)}")
+                                f"{', '.join(known)}")
+        own = {k: v for k, v in props.items() if k not in cls.COMMON}
         try:
-            return cls(**props)
+            w = cls(**own)
+            if "target" in props:
+                w.target = check_number(cls.LABEL.lower(), "target", props["target"], 0, 1e12)
         except WorkloadError as e:
             raise WorkloadError(f"{where}: {e}") from None
+        return w
+
+    def loop(self) -> str:
+        """How transactions are issued, for ``describe()``: closed loop, or the open loop's rate."""
+        return f", open loop {self.target:g} txn/s" if self.target > 0 else ""
 
 
 #: The transactional workloads a scenario's ``[workload]`` may name (``preset`` or ``kind``), as

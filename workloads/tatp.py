@@ -136,7 +136,7 @@ class Tatp(TxnWorkload):
 
     def describe(self) -> str:
         freq = "/".join(str(f) for f in self.frequencies)
-        return f"TATP: {self.subscribers:,} subscribers, mix {freq} ({', '.join(TYPES)})"
+        return f"TATP: {self.subscribers:,} subscribers, mix {freq} ({', '.join(TYPES)}){self.loop()}"
 
     # -- what the system is given ---------------------------------------------------------------
     def tables(self) -> list[TableSpec]:
