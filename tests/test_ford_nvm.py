@@ -15,6 +15,7 @@ import pytest
 
 from cluster.correctness.txn_suite import TxnRig, smallbank_stress
 from nodes.systems.ford import INVISIBLE, LOCKED, FordSystem
+from nodes.systems.ford.layout import owner_of
 from shm.nvm import power_fail
 from workloads.smallbank import SmallBank, amalgamate, deposit_checking
 
@@ -43,8 +44,10 @@ def test_deposit_survives_on_the_flushed_backup_only(rig):
     # the primary's commit WRITEs were never flushed: back to version 1, but locked (the hitchhiked
     # CAS is an atomic and the READ in its doorbell flushed its write-back)
     assert (pv, pl, _cents(pval)) == (1, LOCKED, WL.initial_balance_cents + 130)
-    # the backup keeps the committed record with C1's INVISIBLE lock word (the release is not flushed)
-    assert (bv, bl, _cents(bval)) == (2, INVISIBLE, WL.initial_balance_cents + 260)
+    # the backup keeps the committed record with C1's INVISIBLE lock word (the release is not
+    # flushed), which names the committing transaction (layout.owner_of), not LOCKED
+    assert (bv, _cents(bval)) == (2, WL.initial_balance_cents + 260)
+    assert bl & INVISIBLE and not bl & LOCKED and owner_of(bl) == rig.history()[-1].txn_id
     got = FordSystem.recover_power_failure(rig.fab, rig.layout)
     assert got == {"repaired": 1, "unlocked": 0}
     assert rig.quiescent_problems() == []
