@@ -16,6 +16,8 @@ shrink with the store).
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 from cluster.experiments.pointpool import SharedPoints
@@ -224,6 +226,50 @@ def _loop(env, cli, co, r, keys, fresh, cursor, cdf, perm, mix, range_count, t0,
             lat.append(env.cpu_free_at() - start)     # its work's end: the CPU after its last wait included
 
 
+@contextlib.contextmanager
+def _rolex_rack(name: str, ks: np.ndarray, *, nodes: int, threads: int, qd: int, memory_mib: int, records: int,
+                options: dict, seed: int, profile_overrides: dict | None = None):
+    """A co-located ROLEX rack as DPA-Store's Fig. 15 runs it: bf3 cards, 100 Gb/s links, ``nodes``
+    compute nodes, one memory node of ``memory_mib`` running ROLEX's retrainer, 8-byte inline
+    values, ``ks`` bulk-loaded (8-byte big-endian keys). Yields ``(state, env, host, system,
+    compiled)`` with the actors started: ``(state, env, host, udp, system, compiled)``;
+    :func:`_rolex_clients` makes the clients."""
+    from cluster.rack import RackState, compile_scenario
+    from cluster.scenario import scenario_from_dict, with_rack_tables
+    from nodes.actors import actor_contexts, rack_udp, start_actors
+    from nodes.systems import get_system
+    from shm.sim.env import Environment
+    from shm.verbs import VerbsHost
+    system = get_system("rolex")
+    d = with_rack_tables(system, {
+        "rack": {"name": name, "profile": PROFILE, "seed": seed},
+        "profile_overrides": {**NETWORK, **(profile_overrides or {})},
+        "compute": {"count": nodes, "threads": threads, "coroutines": qd, "memory": "64MiB"},
+        "memory": {"count": 1, "memory": f"{memory_mib}MiB"},
+        "system": {"name": "rolex", "values": "inline", **options},
+        "workload": {"preset": "c", "recordcount": records}})
+    compiled = compile_scenario(scenario_from_dict(d, source=f"rolex point {name}"))
+    with RackState.create(compiled, processes=False) as state:
+        system.bulk_load(state.fabric, state.layout, ((int(k).to_bytes(8, "big"), int(k).to_bytes(8, "little"))
+                                                      for k in ks.tolist()))
+        env = Environment(seed=seed)
+        host = VerbsHost(state.fabric, env)
+        udp = rack_udp(state, host)
+        start_actors(system, actor_contexts(state, env, host, udp=udp))
+        yield state, env, host, udp, system, compiled
+
+
+def _rolex_clients(host, udp, system, state, compiled, nodes: int, threads: int):
+    """``(thread, client)`` of every compute node's threads, in node order."""
+    from shm.coro import NodeRdma
+    for c in range(nodes):
+        node = NodeRdma(host, f"cn{c}")
+        node.udp = udp
+        for _ in range(threads):
+            th = node.thread()
+            yield th, system.client(state.fabric, state.layout, th, compiled.options)
+
+
 def rolex_point(*, quick: bool = True, keys: int | None = None, op: str = "get", dataset: str = "sparse",
                 client_nodes: int = CLIENT_NODES, client_threads: int = CLIENT_THREADS, qd: int | None = None,
                 window_us=None, seed: int = 1, range_count: int = 10,
@@ -243,50 +289,25 @@ def rolex_point(*, quick: bool = True, keys: int | None = None, op: str = "get",
     "Retraining"); a mix with inserts adds ``retrain`` (the retrainer's counters, retrain.py),
     ``chains`` (synonym leaves per primary leaf at the end: mean and longest) and the clients'
     ``stale_retries`` and ``newer_tables``. Without inserts nothing splits, so nothing retrains."""
-    from cluster.rack import RackState, compile_scenario
-    from cluster.scenario import scenario_from_dict, with_rack_tables
-    from nodes.actors import actor_contexts, rack_udp, start_actors
-    from shm.sim.env import Environment
-    from nodes.systems import get_system
     from nodes.systems.rolex.retrain import chain_lengths, retrain_stats
-    from shm.coro import NodeRdma
-    from shm.verbs import VerbsHost
-    system = get_system("rolex")
     ks, fresh, mix, (warm, window), qd = _load(quick, keys, key_array, dataset, seed, op, window_us, qd)
     n = len(ks)
-    leaf_mib = max(64, n * 64 // (1 << 20) + 32)
-    d = with_rack_tables(system, {
-        "rack": {"name": f"rolex-{op}", "profile": PROFILE, "seed": seed},
-        "profile_overrides": {**NETWORK, **(profile_overrides or {})},
-        "compute": {"count": client_nodes, "threads": client_threads, "coroutines": qd, "memory": "64MiB"},
-        "memory": {"count": 1, "memory": f"{leaf_mib}MiB"},
-        "system": {"name": "rolex", "values": "inline", **(options or {})},
-        "workload": {"preset": "c", "recordcount": n + (len(fresh) if fresh is not None else 0)}})
-    compiled = compile_scenario(scenario_from_dict(d, source=f"rolex point {op}"))
-    rng = np.random.default_rng(seed)
-    with RackState.create(compiled, processes=False) as state:
-        system.bulk_load(state.fabric, state.layout, ((int(k).to_bytes(8, "big"), int(k).to_bytes(8, "little"))
-                                                      for k in ks.tolist()))
-        env = Environment(seed=seed)
-        host = VerbsHost(state.fabric, env)
-        udp = rack_udp(state, host)
-        start_actors(system, actor_contexts(state, env, host, udp=udp))
+    with _rolex_rack(f"rolex-{op}", ks, nodes=client_nodes, threads=client_threads, qd=qd,
+                     memory_mib=max(64, n * 64 // (1 << 20) + 32), records=n + (len(fresh) if fresh is not None else 0),
+                     options=options or {}, seed=seed, profile_overrides=profile_overrides) as (state, env, host, udp,
+                                                                                               system, compiled):
+        rng = np.random.default_rng(seed)
         lat: list = []
         done, failed, cursor = [0], [0], [0]
         t0, t1 = warm * 1000, (warm + window) * 1000
         clients = []
-        for c in range(client_nodes):
-            node = NodeRdma(host, f"cn{c}")
-            node.udp = udp
-            for _ in range(client_threads):
-                th = node.thread()
-                cli = system.client(state.fabric, state.layout, th, compiled.options)
-                clients.append(cli)
-                for _k in range(qd):
-                    co = th.coroutine()
-                    r = np.random.default_rng(rng.integers(1 << 62))
-                    env.process(_loop(env, cli, co, r, ks, fresh, cursor, None, None, mix, range_count,
-                                      t0, t1, lat, done, failed))
+        for th, cli in _rolex_clients(host, udp, system, state, compiled, client_nodes, client_threads):
+            clients.append(cli)
+            for _k in range(qd):
+                co = th.coroutine()
+                r = np.random.default_rng(rng.integers(1 << 62))
+                env.process(_loop(env, cli, co, r, ks, fresh, cursor, None, None, mix, range_count,
+                                  t0, t1, lat, done, failed))
         env.run(until=t1 + 20_000)
         lat_us = np.array(lat) / 1000 if lat else np.array([0.0])
         out = {"op": op, "keys": n, "mops": done[0] / (window * 1000) * 1000, "p50": float(np.percentile(lat_us, 50)),
@@ -654,34 +675,15 @@ def rolex_retrain(budget: int, *, keys: int = 20_000, inserts: int = 60_000, nod
     its own distribution). A row per ``samples``-th of the inserts: virtual ms, the insert rate
     since the row before, the mean and longest synonym chain of the current table's primary
     leaves, the retrainer's counters (docs/rolex.md, "Retraining"). Deterministic for a seed."""
-    from cluster.rack import RackState, compile_scenario
-    from cluster.scenario import scenario_from_dict, with_rack_tables
-    from nodes.actors import actor_contexts, rack_udp, start_actors
-    from nodes.systems import get_system
     from nodes.systems.rolex.retrain import chain_lengths, retrain_stats
-    from shm.coro import NodeRdma
-    from shm.sim.env import Environment
-    from shm.verbs import VerbsHost
-    system = get_system("rolex")
     ks = dataset_keys("sparse", keys, seed)
     fresh = _spread_keys(ks, inserts, seed)
     n = len(ks) + len(fresh)
-    d = with_rack_tables(system, {
-        "rack": {"name": "rolex-retrain", "profile": PROFILE, "seed": seed},
-        "profile_overrides": dict(NETWORK),
-        "compute": {"count": nodes, "threads": threads, "coroutines": qd, "memory": "64MiB"},
-        "memory": {"count": 1, "memory": f"{max(64, n * 160 // (1 << 20) + 64)}MiB"},
-        "system": {"name": "rolex", "values": "inline", "retrain_synonyms": budget, "leaf_headroom": 8.0},
-        "workload": {"preset": "c", "recordcount": n}})
-    compiled = compile_scenario(scenario_from_dict(d, source="rolex retrain"))
     rows = []
-    with RackState.create(compiled, processes=False) as state:
-        system.bulk_load(state.fabric, state.layout, ((int(k).to_bytes(8, "big"), int(k).to_bytes(8, "little"))
-                                                      for k in ks.tolist()))
-        env = Environment(seed=seed)
-        host = VerbsHost(state.fabric, env)
-        udp = rack_udp(state, host)
-        start_actors(system, actor_contexts(state, env, host, udp=udp))
+    with _rolex_rack("rolex-retrain", ks, nodes=nodes, threads=threads, qd=qd,
+                     memory_mib=max(64, n * 160 // (1 << 20) + 64), records=n,
+                     options={"retrain_synonyms": budget, "leaf_headroom": 8.0}, seed=seed) as (state, env, host, udp,
+                                                                                             system, compiled):
         cursor, done = [0], [0]
 
         def loop(cli, co):
@@ -692,14 +694,9 @@ def rolex_retrain(budget: int, *, keys: int = 20_000, inserts: int = 60_000, nod
                     raise RuntimeError(f"insert of a fresh key {k.hex()} failed")
                 done[0] += 1
 
-        for c in range(nodes):
-            node = NodeRdma(host, f"cn{c}")
-            node.udp = udp
-            for _ in range(threads):
-                th = node.thread()
-                cli = system.client(state.fabric, state.layout, th, compiled.options)
-                for _q in range(qd):
-                    env.process(loop(cli, th.coroutine()))
+        for th, cli in _rolex_clients(host, udp, system, state, compiled, nodes, threads):
+            for _q in range(qd):
+                env.process(loop(cli, th.coroutine()))
         marks = [len(fresh) * (i + 1) // samples for i in range(samples)]
         last_t, last_done = 0, 0
         step = 100_000                                   # virtual ns between looks at the count
