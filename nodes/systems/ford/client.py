@@ -39,7 +39,8 @@ from shm.fabric import gaddr
 from shm.failpoints import failpoint
 
 from .layout import (
-    INVISIBLE, LOCK_OFF, LOCKED, LOG_HEADER, VERSION_OFF, bucket_of, decode_item, encode_item, next_off, owner_bits,
+    INVISIBLE, LOCK_OFF, LOCKED, LOG_HEADER, SLOTS_PER_BUCKET, VERSION_OFF, bucket_of, decode_item, encode_item,
+    next_off, owner_bits,
 )
 
 
@@ -278,23 +279,34 @@ class FordClient(TxnClient):
         return FordTxn(self, co, self.new_txn_id(), name)
 
     # -- pieces of the phases ------------------------------------------------------------------
+    @staticmethod
+    def _bucket(st: _State):
+        """The bucket just READ: ``(slots, next)``, ``slots`` yielding (offset in the bucket,
+        decoded record, its raw bytes) for its 22 records, ``next`` the overflow bucket's node
+        offset (0: none)."""
+        ti = st.tinfo
+        data = st.handle.data
+        ib, vb = ti["item_bytes"], ti["value_bytes"]
+
+        def slots():
+            for off in range(0, SLOTS_PER_BUCKET * ib, ib):
+                raw = data[off:off + ib]
+                yield off, decode_item(raw, vb), raw
+        return slots(), int.from_bytes(bytes(data[ti["next_off"]:ti["next_off"] + 8]), "little")
+
     def _scan(self, st: _State, key: int):
         """Look for ``key`` in the bucket just READ: (record, its bytes, 0) when found (the
         address cached), else (None, None, the ``next`` offset or 0)."""
         ti = st.tinfo
-        data = st.handle.data
-        ib, vb = ti["item_bytes"], ti["value_bytes"]
-        for s in range(22):
-            off = s * ib
-            rec = decode_item(data[off:off + ib], vb)
+        slots, nxt = self._bucket(st)
+        for off, rec, raw in slots:
             if rec.valid and rec.key == key and rec.table_id == ti["id"]:
                 st.addr = st.bucket + off
                 st.rel = st.addr - ti["pgaddr"]
                 if self.addr_cache:
                     self.cache[(ti["id"], key)] = st.addr
                 st.bucket = None
-                return rec, bytes(data[off:off + ib]), 0
-        nxt = int.from_bytes(bytes(data[ti["next_off"]:ti["next_off"] + 8]), "little")
+                return rec, bytes(raw), 0
         return None, None, nxt
 
     def _scan_insert(self, st: _State, it: Item):
@@ -308,23 +320,19 @@ class FordClient(TxnClient):
         offset to READ, 0 once decided; an abort or None); a chosen slot sets the item's address,
         its version (the slot's, validated by CAS + READ) and its before-image."""
         ti = st.tinfo
-        data = st.handle.data
-        ib, vb = ti["item_bytes"], ti["value_bytes"]
-        for s in range(22):
-            off = s * ib
-            rec = decode_item(data[off:off + ib], vb)
+        slots, nxt = self._bucket(st)
+        for off, rec, raw in slots:
             if rec.table_id == ti["id"] and rec.key == it.key:
                 if rec.valid:
                     return 0, TxnAborted("user", f"{it.table}[{it.key}] exists")
                 if rec.lock:
                     return 0, TxnAborted("lock", f"{it.table}[{it.key}] (deleted) is locked")
-                self._take_slot(st, it, st.bucket + off, rec.version, bytes(data[off:off + ib]))
+                self._take_slot(st, it, st.bucket + off, rec.version, bytes(raw))
             elif rec.table_id == 0:
                 if rec.lock:
                     return 0, TxnAborted("lock", f"{it.table}: an insert is in flight in {it.key}'s bucket")
                 if st.addr is None:
                     self._take_slot(st, it, st.bucket + off, 0, None)
-        nxt = int.from_bytes(bytes(data[ti["next_off"]:ti["next_off"] + 8]), "little")
         if nxt:
             return nxt, None
         if st.addr is None:
@@ -390,8 +398,8 @@ class FordClient(TxnClient):
                 co.write(st.addr + LOCK_OFF, 0)
             for (bnode, bbase), bg in zip(ti["replicas"][1:], ti["backups"]):
                 baddr = bg + st.rel
-                backup_writes.append((baddr, encode_item(ti["id"], it.key, bbase + st.rel, version, invis & ~LOCKED, value,
-                                                         ti["value_bytes"], valid, ins)))
+                backup_writes.append((baddr, encode_item(ti["id"], it.key, bbase + st.rel, version, invis & ~LOCKED,
+                                                         value, ti["value_bytes"], valid, ins)))
                 last_backup = baddr
             installed.append((it.table, it.key, version, value))
         tx.installed = installed                 # posted from here on: they may land
