@@ -14,7 +14,7 @@ from __future__ import annotations
 import struct
 import weakref
 
-from shm.udp import UdpError, call
+from shm.udp import Attempts, UdpError, call
 
 __all__ = ["rpc", "RpcEndpoint", "RpcError", "RpcTimeout", "RpcHandlerError", "RPC_PORT", "REPLY_PORT_BASE",
            "HEADER", "encode_request", "endpoint_of", "KIND_REQUEST", "KIND_REPLY", "ST_OK", "ST_NO_METHOD",
@@ -95,10 +95,7 @@ class RpcEndpoint:
         rid = self._rid
         data = HEADER.pack(KIND_REQUEST, ST_OK, method, rid) + payload
         self.calls += 1
-        sends = [0]                 # this call's own sends (the net's counters mix every caller's)
-
-        def sent(attempt: int) -> None:
-            sends[0] = attempt + 1
+        sends = Attempts()
 
         def match(dg) -> bool:
             if len(dg.data) < HEADER.size:
@@ -108,11 +105,11 @@ class RpcEndpoint:
 
         try:
             dg = yield from call(self.sock, dst, port, data, self.queue, timeout_ns=timeout_ns,
-                                 resends=retries, match=match, thread=thread, on_send=sent)
+                                 resends=retries, match=match, thread=thread, on_send=sends)
         except UdpError as e:
             raise RpcError(f"rpc to node {name!r}: {e}") from None
-        self.resends += sends[0] - 1
-        self.timeouts += sends[0] - (dg is not None)
+        self.resends += sends.resends
+        self.timeouts += sends.timeouts(dg is not None)
         if dg is None:
             raise RpcTimeout(f"rpc to node {name!r} (method {method}): no reply after {retries + 1} attempts of "
                              f"{timeout_ns / 1000:g} us (the node is gone, serves no RPCs, or drops them)")

@@ -56,7 +56,7 @@ from shm.verbs import CQ, IBV_QPT_UD, PD, QP, Context, QPInitAttr, VerbsHost
 
 __all__ = [
     "UdpNet", "UdpSocket", "RxQueue", "SteerRule", "Datagram", "UdpStats", "RxQueueStats", "UdpError", "call",
-    "ReplyPorts",
+    "ReplyPorts", "Requester", "Attempts",
     "UDP_OK", "UDP_TOO_BIG", "IP_UDP_HEADER_BYTES",
 ]
 
@@ -503,6 +503,30 @@ class ReplyPorts:
         return len(self._eps)
 
 
+class Attempts:
+    """One :func:`call`'s own sends, counted through its ``on_send`` (the net's counters, read
+    around a call, mix in every other caller's during the wait), each passed on to ``then``."""
+
+    __slots__ = ("sent", "_then")
+
+    def __init__(self, then: Callable[[int], None] | None = None):
+        self.sent = 0
+        self._then = then
+
+    def __call__(self, attempt: int) -> None:
+        self.sent = attempt + 1
+        if self._then is not None:
+            self._then(attempt)
+
+    @property
+    def resends(self) -> int:
+        return self.sent - 1
+
+    def timeouts(self, replied: bool) -> int:
+        """Waits that ran out: every send but the one answered."""
+        return self.sent - (1 if replied else 0)
+
+
 class Requester:
     """A client thread's request/response over datagrams (dpa-kv's and dpa-store's clients): a
     request id per request, a reply port per coroutine (:class:`ReplyPorts`), and the resends and
@@ -525,18 +549,12 @@ class Requester:
         self._rid = (self._rid + 1) & 0xFFFFFFFF
         rid = self._rid
         self.requests += 1
-        sends = [0]
-
-        def sent(attempt: int) -> None:
-            sends[0] = attempt + 1
-            if on_send is not None:
-                on_send(attempt)
-
+        sends = Attempts(on_send)
         reply = yield from call(sock, dst_node, dst_port, make(rid), queue, timeout_ns=self.timeout_ns,
                                 resends=self.resends, match=lambda dg: rid_of(dg.data) == rid, thread=self.thread,
-                                on_send=sent)
-        self.n_resends += sends[0] - 1
-        self.n_timeouts += sends[0] - (reply is not None)
+                                on_send=sends)
+        self.n_resends += sends.resends
+        self.n_timeouts += sends.timeouts(reply is not None)
         return reply
 
 
