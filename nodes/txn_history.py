@@ -186,10 +186,9 @@ class TxnHistoryWriter:
     def intend(self, rec) -> None:
         """Record ``rec`` (status "unknown", its writes the versions about to be installed) before
         the WRITEs are posted."""
-        slot = self._new_row()
+        slot = self._new_row()              # (a new row's status is "unknown" already)
         if slot >= 0:
             self._fill(slot, rec)
-            self._rows[slot][W_STATUS] = STATUS_CODE["unknown"]
             self._open[rec.txn_id] = slot
 
     def append(self, rec) -> None:
