@@ -391,6 +391,12 @@ def collect_txn_history(state: RackState) -> list:
     return [r for i in range(log.n_procs) for r in log.records(i)]
 
 
+def primary_state(records: dict) -> dict:
+    """``{(table, key): (version, value bytes)}`` of the primaries, from ``{table:
+    TxnSystem.records(...)}`` (a record's replicas, the primary first)."""
+    return {(t, k): (reps[0][0], reps[0][2]) for t, recs in records.items() for k, reps in recs.items()}
+
+
 class TxnRun(NamedTuple):
     """What a transactional rack recorded, read by its owner once no coordinator runs: every
     attempt (``TxnRecord``, values as digests), what the system's recovery did (None: no compute
@@ -402,7 +408,7 @@ class TxnRun(NamedTuple):
 
     def final_state(self) -> dict:
         """``{(table, key): (version, value bytes)}`` of the primaries."""
-        return {(t, k): (reps[0][0], reps[0][2]) for t, recs in self.records.items() for k, reps in recs.items()}
+        return primary_state(self.records)
 
 
 def collect_txn_run(state: RackState, *, coordinators_died: bool) -> TxnRun:

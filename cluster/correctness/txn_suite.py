@@ -116,18 +116,18 @@ class TxnRig:
     def records(self, table: str) -> dict:
         return self.system.records(self.fab, self.layout, table)
 
+    def all_records(self) -> dict:
+        """``{table: records(table)}`` of every table of the workload."""
+        return {t.name: self.records(t.name) for t in self.workload.tables()}
+
     def final_state(self) -> dict:
         """``{(table, key): (version, value bytes)}`` of the primaries."""
-        out = {}
-        for t in self.workload.tables():
-            for key, reps in self.records(t.name).items():
-                version, _, value, _, _ = reps[0]
-                out[(t.name, key)] = (version, value)
-        return out
+        from cluster.rack import primary_state
+        return primary_state(self.all_records())
 
     def quiescent_problems(self) -> list[str]:
         """Locks left set, backups that differ from their primary."""
-        return quiescent_problems({t.name: self.records(t.name) for t in self.workload.tables()})
+        return quiescent_problems(self.all_records())
 
     def statistics(self):
         from nodes.systems.api import node_statistics
@@ -242,7 +242,7 @@ def tatp_stress(system, options=None, *, subscribers: int = 100, threads: int = 
     with TxnRig(system, wl, options, threads=threads, coroutines=coroutines, seed=seed, prefix=prefix, **rig) as r:
         outcomes, audits, recovered = _run(r, wl, attempts, seed, audit_every_ns, crash)
         ser = check_history(r.history(), r.final_state())
-        inv = check_tatp({t.name: r.records(t.name) for t in wl.tables()}, subscribers)
+        inv = check_tatp(r.all_records(), subscribers)
         problems = tuple(audits) + tuple(r.quiescent_problems()) + inv.problems
         commits = sum(o.committed for o in outcomes)
         reasons: dict = {}
