@@ -198,13 +198,20 @@ class ResourceLayout:
     """
 
     def __init__(self):
-        self.specs: list[ResourceSpec] = []
-        self.offsets: dict[str, int] = {}
+        # Resources in table order, in groups: (name, count, servers, bucket_ps, n_buckets,
+        # offset); count None is one resource called name, count n is n identical resources
+        # name0..name{n-1} one after the other (a node's 1,024 atomic slots and 512 doorbells:
+        # one group each, so a rack's layout is built, initialised and checked in a few numpy
+        # calls instead of a Python call per resource).
+        self._groups: list[tuple] = []
+        self._names: set[str] = set()
+        self._specs: list[ResourceSpec] | None = None     # built on first use (specs, offsets)
+        self._offsets: dict[str, int] | None = None
+        self._headers: np.ndarray | None = None
         self.words = 0
 
-    def add(self, name: str, servers: int, bucket_ps: int, n_buckets: int = 1024) -> int:
-        if name in self.offsets:
-            raise ValueError(f"resource {name!r} is defined twice")
+    @staticmethod
+    def _check(name: str, servers: int, bucket_ps: int, n_buckets: int) -> None:
         if servers < 1:
             raise ValueError(f"resource {name!r}: servers must be >= 1, got {servers}")
         if bucket_ps < 1:
@@ -213,19 +220,91 @@ class ResourceLayout:
             raise ValueError(f"resource {name!r}: n_buckets must be a power of two >= 2, got {n_buckets}")
         if servers * bucket_ps >= 1 << _USED_BITS:
             raise ValueError(f"resource {name!r}: servers x bucket width overflows a bucket word")
+
+    def _append(self, name: str, count, servers: int, bucket_ps: int, n_buckets: int) -> int:
+        self._check(name, servers, bucket_ps, n_buckets)
+        names = [name] if count is None else [f"{name}{i}" for i in range(count)]
+        for nm in names:
+            if nm in self._names:
+                raise ValueError(f"resource {nm!r} is defined twice")
+        self._names.update(names)
         offset = self.words
-        self.specs.append(ResourceSpec(name, servers, bucket_ps, n_buckets))
-        self.offsets[name] = offset
-        self.words += HEADER_WORDS + n_buckets
+        self._groups.append((name, count, servers, bucket_ps, n_buckets, offset))
+        self.words += len(names) * (HEADER_WORDS + n_buckets)
+        self._specs = self._offsets = self._headers = None
         return offset
+
+    def add(self, name: str, servers: int, bucket_ps: int, n_buckets: int = 1024) -> int:
+        """Add one resource; its offset in the table."""
+        return self._append(name, None, servers, bucket_ps, n_buckets)
+
+    def add_array(self, name: str, count: int, servers: int, bucket_ps: int, n_buckets: int = 1024) -> tuple[int, int]:
+        """Add ``count`` identical resources ``name0..``, one after the other, so that compiled
+        code indexes them (atomic slots, doorbells): ``(offset of the first, stride)``."""
+        if count < 1:
+            raise ValueError(f"resource array {name!r}: count must be >= 1, got {count}")
+        return self._append(name, count, servers, bucket_ps, n_buckets), HEADER_WORDS + n_buckets
+
+    @property
+    def specs(self) -> list[ResourceSpec]:
+        """Every resource, in table order."""
+        if self._specs is None:
+            self._specs = [ResourceSpec(name if count is None else f"{name}{i}", servers, bucket_ps, n_buckets)
+                           for name, count, servers, bucket_ps, n_buckets, _ in self._groups
+                           for i in range(1 if count is None else count)]
+        return self._specs
+
+    @property
+    def offsets(self) -> dict[str, int]:
+        """Each resource's offset in the table, by name."""
+        if self._offsets is None:
+            offsets = {}
+            for name, count, _servers, _bucket, n_buckets, offset in self._groups:
+                if count is None:
+                    offsets[name] = offset
+                else:
+                    stride = HEADER_WORDS + n_buckets
+                    offsets.update((f"{name}{i}", offset + i * stride) for i in range(count))
+            self._offsets = offsets
+        return self._offsets
+
+    def names(self, *, arrays: bool = True) -> list[str]:
+        """Every resource's name in table order; ``arrays=False`` leaves out the members of
+        :meth:`add_array` groups (slots, doorbells)."""
+        if arrays:
+            return [spec.name for spec in self.specs]
+        return [name for name, count, *_ in self._groups if count is None]
+
+    def _header_offsets(self) -> np.ndarray:
+        """The offset of every resource's header, in table order (int64)."""
+        if self._headers is None:
+            parts = [offset + np.arange(1 if count is None else count, dtype=np.int64) * (HEADER_WORDS + n_buckets)
+                     for _name, count, _servers, _bucket, n_buckets, offset in self._groups]
+            self._headers = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        return self._headers
 
     def initialise(self, tbl: np.ndarray) -> None:
         """Write every resource header into a zeroed table of at least ``self.words`` words."""
         if tbl.dtype != np.int64 or tbl.shape[0] < self.words:
             raise ValueError(f"resource table must be int64 with >= {self.words} words")
-        for spec in self.specs:
-            o = self.offsets[spec.name]
-            tbl[o : o + HEADER_WORDS] = (spec.servers, spec.bucket_ps, spec.n_buckets, 0, 0, 0, 0, 0, 0)
+        for _name, count, servers, bucket_ps, n_buckets, offset in self._groups:
+            if count is None:
+                tbl[offset : offset + HEADER_WORDS] = (servers, bucket_ps, n_buckets, 0, 0, 0, 0, 0, 0)
+                continue
+            # a group's headers as one strided view: row i is resource i's first HEADER_WORDS words
+            stride = HEADER_WORDS + n_buckets
+            rows = tbl[offset : offset + count * stride].reshape(count, stride)
+            rows[:, :HEADER_WORDS] = (servers, bucket_ps, n_buckets, 0, 0, 0, 0, 0, 0)
+
+    def aliased(self, tbl: np.ndarray) -> list[ResourceStats]:
+        """The resources whose calendar aliased (``stale`` or ``overflows`` above zero), in
+        table order: read for all of them at once."""
+        heads = self._header_offsets()
+        bad = np.flatnonzero((tbl[heads + 6] != 0) | (tbl[heads + 8] != 0))
+        if not bad.size:
+            return []
+        specs = self.specs
+        return [self.statistics(tbl, specs[i].name) for i in bad.tolist()]
 
     def statistics(self, tbl: np.ndarray, name: str) -> ResourceStats:
         o = self.offsets[name]

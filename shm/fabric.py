@@ -332,14 +332,15 @@ class Fabric:
     """Everything shared between the nodes of a rack (see the module docstring)."""
 
     def __init__(self, profile: Profile, nodes: tuple[NodeSpec, ...], segments: dict, owner: bool,
-                 prefix: str):
+                 prefix: str, layout: "nic.FabricLayout | None" = None):
         self.profile = profile
         self.nodes = nodes
         self.prefix = prefix
         self.owner = owner
         self._segments = segments
-        self.layout = nic.FabricLayout.build(profile, [n.name for n in nodes], nic_of=_nic_of(nodes),
-                                             nvm=nvm_nodes(nodes))
+        # (create has built it already, to size the segments; attach builds the same one here)
+        self.layout = layout if layout is not None else nic.FabricLayout.build(
+            profile, [n.name for n in nodes], nic_of=_nic_of(nodes), nvm=nvm_nodes(nodes))
         self.params = nic.pack_params(profile)
         self.windows = dict.fromkeys(WINDOW_COUNTERS, 0)   # this process's share (see WINDOW_COUNTERS)
         self.table = segments["fabric"].array(np.int64, 0, self.layout.words)
@@ -403,7 +404,7 @@ class Fabric:
                     from shm.nvm import NvmImage
                     segments[f"nvm{i}"] = Segment.create(f"nvm{i}", NvmImage.segment_bytes(spec.memory_bytes),
                                                          prefix=prefix)
-            fabric = cls(profile, nodes, segments, True, prefix)
+            fabric = cls(profile, nodes, segments, True, prefix, layout)
         except BaseException:
             for seg in segments.values():
                 seg.close()
@@ -444,8 +445,7 @@ class Fabric:
         ``shm/calendar.py``): their bookings, and every time derived from them, are wrong."""
         if self.table is None:
             return []
-        lay = self.layout.resources
-        return [st for st in (lay.statistics(self.table, s.name) for s in lay.specs) if st.stale or st.overflows]
+        return self.layout.resources.aliased(self.table)
 
     def close(self, *, check: bool = True) -> None:
         """Unmap; the owner also unlinks every segment. Then, for the owner, with ``check``: raise
@@ -603,8 +603,7 @@ class Fabric:
     def resource_statistics(self):
         """Every NIC resource's booked time, queueing and request count (for utilisation)."""
         lay = self.layout.resources
-        return [lay.statistics(self.table, s.name) for s in lay.specs
-                if not (".slot" in s.name or ".db" in s.name)]
+        return [lay.statistics(self.table, name) for name in lay.names(arrays=False)]
 
 
 def _round_up(x: int, a: int) -> int:

@@ -29,6 +29,15 @@ __all__ = ["entry"]
 _ENTRIES: dict = {}
 
 
+def _shape_of(a):
+    """What numba's type of ``a`` depends on, cheaply: for an array its dtype, dimensions, layout
+    and flags (``typeof`` takes microseconds per array); anything else is typed as numba does."""
+    if isinstance(a, np.ndarray):
+        f = a.flags
+        return (a.dtype, a.ndim, f.c_contiguous, f.writeable, f.aligned)
+    return typeof(a)
+
+
 def entry(kernel, *example):
     """The compiled entry point of the numba function ``kernel`` for the argument types of
     ``example`` (one per parameter: the arrays and scalars a hot path will pass)."""
@@ -36,9 +45,8 @@ def entry(kernel, *example):
         if isinstance(a, np.ndarray) and not a.flags.c_contiguous:
             raise ValueError(f"{kernel.__name__}: an entry point needs C-contiguous arrays, got shape "
                              f"{a.shape} with strides {a.strides}")
-    sig = tuple(typeof(a) for a in example)
-    key = (kernel, sig)
+    key = (kernel, tuple(_shape_of(a) for a in example))
     fn = _ENTRIES.get(key)
     if fn is None:
-        fn = _ENTRIES[key] = kernel.compile(sig)
+        fn = _ENTRIES[key] = kernel.compile(tuple(typeof(a) for a in example))
     return fn

@@ -263,13 +263,6 @@ def pack_params(p: Profile) -> np.ndarray:
     return prm
 
 
-def _add_array(lay: ResourceLayout, name: str, n: int, bucket_ps: int, n_buckets: int) -> tuple[int, int]:
-    """Add ``n`` identical single-server resources ``name0..`` and return (first offset, stride),
-    so jitted code can index them (atomic slots, doorbells)."""
-    offsets = [lay.add(f"{name}{i}", 1, bucket_ps, n_buckets) for i in range(n)]
-    return offsets[0], (offsets[1] - offsets[0]) if n > 1 else 0
-
-
 @dataclass(frozen=True)
 class FabricLayout:
     """Where every node's NIC resources and counters live in the fabric table (plain data)."""
@@ -314,10 +307,10 @@ class FabricLayout:
             d[D_ATOMIC] = lay.add(f"{name}.atomic", profile.nic.atomic_units, 256 * ns, NODE_RING // 4)
             d[D_DMA] = lay.add(f"{name}.dma", 1, 256 * ns, 1024)
             d[D_DMA_RD] = lay.add(f"{name}.dma_rd", 1, 256 * ns, 1024)
-            d[D_SLOT0], d[D_SLOT_STRIDE] = _add_array(lay, f"{name}.slot", profile.nic.atomic_slots, 1024 * ns,
-                                                      SLOT_RING)
+            d[D_SLOT0], d[D_SLOT_STRIDE] = lay.add_array(f"{name}.slot", profile.nic.atomic_slots, 1, 1024 * ns,
+                                                          SLOT_RING)
             d[D_N_SLOTS] = profile.nic.atomic_slots
-            d[D_DB0], d[D_DB_STRIDE] = _add_array(lay, f"{name}.db", doorbells_per_node, 1024 * ns, 256)
+            d[D_DB0], d[D_DB_STRIDE] = lay.add_array(f"{name}.db", doorbells_per_node, 1, 1024 * ns, 256)
             d[D_N_DB] = doorbells_per_node
         desc[:, D_NVM_RD] = -1
         desc[:, D_NVM_WR] = -1

@@ -181,3 +181,46 @@ def test_initialise_checks_the_table():
     tbl = np.zeros(lay.words, dtype=np.int64)
     lay.initialise(tbl)
     assert tbl[:4].tolist() == [1, 1000, 16, 0]
+
+
+# -- arrays of identical resources ------------------------------------------------------------
+
+def test_an_array_lays_out_and_initialises_like_one_resource_at_a_time():
+    one_by_one, grouped = ResourceLayout(), ResourceLayout()
+    one_by_one.add("link", 2, 500, 32)
+    first = one_by_one.add("slot0", 1, 1000, 16)
+    second = one_by_one.add("slot1", 1, 1000, 16)
+    one_by_one.add("slot2", 1, 1000, 16)
+    one_by_one.add("pcie", 1, 64, 8)
+    grouped.add("link", 2, 500, 32)
+    assert grouped.add_array("slot", 3, 1, 1000, 16) == (first, second - first)
+    grouped.add("pcie", 1, 64, 8)
+    assert grouped.words == one_by_one.words
+    assert grouped.offsets == one_by_one.offsets
+    assert grouped.specs == one_by_one.specs
+    assert grouped.names(arrays=False) == ["link", "pcie"]
+    a, b = np.zeros(grouped.words, np.int64), np.zeros(grouped.words, np.int64)
+    one_by_one.initialise(a)
+    grouped.initialise(b)
+    assert np.array_equal(a, b)
+
+
+def test_aliased_names_the_resources_whose_calendar_aliased():
+    lay = ResourceLayout()
+    lay.add("link", 1, 1000, 16)
+    lay.add_array("slot", 4, 1, 1000, 16)
+    tbl = np.zeros(lay.words, np.int64)
+    lay.initialise(tbl)
+    assert lay.aliased(tbl) == []
+    tbl[lay.offsets["slot2"] + 6] = 5          # stale requests
+    tbl[lay.offsets["link"] + 8] = 1           # an overflow
+    assert [(st.name, st.stale, st.overflows) for st in lay.aliased(tbl)] == [("link", 0, 1), ("slot2", 5, 0)]
+
+
+def test_an_array_member_cannot_be_defined_twice():
+    lay = ResourceLayout()
+    lay.add("slot1", 1, 1000)
+    with pytest.raises(ValueError, match="slot1.*twice"):
+        lay.add_array("slot", 2, 1, 1000)
+    with pytest.raises(ValueError, match="count must be >= 1"):
+        lay.add_array("db", 0, 1, 1000)
