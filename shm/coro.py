@@ -54,8 +54,8 @@ from shm.failpoints import failpoint
 from shm.kernels import entry
 from shm.smart import ConflictController, SmartConfig, SmartStats, WrTuner
 from shm.fabric import (
-    MAX_NODES, OFFSET_BITS, REGION_BITS, REGION_HOST, format_gaddr, gaddr, gaddr_node, gaddr_offset, gaddr_region,
-    remote_read_write,
+    MAX_NODES, OFFSET_BITS, REGION_BITS, REGION_HOST, HostKernels, format_gaddr, gaddr, gaddr_node, gaddr_offset,
+    gaddr_region, host_kernels,
 )
 from shm.verbs import (
     IBV_WC_REM_ACCESS_ERR, IBV_WC_SUCCESS, IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD,
@@ -226,6 +226,7 @@ class RdmaThread:
     def __init__(self, owner: NodeRdma, index: int):
         self.owner = owner
         self.index = index
+        self._host_kernels: HostKernels | None = None
         self.fabric = owner.fabric
         self.env = owner.env
         self._ctx: Context | None = None
@@ -285,6 +286,13 @@ class RdmaThread:
             ctl.c_max if ctl is not None and self._coro_throttle else None,
             self._ops_running, len(self._op_waiters), self._bcas, self._bcas_failed, self._backoffs,
             self._backoff_ns, ctl.gamma if ctl is not None else None, ctl.windows if ctl is not None else 0)
+
+    def host_kernels(self) -> HostKernels:
+        """The compiled landing kernels for this thread's buffer, entered directly (made once)."""
+        k = self._host_kernels
+        if k is None:
+            k = self._host_kernels = host_kernels(self.fabric, self.buf)
+        return k
 
     def coroutine(self) -> "VerbBatch":
         """A new coroutine of this thread (counted for coroutine throttling): its :class:`VerbBatch`."""
@@ -473,7 +481,7 @@ class VerbBatch:
 
     __slots__ = ("thread", "env", "_pending", "_posted", "_outstanding", "_waiter", "_errors", "_mr_off",
                  "_heap", "_next_seq", "_land_cb", "_batch_done_cb", "_finish_cb", "_submit", "_bo_fail", "_flags",
-                 "_lines_cb", "_landings", "_pw", "_dr", "_read_line", "_retire", "_nvm")
+                 "_lines_cb", "_landings", "_pw", "_dr", "_kernels", "_retire", "_nvm")
 
     def __init__(self, thread: RdmaThread):
         self.thread = thread
@@ -493,12 +501,11 @@ class VerbBatch:
         self._dr = deferred_reads_of(thread.fabric, env)   # None: every READ lands at its effect time
         # persistent memory's durability model (shm/nvm.py): None unless a node has NVM
         self._nvm = nvm_shadow_of(thread.fabric)
-        # the compiled landing of a one-line READ and the completion's retire, entered without
-        # numba's typing of their arguments (shm/kernels.py): the arrays are the fabric's own
+        # the compiled landings (one-line READs here, the rest through apply_one_sided and
+        # begin_landing) and the completion's retire, entered without numba's typing of their
+        # arguments (shm/kernels.py): the arrays are the fabric's own and the thread's buffer
         fabric = thread.fabric
-        mem = fabric.memory[thread.owner.node]
-        self._read_line = entry(remote_read_write, True, mem.mrt, 0, 0, 0, 0, mem.host, mem.host_locks, thread.buf,
-                                0, False)
+        self._kernels = thread.host_kernels()
         self._retire = entry(nic.retire, fabric.table, fabric.descriptors[thread.owner.node], 0)
         self._batch_done_cb = self._batch_done
         self._finish_cb = self._finish_last
@@ -715,11 +722,12 @@ class VerbBatch:
         if op == IBV_WR_RDMA_READ and region == REGION_HOST:
             # the common case of apply_one_sided, inlined (dst is the address's node by construction)
             mem = thr.fabric.memory[dst]
-            status = IBV_WC_SUCCESS if self._read_line(True, mem.mrt, rkey, REGION_HOST, addr & _OFFSET_MASK, length,
-                                                       mem.host, mem.host_locks, thr.buf, off, False) \
+            status = IBV_WC_SUCCESS if self._kernels.read_write(True, mem.mrt, rkey, REGION_HOST, addr & _OFFSET_MASK,
+                                                                length, mem.host, mem.host_locks, thr.buf, off, False) \
                 else IBV_WC_REM_ACCESS_ERR
         else:
-            status = apply_one_sided(thr.fabric, dst, op, addr, rkey, thr.buf, off, length, a, b, am, bm, self.env)
+            status = apply_one_sided(thr.fabric, dst, op, addr, rkey, thr.buf, off, length, a, b, am, bm, self.env,
+                                     self._kernels)
         h.status = status
         if status != IBV_WC_SUCCESS:
             thr.errors += 1
@@ -766,7 +774,7 @@ class VerbBatch:
         else:
             nvm = None
         landing = begin_landing(self.env, thr.fabric, dst, is_read, addr & _OFFSET_MASK, length, rkey, thr.buf, off,
-                                lo, hi)
+                                lo, hi, self._kernels)
         if nvm is not None and landing is not None:
             nvm.after(thr.qp(dst), NVM_KIND[op], dst, addr & _OFFSET_MASK, length, None, thr.buf[off:off + length])
         if landing is None:

@@ -28,6 +28,7 @@ from numba import njit
 from shm import nic
 from shm.atomics import cas, faa, load_acquire, load_word_at, masked_cas, masked_faa, store_release, store_word_at
 from shm.calendar import CalendarAliased
+from shm.kernels import entry
 from shm.profile_schema import Profile
 from shm.segment import Segment, new_prefix
 
@@ -326,6 +327,29 @@ _windows_total = dict.fromkeys(WINDOW_COUNTERS, 0)
 def windows_hit() -> dict:
     """The :data:`WINDOW_COUNTERS` summed over the fabrics this process has closed (a copy)."""
     return dict(_windows_total)
+
+
+class HostKernels(NamedTuple):
+    """The compiled kernels that land verbs in host memory, entered without numba's typing of
+    their arguments (shm/kernels.py: about 0.3 µs a call saved, once or twice per verb), for one
+    fabric's host-memory arrays and one local buffer's type. Only for the emulator's own buffers
+    (a coroutine thread's), never for a buffer a user registered, and only for host memory (device
+    memory and a user's MR keep the dispatcher, which checks every argument): an entry point reads
+    any array as the type it was compiled for."""
+    read_write: object    # remote_read_write
+    lines: object         # land_lines
+    check: object         # mr_check
+    atomic: object        # remote_atomic, on host memory's 64-bit words
+
+
+def host_kernels(fabric: "Fabric", lbuf: np.ndarray) -> HostKernels:
+    """:class:`HostKernels` for ``fabric``'s host memory and local buffers of ``lbuf``'s type."""
+    mem = fabric.memory[0]      # every node's host memory has the same array types
+    return HostKernels(
+        entry(remote_read_write, True, mem.mrt, 0, 0, 0, 0, mem.host, mem.host_locks, lbuf, 0, False),
+        entry(land_lines, True, mem.host, mem.host_locks, 0, 0, lbuf, 0, False, 0, 0),
+        entry(mr_check, mem.mrt, 0, 0, 0, 0, 0),
+        entry(remote_atomic, mem.host64, 0, 0, 0, 0, 0, 0, lbuf, 0, mem.host_locks))
 
 
 class Fabric:

@@ -46,12 +46,13 @@ ALL_LANDED = _Landed()
 
 
 def begin_landing(env, fabric, node: int, is_read: bool, off: int, length: int, rkey: int, lbuf, loff: int,
-                  lo: int, hi: int) -> "Landing | _Landed | None":
+                  lo: int, hi: int, kernels=None) -> "Landing | _Landed | None":
     """A multi-line READ or WRITE of ``node``'s host memory starts landing now: None (touching
     nothing) if ``rkey`` does not grant the access over the whole range, ``ALL_LANDED`` if every line
     is due now (the common case: nothing can come between, see :meth:`Landing.resume`), else the
     :class:`Landing`, its first line landed and the rest scheduled. The lines of a WRITE go in
-    descending order on a NIC without ``nic.ordered_multiline_writes``."""
+    descending order on a NIC without ``nic.ordered_multiline_writes``. ``kernels``:
+    :class:`shm.fabric.HostKernels` for ``lbuf``'s type (the same machine code, entered directly)."""
     mem = fabric.memory[node]
     pending = pending_writes_of(fabric)
     deferred = None if is_read else getattr(fabric, "_deferred_reads", None)
@@ -59,16 +60,16 @@ def begin_landing(env, fabric, node: int, is_read: bool, off: int, length: int, 
     bound = _bound(env, pending, deferred, node, is_read)
     if hi < bound:
         # Landing.resume would land every line in this step: one compiled call, no Landing
-        ok = remote_read_write(is_read, mem.mrt, rkey, REGION_HOST, off, length, mem.host, mem.host_locks, lbuf, loff,
-                               descending)
+        rw = remote_read_write if kernels is None else kernels.read_write
+        ok = rw(is_read, mem.mrt, rkey, REGION_HOST, off, length, mem.host, mem.host_locks, lbuf, loff, descending)
         return ALL_LANDED if ok else None
-    if not mr_check(mem.mrt, rkey, REGION_HOST, off, length,
-                    IBV_ACCESS_REMOTE_READ if is_read else IBV_ACCESS_REMOTE_WRITE):
+    check = mr_check if kernels is None else kernels.check
+    if not check(mem.mrt, rkey, REGION_HOST, off, length, IBV_ACCESS_REMOTE_READ if is_read else IBV_ACCESS_REMOTE_WRITE):
         return None
     if is_read:
         fabric.windows["reads_overlapping_writes"] += 1   # a write lands inside its window
     landing = Landing(env, pending, node, is_read, mem.host, mem.host_locks, off, length, lbuf, loff, descending, lo,
-                      hi, deferred)
+                      hi, deferred, land_lines if kernels is None else kernels.lines)
     landing.step(bound)
     return landing
 
@@ -121,10 +122,10 @@ class Landing:
     ``node``), one event of ``env`` per :meth:`resume`."""
 
     __slots__ = ("env", "pending", "node", "is_read", "rbuf", "rlocks", "off", "length", "lbuf", "loff",
-                 "descending", "lo", "hi", "n", "k", "deferred")
+                 "descending", "lo", "hi", "n", "k", "deferred", "land_lines")
 
     def __init__(self, env, pending: "PendingWrites", node: int, is_read: bool, rbuf, rlocks, off: int, length: int,
-                 lbuf, loff: int, descending: bool, lo: int, hi: int, deferred=None):
+                 lbuf, loff: int, descending: bool, lo: int, hi: int, deferred=None, lines=land_lines):
         self.env = env
         self.pending = pending
         self.node = node
@@ -141,6 +142,7 @@ class Landing:
         self.n = (off + length - 1) // 64 - off // 64 + 1
         self.k = 0                      # the next line to land
         self.deferred = deferred        # a WRITE's: the READs deferred on its node (shm/deferred.py)
+        self.land_lines = lines         # shm.fabric.land_lines, or its entry point (HostKernels)
 
     @property
     def done(self) -> bool:
@@ -156,8 +158,8 @@ class Landing:
         k = self.k
         n = self.n
         j = due_end(self.lo, self.hi, n, k, bound)
-        land_lines(self.is_read, self.rbuf, self.rlocks, self.off, self.length, self.lbuf, self.loff,
-                   self.descending, k, j)
+        self.land_lines(self.is_read, self.rbuf, self.rlocks, self.off, self.length, self.lbuf, self.loff,
+                        self.descending, k, j)
         self.k = j
         return self.time(j) if j < n else -1
 
@@ -166,8 +168,8 @@ class Landing:
         if self.k < self.n:
             if self.deferred is not None:
                 self.deferred.before_write(self.node)
-            land_lines(self.is_read, self.rbuf, self.rlocks, self.off, self.length, self.lbuf, self.loff,
-                       self.descending, self.k, self.n)
+            self.land_lines(self.is_read, self.rbuf, self.rlocks, self.off, self.length, self.lbuf, self.loff,
+                            self.descending, self.k, self.n)
             self.k = self.n
 
     def resume(self) -> None:

@@ -848,13 +848,14 @@ def _i64(v: int) -> int:
 
 def apply_one_sided(fabric: Fabric, dst: int, op: int, remote_addr: int, rkey: int, lbuf, loff: int, length: int,
                     compare_add: int = 0, swap: int = 0, compare_add_mask: int = 0, swap_mask: int = 0,
-                    env=None) -> int:
+                    env=None, kernels=None) -> int:
     """The effect of a one-sided verb on node ``dst``'s memory, landing now; returns a WC status.
 
     Checks first (the right node, a valid rkey covering the range with the right access, an
     8-byte aligned 8-byte atomic) and touches nothing when a check fails. ``env`` (the caller's
     environment) schedules an atomic's write-back when the profile sets
-    ``nic.atomic_write_race`` (shm/atomic_race.py)."""
+    ``nic.atomic_write_race`` (shm/atomic_race.py). ``kernels``: :class:`shm.fabric.HostKernels`
+    for ``lbuf``'s type, used on host memory (a coroutine's verbs; the same machine code)."""
     # gaddr_region/_node/_offset, inlined: this runs once per work request
     region = remote_addr >> _OFFSET_BITS & _REGION_MASK
     if remote_addr >> _NODE_SHIFT & _NODE_MASK != dst or (region != REGION_HOST and region != REGION_DEVICE):
@@ -868,15 +869,17 @@ def apply_one_sided(fabric: Fabric, dst: int, op: int, remote_addr: int, rkey: i
         # the descending flag only orders the lines of a WRITE
         is_read = op == IBV_WR_RDMA_READ
         descending = not is_read and not fabric.profile.nic.ordered_multiline_writes
-        ok = remote_read_write(is_read, mem.mrt, rkey, region, off, length, target, locks, lbuf, loff, descending)
+        rw = remote_read_write if kernels is None or region != REGION_HOST else kernels.read_write
+        ok = rw(is_read, mem.mrt, rkey, region, off, length, target, locks, lbuf, loff, descending)
         return IBV_WC_SUCCESS if ok else IBV_WC_REM_ACCESS_ERR
     if op in _ATOMICS and (off % 8 or length != 8):
         return IBV_WC_REM_INV_REQ_ERR
-    if not mr_check(mem.mrt, rkey, region, off, length, _OPS[op][2]):
+    host = region == REGION_HOST
+    check, atomic = (mr_check, remote_atomic) if kernels is None or not host else (kernels.check, kernels.atomic)
+    if not check(mem.mrt, rkey, region, off, length, _OPS[op][2]):
         return IBV_WC_REM_ACCESS_ERR
     # operands as int64 bit patterns (_i64, inlined)
-    host = region == REGION_HOST
-    old = remote_atomic(mem.host64 if host else mem.device64, off // 8, _ATOMIC_KIND[op],
+    old = atomic(mem.host64 if host else mem.device64, off // 8, _ATOMIC_KIND[op],
                         ((compare_add + _I64_BIAS) & _U64) - _I64_BIAS, ((swap + _I64_BIAS) & _U64) - _I64_BIAS,
                         ((compare_add_mask + _I64_BIAS) & _U64) - _I64_BIAS,
                         ((swap_mask + _I64_BIAS) & _U64) - _I64_BIAS, lbuf, loff,
