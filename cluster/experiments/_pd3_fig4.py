@@ -61,15 +61,7 @@ def make_keys(n: int, seed: int) -> np.ndarray:
 
 def fill(target, keys: np.ndarray) -> np.ndarray:
     """Insert ``keys`` into ``target`` (a CuckooSet or HostView): the keys actually stored."""
-    if isinstance(target, HostView):
-        where = target.route(keys)
-        ok = np.zeros(keys.size, dtype=bool)
-        for i, shard in enumerate(target.shards):
-            sel = np.flatnonzero(where == i)
-            ok[sel] = [shard.insert(k) != Insert.FULL for k in keys[sel]]
-    else:
-        ok = np.array([target.insert(k) != Insert.FULL for k in keys], dtype=bool)
-    return keys[ok]
+    return keys[target.insert_all(keys) != Insert.FULL]
 
 
 def price_stream(cset: CuckooSet, keys: np.ndarray, mode: Lookup, dpu, page_bytes: int,

@@ -124,7 +124,7 @@ def point(mode: str, dist: str, *, quick: bool = True, app_threads: int = APP_TH
     compiled.system = system
     rng = np.random.default_rng(seed)
     ids = rng.permutation(n).astype(np.uint64) + np.uint64(1)
-    key_ids = [int(x) for x in ids]
+    key_ids = ids.tolist()
     with RackState.create(compiled, processes=False) as state:
         env = Environment(seed=seed)
         host = VerbsHost(state.fabric, env)
@@ -132,7 +132,7 @@ def point(mode: str, dist: str, *, quick: bool = True, app_threads: int = APP_TH
         contexts = actor_contexts(state, env, host, udp=udp)
         start_actors(system, contexts)
         directory = contexts[0].directory
-        preload(directory, state.fabric, [hm.key64(k.to_bytes(8, "little")) for k in key_ids], value, rng=rng,
+        preload(directory, state.fabric, hm.key64_words(ids), value, rng=rng,
                 hottest_first=dist == "zipf")            # key_ids[i] is Zipf rank i
         cdf = _zipf_cdf(n, ZIPF) if dist == "zipf" else None
         lat: list = []

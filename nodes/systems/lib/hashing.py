@@ -6,7 +6,8 @@ Why a library module: every design on the rack must place a key the same way in 
 bucket, which subtable, a fingerprint). Offered here:
 
 * :func:`hash64` (jitted): FNV-1a over the key bytes followed by the MurmurHash3 64-bit finaliser
-  (full avalanche); ~0.3 us per call with a ``bytes`` key;
+  (full avalanche); ~0.3 us per call with a ``bytes`` key; :func:`hash64_words` is the same hash of
+  a whole array of 8-byte keys (each ``uint64`` word's little-endian bytes) in one call;
 * :func:`mix64` (plain Python): splitmix64's finaliser, to scatter an integer key (sequential ids
   land in unrelated slots of a cache or table);
 * :func:`field` and :func:`reduce_range`: a bit field of a hash, and a multiply-shift range
@@ -45,19 +46,41 @@ B2_SHIFT = 36
 FP_SHIFT = 56
 
 
+_FNV_OFFSET = np.uint64(0xCBF29CE484222325)
+_FNV_PRIME = np.uint64(0x100000001B3)
+
+
 @njit(cache=True)
-def hash64(key):
-    """The 64-bit hash of a bytes-like key (FNV-1a + MurmurHash3 fmix64)."""
-    h = np.uint64(0xCBF29CE484222325)
-    p = np.uint64(0x100000001B3)
-    for i in range(len(key)):
-        h = (h ^ np.uint64(key[i])) * p
+def _fmix64(h):
+    """MurmurHash3's 64-bit finaliser: the avalanche after FNV-1a's byte loop."""
     h ^= h >> np.uint64(33)
     h *= np.uint64(0xFF51AFD7ED558CCD)
     h ^= h >> np.uint64(33)
     h *= np.uint64(0xC4CEB9FE1A85EC53)
     h ^= h >> np.uint64(33)
     return h
+
+
+@njit(cache=True)
+def hash64(key):
+    """The 64-bit hash of a bytes-like key (FNV-1a + MurmurHash3 fmix64)."""
+    h = _FNV_OFFSET
+    for i in range(len(key)):
+        h = (h ^ np.uint64(key[i])) * _FNV_PRIME
+    return _fmix64(h)
+
+
+@njit(cache=True)
+def hash64_words(words, out):
+    """``out[i] = hash64(words[i].to_bytes(8, "little"))`` for a ``uint64`` array: the hash of
+    each word's 8 little-endian bytes, for a whole key set at once (a call of :func:`hash64` per
+    key costs ~0.3 us of dispatch and a ``bytes`` object; an experiment names 10^5..10^6 keys)."""
+    for j in range(words.shape[0]):
+        w = words[j]
+        h = _FNV_OFFSET
+        for i in range(8):
+            h = (h ^ ((w >> np.uint64(8 * i)) & np.uint64(0xFF))) * _FNV_PRIME
+        out[j] = _fmix64(h)
 
 
 # splitmix64's finaliser of a 64-bit integer: sequential keys land in unrelated slots (and

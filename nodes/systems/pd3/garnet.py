@@ -34,6 +34,7 @@ side of that store on the same rack, threads and miss paths as the hash map (:mo
 from __future__ import annotations
 
 from collections import deque
+from itertools import repeat
 from typing import NamedTuple
 
 from workloads.resp import INCOMPLETE, RespError, RespParser, RespProtocolError, SimpleString, encode_command
@@ -69,6 +70,20 @@ class HybridLogHost(hm.HashMapHost):
 
     def load_cached(self, key: int, value) -> None:
         self._append(key, value)
+
+    def load_cached_records(self, keys: list, value) -> None:
+        """:meth:`load_cached` of each of ``keys`` in order: appended to the log at once while they
+        all fit in memory (nothing spills, so each append is only its entries), else one by one."""
+        if len(self.log) + len(keys) > self.cache_items:
+            for k in keys:
+                self._append(k, value)
+            return
+        seqs = range(self.tail, self.tail + len(keys))
+        self.cache.update(zip(keys, repeat(value)))
+        self.seq_of.update(zip(keys, seqs))
+        self.log.extend(zip(seqs, keys))
+        self.tail += len(keys)
+        self.n["appended"] += len(keys)
 
     def install(self, key: int, value, *, dirty: bool) -> list:
         if not dirty:

@@ -46,8 +46,11 @@ from __future__ import annotations
 
 import struct
 from collections import OrderedDict
+from itertools import repeat
 
-from nodes.systems.lib.hashing import hash64
+import numpy as np
+
+from nodes.systems.lib.hashing import hash64, hash64_words
 
 from .parsers import DELETE as P_DELETE, READ as P_READ, WRITE as P_WRITE, RequestParser
 from .transfer import NO_KEY
@@ -59,7 +62,11 @@ S_OK, S_MISSING, S_EXISTS, S_BAD = 0, 1, 2, 3
 PACKET_STRUCT = struct.Struct("<IB")    # a request or reply packet's header: request id, op count
 OP_STRUCT = struct.Struct("<BQH")       # one request op: op, key, value length (the value follows)
 RESULT_STRUCT = struct.Struct("<BH")    # one reply result: status, value length (the value follows)
-RECORD_STRUCT = struct.Struct("<QII")   # a remote record's header: key, len, live
+# a remote record's header, key u64 | len u32 | live u32, as the struct the per-record paths pack
+# and as the numpy fields a whole preload writes into every slot at once (one declaration of both)
+RECORD_FIELDS = (("key", "Q"), ("len", "I"), ("live", "I"))
+RECORD_STRUCT = struct.Struct("<" + "".join(code for _name, code in RECORD_FIELDS))
+RECORD_DTYPE = np.dtype([(name, "<" + code) for name, code in RECORD_FIELDS])
 REC_HEADER = RECORD_STRUCT.size
 
 
@@ -67,6 +74,16 @@ def key64(key: bytes) -> int:
     """A client key as the 64-bit key the DPU, the Loading Zone and the records use."""
     k = hash64(key)
     return k if k != NO_KEY else k - 1
+
+
+def key64_words(ids: np.ndarray) -> np.ndarray:
+    """:func:`key64` of every id's 8 little-endian bytes at once (``uint64`` in and out): what
+    ``[key64(i.to_bytes(8, "little")) for i in ids]`` gives, for an experiment's whole key set."""
+    words = np.ascontiguousarray(ids, dtype=np.uint64)
+    out = np.empty_like(words)
+    hash64_words(words, out)
+    out[out == np.uint64(NO_KEY)] -= np.uint64(1)      # folded off the all-ones key, as key64
+    return out
 
 
 def encode_request(rid: int, ops) -> bytes:
@@ -142,6 +159,37 @@ def encode_record(key: int, value: bytes | None) -> bytes:
     return RECORD_STRUCT.pack(key, len(value), 1) + value
 
 
+def write_records(mem: np.ndarray, region: int, slot_bytes: int, slots: np.ndarray, keys: np.ndarray,
+                  value: bytes) -> None:
+    """Write the live record ``encode_record(keys[i], value)`` into slot ``slots[i]`` (at byte
+    ``region + slots[i] * slot_bytes`` of ``mem``, the memory node's bytes) for every i at once: the
+    slots are one structured array over ``mem`` -- header fields and value bytes, strided by
+    ``slot_bytes`` -- and each field is one numpy assignment. A slot's bytes past its record are
+    left as they were, as the per-record write leaves them."""
+    slots = np.asarray(slots, dtype=np.int64)
+    size = REC_HEADER + len(value)
+    if size > slot_bytes:
+        raise ValueError(f"a record of {size} B does not fit a {slot_bytes} B slot")
+    if slots.size == 0:
+        return
+    if slots.min() < 0 or region + int(slots.max()) * slot_bytes + size > mem.size:
+        raise ValueError(f"slots {slots.min()}..{slots.max()} of {slot_bytes} B at {region} run outside the "
+                         f"memory's {mem.size} B")
+    fields = [(name, RECORD_DTYPE.fields[name][0]) for name in RECORD_DTYPE.names]
+    if value:
+        fields.append(("value", np.uint8, (len(value),)))
+    rows = np.ndarray(shape=(int(slots.max()) + 1,), dtype=np.dtype(fields), buffer=mem, offset=region,
+                      strides=(slot_bytes,))
+    # a run of slots (a fresh map's: 0, 1, 2, ...) is a slice, a strided copy rather than a gather
+    run = slots.size == slots[-1] - slots[0] + 1 and bool((np.diff(slots) == 1).all())
+    at = slice(int(slots[0]), int(slots[-1]) + 1) if run else slots
+    rows["key"][at] = keys
+    rows["len"][at] = len(value)
+    rows["live"][at] = 1
+    if value:
+        rows["value"][at] = np.frombuffer(value, np.uint8)
+
+
 class HashMapHost:
     """The host's hash map, shared by its application threads (one process, ``cn0``)."""
 
@@ -185,6 +233,29 @@ class HashMapHost:
         self.owner[s] = key
         return s
 
+    def new_slots(self, keys: list) -> list:
+        """``[new_slot(k) for k in keys]`` (keys: ints), with the same slots, ``slot``/``owner``
+        entries in the same order and ``next_slot``: with no freed slot to reuse, a key not mapped
+        yet takes the next fresh slot at its first occurrence, so the new keys (deduplicated in
+        order) take a run of fresh slots in a few dict builds instead of a call per key."""
+        if self.free_slots:              # reused slots come off a stack: take them one key at a time
+            return [self.new_slot(k) for k in keys]
+        slot, first = self.slot, self.next_slot
+        if not slot:
+            # a preload: distinct keys into an empty map, each the next slot -- the map built in one go
+            # (into an empty dict, update copies the table whole); a repeated key shows as a shorter map
+            run = dict(zip(keys, range(first, first + len(keys))))
+            if len(run) == len(keys):
+                slot.update(run)
+                self.next_slot += len(keys)
+                self.owner.update(zip(range(first, self.next_slot), keys))
+                return list(range(first, self.next_slot))
+        fresh = dict.fromkeys(k for k in keys if k not in slot)
+        self.next_slot += len(fresh)
+        slot.update(zip(fresh, range(first, self.next_slot)))
+        self.owner.update(zip(range(first, self.next_slot), fresh))
+        return [slot[k] for k in keys]
+
     def slot_key(self, s: int):
         return self.owner.get(s)
 
@@ -194,6 +265,10 @@ class HashMapHost:
     def load_cached(self, key: int, value) -> None:
         """A record the cache holds clean from the start (an experiment's preload)."""
         self.cache[key] = value
+
+    def load_cached_records(self, keys: list, value) -> None:
+        """:meth:`load_cached` of each of ``keys`` in order, all with one ``value``."""
+        self.cache.update(zip(keys, repeat(value)))
 
     def touch(self, key: int) -> bool:
         """Whether ``key`` is cached (moves it to the LRU's newest end)."""

@@ -26,7 +26,8 @@ Structure (the paper's bucketised cuckoo hash set, after fardatalab/PD3's ``host
   here the walk is *undone* in reverse and :data:`FULL` returned, so a failed insert leaves the set
   exactly as it was (no key silently dropped, no stash to search on every lookup: a lookup stays
   two buckets). The walk's slot choices come from a per-shard xorshift64* state, so a seed makes
-  the table layout reproducible;
+  the table layout reproducible; ``insert_all`` makes the same inserts of a whole key set in order
+  (one kernel call: a preload or a fill inserts 10^4..10^6 keys, and the layout depends on the order);
 * remove clears the slot.
 
 Batched lookup (Fig. 5): up to :data:`BATCH_MAX` = 8 keys (one packet's keys, 64 B of keys).
@@ -310,6 +311,22 @@ def insert_nb(table, mask, key, rng, max_depth, path):
 
 
 @njit(cache=True)
+def insert_all_nb(table, mask, keys, rng, max_depth, path, status):
+    """:func:`insert_nb` of ``keys`` in order (``status[i]``: that of ``keys[i]``): (inserted, keys
+    displaced by them, failed). The same walk, so the same table and ``rng`` as one call per key."""
+    inserted = displaced = failed = 0
+    for i in range(keys.shape[0]):
+        st, moved = insert_nb(table, mask, keys[i], rng, max_depth, path)
+        status[i] = st
+        if st == INSERTED:
+            inserted += 1
+            displaced += moved
+        elif st == FULL:
+            failed += 1
+    return inserted, displaced, failed
+
+
+@njit(cache=True)
 def remove_nb(table, mask, key):
     """Clear ``key``'s slot: whether it was present."""
     m = np.uint64(mask)
@@ -416,6 +433,19 @@ class CuckooSet:
             self.failed_inserts += 1
         return Insert(status)
 
+    def insert_all(self, keys) -> np.ndarray:
+        """:meth:`insert` of each of ``keys`` in order, in one kernel call: their statuses (an
+        :class:`Insert` value per key, as ``int8``), the same set and counters."""
+        arr = _keys(keys)
+        status = np.empty(arr.size, dtype=np.int8)
+        inserted, displaced, failed = insert_all_nb(self.table, self.mask, arr, self._rng, self.max_depth,
+                                                    self._path, status)
+        self.keys += inserted
+        self.inserts += inserted
+        self.displacements += displaced
+        self.failed_inserts += failed
+        return status
+
     def remove(self, key) -> bool:
         """Remove ``key``: whether it was present."""
         if remove_nb(self.table, self.mask, _key(key)):
@@ -519,6 +549,19 @@ class HostView:
 
     def insert(self, key) -> Insert:
         return self.shard_of(key).insert(key)
+
+    def insert_all(self, keys) -> np.ndarray:
+        """:meth:`insert` of each of ``keys`` in order: their statuses (see
+        :meth:`CuckooSet.insert_all`). Routed at once; each shard takes its keys in their order,
+        which is all the order that matters (a shard's walk touches only its own table and state)."""
+        arr = _keys(keys)
+        status = np.empty(arr.size, dtype=np.int8)
+        where = self.route(arr) if self.n_shards > 1 else np.zeros(arr.size, dtype=np.int64)
+        for i, shard in enumerate(self.shards):
+            sel = np.flatnonzero(where == i)
+            if sel.size:
+                status[sel] = shard.insert_all(arr[sel])
+        return status
 
     def remove(self, key) -> bool:
         return self.shard_of(key).remove(key)
