@@ -8,6 +8,7 @@ never a traceback.
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 
 from cluster.experiments.pointpool import available_cpus
@@ -643,7 +644,30 @@ class _Parser(argparse.ArgumentParser):
         return super().format_help()
 
 
+# Python's cyclic collector, set for the emulator's heaps. With the default thresholds (700, 10,
+# 10) a collection of the youngest objects runs every 700 net allocations and a full one, which
+# visits every tracked object, every hundred of those: a reproduction's point holds 10^5-10^6
+# long-lived objects (a loaded index, its keys, the coroutines) and a verb allocates a few short-
+# lived ones, so full collections went over the same live heap again and again: 25-30 % of DPA-Store's
+# Figs. 10 and 12, 6 % of FlexKV's Fig. 11, a third of a PD3 point's run (docs/bench.md, "The
+# compiled fabric core, third step"). At these thresholds garbage cycles are still found by the
+# young collection (every 100,000 allocations: a few MB at most), and a full collection runs a
+# thousand times less often. Node processes forked by `dmrack run`/`up` and experiment workers
+# inherit it. Collection changes no result (nothing in dmrack acts on a finaliser's timing): the
+# reproductions' rows are identical either way.
+GC_THRESHOLDS = (100_000, 50, 100)
+
+
 def main(argv=None) -> int:
+    before = gc.get_threshold()
+    gc.set_threshold(*GC_THRESHOLDS)
+    try:
+        return _main(argv)
+    finally:
+        gc.set_threshold(*before)     # main() called in-process (tests) leaves the caller's as it was
+
+
+def _main(argv=None) -> int:
     parser = _Parser(prog="dmrack", description="Emulated disaggregated-memory rack")
     sub = parser.add_subparsers(dest="command", required=True)
 
