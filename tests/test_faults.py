@@ -18,7 +18,8 @@ from cluster.scenario import scenario_from_dict
 from cluster.supervisor import Supervisor
 from shm import failpoints
 from shm.segment import list_segments, owner_pid_of
-from tests.test_rack import _dmrack, _leftovers, _wait_for_nodes, by_step, endless_file, rack_dict, run
+from tests.test_rack import (_dmrack, _leftovers, _wait_for_nodes, by_step, endless_file, live_children, rack_dict,
+                             run)
 
 # inserts, not the default bulk load: faults injected during loading are part of what is tested
 LOAD = {"action": "load", "bulk": False}
@@ -39,10 +40,6 @@ def checked_scenario(*steps, **kw):
 
 def _mine():
     return sorted(s for s in list_segments() if owner_pid_of(s) == os.getpid())
-
-
-def _children():
-    return [p for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
 
 
 # -- failpoints ------------------------------------------------------------------------------------
@@ -90,7 +87,7 @@ def test_a_failpoint_exit_kills_the_node_and_the_supervisor_reports_it(monkeypat
     assert any(d.node.startswith("cn") and "exited with status 86" in d.how and not d.expected for d in sup.deaths), \
         sup.deaths
     assert set(_mine()) == before
-    assert not _children()
+    assert not live_children()
 
 
 def test_kill_9_of_a_compute_node_with_continue_carries_on(tmp_path):
@@ -117,13 +114,13 @@ def test_racks_started_and_stopped_repeatedly_leak_nothing():
         sup = Supervisor(checked_scenario(LOAD, run(0.1), compute=1 + i % 2, records=100), quiet=True)
         assert sup.run() == 0, sup.deaths
 
-    segs, kids = _mine(), _children()
+    segs, kids = _mine(), live_children()
     rack(0)                                 # first use opens files for good (imports, numba caches)
     fds = me.num_fds()
     for i in range(1, 5):
         rack(i)
     assert _mine() == segs
-    assert _children() == kids
+    assert live_children() == kids
     assert me.num_fds() <= fds + 1          # the last rack's memory may wait for the garbage collector
 
 
@@ -146,7 +143,7 @@ def test_a_node_dying_mid_operation_leaves_a_checkable_history(monkeypatch):
     assert [n.node for n in last.nodes if n.ops] == ["cn0"]         # the survivor ran the last step
     res = check(ops)
     assert res.verdict == "ok", res.explain()
-    assert not _children()
+    assert not live_children()
 
 
 def test_line_locks_left_by_a_dead_writer_are_released(prefix):
@@ -200,7 +197,7 @@ def test_a_system_that_gives_up_stops_the_rack_with_one_line_and_status_3(tmp_pa
     assert "results: rack" in out and json_path.exists()             # the summary and results are written
     assert {d.node for d in sup.deaths} <= {"cn0", "cn1"} and sup.deaths
     assert set(_mine()) == before
-    assert not _children()
+    assert not live_children()
 
 
 def test_a_system_that_gives_up_co_located_raises_its_message_and_leaks_nothing():

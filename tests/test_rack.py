@@ -171,7 +171,9 @@ def test_scan_workload_on_a_hash_table_is_refused_up_front():
 
 # -- a rack of processes ----------------------------------------------------------------------------
 
-def _children():
+def live_children():
+    """This process's descendants still alive (zombies, reaped soon, are not leftovers): what a test
+    of a rack of processes checks is empty when the rack has gone."""
     return [p for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
 
 
@@ -188,7 +190,7 @@ def test_process_rack_runs_a_scenario_and_leaves_nothing(tmp_path):
     assert {n.node for n in s[2].nodes} >= {"cn0", "cn1"} and all(n.ops > 0 for n in s[2].nodes if n.role == "compute")
     assert set(kinds(s[3])) == {"all", "read"}
     assert (tmp_path / "r.csv").read_text().startswith("step,")
-    assert not _children()
+    assert not live_children()
 
 
 def test_process_rack_scripted_kill_carries_on():
@@ -200,7 +202,7 @@ def test_process_rack_scripted_kill_carries_on():
     assert [(d.node, d.expected) for d in sup.deaths] == [("cn1", True)], why
     last = by_step(sup.results)[4]
     assert [n.node for n in last.nodes if n.ops] == ["cn0"], why      # only the survivor ran step 4
-    assert not _children()
+    assert not live_children()
 
 
 def _said(**kw):

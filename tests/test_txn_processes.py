@@ -5,7 +5,6 @@ merged history checked (cluster/correctness/txn_suite.py:smallbank_processes).""
 
 from __future__ import annotations
 
-import psutil
 import pytest
 
 from cluster.correctness.txn_suite import TxnRig, smallbank_processes
@@ -13,13 +12,10 @@ from nodes.systems.ford import FordSystem
 from nodes.systems.ford.layout import LOG_HEADER
 from nodes.txn_history import TxnHistoryLog, TxnRecord, digest
 from shm import failpoints
+from tests.test_rack import live_children
 from workloads.smallbank import DEPOSIT_CENTS, SmallBank, deposit_checking
 
 WL = SmallBank(accounts=40, hot_accounts=8)
-
-
-def _children():
-    return [p for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
 
 
 def test_history_rows_round_trip_and_an_intent_left_open_reads_unknown(prefix):
@@ -108,7 +104,7 @@ def test_smallbank_on_processes_with_a_coordinator_killed_mid_commit():
     assert rep.ok, rep.message
     assert "in flight at the kill" in rep.message and "recovery {" in rep.message
     assert rep.commits > 50
-    assert not _children()
+    assert not live_children()
 
 
 def test_the_process_stress_catches_commit_without_validation():
