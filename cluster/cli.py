@@ -653,8 +653,8 @@ class _Parser(argparse.ArgumentParser):
 # compiled fabric core, third step"). At these thresholds garbage cycles are still found by the
 # young collection (every 100,000 allocations: a few MB at most), and a full collection runs a
 # thousand times less often. Node processes forked by `dmrack run`/`up` and experiment workers
-# inherit it. Collection changes no result (nothing in dmrack acts on a finaliser's timing): the
-# reproductions' rows are identical either way.
+# inherit it. dmrack has no __del__ or weakref finaliser whose timing could matter, and the
+# reproductions' rows are identical either way (dmrack compare of every --quick reproduction).
 GC_THRESHOLDS = (100_000, 50, 100)
 
 
