@@ -401,38 +401,30 @@ class ComputeNode:
                 client.set_codecs(wl.codecs())
                 if self.history is not None:
                     client.history = self.history   # this node's region (nodes.txn_history.TxnHistoryWriter)
-        if target > 0 and transactional:
-            # Transactions arriving at the workload's rate (rack-wide, shared evenly by the compute
-            # nodes and their active threads), Poisson, served by the thread's coroutines; an
-            # attempt's latency counts from its arrival, so queueing shows.
+        if target > 0:
+            # Open loop: operations (or transactions) arriving at the workload's rate (rack-wide,
+            # shared evenly by the compute nodes and their active threads), Poisson, into a queue
+            # per thread that its coroutines serve; latency counts from the arrival, so queueing shows.
             rate = target / (self.n_compute * self.active_threads)
-            for t in range(self.active_threads):
-                queue, waiting = deque(), []
-                rng = random.Random(self.seed * 1_000_003 + self._stream_id(t, 63))
-                procs.append(env.process(self._txn_arrivals(wl, rng, rate, end, queue, waiting),
-                                         name=f"{self.name}.arrivals.t{t}"))
-                for c in range(self.active_coroutines):
-                    if (t, c) not in self.dead:
-                        procs.append(env.process(self._serve(t, c, queue, waiting, self._txn_item),
-                                                 name=f"{self.name}.t{t}c{c}"))
-        elif target > 0:
-            # The rack-wide rate is shared evenly by the compute nodes and their active threads.
-            rate = target / (self.n_compute * self.active_threads)
+            serve = self._txn_item if transactional else self._kv_item(wl)
             for t in range(self.active_threads):
                 queue: deque = deque()
                 waiting: list = []
-                if replayed:
-                    stream = wl.client_stream(self.index * self.active_threads + t,
-                                              self.n_compute * self.active_threads, self.inserts, self.seed)
+                if transactional:
+                    rng = random.Random(self.seed * 1_000_003 + self._stream_id(t, 63))
+                    arrivals = self._txn_arrivals(wl, rng, rate, end, queue, waiting)
                 else:
-                    stream = wl.stream(self.seed, self._stream_id(t, 0), self.inserts)
-                procs.append(env.process(self._arrivals(stream, rate, end, queue, waiting, t, self.step_index),
-                                         name=f"{self.name}.arrivals.t{t}"))
+                    if replayed:
+                        stream = wl.client_stream(self.index * self.active_threads + t,
+                                                  self.n_compute * self.active_threads, self.inserts, self.seed)
+                    else:
+                        stream = wl.stream(self.seed, self._stream_id(t, 0), self.inserts)
+                    arrivals = self._arrivals(stream, rate, end, queue, waiting, t, self.step_index)
+                procs.append(env.process(arrivals, name=f"{self.name}.arrivals.t{t}"))
                 for c in range(self.active_coroutines):
-                    if (t, c) in self.dead:
-                        continue
-                    procs.append(env.process(self._serve(t, c, queue, waiting, self._kv_item(wl)),
-                                             name=f"{self.name}.t{t}c{c}"))
+                    if (t, c) not in self.dead:
+                        procs.append(env.process(self._serve(t, c, queue, waiting, serve),
+                                                 name=f"{self.name}.t{t}c{c}"))
         elif transactional:
             # a transactional workload (SmallBank): every coroutine runs transactions back to back
             # through its thread's TxnClient, closed loop as FORD's benchmark does

@@ -231,9 +231,8 @@ def _rolex_rack(name: str, ks: np.ndarray, *, nodes: int, threads: int, qd: int,
                 options: dict, seed: int, profile_overrides: dict | None = None):
     """A co-located ROLEX rack as DPA-Store's Fig. 15 runs it: bf3 cards, 100 Gb/s links, ``nodes``
     compute nodes, one memory node of ``memory_mib`` running ROLEX's retrainer, 8-byte inline
-    values, ``ks`` bulk-loaded (8-byte big-endian keys). Yields ``(state, env, host, system,
-    compiled)`` with the actors started: ``(state, env, host, udp, system, compiled)``;
-    :func:`_rolex_clients` makes the clients."""
+    values, ``ks`` bulk-loaded (8-byte big-endian keys). Yields ``(state, env, host, udp, system,
+    compiled)`` with the actors started; :func:`_rolex_clients` makes the clients."""
     from cluster.rack import RackState, compile_scenario
     from cluster.scenario import scenario_from_dict, with_rack_tables
     from nodes.actors import actor_contexts, rack_udp, start_actors
