@@ -103,3 +103,101 @@ def test_limits_are_one_line_errors_naming_the_key(mem):
 
 def test_host_copy_rate(mem):
     assert mem.host_copy_ns(120_000_000) == 1_000_000_000     # 120 MB at 120 MB/s: 1 s
+
+
+class ReferenceDpaMemory:
+    """The rules of the module docstring, written plainly: one OrderedDict per level, a store or
+    the NIC's write searching every thread's L1 for the line. The model keeps an index of L1
+    holders instead; both must price and fill the same way."""
+
+    def __init__(self, p):
+        from collections import OrderedDict
+        self.p, self.od = p, OrderedDict
+        shift = p.line_bytes.bit_length() - 1
+        self.shift = shift
+        self.caps = (p.l1_bytes >> shift, p.l2_bytes >> shift, p.l3_bytes >> shift)
+        self.l1, self.l2, self.l3 = {}, OrderedDict(), OrderedDict()
+        self.inval = 0
+
+    @staticmethod
+    def hit(level, line):
+        if line in level:
+            level.move_to_end(line)
+            return True
+        return False
+
+    @staticmethod
+    def fill(level, line, cap):
+        if cap:
+            level[line] = None
+            if len(level) > cap:
+                level.popitem(last=False)
+
+    def line(self, thread, line):
+        p = self.p
+        l1 = self.l1.setdefault(thread, self.od())
+        if self.hit(l1, line):
+            return p.l1_ns
+        if self.hit(self.l2, line):
+            cost = p.l2_ns
+        else:
+            if self.hit(self.l3, line):
+                cost = p.l3_ns
+            else:
+                cost = p.memory_ns
+                self.fill(self.l3, line, self.caps[2])
+            self.fill(self.l2, line, self.caps[1])
+        self.fill(l1, line, self.caps[0])
+        return cost
+
+    def span(self, addr, nbytes):
+        return range(addr >> self.shift, ((addr + nbytes - 1) >> self.shift) + 1)
+
+    def access(self, thread, addr, nbytes, write=False, overlap=False):
+        span = self.span(addr, nbytes)
+        costs = [self.line(thread, x) for x in span]
+        if write:
+            for t, l1 in self.l1.items():
+                if t != thread:
+                    for x in span:
+                        if l1.pop(x, 0) is None:
+                            self.inval += 1
+        return max(costs) + (len(costs) - 1) * self.p.l1_ns if overlap else sum(costs)
+
+    def prefetch(self, thread, addr, nbytes):
+        return max(self.line(thread, x) for x in self.span(addr, nbytes))
+
+    def install(self, addr, nbytes):
+        for x in self.span(addr, nbytes):
+            if not self.hit(self.l2, x):
+                self.fill(self.l2, x, self.caps[1])
+            for l1 in self.l1.values():
+                if l1.pop(x, 0) is None:
+                    self.inval += 1
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_model_matches_its_plain_reference_on_random_accesses(seed):
+    import random
+    rng = random.Random(seed)
+    p = dataclasses.replace(BF3, l1_bytes=64 * rng.choice([0, 1, 2, 4]), l2_bytes=64 * rng.choice([0, 3, 8]),
+                            l3_bytes=64 * rng.choice([0, 5, 16]))
+    model, ref = DpaMemory(p), ReferenceDpaMemory(p)
+    for _ in range(3000):
+        thread = rng.randrange(6)
+        addr = rng.randrange(40) * 32 + rng.randrange(8)
+        nbytes = rng.choice([1, 8, 8, 8, 64, 100, 200])
+        what = rng.random()
+        if what < 0.15:
+            assert model.prefetch(thread, addr, nbytes) == ref.prefetch(thread, addr, nbytes)
+        elif what < 0.22:
+            model.install(addr, nbytes)
+            ref.install(addr, nbytes)
+        else:
+            write, overlap = rng.random() < 0.35, rng.random() < 0.3
+            assert model.access(thread, addr, nbytes, write=write, overlap=overlap) == \
+                ref.access(thread, addr, nbytes, write, overlap)
+    assert model.statistics().invalidations == ref.inval
+    # the same lines in the same recency order at every level
+    assert list(model._l2) == list(ref.l2) and list(model._l3) == list(ref.l3)
+    assert {t: list(l) for t, l in model._l1.items() if l} == {t: list(l) for t, l in ref.l1.items() if l}
