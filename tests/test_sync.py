@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from shm.sim.env import INF, Environment
-from shm.sim.sync import ClockSync, ClockTable
+from shm.sim.sync import ASKED, FRONTIER, FRONTIER_W, STRIDE, ClockSync, ClockTable
 
 CTX = mp.get_context("fork")
 TIMEOUT_S = 30
@@ -90,6 +90,52 @@ def test_single_process_table_runs_like_colocated(prefix):
         env.timeout(100)
         env.run(until=5000)
         assert env.now == 5000
+    finally:
+        t.close()
+
+
+def test_a_process_asked_for_its_clock_publishes_when_its_next_event_gets_there(prefix):
+    # Another process waits for our next event to reach 35 (it wrote ASKED, as _ask does): the
+    # loop publishes before running the event at 40 instead of after its 16-event budget.
+    t = ClockTable.create(1, prefix=prefix)
+    try:
+        env = Environment(sync=ClockSync(t, 0, 1000))
+        seen = {}
+
+        def p(env):
+            for _ in range(10):
+                yield 10
+                if env.now == 10:
+                    t.clocks[ASKED] = 35
+                seen[env.now] = (t.clock(0), int(t.clocks[ASKED]))
+        env.process(p(env))
+        env.run()
+        assert seen[10] == (0, 35)            # published at the start only; asked since
+        assert seen[30] == (0, 35)            # not there yet: no refresh
+        assert seen[40] == (40, INF)          # published just before the event at 40, ask answered
+    finally:
+        t.close()
+
+
+def test_a_blocked_process_asks_the_process_it_waits_for(prefix):
+    import threading
+    t = ClockTable.create(2, prefix=prefix)
+    try:
+        c = t.clocks
+        c[STRIDE] = c[STRIDE + FRONTIER] = c[STRIDE + FRONTIER_W] = 100    # process 1, "at 100"
+        env = Environment(sync=ClockSync(t, 0, 50))
+        def p(env):
+            yield 1000                        # our next event at 1000: past 100 + W
+        env.process(p(env))
+        th = threading.Thread(target=env.run)
+        th.start()
+        deadline = time.time() + TIMEOUT_S
+        while c[STRIDE + ASKED] == INF and time.time() < deadline:
+            time.sleep(0.001)
+        assert c[STRIDE + ASKED] == 1000 - 50     # its writes must reach 950 for our READs to run
+        c[STRIDE] = c[STRIDE + FRONTIER] = c[STRIDE + FRONTIER_W] = INF  # it goes idle: we may run
+        th.join(TIMEOUT_S)
+        assert not th.is_alive() and env.now == 1000
     finally:
         t.close()
 

@@ -23,8 +23,9 @@ Design (and why):
 * With ``sync=ClockSync(...)`` the same loop runs inside one of several OS
   processes that synchronise laxly through a shared clock table; see
   ``shm/sim/sync.py`` for the protocol.  The hot loop then only compares
-  each event time against a cached horizon and calls into the sync layer every
-  ``POLL_EVENTS`` events or when the horizon is reached.
+  each event time against a cached horizon and against the time a blocked peer
+  asked for (one word of the clock table), and calls into the sync layer every
+  ``POLL_EVENTS`` events, when the horizon is reached, or when the peer's time is.
 * Words: a *process* is a generator this loop runs (:class:`Process`): a client coroutine of a
   compute thread, a server actor, a device's engine.  An *actor*, everywhere in dmrack, is a
   system's code on a node role (``nodes/actors.py``), which runs as processes here; and an *event*
@@ -726,6 +727,7 @@ class Environment:
         """Returns False if ended by the shared stop flag."""
         heap = self._heap
         sync = self._sync
+        asked = sync.asked()        # asked[0]: a blocked process waits for our next event to reach it
         n = 0
         try:
             while True:
@@ -736,6 +738,8 @@ class Environment:
                     horizon = until_t
                 budget = POLL_EVENTS
                 while budget and heap and heap[0][0] <= horizon:
+                    if heap[0][0] >= asked[0]:
+                        break                     # publish now: another process waits for this
                     t, s, fn, arg = heappop(heap)
                     self.now = t
                     self.seq_now = s
@@ -755,6 +759,7 @@ class Environment:
             raise
         finally:
             self._events += n
+            asked.release()
 
     def statistics(self) -> EnvStats:
         s = self._sync
