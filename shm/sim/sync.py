@@ -466,7 +466,7 @@ class ClockSync:
 
     def asked(self) -> memoryview:
         """This process's ASKED word as an int64 memoryview (``asked[0]``: a plain read, ~30 ns
-        from Python against ~60 for a numpy element): the event loop reads it after every event.
+        from Python against ~60 for a numpy element): the event loop reads it before every event.
         Release it when the run ends (the clock segment cannot unmap while it is exported)."""
         i = self.index * STRIDE + ASKED
         return memoryview(self._clocks[i:i + 1])
