@@ -169,8 +169,15 @@ class DeferredReads:
         return landed
 
     def earliest(self) -> int:
-        """The earliest effect time of a READ still deferred (INF if none)."""
-        return min((self.next_time(node) for node in self.heaps), default=INF)
+        """The earliest effect time of a READ still deferred (INF if none): ``next_time`` of every
+        node, as one loop (a rack of processes asks at every refresh of its clock)."""
+        m = INF
+        for h in self.heaps.values():
+            while h and not h[0][2].left:
+                heappop(h)
+            if h and h[0][0] < m:
+                m = h[0][0]
+        return m
 
     def next_time(self, node: int) -> int:
         """When the node's earliest deferred READ lands at the latest (INF if none): a write may

@@ -241,3 +241,36 @@ def test_a_read_racing_a_write_agrees_at_every_nanosecond_around_the_crossing(pr
     for delay in range(c - 3, c + 3):
         ref = race(prefix, defer=False, delay=delay, write_bytes=write_bytes, read_line=line)
         assert race(prefix, defer=True, delay=delay, write_bytes=write_bytes, read_line=line) == ref, delay
+
+
+def test_earliest_is_the_least_next_time_over_the_nodes():
+    """``DeferredReads.earliest`` (one loop, asked at every clock refresh of a rack of processes)
+    is the minimum of ``next_time`` over the nodes and drops the same completed batches."""
+    import copy
+    from heapq import heapify
+    from shm.deferred import DeferredReads
+    from shm.sim.env import INF
+
+    class Batch:                      # what the heaps hold: only ``left`` is read here
+        def __init__(self, left):
+            self.left = left
+
+        def __lt__(self, other):       # never compared: (time, seq) are unique
+            raise AssertionError("batches compared")
+
+    rng = random.Random(7)
+    for _ in range(200):
+        dr = DeferredReads(None)
+        seq = 0
+        for node in range(rng.randint(0, 4)):
+            h = []
+            for _ in range(rng.randint(0, 6)):
+                seq += 1
+                h.append((rng.randrange(1000), seq, Batch(rng.randint(0, 2))))
+            heapify(h)
+            dr.heaps[node] = h
+        ref = copy.deepcopy(dr)
+        want = min((ref.next_time(n) for n in ref.heaps), default=INF)
+        assert dr.earliest() == want
+        assert {n: [(t, s, b.left) for t, s, b in h] for n, h in dr.heaps.items()} == \
+            {n: [(t, s, b.left) for t, s, b in h] for n, h in ref.heaps.items()}
