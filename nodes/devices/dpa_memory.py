@@ -109,6 +109,8 @@ class DpaMemory:
         self._l1_lines = dpa.l1_bytes >> shift
         self._l2_lines = dpa.l2_bytes >> shift
         self._l3_lines = dpa.l3_bytes >> shift
+        self._l1_ns = dpa.l1_ns                     # read on every access: an attribute, not p's
+        self._memory_bytes = dpa.memory_bytes
         # Each level is an OrderedDict of line numbers in recency order (oldest first).
         self._l1: dict[int, OrderedDict] = {}
         self._l2: OrderedDict = OrderedDict()
@@ -144,7 +146,7 @@ class DpaMemory:
         if line in l1:
             l1.move_to_end(line)
             self._h1 += 1
-            return self.p.l1_ns
+            return self._l1_ns
         self.l1_misses += 1
         l2 = self._l2
         if line in l2:
@@ -184,16 +186,28 @@ class DpaMemory:
         """Thread ``thread`` loads (``write`` False) or stores ``nbytes`` at DPA-memory offset ``addr``;
         returns the ns it waits. ``overlap``: the lines are requested together (slowest line +
         ``l1_ns`` per further line) instead of one after the other (the sum)."""
-        l1 = self._thread_l1(thread)
-        span = self._span(addr, nbytes)
-        n = len(span)
-        if n == 1:                              # the common case: one line, no list
-            ns = self._line(thread, l1, span.start)
+        l1 = self._l1.get(thread)
+        if l1 is None:
+            l1 = self._thread_l1(thread)
+        if nbytes <= 0 or addr < 0 or addr + nbytes > self._memory_bytes:
+            self._span(addr, nbytes)            # raises the one-line error
+        shift = self._shift
+        first = addr >> shift
+        last = (addr + nbytes - 1) >> shift
+        if first == last:                       # the common case: one line, and often an L1 hit
+            n = 1
+            if first in l1:
+                l1.move_to_end(first)
+                self._h1 += 1
+                ns = self._l1_ns
+            else:
+                ns = self._line(thread, l1, first)
         else:
-            costs = [self._line(thread, l1, line) for line in span]
-            ns = max(costs) + (n - 1) * self.p.l1_ns if overlap else sum(costs)
+            n = last - first + 1
+            costs = [self._line(thread, l1, line) for line in range(first, last + 1)]
+            ns = max(costs) + (n - 1) * self._l1_ns if overlap else sum(costs)
         if write:
-            self._invalidate_others(thread, span)
+            self._invalidate_others(thread, range(first, last + 1))
         self._accesses += 1
         self._lines += n
         self._ns += ns
