@@ -880,10 +880,10 @@ def apply_one_sided(fabric: Fabric, dst: int, op: int, remote_addr: int, rkey: i
         return IBV_WC_REM_ACCESS_ERR
     # operands as int64 bit patterns (_i64, inlined)
     old = atomic(mem.host64 if host else mem.device64, off // 8, _ATOMIC_KIND[op],
-                        ((compare_add + _I64_BIAS) & _U64) - _I64_BIAS, ((swap + _I64_BIAS) & _U64) - _I64_BIAS,
-                        ((compare_add_mask + _I64_BIAS) & _U64) - _I64_BIAS,
-                        ((swap_mask + _I64_BIAS) & _U64) - _I64_BIAS, lbuf, loff,
-                        mem.host_locks if host else mem.device_locks)
+                 ((compare_add + _I64_BIAS) & _U64) - _I64_BIAS, ((swap + _I64_BIAS) & _U64) - _I64_BIAS,
+                 ((compare_add_mask + _I64_BIAS) & _U64) - _I64_BIAS,
+                 ((swap_mask + _I64_BIAS) & _U64) - _I64_BIAS, lbuf, loff,
+                 mem.host_locks if host else mem.device_locks)
     # whether the atomic changed its word: a CAS whose compare failed did not (it lost a race)
     if op == IBV_WR_ATOMIC_CMP_AND_SWP:
         wrote = int(old) == compare_add & _U64
