@@ -90,7 +90,7 @@ def test_single_client_splits_tombstones_and_scans_in_order():
         mid = order[len(order) // 2]
         assert [k for k, _ in r.op("scan", mid, 50)] == [k for k in order if k >= mid][:50]
         s = r.client.statistics()
-        assert s.leaf_splits > 50 and s.root_splits >= 2
+        assert s.leaf_splits > n // LEAF_SLOTS and s.root_splits >= 1, s
         assert s.idu_waits == s.smo_conflicts == s.item_mismatches == 0      # one client: no races
         assert s.remote_lock_retries == 0
 
@@ -138,8 +138,8 @@ class Verbs:
     ("get", (_k(5),), ["read", "sync", "read", "sync"]),
     # WRITE item + FAA +1 + READ leaf | CAS entry | FAA -1 (posted, unsignaled)
     ("update", (_k(5), _v(5, 2)), ["write", "faa", "read", "sync", "cas", "sync", "faa"]),
-    # ... | CAS an empty entry | WRITE its key + FAA -1 (unsignaled)
-    ("insert", (_k(6), _v(6)), ["write", "faa", "read", "sync", "cas", "sync", "write", "faa"]),
+    # ... | CAS an empty entry | WRITE its key + WRITE its hint + FAA -1 (unsignaled)
+    ("insert", (_k(6), _v(6)), ["write", "faa", "read", "sync", "cas", "sync", "write", "write", "faa"]),
     # FAA +1 + READ leaf | CAS entry -> tombstone | FAA -1 (unsignaled)
     ("delete", (_k(5),), ["faa", "read", "sync", "cas", "sync", "faa"]),
 ])
@@ -246,7 +246,7 @@ def test_a_split_waits_for_the_idus_inside_the_leaf_and_never_writes_the_lock_wo
 
 def test_two_splits_of_one_leaf_back_off_and_both_land():
     """Many coroutines fill one leaf at once: SMOs meet SMOs and IDUs meet SMOs, nothing is lost."""
-    n = 400
+    n = 1200                                    # ~27 keys a split of a 45-entry leaf
     with rig(MarlinSystem, compute_threads=4, coroutines=4, seed=4) as r:
         workers = 16
 

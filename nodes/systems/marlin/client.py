@@ -21,7 +21,7 @@ op                         rounds                                               
 =========================  ======================================================  ======
 get                        READ leaf | READ item                                   2
 update                     WRITE item + FAA +1 + READ leaf | CAS entry, then FAA -1  2
-insert (empty entry)       ... | CAS entry, then WRITE key + FAA -1                 2
+insert (empty entry)       ... | CAS entry, then WRITE key + WRITE hint + FAA -1    2
 insert (tombstone entry)   ... | CAS entry + FAA -1                                2
 delete                     FAA +1 + READ leaf | CAS entry, then FAA -1             2
 scan                       READ leaf | READ its items (one doorbell), per leaf      2/leaf
@@ -40,9 +40,13 @@ from nodes.systems.sherman.layout import LINE, Header, KeySizeError, ValueTooLar
 from shm.failpoints import failpoint
 
 from .layout import (
-    EMPTY, HINT, ITEM, ITEM_HEAD, ITEM_HEADER, LEAF_SLOTS, LOCK_OFFSET, MAX_VALUE, TOMBSTONE, hint_bytes,
-    home_line, item_image, item_parts, item_units, item_word, leaf_entries, leaf_image, leaf_probe,
+    EMPTY, HINT_SET, ITEM_HEAD, ITEM_HEADER, LEAF_SLOTS, LOCK_OFFSET, MAX_VALUE, TOMBSTONE, hint_offset,
+    home_entry, item_image, item_offset, item_parts, item_units, item_word, key_offset, leaf_entries, leaf_image,
+    leaf_probe,
 )
+
+#: byte offset of each entry's item word in a leaf (index: entry 1..LEAF_SLOTS)
+_ITEM_AT = (0,) + tuple(item_offset(e) for e in range(1, LEAF_SLOTS + 1))
 
 #: An item READ through a pointer the reader saw in its leaf cannot change under it (items are
 #: immutable and epoch reclamation keeps them until the reader ends), so a wrong key or checksum
@@ -114,12 +118,20 @@ class MarlinClient(ShermanClient):
                 out.append((key, h.data[ITEM_HEADER:ITEM_HEADER + length].tobytes()))
         return out
 
-    def _word(self, off: int, line: int) -> int:
-        return int(self._b64[(off >> 3) + 8 * line + 2]) & ((1 << 64) - 1)
+    def _word(self, off: int, e: int) -> int:
+        """Entry ``e``'s item word in the leaf snapshot at ``off``."""
+        return int(self._b64[(off + _ITEM_AT[e]) >> 3]) & ((1 << 64) - 1)
+
+    @staticmethod
+    def _key_entry(co, addr: int, e: int, key: bytes) -> None:
+        """Queue the WRITEs that key entry ``e`` of the leaf at ``addr``: its key, then its hint
+        (RC keeps their order, and both are in one line: a reader that sees the hint sees the key)."""
+        co.write(addr + key_offset(e), key)
+        co.write(addr + hint_offset(e), HINT_SET)
 
     def resolve_pending(self, co, off: int, pending: int, key: bytes):
-        """Generator: among the pending entries (bit i-1: line i) of the snapshot at ``off``, the
-        one bound to ``key``, found by READing their items' keys: ``(line, item word)``, or
+        """Generator: among the pending entries (bit e-1: entry e) of the snapshot at ``off``, the
+        one bound to ``key``, found by READing their items' keys: ``(entry, item word)``, or
         ``(0, EMPTY)``."""
         lines = [i for i in range(1, LEAF_SLOTS + 1) if pending >> (i - 1) & 1]
         words = [self._word(off, i) for i in lines]       # before the yield reuses the buffer
@@ -134,15 +146,15 @@ class MarlinClient(ShermanClient):
     # -- get ---------------------------------------------------------------------------------------
     def leaf_get(self, co, key: bytes, k: int):
         ks = key_signed_le(key)
-        home = home_line(k)
+        home = home_entry(k)
         addr, parent, _ = yield from self.find_node(co, k, 0)
         mismatches = 0
         for _ in range(RETRY_LIMIT):
             addr, parent, off, hd = yield from self.covering_leaf(co, k, addr, parent)
             r = leaf_probe(self._b64, off >> 3, ks, home)
-            line, pending = r & 0xFF, r >> 16
-            if line:
-                word = self._word(off, line)
+            entry, pending = r & 0xFF, r >> 16
+            if entry:
+                word = self._word(off, entry)
                 if word == TOMBSTONE:
                     return None
                 words = [word]
@@ -155,7 +167,7 @@ class MarlinClient(ShermanClient):
             for it in items:
                 if it is not None and it[0] == key:
                     return it[1]
-            if line or None in items:
+            if entry or None in items:
                 mismatches = self._mismatch(key, mismatches)
                 continue
             return None
@@ -197,7 +209,7 @@ class MarlinClient(ShermanClient):
         k = key_int(key)
         self.thread.cpu(self._op_ns)
         ks = key_signed_le(key)
-        home = home_line(k)
+        home = home_entry(k)
         word = 0                                  # the new item (insert, update)
         if value is not None:
             if type(value) is not bytes:
@@ -216,21 +228,21 @@ class MarlinClient(ShermanClient):
                 held = True
             lock = addr + LOCK_OFFSET
             r = leaf_probe(self._b64, off >> 3, ks, home)
-            line, free, pending = r & 0xFF, (r >> 8) & 0xFF, r >> 16
-            cur = self._word(off, line) if line else EMPTY
+            entry, free, pending = r & 0xFF, (r >> 8) & 0xFF, r >> 16
+            cur = self._word(off, entry) if entry else EMPTY
             keyed = True
-            if not line and pending:
-                line, cur = yield from self.resolve_pending(co, off, pending, key)
+            if not entry and pending:
+                entry, cur = yield from self.resolve_pending(co, off, pending, key)
                 keyed = False
-            present = bool(line) and cur != TOMBSTONE
+            present = bool(entry) and cur != TOMBSTONE
             if kind == "insert":
                 if present:
                     spear.queue_idu_exit(co, lock)
                     self._unpublished(word)
                     return False
-                if line:                          # the key's tombstone: its entry takes it back
+                if entry:                         # the key's tombstone: its entry takes it back
                     failpoint("marlin.item.written")
-                    c = co.cas(addr + line * LINE + ITEM, TOMBSTONE, word)
+                    c = co.cas(addr + _ITEM_AT[entry], TOMBSTONE, word)
                     spear.queue_idu_exit(co, lock)
                     yield co.sync()
                     if c.value == TOMBSTONE:
@@ -245,29 +257,28 @@ class MarlinClient(ShermanClient):
                     addr, parent, _ = yield from self.find_node(co, k, 0)
                     continue
                 failpoint("marlin.item.written")
-                slot = addr + free * LINE
-                c = co.cas(slot + ITEM, EMPTY, word)
+                c = co.cas(addr + _ITEM_AT[free], EMPTY, word)
                 yield co.sync()
                 if c.value != EMPTY:              # another insert bound it: look again
                     self.cas_failures += 1
                     continue
-                co.write(slot + HINT, hint_bytes(key))
+                self._key_entry(co, addr, free, key)
                 spear.queue_idu_exit(co, lock)
                 return True
             if not present:
                 spear.queue_idu_exit(co, lock)
                 self._unpublished(word)
                 return False
-            slot = addr + line * LINE
+            slot = addr + _ITEM_AT[entry]
             if kind == "delete":
                 new = TOMBSTONE
                 if not keyed:                     # a tombstone must carry its key (it has no item)
-                    co.write(slot + HINT, hint_bytes(key))
+                    self._key_entry(co, addr, entry, key)
             else:
                 new = word
                 failpoint("marlin.item.written")
             for _ in range(RETRY_LIMIT):
-                c = co.cas(slot + ITEM, cur, new)
+                c = co.cas(slot, cur, new)
                 yield co.sync()
                 if c.value == cur:
                     break
@@ -306,7 +317,7 @@ class MarlinClient(ShermanClient):
         hd = Header(self._mv, off)
         live = []
         dropped = 0
-        for line, keyed, kb, w in leaf_entries(self._mv, off):
+        for _, keyed, kb, w in leaf_entries(self._mv, off):
             if w == TOMBSTONE:
                 dropped += 1
                 continue

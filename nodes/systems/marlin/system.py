@@ -12,7 +12,7 @@ from __future__ import annotations
 from nodes.systems.api import Option
 from nodes.systems.sherman.layout import LINE, NODE_BYTES
 from shm.fabric import gaddr
-from nodes.systems.sherman.system import ShermanSystem
+from nodes.systems.sherman.system import BULK_FILL, ShermanSystem
 
 from .client import MarlinClient
 from .layout import LEAF_SLOTS, MAX_VALUE, item_image, item_units, item_word, leaf_entries, leaf_image
@@ -45,10 +45,16 @@ class MarlinSystem(ShermanSystem):
 
     @classmethod
     def footprint(cls, options: dict, capacity: int, key_bytes: int, value_bytes: int) -> int:
-        """Leaves packed full (15 entries per 1 KB node) and one data item per key, for every key
+        """Leaves packed full (45 entries per 1 KB node) and one data item per key, for every key
         but the rack's sizing slack (1024 keys)."""
         keys = max(0, int(capacity) - 1024)
         return -(-keys // LEAF_SLOTS) * NODE_BYTES + keys * item_units(int(value_bytes)) * LINE
+
+    @classmethod
+    def bulk_leaf_entries(cls, fmt=None) -> int:
+        """31 of a Marlin leaf's 45 entries (Sherman's BULK_FILL, whatever Sherman format the setup
+        named: Marlin's leaves are its own)."""
+        return int(LEAF_SLOTS * BULK_FILL + 0.5)
 
     @classmethod
     def bulk_leaf_holds_keys(cls, leaf, fmt=None) -> bool:

@@ -154,7 +154,7 @@ class ShermanSystem(System):
     @classmethod
     def bulk_load(cls, fabric, layout: dict, pairs) -> None:
         """Build the tree of ``pairs`` (key bytes, value bytes) straight into the memory nodes:
-        sorted leaves of :data:`BULK_LEAF_ENTRIES` entries round-robin over the memory nodes,
+        sorted leaves of :meth:`bulk_leaf_entries` entries round-robin over the memory nodes,
         chained by siblings with fences, internal levels of :data:`BULK_INTERNAL_KEYS` keys up to
         one root, the root word last; values over 48 B in out-of-line blocks. Only into the empty
         tree ``setup`` made (SystemGaveUp otherwise)."""
@@ -213,7 +213,7 @@ class ShermanSystem(System):
         def leaf(i, group, low, high, sibling):
             return cls.bulk_leaf(fabric, mns, write, i, group, low, high, sibling, fmt)
 
-        per = bulk_leaf_entries(fmt)
+        per = cls.bulk_leaf_entries(fmt)
         nodes = build([items[i:i + per] for i in range(0, len(items), per)], leaf)
         level = 0
         while len(nodes) > 1:
@@ -236,6 +236,12 @@ class ShermanSystem(System):
         """Does the leaf image ``leaf`` (bytes of one node, leaf format ``fmt``) hold any key?
         (bulk load's check that the tree is the empty one setup made)"""
         return bool(fmt.entries(leaf, 0))
+
+    @classmethod
+    def bulk_leaf_entries(cls, fmt=PerLineLeaf) -> int:
+        """Entries per bulk-loaded leaf (:func:`bulk_leaf_entries` of the leaf format; a system with
+        leaves of its own says how many of its slots)."""
+        return bulk_leaf_entries(fmt)
 
     @classmethod
     def bulk_leaf(cls, fabric, mns: list[int], write, i: int, group, low: int, high: int | None, sibling: int,
