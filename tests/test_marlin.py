@@ -508,3 +508,70 @@ def test_spear_smo_from_outside_an_idu_waits_for_every_idu_and_a_second_smo_back
         assert times["second"] == (False, times["second"][1]) and times["second"][1] >= times["first"][1] + 5_000
         assert second.smo_conflicts == 1 and first.spin_reads > 3
         assert int(host[off // 8]) == 0
+
+
+def test_packed_entries_are_aligned_inside_one_line_and_clear_of_versions_hints_and_lock():
+    """45 entries of 16 B, three per line of lines 1..15: each item word 8-byte aligned (entries
+    are CASed there), each entry and its hint in one line (a line lands at one instant), none
+    over a line's nv or hints or the Spear word."""
+    from nodes.systems.marlin.layout import hint_offset, item_offset, key_offset
+    assert LEAF_SLOTS == 45
+    taken = set()
+    for e in range(1, LEAF_SLOTS + 1):
+        k, it, h = key_offset(e), item_offset(e), hint_offset(e)
+        assert it % 8 == 0 and it == k + 8
+        line = k // LINE
+        assert 1 <= line <= 15 and (it + 7) // LINE == line and h // LINE == line
+        assert 4 <= h % LINE < 8 and k % LINE >= 8
+        span = set(range(k, k + 16)) | {h}
+        assert not span & taken and LOCK_OFFSET not in span
+        taken |= span
+
+
+def _probe_reference(buf, key: bytes, home: int) -> int:
+    """leaf_probe in plain Python over leaf_entries: the same packed answer, -1 if torn."""
+    from nodes.systems.marlin.layout import EMPTY, item_offset, leaf_entries
+    nv = int.from_bytes(buf[0:4], "little")
+    if any(int.from_bytes(buf[i * LINE:i * LINE + 4], "little") != nv for i in range(1, 16)):
+        return -1
+    found = pending = 0
+    for e, hint, kb, _ in leaf_entries(buf, 0):
+        if hint and kb == key and not found:
+            found = e
+        elif not hint:
+            pending |= 1 << (e - 1)
+    free = 0
+    for n in range(LEAF_SLOTS):
+        e = (home + n) % LEAF_SLOTS + 1
+        if int.from_bytes(buf[item_offset(e):item_offset(e) + 8], "little") == EMPTY:
+            free = e
+            break
+    return found | free << 8 | pending << 16
+
+
+def test_leaf_probe_matches_its_plain_python_reference_on_random_leaves():
+    import numpy as np
+
+    from nodes.systems.marlin.layout import hint_offset, item_offset, key_offset, leaf_image, leaf_probe
+    rnd = random.Random(3)
+    for trial in range(300):
+        n = rnd.randrange(LEAF_SLOTS + 1)
+        keys = [rnd.randbytes(8) for _ in range(n)]
+        buf = np.frombuffer(bytearray(leaf_image(7, 0, None, 0, [(kb, 64 * (i + 2)) for i, kb in enumerate(keys)])),
+                            np.uint8).copy()
+        for e in rnd.sample(range(1, LEAF_SLOTS + 1), rnd.randrange(6)):
+            what = rnd.choice(("pending", "empty", "tombstone"))
+            if what == "pending":                 # bound, key not written yet
+                buf[hint_offset(e)] = 0
+                buf[item_offset(e):item_offset(e) + 8] = np.frombuffer((4096).to_bytes(8, "little"), np.uint8)
+            elif what == "empty":
+                buf[key_offset(e):key_offset(e) + 16] = 0
+                buf[hint_offset(e)] = 0
+            else:
+                buf[item_offset(e):item_offset(e) + 8] = np.frombuffer(TOMBSTONE.to_bytes(8, "little"), np.uint8)
+        if trial % 10 == 0:                       # a line of another version: a torn snapshot
+            buf[LINE * rnd.randrange(1, 16)] ^= 1
+        probe = keys[rnd.randrange(n)] if n and rnd.random() < 0.7 else rnd.randbytes(8)
+        home = rnd.randrange(LEAF_SLOTS)
+        got = leaf_probe(buf.view(np.int64), 0, np.int64(int.from_bytes(probe, "little", signed=True)), home)
+        assert got == _probe_reference(bytes(buf), probe, home), trial
