@@ -28,7 +28,7 @@ def test_scaling_and_options():
     n = 1 << 14
     assert rd.scale_of(n) == n / (1 << 29)
     assert rd.scaled_cache_bytes(200, n) == round(200 * (1 << 20) * n / (1 << 29))
-    assert rd.system_options("sherman", 10 * 1088 + 5) == {"cache_nodes": 10}
+    assert rd.system_options("sherman", 10 * 1024 + 5) == {"cache_nodes": 10}   # 1 KB a node, as Sherman's code
     assert rd.system_options("sherman", 3) == {"cache_nodes": 1}          # never 0 (no cache)
     assert rd.system_options("dolphin", 5000) == {"cache_bytes": 5000, "value_bytes": 8}
     assert rd.system_options("smart-art", 5000) == {"cache_bytes": 5000, "full_nodes": True}   # SMART's node blocks

@@ -17,7 +17,7 @@ big-endian bytes, half of them loaded at random positions, so that neighbouring 
 Dolphin leaf as in the paper), :data:`RECORDS` items instead of 512 M (2^29). Every index-cache
 size of the paper is multiplied by the same factor ``scale = items / 2^29``
 (:func:`scaled_cache_bytes`), so a cache holds the same fraction of each index as in the paper;
-Sherman's cache counts nodes, 1088 B each (a 1 KB node and 64 B of entry overhead). Zipfian keys
+Sherman's cache counts nodes, 1 KB each (as Sherman's code sizes it). Zipfian keys
 draw from 2^29 items hashed onto the loaded ones (``zipfianitems``), so the hottest keys are as
 hot as in the paper. Windows of virtual milliseconds (:data:`WINDOWS_MS`).
 
@@ -55,6 +55,7 @@ from cluster.experiments.figures import Figure
 from cluster.experiments.pointpool import SharedPoints, map_points
 from cluster.experiments.progress import prefixed
 from cluster.experiments.rows import Row, reproduction, scale_row
+from nodes.systems.sherman.client import CACHED_NODE_BYTES
 
 PROFILE = "cx5-100g"
 COMPUTE = 4                      # compute nodes (the paper's compute servers)
@@ -68,7 +69,6 @@ RECORDS = {True: 16_384, False: 65_536}
 # (warm-up, window) in virtual ms
 WINDOWS_MS = {True: (0.5, 0.5), False: (1.0, 1.0)}
 TRACE_ROWS = {True: 200_000, False: 1_000_000}
-SHERMAN_NODE_BYTES = 1088        # a 1 KB node plus 64 B of cache-entry overhead
 # table2: bytes of cache per compute node, more than any index here needs (SMART-ART's 5200 MB
 # scaled is 162 KB with --quick, 650 KB without) and small enough should a system allocate its
 # whole budget up front
@@ -118,7 +118,7 @@ def system_options(system: str, cache_bytes: int) -> dict:
     internal node at NODE_256 size, as SMART's code does (its memory in Table II; reads and the
     cache still use each node's own size)."""
     if system == "sherman":
-        return {"cache_nodes": max(1, cache_bytes // SHERMAN_NODE_BYTES)}
+        return {"cache_nodes": max(1, cache_bytes // CACHED_NODE_BYTES)}
     opts = {"cache_bytes": int(cache_bytes)}
     if system == "dolphin":
         opts["value_bytes"] = 8

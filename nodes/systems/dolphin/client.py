@@ -40,7 +40,7 @@ from nodes.systems.lib.art import (
 )
 from nodes.systems.lib.cpu_costs import SoftwareCosts
 from nodes.systems.lib.local_lock import LocalLockTable
-from nodes.systems.lib.radix_cache import RadixCache
+from nodes.systems.lib.radix_cache import HASH_KEY_BYTES, RadixCache
 from nodes.systems.lib.spear import Spear
 from nodes.systems.lib.shared import shared
 from shm.failpoints import failpoint
@@ -108,7 +108,7 @@ class DolphinClient(KVClient):
         self.fmt = LeafFormat.of(int(layout["value_bytes"]))
         owner = thread.owner
         budget = int(options.get("cache_bytes", layout.get("cache_bytes", 0)))
-        self.cache: RadixCache | None = shared(owner, layout["root"], "radix_cache", lambda: RadixCache(budget)) \
+        self.cache: RadixCache | None = shared(owner, layout["root"], "radix_cache", lambda: RadixCache(budget, HASH_KEY_BYTES)) \
             if budget else None
         mns = layout["memory_nodes"]
         self.alloc = ChunkAllocator(fabric, mns, layout["chunk_bytes"], start=owner.node * 7 + thread.index,

@@ -12,10 +12,25 @@ covers exactly the keys that start with ``prefix = key[:d]`` (nodes/systems/lib/
 lookup probes ``key[:d]`` for ``d = 7 .. 0`` and returns the first (deepest) image found: at most 8
 dictionary probes, one hit or one miss counted per lookup.
 
-Budget semantics: an entry costs ``image.size + ENTRY_OVERHEAD`` bytes, where ``image.size`` is
-the node image as READ (``16 + 8 * slots``: ``rev_ptr``, header, entries) and ``ENTRY_OVERHEAD`` =
-64 bytes stands for the rest of a C++ cache entry (the prefix key, the remote address, LRU links,
-the hash slot), a documented assumption, not measured Python memory. ``bytes_used`` never exceeds
+Budget semantics: the budget is what the systems' own code calls its cache size, spent as that
+code spends it (the ``FreeMemManager`` of SMART's ``src/RadixCache.cpp``, which Dolphin's code
+keeps; read in github.com/dmemsys/SMART and github.com/hust-anhang/Dolphin). An entry costs
+
+* its ``CacheEntry::content_size()``: the node's depth (1 B) and remote address (8 B), then its
+  records, 8 B per slot of the node's type (``ENTRY_FIXED_BYTES + 8 * slots``; the image as READ
+  also has ``rev_ptr`` and the header, 16 B that a cache entry does not keep);
+* its record in the radix tree that indexes the entries by key prefix (``CacheNodeValue``: a
+  partial key byte, the entry pointer and a child pointer, ``RADIX_RECORD_BYTES`` = 17 B, as
+  ``CacheNode::content_size()`` counts it). The tree's own inner nodes (their headers, 1-7 B, and
+  the records that link them) are left out: over the dense key prefixes of an index they are
+  about 1/256 of the records;
+* with ``key_bytes = HASH_KEY_BYTES``, 8 B more: Dolphin's ``add_to_cache`` also consumes
+  ``sizeof(Key)`` per insert ("emulate hash-based cache"), which SMART's, built with its
+  ART-indexed cache (its default), does not.
+
+Until issue 40 an entry cost its image plus 64 B of assumed C++ overhead: 208 B for Dolphin's
+special node (a NODE_16) where its code counts 162, 2,128 B for a NODE_256 where SMART's counts
+2,074. ``bytes_used`` never exceeds
 ``budget_bytes``: a ``put`` evicts least-recently-used entries (a lookup hit or a put refreshes an
 entry) until the new one fits, and an entry larger than the whole budget is not cached (counted in
 ``rejected``). A budget of 0 caches nothing.
@@ -32,7 +47,10 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import NamedTuple
 
-ENTRY_OVERHEAD = 64          # bytes per cached node besides its image (see the module docstring)
+# What a cached node costs the budget (see the module docstring): as SMART's and Dolphin's code count it
+ENTRY_FIXED_BYTES = 9        # CacheEntry: depth u8 + GlobalAddress; then 8 B per slot of the node type
+RADIX_RECORD_BYTES = 17      # CacheNodeValue in the radix tree over cache keys: u8 + 2 pointers
+HASH_KEY_BYTES = 8           # sizeof(Key), which Dolphin's add_to_cache consumes per insert as well
 MAX_DEPTH = 7                # the deepest dispatch byte of an 8-byte key
 
 
@@ -51,26 +69,30 @@ class RadixCacheStats(NamedTuple):
 class RadixCache:
     """LRU cache of node images under a byte budget (see the module docstring)."""
 
-    __slots__ = ("budget_bytes", "bytes_used", "_entries", "hits", "misses", "insertions", "evictions",
-                 "invalidations", "rejected", "__weakref__")
+    __slots__ = ("budget_bytes", "key_bytes", "bytes_used", "_entries", "hits", "misses", "insertions",
+                 "evictions", "invalidations", "rejected", "__weakref__")
 
-    def __init__(self, budget_bytes: int):
+    def __init__(self, budget_bytes: int, key_bytes: int = 0):
+        """``key_bytes``: what an entry costs besides its content and radix record (Dolphin:
+        ``HASH_KEY_BYTES``; SMART-ART: 0)."""
         if budget_bytes < 0:
             raise ValueError(f"radix cache budget must be >= 0 bytes, got {budget_bytes}")
+        if key_bytes < 0:
+            raise ValueError(f"radix cache key_bytes must be >= 0, got {key_bytes}")
         self.budget_bytes = int(budget_bytes)
+        self.key_bytes = int(key_bytes)
         self.bytes_used = 0
         self._entries: OrderedDict = OrderedDict()     # (prefix, depth) -> (image, cost); LRU first
         self.hits = self.misses = self.insertions = self.evictions = self.invalidations = self.rejected = 0
 
     @classmethod
-    def megabytes(cls, mb: float) -> "RadixCache":
+    def megabytes(cls, mb: float, key_bytes: int = 0) -> "RadixCache":
         """A cache of ``mb`` MB (10**6 bytes, as the papers' axes)."""
-        return cls(int(mb * 1_000_000))
+        return cls(int(mb * 1_000_000), key_bytes)
 
-    @staticmethod
-    def cost(image) -> int:
-        """Bytes an image counts for: its size as READ plus ``ENTRY_OVERHEAD``."""
-        return image.size + ENTRY_OVERHEAD
+    def cost(self, image) -> int:
+        """Bytes an image's entry counts for (see the module docstring)."""
+        return ENTRY_FIXED_BYTES + 8 * len(image.entries) + RADIX_RECORD_BYTES + self.key_bytes
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -34,8 +34,8 @@ class MarlinSystem(ShermanSystem):
     #: from Sherman's empty per-line leaf; Sherman's ``leaf_layout`` option is not among _KEPT.
     leaf_layout_default = "per-line"
     options = tuple(o for o in ShermanSystem.options if o.name in _KEPT) + (
-        Option("cache_bytes", 0, "bytes of index cache per compute node (cached internal nodes x 1088 B: the 1 KB "
-               "image and 64 B of entry overhead); 0: cache_nodes decides", minimum=0, maximum=1 << 40),
+        Option("cache_bytes", 0, "bytes of index cache per compute node (cached internal nodes x 1024 B, as "
+               "Sherman's code sizes its cache); 0: cache_nodes decides", minimum=0, maximum=1 << 40),
         Option("fault", "none", "a deliberate bug, to prove that dmrack check catches it: 'retire-new-item' "
                "retires the item an update just published instead of the one it replaced (a live "
                "item is reused: use after free); 'smo-skips-drain' lets a split write the leaf without "

@@ -34,7 +34,6 @@ from nodes.systems.lib.alloc import ChunkAllocator
 from nodes.systems.lib.cpu_costs import SoftwareCosts
 from nodes.systems.lib.hocl import FIELD_MASK, HoclClient, LocalLocks
 from nodes.systems.lib.local_lock import LocalLockTable
-from nodes.systems.lib.radix_cache import ENTRY_OVERHEAD
 from nodes.systems.lib.reclaim import Reclaimer
 from nodes.systems.lib.shared import shared
 from shm.fabric import OFFSET_BITS, REGION_BITS, REGION_DEVICE, gaddr, gaddr_node, gaddr_offset
@@ -51,10 +50,12 @@ from .layout import (
 #: per operation, a node just READ scanned line by line, and one search of the index cache per
 #: descent, priced by the cache's size (Sherman's skiplist: a DRAM miss per level).
 RETRY_LIMIT = 100_000
-#: Bytes one cached internal node counts for in ``cache_bytes``: its 1 KB image and the same
-#: per-entry overhead the radix cache assumes (nodes/systems/lib/radix_cache.ENTRY_OVERHEAD), so
-#: that the trees' caches are measured alike (Dolphin's Table II).
-CACHED_NODE_BYTES = NODE_BYTES + ENTRY_OVERHEAD
+#: Bytes one cached internal node counts for in ``cache_bytes``: its 1 KB copy, as Sherman's code
+#: sizes its index cache (include/IndexCache.h: a cache of M MB holds ``M MB / sizeof(InternalPage)``
+#: pages; the skiplist entries that index them are not counted), which is what Dolphin's Table II
+#: and Fig. 6 set and measure in MB for Sherman and for Marlin ("the same index cache scheme").
+#: 1,088 until issue 40 (64 B of assumed entry overhead).
+CACHED_NODE_BYTES = NODE_BYTES
 
 _NODE_SHIFT = REGION_BITS + OFFSET_BITS
 _OFFSET_MASK = (1 << OFFSET_BITS) - 1
