@@ -140,10 +140,10 @@ def test_without_a_cache_every_lookup_reads_the_buckets():
 
 
 def test_address_cache_budget_and_miss_rate_threshold():
-    c = AddrCache(3 * (64 + 8), 0.1)
+    c = AddrCache(3 * 122, 0.1)                                     # Aceso's entry of an 8-byte key
     for i in range(4):
         c.update(_k(i), 100 + i, 1)
-    assert c.lookup(_k(0)) is None and c.evictions == 1 and c.bytes == 3 * 72     # FIFO within the budget
+    assert c.lookup(_k(0)) is None and c.evictions == 1 and c.bytes == 3 * 122    # FIFO within the budget
     e = c.lookup(_k(3))
     assert c.read_kv(e)
     e.acc, e.miss = 10, 2                                           # 20 % misses > 10 %: slot only

@@ -13,17 +13,27 @@ for keys updated often the cached record is mostly stale, so its READ is wasted 
 
 The code's cache is an unbounded concurrent map; here it has a byte budget (``cache_bytes``, so a
 compute node's memory limit can be applied: FlexKV Fig. 23) and evicts in insertion order (FIFO,
-as FlexKV's cache). Sizes are modelled: an entry costs ``ENTRY_BYTES`` plus the key.
+as FlexKV's cache). An entry costs what Aceso's code takes for it (``src/Hashtable.h``,
+``src/AddrCache.h``; priced by nodes/systems/lib/heap.py): its ``AddrCacheEntry`` (40 B) ``new``'d
+on its own and its element of ``tbb::concurrent_unordered_map<std::string, AddrCacheEntry *>``:
+122 B for an 8-byte key. Until issue 40: 64 B assumed plus the key (72 B).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 
-#: Modelled bytes of an entry beyond the key: Aceso's ``AddrCacheEntry`` (16-B slot, 8-B slot
-#: address, server id, two counters, the read_kv flag: 40 B with padding) plus a hash-map node
-#: (key pointer, hash, next: 24 B). ASSUMPTION: the tbb map's node size is not measured.
-ENTRY_BYTES = 64
+from nodes.systems.lib.heap import POINTER, STD_STRING, malloc_chunk, string_heap, tbb_unordered_map_element
+
+#: Aceso's ``AddrCacheEntry`` (src/Hashtable.h): the read_kv flag, server id, the slot's address,
+#: the 16-byte slot, two counters: 40 B with padding.
+ADDR_CACHE_ENTRY = 40
+
+
+def entry_bytes(key_len: int) -> int:
+    """What one cached key costs Aceso's compute node (see the module docstring)."""
+    return (malloc_chunk(ADDR_CACHE_ENTRY) + tbb_unordered_map_element(STD_STRING, POINTER)
+            + string_heap(key_len))
 
 
 class Entry:
@@ -63,7 +73,7 @@ class AddrCache:
             e.word = word
             e.acc += 1
             return
-        size = ENTRY_BYTES + len(key)
+        size = entry_bytes(len(key))
         if size > self.budget:
             return
         while self.bytes + size > self.budget:

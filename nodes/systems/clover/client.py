@@ -61,6 +61,7 @@ from typing import NamedTuple
 
 from nodes.systems.api import KVClient, SystemGaveUp
 from nodes.systems.lib.alloc import ChunkAllocator
+from nodes.systems.lib.heap import POINTER, malloc_chunk, unordered_map_element
 from nodes.systems.lib.reclaim import Reclaimer
 from nodes.systems.lib.shared import shared
 from nodes.systems.race.client import hash_ns
@@ -79,10 +80,19 @@ from .layout import (
 ASKING_THRESHOLD = 7
 #: An operation whose retry loop (failed CASes, stale addresses) runs this often gives up.
 RETRY_LIMIT = 100_000
-#: Modelled bytes of one address-cache entry beyond its key and its r replica pointers: the
-#: sequence number (8), and the hash-table links and bookkeeping of pDPM's ``mitsume_hash_struct``
-#: (replication factor, version, list node: 24). ASSUMPTION (no published figure).
-ENTRY_OVERHEAD = 32
+#: pDPM's per-key cache entry (``struct mitsume_private_hash_struct``, clover/mitsume_struct.h):
+#: the 8-byte key, epoch and replication factor, the shortcut pointer, the hop counters and the GC
+#: targets (40 B) and one 8-byte pointer per replica (``ptr[MITSUME_MAX_REPLICATION]``, compiled
+#: for the replication run).
+PRIVATE_HASH_STRUCT = 40
+
+
+def entry_bytes(replicas: int) -> int:
+    """What one cached key costs a Clover compute node, as pDPM's code holds it: its
+    ``mitsume_private_hash_struct`` ``malloc``'d on its own and its element of
+    ``std::unordered_map<uint64_t, mitsume_private_hash_struct *>`` (nodes/systems/lib/heap.py):
+    120 B with 3 replicas. Until issue 40: the key, 8 a replica and 32 B assumed (64 B)."""
+    return malloc_chunk(PRIVATE_HASH_STRUCT + 8 * replicas) + unordered_map_element(8, POINTER, cached_hash=False)
 
 
 class CacheEntry(NamedTuple):
@@ -100,7 +110,7 @@ class AddressCache:
 
     def __init__(self, budget: int, replicas: int):
         self.budget = int(budget)
-        self.per_entry = 8 * replicas + ENTRY_OVERHEAD
+        self.per_entry = entry_bytes(replicas)   # the key is pDPM's 8-byte mitsume_key, inside it
         self._d: OrderedDict = OrderedDict()
         self.bytes = 0
         self.evictions = 0
@@ -114,20 +124,20 @@ class AddressCache:
             if e.seq >= old.seq:           # another coroutine of the node may know a newer one
                 self._d[key] = e
             return
-        size = len(key) + self.per_entry
+        size = self.per_entry
         if size > self.budget:
             return
         d = self._d
         while self.bytes + size > self.budget:
             k, _ = d.popitem(last=False)
-            self.bytes -= len(k) + self.per_entry
+            self.bytes -= self.per_entry
             self.evictions += 1
         d[key] = e
         self.bytes += size
 
     def drop(self, key: bytes) -> None:
         if self._d.pop(key, None) is not None:
-            self.bytes -= len(key) + self.per_entry
+            self.bytes -= self.per_entry
 
     def __len__(self) -> int:
         return len(self._d)

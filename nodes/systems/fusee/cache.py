@@ -10,9 +10,12 @@ buckets together with the cached pair in every search (the read amplification Fl
 
 One cache per compute node, shared by its threads (dmrack's unit of compute-node memory), within a
 byte budget (``cache_bytes``; FUSEE's map is unbounded, FlexKV Fig. 23 varies compute-node
-memory), evicted in insertion order. Entry size is modelled, not measured (an assumption): the key,
-the slot word, 8 bytes per index replica's slot address, the two counters, and 32 bytes of hash-map
-node.
+memory), evicted in insertion order. An entry costs what FUSEE's code takes for it (``src/hashtable.h``,
+``src/client.h``; priced by nodes/systems/lib/heap.py): its ``LocalCacheEntry`` (``r_slot_addr``
+for ``MAX_REP_NUM`` = 10 replicas whatever the replication, the slot, the two counters: 96 B)
+``malloc``'d on its own, and its element of ``std::unordered_map<std::string, LocalCacheEntry *>``
+(the key in a std::string, the cached hash): 184 B for an 8-byte key. Until issue 40: 48 B of
+assumed overhead plus 8 a replica and the key (80 B).
 
 **Leases** (dmrack's, as FlexKV's ``lease_us``): an entry counts for ``lease_ns`` after the slot was
 last seen holding its word, and a replaced KV block is reused only ``lease_ns`` after it was
@@ -27,7 +30,16 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-ENTRY_OVERHEAD = 8 + 8 + 32          # slot word, acc/miss counters, hash-map node (assumption)
+from nodes.systems.lib.heap import POINTER, STD_STRING, malloc_chunk, string_heap, unordered_map_element
+
+# FUSEE's LocalCacheEntry (src/hashtable.h): r_slot_addr[MAX_REP_NUM = 10], the slot, two u32 counters
+LOCAL_CACHE_ENTRY = 8 * 10 + 8 + 4 + 4
+
+
+def entry_bytes(key_len: int) -> int:
+    """What one cached key costs FUSEE's compute node (see the module docstring)."""
+    return (malloc_chunk(LOCAL_CACHE_ENTRY) + unordered_map_element(STD_STRING, POINTER, cached_hash=True)
+            + string_heap(key_len))
 
 _CACHES: dict = {}
 
@@ -48,7 +60,7 @@ class AddressCache:
     def __init__(self, budget: int, replicas: int, threshold: float, env, lease_ns: int):
         self.lease_ns = int(lease_ns)
         self.budget = max(0, int(budget))
-        self.per_entry = ENTRY_OVERHEAD + 8 * replicas
+        self.replicas = replicas    # (the entry's size does not depend on it: a fixed array of 10)
         self.threshold = threshold
         self.env = env
         self._d: OrderedDict = OrderedDict()
@@ -83,7 +95,7 @@ class AddressCache:
             e.acc += 1
             e.since = self.env.now
             return
-        size = self.per_entry + len(key)
+        size = entry_bytes(len(key))
         if size > self.budget:
             return
         d = self._d

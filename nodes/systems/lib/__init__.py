@@ -20,7 +20,9 @@ these modules instead of copying them; docs/systems-library.md shows each with a
 * :mod:`.art`: ART internal nodes on remote memory, SMART-ART's and Dolphin's format, with
   lock-free insertion and reverse pointers (``ArtTree``, docs/art.md);
 * :mod:`.radix_cache`: a compute node's radix cache of node images under a byte budget
-  (``RadixCache``).
+  (``RadixCache``);
+* :mod:`.heap`: what a C++ object costs its heap (glibc chunks, std::string, std and TBB hash-map
+  elements), for caches whose budget is a compute node's memory.
 
 Modules are imported on use (``from nodes.systems.lib.alloc import ChunkAllocator``): this
 package imports nothing itself, so using one module does not compile the others' jitted code.
