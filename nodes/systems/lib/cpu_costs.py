@@ -27,8 +27,13 @@ systems' code and is declared here once, with the code it comes from:
   read-intensive rows land 54-62 % above the published ones; so the flat price stays, an
   assumption the sensitivity report varies, and ``index_cache_search_ns = 0`` selects the walk.
 * **Radix index cache** (SMART-ART, Dolphin: ``nodes/systems/lib/radix_cache.py``): a local radix
-  tree over the key bytes. ASSUMPTION on its shape: 256-way, as an ART's dispatch byte, so a cache
-  of ``n`` entries is ``1 + ceil(log256(n))`` levels deep, one dependent miss each.
+  tree over the key bytes, 256-way: SMART's ``RadixCache`` (dmemsys/SMART ``include/RadixCache.h``,
+  kept by Dolphin's code) keys each ``CacheNode``'s records by one key byte
+  (``tbb::concurrent_unordered_map<uint8_t, CacheNodeValue>``) and compresses paths (the header's
+  ``partial``), so a cache of ``n`` entries over dense key prefixes is ``1 + ceil(log256(n))``
+  levels deep. One dependent miss a level is charged; the code's level reads the node's header
+  (its own allocation) and a hash-map bucket and node, so up to three (an ASSUMPTION of the walk's
+  price, used only with ``index_cache_search_ns = 0``).
 """
 
 from __future__ import annotations
