@@ -108,8 +108,8 @@ class DolphinClient(KVClient):
         self.fmt = LeafFormat.of(int(layout["value_bytes"]))
         owner = thread.owner
         budget = int(options.get("cache_bytes", layout.get("cache_bytes", 0)))
-        self.cache: RadixCache | None = shared(owner, layout["root"], "radix_cache", lambda: RadixCache(budget, HASH_KEY_BYTES)) \
-            if budget else None
+        self.cache: RadixCache | None = shared(owner, layout["root"], "radix_cache",
+                                               lambda: RadixCache(budget, HASH_KEY_BYTES)) if budget else None
         mns = layout["memory_nodes"]
         self.alloc = ChunkAllocator(fabric, mns, layout["chunk_bytes"], start=owner.node * 7 + thread.index,
                                     owner=self.NAME)

@@ -7,7 +7,7 @@ of Marlin's leaves, where a per-line leaf held 15): an entry is a key and a *poi
 out-of-place data item instead of the value, and the last 8 bytes of the node are the leaf's
 Spear lock (nodes/systems/lib/spear.py)::
 
-    leaf line i = 1..15                         entry e = 3 (i - 1) + j, j = 0..2
+    leaf line i = 1..15                         entry e = 3 (i - 1) + j + 1, j = 0..2
     +0  nv     u32  (= the header's nv)
     +4  hint   u8 x 3: hint[j] = 1 once entry j's key is written
     +7  pad
