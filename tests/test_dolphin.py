@@ -10,7 +10,7 @@ from cluster.correctness.conformance import rig
 from cluster.rack import ColocatedRack
 from nodes.systems import get_system
 from nodes.systems.dolphin.layout import SLOTS, LeafFormat
-from nodes.systems.lib.art import dump_tree
+from nodes.systems.lib.art import NODE_16, dump_tree
 from shm import failpoints
 from cluster.scenario import scenario_from_dict
 from tests.test_faults import LOAD
@@ -265,3 +265,23 @@ def test_the_local_lock_table_shares_reads_and_combines_writes_of_a_hot_key():
         assert r.op("insert", be(0x42), v8(0)) is True
         assert r.each(lambda cl, co, i: cl.update(co, be(0x42), v8(i + 1))) == [True] * 16
         assert all(c.statistics().write_handover == 0 for c in r.clients)
+
+
+def test_alloc_align_gives_nodes_whole_256_byte_slots_and_leaves_their_size():
+    """As Dolphin's code: ART nodes (here the special node, a NODE_16 of 144 B) start at 256-byte
+    boundaries, leaves (1088 B) are allocated unaligned; the tree answers the same."""
+    keys = [(0xAB << 56) | (0x42 << 8) | b for b in range(256)]
+    used = {}
+    for align in (64, 256):
+        with rig(DOLPHIN, options={**RAW, "alloc_align": align}) as r:
+            for i, k in enumerate(keys):
+                assert r.op("insert", be(k), v8(i)) is True
+            assert all(r.op("get", be(k)) == v8(i) for i, k in enumerate(keys))
+            st = r.clients[0].statistics()
+            assert st.special_nodes == 1
+            assert r.clients[0].tree.units_for(NODE_16) == (4 if align == 256 else 3)
+            used[align] = sum(c.statistics().memory_bytes for c in r.clients)
+    assert used[256] - used[64] == 256 - 192                  # the one special node; leaves unchanged
+    with pytest.raises(ValueError, match="alloc_align = 96 is not a multiple of 64"):
+        with rig(DOLPHIN, options={**RAW, "alloc_align": 96}):
+            pass

@@ -30,8 +30,9 @@ def test_scaling_and_options():
     assert rd.scaled_cache_bytes(200, n) == round(200 * (1 << 20) * n / (1 << 29))
     assert rd.system_options("sherman", 10 * 1024 + 5) == {"cache_nodes": 10}   # 1 KB a node, as Sherman's code
     assert rd.system_options("sherman", 3) == {"cache_nodes": 1}          # never 0 (no cache)
-    assert rd.system_options("dolphin", 5000) == {"cache_bytes": 5000, "value_bytes": 8}
-    assert rd.system_options("smart-art", 5000) == {"cache_bytes": 5000, "full_nodes": True}   # SMART's node blocks
+    # the code's 256-byte aligned allocations (ALLOC_ALLIGN_BIT 8); SMART's NODE_256-sized node blocks
+    assert rd.system_options("dolphin", 5000) == {"cache_bytes": 5000, "value_bytes": 8, "alloc_align": 256}
+    assert rd.system_options("smart-art", 5000) == {"cache_bytes": 5000, "full_nodes": True, "alloc_align": 256}
     assert rd.system_options("marlin", 5000) == {"cache_bytes": 5000}
     assert rd.SYSTEMS == {"Sherman": "sherman", "Marlin": "marlin", "SMART-ART": "smart-art", "Dolphin": "dolphin"}
     with pytest.raises(ValueError, match="unknown series"):

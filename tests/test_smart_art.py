@@ -544,3 +544,25 @@ def test_conformance_checks_pass_with_options(options):
     from cluster.correctness.conformance import run_suite
     outs = run_suite("smart-art", options=options, only=["sequential_model", "history_zipfian", "history_heavy"])
     assert all(o.passed for o in outs), [o.detail for o in outs if not o.passed]
+
+
+def test_alloc_align_rounds_every_allocation_as_smarts_code_does():
+    """alloc_align = 256: a leaf and a node take whole 256-byte slots (SMART's LocalAllocator starts
+    every allocation at a 2^ALLOC_ALLIGN_BIT boundary), READs keep their sizes; other values are
+    refused with one line."""
+    from nodes.systems.lib.art import node_units, slot_units, NODE_256
+    from nodes.systems.smart_art.layout import leaf_units
+    assert slot_units(leaf_units(8), 4) == 4 and slot_units(node_units(NODE_256), 4) == 36
+    used = {}
+    for align in (64, 256):
+        with rig(SmartArtSystem, options={"alloc_align": align}) as r:
+            for i in range(40):
+                assert r.op("insert", _k(i), _v(i)) is True
+            assert all(r.op("get", _k(i)) == _v(i) for i in range(40))
+            used[align] = r.client.statistics().memory_bytes
+    leaf = leaf_units(len(_v(0))) * 64
+    assert used[256] - used[64] >= 40 * (256 - leaf)          # each leaf a whole 256-byte slot
+    assert SmartArtSystem.footprint({"alloc_align": 256}, 2024, 8, 8) == 1000 * 256
+    with pytest.raises(ValueError, match="alloc_align = 100 is not a multiple of 64"):
+        with rig(SmartArtSystem, options={"alloc_align": 100}):
+            pass

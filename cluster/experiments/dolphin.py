@@ -69,6 +69,9 @@ RECORDS = {True: 16_384, False: 65_536}
 # (warm-up, window) in virtual ms
 WINDOWS_MS = {True: (0.5, 0.5), False: (1.0, 1.0)}
 TRACE_ROWS = {True: 200_000, False: 1_000_000}
+# SMART's and Dolphin's code (include/Common.h): ALLOC_ALLIGN_BIT 8, every aligned allocation starts
+# at a 256-byte boundary (include/LocalAllocator.h)
+CODE_ALLOC_ALIGN = 256
 # table2: bytes of cache per compute node, more than any index here needs (SMART-ART's 5200 MB
 # scaled is 162 KB with --quick, 650 KB without) and small enough should a system allocate its
 # whole budget up front
@@ -116,14 +119,18 @@ def system_options(system: str, cache_bytes: int) -> dict:
     Sherman counts internal nodes (``cache_nodes``, at least 1: 0 would turn its cache off),
     the others take bytes; Dolphin stores the paper's 8-byte values; SMART-ART allocates every
     internal node at NODE_256 size, as SMART's code does (its memory in Table II; reads and the
-    cache still use each node's own size)."""
+    cache still use each node's own size); SMART-ART and Dolphin start their allocations at
+    256-byte boundaries as their code does (``ALLOC_ALLIGN_BIT`` 8: SMART-ART's leaves and nodes,
+    Dolphin's nodes; their memory in Table II)."""
     if system == "sherman":
         return {"cache_nodes": max(1, cache_bytes // CACHED_NODE_BYTES)}
     opts = {"cache_bytes": int(cache_bytes)}
     if system == "dolphin":
         opts["value_bytes"] = 8
+        opts["alloc_align"] = CODE_ALLOC_ALIGN
     if system == "smart-art":
         opts["full_nodes"] = True
+        opts["alloc_align"] = CODE_ALLOC_ALIGN
     return opts
 
 

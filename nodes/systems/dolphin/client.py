@@ -29,14 +29,13 @@ which lets a reader take a moved key's old value from the old leaf after an upda
 
 from __future__ import annotations
 
-import struct
 from typing import NamedTuple
 
 from nodes.systems.api import KVClient, SystemGaveUp
 from nodes.systems.lib.alloc import ChunkAllocator
 from nodes.systems.lib.art import (
     KEY_BYTES, NODE_16, ArtTree, build_node, decode_entry, entry_byte, is_frozen, is_leaf_entry,
-    node_units, prefix_mismatch, read_leaf_key_at, with_partial,
+    prefix_mismatch, read_leaf_key_at, with_partial,
 )
 from nodes.systems.lib.cpu_costs import SoftwareCosts
 from nodes.systems.lib.local_lock import LocalLockTable
@@ -113,7 +112,9 @@ class DolphinClient(KVClient):
         mns = layout["memory_nodes"]
         self.alloc = ChunkAllocator(fabric, mns, layout["chunk_bytes"], start=owner.node * 7 + thread.index,
                                     owner=self.NAME)
-        self.tree = ArtTree(layout["root"], mns, self.alloc, leaf_key=read_leaf_key_at(MIN_OFF), retry_ns=RETRY_NS)
+        # ART nodes take whole slots of ``alloc_align`` bytes (Dolphin's code: 256); leaves do not
+        self.tree = ArtTree(layout["root"], mns, self.alloc, leaf_key=read_leaf_key_at(MIN_OFF), retry_ns=RETRY_NS,
+                            align_units=int(options.get("alloc_align", layout.get("alloc_align", 64))) // 64)
         self.leaf_writes = options.get("leaf_writes", layout.get("leaf_writes", "any-order"))
         self.spear = Spear(self.NAME)
         # read delegation and write combining among this compute node's GETs and UPDATEs of a key
@@ -626,7 +627,7 @@ class DolphinClient(KVClient):
                 if self.cache is not None:
                     self.cache.put(lo_key[:SPECIAL_DEPTH], special)
                 return
-            self.alloc.release(gaddr_node(saddr), gaddr_offset(saddr), node_units(NODE_16))
+            self.alloc.release(gaddr_node(saddr), gaddr_offset(saddr), tree.units_for(NODE_16))
         raise SystemGaveUp(f"{self.NAME}: could not publish a split leaf after {RETRY_LIMIT} tries")
 
     # -- scan --------------------------------------------------------------------------------------------

@@ -46,6 +46,10 @@ class DolphinSystem(System):
                "per SMO)", choices=("any-order", "ordered")),
         Option("chunk_bytes", 1 << 20, "bytes of the chunks a client obtains from a memory node (one RPC each) "
                "and carves leaves and ART nodes out of", minimum=4096, maximum=1 << 30),
+        Option("alloc_align", 64, "bytes every ART node (internal or special) is rounded up to: 64, dmrack's "
+               "allocator unit, or 256 as Dolphin's code, which allocates nodes aligned to 2^ALLOC_ALLIGN_BIT = "
+               "256 bytes (leaves unaligned): its memory footprint (Table II); a multiple of 64",
+               minimum=64, maximum=4096),
     )
 
     @classmethod
@@ -60,6 +64,8 @@ class DolphinSystem(System):
     def setup(cls, fabric, memory_nodes: list[int], options: dict, capacity: int) -> dict:
         """Expose the memory nodes and put the ART root (a NODE_256 never replaced) on the first."""
         opts = cls.check_options(dict(options or {}), f"system {cls.name!r}")
+        if opts["alloc_align"] % 64:
+            raise ValueError(f"system {cls.name!r}: alloc_align = {opts['alloc_align']} is not a multiple of 64")
         mns = memory_node_indexes(fabric, memory_nodes, "Dolphin")
         root = setup_root(fabric, mns, "Dolphin")
         return {
@@ -71,6 +77,7 @@ class DolphinSystem(System):
             "leaf_writes": opts["leaf_writes"],
             "cache_bytes": opts["cache_bytes"],
             "chunk_bytes": opts["chunk_bytes"],
+            "alloc_align": opts["alloc_align"],
             "capacity": int(capacity),
             "setup_bytes": node_bytes(NODE_256),
         }
@@ -103,11 +110,14 @@ class DolphinSystem(System):
         mn_of = {m: i for i, m in enumerate(mns)}
         rr = [0]
 
-        def place(size: int) -> int:
+        align = int(layout.get("alloc_align", 64))
+
+        def place(size: int, unit: int = 64) -> int:
+            """Allocate ``size`` bytes in whole ``unit``s (64: leaves; ``alloc_align``: nodes)."""
             m = mns[rr[0] % len(mns)]
             rr[0] += 1
             try:
-                return gaddr(m, fabric.allocate(m, -(-size // 64) * 64))
+                return gaddr(m, fabric.allocate(m, -(-size // unit) * unit))
             except MemoryError as e:
                 raise SystemGaveUp(f"Dolphin: bulk load: memory node {fabric.nodes[m].name} is full ({e}); "
                                    f"give the memory nodes more memory") from None
@@ -159,7 +169,7 @@ class DolphinSystem(System):
                 if len(leaves) == 1:
                     return leaf_entry(byte, leaves[0][0]), [leaves[0][0]]
                 t = max(NODE_16, type_for(len(leaves)))
-                addr = place(node_bytes(t))
+                addr = place(node_bytes(t), align)
                 img = build_node(addr, t, SPECIAL_DEPTH, pkey[pd + 1:SPECIAL_DEPTH], 0,
                                  [leaf_entry(lo & 0xFF, a) for a, lo in leaves])
                 write(addr, img.pack())
@@ -172,7 +182,7 @@ class DolphinSystem(System):
             for g in group:
                 kids.setdefault(g[0][j], []).append(g)
             t = type_for(len(kids))
-            addr = place(node_bytes(t))
+            addr = place(node_bytes(t), align)
             img = build_node(addr, t, j, group[0][0][pd + 1:j], 0, [])
             for s_, (b, sub) in enumerate(sorted(kids.items())):
                 slot = b if t == NODE_256 else s_

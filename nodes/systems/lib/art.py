@@ -96,6 +96,12 @@ def node_bytes(node_type: int) -> int:
     return ENTRIES_OFF + 8 * slots_of(node_type)
 
 
+def slot_units(units: int, align_units: int) -> int:
+    """``units`` 64-byte units rounded up to whole slots of ``align_units`` units: what an
+    allocation takes when every allocation starts at an ``align_units * 64``-byte boundary."""
+    return -(-units // align_units) * align_units
+
+
 def node_units(node_type: int) -> int:
     """64-byte allocation units of a node (the systems library allocator's unit)."""
     return (node_bytes(node_type) + UNIT - 1) // UNIT
@@ -423,11 +429,16 @@ class ArtTree:
     special node). ``retry_ns``: the wait before re-reading a node still being written."""
 
     def __init__(self, root: int, memory_nodes, allocator: ChunkAllocator, leaf_key=None, retry_ns: int = 500,
-                 full_nodes: bool = False):
+                 full_nodes: bool = False, align_units: int = 1):
         self.root = root
         # SMART's code allocates every internal node at NODE_256 size (to grow it in place); with
         # ``full_nodes`` this tree does too (the memory footprint only: nodes still grow out of place)
         self.full_nodes = bool(full_nodes)
+        # a node takes whole slots of ``align_units`` 64-byte units (SMART's and Dolphin's code
+        # start every node's allocation at a 256-byte boundary: align_units = 4)
+        if align_units < 1:
+            raise ValueError(f"align_units must be at least 1, got {align_units}")
+        self.align_units = int(align_units)
         self.memory_nodes = tuple(memory_nodes)
         if len(self.memory_nodes) > MAX_INTERNAL_MN + 1:
             raise ValueError(f"ART entries name at most {MAX_INTERNAL_MN + 1} memory nodes (mn_id:4), "
@@ -466,8 +477,9 @@ class ArtTree:
 
     # -- node verbs -------------------------------------------------------------------------------
     def units_for(self, node_type: int) -> int:
-        """64-byte units a node of ``node_type`` takes (``full_nodes``: a NODE_256's)."""
-        return node_units(NODE_256 if self.full_nodes else node_type)
+        """64-byte units a node of ``node_type`` takes (``full_nodes``: a NODE_256's), in whole
+        slots of ``align_units``."""
+        return slot_units(node_units(NODE_256 if self.full_nodes else node_type), self.align_units)
 
     def alloc_node(self, co, node_type: int):
         """Generator: the global address of a fresh (zeroed) block for a node of ``node_type``."""

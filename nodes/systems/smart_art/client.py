@@ -63,7 +63,7 @@ from nodes.systems.lib.alloc import UNIT, ChunkAllocator
 from nodes.systems.lib.cpu_costs import SoftwareCosts
 from nodes.systems.lib.art import (
     ENTRIES_OFF, NODE_256, ArtTree, decode_entry, entry_byte, is_frozen, is_leaf_entry, min_entries, node_bytes,
-    parse_node, read_leaf_key_at, with_partial,
+    parse_node, read_leaf_key_at, slot_units, with_partial,
 )
 from nodes.systems.lib.local_lock import LocalLockTable
 from nodes.systems.lib.radix_cache import RadixCache
@@ -176,8 +176,11 @@ class SmartArtClient(KVClient):
         # No reclaimer: unlinked leaves are never reused (module docstring); nodes never are either.
         self.alloc = ChunkAllocator(fabric, mns, layout["chunk_bytes"], start=owner.node * 7 + thread.index,
                                     owner="SMART-ART")
+        # every allocation takes whole slots of ``alloc_align`` bytes (SMART's code: 256)
+        self._align = int(options.get("alloc_align", layout.get("alloc_align", UNIT))) // UNIT
         self.tree = ArtTree(root, mns, self.alloc, leaf_key=read_leaf_key_at(KEY),
-                            full_nodes=bool(options.get("full_nodes", layout.get("full_nodes", False))))
+                            full_nodes=bool(options.get("full_nodes", layout.get("full_nodes", False))),
+                            align_units=self._align)
         self.retry_ns = self.tree.retry_ns
         # a GET's first READ: the size of the last leaf this client read or wrote (SMART's leaves
         # have one size; here values vary, and a longer leaf costs a second READ)
@@ -251,7 +254,7 @@ class SmartArtClient(KVClient):
     def new_leaf(self, co, key: bytes, value: bytes, rev_ptr: int = 0):
         """Generator: allocate a leaf for ``value`` and queue its WRITE; ``(addr, units)``."""
         units = leaf_units(len(value))
-        node, off = yield from self.alloc.alloc(co, units)
+        node, off = yield from self.alloc.alloc(co, slot_units(units, self._align))
         addr = gaddr(node, off)
         co.write(addr, leaf_image(key, value, units, rev_ptr))
         self.leaves_written += 1
@@ -260,7 +263,7 @@ class SmartArtClient(KVClient):
 
     def _unlinked(self, leaf_addr: int, units: int) -> None:
         """The leaf left its key's chain: out of ``memory_bytes``, never reused."""
-        self.alloc.retire(gaddr_node(leaf_addr), gaddr_offset(leaf_addr), units)
+        self.alloc.retire(gaddr_node(leaf_addr), gaddr_offset(leaf_addr), slot_units(units, self._align))
 
     # -- finding a key's current leaf ------------------------------------------------------------
     def find(self, co, key: bytes, mark=None):
@@ -399,13 +402,13 @@ class SmartArtClient(KVClient):
             h = co.cas(loc.entry_addr, old, want)
             yield co.sync()
             if h.value != old:
-                self.alloc.release(gaddr_node(new), gaddr_offset(new), units)
+                self.alloc.release(gaddr_node(new), gaddr_offset(new), slot_units(units, self._align))
                 return False
             yield from self._decide(co, leaf, dead(new))     # (a delete may have decided first)
             self.out_of_place_updates += 1
             return True
         if not (yield from self._decide(co, leaf, dead(new))):
-            self.alloc.release(gaddr_node(new), gaddr_offset(new), units)
+            self.alloc.release(gaddr_node(new), gaddr_offset(new), slot_units(units, self._align))
             return False
         self.out_of_place_updates += 1
         self._unlinked(leaf.addr, leaf.units)
@@ -454,7 +457,7 @@ class SmartArtClient(KVClient):
                 self.chain_hops += 1
                 leaf = yield from self.read_leaf(co, successor_of(leaf.status))
             if not leaf.status & DEAD:
-                self.alloc.release(gaddr_node(addr), gaddr_offset(addr), units)
+                self.alloc.release(gaddr_node(addr), gaddr_offset(addr), slot_units(units, self._align))
                 return False
             # deleted: a new chain starts at the entry, if it still holds what the walk saw
             want = self._entry_to(addr, res.word)

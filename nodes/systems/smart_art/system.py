@@ -7,7 +7,7 @@ from nodes.systems.api import Option, System, SystemGaveUp
 from nodes.systems.lib.alloc import UNIT
 from nodes.systems.lib.art import (
     ENTRIES_OFF, NODE_256, NodeImage, encode_entry, encode_header, encode_leaf_entry,
-    first_difference, node_units, setup_root, type_for,
+    first_difference, node_units, setup_root, slot_units, type_for,
 )
 from nodes.systems.lib.memory_nodes import memory_node_indexes
 from shm.fabric import gaddr, gaddr_node, gaddr_offset
@@ -29,7 +29,8 @@ class SmartArtSystem(System):
     supports_scan = True
     options = (
         Option("cache_bytes", 64_000_000, "bytes of the radix cache of internal nodes per compute node (shared by "
-               "its threads; an entry costs its node image + 64 B); 0: no cache, every walk starts at the root",
+               "its threads; an entry costs what SMART's code counts: 26 B + 8 B a slot); 0: no cache, every walk "
+               "starts at the root",
                minimum=0, maximum=1 << 40),
         Option("chunk_bytes", 1 << 20, "bytes of the chunks a client obtains from a memory node (one RPC each) "
                "and carves nodes and leaves out of (at least the largest leaf)", minimum=MAX_LEAF_BYTES,
@@ -40,6 +41,10 @@ class SmartArtSystem(System):
         Option("full_nodes", False, "allocate every internal node at NODE_256 size (2112 B), as SMART's code does "
                "to grow nodes in place: its memory footprint (Dolphin's Table II); nodes still grow out of place "
                "and are READ at their type's size"),
+        Option("alloc_align", UNIT, "bytes every allocation (a leaf, a node) is rounded up to: 64, dmrack's "
+               "allocator unit, or 256 as SMART's code, whose LocalAllocator starts every allocation at a "
+               "2^ALLOC_ALLIGN_BIT = 256-byte boundary: its memory footprint (Dolphin's Table II); READs keep "
+               "their sizes; a multiple of 64", minimum=UNIT, maximum=4096),
         Option("fault", "none", "a deliberate bug, to prove that dmrack check catches it: 'skip-checksum' takes a "
                "leaf READ without checking its checksum (a READ torn by an in-place update is returned); "
                "'entry-decides' publishes an out-of-place update by the entry CAS before the old leaf is marked "
@@ -51,14 +56,17 @@ class SmartArtSystem(System):
 
     @classmethod
     def footprint(cls, options: dict, capacity: int, key_bytes: int, value_bytes: int) -> int:
-        """One leaf per key (its 64-byte units), for every key but the rack's sizing slack (1024
-        keys); internal nodes not counted (a lower bound)."""
-        return max(0, int(capacity) - 1024) * leaf_units(int(value_bytes)) * UNIT
+        """One leaf per key (its 64-byte units, in whole ``alloc_align`` slots), for every key but
+        the rack's sizing slack (1024 keys); internal nodes not counted (a lower bound)."""
+        align = int((options or {}).get("alloc_align", UNIT)) // UNIT
+        return max(0, int(capacity) - 1024) * slot_units(leaf_units(int(value_bytes)), align) * UNIT
 
     @classmethod
     def setup(cls, fabric, memory_nodes: list[int], options: dict, capacity: int) -> dict:
         """The root (a NODE_256 that is never replaced) on the first memory node."""
         opts = cls.check_options(dict(options or {}), f"system {cls.name!r}")
+        if opts["alloc_align"] % UNIT:
+            raise ValueError(f"system {cls.name!r}: alloc_align = {opts['alloc_align']} is not a multiple of {UNIT}")
         mns = memory_node_indexes(fabric, memory_nodes, "SMART-ART")
         root = setup_root(fabric, mns, "SMART-ART")
         return {
@@ -70,6 +78,7 @@ class SmartArtSystem(System):
             "cache_bytes": opts["cache_bytes"],
             "local_lock": opts["local_lock"],
             "full_nodes": opts["full_nodes"],
+            "alloc_align": opts["alloc_align"],
             "capacity": int(capacity),
             "setup_bytes": node_units(NODE_256) * UNIT,
         }
@@ -110,6 +119,7 @@ class SmartArtSystem(System):
             if a[0] == b[0]:
                 raise SystemGaveUp(f"SMART-ART: bulk load of key {a[0]!r} twice")
         mn_id = {n: i for i, n in enumerate(mns)}
+        align = int(layout.get("alloc_align", UNIT)) // UNIT
         total = 0
         turn = 0
 
@@ -136,7 +146,7 @@ class SmartArtSystem(System):
             if hi - lo == 1:
                 key, value = group[lo]
                 units = leaf_units(len(value))
-                addr = place(units * UNIT)
+                addr = place(slot_units(units, align) * UNIT)
                 write(addr, leaf_image(key, value, units, entry_addr))
                 return leaf_entry(byte, addr)
             first, last = group[lo][0], group[hi - 1][0]
@@ -151,7 +161,7 @@ class SmartArtSystem(System):
                 children.append((b, i, k))
                 i = k
             t = type_for(len(children))
-            addr = place(node_units(NODE_256 if layout.get("full_nodes") else t) * UNIT)
+            addr = place(slot_units(node_units(NODE_256 if layout.get("full_nodes") else t), align) * UNIT)
             slots = [0] * (1 << (t + 1))
             for n, (b, clo, chi) in enumerate(children):
                 slot = b if t == NODE_256 else n
