@@ -15,7 +15,8 @@ every missing key takes the value of the built-in default rack -- ::
     [profile_overrides] "section.key" = value, applied with shm.profile.with_overrides
     [compute]           count, threads, coroutines, memory, qp_policy, threads_per_qp
     [memory]            count, memory, cores (modelled CPU cores for server actors, default 0), kind
-                        ("dram" or "nvm", or one per memory node: persistent memory, docs/nvm.md)
+                        ("dram" or "nvm", or one per memory node: persistent memory, docs/nvm.md),
+                        same_server (mn<i> on cn<i>'s server, sharing its NIC and PCIe)
     [client]            count, memory
     [manager]           count (exactly 1)
     [system]            name, and every other key is an option of that system
@@ -157,7 +158,7 @@ DEFAULT_WORKLOAD_OVERRIDES = {"recordcount": 10_000, "keysize": 8, "valuesize": 
 DEFAULTS = {
     "compute": {"count": 2, "threads": 4, "coroutines": 4, "memory": 64 << 20, "qp_policy": "per_thread_doorbell",
                 "threads_per_qp": None},
-    "memory": {"count": 2, "memory": 512 << 20, "cores": 0, "kind": "dram"},
+    "memory": {"count": 2, "memory": 512 << 20, "cores": 0, "kind": "dram", "same_server": False},
     "client": {"count": 0, "memory": 64 << 20},
     "dpu": {"hosts": [], "cores": None, "memory": 64 << 20},
     "dpa": {"hosts": [], "threads": 16, "memory": 64 << 20},
@@ -192,12 +193,14 @@ class NodeDecl:
     memory_bytes: int
     host: str | None = None   # a DPU's or DPA's host compute node: they share its NIC
     memory_kind: str = "dram"  # a memory node's: "dram" or "nvm" (persistent memory, docs/nvm.md)
+    same_server: bool = False  # with host: on that node's server, its PCIe shared too (memory.same_server)
 
     def fabric_spec(self):
         """The :class:`shm.fabric.NodeSpec` the fabric is created from (imported here: the fabric
         pulls in numba, which reading a spec does not need)."""
         from shm.fabric import NodeSpec
-        return NodeSpec(self.name, self.role, self.memory_bytes, nic_of=self.host, memory_kind=self.memory_kind)
+        return NodeSpec(self.name, self.role, self.memory_bytes, nic_of=self.host, memory_kind=self.memory_kind,
+                        same_server=self.same_server)
 
 
 @dataclass(frozen=True)
@@ -218,6 +221,9 @@ class MemorySpec:
     # what each memory node's memory is, mn0 first: "dram" or "nvm" (persistent memory: the
     # profile's [nvm] table, docs/nvm.md); empty: all DRAM
     kinds: tuple = ()
+    # mn<i> runs on cn<i>'s server: one NIC (units, links, atomics) and one PCIe link for both, as
+    # testbeds that emulate each server as one compute and one memory node (Sherman's README)
+    same_server: bool = False
 
     def kind_of(self, i: int) -> str:
         """Memory node ``i``'s memory kind."""
@@ -393,7 +399,9 @@ class RackSpec:
         pointers), so the same spec always gives the same addresses.
         """
         out = [NodeDecl(f"cn{i}", "compute", self.compute.memory_bytes) for i in range(self.compute.count)]
-        out += [NodeDecl(f"mn{i}", "memory", self.memory.memory_bytes, memory_kind=self.memory.kind_of(i))
+        same = self.memory.same_server
+        out += [NodeDecl(f"mn{i}", "memory", self.memory.memory_bytes, f"cn{i}" if same else None,
+                         memory_kind=self.memory.kind_of(i), same_server=same)
                 for i in range(self.memory.count)]
         out += [NodeDecl(f"cl{i}", "client", self.client.memory_bytes) for i in range(self.client.count)]
         out += [NodeDecl(f"dpu{i}", "dpu", self.dpu.memory_bytes, h) for i, h in enumerate(self.dpu.hosts)]
@@ -423,7 +431,7 @@ class RackSpec:
             f"compute: {c.count} x {c.threads} threads x {c.coroutines} coroutines "
             f"({c.count * c.threads * c.coroutines} clients), {format_size(c.memory_bytes)} each, {c.qp_policy}",
             f"memory: {m.count} x {format_size(m.memory_bytes)}" + (f", {m.cores} cores each" if m.cores else "")
-            + _describe_kinds(m),
+            + _describe_kinds(m) + (", mn<i> on cn<i>'s server (one NIC and PCIe link a pair)" if m.same_server else ""),
         ]
         if self.client.count:
             lines.append(f"client: {self.client.count} x {format_size(self.client.memory_bytes)}")
@@ -959,7 +967,11 @@ def spec_from_dict(data: Mapping[str, Any], *, source: str = "<string>", base_di
     memory = MemorySpec(count=count,
                         memory_bytes=t.get("memory", DEFAULTS["memory"]["memory"], _size()),
                         cores=t.get("cores", DEFAULTS["memory"]["cores"], _int(0, MAX_MEMORY_CORES)),
-                        kinds=t.get("kind", (), _memory_kinds(count, profile)))
+                        kinds=t.get("kind", (), _memory_kinds(count, profile)),
+                        same_server=t.get("same_server", DEFAULTS["memory"]["same_server"], _bool))
+    if memory.same_server and memory.count > compute.count:
+        raise SpecError(f"{label}: memory.same_server = true puts mn<i> on cn<i>'s server, but memory.count = "
+                        f"{memory.count} > compute.count = {compute.count}")
 
     t = _Table(label, "client", data.get("client", {}))
     t.only(_TABLE_KEYS["client"])

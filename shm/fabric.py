@@ -282,6 +282,10 @@ class NodeSpec:
     # what the host memory is: "dram", or "nvm" (persistent memory, the profile's [nvm] table:
     # slower reads, XPLine bandwidth, and WRITEs durable only once flushed; docs/nvm.md)
     memory_kind: str = "dram"
+    # with ``nic_of``: this node runs on the same server as that one (a memory node beside a
+    # compute node, as testbeds that emulate each server as one of each), so their NIC's PCIe link
+    # to host memory is shared too; a DPU or DPA keeps its own (the card's internal path)
+    same_server: bool = False
 
 
 MEMORY_KINDS = ("dram", "nvm")
@@ -290,6 +294,17 @@ MEMORY_KINDS = ("dram", "nvm")
 def nvm_nodes(nodes) -> tuple:
     """Indices of the nodes whose host memory is persistent memory."""
     return tuple(i for i, n in enumerate(nodes) if getattr(n, "memory_kind", "dram") == "nvm")
+
+
+def _same_server(nodes) -> tuple:
+    """Indices of the nodes that share their ``nic_of`` node's server (and so its PCIe link)."""
+    out = []
+    for i, n in enumerate(nodes):
+        if getattr(n, "same_server", False):
+            if getattr(n, "nic_of", None) is None:
+                raise ValueError(f"node {n.name!r}: same_server needs nic_of, the node whose server it shares")
+            out.append(i)
+    return tuple(out)
 
 
 def _nic_of(nodes) -> dict:
@@ -364,7 +379,8 @@ class Fabric:
         self._segments = segments
         # (create has built it already, to size the segments; attach builds the same one here)
         self.layout = layout if layout is not None else nic.FabricLayout.build(
-            profile, [n.name for n in nodes], nic_of=_nic_of(nodes), nvm=nvm_nodes(nodes))
+            profile, [n.name for n in nodes], nic_of=_nic_of(nodes), nvm=nvm_nodes(nodes),
+            same_server=_same_server(nodes))
         self.params = nic.pack_params(profile)
         self.windows = dict.fromkeys(WINDOW_COUNTERS, 0)   # this process's share (see WINDOW_COUNTERS)
         self.table = segments["fabric"].array(np.int64, 0, self.layout.words)
@@ -416,7 +432,8 @@ class Fabric:
                 raise ValueError(f"node {spec.name!r}: persistent memory needs the profile's [nvm] table, which "
                                  f"{profile.name!r} does not have")
         prefix = prefix or new_prefix()
-        layout = nic.FabricLayout.build(profile, [n.name for n in nodes], nic_of=_nic_of(nodes), nvm=nvm_nodes(nodes))
+        layout = nic.FabricLayout.build(profile, [n.name for n in nodes], nic_of=_nic_of(nodes), nvm=nvm_nodes(nodes),
+            same_server=_same_server(nodes))
         segments = {}
         try:
             # one word more than the layout: the private flag, which attach reads

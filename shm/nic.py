@@ -274,11 +274,12 @@ class FabricLayout:
 
     @classmethod
     def build(cls, profile: Profile, nodes, *, doorbells_per_node: int = 512,
-              nic_of: dict | None = None, nvm=()) -> "FabricLayout":
+              nic_of: dict | None = None, nvm=(), same_server=()) -> "FabricLayout":
         """``nic_of``: node index -> index of the node whose NIC it shares (a DPU or DPA on its
         host's card): that node's link, requester and responder units and atomic pipeline and
         slots are the host's calendars; its PCIe (the card's internal path), DMA engine, doorbells
-        and counters stay its own. ``nvm``: indices of the nodes whose host memory is persistent
+        and counters stay its own. ``same_server``: indices of ``nic_of`` nodes on their host's
+        server itself (a memory node beside a compute node): their PCIe is the host's too. ``nvm``: indices of the nodes whose host memory is persistent
         memory (the profile's [nvm] table): they get media read and write calendars, added after
         every other resource so that a rack without NVM has exactly the layout it always had."""
         nodes = tuple(nodes)
@@ -325,6 +326,8 @@ class FabricLayout:
         for i, host in (nic_of or {}).items():
             for k in (D_TX, D_RX, D_REQ, D_RESP, D_ATOMIC, D_SLOT0, D_SLOT_STRIDE, D_N_SLOTS):
                 desc[i, k] = desc[host, k]
+            if i in same_server:
+                desc[i, D_PCIE] = desc[host, D_PCIE]
         state_words = S_DB_USERS + doorbells_per_node
         for i in range(len(nodes)):
             desc[i, D_STATE] = lay.words + i * state_words

@@ -8,8 +8,10 @@ contention model (docs/contention.md) where it matters most: a hot leaf's lock.
 server, on ConnectX-5 100 Gb/s; 64 M keys (``kKeySpace``), 80 % of them inserted before the run;
 keys drawn from a zipfian (0.99) over the key space and hashed onto it (``test/benchmark.cpp``).
 Here: ``cx5-100g``, 8 compute nodes x 22 threads, one coroutine per thread (the released
-benchmark runs without coroutines, ``USE_CORO`` off) and 8 memory nodes, each on its own NIC (the
-paper's servers share one NIC between their compute and memory halves; see docs/sherman.md);
+benchmark runs without coroutines, ``USE_CORO`` off) and 8 memory nodes, memory node i on compute
+node i's server, the two sharing its NIC and PCIe link (``memory.same_server``: Sherman's README,
+"We emulate each server as one compute node and one memory node"; each on its own NIC until issue
+40, see docs/sherman.md);
 100,000 keys (50,000 with ``--quick``) drawn from a zipfian over 64 M items hashed onto the keys
 loaded (``zipfianitems``), so the hottest keys are as hot as in the paper (about 4.9 % of the
 requests on the hottest); writes are updates of loaded keys (the paper's writes are inserts, a
@@ -110,9 +112,11 @@ ABLATION_MIXES = ("write-only", "write-intensive")
 
 
 def scenario(workloads: dict[str, tuple[str, float]], *, records: int, warm_ms: float, measure_ms: float,
-             options: dict | None = None, servers: int = SERVERS, threads: int = THREADS, seed: int = 1) -> dict:
+             options: dict | None = None, servers: int = SERVERS, threads: int = THREADS, seed: int = 1,
+             same_server: bool = True) -> dict:
     """The rack and steps as a scenario document: load, then per named workload (name ->
-    (distribution, read proportion)) a warm-up run and a measured run."""
+    (distribution, read proportion)) a warm-up run and a measured run. ``same_server``: each
+    memory node on a compute node's server, sharing its NIC and PCIe (the paper's testbed)."""
     # Inserts, as Sherman's benchmark loads its tree (thread by thread before the measured
     # phase); docs/sherman.md compares against a bulk-loaded tree.
     steps = [{"action": "load", "bulk": False}]
@@ -122,7 +126,8 @@ def scenario(workloads: dict[str, tuple[str, float]], *, records: int, warm_ms: 
     return {
         "rack": {"name": "reproduce-sherman", "profile": PROFILE, "seed": seed},
         "compute": {"count": servers, "threads": threads, "coroutines": 1, "memory": "64MiB"},
-        "memory": {"count": servers, "memory": "128MiB"},
+        # the paper's servers are each one compute and one memory node on one NIC (Sherman's README)
+        "memory": {"count": servers, "memory": "128MiB", "same_server": same_server},
         "system": {"name": "sherman", **(options or {})},
         "workload": {"preset": "a", "recordcount": records, "keysize": 8, "valuesize": 8},
         "workloads": {name: {"preset": "a", "readproportion": reads, "updateproportion": round(1 - reads, 6),
