@@ -61,3 +61,16 @@ def test_same_server_racks_share_a_nic_and_run_slower_under_load():
                                                                      [("mn0", None), ("mn1", None)])
         ops[same] = ColocatedRack(sc).run().steps[-1].ops
     assert 0 < ops[True] < ops[False]
+
+
+def test_the_warm_up_rack_of_a_same_server_rack_builds():
+    """A rack of processes compiles its kernels on a one-compute-node warm-up rack first: its
+    memory nodes keep their own NICs there (a second memory node would name a compute node the
+    warm-up rack does not have)."""
+    from cluster.scenario import scenario_from_dict, warmup_scenario
+    sc = scenario_from_dict({"compute": {"count": 2}, "memory": {"count": 2, "same_server": True},
+                             "system": {"name": "race"}}, source="t")
+    warm = warmup_scenario(sc.spec)
+    assert warm.spec.compute.count == 1 and not warm.spec.memory.same_server
+    with Fabric.create(load_profile("cx6-200g"), [n.fabric_spec() for n in warm.spec.nodes()]):
+        pass
