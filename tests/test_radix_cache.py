@@ -104,20 +104,3 @@ def test_statistics_is_an_immutable_record():
         st.hits = 3
     assert st._fields == ("hits", "misses", "insertions", "evictions", "invalidations", "rejected", "entries",
                           "bytes_used", "budget_bytes")
-
-
-def test_a_search_that_needs_an_entry_pops_to_a_shallower_node_as_smarts_code():
-    """need_entry: the deepest cached node counts only if its image has an entry for the key's
-    byte at its depth (SMART's search_from_cache), else a shallower one does; at floor_depth a
-    node counts if an entry's partial is at or below the byte (Dolphin's special nodes)."""
-    c = RadixCache(1 << 20)
-    top = build_node(1, NODE_16, 2, b"", 0, [encode_leaf_entry(ord("c"), 0, 64)])
-    deep = build_node(2, NODE_16, 5, b"", 0, [encode_leaf_entry(ord("f"), 0, 128)])
-    c.put(b"ab", top)
-    c.put(b"abcde", deep)
-    assert c.lookup(b"abcdefgh", need_entry=True) is deep
-    assert c.lookup(b"abcdeXgh", need_entry=True) is top         # "X" has no entry in the deep node
-    assert c.lookup(b"abcdeXgh") is deep                         # without need_entry: the deepest
-    assert c.lookup(b"abXdefgh", need_entry=True) is None        # nothing cached has it: the root
-    assert c.lookup(b"abcdeggh", need_entry=True, floor_depth=5) is deep   # "f" <= "g"
-    assert c.lookup(b"abcdeagh", need_entry=True, floor_depth=5) is top    # nothing at or below "a"

@@ -115,7 +115,6 @@ class DolphinClient(KVClient):
         # ART nodes take whole slots of ``alloc_align`` bytes (Dolphin's code: 256); leaves do not
         self.tree = ArtTree(layout["root"], mns, self.alloc, leaf_key=read_leaf_key_at(MIN_OFF), retry_ns=RETRY_NS,
                             align_units=int(options.get("alloc_align", layout.get("alloc_align", 64))) // 64)
-        self.tree.cache_floor_depth = SPECIAL_DEPTH     # special nodes: the largest partial <= the key's byte
         self.leaf_writes = options.get("leaf_writes", layout.get("leaf_writes", "any-order"))
         self.spear = Spear(self.NAME)
         # read delegation and write combining among this compute node's GETs and UPDATEs of a key

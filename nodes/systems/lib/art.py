@@ -439,9 +439,6 @@ class ArtTree:
         if align_units < 1:
             raise ValueError(f"align_units must be at least 1, got {align_units}")
         self.align_units = int(align_units)
-        # the depth whose cached nodes dispatch by the largest partial at or below the key's byte
-        # (a system's own node kind, Dolphin's special nodes; -1: none)
-        self.cache_floor_depth = -1
         self.memory_nodes = tuple(memory_nodes)
         if len(self.memory_nodes) > MAX_INTERNAL_MN + 1:
             raise ValueError(f"ART entries name at most {MAX_INTERNAL_MN + 1} memory nodes (mn_id:4), "
@@ -652,16 +649,15 @@ class ArtTree:
 
     # -- descents ---------------------------------------------------------------------------------
     def descent_start(self, co, key: bytes, cache, use_cache: bool):
-        """Generator: ``(image, from cache)``: if ``use_cache``, the deepest cached node that has
-        an entry for ``key``'s byte at its depth (a copy: SMART's ``search_from_cache``), else
-        the root as READ. The root is never cached: SMART's code (``RadixCache::add_to_cache``
-        returns for the top level; Dolphin's keeps it) starts every walk that finds nothing in
-        its cache by READing the root."""
+        """Generator: ``(image, from cache)``: the deepest cached node for ``key`` (a copy) if
+        ``use_cache``, else the root as READ (and cached)."""
         if use_cache and cache is not None:
-            hit = cache.lookup(key, need_entry=True, floor_depth=self.cache_floor_depth)
+            hit = cache.lookup(key)
             if hit is not None:
                 return hit.copy(), True
         img = yield from self.read_node(co, self.root, NODE_256)
+        if cache is not None:
+            cache.put(key[:0], img)
         return img, False
 
     def read_child(self, co, img: NodeImage, slot: int, word: int, img_cached: bool, cache, key: bytes):
@@ -790,10 +786,8 @@ class ArtTree:
             if word == 0:
                 ok, _ = yield from self.cas_slot(co, img, slot, 0, self.leaf_entry_for(b, leaf_addr))
                 if ok:
-                    # the cached image stays as READ, without the new entry: SMART's code does not
-                    # put its own insert into its cache either (the next search of this key pops to
-                    # the node's parent and READs the node: the paper's "cache invalidation" of an
-                    # insert, Dolphin's Fig. 7c)
+                    if cache is not None:
+                        cache.put(key[:hd.depth], img)     # the image with the new entry
                     return InsertResult(True, leaf_addr, img.entry_addr(slot), img.entries[slot])
                 continue                             # the slot took another entry: look again
             if is_frozen(word):                      # being replaced: the header forwards

@@ -54,14 +54,6 @@ HASH_KEY_BYTES = 8           # sizeof(Key), which Dolphin's add_to_cache consume
 MAX_DEPTH = 7                # the deepest dispatch byte of an 8-byte key
 
 
-def _has_entry(image, byte: int, floor: bool) -> bool:
-    """Whether ``image`` has an entry for key byte ``byte``: one of that partial, or with
-    ``floor`` one whose partial is at or below it."""
-    if not floor:
-        return image.find(byte)[1] != 0
-    return any(e and e >> 56 <= byte for e in image.entries)
-
-
 class RadixCacheStats(NamedTuple):
     hits: int
     misses: int
@@ -112,23 +104,15 @@ class RadixCache:
         """``(prefix, depth)`` of every entry, least recently used first."""
         return list(self._entries)
 
-    def lookup(self, key: bytes, max_depth: int = MAX_DEPTH, need_entry: bool = False, floor_depth: int = -1):
+    def lookup(self, key: bytes, max_depth: int = MAX_DEPTH):
         """The image of the deepest cached node whose prefix ``key`` starts with (refreshed as
-        most recently used), or None. With ``need_entry``, only a node whose image has an entry
-        for the key's byte at its depth counts, a shallower one otherwise: the search of SMART's
-        code (``RadixCache::search_from_cache`` pops to the next shallower cached node when the
-        deeper one's record for the key is null), so a key entered after its node was cached is
-        found through the node's parent, which READs the node again. A node at ``floor_depth``
-        (Dolphin's special nodes, which dispatch on the last key byte by the largest partial at
-        or below it) counts if it has such an entry (Dolphin's ``search_from_cache``)."""
+        most recently used), or None."""
         entries = self._entries
         key = bytes(key)
         for d in range(min(max_depth, len(key)), -1, -1):
             k = (key[:d], d)
             got = entries.get(k)
             if got is not None:
-                if need_entry and d < len(key) and not _has_entry(got[0], key[d], d == floor_depth):
-                    continue
                 entries.move_to_end(k)
                 self.hits += 1
                 return got[0]

@@ -122,8 +122,8 @@ class _CountingCache:
         self.cache = cache
         self.hits = self.misses = self.invalidations = 0
 
-    def lookup(self, key, need_entry: bool = False, floor_depth: int = -1):
-        got = self.cache.lookup(key, need_entry=need_entry, floor_depth=floor_depth)
+    def lookup(self, key):
+        got = self.cache.lookup(key)
         if got is None:
             self.misses += 1
         else:
