@@ -431,7 +431,7 @@ class RackSpec:
             f"compute: {c.count} x {c.threads} threads x {c.coroutines} coroutines "
             f"({c.count * c.threads * c.coroutines} clients), {format_size(c.memory_bytes)} each, {c.qp_policy}",
             f"memory: {m.count} x {format_size(m.memory_bytes)}" + (f", {m.cores} cores each" if m.cores else "")
-            + _describe_kinds(m) + (", mn<i> on cn<i>'s server (one NIC and PCIe link a pair)" if m.same_server else ""),
+            + _describe_kinds(m) + (", mn<i> on cn<i>'s server (one NIC, one PCIe link)" if m.same_server else ""),
         ]
         if self.client.count:
             lines.append(f"client: {self.client.count} x {format_size(self.client.memory_bytes)}")

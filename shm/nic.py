@@ -279,7 +279,8 @@ class FabricLayout:
         host's card): that node's link, requester and responder units and atomic pipeline and
         slots are the host's calendars; its PCIe (the card's internal path), DMA engine, doorbells
         and counters stay its own. ``same_server``: indices of ``nic_of`` nodes on their host's
-        server itself (a memory node beside a compute node): their PCIe is the host's too. ``nvm``: indices of the nodes whose host memory is persistent
+        server itself (a memory node beside a compute node): their PCIe is the host's
+        too. ``nvm``: indices of the nodes whose host memory is persistent
         memory (the profile's [nvm] table): they get media read and write calendars, added after
         every other resource so that a rack without NVM has exactly the layout it always had."""
         nodes = tuple(nodes)

@@ -30,10 +30,11 @@ keeps; read in github.com/dmemsys/SMART and github.com/hust-anhang/Dolphin). An 
 
 Until issue 40 an entry cost its image plus 64 B of assumed C++ overhead: 208 B for Dolphin's
 special node (a NODE_16) where its code counts 162, 2,128 B for a NODE_256 where SMART's counts
-2,074. ``bytes_used`` never exceeds
-``budget_bytes``: a ``put`` evicts least-recently-used entries (a lookup hit or a put refreshes an
-entry) until the new one fits, and an entry larger than the whole budget is not cached (counted in
-``rejected``). A budget of 0 caches nothing.
+2,074.
+
+``bytes_used`` never exceeds ``budget_bytes``: a ``put`` evicts least-recently-used entries (a
+lookup hit or a put refreshes an entry) until the new one fits, and an entry larger than the
+whole budget is not cached (counted in ``rejected``). A budget of 0 caches nothing.
 
 The cache holds images as last read; they may be stale (a node replaced by a bigger one, a child
 replaced by a split). The walk detects that (``rev_ptr``, forwarding headers, a negative answer
