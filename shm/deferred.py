@@ -100,6 +100,14 @@ class ReadBatch:
         return self.left > 0
 
 
+def _first_due(h: list) -> int:
+    """The time of the earliest batch of a node's heap with rows still deferred (INF if none),
+    dropping the batches that completed meanwhile from its top."""
+    while h and not h[0][2].left:
+        heappop(h)
+    return h[0][0] if h else INF
+
+
 class DeferredReads:
     """The deferred READ batches of one process, per node, ordered by their earliest row."""
 
@@ -159,33 +167,22 @@ class DeferredReads:
         """Land every deferred READ due before time ``t`` (a rack of processes: see the module
         docstring); True if there was one."""
         landed = False
-        for node in self.heaps:
-            h = self.heaps[node]
-            while h and not h[0][2].left:
-                heappop(h)
-            if h and h[0][0] < t:
+        for node, h in self.heaps.items():
+            if _first_due(h) < t:
                 self._land_node_before(node, (t, -1))
                 landed = True
         return landed
 
     def earliest(self) -> int:
         """The earliest effect time of a READ still deferred (INF if none): ``next_time`` of every
-        node, as one loop (a rack of processes asks at every refresh of its clock)."""
-        m = INF
-        for h in self.heaps.values():
-            while h and not h[0][2].left:
-                heappop(h)
-            if h and h[0][0] < m:
-                m = h[0][0]
-        return m
+        node (a rack of processes asks at every refresh of its clock)."""
+        return min(map(_first_due, self.heaps.values()), default=INF)
 
     def next_time(self, node: int) -> int:
         """When the node's earliest deferred READ lands at the latest (INF if none): a write may
         land lines ahead of time only before it."""
         h = self.heaps.get(node)
-        while h and not h[0][2].left:
-            heappop(h)
-        return h[0][0] if h else INF
+        return INF if h is None else _first_due(h)
 
 
 def deferred_reads_of(fabric, env) -> DeferredReads | None:
