@@ -48,6 +48,7 @@ class Option:
     minimum: float | None = None
     maximum: float | None = None
     choices: tuple = ()
+    multiple_of: int | None = None     # an integer option's step (e.g. an allocation granule)
 
     def check(self, value, where: str):
         """Return ``value`` converted to the default's type, or raise ValueError naming ``where``."""
@@ -66,6 +67,8 @@ class Option:
                 raise ValueError(f"{where}: {self.name} = {value} is below the minimum {self.minimum:g}")
             if self.maximum is not None and value > self.maximum:
                 raise ValueError(f"{where}: {self.name} = {value} is above the maximum {self.maximum:g}")
+            if self.multiple_of and value % self.multiple_of:
+                raise ValueError(f"{where}: {self.name} = {value} is not a multiple of {self.multiple_of}")
             return value
         if not isinstance(value, kind):
             raise ValueError(f"{where}: {self.name} must be a {kind.__name__}, got {value!r}")

@@ -49,7 +49,7 @@ class DolphinSystem(System):
         Option("alloc_align", 64, "bytes every ART node (internal or special) is rounded up to: 64, dmrack's "
                "allocator unit, or 256 as Dolphin's code, which allocates nodes aligned to 2^ALLOC_ALLIGN_BIT = "
                "256 bytes (leaves unaligned): its memory footprint (Table II); a multiple of 64",
-               minimum=64, maximum=4096),
+               minimum=64, maximum=4096, multiple_of=64),
     )
 
     @classmethod
@@ -64,8 +64,6 @@ class DolphinSystem(System):
     def setup(cls, fabric, memory_nodes: list[int], options: dict, capacity: int) -> dict:
         """Expose the memory nodes and put the ART root (a NODE_256 never replaced) on the first."""
         opts = cls.check_options(dict(options or {}), f"system {cls.name!r}")
-        if opts["alloc_align"] % 64:
-            raise ValueError(f"system {cls.name!r}: alloc_align = {opts['alloc_align']} is not a multiple of 64")
         mns = memory_node_indexes(fabric, memory_nodes, "Dolphin")
         root = setup_root(fabric, mns, "Dolphin")
         return {

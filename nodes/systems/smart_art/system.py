@@ -44,7 +44,7 @@ class SmartArtSystem(System):
         Option("alloc_align", UNIT, "bytes every allocation (a leaf, a node) is rounded up to: 64, dmrack's "
                "allocator unit, or 256 as SMART's code, whose LocalAllocator starts every allocation at a "
                "2^ALLOC_ALLIGN_BIT = 256-byte boundary: its memory footprint (Dolphin's Table II); READs keep "
-               "their sizes; a multiple of 64", minimum=UNIT, maximum=4096),
+               "their sizes; a multiple of 64", minimum=UNIT, maximum=4096, multiple_of=UNIT),
         Option("fault", "none", "a deliberate bug, to prove that dmrack check catches it: 'skip-checksum' takes a "
                "leaf READ without checking its checksum (a READ torn by an in-place update is returned); "
                "'entry-decides' publishes an out-of-place update by the entry CAS before the old leaf is marked "
@@ -65,8 +65,6 @@ class SmartArtSystem(System):
     def setup(cls, fabric, memory_nodes: list[int], options: dict, capacity: int) -> dict:
         """The root (a NODE_256 that is never replaced) on the first memory node."""
         opts = cls.check_options(dict(options or {}), f"system {cls.name!r}")
-        if opts["alloc_align"] % UNIT:
-            raise ValueError(f"system {cls.name!r}: alloc_align = {opts['alloc_align']} is not a multiple of {UNIT}")
         mns = memory_node_indexes(fabric, memory_nodes, "SMART-ART")
         root = setup_root(fabric, mns, "SMART-ART")
         return {
