@@ -154,23 +154,23 @@ def leaf_probe(buf64, w0, key, home):
     nv = buf64[w0] & 0xFFFFFFFF
     found = 0
     pending = 0
-    for i in range(1, 16):
+    for i in range(1, LINES):
         w = buf64[w0 + 8 * i]
         if (w & 0xFFFFFFFF) != nv:
             return -1
-        for j in range(3):
+        for j in range(PER_LINE):
             if buf64[w0 + 8 * i + 2 + 2 * j] != 0:
-                e = 3 * (i - 1) + j + 1
+                e = PER_LINE * (i - 1) + j + 1
                 if (w >> (32 + 8 * j)) & 0xFF:
                     if found == 0 and buf64[w0 + 8 * i + 1 + 2 * j] == key:
                         found = e
                 else:
                     pending |= 1 << (e - 1)
     free = 0
-    for n in range(45):
-        e = (home + n) % 45 + 1
-        i = 1 + (e - 1) // 3
-        if buf64[w0 + 8 * i + 2 + 2 * ((e - 1) % 3)] == 0:
+    for n in range(LEAF_SLOTS):
+        e = (home + n) % LEAF_SLOTS + 1
+        i = 1 + (e - 1) // PER_LINE
+        if buf64[w0 + 8 * i + 2 + 2 * ((e - 1) % PER_LINE)] == 0:
             free = e
             break
     return found | (free << 8) | (pending << 16)
