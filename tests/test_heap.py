@@ -47,7 +47,7 @@ def test_the_baselines_caches_count_their_codes_entries():
 
     class Env:
         now = 0
-    f = AddressCache(1000, 3, 0.1, Env(), 10**9)
+    f = AddressCache(1000, 0.1, Env(), 10**9)
     for i in range(20):
         f.seen(i.to_bytes(8, "big"), 64 * i, i)
     assert len(f) == 1000 // 184 and f.bytes == 5 * 184

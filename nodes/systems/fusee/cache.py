@@ -57,10 +57,9 @@ class Entry:
 
 
 class AddressCache:
-    def __init__(self, budget: int, replicas: int, threshold: float, env, lease_ns: int):
+    def __init__(self, budget: int, threshold: float, env, lease_ns: int):
         self.lease_ns = int(lease_ns)
         self.budget = max(0, int(budget))
-        self.replicas = replicas    # (the entry's size does not depend on it: a fixed array of 10)
         self.threshold = threshold
         self.env = env
         self._d: OrderedDict = OrderedDict()
@@ -116,11 +115,11 @@ class AddressCache:
             self.bytes -= e.size
 
 
-def cache_of(layout: dict, node: int, env, budget: int, replicas: int, threshold: float,
+def cache_of(layout: dict, node: int, env, budget: int, threshold: float,
              lease_ns: int) -> AddressCache:
     """The cache of compute node ``node`` (one per node and rack: keyed by the layout's nonce)."""
     key = (layout["nonce"], node)
     c = _CACHES.get(key)
     if c is None or c.env is not env:
-        c = _CACHES[key] = AddressCache(budget, replicas, threshold, env, lease_ns)
+        c = _CACHES[key] = AddressCache(budget, threshold, env, lease_ns)
     return c

@@ -109,8 +109,7 @@ class FuseeClient(RaceClient):
         # (the RACE client's allocator takes replicated chunks: layout["block_copies"])
         opts = layout["options"]
         lease = opts["cache_lease_us"] * 1000
-        self.cache = cache_of(layout, node, thread.env, opts["cache_bytes"], self.r, opts["miss_rate_threshold"],
-                              lease)
+        self.cache = cache_of(layout, node, thread.env, opts["cache_bytes"], opts["miss_rate_threshold"], lease)
         # a replaced block comes back only after every cached word naming it has expired (cache.py)
         self.reclaim.min_age_ns = lease
         self._prev_log = 0            # this client's last log entry (the tail's prev pointer)
