@@ -112,11 +112,9 @@ ABLATION_MIXES = ("write-only", "write-intensive")
 
 
 def scenario(workloads: dict[str, tuple[str, float]], *, records: int, warm_ms: float, measure_ms: float,
-             options: dict | None = None, servers: int = SERVERS, threads: int = THREADS, seed: int = 1,
-             same_server: bool = True) -> dict:
+             options: dict | None = None, servers: int = SERVERS, threads: int = THREADS, seed: int = 1) -> dict:
     """The rack and steps as a scenario document: load, then per named workload (name ->
-    (distribution, read proportion)) a warm-up run and a measured run. ``same_server``: each
-    memory node on a compute node's server, sharing its NIC and PCIe (the paper's testbed)."""
+    (distribution, read proportion)) a warm-up run and a measured run."""
     # Inserts, as Sherman's benchmark loads its tree (thread by thread before the measured
     # phase); docs/sherman.md compares against a bulk-loaded tree.
     steps = [{"action": "load", "bulk": False}]
@@ -127,7 +125,7 @@ def scenario(workloads: dict[str, tuple[str, float]], *, records: int, warm_ms: 
         "rack": {"name": "reproduce-sherman", "profile": PROFILE, "seed": seed},
         "compute": {"count": servers, "threads": threads, "coroutines": 1, "memory": "64MiB"},
         # the paper's servers are each one compute and one memory node on one NIC (Sherman's README)
-        "memory": {"count": servers, "memory": "128MiB", "same_server": same_server},
+        "memory": {"count": servers, "memory": "128MiB", "same_server": True},
         "system": {"name": "sherman", **(options or {})},
         "workload": {"preset": "a", "recordcount": records, "keysize": 8, "valuesize": 8},
         "workloads": {name: {"preset": "a", "readproportion": reads, "updateproportion": round(1 - reads, 6),
