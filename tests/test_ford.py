@@ -186,6 +186,57 @@ def test_unlock_before_backups_with_a_crash_loses_money(prefix):
     assert not rep.ok
 
 
+@contextlib.contextmanager
+def _cpu_charges(rig):
+    """The CPU (ns) the coordinator's thread is charged, one entry per charge."""
+    from shm.coro import RdmaThread
+    charges = []
+    cpu = RdmaThread.cpu
+    with mock.patch.object(RdmaThread, "cpu", lambda thr, ns: charges.append(ns) or cpu(thr, ns)):
+        yield charges
+
+
+def test_an_attempt_costs_the_cpu_the_artifact_code_measured(prefix):
+    """A SmallBank transaction charges its coordinator, once per attempt, the CPU its code took in
+    SMART's artifact (code_costs.py: cycles at the profile's clock), ``txn_cpu_ns`` on top; an
+    attempt aborted in execution pays it too. A transaction the table does not hold, or
+    ``code_cpu = "formula"``, is priced by the [software] formula."""
+    from nodes.systems.ford.code_costs import CODE_CYCLES, code_ns
+    with TxnRig(FordSystem, WL, {"txn_cpu_ns": 7}, prefix=prefix) as rig:
+        ghz = rig.fab.profile.cpu.ghz
+        assert rig.run(deposit_checking, 5).committed             # warms the address cache
+        with _cpu_charges(rig) as charges:
+            assert rig.run(deposit_checking, 5).committed
+        assert charges == [round(CODE_CYCLES["DepositChecking"] / ghz) + 7] == [code_ns("DepositChecking", ghz) + 7]
+        with _cpu_charges(rig) as charges:
+            assert rig.run(send_payment, 1, 2).committed
+        assert charges == [code_ns("SendPayment", ghz) + 7]
+
+        def mine(tx, a):                                           # not a SmallBank transaction
+            chk = tx.read_for_update("checking", a)
+            yield from tx.execute()
+            tx.write(chk, chk.value + 1)
+        with _cpu_charges(rig) as charges:
+            assert rig.run(mine, 5, name="Mine").committed
+        assert len(charges) == 1 and 7 < charges[0] < code_ns("DepositChecking", ghz)
+
+        # an attempt that finds its lock held aborts in execution and still pays, once
+        assert rig.run(deposit_checking, 7).committed                # warm
+        from shm.fabric import gaddr_offset
+        mem, word = rig.fab.memory[1].host64, (gaddr_offset(rig.client.cache[(2, 7)]) + LOCK_OFF) // 8
+        mem[word] = LOCKED
+        with _cpu_charges(rig) as charges:
+            out = rig.run(deposit_checking, 7)
+        mem[word] = 0
+        assert (out.committed, out.reason) == (False, "lock")
+        assert charges == [code_ns("DepositChecking", ghz) + 7]
+    with TxnRig(FordSystem, WL, {"code_cpu": "formula"}, prefix=prefix) as rig:
+        assert rig.run(deposit_checking, 5).committed
+        with _cpu_charges(rig) as charges:
+            assert rig.run(deposit_checking, 5).committed
+        assert len(charges) == 1 and charges[0] < code_ns("DepositChecking", rig.fab.profile.cpu.ghz)
+
+
 def test_bad_options_are_one_line(prefix):
     for opts, word in [({"replicas": 0}, "minimum"), ({"abort_unlocks": "some"}, "not one of"),
                        ({"flush": 1}, "must be a str"), ({"nope": 1}, "unknown option")]:

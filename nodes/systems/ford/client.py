@@ -33,6 +33,7 @@ Failpoints between the phases (``ford.executed``, ``ford.validated``, ``ford.pri
 from __future__ import annotations
 
 from nodes.systems.lib.cpu_costs import SoftwareCosts
+from nodes.systems.ford.code_costs import code_ns
 from nodes.systems.race.client import hash_ns
 from nodes.systems.txn import Item, Txn, TxnAborted, TxnClient
 from shm.fabric import gaddr
@@ -62,6 +63,8 @@ class _State:
 
 
 class FordTxn(Txn):
+    cpu_charged = False                  # the attempt's own CPU charged (FordClient.charge_attempt)
+
     def _execute_stage(self, items: list[Item]):
         cl: FordClient = self.client
         co = self.co
@@ -148,10 +151,7 @@ class FordTxn(Txn):
         co = self.co
         rw = [it for it in self.items if it.mode != Item.READ]
         ro = [it for it in self.items if it.mode == Item.READ]
-        lines = sum(-(-it.state.tinfo["item_bytes"] // 64) for it in self.items)
-        rw_lines = sum(-(-it.state.tinfo["item_bytes"] // 64) for it in rw)
-        cl.thread.cpu(cl._attempt_ns + len(self.items) * cl._record_ns + (lines + 2 * rw_lines) * cl._line_ns
-                      + cl.txn_cpu_ns)
+        cl.charge_attempt(self)
         if rw:
             cl._log(co, self, rw)
         unlocked = [it for it in rw if not it.state.locked]
@@ -204,6 +204,8 @@ class FordTxn(Txn):
                 co.write(st.addr + LOCK_OFF, 0)
                 st.locked = False
         co.post()                                # not awaited (FORD: unsignalled)
+        # an attempt that ends in execution has not paid its CPU yet (one that fails validation has)
+        cl.charge_attempt(self)
         return
         yield  # pragma: no cover
 
@@ -223,12 +225,16 @@ class FordClient(TxnClient):
         self.flush = options["flush"]
         self.fault = options["fault"]
         self.txn_cpu_ns = options["txn_cpu_ns"]
-        # The coordinator's own CPU per attempt, priced from the profile's [software] table as every
-        # system's (nodes/systems/lib/cpu_costs.py), not fitted to a figure: the fixed work of an
-        # operation (op_cycles); per record the address-cache lookup (hashing its 8-byte key, one
-        # DRAM miss into the map) and its lines checked (line_cycles each); per read-write record
-        # its before-image copied into the undo log and its new image built (its lines twice).
-        # The verbs' own posting and polling are charged by the verbs layer.
+        # The coordinator's own CPU per attempt (the verbs' posting and polling are charged by the
+        # verbs layer). A transaction of FORD's SmallBank or TATP costs what the artifact's code
+        # measured (code_costs.py, option code_cpu = "artifact"); any other, or code_cpu =
+        # "formula", is priced from the profile's [software] table as every system's
+        # (nodes/systems/lib/cpu_costs.py): the fixed work of an operation (op_cycles); per record
+        # the address-cache lookup (hashing its 8-byte key, one DRAM miss into the map) and its
+        # lines checked (line_cycles each); per read-write record its before-image copied into the
+        # undo log and its new image built (its lines twice).
+        self._measured = options["code_cpu"] == "artifact"
+        self._ghz = fabric.profile.cpu.ghz
         sw = SoftwareCosts(fabric.profile)
         self._attempt_ns = sw.op_ns
         self._record_ns = hash_ns(fabric.profile, 8) + sw.dram_ns
@@ -274,6 +280,23 @@ class FordClient(TxnClient):
                 return out._replace(attempts=attempt + 1)
             attempt += 1
             self.count("retries")
+
+    def attempt_ns(self, tx: FordTxn) -> int:
+        """The coordinator's own CPU for attempt ``tx`` (see ``__init__``), ``txn_cpu_ns`` included."""
+        ns = code_ns(tx.name, self._ghz) if self._measured else None
+        if ns is None:
+            lines = sum(-(-it.state.tinfo["item_bytes"] // 64) for it in tx.items if it.state is not None)
+            rw_lines = sum(-(-it.state.tinfo["item_bytes"] // 64) for it in tx.items
+                           if it.state is not None and it.mode != Item.READ)
+            ns = self._attempt_ns + len(tx.items) * self._record_ns + (lines + 2 * rw_lines) * self._line_ns
+        return ns + self.txn_cpu_ns
+
+    def charge_attempt(self, tx: FordTxn) -> None:
+        """Charge the thread the attempt's own CPU, once per attempt: at its commit, or at its
+        abort when it ended before the commit."""
+        if not tx.cpu_charged:
+            tx.cpu_charged = True
+            self.thread.cpu(self.attempt_ns(tx))
 
     def begin(self, co, name: str = "") -> FordTxn:
         return FordTxn(self, co, self.new_txn_id(), name)

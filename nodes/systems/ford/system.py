@@ -65,9 +65,13 @@ class FordSystem(TxnSystem):
                minimum=4096, maximum=1 << 30),
         Option("log_threads", 32, "coordinator threads per compute node the undo-log slices are sized for (a thread "
                "beyond shares a slice modulo this)", minimum=1, maximum=1024),
-        Option("txn_cpu_ns", 0, "modelled CPU ns per transaction attempt added to what the profile's [software] "
-               "prices give (an operation, per record a lookup and its lines, per read-write record its lines "
-               "twice more)", minimum=0, maximum=10**6),
+        Option("code_cpu", "artifact", "the coordinator's own CPU per attempt: 'artifact' (SmallBank's and TATP's "
+               "transactions cost what SMART's artifact code measured, nodes/systems/ford/code_costs.py; any other "
+               "transaction the formula) or 'formula' (every transaction priced from the profile's [software] table: "
+               "an operation, per record a lookup and its lines, per read-write record its lines twice more)",
+               choices=("artifact", "formula")),
+        Option("txn_cpu_ns", 0, "modelled CPU ns per transaction attempt added to the coordinator's own CPU "
+               "(code_cpu)", minimum=0, maximum=10**6),
         Option("fault", "none", "a deliberate bug, to prove the checker catches it: 'commit-without-validation' "
                "skips validation (records not locked in execution are written unlocked); 'unlock-before-backups' "
                "releases the primary's lock in the primary doorbell, before the backups are written",
