@@ -33,12 +33,12 @@ Failpoints between the phases (``ford.executed``, ``ford.validated``, ``ford.pri
 from __future__ import annotations
 
 from nodes.systems.lib.cpu_costs import SoftwareCosts
-from nodes.systems.ford.code_costs import code_ns
 from nodes.systems.race.client import hash_ns
 from nodes.systems.txn import Item, Txn, TxnAborted, TxnClient
 from shm.fabric import gaddr
 from shm.failpoints import failpoint
 
+from .code_costs import code_ns
 from .layout import (
     INVISIBLE, LOCK_OFF, LOCKED, LOG_HEADER, SLOTS_PER_BUCKET, VERSION_OFF, bucket_of, decode_item, encode_item,
     next_off, owner_bits,
