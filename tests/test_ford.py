@@ -4,7 +4,7 @@ Single transactions (verbs and rounds per phase, as docs/dtx.md's table says), t
 replicas, aborts (a held lock, a failed validation, a user abort) leave nothing behind, the
 SmallBank stress checked serializable with its total conserved, FORD's code-level hazard 1 and
 the two faulty variants caught, a coordinator stopped at each failpoint and recovered from the
-undo logs, and bad options."""
+undo logs, the coordinator's CPU per attempt (measured on the artifact's code), and bad options."""
 
 from __future__ import annotations
 
@@ -237,8 +237,24 @@ def test_an_attempt_costs_the_cpu_the_artifact_code_measured(prefix):
         assert len(charges) == 1 and charges[0] < code_ns("DepositChecking", rig.fab.profile.cpu.ghz)
 
 
+def test_every_smallbank_and_tatp_transaction_has_its_measured_cost():
+    """A workload's transaction that the table missed would fall back to the formula silently: the
+    names the workloads draw and their bodies' names are all in it."""
+    from nodes.systems.ford.code_costs import CODE_CYCLES, MEASURED_GHZ, MEASURED_NS, code_ns
+    from workloads import smallbank, tatp
+    for wl in (smallbank, tatp):
+        for name in wl.TYPES:
+            assert name in CODE_CYCLES and wl.BODIES[name].__name__ in CODE_CYCLES
+            assert CODE_CYCLES[name] == CODE_CYCLES[wl.BODIES[name].__name__]
+    assert set(MEASURED_NS) == {"smallbank", "tatp"}
+    assert code_ns("Balance", MEASURED_GHZ) == MEASURED_NS["smallbank"]["Balance"]   # ns back on the host's clock
+    assert code_ns("Balance", 2 * MEASURED_GHZ) == round(MEASURED_NS["smallbank"]["Balance"] / 2)
+    assert code_ns("NotATransaction", 2.4) is None
+
+
 def test_bad_options_are_one_line(prefix):
     for opts, word in [({"replicas": 0}, "minimum"), ({"abort_unlocks": "some"}, "not one of"),
+                       ({"code_cpu": "guess"}, "not one of"),
                        ({"flush": 1}, "must be a str"), ({"nope": 1}, "unknown option")]:
         with pytest.raises(ValueError) as e:
             FordSystem.check_options(opts, "system 'ford'")
