@@ -1,5 +1,6 @@
 """SmallBank as FORD defines it (workloads/smallbank.py): tables, the mix, TX_HOT, the amounts in
-cents, the invariant's arithmetic, and bad parameters refused in one line."""
+cents, the invariant's arithmetic, the tables a long run leaves (warm_transactions), and bad
+parameters refused in one line."""
 
 from __future__ import annotations
 
@@ -48,7 +49,40 @@ def test_total_check():
     assert not rep.ok and "off by -130 cents" in rep.message
 
 
+def test_warm_transactions_load_the_tables_a_long_run_leaves():
+    """``warm_transactions``: the tables as the mix's first transactions leave them, run one at a
+    time in memory by the same bodies; their total is what the committed ones created, and once
+    the hot accounts have been emptied by Amalgamates, SendPayments from them fail (the artifact's
+    14 % aborts at one uncontended thread)."""
+    from workloads.smallbank import BODIES, WARM_SEED
+    from workloads.tables import run_in_memory
+    cold = SmallBank(accounts=2_000, hot_accounts=200)
+    warm = SmallBank(accounts=2_000, hot_accounts=200, warm_transactions=20_000)
+    assert warm.initial_total() == sum(CENTS.decode(v) for t in ("savings", "checking") for _, v in warm.rows(t))
+    # the same stream, replayed here, creates exactly the total's change
+    state = {(t, k): cold.initial_balance_cents for t in ("savings", "checking") for k in range(2_000)}
+    rng, created, tried, failed = random.Random(WARM_SEED), 0, Counter(), Counter()
+    for _ in range(20_000):
+        name, body, args = warm.next(rng)
+        before = sum(state.values())
+        tried[name] += 1
+        if run_in_memory(state, body, args):
+            created += sum(state.values()) - before
+        else:
+            failed[name] += 1
+    assert state == warm.warm_state()
+    assert warm.initial_total() == cold.initial_total() + created
+    assert set(failed) == {"SendPayment"} and failed["SendPayment"] > 0.3 * tried["SendPayment"]
+    empty = sum(1 for k in range(200) if warm.warm_state()[("checking", k)] < 500)
+    assert empty > 50 and "loaded as 20,000 transactions leave it" in warm.describe()
+    assert list(cold.rows("savings")) == list(SmallBank(accounts=2_000, hot_accounts=200).rows("savings"))
+    # a body that aborts changes nothing
+    state = {("checking", 1): 100, ("checking", 2): 0}
+    assert not run_in_memory(state, BODIES["SendPayment"], (1, 2)) and state == {("checking", 1): 100, ("checking", 2): 0}
+
+
 @pytest.mark.parametrize("kw, word", [
+    ({"warm_transactions": -1}, "warm_transactions = -1"),
     ({"accounts": 1}, "accounts = 1"),
     ({"hot_accounts": 5000, "accounts": 1000}, "exceeds accounts"),
     ({"tx_hot": 101}, "tx_hot = 101"),

@@ -62,6 +62,71 @@ def check_mix(workload: str, frequencies, types: tuple) -> tuple[tuple, list]:
     return freq, [t for t, f in zip(types, freq) for _ in range(f)]
 
 
+class _MemoryItem:
+    """A record a body declared in :func:`run_in_memory`: ``table``, ``key``, and after
+    ``execute`` whether it was ``found`` and its ``value``."""
+
+    __slots__ = ("table", "key", "found", "value")
+
+    def __init__(self, table: str, key: int):
+        self.table, self.key, self.found, self.value = table, int(key), False, None
+
+
+class _MemoryAbort(Exception):
+    pass
+
+
+class _MemoryTxn:
+    """The part of a transaction's interface the workloads' bodies use (``read``,
+    ``read_for_update``, ``execute``, ``write``, ``abort``; nodes/systems/txn.py has the real one),
+    against a plain dict, one transaction at a time: no verbs, no concurrency."""
+
+    def __init__(self, state: dict):
+        self.state = state
+        self.items: list = []
+        self.writes: list = []
+
+    def read(self, table: str, key: int) -> _MemoryItem:
+        it = _MemoryItem(table, key)
+        self.items.append(it)
+        return it
+
+    read_for_update = read
+
+    def execute(self):
+        for it in self.items:
+            v = self.state.get((it.table, it.key))
+            it.found, it.value = v is not None, v
+        return
+        yield  # pragma: no cover  (a generator, as the real one: bodies ``yield from`` it)
+
+    def write(self, item: _MemoryItem, value) -> None:
+        self.writes.append((item, value))
+
+    def abort(self, reason: str, detail: str = "") -> None:
+        raise _MemoryAbort(reason)
+
+
+def run_in_memory(state: dict, body, args) -> bool:
+    """Run transaction ``body(tx, *args)`` of a workload against ``state`` ((table, key) -> value),
+    one at a time, and apply its writes if it commits; True if it did. What a workload uses to
+    bring its tables to the state a long run leaves them in before a rack loads them (SmallBank's
+    ``warm_transactions``)."""
+    tx = _MemoryTxn(state)
+    try:
+        gen = body(tx, *args)
+        try:
+            while True:
+                next(gen)
+        except StopIteration:
+            pass
+    except _MemoryAbort:
+        return False
+    for it, value in tx.writes:
+        state[(it.table, it.key)] = value
+    return True
+
+
 class TxnWorkload:
     """What every transactional workload shares (SmallBank, TATP): the attributes a rack reads of a
     workload, and :meth:`from_properties`, the scenario's ``[workload]`` keys (``PARAMETERS``, each
