@@ -114,11 +114,7 @@ def run_in_memory(state: dict, body, args) -> bool:
     ``warm_transactions``)."""
     tx = _MemoryTxn(state)
     try:
-        gen = body(tx, *args)
-        try:
-            while True:
-                next(gen)
-        except StopIteration:
+        for _ in body(tx, *args):       # nothing is ever awaited: execute() yields no event
             pass
     except _MemoryAbort:
         return False
