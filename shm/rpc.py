@@ -44,6 +44,14 @@ upwards), so concurrent callers never take each other's replies. The reply is th
   FlexKV runs 2 proxy threads per compute node. Each thread has a ``shm.coro`` coroutine of its
   own (``request.co``) for one-sided verbs from its handlers (FlexKV's proxy WRITEs the slot to the
   memory node before its local commit); its posts are priced on that thread's core, as a client's.
+* **Server coroutines** (``coroutines=n``): each thread runs ``n`` handlers at once, as a
+  coroutine thread does: while one waits for its verbs or RPCs, another runs on the core. They
+  share the thread's core and its socket, and so are one user of the socket's QP and doorbell;
+  a coroutine takes a request only when its thread's core is free (a coroutine thread polls its
+  queue from its scheduler, between coroutines), so a request goes to a thread that can run it;
+  and a handler's reply is posted before its coroutine yields, when the handler's CPU ends. With
+  a handler that never waits, ``n`` coroutines serve exactly as fast as one
+  (``tests/test_rpc.py``).
 
 The caller's side (the header, the errors, endpoints, :func:`rpc`) is in ``shm/rpc_client.py``,
 which ``shm/coro.py`` imports for ``VerbBatch.rpc`` while this module, the server, imports
@@ -155,11 +163,24 @@ class RpcServer:
 
     def _serve(self, sock, co=None):
         ctx, q = self.ctx, self.queue
-        # the server thread's core (its coroutine's thread) when it has one, else the node's cores
-        charge = co.thread.cpu if co is not None else ctx.cpu
+        # the server thread's core (its coroutine's thread) when it has one, else the node's cores;
+        # its replies are posted on that core too, so a thread's coroutines are one user of its
+        # socket's QP (not one sharer of the doorbell lock each, which would price lock handovers
+        # between coroutines of one thread, who never contend for it)
+        thread = co.thread if co is not None else None
+        charge = thread.cpu if thread is not None else ctx.cpu
+        env = ctx.env
         while True:
             ev = q.wait()
             yield ev
+            if thread is not None and thread.cpu_free > env.now:
+                # the thread's core is running another of its coroutines: a coroutine thread polls
+                # its queue only when it is back in its scheduler, so the request waits for a
+                # thread that is free first (or for this one, once its core is)
+                while thread.cpu_free > env.now:
+                    yield thread.cpu_free - env.now
+                if not q:
+                    continue
             dg = q.poll()                                    # one cpu.poll_ns
             if dg is None:
                 continue                                     # another thread took it
@@ -180,7 +201,7 @@ class RpcServer:
                         self.in_progress += 1                # still running: its reply will go out
                     else:
                         self.duplicates += 1                 # executed: the cached reply, not a second run
-                        sock.send(dg.src_node, dg.src_port, seen[1])
+                        sock.send(dg.src_node, dg.src_port, seen[1], thread=thread)
                     continue
             self._last[who] = (rid, None)
             charge(self.handler_ns)
@@ -196,9 +217,6 @@ class RpcServer:
                     if _propagates(e):
                         raise
                     out = e
-                # settle the CPU the handler charged before its result is visible: a resend taken by
-                # another thread must not get the reply before this one has finished computing it
-                yield 0
                 self.executed += 1
                 if isinstance(out, Exception):
                     reply = self._error_reply(method, rid, out, dg.src_node)
@@ -207,10 +225,17 @@ class RpcServer:
                     if len(reply) > self.net.max_payload:
                         raise RpcError(f"node {ctx.name!r}: the reply of method {method} "
                                        f"({len(reply) - HEADER.size} B) exceeds one datagram")
+            # the reply is posted before this coroutine yields, as a coroutine thread answers before
+            # it goes back to its scheduler: the post starts when the handler's CPU ends (the
+            # model prices it from there), not after whatever another coroutine of the thread
+            # booked on the core meanwhile
+            status = sock.send(dg.src_node, dg.src_port, reply, thread=thread)
+            assert status == UDP_OK
+            # settle the CPU the handler charged before its result is kept for resends: a resend
+            # taken by another thread meanwhile is in progress (dropped), its reply on the way
+            yield 0
             if self._last.get(who, (rid,))[0] == rid:
                 self._last[who] = (rid, reply)
-            status = sock.send(dg.src_node, dg.src_port, reply)
-            assert status == UDP_OK
 
 
     def _error_reply(self, method: int, rid: int, exc: Exception, src: int) -> bytes:

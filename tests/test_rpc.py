@@ -157,6 +157,39 @@ def test_threads_limit_concurrency_and_requests_queue(prefix):
     assert two[3] < one[3] - 15_000
 
 
+def test_coroutines_of_a_server_thread_never_slow_a_cpu_bound_handler(prefix):
+    """Eight callers, four calls each, a handler of 2 us on its server thread's core: the threads'
+    cores are the bottleneck, so running each thread as 8 coroutines must end no later than as
+    one. Two mistakes made it slower: each coroutine posted its replies as a thread of its own
+    (7 more sharers of the socket's doorbell lock, 2 us a reply), and a coroutine of a busy thread
+    took requests while another thread's core was free."""
+    def work(ctx, req):
+        req.co.thread.cpu(2_000)
+        return b"done"
+        yield
+
+    ends = {}
+    for threads in (1, 2):
+        for coroutines in (1, 8):
+            with rig(f"{prefix}{threads}{coroutines}", n=9) as r:
+                s = r.serve(0, {1: work}, threads=threads, coroutines=coroutines)
+                done = []
+
+                def body(co):
+                    for _ in range(4):
+                        yield from rpc(co, "cn0", b"", method=1)
+                    done.append(r.env.now)
+                for c in range(1, 9):
+                    r.client(c, body)
+                r.env.run()
+                assert s.statistics().executed == 32
+                ends[threads, coroutines] = max(done)
+    print(ends)
+    for threads in (1, 2):
+        assert ends[threads, 8] <= 1.02 * ends[threads, 1]
+    assert ends[2, 8] < 0.6 * ends[1, 8]                 # the second thread's core is used
+
+
 def test_a_drop_at_a_full_ring_is_retried_and_each_request_runs_once(prefix):
     """One server thread busy 50 us, a ring of one: the third caller's request is dropped until the
     ring has room, its resends get through, and every handler runs exactly once."""
