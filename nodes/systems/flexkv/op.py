@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import struct
 
-from nodes.systems.api import Option, SystemGaveUp
+from nodes.systems.api import SystemGaveUp
 from nodes.systems.lib.hashing import hash64
 from nodes.systems.race.client import RETRY_LIMIT
 from nodes.systems.race.layout import FP_SHIFT
@@ -203,7 +203,7 @@ def handle_op(ctx, req):
 
 def start_op_node(ctx):
     """``servers["compute"]`` of FlexKV-OP: FlexKV's, plus the forwarded operations, on coroutines."""
-    return start_node(ctx, {M_OP: handle_op}, coroutines=ctx.options["proxy_coroutines"])
+    return start_node(ctx, {M_OP: handle_op})
 
 
 class FlexKVOpSystem(FlexKVSystem):
@@ -211,11 +211,6 @@ class FlexKVOpSystem(FlexKVSystem):
     description = ("FlexKV-OP: FlexKV with ownership partitioning: every request is forwarded to the compute "
                    "node owning the key, which serves it with its local index or one-sidedly and its own cache")
     servers = {"compute": start_op_node}
-    options = FlexKVSystem.options + (
-        Option("proxy_coroutines", 8, "coroutines of each proxy thread: an owner serves whole operations "
-               "(verbs round trips included) for every client of the rack, so each thread keeps several "
-               "in flight, as a client thread does", minimum=1, maximum=64),
-    )
 
     @classmethod
     def setup(cls, fabric, memory_nodes, options, capacity):

@@ -1,8 +1,10 @@
 """FlexKV's proxy: the RPC service each compute node runs for the partitions it owns (§3.2-3.3).
 
 A proxy is ``proxy_threads`` RPC server threads (2 by default, FlexKV Fig. 20) on the node's
-``shm.rpc`` server. They share the node's :class:`NodeState`: the local index (loaded subtables),
-the per-key metadata and the key and slot locks.
+``shm.rpc`` server, each running ``proxy_coroutines`` handlers at once (8 by default: a write
+handler's memory-node WRITE and invalidations overlap other requests, §4.5's coroutines). They
+share the node's :class:`NodeState`: the local index (loaded subtables), the per-key metadata and
+the key and slot locks.
 
 Methods (a request names the partition; a proxy that does not own it answers ``NOT_OWNER`` and the
 client looks at its map again, which is how clients ride over a reassignment in progress):

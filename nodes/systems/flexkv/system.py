@@ -31,13 +31,13 @@ def proxy_threads(options: dict, threads: int) -> int:
     return options["proxy_threads"] or min(DEFAULT_PROXY_THREADS, threads)
 
 
-def start_node(ctx, extra: dict | None = None, coroutines: int = 1):
+def start_node(ctx, extra: dict | None = None):
     """``servers["compute"]``: the proxy's RPC threads on every compute node (with the ``extra``
-    handlers, ``coroutines`` per thread), the invalidation server, the manager on the first."""
+    handlers, ``proxy_coroutines`` per thread), the invalidation server, the manager on the first."""
     handlers = {**HANDLERS, M_PAUSE: handle_pause, M_RESUME: handle_resume, **(extra or {})}
     n = proxy_threads(ctx.options, ctx.cores.n)
     state_of(ctx.fabric, ctx.layout, ctx.index, ctx.env).proxy_threads = n
-    gens = start_servers(ctx, handlers, n, coroutines)
+    gens = start_servers(ctx, handlers, n, ctx.options["proxy_coroutines"])
     if ctx.index == ctx.layout["cn_nodes"][0]:
         gens.append(manager(ctx))
     return gens
@@ -73,6 +73,11 @@ class FlexKVSystem(RaceSystem):
                "false: retry until the CAS succeeds"),
         Option("proxy_threads", 0, "RPC threads of each compute node's proxy, at most the node's threads; "
                "0: the paper's 2, or fewer on a node with fewer threads", minimum=0, maximum=64),
+        Option("proxy_coroutines", 8, "coroutines of each proxy thread, so that a thread keeps several "
+               "handlers' memory-node round trips in flight (§4.5: coroutines are among the RDMA "
+               "optimizations FlexKV adopts; the paper gives no count for proxies, 8 is its clients' "
+               "per thread: an assumption); 1: a thread serves one request at a time",
+               minimum=1, maximum=64),
         Option("cn_memory_bytes", 64 << 20, "memory of each compute node for its cache and local index "
                "(64 MB in the paper, ~5 % of its working set)", minimum=0, maximum=1 << 40),
         Option("interval_us", 1000, "the manager's period and counters' window (the paper's 1 s, scaled "
