@@ -277,7 +277,7 @@ SERVERS: dict[str, RpcServer] = {}
 
 def rpc_server(handlers: dict[int, Callable], *, threads: int = 2, port: int = RPC_PORT,
                depth: int | None = None, setup: Callable[[Any], Any] | None = None, verbs_buffer: int = 64 << 10,
-               log: Callable[[str], None] | None = None):
+               log: Callable[[str], None] | None = None, coroutines: int = 1):
     """A ``System.servers`` entry: ``servers = {"compute": rpc_server({1: get}, threads=2)}``.
 
     ``handlers``: method id -> generator function ``handler(ctx, request) -> reply bytes`` (it may
@@ -285,11 +285,14 @@ def rpc_server(handlers: dict[int, Callable], *, threads: int = 2, port: int = R
     actors (refused beyond the node's cores). ``depth``: the RX ring (default ``udp.rx_depth``).
     ``setup(ctx)``: called once per node before the actors start (state for the handlers).
     ``verbs_buffer``: bytes of the node's memory for each server thread's verbs buffer: the thread
-    gets a ``shm.coro`` coroutine, ``request.co``, for one-sided verbs (0: none)."""
+    gets a ``shm.coro`` coroutine, ``request.co``, for one-sided verbs (0: none). ``coroutines``:
+    handlers each thread runs at once (module docstring, "Server coroutines"; needs the verbs
+    buffer)."""
     def start(ctx):
         if setup is not None:
             setup(ctx)
-        server = RpcServer(ctx, handlers, threads=threads, port=port, depth=depth, verbs_buffer=verbs_buffer, log=log)
+        server = RpcServer(ctx, handlers, threads=threads, port=port, depth=depth, verbs_buffer=verbs_buffer, log=log,
+                           coroutines=coroutines)
         SERVERS[ctx.name] = server
         return server.actors()
     return start
