@@ -128,6 +128,24 @@ def test_the_handler_cpu_adds_to_the_round_trip(prefix):
     assert got[2] - got[1] == 5_000
 
 
+def _callers(prefix, handler, *, callers: int, calls: int, **serve) -> list[int]:
+    """``callers`` client nodes (cn1..) each make ``calls`` calls in a row of method 1 (``handler``)
+    on a server on cn0 (``serve``: its threads, coroutines): when each caller finished (ns)."""
+    with rig(prefix, n=callers + 1) as r:
+        s = r.serve(0, {1: handler}, **serve)
+        done = []
+
+        def body(co):
+            for _ in range(calls):
+                yield from rpc(co, "cn0", b"", method=1)
+            done.append(r.env.now)
+        for c in range(1, callers + 1):
+            r.client(c, body)
+        r.env.run()
+        assert s.statistics().executed == callers * calls
+    return done
+
+
 def test_threads_limit_concurrency_and_requests_queue(prefix):
     """Four callers at once, a handler of 10 us: 2 server threads finish in two waves, 1 in four."""
     def work(ctx, req):
@@ -135,20 +153,8 @@ def test_threads_limit_concurrency_and_requests_queue(prefix):
         return b"done"
         yield
 
-    ends = {}
-    for threads in (1, 2):
-        with rig(prefix + str(threads), n=6) as r:
-            s = r.serve(0, {1: work}, threads=threads)
-            done = []
-
-            def body(co):
-                yield from rpc(co, "cn0", b"", method=1)
-                done.append(r.env.now)
-            for c in range(1, 5):
-                r.client(c, body)
-            r.env.run()
-            assert s.statistics().executed == 4
-            ends[threads] = sorted(done)
+    ends = {threads: sorted(_callers(prefix + str(threads), work, callers=4, calls=1, threads=threads))
+            for threads in (1, 2)}
     one, two = ends[1], ends[2]
     # one thread: each request waits for the one before (10 us apart)
     assert all(9_000 <= b - a <= 11_000 for a, b in zip(one, one[1:]))
@@ -168,22 +174,9 @@ def test_coroutines_of_a_server_thread_never_slow_a_cpu_bound_handler(prefix):
         return b"done"
         yield
 
-    ends = {}
-    for threads in (1, 2):
-        for coroutines in (1, 8):
-            with rig(f"{prefix}{threads}{coroutines}", n=9) as r:
-                s = r.serve(0, {1: work}, threads=threads, coroutines=coroutines)
-                done = []
-
-                def body(co):
-                    for _ in range(4):
-                        yield from rpc(co, "cn0", b"", method=1)
-                    done.append(r.env.now)
-                for c in range(1, 9):
-                    r.client(c, body)
-                r.env.run()
-                assert s.statistics().executed == 32
-                ends[threads, coroutines] = max(done)
+    ends = {(threads, coroutines): max(_callers(f"{prefix}{threads}{coroutines}", work, callers=8, calls=4,
+                                                 threads=threads, coroutines=coroutines))
+            for threads in (1, 2) for coroutines in (1, 8)}
     print(ends)
     for threads in (1, 2):
         assert ends[threads, 8] <= 1.02 * ends[threads, 1]
