@@ -88,6 +88,7 @@ class DolphinStats(NamedTuple):
     cache_bytes: int         # bytes the compute node's radix cache holds now
     memory_bytes: int        # bytes of leaves and nodes this thread allocated
     chunks: int
+    stale_scans: int = 0     # scans whose cached special node's leaves did not tile it: walked again
 
 
 class Located(NamedTuple):
@@ -127,7 +128,7 @@ class DolphinClient(KVClient):
                                    / fabric.profile.cpu.ghz))
         self._version = (owner.node * 64 + thread.index) * 40503 & 0xFFFF
         self.gets = self.inserts = self.updates = self.deletes = self.scans = 0
-        self.backtracks = self.restarts = self.torn_reads = 0
+        self.backtracks = self.restarts = self.torn_reads = self.stale_scans = 0
         self.insert_cas_failures = self.leaf_splits = self.compactions = self.special_nodes = self.new_leaves = 0
         self.cache_hits = self.cache_misses = 0
 
@@ -138,7 +139,7 @@ class DolphinClient(KVClient):
                             self.new_leaves, self.read_handover, self.write_handover, self.cache_hits,
                             self.cache_misses,
                             self.cache.bytes_used if self.cache is not None else 0, self.alloc.used_bytes,
-                            self.alloc.chunks)
+                            self.alloc.chunks, self.stale_scans)
 
     # -- keys and versions ---------------------------------------------------------------------------
     def _key(self, key) -> bytes:
@@ -633,12 +634,18 @@ class DolphinClient(KVClient):
     # -- scan --------------------------------------------------------------------------------------------
     def scan(self, co, start: bytes, count: int):
         """Up to ``count`` pairs with key >= start, in order: an ordered walk of the ART from the
-        deepest cached node covering ``start`` (READ again: its cached image could lack a newer
-        entry, but a node at depth d holds every key of its d-byte prefix, whatever split happened
-        above it), then from the root past that node's prefix if more pairs are wanted; internal
-        nodes READ one per round trip, leaves up to four per doorbell. A leaf shrunk by a split whose
-        new half is not published yet shows as a gap in the range (the next leaf does not start where
-        it ends): the scan waits and walks again from the gap."""
+        deepest cached node covering ``start``, then from the root past that node's prefix if more
+        pairs are wanted; internal nodes READ one per round trip, leaves up to four per doorbell.
+
+        A cached *special node* is not READ again: its leaves are READ from the cached entries at
+        once, as Dolphin's ``Tree::range_query`` starts from the entries ``search_range_from_cache``
+        returns. Its leaves tile its 256-key prefix, so a stale image (a split published since it
+        was cached) shows in the leaves themselves: a leaf that does not start where the one before
+        it ended, or a last leaf that does not reach the prefix's end; the scan then walks again
+        without the cache. Any other cached node is READ again (its cached image could lack a newer
+        child, which no leaf would show; a node at depth d holds every key of its d-byte prefix,
+        whatever split happened above it). A leaf shrunk by a split whose new half is not published
+        yet shows as the same gap on a fresh walk: the scan waits and walks again from the gap."""
         start = bytes(start)
         if len(start) != KEY_BYTES:
             raise SystemGaveUp(f"{self.NAME} keys are exactly {KEY_BYTES} bytes; got {len(start)}")
@@ -654,19 +661,35 @@ class DolphinClient(KVClient):
             if status == "done":
                 return out[:count]
             use_cache = False
-            if status == "gap":
+            if status == "stale":
+                self.stale_scans += 1
+            elif status == "gap":
                 yield RETRY_NS
         raise SystemGaveUp(f"{self.NAME}: scan from {start.hex()} did not settle")
+
+    @staticmethod
+    def _covering(img, start: bytes) -> list:
+        """A special node's leaf entries in key order from the one covering ``start`` (the largest
+        partial <= its last byte; the first one if none is)."""
+        kids = sorted((entry_byte(w), w) for w in img.entries if w)
+        first = 0
+        for j, (b, _) in enumerate(kids):
+            if b <= start[SPECIAL_DEPTH]:
+                first = j
+        return [w for _, w in kids[first:]]
 
     def _scan_from(self, co, pos: int, count: int, out: list, use_cache: bool):
         """Generator: append pairs with key >= ``pos`` to ``out`` in order. Returns ``("done", _)``
         when the walk ended or ``count`` pairs are in, ``("next", key)`` when a walk that started
-        below the root has gone through its node's prefix, ``("gap", key)`` at a gap."""
+        below the root has gone through its node's prefix, ``("gap", key)`` at a gap, and
+        ``("stale", key)`` when the leaves of a cached special node's image do not tile its prefix
+        (walk again without the cache)."""
         tree, fmt = self.tree, self.fmt
         start = num_key(pos)
         # stack of pending items, last = next: ("node", addr, type, tight) / ("leaf", addr, tight)
         stack = [("node", tree.root, 7, True)]
         depth = 0
+        cached = None                                # a cached special node's image, not READ again
         if use_cache and self.cache is not None:
             self.thread.cpu(self.costs.radix_search_ns(len(self.cache)))
             hit = self.cache.lookup(start)
@@ -675,7 +698,11 @@ class DolphinClient(KVClient):
             # the node's partial with that key
             if hit is not None and hit.header.depth > 0 and prefix_mismatch(hit.header, start) < 0:
                 depth = hit.header.depth
-                stack = [("node", hit.addr, hit.node_type, True)]
+                if depth == SPECIAL_DEPTH and not any(is_frozen(w) for w in hit.entries):
+                    cached = hit
+                    stack = [("leaf", tree.target(w), True) for w in reversed(self._covering(hit, start))]
+                else:
+                    stack = [("node", hit.addr, hit.node_type, True)]
         expect = None                                # the min the next leaf of a split prefix must have
         while stack:
             if stack[-1][0] == "leaf":
@@ -696,7 +723,9 @@ class DolphinClient(KVClient):
                         self.torn_reads += 1
                         img = yield from self._read_whole(co, addr)
                     if expect is not None and img.min != expect and img.max >= expect:
-                        return "gap", expect          # the upper half of a split is not published yet
+                        # the upper half of a split is not published yet, or (from a cached image)
+                        # was published after the image was cached
+                        return ("stale" if cached is not None else "gap"), expect
                     expect = img.max + 1 if img.max & 0xFF != 0xFF else None
                     pairs = []
                     for i, w in img.live():
@@ -731,13 +760,7 @@ class DolphinClient(KVClient):
                 tight = node_prefix == start[:d]
             kids = sorted((entry_byte(w), w) for w in img.entries if w)
             if d == SPECIAL_DEPTH:
-                if tight:
-                    first = 0
-                    for j, (b, _) in enumerate(kids):
-                        if b <= start[d]:
-                            first = j
-                    kids = kids[first:]
-                for b, w in reversed(kids):
+                for w in reversed(self._covering(img, start) if tight else [w for _, w in kids]):
                     stack.append(("leaf", tree.target(w), tight))
                 continue
             for b, w in reversed(kids):
@@ -748,6 +771,8 @@ class DolphinClient(KVClient):
                     stack.append(("leaf", tree.target(w), sub_tight))
                 else:
                     stack.append(("node", tree.target(w), decode_entry(w).node_type, sub_tight))
+        if cached is not None and expect is not None:
+            return "stale", pos                      # the image's last leaf no longer reaches its end
         if depth:
             shift = 8 * (KEY_BYTES - depth)
             nxt = ((pos >> shift) + 1) << shift
