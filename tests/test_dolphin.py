@@ -126,6 +126,11 @@ def test_a_scan_starts_from_a_cached_special_nodes_leaves_and_catches_a_stale_im
         before = cl.statistics().stale_scans
         assert r.op("scan", be(base | 0), 256) == [(be(base | n), v8(n)) for n in range(256)]
         assert cl.statistics().stale_scans == before + 1
+        # from a key the image's covering leaf no longer holds (it was cut at 62, the image's next
+        # leaf starts at 96): the scan goes on from its own start, never from the leaf's end below it
+        cl.cache.put(be(base)[:7], special)
+        assert r.op("scan", be(base | 70), 10) == [(be(base | n), v8(n)) for n in range(70, 80)]
+        assert cl.statistics().stale_scans == before + 2
 
 
 def test_deleted_slots_come_back_through_compaction_not_reuse():

@@ -724,8 +724,9 @@ class DolphinClient(KVClient):
                         img = yield from self._read_whole(co, addr)
                     if expect is not None and img.min != expect and img.max >= expect:
                         # the upper half of a split is not published yet, or (from a cached image)
-                        # was published after the image was cached
-                        return ("stale" if cached is not None else "gap"), expect
+                        # was published after the image was cached; go on from the gap, never
+                        # from below the scan's start (the first leaf may have shrunk below it)
+                        return ("stale" if cached is not None else "gap"), max(expect, pos)
                     expect = img.max + 1 if img.max & 0xFF != 0xFF else None
                     pairs = []
                     for i, w in img.live():
@@ -772,7 +773,8 @@ class DolphinClient(KVClient):
                 else:
                     stack.append(("node", tree.target(w), decode_entry(w).node_type, sub_tight))
         if cached is not None and expect is not None:
-            return "stale", pos                      # the image's last leaf no longer reaches its end
+            # the image's last leaf no longer reaches the prefix's end: on from where it stopped
+            return "stale", max(expect, pos)
         if depth:
             shift = 8 * (KEY_BYTES - depth)
             nxt = ((pos >> shift) + 1) << shift
