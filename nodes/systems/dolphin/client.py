@@ -668,10 +668,14 @@ class DolphinClient(KVClient):
         raise SystemGaveUp(f"{self.NAME}: scan from {start.hex()} did not settle")
 
     @staticmethod
-    def _covering(img, start: bytes) -> list:
-        """A special node's leaf entries in key order from the one covering ``start`` (the largest
-        partial <= its last byte; the first one if none is)."""
-        kids = sorted((entry_byte(w), w) for w in img.entries if w)
+    def _kids(img) -> list:
+        """A node image's entries as (key byte, word), in key order."""
+        return sorted((entry_byte(w), w) for w in img.entries if w)
+
+    @staticmethod
+    def _covering(kids: list, start: bytes) -> list:
+        """A special node's leaf entries (its :meth:`_kids`) in key order from the one covering
+        ``start`` (the largest partial <= its last byte; the first one if none is)."""
         first = 0
         for j, (b, _) in enumerate(kids):
             if b <= start[SPECIAL_DEPTH]:
@@ -700,7 +704,7 @@ class DolphinClient(KVClient):
                 depth = hit.header.depth
                 if depth == SPECIAL_DEPTH and not any(is_frozen(w) for w in hit.entries):
                     cached = hit
-                    stack = [("leaf", tree.target(w), True) for w in reversed(self._covering(hit, start))]
+                    stack = [("leaf", tree.target(w), True) for w in reversed(self._covering(self._kids(hit), start))]
                 else:
                     stack = [("node", hit.addr, hit.node_type, True)]
         expect = None                                # the min the next leaf of a split prefix must have
@@ -759,9 +763,9 @@ class DolphinClient(KVClient):
                 if node_prefix < start[:d]:
                     continue
                 tight = node_prefix == start[:d]
-            kids = sorted((entry_byte(w), w) for w in img.entries if w)
+            kids = self._kids(img)
             if d == SPECIAL_DEPTH:
-                for w in reversed(self._covering(img, start) if tight else [w for _, w in kids]):
+                for w in reversed(self._covering(kids, start) if tight else [w for _, w in kids]):
                     stack.append(("leaf", tree.target(w), tight))
                 continue
             for b, w in reversed(kids):
