@@ -55,7 +55,7 @@ from nodes.systems.race.client import hash_ns as race_hash_ns
 from nodes.systems.race.layout import FP_SHIFT, NODE_SHIFT, OFFSET_MASK, TENTATIVE
 from shm.failpoints import failpoint
 from shm.fabric import gaddr
-from shm.rpc import RPC_PORT, RpcError, RpcServer, rpc
+from shm.rpc import RPC_PORT, RpcEndpoint, RpcError, RpcServer
 
 from .layout import INVALID_BIT, INVALID_BYTE, is_pair, reusable
 from .node import state_of
@@ -270,8 +270,6 @@ def handle_write(ctx, req):
             m = st.meta[key] = [0, 0, 0, p]
         _bump(m, True)
         sharers, m[0] = m[0], 0
-        if sharers:
-            yield from _invalidate(ctx, st, key, sharers)
         co = req.co
         d = _dir(st)
         at, data = d.slot_gaddr(p, slot), int(new).to_bytes(8, "little")
@@ -284,6 +282,12 @@ def handle_write(ctx, req):
             # the replaced pair's valid bit: a client that cached its address sees it is stale
             old = gaddr((expected >> NODE_SHIFT) & 0xFF, (expected & _BLOCK_ADDR) + INVALID_BYTE)
             co.write(old, bytes([INVALID_BIT | (len(key) >> 8)]))
+        if sharers:
+            # the sharers' invalidations and the memory node's WRITEs go out together ("sends RPCs
+            # to those CNs on the sharer list to invalidate. In parallel, the proxy writes the new
+            # index slot to the MNs' index", §4.5 Workflows); the commit waits for both
+            co.post()
+            yield from _invalidate(ctx, st, key, sharers)
         yield co.sync()
         failpoint("flexkv.proxy.memory_written")
         local[slot] = new                                        # LOCAL_CAS: the commit point
@@ -312,8 +316,11 @@ def _still_the_keys(st, now: int, seen: int, cur: int, h: int) -> bool:
 
 
 def _invalidate(ctx, st, key: bytes, sharers: int):
-    """Drop ``key`` from every sharer's cache before the commit (one RPC per other node)."""
+    """Drop ``key`` from every sharer's cache before the commit: one RPC per other node, all sent
+    at once and waited for together (each its own process and endpoint, so their round trips
+    overlap; the proxy's paper sends them to "those CNs on the sharer list" in one step)."""
     names = st.layout["cn_names"]
+    calls = []
     for ordinal in range(len(names)):
         if not sharers >> ordinal & 1:
             continue
@@ -321,12 +328,26 @@ def _invalidate(ctx, st, key: bytes, sharers: int):
         if ordinal == st.ordinal:
             st.cache.invalidate(key)
             continue
-        try:
-            yield from rpc(ctx, names[ordinal], key, method=M_INVALIDATE, timeout_ns=st.rpc_timeout_ns,
+        calls.append(ctx.env.process(_invalidate_at(ctx, st, names[ordinal], key)))
+    for call in calls:
+        if not call.triggered:
+            yield call
+
+
+def _invalidate_at(ctx, st, name: str, key: bytes):
+    """One invalidation RPC to ``name`` on an endpoint of the node's pool (``st.invalidators``:
+    an endpoint serves one call at a time, and a pool keeps the reply ports bounded by the most
+    invalidations ever in flight at once)."""
+    pool = st.invalidators
+    ep = pool.pop() if pool else RpcEndpoint(ctx.udp, ctx.index)
+    try:
+        yield from ep.call(name, key, method=M_INVALIDATE, timeout_ns=st.rpc_timeout_ns,
                            retries=st.rpc_retries, port=INVALIDATE_PORT)
-        except RpcError:
-            # a sharer that does not answer is dead: its cache died with it (§3.6)
-            st.dead_sharers += 1
+    except RpcError:
+        # a sharer that does not answer is dead: its cache died with it (§3.6)
+        st.dead_sharers += 1
+    finally:
+        pool.append(ep)
 
 
 def handle_invalidate(ctx, req):
