@@ -14,7 +14,7 @@ from __future__ import annotations
 import struct
 import weakref
 
-from shm.udp import Attempts, UdpError, call
+from shm.udp import Attempts, UdpError, call, call_all
 
 __all__ = ["rpc", "RpcEndpoint", "RpcError", "RpcTimeout", "RpcHandlerError", "RPC_PORT", "REPLY_PORT_BASE",
            "HEADER", "encode_request", "endpoint_of", "KIND_REQUEST", "KIND_REPLY", "ST_OK", "ST_NO_METHOD",
@@ -78,18 +78,7 @@ class RpcEndpoint:
     def call(self, dst_node, payload: bytes, *, method: int = 0, timeout_ns: int = 100_000, retries: int = 3,
              thread=None, port: int = RPC_PORT, again: bool = False):
         """``reply = yield from ep.call(...)``: see :func:`rpc`."""
-        net = self.net
-        try:
-            dst = net.fabric.node_index(dst_node)
-        except KeyError as e:
-            raise RpcError(f"rpc to node {dst_node!r}: {e.args[0]}") from None
-        name = net.fabric.nodes[dst].name
-        if type(method) is not int or not 0 <= method <= 0xFFFF:
-            raise RpcError(f"rpc to node {name!r}: method must be an integer 0..65535, got {method!r}")
-        payload = bytes(payload)
-        if len(payload) + HEADER.size > net.max_payload:
-            raise RpcError(f"rpc to node {name!r}: a payload of {len(payload)} B exceeds one datagram "
-                           f"({net.max_payload - HEADER.size} B after the {HEADER.size} B RPC header)")
+        dst, name, payload = self._checked(dst_node, payload, method)
         if not (again and self._rid):
             self._rid += 1
         rid = self._rid
@@ -111,15 +100,78 @@ class RpcEndpoint:
         self.resends += sends.resends
         self.timeouts += sends.timeouts(dg is not None)
         if dg is None:
-            raise RpcTimeout(f"rpc to node {name!r} (method {method}): no reply after {retries + 1} attempts of "
-                             f"{timeout_ns / 1000:g} us (the node is gone, serves no RPCs, or drops them)")
-        _kind, status, _m, _r = HEADER.unpack_from(dg.data)
-        if status == ST_NO_METHOD:
-            raise RpcError(f"rpc to node {name!r}: no handler for method {method}")
-        if status == ST_ERROR:
-            remote = dg.data[HEADER.size:].decode("utf-8", "replace")
-            raise RpcHandlerError(f"rpc to node {name!r} (method {method}): the handler raised {remote}", remote)
-        return dg.data[HEADER.size:]
+            raise _timeout(name, method, retries, timeout_ns)
+        got = _outcome(name, method, dg.data)
+        if isinstance(got, RpcError):
+            raise got
+        return got
+
+    def _checked(self, dst_node, payload, method: int) -> tuple:
+        """(node index, node name, payload bytes) of a request, or one RpcError line naming the problem."""
+        net = self.net
+        try:
+            dst = net.fabric.node_index(dst_node)
+        except KeyError as e:
+            raise RpcError(f"rpc to node {dst_node!r}: {e.args[0]}") from None
+        name = net.fabric.nodes[dst].name
+        if type(method) is not int or not 0 <= method <= 0xFFFF:
+            raise RpcError(f"rpc to node {name!r}: method must be an integer 0..65535, got {method!r}")
+        payload = bytes(payload)
+        if len(payload) + HEADER.size > net.max_payload:
+            raise RpcError(f"rpc to node {name!r}: a payload of {len(payload)} B exceeds one datagram "
+                           f"({net.max_payload - HEADER.size} B after the {HEADER.size} B RPC header)")
+        return dst, name, payload
+
+
+    def call_all(self, calls: list, *, method: int = 0, timeout_ns: int = 100_000, retries: int = 3,
+                 thread=None, port: int = RPC_PORT):
+        """``results = yield from ep.call_all([(dst_node, payload), ...], method=m)``: the requests go
+        out together through this endpoint's socket (a UD QP addresses every node), each with a
+        request id of its own, and their replies are taken as they come; an unanswered one is sent
+        again after ``timeout_ns``, up to ``retries`` times (:func:`shm.udp.call_all`). Returns, in
+        the order of ``calls``, each reply's bytes or the :class:`RpcError` that call ended with
+        (returned, not raised: one peer that is gone need not hide the others' answers)."""
+        requests, names = [], []
+        for dst_node, payload in calls:
+            dst, name, payload = self._checked(dst_node, payload, method)
+            names.append(name)
+            self._rid += 1
+            requests.append((dst, port, HEADER.pack(KIND_REQUEST, ST_OK, method, self._rid) + payload, self._rid))
+        self.calls += len(requests)
+
+        def rid_of(dg):
+            if len(dg.data) < HEADER.size:
+                return None
+            kind, _st, _m, r = HEADER.unpack_from(dg.data)
+            return r if kind == KIND_REPLY else None
+
+        try:
+            got, sends = yield from call_all(self.sock, requests, self.queue, timeout_ns=timeout_ns,
+                                             resends=retries, key=rid_of, thread=thread)
+        except UdpError as e:
+            raise RpcError(f"rpc: {e}") from None
+        out = []
+        for name, dg, sent in zip(names, got, sends):
+            self.resends += sent - 1
+            self.timeouts += sent - (dg is not None)
+            out.append(_timeout(name, method, retries, timeout_ns) if dg is None else _outcome(name, method, dg.data))
+        return out
+
+
+def _timeout(name: str, method: int, retries: int, timeout_ns: int) -> RpcTimeout:
+    return RpcTimeout(f"rpc to node {name!r} (method {method}): no reply after {retries + 1} attempts of "
+                      f"{timeout_ns / 1000:g} us (the node is gone, serves no RPCs, or drops them)")
+
+
+def _outcome(name: str, method: int, data) -> bytes | RpcError:
+    """A reply datagram's payload, or the RpcError its status names."""
+    _kind, status, _m, _r = HEADER.unpack_from(data)
+    if status == ST_NO_METHOD:
+        return RpcError(f"rpc to node {name!r}: no handler for method {method}")
+    if status == ST_ERROR:
+        remote = data[HEADER.size:].decode("utf-8", "replace")
+        return RpcHandlerError(f"rpc to node {name!r} (method {method}): the handler raised {remote}", remote)
+    return data[HEADER.size:]
 
 
 _PORTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()       # net -> {node: next port}

@@ -56,6 +56,7 @@ from shm.verbs import CQ, IBV_QPT_UD, PD, QP, Context, QPInitAttr, VerbsHost
 
 __all__ = [
     "UdpNet", "UdpSocket", "RxQueue", "SteerRule", "Datagram", "UdpStats", "RxQueueStats", "UdpError", "call",
+    "call_all",
     "ReplyPorts", "Requester", "Attempts",
     "UDP_OK", "UDP_TOO_BIG", "IP_UDP_HEADER_BYTES",
 ]
@@ -599,3 +600,52 @@ def call(sock: UdpSocket, dst_node, dst_port: int, data: bytes, reply_queue: RxQ
                 return dg
         net._timeouts += 1
     return None
+
+
+def call_all(sock: UdpSocket, requests: list, reply_queue: RxQueue, *, timeout_ns: int, resends: int = 3,
+             key: Callable[[Datagram], object], thread=None):
+    """Several request/responses at once over one socket: ``replies = yield from call_all(...)``.
+
+    ``requests``: ``(dst_node, dst_port, data, k)`` each, ``k`` the value ``key(reply)`` gives for
+    its reply (a request id). Every request is sent at once (one UD QP addresses any node), the
+    replies are taken as they come, and the ones still unanswered after ``timeout_ns`` are sent
+    again, up to ``resends`` times, as :func:`call` does for one. Returns ``(replies, sends)``, lists
+    in the order of ``requests``: each one's reply (None when every attempt timed out) and how many
+    times it was sent. Datagrams no request is waiting for (stale replies of earlier requests) are
+    consumed and skipped."""
+    net = sock.net
+    env = sock.env
+    if type(timeout_ns) is not int or timeout_ns <= 0:
+        raise UdpError(f"call_all: timeout_ns must be an integer > 0, got {timeout_ns!r}")
+    if type(resends) is not int or resends < 0:
+        raise UdpError(f"call_all: resends must be an integer >= 0, got {resends!r}")
+    out: list = [None] * len(requests)
+    sends = [0] * len(requests)
+    waiting = {req[3]: i for i, req in enumerate(requests)}
+    for attempt in range(resends + 1):
+        for i in waiting.values():
+            dst_node, dst_port, data, _k = requests[i]
+            if attempt:
+                net._resends += 1
+            sends[i] += 1
+            if sock.send(dst_node, dst_port, data, thread=thread) != UDP_OK:
+                raise UdpError(f"call_all: a request of {len(data)} B exceeds the datagram payload limit "
+                               f"({net.max_payload} B)")
+        deadline = env.now + timeout_ns
+        while waiting:
+            left = deadline - env.now
+            if left <= 0 and not len(reply_queue):
+                break
+            ev = reply_queue.wait(max(left, 0))
+            yield ev
+            if not ev.value:
+                break
+            dg = reply_queue.poll()
+            if dg is not None:
+                i = waiting.pop(key(dg), None)
+                if i is not None:
+                    out[i] = dg
+        if not waiting:
+            break
+        net._timeouts += len(waiting)
+    return out, sends

@@ -14,7 +14,7 @@ from shm.sim.env import Environment
 from shm.coro import NodeRdma
 from shm.fabric import Fabric, NodeSpec, gaddr
 from shm.profile import load_profile
-from shm.rpc import RPC_PORT, RpcError, RpcServer, RpcTimeout, encode_request, rpc
+from shm.rpc import RPC_PORT, RpcError, RpcServer, RpcTimeout, encode_request, endpoint_of, rpc
 from shm.udp import UdpNet
 from shm.verbs import VerbsHost
 
@@ -320,6 +320,36 @@ def test_every_retry_timing_out_is_one_line_naming_the_node(prefix):
     msg, when = errors[0]
     assert "\n" not in msg and "'cn2'" in msg and "3 attempts of 10 us" in msg
     assert 30_000 <= when <= 31_000
+
+
+def test_call_all_sends_every_request_at_once_and_returns_each_outcome_in_order(prefix):
+    """``RpcEndpoint.call_all``: requests to several nodes go out together through one endpoint, so
+    answered ones take one round trip, not one each; a node that serves nothing ends as an
+    RpcTimeout in its place (returned, not raised) after the same attempts as ``rpc``."""
+    with rig(prefix, n=4) as r:
+        r.serve(1, {1: echo})
+        r.serve(2, {1: echo})
+        got, took = [], {}
+
+        def body(co):
+            ep = endpoint_of(co)
+            t0 = r.env.now
+            yield from rpc(co, "cn1", b"a", method=1)
+            took["one"] = r.env.now - t0
+            t0 = r.env.now
+            got.extend((yield from ep.call_all([("cn1", b"a"), ("cn2", b"b")], method=1, thread=co.thread)))
+            took["two"] = r.env.now - t0
+            t0 = r.env.now
+            got.extend((yield from ep.call_all([("cn2", b"c"), ("cn3", b"d")], method=1, timeout_ns=10_000,
+                                               retries=1, thread=co.thread)))
+            took["dead"] = r.env.now - t0
+        r.client(0, body)
+        r.env.run()
+        assert r.net.statistics().timeouts == 2 and r.net.statistics().resends == 1
+    assert got[:3] == [b"a", b"b", b"c"] and isinstance(got[3], RpcTimeout)
+    assert "'cn3'" in str(got[3]) and "2 attempts of 10 us" in str(got[3])
+    assert took["two"] < 1.3 * took["one"], took           # overlapped, not one after the other
+    assert 20_000 <= took["dead"] <= 21_000
 
 
 def test_an_unknown_method_and_bad_servers_are_one_line(prefix):

@@ -115,7 +115,6 @@ class NodeState:
         self.rpc_retries = opts["rpc_retries"]
         self.scan_out = np.zeros(2 * MAX_MATCHES, np.uint64)
         self.busy = self.mismatches = self.commits = self.invalidations_sent = self.dead_sharers = 0
-        self.invalidators: list = []      # free RPC endpoints for the proxy's invalidations (proxy.py)
         self.overwritten = 0              # UPDATEs answered OVERWRITTEN (proxy.handle_write)
         self.reads_served = 0
         self.executors: dict = {}         # FlexKV-OP: the proxy threads' clients, by thread

@@ -17,9 +17,9 @@ client looks at its map again, which is how clients ride over a reassignment in 
 * ``WRITE`` (slot-resolved): the client resolved the slot at the memory node (or had it cached)
   and sends (slot, expected word, new word) and the words it checked hold other keys. Under the
   key's and the slot's lock the proxy checks the expected word against its local index (a remote
-  CAS executed locally), invalidates the cached copies (RPCs to the sharers; the old pair's valid
-  bit cleared by a WRITE), WRITEs the new word into the memory node's slot, then commits with a
-  LOCAL_CAS and answers. Decisions that a key is absent (an insert into a free slot, an update or
+  CAS executed locally), invalidates the cached copies (RPCs to all the sharers at once; the old
+  pair's valid bit cleared by a WRITE) while it WRITEs the new word into the memory node's slot,
+  then commits with a LOCAL_CAS once both are done and answers. Decisions that a key is absent (an insert into a free slot, an update or
   delete of a missing key) are also taken here: every committed word matching the key's
   fingerprint must be one the client checked, else ``MISMATCH``, so a stale view of the memory
   node never decides anything.
@@ -55,7 +55,7 @@ from nodes.systems.race.client import hash_ns as race_hash_ns
 from nodes.systems.race.layout import FP_SHIFT, NODE_SHIFT, OFFSET_MASK, TENTATIVE
 from shm.failpoints import failpoint
 from shm.fabric import gaddr
-from shm.rpc import RPC_PORT, RpcEndpoint, RpcError, RpcServer
+from shm.rpc import RPC_PORT, RpcError, RpcServer, endpoint_of
 
 from .layout import INVALID_BIT, INVALID_BYTE, is_pair, reusable
 from .node import state_of
@@ -316,9 +316,9 @@ def _still_the_keys(st, now: int, seen: int, cur: int, h: int) -> bool:
 
 
 def _invalidate(ctx, st, key: bytes, sharers: int):
-    """Drop ``key`` from every sharer's cache before the commit: one RPC per other node, all sent
-    at once and waited for together (each its own process and endpoint, so their round trips
-    overlap; the proxy's paper sends them to "those CNs on the sharer list" in one step)."""
+    """Drop ``key`` from every sharer's cache before the commit: one RPC per other node, all sent at
+    once through the handler's endpoint and their replies taken as they come (the proxy's paper
+    sends them to "those CNs on the sharer list" in one step, over UD, which addresses any node)."""
     names = st.layout["cn_names"]
     calls = []
     for ordinal in range(len(names)):
@@ -327,27 +327,15 @@ def _invalidate(ctx, st, key: bytes, sharers: int):
         st.invalidations_sent += 1
         if ordinal == st.ordinal:
             st.cache.invalidate(key)
-            continue
-        calls.append(ctx.env.process(_invalidate_at(ctx, st, names[ordinal], key)))
-    for call in calls:
-        if not call.triggered:
-            yield call
-
-
-def _invalidate_at(ctx, st, name: str, key: bytes):
-    """One invalidation RPC to ``name`` on an endpoint of the node's pool (``st.invalidators``:
-    an endpoint serves one call at a time, and a pool keeps the reply ports bounded by the most
-    invalidations ever in flight at once)."""
-    pool = st.invalidators
-    ep = pool.pop() if pool else RpcEndpoint(ctx.udp, ctx.index)
-    try:
-        yield from ep.call(name, key, method=M_INVALIDATE, timeout_ns=st.rpc_timeout_ns,
-                           retries=st.rpc_retries, port=INVALIDATE_PORT)
-    except RpcError:
-        # a sharer that does not answer is dead: its cache died with it (§3.6)
-        st.dead_sharers += 1
-    finally:
-        pool.append(ep)
+        else:
+            calls.append((names[ordinal], key))
+    if not calls:
+        return
+    ep = endpoint_of(ctx)
+    got = yield from ep.call_all(calls, method=M_INVALIDATE, timeout_ns=st.rpc_timeout_ns, retries=st.rpc_retries,
+                                 port=INVALIDATE_PORT)
+    # a sharer that does not answer is dead: its cache died with it (§3.6)
+    st.dead_sharers += sum(isinstance(r, RpcError) for r in got)
 
 
 def handle_invalidate(ctx, req):
