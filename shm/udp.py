@@ -571,39 +571,15 @@ def call(sock: UdpSocket, dst_node, dst_port: int, data: bytes, reply_queue: RxQ
     ``thread``: as in :meth:`UdpSocket.send`, for coroutines of a ``shm.coro`` thread.
     ``on_send(attempt)`` is called before each send (0 the first, 1 the first resend, ...): how a
     caller learns that its own request was resent (the net's counters mix every caller's)."""
-    net = sock.net
-    env = sock.env
-    if type(timeout_ns) is not int or timeout_ns <= 0:
-        raise UdpError(f"call: timeout_ns must be an integer > 0, got {timeout_ns!r}")
-    if type(resends) is not int or resends < 0:
-        raise UdpError(f"call: resends must be an integer >= 0, got {resends!r}")
-    for attempt in range(resends + 1):
-        if attempt:
-            net._resends += 1
-        if on_send is not None:
-            on_send(attempt)
-        status = sock.send(dst_node, dst_port, data, queue=queue, thread=thread)
-        if status != UDP_OK:
-            raise UdpError(f"call: a request of {len(data)} B exceeds the datagram payload limit "
-                           f"({net.max_payload} B)")
-        deadline = env.now + timeout_ns
-        while True:
-            left = deadline - env.now
-            if left <= 0 and not len(reply_queue):
-                break
-            ev = reply_queue.wait(max(left, 0))
-            yield ev
-            if not ev.value:
-                break
-            dg = reply_queue.poll()
-            if dg is not None and (match is None or match(dg)):
-                return dg
-        net._timeouts += 1
-    return None
+    replies, _sends = yield from call_all(sock, [(dst_node, dst_port, data, True)], reply_queue, timeout_ns=timeout_ns,
+                                          resends=resends, key=lambda dg: True if match is None or match(dg) else None,
+                                          queue=queue, thread=thread, on_send=on_send)
+    return replies[0]
 
 
 def call_all(sock: UdpSocket, requests: list, reply_queue: RxQueue, *, timeout_ns: int, resends: int = 3,
-             key: Callable[[Datagram], object], thread=None):
+             key: Callable[[Datagram], object], queue: str | None = None, thread=None,
+             on_send: Callable[[int], None] | None = None):
     """Several request/responses at once over one socket: ``replies = yield from call_all(...)``.
 
     ``requests``: ``(dst_node, dst_port, data, k)`` each, ``k`` the value ``key(reply)`` gives for
@@ -612,13 +588,14 @@ def call_all(sock: UdpSocket, requests: list, reply_queue: RxQueue, *, timeout_n
     again, up to ``resends`` times, as :func:`call` does for one. Returns ``(replies, sends)``, lists
     in the order of ``requests``: each one's reply (None when every attempt timed out) and how many
     times it was sent. Datagrams no request is waiting for (stale replies of earlier requests) are
-    consumed and skipped."""
+    consumed and skipped. ``queue``, ``thread`` and ``on_send`` (called with the attempt before each
+    send) as in :func:`call`, which is this function with one request."""
     net = sock.net
     env = sock.env
     if type(timeout_ns) is not int or timeout_ns <= 0:
-        raise UdpError(f"call_all: timeout_ns must be an integer > 0, got {timeout_ns!r}")
+        raise UdpError(f"call: timeout_ns must be an integer > 0, got {timeout_ns!r}")
     if type(resends) is not int or resends < 0:
-        raise UdpError(f"call_all: resends must be an integer >= 0, got {resends!r}")
+        raise UdpError(f"call: resends must be an integer >= 0, got {resends!r}")
     out: list = [None] * len(requests)
     sends = [0] * len(requests)
     waiting = {req[3]: i for i, req in enumerate(requests)}
@@ -628,8 +605,10 @@ def call_all(sock: UdpSocket, requests: list, reply_queue: RxQueue, *, timeout_n
             if attempt:
                 net._resends += 1
             sends[i] += 1
-            if sock.send(dst_node, dst_port, data, thread=thread) != UDP_OK:
-                raise UdpError(f"call_all: a request of {len(data)} B exceeds the datagram payload limit "
+            if on_send is not None:
+                on_send(attempt)
+            if sock.send(dst_node, dst_port, data, queue=queue, thread=thread) != UDP_OK:
+                raise UdpError(f"call: a request of {len(data)} B exceeds the datagram payload limit "
                                f"({net.max_payload} B)")
         deadline = env.now + timeout_ns
         while waiting:
