@@ -122,7 +122,6 @@ class RpcEndpoint:
                            f"({net.max_payload - HEADER.size} B after the {HEADER.size} B RPC header)")
         return dst, name, payload
 
-
     def call_all(self, calls: list, *, method: int = 0, timeout_ns: int = 100_000, retries: int = 3,
                  thread=None, port: int = RPC_PORT):
         """``results = yield from ep.call_all([(dst_node, payload), ...], method=m)``: the requests go

@@ -580,7 +580,7 @@ def call(sock: UdpSocket, dst_node, dst_port: int, data: bytes, reply_queue: RxQ
 def call_all(sock: UdpSocket, requests: list, reply_queue: RxQueue, *, timeout_ns: int, resends: int = 3,
              key: Callable[[Datagram], object], queue: str | None = None, thread=None,
              on_send: Callable[[int], None] | None = None):
-    """Several request/responses at once over one socket: ``replies = yield from call_all(...)``.
+    """Several request/responses at once over one socket: ``replies, sends = yield from call_all(...)``.
 
     ``requests``: ``(dst_node, dst_port, data, k)`` each, ``k`` the value ``key(reply)`` gives for
     its reply (a request id). Every request is sent at once (one UD QP addresses any node), the

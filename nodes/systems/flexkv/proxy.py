@@ -19,10 +19,10 @@ client looks at its map again, which is how clients ride over a reassignment in 
   key's and the slot's lock the proxy checks the expected word against its local index (a remote
   CAS executed locally), invalidates the cached copies (RPCs to all the sharers at once; the old
   pair's valid bit cleared by a WRITE) while it WRITEs the new word into the memory node's slot,
-  then commits with a LOCAL_CAS once both are done and answers. Decisions that a key is absent (an insert into a free slot, an update or
-  delete of a missing key) are also taken here: every committed word matching the key's
-  fingerprint must be one the client checked, else ``MISMATCH``, so a stale view of the memory
-  node never decides anything.
+  then commits with a LOCAL_CAS once both are done and answers. Decisions that a key is absent
+  (an insert into a free slot, an update or delete of a missing key) are also taken here: every
+  committed word matching the key's fingerprint must be one the client checked, else
+  ``MISMATCH``, so a stale view of the memory node never decides anything.
 * ``INVALIDATE`` (proxy to sharer): drop the key from the node's cache and refuse installs of
   requests that were out meanwhile.
 * ``PAUSE`` / ``RESUME`` (manager to node): the two phases of a reassignment (reassignment.py).
