@@ -14,7 +14,7 @@ from __future__ import annotations
 import struct
 import weakref
 
-from shm.udp import Attempts, UdpError, call, call_all
+from shm.udp import UdpError, call_all
 
 __all__ = ["rpc", "RpcEndpoint", "RpcError", "RpcTimeout", "RpcHandlerError", "RPC_PORT", "REPLY_PORT_BASE",
            "HEADER", "encode_request", "endpoint_of", "KIND_REQUEST", "KIND_REPLY", "ST_OK", "ST_NO_METHOD",
@@ -81,30 +81,25 @@ class RpcEndpoint:
         dst, name, payload = self._checked(dst_node, payload, method)
         if not (again and self._rid):
             self._rid += 1
-        rid = self._rid
-        data = HEADER.pack(KIND_REQUEST, ST_OK, method, rid) + payload
-        self.calls += 1
-        sends = Attempts()
-
-        def match(dg) -> bool:
-            if len(dg.data) < HEADER.size:
-                return False
-            kind, _st, _m, r = HEADER.unpack_from(dg.data)
-            return kind == KIND_REPLY and r == rid
-
-        try:
-            dg = yield from call(self.sock, dst, port, data, self.queue, timeout_ns=timeout_ns,
-                                 resends=retries, match=match, thread=thread, on_send=sends)
-        except UdpError as e:
-            raise RpcError(f"rpc to node {name!r}: {e}") from None
-        self.resends += sends.resends
-        self.timeouts += sends.timeouts(dg is not None)
-        if dg is None:
-            raise _timeout(name, method, retries, timeout_ns)
-        got = _outcome(name, method, dg.data)
+        got, = yield from self._exchange([(dst, name, payload, self._rid)], method, timeout_ns, retries, thread, port)
         if isinstance(got, RpcError):
             raise got
         return got
+
+    def call_all(self, calls: list, *, method: int = 0, timeout_ns: int = 100_000, retries: int = 3,
+                 thread=None, port: int = RPC_PORT):
+        """``results = yield from ep.call_all([(dst_node, payload), ...], method=m)``: the requests go
+        out together through this endpoint's socket (a UD QP addresses every node), each with a
+        request id of its own, and their replies are taken as they come; an unanswered one is sent
+        again after ``timeout_ns``, up to ``retries`` times (:func:`shm.udp.call_all`). Returns, in
+        the order of ``calls``, each reply's bytes or the :class:`RpcError` that call ended with
+        (returned, not raised: one peer that is gone need not hide the others' answers)."""
+        requests = []
+        for dst_node, payload in calls:
+            dst, name, payload = self._checked(dst_node, payload, method)
+            self._rid += 1
+            requests.append((dst, name, payload, self._rid))
+        return (yield from self._exchange(requests, method, timeout_ns, retries, thread, port))
 
     def _checked(self, dst_node, payload, method: int) -> tuple:
         """(node index, node name, payload bytes) of a request, or one RpcError line naming the problem."""
@@ -122,39 +117,32 @@ class RpcEndpoint:
                            f"({net.max_payload - HEADER.size} B after the {HEADER.size} B RPC header)")
         return dst, name, payload
 
-    def call_all(self, calls: list, *, method: int = 0, timeout_ns: int = 100_000, retries: int = 3,
-                 thread=None, port: int = RPC_PORT):
-        """``results = yield from ep.call_all([(dst_node, payload), ...], method=m)``: the requests go
-        out together through this endpoint's socket (a UD QP addresses every node), each with a
-        request id of its own, and their replies are taken as they come; an unanswered one is sent
-        again after ``timeout_ns``, up to ``retries`` times (:func:`shm.udp.call_all`). Returns, in
-        the order of ``calls``, each reply's bytes or the :class:`RpcError` that call ended with
-        (returned, not raised: one peer that is gone need not hide the others' answers)."""
-        requests, names = [], []
-        for dst_node, payload in calls:
-            dst, name, payload = self._checked(dst_node, payload, method)
-            names.append(name)
-            self._rid += 1
-            requests.append((dst, port, HEADER.pack(KIND_REQUEST, ST_OK, method, self._rid) + payload, self._rid))
-        self.calls += len(requests)
-
-        def rid_of(dg):
-            if len(dg.data) < HEADER.size:
-                return None
-            kind, _st, _m, r = HEADER.unpack_from(dg.data)
-            return r if kind == KIND_REPLY else None
-
+    def _exchange(self, requests: list, method: int, timeout_ns: int, retries: int, thread, port: int):
+        """Send ``requests`` ((node index, name, payload, request id) each) together and collect their
+        replies (:func:`shm.udp.call_all`, matched by request id); each outcome in order, counted in
+        this endpoint's calls, resends and timeouts."""
+        wire = [(dst, port, HEADER.pack(KIND_REQUEST, ST_OK, method, rid) + payload, rid)
+                for dst, _name, payload, rid in requests]
+        self.calls += len(wire)
         try:
-            got, sends = yield from call_all(self.sock, requests, self.queue, timeout_ns=timeout_ns,
-                                             resends=retries, key=rid_of, thread=thread)
+            got, sends = yield from call_all(self.sock, wire, self.queue, timeout_ns=timeout_ns, resends=retries,
+                                             key=_reply_rid, thread=thread)
         except UdpError as e:
-            raise RpcError(f"rpc: {e}") from None
+            raise RpcError(f"rpc to node {requests[0][1]!r}: {e}") from None
         out = []
-        for name, dg, sent in zip(names, got, sends):
+        for (_dst, name, _payload, _rid), dg, sent in zip(requests, got, sends):
             self.resends += sent - 1
             self.timeouts += sent - (dg is not None)
             out.append(_timeout(name, method, retries, timeout_ns) if dg is None else _outcome(name, method, dg.data))
         return out
+
+
+def _reply_rid(dg):
+    """The request id a reply datagram answers (None for anything that is not a reply)."""
+    if len(dg.data) < HEADER.size:
+        return None
+    kind, _st, _m, rid = HEADER.unpack_from(dg.data)
+    return rid if kind == KIND_REPLY else None
 
 
 def _timeout(name: str, method: int, retries: int, timeout_ns: int) -> RpcTimeout:

@@ -168,6 +168,12 @@ def _scale_rows(exp: str, sizes: dict) -> list[Row]:
             scale_row(exp, "replication (every system: 3-way or its equivalent)", "-", "copies", REPLICAS, 3)]
 
 
+def _most_clients(quick: bool, size: dict) -> int:
+    """Clients per CN at Fig. 11's last point (the paper's 200 clients), where Fig. 12 is taken too:
+    the run's ``threads`` when given, else the largest of :data:`CLIENTS`."""
+    return size.get("threads") or max(CLIENTS[quick])
+
+
 def _second(values: dict, first: str):
     """The best value among the series other than ``first`` (None if none)."""
     others = [v for k, v in values.items() if k != first and v is not None]
@@ -182,7 +188,7 @@ def fig11(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None =
     second best: A 2.31x, B 1.34x, C 1.37x, D 1.31x; Aceso and FUSEE bound by RDMA CAS at the
     memory nodes' NICs, Clover by its metadata server."""
     sizes = _sizes(quick, **size)
-    top = size.get("threads") or max(CLIENTS[quick])
+    top = _most_clients(quick, size)
     present, rows = _present("fig11", systems)
     rows = _scale_rows("fig11", {**sizes, "threads": top}) + rows
     clients = [t for t in CLIENTS[quick] if t <= top] or [top]
@@ -213,7 +219,7 @@ def fig12(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None =
     against the second best. "With 200 clients" (§5.2) is Fig. 11's last point, so the CDFs are taken
     at Fig. 11's most clients (:data:`CLIENTS`; its points, run once for both)."""
     sizes = _sizes(quick, **size)
-    top = size.get("threads") or max(CLIENTS[quick])
+    top = _most_clients(quick, size)
     present, rows = _present("fig12", systems)
     rows = _scale_rows("fig12", {**sizes, "threads": top}) + rows
     specs = {(label, w): _spec(name, sizes, w, threads=top) for label, name in present.items() for w in F.WORKLOADS}
