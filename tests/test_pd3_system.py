@@ -119,6 +119,33 @@ def test_the_host_reading_a_key_makes_its_prefetch_in_flight_stale():
     assert pf.on_client_request([(9, 0)]) == []
 
 
+def test_a_ring_the_engine_has_not_polled_for_always_wakes_it():
+    # the Transfer Engine's loop waits on what DmaFront.waits() gives, leaving out events processed
+    # before it waits. A host ring that came while an empty poll was in flight (the bell fired and
+    # was processed, nobody waiting on it) must still wake it: the request stalled until the
+    # client's resend, 500 us, when a burst of packets met one application thread
+    from shm.sim.env import Environment
+    from nodes.systems.pd3.transfer import DmaFront
+    env = Environment()
+    front = DmaFront(None, None, None, 0, 0, 0)
+    front.doorbell(env)
+    assert [ev.triggered for ev in front.waits()] == [False]      # nothing rung: the TE parks
+    front.ring()
+    env.run()                                                      # the bell fired with nobody waiting
+    assert not front.parked()
+    assert any(not ev.processed for ev in front.waits()), "a ring owed a poll would be lost"
+    woke = []
+    env.process(_wait_any(front.waits(), woke))
+    env.run()
+    assert woke == [0]                                             # at once, not at the next ring
+
+
+def _wait_any(events, woke):
+    from shm.sim.env import any_of
+    yield any_of(events[0].env, events)
+    woke.append(events[0].env.now)
+
+
 def test_eviction_notices_round_trip_and_refuse_bad_sizes():
     keys = [1, 2, 3, 2**63, 5, 6]
     rec = encode_evict(keys)

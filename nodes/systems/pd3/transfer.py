@@ -543,11 +543,17 @@ class DmaFront:
         return self.bell is not None and self._empty and self._poll is None and not self._rung
 
     def waits(self) -> list:
+        """What can wake the TE for its next poll: the poll in flight, or (co-located) the bell.
+        A bell that has fired is replaced, already fired again if the host rang since the last poll
+        was posted: a ring that came while an empty poll was in flight is still owed a poll, and the
+        TE's loop leaves out events that were processed before it waits."""
         if self._poll is not None:
             return [] if self._poll.processed else [self._poll]
         if self.bell is not None:
-            if self.bell.triggered and not self._rung:
+            if self.bell.triggered:
                 self.bell = self.bell.env.event()
+                if self._rung:
+                    self.bell.succeed()
             return [self.bell]
         return []
 
