@@ -2,7 +2,8 @@
 
 The conformance suite and ``dmrack check`` cover the KV semantics (tests/test_conformance.py runs
 every check on ``pd3``); these tests cover what is PD3's own: the miss paths, the prefetched items
-that must never be taken stale, the eviction notices, a malformed packet, the reproduction's rows.
+that must never be taken stale, the eviction notices, a malformed packet, the Transfer Engine's
+wake-up, the latency client of Figs. 14-15, the reproduction's rows.
 """
 
 from __future__ import annotations
@@ -117,6 +118,22 @@ def test_the_host_reading_a_key_makes_its_prefetch_in_flight_stale():
     assert pf.on_prefetch_response(9, True) is False           # the item comes too late: not delivered
     assert pf.host_view.contains(9)                            # and the key is the host's from (1) on
     assert pf.on_client_request([(9, 0)]) == []
+
+
+def test_the_latency_client_times_whole_batches_each_connection_on_one_thread():
+    # Figs. 14/15 as the artifact measures them: a connection sends a batch at once and waits for
+    # every reply; the host serves a connection on one application thread
+    r = {(m, c): rp.point(m, "uniform", keys=4000, client_threads=c, app_threads=2, batch=128, batches=3)
+         for m in ("sync", "pd3") for c in (1, 2)}
+    for (m, c), x in r.items():
+        assert x["ops"] == c * 128 * 2 and x["failed"] == 0 and x["resent"] == 0, (m, c)
+        assert x["threads_used"] == c, (m, c)
+        assert x["p50"] <= x["p99"]
+    # sync RDMA pays a round trip per miss in series; PD3's host takes most items prefetched
+    assert r["sync", 1]["p50"] > 2 * r["pd3", 1]["p50"]
+    assert r["pd3", 1]["zone_hits"] > r["pd3", 1]["misses"]
+    with pytest.raises(ValueError, match="batches >= 2"):
+        rp.point("pd3", "uniform", keys=4000, client_threads=1, batch=128, batches=1)
 
 
 def test_a_ring_the_engine_has_not_polled_for_always_wakes_it():

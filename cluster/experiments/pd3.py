@@ -13,7 +13,8 @@ lag the NIC by more than a prefetch takes: its RX queues must not run dry).
 Parts: ``fig4`` (Host View optimisation steps, :mod:`cluster.experiments._pd3_fig4`), ``fig8``
 (Loading Zone against spinlock and CAS rings, :mod:`cluster.experiments._pd3_fig8`); throughput of
 sync RDMA / Leap / Redy / PD3 for the hash map uniform and Zipfian 0.99 (``fig10``, ``fig11``), the
-page server (``fig12``) and Garnet (``fig13``), and their p50 and p99 (``fig14``-``fig17``);
+page server (``fig12``) and Garnet (``fig13``), and their p50 and p99 (``fig14``-``fig17``: the hash
+map's measured as the artifact's latency client does, batches of 250 requests per connection);
 ``fig18`` (PD3 with prefetching off and on against all-local, each application), ``fig19`` (Garnet's
 GET broken down into stages), ``fig20`` (Redy and PD3 at 8 and 16 application threads and the host
 cores each uses), ``fig21`` (Garnet against local memory size, with Fig. 22's latencies) and
@@ -85,9 +86,16 @@ def _zipf_cdf(n: int, theta: float) -> np.ndarray:
 def point(mode: str, dist: str, *, quick: bool = True, app_threads: int = APP_THREADS, keys: int | None = None,
           window_us=None, seed: int = 1, client_nodes: int | None = None, client_threads: int | None = None,
           coroutines: int | None = None, cache_fraction: float | None = None, app: str = "hashmap",
-          work_us: float | None = None, zone_kib: int | None = None) -> dict:
+          work_us: float | None = None, zone_kib: int | None = None, batch: int = 0, batches: int = 0) -> dict:
     """One run: Mops over the window, p50/p99 in us, host and DPU core use. ``app``: ``hashmap``
-    (8 B values, YCSB 95/5) or ``pages`` (the page server: 4 KB pages, reads only, jumbo frames)."""
+    (8 B values, YCSB 95/5) or ``pages`` (the page server: 4 KB pages, reads only, jumbo frames).
+
+    ``batch`` > 0 runs the artifact's latency client instead of the closed loop of single requests
+    (``src/apps/hashmap/latency_client.cpp``): ``client_threads`` connections, each one client
+    thread whose packets all go to one application thread (the hash map serves a connection on a
+    thread of its own), sending ``batch`` requests at once and waiting for every reply before the
+    next batch; p50 and p99 are those of whole batches, after ``batches`` of them per connection
+    (a batch's first request's instant to its last reply), the first one left out as warm-up."""
     if app not in APPS:
         raise ValueError(f"unknown application {app!r}; choose one of {', '.join(APPS)}")
     spec = APPS[app]
@@ -108,10 +116,17 @@ def point(mode: str, dist: str, *, quick: bool = True, app_threads: int = APP_TH
     client_threads = client_threads or spec["clients"][0]
     coroutines = coroutines or spec["clients"][1]
     value = spec["value"]
+    if batch:
+        if not 1 <= batch <= 256 or batches < 2:
+            raise ValueError(f"a latency-client point needs 1 <= batch <= 256 (a reply port per request of a "
+                             f"connection) and batches >= 2 (the first is warm-up), got batch={batch}, "
+                             f"batches={batches}")
+        coroutines = batch               # a request of the batch per coroutine, all sent at one instant
     d = with_rack_tables(system, {
         "rack": {"name": f"pd3-{mode}", "profile": PROFILE, "seed": seed},
         "profile_overrides": spec["overrides"],
-        "compute": {"count": 1, "threads": client_threads, "coroutines": coroutines, "memory": "256MiB"},
+        # (the compute table's count is checked against its limit; the clients' coroutines are made below)
+        "compute": {"count": 1, "threads": client_threads, "coroutines": min(coroutines, 64), "memory": "256MiB"},
         "client": {"count": client_nodes},
         "memory": {"count": 1, "memory": spec["memory"], "cores": MEM_CORES},
         "system": {"name": "pd3", "mode": mode, "app_threads": app_threads, "value_max": len(value),
@@ -140,28 +155,41 @@ def point(mode: str, dist: str, *, quick: bool = True, app_threads: int = APP_TH
         failed = [0]
         t0, t1 = warm * 1000, (warm + window) * 1000
         procs = []
+        spans: list = []
+        finished = [client_nodes * client_threads, env.event()]      # connections still running, all done
         for c in range(client_nodes):
             node = NodeRdma(host, f"cl{c}")
             node.udp = udp
-            for _ in range(client_threads):
+            for i in range(client_threads):
                 th = node.thread()
                 cli = system.client(state.fabric, state.layout, th, compiled.options)
-                for _k in range(coroutines):
-                    co = th.coroutine()
+                cos = [th.coroutine() for _k in range(coroutines)]
+                if batch:
+                    cli.connection = c * client_threads + i
+                    r = np.random.default_rng(rng.integers(1 << 62))
+                    procs.append(env.process(_batches(env, cli, cos, r, key_ids, cdf, batches, lat, done, failed,
+                                                      spec["reads"], value, spans, finished)))
+                    continue
+                for co in cos:
                     r = np.random.default_rng(rng.integers(1 << 62))
                     procs.append(env.process(_loop(env, cli, co, r, key_ids, cdf, t0, t1, lat, done, failed,
                                                    spec["reads"], value)))
-        env.run(until=t1 + 50_000)
+        if batch:
+            env.run(until=finished[1])   # every connection's batches
+            window = (max(e for _f, e in spans) - min(f for f, _e in spans)) / 1000
+        else:
+            env.run(until=t1 + 50_000)
         app = directory["pd3.host"]
         dpu = directory.get("pd3.dpu")
-        mops = done[0] / (window * 1000) * 1000
+        mops = done[0] / (window * 1000) * 1000 if window else 0.0
         lat_us = np.array(lat) / 1000 if lat else np.array([0.0])
         st = app.statistics()
         out = {"mode": mode, "dist": dist, "mops": mops, "p50": float(np.percentile(lat_us, 50)),
                "p99": float(np.percentile(lat_us, 99)), "ops": done[0], "failed": failed[0],
                "host_cores": st.host_cores, "app_busy": st.app_busy_ns / max(1, env.now),
                "io_busy": st.io_busy_ns / max(1, env.now), "hits": st.hits, "zone_hits": st.zone_hits,
-               "misses": st.misses, "requests": st.requests}
+               "misses": st.misses, "requests": st.requests, "resent": st.resent,
+               "threads_used": sum(1 for t in app.threads if t.busy_ns)}    # application threads that served any
         if st.stages is not None:
             out["stages"] = st.stages._asdict()
         if dpu is not None:
@@ -171,21 +199,57 @@ def point(mode: str, dist: str, *, quick: bool = True, app_threads: int = APP_TH
         return out
 
 
-def _loop(env, cli, co, r, key_ids, cdf, t0, t1, lat, done, failed, reads, value):
+def _request(cli, co, r, key_ids, cdf, reads, value):
+    """One YCSB request of the hash map's mix: True if it did what it asked."""
     n = len(key_ids)
+    i = int(np.searchsorted(cdf, r.random())) if cdf is not None else int(r.integers(n))
+    key = key_ids[min(i, n - 1)].to_bytes(8, "little")
+    if reads >= 1.0 or r.random() < reads:
+        return (yield from cli.get(co, key)) is not None      # every key is loaded: never missing
+    return (yield from cli.update(co, key, b"w" * len(value))) is True
+
+
+def _loop(env, cli, co, r, key_ids, cdf, t0, t1, lat, done, failed, reads, value):
     while env.now < t1:
-        i = int(np.searchsorted(cdf, r.random())) if cdf is not None else int(r.integers(n))
-        key = key_ids[min(i, n - 1)].to_bytes(8, "little")
         start = env.cpu_free_at()        # (the previous operation's trailing CPU is not this one's)
-        if reads >= 1.0 or r.random() < reads:
-            ok = (yield from cli.get(co, key)) is not None      # every key is loaded: never missing
-        else:
-            ok = (yield from cli.update(co, key, b"w" * len(value))) is True
-        if not ok:
+        if not (yield from _request(cli, co, r, key_ids, cdf, reads, value)):
             failed[0] += 1
         if t0 <= env.now <= t1:            # completions in the window: the throughput
             done[0] += 1
             lat.append(env.cpu_free_at() - start)     # its work's end: the CPU after its last wait included
+
+
+def _batches(env, cli, cos, r, key_ids, cdf, batches, lat, done, failed, reads, value, spans, finished):
+    """The artifact's latency client on one connection: ``len(cos)`` requests sent at one instant,
+    the next batch once every reply is in. The first batch is warm-up (not in ``lat`` or ``done``);
+    ``spans`` gets the connection's measured span (end of the first batch, end of the last), and
+    ``finished`` fires when the last connection is done."""
+    first = env.now
+    for b in range(batches):
+        start = env.now
+        left = [len(cos)]
+        all_in = env.event()
+        for co in cos:
+            env.process(_one(cli, co, r, key_ids, cdf, reads, value, failed, left, all_in))
+        yield all_in
+        if b:
+            done[0] += len(cos)
+            lat.append(env.now - start)
+        else:
+            first = env.now
+    spans.append((first, env.now))
+    finished[0] -= 1
+    if not finished[0]:
+        finished[1].succeed()
+
+
+def _one(cli, co, r, key_ids, cdf, reads, value, failed, left, all_in):
+    """One request of a batch; the batch's last reply fires ``all_in``."""
+    if not (yield from _request(cli, co, r, key_ids, cdf, reads, value)):
+        failed[0] += 1
+    left[0] -= 1
+    if not left[0]:
+        all_in.succeed()
 
 
 # --- the figures -------------------------------------------------------------------------------------------
@@ -249,7 +313,9 @@ def fig11(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None =
 
 
 def _latency(exp: str, dist: str, quick: bool, progress, jobs: int, shared: SharedPoints | None,
-             app: str = "hashmap") -> list[Row]:
+             app: str) -> list[Row]:
+    """The page server's and Garnet's p50 and p99 at the throughput points of Figs. 12 and 13 (§8.2:
+    "when achieving the throughput in Figures 10-13"; the hash map's are the latency client's)."""
     specs = [(m, dist, APP_THREADS, app) for m in MODES.values()]
     res = _points(specs, prefixed(progress, f"{exp}: "), jobs, quick, shared)
     key = (lambda m: (m, dist, APP_THREADS, app))
@@ -266,12 +332,9 @@ def _latency(exp: str, dist: str, quick: bool, progress, jobs: int, shared: Shar
                     _ratio(max(p[n]["p50"] for n in others), p["PD3"]["p50"]), 11.0))
     rows.append(Row(exp, "best other p99 / PD3 p99", "p99", "ratio",
                     _ratio(min(p[n]["p99"] for n in others), p["PD3"]["p99"]), 1.8))
-    if app == "hashmap":        # Redy's batching pays off on small items: up to 3.5x below sync
-        rows.append(Row(exp, "sync RDMA p50 / Redy p50", "p50", "ratio",
-                        _ratio(p["sync RDMA"]["p50"], p["Redy"]["p50"]), 3.5 if dist == "uniform" else None))
-    else:                       # ... and backfires on large ones: up to 2.2x above sync
-        rows.append(Row(exp, "Redy p50 / sync RDMA p50", "p50", "ratio",
-                        _ratio(p["Redy"]["p50"], p["sync RDMA"]["p50"]), 2.2))
+    # Redy's batching backfires on large requests and one request per thread: up to 2.2x above sync
+    rows.append(Row(exp, "Redy p50 / sync RDMA p50", "p50", "ratio",
+                    _ratio(p["Redy"]["p50"], p["sync RDMA"]["p50"]), 2.2))
     return rows
 
 
@@ -373,14 +436,56 @@ def fig23(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None =
     return rows
 
 
+#: Figs. 14/15 (and the appendix's B.4/B.5, by connections): the artifact's latency client
+#: (``src/apps/hashmap/latency_client.cpp``: ``request_batch_size_ = 250``, a batch sent at once and
+#: every reply awaited; ``exp/fig15/gen_fig.py``: 1, 2, 4 and 8 client threads, a connection each)
+LATENCY_BATCH = 250
+CONNECTIONS = {True: (1, 8), False: (1, 2, 4, 8)}
+BATCHES = {True: 11, False: 21}          # per connection, the first one warm-up
+
+
+def _latency_client(exp: str, dist: str, quick: bool, progress, jobs: int, shared: SharedPoints | None) -> list[Row]:
+    """The hash map's p50 and p99 as the artifact measures them: whole batches of the latency client
+    (:data:`LATENCY_BATCH` requests per connection at once), by connections; the published ratios
+    ("1.5x to 11x" for the median, "1.8x to 10x" for the tail, Redy "up to 3.5x" below sync RDMA and
+    PD3 "up to 5x" below Redy, §8.2 and appendix B) as the smallest or largest over connections."""
+    conns = CONNECTIONS[quick]
+    extra = (lambda c: (("client_threads", c), ("batch", LATENCY_BATCH), ("batches", BATCHES[quick])))
+    specs = {(m, c): (m, dist, APP_THREADS, "hashmap", extra(c)) for m in MODES.values() for c in conns}
+    res = _points(list(specs.values()), prefixed(progress, f"{exp}: "), jobs, quick, shared)
+    p = {(name, c): res[specs[m, c]] for name, m in MODES.items() for c in conns}
+    rows = []
+    for name in MODES:
+        for c in conns:
+            rows += [Row(exp, name, f"{c} connections", "p50 us", round(p[name, c]["p50"], 1), None),
+                     Row(exp, name, f"{c} connections", "p99 us", round(p[name, c]["p99"], 1), None)]
+    others = [n for n in MODES if n != "PD3"]
+    span = f"{conns[0]}-{conns[-1]} connections"
+
+    def ratios(a, b, q):
+        return [_ratio(p[a, c][q], p[b, c][q]) or 0.0 for c in conns]
+    best50 = [min(x) for x in zip(*(ratios(n, "PD3", "p50") for n in others))]
+    worst50 = [max(x) for x in zip(*(ratios(n, "PD3", "p50") for n in others))]
+    best99 = [min(x) for x in zip(*(ratios(n, "PD3", "p99") for n in others))]
+    uniform = dist == "uniform"
+    rows += [Row(exp, "best other p50 / PD3 p50, smallest", span, "ratio", min(best50), 1.5),
+             Row(exp, "worst other p50 / PD3 p50, largest", span, "ratio", max(worst50), 11.0),
+             Row(exp, "best other p99 / PD3 p99, smallest", span, "ratio", min(best99), 1.8),
+             Row(exp, "sync RDMA p50 / Redy p50, largest", span, "ratio", max(ratios("sync RDMA", "Redy", "p50")),
+                 3.5 if uniform else None),
+             Row(exp, "Redy p50 / PD3 p50, largest", span, "ratio", max(ratios("Redy", "PD3", "p50")),
+                 5.0 if uniform else None)]
+    return rows
+
+
 def fig14(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None = None) -> list[Row]:
     """Latency of the hash map, uniform (Fig. 14): PD3 1.5-11x lower p50, Redy up to 3.5x below sync."""
-    return _latency("fig14", "uniform", quick, progress, jobs, shared)
+    return _latency_client("fig14", "uniform", quick, progress, jobs, shared)
 
 
 def fig15(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None = None) -> list[Row]:
     """Latency of the hash map, Zipfian (Fig. 15)."""
-    return _latency("fig15", "zipf", quick, progress, jobs, shared)
+    return _latency_client("fig15", "zipf", quick, progress, jobs, shared)
 
 
 def fig18(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None = None) -> list[Row]:

@@ -68,6 +68,11 @@ class Pd3Client(HostAppClient):
         self.room = self.net.max_payload  # request and reply must each fit one datagram
         self.rid = 0
         self.packets = self.requests = 0
+        # None: each coroutine's packets are a flow of their own, spread over the host's RX queues by
+        # their hash (RSS); an int: every packet of this client thread goes to that application
+        # thread's queue, as one TCP connection does to the thread the artifact's hash map serves it on
+        # (net_hashmap.cpp: a thread per client connection; the latency client, cluster/experiments/pd3.py)
+        self.connection: int | None = None
 
     def _op(self, co, op, key: bytes, value: bytes = b""):
         if len(value) > self.value_max:
@@ -108,7 +113,10 @@ class Pd3Client(HostAppClient):
         data = hm.encode_request(rid, [(op, k, v) for op, k, v, _e in batch])
         # the flow's RX queue on the host: a hash of the flow, as RSS (a multiplicative one of the
         # client's node and port, so a thread's coroutines spread over the host's queues)
-        port = PORT + ((self.thread.owner.node * 40503 + sock.port) * 2654435761 >> 16) % self.app_threads
+        if self.connection is None:
+            port = PORT + ((self.thread.owner.node * 40503 + sock.port) * 2654435761 >> 16) % self.app_threads
+        else:
+            port = PORT + self.connection % self.app_threads
         reply = yield from call(sock, self.server, port, data, queue, timeout_ns=self.timeout_ns,
                                 resends=3, match=lambda dg: int.from_bytes(dg.data[:4], "little") == rid,
                                 thread=self.thread)
