@@ -48,6 +48,10 @@ from .transfer import (
     TransferEngine, dpu_costs, host_costs,
 )
 
+#: the artifact's hash-map server sleeps in select() with this timeout between turns of a connection's
+#: loop (net_hashmap.cpp, ClientConnectionThread: ``select_timeout.tv_usec = 100``): what a Redy read
+#: that lands while its thread has no request to read waits before the thread sees it
+SELECT_TIMEOUT_NS = 100_000
 BATCH = 8                       # keys per client packet (the Host View's batch: 64 B of keys)
 SRV_QPN = (1 << 40) + 0x50443300        # lane k: QP SRV_QPN + k on both sides (no exchange needed)
 MAX_BATCH = 128                 # records per Transfer Engine batch
@@ -493,7 +497,7 @@ class HostApp:
                 t.front.submit(_req(REQ_READ, rid, m.addr(key), size[key], key), None)
                 rids.append((rid, key))
             t.cpu(self.cpu.local_cas_ns * len(keys))
-            res = yield from self._redy_wait(t, [r for r, _k in rids])
+            res = yield from self._redy_wait(t, [r for r, _k in rids], turns=self.app == "hashmap")
             for (rid, key), c in zip(rids, res):
                 out[key] = c.data
             return out
@@ -526,9 +530,18 @@ class HostApp:
         t.next_rid = (getattr(t, "next_rid", 0) + 1) & 0xFFFF
         return t.next_rid
 
-    def _redy_wait(self, t: AppThread, rids):
+    def _redy_wait(self, t: AppThread, rids, *, turns: bool = False):
+        """The completions of ``rids`` from the thread's Redy I/O thread. ``turns``: the hash map's
+        reads, as the artifact's server takes them (``net_hashmap.cpp``, ``ClientConnectionThread``):
+        a connection's thread moves finished remote reads into its send buffer only at the top of
+        its loop, and between turns it sleeps in ``select()`` until a request arrives or its
+        :data:`SELECT_TIMEOUT_NS` pass; the completions landing do not wake it. A thread with
+        requests waiting turns at once (its socket is readable)."""
         f = t.front
         while not all(r in f.results for r in rids):
+            if turns and not len(t.queue):
+                yield t.queue.wait(SELECT_TIMEOUT_NS)
+                continue
             if f.arrived.triggered:
                 f.arrived = self.env.event()
                 continue
