@@ -125,7 +125,7 @@ def point(mode: str, dist: str, *, quick: bool = True, app_threads: int = APP_TH
     d = with_rack_tables(system, {
         "rack": {"name": f"pd3-{mode}", "profile": PROFILE, "seed": seed},
         "profile_overrides": spec["overrides"],
-        # (the compute table's count is checked against its limit; the clients' coroutines are made below)
+        # (the compute table's coroutines are checked against its limit of 64; the clients' are made below)
         "compute": {"count": 1, "threads": client_threads, "coroutines": min(coroutines, 64), "memory": "256MiB"},
         "client": {"count": client_nodes},
         "memory": {"count": 1, "memory": spec["memory"], "cores": MEM_CORES},
