@@ -441,7 +441,7 @@ def fig23(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None =
 #: every reply awaited; ``exp/fig15/gen_fig.py``: 1, 2, 4 and 8 client threads, a connection each)
 LATENCY_BATCH = 250
 CONNECTIONS = {True: (1, 8), False: (1, 2, 4, 8)}
-BATCHES = {True: 11, False: 21}          # per connection, the first one warm-up
+BATCHES = {True: 6, False: 21}           # per connection, the first one warm-up
 
 
 def _latency_client(exp: str, dist: str, quick: bool, progress, jobs: int, shared: SharedPoints | None) -> list[Row]:
