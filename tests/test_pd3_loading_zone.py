@@ -355,3 +355,12 @@ def test_a_second_engine_object_of_the_device_shares_the_zone(rack):
     assert host_end.statistics().consumed == 2 and host_end.statistics().produced == 0
     assert int(fabric.memory[0].host64[lz._off(0) // 8 + 1]) == _state(0, CONSUMED)
     assert PRODUCED != CONSUMED != PAD
+
+
+def test_the_compiled_header_read_loads_what_the_python_reference_loads():
+    # a scan reads each item header it passes in one compiled call (read_item_header): the same
+    # four words in the same order as the plain-Python reference, on random memory and offsets
+    rng = np.random.default_rng(7)
+    mem = rng.integers(0, 1 << 63, 4096, dtype=np.uint64) * np.uint64(2) + rng.integers(0, 2, 4096, dtype=np.uint64)
+    for sw in rng.integers(0, mem.shape[0] - 3, 200):
+        assert lzmod.read_item_header(mem, int(sw)) == lzmod.read_item_header_py(mem, int(sw))
