@@ -357,10 +357,31 @@ def test_a_second_engine_object_of_the_device_shares_the_zone(rack):
     assert PRODUCED != CONSUMED != PAD
 
 
-def test_the_compiled_header_read_loads_what_the_python_reference_loads():
-    # a scan reads each item header it passes in one compiled call (read_item_header): the same
-    # four words in the same order as the plain-Python reference, on random memory and offsets
+def test_the_compiled_walk_to_the_next_item_matches_its_python_reference():
+    # next_produced passes consumed items, pads and reclaimed space in compiled code: on random
+    # zone contents (state words of every kind, some right for their position, some not; Head
+    # anywhere), from random start positions, it returns what the plain-Python reference returns
     rng = np.random.default_rng(7)
-    mem = rng.integers(0, 1 << 63, 4096, dtype=np.uint64) * np.uint64(2) + rng.integers(0, 2, 4096, dtype=np.uint64)
-    for sw in rng.integers(0, mem.shape[0] - 3, 200):
-        assert lzmod.read_item_header(mem, int(sw)) == lzmod.read_item_header_py(mem, int(sw))
+    cap, data = 4096, 192
+    for _trial in range(200):
+        m64 = np.zeros((data + cap) // 8, np.uint64)
+        m64[1] = int(rng.integers(0, 3 * cap))                        # Head (word 1 here)
+        pos = int(rng.integers(0, 2 * cap)) // 8 * 8
+        p = pos
+        while p < pos + cap:                                         # lay item headers from pos on
+            size = int(rng.integers(0, 200))
+            sw = (data + p % cap) >> 3
+            if (data + p % cap) + ITEM_HEADER > data + cap:
+                break
+            st = int(rng.choice([PRODUCED, CONSUMED, PAD, 0]))
+            word = lzmod._state(p, st) if st else int(rng.integers(0, 1 << 63))
+            if rng.random() < 0.1:
+                word = lzmod._state(p + 8, PRODUCED)                # a state of another position
+            m64[sw] = (int(rng.integers(0, 1 << 31)) << 32) | size
+            m64[sw + 1] = word
+            m64[sw + 2] = int(rng.integers(0, 1 << 63))
+            p += lzmod.item_bytes(size)
+        args = (1, data, cap, pos, pos + int(rng.integers(0, cap)), -1, int(rng.integers(0, 200)), 2, 0, 0)
+        got = lzmod.next_produced(m64, *args)
+        ref = lzmod.next_produced_py(m64, *args)
+        assert tuple(int(x) for x in got) == ref, (got, ref)
