@@ -160,6 +160,16 @@ _SIZE_MASK = np.uint64(0xFFFFFFFF)
 
 
 @njit(cache=True)
+def count_lines(first, nbytes, last_line, seen_upto, lines, cached):
+    """A scan read bytes ``[first, first + nbytes)`` of the zone (positions, which only grow; the
+    data area is whole lines): ``(last_line, lines, cached)`` with the lines past ``last_line``
+    counted, and those below ``seen_upto`` (this core read them before) among them as cached."""
+    end = (first + nbytes - 1) // _LINE
+    lo = max(first // _LINE, last_line + 1)
+    return max(last_line, end), lines + max(0, end - lo + 1), cached + max(0, min(end, seen_upto - 1) - lo + 1)
+
+
+@njit(cache=True)
 def next_produced(m64, hw, data, cap, p, t, last_line, seen_upto, lines, cached, headers):
     """The host's scan from position ``p`` to the next PRODUCED item header before Tail ``t``,
     passing consumed items and pads (most of what a scan passes: cleaning moves Head later) in one
@@ -188,12 +198,7 @@ def next_produced(m64, hw, data, cap, p, t, last_line, seen_upto, lines, cached,
         k = load_acquire(m64, sw + 2)
         s2 = load_acquire(m64, sw + 1)
         headers += 1
-        # lines counted by position, which only grows (the data area is whole lines)
-        end = (p + ITEM_HEADER - 1) // _LINE
-        lo = max(p // _LINE, last_line + 1)
-        lines += max(0, end - lo + 1)
-        cached += max(0, min(end, seen_upto - 1) - lo + 1)
-        last_line = max(last_line, end)
+        last_line, lines, cached = count_lines(p, ITEM_HEADER, last_line, seen_upto, lines, cached)
         base = np.uint64(p) ^ _SALT64
         produced = base | np.uint64(PRODUCED)
         if s2 == produced and s == produced:
@@ -210,7 +215,8 @@ def next_produced(m64, hw, data, cap, p, t, last_line, seen_upto, lines, cached,
 
 
 def next_produced_py(m64, hw, data, cap, p, t, last_line, seen_upto, lines, cached, headers):
-    """:func:`next_produced` in plain Python, on Python ints."""
+    """:func:`next_produced` in plain Python, on Python ints (its line counting the same
+    :func:`count_lines`, run as Python)."""
     s = w0 = k = s2 = sw = 0
     while True:
         rest = cap - p % cap
@@ -224,11 +230,7 @@ def next_produced_py(m64, hw, data, cap, p, t, last_line, seen_upto, lines, cach
         k = int(load_acquire(m64, sw + 2))
         s2 = int(load_acquire(m64, sw + 1))
         headers += 1
-        end = (p + ITEM_HEADER - 1) // _LINE
-        lo = max(p // _LINE, last_line + 1)
-        lines += max(0, end - lo + 1)
-        cached += max(0, min(end, seen_upto - 1) - lo + 1)
-        last_line = max(last_line, end)
+        last_line, lines, cached = count_lines.py_func(p, ITEM_HEADER, last_line, seen_upto, lines, cached)
         produced = _state(p, PRODUCED)
         if s2 == produced and s == produced:
             return 1, p, last_line, lines, cached, headers, s, w0, k, s2, sw
@@ -447,11 +449,8 @@ class LoadingZone(HostRing):
                 # reclaimed and overwritten) all through the copy
                 read_lines(buf, 0, self._mem.host, dlo, size, self._mem.host_locks)
                 if size:
-                    end = (p + ITEM_HEADER + size - 1) // _LINE
-                    lo = max((p + ITEM_HEADER) // _LINE, last_line + 1)
-                    lines += max(0, end - lo + 1)
-                    cached += max(0, min(end, seen_upto - 1) - lo + 1)
-                    last_line = max(last_line, end)
+                    last_line, lines, cached = count_lines.py_func(p + ITEM_HEADER, size, last_line, seen_upto,
+                                                                   lines, cached)
                 cas_ops += 1
                 if int(cas(m64, sw + 1, produced, _state(p, CONSUMED))) == produced:
                     if fresh_from is not None and ((w0 >> 32) - fresh_from) & 0x80000000:
