@@ -156,7 +156,7 @@ def point(mode: str, dist: str, *, quick: bool = True, app_threads: int = APP_TH
         t0, t1 = warm * 1000, (warm + window) * 1000
         procs = []
         spans: list = []
-        finished = [client_nodes * client_threads, env.event()]      # connections still running, all done
+        finished = env.event()           # fired by the last connection to finish (its span in ``spans``)
         for c in range(client_nodes):
             node = NodeRdma(host, f"cl{c}")
             node.udp = udp
@@ -168,14 +168,15 @@ def point(mode: str, dist: str, *, quick: bool = True, app_threads: int = APP_TH
                     cli.connection = c * client_threads + i
                     r = np.random.default_rng(rng.integers(1 << 62))
                     procs.append(env.process(_batches(env, cli, cos, r, key_ids, cdf, batches, lat, done, failed,
-                                                      spec["reads"], value, spans, finished)))
+                                                      spec["reads"], value, spans, client_nodes * client_threads,
+                                                      finished)))
                     continue
                 for co in cos:
                     r = np.random.default_rng(rng.integers(1 << 62))
                     procs.append(env.process(_loop(env, cli, co, r, key_ids, cdf, t0, t1, lat, done, failed,
                                                    spec["reads"], value)))
         if batch:
-            env.run(until=finished[1])   # every connection's batches
+            env.run(until=finished)      # every connection's batches
             window = (max(e for _f, e in spans) - min(f for f, _e in spans)) / 1000
         else:
             env.run(until=t1 + 50_000)
@@ -219,11 +220,12 @@ def _loop(env, cli, co, r, key_ids, cdf, t0, t1, lat, done, failed, reads, value
             lat.append(env.cpu_free_at() - start)     # its work's end: the CPU after its last wait included
 
 
-def _batches(env, cli, cos, r, key_ids, cdf, batches, lat, done, failed, reads, value, spans, finished):
+def _batches(env, cli, cos, r, key_ids, cdf, batches, lat, done, failed, reads, value, spans, connections,
+             finished):
     """The artifact's latency client on one connection: ``len(cos)`` requests sent at one instant,
     the next batch once every reply is in. The first batch is warm-up (not in ``lat`` or ``done``);
     ``spans`` gets the connection's measured span (end of the first batch, end of the last), and
-    ``finished`` fires when the last connection is done."""
+    ``finished`` fires once all ``connections`` have put theirs there."""
     first = env.now
     for b in range(batches):
         start = env.now
@@ -238,9 +240,8 @@ def _batches(env, cli, cos, r, key_ids, cdf, batches, lat, done, failed, reads, 
         else:
             first = env.now
     spans.append((first, env.now))
-    finished[0] -= 1
-    if not finished[0]:
-        finished[1].succeed()
+    if len(spans) == connections:
+        finished.succeed()
 
 
 def _one(cli, co, r, key_ids, cdf, reads, value, failed, left, all_in):
