@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import errno
 from dataclasses import dataclass, field
+from heapq import heappush
+from struct import Struct
 from typing import NamedTuple
 
 import numpy as np
@@ -35,7 +37,7 @@ from shm.kernels import entry
 from shm.fabric import (
     IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_READ, IBV_ACCESS_REMOTE_WRITE,
     ATOMIC_CAS, ATOMIC_FAA, ATOMIC_MASKED_CAS, ATOMIC_MASKED_FAA, MAX_NODES, OFFSET_BITS, REGION_BITS, REGION_DEVICE,
-    REGION_HOST, Fabric,
+    REGION_HOST, Fabric, host_kernels,
     remote_atomic, remote_read_write, copy_lines, format_gaddr, gaddr, gaddr_node, gaddr_offset,
     gaddr_region, mr_check, read_lines,
 )
@@ -107,6 +109,10 @@ _OPS = {
 }
 #: ibv_wr_opcode -> the NIC model's opcode (for callers that price verbs without SendWRs)
 MODEL_OPCODE = {opcode: spec[0] for opcode, spec in _OPS.items()}
+# a post's row for the NIC model (nic.WR_* columns: model opcode, length, offset, region, flags, then
+# the model's three outputs), filled by one pack call per work request
+_PACK_MODEL_WR = Struct(f"<{nic.WR_MODEL_COLS}q").pack_into
+_MODEL_ROW_BYTES = 8 * nic.WR_MODEL_COLS
 _ATOMICS = (IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_MASKED_ATOMIC_CMP_AND_SWP,
             IBV_WR_MASKED_ATOMIC_FETCH_AND_ADD)
 
@@ -516,6 +522,11 @@ class QP:
         fabric = self.fabric
         self._price = entry(nic.model_post_rows, fabric.table, fabric.params, fabric.descriptors, self.node, 0,
                             self.model_state, self.doorbell, 0, np.zeros((1, nic.WR_COLS), np.int64))
+        # the same for a completion's retire and for the landings and checks of a work request:
+        # its local buffer is always this node's host or device memory, the fabric's own arrays
+        self._retire = entry(nic.retire, fabric.table, ctx.desc, 0)
+        self._kernels = host_kernels(fabric, fabric.memory[self.node].host)
+        self._heap, self._next_seq = self.env.event_queue()
         self._sq_in_flight = 0     # posted, not yet completed and polled
         self._unpolled_unsignaled = 0
         self._recv_queue: list[RecvWR] = []
@@ -573,59 +584,67 @@ class QP:
         arrays = self._post_arrays.get(n)
         if arrays is None:          # kept per post size: the model reads them before post_send returns
             rows = np.zeros((n, nic.WR_MODEL_COLS), np.int64)   # the columns of nic.model_post_rows
-            arrays = self._post_arrays[n] = (rows, rows[:, nic.WR_OP], rows[:, nic.WR_LEN], rows[:, nic.WR_OFF],
-                                             rows[:, nic.WR_REGION], rows[:, nic.WR_FLAGS],
-                                             rows[:, nic.WR_OUT:nic.WR_MODEL_COLS])
-        rows, ops, lens, addrs, regions, flags, out = arrays
-        flags[:] = 0
-        for i, wr in enumerate(wrs):
+            arrays = self._post_arrays[n] = (rows, rows[:, nic.WR_OUT:nic.WR_MODEL_COLS])
+        rows, out = arrays
+        ud = self.qp_type == IBV_QPT_UD
+        pos = 0
+        sizes = []
+        for wr in wrs:              # one row per work request, packed in one call (its columns in order)
             spec = _OPS.get(wr.opcode)
-            if spec is None or (self.qp_type == IBV_QPT_UD and wr.opcode != IBV_WR_SEND):
+            if spec is None or (ud and wr.opcode != IBV_WR_SEND):
                 raise PyverbsRDMAError(f"post_send on QP {self.qp_num}: opcode {wr.opcode} not supported on "
-                                       f"{'UD' if self.qp_type == IBV_QPT_UD else 'RC'}", errno.EINVAL)
-            if wr.num_sge != len(wr.sg) or len(wr.sg) > 1:
-                raise PyverbsRDMAError(f"post_send on QP {self.qp_num}: wr {wr.wr_id} has {len(wr.sg)} SGEs "
+                                       f"{'UD' if ud else 'RC'}", errno.EINVAL)
+            sg = wr.sg
+            if wr.num_sge != len(sg) or len(sg) > 1:
+                raise PyverbsRDMAError(f"post_send on QP {self.qp_num}: wr {wr.wr_id} has {len(sg)} SGEs "
                                        f"(num_sge={wr.num_sge}); the emulator supports one", errno.EINVAL)
-            length = wr.sg[0].length if wr.sg else 0
-            op = spec[0]
-            if self.qp_type == IBV_QPT_UD:
-                op = nic.VERB_SEND_UD
-            ops[i] = op
-            lens[i] = length
-            addrs[i] = gaddr_offset(wr.remote_addr)
-            regions[i] = gaddr_region(wr.remote_addr)
-            if wr.send_flags & IBV_SEND_INLINE:
+            length = sg[0].length if sg else 0
+            send_flags = wr.send_flags
+            flags = 0
+            if send_flags & IBV_SEND_INLINE:
                 if length > self.max_inline:
                     raise PyverbsRDMAError(f"post_send: inline payload of {length} B exceeds max_inline_data="
                                            f"{self.max_inline}", errno.EINVAL)
-                flags[i] = nic.FLAG_INLINE
-            if wr.send_flags & IBV_SEND_FENCE:
-                flags[i] |= nic.FLAG_FENCE   # waits for this QP's earlier READs and atomics
+                flags = nic.FLAG_INLINE
+            if send_flags & IBV_SEND_FENCE:
+                flags |= nic.FLAG_FENCE   # waits for this QP's earlier READs and atomics
+            addr = wr.remote_addr       # gaddr_offset and gaddr_region, inlined
+            _PACK_MODEL_WR(rows, pos, nic.VERB_SEND_UD if ud else spec[0], length, addr & _OFFSET_MASK,
+                           addr >> _OFFSET_BITS & _REGION_MASK, flags, 0, 0, 0)
+            pos += _MODEL_ROW_BYTES
+            sizes.append(length)
         self.model_post(dst, rows)
         self._sq_in_flight += n
         self.host.posted += n
         times = out.tolist()
-        sizes = lens.tolist()
         pending = pending_writes_of(self.fabric)
-        for i, wr in enumerate(wrs):
-            spec = _OPS[wr.opcode]
-            signaled = bool(self.sq_sig_all or wr.send_flags & IBV_SEND_SIGNALED)
-            p = _Pending(wr, signaled, spec[1], sizes[i], self._wr_seq)
+        # each work request's effect and completion straight onto the event queue (what
+        # env.schedule does: at a time no earlier than now, in this order)
+        heap, seq = self._heap, self._next_seq
+        now = env.now
+        synced = env.synced          # a rack of processes: the others wait for our effects
+        failed = self.state == self.ERR
+        effect_cb, complete_cb = self._effect, self._complete
+        sig_all = self.sq_sig_all
+        for wr, length, (effect, done, other) in zip(wrs, sizes, times):
+            op = wr.opcode
+            p = _Pending(wr, bool(sig_all or wr.send_flags & IBV_SEND_SIGNALED), _OPS[op][1], length, self._wr_seq)
             self._wr_seq += 1
-            effect, done, other = times[i]
-            if self.state == self.ERR:
+            if failed:
                 p.status = IBV_WC_WR_FLUSH_ERR
             else:
                 if other == effect:
-                    env.schedule(effect, self._effect, (p, dst))
-                    env.effect_at(effect, wr.opcode != IBV_WR_RDMA_READ)
+                    heappush(heap, (effect if effect > now else now, seq(), effect_cb, (p, dst)))
+                    if synced:
+                        env.effect_at(effect, op != IBV_WR_RDMA_READ)
                 else:                  # several lines, landing one by one over a window
                     lo, hi = (effect, other) if effect < other else (other, effect)
-                    env.schedule(lo, self._effect, (p, dst, lo, hi))
-                    env.effect_at(lo, wr.opcode != IBV_WR_RDMA_READ)
-                if wr.opcode != IBV_WR_RDMA_READ:  # a READ landing meanwhile must see it
+                    heappush(heap, (lo if lo > now else now, seq(), effect_cb, (p, dst, lo, hi)))
+                    if synced:
+                        env.effect_at(lo, op != IBV_WR_RDMA_READ)
+                if op != IBV_WR_RDMA_READ:  # a READ landing meanwhile must see it
                     pending.add(dst, effect, other)
-            env.schedule(done, self._complete, p)   # in posting order (the model)
+            heappush(heap, (done if done > now else now, seq(), complete_cb, p))   # in posting order (the model)
 
     def model_post(self, dst: int, rows, cpu_floor: int = 0, user=None) -> None:
         """Run the NIC model for one post (``rows``: the work requests as the columns of
@@ -695,12 +714,13 @@ class QP:
     # -- effects and completions ------------------------------------------------------------------
     def _local_view(self, sge: SGE, access: int):
         """(bytes view, uint64 view, offset) of a local SGE, or None if its lkey does not cover it."""
-        if gaddr_node(sge.addr) != self.node:
+        addr = sge.addr                 # gaddr_node, _region and _offset, inlined
+        if addr >> _NODE_SHIFT & _NODE_MASK != self.node:
             return None
-        region = gaddr_region(sge.addr)
-        off = gaddr_offset(sge.addr)
+        region = addr >> _OFFSET_BITS & _REGION_MASK
+        off = addr & _OFFSET_MASK
         mem = self.fabric.memory[self.node]
-        if not mr_check(mem.mrt, sge.lkey, region, off, sge.length, access):
+        if not self._kernels.check(mem.mrt, sge.lkey, region, off, sge.length, access):
             return None
         if region == REGION_HOST:
             return mem.host, mem.host_locks, off
@@ -748,8 +768,10 @@ class QP:
         if len(arg) == 4:
             self._start_landing(p, dst, wr, local, length, arg[2], arg[3])
         else:
+            # the local buffer is this node's host memory (the kernels' buffer type) or its device memory
             p.status = apply_one_sided(self.fabric, dst, op, wr.remote_addr, wr.rkey, local[0], local[2], length,
-                                       wr.compare_add, wr.swap, wr.compare_add_mask, wr.swap_mask, self.env)
+                                       wr.compare_add, wr.swap, wr.compare_add_mask, wr.swap_mask, self.env,
+                                       self._kernels if local[0] is self.fabric.memory[self.node].host else None)
             if p.status != IBV_WC_SUCCESS:
                 self._note_error(p)
         if nvm is not None and p.status == IBV_WC_SUCCESS:
@@ -779,7 +801,7 @@ class QP:
     def _complete(self, p: _Pending) -> None:
         if self._landings:
             self._landings = flush_due(self._landings, self.env.now)
-        nic.retire(self.fabric.table, self.ctx.desc, 1)
+        self._retire(self.fabric.table, self.ctx.desc, 1)
         self.host.completed += 1
         if p.status != IBV_WC_SUCCESS:
             self.host.errors += 1
