@@ -10,7 +10,8 @@ reservation calendar (:mod:`shm.calendar`):
     -> MMIO -> PCIe WQE fetch (+ an extra read when outstanding WRs overflow the WQE cache)
     -> requester processing unit (in order per QP; READ/atomic capped by max_rd_atomic)
     -> [payload DMA read for WRITE/SEND] -> egress link -> wire/switch -> ingress link
-    -> responder unit [-> NIC-wide atomic pipeline -> per-address atomic slot]
+    -> responder unit [atomics: after the QP's earlier requests took effect where the profile
+       runs a QP's atomics in order -> NIC-wide atomic pipeline -> per-address atomic slot]
     -> responder PCIe to host memory (or NIC device memory): the *effect* happens here [on a node
        whose memory is persistent memory: plus the media's load latency over DRAM for a READ or
        atomic, and the XPLines of every READ and WRITE booked on the DIMMs' calendars (docs/nvm.md)]
@@ -115,7 +116,10 @@ P_NVM_EXTRA = P_PRIVATE + 1
 P_NVM_XPLINE = P_NVM_EXTRA + 1
 P_NVM_RD_FS_PER_B = P_NVM_XPLINE + 1
 P_NVM_WR_FS_PER_B = P_NVM_RD_FS_PER_B + 1
-N_PARAMS = P_NVM_WR_FS_PER_B + 1
+# 1: the responder runs one QP's atomics in RC order, each only once the QP's earlier requests
+# have taken effect (nic.atomics_in_qp_order)
+P_ATOMIC_QP_ORDER = P_NVM_WR_FS_PER_B + 1
+N_PARAMS = P_ATOMIC_QP_ORDER + 1
 
 # A node descriptor: offsets of its resources in the fabric table.
 D_TX = 0
@@ -238,6 +242,7 @@ def pack_params(p: Profile) -> np.ndarray:
     prm[P_DEVMEM] = p.nic.device_memory_ns * _PS
     prm[P_QP_LOCK] = p.doorbell.qp_lock_ns * _PS
     prm[P_ATOMIC_HOLDS_UNIT] = 1 if p.nic.atomic_holds_unit else 0
+    prm[P_ATOMIC_QP_ORDER] = 1 if p.nic.atomics_in_qp_order else 0
     prm[P_MAX_INLINE] = p.qp.max_inline
     c = p.chaos
     if c is not None:
@@ -692,6 +697,13 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, flags,
             gap = _chaos_ps(tbl, rq, prm, qp, prm[P_CHAOS_LINE])
         other = -1
         if op == VERB_CAS or op == VERB_FAA:
+            if prm[P_ATOMIC_QP_ORDER] and qp[Q_EFFECT] > t5:
+                # One QP's atomics run one after the other: this one waits, in the responder's
+                # input queue (holding no unit), until the QP's earlier requests have taken effect,
+                # its previous atomic's read-modify-write included. rlib's doorbell-batching bench
+                # (ConnectX-4/5 class) gets 2.08 M CAS/s per thread-QP where the same QPs READ at
+                # 5.5 M/s, and 48 M/s NIC-wide only from 36 QPs (docs/contention.md).
+                t5 = qp[Q_EFFECT]
             t_unit = t5
             t5 = reserve(tbl, rs[D_ATOMIC], t5, prm[P_ATOMIC_UNIT], pv)
             slot = ((addrs[i] >> 3) * 0x9E3779B1) % rs[D_N_SLOTS]
@@ -700,17 +712,21 @@ def model_post(tbl, prm, rq, rs, qp, db, t_ns, ops, lens, addrs, regions, flags,
                 # the NIC's read-modify-write reads the line from the media: it holds the
                 # address that much longer (the write-back goes to the memory controller's queue)
                 slot_hold += prm[P_NVM_EXTRA]
-            t6 = _in_effect_order(qp, op, reserve(tbl, rs[D_SLOT0] + slot * rs[D_SLOT_STRIDE], t5, slot_hold, pv))
+            rmw_end = reserve(tbl, rs[D_SLOT0] + slot * rs[D_SLOT_STRIDE], t5, slot_hold, pv)
+            t6 = _in_effect_order(qp, op, rmw_end)
             if prm[P_ATOMIC_HOLDS_UNIT]:
-                # The processing unit that took the atomic stays with it until its read-modify-
-                # write is done: it takes the NIC's internal lock on the address and issues the
-                # RMW itself (Kalia et al., ATC'16 §3.4), so atomics queued on a hot address hold
-                # units every other request to this NIC needs (FORGE, OSDI'26 §2.2: atomics
-                # degrade concurrent READs 4.3x on ConnectX-5). At most all k units wait on one
-                # address, so an atomic holds its unit for at most the k - 1 RMWs ahead of it; the
-                # rest of its wait is in the NIC's input queue. Booked as more of the units' time
-                # (the fluid calendar has no "hold until", shm/calendar.py).
-                held = t6 - t_unit
+                # The processing unit that took the atomic stays with it while it waits for the
+                # NIC's internal lock on its address (Kalia et al., ATC'16 §3.4: PUs lock the
+                # address, then issue the read-modify-write over PCIe), so atomics queued on a hot
+                # address hold units every other request to this NIC needs (FORGE, OSDI'26 §2.2:
+                # atomics degrade concurrent READs 4.3x on ConnectX-5). Its own RMW, once issued,
+                # holds the address, not the unit: random-address atomics never wait, and reach
+                # rlib's 48 M/s on 16 units where units held through a 370 ns RMW would stop at
+                # 31.7 (docs/contention.md). At most all k units wait on one address, so an atomic
+                # holds its unit for at most the k - 1 RMWs ahead of it; the rest of its wait is in
+                # the NIC's input queue. Booked as more of the units' time (the fluid calendar has
+                # no "hold until", shm/calendar.py).
+                held = rmw_end - slot_hold - t_unit
                 most = (tbl[rs[D_RESP]] - 1) * slot_hold
                 reserve(tbl, rs[D_RESP], t_unit, held if held < most else most, pv)
             eff = t6

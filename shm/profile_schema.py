@@ -70,6 +70,9 @@ class NicProfile:
     atomic_holds_unit: bool = knob("bool", "an atomic keeps its responder unit while it waits for its address "
                                    "slot (up to responder_units - 1 read-modify-writes), so atomics queued on "
                                    "a hot address slow every request to the NIC")
+    atomics_in_qp_order: bool = knob("bool", "the responder runs one QP's atomics one after the other: each "
+                                     "waits, holding no unit, until the QP's earlier requests (its "
+                                     "previous atomic's read-modify-write included) have taken effect")
 
 
 @dataclass(frozen=True)

@@ -68,14 +68,13 @@ def test_atomics_queued_on_a_hot_address_hold_processing_units_other_requests_ne
     assert reads(4) > 0.9 * alone
 
 
-def batched(pname: str, op: str, **nic) -> float:
-    """rlib db_bench's shape (cluster.experiments.bench_verbs.RLIB): 3 CNs x 12 threads x 5 batches of 10.
-    ``nic``: profile keys of the nic section to override (e.g. rlib's 21 ns pipeline, tried in
-    issue 40 and not shipped: docs/contention.md, "Atomics per NIC generation")."""
+def batched(pname: str, op: str, clients: int = 3, **nic) -> float:
+    """rlib db_bench's shape (cluster.experiments.bench_verbs.RLIB): ``clients`` CNs x 12 threads
+    (a QP each) x 5 batches of 10. ``nic``: profile keys of the nic section to override."""
     from cluster.experiments.bench_verbs import BATCHED_WORDS, _onesided_closed_loop
     from shm.profile import with_overrides
     profile = with_overrides(load_profile(pname), {f"nic.{k}": v for k, v in nic.items()})
-    with Rig(profile, 3, 1, mem_bytes=1 << 20) as rig:
+    with Rig(profile, clients, 1, mem_bytes=1 << 20) as rig:
         return _onesided_closed_loop(rig, threads=12, depth=10, policy="per_thread_doorbell", op=op, size=8,
                                      warmup=20_000, window=40_000, cns=rig.cns, coroutines=5,
                                      span=BATCHED_WORDS * 64)
@@ -93,17 +92,29 @@ def test_random_address_atomics_run_at_the_nic_wide_atomic_rate(unit_ns):
     assert 3 * 1e3 / nic.atomic_slot_ns < cas < batched("cx6-200g", "read", **extra)
 
 
-def test_units_held_through_the_rmw_bound_random_atomics_where_atomics_hold_units():
-    """With ``atomic_holds_unit`` (cx5-100g) each atomic keeps its responder unit through its own
-    read-modify-write, so random-address atomics run at most responder_units per (unit time +
-    pipeline + address hold): with rlib's 21 ns pipeline that binds below the pipeline's rate;
-    with the shipped 72 ns the pipeline binds first."""
+def test_random_atomics_hold_their_unit_only_while_they_wait_for_their_address():
+    """With ``atomic_holds_unit`` (cx5-100g) an atomic keeps its responder unit while it waits for
+    its address, not through its own read-modify-write: random-address atomics never wait, so 36
+    QPs reach the NIC-wide pipeline's rate (rlib: 48 M/s), above the 16 units / (unit time +
+    pipeline + address hold) they would stop at if units were held through the RMW."""
     nic = load_profile("cx5-100g").nic
-    bound = nic.responder_units * 1e3 / (nic.resp_atomic_ns + 21 + nic.atomic_slot_ns)
-    got = batched("cx5-100g", "faa", atomic_unit_ns=21)
-    assert 0.9 * bound < got <= 1.01 * bound          # bound, less the clients' own CPU (posts, switches)
-    assert bound < nic.atomic_units * 1e3 / 21
-    shipped = min(nic.atomic_units * 1e3 / nic.atomic_unit_ns,
-                  nic.responder_units * 1e3 / (nic.resp_atomic_ns + nic.atomic_unit_ns + nic.atomic_slot_ns))
-    got = batched("cx5-100g", "faa")
-    assert 0.9 * shipped < got <= 1.01 * shipped
+    assert nic.atomic_holds_unit
+    through_rmw = nic.responder_units * 1e3 / (nic.resp_atomic_ns + nic.atomic_unit_ns + nic.atomic_slot_ns)
+    pipeline = nic.atomic_units * 1e3 / nic.atomic_unit_ns
+    assert through_rmw < pipeline
+    assert batched("cx5-100g", "faa") == pytest.approx(pipeline, rel=0.02)
+
+
+def test_a_qp_runs_its_atomics_one_after_the_other():
+    """``atomics_in_qp_order`` (cx5-100g): one QP's atomics run one at a time, each a pipeline slot
+    and a read-modify-write, so one client's 12 QPs get at most 12 / (pipeline + hold) however many
+    each keeps in flight (rlib: 25 M CAS/s from one client, 44 from two, 48 from three); with
+    atomics pipelined within a QP, one client alone reaches the NIC-wide rate."""
+    nic = load_profile("cx5-100g").nic
+    assert nic.atomics_in_qp_order
+    per_qp = 1e3 / (nic.atomic_unit_ns + nic.atomic_slot_ns)
+    one = batched("cx5-100g", "cas", clients=1)
+    assert 0.9 * 12 * per_qp < one <= 1.01 * 12 * per_qp
+    pipeline = nic.atomic_units * 1e3 / nic.atomic_unit_ns
+    assert batched("cx5-100g", "cas", clients=2) > 0.9 * pipeline > one
+    assert batched("cx5-100g", "cas", clients=1, atomics_in_qp_order=False) == pytest.approx(pipeline, rel=0.02)

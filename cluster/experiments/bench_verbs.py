@@ -378,6 +378,13 @@ BATCHED_PUBLISHED = {
     ("cx5-100g", "CAS / READ"): (round(48 / 135, 3), RLIB), ("cx5-100g", "FAA / READ"): (round(48 / 135, 3), RLIB),
     ("cx3-56g", "CAS"): (2.7, RDMA_BENCH_RANDOM), ("cx3-56g", "FAA"): (2.7, RDMA_BENCH_RANDOM),
 }
+#: The same page's rates from one and two client machines (12 threads each): where a client's QPs
+#: bind before the server does, what each QP sustains (for atomics, the order of one QP's atomics:
+#: nic.atomics_in_qp_order, docs/contention.md)
+BATCHED_PER_CLIENTS = {
+    ("cx5-100g", "READ"): (66.0, 132.0), ("cx5-100g", "WRITE"): (57.0, 112.0),
+    ("cx5-100g", "CAS"): (25.0, 44.0), ("cx5-100g", "FAA"): (20.0, 40.0),
+}
 #: rlib's words: 10,000 of 8 B; here 10,000 addresses 64 B apart (the loop's address grain)
 BATCHED_WORDS = 10_000
 
@@ -398,6 +405,18 @@ def _batched_rows(pname: str, prof, warm: int, win: int, progress) -> list[Row]:
         pub, src = BATCHED_PUBLISHED.get((pname, f"{op.upper()} / READ"), (None, None))
         rows.append(Row("atomics", f"{pname}: 36 threads x 5 batches of 10, random {op.upper()} / READ", 36, "ratio",
                         round(rates[op] / rates["read"], 3), pub, src))
+    for op in ("read", "write", "cas", "faa"):
+        published = BATCHED_PER_CLIENTS.get((pname, op.upper()))
+        if published is None:
+            continue                 # measured only where a source gives the rates per client
+        for clients, pub in zip((1, 2), published):
+            progress(f"atomics {pname} doorbell-batched random-address {op.upper()}, {clients} client(s)")
+            with Rig(prof, clients, 1, mem_bytes=1 << 20) as rig:
+                mops = _onesided_closed_loop(rig, threads=12, depth=10, policy="per_thread_doorbell", op=op, size=8,
+                                             warmup=warm, window=win, cns=rig.cns, coroutines=5,
+                                             span=BATCHED_WORDS * 64)
+            rows.append(Row("atomics", f"{pname}: 12 threads per client x 5 batches of 10, random {op.upper()}",
+                            f"{clients} client{'s' if clients > 1 else ''}", "Mops", round(mops, 2), pub, RLIB))
     return rows
 
 
