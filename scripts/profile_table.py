@@ -160,12 +160,10 @@ def rates(p: Profile) -> dict[str, float]:
                           bw(ln.header_bytes + 128, ln.gbps)),
         "write8_in": min(_mops(n.responder_units, n.resp_write_ns), pcie(pc.resp_bytes_per_wr, 8),
                          bw(ln.header_bytes + 8, ln.gbps)),
-        # with atomic_holds_unit an atomic keeps its responder unit through its read-modify-write,
-        # for at most the (units - 1) address holds the model lets it wait (shm/nic.py)
-        "atomic_nic": min(_mops(n.atomic_units, n.atomic_unit_ns),
-                          _mops(n.responder_units, n.resp_atomic_ns
-                                + (min(n.atomic_unit_ns + n.atomic_slot_ns, (n.responder_units - 1) * n.atomic_slot_ns)
-                                   if n.atomic_holds_unit else 0)),
+        # random addresses: an atomic never waits for its address, so even with atomic_holds_unit it
+        # keeps its responder unit only for its own unit time (shm/nic.py: the unit waits with it, not
+        # through its read-modify-write)
+        "atomic_nic": min(_mops(n.atomic_units, n.atomic_unit_ns), _mops(n.responder_units, n.resp_atomic_ns),
                           _mops(n.atomic_slots, n.atomic_slot_ns)),
         "atomic_same_addr": min(_mops(n.atomic_units, n.atomic_unit_ns), _mops(1, n.atomic_slot_ns),
                                 _mops(n.responder_units, n.resp_atomic_ns)),

@@ -351,6 +351,78 @@ def latency(quick: bool, progress) -> list[Row]:
     return rows
 
 
+# --- rlib's READ benches: what one thread posts, by how it posts ---------------------------------------
+
+#: rlib's RDMA READ benches as vendored in ROLEX's artifact (ro_performance.md and op_performance.md;
+#: the client code in deps/rlib/benchs): one client machine x 12 threads, a QP each, 8 B READs at
+#: random among 10,000 words of one server; M READs/s per thread. basic: one READ at a time;
+#: outstanding (or_bench): 50 posts of one READ, the first signaled, then one completion awaited;
+#: doorbell batching (db_bench): the same 50 as 5 posts of 10; coroutines (r2): 10 coroutines per
+#: thread, one READ each at a time. Their NIC is a ConnectX-4/5-class part (not named on the page),
+#: their hosts IPADS's Xeons of the same era, so the rows are cx5-100g's.
+RLIB_RO = ("github.com/iotlpf/ROLEX @57558e4 deps/rlib/docs/benchs/ro_performance.md (1 client x 12 threads; "
+           "NIC not named, ConnectX-4/5 class)")
+RLIB_READ_SHAPES = (("basic: one READ at a time", 0.48), ("outstanding: 50 posts of 1, one signaled", 3.67),
+                    ("doorbell batching: 5 posts of 10, one signaled", 5.5), ("coroutines: 10 a thread, one READ each", 2.25))
+
+
+def _rlib_poster(env, host, cn: int, rmr, mpd, mctx, per_post: int, seed: int, end: int, win: Window):
+    """One thread of or_bench (``per_post`` 1) or db_bench (10): 50 READs per loop, only the
+    loop's first work request signaled, then one completion awaited (RC completes in order, so
+    the rest of the loop is still in flight while the next one posts)."""
+    from shm.verbs import (CQ, IBV_ACCESS_LOCAL_WRITE, IBV_SEND_SIGNALED, IBV_WR_RDMA_READ, MR, PD, QP, SGE,
+                           Context, QPInitAttr, SendWR)
+    ctx = Context(host, cn)
+    pd = PD(ctx)
+    cq = CQ(ctx)
+    qp, mqp = QP(pd, QPInitAttr(scq=cq)), QP(mpd, QPInitAttr(scq=CQ(mctx)))
+    qp.connect(mqp)
+    mqp.connect(qp)
+    lmr = MR(pd, 64, IBV_ACCESS_LOCAL_WRITE)
+    addrs = [rmr.addr + int(w) * 8 for w in np.random.default_rng(seed).integers(BATCHED_WORDS, size=4096)]
+    wrs = [SendWR(wr_id=i, opcode=IBV_WR_RDMA_READ, sg=[SGE(lmr.addr, 8, lmr.lkey)],
+                  send_flags=IBV_SEND_SIGNALED if i == 0 else 0) for i in range(50)]
+    j = 0
+    while env.now < end:
+        for wr in wrs:
+            wr.set_wr_rdma(rmr.rkey, addrs[j])
+            j = j + 1 if j + 1 < len(addrs) else 0
+        for b in range(0, 50, per_post):
+            qp.post_send(wrs[b:b + per_post])
+            yield 0                     # the post's CPU is charged before the next one
+        yield cq.wait(1)
+        cq.poll(1)
+        win.add(env.now, 50)
+
+
+def rlib_read(quick: bool, progress) -> list[Row]:
+    """rlib's READ benches (RLIB_RO) on cx5-100g: per-thread rates by posting style, one client."""
+    from shm.verbs import IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_READ, MR, PD, Context
+    warm, win = (20_000, 60_000) if quick else (50_000, 200_000)
+    prof = load_profile("cx5-100g")
+    rows = []
+    for (label, pub), (depth, coros, per_post) in zip(RLIB_READ_SHAPES, ((1, 1, 0), (0, 0, 1), (0, 0, 10), (1, 10, 0))):
+        progress(f"rlib-read cx5-100g {label}")
+        with Rig(prof, 1, 1, mem_bytes=1 << 20) as rig:
+            if per_post:
+                env, host, m = rig.env, rig.host, rig.mns[0]
+                mctx = Context(host, m)
+                mpd = PD(mctx)
+                rmr = MR(mpd, 1 << 20, IBV_ACCESS_REMOTE_READ | IBV_ACCESS_LOCAL_WRITE, offset=0)
+                w = Window(warm, warm + win)
+                for k in range(12):
+                    env.process(_rlib_poster(env, host, rig.cns[0], rmr, mpd, mctx, per_post, k, warm + win, w))
+                env.run(until=warm + win + 20_000)
+                mops = w.mops()
+            else:
+                mops = _onesided_closed_loop(rig, threads=12, depth=depth, policy="per_thread_doorbell", op="read",
+                                             size=8, warmup=warm, window=win, cns=rig.cns, coroutines=coros,
+                                             span=BATCHED_WORDS * 64)
+        rows.append(Row("rlib-read", "cx5-100g: 1 client x 12 threads, random 8 B READs", label, "M READs/s per thread",
+                        round(mops / 12, 2), pub, RLIB_RO))
+    return rows
+
+
 # --- atomics: the contention tables of every profile ----------------------------------------------------
 
 ATOMIC_PROFILES = ("cx3-56g", "cx5-100g", "cx6-200g", "bf3")
@@ -867,6 +939,8 @@ FIGURES = [
            "throughput (Mops)", xlog=True, xbase=2, ylog=True),
     Figure("locks", "locks", ("M acquisitions/s", "failed CAS per acquisition"), "One spin lock by client count",
            "clients", ("M acquisitions/s", "failed CASes per acquisition"), xlog=True, xbase=2, xs="numeric"),
+    Figure("rlib-read", "rlib-read", "M READs/s per thread", "rlib's READ benches: one thread's rate by how it posts "
+           "(cx5-100g)", "posting style", "M READs/s per thread", kind="bar"),
 ]
 
 
@@ -877,6 +951,7 @@ EXPERIMENTS = {
     "latency": latency,
     "atomics": atomics,
     "locks": locks,
+    "rlib-read": rlib_read,
     "speed": speed,
 }
 
@@ -889,5 +964,5 @@ def setup(quick: bool) -> dict:
 
 
 EXPERIMENT = bench("verbs", title="fabric calibration: FlexKV Fig. 3, SMART Fig. 3 and 4, latency, atomics, locks, "
-                                  "speed",
+                                  "rlib's READ benches, speed",
                    parts=EXPERIMENTS, setup=setup, figures=FIGURES)
