@@ -120,3 +120,16 @@ def test_a_qp_runs_its_atomics_one_after_the_other():
     pipeline = nic.atomic_units * 1e3 / nic.atomic_unit_ns
     assert batched("cx5-100g", "cas", clients=2) > 0.9 * pipeline > one
     assert batched("cx5-100g", "cas", clients=1, atomics_in_qp_order=False) == pytest.approx(pipeline, rel=0.05)
+
+
+def test_rlib_read_loops_are_bound_by_the_posting_cpu():
+    """rlib's or_bench and db_bench loops (50 READs per loop, one signaled) keep each QP far below
+    its 16 outstanding READs' rate, so a thread's rate is its posting CPU: one post of n READs costs
+    post + n x wqe + the doorbell lock (what cx5-100g's post_ns and wqe_ns are derived from)."""
+    from cluster.experiments.bench_verbs import rlib_read
+    prof = load_profile("cx5-100g")
+    cpu, lock = prof.cpu, prof.doorbell.lock_ns
+    got = {r.x.split(":")[0]: r.emulated for r in rlib_read(True, lambda *a: None)}
+    assert got["outstanding"] == pytest.approx(1e3 / (cpu.post_ns + cpu.wqe_ns + lock), rel=0.1)   # ~10 % more: the loop's poll and waits
+    assert got["doorbell batching"] == pytest.approx(10e3 / (cpu.post_ns + 10 * cpu.wqe_ns + lock), rel=0.1)
+    assert got["basic"] < got["coroutines"] < got["outstanding"] < got["doorbell batching"]

@@ -401,6 +401,8 @@ def rlib_read(quick: bool, progress) -> list[Row]:
     warm, win = (20_000, 60_000) if quick else (50_000, 200_000)
     prof = load_profile("cx5-100g")
     rows = []
+    # per shape: the coroutine API's (depth, coroutines) for a thread that waits for each READ, or
+    # the READs per post of rlib's raw loops (or_bench 1, db_bench 10)
     for (label, pub), (depth, coros, per_post) in zip(RLIB_READ_SHAPES, ((1, 1, 0), (0, 0, 1), (0, 0, 10), (1, 10, 0))):
         progress(f"rlib-read cx5-100g {label}")
         with Rig(prof, 1, 1, mem_bytes=1 << 20) as rig:
