@@ -356,20 +356,23 @@ def latency(quick: bool, progress) -> list[Row]:
 #: rlib's RDMA READ benches as vendored in ROLEX's artifact (ro_performance.md and op_performance.md;
 #: the client code in deps/rlib/benchs): one client machine x 12 threads, a QP each, 8 B READs at
 #: random among 10,000 words of one server; M READs/s per thread. basic: one READ at a time;
+#: flying (fly_bench): 20 READs in flight, each signaled, each round posting as many as completed
+#: and then polling the CQ five times (a poll that finds nothing costs its CPU too);
 #: outstanding (or_bench): 50 posts of one READ, the first signaled, then one completion awaited;
 #: doorbell batching (db_bench): the same 50 as 5 posts of 10; coroutines (r2): 10 coroutines per
 #: thread, one READ each at a time. Their NIC is a ConnectX-4/5-class part (not named on the page),
 #: their hosts IPADS's Xeons of the same era, so the rows are cx5-100g's.
 RLIB_RO = ("github.com/iotlpf/ROLEX @57558e4 deps/rlib/docs/benchs/ro_performance.md (1 client x 12 threads; "
            "NIC not named, ConnectX-4/5 class)")
-RLIB_READ_SHAPES = (("basic: one READ at a time", 0.48), ("outstanding: 50 posts of 1, one signaled", 3.67),
+RLIB_READ_SHAPES = (("basic: one READ at a time", 0.48), ("flying: 20 in flight, each signaled, 5 polls a round", 2.5),
+                    ("outstanding: 50 posts of 1, one signaled", 3.67),
                     ("doorbell batching: 5 posts of 10, one signaled", 5.5), ("coroutines: 10 a thread, one READ each", 2.25))
 
 
 def _rlib_poster(env, host, cn: int, rmr, mpd, mctx, per_post: int, seed: int, end: int, win: Window):
     """One thread of or_bench (``per_post`` 1) or db_bench (10): 50 READs per loop, only the
     loop's first work request signaled, then one completion awaited (RC completes in order, so
-    the rest of the loop is still in flight while the next one posts)."""
+    the rest of the loop is still in flight while the next one posts); ``per_post`` -1: fly_bench."""
     from shm.verbs import (CQ, IBV_ACCESS_LOCAL_WRITE, IBV_SEND_SIGNALED, IBV_WR_RDMA_READ, MR, PD, QP, SGE,
                            Context, QPInitAttr, SendWR)
     ctx = Context(host, cn)
@@ -383,6 +386,23 @@ def _rlib_poster(env, host, cn: int, rmr, mpd, mctx, per_post: int, seed: int, e
     wrs = [SendWR(wr_id=i, opcode=IBV_WR_RDMA_READ, sg=[SGE(lmr.addr, 8, lmr.lkey)],
                   send_flags=IBV_SEND_SIGNALED if i == 0 else 0) for i in range(50)]
     j = 0
+    if per_post < 0:                    # fly_bench: keep 20 in flight, poll five times a round
+        for wr in wrs:
+            wr.send_flags = IBV_SEND_SIGNALED
+        flying = 0
+        while env.now < end:
+            for _ in range(20 - flying):
+                wrs[0].set_wr_rdma(rmr.rkey, addrs[j])
+                j = j + 1 if j + 1 < len(addrs) else 0
+                qp.post_send(wrs[:1])
+                flying += 1
+                yield 0
+            for _ in range(5):
+                got, _wcs = cq.poll(1)
+                flying -= got
+                win.add(env.now, got)
+                yield 0
+        return
     while env.now < end:
         for wr in wrs:
             wr.set_wr_rdma(rmr.rkey, addrs[j])
@@ -402,8 +422,9 @@ def rlib_read(quick: bool, progress) -> list[Row]:
     prof = load_profile("cx5-100g")
     rows = []
     # per shape: the coroutine API's (depth, coroutines) for a thread that waits for each READ, or
-    # the READs per post of rlib's raw loops (or_bench 1, db_bench 10)
-    for (label, pub), (depth, coros, per_post) in zip(RLIB_READ_SHAPES, ((1, 1, 0), (0, 0, 1), (0, 0, 10), (1, 10, 0))):
+    # the READs per post of rlib's raw loops (or_bench 1, db_bench 10; -1 fly_bench's loop)
+    shapes = ((1, 1, 0), (0, 0, -1), (0, 0, 1), (0, 0, 10), (1, 10, 0))
+    for (label, pub), (depth, coros, per_post) in zip(RLIB_READ_SHAPES, shapes):
         progress(f"rlib-read cx5-100g {label}")
         with Rig(prof, 1, 1, mem_bytes=1 << 20) as rig:
             if per_post:
