@@ -73,13 +73,10 @@ def test_atomics_queued_on_a_hot_address_hold_processing_units_other_requests_ne
 def batched(pname: str, op: str, clients: int = 3, **nic) -> float:
     """rlib db_bench's shape (cluster.experiments.bench_verbs.RLIB): ``clients`` CNs x 12 threads
     (a QP each) x 5 batches of 10. ``nic``: profile keys of the nic section to override."""
-    from cluster.experiments.bench_verbs import BATCHED_WORDS, _onesided_closed_loop
+    from cluster.experiments.bench_verbs import rlib_batched
     from shm.profile import with_overrides
-    profile = with_overrides(load_profile(pname), {f"nic.{k}": v for k, v in nic.items()})
-    with Rig(profile, clients, 1, mem_bytes=1 << 20) as rig:
-        return _onesided_closed_loop(rig, threads=12, depth=10, policy="per_thread_doorbell", op=op, size=8,
-                                     warmup=20_000, window=40_000, cns=rig.cns, coroutines=5,
-                                     span=BATCHED_WORDS * 64)
+    return rlib_batched(with_overrides(load_profile(pname), {f"nic.{k}": v for k, v in nic.items()}), op, clients,
+                        20_000, 40_000)
 
 
 @pytest.mark.parametrize("unit_ns", [None, 21])

@@ -366,7 +366,8 @@ RLIB_RO = ("github.com/iotlpf/ROLEX @57558e4 deps/rlib/docs/benchs/ro_performanc
            "NIC not named, ConnectX-4/5 class)")
 RLIB_READ_SHAPES = (("basic: one READ at a time", 0.48), ("flying: 20 in flight, each signaled, 5 polls a round", 2.5),
                     ("outstanding: 50 posts of 1, one signaled", 3.67),
-                    ("doorbell batching: 5 posts of 10, one signaled", 5.5), ("coroutines: 10 a thread, one READ each", 2.25))
+                    ("doorbell batching: 5 posts of 10, one signaled", 5.5),
+                    ("coroutines: 10 a thread, one READ each", 2.25))
 
 
 def _rlib_poster(env, host, cn: int, rmr, mpd, mctx, per_post: int, seed: int, end: int, win: Window):
@@ -386,9 +387,7 @@ def _rlib_poster(env, host, cn: int, rmr, mpd, mctx, per_post: int, seed: int, e
     wrs = [SendWR(wr_id=i, opcode=IBV_WR_RDMA_READ, sg=[SGE(lmr.addr, 8, lmr.lkey)],
                   send_flags=IBV_SEND_SIGNALED if i == 0 else 0) for i in range(50)]
     j = 0
-    if per_post < 0:                    # fly_bench: keep 20 in flight, poll five times a round
-        for wr in wrs:
-            wr.send_flags = IBV_SEND_SIGNALED
+    if per_post < 0:                    # fly_bench: 20 in flight, all signaled (wrs[0] is), five polls a round
         flying = 0
         while env.now < end:
             for _ in range(20 - flying):
@@ -484,15 +483,20 @@ BATCHED_PER_CLIENTS = {
 BATCHED_WORDS = 10_000
 
 
+def rlib_batched(prof, op: str, clients: int, warm: int, win: int) -> float:
+    """Mops of ``op`` (8 B, random among BATCHED_WORDS words of one memory node) in rlib db_bench's
+    shape: ``clients`` compute nodes x 12 threads, a QP each, 5 coroutines posting batches of 10."""
+    with Rig(prof, clients, 1, mem_bytes=1 << 20) as rig:
+        return _onesided_closed_loop(rig, threads=12, depth=10, policy="per_thread_doorbell", op=op, size=8,
+                                     warmup=warm, window=win, cns=rig.cns, coroutines=5, span=BATCHED_WORDS * 64)
+
+
 def _batched_rows(pname: str, prof, warm: int, win: int, progress) -> list[Row]:
     """READ, WRITE, CAS and FAA at 8 B in rlib db_bench's shape (see RLIB): the NIC-wide rates."""
     rates, rows = {}, []
     for op in ("read", "write", "cas", "faa"):
         progress(f"atomics {pname} doorbell-batched random-address {op.upper()}")
-        with Rig(prof, 3, 1, mem_bytes=1 << 20) as rig:
-            rates[op] = _onesided_closed_loop(rig, threads=12, depth=10, policy="per_thread_doorbell", op=op,
-                                              size=8, warmup=warm, window=win, cns=rig.cns, coroutines=5,
-                                              span=BATCHED_WORDS * 64)
+        rates[op] = rlib_batched(prof, op, 3, warm, win)
         pub, src = BATCHED_PUBLISHED.get((pname, op.upper()), (None, None))
         rows.append(Row("atomics", f"{pname}: 36 threads x 5 batches of 10, random {op.upper()}", 36, "Mops",
                         round(rates[op], 2), pub, src))
@@ -506,10 +510,7 @@ def _batched_rows(pname: str, prof, warm: int, win: int, progress) -> list[Row]:
             continue                 # measured only where a source gives the rates per client
         for clients, pub in zip((1, 2), published):
             progress(f"atomics {pname} doorbell-batched random-address {op.upper()}, {clients} client(s)")
-            with Rig(prof, clients, 1, mem_bytes=1 << 20) as rig:
-                mops = _onesided_closed_loop(rig, threads=12, depth=10, policy="per_thread_doorbell", op=op, size=8,
-                                             warmup=warm, window=win, cns=rig.cns, coroutines=5,
-                                             span=BATCHED_WORDS * 64)
+            mops = rlib_batched(prof, op, clients, warm, win)
             rows.append(Row("atomics", f"{pname}: 12 threads per client x 5 batches of 10, random {op.upper()}",
                             f"{clients} client{'s' if clients > 1 else ''}", "Mops", round(mops, 2), pub, RLIB))
     return rows
