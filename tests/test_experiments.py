@@ -85,6 +85,31 @@ def test_a_declaration_is_checked():
         Experiment(kind="bench", name="x", title="x", run=print, options=("threads",))
 
 
+def test_a_part_takes_jobs_exactly_when_it_runs_side_by_side():
+    """A part that takes ``jobs`` but is not declared side by side would never be given it and run
+    its racks one at a time (DPA-Store's Figs. 10 and 15 did): refused when the paper is declared,
+    as are the other two mismatches. Every shipped reproduction passes (it imports)."""
+    def sweep(quick, progress, *, jobs=1):
+        return []
+
+    def alone(quick, progress):
+        return []
+
+    from cluster.experiments.rows import reproduction
+    setup = lambda quick: {"scale": "toy"}   # noqa: E731
+    with pytest.raises(ValueError, match="part 'sweep' takes jobs but is not in side_by_side"):
+        reproduction("toy", "Toy", title="t", parts={"sweep": sweep, "alone": alone}, setup=setup)
+    with pytest.raises(ValueError, match="part 'alone' is in side_by_side but takes no jobs"):
+        reproduction("toy", "Toy", title="t", parts={"sweep": sweep, "alone": alone}, setup=setup,
+                     side_by_side=("sweep", "alone"))
+    with pytest.raises(ValueError, match="side_by_side names parts it does not have: fig9"):
+        reproduction("toy", "Toy", title="t", parts={"sweep": sweep}, setup=setup, side_by_side=("sweep", "fig9"))
+    assert reproduction("toy", "Toy", title="t", parts={"sweep": sweep, "alone": alone}, setup=setup,
+                        side_by_side=("sweep",)).parts == ("sweep", "alone")
+    for name in ("dolphin", "dpastore", "pd3", "sherman", "smart", "flexkv"):
+        assert find("reproduce", name).parts
+
+
 NEW_PAPER = '''
 """A paper added as one module: declares itself, no edit to the command line."""
 from cluster.experiments.rows import Row, reproduction

@@ -20,7 +20,7 @@ import contextlib
 
 import numpy as np
 
-from cluster.experiments.pointpool import SharedPoints
+from cluster.experiments.pointpool import SharedPoints, map_points
 from cluster.experiments.progress import prefixed
 from cluster.experiments.rows import Row, reproduction
 
@@ -719,16 +719,21 @@ RETRAIN_RUN = {True: (10_000, 20_000), False: (20_000, 60_000)}
 RETRAIN_BUDGETS = (126, 0)
 
 
+def _retrain_point(budget: int, keys: int, inserts: int) -> list[dict]:
+    """One budget's long insert-only run: a point of :func:`retrain` (positional, for map_points)."""
+    return rolex_retrain(budget, keys=keys, inserts=inserts, samples=4)
+
+
 def retrain(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
     """ROLEX retraining at run time (docs/rolex.md): synonym chains and the insert rate over a long
     insert-only run, with the default budget and never retraining. Nothing is published (ROLEX's
     paper gives no chain lengths); the direction is the point: chains stay short with retraining."""
     keys, inserts = RETRAIN_RUN[quick]
+    runs = map_points(_retrain_point, [(budget, keys, inserts) for budget in RETRAIN_BUDGETS], jobs=jobs,
+                      progress=prefixed(progress, "retrain: "), describe=lambda p: f"retrain_synonyms = {p[0]}")
     rows, last = [], {}
-    for budget in RETRAIN_BUDGETS:
+    for budget, got in zip(RETRAIN_BUDGETS, runs):
         label = f"ROLEX, retrain_synonyms = {budget}" + (" (never)" if budget == 0 else "")
-        progress(f"retrain: {label}")
-        got = rolex_retrain(budget, keys=keys, inserts=inserts, samples=4)
         for r in got:
             x = f"{r['inserted']:,} inserted"
             rows.append(Row("retrain", label, x, "insert Mops since the row before", round(r["mops"], 3), None))
@@ -790,7 +795,8 @@ def bulkload(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
 
 EXPERIMENTS = {"headline": headline, "table1": table1, "fig9": fig9, "fig10": fig10, "fig11": fig11, "fig12": fig12,
                "fig13": fig13, "fig14": fig14, "fig15": fig15, "retrain": retrain, "model": model, "bulkload": bulkload}
-SIDE_BY_SIDE = ("headline", "table1", "fig9", "fig11", "fig12", "fig13", "fig14", "model", "bulkload")
+SIDE_BY_SIDE = ("headline", "table1", "fig9", "fig10", "fig11", "fig12", "fig13", "fig14", "fig15", "retrain", "model",
+                "bulkload")
 
 
 def setup(quick: bool) -> dict:

@@ -549,16 +549,16 @@ FIGURES = [
 
 # --- Figs. 10 and 11: FORD+ vs SMART-DTX (cluster/experiments/smart_dtx.py) ------------------------
 
-def fig10(quick: bool, progress, **kw) -> list[Row]:
+def fig10(quick: bool, progress, *, jobs: int = 1, **kw) -> list[Row]:
     """FORD+ against SMART-DTX, committed Mtxn/s by thread count on SmallBank and TATP (PMem)."""
     from cluster.experiments.smart_dtx import fig10 as run
-    return run(quick, progress, **kw)
+    return run(quick, progress, jobs=jobs, **kw)
 
 
-def fig11(quick: bool, progress, **kw) -> list[Row]:
+def fig11(quick: bool, progress, *, jobs: int = 1, **kw) -> list[Row]:
     """FORD+ against SMART-DTX at 96 x 8: throughput against median latency by idle time."""
     from cluster.experiments.smart_dtx import fig11 as run
-    return run(quick, progress, **kw)
+    return run(quick, progress, jobs=jobs, **kw)
 
 
 EXPERIMENTS = {"fig3": fig3, "fig4": fig4, "fig5": fig5, "fig7": fig7, "fig10": fig10, "fig11": fig11,

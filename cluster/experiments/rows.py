@@ -300,7 +300,8 @@ def run_experiments(experiments: dict, *, only=None, quick: bool = False, json_p
     started, t_start, code = time.time(), time.perf_counter(), software()
     rows = Rows()
     failed = []
-    with Sweep(label, names) as sweep:
+    # the parts' sweeps share one pool of workers, forked once (pointpool.run_pool)
+    with pointpool.run_pool(jobs if side_by_side else 1), Sweep(label, names) as sweep:
         for n in names:
             t0 = time.perf_counter()
             try:
@@ -326,6 +327,24 @@ def run_experiments(experiments: dict, *, only=None, quick: bool = False, json_p
     return rows
 
 
+def _check_side_by_side(name: str, parts: dict, side_by_side: tuple) -> None:
+    """A part declares ``jobs`` exactly when it is named in ``side_by_side``: a part that takes
+    ``jobs`` but is not named is never given it and runs its racks one at a time (DPA-Store's
+    Figs. 10 and 15 did, a third of ``reproduce dpastore --quick`` on one core); a named part that
+    cannot take it fails when the run reaches it. Either is refused when the paper is declared."""
+    from inspect import signature
+    for part, fn in parts.items():
+        takes = "jobs" in signature(fn).parameters
+        if takes and part not in side_by_side:
+            raise ValueError(f"reproduce {name}: part {part!r} takes jobs but is not in side_by_side "
+                             f"(its racks would run one at a time)")
+        if part in side_by_side and not takes:
+            raise ValueError(f"reproduce {name}: part {part!r} is in side_by_side but takes no jobs")
+    unknown = [p for p in side_by_side if p not in parts]
+    if unknown:
+        raise ValueError(f"reproduce {name}: side_by_side names parts it does not have: {', '.join(unknown)}")
+
+
 def reproduction(name: str, short: str, *, title: str, parts: dict, setup, side_by_side: tuple = (),
                  figures=(), headline: tuple = (), profiles: tuple = (), check=None) -> Experiment:
     """The :class:`~cluster.experiments.registry.Experiment` of ``dmrack reproduce NAME``: every
@@ -336,6 +355,7 @@ def reproduction(name: str, short: str, *, title: str, parts: dict, setup, side_
     ``short`` names the paper in the tables' titles and the scale line ("SMART"); ``check()``, if
     given, refuses a run before anything runs (a system that is not registered: a ValueError of
     one line)."""
+    _check_side_by_side(name, parts, side_by_side)
 
     def run(only=None, quick: bool = False, json_path: str | None = None, console=None, jobs: int = 1) -> Rows:
         from rich.console import Console
