@@ -300,8 +300,7 @@ def run_experiments(experiments: dict, *, only=None, quick: bool = False, json_p
     started, t_start, code = time.time(), time.perf_counter(), software()
     rows = Rows()
     failed = []
-    # the parts' sweeps share one pool of workers, forked once (pointpool.run_pool)
-    with pointpool.run_pool(jobs if side_by_side else 1), Sweep(label, names) as sweep:
+    with Sweep(label, names) as sweep:
         for n in names:
             t0 = time.perf_counter()
             try:
