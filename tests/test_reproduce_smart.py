@@ -27,6 +27,14 @@ def test_experiment_rows(name):
     assert mops and all(m is not None and m > 0 for m in mops)
 
 
+@pytest.mark.parametrize("name", ["fig12", "fig13", "table1"])
+def test_rigs_side_by_side_give_the_rows_of_one_after_the_other(name):
+    """Figs. 12 and 13 and Table 1 run each fresh rig or rack as a point (two at a time here): the
+    same rows, in the same order, as one after the other."""
+    serial = rs.EXPERIMENTS[name](True, lambda msg: None, jobs=1, **TINY[name])
+    assert rs.EXPERIMENTS[name](True, lambda msg: None, jobs=2, **TINY[name]) == serial
+
+
 def test_fig14_counts_retries():
     rows = rs.fig14(True, lambda msg: None, **TINY["fig14"])
     retries = {r.series: r.emulated for r in rows if r.metric == "retries / update"}

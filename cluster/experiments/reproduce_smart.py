@@ -42,7 +42,7 @@ from __future__ import annotations
 
 from cluster.experiments.figures import Figure
 from cluster.experiments.pointpool import map_points
-from cluster.experiments.progress import advance, expect, prefixed
+from cluster.experiments.progress import prefixed
 from cluster.experiments.rows import Row, reproduction
 from cluster.experiments.bench_ycsb import CONTENDED_MS, SMART_KEYS, UNCONTENDED_MS
 
@@ -211,6 +211,15 @@ def _rig():
     return Rig(load_profile("cx6-200g"), 1, 1)
 
 
+def _rig_reads(label: str, threads: int, depth: int, smart: dict | None, warmup: int, window: int,
+               policy: str = "per_thread_doorbell", schedule=None) -> float:
+    """:func:`_reads` on a fresh rig: a point of fig13 and table1 (module level and positional, so
+    the rigs can run side by side, ``map_points``; ``label`` is what the progress line says)."""
+    with _rig() as rig:
+        return _reads(rig, threads=threads, depth=depth, smart=smart, warmup=warmup, window=window, policy=policy,
+                      schedule=schedule)
+
+
 # --- Fig. 7: RACE vs SMART-HT ---------------------------------------------------------------------
 
 FIG7_SYSTEMS = (("race", "per_thread_qp"), ("smart-ht", "per_thread_doorbell"))
@@ -291,8 +300,16 @@ def spec_cache_slots(records: int) -> tuple[int, float]:
     return slots_for_hit_rate(record_masses(records, SMART_KEYS["zipfianitems"]), target), target
 
 
+def _fig12_point(label: str, system: str, workload: str, threads: tuple, records: int, warm_ms: float,
+                 measure_ms: float, policy: str, smart, options: dict) -> list[dict]:
+    """One fig12 series (a rack of one system, every thread count in its plan): its points."""
+    pts, _ = _ycsb_rack(system, workload, threads, records=records, warm_ms=warm_ms, measure_ms=measure_ms,
+                        qp_policy=policy, smart=smart, options=options, memory_nodes=FIG12_MEMORY_NODES)
+    return pts
+
+
 def fig12(quick: bool, progress, *, threads=None, records=None, warm_ms=None, measure_ms=None,
-          workloads=("b", "c")) -> list[Row]:
+          workloads=("b", "c"), jobs: int = 1) -> list[Row]:
     """Sherman (QPs per thread, SMART off), Sherman with SMART-BT's speculative lookup only, and
     SMART-BT (speculative lookup on the SMART framework) on YCSB B and C, zipf 0.99, one compute
     node. Published (§6.2.3): SMART-BT is 1.8x (read-heavy) and 2.0x (read-only) Sherman+ at 94
@@ -306,16 +323,15 @@ def fig12(quick: bool, progress, *, threads=None, records=None, warm_ms=None, me
     progress(f"fig12: speculative cache of {slots} slots for {records} keys (expected hit rate {target:.2f}, "
              f"as the artifact's 10^6 slots over 10^8 keys)")
     rows = []
-    expect(progress, len(workloads) * len(FIG12_SYSTEMS))
+    points = [(f"{series}, YCSB {w.upper()}", system, w, threads, records, warm, win, policy, smart,
+               {"spec_cache": slots} if system == "smart-bt" else {"leaf_layout": SHERMAN_PLUS_LEAF})
+              for w in workloads for series, system, smart, policy in FIG12_SYSTEMS]
+    got = iter(map_points(_fig12_point, points, jobs=jobs, progress=prefixed(progress, "fig12: "),
+                          describe=lambda p: p[0]))
     for w in workloads:
         at_max = {}
         for series, system, smart, policy in FIG12_SYSTEMS:
-            progress(f"fig12: {series}, YCSB {w.upper()}")
-            pts, _ = _ycsb_rack(system, w, threads, records=records, warm_ms=warm, measure_ms=win, qp_policy=policy,
-                                smart=smart, options=({"spec_cache": slots} if system == "smart-bt" else
-                                                      {"leaf_layout": SHERMAN_PLUS_LEAF}),
-                                memory_nodes=FIG12_MEMORY_NODES)
-            advance(progress)
+            pts = next(got)
             for p in pts:
                 rows.append(Row("fig12", f"{series}, YCSB {w.upper()}", p["threads"], "Mops", p["mops"]))
             at_max[series] = pts[-1]["mops"]
@@ -329,7 +345,8 @@ def fig12(quick: bool, progress, *, threads=None, records=None, warm_ms=None, me
 
 # --- Fig. 13: work-request throttling on raw READs -------------------------------------------------
 
-def fig13(quick: bool, progress, *, threads=None, depths=None, warm_us=None, window_us=None) -> list[Row]:
+def fig13(quick: bool, progress, *, threads=None, depths=None, warm_us=None, window_us=None,
+          jobs: int = 1) -> list[Row]:
     """(a) 8-byte READ throughput by thread count at 16 outstanding WRs per thread (a batch of 16)
     for QPs per thread, a doorbell per thread (+ThdResAlloc) and that plus adaptive WR throttling
     (+WorkReqThrot); (b) at 96 threads by batch size, with fixed C_max = 8 as well. Published
@@ -344,15 +361,18 @@ def fig13(quick: bool, progress, *, threads=None, depths=None, warm_us=None, win
     win = int((window_us or (300 if quick else 1_320)) * 1000)
     configs = (("per-thread QP", "per_thread_qp", None), ("+ThdResAlloc", "per_thread_doorbell", None),
                ("+WorkReqThrot", "per_thread_doorbell", RIG_TUNER))
+    configs_b = (("+ThdResAlloc", None), ("fixed C_max=8", {"throttle": "fixed", "c_max": 8}),
+                 ("+WorkReqThrot", RIG_TUNER))
+    t96 = max(threads)
+    # every rig of (a) and (b) at once, side by side
+    points = ([(f"fig13a: {name}, {t} threads", t, 16, smart, warm, win, policy)
+               for name, policy, smart in configs for t in threads]
+              + [(f"fig13b: {name}, batch {d}", t96, d, smart, warm, win) for name, smart in configs_b for d in depths])
+    measured = iter(map_points(_rig_reads, points, jobs=jobs, progress=progress, describe=lambda p: p[0]))
     rows, got = [], {}
-    expect(progress, 3 * len(threads) + 3 * len(depths))
     for name, policy, smart in configs:
         for t in threads:
-            progress(f"fig13a: {name}, {t} threads")
-            with _rig() as rig:
-                got[(name, t)] = m = _reads(rig, threads=t, depth=16, smart=smart, warmup=warm, window=win,
-                                            policy=policy)
-            advance(progress)
+            got[(name, t)] = m = next(measured)
             rows.append(Row("fig13a", name, t, "Mops", m))
     rows.append(Row("fig13a", "+ThdResAlloc", "peak", "Mops", max(got[("+ThdResAlloc", t)] for t in threads), 110.0))
     thr = [got[("+WorkReqThrot", t)] for t in threads]
@@ -366,17 +386,10 @@ def fig13(quick: bool, progress, *, threads=None, depths=None, warm_us=None, win
                     max(got[("+WorkReqThrot", t)] / got[("per-thread QP", t)] for t in threads), 5.0))
     rows.append(Row("fig13a", "+WorkReqThrot / +ThdResAlloc", "max", "ratio",
                     max(got[("+WorkReqThrot", t)] / got[("+ThdResAlloc", t)] for t in threads), 1.9))
-    t96 = max(threads)
-    configs_b = (("+ThdResAlloc", None), ("fixed C_max=8", {"throttle": "fixed", "c_max": 8}),
-                 ("+WorkReqThrot", RIG_TUNER))
     best_b = {}
     for name, smart in configs_b:
         for d in depths:
-            progress(f"fig13b: {name}, batch {d}")
-            with _rig() as rig:
-                m = _reads(rig, threads=t96, depth=d, smart=smart, warmup=warm, window=win)
-            advance(progress)
-            best_b[(name, d)] = m
+            best_b[(name, d)] = m = next(measured)
             rows.append(Row("fig13b", f"{name}, {t96} threads", d, "Mops", m))
     above8 = [d for d in depths if d > 8]
     if above8:
@@ -478,7 +491,8 @@ TABLE1_PUBLISHED = {32: (79.3, 97.8), 64: (79.2, 95.1), 128: (77.9, 99.7), 256: 
 TABLE1_THREADS = (36, 48, 64, 80, 96)
 
 
-def table1(quick: bool, progress, *, intervals_ms=None, duration_us=None, depth: int = 64) -> list[Row]:
+def table1(quick: bool, progress, *, intervals_ms=None, duration_us=None, depth: int = 64,
+           jobs: int = 1) -> list[Row]:
     """8-byte READs, a batch of 64 per thread, the number of active threads changing every X
     between 36 and 96 (a seeded random sequence of 36/48/64/80/96, the same for both
     configurations; threads turned off call ``idle()``, turned on ``resume()``), with and without
@@ -487,22 +501,19 @@ def table1(quick: bool, progress, *, intervals_ms=None, duration_us=None, depth:
     Published: Table 1 (w/o 79.3 .. 65.7, w/ 97.8 .. 109.6 Mops)."""
     import random
     intervals_ms = intervals_ms or ((32, 128, 512) if quick else tuple(TABLE1_PUBLISHED))
-    rows = []
-    expect(progress, 2 * len(intervals_ms))
+    configs = (("w/o WorkReqThrot", None, 0), ("w/ WorkReqThrot", RIG_TUNER, 1))
+    points, labels = [], []
     for iv in intervals_ms:
         step = int(iv * 1e6 / RIG_SCALE)
         dur = int((duration_us * 1000) if duration_us else max(3 * step, (3_000_000 if quick else 10_000_000)))
         rnd = random.Random(iv)
         schedule = [(k * step, rnd.choice(TABLE1_THREADS)) for k in range(dur // step + 1)]
-        for name, smart, col in (("w/o WorkReqThrot", None, 0), ("w/ WorkReqThrot", RIG_TUNER, 1)):
-            progress(f"table1: {name}, every {step / 1000:g} µs")
-            with _rig() as rig:
-                m = _reads(rig, threads=max(TABLE1_THREADS), depth=depth, smart=smart, warmup=0, window=dur,
-                           schedule=schedule)
-            advance(progress)
-            pub = TABLE1_PUBLISHED.get(iv, (None, None))[col]
-            rows.append(Row("table1", name, f"{iv} ms -> {step / 1000:g} µs", "Mops", m, pub))
-    return rows
+        for name, smart, col in configs:
+            points.append((f"table1: {name}, every {step / 1000:g} µs", max(TABLE1_THREADS), depth, smart, 0, dur,
+                           "per_thread_doorbell", schedule))
+            labels.append((name, f"{iv} ms -> {step / 1000:g} µs", TABLE1_PUBLISHED.get(iv, (None, None))[col]))
+    measured = map_points(_rig_reads, points, jobs=jobs, progress=progress, describe=lambda p: p[0])
+    return [Row("table1", name, x, "Mops", m, pub) for (name, x, pub), m in zip(labels, measured)]
 
 
 # --- the paper's figures (cluster.experiments.figures; drawn by --plot, dmrack plot, dmrack report) ---
@@ -566,7 +577,7 @@ EXPERIMENTS = {"fig3": fig3, "fig4": fig4, "fig5": fig5, "fig7": fig7, "fig10": 
 
 
 # the experiments made of fresh racks, which can run side by side (cluster.experiments.pointpool)
-SIDE_BY_SIDE = ("fig5", "fig7", "fig10", "fig11", "fig14")
+SIDE_BY_SIDE = ("fig5", "fig7", "fig10", "fig11", "fig12", "fig13", "fig14", "table1")
 
 
 def setup(quick: bool) -> dict:
