@@ -14,6 +14,13 @@ def _square_and_pid(x):
     return x * x, os.getpid()
 
 
+def _started_at(x):
+    import time
+    t = time.monotonic_ns()
+    time.sleep(0.2)
+    return x, t
+
+
 def _fails_on_three(x):
     if x == 3:
         raise ValueError(f"point {x} is bad")
@@ -89,6 +96,15 @@ def test_workers_end_promptly_on_sigterm_and_a_sweep_that_ends_leaves_none():
     for _ in range(20):
         assert map_points(_sigterm_state, [(0,), (1,), (2,)], jobs=2) == [(False, "_unlink_and_exit")] * 3
         assert not _children()
+
+
+def test_the_dearest_points_start_first_and_results_keep_their_order():
+    got = map_points(_started_at, [(x,) for x in range(6)], jobs=2, cost=lambda p: p[0])
+    assert [x for x, _ in got] == list(range(6))
+    by_start = [x for x, _ in sorted(got, key=lambda r: r[1])]
+    assert {5, 4} <= set(by_start[:3]) and 0 in by_start[-2:]
+    assert [x for x, _ in map_points(_started_at, [(1,), (0,)], cost=lambda p: p[0])] == [1, 0]   # serial: as given
+    assert not _children()
 
 
 def test_jobs_must_be_positive():

@@ -120,14 +120,17 @@ def active() -> "DaskBackend | None":
 
 def map_points(fn: Callable, points: Sequence[tuple], *, jobs: int = 1,
                progress: Callable[[str], None] | None = None,
-               describe: Callable[[tuple], str] = str) -> list:
+               describe: Callable[[tuple], str] = str, cost: Callable[[tuple], float] | None = None) -> list:
     """``[fn(*p) for p in points]``, on up to ``jobs`` processes, or on the Dask cluster of the
     :func:`backend` entered (then ``jobs`` is ignored). ``fn`` must be a module-level function
     (workers receive it by name) and its results picklable. ``progress`` hears ``describe(p)`` as
     each point starts when serial, and as each finishes (with a count) when parallel, where start
     order says nothing. On a Dask cluster, failed points raise :class:`PointsFailed` once all the
     points have ended. A ``progress`` that counts points (:mod:`cluster.experiments.progress`)
-    is told how many there are and each one done."""
+    is told how many there are and each one done. ``cost(p)``, if given, estimates a point's run
+    time: a fork pool starts the dearest points first, so that the last to start are short and no
+    worker waits alone for a long one at the end of the sweep (the results keep the points'
+    order; serial and Dask runs keep it too)."""
     if jobs < 1:
         raise ValueError(f"jobs must be at least 1, got {jobs}")
     from cluster.experiments.progress import advance, expect
@@ -151,7 +154,8 @@ def map_points(fn: Callable, points: Sequence[tuple], *, jobs: int = 1,
     pool = ctx.Pool(jobs, initializer=_worker_init, initargs=(os.getpid(),))
     try:
         done = 0
-        for index, result in pool.imap_unordered(_call, [(i, fn, p, overrides) for i, p in enumerate(points)]):
+        order = range(len(points)) if cost is None else sorted(range(len(points)), key=lambda i: -cost(points[i]))
+        for index, result in pool.imap_unordered(_call, [(i, fn, points[i], overrides) for i in order]):
             results[index] = result
             done += 1
             advance(progress)

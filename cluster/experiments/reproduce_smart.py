@@ -134,8 +134,10 @@ def _fresh_points(points, progress=None, *, jobs: int = 1) -> list[dict]:
     memory-node backends and reload the table for every point (ae/collect/fig5-*, fig8-*): a
     sweep on one rack would carry the previous point's hot-key stragglers into the next. A point
     is ``(label, system, workload, threads, scenario kwargs)``; the racks run ``jobs`` at a time
-    (:mod:`cluster.experiments.pointpool`), and the figures do not depend on it."""
-    return map_points(_fresh_point, points, jobs=jobs, progress=progress, describe=lambda p: p[0])
+    (:mod:`cluster.experiments.pointpool`), and the figures do not depend on it. A rack's run time
+    grows with its threads, so the most threaded start first (``cost``)."""
+    return map_points(_fresh_point, points, jobs=jobs, progress=progress, describe=lambda p: p[0],
+                      cost=lambda p: p[3])
 
 
 def _fresh_point(label: str, system: str, workload: str, threads: int, kw: dict) -> dict:
