@@ -141,7 +141,13 @@ def _fresh_points(points, progress=None, *, jobs: int = 1) -> list[dict]:
 
 
 def _fresh_point(label: str, system: str, workload: str, threads: int, kw: dict) -> dict:
-    return _ycsb_rack(system, workload, (threads,), **kw)[0][0]
+    return _rack_points(label, system, workload, (threads,), kw)[0]
+
+
+def _rack_points(label: str, system: str, workload: str, threads: tuple, kw: dict) -> list[dict]:
+    """The points of one fresh rack that runs every thread count of ``threads`` in its plan
+    (:func:`_ycsb_rack` with the scenario keywords ``kw``): a point of a sweep of such racks."""
+    return _ycsb_rack(system, workload, threads, **kw)[0]
 
 
 # Adaptive throttling for the raw-verbs experiments (fig13, table1): Δ scaled from 8 ms to 20 µs
@@ -213,13 +219,11 @@ def _rig():
     return Rig(load_profile("cx6-200g"), 1, 1)
 
 
-def _rig_reads(label: str, threads: int, depth: int, smart: dict | None, warmup: int, window: int,
-               policy: str = "per_thread_doorbell", schedule=None) -> float:
-    """:func:`_reads` on a fresh rig: a point of fig13 and table1 (module level and positional, so
-    the rigs can run side by side, ``map_points``; ``label`` is what the progress line says)."""
+def _rig_reads(label: str, kw: dict) -> float:
+    """``_reads(rig, **kw)`` on a fresh rig: a point of fig13 and table1 (module level, so the rigs
+    can run side by side, ``map_points``; ``label`` is what the progress line says)."""
     with _rig() as rig:
-        return _reads(rig, threads=threads, depth=depth, smart=smart, warmup=warmup, window=window, policy=policy,
-                      schedule=schedule)
+        return _reads(rig, **kw)
 
 
 # --- Fig. 7: RACE vs SMART-HT ---------------------------------------------------------------------
@@ -302,14 +306,6 @@ def spec_cache_slots(records: int) -> tuple[int, float]:
     return slots_for_hit_rate(record_masses(records, SMART_KEYS["zipfianitems"]), target), target
 
 
-def _fig12_point(label: str, system: str, workload: str, threads: tuple, records: int, warm_ms: float,
-                 measure_ms: float, policy: str, smart, options: dict) -> list[dict]:
-    """One fig12 series (a rack of one system, every thread count in its plan): its points."""
-    pts, _ = _ycsb_rack(system, workload, threads, records=records, warm_ms=warm_ms, measure_ms=measure_ms,
-                        qp_policy=policy, smart=smart, options=options, memory_nodes=FIG12_MEMORY_NODES)
-    return pts
-
-
 def fig12(quick: bool, progress, *, threads=None, records=None, warm_ms=None, measure_ms=None,
           workloads=("b", "c"), jobs: int = 1) -> list[Row]:
     """Sherman (QPs per thread, SMART off), Sherman with SMART-BT's speculative lookup only, and
@@ -325,10 +321,12 @@ def fig12(quick: bool, progress, *, threads=None, records=None, warm_ms=None, me
     progress(f"fig12: speculative cache of {slots} slots for {records} keys (expected hit rate {target:.2f}, "
              f"as the artifact's 10^6 slots over 10^8 keys)")
     rows = []
-    points = [(f"{series}, YCSB {w.upper()}", system, w, threads, records, warm, win, policy, smart,
-               {"spec_cache": slots} if system == "smart-bt" else {"leaf_layout": SHERMAN_PLUS_LEAF})
+    points = [(f"{series}, YCSB {w.upper()}", system, w, threads,
+               {"records": records, "warm_ms": warm, "measure_ms": win, "qp_policy": policy, "smart": smart,
+                "options": {"spec_cache": slots} if system == "smart-bt" else {"leaf_layout": SHERMAN_PLUS_LEAF},
+                "memory_nodes": FIG12_MEMORY_NODES})
               for w in workloads for series, system, smart, policy in FIG12_SYSTEMS]
-    got = iter(map_points(_fig12_point, points, jobs=jobs, progress=prefixed(progress, "fig12: "),
+    got = iter(map_points(_rack_points, points, jobs=jobs, progress=prefixed(progress, "fig12: "),
                           describe=lambda p: p[0]))
     for w in workloads:
         at_max = {}
@@ -367,9 +365,12 @@ def fig13(quick: bool, progress, *, threads=None, depths=None, warm_us=None, win
                  ("+WorkReqThrot", RIG_TUNER))
     t96 = max(threads)
     # every rig of (a) and (b) at once, side by side
-    points = ([(f"fig13a: {name}, {t} threads", t, 16, smart, warm, win, policy)
+    points = ([(f"fig13a: {name}, {t} threads", {"threads": t, "depth": 16, "smart": smart, "warmup": warm,
+                                                 "window": win, "policy": policy})
                for name, policy, smart in configs for t in threads]
-              + [(f"fig13b: {name}, batch {d}", t96, d, smart, warm, win) for name, smart in configs_b for d in depths])
+              + [(f"fig13b: {name}, batch {d}", {"threads": t96, "depth": d, "smart": smart, "warmup": warm,
+                                                 "window": win})
+                 for name, smart in configs_b for d in depths])
     measured = iter(map_points(_rig_reads, points, jobs=jobs, progress=progress, describe=lambda p: p[0]))
     rows, got = [], {}
     for name, policy, smart in configs:
@@ -511,8 +512,9 @@ def table1(quick: bool, progress, *, intervals_ms=None, duration_us=None, depth:
         rnd = random.Random(iv)
         schedule = [(k * step, rnd.choice(TABLE1_THREADS)) for k in range(dur // step + 1)]
         for name, smart, col in configs:
-            points.append((f"table1: {name}, every {step / 1000:g} µs", max(TABLE1_THREADS), depth, smart, 0, dur,
-                           "per_thread_doorbell", schedule))
+            points.append((f"table1: {name}, every {step / 1000:g} µs",
+                           {"threads": max(TABLE1_THREADS), "depth": depth, "smart": smart, "warmup": 0,
+                            "window": dur, "schedule": schedule}))
             labels.append((name, f"{iv} ms -> {step / 1000:g} µs", TABLE1_PUBLISHED.get(iv, (None, None))[col]))
     measured = map_points(_rig_reads, points, jobs=jobs, progress=progress, describe=lambda p: p[0])
     return [Row("table1", name, x, "Mops", m, pub) for (name, x, pub), m in zip(labels, measured)]
