@@ -370,18 +370,25 @@ RLIB_READ_SHAPES = (("basic: one READ at a time", 0.48), ("flying: 20 in flight,
                     ("coroutines: 10 a thread, one READ each", 2.25))
 
 
-def _rlib_poster(env, host, cn: int, rmr, mpd, mctx, per_post: int, seed: int, end: int, win: Window):
+def _reader_qp(pd, mpd):
+    """A client QP with its own send CQ, connected to a QP of the memory node's protection domain
+    ``mpd`` (the raw-verbs loops' one QP per thread): (qp, cq)."""
+    from shm.verbs import CQ, QP, QPInitAttr
+    cq = CQ(pd.ctx)
+    qp = QP(pd, QPInitAttr(scq=cq))
+    mqp = QP(mpd, QPInitAttr(scq=CQ(mpd.ctx)))
+    qp.connect(mqp)
+    mqp.connect(qp)
+    return qp, cq
+
+
+def _rlib_poster(env, host, cn: int, rmr, mpd, per_post: int, seed: int, end: int, win: Window):
     """One thread of or_bench (``per_post`` 1) or db_bench (10): 50 READs per loop, only the
     loop's first work request signaled, then one completion awaited (RC completes in order, so
     the rest of the loop is still in flight while the next one posts); ``per_post`` -1: fly_bench."""
-    from shm.verbs import (CQ, IBV_ACCESS_LOCAL_WRITE, IBV_SEND_SIGNALED, IBV_WR_RDMA_READ, MR, PD, QP, SGE,
-                           Context, QPInitAttr, SendWR)
-    ctx = Context(host, cn)
-    pd = PD(ctx)
-    cq = CQ(ctx)
-    qp, mqp = QP(pd, QPInitAttr(scq=cq)), QP(mpd, QPInitAttr(scq=CQ(mctx)))
-    qp.connect(mqp)
-    mqp.connect(qp)
+    from shm.verbs import IBV_ACCESS_LOCAL_WRITE, IBV_SEND_SIGNALED, IBV_WR_RDMA_READ, MR, PD, SGE, Context, SendWR
+    pd = PD(Context(host, cn))
+    qp, cq = _reader_qp(pd, mpd)
     lmr = MR(pd, 64, IBV_ACCESS_LOCAL_WRITE)
     addrs = [rmr.addr + int(w) * 8 for w in np.random.default_rng(seed).integers(BATCHED_WORDS, size=4096)]
     wrs = [SendWR(wr_id=i, opcode=IBV_WR_RDMA_READ, sg=[SGE(lmr.addr, 8, lmr.lkey)],
@@ -433,7 +440,7 @@ def rlib_read(quick: bool, progress) -> list[Row]:
                 rmr = MR(mpd, 1 << 20, IBV_ACCESS_REMOTE_READ | IBV_ACCESS_LOCAL_WRITE, offset=0)
                 w = Window(warm, warm + win)
                 for k in range(12):
-                    env.process(_rlib_poster(env, host, rig.cns[0], rmr, mpd, mctx, per_post, k, warm + win, w))
+                    env.process(_rlib_poster(env, host, rig.cns[0], rmr, mpd, per_post, k, warm + win, w))
                 env.run(until=warm + win + 20_000)
                 mops = w.mops()
             else:
@@ -765,10 +772,7 @@ def raw_verbs_loop(threads: int, window_ns: int) -> tuple[int, float]:
     """One process, pyverbs: each thread its own QP and CQ, ``DEPTH`` READs per ``post_send``,
     then ``CQ.wait(DEPTH)`` and one ``CQ.poll``."""
     from shm.profile import load_profile
-    from shm.verbs import (
-        CQ, IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_READ, IBV_WR_RDMA_READ, MR, PD, QP, SGE, Context, QPInitAttr,
-        SendWR,
-    )
+    from shm.verbs import IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_READ, IBV_WR_RDMA_READ, MR, PD, SGE, Context, SendWR
     with Rig(load_profile("cx6-200g"), 1, 1, mem_bytes=16 << 20) as rig:
         env, host = rig.env, rig.host
         cn, m = rig.cns[0], rig.mns[0]
@@ -779,11 +783,7 @@ def raw_verbs_loop(threads: int, window_ns: int) -> tuple[int, float]:
         done = [0]
 
         def client(k):
-            cq = CQ(ctx)
-            qp = QP(pd, QPInitAttr(scq=cq))
-            mqp = QP(mpd, QPInitAttr(scq=CQ(mctx)))
-            qp.connect(mqp)
-            mqp.connect(qp)
+            qp, cq = _reader_qp(pd, mpd)
             lmr = MR(pd, DEPTH * 64, IBV_ACCESS_LOCAL_WRITE)
             addrs = [rmr.addr + int(w) * 64 for w in np.random.default_rng(k).integers(words, size=ADDRESSES)]
             wrs = [SendWR(wr_id=i, opcode=IBV_WR_RDMA_READ, sg=[SGE(lmr.addr + 64 * i, 8, lmr.lkey)])
