@@ -47,6 +47,31 @@ def test_scenario_uses_the_dense_big_endian_key_space():
     assert [s["action"] for s in doc["step"]] == ["load", "run", "run"]
 
 
+def test_dolphins_index_is_loaded_as_its_own_benchmark_loads_it():
+    """Dolphin's benchmark inserts keys 1..N in increasing order (half the key space full, the other
+    half empty); the others load pseudo-random positions of the key space (Sherman's CityHash of i).
+    On Dolphin that halves the 256-key blocks, so its index caches less per item. Fig. 7's LOAD
+    stays a load at random places, on a rack of its own."""
+    from workloads.ycsb import CoreWorkload
+
+    def load_keys(workload):
+        props = {k: v for k, v in workload.items() if k != "preset"}
+        return CoreWorkload.preset(workload["preset"], props).load_keys(0, 100).tolist()
+
+    doc = rd.scenario("dolphin", 5000, rd.TABLE2_WORKLOAD, records=100, warm_ms=0.1, measure_ms=0.1, ordered=True)
+    assert doc["workload"]["loadorder"] == "ordered" and doc["workloads"]["w-warm"]["loadorder"] == "ordered"
+    assert load_keys(doc["workload"]) == list(range(1, 101))
+    hashed = rd.scenario("dolphin", 5000, rd.TABLE2_WORKLOAD, records=100, warm_ms=0.1, measure_ms=0.1)
+    assert "loadorder" not in hashed["workload"]
+    keys = load_keys(hashed["workload"])
+    assert len(set(keys)) == 100 and max(keys) > 150          # spread over the 200-key space
+    assert rd.ORDERED_LOAD == {"dolphin"}
+    kw = dict(records=2048, warm_ms=0.02, measure_ms=0.02, compute=1, memory=1, threads=2)
+    cache = {o: rd.measure("dolphin", rd.UNLIMITED_CACHE, rd.TABLE2_WORKLOAD, ordered=o, **kw)["memory"][0]
+             for o in (False, True)}
+    assert cache[True] < 0.75 * cache[False], cache
+
+
 def test_fig6_rows():
     rows = rd.fig6(True, quiet, **TINY, cache_mb=(50, 200, 800))
     assert {r.experiment for r in rows} == {"fig6a", "fig6b", "fig6c", "fig6"}
@@ -136,6 +161,7 @@ def test_run_writes_json_with_the_scale(tmp_path, monkeypatch):
     from rich.console import Console
     monkeypatch.setattr(rd, "SYSTEMS", dict(ON_SHERMAN))
     monkeypatch.setattr(rd, "RECORDS", {True: 500, False: 500})
+    monkeypatch.setattr(rd, "TABLE2_RECORDS", {True: 1000, False: 1000})    # its own item count
     monkeypatch.setattr(rd, "WINDOWS_MS", {True: (0.03, 0.05), False: (0.03, 0.05)})
     monkeypatch.setattr(rd, "COMPUTE", 1)
     monkeypatch.setattr(rd, "MEMORY", 1)
@@ -147,9 +173,9 @@ def test_run_writes_json_with_the_scale(tmp_path, monkeypatch):
     assert "scale" in out and "500 items" in out
     data = json.loads(path.read_text())
     assert data["format"] == "dmrack-result/1" and len(data["rows"]) == len(rows)
-    assert "500 items" in data["run"]["setup"]["scale"]
+    assert "500 items" in data["run"]["setup"]["scale"] and "table2 with 1,000 items" in data["run"]["setup"]["scale"]
     scale = next(r for r in data["rows"] if r["series"].startswith("scale"))
-    assert scale["metric"] == "1 / scale" and scale["emulated"] == (1 << 29) / 500
+    assert scale["metric"] == "1 / scale" and scale["emulated"] == (1 << 29) / 1000
 
 
 def test_unregistered_systems_are_one_line(monkeypatch):

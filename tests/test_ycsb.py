@@ -531,6 +531,28 @@ def test_keyspace_half_full_and_inserts_take_free_ids():
     assert new.tolist() == [wl.key_id(k // 2 + i) for i in range(len(new))]
 
 
+@pytest.mark.parametrize("k, n", [(2, 1), (7, 3), (20_000, 10_000), (4096, 4096)])
+def test_an_ordered_load_fills_the_low_ids_in_order_and_inserts_take_the_rest(k, n):
+    """loadorder = ordered (Dolphin's benchmark): records 0..N-1 are the ids 1..N in order; the
+    records N..K-1 that inserts take are a bijection onto N+1..K, spread over them; past K,
+    record number + 1."""
+    wl = CoreWorkload.preset("a", {"recordcount": n, "keyspace": k, "loadorder": "ordered"})
+    assert wl.load_keys(0, n).tolist() == list(range(1, n + 1))
+    rest = wl.load_keys(n, k - n).tolist()           # what the inserts' record numbers map to
+    assert sorted(rest) == list(range(n + 1, k + 1))
+    for v in range(n, k, max(1, (k - n) // 7)):      # the Python path agrees with the jitted one
+        assert wl.key_id(v) == rest[v - n]
+    assert wl.key_id(k) == k + 1
+    if k - n >= 1000:                                # pseudo-random places, not appended in order
+        assert sum(a < b for a, b in zip(rest, rest[1:])) < 0.6 * len(rest)
+
+
+def test_an_ordered_load_needs_a_hashed_keyspace():
+    for props in ({"loadorder": "ordered"}, {"loadorder": "ordered", "keyspace": 100, "insertorder": "ordered"}):
+        with pytest.raises(WorkloadError, match="'loadorder' = 'ordered': needs a keyspace and insertorder = hashed"):
+            CoreWorkload.preset("a", {"recordcount": 10, **props})
+
+
 @pytest.mark.parametrize("dist", ["zipfian", "uniform"])
 def test_keyspace_request_distributions_map_like_the_load(dist):
     k = 8192

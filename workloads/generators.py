@@ -209,7 +209,10 @@ def _fill_load_keys(start, hashed, out):
 #   KM_DENSE     id = 1 + perm_K(keynum)           (keyspace=K, hashed): a pseudo-random bijection
 #                                                  of 0..K-1 onto the ids 1..K
 #   KM_DENSE_ORD id = 1 + keynum                   (keyspace=K, ordered)
-# In both dense modes a record number >= K gets id keynum + 1: past the key space, but still
+#   KM_DENSE_LOW id = 1 + keynum below N, else     (keyspace=K, loadorder=ordered, N = recordcount):
+#                N + 1 + perm_{K-N}(keynum - N)    the load fills 1..N in order, later inserts take
+#                                                  the free ids N+1..K at pseudo-random places
+# In the dense modes a record number >= K gets id keynum + 1: past the key space, but still
 # distinct from every other id, so inserts beyond K never overwrite a key.
 #
 # perm_K is a 4-round Feistel network on 2h bits (2^2h >= K, the smallest even width, at least 2),
@@ -222,15 +225,18 @@ def _fill_load_keys(start, hashed, out):
 # loading half the space would fill it in a rigid near-periodic pattern; the Feistel map fills it
 # like a hash (a key's neighbours are loaded independently, each with probability N/K), as
 # Sherman's and Dolphin's benchmarks do (CityHash of i, modulo the key space).
-KM_ORDERED, KM_HASHED, KM_DENSE, KM_DENSE_ORD = range(4)
+KM_ORDERED, KM_HASHED, KM_DENSE, KM_DENSE_ORD, KM_DENSE_LOW = range(5)
 KP_MODE, KP_K, KP_HALF, KP_KEY0 = 0, 1, 2, 3
-KP_SIZE = KP_KEY0 + 4
+KP_LOW = KP_KEY0 + 4                        # KM_DENSE_LOW: the ids 1..N the load fills in order
+KP_SIZE = KP_LOW + 1
 KEYSPACE_MAX = 1 << 62
 
 
-def key_map_params(hashed: bool = True, keyspace: int | None = None) -> np.ndarray:
+def key_map_params(hashed: bool = True, keyspace: int | None = None, ordered_load: int = 0) -> np.ndarray:
     """The ``kp`` array of :func:`map_keynum` for YCSB's ``insertorder`` (``hashed``) and dmrack's
-    ``keyspace`` (None: YCSB's key ids)."""
+    ``keyspace`` (None: YCSB's key ids). ``ordered_load = N`` (``loadorder = ordered``, with a
+    hashed ``keyspace``): records 0..N-1 take the ids 1..N in order, and the permutation covers
+    the rest of the key space, N+1..K."""
     kp = np.zeros(KP_SIZE, np.int64)
     if keyspace is None:
         kp[KP_MODE] = KM_HASHED if hashed else KM_ORDERED
@@ -238,12 +244,17 @@ def key_map_params(hashed: bool = True, keyspace: int | None = None) -> np.ndarr
     k = int(keyspace)
     if not 1 <= k <= KEYSPACE_MAX:
         raise ValueError(f"keyspace must be in 1..2^62, got {k}")
-    kp[KP_MODE] = KM_DENSE if hashed else KM_DENSE_ORD
+    low = int(ordered_load)
+    if not 0 <= low <= k:
+        raise ValueError(f"an ordered load of {low} records needs 0..keyspace ({k}) of them")
+    kp[KP_MODE] = KM_DENSE_ORD if not hashed else KM_DENSE_LOW if low else KM_DENSE
     kp[KP_K] = k
-    bits = max(2, (k - 1).bit_length())
+    kp[KP_LOW] = low
+    m = max(1, k - low)                     # the ids the permutation covers
+    bits = max(2, (m - 1).bit_length())
     kp[KP_HALF] = (bits + 1) // 2
-    z = k
-    for r in range(4):                      # round keys from K alone, 63 bits (stay positive int64)
+    z = m
+    for r in range(4):                      # round keys from the permuted count alone, 63 bits
         z = _mix64(z)
         kp[KP_KEY0 + r] = z & ((1 << 63) - 1)
     return kp
@@ -276,12 +287,16 @@ def map_keynum(v, kp):
         return np.int64(v) + 1
     if mode == KM_DENSE_ORD:
         return np.int64(v) + 1
-    x = np.int64(v)
+    low = kp[KP_LOW]                        # 0 but for KM_DENSE_LOW
+    if v < low:
+        return np.int64(v) + 1
+    m = k - low
+    x = np.int64(v) - low
     half = kp[KP_HALF]
     while True:
         x = _feistel(x, half, kp)
-        if x < k:
-            return x + 1
+        if x < m:
+            return x + 1 + low
 
 
 @njit(cache=True)

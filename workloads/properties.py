@@ -214,6 +214,7 @@ DEFAULTS: dict[str, str] = {
     "zipfianitems": "10000000000",          # YCSB's ITEM_COUNT, generators.SCRAMBLED_ITEM_COUNT
     "keysize": "8",
     "keyorder": "little",
+    "loadorder": "hashed",
     "target": "0",
 }
 
@@ -227,7 +228,10 @@ DEFAULTS: dict[str, str] = {
 # ``keyorder = big`` writes a key id's 8 bytes big-endian, so that byte order is numeric order:
 # Dolphin's leaves cover the keys that share their first 7 bytes, and its benchmark (like
 # Sherman's) loads integer keys into half of a key space [1, K].
-EXTENSIONS = ("keysize", "valuesize", "zipfianconstant", "zipfianitems", "keyspace", "keyorder")
+# ``loadorder = ordered`` loads the record numbers below recordcount as the ids 1..recordcount in
+# order (Dolphin's own benchmark: keys 1..N, the lower half of the key space full) and lets inserts
+# take the other ids at pseudo-random places.
+EXTENSIONS = ("keysize", "valuesize", "zipfianconstant", "zipfianitems", "keyspace", "keyorder", "loadorder")
 
 # YCSB properties that mean nothing to a key-value emulator: accepted and ignored, so that YCSB's
 # own files and templates load unchanged.

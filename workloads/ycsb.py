@@ -138,6 +138,7 @@ _SPECS: dict[str, tuple] = {
     "keysize": ("int", 8, 1 << 20),
     "keyspace": ("int", 1, g.KEYSPACE_MAX),
     "keyorder": ("choice", ("little", "big")),
+    "loadorder": ("choice", ("hashed", "ordered")),
     "valuesize": ("int", 1, 1 << 30),
     "target": ("float", 0.0, None),
 }
@@ -346,7 +347,14 @@ class CoreWorkload:
             _fail(self._w("keyspace"), "keyspace", self.keyspace,
                   f"must be >= recordcount ({self.recordcount}): the loaded records need distinct key ids "
                   f"in 1..keyspace")
-        self._kp = g.key_map_params(self.hashed, self.keyspace)
+        # loadorder = ordered: the load fills ids 1..recordcount in order (Dolphin's benchmark), and
+        # inserts take the rest of the key space at pseudo-random places
+        self.load_order = str(v["loadorder"])
+        if self.load_order == "ordered" and (self.keyspace is None or not self.hashed):
+            _fail(self._w("loadorder"), "loadorder", self.load_order,
+                  "needs a keyspace and insertorder = hashed (the inserts' ids are the ones it permutes)")
+        self._kp = g.key_map_params(self.hashed, self.keyspace,
+                                    self.recordcount if self.load_order == "ordered" else 0)
         self.value_size = int(v["valuesize"]) if "valuesize" in v else self.field_count * self.field_length
         if self.value_size > 1 << 30:
             _fail(self._w("fieldlength"), "fieldlength", self.field_length,

@@ -14,8 +14,9 @@ fill half of the integer key space. Here: ``cx5-100g``, 4 compute nodes x 18 thr
 coroutine each) and 4 memory nodes, 8-byte keys and values, integer keys in a dense key space
 twice the item count (the YCSB properties ``keyspace`` and ``keyorder = big``: keys are 1..K in
 big-endian bytes, half of them loaded at random positions, so that neighbouring keys share a
-Dolphin leaf as in the paper), :data:`RECORDS` items instead of 512 M (2^29). Every index-cache
-size of the paper is multiplied by the same factor ``scale = items / 2^29``
+Dolphin leaf as in the paper; Dolphin's own index as its benchmark loads it, the lower half of the
+key space full: :data:`ORDERED_LOAD`), :data:`RECORDS` items instead of 512 M (2^29). Every
+index-cache size of the paper is multiplied by the same factor ``scale = items / 2^29``
 (:func:`scaled_cache_bytes`), so a cache holds the same fraction of each index as in the paper;
 Sherman's cache counts nodes, 1 KB each (as Sherman's code sizes it). Zipfian keys
 draw from 2^29 items hashed onto the loaded ones (``zipfianitems``), so the hottest keys are as
@@ -88,6 +89,15 @@ FIG6_SKEWS = {"fig6a": ("zipf 0.99", {"requestdistribution": "zipfian", "zipfian
               "fig6b": ("zipf 0.8", {"requestdistribution": "zipfian", "zipfianconstant": 0.8}),
               "fig6c": ("uniform", {"requestdistribution": "uniform"})}
 TRACES = {"cluster8": "write-intensive", "cluster9": "read-only"}
+# Systems whose own benchmark loads keys 1..N in increasing order: Dolphin's README runs
+# ``./benchmark``, whose warm-up inserts ``int2key(i)`` for i = 1 .. kWarmRatio x kKeySpace, each
+# of the threads its residue class (hust-anhang/Dolphin, test/benchmark.cpp), so the lower half of
+# the key space is full and the upper half empty. Sherman's benchmark (and SMART's, the base of
+# SMART-ART's) loads ``CityHash64(i) % kKeySpace``: pseudo-random positions, as ``_keys`` does.
+# Each index is loaded as its own code loads it (the workload property ``loadorder``); the paper's
+# LOAD runs without a warm-up, from YCSB's files (keys at random places), so fig7's LOAD of these
+# systems is a rack of its own.
+ORDERED_LOAD = frozenset({"dolphin"})
 
 # --- published values (Dolphin §IV as its text states them; docs/dolphin.md) -----------------------
 PUB_FIG6_800 = {"Sherman": 1.51, "SMART-ART": 1.32}     # Dolphin / X at 800 MB, Fig. 6a
@@ -142,24 +152,30 @@ def _systems(systems: dict | None) -> dict:
     return got
 
 
-def _keys(records: int) -> dict:
+def _keys(records: int, ordered: bool = False) -> dict:
     """The workload properties of the paper's keys: 8-byte integers in a key space twice the items
-    (half full), compared as big-endian bytes; 8-byte values."""
-    return {"recordcount": records, "keysize": 8, "valuesize": 8, "keyspace": 2 * records, "keyorder": "big"}
+    (half full), compared as big-endian bytes; 8-byte values. ``ordered``: the items are keys 1..N,
+    loaded in increasing order (Dolphin's own benchmark, :data:`ORDERED_LOAD`), instead of at
+    pseudo-random positions of the key space."""
+    keys = {"recordcount": records, "keysize": 8, "valuesize": 8, "keyspace": 2 * records, "keyorder": "big"}
+    if ordered:
+        keys["loadorder"] = "ordered"
+    return keys
 
 
 def scenario(system: str, cache_bytes: int, workloads: dict[str, dict], *, records: int, warm_ms: float,
              measure_ms: float, compute: int | None = None, memory: int | None = None,
-             threads: int | None = None, seed: int = 1, load: str = "default") -> dict:
+             threads: int | None = None, seed: int = 1, load: str = "default", ordered: bool = False) -> dict:
     """A rack of ``system`` with ``cache_bytes`` of index cache per compute node: load the items by
     inserts (as the paper's warm-up; also its LOAD workload), then per named workload (name ->
-    its properties, a ``preset`` among them, or a ``trace``) a warm-up run and a measured run."""
+    its properties, a ``preset`` among them, or a ``trace``) a warm-up run and a measured run.
+    ``ordered``: the items are keys 1..N loaded in increasing order (:func:`_keys`)."""
     compute, memory, threads = compute or COMPUTE, memory or MEMORY, threads or THREADS
     steps = [{"action": "load", "bulk": False, "workload": "default"}]
     for name in workloads:
         steps += [{"action": "run", "workload": _table(name, load), "duration_ms": warm_ms},
                   {"action": "run", "workload": _table(name, load), "duration_ms": measure_ms}]
-    keys = _keys(records)
+    keys = _keys(records, ordered)
     tables = {}
     for name, props in workloads.items():
         tables[name] = dict(props) if "trace" in props else {**keys, "zipfianitems": PAPER_ITEMS, **props}
@@ -223,7 +239,8 @@ def _memory(rack) -> tuple[float, int, int] | None:
 
 
 def _point(label: str, system: str, cache_bytes: int, workloads: dict, kw: dict) -> dict:
-    return measure(system, cache_bytes, workloads, **kw)
+    """A rack of ``system``, its items loaded as its own benchmark loads them (:data:`ORDERED_LOAD`)."""
+    return measure(system, cache_bytes, workloads, **{"ordered": system in ORDERED_LOAD, **kw})
 
 
 def _sizes(quick: bool, records, warm_ms, measure_ms, compute, threads) -> dict:
@@ -331,8 +348,15 @@ def _large(quick: bool, progress, shared: SharedPoints | None, *, systems=None, 
         workloads = {**FIG7_WORKLOADS, **FIG8_WORKLOADS}
         cache = scaled_cache_bytes(LARGE_CACHE_MB, kw["records"])
         points = [(f"{label}, {LARGE_CACHE_MB} MB", system, cache, workloads, kw) for label, system in sysmap.items()]
+        # LOAD is the load step of each rack, but of a rack of its own (keys at random places)
+        # for an index whose warm-up loads its keys in order
+        loads = [label for label, system in sysmap.items() if system in ORDERED_LOAD]
+        points += [(f"{label}, LOAD", sysmap[label], cache, {}, {**kw, "ordered": False}) for label in loads]
         got = map_points(_point, points, jobs=jobs, progress=progress, describe=lambda p: p[0])
-        return dict(zip(sysmap, got)), kw
+        racks = dict(zip(sysmap, got))
+        for label, p in zip(loads, got[len(sysmap):]):
+            racks[label] = {**racks[label], "load": p["load"]}
+        return racks, kw
     return (shared if shared is not None else SharedPoints()).once(key, large)
 
 
@@ -481,6 +505,11 @@ def _trace_point(label: str, system: str, cache_bytes: int, workloads: dict, kw:
 # --- Table II: memory ----------------------------------------------------------------------------
 
 TABLE2_WORKLOAD = {"warm": {"preset": "c", "requestdistribution": "uniform"}}
+# Table II's items: 4x the figures' racks. The nodes above an index's last cached level are a
+# geometric tail at 512 M items (Dolphin's: ~5 % of its cache), but at 16,384 items one root over
+# 64 blocks is 16-19 % of it, and table2 scales everything but what ``setup`` carved up with the
+# items; at 65,536 they are ~6 % (docs/dolphin.md, "Table II")
+TABLE2_RECORDS = {True: 65_536, False: 262_144}
 
 
 def table2(quick: bool, progress, *, systems=None, records=None, warm_ms=None, measure_ms=None,
@@ -488,9 +517,10 @@ def table2(quick: bool, progress, *, systems=None, records=None, warm_ms=None, m
     """Compute-node cache for the best performance (MB) and memory-node memory (GB) per index,
     scaled back up to 512 M items. Published (Table II): Sherman 460 MB / 12 GB, Marlin 460 / 26,
     SMART-ART 5200 / 156, Dolphin 320 / 14. Measured with a cache larger than any index after a
-    load and a uniform read run: the cache in use then is all the index caches."""
+    load and a uniform read run: the cache in use then is all the index caches. Each index is
+    loaded as its own benchmark loads it (:data:`ORDERED_LOAD`), with :data:`TABLE2_RECORDS` items."""
     sysmap = _systems(systems)
-    kw = _sizes(quick, records, warm_ms, measure_ms, compute, threads)
+    kw = _sizes(quick, records or TABLE2_RECORDS[quick], warm_ms, measure_ms, compute, threads)
     n = kw["records"]
     scale = scale_of(n)
     points = [(f"{label}, unlimited cache", system, UNLIMITED_CACHE, TABLE2_WORKLOAD, kw)
@@ -554,8 +584,9 @@ def setup(quick: bool) -> dict:
                     f"systems {', '.join(f'{k}={v}' for k, v in SYSTEMS.items())}",
             "scale": f"{n:,} items in a key space of {2 * n:,} (paper: 512 M = 2^29 in 2^30), scale "
                      f"{scale_of(n):.3g}: index caches x scale (200 MB -> {scaled_cache_bytes(200, n) / 1024:.1f} KB, "
-                     f"2000 MB -> {scaled_cache_bytes(LARGE_CACHE_MB, n) / 1024:.1f} KB); table2 scaled back up by "
-                     f"1/scale; {warm:g} ms warm-up + {win:g} ms windows (virtual)"}
+                     f"2000 MB -> {scaled_cache_bytes(LARGE_CACHE_MB, n) / 1024:.1f} KB); table2 with "
+                     f"{TABLE2_RECORDS[quick]:,} items, scaled back up by 1/scale; {warm:g} ms warm-up + "
+                     f"{win:g} ms windows (virtual)"}
 
 
 def check_systems(systems: dict | None = None) -> None:
