@@ -224,7 +224,8 @@ def _fill_load_keys(start, hashed, out):
 # three-gap theorem, the first N multiples of a modulo K leave at most three distinct gaps, so
 # loading half the space would fill it in a rigid near-periodic pattern; the Feistel map fills it
 # like a hash (a key's neighbours are loaded independently, each with probability N/K), as
-# Sherman's and Dolphin's benchmarks do (CityHash of i, modulo the key space).
+# Sherman's benchmark and Dolphin's zipfian_test do (CityHash of i, modulo the key space); Dolphin's
+# own benchmark loads i itself, the ids 1..N in order (KM_DENSE_LOW).
 KM_ORDERED, KM_HASHED, KM_DENSE, KM_DENSE_ORD, KM_DENSE_LOW = range(5)
 KP_MODE, KP_K, KP_HALF, KP_KEY0 = 0, 1, 2, 3
 KP_LOW = KP_KEY0 + 4                        # KM_DENSE_LOW: the ids 1..N the load fills in order
