@@ -581,7 +581,8 @@ def setup(quick: bool) -> dict:
     warm, win = WINDOWS_MS[quick]
     return {"profile": PROFILE, "seed": 1,
             "spec": f"co-located racks: {COMPUTE} compute nodes x {THREADS} threads, {MEMORY} memory nodes; "
-                    f"systems {', '.join(f'{k}={v}' for k, v in SYSTEMS.items())}",
+                    f"systems {', '.join(f'{k}={v}' for k, v in SYSTEMS.items())}; keys loaded as each system's "
+                    f"benchmark loads them: in order ({', '.join(sorted(ORDERED_LOAD))}), else at random places",
             "scale": f"{n:,} items in a key space of {2 * n:,} (paper: 512 M = 2^29 in 2^30), scale "
                      f"{scale_of(n):.3g}: index caches x scale (200 MB -> {scaled_cache_bytes(200, n) / 1024:.1f} KB, "
                      f"2000 MB -> {scaled_cache_bytes(LARGE_CACHE_MB, n) / 1024:.1f} KB); table2 with "
