@@ -13,7 +13,7 @@ every missing key takes the value of the built-in default rack -- ::
 
     [rack]              name, profile, seed, on_node_death
     [profile_overrides] "section.key" = value, applied with shm.profile.with_overrides
-    [compute]           count, threads, coroutines, memory, qp_policy, threads_per_qp
+    [compute]           count, threads, coroutines, memory, qp_policy, threads_per_qp, connect
     [memory]            count, memory, cores (modelled CPU cores for server actors, default 0), kind
                         ("dram" or "nvm", or one per memory node: persistent memory, docs/nvm.md),
                         same_server (mn<i> on cn<i>'s server, sharing its NIC and PCIe)
@@ -157,7 +157,7 @@ DEFAULT_WORKLOAD_PRESET = "a"
 DEFAULT_WORKLOAD_OVERRIDES = {"recordcount": 10_000, "keysize": 8, "valuesize": 8, "zipfianconstant": 0.99}
 DEFAULTS = {
     "compute": {"count": 2, "threads": 4, "coroutines": 4, "memory": 64 << 20, "qp_policy": "per_thread_doorbell",
-                "threads_per_qp": None},
+                "threads_per_qp": None, "connect": "on_first_post"},
     "memory": {"count": 2, "memory": 512 << 20, "cores": 0, "kind": "dram", "same_server": False},
     "client": {"count": 0, "memory": 64 << 20},
     "dpu": {"hosts": [], "cores": None, "memory": 64 << 20},
@@ -211,6 +211,7 @@ class ComputeSpec:
     memory_bytes: int
     qp_policy: str  # one of shm.coro.POLICIES
     threads_per_qp: int | None = None  # multiplexed_qp: threads sharing each QP (None: a pool of 4 QPs)
+    connect: str = "on_first_post"  # when the QPs are made: one of shm.coro.CONNECT_ORDERS
 
 
 @dataclass(frozen=True)
@@ -429,7 +430,8 @@ class RackSpec:
             f"rack {self.name} ({self.source}): profile {prof}, seed {self.seed}, "
             f"on node death: {self.on_node_death}",
             f"compute: {c.count} x {c.threads} threads x {c.coroutines} coroutines "
-            f"({c.count * c.threads * c.coroutines} clients), {format_size(c.memory_bytes)} each, {c.qp_policy}",
+            f"({c.count * c.threads * c.coroutines} clients), {format_size(c.memory_bytes)} each, {c.qp_policy}"
+            + (f", QPs made {c.connect.replace('_', ' ')}" if c.connect != "on_first_post" else ""),
             f"memory: {m.count} x {format_size(m.memory_bytes)}" + (f", {m.cores} cores each" if m.cores else "")
             + _describe_kinds(m) + (", mn<i> on cn<i>'s server (one NIC, one PCIe link)" if m.same_server else ""),
         ]
@@ -938,7 +940,8 @@ def spec_from_dict(data: Mapping[str, Any], *, source: str = "<string>", base_di
     profile, prof_over = _apply_profile_overrides(label, profile, data.get("profile_overrides"))
 
     # [compute], [memory], [client], [manager]
-    from shm.coro import POLICIES  # the one list of QP policies (imported late: shm.coro loads numba)
+    # the one lists of QP policies and connect orders (imported late: shm.coro loads numba)
+    from shm.coro import CONNECT_ORDERS, POLICIES
 
     t = _Table(label, "compute", data.get("compute", {}))
     t.only(_TABLE_KEYS["compute"])
@@ -950,10 +953,15 @@ def spec_from_dict(data: Mapping[str, Any], *, source: str = "<string>", base_di
         memory_bytes=t.get("memory", d["memory"], _size()),
         qp_policy=t.get("qp_policy", d["qp_policy"], _choice(POLICIES)),
         threads_per_qp=t.get("threads_per_qp", d["threads_per_qp"], _int(*THREADS_RANGE)),
+        connect=t.get("connect", d["connect"], _choice(CONNECT_ORDERS)),
     )
     if compute.threads_per_qp is not None and compute.qp_policy != "multiplexed_qp":
         raise SpecError(f"{label}: compute.threads_per_qp = {compute.threads_per_qp}: only meaningful with "
                         f"qp_policy = \"multiplexed_qp\" (qp_policy is \"{compute.qp_policy}\")")
+    if compute.connect != "on_first_post" and compute.qp_policy == "per_thread_doorbell":
+        raise SpecError(f"{label}: compute.connect = \"{compute.connect}\": with qp_policy = \"per_thread_doorbell\" "
+                        f"each thread has a context of its own, so the order QPs are made in changes nothing; "
+                        f"use it with a shared context (per_thread_qp, multiplexed_qp, shared_qp)")
     need = compute.threads * THREAD_BUFFER_BYTES + MIN_NODE_MEMORY
     if compute.memory_bytes < need:
         shown = show_toml(t.data["memory"]) if "memory" in t.data else f"{format_size(compute.memory_bytes)} (default)"

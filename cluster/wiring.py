@@ -180,7 +180,7 @@ def make_compute(state, env, host, name: str, send, recorder, udp=None) -> Compu
                        layout=state.layout, options=c.options, workloads=c.workloads, plan=c.plan,
                        recorder=recorder, inserts=SharedInsertSequence(state.control), on_done=on_done,
                        seed=spec.seed, history=state.history.writer(index) if state.history else None,
-                       smart=smart, udp=udp)
+                       smart=smart, udp=udp, connect=spec.compute.connect)
 
 
 def compute_handler(node: ComputeNode):

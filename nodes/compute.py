@@ -126,13 +126,16 @@ class ComputeNode:
                  qp_policy: str, system, layout: dict, options: dict, workloads: dict, plan: "list[Step]",
                  recorder: StepRecorder, inserts: "InsertSequence", on_done: Callable[[int, int, int], None],
                  seed: int = 0, buffer_bytes: int = 256 << 10, history: "HistoryWriter | None" = None,
-                 smart: "SmartConfig | None" = None, threads_per_qp: int | None = None, udp: "UdpNet | None" = None):
+                 smart: "SmartConfig | None" = None, threads_per_qp: int | None = None, udp: "UdpNet | None" = None,
+                 connect: str = "on_first_post"):
         """``recorder``: where operations and steps go (:class:`StepRecorder`); ``inserts``: the
         rack's shared insert key sequence (``workloads.ycsb.InsertSequence``; a rack implements it
         over shared memory, ``cluster.control.SharedInsertSequence``); ``history``: this node's
         region of the operation history (``nodes.history.HistoryWriter``; a transactional system's
         ``nodes.txn_history.TxnHistoryWriter``), None when not recorded;
-        ``smart``: SMART's switches for the node's verbs (``shm.smart.SmartConfig``); ``udp``: the
+        ``smart``: SMART's switches for the node's verbs (``shm.smart.SmartConfig``); ``connect``:
+        when the threads' QPs are made (``shm.coro.CONNECT_ORDERS``; ``"by_memory_node"``: now, for
+        every memory node in order, :meth:`shm.coro.NodeRdma.connect`); ``udp``: the
         process's datagram net (``shm.udp.UdpNet``), for clients of a service; ``on_done(step,
         end_ns, ops)``: called when every thread finished a step."""
         self.env = env
@@ -145,6 +148,8 @@ class ComputeNode:
         # the process's datagram net (shm.udp.UdpNet): a client of a service reaches it as thread.owner.udp
         self.rdma.udp = udp
         self.threads = [self.rdma.thread() for _ in range(threads)]
+        if connect == "by_memory_node":
+            self.rdma.connect(i for i, n in enumerate(self.fabric.nodes) if n.role == "memory")
         self.smart_at_step_end: dict = {}   # plan step index -> active threads' SmartStats at its end
         self.clients = [system.client(self.fabric, layout, t, options) for t in self.threads]
         self.system = system

@@ -65,6 +65,10 @@ from shm.verbs import (
 from shm.nvm import nvm_shadow_of
 
 POLICIES = ("shared_qp", "multiplexed_qp", "per_thread_qp", "per_thread_doorbell")
+# When a compute node makes its threads' QPs (NodeRdma.connect): each when its thread first posts
+# to the node, or at start memory node by memory node, one per thread (SMART's and FORD's
+# ResourceManager). It decides which QPs take a shared context's low-latency doorbells.
+CONNECT_ORDERS = ("on_first_post", "by_memory_node")
 
 # gaddr fields, inlined on the hot path (the same arithmetic as gaddr_node/region/offset)
 _NODE_SHIFT = REGION_BITS + OFFSET_BITS
@@ -177,6 +181,20 @@ class NodeRdma:
         t = RdmaThread(self, len(self.threads))
         self.threads.append(t)
         return t
+
+    def connect(self, nodes) -> None:
+        """Make now, node by node in the order given, each thread's QP to every node of ``nodes``
+        (the threads made so far, in their order), instead of each QP when its thread first posts
+        there. The order decides who gets a shared context's low-latency doorbells, which go to
+        the first QPs made (:class:`shm.verbs.Context`): connected this way they are threads 0-3's
+        QPs to the first node, as in a framework that connects memory node by memory node at start
+        with a QP per thread (SMART's and FORD's ``ResourceManager``: ``connect(node, ...,
+        max_threads)``); made on first post, thread 0 takes one on each node it posts to first.
+        Making a QP posts nothing: a thread becomes a sharer of its doorbell when it posts."""
+        for dst in nodes:
+            dst = self.fabric.node_index(dst)
+            for t in self.threads:
+                t.qp(dst)
 
     def _qp_for(self, thread: "RdmaThread", dst: int) -> QP:
         """The QP ``thread`` uses towards node ``dst``, created on first use."""

@@ -296,6 +296,42 @@ def test_a_thread_on_two_doorbells_counts_half_on_each(prefix):
         f.close()
 
 
+def test_connecting_by_memory_node_gives_the_low_latency_doorbells_to_the_first_nodes_qps(prefix):
+    # SMART's and FORD's ResourceManager connect memory node by memory node, a QP per thread:
+    # threads 0-3's QPs to the first node take the 4 low-latency doorbells, every QP to the
+    # second node a shared one. Made on first post, thread 0 takes one on each node it posts to.
+    f = Fabric.create(rack_profile(), [NodeSpec("c0", "compute", 16 << 20), NodeSpec("m0", "memory", MEM),
+                                       NodeSpec("m1", "memory", MEM)], prefix=prefix)
+    try:
+        f.expose("m0")
+        f.expose("m1")
+        n_ll = rack_profile().doorbell.low_latency
+        env, node = setup(f, policy="per_thread_qp")
+        threads = [node.thread() for _ in range(6)]
+        node.connect(["m0", "m1"])
+        db_first = threads[0].qp(1).ctx.db_first
+        low = set(range(db_first, db_first + n_ll))
+        assert [t.qp(1).doorbell in low for t in threads] == [True] * n_ll + [False] * 2
+        assert not any(t.qp(2).doorbell in low for t in threads)
+        # nothing was posted: no thread shares a doorbell yet
+        assert all(v == 0 for v in threads[0].doorbell_sharers().values())
+
+        env, lazy = setup(f, policy="per_thread_qp")
+        t0, t1 = lazy.thread(), lazy.thread()
+        a0, a1 = gaddr(1, f.allocate("m0", 64)), gaddr(2, f.allocate("m1", 64))
+
+        def body(co):
+            co.read(a0, 8)
+            co.read(a1, 8)
+            yield co.sync()
+
+        run(env, body(t0.coroutine()))
+        first = t0.qp(1).ctx.db_first
+        assert {t0.qp(1).doorbell, t0.qp(2).doorbell} == {first, first + 1}
+    finally:
+        f.close()
+
+
 # -- policies -----------------------------------------------------------------------------------
 
 def test_unknown_policy_and_bad_pool_are_refused(fab):

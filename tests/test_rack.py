@@ -73,6 +73,21 @@ def test_threads_per_qp_reaches_the_compute_nodes_qps():
     assert qps[0] is qps[1] and qps[2] is qps[3] and qps[0] is not qps[2]
 
 
+def test_connect_by_memory_node_reaches_the_compute_nodes_qps():
+    # compute.connect = "by_memory_node": every thread's QPs made at start, mn0's first, so
+    # threads 0-3's QPs to mn0 hold the low-latency doorbells (made on first post, thread 0's would)
+    d = rack_dict(LOAD, run(0.1), threads=6)
+    d["compute"].update(qp_policy="per_thread_qp", connect="by_memory_node")
+    rack = ColocatedRack(scenario_from_dict(d, source="test.toml"))
+    assert by_step(rack.run())[2].ops > 0
+    node = rack.nodes[0]
+    mn0, mn1 = sorted(node.threads[0]._qps)
+    ll = node.fabric.profile.doorbell.low_latency
+    first = node.threads[0].qp(mn0).doorbell
+    assert [t.qp(mn0).doorbell - first for t in node.threads] == list(range(ll)) + [ll, ll + 1]
+    assert all(t.qp(mn1).doorbell - first >= ll for t in node.threads)
+
+
 def test_colocated_runs_every_step_and_loads_every_record():
     res = ColocatedRack(scenario(LOAD, run(0.2))).run()
     steps = by_step(res)

@@ -101,7 +101,7 @@ def test_default_spec_values():
     assert s.seed == 1 and s.on_node_death == "stop"
     assert (s.compute.count, s.compute.threads, s.compute.coroutines) == (2, 4, 4)
     assert s.compute.memory_bytes == 64 * MiB and s.compute.qp_policy == "per_thread_doorbell"
-    assert s.compute.threads_per_qp is None
+    assert s.compute.threads_per_qp is None and s.compute.connect == "on_first_post"
     assert (s.memory.count, s.memory.memory_bytes) == (2, 512 * MiB)
     assert s.client.count == 0 and s.manager.count == 1
     assert s.system.name == "race"
@@ -338,6 +338,10 @@ BAD = [
     ('[compute]\nqp_policy = "per_thread_db"\n', ['compute.qp_policy = "per_thread_db"', "per_thread_doorbell"]),
     ("[compute]\nthreads_per_qp = 2\n", ["compute.threads_per_qp = 2", "multiplexed_qp", "per_thread_doorbell"]),
     ('[compute]\nqp_policy = "multiplexed_qp"\nthreads_per_qp = 0\n', ["compute.threads_per_qp = 0", "from 1 to 256"]),
+    ('[compute]\nqp_policy = "per_thread_qp"\nconnect = "by_node"\n',
+     ['compute.connect = "by_node"', "on_first_post, by_memory_node", "did you mean by_memory_node"]),
+    ('[compute]\nconnect = "by_memory_node"\n',
+     ['compute.connect = "by_memory_node"', "per_thread_doorbell", "changes nothing", "per_thread_qp"]),
     ('[rack]\non_node_death = "explode"\n', ['rack.on_node_death = "explode"', "stop, continue"]),
     ("[rack]\nseed = -3\n", ["rack.seed = -3", "must be an integer >= 0"]),
     ('[rack]\nname = ""\n', ['rack.name = ""', "non-empty"]),

@@ -79,6 +79,11 @@ class _Rack:
             node = NodeRdma(VerbsHost(self.fab, self.env), "cn0", buffer_bytes=buf, policy=policy,
                             smart=cls.smart_defaults or None)
             self.threads = [node.thread() for _ in range(threads)]
+            if policy != "per_thread_doorbell":
+                # FORD's ResourceManager connects memory node by memory node at start, a QP per
+                # thread (dtx/manager.h: connect(node_id, ..., max_threads)): threads 0-3's QPs to
+                # mn0 take the context's low-latency doorbells (NodeRdma.connect)
+                node.connect(["mn0", "mn1"])
             self.clients = [cls.client(self.fab, self.layout, t, opts) for t in self.threads]
             for c in self.clients:
                 c.set_codecs(wl.codecs())
