@@ -62,12 +62,23 @@ def _renamed(r: Row, experiment: str) -> Row:
 
 
 UPDATE_ONLY = {"readproportion": 0, "updateproportion": 1}
+# SMART's artifact (madsys-dev/smart ae/raw-reference/): RACE, 100 % updates, 8 coroutines a thread;
+# fig5a.csv by threads at zipf 0.99 and fig5b.csv by zipf parameter at 16 threads: (Mops, p50 µs,
+# p99 µs). Its two runs of 16 threads at 0.99 give 0.533 and 0.669 Mops: the spread of its points.
+FIG5A_ARTIFACT = {1: (0.237, 31.538, 70.006), 2: (0.545, 26.312, 74.758), 4: (1.116, 23.374, 130.674),
+                  6: (1.441, 23.652, 253.185), 8: (1.574, 23.689, 447.885), 10: (1.515, 24.845, 741.628),
+                  12: (0.949, 32.982, 1861.465), 14: (0.731, 43.464, 2922.841), 16: (0.533, 60.087, 4475.455)}
+FIG5B_ARTIFACT = {0.0: (3.731, 29.492, 53.708), 0.4: (3.641, 30.332, 55.643), 0.8: (3.791, 28.891, 54.569),
+                  0.9: (3.110, 29.481, 233.953), 0.95: (1.224, 36.629, 1255.473), 0.99: (0.669, 46.526, 3503.948)}
+FIG5_SOURCE = "SMART artifact ae/raw-reference/fig5{}.csv"
 
 
 def fig5(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
     """RACE, 100% updates: by thread count at zipf 0.99, and by zipf parameter at 16 threads.
     Published (SMART §3.3): the peak is at 8 threads; p99 grows by up to 17.1x with more threads;
-    from θ = 0 to 0.99 the median latency grows 1.9x and the p99 78.4x."""
+    from θ = 0 to 0.99 the median latency grows 1.9x and the p99 78.4x. Each point beside the
+    artifact's where it ran the same thread count or zipf parameter (:data:`FIG5A_ARTIFACT`,
+    :data:`FIG5B_ARTIFACT`)."""
     records = 20_000 if quick else 100_000
     warm, win = CONTENDED_MS[quick]
     threads = (1, 4, 8, 16, 32, 64, 96) if quick else (1, 2, 4, 8, 16, 24, 32, 48, 64, 96)
@@ -83,16 +94,20 @@ def fig5(quick: bool, progress, *, jobs: int = 1) -> list[Row]:
     pts, by_theta = got[:len(threads)], dict(zip(thetas, got[len(threads):]))
     rows = []
     for p in pts:
-        rows.append(Row("fig5", "race, zipf 0.99", p["threads"], "Mops", p["mops"]))
-        rows.append(Row("fig5", "race, zipf 0.99", p["threads"], "p99 µs", p["p99_us"]))
+        mops, _, p99 = FIG5A_ARTIFACT.get(p["threads"], (None, None, None))
+        src = FIG5_SOURCE.format("a") if mops is not None else None
+        rows.append(Row("fig5", "race, zipf 0.99", p["threads"], "Mops", p["mops"], mops, source=src))
+        rows.append(Row("fig5", "race, zipf 0.99", p["threads"], "p99 µs", p["p99_us"], p99, source=src))
     best = max(pts, key=lambda p: p["mops"])
     rows.append(Row("fig5", "race, zipf 0.99", "peak", "threads at peak", best["threads"], 8))
     p99s = [p["p99_us"] for p in pts if p["p99_us"]]
     rows.append(Row("fig5", "race, zipf 0.99", "max/min", "p99 growth", max(p99s) / min(p99s), 17.1))
     for theta, p in by_theta.items():
-        rows.append(Row("fig5", "race, 16 threads", f"θ={theta}", "Mops", p["mops"]))
-        rows.append(Row("fig5", "race, 16 threads", f"θ={theta}", "p50 µs", p["p50_us"]))
-        rows.append(Row("fig5", "race, 16 threads", f"θ={theta}", "p99 µs", p["p99_us"]))
+        pub = FIG5B_ARTIFACT.get(theta, (None, None, None))
+        src = FIG5_SOURCE.format("b") if pub[0] is not None else None
+        rows.append(Row("fig5", "race, 16 threads", f"θ={theta}", "Mops", p["mops"], pub[0], source=src))
+        rows.append(Row("fig5", "race, 16 threads", f"θ={theta}", "p50 µs", p["p50_us"], pub[1], source=src))
+        rows.append(Row("fig5", "race, 16 threads", f"θ={theta}", "p99 µs", p["p99_us"], pub[2], source=src))
     lo, hi = by_theta[0.0], by_theta[0.99]
     rows.append(Row("fig5", "race, 16 threads", "0.99/0", "p50 ratio", hi["p50_us"] / lo["p50_us"], 1.9))
     rows.append(Row("fig5", "race, 16 threads", "0.99/0", "p99 ratio", hi["p99_us"] / lo["p99_us"], 78.4))
@@ -233,6 +248,23 @@ FIG7_SYSTEMS = (("race", "per_thread_qp"), ("smart-ht", "per_thread_doorbell"))
 FIG7_PUBLISHED = {("race", "a"): (2.8, 8), ("smart-ht", "a"): (5.7, 48), ("race", "b"): (11.4, None),
                   ("smart-ht", "b"): (21.2, None), ("race", "c"): (11.4, None), ("smart-ht", "c"): (23.7, None)}
 FIG7_WORKLOADS = {"a": "write-heavy", "b": "read-heavy", "c": "read-only"}
+# Mops by thread count of SMART's artifact (madsys-dev/smart ae/raw-reference/fig8-ycsb-{a,b,c}.csv,
+# the hash-table breakdown: its first series is RACE, its fourth SMART-HT; 10 s runs, 100 M keys)
+FIG7_ARTIFACT = {
+    ("race", "a"): {1: 0.341, 8: 2.799, 16: 1.584, 24: 0.689, 32: 0.518, 40: 0.482, 48: 0.407, 56: 0.305, 64: 0.251,
+                    72: 0.218, 80: 0.203, 88: 0.204, 96: 0.201},
+    ("smart-ht", "a"): {1: 0.325, 8: 2.683, 16: 4.535, 24: 5.347, 32: 5.533, 40: 5.553, 48: 5.643, 56: 5.498,
+                        64: 5.468, 72: 5.323, 80: 5.321, 88: 5.306, 96: 5.234},
+    ("race", "b"): {1: 0.509, 8: 3.322, 16: 5.718, 24: 8.218, 32: 9.634, 40: 9.555, 48: 11.505, 56: 8.34, 64: 7.47,
+                    72: 7.352, 80: 6.946, 88: 6.137, 96: 5.128},
+    ("smart-ht", "b"): {1: 0.495, 8: 3.562, 16: 6.872, 24: 9.699, 32: 12.107, 40: 14.943, 48: 16.757, 56: 18.926,
+                        64: 20.209, 72: 20.331, 80: 20.198, 88: 20.69, 96: 20.882},
+    ("race", "c"): {1: 0.571, 8: 4.318, 16: 6.727, 24: 10.158, 32: 10.435, 40: 10.038, 48: 11.502, 56: 8.803,
+                    64: 8.132, 72: 8.278, 80: 7.629, 88: 6.891, 96: 6.455},
+    ("smart-ht", "c"): {1: 0.561, 8: 4.462, 16: 8.627, 24: 12.063, 32: 15.786, 40: 18.338, 48: 20.559, 56: 22.233,
+                        64: 23.138, 72: 23.574, 80: 23.678, 88: 23.719, 96: 23.856},
+}
+FIG7_SOURCE = "SMART artifact ae/raw-reference/fig8-ycsb-{}.csv"
 # (keys, warm-up ms) of --quick's YCSB A: SMART-HT's fall past its peak at 48 threads needs both
 # full mode's 100 k keys and its 20 ms warm-up (20 k keys or 8 ms leave a plateau rising to 96;
 # docs/smart.md); the window stays quick's 2 ms
@@ -245,7 +277,8 @@ def fig7(quick: bool, progress, *, threads=None, records=None, warm_ms=None, mea
     throttling, back-off with dynamic limit, coroutine throttling; its scaled defaults) on YCSB A
     (50% updates), B (5%) and C (read-only), zipf 0.99, one compute node. Published (§6.2.1): A:
     RACE peaks at 2.8 Mops with 8 threads, SMART-HT at 5.7 with 48; B and C: RACE stays under
-    11.4, SMART-HT reaches 21.2 and 23.7."""
+    11.4, SMART-HT reaches 21.2 and 23.7. Each thread count's Mops beside the artifact's point
+    (:data:`FIG7_ARTIFACT`) where it ran that count."""
     threads = tuple(threads or ((1, 8, 16, 32, 48, 64, 96) if quick else (1, 2, 4, 8, 16, 24, 32, 48, 64, 96)))
     points = []
     for w in workloads:
@@ -266,8 +299,11 @@ def fig7(quick: bool, progress, *, threads=None, records=None, warm_ms=None, mea
         for system, _ in FIG7_SYSTEMS:
             pts = [next(got) for _ in threads]
             series = f"{system}, {FIG7_WORKLOADS[w]}"
+            artifact = FIG7_ARTIFACT[(system, w)]
             for p in pts:
-                rows.append(Row("fig7", series, p["threads"], "Mops", p["mops"]))
+                pub = artifact.get(p["threads"])
+                rows.append(Row("fig7", series, p["threads"], "Mops", p["mops"], pub,
+                                source=FIG7_SOURCE.format(w) if pub is not None else None))
             best = max(pts, key=lambda p: p["mops"])
             peaks[(system, w)] = best["mops"]
             pub_mops, pub_t = FIG7_PUBLISHED[(system, w)]
