@@ -463,7 +463,15 @@ class ComputeNode:
     def _closed_loop(self, t: int, c: int, wl, stream, end):
         env = self.env
         do = self._do
+        # the workload's think time (YCSB ``thinktime``, µs): the coroutine waits after each
+        # operation, its thread free for the others; not part of the operation's latency
+        think = round(getattr(wl, "thinktime_us", 0.0) * 1000)
         yield from self._after_previous(t, c)
+        if think:
+            # start at a random point of one think time: on a testbed the coroutines' phases spread
+            # out over a long run, where here, all starting together with near-equal latencies,
+            # they would stay in step and post in bursts
+            yield int(random.Random(self.seed * 1_000_003 + self._stream_id(t, c)).random() * think)
         try:
             while end is None or env.now < end:
                 ops, keys, scans = stream.next_batch(BATCH)
@@ -473,6 +481,8 @@ class ComputeNode:
                     if end is not None and env.now >= end:
                         return
                     yield from do(t, c, wl, op, kid, n, env.cpu_free_at())
+                    if think:
+                        yield think
         except ClientCrash as e:
             self._crash(t, c, e)        # its operation never returns: "may or may not have happened"
 

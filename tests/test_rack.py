@@ -88,6 +88,20 @@ def test_connect_by_memory_node_reaches_the_compute_nodes_qps():
     assert all(t.qp(mn1).doorbell - first >= ll for t in node.threads)
 
 
+def test_a_think_time_spaces_each_coroutines_operations():
+    # one coroutine, read-only: each operation then waits 20 virtual µs, which its latency leaves out
+    def step(think):
+        d = rack_dict(LOAD, run(1.0), threads=1, coroutines=1, preset="c")
+        if think:
+            d["workload"]["thinktime"] = think
+        got = by_step(ColocatedRack(scenario_from_dict(d, source="test.toml")).run())[2]
+        return got.ops, kinds(got)["read"].p50_us
+    ops, p50 = step(0)
+    ops_think, p50_think = step(20)
+    assert p50_think == pytest.approx(p50, rel=0.05)
+    assert ops_think == pytest.approx(1000 / (1000 / ops + 20), rel=0.05)
+
+
 def test_colocated_runs_every_step_and_loads_every_record():
     res = ColocatedRack(scenario(LOAD, run(0.2))).run()
     steps = by_step(res)

@@ -9,6 +9,8 @@ from cluster.experiments import reproduce_smart as rs
 
 TINY = {
     "fig7": dict(threads=(2,), records=1_000, warm_ms=0.02, measure_ms=0.05, workloads=("a", "c")),
+    "fig8": dict(threads=(2,), records=1_000, warm_ms=0.02, measure_ms=0.05, workloads=("c",)),
+    "fig9": dict(idles_us=(0, 20), threads=2, records=1_000),
     "fig12": dict(threads=(2,), records=1_000, warm_ms=0.02, measure_ms=0.05, workloads=("c",)),
     "fig13": dict(threads=(4, 56), depths=(4, 16), warm_us=10, window_us=20),
     "fig14": dict(threads=(4,), records=1_000, warm_ms=0.02, measure_ms=0.05,
@@ -50,8 +52,40 @@ def test_fig14_counts_retries():
 
 
 def test_registry_lists_every_experiment():
-    assert list(rs.EXPERIMENTS) == ["fig3", "fig4", "fig5", "fig7", "fig10", "fig11", "fig12", "fig13", "fig14",
-                                    "table1"]
+    assert list(rs.EXPERIMENTS) == ["fig3", "fig4", "fig5", "fig7", "fig8", "fig9", "fig10", "fig11", "fig12",
+                                    "fig13", "fig14", "table1"]
+
+
+def test_fig9_idle_time_lowers_the_load():
+    """An idle time after each operation lowers the throughput, and the latency with it."""
+    rows = rs.fig9(True, lambda msg: None, **TINY["fig9"])
+    got = {(r.series, r.x, r.metric): r.emulated for r in rows}
+    for system in ("race", "smart-ht"):
+        assert got[(system, "idle 20 µs", "Mops")] < got[(system, "idle 0 µs", "Mops")]
+        assert got[(system, "idle 20 µs", "p50 µs")] <= got[(system, "idle 0 µs", "p50 µs")]
+    pub = {(r.series, r.x, r.metric): r.published for r in rows}
+    assert pub[("race", "idle 0 µs", "Mops")] == rs.FIG9_ARTIFACT["race"][0][0]
+    assert pub[("race", "idle 20 µs", "Mops")] is None          # the artifact has no 20 µs point
+
+
+def test_fig8_adds_one_technique_at_a_time():
+    """+ThdResAlloc is RACE with a doorbell per thread and nothing of SMART; +WorkReqThrot adds
+    adaptive throttling and no conflict avoidance: the racks' SMART switches say so."""
+    from cluster.experiments.bench_ycsb import scenario_dict
+    from cluster.scenario import scenario_from_dict
+    from nodes.systems import get_system
+    configs = {}
+    for series, system, policy, smart in rs.FIG8_SERIES:
+        doc = scenario_dict(system, "c", (2,), records=1_000, warm_ms=0.02, measure_ms=0.05, qp_policy=policy,
+                            **({"smart": smart} if smart is not None else {}))
+        spec = scenario_from_dict(doc, source="test").spec
+        configs[series] = (spec.compute.qp_policy,
+                           spec.smart_config(getattr(get_system(system), "smart_defaults", None)))
+    policy, cfg = configs["+ThdResAlloc"]
+    assert policy == "per_thread_doorbell" and not cfg.enabled
+    policy, cfg = configs["+WorkReqThrot"]
+    assert policy == "per_thread_doorbell" and cfg.throttle == "adaptive"
+    assert not cfg.backoff and not cfg.coro_throttle
 
 
 def test_fig10_and_fig11_rows_on_a_tiny_rack():

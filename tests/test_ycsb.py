@@ -553,6 +553,16 @@ def test_an_ordered_load_needs_a_hashed_keyspace():
             CoreWorkload.preset("a", {"recordcount": 10, **props})
 
 
+def test_a_think_time_is_read_in_microseconds_and_refused_with_a_target():
+    wl = CoreWorkload.preset("c", {"recordcount": 10, "thinktime": "2.5"})
+    assert wl.thinktime_us == 2.5 and "2.5 µs think time" in wl.describe()
+    assert CoreWorkload.preset("c", {"recordcount": 10}).thinktime_us == 0
+    with pytest.raises(WorkloadError, match="'thinktime' = 5.0: a think time is for the closed loop"):
+        CoreWorkload.preset("c", {"recordcount": 10, "thinktime": 5, "target": 1000})
+    with pytest.raises(WorkloadError, match="'thinktime'"):
+        CoreWorkload.preset("c", {"recordcount": 10, "thinktime": -1})
+
+
 @pytest.mark.parametrize("dist", ["zipfian", "uniform"])
 def test_keyspace_request_distributions_map_like_the_load(dist):
     k = 8192

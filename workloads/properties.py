@@ -216,6 +216,7 @@ DEFAULTS: dict[str, str] = {
     "keyorder": "little",
     "loadorder": "hashed",
     "target": "0",
+    "thinktime": "0",
 }
 
 # Properties dmrack adds to YCSB's (documented as such in docs/workloads.md). ``zipfianconstant``
@@ -231,7 +232,8 @@ DEFAULTS: dict[str, str] = {
 # ``loadorder = ordered`` loads the record numbers below recordcount as the ids 1..recordcount in
 # order (Dolphin's own benchmark: keys 1..N, the lower half of the key space full) and lets inserts
 # take the other ids at pseudo-random places.
-EXTENSIONS = ("keysize", "valuesize", "zipfianconstant", "zipfianitems", "keyspace", "keyorder", "loadorder")
+EXTENSIONS = ("keysize", "valuesize", "zipfianconstant", "zipfianitems", "keyspace", "keyorder", "loadorder",
+              "thinktime")
 
 # YCSB properties that mean nothing to a key-value emulator: accepted and ignored, so that YCSB's
 # own files and templates load unchanged.

@@ -141,6 +141,7 @@ _SPECS: dict[str, tuple] = {
     "loadorder": ("choice", ("hashed", "ordered")),
     "valuesize": ("int", 1, 1 << 30),
     "target": ("float", 0.0, None),
+    "thinktime": ("float", 0.0, None),
 }
 KNOWN = frozenset(_SPECS)
 
@@ -360,6 +361,13 @@ class CoreWorkload:
             _fail(self._w("fieldlength"), "fieldlength", self.field_length,
                   f"fieldcount*fieldlength = {self.value_size} bytes is too large for a value; set valuesize")
         self.target = float(v["target"])
+        # closed loop: a coroutine waits thinktime µs after each operation (SMART's IDLE_USEC),
+        # its thread free meanwhile; the operation's latency does not include it
+        self.thinktime_us = float(v["thinktime"])
+        if self.thinktime_us > 0 and self.target > 0:
+            _fail(self._w("thinktime"), "thinktime", self.thinktime_us,
+                  f"a think time is for the closed loop; with target = {self.target:g} ops/s operations arrive "
+                  f"at that rate instead (set one of them)")
         self.properties = dict(v)
 
         # CoreWorkload.init: the zipfian key space covers the records plus twice the inserts that
@@ -440,6 +448,8 @@ class CoreWorkload:
         parts += [f"{self.recordcount} records", f"{self.key_size} B keys", f"{self.value_size} B values"]
         if self.target > 0:
             parts.append(f"open loop {self.target:g} ops/s")
+        if self.thinktime_us > 0:
+            parts.append(f"{self.thinktime_us:g} µs think time after each operation")
         return f"{self.name}: {', '.join(parts)}"
 
     def __repr__(self) -> str:

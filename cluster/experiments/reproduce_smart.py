@@ -21,6 +21,10 @@ Experiments available now:
   at 16 threads;
 * ``fig7``: RACE (QPs per thread, SMART off) against SMART-HT (a doorbell per thread, its
   ``smart_defaults``) on YCSB A, B and C by thread count;
+* ``fig8``: between those two ends, RACE with a doorbell per thread (+ThdResAlloc) and with adaptive
+  work-request throttling as well (+WorkReqThrot), on YCSB A, B and C by thread count;
+* ``fig9``: RACE against SMART-HT on YCSB C at 96 threads, each operation followed by an idle
+  time that sets the load: throughput against median and p99 latency;
 * ``fig10``, ``fig11``: FORD+ against SMART-DTX on SmallBank and TATP with the tables on two PMem
   memory nodes, committed Mtxn/s by thread count, and throughput against median latency at 96 x 8
   by idle time per commit (cluster/experiments/smart_dtx.py);
@@ -265,10 +269,25 @@ FIG7_ARTIFACT = {
                         64: 23.138, 72: 23.574, 80: 23.678, 88: 23.719, 96: 23.856},
 }
 FIG7_SOURCE = "SMART artifact ae/raw-reference/fig8-ycsb-{}.csv"
+FIG8_SOURCE = FIG7_SOURCE
 # (keys, warm-up ms) of --quick's YCSB A: SMART-HT's fall past its peak at 48 threads needs both
 # full mode's 100 k keys and its 20 ms warm-up (20 k keys or 8 ms leave a plateau rising to 96;
 # docs/smart.md); the window stays quick's 2 ms
 FIG7_WRITE_HEAVY_QUICK = (100_000, 20.0)
+
+
+def _hash_table_sizes(w: str, quick: bool, records=None, warm_ms=None, measure_ms=None,
+                      contended=("a",)) -> dict:
+    """Keys, warm-up and window of a fig7 or fig8 point on YCSB ``w``: YCSB A's updates pile up on
+    hot keys over milliseconds; in fig7, B's 5 % of updates do not (its hottest key sees ~30 k
+    updates/s, well under the 70-170 k/s one key sustains in fig5/fig14). ``contended``: the
+    workloads sized as A."""
+    warm, win = (CONTENDED_MS if w in contended else UNCONTENDED_MS)[quick]
+    keys = 20_000 if quick else 100_000
+    if quick and w in contended:
+        keys, warm = FIG7_WRITE_HEAVY_QUICK
+    return {"records": records or keys, "warm_ms": warm_ms if warm_ms is not None else warm,
+            "measure_ms": measure_ms if measure_ms is not None else win}
 
 
 def fig7(quick: bool, progress, *, threads=None, records=None, warm_ms=None, measure_ms=None,
@@ -282,14 +301,7 @@ def fig7(quick: bool, progress, *, threads=None, records=None, warm_ms=None, mea
     threads = tuple(threads or ((1, 8, 16, 32, 48, 64, 96) if quick else (1, 2, 4, 8, 16, 24, 32, 48, 64, 96)))
     points = []
     for w in workloads:
-        # YCSB A's updates pile up on hot keys over milliseconds; B's 5 % of updates do not (its
-        # hottest key sees ~30 k updates/s, well under the 70-170 k/s one key sustains in fig5/fig14)
-        warm, win = (CONTENDED_MS if w == "a" else UNCONTENDED_MS)[quick]
-        keys = 20_000 if quick else 100_000
-        if quick and w == "a":
-            keys, warm = FIG7_WRITE_HEAVY_QUICK
-        sizes = {"records": records or keys, "warm_ms": warm_ms if warm_ms is not None else warm,
-                 "measure_ms": measure_ms if measure_ms is not None else win}
+        sizes = _hash_table_sizes(w, quick, records, warm_ms, measure_ms)
         for system, policy in FIG7_SYSTEMS:
             points += [(f"{system}, YCSB {w.upper()} ({FIG7_WORKLOADS[w]}): {t} threads", system, w, t,
                         {**sizes, "qp_policy": policy}) for t in threads]
@@ -314,6 +326,144 @@ def fig7(quick: bool, progress, *, threads=None, records=None, warm_ms=None, mea
         rows.append(Row("fig7", f"smart-ht / race, {FIG7_WORKLOADS[w]}", "peak", "ratio",
                         peaks[("smart-ht", w)] / peaks[("race", w)] if peaks[("race", w)] else None,
                         ps / pr if w == "a" else None))
+    return rows
+
+
+# --- Fig. 8: SMART-HT's techniques one at a time ----------------------------------------------------
+
+# (series, system, QP policy, [smart] table): RACE with a doorbell per thread, then with adaptive
+# work-request throttling too; RACE and SMART-HT, the two ends, are fig7's series
+FIG8_SERIES = (("+ThdResAlloc", "race", "per_thread_doorbell", None),
+               ("+WorkReqThrot", "smart-ht", "per_thread_doorbell", {"backoff": False, "coro_throttle": False}))
+# Mops by thread count, the second and third series of SMART's artifact fig8-ycsb-{a,b,c}.csv
+FIG8_ARTIFACT = {
+    ("+ThdResAlloc", "a"): {1: 0.329, 8: 2.744, 16: 1.521, 24: 0.709, 32: 0.537, 40: 0.497, 48: 0.391, 56: 0.296,
+                            64: 0.244, 72: 0.224, 80: 0.209, 88: 0.213, 96: 0.193},
+    ("+WorkReqThrot", "a"): {1: 0.324, 8: 2.635, 16: 4.216, 24: 4.023, 32: 5.146, 40: 1.895, 48: 1.394, 56: 0.48,
+                             64: 0.453, 72: 0.381, 80: 0.391, 88: 0.298, 96: 0.226},
+    ("+ThdResAlloc", "b"): {1: 0.502, 8: 3.44, 16: 6.44, 24: 10.056, 32: 13.643, 40: 15.486, 48: 17.085, 56: 18.43,
+                            64: 8.869, 72: 7.968, 80: 5.592, 88: 4.199, 96: 3.058},
+    ("+WorkReqThrot", "b"): {1: 0.5, 8: 3.422, 16: 6.648, 24: 10.191, 32: 12.846, 40: 14.609, 48: 16.806,
+                             56: 17.846, 64: 13.218, 72: 9.778, 80: 7.71, 88: 6.745, 96: 9.468},
+    ("+ThdResAlloc", "c"): {1: 0.571, 8: 4.577, 16: 8.474, 24: 12.128, 32: 15.779, 40: 18.703, 48: 20.751,
+                            56: 21.991, 64: 23.149, 72: 23.849, 80: 23.851, 88: 23.798, 96: 23.943},
+    ("+WorkReqThrot", "c"): {1: 0.557, 8: 4.356, 16: 8.364, 24: 11.743, 32: 15.59, 40: 17.549, 48: 20.05,
+                             56: 20.924, 64: 22.843, 72: 23.687, 80: 23.62, 88: 23.734, 96: 23.889},
+}
+
+
+def fig8(quick: bool, progress, *, threads=None, records=None, warm_ms=None, measure_ms=None,
+         workloads=("a", "b", "c"), jobs: int = 1) -> list[Row]:
+    """SMART-HT's techniques added to RACE one at a time (§6.2.1, Fig. 8), YCSB A, B and C, zipf
+    0.99, one compute node, sized as fig7: +ThdResAlloc (a doorbell per thread) and +WorkReqThrot
+    (with adaptive work-request throttling as well); the figure's ends, RACE and SMART-HT, are
+    fig7's. Published: the artifact's points at the same thread counts (:data:`FIG8_ARTIFACT`) and
+    the text: thread-aware allocation is what scales read-only workloads (the artifact: 23.9 Mops at
+    96 threads against RACE's 6.5), throttling is "effective for write-heavy workloads when the
+    thread count is between 8 and 32" (the artifact: 5.1 against 0.54 Mops at 32), and with more
+    threads unsuccessful retries take over again (the read-heavy +ThdResAlloc falls from 18.4 Mops
+    at 56 threads to 3.1 at 96)."""
+    threads = tuple(threads or ((8, 32, 64, 96) if quick else (1, 8, 16, 24, 32, 48, 64, 96)))
+    points = []
+    for w in workloads:
+        # B as A: without conflict avoidance B's updates pile up too, but only over ~10-20 ms at
+        # 64-96 threads (+ThdResAlloc at 96 threads, 2 ms windows: 15.5 Mops after 8 ms of
+        # warm-up on 20,000 keys, 7.3 after 20 ms on 100,000; the artifact's 10 s runs: 3.1)
+        sizes = _hash_table_sizes(w, quick, records, warm_ms, measure_ms, contended=("a", "b"))
+        for series, system, policy, smart in FIG8_SERIES:
+            kw = {**sizes, "qp_policy": policy, **({"smart": smart} if smart is not None else {})}
+            points += [(f"{series}, YCSB {w.upper()} ({FIG7_WORKLOADS[w]}): {t} threads", system, w, t, kw)
+                       for t in threads]
+    got = iter(_fresh_points(points, prefixed(progress, "fig8: "), jobs=jobs))
+    rows, mops = [], {}
+    for w in workloads:
+        for series, *_ in FIG8_SERIES:
+            artifact = FIG8_ARTIFACT[(series, w)]
+            for t in threads:
+                p = next(got)
+                mops[(series, w, t)] = p["mops"]
+                pub = artifact.get(t)
+                rows.append(Row("fig8", f"{series}, {FIG7_WORKLOADS[w]}", t, "Mops", p["mops"], pub,
+                                source=FIG8_SOURCE.format(w) if pub is not None else None))
+    # the text's two effects, as ratios the artifact's points give (direction: which is larger)
+    if "a" in workloads and 32 in threads:
+        art = FIG8_ARTIFACT[("+WorkReqThrot", "a")][32] / FIG8_ARTIFACT[("+ThdResAlloc", "a")][32]
+        lo = mops[("+ThdResAlloc", "a", 32)]
+        rows.append(Row("fig8", "+WorkReqThrot / +ThdResAlloc, write-heavy", 32, "Mops ratio",
+                        mops[("+WorkReqThrot", "a", 32)] / lo if lo else None, art, source=FIG8_SOURCE.format("a")))
+    if "b" in workloads and 96 in threads:
+        b = FIG8_ARTIFACT[("+ThdResAlloc", "b")]
+        best = max((mops[("+ThdResAlloc", "b", t)] for t in threads), default=0)
+        rows.append(Row("fig8", "+ThdResAlloc, read-heavy", "96 / peak", "Mops ratio",
+                        mops[("+ThdResAlloc", "b", 96)] / best if best else None, b[96] / max(b.values()),
+                        source=FIG8_SOURCE.format("b")))
+    return rows
+
+
+# --- Fig. 9: throughput against latency, read-only --------------------------------------------------
+
+# (Mops, p50 µs, p99 µs) by the idle time after each operation (IDLE_USEC, µs), 96 threads x 8
+# coroutines, YCSB C: SMART's artifact ae/raw-reference/fig9.csv (RACE, then SMART-HT), whose
+# bench times every operation (REPORT_LATENCY), which costs SMART-HT a third of its rate (15.6
+# against 23.9 Mops untimed, fig8-ycsb-c.csv; §6.2.1: "caused by the additional overhead of
+# measuring the execution time of each operation")
+FIG9_ARTIFACT = {
+    "race": {0: (5.766, 105.936, 281.874), 16: (5.945, 67.303, 195.763), 32: (6.337, 50.438, 167.677),
+             64: (6.233, 26.077, 96.765), 128: (4.688, 13.526, 48.375), 256: (2.668, 10.997, 24.778),
+             512: (1.414, 9.463, 19.386), 1024: (0.728, 9.955, 22.583), 2048: (0.368, 9.787, 23.381),
+             4096: (0.186, 9.88, 23.647), 8192: (0.093, 10.31, 23.874)},
+    "smart-ht": {0: (15.641, 30.374, 57.353), 16: (14.067, 18.349, 34.057), 32: (11.604, 11.377, 31.201),
+                 64: (7.909, 12.099, 25.478), 128: (4.804, 11.885, 21.725), 256: (2.674, 10.104, 19.272),
+                 512: (1.411, 9.44, 18.192), 1024: (0.727, 9.523, 21.734), 2048: (0.369, 9.325, 22.596),
+                 4096: (0.186, 9.409, 22.596), 8192: (0.093, 9.979, 23.027)},
+}
+FIG9_SOURCE = "SMART artifact ae/raw-reference/fig9.csv"
+FIG9_THREADS = 96
+
+
+def fig9(quick: bool, progress, *, idles_us=None, threads: int = FIG9_THREADS, records=None,
+         jobs: int = 1) -> list[Row]:
+    """RACE against SMART-HT on YCSB C (read-only, zipf 0.99), one compute node of ``threads`` x 8
+    coroutines, each coroutine idle for a while after every operation (the workload's
+    ``thinktime``, the artifact's IDLE_USEC), which sets the load: throughput against median and
+    p99 latency (§6.2.1, Fig. 9). A point warms up for twice the idle time (at least 0.2 ms) and
+    measures eight times it (at least 0.5 ms), so every coroutine completes several operations.
+    Published: the artifact's points (:data:`FIG9_ARTIFACT`) and the text: SMART-HT cuts the
+    median latency by 69.6 % against RACE, its median stays under 30.3 µs, its lowest median is
+    11.2 µs (at 12.2 Mops), and it cuts the p99 by up to 80.6 %."""
+    idles = tuple(idles_us or ((0, 32, 128, 512, 2048) if quick else tuple(FIG9_ARTIFACT["race"])))
+    keys = records or (20_000 if quick else 100_000)
+    points = []
+    for system, policy in FIG7_SYSTEMS:
+        for idle in idles:
+            sizes = {"records": keys, "warm_ms": max(0.2, 2 * idle / 1e3), "measure_ms": max(0.5, 8 * idle / 1e3)}
+            points.append((f"{system}, YCSB C, {threads} threads, idle {idle} µs", system, "c", threads,
+                           {**sizes, "qp_policy": policy, "properties": {"thinktime": idle}}))
+    got = iter(_fresh_points(points, prefixed(progress, "fig9: "), jobs=jobs))
+    rows, res = [], {}
+    for system, _ in FIG7_SYSTEMS:
+        for idle in idles:
+            p = res[(system, idle)] = next(got)
+            pub = FIG9_ARTIFACT[system].get(idle, (None, None, None))
+            src = FIG9_SOURCE if pub[0] is not None else None
+            x = f"idle {idle} µs"
+            rows.append(Row("fig9", system, x, "Mops", p["mops"], pub[0], source=src))
+            rows.append(Row("fig9", system, x, "p50 µs", p["p50_us"], pub[1], source=src))
+            rows.append(Row("fig9", system, x, "p99 µs", p["p99_us"], pub[2], source=src))
+    race, smart = [res[("race", i)] for i in idles], [res[("smart-ht", i)] for i in idles]
+
+    def cut(a, b):       # 1 - b / a: how much lower b is than a
+        return 1 - b / a if a else None
+    rows.append(Row("fig9", "SMART-HT vs RACE", f"idle {idles[0]} µs", "p50 cut", cut(race[0]["p50_us"],
+                                                                                       smart[0]["p50_us"]), 0.696))
+    rows.append(Row("fig9", "SMART-HT vs RACE", "largest", "p99 cut",
+                    max((c for c in (cut(r["p99_us"], s["p99_us"]) for r, s in zip(race, smart)) if c is not None),
+                        default=None), 0.806))
+    # the text's SMART-HT figures (a series of their own, so that the plot's curves stay the points)
+    rows.append(Row("fig9", "smart-ht (text)", "largest", "p50 µs", max(p["p50_us"] for p in smart), 30.3))
+    low = min(smart, key=lambda p: p["p50_us"])
+    rows.append(Row("fig9", "smart-ht (text)", "lowest", "p50 µs", low["p50_us"], 11.2))
+    rows.append(Row("fig9", "smart-ht (text)", "at the lowest p50", "Mops", low["mops"], 12.2))
     return rows
 
 
@@ -574,9 +724,15 @@ FIGURES = [
              THREADS, "throughput (Mops)", series=(f"race, {name}", f"smart-ht, {name}"),
              refs=("peak Mops", "max Mops (published: stays under)"), peak_at="threads at peak")
       for w, name in _FIG7.items()],
+    *[Figure(f"fig8{w}", "fig8", "Mops", f"Fig. 8{w}: SMART-HT's techniques one at a time, YCSB {w.upper()} ({name})",
+             THREADS, "throughput (Mops)", series=tuple(f"{s}, {name}" for s, *_ in FIG8_SERIES))
+      for w, name in _FIG7.items()],
     *[Figure(f"fig12{w}", "fig12", "Mops", f"Fig. 12{w}: B+-trees, YCSB {w.upper()}, zipf 0.99", THREADS,
              "throughput (Mops)", series=tuple(f"{s}, YCSB {w.upper()}" for s, *_ in FIG12_SYSTEMS))
       for w in ("b", "c")],
+    Figure("fig9", "fig9", ("Mops", ("p50 µs", "p99 µs")), "Fig. 9: RACE vs SMART-HT, YCSB C at 96 x 8, by idle time "
+           "per operation", "idle µs after each operation", ("throughput (Mops)", "latency (µs)"), xs="category",
+           ylog=(False, True), series=("race", "smart-ht")),
     *[Figure(f"fig10{k}", "fig10", "Mtxn/s", f"Fig. 10{k}: FORD+ vs SMART-DTX, {w} (PMem), by thread count",
              THREADS, "committed Mtxn/s", series=(f"ford+, {w}", f"smart-dtx, {w}"), refs=("peak Mtxn/s",),
              peak_at="threads at peak")
@@ -612,12 +768,12 @@ def fig11(quick: bool, progress, *, jobs: int = 1, **kw) -> list[Row]:
     return run(quick, progress, jobs=jobs, **kw)
 
 
-EXPERIMENTS = {"fig3": fig3, "fig4": fig4, "fig5": fig5, "fig7": fig7, "fig10": fig10, "fig11": fig11,
-               "fig12": fig12, "fig13": fig13, "fig14": fig14, "table1": table1}
+EXPERIMENTS = {"fig3": fig3, "fig4": fig4, "fig5": fig5, "fig7": fig7, "fig8": fig8, "fig9": fig9, "fig10": fig10,
+               "fig11": fig11, "fig12": fig12, "fig13": fig13, "fig14": fig14, "table1": table1}
 
 
 # the experiments made of fresh racks, which can run side by side (cluster.experiments.pointpool)
-SIDE_BY_SIDE = ("fig5", "fig7", "fig10", "fig11", "fig12", "fig13", "fig14", "table1")
+SIDE_BY_SIDE = ("fig5", "fig7", "fig8", "fig9", "fig10", "fig11", "fig12", "fig13", "fig14", "table1")
 
 
 def setup(quick: bool) -> dict:
@@ -631,7 +787,7 @@ def setup(quick: bool) -> dict:
 
 
 EXPERIMENT = reproduction(
-    "smart", "SMART", title="SMART (ASPLOS'24): Fig. 3, 4, 5, 7, 10, 11, 12, 13, 14 and Table 1",
+    "smart", "SMART", title="SMART (ASPLOS'24): Fig. 3, 4, 5, 7, 8, 9, 10, 11, 12, 13, 14 and Table 1",
     parts=EXPERIMENTS, side_by_side=SIDE_BY_SIDE, setup=setup, figures=FIGURES, profiles=("cx6-200g",),
     # what `dmrack sensitivity smart` runs per knob: Figs. 3 and 4 (doorbells, QPs, WQE cache: seconds)
     # and Fig. 5 (RACE's hot-key collapse, about 46 s) with --quick
