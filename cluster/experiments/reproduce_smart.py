@@ -16,7 +16,7 @@ before it (docs/smart.md, "Contended updates need a long warm-up").
 Experiments available now:
 
 * ``fig3``: 8-byte READ throughput by QP policy and thread count (the verbs bench's experiment);
-* ``fig4``: READ throughput against outstanding work requests per thread;
+* ``fig4``: READ and WRITE throughput against outstanding work requests per thread;
 * ``fig5``: RACE update-only throughput and p99 by thread count (zipf 0.99) and by zipf parameter
   at 16 threads;
 * ``fig7``: RACE (QPs per thread, SMART off) against SMART-HT (a doorbell per thread, its
@@ -712,7 +712,7 @@ THREADS = "threads (one compute node)"
 _FIG7 = {"a": "write-heavy", "b": "read-heavy", "c": "read-only"}
 FIGURES = [
     Figure("fig3", "fig3", "Mops", "Fig. 3: 8-byte READ throughput by QP policy", THREADS, "throughput (Mops)"),
-    Figure("fig4", "fig4", "Mops", "Fig. 4: READ throughput by outstanding work requests per thread",
+    Figure("fig4", "fig4", "Mops", "Fig. 4: READ and WRITE throughput by outstanding work requests per thread",
            "outstanding WRs per thread", "throughput (Mops)", xlog=True, xbase=2),
     Figure("fig5a", "fig5", ("Mops", "p99 µs"), "Fig. 5a: RACE, 100 % updates, zipf 0.99, by thread count",
            THREADS, ("throughput (Mops)", "p99 latency (µs)"), ylog=(False, True), series=("race, zipf 0.99",),
