@@ -31,6 +31,19 @@ def new_fabric(prefix=None, *, profile=None, compute_mem: int = 16 << 20, mem: i
         f.close()
 
 
+@contextmanager
+def two_memory_nodes(prefix=None):
+    """A compute node c0 and two exposed memory nodes m0 and m1; closed on exit."""
+    f = Fabric.create(rack_profile(), [NodeSpec("c0", "compute", 16 << 20), NodeSpec("m0", "memory", MEM),
+                                       NodeSpec("m1", "memory", MEM)], prefix=prefix)
+    try:
+        f.expose("m0")
+        f.expose("m1")
+        yield f
+    finally:
+        f.close()
+
+
 @pytest.fixture
 def fab(prefix):
     with new_fabric(prefix) as f:
@@ -265,11 +278,7 @@ def test_coroutines_count_once_among_doorbell_sharers(fab):
 def test_a_thread_on_two_doorbells_counts_half_on_each(prefix):
     # a thread with QPs to two memory nodes spins on one doorbell lock at a time: it counts 1/2
     # among the sharers of each; leaving one doorbell (idle) moves nothing else of other threads
-    f = Fabric.create(rack_profile(), [NodeSpec("c0", "compute", 16 << 20), NodeSpec("m0", "memory", MEM),
-                                       NodeSpec("m1", "memory", MEM)], prefix=prefix)
-    try:
-        f.expose("m0")
-        f.expose("m1")
+    with two_memory_nodes(prefix) as f:
         # two threads per QP: t2 posts through t1's QPs, so through its doorbells too
         env, node = setup(f, policy="multiplexed_qp", threads_per_qp=2)
         a0, a1 = gaddr(1, f.allocate("m0", 64)), gaddr(2, f.allocate("m1", 64))
@@ -292,19 +301,13 @@ def test_a_thread_on_two_doorbells_counts_half_on_each(prefix):
         assert t1.doorbell_sharers()[shared] == 0.5
         t1.idle()
         assert sorted(t1.doorbell_sharers().values()) == [0.0, 0.0]
-    finally:
-        f.close()
 
 
 def test_connecting_by_memory_node_gives_the_low_latency_doorbells_to_the_first_nodes_qps(prefix):
     # SMART's and FORD's ResourceManager connect memory node by memory node, a QP per thread:
     # threads 0-3's QPs to the first node take the 4 low-latency doorbells, every QP to the
     # second node a shared one. Made on first post, thread 0 takes one on each node it posts to.
-    f = Fabric.create(rack_profile(), [NodeSpec("c0", "compute", 16 << 20), NodeSpec("m0", "memory", MEM),
-                                       NodeSpec("m1", "memory", MEM)], prefix=prefix)
-    try:
-        f.expose("m0")
-        f.expose("m1")
+    with two_memory_nodes(prefix) as f:
         n_ll = rack_profile().doorbell.low_latency
         env, node = setup(f, policy="per_thread_qp")
         threads = [node.thread() for _ in range(6)]
@@ -328,8 +331,6 @@ def test_connecting_by_memory_node_gives_the_low_latency_doorbells_to_the_first_
         run(env, body(t0.coroutine()))
         first = t0.qp(1).ctx.db_first
         assert {t0.qp(1).doorbell, t0.qp(2).doorbell} == {first, first + 1}
-    finally:
-        f.close()
 
 
 # -- policies -----------------------------------------------------------------------------------

@@ -231,7 +231,8 @@ DEFAULTS: dict[str, str] = {
 # Sherman's) loads integer keys into half of a key space [1, K].
 # ``loadorder = ordered`` loads the record numbers below recordcount as the ids 1..recordcount in
 # order (Dolphin's own benchmark: keys 1..N, the lower half of the key space full) and lets inserts
-# take the other ids at pseudo-random places.
+# take the other ids at pseudo-random places. ``thinktime`` (µs) makes a closed-loop client
+# coroutine wait after each operation (SMART's benchmarks' IDLE_USEC, its Figs. 9 and 11).
 EXTENSIONS = ("keysize", "valuesize", "zipfianconstant", "zipfianitems", "keyspace", "keyorder", "loadorder",
               "thinktime")
 
