@@ -253,23 +253,35 @@ FIG7_PUBLISHED = {("race", "a"): (2.8, 8), ("smart-ht", "a"): (5.7, 48), ("race"
                   ("smart-ht", "b"): (21.2, None), ("race", "c"): (11.4, None), ("smart-ht", "c"): (23.7, None)}
 FIG7_WORKLOADS = {"a": "write-heavy", "b": "read-heavy", "c": "read-only"}
 # Mops by thread count of SMART's artifact (madsys-dev/smart ae/raw-reference/fig8-ycsb-{a,b,c}.csv,
-# the hash-table breakdown: its first series is RACE, its fourth SMART-HT; 10 s runs, 100 M keys)
-FIG7_ARTIFACT = {
+# the hash-table breakdown, 10 s runs, 100 M keys) for its four series: RACE, +ThdResAlloc,
+# +WorkReqThrot and SMART-HT; fig7 compares the ends, fig8 the two between
+HASH_TABLE_ARTIFACT = {
     ("race", "a"): {1: 0.341, 8: 2.799, 16: 1.584, 24: 0.689, 32: 0.518, 40: 0.482, 48: 0.407, 56: 0.305, 64: 0.251,
                     72: 0.218, 80: 0.203, 88: 0.204, 96: 0.201},
+    ("+ThdResAlloc", "a"): {1: 0.329, 8: 2.744, 16: 1.521, 24: 0.709, 32: 0.537, 40: 0.497, 48: 0.391, 56: 0.296,
+                            64: 0.244, 72: 0.224, 80: 0.209, 88: 0.213, 96: 0.193},
+    ("+WorkReqThrot", "a"): {1: 0.324, 8: 2.635, 16: 4.216, 24: 4.023, 32: 5.146, 40: 1.895, 48: 1.394, 56: 0.48,
+                             64: 0.453, 72: 0.381, 80: 0.391, 88: 0.298, 96: 0.226},
     ("smart-ht", "a"): {1: 0.325, 8: 2.683, 16: 4.535, 24: 5.347, 32: 5.533, 40: 5.553, 48: 5.643, 56: 5.498,
                         64: 5.468, 72: 5.323, 80: 5.321, 88: 5.306, 96: 5.234},
     ("race", "b"): {1: 0.509, 8: 3.322, 16: 5.718, 24: 8.218, 32: 9.634, 40: 9.555, 48: 11.505, 56: 8.34, 64: 7.47,
                     72: 7.352, 80: 6.946, 88: 6.137, 96: 5.128},
+    ("+ThdResAlloc", "b"): {1: 0.502, 8: 3.44, 16: 6.44, 24: 10.056, 32: 13.643, 40: 15.486, 48: 17.085, 56: 18.43,
+                            64: 8.869, 72: 7.968, 80: 5.592, 88: 4.199, 96: 3.058},
+    ("+WorkReqThrot", "b"): {1: 0.5, 8: 3.422, 16: 6.648, 24: 10.191, 32: 12.846, 40: 14.609, 48: 16.806, 56: 17.846,
+                             64: 13.218, 72: 9.778, 80: 7.71, 88: 6.745, 96: 9.468},
     ("smart-ht", "b"): {1: 0.495, 8: 3.562, 16: 6.872, 24: 9.699, 32: 12.107, 40: 14.943, 48: 16.757, 56: 18.926,
                         64: 20.209, 72: 20.331, 80: 20.198, 88: 20.69, 96: 20.882},
     ("race", "c"): {1: 0.571, 8: 4.318, 16: 6.727, 24: 10.158, 32: 10.435, 40: 10.038, 48: 11.502, 56: 8.803,
                     64: 8.132, 72: 8.278, 80: 7.629, 88: 6.891, 96: 6.455},
+    ("+ThdResAlloc", "c"): {1: 0.571, 8: 4.577, 16: 8.474, 24: 12.128, 32: 15.779, 40: 18.703, 48: 20.751,
+                            56: 21.991, 64: 23.149, 72: 23.849, 80: 23.851, 88: 23.798, 96: 23.943},
+    ("+WorkReqThrot", "c"): {1: 0.557, 8: 4.356, 16: 8.364, 24: 11.743, 32: 15.59, 40: 17.549, 48: 20.05, 56: 20.924,
+                             64: 22.843, 72: 23.687, 80: 23.62, 88: 23.734, 96: 23.889},
     ("smart-ht", "c"): {1: 0.561, 8: 4.462, 16: 8.627, 24: 12.063, 32: 15.786, 40: 18.338, 48: 20.559, 56: 22.233,
                         64: 23.138, 72: 23.574, 80: 23.678, 88: 23.719, 96: 23.856},
 }
-FIG7_SOURCE = "SMART artifact ae/raw-reference/fig8-ycsb-{}.csv"
-FIG8_SOURCE = FIG7_SOURCE
+HASH_TABLE_SOURCE = "SMART artifact ae/raw-reference/fig8-ycsb-{}.csv"
 # (keys, warm-up ms) of --quick's YCSB A: SMART-HT's fall past its peak at 48 threads needs both
 # full mode's 100 k keys and its 20 ms warm-up (20 k keys or 8 ms leave a plateau rising to 96;
 # docs/smart.md); the window stays quick's 2 ms
@@ -297,7 +309,7 @@ def fig7(quick: bool, progress, *, threads=None, records=None, warm_ms=None, mea
     (50% updates), B (5%) and C (read-only), zipf 0.99, one compute node. Published (§6.2.1): A:
     RACE peaks at 2.8 Mops with 8 threads, SMART-HT at 5.7 with 48; B and C: RACE stays under
     11.4, SMART-HT reaches 21.2 and 23.7. Each thread count's Mops beside the artifact's point
-    (:data:`FIG7_ARTIFACT`) where it ran that count."""
+    (:data:`HASH_TABLE_ARTIFACT`) where it ran that count."""
     threads = tuple(threads or ((1, 8, 16, 32, 48, 64, 96) if quick else (1, 2, 4, 8, 16, 24, 32, 48, 64, 96)))
     points = []
     for w in workloads:
@@ -311,11 +323,11 @@ def fig7(quick: bool, progress, *, threads=None, records=None, warm_ms=None, mea
         for system, _ in FIG7_SYSTEMS:
             pts = [next(got) for _ in threads]
             series = f"{system}, {FIG7_WORKLOADS[w]}"
-            artifact = FIG7_ARTIFACT[(system, w)]
+            artifact = HASH_TABLE_ARTIFACT[(system, w)]
             for p in pts:
                 pub = artifact.get(p["threads"])
                 rows.append(Row("fig7", series, p["threads"], "Mops", p["mops"], pub,
-                                source=FIG7_SOURCE.format(w) if pub is not None else None))
+                                source=HASH_TABLE_SOURCE.format(w) if pub is not None else None))
             best = max(pts, key=lambda p: p["mops"])
             peaks[(system, w)] = best["mops"]
             pub_mops, pub_t = FIG7_PUBLISHED[(system, w)]
@@ -335,21 +347,6 @@ def fig7(quick: bool, progress, *, threads=None, records=None, warm_ms=None, mea
 # work-request throttling too; RACE and SMART-HT, the two ends, are fig7's series
 FIG8_SERIES = (("+ThdResAlloc", "race", "per_thread_doorbell", None),
                ("+WorkReqThrot", "smart-ht", "per_thread_doorbell", {"backoff": False, "coro_throttle": False}))
-# Mops by thread count, the second and third series of SMART's artifact fig8-ycsb-{a,b,c}.csv
-FIG8_ARTIFACT = {
-    ("+ThdResAlloc", "a"): {1: 0.329, 8: 2.744, 16: 1.521, 24: 0.709, 32: 0.537, 40: 0.497, 48: 0.391, 56: 0.296,
-                            64: 0.244, 72: 0.224, 80: 0.209, 88: 0.213, 96: 0.193},
-    ("+WorkReqThrot", "a"): {1: 0.324, 8: 2.635, 16: 4.216, 24: 4.023, 32: 5.146, 40: 1.895, 48: 1.394, 56: 0.48,
-                             64: 0.453, 72: 0.381, 80: 0.391, 88: 0.298, 96: 0.226},
-    ("+ThdResAlloc", "b"): {1: 0.502, 8: 3.44, 16: 6.44, 24: 10.056, 32: 13.643, 40: 15.486, 48: 17.085, 56: 18.43,
-                            64: 8.869, 72: 7.968, 80: 5.592, 88: 4.199, 96: 3.058},
-    ("+WorkReqThrot", "b"): {1: 0.5, 8: 3.422, 16: 6.648, 24: 10.191, 32: 12.846, 40: 14.609, 48: 16.806,
-                             56: 17.846, 64: 13.218, 72: 9.778, 80: 7.71, 88: 6.745, 96: 9.468},
-    ("+ThdResAlloc", "c"): {1: 0.571, 8: 4.577, 16: 8.474, 24: 12.128, 32: 15.779, 40: 18.703, 48: 20.751,
-                            56: 21.991, 64: 23.149, 72: 23.849, 80: 23.851, 88: 23.798, 96: 23.943},
-    ("+WorkReqThrot", "c"): {1: 0.557, 8: 4.356, 16: 8.364, 24: 11.743, 32: 15.59, 40: 17.549, 48: 20.05,
-                             56: 20.924, 64: 22.843, 72: 23.687, 80: 23.62, 88: 23.734, 96: 23.889},
-}
 
 
 def fig8(quick: bool, progress, *, threads=None, records=None, warm_ms=None, measure_ms=None,
@@ -357,9 +354,9 @@ def fig8(quick: bool, progress, *, threads=None, records=None, warm_ms=None, mea
     """SMART-HT's techniques added to RACE one at a time (§6.2.1, Fig. 8), YCSB A, B and C, zipf
     0.99, one compute node, sized as fig7: +ThdResAlloc (a doorbell per thread) and +WorkReqThrot
     (with adaptive work-request throttling as well); the figure's ends, RACE and SMART-HT, are
-    fig7's. Published: the artifact's points at the same thread counts (:data:`FIG8_ARTIFACT`) and
-    the text: thread-aware allocation is what scales read-only workloads (the artifact: 23.9 Mops at
-    96 threads against RACE's 6.5), throttling is "effective for write-heavy workloads when the
+    fig7's. Published: the artifact's points at the same thread counts (:data:`HASH_TABLE_ARTIFACT`)
+    and the text: thread-aware allocation is what scales read-only workloads (the artifact: 23.9
+    Mops at 96 threads against RACE's 6.5), throttling is "effective for write-heavy workloads when the
     thread count is between 8 and 32" (the artifact: 5.1 against 0.54 Mops at 32), and with more
     threads unsuccessful retries take over again (the read-heavy +ThdResAlloc falls from 18.4 Mops
     at 56 threads to 3.1 at 96)."""
@@ -379,25 +376,26 @@ def fig8(quick: bool, progress, *, threads=None, records=None, warm_ms=None, mea
     rows, mops = [], {}
     for w in workloads:
         for series, *_ in FIG8_SERIES:
-            artifact = FIG8_ARTIFACT[(series, w)]
+            artifact = HASH_TABLE_ARTIFACT[(series, w)]
             for t in threads:
                 p = next(got)
                 mops[(series, w, t)] = p["mops"]
                 pub = artifact.get(t)
                 rows.append(Row("fig8", f"{series}, {FIG7_WORKLOADS[w]}", t, "Mops", p["mops"], pub,
-                                source=FIG8_SOURCE.format(w) if pub is not None else None))
+                                source=HASH_TABLE_SOURCE.format(w) if pub is not None else None))
     # the text's two effects, as ratios the artifact's points give (direction: which is larger)
     if "a" in workloads and 32 in threads:
-        art = FIG8_ARTIFACT[("+WorkReqThrot", "a")][32] / FIG8_ARTIFACT[("+ThdResAlloc", "a")][32]
+        art = HASH_TABLE_ARTIFACT[("+WorkReqThrot", "a")][32] / HASH_TABLE_ARTIFACT[("+ThdResAlloc", "a")][32]
         lo = mops[("+ThdResAlloc", "a", 32)]
         rows.append(Row("fig8", "+WorkReqThrot / +ThdResAlloc, write-heavy", 32, "Mops ratio",
-                        mops[("+WorkReqThrot", "a", 32)] / lo if lo else None, art, source=FIG8_SOURCE.format("a")))
+                        mops[("+WorkReqThrot", "a", 32)] / lo if lo else None, art,
+                        source=HASH_TABLE_SOURCE.format("a")))
     if "b" in workloads and 96 in threads:
-        b = FIG8_ARTIFACT[("+ThdResAlloc", "b")]
+        b = HASH_TABLE_ARTIFACT[("+ThdResAlloc", "b")]
         best = max((mops[("+ThdResAlloc", "b", t)] for t in threads), default=0)
         rows.append(Row("fig8", "+ThdResAlloc, read-heavy", "96 / peak", "Mops ratio",
                         mops[("+ThdResAlloc", "b", 96)] / best if best else None, b[96] / max(b.values()),
-                        source=FIG8_SOURCE.format("b")))
+                        source=HASH_TABLE_SOURCE.format("b")))
     return rows
 
 
