@@ -464,14 +464,20 @@ class ComputeNode:
         env = self.env
         do = self._do
         # the workload's think time (YCSB ``thinktime``, µs): the coroutine waits after each
-        # operation, its thread free for the others; not part of the operation's latency
+        # operation, its thread free for the others (``thinkmode = sleep``) or spinning in its run
+        # queue (``spin``, SMART's IdleExecution); not part of the operation's latency
         think = round(getattr(wl, "thinktime_us", 0.0) * 1000)
+        spin = self.threads[t].spin_idle if getattr(wl, "thinkmode", "sleep") == "spin" else None
         yield from self._after_previous(t, c)
         if think:
             # start at a random point of one think time: on a testbed the coroutines' phases spread
             # out over a long run, where here, all starting together with near-equal latencies,
             # they would stay in step and post in bursts
-            yield int(random.Random(self.seed * 1_000_003 + self._stream_id(t, c)).random() * think)
+            offset = int(random.Random(self.seed * 1_000_003 + self._stream_id(t, c)).random() * think)
+            if spin is None:
+                yield offset
+            else:
+                yield from spin(offset)
         try:
             while end is None or env.now < end:
                 ops, keys, scans = stream.next_batch(BATCH)
@@ -482,7 +488,10 @@ class ComputeNode:
                         return
                     yield from do(t, c, wl, op, kid, n, env.cpu_free_at())
                     if think:
-                        yield think
+                        if spin is None:
+                            yield think
+                        else:
+                            yield from spin(think)
         except ClientCrash as e:
             self._crash(t, c, e)        # its operation never returns: "may or may not have happened"
 

@@ -24,6 +24,9 @@ Coroutines of one thread share its core: CPU time charged by one delays the othe
 runs more than one coroutine also pays two context switches each time a coroutine resumes after
 its batch completed (to the coroutine that polls the CQ and back; ``software.coro_switch_cycles``
 of the profile, Boost's fcontext switch); one coroutine per thread busy-polls and never switches.
+A coroutine that idles by spinning (``yield from thread.spin_idle(ns)``, SMART's benchmarks'
+``IdleExecution``) stays in the thread's run queue, so while it idles each resumption waits for
+the poller's turn and then behind the spinners (:meth:`RdmaThread.spin_delay`).
 
 SMART's other techniques are switches of a ``NodeRdma`` (``smart=``, a :class:`shm.smart.SmartConfig`
 or a dict, all off by default; see docs/smart.md): work-request throttling (a post that lacks
@@ -288,6 +291,9 @@ class RdmaThread:
         # what a resumption costs the core (see VerbBatch._batch_done), from the profile once
         self.poll_ns = prof.cpu.poll_ns
         self.poll_switch_ns = prof.cpu.poll_ns + resume_switch_ns(prof)
+        # coroutines idling by spinning (spin_idle) and what one turn of each costs the core
+        self._spinners = 0
+        self.spin_turn_ns = (prof.software.coro_switch_cycles + prof.software.clock_read_cycles) / prof.cpu.ghz
 
     def statistics(self) -> ThreadStats:
         return ThreadStats(self.posts, self.verbs, self.errors, self.cpu_free)
@@ -347,6 +353,30 @@ class RdmaThread:
     def resume(self) -> None:
         """The thread is active again; it rejoins its doorbells' sharers at its next post."""
         self.idle_since = None
+
+    def spin_idle(self, ns: int):
+        """``yield from thread.spin_idle(ns)``: the running coroutine idles ``ns`` the way SMART's
+        benchmarks idle between operations (``IdleExecution`` in include/smart/benchmark.h and in
+        dtx/*/bench.cpp: read the cycle counter, yield, until the time is up), not by sleeping. It
+        stays in the thread's run queue, so while it idles every coroutine of the thread that
+        resumes after a completion waits longer (:meth:`spin_delay`)."""
+        self._spinners += 1
+        try:
+            yield ns
+        finally:
+            self._spinners -= 1
+
+    def spin_delay(self) -> int:
+        """How much later (ns) a coroutine resumes after its completion because ``k`` coroutines of
+        its thread are idling by spinning. SMART's scheduler (include/smart/task.h) is a FIFO run
+        queue: the coroutine that polls the CQ is one of its tasks, and the one it finds complete is
+        appended to the queue's tail. So the completion waits for the poller's next turn, a uniform
+        point of one round of the queue (``k`` spinner turns of a switch and a clock read each, and
+        the poller's own switch and poll), then behind the ``k`` spinners once more. The draw is the
+        thread's own stream, so a run stays deterministic."""
+        k = self._spinners
+        turns = k * self.spin_turn_ns
+        return int(self._rng.random() * (turns + self.poll_switch_ns) + turns)
 
     def doorbell_sharers(self) -> dict[int, float]:
         """Doorbell index -> threads counted as its sharers, for this thread's QPs (a thread
@@ -823,6 +853,8 @@ class VerbBatch:
             # (to the polling coroutine and back: two switches per resume, profile
             # software.coro_switch_cycles; one coroutine busy-polls in place and switches never)
             cost = thr.poll_ns if thr._coros < 2 else thr.poll_switch_ns
+            if thr._spinners:
+                cost += thr.spin_delay()       # idlers spinning in the thread's run queue
             wake = self.env.now
             if wake < thr.cpu_free:
                 wake = thr.cpu_free

@@ -134,6 +134,9 @@ class SoftwareProfile:
     coro_switch_cycles: int = knob("cycles", "one user-level coroutine context switch (save and restore "
                                    "registers and stack); a thread running more than one coroutine pays "
                                    "two per completed round trip (to the poller and back)", min=0, max=1_000_000)
+    clock_read_cycles: int = knob("cycles", "one read of the core's cycle counter (x86 RDTSC): a coroutine that "
+                                  "idles by spinning (SMART's IdleExecution) reads it once per turn", min=0,
+                                  max=1_000_000)
     index_cache_search_ns: int = knob("ns", "CPU per descent for a search of a compute node's index cache, "
                                       "flat (Sherman, SMART-ART, Dolphin); 0: priced by the cache's size "
                                       "(nodes/systems/lib/cpu_costs.py: dram_ns per level)", min=0, max=1_000_000)

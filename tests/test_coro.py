@@ -219,6 +219,47 @@ def test_coroutines_of_one_thread_share_its_core():
     assert ends == {"a": one_post, "b": one_post}              # two threads post in parallel
 
 
+def _resume_after_read(idlers: int, spin: bool) -> int:
+    """When a READ's coroutine resumes, on a fresh fabric, with ``idlers`` other coroutines of its
+    thread idling (spinning or sleeping) through the whole round trip."""
+    with new_fabric() as fab:
+        return _resume_after_read_on(fab, idlers, spin)
+
+
+def _resume_after_read_on(fab, idlers: int, spin: bool) -> int:
+    env, node = setup(fab)
+    t = node.thread()
+    off = fab.allocate("m0", 64)
+    reader, others = t.coroutine(), [t.coroutine() for _ in range(idlers)]
+    out = {}
+
+    def idle(co):
+        yield from (t.spin_idle(1_000_000) if spin else iter((1_000_000,)))
+
+    def read(co):
+        co.read(gaddr(MN, off), 8)
+        yield co.sync()
+        out["resumed"] = env.now
+
+    for co in others:
+        env.process(idle(co))
+    env.process(read(reader))
+    env.run()
+    return out["resumed"]
+
+
+def test_a_completion_waits_for_a_round_of_the_threads_spinning_idlers():
+    base = _resume_after_read(1, spin=False)
+    assert _resume_after_read(3, spin=False) == base      # sleeping idlers leave the run queue
+    prof = rack_profile()
+    turn = (prof.software.coro_switch_cycles + prof.software.clock_read_cycles) / prof.cpu.ghz
+    poller = prof.cpu.poll_ns + 2 * prof.software.coro_switch_cycles / prof.cpu.ghz
+    late = _resume_after_read(3, spin=True) - base
+    # the poller's next turn (a point of one round), then behind the three spinners once more
+    assert 3 * turn - 1 <= late < 3 * turn + (3 * turn + poller) + 1
+    assert _resume_after_read(3, spin=True) == base + late   # the thread's own stream: deterministic
+
+
 def _read_behind_hot_cases(same_thread):
     """20 CASes on one word from a coroutine, then an 8 B READ of another word from a coroutine
     of the same thread (same QP) or of another thread; returns (CASes done, READ done)."""

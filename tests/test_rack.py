@@ -102,6 +102,16 @@ def test_a_think_time_spaces_each_coroutines_operations():
     assert ops_think == pytest.approx(1000 / (1000 / ops + 20), rel=0.05)
 
 
+def test_spinning_thinkers_delay_their_threads_other_coroutines():
+    # four coroutines on one thread thinking 20 µs after each read: spinning (SMART's idle loop)
+    # they stay in the thread's run queue, so a read resumes later than with sleeping thinkers
+    def p50(mode):
+        d = rack_dict(LOAD, run(1.0), threads=1, coroutines=4, preset="c")
+        d["workload"].update(thinktime=20, thinkmode=mode)
+        return kinds(by_step(ColocatedRack(scenario_from_dict(d, source="test.toml")).run())[2])["read"].p50_us
+    assert p50("spin") > p50("sleep")
+
+
 def test_colocated_runs_every_step_and_loads_every_record():
     res = ColocatedRack(scenario(LOAD, run(0.2))).run()
     steps = by_step(res)

@@ -561,6 +561,11 @@ def test_a_think_time_is_read_in_microseconds_and_refused_with_a_target():
         CoreWorkload.preset("c", {"recordcount": 10, "thinktime": 5, "target": 1000})
     with pytest.raises(WorkloadError, match="'thinktime'"):
         CoreWorkload.preset("c", {"recordcount": 10, "thinktime": -1})
+    assert CoreWorkload.preset("c", {"recordcount": 10}).thinkmode == "sleep"
+    spin = CoreWorkload.preset("c", {"recordcount": 10, "thinktime": 3, "thinkmode": "spin"})
+    assert spin.thinkmode == "spin" and "3 µs think time after each operation (spinning)" in spin.describe()
+    with pytest.raises(WorkloadError, match="'thinkmode'"):
+        CoreWorkload.preset("c", {"recordcount": 10, "thinkmode": "nap"})
 
 
 @pytest.mark.parametrize("dist", ["zipfian", "uniform"])

@@ -217,6 +217,7 @@ DEFAULTS: dict[str, str] = {
     "loadorder": "hashed",
     "target": "0",
     "thinktime": "0",
+    "thinkmode": "sleep",
 }
 
 # Properties dmrack adds to YCSB's (documented as such in docs/workloads.md). ``zipfianconstant``
@@ -232,9 +233,11 @@ DEFAULTS: dict[str, str] = {
 # ``loadorder = ordered`` loads the record numbers below recordcount as the ids 1..recordcount in
 # order (Dolphin's own benchmark: keys 1..N, the lower half of the key space full) and lets inserts
 # take the other ids at pseudo-random places. ``thinktime`` (µs) makes a closed-loop client
-# coroutine wait after each operation (SMART's benchmarks' IDLE_USEC, its Figs. 9 and 11).
+# coroutine wait after each operation (SMART's benchmarks' IDLE_USEC, its Figs. 9 and 11);
+# ``thinkmode`` is how it waits: ``sleep`` (its thread free for the others) or ``spin`` (SMART's
+# IdleExecution: it stays in its thread's run queue, reading the clock and yielding).
 EXTENSIONS = ("keysize", "valuesize", "zipfianconstant", "zipfianitems", "keyspace", "keyorder", "loadorder",
-              "thinktime")
+              "thinktime", "thinkmode")
 
 # YCSB properties that mean nothing to a key-value emulator: accepted and ignored, so that YCSB's
 # own files and templates load unchanged.

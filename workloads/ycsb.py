@@ -142,6 +142,7 @@ _SPECS: dict[str, tuple] = {
     "valuesize": ("int", 1, 1 << 30),
     "target": ("float", 0.0, None),
     "thinktime": ("float", 0.0, None),
+    "thinkmode": ("choice", ("sleep", "spin")),
 }
 KNOWN = frozenset(_SPECS)
 
@@ -368,6 +369,10 @@ class CoreWorkload:
             _fail(self._w("thinktime"), "thinktime", self.thinktime_us,
                   f"a think time is for the closed loop; with target = {self.target:g} ops/s operations arrive "
                   f"at that rate instead (set one of them)")
+        # sleep: the coroutine leaves its thread's run queue while it thinks; spin: it stays there,
+        # reading the clock and yielding (SMART's IdleExecution), so its thread's other coroutines
+        # resume later after their completions (shm/coro.py, RdmaThread.spin_idle)
+        self.thinkmode = v["thinkmode"]
         self.properties = dict(v)
 
         # CoreWorkload.init: the zipfian key space covers the records plus twice the inserts that
@@ -449,7 +454,8 @@ class CoreWorkload:
         if self.target > 0:
             parts.append(f"open loop {self.target:g} ops/s")
         if self.thinktime_us > 0:
-            parts.append(f"{self.thinktime_us:g} µs think time after each operation")
+            parts.append(f"{self.thinktime_us:g} µs think time after each operation"
+                         + (" (spinning)" if self.thinkmode == "spin" else ""))
         return f"{self.name}: {', '.join(parts)}"
 
     def __repr__(self) -> str:

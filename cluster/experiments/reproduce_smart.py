@@ -437,7 +437,7 @@ def fig9(quick: bool, progress, *, idles_us=None, threads: int = FIG9_THREADS, r
         for idle in idles:
             sizes = {"records": keys, "warm_ms": max(0.2, 2 * idle / 1e3), "measure_ms": max(0.5, 8 * idle / 1e3)}
             points.append((f"{system}, YCSB C, {threads} threads, idle {idle} µs", system, "c", threads,
-                           {**sizes, "qp_policy": policy, "properties": {"thinktime": idle}}))
+                           {**sizes, "qp_policy": policy, "properties": {"thinktime": idle, "thinkmode": "spin"}}))
     got = iter(_fresh_points(points, prefixed(progress, "fig9: "), jobs=jobs))
     rows, res = [], {}
     for system, _ in FIG7_SYSTEMS:

@@ -131,8 +131,10 @@ def dtx_point(label: str, series: str, wl_name: str, threads: int, quick: bool, 
         def loop(client, co, i):
             rng = random.Random(seed * 1_000_003 + i)
             env = co.env
+            # the artifact idles by spinning in the thread's run queue (bench.cpp's IdleExecution)
+            spin = co.thread.spin_idle
             if idle:                      # desynchronise the idlers (the artifact's long runs spread them)
-                yield int(rng.random() * idle)
+                yield from spin(int(rng.random() * idle))
             while env.now < end:
                 name, body, args = wl.next(rng)
                 t0 = env.cpu_free_at()     # latency to the end of its work, trailing CPU included
@@ -144,7 +146,7 @@ def dtx_point(label: str, series: str, wl_name: str, threads: int, quick: bool, 
                         counts[1] += 1
                         lat.append(env.cpu_free_at() - t0)
                 if out.committed and idle:
-                    yield idle
+                    yield from spin(idle)
 
         rig.each(loop)
     win_s = window_us * 1e-6
