@@ -119,6 +119,13 @@ class ComputeStats(NamedTuple):
     crashed: int
 
 
+
+def _sleep(ns: int):
+    """``yield from _sleep(ns)``: a think time slept, the thread free for its other coroutines
+    (the counterpart of ``RdmaThread.spin_idle``)."""
+    yield ns
+
+
 class ComputeNode:
     """One compute node's threads, coroutines and clients (see the module docstring)."""
 
@@ -467,17 +474,13 @@ class ComputeNode:
         # operation, its thread free for the others (``thinkmode = sleep``) or spinning in its run
         # queue (``spin``, SMART's IdleExecution); not part of the operation's latency
         think = round(getattr(wl, "thinktime_us", 0.0) * 1000)
-        spin = self.threads[t].spin_idle if getattr(wl, "thinkmode", "sleep") == "spin" else None
+        pause = self.threads[t].spin_idle if getattr(wl, "thinkmode", "sleep") == "spin" else _sleep
         yield from self._after_previous(t, c)
         if think:
             # start at a random point of one think time: on a testbed the coroutines' phases spread
             # out over a long run, where here, all starting together with near-equal latencies,
             # they would stay in step and post in bursts
-            offset = int(random.Random(self.seed * 1_000_003 + self._stream_id(t, c)).random() * think)
-            if spin is None:
-                yield offset
-            else:
-                yield from spin(offset)
+            yield from pause(int(random.Random(self.seed * 1_000_003 + self._stream_id(t, c)).random() * think))
         try:
             while end is None or env.now < end:
                 ops, keys, scans = stream.next_batch(BATCH)
@@ -488,10 +491,7 @@ class ComputeNode:
                         return
                     yield from do(t, c, wl, op, kid, n, env.cpu_free_at())
                     if think:
-                        if spin is None:
-                            yield think
-                        else:
-                            yield from spin(think)
+                        yield from pause(think)
         except ClientCrash as e:
             self._crash(t, c, e)        # its operation never returns: "may or may not have happened"
 
