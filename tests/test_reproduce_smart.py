@@ -10,6 +10,8 @@ from cluster.experiments import reproduce_smart as rs
 TINY = {
     "fig7": dict(threads=(2,), records=1_000, warm_ms=0.02, measure_ms=0.05, workloads=("a", "c")),
     "fig8": dict(threads=(2,), records=1_000, warm_ms=0.02, measure_ms=0.05, workloads=("c",)),
+    "fig7def": dict(compute_nodes=(1, 2), threads=2, records=1_000, warm_ms=0.02, measure_ms=0.05,
+                    workloads=("c",)),
     "fig9": dict(idles_us=(0, 20), threads=2, records=1_000),
     "fig12": dict(threads=(2,), records=1_000, warm_ms=0.02, measure_ms=0.05, workloads=("c",)),
     "fig13": dict(threads=(4, 56), depths=(4, 16), warm_us=10, window_us=20),
@@ -52,8 +54,21 @@ def test_fig14_counts_retries():
 
 
 def test_registry_lists_every_experiment():
-    assert list(rs.EXPERIMENTS) == ["fig3", "fig4", "fig5", "fig7", "fig8", "fig9", "fig10", "fig11", "fig12",
-                                    "fig13", "fig14", "table1"]
+    assert list(rs.EXPERIMENTS) == ["fig3", "fig4", "fig5", "fig7", "fig7def", "fig8", "fig9", "fig10", "fig11",
+                                    "fig12", "fig13", "fig14", "table1"]
+
+
+def test_fig7def_scales_out_over_compute_nodes():
+    """Each point's rack has that many compute nodes (each its own NIC, so its own doorbells): two
+    nodes of two threads do more than one, and the rows carry the artifact's totals by node count."""
+    rows = rs.fig7def(True, lambda msg: None, **TINY["fig7def"])
+    got = {(r.series, r.x, r.metric): r for r in rows}
+    for system in ("race", "smart-ht"):
+        one, two = got[(f"{system}, read-only", 1, "Mops")], got[(f"{system}, read-only", 2, "Mops")]
+        assert two.emulated > one.emulated
+        assert two.published == rs.SCALE_OUT_ARTIFACT[(system, "c")][2]
+        assert got[(f"{system}, read-only", "2 / 1 compute nodes", "Mops ratio")].emulated > 1
+    assert got[("smart-ht / race, read-only", "largest", "Mops ratio")].published == 3.8
 
 
 def test_fig9_idle_time_lowers_the_load():

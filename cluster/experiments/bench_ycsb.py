@@ -52,14 +52,16 @@ UNCONTENDED_MS = {True: (0.2, 0.5), False: (0.3, 2.0)}
 def scenario_dict(system: str, workload: str, threads: tuple[int, ...], *, records: int, warm_ms: float,
                   measure_ms: float, coroutines: int = 8, seed: int = 1, properties: dict | None = None,
                   options: dict | None = None, qp_policy: str = "per_thread_qp", smart: dict | None = None,
-                  memory_nodes: int = 2) -> dict:
+                  memory_nodes: int = 2, compute_nodes: int = 1) -> dict:
     """The bench's rack and steps as a scenario document (what a user would write in TOML).
 
     The compute node makes its QPs as SMART's framework does (``compute.connect =
     "by_memory_node"``): at start, memory node by memory node, one per thread of the rack
     (``ResourceManager::connect(node, ..., max_threads)``, which the hash table, the B+-tree and
     the transactions of SMART's artifact all call), so the context's four low-latency doorbells
-    go to threads 0-3's QPs to mn0. With a doorbell per thread the order changes nothing."""
+    go to threads 0-3's QPs to mn0. With a doorbell per thread the order changes nothing.
+    ``compute_nodes``: that many compute nodes, each running every step's thread count (SMART's
+    scale-out, Fig. 7(d)-(f))."""
     # Load with one thread: a thread that has posted stays a sharer of its doorbell in the NIC
     # model, so loading with all threads would slow every later, smaller thread count. Keys go
     # in by inserts (bulk = false), as SMART's artifact loads them, so the warm state (caches,
@@ -71,7 +73,7 @@ def scenario_dict(system: str, workload: str, threads: tuple[int, ...], *, recor
                   {"action": "run", "duration_ms": measure_ms}]
     doc = {
         "rack": {"name": f"bench-ycsb-{system}-{workload}", "profile": "cx6-200g", "seed": seed},
-        "compute": {"count": 1, "threads": max(threads), "coroutines": coroutines, "memory": "64MiB",
+        "compute": {"count": compute_nodes, "threads": max(threads), "coroutines": coroutines, "memory": "64MiB",
                     "qp_policy": qp_policy,
                     "connect": "on_first_post" if qp_policy == "per_thread_doorbell" else "by_memory_node"},
         "memory": {"count": memory_nodes, "memory": "1GiB"},

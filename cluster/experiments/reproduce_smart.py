@@ -1,7 +1,7 @@
 """``dmrack reproduce smart``: SMART (ASPLOS'24) experiments at reduced scale, published beside emulated.
 
 Every experiment runs co-located racks (deterministic) on the ``cx6-200g`` profile, one compute
-node and one or two memory nodes as in the paper's scale-up setup, and prints rows of
+node (fig7def: one to six) and one or two memory nodes as in the paper's setups, and prints rows of
 (experiment, series, x, metric, emulated, published) like ``dmrack bench``. Reduced scale means
 fewer keys (tens of thousands instead of 100 M), windows of a few virtual milliseconds instead of
 seconds, and fewer points per curve; docs/smart.md says where that moves a figure.
@@ -21,6 +21,7 @@ Experiments available now:
   at 16 threads;
 * ``fig7``: RACE (QPs per thread, SMART off) against SMART-HT (a doorbell per thread, its
   ``smart_defaults``) on YCSB A, B and C by thread count;
+* ``fig7def``: the same two scaled out, 1-6 compute nodes of 96 threads each (Fig. 7(d)-(f));
 * ``fig8``: between those two ends, RACE with a doorbell per thread (+ThdResAlloc) and with adaptive
   work-request throttling as well (+WorkReqThrot), on YCSB A, B and C by thread count;
 * ``fig9``: RACE against SMART-HT on YCSB C at 96 threads, each operation followed by an idle
@@ -338,6 +339,69 @@ def fig7(quick: bool, progress, *, threads=None, records=None, warm_ms=None, mea
         rows.append(Row("fig7", f"smart-ht / race, {FIG7_WORKLOADS[w]}", "peak", "ratio",
                         peaks[("smart-ht", w)] / peaks[("race", w)] if peaks[("race", w)] else None,
                         ps / pr if w == "a" else None))
+    return rows
+
+
+# --- Fig. 7(d)-(f): scale-out, several compute nodes ------------------------------------------------
+
+# Total Mops of SMART's artifact (ae/raw-reference/fig7-ycsb-{a,b,c}.csv, ae/collect/fig7-hashtable-
+# scale-out.sh): 1-6 compute nodes of 96 threads x 8 coroutines each, two memory nodes, 100 M keys;
+# the first node adds up every node's operations (benchmark.h collect()) and divides by its run
+SCALE_OUT_ARTIFACT = {
+    ("race", "a"): {1: 0.195, 2: 0.123, 3: 0.080, 4: 0.068, 5: 0.059, 6: 0.054},
+    ("smart-ht", "a"): {1: 4.972, 2: 5.573, 3: 5.584, 4: 5.669, 5: 5.682, 6: 5.696},
+    ("race", "b"): {1: 5.055, 2: 1.792, 3: 1.073, 4: 0.916, 5: 0.790, 6: 0.714},
+    ("smart-ht", "b"): {1: 20.265, 2: 32.047, 3: 35.034, 4: 35.912, 5: 36.852, 6: 37.051},
+    ("race", "c"): {1: 6.943, 2: 13.346, 3: 20.123, 4: 26.840, 5: 33.355, 6: 41.071},
+    ("smart-ht", "c"): {1: 23.506, 2: 44.946, 3: 64.639, 4: 72.612, 5: 73.751, 6: 75.051},
+}
+SCALE_OUT_SOURCE = "SMART artifact ae/raw-reference/fig7-ycsb-{}.csv"
+SCALE_OUT_THREADS = 96
+
+
+def fig7def(quick: bool, progress, *, compute_nodes=None, threads: int = SCALE_OUT_THREADS, records=None,
+            warm_ms=None, measure_ms=None, workloads=None, jobs: int = 1) -> list[Row]:
+    """RACE against SMART-HT scaled out (§6.2.1, Fig. 7(d)-(f)): 1-6 compute nodes of ``threads``
+    x 8 coroutines each on the same two memory nodes, YCSB A, B and C, zipf 0.99: total Mops beside
+    the artifact's (:data:`SCALE_OUT_ARTIFACT`). Each compute node has its own NIC and so its own
+    doorbells: RACE's read-only throughput grows with the nodes (the text: "the doorbell registers
+    are not shared across multiple compute blades"), SMART-HT keeps "a throughput gap (up to 3.8x)"
+    over it, and with updates in the mix more clients mean more conflicts (RACE's read-heavy rate
+    falls from 5.1 to 0.7 Mops). B is sized as A (its updates pile up over milliseconds, fig8).
+    ``--quick`` runs C alone: A's and B's points need fig7's milliseconds of warm-up on up to 576
+    threads, ~10 minutes on two cores (docs/smart.md has what they give)."""
+    cns = tuple(compute_nodes or ((1, 3, 6) if quick else (1, 2, 3, 4, 5, 6)))
+    workloads = tuple(workloads or (("c",) if quick else ("a", "b", "c")))
+    points = []
+    for w in workloads:
+        sizes = _hash_table_sizes(w, quick, records, warm_ms, measure_ms, contended=("a", "b"))
+        for system, policy in FIG7_SYSTEMS:
+            points += [(f"{system}, YCSB {w.upper()} ({FIG7_WORKLOADS[w]}): {n} compute nodes x {threads} threads",
+                        system, w, threads, {**sizes, "qp_policy": policy, "compute_nodes": n}) for n in cns]
+    got = iter(_fresh_points(points, prefixed(progress, "fig7def: "), jobs=jobs))
+    rows, mops = [], {}
+    for w in workloads:
+        for system, _ in FIG7_SYSTEMS:
+            artifact = SCALE_OUT_ARTIFACT[(system, w)]
+            for n in cns:
+                m = mops[(system, w, n)] = next(got)["mops"]
+                pub = artifact.get(n)
+                rows.append(Row("fig7def", f"{system}, {FIG7_WORKLOADS[w]}", n, "Mops", m, pub,
+                                source=SCALE_OUT_SOURCE.format(w) if pub is not None else None))
+        lo, hi = cns[0], cns[-1]
+        if hi > lo:
+            # how the total moves from the fewest compute nodes to the most (above 1: it grows)
+            for system, _ in FIG7_SYSTEMS:
+                art = SCALE_OUT_ARTIFACT[(system, w)]
+                base = mops[(system, w, lo)]
+                rows.append(Row("fig7def", f"{system}, {FIG7_WORKLOADS[w]}", f"{hi} / {lo} compute nodes",
+                                "Mops ratio", mops[(system, w, hi)] / base if base else None,
+                                art[hi] / art[lo] if hi in art and lo in art else None,
+                                source=SCALE_OUT_SOURCE.format(w)))
+    if "c" in workloads:
+        gaps = [mops[("smart-ht", "c", n)] / mops[("race", "c", n)] for n in cns if mops[("race", "c", n)]]
+        rows.append(Row("fig7def", "smart-ht / race, read-only", "largest", "Mops ratio", max(gaps, default=None),
+                        3.8))
     return rows
 
 
@@ -723,6 +787,10 @@ FIGURES = [
              THREADS, "throughput (Mops)", series=(f"race, {name}", f"smart-ht, {name}"),
              refs=("peak Mops", "max Mops (published: stays under)"), peak_at="threads at peak")
       for w, name in _FIG7.items()],
+    *[Figure(f"fig7{k}", "fig7def", "Mops", f"Fig. 7{k}: RACE vs SMART-HT scaled out, YCSB {w.upper()} ({name}), "
+             "96 threads per compute node", "compute nodes (96 threads x 8 coroutines each)", "throughput (Mops)",
+             series=(f"race, {name}", f"smart-ht, {name}"))
+      for k, (w, name) in zip("def", _FIG7.items())],
     *[Figure(f"fig8{w}", "fig8", "Mops", f"Fig. 8{w}: SMART-HT's techniques one at a time, YCSB {w.upper()} ({name})",
              THREADS, "throughput (Mops)", series=tuple(f"{s}, {name}" for s, *_ in FIG8_SERIES))
       for w, name in _FIG7.items()],
@@ -767,26 +835,28 @@ def fig11(quick: bool, progress, *, jobs: int = 1, **kw) -> list[Row]:
     return run(quick, progress, jobs=jobs, **kw)
 
 
-EXPERIMENTS = {"fig3": fig3, "fig4": fig4, "fig5": fig5, "fig7": fig7, "fig8": fig8, "fig9": fig9, "fig10": fig10,
+EXPERIMENTS = {"fig3": fig3, "fig4": fig4, "fig5": fig5, "fig7": fig7, "fig7def": fig7def, "fig8": fig8, "fig9": fig9,
+               "fig10": fig10,
                "fig11": fig11, "fig12": fig12, "fig13": fig13, "fig14": fig14, "table1": table1}
 
 
 # the experiments made of fresh racks, which can run side by side (cluster.experiments.pointpool)
-SIDE_BY_SIDE = ("fig5", "fig7", "fig8", "fig9", "fig10", "fig11", "fig12", "fig13", "fig14", "table1")
+SIDE_BY_SIDE = ("fig5", "fig7", "fig7def", "fig8", "fig9", "fig10", "fig11", "fig12", "fig13", "fig14", "table1")
 
 
 def setup(quick: bool) -> dict:
     """The racks of this reproduction, for the run record (cluster.experiments.provenance)."""
     warm, win = CONTENDED_MS[quick]
     return {"profile": "cx6-200g", "seed": 1,
-            "spec": "co-located racks: 1 compute node (1..96 threads x 8 coroutines), 2 memory nodes; "
+            "spec": "co-located racks: 1 compute node (1..96 threads x 8 coroutines; fig7def 1-6 of 96 threads), "
+                    "2 memory nodes; "
                     "a raw-verbs rig of 1 compute and 1 memory node for fig3, fig4, fig13, table1",
             "scale": f"{20_000 if quick else 100_000:,} keys (paper: 100 M); skewed updates measured for "
                      f"{win:g} ms after {warm:g} ms of warm-up (paper: 10 s runs); rig times x 1/{RIG_SCALE}"}
 
 
 EXPERIMENT = reproduction(
-    "smart", "SMART", title="SMART (ASPLOS'24): Fig. 3, 4, 5, 7, 8, 9, 10, 11, 12, 13, 14 and Table 1",
+    "smart", "SMART", title="SMART (ASPLOS'24): Fig. 3, 4, 5, 7 (a-f), 8, 9, 10, 11, 12, 13, 14 and Table 1",
     parts=EXPERIMENTS, side_by_side=SIDE_BY_SIDE, setup=setup, figures=FIGURES, profiles=("cx6-200g",),
     # what `dmrack sensitivity smart` runs per knob: Figs. 3 and 4 (doorbells, QPs, WQE cache: seconds)
     # and Fig. 5 (RACE's hot-key collapse, about 46 s) with --quick
