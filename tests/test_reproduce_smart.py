@@ -14,6 +14,7 @@ TINY = {
                     workloads=("c",)),
     "fig9": dict(idles_us=(0, 20), threads=2, records=1_000),
     "fig12": dict(threads=(2,), records=1_000, warm_ms=0.02, measure_ms=0.05, workloads=("c",)),
+    "fig12def": dict(nodes=(1, 2), threads=2, records=1_000, warm_ms=0.02, measure_ms=0.05, workloads=("c",)),
     "fig13": dict(threads=(4, 56), depths=(4, 16), warm_us=10, window_us=20),
     "fig14": dict(threads=(4,), records=1_000, warm_ms=0.02, measure_ms=0.05,
                   configs=(rs.FIG14_CONFIGS[0], rs.FIG14_CONFIGS[1], rs.FIG14_CONFIGS[3])),
@@ -55,7 +56,7 @@ def test_fig14_counts_retries():
 
 def test_registry_lists_every_experiment():
     assert list(rs.EXPERIMENTS) == ["fig3", "fig4", "fig5", "fig7", "fig7def", "fig8", "fig9", "fig10", "fig11",
-                                    "fig12", "fig13", "fig14", "table1"]
+                                    "fig12", "fig12def", "fig13", "fig14", "table1"]
 
 
 def test_fig7def_scales_out_over_compute_nodes():
@@ -69,6 +70,18 @@ def test_fig7def_scales_out_over_compute_nodes():
         assert two.published == rs.SCALE_OUT_ARTIFACT[(system, "c")][2]
         assert got[(f"{system}, read-only", "2 / 1 compute nodes", "Mops ratio")].emulated > 1
     assert got[("smart-ht / race, read-only", "largest", "Mops ratio")].published == 3.8
+
+
+def test_fig12def_gives_each_compute_node_its_memory_node():
+    """n compute and n memory nodes, as the artifact's scale-out script runs the B+-trees: two of
+    each do more than one, and the rows carry the artifact's totals by n."""
+    rows = rs.fig12def(True, lambda msg: None, **TINY["fig12def"])
+    got = {(r.series, r.x, r.metric): r for r in rows}
+    for series, *_ in rs.FIG12_SYSTEMS:
+        one, two = got[(f"{series}, YCSB C", 1, "Mops")], got[(f"{series}, YCSB C", 2, "Mops")]
+        assert two.emulated > one.emulated
+        assert two.published == rs.SCALE_OUT_BTREE_ARTIFACT[(series, "c")][1]
+    assert got[("smart-bt / sherman, YCSB C", 2, "Mops ratio")].published is None   # the text's is at eight
 
 
 def test_fig9_idle_time_lowers_the_load():

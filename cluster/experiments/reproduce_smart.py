@@ -1,7 +1,7 @@
 """``dmrack reproduce smart``: SMART (ASPLOS'24) experiments at reduced scale, published beside emulated.
 
 Every experiment runs co-located racks (deterministic) on the ``cx6-200g`` profile, one compute
-node (fig7def: one to six) and one or two memory nodes as in the paper's setups, and prints rows of
+node (fig7def: one to six; fig12def: one to eight, with as many memory nodes) and one or two memory nodes as in the paper's setups, and prints rows of
 (experiment, series, x, metric, emulated, published) like ``dmrack bench``. Reduced scale means
 fewer keys (tens of thousands instead of 100 M), windows of a few virtual milliseconds instead of
 seconds, and fewer points per curve; docs/smart.md says where that moves a figure.
@@ -30,6 +30,7 @@ Experiments available now:
   memory nodes, committed Mtxn/s by thread count, and throughput against median latency at 96 x 8
   by idle time per commit (cluster/experiments/smart_dtx.py);
 * ``fig12``: Sherman, Sherman with speculative lookup and SMART-BT on YCSB B and C by thread count;
+* ``fig12def``: the same three scaled out, n compute and n memory nodes, n = 1-8 (Fig. 12(e)-(f));
 * ``fig13``: 8-byte READs with and without adaptive work-request throttling, (a) by thread count at
   16 outstanding WRs per thread, (b) by outstanding WRs per thread at 96 threads (raw verbs rig);
 * ``fig14``: SMART-HT's conflict-avoidance ablation, 100% updates at zipf 0.99: throughput and
@@ -400,8 +401,11 @@ def fig7def(quick: bool, progress, *, compute_nodes=None, threads: int = SCALE_O
                                 source=SCALE_OUT_SOURCE.format(w)))
     if "c" in workloads:
         gaps = [mops[("smart-ht", "c", n)] / mops[("race", "c", n)] for n in cns if mops[("race", "c", n)]]
+        # the text: "SMART-HT still has 2.0x ~ 3.8x higher throughput"
         rows.append(Row("fig7def", "smart-ht / race, read-only", "largest", "Mops ratio", max(gaps, default=None),
                         3.8))
+        rows.append(Row("fig7def", "smart-ht / race, read-only", "smallest", "Mops ratio", min(gaps, default=None),
+                        2.0))
     return rows
 
 
@@ -589,6 +593,58 @@ def fig12(quick: bool, progress, *, threads=None, records=None, warm_ms=None, me
             rows.append(Row("fig12", f"{series} / sherman, YCSB {w.upper()}", threads[-1], "ratio",
                             at_max[series] / base if base else None,
                             FIG12_PUBLISHED.get(w) if series == "smart-bt" else None))
+    return rows
+
+
+# --- Fig. 12(d)-(f): the B+-trees scaled out -------------------------------------------------------
+
+# Total Mops of SMART's artifact (ae/raw-reference/fig12a-ycsb-{b,c}.csv, ae/collect/fig12def-btree-
+# scale-out.sh): n = 1-8 compute nodes of 94 threads x 8 coroutines each and as many memory nodes
+# (start_backend sets MEMORY_NODES to n), per series
+SCALE_OUT_BTREE_ARTIFACT = {
+    ("sherman", "b"): (11.409, 18.077, 25.358, 27.210, 29.642, 31.913, 32.245, 32.478),
+    ("sherman + speculative lookup", "b"): (14.418, 17.433, 22.877, 29.566, 31.844, 33.556, 34.196, 34.692),
+    ("smart-bt", "b"): (19.812, 30.647, 33.749, 37.055, 38.934, 40.260, 41.325, 41.884),
+    ("sherman", "c"): (11.405, 21.415, 29.315, 40.007, 53.883, 38.427, 46.640, 51.449),
+    ("sherman + speculative lookup", "c"): (17.549, 24.164, 29.302, 41.296, 58.652, 38.352, 43.329, 51.835),
+    ("smart-bt", "c"): (23.106, 45.906, 66.953, 89.667, 109.614, 123.977, 144.279, 159.223),
+}
+SCALE_OUT_BTREE_SOURCE = "SMART artifact ae/raw-reference/fig12a-ycsb-{}.csv"
+SCALE_OUT_BTREE_PUBLISHED = {"b": 1.1, "c": 2.0}   # SMART-BT / Sherman+ with 6,016 coroutines (§6.2.3)
+
+
+def fig12def(quick: bool, progress, *, nodes=None, threads: int = 94, records=None, warm_ms=None,
+             measure_ms=None, workloads=("b", "c"), jobs: int = 1) -> list[Row]:
+    """fig12's three B+-trees scaled out (§6.2.3, Fig. 12(d)-(f)): n compute nodes of ``threads`` x
+    8 coroutines each and n memory nodes, as the artifact's script runs them, YCSB B and C, zipf
+    0.99: total Mops beside the artifact's (:data:`SCALE_OUT_BTREE_ARTIFACT`), and the text's
+    SMART-BT / Sherman+ at the most nodes ("with 6,016 coroutines", eight nodes: 1.1x read-heavy,
+    2.0x read-only)."""
+    ns = tuple(nodes or ((1, 4, 8) if quick else (1, 2, 3, 4, 5, 6, 7, 8)))
+    records = records or (20_000 if quick else 100_000)
+    warm = warm_ms if warm_ms is not None else (0.1 if quick else 0.3)
+    win = measure_ms if measure_ms is not None else (0.3 if quick else 2.0)
+    slots, _ = spec_cache_slots(records)
+    points = [(f"{series}, YCSB {w.upper()}: {n} compute and {n} memory nodes x {threads} threads", system, w,
+               threads, {"records": records, "warm_ms": warm, "measure_ms": win, "qp_policy": policy, "smart": smart,
+                         "options": {"spec_cache": slots} if system == "smart-bt" else {"leaf_layout": SHERMAN_PLUS_LEAF},
+                         "memory_nodes": n, "compute_nodes": n})
+              for w in workloads for series, system, smart, policy in FIG12_SYSTEMS for n in ns]
+    got = iter(_fresh_points(points, prefixed(progress, "fig12def: "), jobs=jobs))
+    rows = []
+    for w in workloads:
+        last = {}
+        for series, *_ in FIG12_SYSTEMS:
+            art = SCALE_OUT_BTREE_ARTIFACT[(series, w)]
+            for n in ns:
+                m = last[series] = next(got)["mops"]
+                pub = art[n - 1] if n <= len(art) else None
+                rows.append(Row("fig12def", f"{series}, YCSB {w.upper()}", n, "Mops", m, pub,
+                                source=SCALE_OUT_BTREE_SOURCE.format(w) if pub is not None else None))
+        base = last["sherman"]
+        rows.append(Row("fig12def", f"smart-bt / sherman, YCSB {w.upper()}", ns[-1], "Mops ratio",
+                        last["smart-bt"] / base if base else None,
+                        SCALE_OUT_BTREE_PUBLISHED[w] if ns[-1] == 8 else None))
     return rows
 
 
@@ -794,6 +850,10 @@ FIGURES = [
     *[Figure(f"fig8{w}", "fig8", "Mops", f"Fig. 8{w}: SMART-HT's techniques one at a time, YCSB {w.upper()} ({name})",
              THREADS, "throughput (Mops)", series=tuple(f"{s}, {name}" for s, *_ in FIG8_SERIES))
       for w, name in _FIG7.items()],
+    *[Figure(f"fig12{k}", "fig12def", "Mops", f"Fig. 12{k}: B+-trees scaled out, YCSB {w.upper()}, zipf 0.99, "
+             "94 threads per compute node", "compute and memory nodes (n of each)", "throughput (Mops)",
+             series=tuple(f"{s}, YCSB {w.upper()}" for s, *_ in FIG12_SYSTEMS))
+      for k, w in (("e", "b"), ("f", "c"))],
     *[Figure(f"fig12{w}", "fig12", "Mops", f"Fig. 12{w}: B+-trees, YCSB {w.upper()}, zipf 0.99", THREADS,
              "throughput (Mops)", series=tuple(f"{s}, YCSB {w.upper()}" for s, *_ in FIG12_SYSTEMS))
       for w in ("b", "c")],
@@ -836,27 +896,28 @@ def fig11(quick: bool, progress, *, jobs: int = 1, **kw) -> list[Row]:
 
 
 EXPERIMENTS = {"fig3": fig3, "fig4": fig4, "fig5": fig5, "fig7": fig7, "fig7def": fig7def, "fig8": fig8, "fig9": fig9,
-               "fig10": fig10,
-               "fig11": fig11, "fig12": fig12, "fig13": fig13, "fig14": fig14, "table1": table1}
+               "fig10": fig10, "fig11": fig11, "fig12": fig12, "fig12def": fig12def, "fig13": fig13, "fig14": fig14,
+               "table1": table1}
 
 
 # the experiments made of fresh racks, which can run side by side (cluster.experiments.pointpool)
-SIDE_BY_SIDE = ("fig5", "fig7", "fig7def", "fig8", "fig9", "fig10", "fig11", "fig12", "fig13", "fig14", "table1")
+SIDE_BY_SIDE = ("fig5", "fig7", "fig7def", "fig8", "fig9", "fig10", "fig11", "fig12", "fig12def", "fig13", "fig14",
+                "table1")
 
 
 def setup(quick: bool) -> dict:
     """The racks of this reproduction, for the run record (cluster.experiments.provenance)."""
     warm, win = CONTENDED_MS[quick]
     return {"profile": "cx6-200g", "seed": 1,
-            "spec": "co-located racks: 1 compute node (1..96 threads x 8 coroutines; fig7def 1-6 of 96 threads), "
-                    "2 memory nodes; "
+            "spec": "co-located racks: 1 compute node (1..96 threads x 8 coroutines; fig7def 1-6 of 96 threads, "
+                    "fig12def 1-8 of 94 threads with as many memory nodes), 2 memory nodes; "
                     "a raw-verbs rig of 1 compute and 1 memory node for fig3, fig4, fig13, table1",
             "scale": f"{20_000 if quick else 100_000:,} keys (paper: 100 M); skewed updates measured for "
                      f"{win:g} ms after {warm:g} ms of warm-up (paper: 10 s runs); rig times x 1/{RIG_SCALE}"}
 
 
 EXPERIMENT = reproduction(
-    "smart", "SMART", title="SMART (ASPLOS'24): Fig. 3, 4, 5, 7 (a-f), 8, 9, 10, 11, 12, 13, 14 and Table 1",
+    "smart", "SMART", title="SMART (ASPLOS'24): Fig. 3, 4, 5, 7 (a-f), 8, 9, 10, 11, 12 (a-c, e-f), 13, 14 and Table 1",
     parts=EXPERIMENTS, side_by_side=SIDE_BY_SIDE, setup=setup, figures=FIGURES, profiles=("cx6-200g",),
     # what `dmrack sensitivity smart` runs per knob: Figs. 3 and 4 (doorbells, QPs, WQE cache: seconds)
     # and Fig. 5 (RACE's hot-key collapse, about 46 s) with --quick
