@@ -559,6 +559,20 @@ def spec_cache_slots(records: int) -> tuple[int, float]:
     return slots_for_hit_rate(record_masses(records, SMART_KEYS["zipfianitems"]), target), target
 
 
+def _btree_scenarios(quick: bool, records=None, warm_ms=None, measure_ms=None) -> tuple[int, float, dict]:
+    """The speculative cache (slots, expected hit rate) and the scenario keywords of a fig12 or
+    fig12def point of each series in :data:`FIG12_SYSTEMS`: keys, warm-up, window, QP policy,
+    SMART switches, and the tree's option (SMART-BT's cache, Sherman+'s per-line leaf)."""
+    records = records or (20_000 if quick else 100_000)
+    sizes = {"records": records, "warm_ms": warm_ms if warm_ms is not None else (0.1 if quick else 0.3),
+             "measure_ms": measure_ms if measure_ms is not None else (0.3 if quick else 2.0)}
+    slots, target = spec_cache_slots(records)
+    return slots, target, {
+        series: {**sizes, "qp_policy": policy, "smart": smart,
+                 "options": {"spec_cache": slots} if system == "smart-bt" else {"leaf_layout": SHERMAN_PLUS_LEAF}}
+        for series, system, smart, policy in FIG12_SYSTEMS}
+
+
 def fig12(quick: bool, progress, *, threads=None, records=None, warm_ms=None, measure_ms=None,
           workloads=("b", "c"), jobs: int = 1) -> list[Row]:
     """Sherman (QPs per thread, SMART off), Sherman with SMART-BT's speculative lookup only, and
@@ -566,19 +580,13 @@ def fig12(quick: bool, progress, *, threads=None, records=None, warm_ms=None, me
     node. Published (§6.2.3): SMART-BT is 1.8x (read-heavy) and 2.0x (read-only) Sherman+ at 94
     threads: speculative lookup reads a 64-byte entry instead of a 1 KB leaf, turning a
     bandwidth-bound workload IOPS-bound, and SMART's techniques lift the IOPS ceiling."""
-    records = records or (20_000 if quick else 100_000)
-    warm = warm_ms if warm_ms is not None else (0.1 if quick else 0.3)
-    win = measure_ms if measure_ms is not None else (0.3 if quick else 2.0)
     threads = tuple(threads or ((8, 32, 94) if quick else (8, 16, 32, 48, 64, 94)))
-    slots, target = spec_cache_slots(records)
-    progress(f"fig12: speculative cache of {slots} slots for {records} keys (expected hit rate {target:.2f}, "
-             f"as the artifact's 10^6 slots over 10^8 keys)")
+    slots, target, kw = _btree_scenarios(quick, records, warm_ms, measure_ms)
+    progress(f"fig12: speculative cache of {slots} slots for {kw['sherman']['records']} keys (expected hit rate "
+             f"{target:.2f}, as the artifact's 10^6 slots over 10^8 keys)")
     rows = []
-    points = [(f"{series}, YCSB {w.upper()}", system, w, threads,
-               {"records": records, "warm_ms": warm, "measure_ms": win, "qp_policy": policy, "smart": smart,
-                "options": {"spec_cache": slots} if system == "smart-bt" else {"leaf_layout": SHERMAN_PLUS_LEAF},
-                "memory_nodes": FIG12_MEMORY_NODES})
-              for w in workloads for series, system, smart, policy in FIG12_SYSTEMS]
+    points = [(f"{series}, YCSB {w.upper()}", system, w, threads, {**kw[series], "memory_nodes": FIG12_MEMORY_NODES})
+              for w in workloads for series, system, _, _ in FIG12_SYSTEMS]
     got = iter(map_points(_rack_points, points, jobs=jobs, progress=prefixed(progress, "fig12: "),
                           describe=lambda p: p[0]))
     for w in workloads:
@@ -621,15 +629,10 @@ def fig12def(quick: bool, progress, *, nodes=None, threads: int = 94, records=No
     SMART-BT / Sherman+ at the most nodes ("with 6,016 coroutines", eight nodes: 1.1x read-heavy,
     2.0x read-only)."""
     ns = tuple(nodes or ((1, 4, 8) if quick else (1, 2, 3, 4, 5, 6, 7, 8)))
-    records = records or (20_000 if quick else 100_000)
-    warm = warm_ms if warm_ms is not None else (0.1 if quick else 0.3)
-    win = measure_ms if measure_ms is not None else (0.3 if quick else 2.0)
-    slots, _ = spec_cache_slots(records)
+    _, _, kw = _btree_scenarios(quick, records, warm_ms, measure_ms)
     points = [(f"{series}, YCSB {w.upper()}: {n} compute and {n} memory nodes x {threads} threads", system, w,
-               threads, {"records": records, "warm_ms": warm, "measure_ms": win, "qp_policy": policy, "smart": smart,
-                         "options": {"spec_cache": slots} if system == "smart-bt" else {"leaf_layout": SHERMAN_PLUS_LEAF},
-                         "memory_nodes": n, "compute_nodes": n})
-              for w in workloads for series, system, smart, policy in FIG12_SYSTEMS for n in ns]
+               threads, {**kw[series], "memory_nodes": n, "compute_nodes": n})
+              for w in workloads for series, system, _, _ in FIG12_SYSTEMS for n in ns]
     got = iter(_fresh_points(points, prefixed(progress, "fig12def: "), jobs=jobs))
     rows = []
     for w in workloads:
