@@ -38,7 +38,11 @@ def test_verbs_rows_name_their_targets(monkeypatch):
     assert by["one process"].published == bs.TARGET_COROUTINE and by["raw verbs"].published == bs.TARGET_RAW
     assert by["two processes, default window"].emulated == 2000
     assert by["one process, depth 1"].x == "32 threads x depth 1"
-    assert all(r.metric == "verbs/s real" and r.emulated and r.emulated > 0 for r in rows)
+    assert all(r.metric == "verbs/s real" and r.emulated and r.emulated > 0 for r in rows if r.series != "one process / simpy")
+    if "simpy" in by:           # the coroutine loop against SimPy's model of it, beside the target ratio
+        ratio = by["one process / simpy"]
+        assert ratio.published == bs.TARGET_SIMPY_RATIO
+        assert ratio.emulated == round(by["one process"].emulated / by["simpy"].emulated, 2)
 
 
 def test_ycsb_rows_measure_a_whole_run():
@@ -60,6 +64,7 @@ def test_rack_rows_compare_processes_with_colocated(monkeypatch):
     monkeypatch.setattr(bs, "minimal_rack", fake)
     by = {r.series: r for r in bs.rack_rows(True, lambda msg: None)}
     assert by["processes / co-located"].emulated == 1.25 and all(r.experiment == "rack" for r in by.values())
+    assert by["processes / co-located"].published == bs.TARGET_PROCESSES_RATIO == 1.3
     assert by["as processes"].published == 800 and by["as processes, no spin"].emulated == 400
     assert (False, {"profile_overrides.sync.spin_us": 0}, 10) in calls
     assert by["rack time, co-located"].emulated == 50 and by["rack time, as processes"].emulated == 62
