@@ -72,6 +72,24 @@ def test_fig7def_scales_out_over_compute_nodes():
     assert got[("smart-ht / race, read-only", "largest", "Mops ratio")].published == 3.8
 
 
+def test_fig12_rows_carry_the_artifacts_points():
+    """Each thread count's Mops sits beside the artifact's (fig12-ycsb-*.csv) where it ran that
+    count; the ratios the text gives stay the text's, the others are the artifact's."""
+    rows = rs.fig12(True, lambda msg: None, threads=(1,), records=1_000, warm_ms=0.02, measure_ms=0.05,
+                    workloads=("a", "b"))
+    got = {(r.series, r.x, r.metric): r for r in rows}
+    for w in ("a", "b"):
+        for series, *_ in rs.FIG12_SYSTEMS:
+            row = got[(f"{series}, YCSB {w.upper()}", 1, "Mops")]
+            assert row.published == rs.FIG12_ARTIFACT[(series, w)][1] and "fig12-ycsb-" in row.source
+    assert got[("smart-bt / sherman, YCSB B", 1, "ratio")].published == rs.FIG12_PUBLISHED["b"]
+    write_heavy = got[("smart-bt / sherman, YCSB A", 1, "ratio")]
+    assert write_heavy.published == pytest.approx(0.438 / 0.421)
+    # write-heavy's updates queue on hot leaves for milliseconds: its racks warm up as fig7's A does
+    _, _, kw = rs._btree_scenarios(True, contended=True)
+    assert (kw["smart-bt"]["warm_ms"], kw["smart-bt"]["measure_ms"]) == rs.CONTENDED_MS[True]
+
+
 def test_fig12def_gives_each_compute_node_its_memory_node():
     """n compute and n memory nodes, as the artifact's scale-out script runs the B+-trees: two of
     each do more than one, and the rows carry the artifact's totals by n."""
