@@ -90,6 +90,21 @@ def test_fig12_rows_carry_the_artifacts_points():
     assert (kw["smart-bt"]["warm_ms"], kw["smart-bt"]["measure_ms"]) == rs.CONTENDED_MS[True]
 
 
+def test_fig13_rows_carry_the_artifacts_points():
+    """Fig. 13's Mops rows sit beside the artifact's fig13a.csv (by thread count) and fig13b.csv
+    (by batch, at 96 threads); fixed C_max = 8 is the model's own series, with nothing published."""
+    rows = rs.fig13(True, lambda msg: None, threads=(8, 96), depths=(4, 64), warm_us=10, window_us=20)
+    got = {(r.experiment, r.series, r.x, r.metric): r for r in rows}
+    for name in ("per-thread QP", "+ThdResAlloc", "+WorkReqThrot"):
+        assert got[("fig13a", name, 8, "Mops")].published == rs.FIG13A_ARTIFACT[name][8]
+    assert got[("fig13b", "+WorkReqThrot, 96 threads", 4, "Mops")].published == rs.FIG13B_ARTIFACT["+WorkReqThrot"][4]
+    assert got[("fig13b", "+WorkReqThrot, 96 threads", 64, "Mops")].published is None      # not in the artifact
+    assert got[("fig13b", "fixed C_max=8, 96 threads", 4, "Mops")].published is None
+    fall = got[("fig13a", "+ThdResAlloc", "≥56 threads", "min / peak")]
+    assert fall.published == pytest.approx(80.141 / 80.141)   # over 8 and 96 threads: 96 is both
+    assert fall.source and "fig13a" in fall.source
+
+
 def test_fig12def_gives_each_compute_node_its_memory_node():
     """n compute and n memory nodes, as the artifact's scale-out script runs the B+-trees: two of
     each do more than one, and the rows carry the artifact's totals by n."""
