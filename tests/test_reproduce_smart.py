@@ -90,6 +90,19 @@ def test_fig12_rows_carry_the_artifacts_points():
     assert (kw["smart-bt"]["warm_ms"], kw["smart-bt"]["measure_ms"]) == rs.CONTENDED_MS[True]
 
 
+def test_fig3_rows_carry_the_artifacts_points(monkeypatch):
+    """Each policy's Mops at each thread count sits beside the artifact's fig3a.csv (the text's 110
+    Mops where §3.2 gives it), in the verbs bench's rows and in the reproduction's."""
+    from cluster.experiments import bench_verbs as bv
+    monkeypatch.setattr(bv, "_onesided_closed_loop", lambda rig, **kw: 1.0 + kw["threads"])   # no runs
+    assert {series for series, *_ in bv.FIG3_POLICIES} == set(bv.FIG3_ARTIFACT)
+    got = {(r.series, r.x): r for r in rs.fig3(True, lambda msg: None) if r.metric == "Mops"}
+    assert got[("shared_qp", 16)].published == bv.FIG3_ARTIFACT["shared_qp"][16]
+    assert got[("shared_qp", 16)].source == bv.FIG3_SOURCE and got[("shared_qp", 16)].experiment == "fig3"
+    assert got[("multiplexed q=2", 24)].published == 14.368
+    assert got[("per_thread_doorbell", 96)].published == 110.0 and got[("per_thread_doorbell", 96)].source is None
+
+
 def test_fig13_rows_carry_the_artifacts_points():
     """Fig. 13's Mops rows sit beside the artifact's fig13a.csv (by thread count) and fig13b.csv
     (by batch, at 96 threads); fixed C_max = 8 is the model's own series, with nothing published."""

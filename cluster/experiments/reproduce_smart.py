@@ -46,6 +46,8 @@ change a figure.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from cluster.experiments.figures import Figure
 from cluster.experiments.pointpool import map_points
 from cluster.experiments.progress import prefixed
@@ -64,7 +66,8 @@ def fig4(quick: bool, progress) -> list[Row]:
 
 
 def _renamed(r: Row, experiment: str) -> Row:
-    return Row(experiment, r.series, r.x, r.metric, r.emulated, r.published)
+    """A verbs bench row as a row of this reproduction (its source and kind kept)."""
+    return replace(r, experiment=experiment)
 
 
 UPDATE_ONLY = {"readproportion": 0, "updateproportion": 1}
