@@ -103,6 +103,24 @@ def test_fig3_rows_carry_the_artifacts_points(monkeypatch):
     assert got[("per_thread_doorbell", 96)].published == 110.0 and got[("per_thread_doorbell", 96)].source is None
 
 
+def test_fig14_rows_carry_the_artifacts_points():
+    """Fig. 14's Mops sit beside the artifact's fig14.csv, its retries beside fig14bc.csv's counts
+    (attempts - 1 per update, and the share that retried); the text's 96-thread figures stand where
+    it gives them."""
+    rows = rs.fig14(True, lambda msg: None, **{**TINY["fig14"], "threads": (1,)})
+    got = {(r.series, r.metric): r for r in rows if r.x == 1}
+    assert got[("w/o ConflictAvoid", "Mops")].published == rs.FIG14_ARTIFACT["w/o ConflictAvoid"][1]
+    assert got[("+Backoff", "retries / update")].published == pytest.approx(1.017 - 1)
+    assert got[("+Backoff", "% updates retried")].published == pytest.approx(100 * (1 - 0.984))
+    assert got[("+Backoff", "% updates retried")].source == rs.FIG14BC_SOURCE
+    text = rs.fig14(True, lambda msg: None, **{**TINY["fig14"], "threads": (96,), "records": 300,
+                                                "warm_ms": 0.005, "measure_ms": 0.01})
+    at96 = {(r.series, r.metric): r for r in text if r.x == 96}
+    assert at96[("w/o ConflictAvoid", "retries / update")].published == 11.5          # the text's
+    assert at96[("+CoroThrot (SMART-HT)", "% updates retried")].published == 6.7
+    assert at96[("+Backoff", "retries / update")].published == pytest.approx(0.136)   # the artifact's
+
+
 def test_fig13_rows_carry_the_artifacts_points():
     """Fig. 13's Mops rows sit beside the artifact's fig13a.csv (by thread count) and fig13b.csv
     (by batch, at 96 threads); fixed C_max = 8 is the model's own series, with nothing published."""
