@@ -94,13 +94,17 @@ def test_fig3_rows_carry_the_artifacts_points(monkeypatch):
     """Each policy's Mops at each thread count sits beside the artifact's fig3a.csv (the text's 110
     Mops where §3.2 gives it), in the verbs bench's rows and in the reproduction's."""
     from cluster.experiments import bench_verbs as bv
-    monkeypatch.setattr(bv, "_onesided_closed_loop", lambda rig, **kw: 1.0 + kw["threads"])   # no runs
+    monkeypatch.setattr(bv, "_onesided_closed_loop", lambda rig, **kw: kw["threads"] + (0.5 if kw["op"] == "write" else 0))
     assert {series for series, *_ in bv.FIG3_POLICIES} == set(bv.FIG3_ARTIFACT)
     got = {(r.series, r.x): r for r in rs.fig3(True, lambda msg: None) if r.metric == "Mops"}
     assert got[("shared_qp", 16)].published == bv.FIG3_ARTIFACT["shared_qp"][16]
     assert got[("shared_qp", 16)].source == bv.FIG3_SOURCE and got[("shared_qp", 16)].experiment == "fig3"
     assert got[("multiplexed q=2", 24)].published == 14.368
     assert got[("per_thread_doorbell", 96)].published == 110.0 and got[("per_thread_doorbell", 96)].source is None
+    # Fig. 3(b): the same policies writing, series of their own beside fig3b.csv
+    write = got[("per_thread_qp, WRITE", 32)]
+    assert write.published == bv.FIG3B_ARTIFACT["per_thread_qp"][32] and write.source == bv.FIG3B_SOURCE
+    assert {s for s, _ in got} == set(bv.FIG3_ARTIFACT) | {f"{s}, WRITE" for s in bv.FIG3B_ARTIFACT}
 
 
 def test_fig14_rows_carry_the_artifacts_points():

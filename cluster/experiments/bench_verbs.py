@@ -8,7 +8,8 @@ Experiments (see docs/bench.md for how each maps onto the paper's setup):
 
 * ``flexkv-fig3``: RDMA_CAS, RDMA_WRITE, SEND/RECV and LOCAL_CAS at 8 B, 200 clients on 20 CNs and
   3 MNs (cx3-56g), as ratios to RDMA_CAS; RDMA_READ vs local read at 128 B.
-* ``smart-fig3``: 8 B READ throughput against threads at depth 8 for the four QP policies (cx6-200g).
+* ``smart-fig3``: 8 B READ and WRITE throughput against threads at depth 8 for the QP policies
+  (cx6-200g), beside the artifact's points (SMART's Fig. 3(a) and (b)).
 * ``smart-fig4``: READ and WRITE throughput against outstanding WRs per thread (cx6-200g, per-thread
   doorbells), beside the artifact's points.
 * ``latency``: depth-1 READ, WRITE and CAS against perftest/SMART numbers.
@@ -275,6 +276,20 @@ FIG3_ARTIFACT = {
                             56: 84.567, 64: 90.325, 72: 99.422, 80: 105.486, 88: 109.85, 96: 111.177},
 }
 FIG3_SOURCE = "SMART artifact ae/raw-reference/fig3a.csv"
+# the same for 8-byte WRITEs (fig3b.csv: rdma-write-*), SMART's Fig. 3(b)
+FIG3B_ARTIFACT = {
+    "shared_qp": {1: 1.8, 8: 0.558, 16: 0.43, 24: 0.395, 32: 0.349, 40: 0.314, 48: 0.269, 56: 0.257, 64: 0.266,
+                  72: 0.253, 80: 0.263, 88: 0.255, 96: 0.252},
+    "multiplexed q=2": {1: 1.81, 8: 5.053, 16: 9.606, 24: 13.109, 32: 20.155, 40: 19.072, 48: 19.598, 56: 25.195,
+                        64: 21.805, 72: 23.271, 80: 20.848, 88: 21.423, 96: 20.968},
+    "multiplexed q=4": {1: 1.848, 8: 1.276, 16: 2.417, 24: 3.413, 32: 5.602, 40: 5.706, 48: 8.647, 56: 7.867,
+                        64: 9.431, 72: 11.242, 80: 11.324, 88: 11.313, 96: 12.679},
+    "per_thread_qp": {1: 1.816, 8: 13.982, 16: 27.229, 24: 35.927, 32: 37.444, 40: 30.924, 48: 29.244, 56: 23.307,
+                      64: 23.565, 72: 21.465, 80: 20.45, 88: 19.667, 96: 19.133},
+    "per_thread_doorbell": {1: 1.704, 8: 13.882, 16: 27.256, 24: 39.073, 32: 50.329, 40: 59.882, 48: 68.782,
+                            56: 73.555, 64: 78.399, 72: 81.075, 80: 84.441, 88: 89.061, 96: 90.553},
+}
+FIG3B_SOURCE = "SMART artifact ae/raw-reference/fig3b.csv"
 
 
 def smart_fig3(quick: bool, progress) -> list[Row]:
@@ -283,24 +298,30 @@ def smart_fig3(quick: bool, progress) -> list[Row]:
     # (the artifact's fig3a.csv has it at 24: 39.0 against mul-2's 14.4 Mops), which 8 alone missed
     threads = (1, 8, 16, 24, 32, 64, 96) if quick else (1, 2, 4, 8, 16, 24, 32, 48, 64, 80, 96)
     warm, win = (15_000, 40_000) if quick else (30_000, 150_000)
-    rows = []
+    rows, write_rows = [], []
     peak = {}
-    expect(progress, len(FIG3_POLICIES) * len(threads))
-    for series, policy, q in FIG3_POLICIES:
-        for t in threads:
-            progress(f"smart-fig3 {series} {t} threads")
-            with Rig(prof, 1, 1) as rig:
-                mops = _onesided_closed_loop(rig, threads=t, depth=8, policy=policy, op="read", size=8,
-                                             warmup=warm, window=win, post_each=True, threads_per_qp=q)
-            advance(progress)
-            # the text's 110 Mops (§3.2) where it gives one, else the artifact's point
-            if policy == "per_thread_doorbell" and t == 96:
-                pub, src = 110.0, None
-            else:
-                pub = FIG3_ARTIFACT[series].get(t)
-                src = FIG3_SOURCE if pub is not None else None
-            rows.append(Row("smart-fig3", series, t, "Mops", round(mops, 2), pub, source=src))
-            peak.setdefault(series, {})[t] = mops
+    expect(progress, 2 * len(FIG3_POLICIES) * len(threads))
+    for op in ("read", "write"):          # Fig. 3(a), then (b): WRITEs as series of their own
+        for series, policy, q in FIG3_POLICIES:
+            for t in threads:
+                progress(f"smart-fig3 {series} {op.upper()} {t} threads")
+                with Rig(prof, 1, 1) as rig:
+                    mops = _onesided_closed_loop(rig, threads=t, depth=8, policy=policy, op=op, size=8,
+                                                 warmup=warm, window=win, post_each=True, threads_per_qp=q)
+                advance(progress)
+                if op == "write":
+                    pub = FIG3B_ARTIFACT[series].get(t)
+                    write_rows.append(Row("smart-fig3", f"{series}, WRITE", t, "Mops", round(mops, 2), pub,
+                                          source=FIG3B_SOURCE if pub is not None else None))
+                    continue
+                # the text's 110 Mops (§3.2) where it gives one, else the artifact's point
+                if policy == "per_thread_doorbell" and t == 96:
+                    pub, src = 110.0, None
+                else:
+                    pub = FIG3_ARTIFACT[series].get(t)
+                    src = FIG3_SOURCE if pub is not None else None
+                rows.append(Row("smart-fig3", series, t, "Mops", round(mops, 2), pub, source=src))
+                peak.setdefault(series, {})[t] = mops
     ptq = peak["per_thread_qp"]
     best_t = max(ptq, key=ptq.get)
     rows.append(Row("smart-fig3", "per_thread_qp", "peak threads", "threads", best_t, 32))
@@ -310,7 +331,7 @@ def smart_fig3(quick: bool, progress) -> list[Row]:
     others = [s for s, _, _ in FIG3_POLICIES if s not in ("per_thread_qp", "per_thread_doorbell")]
     gain = min(ptq[t] / peak[s][t] for t in below for s in others)
     rows.append(Row("smart-fig3", "per_thread_qp / best multiplexing", "< 32 threads", "min ratio", round(gain, 2), 2.4))
-    return rows
+    return rows + write_rows
 
 
 # SMART's artifact, 8-byte READs (fig4a.csv) and WRITEs (fig4b.csv) with a doorbell per thread, each
@@ -1024,7 +1045,9 @@ FIGURES = [
     Figure("latency", "latency", ("us (RTT)", "us (half RTT)"), "Unloaded latency of one verb, by profile", "verb",
            ("round trip (µs): READ, CAS", "half round trip (µs): WRITE, as perftest"), kind="bar"),
     Figure("smart-fig3", "smart-fig3", "Mops", "SMART Fig. 3: 8-byte READ throughput by QP policy (cx6-200g)",
-           "threads", "throughput (Mops)"),
+           "threads", "throughput (Mops)", series=tuple(s for s, *_ in FIG3_POLICIES)),
+    Figure("smart-fig3b", "smart-fig3", "Mops", "SMART Fig. 3(b): 8-byte WRITE throughput by QP policy (cx6-200g)",
+           "threads", "throughput (Mops)", series=tuple(f"{s}, WRITE" for s, *_ in FIG3_POLICIES)),
     Figure("smart-fig4", "smart-fig4", "Mops", "SMART Fig. 4: READ and WRITE throughput by outstanding WRs per thread",
            "outstanding WRs per thread", "throughput (Mops)", xlog=True, xbase=2),
     Figure("atomics", "atomics", "Mops", "Atomics: same-address CAS and random-address atomics", "clients",

@@ -15,7 +15,7 @@ before it (docs/smart.md, "Contended updates need a long warm-up").
 
 Experiments available now:
 
-* ``fig3``: 8-byte READ throughput by QP policy and thread count (the verbs bench's experiment);
+* ``fig3``: 8-byte READ and WRITE throughput by QP policy and thread count (the verbs bench's experiment);
 * ``fig4``: READ and WRITE throughput against outstanding work requests per thread;
 * ``fig5``: RACE update-only throughput and p99 by thread count (zipf 0.99) and by zipf parameter
   at 16 threads;
@@ -52,6 +52,7 @@ from cluster.experiments.figures import Figure
 from cluster.experiments.pointpool import map_points
 from cluster.experiments.progress import prefixed
 from cluster.experiments.rows import Row, reproduction
+from cluster.experiments.bench_verbs import FIG3_POLICIES
 from cluster.experiments.bench_ycsb import CONTENDED_MS, SMART_KEYS, UNCONTENDED_MS
 
 
@@ -949,7 +950,10 @@ def table1(quick: bool, progress, *, intervals_ms=None, duration_us=None, depth:
 THREADS = "threads (one compute node)"
 _FIG7 = {"a": "write-heavy", "b": "read-heavy", "c": "read-only"}
 FIGURES = [
-    Figure("fig3", "fig3", "Mops", "Fig. 3: 8-byte READ throughput by QP policy", THREADS, "throughput (Mops)"),
+    Figure("fig3", "fig3", "Mops", "Fig. 3(a): 8-byte READ throughput by QP policy", THREADS, "throughput (Mops)",
+           series=tuple(s for s, *_ in FIG3_POLICIES)),
+    Figure("fig3b", "fig3", "Mops", "Fig. 3(b): 8-byte WRITE throughput by QP policy", THREADS, "throughput (Mops)",
+           series=tuple(f"{s}, WRITE" for s, *_ in FIG3_POLICIES)),
     Figure("fig4", "fig4", "Mops", "Fig. 4: READ and WRITE throughput by outstanding work requests per thread",
            "outstanding WRs per thread", "throughput (Mops)", xlog=True, xbase=2),
     Figure("fig5a", "fig5", ("Mops", "p99 µs"), "Fig. 5a: RACE, 100 % updates, zipf 0.99, by thread count",
