@@ -590,6 +590,11 @@ def spec_cache_slots(records: int) -> tuple[int, float]:
     return slots_for_hit_rate(record_masses(records, SMART_KEYS["zipfianitems"]), target), target
 
 
+# the B+-trees' read-heavy and read-only warm-up and window (ms; quick, full): they settle within a
+# fraction of a millisecond, and 94 threads of them are the dearest points of the part
+BTREE_UNCONTENDED_MS = {True: (0.1, 0.3), False: (0.3, 2.0)}
+
+
 def _btree_scenarios(quick: bool, records=None, warm_ms=None, measure_ms=None,
                      contended: bool = False) -> tuple[int, float, dict]:
     """The speculative cache (slots, expected hit rate) and the scenario keywords of a fig12 or
@@ -599,7 +604,7 @@ def _btree_scenarios(quick: bool, records=None, warm_ms=None, measure_ms=None,
     the rate settles (:data:`CONTENDED_MS`; SMART-BT at 94 threads: 12.9 Mops after 0.1 ms of
     warm-up, 9.6 after 2, 7.1 after 6, 6.2 after 15), where B and C settle within a fraction of one."""
     records = records or (20_000 if quick else 100_000)
-    warm, win = (CONTENDED_MS if contended else {True: (0.1, 0.3), False: (0.3, 2.0)})[quick]
+    warm, win = (CONTENDED_MS if contended else BTREE_UNCONTENDED_MS)[quick]
     sizes = {"records": records, "warm_ms": warm_ms if warm_ms is not None else warm,
              "measure_ms": measure_ms if measure_ms is not None else win}
     slots, target = spec_cache_slots(records)
