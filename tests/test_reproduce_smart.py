@@ -90,6 +90,17 @@ def test_fig12_rows_carry_the_artifacts_points():
     assert (kw["smart-bt"]["warm_ms"], kw["smart-bt"]["measure_ms"]) == rs.CONTENDED_MS[True]
 
 
+def test_fig7_peak_ratios_are_the_texts_or_the_artifacts():
+    """Write-heavy's ratio of the peaks is the text's (5.7 / 2.8); read-only's, where the text only
+    bounds RACE from above, the artifact's over the same thread counts."""
+    rows = rs.fig7(True, lambda msg: None, **{**TINY["fig7"], "threads": (1, 8)})
+    got = {r.series: r for r in rows if r.metric == "ratio"}
+    assert got["smart-ht / race, write-heavy"].published == pytest.approx(5.7 / 2.8)
+    art = {s: max(rs.HASH_TABLE_ARTIFACT[(s, "c")][t] for t in (1, 8)) for s in ("race", "smart-ht")}
+    read_only = got["smart-ht / race, read-only"]
+    assert read_only.published == pytest.approx(art["smart-ht"] / art["race"]) and "fig8-ycsb-c" in read_only.source
+
+
 def test_fig3_rows_carry_the_artifacts_points(monkeypatch):
     """Each policy's Mops at each thread count sits beside the artifact's fig3a.csv (the text's 110
     Mops where §3.2 gives it), in the verbs bench's rows and in the reproduction's."""
