@@ -88,6 +88,8 @@ def test_fig12_rows_carry_the_artifacts_points():
     # write-heavy's updates queue on hot leaves for milliseconds: its racks warm up as fig7's A does
     _, _, kw = rs._btree_scenarios(True, contended=True)
     assert (kw["smart-bt"]["warm_ms"], kw["smart-bt"]["measure_ms"]) == rs.CONTENDED_MS[True]
+    # SMART's B+-tree code releases a lock with a WRITE of its own once the write-back completed
+    assert all(k["options"]["combine"] is False for k in kw.values())
 
 
 def test_fig7_peak_ratios_are_the_texts_or_the_artifacts():

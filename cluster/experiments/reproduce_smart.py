@@ -600,6 +600,10 @@ def spec_cache_slots(records: int) -> tuple[int, float]:
     return slots_for_hit_rate(record_masses(records, SMART_KEYS["zipfianitems"]), target), target
 
 
+# SMART's B+-tree code (btree/btree.cpp, its Sherman+ and SMART-BT alike) writes an entry back with a
+# synchronous WRITE and then releases the lock with a second one (HOCL_unlock, Option::Sync): the
+# unlock is not combined into the write-back's doorbell as Sherman's own code does
+BTREE_OPTIONS = {"combine": False}
 # the B+-trees' read-heavy and read-only warm-up and window (ms; quick, full): they settle within a
 # fraction of a millisecond, and 94 threads of them are the dearest points of the part
 BTREE_UNCONTENDED_MS = {True: (0.1, 0.3), False: (0.3, 2.0)}
@@ -620,7 +624,8 @@ def _btree_scenarios(quick: bool, records=None, warm_ms=None, measure_ms=None,
     slots, target = spec_cache_slots(records)
     return slots, target, {
         series: {**sizes, "qp_policy": policy, "smart": smart,
-                 "options": {"spec_cache": slots} if system == "smart-bt" else {"leaf_layout": SHERMAN_PLUS_LEAF}}
+                 "options": {**({"spec_cache": slots} if system == "smart-bt" else {"leaf_layout": SHERMAN_PLUS_LEAF}),
+                             **BTREE_OPTIONS}}
         for series, system, smart, policy in FIG12_SYSTEMS}
 
 
