@@ -152,7 +152,10 @@ def test_a_get_that_skips_its_checksum_returns_torn_values_co_located(monkeypatc
 
 def test_dmrack_check_heavy_catches_lock_ht_skipping_its_checksum(tmp_path):
     """``dmrack check --heavy`` from outside the package: lock-ht passes; with
-    ``fault=skip-checksum`` the process stress (values up to 1000 B, 16 lines) sees torn values."""
+    ``fault=skip-checksum`` the torn values (values up to 1000 B, 16 lines) are caught by the
+    heavy history's conformance check, a co-located rack and so the same on every run. The process
+    stress, a rack of processes that the OS interleaves, catches them on most runs but not all (a CI
+    run of 2026-11-30 found its history linearizable); when it does, it names the value."""
     r = _dmrack("check", "--system", LOCKHT, "--heavy", "--json", str(tmp_path / "ok.json"), cwd=tmp_path,
                 pythonpath=PLUGIN_DIR, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -160,7 +163,10 @@ def test_dmrack_check_heavy_catches_lock_ht_skipping_its_checksum(tmp_path):
                 str(tmp_path / "bad.json"), cwd=tmp_path, pythonpath=PLUGIN_DIR, timeout=300)
     verdict = json.loads((tmp_path / "bad.json").read_text())
     assert r.returncode == 1 and not verdict["passed"], r.stdout
-    assert "NOT linearizable" in r.stdout and "which no operation on key" in r.stdout
+    failed = {c["name"]: c["detail"] for c in verdict["suite"] if not c["passed"]}
+    assert "history_heavy" in failed and "wrote" in failed["history_heavy"], failed
+    if verdict["stress"] == "illegal":
+        assert "NOT linearizable" in r.stdout and "which no operation on key" in r.stdout
 
 
 def test_dmrack_check_on_the_example_plugin(tmp_path):
