@@ -86,7 +86,7 @@ def test_fig12_rows_carry_the_artifacts_points():
     write_heavy = got[("smart-bt / sherman, YCSB A", 1, "ratio")]
     assert write_heavy.published == pytest.approx(0.438 / 0.421)
     # write-heavy's updates queue on hot leaves for milliseconds: its racks warm up as fig7's A does
-    _, _, kw = rs._btree_scenarios(True, contended=True)
+    kw = rs._btree_scenarios(True, ("a",))[2]["a"]
     assert (kw["smart-bt"]["warm_ms"], kw["smart-bt"]["measure_ms"]) == rs.CONTENDED_MS[True]
     # SMART's B+-tree code releases a lock with a WRITE of its own once the write-back completed
     assert all(k["options"]["combine"] is False for k in kw.values())

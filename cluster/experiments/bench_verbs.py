@@ -32,7 +32,7 @@ import numpy as np
 
 from cluster.experiments.figures import Figure
 from cluster.experiments.progress import advance, expect
-from cluster.experiments.rows import Row, bench
+from cluster.experiments.rows import Row, beside, bench
 from shm.sim.env import Environment
 from shm.coro import NodeRdma
 from shm.fabric import REGION_DEVICE, REGION_HOST, Fabric, NodeSpec, gaddr
@@ -298,10 +298,12 @@ def smart_fig3(quick: bool, progress) -> list[Row]:
     # (the artifact's fig3a.csv has it at 24: 39.0 against mul-2's 14.4 Mops), which 8 alone missed
     threads = (1, 8, 16, 24, 32, 64, 96) if quick else (1, 2, 4, 8, 16, 24, 32, 48, 64, 80, 96)
     warm, win = (15_000, 40_000) if quick else (30_000, 150_000)
-    rows, write_rows = [], []
+    rows, write_rows = [], []             # the READ summaries below follow the READ points
     peak = {}
     expect(progress, 2 * len(FIG3_POLICIES) * len(threads))
-    for op in ("read", "write"):          # Fig. 3(a), then (b): WRITEs as series of their own
+    # Fig. 3(a), then (b): WRITEs as series of their own
+    for op, suffix, artifact, source, out in (("read", "", FIG3_ARTIFACT, FIG3_SOURCE, rows),
+                                              ("write", ", WRITE", FIG3B_ARTIFACT, FIG3B_SOURCE, write_rows)):
         for series, policy, q in FIG3_POLICIES:
             for t in threads:
                 progress(f"smart-fig3 {series} {op.upper()} {t} threads")
@@ -309,19 +311,12 @@ def smart_fig3(quick: bool, progress) -> list[Row]:
                     mops = _onesided_closed_loop(rig, threads=t, depth=8, policy=policy, op=op, size=8,
                                                  warmup=warm, window=win, post_each=True, threads_per_qp=q)
                 advance(progress)
-                if op == "write":
-                    pub = FIG3B_ARTIFACT[series].get(t)
-                    write_rows.append(Row("smart-fig3", f"{series}, WRITE", t, "Mops", round(mops, 2), pub,
-                                          source=FIG3B_SOURCE if pub is not None else None))
-                    continue
-                # the text's 110 Mops (§3.2) where it gives one, else the artifact's point
-                if policy == "per_thread_doorbell" and t == 96:
-                    pub, src = 110.0, None
-                else:
-                    pub = FIG3_ARTIFACT[series].get(t)
-                    src = FIG3_SOURCE if pub is not None else None
-                rows.append(Row("smart-fig3", series, t, "Mops", round(mops, 2), pub, source=src))
-                peak.setdefault(series, {})[t] = mops
+                pub = beside(artifact[series], t, source)
+                if op == "read" and policy == "per_thread_doorbell" and t == 96:
+                    pub = {"published": 110.0, "source": None}     # the text's (§3.2)
+                out.append(Row("smart-fig3", f"{series}{suffix}", t, "Mops", round(mops, 2), **pub))
+                if op == "read":
+                    peak.setdefault(series, {})[t] = mops
     ptq = peak["per_thread_qp"]
     best_t = max(ptq, key=ptq.get)
     rows.append(Row("smart-fig3", "per_thread_qp", "peak threads", "threads", best_t, 32))
@@ -377,11 +372,10 @@ def smart_fig4(quick: bool, progress) -> list[Row]:
                                                  warmup=warm, window=win, post_each=True)
                 advance(progress)
                 got[(op, t, d)] = mops
-                pub = FIG4_ARTIFACT[op].get((t, d))
-                source = FIG4_SOURCE.format("a" if op == "read" else "b") if pub is not None else None
+                pub = beside(FIG4_ARTIFACT[op], (t, d), FIG4_SOURCE.format("a" if op == "read" else "b"))
                 if (op, t, d) == ("read", 36, 32):
-                    pub, source = 101.0, "SMART §3.2"
-                rows.append(Row("smart-fig4", f"{t} threads{name}", d, "Mops", round(mops, 2), pub, source=source))
+                    pub = {"published": 101.0, "source": "SMART §3.2"}
+                rows.append(Row("smart-fig4", f"{t} threads{name}", d, "Mops", round(mops, 2), **pub))
     if ("read", 96, 8) in got and ("read", 96, 32) in got:
         rows.append(Row("smart-fig4", "96 threads", "d32/d8", "ratio",
                         round(got[("read", 96, 32)] / got[("read", 96, 8)], 3), 0.495))

@@ -1,8 +1,9 @@
 """``dmrack reproduce smart``: SMART (ASPLOS'24) experiments at reduced scale, published beside emulated.
 
 Every experiment runs co-located racks (deterministic) on the ``cx6-200g`` profile, one compute
-node (fig7def: one to six; fig12def: one to eight, with as many memory nodes) and one or two memory nodes as in the paper's setups, and prints rows of
-(experiment, series, x, metric, emulated, published) like ``dmrack bench``. Reduced scale means
+node (fig7def: one to six; fig12def: one to eight, with as many memory nodes) and one or two
+memory nodes as in the paper's setups, and prints rows of (experiment, series, x, metric, emulated,
+published) like ``dmrack bench``. Reduced scale means
 fewer keys (tens of thousands instead of 100 M), windows of a few virtual milliseconds instead of
 seconds, and fewer points per curve; docs/smart.md says where that moves a figure.
 
@@ -51,7 +52,7 @@ from dataclasses import replace
 from cluster.experiments.figures import Figure
 from cluster.experiments.pointpool import map_points
 from cluster.experiments.progress import prefixed
-from cluster.experiments.rows import Row, reproduction
+from cluster.experiments.rows import Row, beside, reproduction
 from cluster.experiments.bench_verbs import FIG3_POLICIES
 from cluster.experiments.bench_ycsb import CONTENDED_MS, SMART_KEYS, UNCONTENDED_MS
 
@@ -331,9 +332,8 @@ def fig7(quick: bool, progress, *, threads=None, records=None, warm_ms=None, mea
             series = f"{system}, {FIG7_WORKLOADS[w]}"
             artifact = HASH_TABLE_ARTIFACT[(system, w)]
             for p in pts:
-                pub = artifact.get(p["threads"])
-                rows.append(Row("fig7", series, p["threads"], "Mops", p["mops"], pub,
-                                source=HASH_TABLE_SOURCE.format(w) if pub is not None else None))
+                rows.append(Row("fig7", series, p["threads"], "Mops", p["mops"],
+                                **beside(artifact, p["threads"], HASH_TABLE_SOURCE.format(w))))
             best = max(pts, key=lambda p: p["mops"])
             peaks[(system, w)] = best["mops"]
             pub_mops, pub_t = FIG7_PUBLISHED[(system, w)]
@@ -400,9 +400,8 @@ def fig7def(quick: bool, progress, *, compute_nodes=None, threads: int = SCALE_O
             artifact = SCALE_OUT_ARTIFACT[(system, w)]
             for n in cns:
                 m = mops[(system, w, n)] = next(got)["mops"]
-                pub = artifact.get(n)
-                rows.append(Row("fig7def", f"{system}, {FIG7_WORKLOADS[w]}", n, "Mops", m, pub,
-                                source=SCALE_OUT_SOURCE.format(w) if pub is not None else None))
+                rows.append(Row("fig7def", f"{system}, {FIG7_WORKLOADS[w]}", n, "Mops", m,
+                                **beside(artifact, n, SCALE_OUT_SOURCE.format(w))))
         lo, hi = cns[0], cns[-1]
         if hi > lo:
             # how the total moves from the fewest compute nodes to the most (above 1: it grows)
@@ -462,9 +461,8 @@ def fig8(quick: bool, progress, *, threads=None, records=None, warm_ms=None, mea
             for t in threads:
                 p = next(got)
                 mops[(series, w, t)] = p["mops"]
-                pub = artifact.get(t)
-                rows.append(Row("fig8", f"{series}, {FIG7_WORKLOADS[w]}", t, "Mops", p["mops"], pub,
-                                source=HASH_TABLE_SOURCE.format(w) if pub is not None else None))
+                rows.append(Row("fig8", f"{series}, {FIG7_WORKLOADS[w]}", t, "Mops", p["mops"],
+                                **beside(artifact, t, HASH_TABLE_SOURCE.format(w))))
     # the text's two effects, as ratios the artifact's points give (direction: which is larger)
     if "a" in workloads and 32 in threads:
         art = HASH_TABLE_ARTIFACT[("+WorkReqThrot", "a")][32] / HASH_TABLE_ARTIFACT[("+ThdResAlloc", "a")][32]
@@ -609,24 +607,28 @@ BTREE_OPTIONS = {"combine": False}
 BTREE_UNCONTENDED_MS = {True: (0.1, 0.3), False: (0.3, 2.0)}
 
 
-def _btree_scenarios(quick: bool, records=None, warm_ms=None, measure_ms=None,
-                     contended: bool = False) -> tuple[int, float, dict]:
+def _btree_scenarios(quick: bool, workloads, records=None, warm_ms=None,
+                     measure_ms=None) -> tuple[int, float, dict]:
     """The speculative cache (slots, expected hit rate) and the scenario keywords of a fig12 or
-    fig12def point of each series in :data:`FIG12_SYSTEMS`: keys, warm-up, window, QP policy,
-    SMART switches, and the tree's option (SMART-BT's cache, Sherman+'s per-line leaf).
-    ``contended``: YCSB A, whose updates queue on the hot leaves' locks for milliseconds before
-    the rate settles (:data:`CONTENDED_MS`; SMART-BT at 94 threads: 12.9 Mops after 0.1 ms of
-    warm-up, 9.6 after 2, 7.1 after 6, 6.2 after 15), where B and C settle within a fraction of one."""
+    fig12def point, by workload and then by series of :data:`FIG12_SYSTEMS`: keys, warm-up, window,
+    QP policy, SMART switches, and the tree's options (SMART-BT's cache, Sherman+'s per-line leaf,
+    :data:`BTREE_OPTIONS`). YCSB A warms up as a contended workload: its updates queue on the hot
+    leaves' locks for milliseconds before the rate settles (:data:`CONTENDED_MS`; SMART-BT at 94
+    threads: 12.9 Mops after 0.1 ms of warm-up, 9.6 after 2, 7.1 after 6, 6.2 after 15), where B and
+    C settle within a fraction of one."""
     records = records or (20_000 if quick else 100_000)
-    warm, win = (CONTENDED_MS if contended else BTREE_UNCONTENDED_MS)[quick]
-    sizes = {"records": records, "warm_ms": warm_ms if warm_ms is not None else warm,
-             "measure_ms": measure_ms if measure_ms is not None else win}
     slots, target = spec_cache_slots(records)
+
+    def sizes(w: str) -> dict:
+        warm, win = (CONTENDED_MS if w == "a" else BTREE_UNCONTENDED_MS)[quick]
+        return {"records": records, "warm_ms": warm_ms if warm_ms is not None else warm,
+                "measure_ms": measure_ms if measure_ms is not None else win}
     return slots, target, {
-        series: {**sizes, "qp_policy": policy, "smart": smart,
-                 "options": {**({"spec_cache": slots} if system == "smart-bt" else {"leaf_layout": SHERMAN_PLUS_LEAF}),
-                             **BTREE_OPTIONS}}
-        for series, system, smart, policy in FIG12_SYSTEMS}
+        w: {series: {**sizes(w), "qp_policy": policy, "smart": smart,
+                     "options": {**({"spec_cache": slots} if system == "smart-bt"
+                                    else {"leaf_layout": SHERMAN_PLUS_LEAF}), **BTREE_OPTIONS}}
+            for series, system, smart, policy in FIG12_SYSTEMS}
+        for w in workloads}
 
 
 def fig12(quick: bool, progress, *, threads=None, records=None, warm_ms=None, measure_ms=None,
@@ -641,13 +643,13 @@ def fig12(quick: bool, progress, *, threads=None, records=None, warm_ms=None, me
     that of Sherman+" (the artifact: 1.16x at 94 threads). A ratio the text does not give is the
     artifact's at the same thread count."""
     threads = tuple(threads or ((8, 32, 94) if quick else (8, 16, 32, 48, 64, 94)))
-    slots, target, kw = _btree_scenarios(quick, records, warm_ms, measure_ms)
-    _, _, kw_a = _btree_scenarios(quick, records, warm_ms, measure_ms, contended=True)
-    progress(f"fig12: speculative cache of {slots} slots for {kw['sherman']['records']} keys (expected hit rate "
-             f"{target:.2f}, as the artifact's 10^6 slots over 10^8 keys)")
+    slots, target, kw = _btree_scenarios(quick, workloads, records, warm_ms, measure_ms)
+    keys = kw[workloads[0]]["sherman"]["records"]
+    progress(f"fig12: speculative cache of {slots} slots for {keys} keys (expected hit rate {target:.2f}, as the "
+             f"artifact's 10^6 slots over 10^8 keys)")
     rows = []
     points = [(f"{series}, YCSB {w.upper()}", system, w, threads,
-               {**(kw_a if w == "a" else kw)[series], "memory_nodes": FIG12_MEMORY_NODES})
+               {**kw[w][series], "memory_nodes": FIG12_MEMORY_NODES})
               for w in workloads for series, system, _, _ in FIG12_SYSTEMS]
     # the write-heavy racks run longest (their warm-up is milliseconds): start them first
     got = iter(map_points(_rack_points, points, jobs=jobs, progress=prefixed(progress, "fig12: "),
@@ -658,9 +660,8 @@ def fig12(quick: bool, progress, *, threads=None, records=None, warm_ms=None, me
             pts = next(got)
             art = FIG12_ARTIFACT[(series, w)]
             for p in pts:
-                pub = art.get(p["threads"])
-                rows.append(Row("fig12", f"{series}, YCSB {w.upper()}", p["threads"], "Mops", p["mops"], pub,
-                                source=FIG12_SOURCE.format(w) if pub is not None else None))
+                rows.append(Row("fig12", f"{series}, YCSB {w.upper()}", p["threads"], "Mops", p["mops"],
+                                **beside(art, p["threads"], FIG12_SOURCE.format(w))))
             at_max[series] = pts[-1]["mops"]
         base = at_max["sherman"]
         for series in ("sherman + speculative lookup", "smart-bt"):
@@ -700,21 +701,20 @@ def fig12def(quick: bool, progress, *, nodes=None, threads: int = 94, records=No
     SMART-BT / Sherman+ at the most nodes ("with 6,016 coroutines", eight nodes: 1.1x read-heavy,
     2.0x read-only)."""
     ns = tuple(nodes or ((1, 4, 8) if quick else (1, 2, 3, 4, 5, 6, 7, 8)))
-    _, _, kw = _btree_scenarios(quick, records, warm_ms, measure_ms)
+    _, _, kw = _btree_scenarios(quick, workloads, records, warm_ms, measure_ms)
     points = [(f"{series}, YCSB {w.upper()}: {n} compute and {n} memory nodes x {threads} threads", system, w,
-               threads, {**kw[series], "memory_nodes": n, "compute_nodes": n})
+               threads, {**kw[w][series], "memory_nodes": n, "compute_nodes": n})
               for w in workloads for series, system, _, _ in FIG12_SYSTEMS for n in ns]
     got = iter(_fresh_points(points, prefixed(progress, "fig12def: "), jobs=jobs))
     rows = []
     for w in workloads:
         last = {}
         for series, *_ in FIG12_SYSTEMS:
-            art = SCALE_OUT_BTREE_ARTIFACT[(series, w)]
+            art = dict(enumerate(SCALE_OUT_BTREE_ARTIFACT[(series, w)], start=1))    # n nodes -> Mops
             for n in ns:
                 m = last[series] = next(got)["mops"]
-                pub = art[n - 1] if n <= len(art) else None
-                rows.append(Row("fig12def", f"{series}, YCSB {w.upper()}", n, "Mops", m, pub,
-                                source=SCALE_OUT_BTREE_SOURCE.format(w) if pub is not None else None))
+                rows.append(Row("fig12def", f"{series}, YCSB {w.upper()}", n, "Mops", m,
+                                **beside(art, n, SCALE_OUT_BTREE_SOURCE.format(w))))
         base = last["sherman"]
         rows.append(Row("fig12def", f"smart-bt / sherman, YCSB {w.upper()}", ns[-1], "Mops ratio",
                         last["smart-bt"] / base if base else None,
@@ -775,9 +775,8 @@ def fig13(quick: bool, progress, *, threads=None, depths=None, warm_us=None, win
     for name, policy, smart in configs:
         for t in threads:
             got[(name, t)] = m = next(measured)
-            pub = FIG13A_ARTIFACT[name].get(t)
-            rows.append(Row("fig13a", name, t, "Mops", m, pub,
-                            source=FIG13_SOURCE.format("fig13a") if pub is not None else None))
+            rows.append(Row("fig13a", name, t, "Mops", m,
+                            **beside(FIG13A_ARTIFACT[name], t, FIG13_SOURCE.format("fig13a"))))
     rows.append(Row("fig13a", "+ThdResAlloc", "peak", "Mops", max(got[("+ThdResAlloc", t)] for t in threads), 110.0))
     thr = [got[("+WorkReqThrot", t)] for t in threads]
     hi = [t for t in threads if t >= 56]
@@ -800,9 +799,10 @@ def fig13(quick: bool, progress, *, threads=None, depths=None, warm_us=None, win
     for name, smart in configs_b:
         for d in depths:
             best_b[(name, d)] = m = next(measured)
-            pub = FIG13B_ARTIFACT.get(name, {}).get(d) if t96 == 96 else None
-            rows.append(Row("fig13b", f"{name}, {t96} threads", d, "Mops", m, pub,
-                            source=FIG13_SOURCE.format("fig13b") if pub is not None else None))
+            # the artifact's batches ran 96 threads
+            art = FIG13B_ARTIFACT.get(name, {}) if t96 == 96 else {}
+            rows.append(Row("fig13b", f"{name}, {t96} threads", d, "Mops", m,
+                            **beside(art, d, FIG13_SOURCE.format("fig13b"))))
     above8 = [d for d in depths if d > 8]
     if above8:
         wins = sum(best_b[("+WorkReqThrot", d)] >= 0.99 * best_b[("+ThdResAlloc", d)] for d in above8)
@@ -906,8 +906,8 @@ def fig14(quick: bool, progress, *, threads=None, records=None, warm_ms=None, me
                 pub_r, src_r = bc[0] - 1, FIG14BC_SOURCE
             if pub_q is None and bc is not None:
                 pub_q, src_q = 100 * (1 - bc[1]), FIG14BC_SOURCE
-            pub = FIG14_ARTIFACT.get(name, {}).get(t)
-            rows.append(Row("fig14", name, t, "Mops", p["mops"], pub, source=FIG14_SOURCE if pub is not None else None))
+            rows.append(Row("fig14", name, t, "Mops", p["mops"],
+                            **beside(FIG14_ARTIFACT.get(name, {}), t, FIG14_SOURCE)))
             rows.append(Row("fig14", name, t, "retries / update", p["retries"] / upd if upd else None, pub_r,
                             source=src_r))
             rows.append(Row("fig14", name, t, "% updates retried", 100 * p["retried"] / upd if upd else None, pub_q,

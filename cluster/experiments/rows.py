@@ -62,6 +62,14 @@ class Row:
             raise ValueError(f"row kind {self.kind!r} is not one of {', '.join(KINDS)}")
 
 
+def beside(points, key, source: str) -> dict:
+    """The ``published`` and ``source`` of a :class:`Row` whose point a published table may hold
+    (an artifact's CSV by thread count, say): the table's value at ``key`` and where it comes from,
+    or neither where the table has no such point. ``Row(..., emulated, **beside(table, t, SOURCE))``."""
+    pub = points.get(key)
+    return {"published": pub, "source": source if pub is not None else None}
+
+
 def scale_row(experiment: str, series: str, x, metric: str, emulated, published=None) -> Row:
     """A row that states the run's scale beside the paper's (``kind = "scale"``: no verdict)."""
     return Row(experiment, series, x, metric, emulated, published, kind="scale")
