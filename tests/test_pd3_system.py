@@ -256,3 +256,31 @@ def test_reading_a_page_costs_its_lines_streamed_not_one_latency_each():
     assert round(c.dma_line_ns) < page < 64 * c.dma_line_ns           # 64 lines, streamed behind the first
     assert copy_ns(bf3, 4096, first="memory") - page == round(c.memory_ns - c.dma_line_ns)
     assert copy_ns(bf3, 0) == 0
+
+
+def test_the_latency_ranges_are_over_all_four_figures_and_each_figure_gives_a_direction(monkeypatch):
+    """§8.2's "1.5x to 11x ... across all the applications": a figure's own cut is a direction row
+    (PD3 the lowest, no verdict), the smallest and largest over every figure's points sit beside
+    the range's ends (``latency-range``). Synthetic points: PD3 at 10 us everywhere, the others at
+    a per-figure multiple."""
+    from cluster.experiments.rows import verdict
+    cut = {"pages": 1.2, "garnet": 3.0}
+
+    def fake_points(specs, progress, jobs, quick, shared):
+        out = {}
+        for s in specs:
+            mode, app = s[0], s[3]
+            conns = dict(s[4]).get("client_threads", 1) if len(s) > 4 else 1
+            k = cut.get(app, 2.0 * conns)                  # the hash map: 2x at 1 connection, 16x at 8
+            base = 10.0 if mode == "pd3" else 10.0 * k * (1.5 if mode == "sync" else 1.0)
+            out[s] = {"p50": base, "p99": 2 * base}
+        return out
+    monkeypatch.setattr(rp, "_points", fake_points)
+    rows = {(r.experiment, r.series): r for r in rp.latency_range(True, None)}
+    assert rows["latency-range", "best other p50 / PD3 p50, smallest"].emulated == 1.2     # the page server
+    assert rows["latency-range", "worst other p50 / PD3 p50, largest"].emulated == 24.0    # 8 connections, sync
+    assert rows["latency-range", "best other p50 / PD3 p50, smallest"].published == 1.5
+    fig16 = {r.series: r for r in rp.fig16(True, None)}
+    best = fig16["best other p50 / PD3 p50"]
+    assert best.kind == "direction" and best.emulated == 1.2 and verdict(vars(best)) is None
+    assert fig16["worst other p50 / PD3 p50"].published is None

@@ -170,3 +170,16 @@ def test_scale_rows_state_the_setup_and_are_not_counted_as_fidelity():
     assert not is_scale(old) and verdict(old) == "within"
     with pytest.raises(ValueError, match="row kind 'setup'"):
         Row("x", "s", 1, "m", 1.0, kind="setup")
+
+
+def test_direction_rows_have_a_direction_and_no_verdict():
+    """A point of which the paper states only the side of 1 (one figure inside a range the text gives
+    over several) is held or not held, never within or outside, and counts keep it apart."""
+    from cluster.experiments.rows import Row, direction_row, verdict
+    from dataclasses import asdict
+    inside = asdict(direction_row("fig16", "best other p50 / PD3 p50", "p50", "ratio", 2.4, 1.5))
+    wrong_side = asdict(direction_row("fig16", "Redy p50 / sync RDMA p50", "p50", "ratio", 0.8, 2.2))
+    result = asdict(Row("latency-range", "best other p50 / PD3 p50, smallest", "-", "ratio", 1.4, 1.5))
+    assert verdict(inside) is None and direction(inside) == "held" and direction(wrong_side) == "not held"
+    c = counts([inside, wrong_side, result])
+    assert (c["published"], c["within"], c["direction"], c["directions"], c["held"]) == (1, 1, 2, 3, 2)

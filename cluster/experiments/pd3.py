@@ -18,8 +18,9 @@ map's measured as the artifact's latency client does, batches of 250 requests pe
 ``fig18`` (PD3 with prefetching off and on against all-local, each application), ``fig19`` (Garnet's
 GET broken down into stages), ``fig20`` (Redy and PD3 at 8 and 16 application threads and the host
 cores each uses), ``fig21`` (Garnet against local memory size, with Fig. 22's latencies) and
-``fig23`` (Garnet against the Loading Zone's size, with Fig. 24's latencies). docs/pd3.md has the
-table of published beside emulated and the gaps.
+``fig23`` (Garnet against the Loading Zone's size, with Fig. 24's latencies), and ``latency-range``
+(§8.2's ranges over Figs. 14-17 against the smallest and largest over the four figures' points,
+which it shares with them). docs/pd3.md has the table of published beside emulated and the gaps.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import numpy as np
 
 from cluster.experiments.pointpool import SharedPoints
 from cluster.experiments.progress import prefixed
-from cluster.experiments.rows import Row, reproduction
+from cluster.experiments.rows import Row, direction_row, reproduction
 
 PROFILE = "bf3"
 KEYS = {True: 500_000, False: 2_000_000}
@@ -313,30 +314,56 @@ def fig11(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None =
                        [("Leap", "sync RDMA", 1.15), ("PD3", "sync RDMA", None), ("PD3", "Redy", None)])
 
 
+def _latency_points(dist: str, quick: bool, progress, jobs: int, shared: SharedPoints | None, app: str) -> dict:
+    """The page server's or Garnet's points of Figs. 12 and 13, by mode name: p50 and p99 at the
+    throughput points (§8.2: "when achieving the throughput in Figures 10-13")."""
+    specs = [(m, dist, APP_THREADS, app) for m in MODES.values()]
+    res = _points(specs, progress, jobs, quick, shared)
+    return {name: res[m, dist, APP_THREADS, app] for name, m in MODES.items()}
+
+
+#: §8.2 on Figs. 14-17: PD3 "consistently achieves lower latency than other approaches across all the
+#: applications, ranging from 1.5x to 11x reductions for median latency and from 1.8x to 10x
+#: reductions for tail latency"; Redy's latency "up to 3.5x lower than that of synchronous RDMA" in the
+#: hash map and "up to 2.2x higher" in the page server and Garnet. Each range is over the four
+#: figures, so a figure's own ratio is a direction row (:func:`direction_row`: PD3 the lowest) and
+#: ``latency-range`` puts the smallest and largest over all of them beside the range's ends.
+P50_RANGE, P99_RANGE = (1.5, 11.0), (1.8, 10.0)
+REDY_BELOW_SYNC, REDY_ABOVE_SYNC = 3.5, 2.2
+
+
+def _spread(points: list[dict]) -> dict:
+    """The ratios §8.2 states for one figure's points (one dict of mode name -> point per x: a
+    number of connections, or the figure's one throughput point): PD3's against the best and the
+    worst other mode at p50 and p99 (smallest and largest over the points), and Redy's against sync
+    RDMA (largest both ways)."""
+    others = [n for n in MODES if n != "PD3"]
+
+    def each(f):
+        return [f(p) for p in points]
+    return {"best50": min(each(lambda p: _ratio(min(p[n]["p50"] for n in others), p["PD3"]["p50"]) or 0.0)),
+            "worst50": max(each(lambda p: _ratio(max(p[n]["p50"] for n in others), p["PD3"]["p50"]) or 0.0)),
+            "best99": min(each(lambda p: _ratio(min(p[n]["p99"] for n in others), p["PD3"]["p99"]) or 0.0)),
+            "worst99": max(each(lambda p: _ratio(max(p[n]["p99"] for n in others), p["PD3"]["p99"]) or 0.0)),
+            "sync/redy": max(each(lambda p: _ratio(p["sync RDMA"]["p50"], p["Redy"]["p50"]) or 0.0)),
+            "redy/sync": max(each(lambda p: _ratio(p["Redy"]["p50"], p["sync RDMA"]["p50"]) or 0.0)),
+            "redy/pd3": max(each(lambda p: _ratio(p["Redy"]["p50"], p["PD3"]["p50"]) or 0.0))}
+
+
 def _latency(exp: str, dist: str, quick: bool, progress, jobs: int, shared: SharedPoints | None,
              app: str) -> list[Row]:
-    """The page server's and Garnet's p50 and p99 at the throughput points of Figs. 12 and 13 (§8.2:
-    "when achieving the throughput in Figures 10-13"; the hash map's are the latency client's)."""
-    specs = [(m, dist, APP_THREADS, app) for m in MODES.values()]
-    res = _points(specs, prefixed(progress, f"{exp}: "), jobs, quick, shared)
-    key = (lambda m: (m, dist, APP_THREADS, app))
+    """The page server's and Garnet's p50 and p99 at the throughput points of Figs. 12 and 13."""
+    p = _latency_points(dist, quick, prefixed(progress, f"{exp}: "), jobs, shared, app)
     rows = []
-    for name, m in MODES.items():
-        r = res[key(m)]
-        rows += [Row(exp, name, "p50", "us", round(r["p50"], 1), None),
-                 Row(exp, name, "p99", "us", round(r["p99"], 1), None)]
-    p = {name: res[key(m)] for name, m in MODES.items()}
-    others = [n for n in MODES if n != "PD3"]
-    rows.append(Row(exp, "best other p50 / PD3 p50", "p50", "ratio",
-                    _ratio(min(p[n]["p50"] for n in others), p["PD3"]["p50"]), 1.5))
-    rows.append(Row(exp, "worst other p50 / PD3 p50", "p50", "ratio",
-                    _ratio(max(p[n]["p50"] for n in others), p["PD3"]["p50"]), 11.0))
-    rows.append(Row(exp, "best other p99 / PD3 p99", "p99", "ratio",
-                    _ratio(min(p[n]["p99"] for n in others), p["PD3"]["p99"]), 1.8))
-    # Redy's batching backfires on large requests and one request per thread: up to 2.2x above sync
-    rows.append(Row(exp, "Redy p50 / sync RDMA p50", "p50", "ratio",
-                    _ratio(p["Redy"]["p50"], p["sync RDMA"]["p50"]), 2.2))
-    return rows
+    for name in MODES:
+        rows += [Row(exp, name, "p50", "us", round(p[name]["p50"], 1), None),
+                 Row(exp, name, "p99", "us", round(p[name]["p99"], 1), None)]
+    r = _spread([p])
+    # Redy's batching backfires on large requests and one request per thread: above sync RDMA
+    return rows + [direction_row(exp, "best other p50 / PD3 p50", "p50", "ratio", r["best50"], P50_RANGE[0]),
+                   Row(exp, "worst other p50 / PD3 p50", "p50", "ratio", r["worst50"], None),
+                   direction_row(exp, "best other p99 / PD3 p99", "p99", "ratio", r["best99"], P99_RANGE[0]),
+                   direction_row(exp, "Redy p50 / sync RDMA p50", "p50", "ratio", r["redy/sync"], REDY_ABOVE_SYNC)]
 
 
 def fig12(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None = None) -> list[Row]:
@@ -445,38 +472,66 @@ CONNECTIONS = {True: (1, 8), False: (1, 2, 4, 8)}
 BATCHES = {True: 6, False: 21}           # per connection, the first one warm-up
 
 
-def _latency_client(exp: str, dist: str, quick: bool, progress, jobs: int, shared: SharedPoints | None) -> list[Row]:
-    """The hash map's p50 and p99 as the artifact measures them: whole batches of the latency client
-    (:data:`LATENCY_BATCH` requests per connection at once), by connections; the published ratios
-    ("1.5x to 11x" for the median, "1.8x to 10x" for the tail, Redy "up to 3.5x" below sync RDMA and
-    PD3 "up to 5x" below Redy, §8.2 and appendix B) as the smallest or largest over connections."""
+def _latency_client_points(dist: str, quick: bool, progress, jobs: int, shared: SharedPoints | None) -> dict:
+    """The latency client's points, by (mode name, connections)."""
     conns = CONNECTIONS[quick]
     extra = (lambda c: (("client_threads", c), ("batch", LATENCY_BATCH), ("batches", BATCHES[quick])))
     specs = {(m, c): (m, dist, APP_THREADS, "hashmap", extra(c)) for m in MODES.values() for c in conns}
-    res = _points(list(specs.values()), prefixed(progress, f"{exp}: "), jobs, quick, shared)
-    p = {(name, c): res[specs[m, c]] for name, m in MODES.items() for c in conns}
+    res = _points(list(specs.values()), progress, jobs, quick, shared)
+    return {(name, c): res[specs[m, c]] for name, m in MODES.items() for c in conns}
+
+
+def _latency_client(exp: str, dist: str, quick: bool, progress, jobs: int, shared: SharedPoints | None) -> list[Row]:
+    """The hash map's p50 and p99 as the artifact measures them: whole batches of the latency client
+    (:data:`LATENCY_BATCH` requests per connection at once), by connections; PD3 the lowest at every
+    number of connections (direction rows: the ranges are ``latency-range``'s) and PD3 "up to 5x"
+    below Redy (appendix B) as the largest over connections."""
+    conns = CONNECTIONS[quick]
+    p = _latency_client_points(dist, quick, prefixed(progress, f"{exp}: "), jobs, shared)
     rows = []
     for name in MODES:
         for c in conns:
             rows += [Row(exp, name, f"{c} connections", "p50 us", round(p[name, c]["p50"], 1), None),
                      Row(exp, name, f"{c} connections", "p99 us", round(p[name, c]["p99"], 1), None)]
-    others = [n for n in MODES if n != "PD3"]
     span = f"{conns[0]}-{conns[-1]} connections"
+    r = _spread([{name: p[name, c] for name in MODES} for c in conns])
+    return rows + [direction_row(exp, "best other p50 / PD3 p50, smallest", span, "ratio", r["best50"], P50_RANGE[0]),
+                   Row(exp, "worst other p50 / PD3 p50, largest", span, "ratio", r["worst50"], None),
+                   direction_row(exp, "best other p99 / PD3 p99, smallest", span, "ratio", r["best99"], P99_RANGE[0]),
+                   direction_row(exp, "sync RDMA p50 / Redy p50, largest", span, "ratio", r["sync/redy"],
+                                 REDY_BELOW_SYNC),
+                   Row(exp, "Redy p50 / PD3 p50, largest", span, "ratio", r["redy/pd3"],
+                       5.0 if dist == "uniform" else None)]
 
-    def ratios(a, b, q):
-        return [_ratio(p[a, c][q], p[b, c][q]) or 0.0 for c in conns]
-    best50 = [min(x) for x in zip(*(ratios(n, "PD3", "p50") for n in others))]
-    worst50 = [max(x) for x in zip(*(ratios(n, "PD3", "p50") for n in others))]
-    best99 = [min(x) for x in zip(*(ratios(n, "PD3", "p99") for n in others))]
-    uniform = dist == "uniform"
-    rows += [Row(exp, "best other p50 / PD3 p50, smallest", span, "ratio", min(best50), 1.5),
-             Row(exp, "worst other p50 / PD3 p50, largest", span, "ratio", max(worst50), 11.0),
-             Row(exp, "best other p99 / PD3 p99, smallest", span, "ratio", min(best99), 1.8),
-             Row(exp, "sync RDMA p50 / Redy p50, largest", span, "ratio", max(ratios("sync RDMA", "Redy", "p50")),
-                 3.5 if uniform else None),
-             Row(exp, "Redy p50 / PD3 p50, largest", span, "ratio", max(ratios("Redy", "PD3", "p50")),
-                 5.0 if uniform else None)]
-    return rows
+
+def latency_range(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None = None) -> list[Row]:
+    """§8.2's ranges over Figs. 14-17 (:data:`P50_RANGE`): the smallest and largest of PD3's latency
+    cuts over every application and point, and Redy's against sync RDMA over the hash map's figures
+    and over the page server's and Garnet's. Its points are the four figures' (shared in a run)."""
+    figs = {"fig14": [{n: q for (n, c), q in _latency_client_points("uniform", quick, prefixed(progress, "fig14: "),
+                                                                       jobs, shared).items() if c == conn}
+                      for conn in CONNECTIONS[quick]],
+            "fig15": [{n: q for (n, c), q in _latency_client_points("zipf", quick, prefixed(progress, "fig15: "),
+                                                                       jobs, shared).items() if c == conn}
+                      for conn in CONNECTIONS[quick]],
+            "fig16": [_latency_points("uniform", quick, prefixed(progress, "fig16: "), jobs, shared, "pages")],
+            "fig17": [_latency_points("uniform", quick, prefixed(progress, "fig17: "), jobs, shared, "garnet")]}
+    s = {f: _spread(pts) for f, pts in figs.items()}
+    exp, x = "latency-range", "Figs. 14-17"
+
+    def low(k):
+        return min(v[k] for v in s.values())
+
+    def high(k, fs=tuple(figs)):
+        return max(s[f][k] for f in fs)
+    return [Row(exp, "best other p50 / PD3 p50, smallest", x, "ratio", low("best50"), P50_RANGE[0]),
+            Row(exp, "worst other p50 / PD3 p50, largest", x, "ratio", high("worst50"), P50_RANGE[1]),
+            Row(exp, "best other p99 / PD3 p99, smallest", x, "ratio", low("best99"), P99_RANGE[0]),
+            Row(exp, "worst other p99 / PD3 p99, largest", x, "ratio", high("worst99"), P99_RANGE[1]),
+            Row(exp, "sync RDMA p50 / Redy p50, largest", "Figs. 14-15 (hash map)", "ratio",
+                high("sync/redy", ("fig14", "fig15")), REDY_BELOW_SYNC),
+            Row(exp, "Redy p50 / sync RDMA p50, largest", "Figs. 16-17 (page server, Garnet)", "ratio",
+                high("redy/sync", ("fig16", "fig17")), REDY_ABOVE_SYNC)]
 
 
 def fig14(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None = None) -> list[Row]:
@@ -549,9 +604,9 @@ def fig20(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None =
 
 EXPERIMENTS = {"fig4": fig4, "fig8": fig8, "fig10": fig10, "fig11": fig11, "fig12": fig12, "fig13": fig13,
                "fig14": fig14, "fig15": fig15, "fig16": fig16, "fig17": fig17, "fig18": fig18, "fig19": fig19,
-               "fig20": fig20, "fig21": fig21, "fig23": fig23}
+               "fig20": fig20, "fig21": fig21, "fig23": fig23, "latency-range": latency_range}
 SIDE_BY_SIDE = ("fig10", "fig11", "fig12", "fig13", "fig14", "fig15", "fig16", "fig17", "fig18", "fig19", "fig20",
-                "fig21", "fig23")
+                "fig21", "fig23", "latency-range")
 
 
 def setup(quick: bool) -> dict:

@@ -50,15 +50,17 @@ dl.prov dt { font-weight: 600; } dl.prov dd { margin: 0; }
 
 def counts(rows: list[dict]) -> dict:
     """Headline counts of a run's rows: ``published`` (result rows with a published value, wall-clock
-    rows aside), ``within``, ``outside``, ``directions`` (those with a direction) and ``held``;
-    ``scale``: rows that state the setup beside the paper's (no verdict, not in ``published``)."""
+    rows aside), ``within``, ``outside``, ``directions`` (rows with a direction, direction rows
+    included) and ``held``; ``scale``: rows that state the setup beside the paper's, ``direction``:
+    rows of which the paper states only the side of 1 (neither has a verdict or is in ``published``)."""
     with_pub = [r for r in rows if r.get("published") is not None and not is_wall_clock(r)]
-    pub = [r for r in with_pub if not is_scale(r)]
-    dirs = [direction(r) for r in pub]
+    pub = [r for r in with_pub if r.get("kind", "result") == "result"]
+    sided = [r for r in with_pub if r.get("kind") == "direction"]
+    dirs = [direction(r) for r in pub + sided]
     return {"published": len(pub), "within": sum(verdict(r) == "within" for r in pub),
             "outside": sum(verdict(r) == "outside" for r in pub),
             "directions": sum(d is not None for d in dirs), "held": sum(d == "held" for d in dirs),
-            "scale": len(with_pub) - len(pub)}
+            "scale": sum(is_scale(r) for r in with_pub), "direction": len(sided)}
 
 
 def _title(path: str, run: dict | None) -> str:
@@ -113,7 +115,7 @@ def _headline_table(rows: list[dict]) -> str:
     out = ["<table><tr><th>series</th><th>x</th><th>metric</th><th>emulated</th><th>published</th>"
            "<th>emulated vs published</th><th>±30 %</th><th>direction</th></tr>"]
     for r in rows:
-        v, d = ("scale" if is_scale(r) else verdict(r)), direction(r)
+        v, d = (r["kind"] if r.get("kind") in ("scale", "direction") else verdict(r)), direction(r)
         out.append(
             f"<tr><td>{escape(str(r['series']))}</td><td>{escape(str(r['x']))}</td><td>{escape(str(r['metric']))}</td>"
             f"<td class=num>{escape(fmt(r.get('emulated')))}</td><td class=num>{escape(fmt(r.get('published')))}</td>"
@@ -154,7 +156,9 @@ def _figures(run: dict | None, rows: list[dict]):
 def _summary_line(c: dict) -> str:
     return (f"{c['within']} of {c['published']} within ±30 %" if c["published"] else "nothing published") + (
         f"; {c['held']} of {c['directions']} directions held" if c["directions"] else "") + (
-        f" ({c['scale']} scale row{'s' if c['scale'] != 1 else ''} aside)" if c.get("scale") else "")
+        f" ({c['scale']} scale row{'s' if c['scale'] != 1 else ''} aside)" if c.get("scale") else "") + (
+        f" ({c['direction']} direction row{'s' if c['direction'] != 1 else ''}: the side of 1 only)"
+        if c.get("direction") else "")
 
 
 def build(results: list[tuple[str, dict | None, list[dict]]]) -> str:
@@ -224,6 +228,10 @@ x is "A/B"), whether the emulated ratio is on the same side of 1 as the publishe
 says A is above (or below) B, and so does the emulation, whatever the distance. Not defined
 ("-") for other rows, nor for a published ratio within {EVEN * 100:.0f} % of 1 (the paper says
 "about even"; the verdict says whether the emulation is too).</li>
+<li><b>scale</b>: a row that states the run's setup beside the paper's (no verdict, no direction);
+<b>direction</b>: a point of which the paper states only the side of 1 (one figure inside a range
+the text gives over several; its published value is the range's end on that side): a direction,
+no verdict. Neither is counted among the rows with a published value.</li>
 <li>In the figures: lines (or bars) are the emulated values, one per series; stars of the same
 colour are the paper's values; dotted lines are published headline values (a peak, a ceiling) and
 a large star marks a published peak at its published x. The caption gives the command, --quick or

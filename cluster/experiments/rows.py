@@ -41,8 +41,13 @@ _WALL = re.compile(r"\b(real|wall)\b", re.I)
 #: What a row is (``Row.kind``): a **result** is a measurement put beside what the paper measured
 #: (it gets a verdict and, for a ratio, a direction); a **scale** row states the run's setup beside
 #: the paper's ("clients: emulated 32, published 200", "1 / scale"), a choice of the reproduction,
-#: not a fidelity claim: it gets neither, so a count of rows within ±30 % counts results only.
-KINDS = ("result", "scale")
+#: not a fidelity claim: it gets neither, so a count of rows within ±30 % counts results only. A
+#: **direction** row is a point of which the paper states only the side of 1 (a figure inside a
+#: range the text gives over several figures: PD3's "1.5x to 11x ... across all the applications"
+#: says each application's PD3 is the fastest, and only the smallest and the largest over all of
+#: them are 1.5 and 11); its ``published`` is the range's end on that side: it gets a direction,
+#: not a verdict.
+KINDS = ("result", "scale", "direction")
 
 
 @dataclass
@@ -75,6 +80,12 @@ def scale_row(experiment: str, series: str, x, metric: str, emulated, published=
     return Row(experiment, series, x, metric, emulated, published, kind="scale")
 
 
+def direction_row(experiment: str, series: str, x, metric: str, emulated, published) -> Row:
+    """A ratio of which the paper states only the side of 1 at this point (``kind = "direction"``:
+    no verdict, see :data:`KINDS`)."""
+    return Row(experiment, series, x, metric, emulated, published, kind="direction")
+
+
 def is_scale(row: dict) -> bool:
     """Whether the row states the setup (:data:`KINDS`); rows of files written before kinds existed
     are results."""
@@ -95,7 +106,7 @@ def print_rows(console, title: str, rows: list[Row]) -> None:
     for col in ("series", "x", "metric", "emulated", "published"):
         table.add_column(col, justify="right" if col in ("emulated", "published") else "left")
     for r in rows:
-        metric = f"{r.metric} (scale)" if r.kind == "scale" else r.metric
+        metric = f"{r.metric} ({r.kind})" if r.kind != "result" else r.metric
         table.add_row(str(r.series), str(r.x), metric, fmt(r.emulated), fmt(r.published))
     console.print(table)
 
@@ -120,8 +131,8 @@ class Rows(list):
 
 
 def _row_dict(r: Row) -> dict:
-    """A row as JSON: ``source`` only when the row names one, ``kind`` only for a scale row (result
-    rows keep the old keys, so files of older versions and of this one compare alike)."""
+    """A row as JSON: ``source`` only when the row names one, ``kind`` only for a scale or direction
+    row (result rows keep the old keys, so files of older versions and of this one compare alike)."""
     d = asdict(r)
     if d.get("source") is None:
         d.pop("source", None)
@@ -149,10 +160,10 @@ def is_wall_clock(row: dict) -> bool:
 
 
 def verdict(row: dict) -> str | None:
-    """``"within"`` or ``"outside"`` ±30 % of the published value; None for a row with nothing published
-    and for a scale row (:func:`is_scale`)."""
+    """``"within"`` or ``"outside"`` ±30 % of the published value; None for a row with nothing published,
+    for a scale row (:func:`is_scale`) and for a direction row (:data:`KINDS`)."""
     pub, emu = row.get("published"), row.get("emulated")
-    if pub is None or pub == 0 or is_scale(row):
+    if pub is None or pub == 0 or row.get("kind") in ("scale", "direction"):
         return None
     if emu is None or not math.isfinite(emu):
         return "outside"
