@@ -41,7 +41,7 @@ table { border-collapse: collapse; margin: 0.6em 0; font-size: 0.9em; }
 th, td { border: 1px solid #ddd; padding: 0.25em 0.6em; text-align: left; vertical-align: top; }
 th { background: #f3f3f3; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .within, .held { color: #176b24; font-weight: 600; } .outside, .not-held { color: #a3201b; font-weight: 600; }
-.none { color: #888; } .note { color: #555; font-size: 0.9em; }
+.none { color: #888; } .scale, .direction { color: #555; font-style: italic; } .note { color: #555; font-size: 0.9em; }
 img { max-width: 100%; border: 1px solid #eee; margin: 0.5em 0; }
 dl.prov { display: grid; grid-template-columns: max-content auto; gap: 0.15em 1em; font-size: 0.9em; }
 dl.prov dt { font-weight: 600; } dl.prov dd { margin: 0; }
