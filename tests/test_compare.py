@@ -140,3 +140,40 @@ def test_the_results_of_dmrack_run_compare_and_go_into_a_report(tmp_path, capsys
     html = page.read_text()
     assert "step 1: bulk-load 10,000 records (default)" in html and "<h3>step 2</h3>" in html
     assert "nothing published" in html and "<th>Mops/s</th>" in html
+
+
+RATIO = [{"experiment": "fig16", "series": "PD3 / sync", "x": "p50", "metric": "ratio", "emulated": 2.0,
+          "published": 1.5},
+         {"experiment": "fig16", "series": "worst / PD3", "x": "p50", "metric": "ratio", "emulated": 3.0,
+          "published": 11.0}]
+
+
+def test_a_lost_direction_exits_1_and_the_fidelity_counts_of_both_files_are_printed(tmp_path, capsys):
+    """A ratio that falls to the other side of 1 is a regression like a lost verdict, and the
+    headline counts (within ±30 %, directions held) of both files come last (issue 40)."""
+    old = write(tmp_path, "old.json", RATIO)
+    moved = json.loads(json.dumps(RATIO))
+    moved[0]["emulated"] = 0.9                        # outside before and after: no verdict change
+    moved[0]["published"] = 3.0
+    new = write(tmp_path, "new.json", moved)
+    assert main(["compare", old, new, "--json", str(tmp_path / "cmp.json")]) == 1
+    out = capsys.readouterr().out
+    assert "held -> not held (worse)" in out and "1 direction(s) lost" in out
+    assert "fidelity: 0 of 2 within ±30 %, 2 of 2 directions held -> 0 of 2 within ±30 %, 1 of 2" in out
+    got = json.loads((tmp_path / "cmp.json").read_text())
+    assert got["counts"]["directions_lost"] == 1 and got["fidelity"]["new"]["held"] == 1
+
+
+def test_a_claim_change_without_a_moved_number_is_listed(tmp_path, capsys):
+    """A row that becomes a direction row, or loses its published value, changes the counts with
+    every emulated value identical: listed as a claim change."""
+    old = write(tmp_path, "old.json", RATIO)
+    claims = json.loads(json.dumps(RATIO))
+    claims[0]["kind"] = "direction"
+    claims[1]["published"] = None
+    new = write(tmp_path, "new.json", claims)
+    assert main(["compare", old, new]) == 0
+    out = capsys.readouterr().out
+    assert "2 of 2 rows identical" in out and "claim changes (published value or row kind): 2" in out
+    assert "1.50 (direction)" in out
+    assert "fidelity: 0 of 2 within ±30 %, 2 of 2 directions held -> 0 of 0 within ±30 %, 1 of 1" in out

@@ -17,11 +17,17 @@ Design, and why:
   listed apart as "wall-clock rows (not compared)" and neither counted as moved nor given a
   verdict change; ``include_real`` compares them like any row.
 * A row with a ``published`` value has a verdict: "within" when |emulated/published - 1| <= 0.30
-  (the ±30 % the docs use), else "outside" (a row with no emulated value is outside). The exit
-  status tells a regression from a change: 1 only when some row was within in OLD and is outside
-  in NEW, 0 otherwise (moves, added or removed rows and better verdicts are reported, not failed),
-  2 for a file that is not a list of rows (:class:`BadRows`, a ValueError: one line at the command
-  line).
+  (the ±30 % the docs use), else "outside" (a row with no emulated value is outside), and a ratio
+  row a direction (held when on the paper's side of 1, :func:`cluster.experiments.rows.direction`).
+  The exit status tells a regression from a change: 1 only when some row was within in OLD and is
+  outside in NEW, or held its direction in OLD and not in NEW; 0 otherwise (moves, added or removed
+  rows, better verdicts and directions are reported, not failed); 2 for a file that is not a list of
+  rows (:class:`BadRows`, a ValueError: one line at the command line).
+* What a run claims can change without a number moving: a row's published value or its kind (a
+  result becoming a direction row, say) is listed as a *claim change*, and the headline counts of
+  both files (rows within ±30 %, directions held: :func:`cluster.experiments.rows.counts`, what
+  ``dmrack report`` prints) come last, so a change to the model or to the rows reads as "35 of 68
+  within -> 33 of 59" beside the rows that made it.
 
 This module is a helper of the experiments package and declares no ``EXPERIMENT``, so the
 registry imports it like ``rows`` and finds nothing to run. It imports only the standard library
@@ -33,8 +39,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from cluster.experiments.rows import (WITHIN, BadRows, dump_json, fmt, is_wall_clock,  # noqa: F401
-                                      load_rows, verdict)
+from cluster.experiments.rows import (WITHIN, BadRows, counts, direction, dump_json, fmt,  # noqa: F401
+                                      is_wall_clock, load_rows, verdict)
 
 
 def key_of(row: dict) -> tuple:
@@ -69,6 +75,9 @@ class Comparison:
     removed: list[dict] = field(default_factory=list)      # rows only in OLD
     wall_clock: list[dict] = field(default_factory=list)   # in both, not compared
     verdict_changes: list[dict] = field(default_factory=list)
+    direction_changes: list[dict] = field(default_factory=list)
+    claim_changes: list[dict] = field(default_factory=list)   # published value or kind changed
+    fidelity: dict = field(default_factory=dict)             # {"old": counts, "new": counts}
 
     @property
     def identical(self) -> int:
@@ -79,20 +88,28 @@ class Comparison:
         return [v for v in self.verdict_changes if v["change"] == "worse"]
 
     @property
+    def lost(self) -> list[dict]:
+        """Directions held in OLD and not in NEW."""
+        return [v for v in self.direction_changes if v["change"] == "worse"]
+
+    @property
     def status(self) -> int:
-        """The exit status: 1 when some verdict got worse, else 0."""
-        return 1 if self.worse else 0
+        """The exit status: 1 when some verdict got worse or some direction was lost, else 0."""
+        return 1 if self.worse or self.lost else 0
 
     def counts(self) -> dict:
         return {"compared": self.compared, "identical": self.identical, "moved": len(self.moved),
                 "added": len(self.added), "removed": len(self.removed), "wall_clock": len(self.wall_clock),
-                "verdicts_worse": len(self.worse), "verdicts_better": len(self.verdict_changes) - len(self.worse)}
+                "verdicts_worse": len(self.worse), "verdicts_better": len(self.verdict_changes) - len(self.worse),
+                "directions_lost": len(self.lost), "directions_gained": len(self.direction_changes) - len(self.lost),
+                "claims_changed": len(self.claim_changes)}
 
     def to_dict(self) -> dict:
         return {"old": self.old_path, "new": self.new_path, "tolerance_pct": self.tolerance_pct,
-                "include_real": self.include_real, "counts": self.counts(), "moved": self.moved,
-                "added": self.added, "removed": self.removed, "verdict_changes": self.verdict_changes,
-                "wall_clock": self.wall_clock}
+                "include_real": self.include_real, "counts": self.counts(), "fidelity": self.fidelity,
+                "moved": self.moved, "added": self.added, "removed": self.removed,
+                "verdict_changes": self.verdict_changes, "direction_changes": self.direction_changes,
+                "claim_changes": self.claim_changes, "wall_clock": self.wall_clock}
 
 
 def _ident(row: dict) -> dict:
@@ -113,6 +130,7 @@ def compare_rows(old: list[dict], new: list[dict], *, tolerance_pct: float = 0.0
         pos.setdefault(k, i)
     order = sorted(set(old_k) | set(new_k), key=lambda k: (exp_rank[k[0]], pos[k]))
     c = Comparison(old_path, new_path, tolerance_pct, include_real)
+    c.fidelity = {"old": counts(old), "new": counts(new)}
     for k in order:
         o, n = old_k.get(k), new_k.get(k)
         if o is None:
@@ -136,6 +154,15 @@ def compare_rows(old: list[dict], new: list[dict], *, tolerance_pct: float = 0.0
             c.verdict_changes.append({**_ident(n), "published": n.get("published"), "old": a, "new": b,
                                       "old_verdict": vo, "new_verdict": vn,
                                       "change": "worse" if vo == "within" else "better"})
+        do, dn = direction(o), direction(n)
+        if do is not None and dn is not None and do != dn:
+            c.direction_changes.append({**_ident(n), "published": n.get("published"), "old": a, "new": b,
+                                        "old_direction": do, "new_direction": dn,
+                                        "change": "worse" if do == "held" else "better"})
+        po, pn, ko, kn = o.get("published"), n.get("published"), o.get("kind", "result"), n.get("kind", "result")
+        if po != pn or ko != kn:
+            c.claim_changes.append({**_ident(n), "old_published": po, "new_published": pn, "old_kind": ko,
+                                    "new_kind": kn, "old": a, "new": b})
     return c
 
 
@@ -179,6 +206,19 @@ def print_comparison(console, c: Comparison) -> None:
               [(*ident(r), fmt(r["published"]), fmt(r["old"]), fmt(r["new"]),
                 f"{r['old_verdict']} -> {r['new_verdict']} ({CHANGE[r['change']]})")
                for r in c.verdict_changes])
+    if c.direction_changes:
+        table(f"direction changes (the published side of 1): {len(c.direction_changes)}",
+              ("experiment", "series", "x", "metric", "published", "old", "new", "direction"),
+              [(*ident(r), fmt(r["published"]), fmt(r["old"]), fmt(r["new"]),
+                f"{r['old_direction']} -> {r['new_direction']} ({CHANGE[r['change']]})")
+               for r in c.direction_changes])
+    if c.claim_changes:
+        def claim(p, k):
+            return fmt(p) + ("" if k == "result" else f" ({k})")
+        table(f"claim changes (published value or row kind): {len(c.claim_changes)}",
+              ("experiment", "series", "x", "metric", "old claim", "new claim", "emulated"),
+              [(*ident(r), claim(r["old_published"], r["old_kind"]), claim(r["new_published"], r["new_kind"]),
+                fmt(r["new"])) for r in c.claim_changes])
     if c.wall_clock:
         table(f"wall-clock rows (not compared): {len(c.wall_clock)}",
               ("experiment", "series", "x", "metric", "old", "new", "Δ %"),
@@ -188,9 +228,20 @@ def print_comparison(console, c: Comparison) -> None:
                                           (len(c.wall_clock), "wall-clock not compared")) if n]
     console.print(f"{c.identical} of {c.compared} rows identical{tol}"
                   + (f"; {', '.join(extra)}" if extra else ""), highlight=False)
+    if c.fidelity:
+        console.print("fidelity: " + " -> ".join(_fidelity(c.fidelity[side]) for side in ("old", "new")),
+                      highlight=False)
     worse = len(c.worse)
     if worse:
         console.print(f"[red]{worse} verdict(s) got worse[/] (within ±{WITHIN:.0%} in OLD, outside in NEW)")
+    if c.lost:
+        console.print(f"[red]{len(c.lost)} direction(s) lost[/] (held in OLD, not in NEW)")
+
+
+def _fidelity(f: dict) -> str:
+    """One file's headline counts, as ``dmrack report`` states them."""
+    dirs = f", {f['held']} of {f['directions']} directions held" if f["directions"] else ""
+    return f"{f['within']} of {f['published']} within ±{WITHIN * 100:.0f} %{dirs}"
 
 
 def write_json(path: str, c: Comparison) -> None:

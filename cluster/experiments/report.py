@@ -31,7 +31,7 @@ import os
 import time
 from html import escape
 
-from cluster.experiments.rows import EVEN, WITHIN, direction, fmt, is_scale, is_wall_clock, load_result, verdict
+from cluster.experiments.rows import EVEN, WITHIN, counts, direction, fmt, is_wall_clock, load_result, verdict
 
 STYLE = """
 body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 2em auto; max-width: 72em;
@@ -46,21 +46,6 @@ img { max-width: 100%; border: 1px solid #eee; margin: 0.5em 0; }
 dl.prov { display: grid; grid-template-columns: max-content auto; gap: 0.15em 1em; font-size: 0.9em; }
 dl.prov dt { font-weight: 600; } dl.prov dd { margin: 0; }
 """
-
-
-def counts(rows: list[dict]) -> dict:
-    """Headline counts of a run's rows: ``published`` (result rows with a published value, wall-clock
-    rows aside), ``within``, ``outside``, ``directions`` (rows with a direction, direction rows
-    included) and ``held``; ``scale``: rows that state the setup beside the paper's, ``direction``:
-    rows of which the paper states only the side of 1 (neither has a verdict or is in ``published``)."""
-    with_pub = [r for r in rows if r.get("published") is not None and not is_wall_clock(r)]
-    pub = [r for r in with_pub if r.get("kind", "result") == "result"]
-    sided = [r for r in with_pub if r.get("kind") == "direction"]
-    dirs = [direction(r) for r in pub + sided]
-    return {"published": len(pub), "within": sum(verdict(r) == "within" for r in pub),
-            "outside": sum(verdict(r) == "outside" for r in pub),
-            "directions": sum(d is not None for d in dirs), "held": sum(d == "held" for d in dirs),
-            "scale": sum(is_scale(r) for r in with_pub), "direction": len(sided)}
 
 
 def _title(path: str, run: dict | None) -> str:

@@ -200,6 +200,21 @@ def direction(row: dict) -> str | None:
     return "held" if (emu > 1) == (pub > 1) and emu != 1 else "not held"
 
 
+def counts(rows: list[dict]) -> dict:
+    """Headline counts of a run's rows: ``published`` (result rows with a published value, wall-clock
+    rows aside), ``within``, ``outside``, ``directions`` (rows with a direction, direction rows
+    included) and ``held``; ``scale``: rows that state the setup beside the paper's, ``direction``:
+    rows of which the paper states only the side of 1 (neither has a verdict or is in ``published``)."""
+    with_pub = [r for r in rows if r.get("published") is not None and not is_wall_clock(r)]
+    pub = [r for r in with_pub if r.get("kind", "result") == "result"]
+    sided = [r for r in with_pub if r.get("kind") == "direction"]
+    dirs = [direction(r) for r in pub + sided]
+    return {"published": len(pub), "within": sum(verdict(r) == "within" for r in pub),
+            "outside": sum(verdict(r) == "outside" for r in pub),
+            "directions": sum(d is not None for d in dirs), "held": sum(d == "held" for d in dirs),
+            "scale": sum(is_scale(r) for r in with_pub), "direction": len(sided)}
+
+
 def _number(v) -> bool:
     return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
 
