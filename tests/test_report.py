@@ -183,3 +183,18 @@ def test_direction_rows_have_a_direction_and_no_verdict():
     assert verdict(inside) is None and direction(inside) == "held" and direction(wrong_side) == "not held"
     c = counts([inside, wrong_side, result])
     assert (c["published"], c["within"], c["direction"], c["directions"], c["held"]) == (1, 1, 2, 3, 2)
+
+
+def test_bound_rows_are_within_on_the_bounds_side_or_30_percent_past_it():
+    """"Stays under 11.4 Mops": 5 Mops holds it (a ±30 % verdict would call it outside), 14 Mops is
+    past it by less than 30 %, 15 by more; "at least 0.9" mirrors it; a bound at 1 has no direction."""
+    from cluster.experiments.rows import bound_row, verdict
+    from dataclasses import asdict
+
+    def v(emu, pub, side, metric="Mops"):
+        return asdict(bound_row("fig7", "race, read-only", "peak", metric, emu, pub, side))
+    assert [verdict(v(e, 11.4, "at most")) for e in (5.0, 14.0, 15.0)] == ["within", "within", "outside"]
+    assert [verdict(v(e, 0.9, "at least", "ratio")) for e in (0.97, 0.64, 0.6)] == ["within", "within", "outside"]
+    assert direction(v(0.52, 1.0, "at most", "ratio")) is None and verdict(v(0.52, 1.0, "at most", "ratio")) == "within"
+    assert direction(v(0.5, 0.8, "at most", "ratio")) == "held" and direction(v(1.2, 0.8, "at most", "ratio")) == "not held"
+    assert counts([v(5.0, 11.4, "at most")])["published"] == 1

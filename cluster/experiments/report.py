@@ -216,7 +216,9 @@ says A is above (or below) B, and so does the emulation, whatever the distance. 
 <li><b>scale</b>: a row that states the run's setup beside the paper's (no verdict, no direction);
 <b>direction</b>: a point of which the paper states only the side of 1 (one figure inside a range
 the text gives over several; its published value is the range's end on that side): a direction,
-no verdict. Neither is counted among the rows with a published value.</li>
+no verdict. Neither is counted among the rows with a published value. <b>at most</b> / <b>at
+least</b>: a value beside a bound the paper states ("stays under 11.4 Mops"): within when on the
+bound's side or past it by at most {WITHIN * 100:.0f} %.</li>
 <li>In the figures: lines (or bars) are the emulated values, one per series; stars of the same
 colour are the paper's values; dotted lines are published headline values (a peak, a ceiling) and
 a large star marks a published peak at its published x. The caption gives the command, --quick or

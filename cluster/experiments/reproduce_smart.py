@@ -52,7 +52,7 @@ from dataclasses import replace
 from cluster.experiments.figures import Figure
 from cluster.experiments.pointpool import map_points
 from cluster.experiments.progress import prefixed
-from cluster.experiments.rows import Row, beside, reproduction
+from cluster.experiments.rows import Row, beside, bound_row, reproduction
 from cluster.experiments.bench_verbs import FIG3_POLICIES
 from cluster.experiments.bench_ycsb import CONTENDED_MS, SMART_KEYS, UNCONTENDED_MS
 
@@ -337,8 +337,11 @@ def fig7(quick: bool, progress, *, threads=None, records=None, warm_ms=None, mea
             best = max(pts, key=lambda p: p["mops"])
             peaks[(system, w)] = best["mops"]
             pub_mops, pub_t = FIG7_PUBLISHED[(system, w)]
-            metric = "max Mops (published: stays under)" if (system == "race" and w != "a") else "peak Mops"
-            rows.append(Row("fig7", series, "peak", metric, best["mops"], pub_mops))
+            if system == "race" and w != "a":      # "less than 11.4": a bound
+                rows.append(bound_row("fig7", series, "peak", "max Mops (published: stays under)", best["mops"],
+                                      pub_mops, "at most"))
+            else:
+                rows.append(Row("fig7", series, "peak", "peak Mops", best["mops"], pub_mops))
             rows.append(Row("fig7", series, "peak", "threads at peak", best["threads"], pub_t))
         # the ratio of the peaks: the text's for write-heavy (RACE's 2.8 Mops at 8 threads, SMART-HT's
         # 5.7 at 48); for B and C it bounds RACE from above only ("less than 11.4"), so the artifact's

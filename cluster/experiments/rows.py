@@ -46,8 +46,12 @@ _WALL = re.compile(r"\b(real|wall)\b", re.I)
 #: range the text gives over several figures: PD3's "1.5x to 11x ... across all the applications"
 #: says each application's PD3 is the fastest, and only the smallest and the largest over all of
 #: them are 1.5 and 11); its ``published`` is the range's end on that side: it gets a direction,
-#: not a verdict.
-KINDS = ("result", "scale", "direction")
+#: not a verdict. An **at most** or **at least** row puts a value beside a bound the paper states
+#: ("RACE stays under 11.4 Mops", "PD3 without prefetching does not outperform the baselines",
+#: "differences under 10 %"): it is within when it is on the bound's side or beyond it by at most
+#: ±30 % (:func:`verdict`), and a ratio has a direction when the bound itself is on one side of 1.
+KINDS = ("result", "scale", "direction", "at most", "at least")
+BOUNDS = ("at most", "at least")
 
 
 @dataclass
@@ -84,6 +88,11 @@ def direction_row(experiment: str, series: str, x, metric: str, emulated, publis
     """A ratio of which the paper states only the side of 1 at this point (``kind = "direction"``:
     no verdict, see :data:`KINDS`)."""
     return Row(experiment, series, x, metric, emulated, published, kind="direction")
+
+
+def bound_row(experiment: str, series: str, x, metric: str, emulated, bound, side: str) -> Row:
+    """A value beside a bound the paper states (``side`` "at most" or "at least", :data:`KINDS`)."""
+    return Row(experiment, series, x, metric, emulated, bound, kind=side)
 
 
 def is_scale(row: dict) -> bool:
@@ -131,8 +140,8 @@ class Rows(list):
 
 
 def _row_dict(r: Row) -> dict:
-    """A row as JSON: ``source`` only when the row names one, ``kind`` only for a scale or direction
-    row (result rows keep the old keys, so files of older versions and of this one compare alike)."""
+    """A row as JSON: ``source`` only when the row names one, ``kind`` only for a row that is not a
+    result (result rows keep the old keys, so files of older versions and of this one compare alike)."""
     d = asdict(r)
     if d.get("source") is None:
         d.pop("source", None)
@@ -160,13 +169,19 @@ def is_wall_clock(row: dict) -> bool:
 
 
 def verdict(row: dict) -> str | None:
-    """``"within"`` or ``"outside"`` ±30 % of the published value; None for a row with nothing published,
-    for a scale row (:func:`is_scale`) and for a direction row (:data:`KINDS`)."""
+    """``"within"`` or ``"outside"`` ±30 % of the published value (for an at-most or at-least row: on
+    the bound's side or past it by at most 30 %); None for a row with nothing published, for a scale
+    row (:func:`is_scale`) and for a direction row (:data:`KINDS`)."""
     pub, emu = row.get("published"), row.get("emulated")
-    if pub is None or pub == 0 or row.get("kind") in ("scale", "direction"):
+    kind = row.get("kind")
+    if pub is None or pub == 0 or kind in ("scale", "direction"):
         return None
     if emu is None or not math.isfinite(emu):
         return "outside"
+    if kind == "at most":         # on the bound's side, or past it by at most WITHIN
+        return "within" if emu / pub <= 1 + WITHIN else "outside"
+    if kind == "at least":
+        return "within" if emu / pub >= 1 - WITHIN else "outside"
     return "within" if abs(emu / pub - 1) <= WITHIN else "outside"
 
 
@@ -195,18 +210,21 @@ def direction(row: dict) -> str | None:
     pub, emu = row.get("published"), row.get("emulated")
     if pub is None or abs(pub - 1) < EVEN or not is_comparison(row) or is_scale(row):
         return None
+    kind = row.get("kind")
+    if (kind == "at most" and pub > 1) or (kind == "at least" and pub < 1):
+        return None               # "at most 1.5" or "at least 0.8" says nothing of the side of 1
     if emu is None or not math.isfinite(emu):
         return "not held"
     return "held" if (emu > 1) == (pub > 1) and emu != 1 else "not held"
 
 
 def counts(rows: list[dict]) -> dict:
-    """Headline counts of a run's rows: ``published`` (result rows with a published value, wall-clock
-    rows aside), ``within``, ``outside``, ``directions`` (rows with a direction, direction rows
+    """Headline counts of a run's rows: ``published`` (result and bound rows with a published value,
+    wall-clock rows aside), ``within``, ``outside``, ``directions`` (rows with a direction, direction rows
     included) and ``held``; ``scale``: rows that state the setup beside the paper's, ``direction``:
     rows of which the paper states only the side of 1 (neither has a verdict or is in ``published``)."""
     with_pub = [r for r in rows if r.get("published") is not None and not is_wall_clock(r)]
-    pub = [r for r in with_pub if r.get("kind", "result") == "result"]
+    pub = [r for r in with_pub if r.get("kind", "result") in ("result", *BOUNDS)]
     sided = [r for r in with_pub if r.get("kind") == "direction"]
     dirs = [direction(r) for r in pub + sided]
     return {"published": len(pub), "within": sum(verdict(r) == "within" for r in pub),
