@@ -201,7 +201,7 @@ def print_comparison(console, c: Comparison) -> None:
             table(f"{title}: {len(rows)}", ("experiment", "series", "x", "metric", "emulated", "published"),
                   [(*ident(r), fmt(r["emulated"]), fmt(r.get("published"))) for r in rows])
     if c.verdict_changes:
-        table(f"verdict changes (±{WITHIN:.0%} of published): {len(c.verdict_changes)}",
+        table(f"verdict changes (±{WITHIN * 100:.0f} % of published): {len(c.verdict_changes)}",
               ("experiment", "series", "x", "metric", "published", "old", "new", "verdict"),
               [(*ident(r), fmt(r["published"]), fmt(r["old"]), fmt(r["new"]),
                 f"{r['old_verdict']} -> {r['new_verdict']} ({CHANGE[r['change']]})")
@@ -233,7 +233,7 @@ def print_comparison(console, c: Comparison) -> None:
                       highlight=False)
     worse = len(c.worse)
     if worse:
-        console.print(f"[red]{worse} verdict(s) got worse[/] (within ±{WITHIN:.0%} in OLD, outside in NEW)")
+        console.print(f"[red]{worse} verdict(s) got worse[/] (within ±{WITHIN * 100:.0f} % in OLD, outside in NEW)")
     if c.lost:
         console.print(f"[red]{len(c.lost)} direction(s) lost[/] (held in OLD, not in NEW)")
 
