@@ -472,13 +472,14 @@ CONNECTIONS = {True: (1, 8), False: (1, 2, 4, 8)}
 BATCHES = {True: 6, False: 21}           # per connection, the first one warm-up
 
 
-def _latency_client_points(dist: str, quick: bool, progress, jobs: int, shared: SharedPoints | None) -> dict:
-    """The latency client's points, by (mode name, connections)."""
+def _latency_client_points(dist: str, quick: bool, progress, jobs: int, shared: SharedPoints | None) -> list[dict]:
+    """The latency client's points, one dict of mode name -> point per number of connections (in
+    :data:`CONNECTIONS` order)."""
     conns = CONNECTIONS[quick]
     extra = (lambda c: (("client_threads", c), ("batch", LATENCY_BATCH), ("batches", BATCHES[quick])))
     specs = {(m, c): (m, dist, APP_THREADS, "hashmap", extra(c)) for m in MODES.values() for c in conns}
     res = _points(list(specs.values()), progress, jobs, quick, shared)
-    return {(name, c): res[specs[m, c]] for name, m in MODES.items() for c in conns}
+    return [{name: res[specs[m, c]] for name, m in MODES.items()} for c in conns]
 
 
 def _latency_client(exp: str, dist: str, quick: bool, progress, jobs: int, shared: SharedPoints | None) -> list[Row]:
@@ -487,14 +488,14 @@ def _latency_client(exp: str, dist: str, quick: bool, progress, jobs: int, share
     number of connections (direction rows: the ranges are ``latency-range``'s) and PD3 "up to 5x"
     below Redy (appendix B) as the largest over connections."""
     conns = CONNECTIONS[quick]
-    p = _latency_client_points(dist, quick, prefixed(progress, f"{exp}: "), jobs, shared)
+    points = _latency_client_points(dist, quick, prefixed(progress, f"{exp}: "), jobs, shared)
     rows = []
     for name in MODES:
-        for c in conns:
-            rows += [Row(exp, name, f"{c} connections", "p50 us", round(p[name, c]["p50"], 1), None),
-                     Row(exp, name, f"{c} connections", "p99 us", round(p[name, c]["p99"], 1), None)]
+        for c, p in zip(conns, points):
+            rows += [Row(exp, name, f"{c} connections", "p50 us", round(p[name]["p50"], 1), None),
+                     Row(exp, name, f"{c} connections", "p99 us", round(p[name]["p99"], 1), None)]
     span = f"{conns[0]}-{conns[-1]} connections"
-    r = _spread([{name: p[name, c] for name in MODES} for c in conns])
+    r = _spread(points)
     return rows + [direction_row(exp, "best other p50 / PD3 p50, smallest", span, "ratio", r["best50"], P50_RANGE[0]),
                    Row(exp, "worst other p50 / PD3 p50, largest", span, "ratio", r["worst50"], None),
                    direction_row(exp, "best other p99 / PD3 p99, smallest", span, "ratio", r["best99"], P99_RANGE[0]),
@@ -508,12 +509,8 @@ def latency_range(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints 
     """§8.2's ranges over Figs. 14-17 (:data:`P50_RANGE`): the smallest and largest of PD3's latency
     cuts over every application and point, and Redy's against sync RDMA over the hash map's figures
     and over the page server's and Garnet's. Its points are the four figures' (shared in a run)."""
-    figs = {"fig14": [{n: q for (n, c), q in _latency_client_points("uniform", quick, prefixed(progress, "fig14: "),
-                                                                       jobs, shared).items() if c == conn}
-                      for conn in CONNECTIONS[quick]],
-            "fig15": [{n: q for (n, c), q in _latency_client_points("zipf", quick, prefixed(progress, "fig15: "),
-                                                                       jobs, shared).items() if c == conn}
-                      for conn in CONNECTIONS[quick]],
+    figs = {"fig14": _latency_client_points("uniform", quick, prefixed(progress, "fig14: "), jobs, shared),
+            "fig15": _latency_client_points("zipf", quick, prefixed(progress, "fig15: "), jobs, shared),
             "fig16": [_latency_points("uniform", quick, prefixed(progress, "fig16: "), jobs, shared, "pages")],
             "fig17": [_latency_points("uniform", quick, prefixed(progress, "fig17: "), jobs, shared, "garnet")]}
     s = {f: _spread(pts) for f, pts in figs.items()}
