@@ -200,18 +200,13 @@ def print_comparison(console, c: Comparison) -> None:
         if rows:
             table(f"{title}: {len(rows)}", ("experiment", "series", "x", "metric", "emulated", "published"),
                   [(*ident(r), fmt(r["emulated"]), fmt(r.get("published"))) for r in rows])
-    if c.verdict_changes:
-        table(f"verdict changes (±{WITHIN * 100:.0f} % of published): {len(c.verdict_changes)}",
-              ("experiment", "series", "x", "metric", "published", "old", "new", "verdict"),
-              [(*ident(r), fmt(r["published"]), fmt(r["old"]), fmt(r["new"]),
-                f"{r['old_verdict']} -> {r['new_verdict']} ({CHANGE[r['change']]})")
-               for r in c.verdict_changes])
-    if c.direction_changes:
-        table(f"direction changes (the published side of 1): {len(c.direction_changes)}",
-              ("experiment", "series", "x", "metric", "published", "old", "new", "direction"),
-              [(*ident(r), fmt(r["published"]), fmt(r["old"]), fmt(r["new"]),
-                f"{r['old_direction']} -> {r['new_direction']} ({CHANGE[r['change']]})")
-               for r in c.direction_changes])
+    for what, title, changes in (("verdict", f"±{WITHIN * 100:.0f} % of published", c.verdict_changes),
+                                 ("direction", "the published side of 1", c.direction_changes)):
+        if changes:
+            table(f"{what} changes ({title}): {len(changes)}",
+                  ("experiment", "series", "x", "metric", "published", "old", "new", what),
+                  [(*ident(r), fmt(r["published"]), fmt(r["old"]), fmt(r["new"]),
+                    f"{r['old_' + what]} -> {r['new_' + what]} ({CHANGE[r['change']]})") for r in changes])
     if c.claim_changes:
         def claim(p, k):
             return fmt(p) + ("" if k == "result" else f" ({k})")
