@@ -31,7 +31,8 @@ import os
 import time
 from html import escape
 
-from cluster.experiments.rows import EVEN, WITHIN, counts, direction, fmt, is_wall_clock, load_result, verdict
+from cluster.experiments.rows import (EVEN, UNJUDGED, WITHIN, counts, direction, fmt, is_wall_clock, load_result,
+                                      verdict)
 
 STYLE = """
 body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 2em auto; max-width: 72em;
@@ -100,7 +101,7 @@ def _headline_table(rows: list[dict]) -> str:
     out = ["<table><tr><th>series</th><th>x</th><th>metric</th><th>emulated</th><th>published</th>"
            "<th>emulated vs published</th><th>±30 %</th><th>direction</th></tr>"]
     for r in rows:
-        v, d = (r["kind"] if r.get("kind") in ("scale", "direction") else verdict(r)), direction(r)
+        v, d = (r["kind"] if r.get("kind") in UNJUDGED else verdict(r)), direction(r)
         out.append(
             f"<tr><td>{escape(str(r['series']))}</td><td>{escape(str(r['x']))}</td><td>{escape(str(r['metric']))}</td>"
             f"<td class=num>{escape(fmt(r.get('emulated')))}</td><td class=num>{escape(fmt(r.get('published')))}</td>"

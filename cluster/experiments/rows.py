@@ -51,7 +51,8 @@ _WALL = re.compile(r"\b(real|wall)\b", re.I)
 #: "differences under 10 %"): it is within when it is on the bound's side or beyond it by at most
 #: ±30 % (:func:`verdict`), and a ratio has a direction when the bound itself is on one side of 1.
 KINDS = ("result", "scale", "direction", "at most", "at least")
-BOUNDS = ("at most", "at least")
+#: the kinds that get no ±30 % verdict, so are not counted among a run's published rows
+UNJUDGED = ("scale", "direction")
 
 
 @dataclass
@@ -174,7 +175,7 @@ def verdict(row: dict) -> str | None:
     row (:func:`is_scale`) and for a direction row (:data:`KINDS`)."""
     pub, emu = row.get("published"), row.get("emulated")
     kind = row.get("kind")
-    if pub is None or pub == 0 or kind in ("scale", "direction"):
+    if pub is None or pub == 0 or kind in UNJUDGED:
         return None
     if emu is None or not math.isfinite(emu):
         return "outside"
@@ -224,7 +225,7 @@ def counts(rows: list[dict]) -> dict:
     included) and ``held``; ``scale``: rows that state the setup beside the paper's, ``direction``:
     rows of which the paper states only the side of 1 (neither has a verdict or is in ``published``)."""
     with_pub = [r for r in rows if r.get("published") is not None and not is_wall_clock(r)]
-    pub = [r for r in with_pub if r.get("kind", "result") in ("result", *BOUNDS)]
+    pub = [r for r in with_pub if r.get("kind") not in UNJUDGED]
     sided = [r for r in with_pub if r.get("kind") == "direction"]
     dirs = [direction(r) for r in pub + sided]
     return {"published": len(pub), "within": sum(verdict(r) == "within" for r in pub),
