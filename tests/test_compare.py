@@ -177,3 +177,16 @@ def test_a_claim_change_without_a_moved_number_is_listed(tmp_path, capsys):
     assert "2 of 2 rows identical" in out and "claim changes (published value or row kind): 2" in out
     assert "1.50 (direction)" in out
     assert "fidelity: 0 of 2 within ±30 %, 2 of 2 directions held -> 0 of 0 within ±30 %, 1 of 1" in out
+
+
+def test_a_row_that_becomes_an_input_is_a_claim_change_and_counted_apart(tmp_path, capsys):
+    """Marking a calibration point as an input (issue 40) moves no number: a claim change, and the
+    fidelity line gives the inputs apart."""
+    old = write(tmp_path, "old.json", RATIO)
+    claims = json.loads(json.dumps(RATIO))
+    claims[1]["kind"] = "input"
+    new = write(tmp_path, "new.json", claims)
+    assert main(["compare", old, new]) == 0
+    out = capsys.readouterr().out
+    assert "2 of 2 rows identical" in out and "claim changes (published value or row kind): 1" in out
+    assert "-> 0 of 1 within ±30 %, 1 of 1 directions held (inputs apart: 0 of 1 within)" in out

@@ -185,6 +185,25 @@ def test_direction_rows_have_a_direction_and_no_verdict():
     assert (c["published"], c["within"], c["direction"], c["directions"], c["held"]) == (1, 1, 2, 3, 2)
 
 
+def test_input_rows_keep_their_verdict_and_are_counted_apart():
+    """A published value a constant was set from (a least-squares fit's points, a rate turned into a
+    unit time) is no test of the model: its verdict shows whether the calibration still holds, and
+    counts keep it, and its direction, out of the published rows (issue 40)."""
+    from cluster.experiments.rows import Row, input_row, verdict
+    from dataclasses import asdict
+    fit = asdict(input_row("smart-fig3", "per_thread_qp", 96, "Mops", 17.1, 19.2, "fig3a.csv"))
+    off = asdict(input_row("fig3", "WRITE / CAS", "-", "ratio", 14.0, 10.1))
+    result = asdict(Row("smart-fig3", "per_thread_qp", 8, "Mops", 30.0, 20.0))
+    assert fit["kind"] == "input" and fit["source"] == "fig3a.csv"
+    assert verdict(fit) == "within" and verdict(off) == "outside" and direction(off) == "held"
+    c = counts([fit, off, result])
+    assert (c["published"], c["within"], c["outside"], c["directions"]) == (1, 0, 1, 0)
+    assert (c["input"], c["input_within"]) == (2, 1)
+    from cluster.experiments.report import build
+    page = build([("inputs.json", None, [fit, off, result])])
+    assert "2 input rows apart, 1 within" in page and "within (input)" in page
+
+
 def test_bound_rows_are_within_on_the_bounds_side_or_30_percent_past_it():
     """"Stays under 11.4 Mops": 5 Mops holds it (a ±30 % verdict would call it outside), 14 Mops is
     past it by less than 30 %, 15 by more; "at least 0.9" mirrors it; a bound at 1 has no direction."""

@@ -236,7 +236,8 @@ def print_comparison(console, c: Comparison) -> None:
 def _fidelity(f: dict) -> str:
     """One file's headline counts, as ``dmrack report`` states them."""
     dirs = f", {f['held']} of {f['directions']} directions held" if f["directions"] else ""
-    return f"{f['within']} of {f['published']} within ±{WITHIN * 100:.0f} %{dirs}"
+    inputs = f" (inputs apart: {f['input_within']} of {f['input']} within)" if f.get("input") else ""
+    return f"{f['within']} of {f['published']} within ±{WITHIN * 100:.0f} %{dirs}{inputs}"
 
 
 def write_json(path: str, c: Comparison) -> None:

@@ -102,10 +102,11 @@ def _headline_table(rows: list[dict]) -> str:
            "<th>emulated vs published</th><th>±30 %</th><th>direction</th></tr>"]
     for r in rows:
         v, d = (r["kind"] if r.get("kind") in UNJUDGED else verdict(r)), direction(r)
+        label = f"{v} (input)" if r.get("kind") == "input" and v else v
         out.append(
             f"<tr><td>{escape(str(r['series']))}</td><td>{escape(str(r['x']))}</td><td>{escape(str(r['metric']))}</td>"
             f"<td class=num>{escape(fmt(r.get('emulated')))}</td><td class=num>{escape(fmt(r.get('published')))}</td>"
-            f"<td class=num>{escape(_ratio(r))}</td><td class={escape(v or 'none')}>{escape(v or '-')}</td>"
+            f"<td class=num>{escape(_ratio(r))}</td><td class={escape(v or 'none')}>{escape(label or '-')}</td>"
             f"<td class={escape((d or 'none').replace(' ', '-'))}>{escape(d or '-')}</td></tr>")
     out.append("</table>")
     return "\n".join(out)
@@ -144,7 +145,9 @@ def _summary_line(c: dict) -> str:
         f"; {c['held']} of {c['directions']} directions held" if c["directions"] else "") + (
         f" ({c['scale']} scale row{'s' if c['scale'] != 1 else ''} aside)" if c.get("scale") else "") + (
         f" ({c['direction']} direction row{'s' if c['direction'] != 1 else ''}: the side of 1 only)"
-        if c.get("direction") else "")
+        if c.get("direction") else "") + (
+        f" ({c['input']} input row{'s' if c['input'] != 1 else ''} apart, {c['input_within']} within: "
+        f"values the model's constants were set from)" if c.get("input") else "")
 
 
 def build(results: list[tuple[str, dict | None, list[dict]]]) -> str:
@@ -219,7 +222,10 @@ says A is above (or below) B, and so does the emulation, whatever the distance. 
 the text gives over several; its published value is the range's end on that side): a direction,
 no verdict. Neither is counted among the rows with a published value. <b>at most</b> / <b>at
 least</b>: a value beside a bound the paper states ("stays under 11.4 Mops"): within when on the
-bound's side or past it by at most {WITHIN * 100:.0f} %.</li>
+bound's side or past it by at most {WITHIN * 100:.0f} %. <b>input</b>: a published value a
+constant of the model was set from (derived from it, or fitted to it with other points): its
+verdict says whether that calibration still holds, but it is no test of the model, so it is counted
+apart from the rows with a published value.</li>
 <li>In the figures: lines (or bars) are the emulated values, one per series; stars of the same
 colour are the paper's values; dotted lines are published headline values (a peak, a ceiling) and
 a large star marks a published peak at its published x. The caption gives the command, --quick or

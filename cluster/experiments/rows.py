@@ -50,9 +50,16 @@ _WALL = re.compile(r"\b(real|wall)\b", re.I)
 #: ("RACE stays under 11.4 Mops", "PD3 without prefetching does not outperform the baselines",
 #: "differences under 10 %"): it is within when it is on the bound's side or beyond it by at most
 #: ±30 % (:func:`verdict`), and a ratio has a direction when the bound itself is on one side of 1.
-KINDS = ("result", "scale", "direction", "at most", "at least")
+#: An **input** row puts the emulated value beside a published one that a constant of the model was
+#: set from: derived from that number (a rate turned into a unit time, the rest of a latency budget)
+#: or fitted to it with others (every point of a least-squares fit). Its verdict says whether the
+#: calibration still holds, but it tests nothing the constant was not chosen for, so it is counted
+#: apart from the published rows (:func:`counts`), and its direction is not counted either.
+KINDS = ("result", "scale", "direction", "at most", "at least", "input")
 #: the kinds that get no ±30 % verdict, so are not counted among a run's published rows
 UNJUDGED = ("scale", "direction")
+#: the kinds that are not tests of the model: counted apart from the published rows
+UNCOUNTED = UNJUDGED + ("input",)
 
 
 @dataclass
@@ -94,6 +101,12 @@ def direction_row(experiment: str, series: str, x, metric: str, emulated, publis
 def bound_row(experiment: str, series: str, x, metric: str, emulated, bound, side: str) -> Row:
     """A value beside a bound the paper states (``side`` "at most" or "at least", :data:`KINDS`)."""
     return Row(experiment, series, x, metric, emulated, bound, kind=side)
+
+
+def input_row(experiment: str, series: str, x, metric: str, emulated, published, source: str | None = None) -> Row:
+    """A row beside a published value a constant of the model was set from (``kind = "input"``:
+    a verdict, counted apart; see :data:`KINDS`)."""
+    return Row(experiment, series, x, metric, emulated, published, source, kind="input")
 
 
 def is_scale(row: dict) -> bool:
@@ -223,15 +236,19 @@ def counts(rows: list[dict]) -> dict:
     """Headline counts of a run's rows: ``published`` (result and bound rows with a published value,
     wall-clock rows aside), ``within``, ``outside``, ``directions`` (rows with a direction, direction rows
     included) and ``held``; ``scale``: rows that state the setup beside the paper's, ``direction``:
-    rows of which the paper states only the side of 1 (neither has a verdict or is in ``published``)."""
+    rows of which the paper states only the side of 1 (neither has a verdict or is in ``published``);
+    ``input``: rows beside a value a constant was set from, and ``input_within`` of them within ±30 %
+    (a verdict, but not in ``published`` and their directions not in ``directions``)."""
     with_pub = [r for r in rows if r.get("published") is not None and not is_wall_clock(r)]
-    pub = [r for r in with_pub if r.get("kind") not in UNJUDGED]
+    pub = [r for r in with_pub if r.get("kind") not in UNCOUNTED]
     sided = [r for r in with_pub if r.get("kind") == "direction"]
+    inputs = [r for r in with_pub if r.get("kind") == "input"]
     dirs = [direction(r) for r in pub + sided]
     return {"published": len(pub), "within": sum(verdict(r) == "within" for r in pub),
             "outside": sum(verdict(r) == "outside" for r in pub),
             "directions": sum(d is not None for d in dirs), "held": sum(d == "held" for d in dirs),
-            "scale": sum(is_scale(r) for r in with_pub), "direction": len(sided)}
+            "scale": sum(is_scale(r) for r in with_pub), "direction": len(sided),
+            "input": len(inputs), "input_within": sum(verdict(r) == "within" for r in inputs)}
 
 
 def _number(v) -> bool:
