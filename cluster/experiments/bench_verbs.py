@@ -32,7 +32,7 @@ import numpy as np
 
 from cluster.experiments.figures import Figure
 from cluster.experiments.progress import advance, expect
-from cluster.experiments.rows import Row, beside, bench
+from cluster.experiments.rows import Row, beside, bench, input_row
 from shm.sim.env import Environment
 from shm.coro import NodeRdma
 from shm.fabric import REGION_DEVICE, REGION_HOST, Fabric, NodeSpec, gaddr
@@ -160,14 +160,17 @@ def flexkv_fig3(quick: bool, progress) -> list[Row]:
                                                op="read", size=128, warmup=warm, window=win, cns=rig.cns)
     res["local_read128"] = _local_ops(prof, clients, "read", warm, win)
     cas = res["cas"]
+    # each published ratio is the input a cx3-56g constant was derived from (shm/profiles/cx3-56g.toml):
+    # WRITE x CAS nic.resp_write_ns, SEND/RECV nic.resp_recv_ns, LOCAL_CAS cpu.local_cas_ns,
+    # LOCAL_READ cpu.local_read_ns_per_line; so the rows check the derivation, not the model
     rows = [Row("flexkv-fig3", "RDMA_CAS", "8B", "Mops", round(cas, 2))]
     for key, name, pub in (("write", "RDMA_WRITE", 10.1), ("send", "SEND/RECV", 19.5), ("local_cas", "LOCAL_CAS", 177.1)):
         rows.append(Row("flexkv-fig3", name, "8B", "Mops", round(res[key], 2)))
-        rows.append(Row("flexkv-fig3", name, "8B", "x RDMA_CAS", round(res[key] / cas, 1), pub))
+        rows.append(input_row("flexkv-fig3", name, "8B", "x RDMA_CAS", round(res[key] / cas, 1), pub))
     rows.append(Row("flexkv-fig3", "RDMA_READ", "128B", "Mops", round(res["read128"], 2)))
     rows.append(Row("flexkv-fig3", "LOCAL_READ", "128B", "Mops", round(res["local_read128"], 2)))
-    rows.append(Row("flexkv-fig3", "LOCAL_READ", "128B", "x RDMA_READ", round(res["local_read128"] / res["read128"], 1),
-                    38.2))
+    rows.append(input_row("flexkv-fig3", "LOCAL_READ", "128B", "x RDMA_READ",
+                          round(res["local_read128"] / res["read128"], 1), 38.2))
     return rows
 
 
@@ -290,6 +293,16 @@ FIG3B_ARTIFACT = {
                             56: 73.555, 64: 78.399, 72: 81.075, 80: 84.441, 88: 89.061, 96: 90.553},
 }
 FIG3B_SOURCE = "SMART artifact ae/raw-reference/fig3b.csv"
+#: The points of Fig. 3 that cx6-200g's constants were set from (its comments; docs/profiles.md,
+#: "cx6-200g"), so their rows are inputs (rows.KINDS), not checks, as (op, series, threads): READs,
+#: the per-thread-QP curve that doorbell.lock_per_sharer_ns is a least-squares fit of, the
+#: multiplexed and shared QPs at 8/16/32/96 threads that doorbell.qp_lock_ns is fitted to, and the
+#: text's 110 Mops with a doorbell per thread at 96 threads that pcie.gbps is derived from; WRITEs,
+#: the 90.55 Mops with a doorbell per thread at 96 threads that nic.req_write_ns is derived from.
+FIG3_INPUTS = frozenset(
+    [("read", "per_thread_qp", t) for t in (24, 32, 48, 64, 96)]
+    + [("read", s, t) for s in ("shared_qp", "multiplexed q=2", "multiplexed q=4") for t in (8, 16, 32, 96)]
+    + [("read", "per_thread_doorbell", 96), ("write", "per_thread_doorbell", 96)])
 
 
 def smart_fig3(quick: bool, progress) -> list[Row]:
@@ -314,13 +327,15 @@ def smart_fig3(quick: bool, progress) -> list[Row]:
                 pub = beside(artifact[series], t, source)
                 if op == "read" and policy == "per_thread_doorbell" and t == 96:
                     pub = {"published": 110.0, "source": None}     # the text's (§3.2)
-                out.append(Row("smart-fig3", f"{series}{suffix}", t, "Mops", round(mops, 2), **pub))
+                out.append(Row("smart-fig3", f"{series}{suffix}", t, "Mops", round(mops, 2), **pub,
+                               kind="input" if (op, series, t) in FIG3_INPUTS else "result"))
                 if op == "read":
                     peak.setdefault(series, {})[t] = mops
     ptq = peak["per_thread_qp"]
     best_t = max(ptq, key=ptq.get)
-    rows.append(Row("smart-fig3", "per_thread_qp", "peak threads", "threads", best_t, 32))
-    rows.append(Row("smart-fig3", "per_thread_qp", "96 vs peak", "ratio", round(ptq[96] / ptq[best_t], 2), 0.5))
+    # the fitted curve's peak and fall (FIG3_INPUTS): what the fit was chosen to give
+    rows.append(input_row("smart-fig3", "per_thread_qp", "peak threads", "threads", best_t, 32))
+    rows.append(input_row("smart-fig3", "per_thread_qp", "96 vs peak", "ratio", round(ptq[96] / ptq[best_t], 2), 0.5))
     # §3.1: below 32 threads QPs per thread beat every multiplexing policy by 2.4x-130.1x
     below = [t for t in threads if 1 < t < 32]
     others = [s for s, _, _ in FIG3_POLICIES if s not in ("per_thread_qp", "per_thread_doorbell")]
@@ -351,6 +366,11 @@ FIG4_ARTIFACT = {
               (96, 1): 30.188, (96, 4): 71.221, (96, 8): 89.542, (96, 16): 62.787, (96, 24): 62.984, (96, 32): 63.052},
 }
 FIG4_SOURCE = "SMART artifact ae/raw-reference/fig4{}.csv"
+#: The points of Fig. 4 that cx6-200g's constants were set from (op, threads, depth): 12 threads x
+#: depth 1 is its 2.35 µs READ round trip (the budget the link, PCIe and poll constants are the
+#: remainders of), and the growth of a thread's cycle from depth 1 to 8 to 32 at 12 threads its
+#: per-WR CPU (cpu.post_ns + wqe_ns + doorbell.lock_ns = 250 ns): inputs, not checks (full mode).
+FIG4_INPUTS = frozenset([("read", 12, 1), ("read", 12, 8), ("read", 12, 32)])
 
 
 def smart_fig4(quick: bool, progress) -> list[Row]:
@@ -375,7 +395,8 @@ def smart_fig4(quick: bool, progress) -> list[Row]:
                 pub = beside(FIG4_ARTIFACT[op], (t, d), FIG4_SOURCE.format("a" if op == "read" else "b"))
                 if (op, t, d) == ("read", 36, 32):
                     pub = {"published": 101.0, "source": "SMART §3.2"}
-                rows.append(Row("smart-fig4", f"{t} threads{name}", d, "Mops", round(mops, 2), **pub))
+                rows.append(Row("smart-fig4", f"{t} threads{name}", d, "Mops", round(mops, 2), **pub,
+                                kind="input" if (op, t, d) in FIG4_INPUTS else "result"))
     if ("read", 96, 8) in got and ("read", 96, 32) in got:
         rows.append(Row("smart-fig4", "96 threads", "d32/d8", "ratio",
                         round(got[("read", 96, 32)] / got[("read", 96, 8)], 3), 0.495))
@@ -390,6 +411,10 @@ def smart_fig4(quick: bool, progress) -> list[Row]:
 # --- latency -----------------------------------------------------------------------------------------
 
 def latency(quick: bool, progress) -> list[Row]:
+    """Unloaded round trips beside perftest's (cx3-56g, cx5-100g) and SMART's 12-thread depth-1 rate
+    (cx6-200g). Each published value is an input: the profile's latency budget is built on it (the
+    link, PCIe and poll constants are its remainders; cx3-56g's atomic_slot_ns the CAS round trip's),
+    so these rows check the budget's arithmetic, not the model (rows.KINDS)."""
     rows = []
     published = {
         ("cx3-56g", "read"): 1.9, ("cx3-56g", "write"): 1.0, ("cx3-56g", "cas"): 2.3,
@@ -424,7 +449,9 @@ def latency(quick: bool, progress) -> list[Row]:
             rtt = float(np.median(lat)) / 1000
             # perftest reports WRITE latency as half a round trip (ping-pong)
             value, metric = (rtt / 2, "us (half RTT)") if op == "write" else (rtt, "us (RTT)")
-            rows.append(Row("latency", pname, op, metric, round(value, 2), published.get((pname, op))))
+            pub = published.get((pname, op))
+            rows.append(Row("latency", pname, op, metric, round(value, 2), pub,
+                            kind="input" if pub is not None else "result"))
     return rows
 
 
@@ -445,6 +472,9 @@ RLIB_READ_SHAPES = (("basic: one READ at a time", 0.48), ("flying: 20 in flight,
                     ("outstanding: 50 posts of 1, one signaled", 3.67),
                     ("doorbell batching: 5 posts of 10, one signaled", 5.5),
                     ("coroutines: 10 a thread, one READ each", 2.25))
+
+#: the shape whose rate cx5-100g's per-post CPU constants were derived from (an input row)
+RLIB_READ_INPUT = RLIB_READ_SHAPES[2][0]
 
 
 def _reader_qp(pd, mpd):
@@ -524,8 +554,10 @@ def rlib_read(quick: bool, progress) -> list[Row]:
                 mops = _onesided_closed_loop(rig, threads=12, depth=depth, policy="per_thread_doorbell", op="read",
                                              size=8, warmup=warm, window=win, cns=rig.cns, coroutines=coros,
                                              span=BATCHED_WORDS * 64)
+        # or_bench's 3.67 is the input cx5-100g's cpu.post_ns and wqe_ns were derived from (its
+        # comments, docs/contention.md); the other shapes check them
         rows.append(Row("rlib-read", "cx5-100g: 1 client x 12 threads, random 8 B READs", label, "M READs/s per thread",
-                        round(mops / 12, 2), pub, RLIB_RO))
+                        round(mops / 12, 2), pub, RLIB_RO, kind="input" if label == RLIB_READ_INPUT else "result"))
     return rows
 
 
@@ -556,6 +588,9 @@ BATCHED_PUBLISHED = {
     ("cx5-100g", "CAS / READ"): (round(48 / 135, 3), RLIB), ("cx5-100g", "FAA / READ"): (round(48 / 135, 3), RLIB),
     ("cx3-56g", "CAS"): (2.7, RDMA_BENCH_RANDOM), ("cx3-56g", "FAA"): (2.7, RDMA_BENCH_RANDOM),
 }
+#: The rates cx5-100g's nic.atomic_unit_ns was derived from (the 21 ns pipeline of rlib's 36-QP
+#: row, docs/contention.md): their rows are inputs
+BATCHED_INPUTS = frozenset([("cx5-100g", "CAS"), ("cx5-100g", "FAA")])
 #: The same page's rates from one and two client machines (12 threads each): where a client's QPs
 #: bind before the server does, what each QP sustains (for atomics, the order of one QP's atomics:
 #: nic.atomics_in_qp_order, docs/contention.md)
@@ -583,7 +618,8 @@ def _batched_rows(pname: str, prof, warm: int, win: int, progress) -> list[Row]:
         rates[op] = rlib_batched(prof, op, 3, warm, win)
         pub, src = BATCHED_PUBLISHED.get((pname, op.upper()), (None, None))
         rows.append(Row("atomics", f"{pname}: 36 threads x 5 batches of 10, random {op.upper()}", 36, "Mops",
-                        round(rates[op], 2), pub, src))
+                        round(rates[op], 2), pub, src,
+                        kind="input" if (pname, op.upper()) in BATCHED_INPUTS else "result"))
     for op in ("cas", "faa"):
         pub, src = BATCHED_PUBLISHED.get((pname, f"{op.upper()} / READ"), (None, None))
         rows.append(Row("atomics", f"{pname}: 36 threads x 5 batches of 10, random {op.upper()} / READ", 36, "ratio",

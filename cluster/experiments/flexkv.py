@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import math
 from contextlib import contextmanager
+from dataclasses import replace
 
 from cluster.experiments.figures import Figure
 from cluster.experiments.pointpool import SharedPoints
@@ -376,7 +377,7 @@ def mean(xs):
 def fig3(quick: bool, progress) -> list[Row]:
     """The verbs of FlexKV Fig. 3 (``dmrack bench verbs --only flexkv-fig3``, the same function)."""
     from cluster.experiments.bench_verbs import flexkv_fig3
-    return [Row("fig3", r.series, r.x, r.metric, r.emulated, r.published) for r in flexkv_fig3(quick, progress)]
+    return [replace(r, experiment="fig3") for r in flexkv_fig3(quick, progress)]
 
 
 # --- Fig. 16: ablation ------------------------------------------------------------------------------

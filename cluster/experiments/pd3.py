@@ -25,11 +25,13 @@ which it shares with them). docs/pd3.md has the table of published beside emulat
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from cluster.experiments.pointpool import SharedPoints
 from cluster.experiments.progress import prefixed
-from cluster.experiments.rows import Row, bound_row, direction_row, reproduction
+from cluster.experiments.rows import Row, bound_row, direction_row, input_row, reproduction
 
 PROFILE = "bf3"
 KEYS = {True: 500_000, False: 2_000_000}
@@ -283,16 +285,19 @@ def fig4(quick: bool, progress) -> list[Row]:
 
 def fig8(quick: bool, progress) -> list[Row]:
     from cluster.experiments._pd3_fig8 import fig8 as run8
-    return [Row("fig8", r.series, r.x, r.metric, r.emulated, r.published) for r in run8(quick, progress)]
+    return [replace(r, experiment="fig8") for r in run8(quick, progress)]
 
 
 def _throughput(exp: str, dist: str, quick: bool, progress, jobs: int, shared: SharedPoints | None,
-                published: dict, ratios: list, app: str = "hashmap") -> list[Row]:
+                published: dict, ratios: list, app: str = "hashmap", inputs: tuple = ()) -> list[Row]:
+    """``inputs``: the modes whose published rate a constant was derived from (APPS' ``work_us``):
+    their rows are inputs, not checks (rows.KINDS)."""
     specs = [(m, dist, APP_THREADS, app) for m in MODES.values()]
     res = _points(specs, prefixed(progress, f"{exp}: "), jobs, quick, shared)
     key = (lambda m: (m, dist, APP_THREADS, app))
     mops = {name: res[key(m)]["mops"] for name, m in MODES.items()}
-    rows = [Row(exp, name, f"{APP_THREADS} threads", "Mops", round(v, 2), published.get(name)) for name, v in mops.items()]
+    rows = [Row(exp, name, f"{APP_THREADS} threads", "Mops", round(v, 2), published.get(name),
+                kind="input" if name in inputs else "result") for name, v in mops.items()]
     for a, b, pub in ratios:
         rows.append(Row(exp, f"{a} / {b}", f"{APP_THREADS} threads", "ratio", _ratio(mops[a], mops[b]), pub))
     r = res[key("pd3")]
@@ -371,7 +376,7 @@ def fig12(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None =
     +33 % over Redy. PD3's absolute number is the input of the page handling cost (APPS)."""
     return _throughput("fig12", "uniform", quick, progress, jobs, shared, {"PD3": round(1.4 / 1.54, 2)},
                        [("PD3", "sync RDMA", 1.65), ("PD3", "Redy", 1.33), ("Leap", "sync RDMA", 1.0)],
-                       app="pages")
+                       app="pages", inputs=("PD3",))
 
 
 def fig16(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None = None) -> list[Row]:
@@ -384,7 +389,7 @@ def fig13(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None =
     PD3 6x sync RDMA / Leap and 8.5x Redy."""
     return _throughput("fig13", "uniform", quick, progress, jobs, shared, {"PD3": round(5.3 / 1.35, 2)},
                        [("sync RDMA", "Redy", 1.4), ("Leap", "Redy", 1.4), ("PD3", "sync RDMA", 6.0),
-                        ("PD3", "Redy", 8.5)], app="garnet")
+                        ("PD3", "Redy", 8.5)], app="garnet", inputs=("PD3",))
 
 
 def fig17(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None = None) -> list[Row]:
@@ -400,7 +405,7 @@ def fig19(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None =
     res = _points([(m, "uniform", APP_THREADS, "garnet") for m in names.values()], prefixed(progress, "fig19: "),
                   jobs, quick, shared)
     st = {n: res[m, "uniform", APP_THREADS, "garnet"]["stages"] for n, m in names.items()}
-    rows = [Row("fig19", "hit: process + respond (input)", "PD3", "ns", round(st["PD3"]["hit_ns"]), 500),
+    rows = [input_row("fig19", "hit: process + respond (input)", "PD3", "ns", round(st["PD3"]["hit_ns"]), 500),
             Row("fig19", "PD3: consume", "PD3", "ns", round(st["PD3"]["consume_ns"]), 38)]
     for n, pub in (("sync RDMA", 5.3), ("Leap", 5.3), ("Redy", 6.1)):
         rows.append(Row("fig19", "request + transfer", n, "us", round(st[n]["fetch_ns"] / 1000, 2), pub))
