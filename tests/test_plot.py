@@ -121,6 +121,20 @@ def test_published_points_and_headline_references_are_drawn():
     assert labels[:2] == ["race", "smart-ht"] and "published (paper)" in labels
 
 
+def test_calibration_points_are_diamonds_with_their_own_legend_entry():
+    """A published value a constant was set from (an input row) is drawn as a diamond, apart from
+    the stars of the checks, and the legend says what it is (issue 40)."""
+    rows = [_row("fig3", "per_thread_qp", t, "Mops", 10.0 + t, 12.0 + t) for t in (8, 24, 32)]
+    for r in rows[1:]:
+        r["kind"] = "input"
+    ax = plot.draw(Figure("fig3", "fig3", "Mops", "per-thread QPs"), rows, RUN).axes[0]
+    drawn = {(float(x), float(y)): c.get_paths()[0] for c in ax.collections for x, y in c.get_offsets()}
+    assert set(drawn) == {(8.0, 20.0), (24.0, 36.0), (32.0, 44.0)}
+    assert drawn[(24.0, 36.0)] is drawn[(32.0, 44.0)] and drawn[(8.0, 20.0)] is not drawn[(24.0, 36.0)]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "published (paper)" in labels and "published, a constant's calibration point" in labels
+
+
 def test_a_spec_with_panels_checks_its_labels():
     with pytest.raises(ValueError, match="ylabel has 1 entries for 2 panels"):
         Figure("f", "e", ("a", "b"), ylabel=("only one",))

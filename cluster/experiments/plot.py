@@ -3,7 +3,8 @@
 What a figure holds is declared elsewhere (:mod:`cluster.experiments.figures`: a spec per paper
 figure in its experiment module, or automatic figures); this module only draws a spec: one line
 (or bar) per series, the emulated values as the curve, the published ones as star markers of the
-same colour, the headline published values (a peak, a ceiling) as dotted reference lines or a
+same colour (diamonds for the values a constant was set from: input rows, which a reader should
+not take for checks), the headline published values (a peak, a ceiling) as dotted reference lines or a
 marker at the published peak, and a caption saying where the numbers came from (command, --quick
 or full, profile, scale, commit).
 
@@ -89,16 +90,28 @@ class _Layout:
         return metric if series is None or len(self.order) == 1 else f"{self.labels[series]}, {metric}"
 
 
-def _stars(ax, points, colors) -> None:
-    """Published values: stars of their series' colour."""
-    ax.scatter([p for p, _ in points], [v for _, v in points], marker="*", s=150, color=colors,
-               edgecolors="black", linewidths=0.8, zorder=5)
+#: the marker of a published value, and of one a constant was set from (an input row: rows.KINDS),
+#: which a reader should not take for a check of the model
+STAR, INPUT = "*", "D"
 
 
-def _draw_lines(ax, lay: _Layout, metrics: tuple) -> bool:
-    """One line per series and metric (dashed for a panel's second metric); True if a published
-    value was drawn."""
-    published = False
+def _stars(ax, points, colors) -> set:
+    """Published values ``(x, value, kind)``: stars of their series' colour, a diamond for an input
+    row. Returns the markers drawn."""
+    drawn = set()
+    for marker, size in ((STAR, 150), (INPUT, 50)):
+        pts = [(p, v) for p, v, kind in points if (INPUT if kind == "input" else STAR) == marker]
+        if pts:
+            ax.scatter([p for p, _ in pts], [v for _, v in pts], marker=marker, s=size, color=colors,
+                       edgecolors="black", linewidths=0.8, zorder=5)
+            drawn.add(marker)
+    return drawn
+
+
+def _draw_lines(ax, lay: _Layout, metrics: tuple) -> set:
+    """One line per series and metric (dashed for a panel's second metric); the published markers
+    drawn (:func:`_stars`)."""
+    published = set()
     for s in lay.order:
         for i, m in enumerate(metrics):
             pts = [r for r in lay.sel if r["series"] == s and r["metric"] == m]
@@ -109,24 +122,23 @@ def _draw_lines(ax, lay: _Layout, metrics: tuple) -> bool:
             if emu:
                 ax.plot(*zip(*emu), marker="o", markersize=4, linestyle=("-", "--", ":", "-.")[i % 4],
                         color=lay.colors[s], label=lay.label(s, m, metrics))
-            pub = [(p, r["published"]) for p, r in zip(pos, pts) if r["published"] is not None]
+            pub = [(p, r["published"], r.get("kind")) for p, r in zip(pos, pts) if r["published"] is not None]
             if pub:
-                _stars(ax, pub, lay.colors[s])
-                published = True
+                published |= _stars(ax, pub, lay.colors[s])
     if lay.categorical:
         ax.set_xticks(range(len(lay.xs)), [_xtick(x) for x in lay.xs], fontsize=8,
                       rotation=20 if sum(len(_xtick(x)) for x in lay.xs) > 50 else 0)
     return published
 
 
-def _draw_bars(ax, lay: _Layout, metrics: tuple) -> bool:
+def _draw_bars(ax, lay: _Layout, metrics: tuple) -> set:
     """Bars: one group per x (or one bar per series, ``single_x``), in a group a bar per series and
-    metric (hatched for a panel's second metric); True if a published value was drawn."""
+    metric (hatched for a panel's second metric); the published markers drawn (:func:`_stars`)."""
     panel_xs = [x for x in lay.xs if any(r["x"] == x and r["metric"] in metrics for r in lay.sel)]
     groups = lay.order if lay.single_x else panel_xs
     members = [(None, m) for m in metrics] if lay.single_x else [(s, m) for s in lay.order for m in metrics]
     width = 0.8 / len(members)
-    published = False
+    published = set()
     for k, (s, m) in enumerate(members):
         offset = (k - (len(members) - 1) / 2) * width
         bars, pubs = [], []
@@ -137,14 +149,13 @@ def _draw_bars(ax, lay: _Layout, metrics: tuple) -> bool:
                     if r["emulated"] is not None:
                         bars.append((g + offset, r["emulated"], lay.colors[series]))
                     if r["published"] is not None:
-                        pubs.append((g + offset, r["published"]))
+                        pubs.append((g + offset, r["published"], r.get("kind")))
         if bars:
             label = None if lay.single_x and len(metrics) == 1 else lay.label(s, m, metrics)
             ax.bar([b[0] for b in bars], [b[1] for b in bars], width=width * 0.9, color=[b[2] for b in bars],
                    hatch=("", "//", "..", "xx")[metrics.index(m) % 4], label=label)
         if pubs:            # white: a star of the bar's own colour would vanish in it
-            _stars(ax, pubs, "white")
-            published = True
+            published |= _stars(ax, pubs, "white")
     names = [lay.labels[g] if lay.single_x else _xtick(g) for g in groups]
     long = sum(map(len, names)) > 40
     ax.set_xticks(range(len(groups)), names, rotation=20 if long else 0, ha="right" if long else "center",
@@ -167,9 +178,9 @@ def draw(fig: Figure, rows: list[dict], run: dict | None):
     mfig = MplFigure(figsize=(width, height), dpi=DPI)
     FigureCanvasAgg(mfig)
     axes = mfig.subplots(1, len(panels), squeeze=False)[0]
-    any_published = False
+    markers: set = set()
     for ax, (metrics, ylabel, ylog) in zip(axes, panels):
-        any_published |= (_draw_lines if fig.kind == "line" else _draw_bars)(ax, lay, metrics)
+        markers |= (_draw_lines if fig.kind == "line" else _draw_bars)(ax, lay, metrics)
         values = [v for r in lay.sel if r["metric"] in metrics for v in (r["emulated"], r["published"])
                   if v is not None]
         if ylog and values and min(values) > 0:
@@ -189,9 +200,12 @@ def draw(fig: Figure, rows: list[dict], run: dict | None):
 
     stars, lines = _draw_refs(fig, rows, axes[0], lay.colors, lay.categorical)
     handles, _ = axes[0].get_legend_handles_labels()
-    if any_published or stars:
-        handles.append(Line2D([], [], marker="*", markersize=11, color="0.6", markeredgecolor="black",
+    if STAR in markers or stars:
+        handles.append(Line2D([], [], marker=STAR, markersize=11, color="0.6", markeredgecolor="black",
                               linestyle="none", label="published (paper)"))
+    if INPUT in markers:
+        handles.append(Line2D([], [], marker=INPUT, markersize=6, color="0.6", markeredgecolor="black",
+                              linestyle="none", label="published, a constant's calibration point"))
     if lines:
         handles.append(Line2D([], [], color="0.4", linestyle=":", label="published headline value"))
     if handles:
