@@ -135,7 +135,7 @@ def _tiny_run(only=None, quick=False, json_path=None, console=None, jobs=1):
     rows = []
     if "lat" in (only or ("lat",)):
         (lat,) = map_points(_latency_us, [()], jobs=jobs)
-        rows += [Row("lat", "one way", 1, "us", lat, 5.0),                        # within ±30 % at 1x
+        rows += [Row("lat", "one way", 1, "us", lat, 5.0, kind="input"),          # within ±30 % at 1x
                  Row("lat", "poll / one way", "poll/one way", "ratio", p.cpu.poll_ns / 100 / lat, 0.2)]
     if "slots" in (only or ("slots",)):
         rows.append(Row("slots", "slots", 1, "count", float(p.nic.atomic_slots), None))
@@ -168,6 +168,7 @@ def test_report_rows_verdicts_directions_and_resume(tmp_path):
     hi = by[2.0, "one way"]
     assert (hi["at_1x"], hi["at_factor"], hi["change_pct"]) == (6.0, 12.0, 100.0)
     assert (hi["verdict_1x"], hi["verdict_factor"]) == ("within", "outside")
+    assert hi["kind"] == "input" and "one way | 1 | us (input)" in sensitivity.markdown(res)   # its own knob
     lo = by[0.5, "poll / one way"]                                     # 0.6 / 3 = 0.2: the ratio doubles
     assert lo["change_pct"] == 100.0 and lo["direction_1x"] == lo["direction_factor"] == "held"
     s = {x["factor"]: x for x in res["summary"]}

@@ -160,12 +160,19 @@ def table(base_rows: list[dict], runs: list[tuple[Variant, list[dict] | None, st
         for r in published:
             got = at.get(key_of(r))
             emu = got.get("emulated") if got else None
-            out.append({**head, "row": " | ".join(str(r[k]) for k in KEYS[:4]), "published": r["published"],
+            out.append({**head, "row": " | ".join(str(r[k]) for k in KEYS[:4]), "kind": r.get("kind", "result"),
+                        "published": r["published"],
                         "at_1x": r.get("emulated"), "at_factor": emu,
                         "change_pct": _rounded(_change_pct(r.get("emulated"), emu)),
                         "verdict_1x": verdict(r), "verdict_factor": verdict(got) if got else None,
                         "direction_1x": direction(r), "direction_factor": direction(got) if got else None})
     return out
+
+
+def _label(entry: dict) -> str:
+    """A table's name of an entry's row: an input row (rows.KINDS) says so, since a knob that moves
+    it is the knob it calibrates, not a model it tests."""
+    return entry["row"] + (" (input)" if entry.get("kind") == "input" else "")
 
 
 def _rounded(x):
@@ -345,7 +352,7 @@ def print_report(console, res: dict, *, all_rows: bool = False) -> None:
                 "direction 1x -> factor"):
         t.add_column(col, justify="right" if col in ("at 1x", "at factor", "change %") else "left")
     for e in entries:
-        t.add_row(f"{e['profile']}:{e['knob']}", _factor(e), e["row"], _num(e["at_1x"]), _num(e["at_factor"]),
+        t.add_row(f"{e['profile']}:{e['knob']}", _factor(e), _label(e), _num(e["at_1x"]), _num(e["at_factor"]),
                   "-" if e["change_pct"] is None else f"{e['change_pct']:+.1f}",
                   f"{e['verdict_1x'] or '-'} -> {e['verdict_factor'] or '-'}",
                   f"{e['direction_1x'] or '-'} -> {e['direction_factor'] or '-'}")
@@ -379,7 +386,7 @@ def markdown(res: dict, *, top: int = 40) -> str:
     lines = ["| knob | factor | row | at 1x | at factor | change % | verdict 1x -> factor | direction 1x -> factor |",
              "|---|---|---|---|---|---|---|---|"]
     for e in entries[:top]:
-        lines.append(f"| `{e['knob']}` | {_factor(e)} | {e['row']} | {_num(e['at_1x'])} | {_num(e['at_factor'])} | "
+        lines.append(f"| `{e['knob']}` | {_factor(e)} | {_label(e)} | {_num(e['at_1x'])} | {_num(e['at_factor'])} | "
                      f"{e['change_pct']:+.1f} | {e['verdict_1x'] or '-'} -> {e['verdict_factor'] or '-'} | "
                      f"{e['direction_1x'] or '-'} -> {e['direction_factor'] or '-'} |")
     return "\n".join(lines) + "\n"
