@@ -53,12 +53,11 @@ from __future__ import annotations
 
 import math
 from contextlib import contextmanager
-from dataclasses import replace
 
 from cluster.experiments.figures import Figure
 from cluster.experiments.pointpool import SharedPoints
 from cluster.experiments.progress import prefixed
-from cluster.experiments.rows import Row, scale_row
+from cluster.experiments.rows import Row, renamed, scale_row
 
 PROFILE = "cx3-56g"
 COMPUTE = 4                     # compute nodes (the paper's 20)
@@ -377,7 +376,7 @@ def mean(xs):
 def fig3(quick: bool, progress) -> list[Row]:
     """The verbs of FlexKV Fig. 3 (``dmrack bench verbs --only flexkv-fig3``, the same function)."""
     from cluster.experiments.bench_verbs import flexkv_fig3
-    return [replace(r, experiment="fig3") for r in flexkv_fig3(quick, progress)]
+    return renamed(flexkv_fig3(quick, progress), "fig3")
 
 
 # --- Fig. 16: ablation ------------------------------------------------------------------------------

@@ -25,13 +25,11 @@ which it shares with them). docs/pd3.md has the table of published beside emulat
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 
 from cluster.experiments.pointpool import SharedPoints
 from cluster.experiments.progress import prefixed
-from cluster.experiments.rows import Row, bound_row, direction_row, input_row, reproduction
+from cluster.experiments.rows import Row, bound_row, direction_row, input_row, renamed, reproduction
 
 PROFILE = "bf3"
 KEYS = {True: 500_000, False: 2_000_000}
@@ -285,7 +283,7 @@ def fig4(quick: bool, progress) -> list[Row]:
 
 def fig8(quick: bool, progress) -> list[Row]:
     from cluster.experiments._pd3_fig8 import fig8 as run8
-    return [replace(r, experiment="fig8") for r in run8(quick, progress)]
+    return renamed(run8(quick, progress), "fig8")
 
 
 def _throughput(exp: str, dist: str, quick: bool, progress, jobs: int, shared: SharedPoints | None,

@@ -47,29 +47,22 @@ change a figure.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from cluster.experiments.figures import Figure
 from cluster.experiments.pointpool import map_points
 from cluster.experiments.progress import prefixed
-from cluster.experiments.rows import Row, beside, bound_row, input_row, reproduction
+from cluster.experiments.rows import Row, beside, bound_row, input_row, renamed, reproduction
 from cluster.experiments.bench_verbs import FIG3_POLICIES
 from cluster.experiments.bench_ycsb import CONTENDED_MS, SMART_KEYS, UNCONTENDED_MS
 
 
 def fig3(quick: bool, progress) -> list[Row]:
     from cluster.experiments.bench_verbs import smart_fig3
-    return [_renamed(r, "fig3") for r in smart_fig3(quick, progress)]
+    return renamed(smart_fig3(quick, progress), "fig3")
 
 
 def fig4(quick: bool, progress) -> list[Row]:
     from cluster.experiments.bench_verbs import smart_fig4
-    return [_renamed(r, "fig4") for r in smart_fig4(quick, progress)]
-
-
-def _renamed(r: Row, experiment: str) -> Row:
-    """A verbs bench row as a row of this reproduction (its source and kind kept)."""
-    return replace(r, experiment=experiment)
+    return renamed(smart_fig4(quick, progress), "fig4")
 
 
 UPDATE_ONLY = {"readproportion": 0, "updateproportion": 1}

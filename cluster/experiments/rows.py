@@ -28,7 +28,7 @@ import math
 import os
 import re
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from cluster.experiments.registry import Experiment
 
@@ -107,6 +107,12 @@ def input_row(experiment: str, series: str, x, metric: str, emulated, published,
     """A row beside a published value a constant of the model was set from (``kind = "input"``:
     a verdict, counted apart; see :data:`KINDS`)."""
     return Row(experiment, series, x, metric, emulated, published, source, kind="input")
+
+
+def renamed(rows: list[Row], experiment: str) -> list[Row]:
+    """Another part's rows (a bench's, a helper module's) as rows of ``experiment``, everything else
+    kept: the source, and the kind, so a reproduction that reuses a measurement claims what it did."""
+    return [replace(r, experiment=experiment) for r in rows]
 
 
 def is_scale(row: dict) -> bool:
