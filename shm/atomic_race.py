@@ -65,7 +65,10 @@ class AtomicWriteRace:
                 self.fabric.windows["write_backs_delayed"] += 1
         env.schedule(env.now + hold, self._write_back, (key, words, value, token))
         env.effect_at(env.now + hold)
-        pending_writes_of(self.fabric).add(node, env.now + hold, env.now + hold)
+        if region == REGION_HOST:        # the word it writes back
+            pending_writes_of(self.fabric).add(node, env.now + hold, env.now + hold, off, off + 8)
+        else:
+            pending_writes_of(self.fabric).add(node, env.now + hold, env.now + hold)
 
     def _write_back(self, arg) -> None:
         key, words, value, token = arg

@@ -250,7 +250,9 @@ class DmaEngine:
                     copy_lines(mem.host, off, payload, loc, length, mem.host_locks, False)
         self.env.schedule(eff, land)
         self.env.effect_at(eff)
-        pending_writes_of(self.fabric).add(self.host, eff, eff)   # READs landing meanwhile see it
+        # READs landing meanwhile see it (the span of the bytes it writes)
+        pending_writes_of(self.fabric).add(self.host, eff, eff, min((e[0] for e in els), default=0),
+                                                  max((e[0] + e[2] for e in els), default=0))
         self.writes += 1
         self.nbytes += total
         return self._complete(eff, done, total)

@@ -16,7 +16,11 @@ event unless something really interleaves with it. A READ looks further: what it
 only on what changes the memory it samples, so its lines due before the next *write* to that
 node (:class:`PendingWrites`: every WRITE, atomic and SEND this process has posted, with its
 landing window) land at once, however many other events (other READs, completions) come between.
-Under a READ-heavy load that keeps a 1 KiB READ at one event instead of sixteen.
+Under a READ-heavy load that keeps a 1 KiB READ at one event instead of sixteen. A pending write
+changes only its own bytes, so a READ whose window only a write to *other* bytes of the node
+falls in lands whole too (:meth:`PendingWrites.clear_of`): RACE posts a KV block's WRITE with the
+two bucket READs that found its slot, and the WRITE lands at the READs' nanosecond; before, every
+such READ took a :class:`Landing` and an event more, though its bytes could not change.
 
 The rkey is checked for the whole range before the first line, so a bad key touches nothing
 (:func:`begin_landing`). A completion never comes before its effect: the owner passes what is still landing to :func:`flush_due` when a completion
@@ -58,8 +62,9 @@ def begin_landing(env, fabric, node: int, is_read: bool, off: int, length: int, 
     deferred = None if is_read else getattr(fabric, "_deferred_reads", None)
     descending = not is_read and not fabric.profile.nic.ordered_multiline_writes
     bound = _bound(env, pending, deferred, node, is_read)
-    if hi < bound:
-        # Landing.resume would land every line in this step: one compiled call, no Landing
+    if hi < bound or (is_read and pending.clear_of(node, env.now, hi, off, off + length)):
+        # Landing.resume would land every line in this step (or could, since nothing that may
+        # change these bytes lands before the last line): one compiled call, no Landing
         rw = remote_read_write if kernels is None else kernels.read_write
         ok = rw(is_read, mem.mrt, rkey, REGION_HOST, off, length, mem.host, mem.host_locks, lbuf, loff, descending)
         return ALL_LANDED if ok else None
@@ -178,6 +183,9 @@ class Landing:
         next write to its node (``pending``), unless a write is landing right now."""
         if self.k >= self.n:             # already finished by a completion
             return
+        if self.is_read and self.pending.clear_of(self.node, self.env.now, self.hi, self.off, self.off + self.length):
+            self.finish()                # the write that held it back was to other bytes, or has landed
+            return
         self.step(_bound(self.env, self.pending, self.deferred, self.node, self.is_read))
 
     def step(self, bound: int) -> None:
@@ -191,11 +199,14 @@ class Landing:
                 env.effect_at(t, not self.is_read)
 
 
+ALL_BYTES = 1 << 62       # the end of a write's byte range when it may change any byte of the node
+
+
 class PendingWrites:
     """When each node's memory next changes, as far as this process knows: the landing windows
     ``(first, last)`` (ns) of the WRITEs, atomics and SENDs it has posted (and DMA writes, atomic
-    write-backs), one heap per node ordered by ``first``. Entries whose window has passed are
-    dropped as they reach the top."""
+    write-backs), with the bytes ``[off, end)`` each may change, one heap per node ordered by
+    ``first``. Entries whose window has passed are dropped as they reach the top."""
 
     __slots__ = ("heaps", "floor_ns")
 
@@ -205,12 +216,41 @@ class PendingWrites:
         # wire at least), so it bounds what a READ may land at once without looking again
         self.floor_ns = floor_ns
 
-    def add(self, node: int, a: int, b: int) -> None:
-        """A write to ``node`` landing between ``a`` and ``b`` (ns, either order)."""
+    def add(self, node: int, a: int, b: int, off: int = 0, end: int = ALL_BYTES) -> None:
+        """A write to bytes ``[off, end)`` of ``node``'s host memory landing between ``a`` and ``b``
+        (ns, either order); without a range, to any byte (a write to device memory, say, which
+        host READs need not wait for but conservatively do)."""
         h = self.heaps.get(node)
         if h is None:
             h = self.heaps[node] = []
-        heappush(h, (a, b) if a <= b else (b, a))
+        heappush(h, (a, b, off, end) if a <= b else (b, a, off, end))
+
+    def clear_of(self, node: int, now: int, hi: int, off: int, end: int) -> bool:
+        """True if nothing may change bytes ``[off, end)`` of ``node`` from ``now`` through ``hi``:
+        no write posted from now on lands that soon (``floor_ns``), and no known one whose window
+        reaches ``now`` and starts by ``hi`` touches those bytes. A READ's lines may then all land
+        at ``now`` (exactly what landing each at its own time returns). Walks only the heap's
+        entries that start by ``hi`` (a subtree at its top: usually one or two)."""
+        if hi >= now + self.floor_ns:
+            return False
+        h = self.heaps.get(node)
+        if not h:
+            return True
+        stack = [0]
+        n = len(h)
+        while stack:
+            i = stack.pop()
+            e = h[i]
+            if e[0] > hi:
+                continue                 # it and the entries below it start later
+            if e[1] >= now and e[2] < end and off < e[3]:
+                return False             # lands in the window, on these bytes
+            i = 2 * i + 1
+            if i < n:
+                stack.append(i)
+                if i + 1 < n:
+                    stack.append(i + 1)
+        return True
 
     def next_change(self, node: int, now: int) -> int:
         """The earliest time >= ``now`` at which a write may change ``node``'s memory (``now`` while
