@@ -720,14 +720,7 @@ class VerbBatch:
             else:                        # several lines, landing one by one (shm/landing.py)
                 heappush(heap, (first if first > now else now, seq(), self._lines_cb, (item, effect, other)))
             if item[0] != IBV_WR_RDMA_READ:
-                # a READ landing meanwhile must see it: the bytes it writes, if of host memory
-                # (device memory is another array; a host READ waits for it all the same)
-                addr = item[1]
-                if addr >> OFFSET_BITS & _REGION_MASK == REGION_HOST:
-                    off = addr & _OFFSET_MASK
-                    pw.add(dst, effect, other, off, off + item[2])
-                else:
-                    pw.add(dst, effect, other)
+                pw.add_verb(dst, effect, other, item[1], item[2])   # a READ landing meanwhile must see it
                 if synced:
                     env.effect_at(first if first > now else now)
             elif synced:

@@ -34,7 +34,8 @@ from __future__ import annotations
 
 from heapq import heappop, heappush
 
-from shm.fabric import IBV_ACCESS_REMOTE_READ, IBV_ACCESS_REMOTE_WRITE, REGION_HOST, land_lines, mr_check, remote_read_write
+from shm.fabric import (IBV_ACCESS_REMOTE_READ, IBV_ACCESS_REMOTE_WRITE, OFFSET_BITS, REGION_BITS, REGION_HOST, land_lines,
+                        mr_check, remote_read_write)
 
 
 class _Landed:
@@ -200,6 +201,8 @@ class Landing:
 
 
 ALL_BYTES = 1 << 62       # the end of a write's byte range when it may change any byte of the node
+_OFFSET_MASK = (1 << OFFSET_BITS) - 1
+_REGION_MASK = (1 << REGION_BITS) - 1
 
 
 class PendingWrites:
@@ -224,6 +227,16 @@ class PendingWrites:
         if h is None:
             h = self.heaps[node] = []
         heappush(h, (a, b, off, end) if a <= b else (b, a, off, end))
+
+    def add_verb(self, node: int, a: int, b: int, addr: int, length: int) -> None:
+        """A one-sided WRITE or atomic of ``length`` bytes at global address ``addr`` (on ``node``),
+        landing between ``a`` and ``b``: its bytes if they are host memory; a write to NIC device
+        memory, another array, cannot change what a host READ returns, but counts as any byte."""
+        if addr >> OFFSET_BITS & _REGION_MASK == REGION_HOST:
+            off = addr & _OFFSET_MASK
+            self.add(node, a, b, off, off + length)
+        else:
+            self.add(node, a, b)
 
     def clear_of(self, node: int, now: int, hi: int, off: int, end: int) -> bool:
         """True if nothing may change bytes ``[off, end)`` of ``node`` from ``now`` through ``hi``:

@@ -642,12 +642,10 @@ class QP:
                     heappush(heap, (lo if lo > now else now, seq(), effect_cb, (p, dst, lo, hi)))
                     if synced:
                         env.effect_at(lo, op != IBV_WR_RDMA_READ)
-                if op != IBV_WR_RDMA_READ:  # a READ landing meanwhile must see it
-                    addr = wr.remote_addr
-                    if op != IBV_WR_SEND and addr >> _OFFSET_BITS & _REGION_MASK == REGION_HOST:
-                        pending.add(dst, effect, other, addr & _OFFSET_MASK, (addr & _OFFSET_MASK) + length)
-                    else:                   # a SEND lands in a receive buffer: any byte, as far as we know
-                        pending.add(dst, effect, other)
+                if op == IBV_WR_SEND:       # lands in a receive buffer: any byte, as far as we know
+                    pending.add(dst, effect, other)
+                elif op != IBV_WR_RDMA_READ:  # a READ landing meanwhile must see it
+                    pending.add_verb(dst, effect, other, wr.remote_addr, length)
             heappush(heap, (done if done > now else now, seq(), complete_cb, p))   # in posting order (the model)
 
     def model_post(self, dst: int, rows, cpu_floor: int = 0, user=None) -> None:
