@@ -26,6 +26,11 @@ waiting for them, ``cx6-200g``):
 * ``reproduce smart --quick fig12``: the wall time of one reproduction part (``fig3``, ``fig4``
   and ``fig13`` too without ``--quick``).
 
+The verbs-level loops start their clocks once the memory node's pages are in memory
+(``bench_verbs.fault_in``): a fresh segment allocates a page on first touch, about 3 µs here,
+which is a third of the ``--quick`` window's real time, a start-up cost of the segment, not the
+emulator's speed (RDMA pins registered memory, so the hardware never pays it in a loop either).
+
 The verbs-level loops (``one process``, ``raw verbs``, ``two processes``, ``simpy``) are declared
 in ``cluster/experiments/bench_verbs.py`` (``bench verbs --only speed`` gives the same rows) and
 re-exported here.
