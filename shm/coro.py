@@ -44,14 +44,13 @@ from __future__ import annotations
 import random
 from collections import deque
 from heapq import heappush
-from struct import Struct
 from sys import byteorder as _BYTEORDER
 from typing import NamedTuple
 
 import numpy as np
 
 from shm import nic
-from shm.deferred import C_STATE, LANDED, ReadBatch, deferred_reads_of
+from shm.deferred import C_STATE, DEFER_MIN, LANDED, ReadBatch, deferred_reads_of
 from shm.landing import ALL_LANDED, begin_landing, flush_due, pending_writes_of
 from shm.failpoints import failpoint
 from shm.kernels import entry
@@ -85,13 +84,8 @@ _OFFSET_MASK = (1 << OFFSET_BITS) - 1
 # shm/landing.py), then the offset in the thread's buffer (which deferred READs land into:
 # shm/deferred.py). One pack call fills a row, its values in column order:
 assert (nic.WR_OP, nic.WR_LEN, nic.WR_OFF, nic.WR_REGION, nic.WR_FLAGS, nic.WR_OUT, nic.WR_LOFF) == (0, 1, 2, 3, 4, 5, 8)
-_PACK_WR = Struct(f"<{nic.WR_COLS}q").pack_into
+_PACK_WR = nic.pack_wr
 
-# Batches of at least this many one-line READs are deferred (shm/deferred.py). Below it, a
-# deferred batch's fixed cost (its record, the node's heap, one compiled call) exceeds the one
-# event per READ it saves: in verbs per CPU second of the speed loop, deferral was 0.84x at
-# depth 1, 0.88x at 2, 0.97x at 3 and 4, 1.15x at 8.
-DEFER_MIN = 4
 
 
 class RemoteAccessError(RuntimeError):

@@ -29,6 +29,20 @@ horizon) whenever it is blocked or idle (where the others may be waiting for the
 before that READ lands, nor has a write more than W before it still to apply: the same tolerance
 as a READ landing at its effect time (shm/sim/sync.py). ``defer_reads(fabric, False)`` turns deferral off, which tests use as the
 reference path.
+
+Raw verbs (``QP.post_send``, shm/verbs.py) defer the same batches, with what RC adds: each work
+request completes on its own, so a completion lands the rows placed before it (its own among them)
+and reads its row's state; and a failure flushes the QP's later work requests from its effect on,
+so a READ must have passed its checks when its effect comes. A post is deferred only if its rows
+pass the rkey and lkey checks at post, on a QP in the ready state with no failure noted and no
+multi-line transfer in flight, and the batch's ``owner`` (the QP) hands its rows back to
+per-request effect events, at their own places, before anything that would make a late landing
+differ happens at the running entry: a work request of the QP fails or the QP enters the error
+state (later requests are flushed), the QP posts a multi-line transfer (a READ's effect lands the
+QP's multi-line WRITE lines due at its nanosecond first), an MR is deregistered (checks that
+passed may fail). Rows placed before the running entry land then; the rest get the effect events
+they would have had. The bytes of a raw READ reach local memory between its effect and its
+completion, as on hardware (nothing orders them before the CQE).
 """
 
 from __future__ import annotations
@@ -45,8 +59,14 @@ INF = (1 << 63) - 1
 # Columns of a batch's work-request rows (the coroutine's model rows, copied at post: shm/coro.py;
 # the layout is nic.WR_*): a row's flags column holds its landing state once it is deferred
 C_LEN, C_OFF, C_STATE, C_LOFF = nic.WR_LEN, nic.WR_OFF, nic.WR_FLAGS, nic.WR_LOFF
-# A row's C_STATE after it landed (before, it holds the request's non-negative model flags)
-LANDED, FAILED = -1, -2
+# A row's C_STATE after it landed (before, it holds the request's non-negative model flags), or
+# after its owner handed it back to an effect event of its own (raw verbs: the module docstring)
+LANDED, FAILED, HANDED_BACK = -1, -2, -3
+# Batches of at least this many one-line READs are deferred (shm/coro.py and shm/verbs.py). Below it, a
+# deferred batch's fixed cost (its record, the node's heap, one compiled call) exceeds the one
+# event per READ it saves: in verbs per CPU second of the coroutine loop, deferral was 0.84x at
+# depth 1, 0.88x at 2, 0.97x at 3 and 4, 1.15x at 8.
+DEFER_MIN = 4
 
 
 @njit(cache=True)
@@ -64,9 +84,9 @@ def sample_reads(mrt, rkey, rbuf, rlocks, lbuf, rows, lo, hi):
 class ReadBatch:
     """The single-line READs of one post, landing late (see the module docstring)."""
 
-    __slots__ = ("mem", "rkey", "rows", "keys", "items", "lbuf", "node", "left")
+    __slots__ = ("mem", "rkey", "rows", "keys", "items", "lbuf", "node", "left", "owner")
 
-    def __init__(self, mem, rkey: int, rows, keys: list, items: list, lbuf, node: int):
+    def __init__(self, mem, rkey: int, rows, keys: list, items: list, lbuf, node: int, owner=None):
         self.mem = mem              # the node's memory (shm.fabric.NodeMemory)
         self.rkey = rkey
         self.rows = rows            # a private copy: C_STATE tells which rows landed
@@ -75,6 +95,7 @@ class ReadBatch:
         self.lbuf = lbuf            # the posting thread's buffer
         self.node = node
         self.left = len(keys)       # rows not landed yet
+        self.owner = owner          # raw verbs: the QP that takes rows back (``owner._undefer()``)
 
     def first(self):
         """The earliest place of a row not landed yet."""
@@ -111,12 +132,13 @@ def _first_due(h: list) -> int:
 class DeferredReads:
     """The deferred READ batches of one process, per node, ordered by their earliest row."""
 
-    __slots__ = ("env", "heaps", "live", "batches", "early")
+    __slots__ = ("env", "heaps", "live", "batches", "early", "handed")
 
     def __init__(self, env):
         self.env = env
         self.batches = 0                    # batches deferred
         self.early = 0                      # of them, landed (in part) before a write, not at completion
+        self.handed = 0                     # raw batches handed back (in part) to effect events
         self.heaps: dict[int, list] = {}    # node -> heap of (time, seq, batch)
         self.live: dict[int, int] = {}      # node -> batches with rows not landed
 
@@ -142,6 +164,31 @@ class DeferredReads:
             batch.land(0, len(batch.keys))
             batch.left = 0
             self.live[batch.node] -= 1
+
+    def land_batch_before(self, batch: ReadBatch, key) -> None:
+        """Land the rows of ``batch`` placed before ``key`` (a raw READ completes, or its QP
+        takes the batch back: the module docstring)."""
+        if batch.left and not batch.land_before(key):
+            self.live[batch.node] -= 1
+
+    def hand_back(self, batch: ReadBatch, key) -> list:
+        """The raw batch's rows placed before ``key`` land; the indices of the others, which stop
+        being deferred (``HANDED_BACK``): their owner schedules their effects."""
+        self.land_batch_before(batch, key)
+        if not batch.left:
+            return []
+        rows = batch.rows
+        back = [i for i in range(len(batch.keys)) if rows[i, C_STATE] >= 0]
+        for i in back:
+            rows[i, C_STATE] = HANDED_BACK
+        self.handed += 1
+        batch.left = 0
+        self.live[batch.node] -= 1
+        return back
+
+    def owners(self) -> set:
+        """The owners (raw verbs' QPs) of batches with rows still deferred."""
+        return {e[2].owner for h in self.heaps.values() for e in h if e[2].left and e[2].owner is not None}
 
     def before_write(self, node: int) -> None:
         """A write lands on ``node`` in the running entry: land first the node's deferred READs

@@ -34,6 +34,7 @@ separate processes, so two processes posting to the same memory node contend for
 from __future__ import annotations
 
 from dataclasses import dataclass
+from struct import Struct
 
 import numpy as np
 from numba import njit
@@ -66,8 +67,10 @@ WR_OP, WR_LEN, WR_OFF, WR_REGION, WR_FLAGS = range(5)   # the request: model opc
 WR_OUT = 5                 # the model's outputs start here, OUT_* columns of ``out`` (model_post)
 OUT_EFFECT, OUT_DONE, OUT_OTHER = range(3)   # effect, completion, the landing window's other end (ns)
 WR_MODEL_COLS = WR_OUT + 3                   # what the model reads and writes
-WR_LOFF = WR_MODEL_COLS    # a coroutine's own column: the offset in the thread's buffer
-WR_COLS = WR_LOFF + 1      # a coroutine's rows
+WR_LOFF = WR_MODEL_COLS    # the poster's own column: where a READ lands locally (deferred READs)
+WR_COLS = WR_LOFF + 1      # a post's rows
+# One call fills a row, its values in column order: ``pack_wr(rows, 8 * WR_COLS * i, op, len, ...)``
+pack_wr = Struct(f"<{WR_COLS}q").pack_into
 
 # Indices into the parameter vector (all times in ps; rates in fs per byte).
 P_ONE_WAY = 0

@@ -27,7 +27,6 @@ from __future__ import annotations
 import errno
 from dataclasses import dataclass, field
 from heapq import heappush
-from struct import Struct
 from typing import NamedTuple
 
 import numpy as np
@@ -42,7 +41,7 @@ from shm.fabric import (
     gaddr_region, mr_check, read_lines,
 )
 from shm.atomic_race import atomic_race_of
-from shm.deferred import before_write
+from shm.deferred import C_STATE, DEFER_MIN, LANDED, ReadBatch, before_write, deferred_reads_of
 from shm.nvm import NVM_ATOMIC, NVM_READ, NVM_WRITE, nvm_shadow_of
 from shm.landing import ALL_LANDED, begin_landing, flush_due, pending_writes_of
 
@@ -110,9 +109,9 @@ _OPS = {
 #: ibv_wr_opcode -> the NIC model's opcode (for callers that price verbs without SendWRs)
 MODEL_OPCODE = {opcode: spec[0] for opcode, spec in _OPS.items()}
 # a post's row for the NIC model (nic.WR_* columns: model opcode, length, offset, region, flags, then
-# the model's three outputs), filled by one pack call per work request
-_PACK_MODEL_WR = Struct(f"<{nic.WR_MODEL_COLS}q").pack_into
-_MODEL_ROW_BYTES = 8 * nic.WR_MODEL_COLS
+# the model's three outputs, then where a READ lands locally), filled by one pack call per work request
+_PACK_WR = nic.pack_wr
+_ROW_BYTES = 8 * nic.WR_COLS
 _ATOMICS = (IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_MASKED_ATOMIC_CMP_AND_SWP,
             IBV_WR_MASKED_ATOMIC_FETCH_AND_ADD)
 
@@ -188,6 +187,7 @@ class RecvWR:
 
 
 class WC(NamedTuple):
+    """A work completion (``ibv_wc``); made on the hot path as ``_new_tuple(WC, (every field))``."""
     wr_id: int
     status: int
     opcode: int
@@ -197,6 +197,10 @@ class WC(NamedTuple):
     imm_data: int = 0
     vendor_err: int = 0
     src_node: int = -1
+
+
+_new_tuple = tuple.__new__
+assert WC._field_defaults == {"src_qp": 0, "imm_data": 0, "vendor_err": 0, "src_node": -1}
 
 
 @dataclass
@@ -356,6 +360,7 @@ class MR:
                  region: int = REGION_HOST):
         ctx = pd.ctx
         self.fabric = ctx.fabric
+        self._env = ctx.env
         self.node = ctx.node
         self.region = region
         if offset is None:
@@ -382,6 +387,11 @@ class MR:
 
     def close(self) -> None:
         if self.key:
+            # deferred READs whose checks passed at post take their effects back first (shm/deferred.py)
+            dr = deferred_reads_of(self.fabric, self._env)
+            if dr is not None:
+                for qp in dr.owners():
+                    qp._undefer()
             self.fabric.deregister(self.node, self.key)
             self.key = 0
 
@@ -415,6 +425,12 @@ class CQ:
         self._entries.append(wc)
         if self._waiters:
             have = len(self._entries) - self._head
+            if len(self._waiters) == 1:          # the common case: one process waits
+                ev, need = self._waiters[0]
+                if have >= need:
+                    self._waiters = []
+                    ev.succeed()
+                return
             waiting = []
             for ev, need in self._waiters:
                 if have >= need:
@@ -457,7 +473,7 @@ class CQ:
 class _Pending:
     """One posted work request on its way: what its effect found, and its CQE."""
 
-    __slots__ = ("wr", "status", "signaled", "wc_opcode", "byte_len", "seq")
+    __slots__ = ("wr", "status", "signaled", "wc_opcode", "byte_len", "seq", "lines", "batch", "row")
 
     def __init__(self, wr, signaled, wc_opcode, byte_len, seq=0):
         self.wr = wr
@@ -466,6 +482,9 @@ class _Pending:
         self.signaled = signaled
         self.wc_opcode = wc_opcode
         self.byte_len = byte_len
+        self.lines = False          # a multi-line transfer (QP._lines_in_flight)
+        self.batch = None           # a deferred READ: its batch (shm/deferred.py) and row there
+        self.row = 0
 
 
 class QP:
@@ -535,6 +554,9 @@ class QP:
         self._wr_seq = 0           # posting order of this QP's send WRs
         self._err_seq = None       # the first WR whose effect failed: later ones are flushed
         self._landings: list = []  # multi-line READs/WRITEs still landing (shm/landing.py)
+        self._lines_in_flight = 0  # multi-line work requests posted and not completed
+        self._dr = deferred_reads_of(self.fabric, self.env)   # None: every READ lands at its effect time
+        self._deferred: list = []  # this QP's batches of deferred READs (_defer, _undefer)
         self._post_arrays: dict = {}  # post size -> the model's input and output arrays
         self.cpu_free = 0
         self.host.qps[(self.node, self.qp_num)] = self
@@ -553,6 +575,8 @@ class QP:
         self._err_seq = None
 
     def to_error(self) -> None:
+        if self._deferred:
+            self._undefer()          # from now on its work requests are flushed
         self.state = self.ERR
 
     # -- posting --------------------------------------------------------------------------------
@@ -583,10 +607,18 @@ class QP:
             dst = dsts.pop()
         arrays = self._post_arrays.get(n)
         if arrays is None:          # kept per post size: the model reads them before post_send returns
-            rows = np.zeros((n, nic.WR_MODEL_COLS), np.int64)   # the columns of nic.model_post_rows
+            rows = np.zeros((n, nic.WR_COLS), np.int64)   # the columns of nic.model_post_rows, then WR_LOFF
             arrays = self._post_arrays[n] = (rows, rows[:, nic.WR_OUT:nic.WR_MODEL_COLS])
         rows, out = arrays
         ud = self.qp_type == IBV_QPT_UD
+        # deferred (shm/deferred.py): at least DEFER_MIN single-line READs of host memory on dst under
+        # one rkey, into this node's host memory under one lkey, on a ready QP with no failure noted
+        # and no multi-line transfer in flight; the checks of their effects are made below, at post
+        reads = (self._dr is not None and n >= DEFER_MIN and not ud and self.state == self.RTS
+                 and self._err_seq is None and not self._lines_in_flight)
+        rkey = lkey = 0
+        rlo = llo = _OFFSET_MASK
+        rhi = lhi = 0
         pos = 0
         sizes = []
         for wr in wrs:              # one row per work request, packed in one call (its columns in order)
@@ -609,14 +641,47 @@ class QP:
             if send_flags & IBV_SEND_FENCE:
                 flags |= nic.FLAG_FENCE   # waits for this QP's earlier READs and atomics
             addr = wr.remote_addr       # gaddr_offset and gaddr_region, inlined
-            _PACK_MODEL_WR(rows, pos, nic.VERB_SEND_UD if ud else spec[0], length, addr & _OFFSET_MASK,
-                           addr >> _OFFSET_BITS & _REGION_MASK, flags, 0, 0, 0)
-            pos += _MODEL_ROW_BYTES
+            off = addr & _OFFSET_MASK
+            loff = 0
+            if reads:
+                sge = sg[0] if sg else None
+                if (wr.opcode != IBV_WR_RDMA_READ or sge is None or addr >> _NODE_SHIFT & _NODE_MASK != dst
+                        or addr >> _OFFSET_BITS & _REGION_MASK != REGION_HOST or (off & 63) + length > 64
+                        or sge.addr >> _NODE_SHIFT & _NODE_MASK != self.node
+                        or sge.addr >> _OFFSET_BITS & _REGION_MASK != REGION_HOST
+                        or (rkey and wr.rkey != rkey) or (lkey and sge.lkey != lkey)):
+                    reads = False
+                else:
+                    rkey = wr.rkey
+                    lkey = sge.lkey
+                    loff = sge.addr & _OFFSET_MASK
+                    if off < rlo:
+                        rlo = off
+                    if off + length > rhi:
+                        rhi = off + length
+                    if loff < llo:
+                        llo = loff
+                    if loff + length > lhi:
+                        lhi = loff + length
+            _PACK_WR(rows, pos, nic.VERB_SEND_UD if ud else spec[0], length, off, addr >> _OFFSET_BITS & _REGION_MASK,
+                     flags, 0, 0, 0, loff)
+            pos += _ROW_BYTES
             sizes.append(length)
+        if reads:
+            # the checks every effect would make (an MR deregistered meanwhile hands the rows back:
+            # MR.close); one range per MR covers every row's, since an MR is one range
+            fabric = self.fabric
+            check = self._kernels.check
+            reads = (check(fabric.memory[dst].mrt, rkey, REGION_HOST, rlo, rhi - rlo, IBV_ACCESS_REMOTE_READ)
+                     and check(fabric.memory[self.node].mrt, lkey, REGION_HOST, llo, lhi - llo, IBV_ACCESS_LOCAL_WRITE)
+                     and (not fabric.nvm or dst not in nvm_shadow_of(fabric).images))
         self.model_post(dst, rows)
         self._sq_in_flight += n
         self.host.posted += n
         times = out.tolist()
+        if reads:
+            self._defer(dst, wrs, sizes, rows, times, rkey)
+            return
         pending = pending_writes_of(self.fabric)
         # each work request's effect and completion straight onto the event queue (what
         # env.schedule does: at a time no earlier than now, in this order)
@@ -638,6 +703,10 @@ class QP:
                     if synced:
                         env.effect_at(effect, op != IBV_WR_RDMA_READ)
                 else:                  # several lines, landing one by one over a window
+                    if self._deferred:
+                        self._undefer()   # a READ's effect lands this QP's lines due at its ns first
+                    p.lines = True
+                    self._lines_in_flight += 1
                     lo, hi = (effect, other) if effect < other else (other, effect)
                     heappush(heap, (lo if lo > now else now, seq(), effect_cb, (p, dst, lo, hi)))
                     if synced:
@@ -647,6 +716,54 @@ class QP:
                 elif op != IBV_WR_RDMA_READ:  # a READ landing meanwhile must see it
                     pending.add_verb(dst, effect, other, wr.remote_addr, length)
             heappush(heap, (done if done > now else now, seq(), complete_cb, p))   # in posting order (the model)
+
+    def _defer(self, dst: int, wrs, sizes: list, rows, times: list, rkey: int) -> None:
+        """A post of single-line READs whose checks passed: their rows land late (shm/deferred.py),
+        each keeping the place (time, sequence number) its effect event would have had; each
+        completion is an event as before."""
+        heap, seq = self._heap, self._next_seq
+        now = self.env.now
+        complete_cb = self._complete
+        sig_all = self.sq_sig_all
+        keys = []
+        pendings = []
+        for row, (wr, length, (effect, done, _)) in enumerate(zip(wrs, sizes, times)):
+            p = _Pending(wr, bool(sig_all or wr.send_flags & IBV_SEND_SIGNALED), IBV_WC_RDMA_READ, length, self._wr_seq)
+            self._wr_seq += 1
+            p.row = row
+            keys.append((effect if effect > now else now, seq()))
+            heappush(heap, (done if done > now else now, seq(), complete_cb, p))
+            pendings.append(p)
+        fabric = self.fabric
+        batch = ReadBatch(fabric.memory[dst], rkey, rows.copy(), keys, pendings, fabric.memory[self.node].host, dst,
+                          owner=self)
+        for p in pendings:
+            p.batch = batch
+        if self._deferred and not self._deferred[0].left:
+            # landed before their completions (a write to their node came first)
+            self._deferred = [b for b in self._deferred if b.left]
+        self._deferred.append(batch)
+        self._dr.add(batch)
+
+    def _undefer(self) -> None:
+        """Take this QP's deferred READs back (shm/deferred.py, raw verbs): those placed before the
+        running entry land now, the others get the effect events they would have had, at their own
+        places. Called before something at the running entry that late landings would see
+        differently: a failure, the error state, a multi-line transfer, an MR deregistered."""
+        batches, self._deferred = self._deferred, []
+        env = self.env
+        key = (env.now, env.seq_now)
+        heap = self._heap
+        effect_cb = self._effect
+        synced = env.synced
+        for batch in batches:
+            for i in self._dr.hand_back(batch, key):
+                p = batch.items[i]
+                p.batch = None
+                t, s = batch.keys[i]
+                heappush(heap, (t, s, effect_cb, (p, batch.node)))
+                if synced:
+                    env.effect_at(t, False)
 
     def model_post(self, dst: int, rows, cpu_floor: int = 0, user=None) -> None:
         """Run the NIC model for one post (``rows``: the work requests as the columns of
@@ -799,10 +916,16 @@ class QP:
     def _note_error(self, p: _Pending) -> None:
         if self._err_seq is None or p.seq < self._err_seq:
             self._err_seq = p.seq
+        if self._deferred:
+            self._undefer()          # later work requests are flushed from this effect on
 
     def _complete(self, p: _Pending) -> None:
         if self._landings:
             self._landings = flush_due(self._landings, self.env.now)
+        if p.batch is not None:
+            self._deferred_done(p)
+        elif p.lines:
+            self._lines_in_flight -= 1
         self._retire(self.fabric.table, self.ctx.desc, 1)
         self.host.completed += 1
         if p.status != IBV_WC_SUCCESS:
@@ -810,9 +933,25 @@ class QP:
             if p.status != IBV_WC_WR_FLUSH_ERR:
                 self.state = self.ERR
         if p.signaled or p.status != IBV_WC_SUCCESS:
-            self.scq._push(WC(p.wr.wr_id, p.status, p.wc_opcode, int(p.byte_len), self.qp_num))
+            # WC(...) without the named tuple's argument handling: every field, in order
+            self.scq._push(_new_tuple(WC, (p.wr.wr_id, p.status, p.wc_opcode, int(p.byte_len), self.qp_num, 0, 0, 0, -1)))
         else:
             self._unpolled_unsignaled += 1
+
+    def _deferred_done(self, p: _Pending) -> None:
+        """A deferred READ completes: the rows of its batch placed before now land (its own among
+        them: its effect came first), then it takes its row's status."""
+        batch = p.batch
+        p.batch = None
+        if batch.left:
+            env = self.env
+            self._dr.land_batch_before(batch, (env.now, env.seq_now))
+            if not batch.left:
+                self._deferred.remove(batch)
+        if batch.rows[p.row, C_STATE] != LANDED:
+            # only an MR changed by another process can fail a READ whose checks passed at post
+            p.status = IBV_WC_REM_ACCESS_ERR
+            self._note_error(p)
 
     def _retire_polled(self) -> None:
         freed = 1 + self._unpolled_unsignaled

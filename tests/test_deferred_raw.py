@@ -1,0 +1,227 @@
+"""Raw verbs' deferred READs (shm/deferred.py, ``QP.post_send``) complete exactly as READs landing at
+their effect times.
+
+Each test runs the same co-located pyverbs workload twice on fresh fabrics, once with deferral
+(the default) and once with every READ landing at its effect time (``defer_reads(fabric, False)``,
+the reference path), and compares everything a client can see: every work completion (its id,
+status, opcode, length, QP) with the virtual time it was polled, the bytes each READ left in local
+memory once its completion was polled, the remote memory image and the final virtual time. The
+workload exercises every way a deferred READ is handed back to an effect event of its own: a work
+request of its QP failing before it (later ones are flushed), the QP moved to the error state, a
+multi-line transfer posted on its QP, an MR deregistered while it is in flight.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+
+import pytest
+
+from shm.deferred import DEFER_MIN, defer_reads
+from shm.sim.env import Environment
+from shm.verbs import (
+    CQ, IBV_SEND_SIGNALED, IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_RDMA_READ,
+    IBV_WR_RDMA_WRITE, MR, PD, QP, Context, QPInitAttr, SendWR, SGE, VerbsHost,
+)
+from tests.test_verbs import ACCESS_ALL, new_fabric
+
+SPAN = 4096                          # remote bytes under contention: 64 lines
+LOCAL = 4096                         # each client's local MR
+
+
+def raw_workload(prefix, *, defer: bool, seed: int, clients: int = 6, rounds: int = 30) -> tuple:
+    fab = new_fabric(prefix)
+    try:
+        defer_reads(fab, defer)
+        env = Environment(seed=seed)
+        host = VerbsHost(fab, env)
+        ctx, mctx = Context(host, "c0"), Context(host, "m0")
+        pd, mpd = PD(ctx), PD(mctx)
+        rmr = MR(mpd, SPAN, ACCESS_ALL)
+        spare = MR(mpd, SPAN, ACCESS_ALL)          # deregistered part-way through the run
+        seen = []
+        stats = {}
+
+        def new_qp():
+            cq = CQ(ctx)
+            qp = QP(pd, QPInitAttr(scq=cq))
+            mqp = QP(mpd, QPInitAttr(scq=CQ(mctx)))
+            qp.connect(mqp)
+            mqp.connect(qp)
+            return qp, cq
+
+        def client(k):
+            rng = random.Random(seed * 1000 + k)
+            qp, cq = new_qp()
+            lmr = MR(pd, LOCAL, ACCESS_ALL)
+            wr_id = 0
+            for r in range(rounds):
+                yield rng.randrange(0, 400)
+                posts = []
+                slot = 0                           # each request of a round its own local line
+                for _ in range(rng.choice((1, 1, 1, 2))):
+                    wrs = []
+                    kind = rng.random()
+                    n = rng.randint(1, 8) if kind < 0.3 else rng.randint(DEFER_MIN, 8)
+                    mr = spare if rng.random() < 0.15 else rmr
+                    for i in range(n):
+                        wr_id += 1
+                        roff = 8 * rng.randrange(SPAN // 8)
+                        loff = 256 * slot
+                        slot += 1
+                        op, length = IBV_WR_RDMA_READ, 8
+                        if kind < 0.3:             # mixed: not deferred
+                            op = rng.choice((IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE, IBV_WR_ATOMIC_CMP_AND_SWP,
+                                             IBV_WR_ATOMIC_FETCH_AND_ADD))
+                        if kind > 0.9 and i == n - 1:   # a multi-line WRITE behind the READs
+                            op, length, roff = IBV_WR_RDMA_WRITE, 64 * rng.randint(2, 4), 64 * rng.randrange(SPAN // 64 - 4)
+                        wr = SendWR(wr_id=wr_id, opcode=op, sg=[SGE(lmr.addr + loff, length, lmr.lkey)],
+                                    send_flags=IBV_SEND_SIGNALED)
+                        rkey = mr.rkey
+                        if rng.random() < 0.03:
+                            rkey ^= 0x100          # a bad rkey: fails, and flushes what follows
+                        if op in (IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD):
+                            wr.set_wr_atomic(rkey, mr.addr + roff, rng.getrandbits(2), rng.getrandbits(64))
+                        else:
+                            if op == IBV_WR_RDMA_WRITE:
+                                lmr.buf[loff:loff + length] = rng.getrandbits(8)
+                            wr.set_wr_rdma(rkey, mr.addr + roff)
+                        wrs.append(wr)
+                    qp.post_send(wrs)
+                    posts.append(wrs)
+                    if rng.random() < 0.3:
+                        yield rng.randrange(0, 200)   # the next post while these are in flight
+                if rng.random() < 0.03:
+                    qp.to_error()                  # what is still in flight is flushed
+                want = sum(len(w) for w in posts)
+                got = []
+                while len(got) < want:
+                    yield cq.wait(1)
+                    _, wcs = cq.poll(want - len(got))
+                    for wc in wcs:
+                        local = None
+                        if wc.status == 0 and wc.opcode == 2:   # a READ: the bytes it left
+                            wr = next(w for ws in posts for w in ws if w.wr_id == wc.wr_id)
+                            a = wr.sg[0].addr - lmr.addr
+                            local = bytes(lmr.buf[a:a + 8])
+                        got.append((env.now, tuple(wc), local))
+                seen.append((k, r, got))
+                if qp.state == qp.ERR:
+                    qp, cq = new_qp()              # start over on a fresh QP
+
+        def deregister():
+            yield 3_000
+            spare.close()                          # READs in flight to it fail from now on
+
+        for k in range(clients):
+            env.process(client(k))
+        env.process(deregister())
+        env.run()
+        image = hashlib.sha256(bytes(rmr.buf)).hexdigest()
+        dr = QP(pd, QPInitAttr(scq=CQ(ctx)))._dr
+        if dr is not None:
+            stats = {"batches": dr.batches, "early": dr.early, "handed": dr.handed}
+        return (env.now, image, sorted(seen, key=lambda s: (s[0], s[1]))), stats
+    finally:
+        fab.close()
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_raw_reads_complete_the_same_with_deferral(prefix, seed):
+    ref, _ = raw_workload(prefix, defer=False, seed=seed)
+    got, stats = raw_workload(prefix, defer=True, seed=seed)
+    assert got[0] == ref[0] and got[1] == ref[1]
+    assert len(got[2]) == len(ref[2])
+    for a, b in zip(got[2], ref[2]):
+        assert a == b
+    assert stats["batches"] > 0 and stats["handed"] > 0, stats
+    assert any(wc[1][1] == 5 for s in ref[2] for wc in s[2]), "nothing was flushed"
+
+
+def test_every_way_of_handing_back_is_exercised(prefix):
+    """Across the seeds, deferred READs still in flight are taken back by each trigger."""
+    from shm import verbs
+    counts = {"failure": 0, "error state": 0, "multi-line post": 0, "deregistration": 0}
+    real = (verbs.QP._note_error, verbs.QP.to_error, verbs.QP.post_send, verbs.MR.close)
+
+    def in_flight(qp) -> bool:
+        return any(b.left for b in qp._deferred)
+
+    def note_error(self, p):
+        counts["failure"] += in_flight(self)
+        real[0](self, p)
+
+    def to_error(self):
+        counts["error state"] += in_flight(self)
+        real[1](self)
+
+    def post_send(self, wrs):
+        if in_flight(self) and any(w.sg and (w.remote_addr & 63) + w.sg[0].length > 64 for w in wrs):
+            counts["multi-line post"] += 1
+        real[2](self, wrs)
+
+    def close(self):
+        dr = verbs.deferred_reads_of(self.fabric, self._env)
+        counts["deregistration"] += bool(dr is not None and dr.owners())
+        real[3](self)
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(verbs.QP, "_note_error", note_error)
+    mp.setattr(verbs.QP, "to_error", to_error)
+    mp.setattr(verbs.QP, "post_send", post_send)
+    mp.setattr(verbs.MR, "close", close)
+    try:
+        for seed in range(1, 5):
+            raw_workload(prefix, defer=True, seed=seed)
+    finally:
+        mp.undo()
+    assert all(counts.values()), counts
+
+
+@pytest.mark.parametrize("defer", [False, True])
+def test_reads_posted_behind_a_multi_line_write_on_their_qp_see_all_of_it(prefix, defer):
+    """RC order: READs posted after a multi-line WRITE on the same QP see every line of it, also
+    those landing at the READs' own nanosecond (deferral stays off while the WRITE is in flight)."""
+    fab = new_fabric(prefix)
+    try:
+        defer_reads(fab, defer)
+        env = Environment(seed=1)
+        host = VerbsHost(fab, env)
+        ctx, mctx = Context(host, "c0"), Context(host, "m0")
+        pd, mpd = PD(ctx), PD(mctx)
+        rmr, lmr = MR(mpd, SPAN, ACCESS_ALL), MR(pd, LOCAL, ACCESS_ALL)
+        cq = CQ(ctx)
+        qp = QP(pd, QPInitAttr(scq=cq))
+        mqp = QP(mpd, QPInitAttr(scq=CQ(mctx)))
+        qp.connect(mqp)
+        mqp.connect(qp)
+        seen = []
+
+        def body():
+            for r in range(20):
+                lines = 2 + r % 6
+                lmr.buf[:64 * lines] = r + 1
+                write = SendWR(wr_id=0, opcode=IBV_WR_RDMA_WRITE, sg=[SGE(lmr.addr, 64 * lines, lmr.lkey)],
+                               send_flags=IBV_SEND_SIGNALED)
+                write.set_wr_rdma(rmr.rkey, rmr.addr)
+                reads = []
+                for i in range(lines):          # words of the last line the WRITE writes, the first READ
+                    #                               taking effect at that line's nanosecond
+                    wr = SendWR(wr_id=1 + i, opcode=IBV_WR_RDMA_READ,
+                                sg=[SGE(lmr.addr + 1024 + 64 * i, 8, lmr.lkey)], send_flags=IBV_SEND_SIGNALED)
+                    wr.set_wr_rdma(rmr.rkey, rmr.addr + 64 * (lines - 1) + 8 * (i % 8))
+                    reads.append(wr)
+                qp.post_send([write])
+                qp.post_send(reads)
+                got = 0
+                while got < 1 + lines:
+                    yield cq.wait(1)
+                    got += cq.poll(1 + lines)[0]
+                seen.append([bytes(lmr.buf[1024 + 64 * i:1032 + 64 * i]) for i in range(lines)])
+
+        env.process(body())
+        env.run()
+        assert all(b == bytes([r + 1]) * 8 for r, bs in enumerate(seen) for b in bs), seen
+    finally:
+        fab.close()
