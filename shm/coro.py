@@ -53,7 +53,6 @@ from shm import nic
 from shm.deferred import C_STATE, DEFER_MIN, LANDED, ReadBatch, deferred_reads_of
 from shm.landing import ALL_LANDED, begin_landing, flush_due, pending_writes_of
 from shm.failpoints import failpoint
-from shm.kernels import entry
 from shm.smart import ConflictController, SmartConfig, SmartStats, WrTuner
 from shm.fabric import (
     MAX_NODES, OFFSET_BITS, REGION_BITS, REGION_HOST, HostKernels, format_gaddr, gaddr, gaddr_node, gaddr_offset,
@@ -62,7 +61,7 @@ from shm.fabric import (
 from shm.verbs import (
     IBV_WC_REM_ACCESS_ERR, IBV_WC_SUCCESS, IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD,
     IBV_WR_MASKED_ATOMIC_CMP_AND_SWP, IBV_WR_MASKED_ATOMIC_FETCH_AND_ADD, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE, CQ, PD, QP, Context, MR,
-    MODEL_OPCODE, NVM_KIND, QPInitAttr, VerbsHost, apply_one_sided, wc_status_str,
+    MODEL_OPCODE, NVM_KIND, QPInitAttr, VerbsHost, apply_one_sided, unretired_of, wc_status_str,
 )
 from shm.nvm import nvm_shadow_of
 
@@ -523,7 +522,7 @@ class VerbBatch:
 
     __slots__ = ("thread", "env", "_pending", "_posted", "_outstanding", "_waiter", "_errors", "_mr_off",
                  "_heap", "_next_seq", "_land_cb", "_batch_done_cb", "_finish_cb", "_submit", "_bo_fail", "_flags",
-                 "_lines_cb", "_landings", "_pw", "_dr", "_kernels", "_retire", "_nvm")
+                 "_lines_cb", "_landings", "_pw", "_dr", "_kernels", "_unretired", "_node", "_nvm")
 
     def __init__(self, thread: RdmaThread):
         self.thread = thread
@@ -544,11 +543,12 @@ class VerbBatch:
         # persistent memory's durability model (shm/nvm.py): None unless a node has NVM
         self._nvm = nvm_shadow_of(thread.fabric)
         # the compiled landings (one-line READs here, the rest through apply_one_sided and
-        # begin_landing) and the completion's retire, entered without numba's typing of their
-        # arguments (shm/kernels.py): the arrays are the fabric's own and the thread's buffer
-        fabric = thread.fabric
+        # begin_landing), entered without numba's typing of their arguments (shm/kernels.py): the
+        # arrays are the fabric's own and the thread's buffer
         self._kernels = thread.host_kernels()
-        self._retire = entry(nic.retire, fabric.table, fabric.descriptors[thread.owner.node], 0)
+        # completions still to retire from the node's outstanding count, per node (unretired_of)
+        self._unretired = unretired_of(thread.fabric)
+        self._node = thread.owner.node
         self._batch_done_cb = self._batch_done
         self._finish_cb = self._finish_last
         self._bo_fail = 0              # consecutive failed backoff_cas (the back-off exponent)
@@ -836,7 +836,7 @@ class VerbBatch:
             self._read_statuses(batch)
         if self._landings:
             self._landings = flush_due(self._landings, self.env.now)
-        self._retire(qp.fabric.table, qp.ctx.desc, n)
+        self._unretired[self._node] += n   # retired by the node's next post (shm.verbs.unretired_of)
         qp.host.completed += n
         self._outstanding -= 1
         if self._outstanding == 0 and self._waiter is not None:
