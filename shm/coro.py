@@ -86,7 +86,6 @@ assert (nic.WR_OP, nic.WR_LEN, nic.WR_OFF, nic.WR_REGION, nic.WR_FLAGS, nic.WR_O
 _PACK_WR = nic.pack_wr
 
 
-
 class RemoteAccessError(RuntimeError):
     """A verb of a batch completed with an error status (bad address, rkey or alignment)."""
 
