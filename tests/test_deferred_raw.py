@@ -80,7 +80,9 @@ def raw_workload(prefix, *, defer: bool, seed: int, clients: int = 6, rounds: in
                                     send_flags=IBV_SEND_SIGNALED)
                         rkey = mr.rkey
                         if rng.random() < 0.03:
-                            rkey ^= 0x100          # a bad rkey: fails, and flushes what follows
+                            # a bad rkey (fails, and flushes what follows): its low byte, random at
+                            # registration, is what changes; flipping a row bit could name the other MR
+                            rkey ^= 1
                         if op in (IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD):
                             wr.set_wr_atomic(rkey, mr.addr + roff, rng.getrandbits(2), rng.getrandbits(64))
                         else:
