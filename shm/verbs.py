@@ -694,11 +694,14 @@ class QP:
         if reads:
             # the checks every effect would make (an MR deregistered meanwhile hands the rows back:
             # MR.close); one range per MR covers every row's, since an MR is one range
+            # READs to persistent memory the durability model tracks flush their QP's WRITEs at their
+            # effects (_effect): not deferred; None when no node has it or placed writes are durable
             fabric = self.fabric
             check = self._kernels.check
+            nvm = nvm_shadow_of(fabric)
             reads = (check(fabric.memory[dst].mrt, rkey, REGION_HOST, rlo, rhi - rlo, IBV_ACCESS_REMOTE_READ)
                      and check(fabric.memory[self.node].mrt, lkey, REGION_HOST, llo, lhi - llo, IBV_ACCESS_LOCAL_WRITE)
-                     and (not fabric.nvm or dst not in nvm_shadow_of(fabric).images))
+                     and (nvm is None or dst not in nvm.images))
         self.model_post(dst, rows)
         self._sq_in_flight += n
         self.host.posted += n

@@ -227,3 +227,57 @@ def test_reads_posted_behind_a_multi_line_write_on_their_qp_see_all_of_it(prefix
         assert all(b == bytes([r + 1]) * 8 for r, bs in enumerate(seen) for b in bs), seen
     finally:
         fab.close()
+
+
+@pytest.mark.parametrize("persist_on_placement", [False, True])
+def test_raw_reads_of_persistent_memory_complete_the_same(prefix, persist_on_placement):
+    """A raw post of single-line READs to persistent memory: not deferred where the durability
+    model tracks the node (a READ there flushes its QP's WRITEs at its effect), deferred where
+    placed writes are durable at once (nothing to track); either way the same completions and bytes."""
+    from shm.fabric import Fabric, NodeSpec
+    from shm.profile import load_profile, with_overrides
+    profile = with_overrides(load_profile("cx6-200g"), {"nvm.persist_on_placement": persist_on_placement})
+    got = {}
+    for defer in (False, True):
+        fab = Fabric.create(profile, [NodeSpec("c0", "compute", 1 << 20), NodeSpec("m0", "memory", 1 << 20,
+                                                                                  memory_kind="nvm")], prefix=prefix)
+        try:
+            defer_reads(fab, defer)
+            env = Environment(seed=1)
+            host = VerbsHost(fab, env)
+            ctx, mctx = Context(host, "c0"), Context(host, "m0")
+            pd, mpd = PD(ctx), PD(mctx)
+            rmr, lmr = MR(mpd, SPAN, ACCESS_ALL), MR(pd, LOCAL, ACCESS_ALL)
+            rmr.write(bytes(range(256)) * (SPAN // 256))
+            cq = CQ(ctx)
+            qp = QP(pd, QPInitAttr(scq=cq))
+            mqp = QP(mpd, QPInitAttr(scq=CQ(mctx)))
+            qp.connect(mqp)
+            mqp.connect(qp)
+            seen = []
+
+            def body():
+                for r in range(4):
+                    wrs = []
+                    for i in range(DEFER_MIN + r):
+                        wr = SendWR(wr_id=i, opcode=IBV_WR_RDMA_READ, sg=[SGE(lmr.addr + 64 * i, 8, lmr.lkey)],
+                                    send_flags=IBV_SEND_SIGNALED)
+                        wr.set_wr_rdma(rmr.rkey, rmr.addr + 72 * i + 8 * r)
+                        wrs.append(wr)
+                    qp.post_send(wrs)
+                    n = 0
+                    while n < len(wrs):
+                        yield cq.wait(1)
+                        _, wcs = cq.poll(len(wrs))
+                        n += len(wcs)
+                        seen.extend((env.now, tuple(wc)) for wc in wcs)
+                    seen.append(bytes(lmr.buf[:64 * len(wrs)]))
+
+            env.process(body())
+            env.run()
+            got[defer] = seen
+            deferred = qp._dr.batches if qp._dr is not None else 0
+        finally:
+            fab.close()
+    assert got[True] == got[False]
+    assert (deferred > 0) == persist_on_placement, deferred
