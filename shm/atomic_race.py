@@ -26,7 +26,7 @@ from __future__ import annotations
 from itertools import count
 
 from shm.atomics import cas, load_acquire
-from shm.fabric import REGION_HOST
+from shm.fabric import REGION_HOST, gaddr
 from shm.deferred import before_write
 from shm.landing import pending_writes_of
 from shm.nic import ChaosStream
@@ -65,10 +65,8 @@ class AtomicWriteRace:
                 self.fabric.windows["write_backs_delayed"] += 1
         env.schedule(env.now + hold, self._write_back, (key, words, value, token))
         env.effect_at(env.now + hold)
-        if region == REGION_HOST:        # the word it writes back
-            pending_writes_of(self.fabric).add(node, env.now + hold, env.now + hold, off, off + 8)
-        else:
-            pending_writes_of(self.fabric).add(node, env.now + hold, env.now + hold)
+        # the word it writes back (a host READ waits for it only if it reads that word)
+        pending_writes_of(self.fabric).add_verb(node, env.now + hold, env.now + hold, gaddr(node, off, region), 8)
 
     def _write_back(self, arg) -> None:
         key, words, value, token = arg

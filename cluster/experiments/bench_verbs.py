@@ -26,6 +26,7 @@ Experiments (see docs/bench.md for how each maps onto the paper's setup):
 
 from __future__ import annotations
 
+import mmap
 import time
 
 import numpy as np
@@ -837,11 +838,8 @@ TARGET_SIMPY_RATIO = 12.0
 ADDRESSES = 1024                 # precomputed random addresses per client, cycled
 
 
-PAGE_BYTES = 4096
-
-
 def fault_in(fabric, nodes) -> None:
-    """Touch every page of ``nodes``' host memory (one read per 4 KiB page) before the clock of a
+    """Touch every page of ``nodes``' host memory (one read per page) before the clock of a
     speed row starts. A fresh segment's pages are allocated on first touch, about 3 µs a page on a
     2-core VM: the 16 MiB memory node's 4,096 pages were a third of the real time of the ``--quick``
     window (0.2 virtual ms), so the rows measured the segment's start more than the emulator. RDMA
@@ -849,7 +847,7 @@ def fault_in(fabric, nodes) -> None:
     pays that either; the rows measure the emulator's steady state, as they warm the JIT caches
     before they start."""
     for node in nodes:
-        int(fabric.memory[node].host[::PAGE_BYTES].sum())
+        int(fabric.memory[node].host[::mmap.PAGESIZE].sum())
 
 
 def _addresses(m: int, words: int, seed: int) -> list[int]:
