@@ -24,7 +24,7 @@ from shm.verbs import (
     CQ, IBV_SEND_SIGNALED, IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_RDMA_READ,
     IBV_WR_RDMA_WRITE, MR, PD, QP, Context, QPInitAttr, SendWR, SGE, VerbsHost,
 )
-from tests.test_verbs import ACCESS_ALL, new_fabric
+from tests.test_verbs import ACCESS_ALL, build_rack, new_fabric
 
 SPAN = 4096                          # remote bytes under contention: 64 lines
 LOCAL = 4096                         # each client's local MR
@@ -187,17 +187,10 @@ def test_reads_posted_behind_a_multi_line_write_on_their_qp_see_all_of_it(prefix
     those landing at the READs' own nanosecond (deferral stays off while the WRITE is in flight)."""
     fab = new_fabric(prefix)
     try:
-        defer_reads(fab, defer)
+        defer_reads(fab, defer)          # before the QPs are made: each takes it then
         env = Environment(seed=1)
-        host = VerbsHost(fab, env)
-        ctx, mctx = Context(host, "c0"), Context(host, "m0")
-        pd, mpd = PD(ctx), PD(mctx)
-        rmr, lmr = MR(mpd, SPAN, ACCESS_ALL), MR(pd, LOCAL, ACCESS_ALL)
-        cq = CQ(ctx)
-        qp = QP(pd, QPInitAttr(scq=cq))
-        mqp = QP(mpd, QPInitAttr(scq=CQ(mctx)))
-        qp.connect(mqp)
-        mqp.connect(qp)
+        rack = build_rack(fab, env)
+        qp, cq, rmr, lmr = rack.qp, rack.cq, rack.rmr, rack.lmr
         seen = []
 
         def body():
@@ -244,16 +237,9 @@ def test_raw_reads_of_persistent_memory_complete_the_same(prefix, persist_on_pla
         try:
             defer_reads(fab, defer)
             env = Environment(seed=1)
-            host = VerbsHost(fab, env)
-            ctx, mctx = Context(host, "c0"), Context(host, "m0")
-            pd, mpd = PD(ctx), PD(mctx)
-            rmr, lmr = MR(mpd, SPAN, ACCESS_ALL), MR(pd, LOCAL, ACCESS_ALL)
+            rack = build_rack(fab, env)
+            qp, cq, rmr, lmr = rack.qp, rack.cq, rack.rmr, rack.lmr
             rmr.write(bytes(range(256)) * (SPAN // 256))
-            cq = CQ(ctx)
-            qp = QP(pd, QPInitAttr(scq=cq))
-            mqp = QP(mpd, QPInitAttr(scq=CQ(mctx)))
-            qp.connect(mqp)
-            mqp.connect(qp)
             seen = []
 
             def body():
