@@ -72,19 +72,26 @@ DEFER_MIN = 4
 @njit(cache=True)
 def sample_reads(mrt, rkey, rbuf, rlocks, lbuf, rows, lo, hi):
     """Land rows ``lo .. hi-1`` of a READ batch that have not landed: check the rkey over each
-    range, copy the line into ``lbuf`` at the row's buffer offset, mark the row LANDED or FAILED."""
+    range, copy the line into ``lbuf`` at the row's buffer offset, mark the row LANDED or FAILED.
+    Returns how many failed."""
+    failed = 0
     for i in range(lo, hi):
         if rows[i, C_STATE] < 0:
             continue
         ok = remote_read_write(True, mrt, rkey, REGION_HOST, rows[i, C_OFF], rows[i, C_LEN], rbuf, rlocks, lbuf,
                                rows[i, C_LOFF], False)
-        rows[i, C_STATE] = LANDED if ok else FAILED
+        if ok:
+            rows[i, C_STATE] = LANDED
+        else:
+            rows[i, C_STATE] = FAILED
+            failed += 1
+    return failed
 
 
 class ReadBatch:
     """The single-line READs of one post, landing late (see the module docstring)."""
 
-    __slots__ = ("mem", "rkey", "rows", "keys", "items", "lbuf", "node", "left", "owner")
+    __slots__ = ("mem", "rkey", "rows", "keys", "items", "lbuf", "node", "left", "owner", "failed")
 
     def __init__(self, mem, rkey: int, rows, keys: list, items: list, lbuf, node: int, owner=None):
         self.mem = mem              # the node's memory (shm.fabric.NodeMemory)
@@ -96,6 +103,7 @@ class ReadBatch:
         self.node = node
         self.left = len(keys)       # rows not landed yet
         self.owner = owner          # raw verbs: the QP that takes rows back (``owner._undefer()``)
+        self.failed = 0             # rows that landed FAILED (their rkey check failed at landing)
 
     def first(self):
         """The earliest place of a row not landed yet."""
@@ -104,7 +112,7 @@ class ReadBatch:
 
     def land(self, lo: int, hi: int) -> None:
         mem = self.mem
-        sample_reads(mem.mrt, self.rkey, mem.host, mem.host_locks, self.lbuf, self.rows, lo, hi)
+        self.failed += sample_reads(mem.mrt, self.rkey, mem.host, mem.host_locks, self.lbuf, self.rows, lo, hi)
 
     def land_before(self, key) -> bool:
         """Land the rows whose place comes before ``key``; True if rows are left."""

@@ -41,7 +41,7 @@ from shm.fabric import (
     gaddr_region, mr_check, read_lines,
 )
 from shm.atomic_race import atomic_race_of
-from shm.deferred import C_STATE, DEFER_MIN, LANDED, ReadBatch, before_write, deferred_reads_of
+from shm.deferred import C_STATE, DEFER_MIN, HANDED_BACK, LANDED, ReadBatch, before_write, deferred_reads_of
 from shm.nvm import NVM_ATOMIC, NVM_READ, NVM_WRITE, nvm_shadow_of
 from shm.landing import ALL_LANDED, begin_landing, flush_due, pending_writes_of
 
@@ -496,7 +496,7 @@ class CQ:
 class _Pending:
     """One posted work request on its way: what its effect found, and its CQE."""
 
-    __slots__ = ("wr", "status", "signaled", "wc_opcode", "byte_len", "seq", "lines", "batch", "row")
+    __slots__ = ("wr", "status", "signaled", "wc_opcode", "byte_len", "seq", "lines")
 
     def __init__(self, wr, signaled, wc_opcode, byte_len, seq=0):
         self.wr = wr
@@ -506,8 +506,17 @@ class _Pending:
         self.wc_opcode = wc_opcode
         self.byte_len = byte_len
         self.lines = False          # a multi-line transfer (QP._lines_in_flight)
-        self.batch = None           # a deferred READ: its batch (shm/deferred.py) and row there
-        self.row = 0
+
+
+class _RawReads(ReadBatch):
+    """A raw post's deferred READs (``QP._defer``): ``items`` holds their work requests, each
+    replaced by its ``_Pending`` if it is handed back to an effect event (``QP._undefer``)."""
+
+    __slots__ = ("sizes", "seq0", "handed")
+
+    def pending(self, row: int) -> _Pending:
+        """Row ``row``'s ``_Pending`` (signaled as its completion event says)."""
+        return _Pending(self.items[row], False, IBV_WC_RDMA_READ, self.sizes[row], self.seq0 + row)
 
 
 class QP:
@@ -747,25 +756,27 @@ class QP:
     def _defer(self, dst: int, wrs, sizes: list, rows, times: list, rkey: int) -> None:
         """A post of single-line READs whose checks passed: their rows land late (shm/deferred.py),
         each keeping the place (time, sequence number) its effect event would have had; each
-        completion is an event as before."""
+        completion is an event as before (:meth:`_complete_read`). A row gets its ``_Pending``
+        only if it is handed back to an effect event (:meth:`_undefer`) or fails."""
         heap, seq = self._heap, self._next_seq
         now = self.env.now
-        complete_cb = self._complete
+        complete_cb = self._complete_read
         sig_all = self.sq_sig_all
         keys = []
-        pendings = []
-        for row, (wr, length, (effect, done, _)) in enumerate(zip(wrs, sizes, times)):
-            p = _Pending(wr, bool(sig_all or wr.send_flags & IBV_SEND_SIGNALED), IBV_WC_RDMA_READ, length, self._wr_seq)
-            self._wr_seq += 1
-            p.row = row
-            keys.append((effect if effect > now else now, seq()))
-            heappush(heap, (done if done > now else now, seq(), complete_cb, p))
-            pendings.append(p)
         fabric = self.fabric
-        batch = ReadBatch(fabric.memory[dst], rkey, rows.copy(), keys, pendings, fabric.memory[self.node].host, dst,
+        batch = _RawReads(fabric.memory[dst], rkey, rows.copy(), keys, list(wrs), fabric.memory[self.node].host, dst,
                           owner=self)
-        for p in pendings:
-            p.batch = batch
+        batch.sizes = sizes
+        batch.handed = False
+        batch.seq0 = self._wr_seq
+        self._wr_seq += len(sizes)
+        row = 0
+        for wr, (effect, done, _) in zip(wrs, times):
+            keys.append((effect if effect > now else now, seq()))
+            heappush(heap, (done if done > now else now, seq(), complete_cb,
+                            (batch, row, sig_all or wr.send_flags & IBV_SEND_SIGNALED)))
+            row += 1
+        batch.left = row
         if self._deferred and not self._deferred[0].left:
             # landed before their completions (a write to their node came first)
             self._deferred = [b for b in self._deferred if b.left]
@@ -785,8 +796,9 @@ class QP:
         synced = env.synced
         for batch in batches:
             for i in self._dr.hand_back(batch, key):
-                p = batch.items[i]
-                p.batch = None
+                # its _Pending now (signaled or not is its completion event's: _complete_read)
+                p = batch.items[i] = batch.pending(i)
+                batch.handed = True
                 t, s = batch.keys[i]
                 heappush(heap, (t, s, effect_cb, (p, batch.node)))
                 if synced:
@@ -953,9 +965,7 @@ class QP:
     def _complete(self, p: _Pending) -> None:
         if self._landings:
             self._landings = flush_due(self._landings, self.env.now)
-        if p.batch is not None:
-            self._deferred_done(p)
-        elif p.lines:
+        if p.lines:
             self._lines_in_flight -= 1
         self._unretired[self.node] += 1   # retired by the node's next post (unretired_of)
         self.host.completed += 1
@@ -969,20 +979,41 @@ class QP:
         else:
             self._unpolled_unsignaled += 1
 
-    def _deferred_done(self, p: _Pending) -> None:
-        """A deferred READ completes: the rows of its batch placed before now land (its own among
-        them: its effect came first), then it takes its row's status."""
-        batch = p.batch
-        p.batch = None
+    def _complete_read(self, arg) -> None:
+        """A deferred READ completes (``arg``: its batch, row, and whether it is signaled): the
+        rows of its batch placed before now land (its own among them: its effect came first),
+        then it completes as :meth:`_complete` would with its row's status. The common case (it
+        landed) needs no ``_Pending``; a row that failed or was handed back to an effect event
+        goes through :meth:`_complete`."""
+        batch, row, signaled = arg
+        if self._landings:
+            self._landings = flush_due(self._landings, self.env.now)
         if batch.left:
             env = self.env
             self._dr.land_batch_before(batch, (env.now, env.seq_now))
             if not batch.left:
                 self._deferred.remove(batch)
-        if batch.rows[p.row, C_STATE] != LANDED:
-            # only an MR changed by another process can fail a READ whose checks passed at post
-            p.status = IBV_WC_REM_ACCESS_ERR
-            self._note_error(p)
+        if batch.handed or batch.failed:
+            state = batch.rows[row, C_STATE]
+            if state != LANDED:
+                if state == HANDED_BACK:     # its effect event set its status (_undefer)
+                    p = batch.items[row]
+                else:
+                    # only an MR changed by another process can fail a READ whose checks passed at post
+                    p = batch.pending(row)
+                    p.status = IBV_WC_REM_ACCESS_ERR
+                    self._note_error(p)
+                p.signaled = signaled
+                self._complete(p)
+                return
+        # _complete's success path (a deferred row is never multi-line)
+        self._unretired[self.node] += 1
+        self.host.completed += 1
+        if signaled:
+            self.scq._push(_new_tuple(WC, (batch.items[row].wr_id, IBV_WC_SUCCESS, IBV_WC_RDMA_READ,
+                                           int(batch.sizes[row]), self.qp_num, 0, 0, 0, -1)))
+        else:
+            self._unpolled_unsignaled += 1
 
     def _retire_polled(self, polled: int = 1) -> None:
         """``polled`` completions of this QP were polled: they free their send-queue slots, and
