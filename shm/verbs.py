@@ -649,21 +649,23 @@ class QP:
         # and no multi-line transfer in flight; the checks of their effects are made below, at post
         reads = (self._dr is not None and n >= DEFER_MIN and not ud and self.state == self.RTS
                  and self._err_seq is None and not self._lines_in_flight)
-        rkey = lkey = 0
+        rkey = lkey = -1
         rlo = llo = _OFFSET_MASK
         rhi = lhi = 0
         pos = 0
         sizes = []
         for wr in wrs:              # one row per work request, packed in one call (its columns in order)
-            spec = _OPS.get(wr.opcode)
-            if spec is None or (ud and wr.opcode != IBV_WR_SEND):
-                raise PyverbsRDMAError(f"post_send on QP {self.qp_num}: opcode {wr.opcode} not supported on "
+            op = wr.opcode
+            spec = _OPS.get(op)
+            if spec is None or (ud and op != IBV_WR_SEND):
+                raise PyverbsRDMAError(f"post_send on QP {self.qp_num}: opcode {op} not supported on "
                                        f"{'UD' if ud else 'RC'}", errno.EINVAL)
             sg = wr.sg
             if wr.num_sge != len(sg) or len(sg) > 1:
                 raise PyverbsRDMAError(f"post_send on QP {self.qp_num}: wr {wr.wr_id} has {len(sg)} SGEs "
                                        f"(num_sge={wr.num_sge}); the emulator supports one", errno.EINVAL)
-            length = sg[0].length if sg else 0
+            sge = sg[0] if sg else None
+            length = sge.length if sge is not None else 0
             send_flags = wr.send_flags
             flags = 0
             if send_flags & IBV_SEND_INLINE:
@@ -677,17 +679,18 @@ class QP:
             off = addr & _OFFSET_MASK
             loff = 0
             if reads:
-                sge = sg[0] if sg else None
-                if (wr.opcode != IBV_WR_RDMA_READ or sge is None or addr >> _NODE_SHIFT & _NODE_MASK != dst
+                # every READ under the first one's rkey and lkey (-1 until then: any int may be
+                # posted as a key, 0 included)
+                if (op != IBV_WR_RDMA_READ or sge is None or addr >> _NODE_SHIFT & _NODE_MASK != dst
                         or addr >> _OFFSET_BITS & _REGION_MASK != REGION_HOST or (off & 63) + length > 64
-                        or sge.addr >> _NODE_SHIFT & _NODE_MASK != self.node
-                        or sge.addr >> _OFFSET_BITS & _REGION_MASK != REGION_HOST
-                        or (rkey and wr.rkey != rkey) or (lkey and sge.lkey != lkey)):
+                        or (laddr := sge.addr) >> _NODE_SHIFT & _NODE_MASK != self.node
+                        or laddr >> _OFFSET_BITS & _REGION_MASK != REGION_HOST
+                        or (wr.rkey != rkey and rkey != -1) or (sge.lkey != lkey and lkey != -1)):
                     reads = False
                 else:
                     rkey = wr.rkey
                     lkey = sge.lkey
-                    loff = sge.addr & _OFFSET_MASK
+                    loff = laddr & _OFFSET_MASK
                     if off < rlo:
                         rlo = off
                     if off + length > rhi:

@@ -21,7 +21,7 @@ import pytest
 from shm.deferred import DEFER_MIN, defer_reads
 from shm.sim.env import Environment
 from shm.verbs import (
-    CQ, IBV_SEND_SIGNALED, IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_RDMA_READ,
+    CQ, IBV_SEND_SIGNALED, IBV_WC_REM_ACCESS_ERR, IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_RDMA_READ,
     IBV_WR_RDMA_WRITE, MR, PD, QP, Context, QPInitAttr, SendWR, SGE, VerbsHost,
 )
 from tests.test_verbs import ACCESS_ALL, build_rack, new_fabric
@@ -267,3 +267,52 @@ def test_raw_reads_of_persistent_memory_complete_the_same(prefix, persist_on_pla
             fab.close()
     assert got[True] == got[False]
     assert (deferred > 0) == persist_on_placement, deferred
+
+
+@pytest.mark.parametrize("first_rkey", ["bad key 0", "valid"])
+def test_unsignaled_reads_and_a_key_of_zero_complete_the_same(prefix, first_rkey):
+    """Raw posts of single-line READs, some unsignaled (no completion unless they fail; a later
+    signaled one's poll frees their send-queue slots), and posts whose first READ names the key 0
+    (no MR has it: it fails and flushes the rest, deferral or not): with and without deferral, the
+    same work completions at the same virtual times, the same bytes, and the same verbs statistics
+    and send-queue occupancy after every round."""
+    got = {}
+    for defer in (False, True):
+        fab = new_fabric(prefix)
+        try:
+            defer_reads(fab, defer)
+            env = Environment(seed=1)
+            rack = build_rack(fab, env)
+            qp, cq, rmr, lmr = rack.qp, rack.cq, rack.rmr, rack.lmr
+            rmr.write(bytes(range(256)) * (SPAN // 256))
+            seen = []
+
+            def body():
+                for r in range(12):
+                    n = DEFER_MIN + r % 5
+                    wrs = []
+                    for i in range(n):
+                        # every third unsignaled, the last always signaled (so the round ends)
+                        flags = IBV_SEND_SIGNALED if i % 3 != 1 or i == n - 1 else 0
+                        wr = SendWR(wr_id=100 * r + i, opcode=IBV_WR_RDMA_READ,
+                                    sg=[SGE(lmr.addr + 64 * i, 8, lmr.lkey)], send_flags=flags)
+                        key = 0 if first_rkey == "bad key 0" and r == 11 and i == 0 else rmr.rkey
+                        wr.set_wr_rdma(key, rmr.addr + 72 * i + 8 * r)
+                        wrs.append(wr)
+                    qp.post_send(wrs)
+                    last = False
+                    while not last:
+                        yield cq.wait(1)
+                        _, wcs = cq.poll(n)
+                        seen.extend((env.now, tuple(wc)) for wc in wcs)
+                        last = any(wc.wr_id == 100 * r + n - 1 for wc in wcs)
+                    seen.append((bytes(lmr.buf[:64 * n]), tuple(rack.host.statistics()), qp._sq_in_flight))
+
+            env.process(body())
+            env.run()
+            got[defer] = (env.now, seen)
+        finally:
+            fab.close()
+    assert got[True] == got[False]
+    statuses = [entry[1][1] for entry in got[False][1] if len(entry) == 2]
+    assert statuses.count(IBV_WC_REM_ACCESS_ERR) == (first_rkey == "bad key 0"), statuses
