@@ -431,7 +431,10 @@ class CQ:
         self._waiters: list = []
         self._poll_ns = ctx.fabric.profile.cpu.poll_ns
 
-    def _push(self, wc: WC) -> None:
+    def _push(self, wc: WC, last: bool = False) -> None:
+        """Queue ``wc``, waking the waiters it satisfies. ``last``: the push is the last action of
+        its heap callback (a send completion), so a single waiter's wake may run at once
+        (``Environment.succeed_last``: the same order and event count, one heap entry less)."""
         if len(self._entries) - self._head >= self.cqe:
             raise PyverbsRDMAError(f"CQ overrun: more than {self.cqe} unpolled completions", errno.ENOSPC)
         self._entries.append(wc)
@@ -441,7 +444,10 @@ class CQ:
                 ev, need = self._waiters[0]
                 if have >= need:
                     self._waiters = []
-                    ev.succeed()
+                    if last:
+                        self.env.succeed_last(ev)
+                    else:
+                        ev.succeed()
                 return
             waiting = []
             for ev, need in self._waiters:
@@ -978,7 +984,8 @@ class QP:
                 self.state = self.ERR
         if p.signaled or p.status != IBV_WC_SUCCESS:
             # WC(...) without the named tuple's argument handling: every field, in order
-            self.scq._push(_new_tuple(WC, (p.wr.wr_id, p.status, p.wc_opcode, int(p.byte_len), self.qp_num, 0, 0, 0, -1)))
+            self.scq._push(_new_tuple(WC, (p.wr.wr_id, p.status, p.wc_opcode, int(p.byte_len), self.qp_num, 0, 0, 0, -1)),
+                           True)
         else:
             self._unpolled_unsignaled += 1
 
@@ -1014,7 +1021,7 @@ class QP:
         self.host.completed += 1
         if signaled:
             self.scq._push(_new_tuple(WC, (batch.items[row].wr_id, IBV_WC_SUCCESS, IBV_WC_RDMA_READ,
-                                           int(batch.sizes[row]), self.qp_num, 0, 0, 0, -1)))
+                                           int(batch.sizes[row]), self.qp_num, 0, 0, 0, -1)), True)
         else:
             self._unpolled_unsignaled += 1
 
