@@ -521,7 +521,8 @@ class _RawReads(ReadBatch):
     __slots__ = ("sizes", "seq0", "handed")
 
     def pending(self, row: int) -> _Pending:
-        """Row ``row``'s ``_Pending`` (signaled as its completion event says)."""
+        """Row ``row``'s ``_Pending``; whether it is signaled, its completion event says
+        (``QP._complete_read`` sets it)."""
         return _Pending(self.items[row], False, IBV_WC_RDMA_READ, self.sizes[row], self.seq0 + row)
 
 
