@@ -222,6 +222,27 @@ def test_reads_posted_behind_a_multi_line_write_on_their_qp_see_all_of_it(prefix
         fab.close()
 
 
+def both_ways(make_fabric, body) -> dict:
+    """Run ``body(env, rack, seen)`` (a process) on a fresh single-QP rack (tests/test_verbs.py's
+    build_rack, its remote MR filled with a byte pattern) with deferral off and on; returns
+    ``{defer: (seen, batches deferred)}``."""
+    got = {}
+    for defer in (False, True):
+        fab = make_fabric()
+        try:
+            defer_reads(fab, defer)          # before the QPs are made: each takes it then
+            env = Environment(seed=1)
+            rack = build_rack(fab, env)
+            rack.rmr.write(bytes(range(256)) * (SPAN // 256))
+            seen = []
+            env.process(body(env, rack, seen))
+            env.run()
+            got[defer] = (seen, rack.qp._dr.batches if rack.qp._dr is not None else 0)
+        finally:
+            fab.close()
+    return got
+
+
 @pytest.mark.parametrize("persist_on_placement", [False, True])
 def test_raw_reads_of_persistent_memory_complete_the_same(prefix, persist_on_placement):
     """A raw post of single-line READs to persistent memory: not deferred where the durability
@@ -230,89 +251,64 @@ def test_raw_reads_of_persistent_memory_complete_the_same(prefix, persist_on_pla
     from shm.fabric import Fabric, NodeSpec
     from shm.profile import load_profile, with_overrides
     profile = with_overrides(load_profile("cx6-200g"), {"nvm.persist_on_placement": persist_on_placement})
-    got = {}
-    for defer in (False, True):
-        fab = Fabric.create(profile, [NodeSpec("c0", "compute", 1 << 20), NodeSpec("m0", "memory", 1 << 20,
-                                                                                  memory_kind="nvm")], prefix=prefix)
-        try:
-            defer_reads(fab, defer)
-            env = Environment(seed=1)
-            rack = build_rack(fab, env)
-            qp, cq, rmr, lmr = rack.qp, rack.cq, rack.rmr, rack.lmr
-            rmr.write(bytes(range(256)) * (SPAN // 256))
-            seen = []
 
-            def body():
-                for r in range(4):
-                    wrs = []
-                    for i in range(DEFER_MIN + r):
-                        wr = SendWR(wr_id=i, opcode=IBV_WR_RDMA_READ, sg=[SGE(lmr.addr + 64 * i, 8, lmr.lkey)],
-                                    send_flags=IBV_SEND_SIGNALED)
-                        wr.set_wr_rdma(rmr.rkey, rmr.addr + 72 * i + 8 * r)
-                        wrs.append(wr)
-                    qp.post_send(wrs)
-                    n = 0
-                    while n < len(wrs):
-                        yield cq.wait(1)
-                        _, wcs = cq.poll(len(wrs))
-                        n += len(wcs)
-                        seen.extend((env.now, tuple(wc)) for wc in wcs)
-                    seen.append(bytes(lmr.buf[:64 * len(wrs)]))
+    def body(env, rack, seen):
+        qp, cq, rmr, lmr = rack.qp, rack.cq, rack.rmr, rack.lmr
+        for r in range(4):
+            wrs = []
+            for i in range(DEFER_MIN + r):
+                wr = SendWR(wr_id=i, opcode=IBV_WR_RDMA_READ, sg=[SGE(lmr.addr + 64 * i, 8, lmr.lkey)],
+                            send_flags=IBV_SEND_SIGNALED)
+                wr.set_wr_rdma(rmr.rkey, rmr.addr + 72 * i + 8 * r)
+                wrs.append(wr)
+            qp.post_send(wrs)
+            n = 0
+            while n < len(wrs):
+                yield cq.wait(1)
+                _, wcs = cq.poll(len(wrs))
+                n += len(wcs)
+                seen.extend((env.now, tuple(wc)) for wc in wcs)
+            seen.append(bytes(lmr.buf[:64 * len(wrs)]))
 
-            env.process(body())
-            env.run()
-            got[defer] = seen
-            deferred = qp._dr.batches if qp._dr is not None else 0
-        finally:
-            fab.close()
-    assert got[True] == got[False]
-    assert (deferred > 0) == persist_on_placement, deferred
+    got = both_ways(lambda: Fabric.create(profile, [NodeSpec("c0", "compute", 1 << 20),
+                                                    NodeSpec("m0", "memory", 1 << 20, memory_kind="nvm")],
+                                          prefix=prefix), body)
+    assert got[True][0] == got[False][0]
+    assert (got[True][1] > 0) == persist_on_placement, got[True][1]
 
 
 @pytest.mark.parametrize("first_rkey", ["bad key 0", "valid"])
 def test_unsignaled_reads_and_a_key_of_zero_complete_the_same(prefix, first_rkey):
     """Raw posts of single-line READs, some unsignaled (no completion unless they fail; a later
-    signaled one's poll frees their send-queue slots), and posts whose first READ names the key 0
-    (no MR has it: it fails and flushes the rest, deferral or not): with and without deferral, the
-    same work completions at the same virtual times, the same bytes, and the same verbs statistics
-    and send-queue occupancy after every round."""
-    got = {}
-    for defer in (False, True):
-        fab = new_fabric(prefix)
-        try:
-            defer_reads(fab, defer)
-            env = Environment(seed=1)
-            rack = build_rack(fab, env)
-            qp, cq, rmr, lmr = rack.qp, rack.cq, rack.rmr, rack.lmr
-            rmr.write(bytes(range(256)) * (SPAN // 256))
-            seen = []
+    signaled one's poll frees their send-queue slots), and a last post whose first READ names the
+    key 0 (no MR has it: it fails and flushes the rest, deferral or not): with and without
+    deferral, the same work completions at the same virtual times, the same bytes, and the same
+    verbs statistics and send-queue occupancy after every round."""
 
-            def body():
-                for r in range(12):
-                    n = DEFER_MIN + r % 5
-                    wrs = []
-                    for i in range(n):
-                        # every third unsignaled, the last always signaled (so the round ends)
-                        flags = IBV_SEND_SIGNALED if i % 3 != 1 or i == n - 1 else 0
-                        wr = SendWR(wr_id=100 * r + i, opcode=IBV_WR_RDMA_READ,
-                                    sg=[SGE(lmr.addr + 64 * i, 8, lmr.lkey)], send_flags=flags)
-                        key = 0 if first_rkey == "bad key 0" and r == 11 and i == 0 else rmr.rkey
-                        wr.set_wr_rdma(key, rmr.addr + 72 * i + 8 * r)
-                        wrs.append(wr)
-                    qp.post_send(wrs)
-                    last = False
-                    while not last:
-                        yield cq.wait(1)
-                        _, wcs = cq.poll(n)
-                        seen.extend((env.now, tuple(wc)) for wc in wcs)
-                        last = any(wc.wr_id == 100 * r + n - 1 for wc in wcs)
-                    seen.append((bytes(lmr.buf[:64 * n]), tuple(rack.host.statistics()), qp._sq_in_flight))
+    def body(env, rack, seen):
+        qp, cq, rmr, lmr = rack.qp, rack.cq, rack.rmr, rack.lmr
+        for r in range(12):
+            n = DEFER_MIN + r % 5
+            wrs = []
+            for i in range(n):
+                # every third unsignaled, the last always signaled (so the round ends)
+                flags = IBV_SEND_SIGNALED if i % 3 != 1 or i == n - 1 else 0
+                wr = SendWR(wr_id=100 * r + i, opcode=IBV_WR_RDMA_READ, sg=[SGE(lmr.addr + 64 * i, 8, lmr.lkey)],
+                            send_flags=flags)
+                key = 0 if first_rkey == "bad key 0" and r == 11 and i == 0 else rmr.rkey
+                wr.set_wr_rdma(key, rmr.addr + 72 * i + 8 * r)
+                wrs.append(wr)
+            qp.post_send(wrs)
+            last = False
+            while not last:
+                yield cq.wait(1)
+                _, wcs = cq.poll(n)
+                seen.extend((env.now, tuple(wc)) for wc in wcs)
+                last = any(wc.wr_id == 100 * r + n - 1 for wc in wcs)
+            seen.append((bytes(lmr.buf[:64 * n]), tuple(rack.host.statistics()), qp._sq_in_flight))
 
-            env.process(body())
-            env.run()
-            got[defer] = (env.now, seen)
-        finally:
-            fab.close()
-    assert got[True] == got[False]
-    statuses = [entry[1][1] for entry in got[False][1] if len(entry) == 2]
+    got = both_ways(lambda: new_fabric(prefix), body)
+    assert got[True][0] == got[False][0]
+    assert got[True][1] > 0 and got[False][1] == 0
+    statuses = [entry[1][1] for entry in got[False][0] if len(entry) == 2]
     assert statuses.count(IBV_WC_REM_ACCESS_ERR) == (first_rkey == "bad key 0"), statuses
