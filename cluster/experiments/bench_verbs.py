@@ -913,11 +913,16 @@ def raw_verbs_loop(threads: int, window_ns: int) -> tuple[int, float]:
         done = [0]
 
         def client(k):
+            # its QP, buffer and addresses are made before the clock starts, as the coroutine
+            # loop's threads and addresses are
             qp, cq = _reader_qp(pd, mpd)
             lmr = MR(pd, DEPTH * 64, IBV_ACCESS_LOCAL_WRITE)
             addrs = [rmr.addr + int(w) * 64 for w in np.random.default_rng(k).integers(words, size=ADDRESSES)]
             wrs = [SendWR(wr_id=i, opcode=IBV_WR_RDMA_READ, sg=[SGE(lmr.addr + 64 * i, 8, lmr.lkey)])
                    for i in range(DEPTH)]
+            return loop(qp, cq, addrs, wrs)
+
+        def loop(qp, cq, addrs, wrs):
             i, n = 0, len(addrs)
             while env.now < window_ns:
                 for wr in wrs:
