@@ -585,8 +585,9 @@ class QP:
         fabric = self.fabric
         self._price = entry(nic.model_post_rows, fabric.table, fabric.params, fabric.descriptors, self.node, 0,
                             self.model_state, self.doorbell, 0, np.zeros((1, nic.WR_COLS), np.int64))
-        # the same for a completion's retire and for the landings and checks of a work request:
-        # its local buffer is always this node's host or device memory, the fabric's own arrays
+        # the same for retiring completions (at the node's next post: unretired_of) and for the
+        # landings and checks of a work request: its local buffer is always this node's host or
+        # device memory, the fabric's own arrays
         self._retire = entry(nic.retire, fabric.table, ctx.desc, 0)
         self._unretired = unretired_of(fabric)
         self._kernels = host_kernels(fabric, fabric.memory[self.node].host)
