@@ -38,6 +38,17 @@ runs them:
   runs with its worker's daemon flag cleared: a point whose rack forks node processes (or a fork
   pool) works on a worker as it does here.
 
+**Parts side by side.** A run of several parts (:func:`cluster.experiments.rows.run_experiments`
+with ``jobs`` above 1) runs its parts at once, each in a thread of this process, and every
+:func:`map_points` they call sends its points to one fork pool for the whole run
+(:class:`RunPool`, entered with :func:`run_pool`). A pool per sweep left cores idle between parts
+and at the end of every part (the last, long points running alone), and a part that measures a
+rack in this process (Sherman's Figs. 10 and 11) kept every core but one idle for its whole
+length; one queue for the run keeps the workers busy while any part has points left. The pool is
+forked before the parts' threads start, so no process is ever forked while another thread runs
+(a child would inherit a lock some thread holds). Its workers live for the run, so they keep
+the machine code they compiled for one point for the next.
+
 Points that several parts of one run read (FlexKV's Fig. 16 last step is Table 1's and Fig. 17's
 point, Sherman's Figs. 10 and 11 are the skew part's) are measured once per run:
 :class:`SharedPoints` holds them, and :func:`cluster.experiments.rows.run_experiments` makes one per
@@ -57,7 +68,9 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import threading
 from contextlib import contextmanager
+from heapq import heappop, heappush
 from typing import Callable, Iterator, Sequence
 
 DIST_HINT = "pip install 'dmrack[dist]'"
@@ -101,6 +114,27 @@ def _call(job):
     return index, _with_overrides(overrides, fn, args)
 
 
+def _call_and_collect(job):
+    """``_call`` in a worker that outlives its point (:class:`RunPool`): the point's rack is
+    garbage once it returns, much of it in reference cycles, which the collector's thresholds
+    (``cluster.cli.GC_THRESHOLDS``: a full collection every ~500 M allocations) would leave for
+    a long time; a worker that kept them grew by ~0.5 GB a second over PD3's points and paid
+    twice the system time for its page faults. A full collection here scans only what the point
+    made: the objects the worker was forked with are frozen out of the collector's view."""
+    import gc
+    try:
+        return _call(job)
+    finally:
+        gc.collect()
+        gc.freeze()                 # what is left lives on (kernels, caches): not scanned again
+
+
+def _run_worker_init(parent_pid: int) -> None:
+    import gc
+    _worker_init(parent_pid)
+    gc.freeze()                     # the modules and kernels inherited from the parent: never garbage
+
+
 def _with_overrides(overrides: dict, fn: Callable, args: tuple):
     """``fn(*args)`` with the profile overrides of the caller of :func:`map_points` in force."""
     if not overrides:
@@ -139,6 +173,9 @@ def map_points(fn: Callable, points: Sequence[tuple], *, jobs: int = 1,
     overrides = active_overrides()
     if _active is not None:
         return _active.map(fn, points, progress=progress, describe=describe, overrides=overrides)
+    run = _run
+    if run is not None and jobs > 1 and run.pid == os.getpid():
+        return run.map(fn, points, progress=progress, describe=describe, cost=cost, overrides=overrides)
     jobs = min(jobs, len(points))
     expect(progress, len(points))
     if jobs <= 1:
@@ -188,13 +225,166 @@ def _end_workers(pool) -> None:
         ender.join()
 
 
+class RunCancelled(RuntimeError):
+    """The run a sweep belongs to was ended (a part failed or the run was interrupted) while the
+    sweep waited for its points."""
+
+
+class RunPool:
+    """The fork pool of one run whose parts run side by side (the module docstring): ``jobs``
+    workers, forked when it is made, taking the points of every :func:`map_points` of the run,
+    from any thread of this process. A point goes to a worker when one is free, the points of an
+    earlier part first (:meth:`rank`), a sweep's in the order :func:`map_points` gives them (its
+    dearest first), so the tables come out in the parts' order while the later parts' points
+    fill the cores the earlier ones leave idle."""
+
+    def __init__(self, jobs: int):
+        if jobs < 1:
+            raise ValueError(f"jobs must be at least 1, got {jobs}")
+        self.jobs = jobs
+        self.pid = os.getpid()             # a forked worker inherits this object and must not use it
+        self._cond = threading.Condition()
+        self._cancelled = False
+        self._waiting: list = []           # heap of (rank, seq, job, on_done, on_error): points not sent yet
+        self._seq = 0
+        self._sent = 0                     # points on the workers now (at most jobs)
+        self._ranks = threading.local()
+        ctx = multiprocessing.get_context("fork")
+        self._pool = ctx.Pool(jobs, initializer=_run_worker_init, initargs=(os.getpid(),))
+
+    def rank(self, rank: int) -> None:
+        """The calling thread's sweeps come before those of threads of a higher rank (a part's
+        place in its run)."""
+        self._ranks.value = rank
+
+    def _send(self) -> None:
+        """Give free workers the first points waiting (called with the lock held)."""
+        while self._waiting and self._sent < self.jobs and not self._cancelled:
+            _, _, job, on_done, on_error = heappop(self._waiting)
+            self._sent += 1
+            self._pool.apply_async(_call_and_collect, (job,), callback=on_done, error_callback=on_error)
+
+    def map(self, fn: Callable, points: list, *, progress=None, describe: Callable[[tuple], str] = str,
+            cost: Callable[[tuple], float] | None = None, overrides: dict | None = None) -> list:
+        """:func:`map_points` on the run's workers: the results in point order; a point that
+        raises re-raises here; :class:`RunCancelled` if the run ends meanwhile."""
+        from cluster.experiments.progress import advance
+        results: list = [None] * len(points)
+        state = {"left": len(points), "error": None, "done": 0}
+        cond = self._cond
+
+        def finished(res) -> None:          # in the pool's result thread
+            index, value = res
+            with cond:
+                results[index] = value
+                state["left"] -= 1
+                state["done"] += 1
+                done = state["done"]
+                self._sent -= 1
+                self._send()
+                cond.notify_all()
+            advance(progress)
+            if progress is not None:
+                progress(f"{describe(points[index])} done ({done}/{len(points)}, {self.jobs} at a time)")
+
+        def failed(err: BaseException) -> None:
+            with cond:
+                if state["error"] is None:
+                    state["error"] = err
+                state["left"] -= 1
+                self._sent -= 1
+                self._send()
+                cond.notify_all()
+
+        order = range(len(points)) if cost is None else sorted(range(len(points)), key=lambda i: -cost(points[i]))
+        rank = getattr(self._ranks, "value", 0)
+        with cond:
+            if self._cancelled:
+                raise RunCancelled("the run has ended")
+            for i in order:
+                heappush(self._waiting, (rank, self._seq, (i, fn, points[i], overrides or {}), finished, failed))
+                self._seq += 1
+            self._send()
+            while state["left"] and state["error"] is None and not self._cancelled:
+                cond.wait(0.5)
+            if state["error"] is not None:
+                raise state["error"]
+            if self._cancelled:
+                raise RunCancelled("the run has ended")
+        return results
+
+    def cancel(self) -> None:
+        """End the run now: every sweep waiting for its points raises :class:`RunCancelled`, and the
+        workers are ended (their points' segments unlinked, as when a sweep fails)."""
+        with self._cond:
+            self._cancelled = True
+            self._cond.notify_all()
+        _end_workers(self._pool)
+
+    def close(self) -> None:
+        """The run is over and every point done: each worker takes its end-of-work sentinel and
+        exits on its own (see map_points)."""
+        self._pool.close()
+        self._pool.join()
+
+
+_run: RunPool | None = None               # the pool of the run whose parts run side by side, if any
+
+
+@contextmanager
+def run_pool(jobs: int) -> Iterator[RunPool]:
+    """While entered, :func:`map_points` with ``jobs`` above 1 sends its points to one
+    :class:`RunPool` of ``jobs`` workers, from any thread; on leaving, the pool is closed, or its
+    workers ended if the block raised."""
+    global _run
+    pool = RunPool(jobs)
+    previous, _run = _run, pool
+    try:
+        yield pool
+    except BaseException:
+        pool.cancel()
+        raise
+    else:
+        pool.close()
+    finally:
+        _run = previous
+
+
 class SharedPoints:
     """The points one run has measured, by key, for the parts of that run that share them (see the
     module docstring). A part called on its own (a test) passes none and gets a fresh one: it then
-    measures everything it needs itself."""
+    measures everything it needs itself. Parts running side by side may ask for the same key at
+    once: the first measures it, the others wait for its result (and measure it themselves if
+    that part failed)."""
 
     def __init__(self):
         self._got: dict = {}
+        self._busy: dict = {}               # key -> threading.Event: a part is measuring it now
+        self._lock = threading.Lock()
+
+    def _claim(self, keys) -> tuple[list, list]:
+        """Of ``keys``, those not measured yet that nobody measures now (marked as this caller's
+        from now on), and the events of those another part measures now."""
+        mine, theirs = [], []
+        with self._lock:
+            for k in keys:
+                if k in self._got:
+                    continue
+                ev = self._busy.get(k)
+                if ev is None:
+                    self._busy[k] = threading.Event()
+                    mine.append(k)
+                else:
+                    theirs.append(ev)
+        return mine, theirs
+
+    def _settle(self, keys: list, values: list | None = None) -> None:
+        """The caller is done with ``keys``: their ``values`` (None: it failed, they stay to measure)."""
+        with self._lock:
+            if values is not None:
+                self._got.update(zip(keys, values))
+            for k in keys:
+                self._busy.pop(k).set()
 
     def measure(self, fn: Callable, keys: Sequence, *, args: Callable = tuple, jobs: int = 1,
                 progress: Callable[[str], None] | None = None, describe: Callable[[tuple], str] = str,
@@ -202,20 +392,41 @@ class SharedPoints:
         """The results of the points named by ``keys`` (hashable), in that order: those this run has
         not measured yet are run by :func:`map_points` as ``fn(*args(key))``, each once, in the
         order ``order`` sorts them by (a key function; None: as first named)."""
-        todo = [k for k in dict.fromkeys(keys) if k not in self._got]
-        if order is not None:
-            todo.sort(key=order)
-        if todo:
-            got = map_points(fn, [args(k) for k in todo], jobs=jobs, progress=progress, describe=describe)
-            self._got.update(zip(todo, got))
-        return [self._got[k] for k in keys]
+        wanted = list(dict.fromkeys(keys))
+        while True:
+            todo, waiting = self._claim(wanted)
+            if order is not None:
+                todo.sort(key=order)
+            if todo:
+                try:
+                    got = map_points(fn, [args(k) for k in todo], jobs=jobs, progress=progress, describe=describe)
+                except BaseException:
+                    self._settle(todo)
+                    raise
+                self._settle(todo, got)
+            for ev in waiting:
+                ev.wait()
+            with self._lock:
+                if all(k in self._got for k in wanted):
+                    return [self._got[k] for k in keys]
 
     def once(self, key, measure: Callable[[], object]):
         """``measure()`` the first time this run asks for ``key``, what it returned after that (one
         rack that several parts read, measured in this process)."""
-        if key not in self._got:
-            self._got[key] = measure()
-        return self._got[key]
+        while True:
+            mine, theirs = self._claim([key])
+            if mine:
+                try:
+                    value = measure()
+                except BaseException:
+                    self._settle(mine)
+                    raise
+                self._settle(mine, [value])
+            for ev in theirs:
+                ev.wait()
+            with self._lock:
+                if key in self._got:
+                    return self._got[key]
 
 
 # --- the Dask backend ------------------------------------------------------------------------------

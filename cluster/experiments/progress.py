@@ -16,6 +16,11 @@ both for every sweep of fresh racks, so those parts count points with no code of
 function passed as ``progress`` (tests do) works with all of it: the optional methods are looked
 up, not required.
 
+Parts that run side by side (``dmrack reproduce`` with ``--jobs`` above 1:
+:func:`cluster.experiments.rows.run_experiments`) start with ``sweep.start(name)`` and end with
+``sweep.end(name)`` in any order, from their own threads; the bar then counts the parts done and
+the points of the parts running (``3/12 parts done · 2 running · 14/40 points``).
+
 The bar goes to stderr, so the tables and JSON on stdout are the same with or without it, and it
 is drawn only when stderr is a terminal and nobody asked for quiet (``--quiet`` calls
 :func:`set_quiet`); otherwise nothing at all is written for progress. Why a module-level quiet
@@ -26,6 +31,7 @@ functions, which a new paper writes, keep their one signature.
 from __future__ import annotations
 
 import sys
+import threading
 from typing import Callable
 
 _quiet = False
@@ -59,6 +65,10 @@ class Sweep:
         self.now = "starting"
         self._progress = None
         self._task = None
+        self._lock = threading.RLock()      # parts side by side report from their own threads
+        self.side_by_side = False
+        self.parts_done = 0                  # side by side: parts ended
+        self._running: dict[str, list] = {}  # side by side: part -> [points total, points done]
 
     def __enter__(self):
         if self.show:
@@ -91,23 +101,75 @@ class Sweep:
         self._update()
         return Part(self, name)
 
+    def start(self, name: str) -> "Part":
+        """Side by side: part ``name`` starts beside the others; its ``progress``."""
+        with self._lock:
+            self.side_by_side = True
+            self._running[name] = [0, 0]
+            self.now = name
+        self._update()
+        return Part(self, name)
+
+    def end(self, name: str) -> None:
+        """Side by side: part ``name`` has ended."""
+        with self._lock:
+            self._running.pop(name, None)
+            self.parts_done += 1
+        self._update()
+
+    def _expect(self, name: str, points: int) -> None:
+        with self._lock:
+            if self.side_by_side:
+                if name in self._running:
+                    self._running[name][0] += max(int(points), 0)
+            else:
+                self.points_total = (self.points_total or 0) + max(int(points), 0)
+        self._update()
+
+    def _advance(self, name: str, points: int) -> None:
+        with self._lock:
+            if self.side_by_side:
+                if name in self._running:
+                    self._running[name][1] += points
+            else:
+                self.points_done += points
+        self._update()
+
+    def _say(self, message: str) -> None:
+        with self._lock:
+            self.now = message
+        self._update()
+
     def completed(self) -> float:
-        """Parts done, plus the fraction of the running part its points say."""
-        done = max(self.index, 0)
-        if self.points_total:
-            done += min(self.points_done / self.points_total, 1.0)
-        return done
+        """Parts done, plus the fraction of the running part(s) their points say."""
+        with self._lock:
+            if self.side_by_side:
+                return self.parts_done + sum(min(d / t, 1.0) for t, d in self._running.values() if t)
+            done = max(self.index, 0)
+            if self.points_total:
+                done += min(self.points_done / self.points_total, 1.0)
+            return done
 
     def count_text(self) -> str:
-        text = f"part {max(self.index, 0) + 1}/{len(self.parts)}"
-        if self.points_total:
-            text += f" · {self.points_done}/{self.points_total} points"
-        return text
+        with self._lock:
+            if self.side_by_side:
+                text = f"{self.parts_done}/{len(self.parts)} parts done"
+                if self._running:
+                    text += f" · {len(self._running)} running"
+                total = sum(t for t, _ in self._running.values())
+                if total:
+                    text += f" · {sum(d for _, d in self._running.values())}/{total} points"
+                return text
+            text = f"part {max(self.index, 0) + 1}/{len(self.parts)}"
+            if self.points_total:
+                text += f" · {self.points_done}/{self.points_total} points"
+            return text
 
     def _update(self) -> None:
         if self._progress is not None:
-            self._progress.update(self._task, description=self.now, completed=self.completed(),
-                                  count=self.count_text())
+            with self._lock:
+                now, completed, count = self.now, self.completed(), self.count_text()
+            self._progress.update(self._task, description=now, completed=completed, count=count)
 
 
 class Part:
@@ -118,19 +180,14 @@ class Part:
         self._sweep, self.name, self._prefix = sweep, name, prefix
 
     def __call__(self, message: str) -> None:
-        self._sweep.now = f"{self._prefix}{message}"
-        self._sweep._update()
+        self._sweep._say(f"{self._prefix}{message}")
 
     def expect(self, points: int) -> None:
         """This part has ``points`` points (more calls add: a part may run several sweeps)."""
-        s = self._sweep
-        s.points_total = (s.points_total or 0) + max(int(points), 0)
-        s._update()
+        self._sweep._expect(self.name, points)
 
     def advance(self, points: int = 1) -> None:
-        s = self._sweep
-        s.points_done += points
-        s._update()
+        self._sweep._advance(self.name, points)
 
 
 class _Prefixed:

@@ -29,6 +29,7 @@ import os
 import re
 import time
 from dataclasses import asdict, dataclass, replace
+from typing import NamedTuple
 
 from cluster.experiments.registry import Experiment
 
@@ -376,18 +377,20 @@ def run_experiments(experiments: dict, *, only=None, quick: bool = False, json_p
     started, t_start, code = time.time(), time.perf_counter(), software()
     rows = Rows()
     failed = []
+    # parts side by side: sweeps of fresh racks on a fork pool of this machine (not on Dask, whose
+    # cluster schedules the points of one sweep at a time), when there is more than one part
+    side = jobs > 1 and bool(side_by_side) and pointpool.active() is None and len(names) > 1
     with Sweep(label, names) as sweep:
-        for n in names:
-            t0 = time.perf_counter()
-            try:
-                got = experiments[n](quick, sweep.part(n))
-            except PointsFailed as e:
-                for what, err in e.failures:
+        parts = _parts_side_by_side(experiments, names, quick, sweep, jobs) if side else \
+            _parts_in_order(experiments, names, quick, sweep)
+        for n, got, seconds in parts:
+            if isinstance(got, PointsFailed):
+                for what, err in got.failures:
                     console.print(f"{title_prefix}{n}: point failed: {what}: {err}", markup=False, highlight=False)
-                failed.append((n, e.failures))
+                failed.append((n, got.failures))
                 continue
             rows.extend(got)
-            print_rows(console, f"{title_prefix}{n}  ({time.perf_counter() - t0:.1f} s real)", got)
+            print_rows(console, f"{title_prefix}{n}  ({seconds:.1f} s real)", got)
     where = {}
     if side_by_side:
         dask = pointpool.active()
@@ -400,6 +403,67 @@ def run_experiments(experiments: dict, *, only=None, quick: bool = False, json_p
     if failed:
         raise ExperimentsFailed(rows, failed)
     return rows
+
+
+def _parts_in_order(experiments: dict, names: list, quick: bool, sweep):
+    """Run the parts one after the other: ``(name, rows or PointsFailed, seconds)`` per part."""
+    from cluster.experiments.pointpool import PointsFailed
+    for n in names:
+        t0 = time.perf_counter()
+        try:
+            got = experiments[n](quick, sweep.part(n))
+        except PointsFailed as e:
+            got = e
+        yield n, got, time.perf_counter() - t0
+
+
+class _Raised(NamedTuple):
+    error: BaseException
+
+
+def _parts_side_by_side(experiments: dict, names: list, quick: bool, sweep, jobs: int):
+    """Run every part at once, each in a thread of this process, their sweeps of fresh racks on one
+    pool of ``jobs`` workers for the run (cluster.experiments.pointpool, "Parts side by side"), and
+    give ``(name, rows or PointsFailed, seconds)`` per part in the parts' order as each is done, so
+    that the tables print and the rows are written as a run one after the other gives them (each
+    rack is deterministic and shares nothing, so its figures do not depend on when it runs). A part
+    that raises ends the run at once: the pool's workers are ended and the error raised here (the
+    parts still measuring in this process run on in their threads until the process exits)."""
+    import threading
+
+    from cluster.experiments.pointpool import PointsFailed, run_pool
+    outcome: dict = {}
+    cond = threading.Condition()
+
+    def run(n: str, rank: int) -> None:
+        pool.rank(rank)                          # its points go before those of the parts after it
+        t0 = time.perf_counter()
+        progress = sweep.start(n)
+        try:
+            got = experiments[n](quick, progress)
+        except PointsFailed as e:
+            got = e
+        except BaseException as e:              # handed to the main thread, which raises it
+            got = _Raised(e)
+        finally:
+            sweep.end(n)
+        with cond:
+            outcome[n] = (got, time.perf_counter() - t0)
+            cond.notify_all()
+
+    with run_pool(jobs) as pool:
+        for rank, n in enumerate(names):
+            threading.Thread(target=run, args=(n, rank), name=f"dmrack-part-{n}", daemon=True).start()
+        for n in names:
+            with cond:
+                while n not in outcome and not any(isinstance(g, _Raised) for g, _ in outcome.values()):
+                    cond.wait(0.5)
+                raised = next((g for g, _ in outcome.values() if isinstance(g, _Raised)), None)
+                if raised is None:
+                    got, seconds = outcome[n]
+            if raised is not None:
+                raise raised.error
+            yield n, got, seconds
 
 
 def _check_side_by_side(name: str, parts: dict, side_by_side: tuple) -> None:

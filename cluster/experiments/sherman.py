@@ -154,20 +154,25 @@ def measure(workloads: dict[str, tuple[str, float]], **kw) -> tuple[dict[str, di
 
 
 def _figures(quick: bool, progress, shared: SharedPoints | None, *, records=None, warm_ms=None, measure_ms=None,
-             servers=SERVERS, threads=THREADS, mixes=tuple(MIXES)) -> dict:
+             servers=SERVERS, threads=THREADS, mixes=tuple(MIXES), jobs: int = 1) -> dict:
     """fig10 and fig11 on one rack (one load): {(fig, mix): point}. Measured once per run and
-    arguments (``shared``), since ``skew`` needs both."""
-    key = (quick, records, warm_ms, measure_ms, servers, threads, tuple(mixes))
+    arguments (``shared``), since ``skew`` needs both; a point of its own (on a worker when
+    ``jobs`` is above 1, beside the ablation's racks)."""
+    warm, win = WINDOWS_MS[quick]
+    key = (records or RECORDS[quick], warm_ms or warm, measure_ms or win, servers, threads, tuple(mixes))
+    progress(f"{servers} compute nodes x {threads} threads, {servers} memory nodes: {key[0]:,} keys, then "
+             f"{2 * len(mixes)} workloads")
+    got = (shared if shared is not None else SharedPoints()).measure(
+        _figures_point, [key], jobs=jobs, progress=progress,
+        describe=lambda p: f"Figs. 10 and 11: {p[0]:,} keys, {p[3]} x {p[4]} threads")
+    return got[0]
 
-    def figures() -> dict:
-        warm, win = WINDOWS_MS[quick]
-        workloads = {f"{fig}_{mix}": (dist, MIXES[mix]) for fig, dist in DISTRIBUTIONS.items() for mix in mixes}
-        progress(f"{servers} compute nodes x {threads} threads, {servers} memory nodes: loading "
-                 f"{records or RECORDS[quick]:,} keys, then {len(workloads)} workloads")
-        got, _ = measure(workloads, records=records or RECORDS[quick], warm_ms=warm_ms or warm,
-                         measure_ms=measure_ms or win, servers=servers, threads=threads)
-        return {tuple(name.split("_", 1)): p for name, p in got.items()}
-    return (shared if shared is not None else SharedPoints()).once(key, figures)
+
+def _figures_point(records: int, warm_ms: float, measure_ms: float, servers: int, threads: int, mixes: tuple) -> dict:
+    workloads = {f"{fig}_{mix}": (dist, MIXES[mix]) for fig, dist in DISTRIBUTIONS.items() for mix in mixes}
+    got, _ = measure(workloads, records=records, warm_ms=warm_ms, measure_ms=measure_ms, servers=servers,
+                     threads=threads)
+    return {tuple(name.split("_", 1)): p for name, p in got.items()}
 
 
 def _figure(fig: str, quick: bool, progress, shared: SharedPoints | None, **kw) -> list[Row]:
@@ -185,23 +190,23 @@ def _figure(fig: str, quick: bool, progress, shared: SharedPoints | None, **kw) 
     return rows
 
 
-def fig10(quick: bool, progress, *, shared: SharedPoints | None = None, **kw) -> list[Row]:
+def fig10(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None = None, **kw) -> list[Row]:
     """Skewed keys (zipf 0.99): write-only, write-intensive and read-intensive at 176 threads.
     Published (Fig. 10, transcribed): 4.14, 8.02 and 33.8 Mops."""
-    return _figure("fig10", quick, progress, shared, **kw)
+    return _figure("fig10", quick, progress, shared, jobs=jobs, **kw)
 
 
-def fig11(quick: bool, progress, *, shared: SharedPoints | None = None, **kw) -> list[Row]:
+def fig11(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None = None, **kw) -> list[Row]:
     """Uniform keys: write-only, write-intensive and read-intensive at 176 threads. Published
     (Fig. 11, transcribed): 16.04, 21.53 and 32.4 Mops."""
-    return _figure("fig11", quick, progress, shared, **kw)
+    return _figure("fig11", quick, progress, shared, jobs=jobs, **kw)
 
 
-def skew(quick: bool, progress, *, shared: SharedPoints | None = None, **kw) -> list[Row]:
+def skew(quick: bool, progress, *, jobs: int = 1, shared: SharedPoints | None = None, **kw) -> list[Row]:
     """Skewed over uniform throughput per mix: skewed writes far below uniform ones (published,
     from the transcribed Figs. 10 and 11: 0.26 write-only, 0.37 write-intensive, 1.04
     read-intensive)."""
-    points = _figures(quick, progress, shared, **kw)
+    points = _figures(quick, progress, shared, jobs=jobs, **kw)
     rows = []
     for mix in kw.get("mixes", MIXES):
         z, u = points[("fig10", mix)], points[("fig11", mix)]
@@ -303,7 +308,7 @@ FIGURES = [
 
 
 EXPERIMENTS = {"fig10": fig10, "fig11": fig11, "skew": skew, "onemn": onemn, "ablation": ablation}
-SIDE_BY_SIDE = ("onemn", "ablation")
+SIDE_BY_SIDE = ("fig10", "fig11", "skew", "onemn", "ablation")
 
 
 def setup(quick: bool) -> dict:
