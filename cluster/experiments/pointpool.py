@@ -44,10 +44,12 @@ with ``jobs`` above 1) runs its parts at once, each in a thread of this process,
 (:class:`RunPool`, entered with :func:`run_pool`). A pool per sweep left cores idle between parts
 and at the end of every part (the last, long points running alone), and a part that measures a
 rack in this process (Sherman's Figs. 10 and 11) kept every core but one idle for its whole
-length; one queue for the run keeps the workers busy while any part has points left. The pool is
-forked before the parts' threads start, so no process is ever forked while another thread runs
-(a child would inherit a lock some thread holds). Its workers live for the run, so they keep
-the machine code they compiled for one point for the next.
+length; one queue for the run keeps the workers busy while any part has points left, an earlier
+part's points first, so the tables still come out in the parts' order. The pool is forked
+before the parts' threads start, so no process is ever forked while another thread runs (a
+child would inherit a lock some thread holds). Its workers live for the run, so they keep the
+machine code they compiled for one point for the next, and collect each point's garbage after
+it (:func:`_call_and_collect`).
 
 Points that several parts of one run read (FlexKV's Fig. 16 last step is Table 1's and Fig. 17's
 point, Sherman's Figs. 10 and 11 are the skew part's) are measured once per run:
