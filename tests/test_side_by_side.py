@@ -48,6 +48,15 @@ def test_sweeps_of_several_threads_share_the_run_pool_and_keep_their_order():
     assert not _children()
 
 
+def test_a_sweep_on_the_run_pool_tells_the_bar_its_points():
+    sweep = Sweep("reproduce toy", ["a", "b"], show=False)
+    part = sweep.start("a")
+    with run_pool(2):
+        map_points(_pid_after, [(x, 0) for x in range(3)], jobs=2, progress=part)
+    assert sweep.count_text() == "0/2 parts done · 1 running · 3/3 points"
+    assert sweep.now.endswith("done (3/3, 2 at a time)")
+
+
 def test_a_point_that_raises_raises_in_its_sweep_and_a_cancelled_run_ends_the_others():
     with pytest.raises(ValueError, match="point 3 is bad"):
         with run_pool(2):

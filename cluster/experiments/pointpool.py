@@ -177,6 +177,7 @@ def map_points(fn: Callable, points: Sequence[tuple], *, jobs: int = 1,
         return _active.map(fn, points, progress=progress, describe=describe, overrides=overrides)
     run = _run
     if run is not None and jobs > 1 and run.pid == os.getpid():
+        expect(progress, len(points))
         return run.map(fn, points, progress=progress, describe=describe, cost=cost, overrides=overrides)
     jobs = min(jobs, len(points))
     expect(progress, len(points))
@@ -279,15 +280,15 @@ class RunPool:
             index, value = res
             with cond:
                 results[index] = value
-                state["left"] -= 1
                 state["done"] += 1
-                done = state["done"]
+                # told before the sweep's caller wakes: its bar has every point when it returns
+                advance(progress)
+                if progress is not None:
+                    progress(f"{describe(points[index])} done ({state['done']}/{len(points)}, {self.jobs} at a time)")
+                state["left"] -= 1
                 self._sent -= 1
                 self._send()
                 cond.notify_all()
-            advance(progress)
-            if progress is not None:
-                progress(f"{describe(points[index])} done ({done}/{len(points)}, {self.jobs} at a time)")
 
         def failed(err: BaseException) -> None:
             with cond:
