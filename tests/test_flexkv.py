@@ -167,6 +167,24 @@ def test_a_killed_node_comes_back_with_a_restart_step_and_gets_its_partitions_ag
     assert back["cn1"].ops > 0
 
 
+
+def test_a_restart_the_supervisor_notices_with_the_death_does_not_strand_rerouted_operations(monkeypatch):
+    """A loaded machine's supervisor looks at its processes seldom: here once a second, so it
+    notices cn1's kill only when the restart step is due, and sets cn1's failed bit and clears it
+    again in one look. The survivors' operations on cn1's partitions never saw the bit (they
+    waited for it in _suspect), the manager had parked because no operation started in its last
+    interval, and cn1's new process answers NOT_OWNER until a round: an operation that rerouted
+    without acting on the death count went on rerouting to cn1 until it gave up (CI, once)."""
+    import cluster.supervisor
+    monkeypatch.setattr(cluster.supervisor, "TICK_S", 1.0)
+    d = flexkv_dict(LOAD, run(2.0), {"action": "kill", "node": "cn1"}, run(2.1),
+                    {"action": "restart", "node": "cn1"}, run(2.0), compute=3, preset="b", knob=False,
+                    offload_ratio=1.0, rank_hotness=False)
+    d["rack"]["on_node_death"] = "continue"
+    sup, code = _processes(d)
+    assert code == 0 and sup.stop_reason == "scenario finished", sup.stop_reason
+    assert check(sup.history_ops).verdict == "ok"
+
 def test_reassignments_racing_with_writes_stay_linearizable():
     """A round every 100 us under 50 % updates: partitions change owners while writes are in
     flight (pause, drain, cache clear, subtable loads) and the history stays linearizable."""

@@ -183,6 +183,14 @@ class FlexKVClient(RaceClient):
                 yield self.backoff(0)
                 yield from st.enter(p)
                 inside = True
+                # a death noticed nowhere yet on this node: its partitions go to the memory nodes
+                # before the owner is read again. Without it, a node killed and restarted between
+                # two looks of _suspect (its failed bit set and cleared, its death count up) kept
+                # answering NOT_OWNER from its new process, and an operation that had started
+                # before the death rerouted to it until it gave up: nothing else on this node
+                # looked (its other operations were stuck the same way) and the manager, parked
+                # while no operation started, never ran the round that would have fixed the map
+                st.check_membership()
             raise SystemGaveUp(f"FlexKV: key {key[:32]!r} found no owner for partition {p} after {RETRY_LIMIT} tries")
         finally:
             if inside:
