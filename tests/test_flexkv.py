@@ -155,17 +155,24 @@ def test_a_one_sided_update_marks_the_pair_it_replaced(monkeypatch):
     assert len(marked) > 100 and all(marked), f"{marked.count(False)} of {len(marked)} replaced pairs unmarked"
 
 
-def test_a_killed_node_comes_back_with_a_restart_step_and_gets_its_partitions_again():
-    d = flexkv_dict(LOAD, run(2.0), {"action": "kill", "node": "cn1"}, run(2.0),
-                    {"action": "restart", "node": "cn1"}, run(3.0), compute=3, preset="b", knob=False,
+def _kill_and_restart(gap_ms: float, after_ms: float):
+    """cn1 of three killed after 2 ms and restarted ``gap_ms`` later, then ``after_ms`` more, as a
+    rack of processes (offload ratio 1: every partition has a compute node as owner); the run's
+    supervisor, once it ended as it should with a linearizable history."""
+    d = flexkv_dict(LOAD, run(2.0), {"action": "kill", "node": "cn1"}, run(gap_ms),
+                    {"action": "restart", "node": "cn1"}, run(after_ms), compute=3, preset="b", knob=False,
                     offload_ratio=1.0, rank_hotness=False)
     d["rack"]["on_node_death"] = "continue"
     sup, code = _processes(d)
     assert code == 0 and sup.stop_reason == "scenario finished", sup.stop_reason
     assert check(sup.history_ops).verdict == "ok"
+    return sup
+
+
+def test_a_killed_node_comes_back_with_a_restart_step_and_gets_its_partitions_again():
+    sup = _kill_and_restart(2.0, 3.0)
     back = {n.node: n for n in sup.results.steps[-1].nodes}
     assert back["cn1"].ops > 0
-
 
 
 def test_a_restart_the_supervisor_notices_with_the_death_does_not_strand_rerouted_operations(monkeypatch):
@@ -174,16 +181,12 @@ def test_a_restart_the_supervisor_notices_with_the_death_does_not_strand_reroute
     again in one look. The survivors' operations on cn1's partitions never saw the bit (they
     waited for it in _suspect), the manager had parked because no operation started in its last
     interval, and cn1's new process answers NOT_OWNER until a round: an operation that rerouted
-    without acting on the death count went on rerouting to cn1 until it gave up (CI, once)."""
+    without acting on the death count went on rerouting to cn1 until it gave up (CI, once). The
+    restart comes 2.1 ms after the kill: just after a manager tick that found nothing started."""
     import cluster.supervisor
     monkeypatch.setattr(cluster.supervisor, "TICK_S", 1.0)
-    d = flexkv_dict(LOAD, run(2.0), {"action": "kill", "node": "cn1"}, run(2.1),
-                    {"action": "restart", "node": "cn1"}, run(2.0), compute=3, preset="b", knob=False,
-                    offload_ratio=1.0, rank_hotness=False)
-    d["rack"]["on_node_death"] = "continue"
-    sup, code = _processes(d)
-    assert code == 0 and sup.stop_reason == "scenario finished", sup.stop_reason
-    assert check(sup.history_ops).verdict == "ok"
+    _kill_and_restart(2.1, 2.0)
+
 
 def test_reassignments_racing_with_writes_stay_linearizable():
     """A round every 100 us under 50 % updates: partitions change owners while writes are in
