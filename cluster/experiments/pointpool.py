@@ -175,12 +175,11 @@ def map_points(fn: Callable, points: Sequence[tuple], *, jobs: int = 1,
     overrides = active_overrides()
     if _active is not None:
         return _active.map(fn, points, progress=progress, describe=describe, overrides=overrides)
+    expect(progress, len(points))
     run = _run
     if run is not None and jobs > 1 and run.pid == os.getpid():
-        expect(progress, len(points))
         return run.map(fn, points, progress=progress, describe=describe, cost=cost, overrides=overrides)
     jobs = min(jobs, len(points))
-    expect(progress, len(points))
     if jobs <= 1:
         out = []
         for p in points:
