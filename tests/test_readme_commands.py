@@ -71,7 +71,7 @@ RUNS = {
     "dmrack bench verbs": [["bench", "verbs", "--quick", "--only", "latency", "--json", "{tmp}/verbs.json"]],
     "dmrack reproduce smart": [["reproduce", "smart", "--quick", "--only", "fig4", "--jobs", "2",
                                 "--plot", "{tmp}/plots"]],
-    # onemn: two racks side by side, 12 s on a slow host; skew's Figs. 10 and 11 rack took 64 s
+    # onemn: two racks side by side, 25 s in this test on a slow host; skew (the Figs. 10 and 11 rack) took 64 s
     "dmrack reproduce sherman": [["reproduce", "sherman", "--quick", "--only", "onemn", "--json", "{tmp}/sherman.json"]],
     "dmrack reproduce dolphin": [["reproduce", "dolphin", "--quick", "--only", "table2", "--jobs", "2", "--json",
                                   "{tmp}/dolphin.json"]],
