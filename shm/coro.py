@@ -84,6 +84,8 @@ _OFFSET_MASK = (1 << OFFSET_BITS) - 1
 # shm/deferred.py). One pack call fills a row, its values in column order:
 assert (nic.WR_OP, nic.WR_LEN, nic.WR_OFF, nic.WR_REGION, nic.WR_FLAGS, nic.WR_OUT, nic.WR_LOFF) == (0, 1, 2, 3, 4, 5, 8)
 _PACK_WR = nic.pack_wr
+_WR_BYTES = nic.WR_BYTES
+_new_object = object.__new__
 
 
 class RemoteAccessError(RuntimeError):
@@ -577,7 +579,13 @@ class VerbBatch:
             thr._buf_pos = end
         else:
             off = thr.scratch(length)
-        h = Handle(thr.buf, off, length)
+        # Handle(thr.buf, off, length) without the call of its __init__ (about a third of a
+        # handle's making, once per verb)
+        h = _new_object(Handle)
+        h._buf = thr.buf
+        h.offset = off
+        h.length = length
+        h.status = -1
         flags = self._flags
         if flags:
             self._flags = 0
@@ -677,18 +685,16 @@ class VerbBatch:
             arrays = thr._batch_arrays(n)
         rows = arrays[0]
         pos = 0
-        reads = self._dr is not None and n >= DEFER_MIN   # every request a one-line host READ: deferred
-        if reads and self._nvm is not None and dst in self._nvm.images:
-            reads = False                # a READ to NVM flushes its QP's WRITEs at its effect time
         for item in items:
             addr = item[1]
-            op = item[0]
-            off = addr & _OFFSET_MASK
-            region = addr >> OFFSET_BITS & _REGION_MASK
-            if reads and (op != IBV_WR_RDMA_READ or region != REGION_HOST or (off & 63) + item[2] > 64):
-                reads = False
-            _PACK_WR(rows, pos, MODEL_OPCODE[op], item[2], off, region, item[9], 0, 0, 0, item[3])
-            pos += 8 * nic.WR_COLS
+            _PACK_WR(rows, pos, MODEL_OPCODE[item[0]], item[2], addr & _OFFSET_MASK, addr >> OFFSET_BITS & _REGION_MASK,
+                     item[9], 0, 0, 0, item[3])
+            pos += _WR_BYTES
+        # deferred (shm/deferred.py): every request a one-line host READ, and not of persistent
+        # memory (a READ to NVM flushes its QP's WRITEs at its effect time)
+        dr = self._dr
+        reads = (n >= DEFER_MIN and dr is not None and dr.deferrable(rows)
+                 and (self._nvm is None or dst not in self._nvm.images))
         qp.model_post(dst, rows, thr.cpu_free, thr)
         thr.cpu_free = qp.cpu_free
         thr.posts += 1
@@ -861,6 +867,10 @@ class VerbBatch:
 
     def _read_statuses(self, batch: ReadBatch) -> None:
         """Each deferred READ's handle gets its status (errors as ``_land`` reports them)."""
+        if not batch.failed:             # every row LANDED (complete() landed what was left)
+            for item in batch.items:
+                item[8].status = IBV_WC_SUCCESS
+            return
         thr = self.thread
         for item, state in zip(batch.items, batch.rows[:, C_STATE].tolist()):
             if state == LANDED:

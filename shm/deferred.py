@@ -49,16 +49,19 @@ from __future__ import annotations
 
 from heapq import heapify, heappop, heappush
 
+import numpy as np
 from numba import njit
 
 from shm import nic
 from shm.fabric import REGION_HOST, remote_read_write
+from shm.kernels import entry
 
 INF = (1 << 63) - 1
 
 # Columns of a batch's work-request rows (the coroutine's model rows, copied at post: shm/coro.py;
 # the layout is nic.WR_*): a row's flags column holds its landing state once it is deferred
-C_LEN, C_OFF, C_STATE, C_LOFF = nic.WR_LEN, nic.WR_OFF, nic.WR_FLAGS, nic.WR_LOFF
+C_OP, C_LEN, C_OFF, C_REGION, C_STATE, C_LOFF = (nic.WR_OP, nic.WR_LEN, nic.WR_OFF, nic.WR_REGION, nic.WR_FLAGS,
+                                                 nic.WR_LOFF)
 # A row's C_STATE after it landed (before, it holds the request's non-negative model flags), or
 # after its owner handed it back to an effect event of its own (raw verbs: the module docstring)
 LANDED, FAILED, HANDED_BACK = -1, -2, -3
@@ -67,6 +70,22 @@ LANDED, FAILED, HANDED_BACK = -1, -2, -3
 # event per READ it saves: in verbs per CPU second of the coroutine loop, deferral was 0.84x at
 # depth 1, 0.88x at 2, 0.97x at 3 and 4, 1.15x at 8.
 DEFER_MIN = 4
+
+
+def one_line_host_reads_py(rows) -> bool:
+    """Whether every row of a post (before it is deferred: C_STATE still holds its flags) is a
+    READ of host memory within one 64-byte line: what a coroutine's post must be to be deferred
+    (with at least :data:`DEFER_MIN` rows). The reference of :func:`one_line_host_reads`."""
+    for i in range(rows.shape[0]):
+        if (rows[i, C_OP] != nic.VERB_READ or rows[i, C_REGION] != REGION_HOST
+                or (rows[i, C_OFF] & 63) + rows[i, C_LEN] > 64):
+            return False
+    return True
+
+
+# Compiled: one pass over the rows the post packs anyway, in place of a test of each work request
+# in the coroutine's Python loop (20 of its ~70 bytecodes a request: scripts/count_work.py).
+one_line_host_reads = njit(cache=True)(one_line_host_reads_py)
 
 
 @njit(cache=True)
@@ -140,10 +159,12 @@ def _first_due(h: list) -> int:
 class DeferredReads:
     """The deferred READ batches of one process, per node, ordered by their earliest row."""
 
-    __slots__ = ("env", "heaps", "live", "batches", "early", "handed")
+    __slots__ = ("env", "heaps", "live", "batches", "early", "handed", "deferrable")
 
     def __init__(self, env):
         self.env = env
+        # one_line_host_reads for a post's rows (int64, C order), entered without numba's typing
+        self.deferrable = entry(one_line_host_reads, np.zeros((1, nic.WR_COLS), np.int64))
         self.batches = 0                    # batches deferred
         self.early = 0                      # of them, landed (in part) before a write, not at completion
         self.handed = 0                     # raw batches handed back (in part) to effect events

@@ -69,7 +69,8 @@ OUT_EFFECT, OUT_DONE, OUT_OTHER = range(3)   # effect, completion, the landing w
 WR_MODEL_COLS = WR_OUT + 3                   # what the model reads and writes
 WR_LOFF = WR_MODEL_COLS    # the poster's own column: where a READ lands locally (deferred READs)
 WR_COLS = WR_LOFF + 1      # a post's rows
-# One call fills a row, its values in column order: ``pack_wr(rows, 8 * WR_COLS * i, op, len, ...)``
+# One call fills a row, its values in column order: ``pack_wr(rows, WR_BYTES * i, op, len, ...)``
+WR_BYTES = 8 * WR_COLS
 pack_wr = Struct(f"<{WR_COLS}q").pack_into
 
 # Indices into the parameter vector (all times in ps; rates in fs per byte).

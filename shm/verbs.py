@@ -111,7 +111,7 @@ MODEL_OPCODE = {opcode: spec[0] for opcode, spec in _OPS.items()}
 # a post's row for the NIC model (nic.WR_* columns: model opcode, length, offset, region, flags, then
 # the model's three outputs, then where a READ lands locally), filled by one pack call per work request
 _PACK_WR = nic.pack_wr
-_ROW_BYTES = 8 * nic.WR_COLS
+_WR_BYTES = nic.WR_BYTES
 _ATOMICS = (IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_MASKED_ATOMIC_CMP_AND_SWP,
             IBV_WR_MASKED_ATOMIC_FETCH_AND_ADD)
 
@@ -714,7 +714,7 @@ class QP:
                         lhi = loff + length
             _PACK_WR(rows, pos, nic.VERB_SEND_UD if ud else spec[0], length, off, addr >> _OFFSET_BITS & _REGION_MASK,
                      flags, 0, 0, 0, loff)
-            pos += _ROW_BYTES
+            pos += _WR_BYTES
             sizes.append(length)
         if reads:
             # the checks every effect would make (an MR deregistered meanwhile hands the rows back:

@@ -274,3 +274,29 @@ def test_earliest_is_the_least_next_time_over_the_nodes():
         assert dr.earliest() == want
         assert {n: [(t, s, b.left) for t, s, b in h] for n, h in dr.heaps.items()} == \
             {n: [(t, s, b.left) for t, s, b in h] for n, h in ref.heaps.items()}
+
+
+def test_the_compiled_deferral_test_agrees_with_its_reference_on_random_posts():
+    """one_line_host_reads (compiled, what a coroutine's post asks) against its plain-Python
+    reference, on posts whose requests sit at and around the rule's edges: the last byte of a
+    line, one past it, device memory, each other opcode."""
+    import numpy as np
+
+    from shm import nic
+    from shm.deferred import one_line_host_reads, one_line_host_reads_py
+    rng = random.Random(7)
+    seen = set()
+    for _ in range(2000):
+        n = rng.randint(1, 10)
+        rows = np.zeros((n, nic.WR_COLS), np.int64)
+        for i in range(n):
+            rows[i, nic.WR_OP] = nic.VERB_READ if rng.random() < 0.9 else rng.randrange(nic.N_VERBS)
+            rows[i, nic.WR_REGION] = nic.REGION_HOST if rng.random() < 0.95 else nic.REGION_DEVICE
+            off = 64 * rng.randrange(1000) + rng.choice([0, 1, 8, 56, 63])
+            rows[i, nic.WR_OFF] = off
+            rows[i, nic.WR_LEN] = rng.choice([1, 8, 64 - off % 64, 65 - off % 64, 128])
+            rows[i, nic.WR_FLAGS] = rng.choice([0, nic.FLAG_FENCE])
+        want = one_line_host_reads_py(rows)
+        assert one_line_host_reads(rows) == want, rows
+        seen.add(want)
+    assert seen == {True, False}

@@ -50,6 +50,7 @@ co-located.
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 
 from cluster.experiments.figures import Figure
 from cluster.experiments.rows import Row, bench
@@ -78,9 +79,11 @@ def warm(scenario) -> None:
         _WARM.add(key)
 
 
-def ycsb_a(system: str, *, records: int, threads: int, coroutines: int, run_ms: float) -> dict:
+def ycsb_a(system: str, *, records: int, threads: int, coroutines: int, run_ms: float,
+           around=nullcontext) -> dict:
     """A co-located rack: load ``records`` keys with one thread, run YCSB-A (zipf 0.99) for
-    ``run_ms`` virtual ms; operations and verbs per real second over the whole run."""
+    ``run_ms`` virtual ms; operations and verbs per real second over the whole run (``around``:
+    a context manager entered around the timed run alone, as in :func:`coroutine_loop`)."""
     from cluster.experiments.bench_ycsb import SMART_KEYS, scenario_dict
     from cluster.rack import ColocatedRack
     from cluster.scenario import scenario_from_dict
@@ -89,11 +92,13 @@ def ycsb_a(system: str, *, records: int, threads: int, coroutines: int, run_ms: 
     scenario = scenario_from_dict(doc, source=f"bench speed {system}")
     warm(scenario)
     rack = ColocatedRack(scenario)
-    t0 = time.perf_counter()
-    res = rack.run()
-    wall = time.perf_counter() - t0
+    with around():
+        t0 = time.perf_counter()
+        res = rack.run()
+        wall = time.perf_counter() - t0
     ops = sum(s.ops for s in res.steps)
-    return {"ops_per_s": ops / wall, "verbs_per_s": rack.verbs / wall, "virtual_us_per_s": rack.env.now / 1e3 / wall}
+    return {"ops_per_s": ops / wall, "verbs_per_s": rack.verbs / wall, "virtual_us_per_s": rack.env.now / 1e3 / wall,
+            "ops": ops, "verbs": rack.verbs}
 
 
 def bulk_load_rate(system: str, keys: int) -> float:
