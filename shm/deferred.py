@@ -281,5 +281,5 @@ def defer_reads(fabric, on: bool) -> None:
 def before_write(fabric, node: int) -> None:
     """Hook for every writer of node memory: see the module docstring."""
     dr = getattr(fabric, "_deferred_reads", None)
-    if dr is not None:
+    if dr is not None and dr.heaps.get(node):     # (its own test first: one call less per write)
         dr.before_write(node)
