@@ -186,6 +186,10 @@ def main(argv=None) -> int:
     if args.window_us <= 0 or args.depth < 1 or args.top < 0:
         print("count_work.py: --window-us must be above 0, --depth at least 1, --top at least 0", file=sys.stderr)
         return 2
+    if args.instructions and args.lines:
+        print("count_work.py: --lines breaks bytecodes down by line; --instructions counts the run as a whole",
+              file=sys.stderr)
+        return 2
     gc.set_threshold(*GC_THRESHOLDS)
     window_ns = int(args.window_us * 1000)
     if os.environ.get(_TOGGLE):          # the child under callgrind: run, report the verbs

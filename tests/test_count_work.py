@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -41,6 +44,20 @@ def test_the_command_prints_a_table_writes_json_and_refuses_bad_input(tmp_path):
     assert "per verb" in r.stdout and "shm/" in r.stdout
     got = json.loads(out.read_text())
     assert got["row"] == "raw" and got["verbs"] > 0 and got["bytecodes"] > 0
-    for args, what in ((["nope"], "unknown row 'nope'"), (["raw", "--window-us", "0"], "--window-us")):
+    for args, what in ((["nope"], "unknown row 'nope'"), (["raw", "--window-us", "0"], "--window-us"),
+                       (["raw", "--instructions", "--lines", "_post_to"], "--lines")):
         r = subprocess.run([sys.executable, str(REPO / "scripts" / "count_work.py"), *args], capture_output=True, text=True)
         assert r.returncode == 2 and what in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None or shutil.which("callgrind_control") is None,
+                    reason="--instructions needs valgrind")
+def test_instructions_are_counted_around_the_timed_part_only(tmp_path):
+    out = tmp_path / "count.json"
+    r = subprocess.run([sys.executable, str(REPO / "scripts" / "count_work.py"), "coroutine", "--window-us", "2",
+                        "--instructions", "--json", str(out)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(out.read_text())
+    # the timed part alone: a few thousand instructions a verb, not the ~10^9 of starting Python and numba
+    assert got["verbs"] > 0 and 1_000 < got["instructions_per_verb"] < 1_000_000
+    assert "instructions:" in r.stdout
