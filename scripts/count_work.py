@@ -56,16 +56,19 @@ class BytecodeCounter:
         self.calls: Counter = Counter()
         self.by_line: Counter = Counter()
         self.lines = set(lines)
+        self._keys: dict = {}           # code object -> "file:function", made once per function
 
     def __call__(self, frame, event, arg):
-        frame.f_trace_opcodes = True
         code = frame.f_code
-        key = f"{_short(code.co_filename)}:{code.co_name}"
+        key = self._keys.get(code)
+        if key is None:
+            key = self._keys[code] = f"{_short(code.co_filename)}:{code.co_name}"
         if event == "opcode":
             self.ops[key] += 1
             if code.co_name in self.lines:
                 self.by_line[(key, frame.f_lineno or 0)] += 1
-        elif event == "call":
+        elif event == "call":           # a frame's first event (a generator's at each resumption)
+            frame.f_trace_opcodes = True
             self.calls[key] += 1
         return self
 

@@ -234,13 +234,9 @@ class PendingWrites:
         memory, another array, cannot change what a host READ returns, but counts as any byte."""
         if addr >> OFFSET_BITS & _REGION_MASK == REGION_HOST:
             off = addr & _OFFSET_MASK
-            end = off + length
+            self.add(node, a, b, off, off + length)
         else:
-            off, end = 0, ALL_BYTES
-        h = self.heaps.get(node)          # add(), inlined: once per WRITE or atomic posted
-        if h is None:
-            h = self.heaps[node] = []
-        heappush(h, (a, b, off, end) if a <= b else (b, a, off, end))
+            self.add(node, a, b)
 
     def clear_of(self, node: int, now: int, hi: int, off: int, end: int) -> bool:
         """True if nothing may change bytes ``[off, end)`` of ``node`` from ``now`` through ``hi``:

@@ -895,8 +895,8 @@ def coroutine_loop(threads: int, window_ns: int, *, numpy_addresses: bool = Fals
             env.process(drawn(co, np.random.default_rng(t)) if numpy_addresses
                         else _fair_client(env, co, _addresses(m, words, t), window_ns, done, depth))
         # the threads' QPs are made before the clock starts, as the raw loop's are and as a program
-        # on the hardware connects before it loops: made on first post, 32 QPs were 6-12 % of the
-        # instructions of the --quick window
+        # on the hardware connects before it loops: made on first post, 32 QPs were 4-8 % of the
+        # instructions of the --quick window (docs/bench.md)
         node.connect([m])
         fault_in(rig.fabric, rig.mns)
         with around():
