@@ -53,7 +53,7 @@ import numpy as np
 from numba import njit
 
 from shm import nic
-from shm.fabric import REGION_HOST, remote_read_write
+from shm.fabric import OFFSET_BITS, REGION_HOST, remote_read_write
 from shm.kernels import entry
 
 INF = (1 << 63) - 1
@@ -65,6 +65,7 @@ C_OP, C_LEN, C_OFF, C_REGION, C_STATE, C_LOFF = (nic.WR_OP, nic.WR_LEN, nic.WR_O
 # A row's C_STATE after it landed (before, it holds the request's non-negative model flags), or
 # after its owner handed it back to an effect event of its own (raw verbs: the module docstring)
 LANDED, FAILED, HANDED_BACK = -1, -2, -3
+_OFFSET_MASK = (1 << OFFSET_BITS) - 1
 # Batches of at least this many one-line READs are deferred (shm/coro.py and shm/verbs.py). Below it, a
 # deferred batch's fixed cost (its record, the node's heap, one compiled call) exceeds the one
 # event per READ it saves: in verbs per CPU second of the coroutine loop, deferral was 0.84x at
@@ -86,6 +87,42 @@ def one_line_host_reads_py(rows) -> bool:
 # Compiled: one pass over the rows the post packs anyway, in place of a test of each work request
 # in the coroutine's Python loop (20 of its ~70 bytecodes a request: scripts/count_work.py).
 one_line_host_reads = njit(cache=True)(one_line_host_reads_py)
+
+
+def raw_one_line_reads_py(rows, here, there, span) -> bool:
+    """The rows' part of whether a raw post (``QP.post_send``: rows of ``nic.RAW_WR_COLS``
+    columns) may be deferred: every request a READ within one 64-byte line of the memory whose
+    node and region bits are ``there`` (``dst << REGION_BITS | REGION_HOST``), landing in the memory
+    ``here`` (the poster's host memory), under the first request's rkey and lkey. If so, ``span``
+    gets the rkey, the lkey and the remote and local byte ranges ``[rlo, rhi)``, ``[llo, lhi)`` that
+    the posting QP's MR checks cover. The reference of :func:`raw_one_line_reads`."""
+    rkey = rows[0, nic.WR_RKEY]
+    lkey = rows[0, nic.WR_LKEY]
+    rlo = llo = _OFFSET_MASK
+    rhi = lhi = 0
+    for i in range(rows.shape[0]):
+        off = rows[i, C_OFF]
+        length = rows[i, C_LEN]
+        loff = rows[i, C_LOFF]
+        if (rows[i, C_OP] != nic.VERB_READ or rows[i, nic.WR_RADDR] != there or (off & 63) + length > 64
+                or rows[i, nic.WR_LADDR] != here or rows[i, nic.WR_RKEY] != rkey or rows[i, nic.WR_LKEY] != lkey):
+            return False
+        rlo = min(rlo, off)
+        rhi = max(rhi, off + length)
+        llo = min(llo, loff)
+        lhi = max(lhi, loff + length)
+    span[0] = rkey
+    span[1] = lkey
+    span[2] = rlo
+    span[3] = rhi
+    span[4] = llo
+    span[5] = lhi
+    return True
+
+
+# Compiled: one pass over the rows a raw post packs anyway, in place of a test of each work request
+# in post_send's Python loop (about 90 of its ~230 bytecodes a request: scripts/count_work.py raw)
+raw_one_line_reads = njit(cache=True)(raw_one_line_reads_py)
 
 
 @njit(cache=True)
@@ -159,12 +196,15 @@ def _first_due(h: list) -> int:
 class DeferredReads:
     """The deferred READ batches of one process, per node, ordered by their earliest row."""
 
-    __slots__ = ("env", "heaps", "live", "batches", "early", "handed", "deferrable")
+    __slots__ = ("env", "heaps", "live", "batches", "early", "handed", "deferrable", "raw_deferrable")
 
     def __init__(self, env):
         self.env = env
         # one_line_host_reads for a post's rows (int64, C order), entered without numba's typing
         self.deferrable = entry(one_line_host_reads, np.zeros((1, nic.WR_COLS), np.int64))
+        # raw_one_line_reads for a raw post's rows, the same way
+        self.raw_deferrable = entry(raw_one_line_reads, np.zeros((1, nic.RAW_WR_COLS), np.int64), 0, 0,
+                                    np.zeros(6, np.int64))
         self.batches = 0                    # batches deferred
         self.early = 0                      # of them, landed (in part) before a write, not at completion
         self.handed = 0                     # raw batches handed back (in part) to effect events

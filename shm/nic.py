@@ -72,6 +72,13 @@ WR_COLS = WR_LOFF + 1      # a post's rows
 # One call fills a row, its values in column order: ``pack_wr(rows, WR_BYTES * i, op, len, ...)``
 WR_BYTES = 8 * WR_COLS
 pack_wr = Struct(f"<{WR_COLS}q").pack_into
+# A raw post's rows (``QP.post_send``, shm/verbs.py) carry four more columns, what decides at post
+# whether its READs may be deferred (``shm.deferred.raw_one_line_reads``, one compiled pass instead
+# of a test of each work request in Python): the remote and the local global address, rkey, lkey
+WR_RADDR, WR_LADDR, WR_RKEY, WR_LKEY = range(WR_COLS, WR_COLS + 4)
+RAW_WR_COLS = WR_COLS + 4
+RAW_WR_BYTES = 8 * RAW_WR_COLS
+pack_raw_wr = Struct(f"<{RAW_WR_COLS}q").pack_into
 
 # Indices into the parameter vector (all times in ps; rates in fs per byte).
 P_ONE_WAY = 0

@@ -27,6 +27,7 @@ from __future__ import annotations
 import errno
 from dataclasses import dataclass, field
 from heapq import heappush
+from struct import error as StructError
 from typing import NamedTuple
 
 import numpy as np
@@ -108,10 +109,11 @@ _OPS = {
 }
 #: ibv_wr_opcode -> the NIC model's opcode (for callers that price verbs without SendWRs)
 MODEL_OPCODE = {opcode: spec[0] for opcode, spec in _OPS.items()}
-# a post's row for the NIC model (nic.WR_* columns: model opcode, length, offset, region, flags, then
-# the model's three outputs, then where a READ lands locally), filled by one pack call per work request
-_PACK_WR = nic.pack_wr
-_WR_BYTES = nic.WR_BYTES
+# a raw post's row (nic.WR_* columns: model opcode, length, offset, region, flags, then the model's
+# three outputs, where a READ lands locally, and the raw post's own four), one pack call per work request
+_PACK_RAW_WR = nic.pack_raw_wr
+_RAW_WR_BYTES = nic.RAW_WR_BYTES
+_PLACE_MASK = (MAX_NODES << REGION_BITS) - 1   # a global address's node and region bits, shifted down
 _ATOMICS = (IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_MASKED_ATOMIC_CMP_AND_SWP,
             IBV_WR_MASKED_ATOMIC_FETCH_AND_ADD)
 
@@ -604,6 +606,8 @@ class QP:
         self._dr = deferred_reads_of(self.fabric, self.env)   # None: every READ lands at its effect time
         self._deferred: list = []  # this QP's batches of deferred READs (_defer, _undefer)
         self._post_arrays: dict = {}  # post size -> the model's input and output arrays
+        self._here = self.node << REGION_BITS | REGION_HOST   # this node's host memory, as a row's WR_LADDR holds it
+        self._read_span = np.zeros(6, np.int64)   # raw_deferrable's keys and ranges (shm.deferred)
         self.cpu_free = 0
         self.host.qps[(self.node, self.qp_num)] = self
 
@@ -653,18 +657,17 @@ class QP:
             dst = dsts.pop()
         arrays = self._post_arrays.get(n)
         if arrays is None:          # kept per post size: the model reads them before post_send returns
-            rows = np.zeros((n, nic.WR_COLS), np.int64)   # the columns of nic.model_post_rows, then WR_LOFF
+            # the columns of nic.model_post_rows, then WR_LOFF, then the raw post's own (nic.WR_RADDR...)
+            rows = np.zeros((n, nic.RAW_WR_COLS), np.int64)
             arrays = self._post_arrays[n] = (rows, rows[:, nic.WR_OUT:nic.WR_MODEL_COLS])
         rows, out = arrays
         ud = self.qp_type == IBV_QPT_UD
         # deferred (shm/deferred.py): at least DEFER_MIN single-line READs of host memory on dst under
         # one rkey, into this node's host memory under one lkey, on a ready QP with no failure noted
-        # and no multi-line transfer in flight; the checks of their effects are made below, at post
+        # and no multi-line transfer in flight (the rows' part: one compiled pass after they are
+        # packed, shm.deferred.raw_one_line_reads); the checks of their effects are made below, at post
         reads = (self._dr is not None and n >= DEFER_MIN and not ud and self.state == self.RTS
                  and self._err_seq is None and not self._lines_in_flight)
-        rkey = lkey = -1
-        rlo = llo = _OFFSET_MASK
-        rhi = lhi = 0
         pos = 0
         sizes = []
         for wr in wrs:              # one row per work request, packed in one call (its columns in order)
@@ -677,8 +680,14 @@ class QP:
             if wr.num_sge != len(sg) or len(sg) > 1:
                 raise PyverbsRDMAError(f"post_send on QP {self.qp_num}: wr {wr.wr_id} has {len(sg)} SGEs "
                                        f"(num_sge={wr.num_sge}); the emulator supports one", errno.EINVAL)
-            sge = sg[0] if sg else None
-            length = sge.length if sge is not None else 0
+            if sg:
+                sge = sg[0]
+                length = sge.length
+                laddr = sge.addr
+                lkey = sge.lkey
+            else:
+                length = laddr = lkey = 0
+                reads = False
             send_flags = wr.send_flags
             flags = 0
             if send_flags & IBV_SEND_INLINE:
@@ -688,45 +697,37 @@ class QP:
                 flags = nic.FLAG_INLINE
             if send_flags & IBV_SEND_FENCE:
                 flags |= nic.FLAG_FENCE   # waits for this QP's earlier READs and atomics
-            addr = wr.remote_addr       # gaddr_offset and gaddr_region, inlined
-            off = addr & _OFFSET_MASK
-            loff = 0
-            if reads:
-                # every READ under the first one's rkey and lkey (-1 until then: any int may be
-                # posted as a key, 0 included)
-                if (op != IBV_WR_RDMA_READ or sge is None or addr >> _NODE_SHIFT & _NODE_MASK != dst
-                        or addr >> _OFFSET_BITS & _REGION_MASK != REGION_HOST or (off & 63) + length > 64
-                        or (laddr := sge.addr) >> _NODE_SHIFT & _NODE_MASK != self.node
-                        or laddr >> _OFFSET_BITS & _REGION_MASK != REGION_HOST
-                        or (wr.rkey != rkey and rkey != -1) or (sge.lkey != lkey and lkey != -1)):
-                    reads = False
-                else:
-                    rkey = wr.rkey
-                    lkey = sge.lkey
-                    loff = laddr & _OFFSET_MASK
-                    if off < rlo:
-                        rlo = off
-                    if off + length > rhi:
-                        rhi = off + length
-                    if loff < llo:
-                        llo = loff
-                    if loff + length > lhi:
-                        lhi = loff + length
-            _PACK_WR(rows, pos, nic.VERB_SEND_UD if ud else spec[0], length, off, addr >> _OFFSET_BITS & _REGION_MASK,
-                     flags, 0, 0, 0, loff)
-            pos += _WR_BYTES
+            addr = wr.remote_addr
+            high = addr >> _OFFSET_BITS   # the node and region bits (gaddr_node and gaddr_region, inlined)
+            try:
+                _PACK_RAW_WR(rows, pos, nic.VERB_SEND_UD if ud else spec[0], length, addr & _OFFSET_MASK,
+                             high & _REGION_MASK, flags, 0, 0, 0, laddr & _OFFSET_MASK, high & _PLACE_MASK,
+                             laddr >> _OFFSET_BITS & _PLACE_MASK, wr.rkey, lkey)
+            except StructError:
+                # a key beyond int64 (any int may be posted as one): never deferred, its effect fails it
+                _PACK_RAW_WR(rows, pos, nic.VERB_SEND_UD if ud else spec[0], length, addr & _OFFSET_MASK,
+                             high & _REGION_MASK, flags, 0, 0, 0, laddr & _OFFSET_MASK, 0, 0, 0, 0)
+                reads = False
+            pos += _RAW_WR_BYTES
             sizes.append(length)
         if reads:
-            # the checks every effect would make (an MR deregistered meanwhile hands the rows back:
-            # MR.close); one range per MR covers every row's, since an MR is one range
-            # READs to persistent memory the durability model tracks flush their QP's WRITEs at their
-            # effects (_effect): not deferred; None when no node has it or placed writes are durable
-            fabric = self.fabric
-            check = self._kernels.check
-            nvm = nvm_shadow_of(fabric)
-            reads = (check(fabric.memory[dst].mrt, rkey, REGION_HOST, rlo, rhi - rlo, IBV_ACCESS_REMOTE_READ)
-                     and check(fabric.memory[self.node].mrt, lkey, REGION_HOST, llo, lhi - llo, IBV_ACCESS_LOCAL_WRITE)
-                     and (nvm is None or dst not in nvm.images))
+            # the rows' part: every request a one-line READ of dst's host memory into this node's,
+            # under the first one's rkey and lkey; then the checks every effect would make (an MR
+            # deregistered meanwhile hands the rows back: MR.close): one range per MR covers every
+            # row's, since an MR is one range. READs to persistent memory the durability model
+            # tracks flush their QP's WRITEs at their effects (_effect): not deferred; None when no
+            # node has it or placed writes are durable
+            span = self._read_span
+            reads = self._dr.raw_deferrable(rows, self._here, dst << REGION_BITS | REGION_HOST, span)
+            if reads:
+                rkey, lkey, rlo, rhi, llo, lhi = span.tolist()
+                fabric = self.fabric
+                check = self._kernels.check
+                nvm = nvm_shadow_of(fabric)
+                reads = (check(fabric.memory[dst].mrt, rkey, REGION_HOST, rlo, rhi - rlo, IBV_ACCESS_REMOTE_READ)
+                         and check(fabric.memory[self.node].mrt, lkey, REGION_HOST, llo, lhi - llo,
+                                   IBV_ACCESS_LOCAL_WRITE)
+                         and (nvm is None or dst not in nvm.images))
         self.model_post(dst, rows)
         self._sq_in_flight += n
         self.host.posted += n

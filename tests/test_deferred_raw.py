@@ -312,3 +312,70 @@ def test_unsignaled_reads_and_a_key_of_zero_complete_the_same(prefix, first_rkey
     assert got[True][1] > 0 and got[False][1] == 0
     statuses = [entry[1][1] for entry in got[False][0] if len(entry) == 2]
     assert statuses.count(IBV_WC_REM_ACCESS_ERR) == (first_rkey == "bad key 0"), statuses
+
+
+@pytest.mark.parametrize("bad", ["rkey", "lkey"])
+def test_a_first_read_keyed_minus_one_fails_as_without_deferral(prefix, bad):
+    """A raw post of single-line READs whose first names the key -1 (no MR has it) and the rest a
+    valid key. The deferral test once took -1 for "no key seen yet", so it let the rest's key stand
+    for the first's and the first READ landed: with deferral it succeeded, without it failed.
+    Now it fails either way (and flushes the rest), with the same completions and bytes."""
+
+    def body(env, rack, seen):
+        qp, cq, rmr, lmr = rack.qp, rack.cq, rack.rmr, rack.lmr
+        wrs = []
+        for i in range(DEFER_MIN + 2):
+            lkey = -1 if bad == "lkey" and i == 0 else lmr.lkey
+            wr = SendWR(wr_id=i, opcode=IBV_WR_RDMA_READ, sg=[SGE(lmr.addr + 64 * i, 8, lkey)],
+                        send_flags=IBV_SEND_SIGNALED)
+            wr.set_wr_rdma(-1 if bad == "rkey" and i == 0 else rmr.rkey, rmr.addr + 72 * i)
+            wrs.append(wr)
+        qp.post_send(wrs)
+        got = 0
+        while got < len(wrs):
+            yield cq.wait(1)
+            _, wcs = cq.poll(len(wrs))
+            got += len(wcs)
+            seen.extend((env.now, tuple(wc)) for wc in wcs)
+        seen.append(bytes(lmr.buf[:64 * len(wrs)]))
+
+    got = both_ways(lambda: new_fabric(prefix), body)
+    assert got[True][0] == got[False][0]
+    statuses = [entry[1][1] for entry in got[False][0][:-1]]
+    assert statuses[0] != 0 and all(s != 0 for s in statuses), statuses   # the first fails, the rest are flushed
+
+
+def test_the_raw_deferral_test_agrees_with_its_reference_on_random_posts():
+    """raw_one_line_reads (compiled, what a raw post asks of its rows) against its plain-Python
+    reference, on rows at and around each of the rule's edges: another opcode, another node or
+    region at either end, a line's last byte and one past it, a second key, the key -1."""
+    import numpy as np
+
+    from shm import nic
+    from shm.deferred import raw_one_line_reads, raw_one_line_reads_py
+    here, there = 3 << 4 | nic.REGION_HOST, 5 << 4 | nic.REGION_HOST
+    rng = random.Random(11)
+    seen = set()
+    for _ in range(3000):
+        n = rng.randint(1, 10)
+        rows = np.zeros((n, nic.RAW_WR_COLS), np.int64)
+        for i in range(n):
+            rows[i, nic.WR_OP] = nic.VERB_READ if rng.random() < 0.95 else rng.randrange(nic.N_VERBS)
+            off = 64 * rng.randrange(1000) + rng.choice([0, 1, 8, 56, 63])
+            rows[i, nic.WR_OFF] = off
+            rows[i, nic.WR_LEN] = rng.choice([1, 8, 8, 64 - off % 64, 65 - off % 64])
+            rows[i, nic.WR_LOFF] = 64 * rng.randrange(100) + rng.choice([0, 8])
+            rows[i, nic.WR_RADDR] = there if rng.random() < 0.97 else rng.choice([here, 5 << 4 | nic.REGION_DEVICE])
+            rows[i, nic.WR_LADDR] = here if rng.random() < 0.97 else rng.choice([there, 3 << 4 | nic.REGION_DEVICE])
+            rows[i, nic.WR_RKEY] = 77 if rng.random() < 0.97 else rng.choice([-1, 0, 78])
+            rows[i, nic.WR_LKEY] = 99 if rng.random() < 0.97 else rng.choice([-1, 0, 98])
+        want_span, got_span = np.full(6, -7, np.int64), np.full(6, -7, np.int64)
+        want = raw_one_line_reads_py(rows, here, there, want_span)
+        assert raw_one_line_reads(rows, here, there, got_span) == want, rows
+        assert (got_span == want_span).all()
+        if want:
+            assert want_span.tolist() == [rows[0, nic.WR_RKEY], rows[0, nic.WR_LKEY], rows[:, nic.WR_OFF].min(),
+                                          (rows[:, nic.WR_OFF] + rows[:, nic.WR_LEN]).max(), rows[:, nic.WR_LOFF].min(),
+                                          (rows[:, nic.WR_LOFF] + rows[:, nic.WR_LEN]).max()]
+        seen.add(want)
+    assert seen == {True, False}
