@@ -40,8 +40,6 @@ from contextlib import contextmanager
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from cluster.cli import GC_THRESHOLDS  # noqa: E402
-
 ROWS = ("coroutine", "raw", "race", "sherman")
 _TOGGLE = "DMRACK_COUNT_WORK_TOGGLE"     # set in the child that runs under callgrind
 
@@ -132,17 +130,17 @@ def count_bytecodes(row: str, window_ns: int, depth: int, lines=()) -> dict:
     }
 
 
-def count_instructions(row: str, window_ns: int, depth: int) -> dict:
-    """Run this script's row under callgrind (instrumentation on around the timed part only);
-    the instructions it counted, and per verb."""
+def callgrind_count(cmd: list[str]) -> tuple[dict, int]:
+    """Run ``cmd`` (a Python child that reports on its last line of output, as JSON, and turns
+    the instrumentation on with :func:`callgrind_window` around what is to be counted) under
+    callgrind with the instrumentation off at start; returns its report and the instructions counted."""
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise SystemExit("count_work.py: --instructions needs valgrind (valgrind and callgrind_control on PATH)")
     out = f"/tmp/dmrack-count-work-{os.getpid()}.callgrind"
-    cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
-           sys.executable, os.path.abspath(__file__), row, "--window-us", str(window_ns / 1000), "--depth", str(depth)]
     env = dict(os.environ, **{_TOGGLE: "1", "PYTHONHASHSEED": "0"})
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+        proc = subprocess.run(["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
+                               *cmd], capture_output=True, text=True, env=env, check=False)
     finally:
         if os.path.exists(out):
             os.unlink(out)
@@ -150,8 +148,14 @@ def count_instructions(row: str, window_ns: int, depth: int) -> dict:
     if proc.returncode != 0 or m is None:
         raise SystemExit(f"count_work.py: the run under valgrind failed (exit {proc.returncode}): "
                          f"{proc.stderr.strip().splitlines()[-1:] or ''}")
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
-    instructions = int(m.group(1))
+    return json.loads(proc.stdout.strip().splitlines()[-1]), int(m.group(1))
+
+
+def count_instructions(row: str, window_ns: int, depth: int) -> dict:
+    """Run this script's row under callgrind (instrumentation on around the timed part only);
+    the instructions it counted, and per verb."""
+    got, instructions = callgrind_count([sys.executable, os.path.abspath(__file__), row, "--window-us",
+                                         str(window_ns / 1000), "--depth", str(depth)])
     return {**got, "instructions": instructions,
             "instructions_per_verb": instructions / got["verbs"] if got["verbs"] else None}
 
@@ -193,6 +197,7 @@ def main(argv=None) -> int:
         print("count_work.py: --lines breaks bytecodes down by line; --instructions counts the run as a whole",
               file=sys.stderr)
         return 2
+    from cluster.cli import GC_THRESHOLDS   # here: what only measures (callgrind_window) imports no rack
     gc.set_threshold(*GC_THRESHOLDS)
     window_ns = int(args.window_us * 1000)
     if os.environ.get(_TOGGLE):          # the child under callgrind: run, report the verbs
