@@ -243,6 +243,18 @@ def both_ways(make_fabric, body) -> dict:
     return got
 
 
+def post_and_collect(env, qp, cq, wrs, seen):
+    """``yield from`` it in a rack's process: post ``wrs`` on ``qp``, then poll ``cq`` until each
+    has completed, appending ``(virtual time polled, work completion)`` to ``seen``."""
+    qp.post_send(wrs)
+    got = 0
+    while got < len(wrs):
+        yield cq.wait(1)
+        _, wcs = cq.poll(len(wrs))
+        got += len(wcs)
+        seen.extend((env.now, tuple(wc)) for wc in wcs)
+
+
 @pytest.mark.parametrize("persist_on_placement", [False, True])
 def test_raw_reads_of_persistent_memory_complete_the_same(prefix, persist_on_placement):
     """A raw post of single-line READs to persistent memory: not deferred where the durability
@@ -261,13 +273,7 @@ def test_raw_reads_of_persistent_memory_complete_the_same(prefix, persist_on_pla
                             send_flags=IBV_SEND_SIGNALED)
                 wr.set_wr_rdma(rmr.rkey, rmr.addr + 72 * i + 8 * r)
                 wrs.append(wr)
-            qp.post_send(wrs)
-            n = 0
-            while n < len(wrs):
-                yield cq.wait(1)
-                _, wcs = cq.poll(len(wrs))
-                n += len(wcs)
-                seen.extend((env.now, tuple(wc)) for wc in wcs)
+            yield from post_and_collect(env, qp, cq, wrs, seen)
             seen.append(bytes(lmr.buf[:64 * len(wrs)]))
 
     got = both_ways(lambda: Fabric.create(profile, [NodeSpec("c0", "compute", 1 << 20),
@@ -330,13 +336,7 @@ def test_a_first_read_keyed_minus_one_fails_as_without_deferral(prefix, bad):
                         send_flags=IBV_SEND_SIGNALED)
             wr.set_wr_rdma(-1 if bad == "rkey" and i == 0 else rmr.rkey, rmr.addr + 72 * i)
             wrs.append(wr)
-        qp.post_send(wrs)
-        got = 0
-        while got < len(wrs):
-            yield cq.wait(1)
-            _, wcs = cq.poll(len(wrs))
-            got += len(wcs)
-            seen.extend((env.now, tuple(wc)) for wc in wcs)
+        yield from post_and_collect(env, qp, cq, wrs, seen)
         seen.append(bytes(lmr.buf[:64 * len(wrs)]))
 
     got = both_ways(lambda: new_fabric(prefix), body)
