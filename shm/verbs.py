@@ -704,7 +704,8 @@ class QP:
                              high & _REGION_MASK, flags, 0, 0, 0, laddr & _OFFSET_MASK, high & _PLACE_MASK,
                              laddr >> _OFFSET_BITS & _PLACE_MASK, wr.rkey, lkey)
             except StructError:
-                # a key beyond int64 (any int may be posted as one): never deferred, its effect fails it
+                # a key beyond int64 (any int may be posted as one): never deferred, so it meets its
+                # effect as before deferral existed (where numba refuses it with an OverflowError)
                 _PACK_RAW_WR(rows, pos, nic.VERB_SEND_UD if ud else spec[0], length, addr & _OFFSET_MASK,
                              high & _REGION_MASK, flags, 0, 0, 0, laddr & _OFFSET_MASK, 0, 0, 0, 0)
                 reads = False

@@ -353,7 +353,8 @@ def test_the_raw_deferral_test_agrees_with_its_reference_on_random_posts():
 
     from shm import nic
     from shm.deferred import raw_one_line_reads, raw_one_line_reads_py
-    here, there = 3 << 4 | nic.REGION_HOST, 5 << 4 | nic.REGION_HOST
+    from shm.fabric import REGION_BITS
+    here, there = 3 << REGION_BITS | nic.REGION_HOST, 5 << REGION_BITS | nic.REGION_HOST
     rng = random.Random(11)
     seen = set()
     for _ in range(3000):
@@ -365,8 +366,8 @@ def test_the_raw_deferral_test_agrees_with_its_reference_on_random_posts():
             rows[i, nic.WR_OFF] = off
             rows[i, nic.WR_LEN] = rng.choice([1, 8, 8, 64 - off % 64, 65 - off % 64])
             rows[i, nic.WR_LOFF] = 64 * rng.randrange(100) + rng.choice([0, 8])
-            rows[i, nic.WR_RADDR] = there if rng.random() < 0.97 else rng.choice([here, 5 << 4 | nic.REGION_DEVICE])
-            rows[i, nic.WR_LADDR] = here if rng.random() < 0.97 else rng.choice([there, 3 << 4 | nic.REGION_DEVICE])
+            rows[i, nic.WR_RADDR] = there if rng.random() < 0.97 else rng.choice([here, 5 << REGION_BITS | nic.REGION_DEVICE])
+            rows[i, nic.WR_LADDR] = here if rng.random() < 0.97 else rng.choice([there, 3 << REGION_BITS | nic.REGION_DEVICE])
             rows[i, nic.WR_RKEY] = 77 if rng.random() < 0.97 else rng.choice([-1, 0, 78])
             rows[i, nic.WR_LKEY] = 99 if rng.random() < 0.97 else rng.choice([-1, 0, 98])
         want_span, got_span = np.full(6, -7, np.int64), np.full(6, -7, np.int64)
