@@ -25,6 +25,7 @@ runs which node, and the QPs living here.
 from __future__ import annotations
 
 import errno
+import operator
 from dataclasses import dataclass, field
 from heapq import heappush
 from struct import error as StructError
@@ -112,6 +113,15 @@ MODEL_OPCODE = {opcode: spec[0] for opcode, spec in _OPS.items()}
 # a raw post's row (nic.WR_* columns: model opcode, length, offset, region, flags, then the model's
 # three outputs, where a READ lands locally, and the raw post's own four), one pack call per work request
 _PACK_RAW_WR = nic.pack_raw_wr
+
+
+def _fits_int64(value) -> bool:
+    """Whether ``value`` is an integer a work request's row can hold (``post_send``'s error text)."""
+    try:
+        value = operator.index(value)
+    except TypeError:
+        return False
+    return -(1 << 63) <= value < 1 << 63
 _RAW_WR_BYTES = nic.RAW_WR_BYTES
 _PLACE_MASK = (MAX_NODES << REGION_BITS) - 1   # a global address's node and region bits, shifted down
 _ATOMICS = (IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_MASKED_ATOMIC_CMP_AND_SWP,
@@ -704,11 +714,14 @@ class QP:
                              high & _REGION_MASK, flags, 0, 0, 0, laddr & _OFFSET_MASK, high & _PLACE_MASK,
                              laddr >> _OFFSET_BITS & _PLACE_MASK, wr.rkey, lkey)
             except StructError:
-                # a key beyond int64 (any int may be posted as one): never deferred, so it meets its
-                # effect as before deferral existed (where numba refuses it with an OverflowError)
-                _PACK_RAW_WR(rows, pos, nic.VERB_SEND_UD if ud else spec[0], length, addr & _OFFSET_MASK,
-                             high & _REGION_MASK, flags, 0, 0, 0, laddr & _OFFSET_MASK, 0, 0, 0, 0)
-                reads = False
+                # a value the row cannot hold: ibverbs' keys are 32 bits and its lengths 32 bits, so
+                # no such work request exists on hardware (pyverbs refuses it when it is set)
+                bad = ", ".join(f"{name} {value!r}" for name, value in (("rkey", wr.rkey), ("lkey", lkey),
+                                                                         ("length", length))
+                                if not _fits_int64(value)) or "a field"
+                raise PyverbsRDMAError(f"post_send on QP {self.qp_num}: wr {wr.wr_id} has {bad}, beyond what "
+                                       f"a work request holds (a 32-bit key or length); nothing of this post "
+                                       f"was posted", errno.EINVAL) from None
             pos += _RAW_WR_BYTES
             sizes.append(length)
         if reads:

@@ -380,3 +380,44 @@ def test_the_raw_deferral_test_agrees_with_its_reference_on_random_posts():
                                           (rows[:, nic.WR_LOFF] + rows[:, nic.WR_LEN]).max()]
         seen.add(want)
     assert seen == {True, False}
+
+
+@pytest.mark.parametrize("field", ["rkey", "lkey", "length"])
+def test_a_value_beyond_int64_is_refused_at_post_and_nothing_is_posted(prefix, field):
+    """A raw post whose work request names an rkey, lkey or length no row can hold (beyond int64;
+    ibverbs' are 32 bits) is refused by ``post_send`` with one EINVAL error naming the request and
+    the value, before anything of the post reaches the model: the QP takes the next post as if the
+    bad one never came (once, numba's OverflowError ended the run at the request's effect)."""
+    import errno
+
+    from shm.verbs import PyverbsRDMAError
+    huge = (1 << 64) + 5
+
+    def body(env, rack, seen):
+        qp, cq, rmr, lmr = rack.qp, rack.cq, rack.rmr, rack.lmr
+
+        def reads(bad: bool):
+            wrs = []
+            for i in range(DEFER_MIN + 1):
+                length = huge if bad and field == "length" and i == 2 else 8
+                lkey = huge if bad and field == "lkey" and i == 2 else lmr.lkey
+                wr = SendWR(wr_id=i, opcode=IBV_WR_RDMA_READ, sg=[SGE(lmr.addr + 64 * i, length, lkey)],
+                            send_flags=IBV_SEND_SIGNALED)
+                wr.set_wr_rdma(huge if bad and field == "rkey" and i == 2 else rmr.rkey, rmr.addr + 64 * i)
+                wrs.append(wr)
+            return wrs
+
+        with pytest.raises(PyverbsRDMAError) as err:
+            qp.post_send(reads(True))
+        seen.append((err.value.error_code, str(err.value), qp._sq_in_flight, env.now))
+        yield from post_and_collect(env, qp, cq, reads(False), seen)
+        seen.append(bytes(lmr.buf[:64 * (DEFER_MIN + 1)]))
+
+    got = both_ways(lambda: new_fabric(prefix), body)
+    assert got[True][0] == got[False][0]
+    (code, text, in_flight, at), *completions, data = got[True][0]
+    assert code == errno.EINVAL and in_flight == 0 and at == 0
+    assert "wr 2" in text and f"{field} {huge}" in text and text.count("\n") == 0
+    assert [wc[1][1] for wc in completions] == [0] * (DEFER_MIN + 1)    # the next post as usual
+    for i in range(DEFER_MIN + 1):                                        # and the bytes it read
+        assert data[64 * i:64 * i + 8] == bytes(range(256))[64 * i % 256:64 * i % 256 + 8]
