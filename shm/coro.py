@@ -52,7 +52,7 @@ import numpy as np
 from shm import nic
 from shm.deferred import C_STATE, DEFER_MIN, LANDED, ReadBatch, deferred_reads_of
 from shm.landing import ALL_LANDED, begin_landing, flush_due, pending_writes_of
-from shm.failpoints import failpoint
+from shm.failpoints import ARMED_POINTS, failpoint
 from shm.smart import ConflictController, SmartConfig, SmartStats, WrTuner
 from shm.fabric import (
     MAX_NODES, OFFSET_BITS, REGION_BITS, REGION_HOST, HostKernels, format_gaddr, gaddr, gaddr_node, gaddr_offset,
@@ -522,7 +522,7 @@ class VerbBatch:
     """One coroutine's batch of verbs and its handle for posting them (see the module docstring)."""
 
     __slots__ = ("thread", "env", "_pending", "_posted", "_outstanding", "_waiter", "_errors", "_mr_off",
-                 "_heap", "_next_seq", "_land_cb", "_batch_done_cb", "_finish_cb", "_submit", "_bo_fail", "_flags",
+                 "_heap", "_next_seq", "_land_cb", "_batch_done_cb", "_succeed_cb", "_submit", "_bo_fail", "_flags",
                  "_lines_cb", "_landings", "_pw", "_dr", "_kernels", "_unretired", "_node", "_nvm")
 
     def __init__(self, thread: RdmaThread):
@@ -551,7 +551,7 @@ class VerbBatch:
         self._unretired = unretired_of(thread.fabric)
         self._node = thread.owner.node
         self._batch_done_cb = self._batch_done
-        self._finish_cb = self._finish_last
+        self._succeed_cb = env.succeed_last   # a sync's wake-up with no error: firing its event is all it does
         self._bo_fail = 0              # consecutive failed backoff_cas (the back-off exponent)
         self._flags = 0                # nic.FLAG_FENCE for the next verb queued, after fence()
         if thread._throttle:           # SMART work-request throttling: posts go through credits
@@ -641,7 +641,8 @@ class VerbBatch:
         pending = self._pending
         if not pending:
             return
-        failpoint("verbs.post")
+        if ARMED_POINTS:
+            failpoint("verbs.post")
         self._pending = []
         dst = pending[0][1] >> _NODE_SHIFT & _NODE_MASK
         for item in pending:
@@ -708,11 +709,10 @@ class VerbBatch:
             self._defer(dst, qp, items, rows, times, now)
             return
         land = self._land_cb
-        done = 0
         pw = self._pw
         env = self.env
         synced = env.synced               # a rack of processes: the others wait for our effects
-        for (effect, complete, other), item in zip(times, items):
+        for (effect, _, other), item in zip(times, items):
             first = other if other < effect else effect   # == effect but for a multi-line transfer
             if other == effect:
                 heappush(heap, (effect if effect > now else now, seq(), land, item))
@@ -724,9 +724,8 @@ class VerbBatch:
                     env.effect_at(first if first > now else now)
             elif synced:
                 env.effect_at(first if first > now else now, False)
-            if complete > done:
-                done = complete
         self._outstanding += 1
+        done = times[-1][1]               # the last request's completion: in posting order (as in _defer)
         heappush(heap, (done if done > now else now, seq(), self._batch_done_cb, (qp, n, None)))
 
     def _defer(self, dst: int, qp, items: list, rows, times: list, now: int) -> None:
@@ -734,12 +733,8 @@ class VerbBatch:
         node that comes after them (shm/deferred.py); each keeps the place (time, sequence
         number) its own event would have had."""
         seq = self._next_seq
-        keys = []
-        done = 0
-        for effect, complete, _ in times:
-            keys.append((effect if effect > now else now, seq()))
-            if complete > done:
-                done = complete
+        keys = [(effect if effect > now else now, seq()) for effect, _, _ in times]
+        done = times[-1][1]     # the batch's last completion: a QP completes in posting order (nic)
         thr = self.thread
         rkey = thr._rkeys.get((dst, REGION_HOST))
         if rkey is None:
@@ -863,7 +858,9 @@ class VerbBatch:
             thr.cpu_free = wake
             if self.env.tracer is not None:
                 self.env.tracer.cpu_charge(thr, None, "poll CQ", wake - cost, wake, co=self)
-            heappush(self._heap, (wake, self._next_seq(), self._finish_cb, ev))
+            # every verb of the coroutine has landed (each lands before its completion), so its
+            # errors are known: the wake-up fires the event, or fails it with them
+            heappush(self._heap, (wake, self._next_seq(), self._finish if self._errors else self._succeed_cb, ev))
 
     def _read_statuses(self, batch: ReadBatch) -> None:
         """Each deferred READ's handle gets its status (errors as ``_land`` reports them)."""
@@ -905,17 +902,11 @@ class VerbBatch:
         else:
             ev.succeed()
 
-    def _finish_last(self, ev) -> None:
-        """``_finish`` as a heap callback of its own: firing the event is its last action."""
-        if self._errors:
-            self._finish(ev)
-        else:
-            self.env.succeed_last(ev)
-
     def sync(self):
         """Post anything still queued; ``yield co.sync()`` resumes when all of this coroutine's
         verbs have completed, and raises :class:`RemoteAccessError` if any of them failed."""
-        failpoint("verbs.sync")
+        if ARMED_POINTS:
+            failpoint("verbs.sync")
         self.post()
         ev = self.env.event()
         if self._outstanding == 0:
