@@ -113,6 +113,10 @@ MODEL_OPCODE = {opcode: spec[0] for opcode, spec in _OPS.items()}
 # a raw post's row (nic.WR_* columns: model opcode, length, offset, region, flags, then the model's
 # three outputs, where a READ lands locally, and the raw post's own four), one pack call per work request
 _PACK_RAW_WR = nic.pack_raw_wr
+_RAW_WR_BYTES = nic.RAW_WR_BYTES
+_PLACE_MASK = (MAX_NODES << REGION_BITS) - 1   # a global address's node and region bits, shifted down
+_ATOMICS = (IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_MASKED_ATOMIC_CMP_AND_SWP,
+            IBV_WR_MASKED_ATOMIC_FETCH_AND_ADD)
 
 
 def _fits_int64(value) -> bool:
@@ -122,10 +126,7 @@ def _fits_int64(value) -> bool:
     except TypeError:
         return False
     return -(1 << 63) <= value < 1 << 63
-_RAW_WR_BYTES = nic.RAW_WR_BYTES
-_PLACE_MASK = (MAX_NODES << REGION_BITS) - 1   # a global address's node and region bits, shifted down
-_ATOMICS = (IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_MASKED_ATOMIC_CMP_AND_SWP,
-            IBV_WR_MASKED_ATOMIC_FETCH_AND_ADD)
+
 
 from shm.sim.router import MSG_VERBS_SEND as _MSG_SEND  # noqa: E402 - a SEND arriving at a QP of this process
 
