@@ -76,8 +76,17 @@ def _short(path: str) -> str:
     return path[len(root):] if path.startswith(root) else os.path.basename(path)
 
 
+def _collect_before_counting() -> None:
+    """Finalise what earlier work left for the cycle collector before the count starts: otherwise
+    a collection inside the window runs those objects' finalisers (a dropped generator's
+    ``finally``, a segment's ``__del__``) and their code is counted as the row's, a few hundred
+    bytecodes that depend on what the process did before (a test run's earlier tests)."""
+    gc.collect()
+
+
 @contextmanager
 def tracing(counter: BytecodeCounter):
+    _collect_before_counting()
     sys.settrace(counter)
     try:
         yield
@@ -90,6 +99,7 @@ def callgrind_window():
     """Callgrind's instrumentation on for the timed part only (the child runs with
     ``--instr-atstart=no``)."""
     pid = str(os.getpid())
+    _collect_before_counting()
     subprocess.run(["callgrind_control", "-i", "on", pid], capture_output=True, check=False)
     try:
         yield

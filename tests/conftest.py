@@ -42,3 +42,15 @@ def shm_guard():
 def prefix() -> str:
     """A fresh rack prefix, owned by this pytest process."""
     return new_prefix()
+
+
+# The most workers `-n auto` starts (pyproject.toml's addopts). One per core the run may use, up to
+# this: each worker imports the whole stack and its tests start racks of processes of their own, so
+# past a few workers a bigger machine gains little and holds a gigabyte or more per worker.
+MAX_WORKERS = 8
+
+
+def pytest_xdist_auto_num_workers(config):
+    """pytest-xdist's hook for ``-n auto``: the cores this process may run on (its affinity, which
+    a container or ``taskset`` narrows; ``os.cpu_count`` would count the host's), capped."""
+    return max(1, min(len(os.sched_getaffinity(0)), MAX_WORKERS))
