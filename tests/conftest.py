@@ -45,8 +45,8 @@ def prefix() -> str:
 
 
 # The most workers `-n auto` starts (pyproject.toml's addopts). One per core the run may use, up to
-# this: each worker imports the whole stack and its tests start racks of processes of their own, so
-# past a few workers a bigger machine gains little and holds a gigabyte or more per worker.
+# this: each worker imports the whole stack (0.1-0.8 GB resident over a run, measured) and its tests
+# start racks of processes of their own, so past a few workers a bigger machine gains little.
 MAX_WORKERS = 8
 
 
