@@ -646,3 +646,47 @@ def test_search_paused_and_resumed_gives_the_same_answer():
         assert s.statistics().placed == whole.statistics().placed
         if expect:
             assert pauses >= 3                  # the correct key really was resumed
+
+
+def test_a_proven_violation_does_not_wait_for_a_key_that_resists(monkeypatch):
+    """A key proven illegal settles the verdict: a key whose search resists then gets only the
+    settled budget, not the rest of the limit, and is reported undecided. Here the certified key
+    (9: a read of a version nobody wrote) sorts after the hard one (8, refuted only by visiting
+    about a million configurations) and the limit is ten minutes: before, the check searched
+    key 8 for most of them."""
+    monkeypatch.setattr(C, "_settled_budget", lambda _limit: 0.05)
+    h = _pathological() + [put(200, 9, 1, 0, 10), get(201, 9, 2, 20, 30)]
+    r = check(h, time_limit_s=600)
+    assert r.verdict == "illegal" and r.unknown_keys == (8,) and [f.key for f in r.failures] == [9]
+    assert r.elapsed_s < 60                                            # it stopped, not hung
+
+
+def test_a_key_refuted_by_search_settles_the_keys_after_it(monkeypatch):
+    """The same once a search (not a certificate) refutes a key: key 4 is _pathological's shape
+    with two puts (v1 comes back after v2, no few operations prove it), refuted by a short
+    search; the hard key 8 after it is then undecided."""
+    monkeypatch.setattr(C, "_settled_budget", lambda _limit: 0.05)
+    h = [put(301, 4, 1, 0, 10_000), put(302, 4, 2, 1, 10_001), get(303, 4, 1, 100, 200), get(303, 4, 2, 300, 400),
+         get(303, 4, 1, 500, 600)]
+    h += _pathological()
+    r = check(h, time_limit_s=600)
+    assert r.verdict == "illegal" and r.unknown_keys == (8,) and [f.key for f in r.failures] == [4]
+    assert r.elapsed_s < 60
+
+
+def test_without_a_violation_a_hard_key_keeps_the_whole_limit(monkeypatch):
+    """No violation elsewhere: the hard key is given its share of the limit and then the rest
+    of it, as before (the budgets handed to its search are checked, not how fast it ran)."""
+    given = []
+    run = C._KeySearch.run
+
+    def spy(self, deadline):
+        given.append((self.key, None if deadline is None else deadline - C.time.perf_counter()))
+        return run(self, deadline)
+
+    monkeypatch.setattr(C._KeySearch, "run", spy)
+    monkeypatch.setattr(C, "_settled_budget", lambda _limit: 0.0)     # would cut it at once if used
+    r = check(_pathological() + [put(200, 9, 1, 0, 10), get(201, 9, 1, 20, 30)], time_limit_s=1)
+    assert 9 not in [f.key for f in r.failures] and r.verdict in ("unknown", "illegal")
+    first = [b for k, b in given if k == 8][0]
+    assert first > 0.9 * 25 / 27                      # key 8's share: 25 of the 27 operations

@@ -80,7 +80,11 @@ fraction of a second:
 
 The time limit covers the whole check. Each key first gets a share proportional to its number of
 operations; keys that used it up are resumed afterwards with the time left, split evenly. A key
-still undecided at the end is reported as *unknown*: neither a violation nor a proof.
+still undecided at the end is reported as *unknown*: neither a violation nor a proof. Once a key
+(or a scan) is proven illegal, the verdict is settled: the searches still to run share a short
+budget (a fifth of the limit, at most 2 s), since they could only add to the count of bad keys and
+one that resists would hold the failure back for the whole limit. Certificates and scans are
+checked before any search, so a key they prove illegal settles the verdict from the start.
 
 When a key is not linearizable, :class:`KeyFailure` reports the deepest partial linearization the
 search reached, the operations that could have come next and why each cannot, and a timeline of
@@ -1289,26 +1293,49 @@ def check(history: Iterable[Op], *, initial: dict[int, int | None] | None = None
         # A certificate is a proof: the key is illegal without searching. Refuting a key by
         # search means exhausting it, the expensive case, so this matters most on hot keys.
         s.certificate = _certificate(kops, [], init)
+    scan_problems = _check_scans(ops, scans, first_write, initial)
+    # Once a key (or a scan) is proven illegal the verdict is settled, whatever the keys still to
+    # search turn out to be: searching on would only count more bad keys, and a key that resists
+    # may take the whole limit (a minute under `dmrack check`) before the user sees the failure.
+    # From then on the searches share a short budget, and the keys it leaves are reported undecided.
+    settled_end = None
+
+    def settle():
+        nonlocal settled_end
+        if settled_end is None:
+            settled_end = time.perf_counter() + _settled_budget(time_limit_s)
+            if deadline is not None:
+                settled_end = min(settled_end, deadline)
+
+    if scan_problems or any(s.certificate[0] for s in searched):
+        settle()
+    # First round: each key a share of the limit proportional to its operations.
+    for s in searched:
         if s.certificate[0]:
             continue
         share = None
         if deadline is not None:
             now = time.perf_counter()
-            share = min(deadline, now + time_limit_s * len(idx) / total)
+            share = min(deadline, now + time_limit_s * len(by_key[s.key]) / total)
+        if settled_end is not None:
+            share = settled_end if share is None else min(share, settled_end)
         r = s.run(share)
         if r is None:
             pending.append(s)
+        elif r is False:
+            settle()
     # Second round: whatever time is left, split evenly among the keys that ran out of share.
+    round_end = deadline if settled_end is None else settled_end
     unknown = []
     for n, s in enumerate(pending):
         left = len(pending) - n
         now = time.perf_counter()
-        r = s.run(now + max(0.0, (deadline - now)) / left) if deadline is not None else s.run(None)
+        r = s.run(now + max(0.0, (round_end - now)) / left) if round_end is not None else s.run(None)
         if r is None:
             unknown.append(s.key)
     # Explanation searches get their own small budget, so a history with thousands of bad keys
     # is not explained for hours: past it, keys keep the pruned search's explanation.
-    explain_budget = 2.0 if time_limit_s is None else min(2.0, max(0.1, time_limit_s / 5))
+    explain_budget = _settled_budget(time_limit_s)
     explain_until = time.perf_counter() + explain_budget
     for s in searched:
         certified = bool(s.certificate[0])
@@ -1333,7 +1360,6 @@ def check(history: Iterable[Op], *, initial: dict[int, int | None] | None = None
             failures.append(s.failure(by_key_ops[s.key],
                                       written.get(s.key, set()) | (
                 {initial[s.key]} if initial.get(s.key) is not None else set()), first_write))
-    scan_problems = _check_scans(ops, scans, first_write, initial)
     elapsed = time.perf_counter() - t0
     verdict = "illegal" if failures or scan_problems else ("unknown" if unknown else "ok")
     kstats = [s.statistics()._replace(outcome="illegal") if s.certificate[0] else s.statistics()
@@ -1349,6 +1375,13 @@ def check(history: Iterable[Op], *, initial: dict[int, int | None] | None = None
     keep = tuple(s for s in kstats if s.outcome != "ok" or s is slow)
     return CheckResult(verdict, len(ops), len(by_key), elapsed, tuple(failures), tuple(sorted(unknown)),
                        tuple(scan_problems), time_limit_s, stats, keep)
+
+
+def _settled_budget(time_limit_s: float | None) -> float:
+    """Seconds the searches still to run may take in all once the verdict is settled (a key or a
+    scan proven illegal): as much as explaining may take, a fifth of the limit, at most 2 s, at
+    least 0.1 s (no limit: 2 s)."""
+    return 2.0 if time_limit_s is None else min(2.0, max(0.1, time_limit_s / 5))
 
 
 def _replay_sequential(kops: list[Op], state) -> bool:
