@@ -675,8 +675,8 @@ def test_a_key_refuted_by_search_settles_the_keys_after_it(monkeypatch):
 
 
 def test_without_a_violation_a_hard_key_keeps_the_whole_limit(monkeypatch):
-    """No violation elsewhere: the hard key is given its share of the limit and then the rest
-    of it, as before (the budgets handed to its search are checked, not how fast it ran)."""
+    """No violation elsewhere: the hard key is given its whole share of the limit, as before (the
+    budget handed to its search is checked, not how fast it ran); the settled budget is unused."""
     given = []
     run = C._KeySearch.run
 

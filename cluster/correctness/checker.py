@@ -1298,17 +1298,8 @@ def check(history: Iterable[Op], *, initial: dict[int, int | None] | None = None
     # search turn out to be: searching on would only count more bad keys, and a key that resists
     # may take the whole limit (a minute under `dmrack check`) before the user sees the failure.
     # From then on the searches share a short budget, and the keys it leaves are reported undecided.
-    settled_end = None
-
-    def settle():
-        nonlocal settled_end
-        if settled_end is None:
-            settled_end = time.perf_counter() + _settled_budget(time_limit_s)
-            if deadline is not None:
-                settled_end = min(settled_end, deadline)
-
-    if scan_problems or any(s.certificate[0] for s in searched):
-        settle()
+    settled_end = (_settled_end(deadline, time_limit_s)
+                   if scan_problems or any(s.certificate[0] for s in searched) else None)
     # First round: each key a share of the limit proportional to its operations.
     for s in searched:
         if s.certificate[0]:
@@ -1322,8 +1313,8 @@ def check(history: Iterable[Op], *, initial: dict[int, int | None] | None = None
         r = s.run(share)
         if r is None:
             pending.append(s)
-        elif r is False:
-            settle()
+        elif r is False and settled_end is None:
+            settled_end = _settled_end(deadline, time_limit_s)
     # Second round: whatever time is left, split evenly among the keys that ran out of share.
     round_end = deadline if settled_end is None else settled_end
     unknown = []
@@ -1382,6 +1373,13 @@ def _settled_budget(time_limit_s: float | None) -> float:
     scan proven illegal): as much as explaining may take, a fifth of the limit, at most 2 s, at
     least 0.1 s (no limit: 2 s)."""
     return 2.0 if time_limit_s is None else min(2.0, max(0.1, time_limit_s / 5))
+
+
+def _settled_end(deadline: float | None, time_limit_s: float | None) -> float:
+    """When the searches still to run stop once the verdict is settled: the settled budget from
+    now, and no later than the check's deadline."""
+    end = time.perf_counter() + _settled_budget(time_limit_s)
+    return end if deadline is None else min(end, deadline)
 
 
 def _replay_sequential(kops: list[Op], state) -> bool:
