@@ -40,7 +40,7 @@ from contextlib import contextmanager
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-ROWS = ("coroutine", "raw", "race", "sherman")
+ROWS = ("coroutine", "read_many", "raw", "race", "sherman")
 _TOGGLE = "DMRACK_COUNT_WORK_TOGGLE"     # set in the child that runs under callgrind
 
 
@@ -111,9 +111,10 @@ def run_row(row: str, window_ns: int, depth: int, around) -> dict:
     """Warm the row's kernels as ``bench speed`` does, then run it once with ``around`` entered
     around its timed part; returns the verbs (and operations) it completed."""
     from cluster.experiments import bench_verbs, speed
-    if row == "coroutine":
-        bench_verbs.coroutine_loop(8, 20_000, depth=depth)
-        verbs, _ = bench_verbs.coroutine_loop(32, window_ns, depth=depth, around=around)
+    if row in ("coroutine", "read_many"):
+        many = row == "read_many"
+        bench_verbs.coroutine_loop(8, 20_000, depth=depth, many=many)
+        verbs, _ = bench_verbs.coroutine_loop(32, window_ns, depth=depth, around=around, many=many)
         return {"verbs": verbs}
     if row == "raw":
         bench_verbs.raw_verbs_loop(2, 20_000)
@@ -130,7 +131,7 @@ def count_bytecodes(row: str, window_ns: int, depth: int, lines=()) -> dict:
     verbs = got["verbs"]
     total = sum(counter.ops.values())
     return {
-        "row": row, "window_ns": window_ns, "depth": depth if row == "coroutine" else None, **got,
+        "row": row, "window_ns": window_ns, "depth": depth if row in ("coroutine", "read_many") else None, **got,
         "bytecodes": total, "bytecodes_per_verb": total / verbs if verbs else None,
         "functions": [{"function": k, "bytecodes": c, "per_verb": c / verbs if verbs else None,
                        "calls_per_verb": counter.calls[k] / verbs if verbs else None}
@@ -191,7 +192,7 @@ def main(argv=None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("row", help=f"which speed row: {', '.join(ROWS)}")
     ap.add_argument("--window-us", type=float, default=100.0, help="virtual µs of the timed run (default 100)")
-    ap.add_argument("--depth", type=int, default=8, help="coroutine: READs per doorbell (default 8)")
+    ap.add_argument("--depth", type=int, default=8, help="coroutine, read_many: READs per doorbell (default 8)")
     ap.add_argument("--top", type=int, default=25, help="functions listed (default 25)")
     ap.add_argument("--lines", default="", help="comma-separated function names to break down by line")
     ap.add_argument("--instructions", action="store_true", help="count CPU instructions under callgrind instead")
@@ -212,7 +213,7 @@ def main(argv=None) -> int:
     window_ns = int(args.window_us * 1000)
     if os.environ.get(_TOGGLE):          # the child under callgrind: run, report the verbs
         print(json.dumps({"row": args.row, "window_ns": window_ns,
-                          "depth": args.depth if args.row == "coroutine" else None,
+                          "depth": args.depth if args.row in ("coroutine", "read_many") else None,
                           **run_row(args.row, window_ns, args.depth, callgrind_window)}))
         return 0
     try:

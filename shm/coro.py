@@ -64,6 +64,7 @@ from shm.verbs import (
     MODEL_OPCODE, NVM_KIND, QPInitAttr, VerbsHost, apply_one_sided, unretired_of, wc_status_str,
 )
 from shm.nvm import nvm_shadow_of
+from shm.readmany import ONE_LINE_HOST, pack_reads_entry
 
 POLICIES = ("shared_qp", "multiplexed_qp", "per_thread_qp", "per_thread_doorbell")
 # When a compute node makes its threads' QPs (NodeRdma.connect): each when its thread first posts
@@ -123,6 +124,103 @@ class Handle:
     @property
     def ok(self) -> bool:
         return self.status == IBV_WC_SUCCESS
+
+
+class Reads:
+    """The READs of one :meth:`VerbBatch.read_many`, read after ``sync``: READ ``i``'s bytes are
+    ``data(i)`` (a view at ``offsets[i]`` of the thread's buffer, ``thread.buf``), its first 8
+    bytes ``value(i)``, its status ``status[i]`` (``IBV_WC_SUCCESS`` once landed, -1 before).
+    ``reads[i]`` is READ ``i`` as a :class:`Handle` of its own (its status as it is then)."""
+
+    __slots__ = ("_buf", "length", "offsets", "status", "rows", "node", "one_line")
+
+    def __init__(self, buf, length: int, offsets: list, rows=None, node: int = -1, one_line: bool = False):
+        self._buf = buf
+        self.length = length
+        self.offsets = offsets
+        self.status = [-1] * len(offsets)
+        # queued as one block (the common case): its work-request rows, packed at queue time,
+        # the node every address names and whether each READ stays within one 64-byte line of
+        # host memory (what deferral asks); None and -1 when each READ was queued on its own
+        self.rows = rows
+        self.node = node
+        self.one_line = one_line
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def data(self, i: int) -> np.ndarray:
+        """The bytes READ ``i`` read (a view: copy it to keep it past later verbs)."""
+        off = self.offsets[i]
+        return self._buf[off:off + self.length]
+
+    def value(self, i: int) -> int:
+        """READ ``i``'s first 8 bytes as a little-endian integer."""
+        return self[i].value
+
+    def __getitem__(self, i: int) -> Handle:
+        h = Handle(self._buf, self.offsets[i], self.length)
+        h.status = self.status[i]
+        return h
+
+    @property
+    def ok(self) -> bool:
+        """Every READ succeeded."""
+        return all(s == IBV_WC_SUCCESS for s in self.status)
+
+    def address(self, i: int) -> int:
+        """READ ``i``'s global address (of a block: rebuilt from its row)."""
+        row = self.rows[i]
+        return (self.node << _NODE_SHIFT) | (int(row[nic.WR_REGION]) << OFFSET_BITS) | int(row[nic.WR_OFF])
+
+    def _items(self) -> list:
+        """The block as the queued verbs ``read`` would have made: one tuple per READ, whose
+        handle writes its status into ``status`` (a post that cannot take the block whole)."""
+        length = self.length
+        return [(IBV_WR_RDMA_READ, self.address(i), length, off, 0, 0, 0, 0, _ReadSlot(self.status, i),
+                 int(self.rows[i, nic.WR_FLAGS])) for i, off in enumerate(self.offsets)]
+
+
+class _ReadSlot:
+    """READ ``i`` of a :class:`Reads` queued as a verb of its own: the status its landing sets
+    goes into the block's ``status`` list (the one attribute a landing touches on a handle)."""
+
+    __slots__ = ("_status", "_i")
+
+    def __init__(self, status: list, i: int):
+        self._status = status
+        self._i = i
+
+    @property
+    def status(self) -> int:
+        return self._status[self._i]
+
+    @status.setter
+    def status(self, value: int) -> None:
+        self._status[self._i] = value
+
+
+def _address_array(addrs) -> tuple[np.ndarray, bool]:
+    """``read_many``'s addresses as a C-ordered int64 array (an unsigned address's bits as they
+    are) and whether they came unsigned; a clear error for anything but one-dimensional integers."""
+    a = addrs if isinstance(addrs, np.ndarray) else np.array(addrs)
+    if a.ndim == 1 and a.size == 0:
+        return np.zeros(0, np.int64), False          # no READ (np.array([]) is float64)
+    if a.ndim != 1 or a.dtype.kind not in "iu" or a.dtype.itemsize > 8:
+        raise TypeError(f"read_many: addresses must be a sequence of global addresses (integers of up to 64 bits), "
+                        f"got an array of {a.dtype} with shape {a.shape}")
+    if a.dtype.kind == "u":
+        a = a.astype(np.uint64, copy=False).view(np.int64)
+        unsigned = True
+    else:
+        a = a.astype(np.int64, copy=False)
+        unsigned = False
+    if not a.flags.c_contiguous:
+        a = np.ascontiguousarray(a)
+    return a, unsigned
+
+
+_PACK_READS = None      # shm.readmany.pack_reads's entry point, made on the first read_many
 
 
 class NodeRdma:
@@ -523,12 +621,13 @@ class VerbBatch:
 
     __slots__ = ("thread", "env", "_pending", "_posted", "_outstanding", "_waiter", "_errors", "_mr_off",
                  "_heap", "_next_seq", "_land_cb", "_batch_done_cb", "_succeed_cb", "_submit", "_bo_fail", "_flags",
-                 "_lines_cb", "_landings", "_pw", "_dr", "_kernels", "_unretired", "_node", "_nvm")
+                 "_lines_cb", "_landings", "_pw", "_dr", "_kernels", "_unretired", "_node", "_nvm", "_many")
 
     def __init__(self, thread: RdmaThread):
         self.thread = thread
         env = self.env = thread.env
         self._pending: list = []
+        self._many = False             # a read_many block (a Reads) is among the queued verbs
         self._outstanding = 0
         self._waiter = None
         self._errors: list = []
@@ -563,7 +662,7 @@ class VerbBatch:
     @property
     def queued(self) -> int:
         """The verbs queued on this batch and not yet posted (``post``/``sync`` sends them)."""
-        return len(self._pending)
+        return sum(len(e) if type(e) is Reads else 1 for e in self._pending)
 
     @property
     def in_flight(self) -> int:
@@ -602,6 +701,56 @@ class VerbBatch:
 
     def read(self, addr: int, length: int) -> Handle:
         return self._queue(IBV_WR_RDMA_READ, addr, length)
+
+    def read_many(self, addrs, length: int) -> Reads:
+        """Queue a READ of ``length`` bytes at each global address of ``addrs`` (a sequence of
+        ints or a one-dimensional integer array), in order: the same verbs, buffer offsets,
+        timing and results as ``[co.read(a, length) for a in addrs]``, with one :class:`Reads`
+        for all of them instead of a handle each. Cheaper in Python per READ: a block whose
+        addresses name one node is packed into its work-request rows by one compiled pass, and
+        when it is posted alone (nothing else queued), at least ``shm.deferred.DEFER_MIN`` READs
+        each within one 64-byte line of host memory, its rows go to the NIC model and to the
+        deferred READs as they are (shm/readmany.py)."""
+        global _PACK_READS
+        a, unsigned = _address_array(addrs)
+        if not isinstance(length, (int, np.integer)) or isinstance(length, bool) or length < 1:
+            raise ValueError(f"read_many: length must be a positive number of bytes, got {length!r}")
+        length = int(length)
+        thr = self.thread
+        n = a.shape[0]
+        stride = (length + 63) & ~63
+        base = thr._buf_pos
+        end = base + n * stride
+        if n and end <= thr._buf_cap:         # one block of the buffer, as n reads would carve it
+            rows = np.empty((n, nic.WR_COLS), np.int64)
+            pack = _PACK_READS
+            if pack is None:
+                pack = _PACK_READS = pack_reads_entry()
+            code = pack(rows, a, length, base, stride, self._flags)
+            if code >= 0:
+                thr._buf_pos = end
+                self._flags = 0
+                reads = Reads(thr.buf, length, list(range(base, end, stride)), rows, code & _NODE_MASK,
+                              code >= ONE_LINE_HOST)
+                self._pending.append(reads)
+                self._many = True
+                return reads
+        # several nodes, a buffer that wraps, or an address past the signed range: each READ
+        # queued on its own, as read() queues it
+        addresses = a.view(np.uint64).tolist() if unsigned else a.tolist()
+        for i, addr in enumerate(addresses):
+            if addr < 0:
+                raise ValueError(f"read_many: address {addr} (index {i}) is negative")
+        reads = Reads(thr.buf, length, [])
+        status = reads.status = [-1] * n
+        for i, addr in enumerate(addresses):
+            off = thr.scratch(length)
+            reads.offsets.append(off)
+            flags = self._flags
+            if flags:
+                self._flags = 0
+            self._pending.append((IBV_WR_RDMA_READ, addr, length, off, 0, 0, 0, 0, _ReadSlot(status, i), flags))
+        return reads
 
     def write(self, addr: int, data) -> Handle:
         """WRITE ``data`` (bytes, a uint8 array, or an int written as 8 little-endian bytes)."""
@@ -644,6 +793,12 @@ class VerbBatch:
         if ARMED_POINTS:
             failpoint("verbs.post")
         self._pending = []
+        if self._many:                   # a read_many block among them
+            self._many = False
+            if len(pending) == 1:
+                self._post_many(pending[0])
+                return
+            pending = [item for e in pending for item in (e._items() if type(e) is Reads else (e,))]
         dst = pending[0][1] >> _NODE_SHIFT & _NODE_MASK
         for item in pending:
             if item[1] >> _NODE_SHIFT & _NODE_MASK != dst:
@@ -656,6 +811,39 @@ class VerbBatch:
             by_node.setdefault(item[1] >> _NODE_SHIFT & _NODE_MASK, []).append(item)
         for dst, items in by_node.items():
             self._submit(dst, items)
+
+    def _post_many(self, reads: Reads) -> None:
+        """A read_many block posted alone: :meth:`_post_to` and :meth:`_defer` of its READs, with
+        its rows as they were packed at queue time (the same prices, places and sequence numbers).
+        A block that may not be deferred goes READ by READ through the path ``read`` takes."""
+        dst = reads.node
+        rows = reads.rows
+        n = rows.shape[0]
+        if not reads.one_line or n < DEFER_MIN or self._dr is None or self.thread._throttle \
+                or (self._nvm is not None and dst in self._nvm.images):
+            self._submit(dst, reads._items())
+            return
+        thr = self.thread
+        qp = thr._qps.get(dst)
+        if qp is None:
+            qp = thr.qp(dst)
+        qp.model_post(dst, rows, thr.cpu_free, thr)
+        thr.cpu_free = qp.cpu_free
+        thr.posts += 1
+        thr.verbs += n
+        qp.host.posted += n
+        now = self.env.now
+        seq = self._next_seq
+        keys = [(effect if effect > now else now, seq()) for effect in rows[:, nic.WR_OUT].tolist()]
+        done = int(rows[n - 1, nic.WR_OUT + 1])    # the last READ's completion: a QP completes in order
+        rkey = thr._rkeys.get((dst, REGION_HOST))
+        if rkey is None:
+            rkey = thr.rkey(dst, REGION_HOST)
+        # the block's rows are its own (made by read_many): the batch takes them without a copy
+        batch = ReadBatch(thr.fabric.memory[dst], rkey, rows, keys, reads, thr.buf, dst)
+        self._dr.add(batch)
+        self._outstanding += 1
+        heappush(self._heap, (done if done > now else now, seq(), self._batch_done_cb, (qp, n, batch)))
 
     def _post_throttled(self, dst: int, items: list) -> None:
         """SMART Algorithm 1's SmartPostSend: queue the batch in the thread and ring what the
@@ -864,8 +1052,12 @@ class VerbBatch:
 
     def _read_statuses(self, batch: ReadBatch) -> None:
         """Each deferred READ's handle gets its status (errors as ``_land`` reports them)."""
+        items = batch.items
+        if type(items) is Reads:         # a read_many block: its status list
+            self._block_statuses(batch, items)
+            return
         if not batch.failed:             # every row LANDED (complete() landed what was left)
-            for item in batch.items:
+            for item in items:
                 item[8].status = IBV_WC_SUCCESS
             return
         thr = self.thread
@@ -877,6 +1069,22 @@ class VerbBatch:
                 thr.errors += 1
                 thr.owner.host.errors += 1
                 self._errors.append((item[0], item[1], IBV_WC_REM_ACCESS_ERR))
+
+    def _block_statuses(self, batch: ReadBatch, reads: Reads) -> None:
+        """:meth:`_read_statuses` of a read_many block's batch."""
+        status = reads.status
+        if not batch.failed:
+            status[:] = [IBV_WC_SUCCESS] * len(status)
+            return
+        thr = self.thread
+        for i, state in enumerate(batch.rows[:, C_STATE].tolist()):
+            if state == LANDED:
+                status[i] = IBV_WC_SUCCESS
+            else:
+                status[i] = IBV_WC_REM_ACCESS_ERR
+                thr.errors += 1
+                thr.owner.host.errors += 1
+                self._errors.append((IBV_WR_RDMA_READ, reads.address(i), IBV_WC_REM_ACCESS_ERR))
 
     def _batch_done_throttled(self, arg) -> None:
         """SmartPollCQ: the completion returns its credits, feeds the C_max tuner, then rings

@@ -23,6 +23,12 @@ def test_the_coroutine_loop_at_depth_1_posts_one_verb_a_doorbell():
     assert 10 <= verbs <= 40 and real > 0
 
 
+@pytest.mark.parametrize("depth", [1, 3, 8])
+def test_the_read_many_loop_runs_the_same_verbs_as_the_per_read_loop(depth):
+    # one read_many per doorbell queues the READs of depth read() calls: the same virtual run
+    assert bs.coroutine_loop(4, 40_000, depth=depth, many=True)[0] == bs.coroutine_loop(4, 40_000, depth=depth)[0]
+
+
 def test_simpy_model_runs_the_same_loop():
     pytest.importorskip("simpy")
     verbs, real = bs.simpy_loop(2, 30_000)
@@ -38,6 +44,7 @@ def test_verbs_rows_name_their_targets(monkeypatch):
     assert by["one process"].published == bs.TARGET_COROUTINE and by["raw verbs"].published == bs.TARGET_RAW
     assert by["two processes, default window"].emulated == 2000
     assert by["one process, depth 1"].x == "32 threads x depth 1"
+    assert by["one process, read_many"].x == "32 threads x depth 8"
     assert all(r.metric == "verbs/s real" and r.emulated and r.emulated > 0 for r in rows if r.series != "one process / simpy")
     if "simpy" in by:           # the coroutine loop against SimPy's model of it, beside the target ratio
         ratio = by["one process / simpy"]

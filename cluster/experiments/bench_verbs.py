@@ -869,12 +869,26 @@ def _fair_client(env, co, addrs: list, window_ns: int, done: list, depth: int = 
         done[0] += depth
 
 
+def _many_client(env, co, cycle: np.ndarray, window_ns: int, done: list, depth: int = DEPTH):
+    """:func:`_fair_client`'s READs queued ``depth`` at a time with ``co.read_many``: the same
+    verbs in the same order (``cycle``: its addresses twice over, as int64, made before the clock
+    starts)."""
+    n = cycle.shape[0] // 2
+    i = 0
+    while env.now < window_ns:
+        co.read_many(cycle[i:i + depth], 8)
+        i = (i + depth) % n
+        yield co.sync()
+        done[0] += depth
+
+
 def coroutine_loop(threads: int, window_ns: int, *, numpy_addresses: bool = False,
-                   depth: int = DEPTH, around=nullcontext) -> tuple[int, float]:
+                   depth: int = DEPTH, around=nullcontext, many: bool = False) -> tuple[int, float]:
     """One process, the coroutine API: (verbs completed, real seconds) for ``window_ns`` of
     virtual time, each thread ``depth`` READs per doorbell (depth 1: every verb its own post, the
-    per-post path alone; systems post 1.3-1.7 verbs a doorbell). ``around``: a context manager
-    entered around the timed run alone (scripts/count_work.py counts the work inside it)."""
+    per-post path alone; systems post 1.3-1.7 verbs a doorbell). ``many``: each doorbell's READs
+    queued by one ``read_many`` (the same verbs, so the same virtual run). ``around``: a context
+    manager entered around the timed run alone (scripts/count_work.py counts the work inside it)."""
     from shm.coro import NodeRdma
     from shm.fabric import gaddr
     from shm.profile import load_profile
@@ -892,8 +906,13 @@ def coroutine_loop(threads: int, window_ns: int, *, numpy_addresses: bool = Fals
         node = NodeRdma(rig.host, rig.cns[0], policy="per_thread_doorbell")
         for t in range(threads):
             co = node.thread().coroutine()
-            env.process(drawn(co, np.random.default_rng(t)) if numpy_addresses
-                        else _fair_client(env, co, _addresses(m, words, t), window_ns, done, depth))
+            if numpy_addresses:
+                env.process(drawn(co, np.random.default_rng(t)))
+            elif many:
+                addrs = _addresses(m, words, t)
+                env.process(_many_client(env, co, np.array(addrs + addrs, np.int64), window_ns, done, depth))
+            else:
+                env.process(_fair_client(env, co, _addresses(m, words, t), window_ns, done, depth))
         # the threads' QPs are made before the clock starts, as the raw loop's are and as a program
         # on the hardware connects before it loops: made on first post, 32 QPs were 4-8 % of the
         # instructions of the --quick window (docs/bench.md)
@@ -1072,6 +1091,8 @@ def verbs_rows(quick: bool, progress) -> list[Row]:
                     _rate(coroutine_loop(32, window, numpy_addresses=True))))
     rows.append(Row("speed", "one process, depth 1", "32 threads x depth 1", "verbs/s real",
                     _rate(coroutine_loop(32, window, depth=1))))
+    rows.append(Row("speed", "one process, read_many", "32 threads x depth 8", "verbs/s real",
+                    _rate(coroutine_loop(32, window, many=True))))
     progress("speed: one process, raw verbs")
     rows.append(Row("speed", "raw verbs", "32 threads x depth 8", "verbs/s real", _rate(raw_verbs_loop(32, window)),
                     TARGET_RAW))

@@ -1,0 +1,75 @@
+"""Many READs queued in one call: their work-request rows packed by one compiled pass.
+
+``co.read_many(addrs, length)`` (shm/coro.py) queues the same READs as ``co.read(a, length)`` for
+each address in order, with the same buffer offsets, and they are priced, landed and completed
+exactly as those would be. What it saves is Python per READ: a coroutine that reads eight words
+per doorbell spent about a third of its bytecodes queueing them one by one (a call, a handle, a
+tuple each: ``scripts/count_work.py coroutine``) and as many packing the tuples into the model's
+rows at the post. Here one compiled pass fills a private row array at queue time, checks that
+every address names one node, and says whether each READ stays within one 64-byte line of host
+memory (what a post must be for its READs to land late, shm/deferred.py). The post then hands
+those rows to the NIC model and, when they may be deferred, straight to a ``ReadBatch``; any other
+post (fewer READs than deferral pays for, a line crossed, device memory, persistent memory,
+throttled posts, other verbs queued beside them) takes each READ as its own work request, as
+``read`` would have queued it.
+
+:func:`pack_reads_py` is the plain-Python reference of the compiled :func:`pack_reads`;
+tests/test_readmany.py compares them on random addresses.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from shm import nic
+from shm.fabric import MAX_NODES, NODE_BITS, OFFSET_BITS, REGION_BITS, REGION_HOST
+from shm.kernels import entry
+
+_NODE_SHIFT = REGION_BITS + OFFSET_BITS
+_NODE_MASK = MAX_NODES - 1
+_REGION_MASK = (1 << REGION_BITS) - 1
+_OFFSET_MASK = (1 << OFFSET_BITS) - 1
+#: added to :func:`pack_reads`'s node when every READ is a one-line READ of host memory
+ONE_LINE_HOST = 1 << NODE_BITS
+
+
+def pack_reads_py(rows, addrs, length, base, stride, flags):
+    """Fill ``rows`` (one per address, ``nic.WR_*`` columns) with READs of ``length`` bytes at the
+    global addresses ``addrs`` (int64: a global address's 64 bits, two's complement), READ ``i``
+    landing at ``base + i * stride`` in the thread's buffer, ``flags`` on the first one only (a
+    fence is taken by the first verb queued after it). Returns the node the addresses name, plus
+    :data:`ONE_LINE_HOST` if each READ stays within one 64-byte line of host memory; -1 if they
+    name more than one node, -2 if one is negative as an int64 (a node of 2,048 or above, or a
+    negative address): the caller queues those READ by READ."""
+    node = (addrs[0] >> _NODE_SHIFT) & _NODE_MASK     # masked: an arithmetic shift keeps the bits
+    one_line = True
+    for i in range(addrs.shape[0]):
+        a = addrs[i]
+        if a < 0:
+            return -2
+        if (a >> _NODE_SHIFT) & _NODE_MASK != node:
+            return -1
+        off = a & _OFFSET_MASK
+        region = (a >> OFFSET_BITS) & _REGION_MASK
+        rows[i, nic.WR_OP] = nic.VERB_READ
+        rows[i, nic.WR_LEN] = length
+        rows[i, nic.WR_OFF] = off
+        rows[i, nic.WR_REGION] = region
+        rows[i, nic.WR_FLAGS] = flags if i == 0 else 0
+        rows[i, nic.WR_OUT] = 0
+        rows[i, nic.WR_OUT + 1] = 0
+        rows[i, nic.WR_OUT + 2] = 0
+        rows[i, nic.WR_LOFF] = base + i * stride
+        if region != REGION_HOST or (off & 63) + length > 64:
+            one_line = False
+    return node + ONE_LINE_HOST if one_line else node
+
+
+pack_reads = njit(cache=True)(pack_reads_py)
+
+
+def pack_reads_entry():
+    """:func:`pack_reads` entered without numba's typing (shm/kernels.py): the rows and addresses
+    are arrays ``read_many`` makes itself (int64, C order)."""
+    return entry(pack_reads, np.zeros((1, nic.WR_COLS), np.int64), np.zeros(1, np.int64), 0, 0, 0, 0)
