@@ -50,7 +50,7 @@ from typing import NamedTuple
 import numpy as np
 
 from shm import nic
-from shm.deferred import C_STATE, DEFER_MIN, LANDED, ReadBatch, deferred_reads_of
+from shm.deferred import C_STATE, DEFER_MIN, LANDED, ReadBatch, deferred_reads_of, sample_entry
 from shm.landing import ALL_LANDED, begin_landing, flush_due, pending_writes_of
 from shm.failpoints import ARMED_POINTS, failpoint
 from shm.smart import ConflictController, SmartConfig, SmartStats, WrTuner
@@ -137,7 +137,7 @@ class Reads:
     def __init__(self, buf, length: int, offsets: list, rows=None, node: int = -1, one_line: bool = False):
         self._buf = buf
         self.length = length
-        self.offsets = offsets
+        self.offsets = offsets          # a range for a block, a list for READs queued one by one
         self.status = [-1] * len(offsets)
         # queued as one block (the common case): its work-request rows, packed at queue time,
         # the node every address names and whether each READ stays within one 64-byte line of
@@ -203,6 +203,8 @@ class _ReadSlot:
 def _address_array(addrs) -> tuple[np.ndarray, bool]:
     """``read_many``'s addresses as a C-ordered int64 array (an unsigned address's bits as they
     are) and whether they came unsigned; a clear error for anything but one-dimensional integers."""
+    if type(addrs) is np.ndarray and addrs.dtype is _INT64 and addrs.ndim == 1 and addrs.flags.c_contiguous:
+        return addrs, False                           # as a loop passes them: nothing to convert
     a = addrs if isinstance(addrs, np.ndarray) else np.array(addrs)
     if a.ndim == 1 and a.size == 0:
         return np.zeros(0, np.int64), False          # no READ (np.array([]) is float64)
@@ -220,7 +222,20 @@ def _address_array(addrs) -> tuple[np.ndarray, bool]:
     return a, unsigned
 
 
+def _places(effects: list, now: int, seq) -> tuple[list, tuple]:
+    """The places in the event order of a deferred batch's READs, ``(effect ns, sequence
+    number)`` each (numbers drawn from ``seq`` in posting order, the effect no earlier than now, as
+    their effect events would have had them), and the earliest of them."""
+    lo = min(effects)
+    if lo >= now:                      # always so far (a READ takes effect after its post): no clamp
+        keys = [(effect, seq()) for effect in effects]
+        return keys, keys[effects.index(lo)]   # the first of the earliest: the least sequence number
+    keys = [(effect if effect > now else now, seq()) for effect in effects]
+    return keys, min(keys)
+
+
 _PACK_READS = None      # shm.readmany.pack_reads's entry point, made on the first read_many
+_INT64 = np.dtype(np.int64)
 
 
 class NodeRdma:
@@ -621,7 +636,8 @@ class VerbBatch:
 
     __slots__ = ("thread", "env", "_pending", "_posted", "_outstanding", "_waiter", "_errors", "_mr_off",
                  "_heap", "_next_seq", "_land_cb", "_batch_done_cb", "_succeed_cb", "_submit", "_bo_fail", "_flags",
-                 "_lines_cb", "_landings", "_pw", "_dr", "_kernels", "_unretired", "_node", "_nvm", "_many")
+                 "_lines_cb", "_landings", "_pw", "_dr", "_kernels", "_unretired", "_node", "_nvm", "_many",
+                 "_sample")
 
     def __init__(self, thread: RdmaThread):
         self.thread = thread
@@ -646,6 +662,8 @@ class VerbBatch:
         # begin_landing), entered without numba's typing of their arguments (shm/kernels.py): the
         # arrays are the fabric's own and the thread's buffer
         self._kernels = thread.host_kernels()
+        # and the deferred READs' landing (shm/deferred.py), the same way
+        self._sample = sample_entry(thread.fabric.memory[0], thread.buf, nic.WR_COLS) if self._dr is not None else None
         # completions still to retire from the node's outstanding count, per node (unretired_of)
         self._unretired = unretired_of(thread.fabric)
         self._node = thread.owner.node
@@ -730,7 +748,7 @@ class VerbBatch:
             if code >= 0:
                 thr._buf_pos = end
                 self._flags = 0
-                reads = Reads(thr.buf, length, list(range(base, end, stride)), rows, code & _NODE_MASK,
+                reads = Reads(thr.buf, length, range(base, end, stride), rows, code & _NODE_MASK,
                               code >= ONE_LINE_HOST)
                 self._pending.append(reads)
                 self._many = True
@@ -834,14 +852,14 @@ class VerbBatch:
         qp.host.posted += n
         now = self.env.now
         seq = self._next_seq
-        keys = [(effect if effect > now else now, seq()) for effect in rows[:, nic.WR_OUT].tolist()]
+        keys, first = _places(rows[:, nic.WR_OUT].tolist(), now, seq)
         done = int(rows[n - 1, nic.WR_OUT + 1])    # the last READ's completion: a QP completes in order
         rkey = thr._rkeys.get((dst, REGION_HOST))
         if rkey is None:
             rkey = thr.rkey(dst, REGION_HOST)
         # the block's rows are its own (made by read_many): the batch takes them without a copy
-        batch = ReadBatch(thr.fabric.memory[dst], rkey, rows, keys, reads, thr.buf, dst)
-        self._dr.add(batch)
+        batch = ReadBatch(thr.fabric.memory[dst], rkey, rows, keys, reads, thr.buf, dst, sample=self._sample)
+        self._dr.add(batch, first)
         self._outstanding += 1
         heappush(self._heap, (done if done > now else now, seq(), self._batch_done_cb, (qp, n, batch)))
 
@@ -890,12 +908,12 @@ class VerbBatch:
         thr.verbs += n
         qp.host.posted += n           # the host's verbs statistics count coroutine verbs too
         now = self.env.now
+        if reads:                        # one line each: the model lands each at one instant
+            self._defer(dst, qp, items, rows, now)
+            return
         heap = self._heap
         seq = self._next_seq
         times = arrays[1].tolist()
-        if reads:                        # one line each: the model lands each at one instant
-            self._defer(dst, qp, items, rows, times, now)
-            return
         land = self._land_cb
         pw = self._pw
         env = self.env
@@ -916,21 +934,21 @@ class VerbBatch:
         done = times[-1][1]               # the last request's completion: in posting order (as in _defer)
         heappush(heap, (done if done > now else now, seq(), self._batch_done_cb, (qp, n, None)))
 
-    def _defer(self, dst: int, qp, items: list, rows, times: list, now: int) -> None:
+    def _defer(self, dst: int, qp, items: list, rows, now: int) -> None:
         """A batch of single-line READs: they land at its completion, or before a write to their
         node that comes after them (shm/deferred.py); each keeps the place (time, sequence
         number) its own event would have had."""
-        seq = self._next_seq
-        keys = [(effect if effect > now else now, seq()) for effect, _, _ in times]
-        done = times[-1][1]     # the batch's last completion: a QP completes in posting order (nic)
+        keys, first = _places(rows[:, nic.WR_OUT].tolist(), now, self._next_seq)
+        done = int(rows[-1, nic.WR_OUT + 1])   # the last completion: a QP completes in posting order (nic)
         thr = self.thread
         rkey = thr._rkeys.get((dst, REGION_HOST))
         if rkey is None:
             rkey = thr.rkey(dst, REGION_HOST)
-        batch = ReadBatch(thr.fabric.memory[dst], rkey, rows.copy(), keys, items, thr.buf, dst)
-        self._dr.add(batch)
+        batch = ReadBatch(thr.fabric.memory[dst], rkey, rows.copy(), keys, items, thr.buf, dst, sample=self._sample)
+        self._dr.add(batch, first)
         self._outstanding += 1
-        heappush(self._heap, (done if done > now else now, seq(), self._batch_done_cb, (qp, len(items), batch)))
+        heappush(self._heap, (done if done > now else now, self._next_seq(), self._batch_done_cb,
+                              (qp, len(items), batch)))
 
     def _land(self, item) -> None:
         if self._landings:

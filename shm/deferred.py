@@ -144,12 +144,21 @@ def sample_reads(mrt, rkey, rbuf, rlocks, lbuf, rows, lo, hi):
     return failed
 
 
+def sample_entry(mem, lbuf, cols: int):
+    """:func:`sample_reads` entered without numba's typing of its eight arguments (shm/kernels.py:
+    the dispatcher's typing was about 5 % of the instructions of a loop of 8-READ posts), for a
+    node memory's arrays (every node's are of one type), local buffers of ``lbuf``'s type and rows
+    of ``cols`` columns: only for the emulator's own arrays (a thread's buffer, node memory)."""
+    return entry(sample_reads, mem.mrt, 0, mem.host, mem.host_locks, lbuf, np.zeros((1, cols), np.int64), 0, 0)
+
+
 class ReadBatch:
     """The single-line READs of one post, landing late (see the module docstring)."""
 
-    __slots__ = ("mem", "rkey", "rows", "keys", "items", "lbuf", "node", "left", "owner", "failed")
+    __slots__ = ("mem", "rkey", "rows", "keys", "items", "lbuf", "node", "left", "owner", "failed", "sample")
 
-    def __init__(self, mem, rkey: int, rows, keys: list, items: list, lbuf, node: int, owner=None):
+    def __init__(self, mem, rkey: int, rows, keys: list, items: list, lbuf, node: int, owner=None,
+                 sample=sample_reads):
         self.mem = mem              # the node's memory (shm.fabric.NodeMemory)
         self.rkey = rkey
         self.rows = rows            # a private copy: C_STATE tells which rows landed
@@ -160,6 +169,7 @@ class ReadBatch:
         self.left = len(keys)       # rows not landed yet
         self.owner = owner          # raw verbs: the QP that takes rows back (``owner._undefer()``)
         self.failed = 0             # rows that landed FAILED (their rkey check failed at landing)
+        self.sample = sample        # sample_reads, or its entry point for these arrays (sample_entry)
 
     def first(self):
         """The earliest place of a row not landed yet."""
@@ -168,7 +178,7 @@ class ReadBatch:
 
     def land(self, lo: int, hi: int) -> None:
         mem = self.mem
-        self.failed += sample_reads(mem.mrt, self.rkey, mem.host, mem.host_locks, self.lbuf, self.rows, lo, hi)
+        self.failed += self.sample(mem.mrt, self.rkey, mem.host, mem.host_locks, self.lbuf, self.rows, lo, hi)
 
     def land_before(self, key) -> bool:
         """Land the rows whose place comes before ``key``; True if rows are left."""
@@ -211,7 +221,9 @@ class DeferredReads:
         self.heaps: dict[int, list] = {}    # node -> heap of (time, seq, batch)
         self.live: dict[int, int] = {}      # node -> batches with rows not landed
 
-    def add(self, batch: ReadBatch) -> None:
+    def add(self, batch: ReadBatch, first=None) -> None:
+        """Defer ``batch``; ``first``: its earliest place if the caller knows it (else the least
+        of its keys)."""
         node = batch.node
         h = self.heaps.get(node)
         if h is None:
@@ -224,7 +236,7 @@ class DeferredReads:
             # pops them, so drop them once they are half of it
             h[:] = [e for e in h if e[2].left]
             heapify(h)
-        t, s = min(batch.keys)
+        t, s = min(batch.keys) if first is None else first
         heappush(h, (t, s, batch))
 
     def complete(self, batch: ReadBatch) -> None:

@@ -43,7 +43,9 @@ from shm.fabric import (
     gaddr_region, mr_check, read_lines,
 )
 from shm.atomic_race import atomic_race_of
-from shm.deferred import C_STATE, DEFER_MIN, HANDED_BACK, LANDED, ReadBatch, before_write, deferred_reads_of
+from shm.deferred import (
+    C_STATE, DEFER_MIN, HANDED_BACK, LANDED, ReadBatch, before_write, deferred_reads_of, sample_entry,
+)
 from shm.nvm import NVM_ATOMIC, NVM_READ, NVM_WRITE, nvm_shadow_of
 from shm.landing import ALL_LANDED, begin_landing, flush_due, pending_writes_of
 
@@ -604,6 +606,8 @@ class QP:
         self._retire = entry(nic.retire, fabric.table, ctx.desc, 0)
         self._unretired = unretired_of(fabric)
         self._kernels = host_kernels(fabric, fabric.memory[self.node].host)
+        # the deferred READs' landing into this node's memory, the same way (shm/deferred.py)
+        self._sample = sample_entry(fabric.memory[self.node], fabric.memory[self.node].host, nic.RAW_WR_COLS)
         self._heap, self._next_seq = self.env.event_queue()
         self._sq_in_flight = 0     # posted, not yet completed and polled
         self._unpolled_unsignaled = 0
@@ -797,7 +801,7 @@ class QP:
         keys = []
         fabric = self.fabric
         batch = _RawReads(fabric.memory[dst], rkey, rows.copy(), keys, list(wrs), fabric.memory[self.node].host, dst,
-                          owner=self)
+                          owner=self, sample=self._sample)
         batch.sizes = sizes
         batch.handed = False
         batch.seq0 = self._wr_seq
