@@ -5,7 +5,9 @@ each one a process of the event core (shm/sim/env.py), not a Python ``async`` co
 coroutine has one :class:`VerbBatch` (``co = thread.coroutine()``), its handle for one-sided verbs:
 it appends verbs to its batch with :meth:`VerbBatch.read`, ``write``, ``cas``, ``faa`` (and the
 masked atomics), rings the doorbell with :meth:`VerbBatch.post`, and waits for the whole batch with
-``yield co.sync()``. Results are read from the returned handles after the sync. (The class was
+``yield co.sync()``. Results are read from the returned handles after the sync.
+:meth:`VerbBatch.read_many` queues a READ per address as ``read`` would, with one :class:`Reads` for
+all of them, packed by one compiled pass (shm/readmany.py). (The class was
 called ``Coroutine`` before issue 42; that name stays as an alias for code written against it.)
 
 Thread resources follow a *policy* (SMART §3.1), which is the whole difference between the curves

@@ -8,7 +8,8 @@ waiting for them, ``cx6-200g``):
 * ``one process``: the coroutine API (``read``, ``sync``) in one process; addresses come from a
   precomputed list per client, as cheap as the SimPy model's, so the row measures the emulator
   and not ``numpy.random`` (``one process, numpy addresses``: two ``rng.integers`` calls per
-  verb, as the closed loops of ``bench verbs`` draw them);
+  verb, as the closed loops of ``bench verbs`` draw them; ``one process, read_many``: the same
+  READs queued ``depth`` at a time with ``co.read_many``, the same virtual run);
 * ``raw verbs``: the pyverbs layer (``QP.post_send`` of ``depth`` READ work requests, ``CQ.wait``
   for all of them, one ``CQ.poll``);
 * ``two processes``: two compute-node processes under the default lax sync window, and under
