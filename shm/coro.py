@@ -132,24 +132,26 @@ class Reads:
     """The READs of one :meth:`VerbBatch.read_many`, read after ``sync``: READ ``i``'s bytes are
     ``data(i)`` (a view at ``offsets[i]`` of the thread's buffer, ``thread.buf``), its first 8
     bytes ``value(i)``, its status ``status[i]`` (``IBV_WC_SUCCESS`` once landed, -1 before).
-    ``reads[i]`` is READ ``i`` as a :class:`Handle` of its own (its status as it is then)."""
+    ``reads[i]`` is READ ``i`` as a :class:`Handle`."""
 
-    __slots__ = ("_buf", "length", "offsets", "status", "rows", "node", "one_line")
+    __slots__ = ("_buf", "length", "offsets", "_status", "rows", "node", "_handles")
 
-    def __init__(self, buf, length: int, offsets: list, rows=None, node: int = -1, one_line: bool = False):
-        self._buf = buf
-        self.length = length
-        self.offsets = offsets          # a range for a block, a list for READs queued one by one
-        self.status = [-1] * len(offsets)
-        # queued as one block (the common case): its work-request rows, packed at queue time,
-        # the node every address names and whether each READ stays within one 64-byte line of
-        # host memory (what deferral asks); None and -1 when each READ was queued on its own
-        self.rows = rows
-        self.node = node
-        self.one_line = one_line
+    # Made by _new_reads (read_many), not by a call of the class: about 2k instructions of the
+    # call's machinery saved per read_many (scripts/count_work.py read_many --instructions).
+    #   offsets: a range for a block, a list for READs queued one by one.
+    #   rows, node: a block (one-line READs of one node's host memory, as many as deferral
+    #   takes): its work-request rows, packed at queue time, and the node.
+    #   _handles: a block that a post cannot take whole becomes one handle per READ (_items), as
+    #   does a read_many that queues its READs one by one: their statuses are then the handles'.
 
     def __len__(self) -> int:
         return len(self.offsets)
+
+    @property
+    def status(self) -> list:
+        """Each READ's status (``IBV_WC_SUCCESS`` once landed, -1 before)."""
+        hs = self._handles
+        return self._status if hs is None else [h.status for h in hs]
 
     def data(self, i: int) -> np.ndarray:
         """The bytes READ ``i`` read (a view: copy it to keep it past later verbs)."""
@@ -161,8 +163,10 @@ class Reads:
         return self[i].value
 
     def __getitem__(self, i: int) -> Handle:
+        if self._handles is not None:
+            return self._handles[i]
         h = Handle(self._buf, self.offsets[i], self.length)
-        h.status = self.status[i]
+        h.status = self._status[i]      # as it is now
         return h
 
     @property
@@ -176,30 +180,36 @@ class Reads:
         return (self.node << _NODE_SHIFT) | (int(row[nic.WR_REGION]) << OFFSET_BITS) | int(row[nic.WR_OFF])
 
     def _items(self) -> list:
-        """The block as the queued verbs ``read`` would have made: one tuple per READ, whose
-        handle writes its status into ``status`` (a post that cannot take the block whole)."""
-        length = self.length
-        return [(IBV_WR_RDMA_READ, self.address(i), length, off, 0, 0, 0, 0, _ReadSlot(self.status, i),
-                 int(self.rows[i, nic.WR_FLAGS])) for i, off in enumerate(self.offsets)]
+        """The block as the verbs ``read`` would have queued: a handle and a tuple per READ (a
+        post that cannot take the block whole)."""
+        rows = self.rows
+        high = self.node << _NODE_SHIFT
+        buf, length = self._buf, self.length
+        items = []
+        handles = self._handles = []
+        for off, loff, region, flags in zip(rows[:, nic.WR_OFF].tolist(), self.offsets,
+                                            rows[:, nic.WR_REGION].tolist(), rows[:, nic.WR_FLAGS].tolist()):
+            h = _new_object(Handle)      # as _queue makes it
+            h._buf = buf
+            h.offset = loff
+            h.length = length
+            h.status = -1
+            handles.append(h)
+            items.append((IBV_WR_RDMA_READ, high | region << OFFSET_BITS | off, length, loff, 0, 0, 0, 0, h, flags))
+        return items
 
 
-class _ReadSlot:
-    """READ ``i`` of a :class:`Reads` queued as a verb of its own: the status its landing sets
-    goes into the block's ``status`` list (the one attribute a landing touches on a handle)."""
-
-    __slots__ = ("_status", "_i")
-
-    def __init__(self, status: list, i: int):
-        self._status = status
-        self._i = i
-
-    @property
-    def status(self) -> int:
-        return self._status[self._i]
-
-    @status.setter
-    def status(self, value: int) -> None:
-        self._status[self._i] = value
+def _new_reads(buf, length: int, offsets, rows, node: int, handles) -> Reads:
+    """A :class:`Reads` (see its slots)."""
+    r = _new_object(Reads)
+    r._buf = buf
+    r.length = length
+    r.offsets = offsets
+    r._status = [-1] * len(offsets)
+    r.rows = rows
+    r.node = node
+    r._handles = handles
+    return r
 
 
 def _address_array(addrs) -> tuple[np.ndarray, bool]:
@@ -733,44 +743,41 @@ class VerbBatch:
         deferred READs as they are (shm/readmany.py)."""
         global _PACK_READS
         a, unsigned = _address_array(addrs)
-        if not isinstance(length, (int, np.integer)) or isinstance(length, bool) or length < 1:
+        if type(length) is not int:
+            if not isinstance(length, np.integer):      # (nor a bool)
+                raise ValueError(f"read_many: length must be a positive number of bytes, got {length!r}")
+            length = int(length)
+        if length < 1:
             raise ValueError(f"read_many: length must be a positive number of bytes, got {length!r}")
-        length = int(length)
         thr = self.thread
         n = a.shape[0]
         stride = (length + 63) & ~63
         base = thr._buf_pos
         end = base + n * stride
-        if n and end <= thr._buf_cap:         # one block of the buffer, as n reads would carve it
+        if n >= DEFER_MIN and end <= thr._buf_cap:   # one block of the buffer, as n reads would carve it
             rows = np.empty((n, nic.WR_COLS), np.int64)
             pack = _PACK_READS
             if pack is None:
                 pack = _PACK_READS = pack_reads_entry()
             code = pack(rows, a, length, base, stride, self._flags)
-            if code >= 0:
+            if code >= ONE_LINE_HOST:     # one node, each READ within one line of host memory
                 thr._buf_pos = end
                 self._flags = 0
-                reads = Reads(thr.buf, length, range(base, end, stride), rows, code & _NODE_MASK,
-                              code >= ONE_LINE_HOST)
+                reads = _new_reads(thr.buf, length, range(base, end, stride), rows, code - ONE_LINE_HOST, None)
                 self._pending.append(reads)
                 self._many = True
                 return reads
-        # several nodes, a buffer that wraps, or an address past the signed range: each READ
-        # queued on its own, as read() queues it
+        # a few READs (fewer than deferral takes: a block would cost more than it saves), READs
+        # that no post could defer (of several lines, of device memory), several nodes, a
+        # buffer that wraps, or an address past the signed range: each READ queued on its own,
+        # as read() queues it
         addresses = a.view(np.uint64).tolist() if unsigned else a.tolist()
-        for i, addr in enumerate(addresses):
-            if addr < 0:
-                raise ValueError(f"read_many: address {addr} (index {i}) is negative")
-        reads = Reads(thr.buf, length, [])
-        status = reads.status = [-1] * n
-        for i, addr in enumerate(addresses):
-            off = thr.scratch(length)
-            reads.offsets.append(off)
-            flags = self._flags
-            if flags:
-                self._flags = 0
-            self._pending.append((IBV_WR_RDMA_READ, addr, length, off, 0, 0, 0, 0, _ReadSlot(status, i), flags))
-        return reads
+        if addresses and min(addresses) < 0:
+            i = next(i for i, addr in enumerate(addresses) if addr < 0)
+            raise ValueError(f"read_many: address {addresses[i]} (index {i}) is negative")
+        queue = self._queue
+        handles = [queue(IBV_WR_RDMA_READ, addr, length) for addr in addresses]
+        return _new_reads(thr.buf, length, [h.offset for h in handles], None, -1, handles)
 
     def write(self, addr: int, data) -> Handle:
         """WRITE ``data`` (bytes, a uint8 array, or an int written as 8 little-endian bytes)."""
@@ -839,7 +846,7 @@ class VerbBatch:
         dst = reads.node
         rows = reads.rows
         n = rows.shape[0]
-        if not reads.one_line or n < DEFER_MIN or self._dr is None or self.thread._throttle \
+        if n < DEFER_MIN or self._dr is None or self.thread._throttle \
                 or (self._nvm is not None and dst in self._nvm.images):
             self._submit(dst, reads._items())
             return
@@ -1092,7 +1099,7 @@ class VerbBatch:
 
     def _block_statuses(self, batch: ReadBatch, reads: Reads) -> None:
         """:meth:`_read_statuses` of a read_many block's batch."""
-        status = reads.status
+        status = reads._status
         if not batch.failed:
             status[:] = [IBV_WC_SUCCESS] * len(status)
             return
