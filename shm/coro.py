@@ -859,18 +859,8 @@ class VerbBatch:
         thr.posts += 1
         thr.verbs += n
         qp.host.posted += n
-        now = self.env.now
-        seq = self._next_seq
-        keys, first = _places(rows[:, nic.WR_OUT].tolist(), now, seq)
-        done = int(rows[n - 1, nic.WR_OUT + 1])    # the last READ's completion: a QP completes in order
-        rkey = thr._rkeys.get((dst, REGION_HOST))
-        if rkey is None:
-            rkey = thr.rkey(dst, REGION_HOST)
         # the block's rows are its own (made by read_many): the batch takes them without a copy
-        batch = ReadBatch(thr.fabric.memory[dst], rkey, rows, keys, reads, thr.buf, dst, sample=self._sample)
-        self._dr.add(batch, first)
-        self._outstanding += 1
-        heappush(self._heap, (done if done > now else now, seq(), self._batch_done_cb, (qp, n, batch)))
+        self._defer(dst, qp, reads, rows, self.env.now, False)
 
     def _post_throttled(self, dst: int, items: list) -> None:
         """SMART Algorithm 1's SmartPostSend: queue the batch in the thread and ring what the
@@ -943,21 +933,23 @@ class VerbBatch:
         done = times[-1][1]               # the last request's completion: in posting order (as in _defer)
         heappush(heap, (done if done > now else now, seq(), self._batch_done_cb, (qp, n, None)))
 
-    def _defer(self, dst: int, qp, items: list, rows, now: int) -> None:
+    def _defer(self, dst: int, qp, items, rows, now: int, copy: bool = True) -> None:
         """A batch of single-line READs: they land at its completion, or before a write to their
         node that comes after them (shm/deferred.py); each keeps the place (time, sequence
-        number) its own event would have had."""
+        number) its own event would have had. ``items``: the queued verbs, or a read_many block
+        (:class:`Reads`); ``copy``: the rows are the thread's, shared by its posts of one size."""
         keys, first = _places(rows[:, nic.WR_OUT].tolist(), now, self._next_seq)
         done = int(rows[-1, nic.WR_OUT + 1])   # the last completion: a QP completes in posting order (nic)
         thr = self.thread
         rkey = thr._rkeys.get((dst, REGION_HOST))
         if rkey is None:
             rkey = thr.rkey(dst, REGION_HOST)
-        batch = ReadBatch(thr.fabric.memory[dst], rkey, rows.copy(), keys, items, thr.buf, dst, sample=self._sample)
+        batch = ReadBatch(thr.fabric.memory[dst], rkey, rows.copy() if copy else rows, keys, items, thr.buf, dst,
+                          sample=self._sample)
         self._dr.add(batch, first)
         self._outstanding += 1
         heappush(self._heap, (done if done > now else now, self._next_seq(), self._batch_done_cb,
-                              (qp, len(items), batch)))
+                              (qp, len(keys), batch)))
 
     def _land(self, item) -> None:
         if self._landings:
