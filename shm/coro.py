@@ -367,6 +367,7 @@ class RdmaThread:
         self.owner = owner
         self.index = index
         self._host_kernels: HostKernels | None = None
+        self._deferred_kernel = None     # the deferred READs' landing into buf (deferred_kernel)
         self.fabric = owner.fabric
         self.env = owner.env
         self._ctx: Context | None = None
@@ -435,6 +436,14 @@ class RdmaThread:
         k = self._host_kernels
         if k is None:
             k = self._host_kernels = host_kernels(self.fabric, self.buf)
+        return k
+
+    def deferred_kernel(self):
+        """The compiled landing of deferred READs into this thread's buffer, entered directly
+        (``shm.deferred.sample_entry``, made once: about 6 µs to look up)."""
+        k = self._deferred_kernel
+        if k is None:
+            k = self._deferred_kernel = sample_entry(self.fabric.memory[0], self.buf, nic.WR_COLS)
         return k
 
     def coroutine(self) -> "VerbBatch":
@@ -675,7 +684,7 @@ class VerbBatch:
         # arrays are the fabric's own and the thread's buffer
         self._kernels = thread.host_kernels()
         # and the deferred READs' landing (shm/deferred.py), the same way
-        self._sample = sample_entry(thread.fabric.memory[0], thread.buf, nic.WR_COLS) if self._dr is not None else None
+        self._sample = thread.deferred_kernel() if self._dr is not None else None
         # completions still to retire from the node's outstanding count, per node (unretired_of)
         self._unretired = unretired_of(thread.fabric)
         self._node = thread.owner.node
