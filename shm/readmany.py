@@ -7,11 +7,11 @@ per doorbell spent about a third of its bytecodes queueing them one by one (a ca
 tuple each: ``scripts/count_work.py coroutine``) and as many packing the tuples into the model's
 rows at the post. Here one compiled pass fills a private row array at queue time, checks that
 every address names one node, and says whether each READ stays within one 64-byte line of host
-memory (what a post must be for its READs to land late, shm/deferred.py). The post then hands
-those rows to the NIC model and, when they may be deferred, straight to a ``ReadBatch``; any other
-post (fewer READs than deferral pays for, a line crossed, device memory, persistent memory,
-throttled posts, other verbs queued beside them) takes each READ as its own work request, as
-``read`` would have queued it.
+memory (what a post must be for its READs to land late, shm/deferred.py). Such a block, of at
+least ``DEFER_MIN`` READs and posted alone, goes to the NIC model and straight to a ``ReadBatch``
+with those rows. Fewer READs, a line crossed, device memory or several nodes: the READs are queued
+one by one at once, as ``read`` queues them; a block its post cannot take whole (persistent
+memory, throttled posts, deferral off, other verbs queued beside it) becomes those READs then.
 
 :func:`pack_reads_py` is the plain-Python reference of the compiled :func:`pack_reads`;
 tests/test_readmany.py compares them on random addresses.
