@@ -1093,6 +1093,7 @@ def verbs_rows(quick: bool, progress) -> list[Row]:
     rows = []
     progress("speed: one process (warming the JIT caches)")
     coroutine_loop(8, 20_000)
+    coroutine_loop(8, 20_000, many=True)       # read_many's packing kernel, loaded on first use
     raw_verbs_loop(2, 20_000)
     progress("speed: one process, coroutine API")
     rows.append(Row("speed", "one process", "32 threads x depth 8", "verbs/s real",
