@@ -162,6 +162,12 @@ class Reads:
         """READ ``i``'s first 8 bytes as a little-endian integer."""
         return self[i].value
 
+    def values(self) -> list[int]:
+        """Every READ's first 8 bytes as a little-endian integer, in order (the words a block
+        of 8-byte READs read)."""
+        buf = self._buf
+        return [int.from_bytes(buf[off:off + 8], _BYTEORDER) for off in self.offsets]
+
     def __getitem__(self, i: int) -> Handle:
         if self._handles is not None:
             return self._handles[i]

@@ -128,7 +128,7 @@ def test_a_block_posted_alone_is_deferred_whole(prefix):
         p = env.process(client())
         env.run()
         reads = p.value
-        assert reads.ok and [reads.value(i) for i in range(16)] == [1000 + i for i in range(16)]
+        assert reads.ok and [reads.value(i) for i in range(16)] == [1000 + i for i in range(16)] == reads.values()
         assert co._dr.batches == 1
         assert reads[3].value == 1003 and reads[3].ok
 
@@ -168,7 +168,7 @@ def test_addresses_as_arrays_and_unsigned(prefix):
 
         p = env.process(client())
         env.run()
-        assert all(r.ok and r.value(3) == 77 for r in p.value)
+        assert all(r.ok and r.value(3) == 77 and r.values() == [77] * 4 for r in p.value)
 
 
 def test_the_compiled_packing_agrees_with_its_reference_on_random_blocks():
