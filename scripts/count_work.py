@@ -19,8 +19,11 @@ thresholds (``cluster.cli.GC_THRESHOLDS``).
     python3 scripts/count_work.py coroutine --depth 1 --lines _post_to,_land
     python3 scripts/count_work.py race --window-us 500 --instructions   # needs valgrind
 
-Rows: ``coroutine`` (``coroutine_loop``), ``raw`` (``raw_verbs_loop``), ``race`` and ``sherman``
-(``speed.ycsb_a``: 16 threads x 8 coroutines, 5,000 keys, loaded by inserts then YCSB-A).
+Rows: ``coroutine`` (``coroutine_loop``), ``read_many`` (the same loop queueing each doorbell's
+READs with ``co.read_many``: the same verbs), ``raw`` (``raw_verbs_loop``), ``race`` and ``sherman``
+(``speed.ycsb_a``: 16 threads x 8 coroutines, 5,000 keys, loaded by inserts then YCSB-A). The
+systems' rows report progress by the wall clock, so their counts move by up to 0.5 % between
+runs on a loaded machine; the verbs loops' do not.
 Tracing every bytecode makes the run ~30x slower; callgrind ~50x. Exit status 2 for bad
 arguments or a missing valgrind.
 """
