@@ -21,9 +21,10 @@ thresholds (``cluster.cli.GC_THRESHOLDS``).
 
 Rows: ``coroutine`` (``coroutine_loop``), ``read_many`` (the same loop queueing each doorbell's
 READs with ``co.read_many``: the same verbs), ``raw`` (``raw_verbs_loop``), ``race`` and ``sherman``
-(``speed.ycsb_a``: 16 threads x 8 coroutines, 5,000 keys, loaded by inserts then YCSB-A). The
-systems' rows report progress by the wall clock, so their counts move by up to 0.5 % between
-runs on a loaded machine; the verbs loops' do not.
+(``speed.ycsb_a``: 16 threads x 8 coroutines, 5,000 keys, loaded by inserts then YCSB-A). Compare
+counts made in one checkout: two runs there agree within about 0.05 %, while the same commit
+counted from another directory has differed by up to 1 % (where objects land in memory moves with
+the paths, and some of the work follows it).
 Tracing every bytecode makes the run ~30x slower; callgrind ~50x. Exit status 2 for bad
 arguments or a missing valgrind.
 """
