@@ -192,3 +192,29 @@ def test_the_compiled_packing_agrees_with_its_reference_on_random_blocks():
             assert (got == ref).all()
             one_line = all(reg == 0 and (o & 63) + length <= 64 for reg, o in zip(regions, offs))
             assert (r >= ONE_LINE_HOST) == one_line
+
+
+def test_a_few_reads_and_a_block_posted_with_a_write_read_as_reads_do(prefix):
+    """Below DEFER_MIN the READs are queued one by one (handles), and a block queued beside a
+    WRITE becomes handles at the post: both answer through the same Reads."""
+    with new_fabric(prefix) as fab:
+        env, node = setup(fab)
+        base = fab.allocate("m0", 4096)
+        for i in range(8):
+            fab.memory[MN].host64[base // 8 + i] = 500 + i
+        co = node.thread().coroutine()
+
+        def client():
+            few = co.read_many([gaddr(MN, base), gaddr(MN, base + 8)], 8)
+            block = co.read_many([gaddr(MN, base + 8 * i) for i in range(4, 8)], 8)
+            assert few.status == [-1, -1] and block.status == [-1] * 4 and co.queued == 6
+            co.write(gaddr(MN, base + 2048), 1)
+            yield co.sync()
+            return few, block
+
+        p = env.process(client())
+        env.run()
+        few, block = p.value
+        assert few.ok and few.values() == [500, 501] and few[1].value == 501
+        assert block.ok and block.values() == [504, 505, 506, 507] and block.status == [0] * 4
+        assert co._dr is None or co._dr.batches == 0      # a WRITE beside them: nothing deferred
