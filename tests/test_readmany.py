@@ -109,15 +109,20 @@ def test_read_many_agrees_without_deferral_throttled_and_with_a_wrapping_buffer(
             workload(prefix, many=False, seed=5, batches=15, **kw), kw
 
 
+def _words(fab, n: int, first: int):
+    """A coroutine and ``n`` words of m0 holding ``first``, ``first + 1``, ...: (env, co, base)."""
+    env, node = setup(fab)
+    base = fab.allocate("m0", 4096)
+    for i in range(n):
+        fab.memory[MN].host64[base // 8 + i] = first + i
+    return env, node.thread().coroutine(), base
+
+
 def test_a_block_posted_alone_is_deferred_whole(prefix):
     """The fast path is taken: the block's own rows go to the deferred READs, and its READs land
     by its completion (a block of DEFER_MIN one-line READs, nothing else queued)."""
     with new_fabric(prefix, mem=1 << 20) as fab:
-        env, node = setup(fab)
-        base = fab.allocate("m0", 4096)
-        for i in range(16):
-            fab.memory[MN].host64[base // 8 + i] = 1000 + i
-        co = node.thread().coroutine()
+        env, co, base = _words(fab, 16, 1000)
 
         def client():
             reads = co.read_many([gaddr(MN, base + 8 * i) for i in range(16)], 8)
@@ -198,11 +203,7 @@ def test_a_few_reads_and_a_block_posted_with_a_write_read_as_reads_do(prefix):
     """Below DEFER_MIN the READs are queued one by one (handles), and a block queued beside a
     WRITE becomes handles at the post: both answer through the same Reads."""
     with new_fabric(prefix) as fab:
-        env, node = setup(fab)
-        base = fab.allocate("m0", 4096)
-        for i in range(8):
-            fab.memory[MN].host64[base // 8 + i] = 500 + i
-        co = node.thread().coroutine()
+        env, co, base = _words(fab, 8, 500)
 
         def client():
             few = co.read_many([gaddr(MN, base), gaddr(MN, base + 8)], 8)
