@@ -45,6 +45,7 @@ from contextlib import contextmanager
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 ROWS = ("coroutine", "read_many", "raw", "race", "sherman")
+DEPTH_ROWS = ("coroutine", "read_many")      # the rows whose loop takes --depth
 _TOGGLE = "DMRACK_COUNT_WORK_TOGGLE"     # set in the child that runs under callgrind
 
 
@@ -115,7 +116,7 @@ def run_row(row: str, window_ns: int, depth: int, around) -> dict:
     """Warm the row's kernels as ``bench speed`` does, then run it once with ``around`` entered
     around its timed part; returns the verbs (and operations) it completed."""
     from cluster.experiments import bench_verbs, speed
-    if row in ("coroutine", "read_many"):
+    if row in DEPTH_ROWS:
         many = row == "read_many"
         bench_verbs.coroutine_loop(8, 20_000, depth=depth, many=many)
         verbs, _ = bench_verbs.coroutine_loop(32, window_ns, depth=depth, around=around, many=many)
@@ -135,7 +136,7 @@ def count_bytecodes(row: str, window_ns: int, depth: int, lines=()) -> dict:
     verbs = got["verbs"]
     total = sum(counter.ops.values())
     return {
-        "row": row, "window_ns": window_ns, "depth": depth if row in ("coroutine", "read_many") else None, **got,
+        "row": row, "window_ns": window_ns, "depth": depth if row in DEPTH_ROWS else None, **got,
         "bytecodes": total, "bytecodes_per_verb": total / verbs if verbs else None,
         "functions": [{"function": k, "bytecodes": c, "per_verb": c / verbs if verbs else None,
                        "calls_per_verb": counter.calls[k] / verbs if verbs else None}
@@ -217,7 +218,7 @@ def main(argv=None) -> int:
     window_ns = int(args.window_us * 1000)
     if os.environ.get(_TOGGLE):          # the child under callgrind: run, report the verbs
         print(json.dumps({"row": args.row, "window_ns": window_ns,
-                          "depth": args.depth if args.row in ("coroutine", "read_many") else None,
+                          "depth": args.depth if args.row in DEPTH_ROWS else None,
                           **run_row(args.row, window_ns, args.depth, callgrind_window)}))
         return 0
     try:

@@ -111,17 +111,14 @@ def _onesided_closed_loop(rig: Rig, *, threads: int, depth: int, policy: str, op
     def client(co, rng):
         mn_list = rig.mns
         while env.now < win.end:
+            # the batch's addresses (a memory node, then a line of it, per verb), drawn before any
+            # is queued: nothing between them reads the generator or the clock
+            addrs = [gaddr(mn_list[int(rng.integers(len(mn_list)))], int(rng.integers(words)) * 64)
+                     for _ in range(depth)]
             if many:
-                # one doorbell for the batch: its READs queued at once (the same verbs and draws)
-                addrs = []
-                for _ in range(depth):
-                    m = mn_list[int(rng.integers(len(mn_list)))]
-                    addrs.append(gaddr(m, int(rng.integers(words)) * 64))
-                co.read_many(addrs, size)
+                co.read_many(addrs, size)    # one doorbell for the batch, its READs queued at once
             else:
-                for _ in range(depth):
-                    m = mn_list[int(rng.integers(len(mn_list)))]
-                    a = gaddr(m, int(rng.integers(words)) * 64)
+                for a in addrs:
                     if op == "read":
                         co.read(a, size)
                     elif op == "write":
