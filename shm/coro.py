@@ -52,7 +52,7 @@ from typing import NamedTuple
 import numpy as np
 
 from shm import nic
-from shm.deferred import C_STATE, DEFER_MIN, LANDED, ReadBatch, deferred_reads_of, sample_entry
+from shm.deferred import C_STATE, DEFER_MIN, LANDED, NumberedReads, ReadBatch, deferred_reads_of, sample_entry
 from shm.landing import ALL_LANDED, begin_landing, flush_due, pending_writes_of
 from shm.failpoints import ARMED_POINTS, failpoint
 from shm.smart import ConflictController, SmartConfig, SmartStats, WrTuner
@@ -238,18 +238,6 @@ def _address_array(addrs) -> tuple[np.ndarray, bool]:
     if not a.flags.c_contiguous:
         a = np.ascontiguousarray(a)
     return a, unsigned
-
-
-def _places(effects: list, now: int, seq) -> tuple[list, tuple]:
-    """The places in the event order of a deferred batch's READs, ``(effect ns, sequence
-    number)`` each (numbers drawn from ``seq`` in posting order, the effect no earlier than now, as
-    their effect events would have had them), and the earliest of them."""
-    lo = min(effects)
-    if lo >= now:                      # always so far (a READ takes effect after its post): no clamp
-        keys = [(effect, seq()) for effect in effects]
-        return keys, keys[effects.index(lo)]   # the first of the earliest: the least sequence number
-    keys = [(effect if effect > now else now, seq()) for effect in effects]
-    return keys, min(keys)
 
 
 _PACK_READS = None      # shm.readmany.pack_reads's entry point, made on the first read_many
@@ -953,20 +941,27 @@ class VerbBatch:
     def _defer(self, dst: int, qp, items, rows, now: int, copy: bool = True) -> None:
         """A batch of single-line READs: they land at its completion, or before a write to their
         node that comes after them (shm/deferred.py); each keeps the place (time, sequence
-        number) its own event would have had. ``items``: the queued verbs, or a read_many block
+        number) its own event would have had: the batch takes the READs' numbers at once, in
+        posting order (``NumberedReads``). ``items``: the queued verbs, or a read_many block
         (:class:`Reads`); ``copy``: the rows are the thread's, shared by its posts of one size."""
-        keys, first = _places(rows[:, nic.WR_OUT].tolist(), now, self._next_seq)
+        effects = rows[:, nic.WR_OUT].tolist()
+        n = len(effects)
+        seq0 = self.env.take_seqs(n)
         done = int(rows[-1, nic.WR_OUT + 1])   # the last completion: a QP completes in posting order (nic)
         thr = self.thread
         rkey = thr._rkeys.get((dst, REGION_HOST))
         if rkey is None:
             rkey = thr.rkey(dst, REGION_HOST)
-        batch = ReadBatch(thr.fabric.memory[dst], rkey, rows.copy() if copy else rows, keys, items, thr.buf, dst,
-                          sample=self._sample)
-        self._dr.add(batch, first)
+        batch = NumberedReads(thr.fabric.memory[dst], rkey, rows.copy() if copy else rows, None, items, thr.buf, dst,
+                              sample=self._sample)
+        batch.seq0 = seq0
+        batch.floor = now
+        lo = min(effects)
+        # the earliest place: the first of the earliest effects (a READ takes effect after its
+        # post, so no place is clamped to now; min over the places where one would be)
+        self._dr.add(batch, (lo, seq0 + effects.index(lo)) if lo >= now else None)
         self._outstanding += 1
-        heappush(self._heap, (done if done > now else now, self._next_seq(), self._batch_done_cb,
-                              (qp, len(keys), batch)))
+        heappush(self._heap, (done if done > now else now, self._next_seq(), self._batch_done_cb, (qp, n, batch)))
 
     def _land(self, item) -> None:
         if self._landings:

@@ -65,6 +65,7 @@ C_OP, C_LEN, C_OFF, C_REGION, C_STATE, C_LOFF = (nic.WR_OP, nic.WR_LEN, nic.WR_O
 # A row's C_STATE after it landed (before, it holds the request's non-negative model flags), or
 # after its owner handed it back to an effect event of its own (raw verbs: the module docstring)
 LANDED, FAILED, HANDED_BACK = -1, -2, -3
+C_EFFECT = nic.WR_OUT          # a row's effect time, once the model has priced it
 _OFFSET_MASK = (1 << OFFSET_BITS) - 1
 # Batches of at least this many one-line READs are deferred (shm/coro.py and shm/verbs.py). Below it, a
 # deferred batch's fixed cost (its record, the node's heap, one compiled call) exceeds the one
@@ -155,26 +156,29 @@ def sample_entry(mem, lbuf, cols: int):
 class ReadBatch:
     """The single-line READs of one post, landing late (see the module docstring)."""
 
-    __slots__ = ("mem", "rkey", "rows", "keys", "items", "lbuf", "node", "left", "owner", "failed", "sample")
+    __slots__ = ("mem", "rkey", "rows", "keys", "items", "lbuf", "node", "n", "left", "owner", "failed", "sample")
 
-    def __init__(self, mem, rkey: int, rows, keys: list, items: list, lbuf, node: int, owner=None,
-                 sample=sample_reads):
+    def __init__(self, mem, rkey: int, rows, keys, items, lbuf, node: int, owner=None, sample=sample_reads):
         self.mem = mem              # the node's memory (shm.fabric.NodeMemory)
         self.rkey = rkey
         self.rows = rows            # a private copy: C_STATE tells which rows landed
-        self.keys = keys            # (effect ns, seq) per row: its place in the total order
+        self.keys = keys            # (effect ns, seq) per row: its place in the total order (see places())
         self.items = items          # the coroutine's queued verbs (handles at index 8), or a raw post's work requests
         self.lbuf = lbuf            # where they land: the posting thread's buffer, or a raw post's node memory
         self.node = node
-        self.left = len(keys)       # rows not landed yet
+        self.n = self.left = rows.shape[0]   # rows, and rows not landed yet
         self.owner = owner          # raw verbs: the QP that takes rows back (``owner._undefer()``)
         self.failed = 0             # rows that landed FAILED (their rkey check failed at landing)
         self.sample = sample        # sample_reads, or its entry point for these arrays (sample_entry)
 
+    def places(self) -> list:
+        """Each row's place in the total order, ``(effect ns, sequence number)``."""
+        return self.keys
+
     def first(self):
         """The earliest place of a row not landed yet."""
         rows = self.rows
-        return min(k for i, k in enumerate(self.keys) if rows[i, C_STATE] >= 0)
+        return min(k for i, k in enumerate(self.places()) if rows[i, C_STATE] >= 0)
 
     def land(self, lo: int, hi: int) -> None:
         mem = self.mem
@@ -183,9 +187,9 @@ class ReadBatch:
     def land_before(self, key) -> bool:
         """Land the rows whose place comes before ``key``; True if rows are left."""
         rows = self.rows
-        keys = self.keys
+        keys = self.places()
         if max(keys) < key:                 # all of them: one call
-            self.land(0, len(keys))
+            self.land(0, self.n)
             self.left = 0
             return False
         for i, k in enumerate(keys):
@@ -193,6 +197,21 @@ class ReadBatch:
                 self.land(i, i + 1)
                 self.left -= 1
         return self.left > 0
+
+
+class NumberedReads(ReadBatch):
+    """A batch whose rows took consecutive sequence numbers from ``seq0`` (a coroutine's post:
+    ``env.take_seqs``): row ``i``'s place is ``(max(effect, floor), seq0 + i)``, its effect time in
+    the rows' model outputs and ``floor`` the time of the post. Its places are made only when
+    asked (a write to its node before its completion), not one tuple per READ at every post."""
+
+    __slots__ = ("seq0", "floor")
+
+    def places(self) -> list:
+        floor = self.floor
+        seq0 = self.seq0
+        return [(effect if effect > floor else floor, seq0 + i)
+                for i, effect in enumerate(self.rows[:, C_EFFECT].tolist())]
 
 
 def _first_due(h: list) -> int:
@@ -236,13 +255,13 @@ class DeferredReads:
             # pops them, so drop them once they are half of it
             h[:] = [e for e in h if e[2].left]
             heapify(h)
-        t, s = min(batch.keys) if first is None else first
+        t, s = min(batch.places()) if first is None else first
         heappush(h, (t, s, batch))
 
     def complete(self, batch: ReadBatch) -> None:
         """The batch completes now: land what is left of it (its heap entry goes stale)."""
         if batch.left:
-            batch.land(0, len(batch.keys))
+            batch.land(0, batch.n)
             batch.left = 0
             self.live[batch.node] -= 1
 
@@ -259,7 +278,7 @@ class DeferredReads:
         if not batch.left:
             return []
         rows = batch.rows
-        back = [i for i in range(len(batch.keys)) if rows[i, C_STATE] >= 0]
+        back = [i for i in range(batch.n) if rows[i, C_STATE] >= 0]
         for i in back:
             rows[i, C_STATE] = HANDED_BACK
         self.handed += 1

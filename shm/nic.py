@@ -572,6 +572,16 @@ def model_post_rows(tbl, prm, descs, rq, rs, qp, db, t_ns, rows):
 
 
 @njit(cache=True)
+def retire_and_price(tbl, prm, descs, rq, rs, qp, db, t_ns, rows, done):
+    """:func:`retire` of node ``rq``'s ``done`` completions since its last post, then
+    :func:`model_post_rows` of its next post: the order a post takes them in (shm/verbs.py
+    ``QP.model_post``), in one call from Python instead of two (a call unboxes its arrays again)."""
+    if done:
+        retire(tbl, descs[rq], done)
+    return model_post_rows(tbl, prm, descs, rq, rs, qp, db, t_ns, rows)
+
+
+@njit(cache=True)
 def model_post_rows_staged(tbl, prm, descs, rq, rs, qp, db, t_ns, rows, stages):
     """:func:`model_post_rows` that also writes each work request's stage times (ps, the
     ``ST_*`` columns) into ``stages`` (``len(rows)`` x ``N_STAGES`` int64): what a trace shows

@@ -595,14 +595,15 @@ class QP:
         # read by the tracer (shm/sim/trace.py), which prices the same post stage by stage
         self.model_state = nic.new_qp_state(prof.qp.max_rd_atomic)
         self.model_state[nic.Q_SALT] = (self.node << 32) | (self.qp_num & 0xFFFFFFFF)   # its chaos stream
-        # the model's compiled entry for this QP's argument types (shm/kernels.py): a post skips
-        # numba's typing of its nine arguments
         fabric = self.fabric
-        self._price = entry(nic.model_post_rows, fabric.table, fabric.params, fabric.descriptors, self.node, 0,
-                            self.model_state, self.doorbell, 0, np.zeros((1, nic.WR_COLS), np.int64))
-        # the same for retiring completions (at the node's next post: unretired_of) and for the
-        # landings and checks of a work request: its local buffer is always this node's host or
-        # device memory, the fabric's own arrays
+        # the model's compiled entry for this QP's argument types (shm/kernels.py): a post skips
+        # numba's typing of its ten arguments; it retires the node's completions since its last
+        # post first (unretired_of)
+        self._price = entry(nic.retire_and_price, fabric.table, fabric.params, fabric.descriptors, self.node, 0,
+                            self.model_state, self.doorbell, 0, np.zeros((1, nic.WR_COLS), np.int64), 0)
+        # the same for retiring completions where a tracer prices the post, and for the landings
+        # and checks of a work request: its local buffer is always this node's host or device
+        # memory, the fabric's own arrays
         self._retire = entry(nic.retire, fabric.table, ctx.desc, 0)
         self._unretired = unretired_of(fabric)
         self._kernels = host_kernels(fabric, fabric.memory[self.node].host)
@@ -862,14 +863,15 @@ class QP:
         done = self._unretired[self.node]
         if done:                        # the node's completions since its last post (unretired_of)
             self._unretired[self.node] = 0
-            self._retire(fabric.table, self.ctx.desc, done)
         cpu = fabric.profile.cpu
         tracer = env.tracer
-        if tracer is None:
+        if tracer is None:              # retired, then priced, in one call
             cpu_free = self.cpu_free = self._price(
                 fabric.table, fabric.params, fabric.descriptors, self.node, dst, self.model_state, self.doorbell,
-                start + cpu.post_ns + cpu.wqe_ns * rows.shape[0], rows)
+                start + cpu.post_ns + cpu.wqe_ns * rows.shape[0], rows, done)
         else:                           # the same prices, with the stages recorded (shm/sim/trace.py)
+            if done:
+                self._retire(fabric.table, self.ctx.desc, done)
             cpu_free = self.cpu_free = tracer.post(self, dst, rows, start,
                                                    start + cpu.post_ns + cpu.wqe_ns * rows.shape[0], user, proc)
         if proc is not None:

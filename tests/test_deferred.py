@@ -174,7 +174,7 @@ def test_in_a_rack_of_processes_deferred_reads_count_in_the_frontier_until_they_
                 assert env.deferred_reads is dr and dr.live[MN] == 1
                 first = min(dr.heaps[MN])[0]
                 assert env.frontiers()[0] == first          # the READ is what others wait for
-                last = max(dr.heaps[MN][0][2].keys)[0]
+                last = max(dr.heaps[MN][0][2].places())[0]
                 yield last + 1 - env.now                     # past every effect time of the batch
                 seen["before"] = dr.live[MN]
                 dr.land_past(env.now)                        # as a visit to the clock table does

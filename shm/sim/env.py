@@ -55,7 +55,8 @@ times, and the entries it schedules are still ``(t, seq, fn, arg)`` tuples on th
 * ``env.schedule(t, fn, *args)``: call ``fn(*args)`` at ``t`` (clamped to now).  Per-verb code
   fetches the queue once, ``heap, next_seq = env.event_queue()``, and pushes
   ``heappush(heap, (t, next_seq(), fn, arg))`` itself (``t >= now``: the caller clamps): the same
-  entry, without a call.  ``env.peek()`` is the time of the next entry.
+  entry, without a call.  ``env.peek()`` is the time of the next entry.  ``env.take_seqs(n)``
+  draws ``n`` consecutive sequence numbers at once (places for entries kept out of the queue).
 * ``env.seed``: the seed the environment was made with (read-only), from which models derive
   their own random streams.
 * ``env.succeed_last(ev, value)``: ``ev.succeed(value)`` as the last action of a heap callback
@@ -74,7 +75,7 @@ from __future__ import annotations
 
 import random
 from heapq import heappop, heappush
-from itertools import count
+from itertools import count, islice
 from typing import Any, Callable, Iterable, NamedTuple
 
 __all__ = [
@@ -465,7 +466,7 @@ class Process(Event):
 
 class Environment:
     """Virtual-time scheduler; see the module docstring."""
-    __slots__ = ("now", "rng", "active_process", "on_message", "_heap", "_next_seq", "_alive",
+    __slots__ = ("now", "rng", "active_process", "on_message", "_heap", "_next_seq", "_seqs", "_alive",
                  "_events", "_sync", "_seed", "_inline", "seq_now", "lookahead_ns", "_effects", "_writes",
                  "deferred_reads", "synced", "tracer")
 
@@ -479,7 +480,8 @@ class Environment:
         self.active_process: Process | None = None
         self.on_message: Callable[[int, tuple], Any] = self._no_handler
         self._heap: list = []
-        self._next_seq = count().__next__
+        self._seqs = count()      # the entries' sequence numbers (take_seqs draws several at once)
+        self._next_seq = self._seqs.__next__
         self._alive = 0
         self._events = 0
         self._inline = False      # True while _run_local runs: see succeed_last
@@ -546,6 +548,15 @@ class Environment:
         without a Python call (see "The low-level API" in the module docstring).  Fetch it once
         (e.g. when a coroutine is made), not per entry."""
         return self._heap, self._next_seq
+
+    def take_seqs(self, n: int) -> int:
+        """Draw ``n`` (>= 1) consecutive sequence numbers at once and return the first: places in
+        the total order for entries kept out of the queue (shm/deferred.py's READs), the numbers
+        ``n`` calls of ``next_seq`` would have drawn (in C: no Python loop)."""
+        first = self._next_seq()
+        if n > 1:
+            next(islice(self._seqs, n - 2, None))
+        return first
 
     def start_at(self, t_ns: int) -> None:
         """Set the clock of an environment that has run nothing yet: a node that joins a rack
