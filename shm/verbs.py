@@ -430,6 +430,9 @@ class AH:
         self.node = pd.ctx.fabric.node_index(node)
 
 
+_NEVER = 1 << 62       # a CQ's wake threshold with no one waiting: no length of its entries reaches it
+
+
 class CQ:
     """A completion queue; ``poll`` takes what has completed by now, ``wait`` is an event that
     fires when something (or ``min_entries`` completions) is there, so a process needs not spin in
@@ -443,34 +446,51 @@ class CQ:
         self.cqe = cqe
         self._entries: list[WC] = []
         self._head = 0
-        self._waiters: list = []
+        self._waiters: list = []        # (event, min_entries) of each wait() not yet satisfied
+        # what a push compares: the entries' length at which the CQ is full (head + cqe), and at
+        # which the first waiter is satisfied (head + its min_entries; _NEVER with none): two
+        # comparisons a completion instead of the counts and the waiter list worked out each time
+        self._full_at = cqe
+        self._wake_at = _NEVER
         self._poll_ns = ctx.fabric.profile.cpu.poll_ns
 
     def _push(self, wc: WC, last: bool = False) -> None:
         """Queue ``wc``, waking the waiters it satisfies. ``last``: the push is the last action of
         its heap callback (a send completion), so a single waiter's wake may run at once
         (``Environment.succeed_last``: the same order and event count, one heap entry less)."""
-        if len(self._entries) - self._head >= self.cqe:
+        entries = self._entries
+        if len(entries) >= self._full_at:
             raise PyverbsRDMAError(f"CQ overrun: more than {self.cqe} unpolled completions", errno.ENOSPC)
-        self._entries.append(wc)
-        if self._waiters:
-            have = len(self._entries) - self._head
-            if len(self._waiters) == 1:          # the common case: one process waits
-                ev, need = self._waiters[0]
-                if have >= need:
-                    self._waiters = []
-                    if last:
-                        self.env.succeed_last(ev)
-                    else:
-                        ev.succeed()
-                return
-            waiting = []
-            for ev, need in self._waiters:
-                if have >= need:
-                    ev.succeed()
-                else:
-                    waiting.append((ev, need))
-            self._waiters = waiting
+        entries.append(wc)
+        if len(entries) >= self._wake_at:
+            self._wake(last)
+
+    def _wake(self, last: bool) -> None:
+        """Fire the waiters the entries satisfy now (in the order they waited)."""
+        have = len(self._entries) - self._head
+        if len(self._waiters) == 1:          # the common case: one process waits
+            ev = self._waiters[0][0]
+            self._waiters = []
+            self._wake_at = _NEVER
+            if last:
+                self.env.succeed_last(ev)
+            else:
+                ev.succeed()
+            return
+        waiting = []
+        for ev, need in self._waiters:
+            if have >= need:
+                ev.succeed()
+            else:
+                waiting.append((ev, need))
+        self._waiters = waiting
+        self._thresholds()
+
+    def _thresholds(self) -> None:
+        """Work out :attr:`_full_at` and :attr:`_wake_at` again (the head moved, or the waiters changed)."""
+        head = self._head
+        self._full_at = head + self.cqe
+        self._wake_at = head + min(need for _, need in self._waiters) if self._waiters else _NEVER
 
     def poll(self, num_entries: int = 1) -> tuple[int, list[WC]]:
         proc = self.env.active_process
@@ -486,6 +506,8 @@ class CQ:
             if self._head > 1024 and self._head * 2 > len(entries):
                 del entries[:self._head]
                 self._head = 0
+        if self._head or self._full_at != self.cqe or self._waiters:
+            self._thresholds()
         if got:
             # each send completion polled frees its QP's send-queue slots: counted per run of one QP's
             qps, node = self.ctx.host.qps, self.ctx.node
@@ -513,6 +535,9 @@ class CQ:
             ev.succeed()
         else:
             self._waiters.append((ev, min_entries))
+            at = self._head + min_entries
+            if at < self._wake_at:
+                self._wake_at = at
         return ev
 
     def __len__(self) -> int:

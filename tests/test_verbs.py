@@ -764,3 +764,50 @@ def test_cq_wait_for_several_completions_wakes_once_all_are_there(rack):
     assert 0 < first < all_four             # the 4th completion comes after the 1st
     with pytest.raises(Exception, match="min_entries"):
         rack.cq.wait(0)
+
+
+def test_cq_waiters_fire_when_their_counts_are_reached_through_polls_and_overrun():
+    """A CQ's waits against a plain model of them: waiters of several sizes, partial polls,
+    completions past its size; each wait fires at the push that gives it its count (in the order
+    they waited), and a push beyond ``cqe`` unpolled completions is refused."""
+    import random
+
+    from shm.verbs import CQ, WC, PyverbsRDMAError
+
+    rng = random.Random(7)
+    env = Environment()
+    ctx = SimpleNamespace(env=env, fabric=SimpleNamespace(profile=SimpleNamespace(cpu=SimpleNamespace(poll_ns=0))),
+                          host=SimpleNamespace(qps={}), node=0)
+    cq = CQ(ctx, cqe=6)
+    unpolled, waiting, fired, n = 0, [], [], 0     # the model: unpolled count, (id, need) waiting
+    events, overruns = {}, 0
+    for step in range(3000):
+        op = rng.random()
+        if op < 0.45:
+            wc = WC(n, 0, IBV_WC_RECV, 8, 1, 0, 0, 0, 0)
+            if unpolled >= 6:
+                with pytest.raises(PyverbsRDMAError, match="overrun"):
+                    cq._push(wc)
+                overruns += 1
+                continue
+            cq._push(wc)
+            n += 1
+            unpolled += 1
+            now = [w for w in waiting if unpolled >= w[1]]
+            waiting = [w for w in waiting if unpolled < w[1]]
+            fired += [w[0] for w in now]
+        elif op < 0.75:
+            k = rng.randint(1, 4)
+            got, wcs = cq.poll(k)
+            assert got == min(k, unpolled) == len(wcs)
+            unpolled -= got
+        else:
+            need = rng.randint(1, 5)
+            ev = events[step] = cq.wait(need)
+            if unpolled >= need:
+                fired.append(step)
+            else:
+                waiting.append((step, need))
+        assert len(cq) == unpolled
+        assert sorted(s for s, ev in events.items() if ev.triggered) == sorted(fired)
+    assert overruns > 50 and len(fired) > 300      # both paths taken, many times
