@@ -848,7 +848,7 @@ class VerbBatch:
         A block that may not be deferred goes READ by READ through the path ``read`` takes."""
         dst = reads.node
         rows = reads.rows
-        n = rows.shape[0]
+        n = len(rows)
         if n < DEFER_MIN or self._dr is None or self.thread._throttle \
                 or (self._nvm is not None and dst in self._nvm.images):
             self._submit(dst, reads._items())
@@ -947,7 +947,7 @@ class VerbBatch:
         effects = rows[:, nic.WR_OUT].tolist()
         n = len(effects)
         seq0 = self.env.take_seqs(n)
-        done = int(rows[-1, nic.WR_OUT + 1])   # the last completion: a QP completes in posting order (nic)
+        done = rows.item(n - 1, nic.WR_OUT + 1)   # the last completion: a QP completes in posting order (nic)
         thr = self.thread
         rkey = thr._rkeys.get((dst, REGION_HOST))
         if rkey is None:

@@ -166,7 +166,7 @@ class ReadBatch:
         self.items = items          # the coroutine's queued verbs (handles at index 8), or a raw post's work requests
         self.lbuf = lbuf            # where they land: the posting thread's buffer, or a raw post's node memory
         self.node = node
-        self.n = self.left = rows.shape[0]   # rows, and rows not landed yet
+        self.n = self.left = len(rows)   # rows, and rows not landed yet
         self.owner = owner          # raw verbs: the QP that takes rows back (``owner._undefer()``)
         self.failed = 0             # rows that landed FAILED (their rkey check failed at landing)
         self.sample = sample        # sample_reads, or its entry point for these arrays (sample_entry)

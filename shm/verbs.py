@@ -893,7 +893,7 @@ class QP:
         if tracer is None:              # retired, then priced, in one call
             cpu_free = self.cpu_free = self._price(
                 fabric.table, fabric.params, fabric.descriptors, self.node, dst, self.model_state, self.doorbell,
-                start + cpu.post_ns + cpu.wqe_ns * rows.shape[0], rows, done)
+                start + cpu.post_ns + cpu.wqe_ns * len(rows), rows, done)
         else:                           # the same prices, with the stages recorded (shm/sim/trace.py)
             if done:
                 self._retire(fabric.table, self.ctx.desc, done)
