@@ -57,8 +57,8 @@ from shm.landing import ALL_LANDED, begin_landing, flush_due, pending_writes_of
 from shm.failpoints import ARMED_POINTS, failpoint
 from shm.smart import ConflictController, SmartConfig, SmartStats, WrTuner
 from shm.fabric import (
-    MAX_NODES, OFFSET_BITS, REGION_BITS, REGION_HOST, HostKernels, format_gaddr, gaddr, gaddr_node, gaddr_offset,
-    gaddr_region, host_kernels,
+    NODE_MASK, NODE_SHIFT, OFFSET_BITS, OFFSET_MASK, REGION_HOST, REGION_MASK, HostKernels, format_gaddr, gaddr,
+    gaddr_node, gaddr_offset, gaddr_region, host_kernels,
 )
 from shm.verbs import (
     IBV_WC_REM_ACCESS_ERR, IBV_WC_SUCCESS, IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD,
@@ -75,10 +75,6 @@ POLICIES = ("shared_qp", "multiplexed_qp", "per_thread_qp", "per_thread_doorbell
 CONNECT_ORDERS = ("on_first_post", "by_memory_node")
 
 # gaddr fields, inlined on the hot path (the same arithmetic as gaddr_node/region/offset)
-_NODE_SHIFT = REGION_BITS + OFFSET_BITS
-_NODE_MASK = MAX_NODES - 1
-_REGION_MASK = (1 << REGION_BITS) - 1
-_OFFSET_MASK = (1 << OFFSET_BITS) - 1
 
 # A batch for the NIC model is one int64 row per work request (the layout: nic.WR_*): model
 # opcode, length, offset, region, flags (nic.FLAG_FENCE after co.fence(); never inline), then the
@@ -829,16 +825,16 @@ class VerbBatch:
                 self._post_many(pending[0])
                 return
             pending = [item for e in pending for item in (e._items() if type(e) is Reads else (e,))]
-        dst = pending[0][1] >> _NODE_SHIFT & _NODE_MASK
+        dst = pending[0][1] >> NODE_SHIFT & NODE_MASK
         for item in pending:
-            if item[1] >> _NODE_SHIFT & _NODE_MASK != dst:
+            if item[1] >> NODE_SHIFT & NODE_MASK != dst:
                 break
         else:                            # the common case: a single destination
             self._submit(dst, pending)
             return
         by_node: dict[int, list] = {}
         for item in pending:
-            by_node.setdefault(item[1] >> _NODE_SHIFT & _NODE_MASK, []).append(item)
+            by_node.setdefault(item[1] >> NODE_SHIFT & NODE_MASK, []).append(item)
         for dst, items in by_node.items():
             self._submit(dst, items)
 
@@ -898,7 +894,7 @@ class VerbBatch:
         pos = 0
         for item in items:
             addr = item[1]
-            _PACK_WR(rows, pos, MODEL_OPCODE[item[0]], item[2], addr & _OFFSET_MASK, addr >> OFFSET_BITS & _REGION_MASK,
+            _PACK_WR(rows, pos, MODEL_OPCODE[item[0]], item[2], addr & OFFSET_MASK, addr >> OFFSET_BITS & REGION_MASK,
                      item[9], 0, 0, 0, item[3])
             pos += _WR_BYTES
         # deferred (shm/deferred.py): every request a one-line host READ, and not of persistent
@@ -971,8 +967,8 @@ class VerbBatch:
             self._landings = flush_due(self._landings, self.env.now)
         op, addr, length, off, a, b, am, bm, h, _ = item
         thr = self.thread
-        dst = addr >> _NODE_SHIFT & _NODE_MASK
-        region = addr >> OFFSET_BITS & _REGION_MASK
+        dst = addr >> NODE_SHIFT & NODE_MASK
+        region = addr >> OFFSET_BITS & REGION_MASK
         rkey = thr._rkeys.get((dst, region))
         if rkey is None:
             rkey = thr.rkey(dst, region)
@@ -983,7 +979,7 @@ class VerbBatch:
         if op == IBV_WR_RDMA_READ and region == REGION_HOST:
             # the common case of apply_one_sided, inlined (dst is the address's node by construction)
             mem = thr.fabric.memory[dst]
-            status = IBV_WC_SUCCESS if self._kernels.read_write(True, mem.mrt, rkey, REGION_HOST, addr & _OFFSET_MASK,
+            status = IBV_WC_SUCCESS if self._kernels.read_write(True, mem.mrt, rkey, REGION_HOST, addr & OFFSET_MASK,
                                                                 length, mem.host, mem.host_locks, thr.buf, off, False) \
                 else IBV_WC_REM_ACCESS_ERR
         else:
@@ -1002,7 +998,7 @@ class VerbBatch:
         op, addr, length, off, a, b, am, bm, h, _ = item
         thr = self.thread
         kind = NVM_KIND[op]
-        roff = addr & _OFFSET_MASK
+        roff = addr & OFFSET_MASK
         old = nvm.before(kind, dst, roff, length)
         status = apply_one_sided(thr.fabric, dst, op, addr, rkey, thr.buf, off, length, a, b, am, bm, self.env)
         h.status = status
@@ -1021,7 +1017,7 @@ class VerbBatch:
             self._landings = flush_due(self._landings, self.env.now)
         op, addr, length, off, a, b, am, bm, h, _ = item
         thr = self.thread
-        dst = addr >> _NODE_SHIFT & _NODE_MASK
+        dst = addr >> NODE_SHIFT & NODE_MASK
         rkey = thr._rkeys.get((dst, REGION_HOST))
         if rkey is None:
             rkey = thr.rkey(dst, REGION_HOST)
@@ -1031,13 +1027,13 @@ class VerbBatch:
         if nvm is not None and dst in nvm.images:
             # persistent memory (shm/nvm.py): a WRITE's lines are copied before its first lands
             # and the whole WRITE recorded (a flush comes after its last line: RC order)
-            nvm.before(NVM_KIND[op], dst, addr & _OFFSET_MASK, length)
+            nvm.before(NVM_KIND[op], dst, addr & OFFSET_MASK, length)
         else:
             nvm = None
-        landing = begin_landing(self.env, thr.fabric, dst, is_read, addr & _OFFSET_MASK, length, rkey, thr.buf, off,
+        landing = begin_landing(self.env, thr.fabric, dst, is_read, addr & OFFSET_MASK, length, rkey, thr.buf, off,
                                 lo, hi, self._kernels)
         if nvm is not None and landing is not None:
-            nvm.after(thr.qp(dst), NVM_KIND[op], dst, addr & _OFFSET_MASK, length, None, thr.buf[off:off + length])
+            nvm.after(thr.qp(dst), NVM_KIND[op], dst, addr & OFFSET_MASK, length, None, thr.buf[off:off + length])
         if landing is None:
             h.status = IBV_WC_REM_ACCESS_ERR
             thr.errors += 1

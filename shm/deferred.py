@@ -53,7 +53,7 @@ import numpy as np
 from numba import njit
 
 from shm import nic
-from shm.fabric import OFFSET_BITS, REGION_HOST, remote_read_write
+from shm.fabric import OFFSET_MASK, REGION_HOST, remote_read_write
 from shm.kernels import entry
 
 INF = (1 << 63) - 1
@@ -66,7 +66,6 @@ C_OP, C_LEN, C_OFF, C_REGION, C_STATE, C_LOFF = (nic.WR_OP, nic.WR_LEN, nic.WR_O
 # after its owner handed it back to an effect event of its own (raw verbs: the module docstring)
 LANDED, FAILED, HANDED_BACK = -1, -2, -3
 C_EFFECT = nic.WR_OUT          # a row's effect time, once the model has priced it
-_OFFSET_MASK = (1 << OFFSET_BITS) - 1
 # Batches of at least this many one-line READs are deferred (shm/coro.py and shm/verbs.py). Below it, a
 # deferred batch's fixed cost (its record, the node's heap, one compiled call) exceeds the one
 # event per READ it saves: in verbs per CPU second of the coroutine loop, deferral was 0.84x at
@@ -99,7 +98,7 @@ def raw_one_line_reads_py(rows, here, there, span) -> bool:
     the posting QP's MR checks cover. The reference of :func:`raw_one_line_reads`."""
     rkey = rows[0, nic.WR_RKEY]
     lkey = rows[0, nic.WR_LKEY]
-    rlo = llo = _OFFSET_MASK
+    rlo = llo = OFFSET_MASK
     rhi = lhi = 0
     for i in range(rows.shape[0]):
         off = rows[i, C_OFF]

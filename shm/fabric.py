@@ -37,7 +37,12 @@ NODE_BITS = 12
 REGION_BITS = 4
 OFFSET_BITS = 48
 MAX_NODES = 1 << NODE_BITS
-_OFFSET_MASK = (1 << OFFSET_BITS) - 1
+# a global address is node | region | offset, high bits to low: the fields' shifts and masks,
+# declared here once for every module that takes addresses apart on a hot path (no call)
+NODE_SHIFT = REGION_BITS + OFFSET_BITS
+NODE_MASK = MAX_NODES - 1
+REGION_MASK = (1 << REGION_BITS) - 1
+OFFSET_MASK = (1 << OFFSET_BITS) - 1
 
 REGION_HOST = nic.REGION_HOST
 REGION_DEVICE = nic.REGION_DEVICE
@@ -50,21 +55,21 @@ def gaddr(node: int, offset: int, region: int = REGION_HOST) -> int:
         raise ValueError(f"global address: node {node} out of range 0..{MAX_NODES - 1}")
     if region not in REGION_NAMES:
         raise ValueError(f"global address: unknown region {region}")
-    if not 0 <= offset <= _OFFSET_MASK:
+    if not 0 <= offset <= OFFSET_MASK:
         raise ValueError(f"global address: offset {offset:#x} does not fit in {OFFSET_BITS} bits")
-    return (node << (REGION_BITS + OFFSET_BITS)) | (region << OFFSET_BITS) | offset
+    return (node << NODE_SHIFT) | (region << OFFSET_BITS) | offset
 
 
 def gaddr_node(a: int) -> int:
-    return (a >> (REGION_BITS + OFFSET_BITS)) & (MAX_NODES - 1)
+    return (a >> NODE_SHIFT) & NODE_MASK
 
 
 def gaddr_region(a: int) -> int:
-    return (a >> OFFSET_BITS) & ((1 << REGION_BITS) - 1)
+    return (a >> OFFSET_BITS) & REGION_MASK
 
 
 def gaddr_offset(a: int) -> int:
-    return a & _OFFSET_MASK
+    return a & OFFSET_MASK
 
 
 def format_gaddr(a: int) -> str:

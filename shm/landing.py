@@ -34,8 +34,8 @@ from __future__ import annotations
 
 from heapq import heappop, heappush
 
-from shm.fabric import (IBV_ACCESS_REMOTE_READ, IBV_ACCESS_REMOTE_WRITE, OFFSET_BITS, REGION_BITS, REGION_HOST, land_lines,
-                        mr_check, remote_read_write)
+from shm.fabric import (IBV_ACCESS_REMOTE_READ, IBV_ACCESS_REMOTE_WRITE, OFFSET_BITS, OFFSET_MASK, REGION_HOST,
+                        REGION_MASK, land_lines, mr_check, remote_read_write)
 
 
 class _Landed:
@@ -201,8 +201,6 @@ class Landing:
 
 
 ALL_BYTES = 1 << 62       # the end of a write's byte range when it may change any byte of the node
-_OFFSET_MASK = (1 << OFFSET_BITS) - 1
-_REGION_MASK = (1 << REGION_BITS) - 1
 
 
 class PendingWrites:
@@ -232,8 +230,8 @@ class PendingWrites:
         """A one-sided WRITE or atomic of ``length`` bytes at global address ``addr`` (on ``node``),
         landing between ``a`` and ``b``: its bytes if they are host memory; a write to NIC device
         memory, another array, cannot change what a host READ returns, but counts as any byte."""
-        if addr >> OFFSET_BITS & _REGION_MASK == REGION_HOST:
-            off = addr & _OFFSET_MASK
+        if addr >> OFFSET_BITS & REGION_MASK == REGION_HOST:
+            off = addr & OFFSET_MASK
             self.add(node, a, b, off, off + length)
         else:
             self.add(node, a, b)

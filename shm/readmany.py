@@ -23,13 +23,9 @@ import numpy as np
 from numba import njit
 
 from shm import nic
-from shm.fabric import MAX_NODES, NODE_BITS, OFFSET_BITS, REGION_BITS, REGION_HOST
+from shm.fabric import NODE_BITS, NODE_MASK, NODE_SHIFT, OFFSET_BITS, OFFSET_MASK, REGION_HOST, REGION_MASK
 from shm.kernels import entry
 
-_NODE_SHIFT = REGION_BITS + OFFSET_BITS
-_NODE_MASK = MAX_NODES - 1
-_REGION_MASK = (1 << REGION_BITS) - 1
-_OFFSET_MASK = (1 << OFFSET_BITS) - 1
 #: added to :func:`pack_reads`'s node when every READ is a one-line READ of host memory
 ONE_LINE_HOST = 1 << NODE_BITS
 
@@ -42,16 +38,16 @@ def pack_reads_py(rows, addrs, length, base, stride, flags):
     :data:`ONE_LINE_HOST` if each READ stays within one 64-byte line of host memory; -1 if they
     name more than one node, -2 if one is negative as an int64 (a node of 2,048 or above, or a
     negative address): the caller queues those READ by READ."""
-    node = (addrs[0] >> _NODE_SHIFT) & _NODE_MASK     # masked: an arithmetic shift keeps the bits
+    node = (addrs[0] >> NODE_SHIFT) & NODE_MASK     # masked: an arithmetic shift keeps the bits
     one_line = True
     for i in range(addrs.shape[0]):
         a = addrs[i]
         if a < 0:
             return -2
-        if (a >> _NODE_SHIFT) & _NODE_MASK != node:
+        if (a >> NODE_SHIFT) & NODE_MASK != node:
             return -1
-        off = a & _OFFSET_MASK
-        region = (a >> OFFSET_BITS) & _REGION_MASK
+        off = a & OFFSET_MASK
+        region = (a >> OFFSET_BITS) & REGION_MASK
         rows[i, nic.WR_OP] = nic.VERB_READ
         rows[i, nic.WR_LEN] = length
         rows[i, nic.WR_OFF] = off

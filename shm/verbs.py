@@ -37,8 +37,8 @@ from shm import nic
 from shm.kernels import entry
 from shm.fabric import (
     IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_READ, IBV_ACCESS_REMOTE_WRITE,
-    ATOMIC_CAS, ATOMIC_FAA, ATOMIC_MASKED_CAS, ATOMIC_MASKED_FAA, MAX_NODES, OFFSET_BITS, REGION_BITS, REGION_DEVICE,
-    REGION_HOST, Fabric, host_kernels,
+    ATOMIC_CAS, ATOMIC_FAA, ATOMIC_MASKED_CAS, ATOMIC_MASKED_FAA, MAX_NODES, NODE_MASK, NODE_SHIFT, OFFSET_BITS,
+    OFFSET_MASK, REGION_BITS, REGION_DEVICE, REGION_HOST, REGION_MASK, Fabric, host_kernels,
     remote_atomic, remote_read_write, copy_lines, format_gaddr, gaddr, gaddr_node, gaddr_offset,
     gaddr_region, mr_check, read_lines,
 )
@@ -739,11 +739,11 @@ class QP:
             if send_flags & IBV_SEND_FENCE:
                 flags |= nic.FLAG_FENCE   # waits for this QP's earlier READs and atomics
             addr = wr.remote_addr
-            high = addr >> _OFFSET_BITS   # the node and region bits (gaddr_node and gaddr_region, inlined)
+            high = addr >> OFFSET_BITS   # the node and region bits (gaddr_node and gaddr_region, inlined)
             try:
-                _PACK_RAW_WR(rows, pos, nic.VERB_SEND_UD if ud else spec[0], length, addr & _OFFSET_MASK,
-                             high & _REGION_MASK, flags, 0, 0, 0, laddr & _OFFSET_MASK, high & _PLACE_MASK,
-                             laddr >> _OFFSET_BITS & _PLACE_MASK, wr.rkey, lkey)
+                _PACK_RAW_WR(rows, pos, nic.VERB_SEND_UD if ud else spec[0], length, addr & OFFSET_MASK,
+                             high & REGION_MASK, flags, 0, 0, 0, laddr & OFFSET_MASK, high & _PLACE_MASK,
+                             laddr >> OFFSET_BITS & _PLACE_MASK, wr.rkey, lkey)
             except StructError:
                 # a value the row cannot hold: ibverbs' keys are 32 bits and its lengths 32 bits, so
                 # no such work request exists on hardware (pyverbs refuses it when it is set)
@@ -940,10 +940,10 @@ class QP:
     def _local_view(self, sge: SGE, access: int):
         """(bytes view, uint64 view, offset) of a local SGE, or None if its lkey does not cover it."""
         addr = sge.addr                 # gaddr_node, _region and _offset, inlined
-        if addr >> _NODE_SHIFT & _NODE_MASK != self.node:
+        if addr >> NODE_SHIFT & NODE_MASK != self.node:
             return None
-        region = addr >> _OFFSET_BITS & _REGION_MASK
-        off = addr & _OFFSET_MASK
+        region = addr >> OFFSET_BITS & REGION_MASK
+        off = addr & OFFSET_MASK
         mem = self.fabric.memory[self.node]
         if not self._kernels.check(mem.mrt, sge.lkey, region, off, sge.length, access):
             return None
@@ -985,10 +985,10 @@ class QP:
             return
         nvm = nvm_shadow_of(self.fabric) if self.fabric.nvm else None
         if nvm is not None and (dst not in nvm.images or op not in NVM_KIND
-                                or wr.remote_addr >> _OFFSET_BITS & _REGION_MASK != REGION_HOST):
+                                or wr.remote_addr >> OFFSET_BITS & REGION_MASK != REGION_HOST):
             nvm = None                   # DRAM, NIC device memory, or not a one-sided verb
         if nvm is not None:              # persistent memory: what a power failure keeps (shm/nvm.py)
-            off = wr.remote_addr & _OFFSET_MASK
+            off = wr.remote_addr & OFFSET_MASK
             old = nvm.before(NVM_KIND[op], dst, off, length)
         if len(arg) == 4:
             self._start_landing(p, dst, wr, local, length, arg[2], arg[3])
@@ -1008,8 +1008,8 @@ class QP:
         apply_one_sided for the whole range, then one line at a time (shm/landing.py)."""
         addr = wr.remote_addr
         landing = None
-        if addr >> _NODE_SHIFT & _NODE_MASK == dst and addr >> _OFFSET_BITS & _REGION_MASK == REGION_HOST:
-            landing = begin_landing(self.env, self.fabric, dst, wr.opcode == IBV_WR_RDMA_READ, addr & _OFFSET_MASK,
+        if addr >> NODE_SHIFT & NODE_MASK == dst and addr >> OFFSET_BITS & REGION_MASK == REGION_HOST:
+            landing = begin_landing(self.env, self.fabric, dst, wr.opcode == IBV_WR_RDMA_READ, addr & OFFSET_MASK,
                                     length, wr.rkey, local[0], local[2], lo, hi)
         if landing is None:
             p.status = IBV_WC_REM_ACCESS_ERR
@@ -1124,11 +1124,6 @@ _ATOMIC_KIND = {IBV_WR_ATOMIC_CMP_AND_SWP: ATOMIC_CAS, IBV_WR_ATOMIC_FETCH_AND_A
 
 
 _I64_BIAS = 1 << 63
-_OFFSET_BITS = OFFSET_BITS
-_REGION_MASK = (1 << REGION_BITS) - 1
-_NODE_SHIFT = REGION_BITS + OFFSET_BITS
-_NODE_MASK = MAX_NODES - 1
-_OFFSET_MASK = (1 << OFFSET_BITS) - 1
 
 
 def _i64(v: int) -> int:
@@ -1148,10 +1143,10 @@ def apply_one_sided(fabric: Fabric, dst: int, op: int, remote_addr: int, rkey: i
     ``nic.atomic_write_race`` (shm/atomic_race.py). ``kernels``: :class:`shm.fabric.HostKernels`
     for ``lbuf``'s type, used on host memory (a coroutine's verbs; the same machine code)."""
     # gaddr_region/_node/_offset, inlined: this runs once per work request
-    region = remote_addr >> _OFFSET_BITS & _REGION_MASK
-    if remote_addr >> _NODE_SHIFT & _NODE_MASK != dst or (region != REGION_HOST and region != REGION_DEVICE):
+    region = remote_addr >> OFFSET_BITS & REGION_MASK
+    if remote_addr >> NODE_SHIFT & NODE_MASK != dst or (region != REGION_HOST and region != REGION_DEVICE):
         return IBV_WC_REM_ACCESS_ERR
-    off = remote_addr & _OFFSET_MASK
+    off = remote_addr & OFFSET_MASK
     mem = fabric.memory[dst]
     if op != IBV_WR_RDMA_READ:
         before_write(fabric, dst)        # READs deferred past now land first (shm/deferred.py)

@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections import deque
 
 from shm.messages import SystemGaveUp
-from shm.fabric import OFFSET_BITS, REGION_BITS, REGION_DEVICE, gaddr
+from shm.fabric import NODE_SHIFT, OFFSET_MASK, REGION_DEVICE, gaddr
 
 FIELD_BITS = 16
 FIELD_MASK = (1 << FIELD_BITS) - 1
@@ -45,9 +45,7 @@ FIELDS_PER_WORD = 4
 RETRY_LIMIT = 100_000         # remote CAS attempts before a lock is declared stuck (SystemGaveUp)
 _HASH = 0x9E3779B97F4A7C15
 _U64 = (1 << 64) - 1
-_NODE_SHIFT = REGION_BITS + OFFSET_BITS
 _UNLOCKED = bytes(FIELD_BITS // 8)
-_OFFSET_MASK = (1 << OFFSET_BITS) - 1
 
 
 def slot_of(offset: int, slots: int) -> int:
@@ -116,8 +114,8 @@ class HoclClient:
 
     def lock_of(self, addr: int) -> tuple[int, int]:
         """The lock (word gaddr, shift) of the object at global address ``addr``."""
-        node = addr >> _NODE_SHIFT
-        return lock_address(node, self._lock_base[node], addr & _OFFSET_MASK, self.lock_slots, self.lock_region)
+        node = addr >> NODE_SHIFT
+        return lock_address(node, self._lock_base[node], addr & OFFSET_MASK, self.lock_slots, self.lock_region)
 
     def acquire(self, co, lock):
         """Generator: take the lock ``lock`` = (word gaddr, shift): locally first (queue behind this

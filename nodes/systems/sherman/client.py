@@ -36,7 +36,7 @@ from nodes.systems.lib.hocl import FIELD_MASK, HoclClient, LocalLocks
 from nodes.systems.lib.local_lock import LocalLockTable
 from nodes.systems.lib.reclaim import Reclaimer
 from nodes.systems.lib.shared import shared
-from shm.fabric import OFFSET_BITS, REGION_BITS, REGION_DEVICE, gaddr, gaddr_node, gaddr_offset
+from shm.fabric import REGION_DEVICE, gaddr, gaddr_node, gaddr_offset
 
 from .cache import IndexCache, IndexNode
 from .layout import (
@@ -57,8 +57,6 @@ RETRY_LIMIT = 100_000
 #: 1,088 until issue 40 (64 B of assumed entry overhead).
 CACHED_NODE_BYTES = NODE_BYTES
 
-_NODE_SHIFT = REGION_BITS + OFFSET_BITS
-_OFFSET_MASK = (1 << OFFSET_BITS) - 1
 
 
 class ShermanStats(NamedTuple):
