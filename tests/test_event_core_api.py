@@ -111,6 +111,16 @@ def test_event_queue_entries_are_schedule_entries():
     assert log == ["early", "schedule", "queue"] and env.now == 10
 
 
+def test_take_seqs_draws_the_numbers_as_many_next_seq_calls_would():
+    env, twin = Environment(), Environment()
+    _, next_seq = env.event_queue()
+    _, twin_seq = twin.event_queue()
+    for n in (1, 2, 8, 3):
+        first = env.take_seqs(n)
+        assert [first + i for i in range(n)] == [twin_seq() for _ in range(n)]
+    assert next_seq() == twin_seq()                 # and the next entry's number follows them
+
+
 def test_debt_ns_is_what_was_charged_since_the_last_yield_and_may_be_raised_directly():
     env = Environment()
     seen = []

@@ -103,3 +103,36 @@ def test_a_private_fabric_books_the_same_times_and_refuses_other_processes():
                     Fabric.attach(fab.describe())
             return out
     assert times(True) == times(False)
+
+
+def test_retire_and_price_is_retire_then_the_model():
+    """nic.retire_and_price (a post's one compiled call) books the same times and leaves the same
+    table as nic.retire followed by nic.model_post_rows, with and without completions to retire."""
+    from shm import nic
+    from shm.fabric import Fabric, NodeSpec
+    from shm.profile import load_profile
+
+    def run(fused):
+        with Fabric.create(load_profile("cx6-200g"), [NodeSpec("c0"), NodeSpec("m0", "memory", 1 << 20)],
+                           private=True) as fab:
+            rng = np.random.default_rng(5)
+            qp = nic.new_qp_state(16)
+            out = []
+            for k in range(200):
+                n = int(rng.integers(1, 9))
+                rows = np.zeros((n, nic.WR_COLS), np.int64)
+                rows[:, nic.WR_OP] = rng.choice([nic.VERB_READ, nic.VERB_WRITE, nic.VERB_CAS], n)
+                rows[:, nic.WR_LEN] = np.where(rows[:, nic.WR_OP] == nic.VERB_CAS, 8, rng.integers(1, 300, n))
+                rows[:, nic.WR_OFF] = rng.integers(0, 1 << 10, n) * 8
+                done = int(rng.integers(0, 3)) * n      # completions since the node's last post
+                if fused:
+                    free = nic.retire_and_price(fab.table, fab.params, fab.descriptors, 0, 1, qp, 0, 500 * k, rows,
+                                                done)
+                else:
+                    if done:
+                        nic.retire(fab.table, fab.descriptors[0], done)
+                    free = nic.model_post_rows(fab.table, fab.params, fab.descriptors, 0, 1, qp, 0, 500 * k, rows)
+                out.append((free, rows[:, nic.WR_OUT:nic.WR_MODEL_COLS].tolist()))
+            return out, fab.table.copy()
+    (a, table_a), (b, table_b) = run(True), run(False)
+    assert a == b and np.array_equal(table_a, table_b)
