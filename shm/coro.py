@@ -74,8 +74,6 @@ POLICIES = ("shared_qp", "multiplexed_qp", "per_thread_qp", "per_thread_doorbell
 # ResourceManager). It decides which QPs take a shared context's low-latency doorbells.
 CONNECT_ORDERS = ("on_first_post", "by_memory_node")
 
-# gaddr fields, inlined on the hot path (the same arithmetic as gaddr_node/region/offset)
-
 # A batch for the NIC model is one int64 row per work request (the layout: nic.WR_*): model
 # opcode, length, offset, region, flags (nic.FLAG_FENCE after co.fence(); never inline), then the
 # model's three outputs (effect ns, completion ns, the other end of a multi-line landing window:
