@@ -52,20 +52,22 @@ from typing import NamedTuple
 import numpy as np
 
 from shm import nic
-from shm.deferred import C_STATE, DEFER_MIN, LANDED, NumberedReads, ReadBatch, deferred_reads_of, sample_entry
-from shm.landing import ALL_LANDED, begin_landing, flush_due, pending_writes_of
+from shm.deferred import C_STATE, DEFER_MIN, LANDED, NumberedReads, ReadBatch, before_write, deferred_reads_of, sample_entry
+from shm.landing import ALL_LANDED, begin_landing, flush_due, land_read_whole_entry, pending_writes_of
 from shm.failpoints import ARMED_POINTS, failpoint
 from shm.smart import ConflictController, SmartConfig, SmartStats, WrTuner
 from shm.fabric import (
-    NODE_MASK, NODE_SHIFT, OFFSET_BITS, OFFSET_MASK, REGION_HOST, REGION_MASK, HostKernels, format_gaddr, gaddr,
+    LAND_READ, NODE_MASK, NODE_SHIFT, OFFSET_BITS, OFFSET_MASK, REGION_DEVICE, REGION_HOST, REGION_MASK, VERB_LANDED,
+    VERB_RACED, VERB_REFUSED, HostKernels, format_gaddr, gaddr,
     gaddr_node, gaddr_offset, gaddr_region, host_kernels,
 )
 from shm.verbs import (
-    IBV_WC_REM_ACCESS_ERR, IBV_WC_SUCCESS, IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD,
+    IBV_WC_REM_ACCESS_ERR, IBV_WC_REM_INV_REQ_ERR, IBV_WC_SUCCESS, IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD,
     IBV_WR_MASKED_ATOMIC_CMP_AND_SWP, IBV_WR_MASKED_ATOMIC_FETCH_AND_ADD, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE, CQ, PD, QP, Context, MR,
-    MODEL_OPCODE, NVM_KIND, QPInitAttr, VerbsHost, apply_one_sided, unretired_of, wc_status_str,
+    I64_BIAS, LAND_KIND, MODEL_OPCODE, NVM_KIND, QPInitAttr, VerbsHost, apply_one_sided, unretired_of, wc_status_str,
 )
 from shm.nvm import nvm_shadow_of
+from shm.sim.env import INF
 from shm.readmany import ONE_LINE_HOST, pack_reads_entry
 
 POLICIES = ("shared_qp", "multiplexed_qp", "per_thread_qp", "per_thread_doorbell")
@@ -646,7 +648,7 @@ class VerbBatch:
     __slots__ = ("thread", "env", "_pending", "_posted", "_outstanding", "_waiter", "_errors", "_mr_off",
                  "_heap", "_next_seq", "_land_cb", "_batch_done_cb", "_succeed_cb", "_submit", "_bo_fail", "_flags",
                  "_lines_cb", "_landings", "_pw", "_dr", "_kernels", "_unretired", "_node", "_nvm", "_many",
-                 "_sample")
+                 "_sample", "_read_whole", "_descending", "_write_race")
 
     def __init__(self, thread: RdmaThread):
         self.thread = thread
@@ -671,6 +673,11 @@ class VerbBatch:
         # begin_landing), entered without numba's typing of their arguments (shm/kernels.py): the
         # arrays are the fabric's own and the thread's buffer
         self._kernels = thread.host_kernels()
+        # a multi-line READ's test whether it lands whole, and its landing (shm/landing.py)
+        self._read_whole = land_read_whole_entry(thread.fabric, thread.buf)
+        nic_profile = thread.fabric.profile.nic
+        self._descending = not nic_profile.ordered_multiline_writes   # a WRITE's lines, highest first
+        self._write_race = nic_profile.atomic_write_race             # atomics through apply_one_sided
         # and the deferred READs' landing (shm/deferred.py), the same way
         self._sample = thread.deferred_kernel() if self._dr is not None else None
         # completions still to retire from the node's outstanding count, per node (unretired_of)
@@ -923,7 +930,7 @@ class VerbBatch:
             else:                        # several lines, landing one by one (shm/landing.py)
                 heappush(heap, (first if first > now else now, seq(), self._lines_cb, (item, effect, other)))
             if item[0] != IBV_WR_RDMA_READ:
-                pw.add_verb(dst, effect, other, item[1], item[2])   # a READ landing meanwhile must see it
+                pw.add_verb(dst, effect, other, item[1], item[2], now)   # a READ landing meanwhile must see it
                 if synced:
                     env.effect_at(first if first > now else now)
             elif synced:
@@ -974,12 +981,34 @@ class VerbBatch:
         if nvm is not None and region == REGION_HOST and dst in nvm.images and op in NVM_KIND:
             self._land_nvm(nvm, item, dst, rkey)
             return
-        if op == IBV_WR_RDMA_READ and region == REGION_HOST:
-            # the common case of apply_one_sided, inlined (dst is the address's node by construction)
-            mem = thr.fabric.memory[dst]
-            status = IBV_WC_SUCCESS if self._kernels.read_write(True, mem.mrt, rkey, REGION_HOST, addr & OFFSET_MASK,
-                                                                length, mem.host, mem.host_locks, thr.buf, off, False) \
-                else IBV_WC_REM_ACCESS_ERR
+        kind = LAND_KIND[op]
+        if (region == REGION_HOST or region == REGION_DEVICE) and (kind < 0 or not self._write_race):
+            # apply_one_sided in one compiled call (dst is the address's node by construction);
+            # an atomic's write-back race (shm/atomic_race.py) takes that path
+            fabric = thr.fabric
+            if kind != LAND_READ:
+                before_write(fabric, dst)        # READs deferred past now land first (shm/deferred.py)
+                if kind >= 0:                    # the operands as int64 bit patterns (remote_atomic)
+                    a = ((a + I64_BIAS) & _U64) - I64_BIAS
+                    b = ((b + I64_BIAS) & _U64) - I64_BIAS
+                    am = ((am + I64_BIAS) & _U64) - I64_BIAS
+                    bm = ((bm + I64_BIAS) & _U64) - I64_BIAS
+            mem = fabric.memory[dst]
+            if region == REGION_HOST:
+                landed = self._kernels.verb(kind, REGION_HOST, mem.mrt, rkey, addr & OFFSET_MASK, length, mem.host,
+                                            mem.host64, mem.host_locks, thr.buf, off, a, b, am, bm, self._descending)
+            else:
+                landed = self._kernels.verb(kind, REGION_DEVICE, mem.mrt, rkey, addr & OFFSET_MASK, length,
+                                            mem.device, mem.device64, mem.device_locks, thr.buf, off, a, b, am, bm,
+                                            self._descending)
+            if landed == VERB_LANDED:
+                h.status = IBV_WC_SUCCESS
+                return
+            if landed == VERB_RACED:
+                fabric.windows["cas_raced"] += 1     # docs/checking.md, "Chaos": how hard a check tried
+                h.status = IBV_WC_SUCCESS
+                return
+            status = IBV_WC_REM_ACCESS_ERR if landed == VERB_REFUSED else IBV_WC_REM_INV_REQ_ERR
         else:
             status = apply_one_sided(thr.fabric, dst, op, addr, rkey, thr.buf, off, length, a, b, am, bm, self.env,
                                      self._kernels)
@@ -1020,8 +1049,28 @@ class VerbBatch:
         if rkey is None:
             rkey = thr.rkey(dst, REGION_HOST)
         is_read = op == IBV_WR_RDMA_READ
-        lo, hi = (effect, other) if is_read else (other, effect)
         nvm = self._nvm
+        if is_read and (nvm is None or dst not in nvm.images):
+            # begin_landing's first test, and the landing when it passes, in one compiled call
+            pw = self._pw
+            ph = pw.heaps.get(dst)
+            if ph is None:
+                ph = pw.heap(dst)
+            heap = self._heap
+            mem = thr.fabric.memory[dst]
+            landed = self._read_whole(ph, pw.floor_ns, self.env.now, heap[0][0] if heap else INF, other, mem.mrt, rkey,
+                                      addr & OFFSET_MASK, length, mem.host, mem.host_locks, thr.buf, off)
+            if landed > 0:
+                h.status = IBV_WC_SUCCESS
+                return
+            if landed == 0:
+                h.status = IBV_WC_REM_ACCESS_ERR
+                thr.errors += 1
+                thr.owner.host.errors += 1
+                self._errors.append((op, addr, IBV_WC_REM_ACCESS_ERR))
+                return
+            # a write may land inside its window: line by line (begin_landing tests again, the same way)
+        lo, hi = (effect, other) if is_read else (other, effect)
         if nvm is not None and dst in nvm.images:
             # persistent memory (shm/nvm.py): a WRITE's lines are copied before its first lands
             # and the whole WRITE recorded (a flush comes after its last line: RC order)

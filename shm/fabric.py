@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
+from numba import njit, typeof
 
 from shm import nic
 from shm.atomics import cas, faa, load_acquire, load_word_at, masked_cas, masked_faa, store_release, store_word_at
@@ -263,6 +263,40 @@ def remote_atomic(words, i, kind, a, b, am, bm, lbuf, loff, locks):
     return old
 
 
+# What land_verb_now lands: a READ, a WRITE, or one of the atomics' kinds above (remote_atomic)
+LAND_READ, LAND_WRITE = -2, -1
+# and how it went: landed; landed, a compare-and-swap whose compare failed (its word unchanged:
+# it lost a race); refused (the rkey does not grant the access over the range, nothing touched);
+# an atomic not on one aligned 8-byte word (nothing touched)
+VERB_LANDED, VERB_RACED, VERB_REFUSED, VERB_MISALIGNED = range(4)
+
+
+@njit(cache=True)
+def land_verb_now(kind, region, mrt, key, off, length, mem, mem64, locks, lbuf, loff, a, b, am, bm, descending):
+    """One verb landing whole, now, on ``region`` of a node (its bytes ``mem``, their 64-bit
+    words ``mem64``, their seqlocks ``locks``): what ``shm.verbs.apply_one_sided`` does, checks
+    first, in one call from a coroutine's landing (shm/coro.py ``VerbBatch._land``) instead of a
+    Python function and a kernel. ``kind``: LAND_READ, LAND_WRITE or an ATOMIC_* kind, with its
+    operands as int64 bit patterns; ``descending`` orders a WRITE's lines. Returns VERB_LANDED,
+    VERB_RACED, VERB_REFUSED or VERB_MISALIGNED. (The READs deferred past now land before a WRITE
+    or atomic: the caller's part, as apply_one_sided's ``before_write``.)"""
+    if kind == LAND_READ or kind == LAND_WRITE:
+        ok = remote_read_write(kind == LAND_READ, mrt, key, region, off, length, mem, locks, lbuf, loff, descending)
+        return VERB_LANDED if ok else VERB_REFUSED
+    if off % 8 != 0 or length != 8:
+        return VERB_MISALIGNED
+    if not mr_check(mrt, key, region, off, length, IBV_ACCESS_REMOTE_ATOMIC):
+        return VERB_REFUSED
+    old = remote_atomic(mem64, off // 8, kind, a, b, am, bm, lbuf, loff, locks)
+    if kind == ATOMIC_CAS:
+        wrote = old == np.uint64(a)
+    elif kind == ATOMIC_MASKED_CAS:
+        wrote = ((old ^ np.uint64(a)) & np.uint64(am)) == 0
+    else:
+        wrote = True
+    return VERB_LANDED if wrote else VERB_RACED
+
+
 class NodeMemory(NamedTuple):
     host: np.ndarray        # uint8 view of host memory
     host64: np.ndarray      # uint64 view of the same bytes (atomics)
@@ -353,23 +387,29 @@ class HostKernels(NamedTuple):
     """The compiled kernels that land verbs in host memory, entered without numba's typing of
     their arguments (shm/kernels.py: about 0.3 µs a call saved, once or twice per verb), for one
     fabric's host-memory arrays and one local buffer's type. Only for the emulator's own buffers
-    (a coroutine thread's), never for a buffer a user registered, and only for host memory (device
-    memory and a user's MR keep the dispatcher, which checks every argument): an entry point reads
-    any array as the type it was compiled for."""
+    (a coroutine thread's), never for a buffer a user registered, and only for host memory (a
+    user's MR keeps the dispatcher, which checks every argument): an entry point reads any array
+    as the type it was compiled for. ``verb`` also lands on NIC device memory, whose arrays have
+    the host's types (:func:`host_kernels` checks)."""
     read_write: object    # remote_read_write
     lines: object         # land_lines
     check: object         # mr_check
     atomic: object        # remote_atomic, on host memory's 64-bit words
+    verb: object          # land_verb_now, on host or device memory (their arrays have the same types)
 
 
 def host_kernels(fabric: "Fabric", lbuf: np.ndarray) -> HostKernels:
     """:class:`HostKernels` for ``fabric``'s host memory and local buffers of ``lbuf``'s type."""
     mem = fabric.memory[0]      # every node's host memory has the same array types
+    for a, b in ((mem.device, mem.host), (mem.device64, mem.host64), (mem.device_locks, mem.host_locks)):
+        if typeof(a) != typeof(b):
+            raise TypeError(f"host_kernels: device memory's array type {typeof(a)} is not host memory's {typeof(b)}")
     return HostKernels(
         entry(remote_read_write, True, mem.mrt, 0, 0, 0, 0, mem.host, mem.host_locks, lbuf, 0, False),
         entry(land_lines, True, mem.host, mem.host_locks, 0, 0, lbuf, 0, False, 0, 0),
         entry(mr_check, mem.mrt, 0, 0, 0, 0, 0),
-        entry(remote_atomic, mem.host64, 0, 0, 0, 0, 0, 0, lbuf, 0, mem.host_locks))
+        entry(remote_atomic, mem.host64, 0, 0, 0, 0, 0, 0, lbuf, 0, mem.host_locks),
+        entry(land_verb_now, 0, 0, mem.mrt, 0, 0, 0, mem.host, mem.host64, mem.host_locks, lbuf, 0, 0, 0, 0, 0, False))
 
 
 class Fabric:

@@ -32,8 +32,12 @@ Single-line transfers, atomics, SENDs and device memory still land at one instan
 
 from __future__ import annotations
 
-from heapq import heappop, heappush
+from heapq import heappush
 
+import numpy as np
+from numba import njit
+
+from shm.kernels import entry
 from shm.fabric import (IBV_ACCESS_REMOTE_READ, IBV_ACCESS_REMOTE_WRITE, OFFSET_BITS, OFFSET_MASK, REGION_HOST,
                         REGION_MASK, land_lines, mr_check, remote_read_write)
 
@@ -202,39 +206,198 @@ class Landing:
 
 ALL_BYTES = 1 << 62       # the end of a write's byte range when it may change any byte of the node
 
+# A node's pending writes live in one int64 array that compiled code reads (the landing kernels
+# below, and a compiled event core after them): row 0 is a header (column 0: how many entries),
+# rows 1..n a binary min-heap (row k's children are rows 2k and 2k+1) of entries (first, last,
+# off, end): a write landing between ``first`` and ``last`` (ns) on bytes [off, end), ordered as
+# the tuples would be. Which entry sits where never changes an answer (each answer depends only
+# on the set of entries: tests/test_landing.py compares with a plain list).
+_FIRST, _LAST, _OFF, _END = range(4)
+_ROWS0 = 64               # entries a node's array holds before it grows
+
+
+@njit(cache=True, inline='always')
+def _sorts_before(h, i, j):
+    """The entry at row ``i`` sorts before the one at row ``j`` (as tuples compare)."""
+    for c in range(4):
+        if h[i, c] != h[j, c]:
+            return h[i, c] < h[j, c]
+    return False
+
+
+@njit(cache=True, inline='always')
+def _swap_rows(h, i, j):
+    for c in range(4):
+        t = h[i, c]
+        h[i, c] = h[j, c]
+        h[j, c] = t
+
+
+@njit(cache=True)
+def _pop_top(h):
+    """Drop the heap's first entry (the last one takes its row and sinks)."""
+    n = h[0, 0]
+    for c in range(4):
+        h[1, c] = h[n, c]
+    n -= 1
+    h[0, 0] = n
+    k = 1
+    while True:
+        least = k
+        if 2 * k <= n and _sorts_before(h, 2 * k, least):
+            least = 2 * k
+        if 2 * k + 1 <= n and _sorts_before(h, 2 * k + 1, least):
+            least = 2 * k + 1
+        if least == k:
+            return
+        _swap_rows(h, k, least)
+        k = least
+
+
+@njit(cache=True)
+def pw_push(h, first, last, off, end, now):
+    """Add a write's entry (``first <= last``) to node array ``h``, after dropping the entries at
+    the top whose window ended before ``now`` (no answer asked at ``now`` or later needs them;
+    ``now`` -1 drops none). False, adding nothing, if the array is full (the caller grows it)."""
+    while h[0, 0] > 0 and h[1, _LAST] < now:
+        _pop_top(h)
+    k = h[0, 0] + 1
+    if k >= h.shape[0]:
+        return False
+    h[k, _FIRST] = first
+    h[k, _LAST] = last
+    h[k, _OFF] = off
+    h[k, _END] = end
+    h[0, 0] = k
+    while k > 1 and _sorts_before(h, k, k // 2):       # sift up
+        _swap_rows(h, k, k // 2)
+        k //= 2
+    return True
+
+
+@njit(cache=True)
+def pw_next_change(h, now, floor):
+    """:meth:`PendingWrites.next_change` of node array ``h`` (``floor``: ``floor_ns``)."""
+    soonest = now + floor
+    while h[0, 0] > 0 and h[1, _LAST] < now:
+        _pop_top(h)
+    if h[0, 0] == 0:
+        return soonest
+    first = h[1, _FIRST]
+    if first <= now:
+        return now
+    return first if first < soonest else soonest
+
+
+@njit(cache=True)
+def pw_clear_of(h, now, hi, off, end, floor):
+    """:meth:`PendingWrites.clear_of` of node array ``h``: walks the heap in preorder, skipping
+    the subtree of every entry that starts after ``hi`` (its entries start later still)."""
+    if hi >= now + floor:
+        return False
+    n = h[0, 0]
+    if n == 0:
+        return True
+    k = 1
+    while True:
+        if h[k, _FIRST] <= hi:
+            if h[k, _LAST] >= now and h[k, _OFF] < end and off < h[k, _END]:
+                return False             # lands in the window, on these bytes
+            if 2 * k <= n:
+                k = 2 * k                # into its subtree
+                continue
+        while True:                      # the subtree at k is done: on to the next one
+            if k == 1:
+                return True
+            if k % 2 == 0 and k + 1 <= n:
+                k += 1
+                break
+            k //= 2
+
+
+@njit(cache=True)
+def land_read_whole(h, floor, now, peek, hi, mrt, key, off, length, rbuf, rlocks, lbuf, loff):
+    """:func:`begin_landing`'s first test for a multi-line READ of host memory whose window ends
+    at ``hi``, and its landing when the test passes, in one call from a coroutine's landing
+    (shm/coro.py ``VerbBatch._land_lines``): every line lands now if the last one is due before
+    the node's next change (``pw_next_change``; when a write is landing right now, the
+    environment's next entry, ``peek``) or if nothing may change its bytes meanwhile
+    (``pw_clear_of``). Returns 1 (landed), 0 (the rkey refused: nothing touched) or -1 (a write
+    may land inside the window: the caller makes a :class:`Landing`)."""
+    bound = pw_next_change(h, now, floor)
+    if bound <= now:
+        bound = peek
+    if hi < bound or pw_clear_of(h, now, hi, off, off + length, floor):
+        return 1 if remote_read_write(True, mrt, key, REGION_HOST, off, length, rbuf, rlocks, lbuf, loff, False) else 0
+    return -1
+
+
+def land_read_whole_entry(fabric, lbuf):
+    """:func:`land_read_whole`'s entry point (shm/kernels.py) for ``fabric``'s host memory and
+    local buffers of ``lbuf``'s type."""
+    mem = fabric.memory[0]
+    return entry(land_read_whole, np.zeros((2, 4), np.int64), 0, 0, 0, 0, mem.mrt, 0, 0, 0, mem.host, mem.host_locks,
+                 lbuf, 0)
+
 
 class PendingWrites:
     """When each node's memory next changes, as far as this process knows: the landing windows
     ``(first, last)`` (ns) of the WRITEs, atomics and SENDs it has posted (and DMA writes, atomic
     write-backs), with the bytes ``[off, end)`` each may change, one heap per node ordered by
-    ``first``. Entries whose window has passed are dropped as they reach the top."""
+    ``first`` (``heaps``: node -> its int64 array, see above). Entries whose window has passed
+    are dropped as they reach the top, and when a node's array is full."""
 
     __slots__ = ("heaps", "floor_ns")
 
     def __init__(self, floor_ns: int = 0):
-        self.heaps: dict[int, list] = {}
+        self.heaps: dict[int, np.ndarray] = {}
         # no write posted from now on lands sooner than this after now (a PCIe crossing and the
         # wire at least), so it bounds what a READ may land at once without looking again
         self.floor_ns = floor_ns
 
-    def add(self, node: int, a: int, b: int, off: int = 0, end: int = ALL_BYTES) -> None:
-        """A write to bytes ``[off, end)`` of ``node``'s host memory landing between ``a`` and ``b``
-        (ns, either order); without a range, to any byte (a write to device memory, say, which
-        host READs need not wait for but conservatively do)."""
+    def heap(self, node: int) -> np.ndarray:
+        """Node ``node``'s array (made empty on first use)."""
         h = self.heaps.get(node)
         if h is None:
-            h = self.heaps[node] = []
-        heappush(h, (a, b, off, end) if a <= b else (b, a, off, end))
+            h = self.heaps[node] = np.zeros((_ROWS0 + 1, 4), np.int64)
+        return h
 
-    def add_verb(self, node: int, a: int, b: int, addr: int, length: int) -> None:
+    def add(self, node: int, a: int, b: int, off: int = 0, end: int = ALL_BYTES, now: int = -1) -> None:
+        """A write to bytes ``[off, end)`` of ``node``'s host memory landing between ``a`` and ``b``
+        (ns, either order); without a range, to any byte (a write to device memory, say, which
+        host READs need not wait for but conservatively do). ``now``: the caller's time (entries
+        ended before it may be dropped)."""
+        h = self.heaps.get(node)
+        if h is None:
+            h = self.heap(node)
+        if a > b:
+            a, b = b, a
+        if not pw_push(h, a, b, off, end, now):
+            self._grow(node, now)
+            pw_push(self.heaps[node], a, b, off, end, now)
+
+    def _grow(self, node: int, now: int) -> None:
+        """Node ``node``'s array is full: keep the entries whose window reaches ``now``, sorted (a
+        sorted array is a heap), in an array twice as large as they need at least."""
+        h = self.heaps[node]
+        rows = h[1:h[0, 0] + 1]
+        rows = rows[rows[:, _LAST] >= now]
+        rows = rows[np.lexsort((rows[:, _END], rows[:, _OFF], rows[:, _LAST], rows[:, _FIRST]))]
+        n = rows.shape[0]
+        g = np.zeros((max(h.shape[0] - 1, 2 * n) + 1, 4), np.int64)
+        g[1:n + 1] = rows
+        g[0, 0] = n
+        self.heaps[node] = g
+
+    def add_verb(self, node: int, a: int, b: int, addr: int, length: int, now: int = -1) -> None:
         """A one-sided WRITE or atomic of ``length`` bytes at global address ``addr`` (on ``node``),
         landing between ``a`` and ``b``: its bytes if they are host memory; a write to NIC device
         memory, another array, cannot change what a host READ returns, but counts as any byte."""
         if addr >> OFFSET_BITS & REGION_MASK == REGION_HOST:
             off = addr & OFFSET_MASK
-            self.add(node, a, b, off, off + length)
+            self.add(node, a, b, off, off + length, now)
         else:
-            self.add(node, a, b)
+            self.add(node, a, b, 0, ALL_BYTES, now)
 
     def clear_of(self, node: int, now: int, hi: int, off: int, end: int) -> bool:
         """True if nothing may change bytes ``[off, end)`` of ``node`` from ``now`` through ``hi``:
@@ -242,40 +405,23 @@ class PendingWrites:
         reaches ``now`` and starts by ``hi`` touches those bytes. A READ's lines may then all land
         at ``now`` (exactly what landing each at its own time returns). Walks only the heap's
         entries that start by ``hi`` (a subtree at its top: usually one or two)."""
-        if hi >= now + self.floor_ns:
-            return False
         h = self.heaps.get(node)
-        if not h:
-            return True
-        stack = [0]
-        n = len(h)
-        while stack:
-            i = stack.pop()
-            e = h[i]
-            if e[0] > hi:
-                continue                 # it and the entries below it start later
-            if e[1] >= now and e[2] < end and off < e[3]:
-                return False             # lands in the window, on these bytes
-            i = 2 * i + 1
-            if i < n:
-                stack.append(i)
-                if i + 1 < n:
-                    stack.append(i + 1)
-        return True
+        if h is None:
+            return hi < now + self.floor_ns
+        return pw_clear_of(h, now, hi, off, end, self.floor_ns)
 
     def next_change(self, node: int, now: int) -> int:
         """The earliest time >= ``now`` at which a write may change ``node``'s memory (``now`` while
         one is landing): a known one, or one posted from now on (``floor_ns`` away at least)."""
-        soonest = now + self.floor_ns
         h = self.heaps.get(node)
-        while h and h[0][1] < now:
-            heappop(h)
-        if not h:
-            return soonest
-        first = h[0][0]
-        if first <= now:
-            return now
-        return first if first < soonest else soonest
+        if h is None:
+            return now + self.floor_ns
+        return pw_next_change(h, now, self.floor_ns)
+
+    def entries(self, node: int) -> list:
+        """Node ``node``'s entries ``(first, last, off, end)``, in no particular order."""
+        h = self.heaps.get(node)
+        return [] if h is None else [tuple(r) for r in h[1:h[0, 0] + 1].tolist()]
 
 
 def pending_writes_of(fabric) -> PendingWrites:

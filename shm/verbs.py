@@ -37,7 +37,7 @@ from shm import nic
 from shm.kernels import entry
 from shm.fabric import (
     IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_READ, IBV_ACCESS_REMOTE_WRITE,
-    ATOMIC_CAS, ATOMIC_FAA, ATOMIC_MASKED_CAS, ATOMIC_MASKED_FAA, MAX_NODES, NODE_MASK, NODE_SHIFT, OFFSET_BITS,
+    ATOMIC_CAS, ATOMIC_FAA, ATOMIC_MASKED_CAS, ATOMIC_MASKED_FAA, LAND_READ, LAND_WRITE, MAX_NODES, NODE_MASK, NODE_SHIFT, OFFSET_BITS,
     OFFSET_MASK, REGION_BITS, REGION_DEVICE, REGION_HOST, REGION_MASK, Fabric, host_kernels,
     remote_atomic, remote_read_write, copy_lines, format_gaddr, gaddr, gaddr_node, gaddr_offset,
     gaddr_region, mr_check, read_lines,
@@ -1121,9 +1121,11 @@ NVM_KIND = {IBV_WR_RDMA_READ: NVM_READ, IBV_WR_RDMA_WRITE: NVM_WRITE, IBV_WR_ATO
 
 _ATOMIC_KIND = {IBV_WR_ATOMIC_CMP_AND_SWP: ATOMIC_CAS, IBV_WR_ATOMIC_FETCH_AND_ADD: ATOMIC_FAA,
                 IBV_WR_MASKED_ATOMIC_CMP_AND_SWP: ATOMIC_MASKED_CAS, IBV_WR_MASKED_ATOMIC_FETCH_AND_ADD: ATOMIC_MASKED_FAA}
+# a one-sided verb's kind for shm.fabric.land_verb_now
+LAND_KIND = {IBV_WR_RDMA_READ: LAND_READ, IBV_WR_RDMA_WRITE: LAND_WRITE, **_ATOMIC_KIND}
 
 
-_I64_BIAS = 1 << 63
+I64_BIAS = 1 << 63
 
 
 def _i64(v: int) -> int:
@@ -1166,9 +1168,9 @@ def apply_one_sided(fabric: Fabric, dst: int, op: int, remote_addr: int, rkey: i
         return IBV_WC_REM_ACCESS_ERR
     # operands as int64 bit patterns (_i64, inlined)
     old = atomic(mem.host64 if host else mem.device64, off // 8, _ATOMIC_KIND[op],
-                 ((compare_add + _I64_BIAS) & _U64) - _I64_BIAS, ((swap + _I64_BIAS) & _U64) - _I64_BIAS,
-                 ((compare_add_mask + _I64_BIAS) & _U64) - _I64_BIAS,
-                 ((swap_mask + _I64_BIAS) & _U64) - _I64_BIAS, lbuf, loff,
+                 ((compare_add + I64_BIAS) & _U64) - I64_BIAS, ((swap + I64_BIAS) & _U64) - I64_BIAS,
+                 ((compare_add_mask + I64_BIAS) & _U64) - I64_BIAS,
+                 ((swap_mask + I64_BIAS) & _U64) - I64_BIAS, lbuf, loff,
                  mem.host_locks if host else mem.device_locks)
     # whether the atomic changed its word: a CAS whose compare failed did not (it lost a race)
     if op == IBV_WR_ATOMIC_CMP_AND_SWP:

@@ -229,13 +229,14 @@ def _read_beside_writes(prefix, *, ranges: bool):
     """Eight coroutines, each posting a 1 KiB READ with a 64 B WRITE to other bytes of the node in
     the same batch (as RACE posts a KV block's WRITE with the bucket READs), the READ of the KiB
     another coroutine writes into. ``ranges`` False: the reference, READs wait for any write to their node
-    (``PendingWrites.clear_of`` never clears). Returns what every READ saw, the end time, the events
-    and the READs that landed line by line."""
-    from shm.landing import PendingWrites
+    (every write recorded as changing any byte of it). Returns what every READ saw, the end time, the
+    events and the READs that landed line by line."""
+    from shm.landing import ALL_BYTES, PendingWrites
 
-    real = PendingWrites.clear_of
+    real = PendingWrites.add
     if not ranges:
-        PendingWrites.clear_of = lambda *a: False
+        PendingWrites.add = lambda self, node, a, b, off=0, end=ALL_BYTES, now=-1: real(self, node, a, b, 0, ALL_BYTES,
+                                                                                          now)
     try:
         with new_fabric(prefix, mem=4 << 20) as fab:
             env, node = setup(fab)
@@ -258,7 +259,7 @@ def _read_beside_writes(prefix, *, ranges: bool):
             env.run()
             return seen, env.now, env.statistics().events, fab.windows["reads_overlapping_writes"]
     finally:
-        PendingWrites.clear_of = real
+        PendingWrites.add = real
 
 
 def test_a_read_lands_whole_when_the_writes_in_its_window_change_other_bytes(prefix):
