@@ -920,9 +920,9 @@ class VerbBatch:
         seq = self._next_seq
         times = arrays[1].tolist()
         land = self._land_cb
-        pw = self._pw
         env = self.env
         synced = env.synced               # a rack of processes: the others wait for our effects
+        writes = False
         for (effect, _, other), item in zip(times, items):
             first = other if other < effect else effect   # == effect but for a multi-line transfer
             if other == effect:
@@ -930,11 +930,13 @@ class VerbBatch:
             else:                        # several lines, landing one by one (shm/landing.py)
                 heappush(heap, (first if first > now else now, seq(), self._lines_cb, (item, effect, other)))
             if item[0] != IBV_WR_RDMA_READ:
-                pw.add_verb(dst, effect, other, item[1], item[2], now)   # a READ landing meanwhile must see it
+                writes = True
                 if synced:
                     env.effect_at(first if first > now else now)
             elif synced:
                 env.effect_at(first if first > now else now, False)
+        if writes:                       # a READ landing meanwhile must see them
+            self._pw.add_rows(dst, rows, now)
         self._outstanding += 1
         done = times[-1][1]               # the last request's completion: in posting order (as in _defer)
         heappush(heap, (done if done > now else now, seq(), self._batch_done_cb, (qp, n, None)))

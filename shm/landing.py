@@ -38,6 +38,7 @@ import numpy as np
 from numba import njit
 
 from shm.kernels import entry
+from shm.nic import VERB_READ, WR_LEN, WR_OFF, WR_OP, WR_OUT, WR_REGION
 from shm.fabric import (IBV_ACCESS_REMOTE_READ, IBV_ACCESS_REMOTE_WRITE, OFFSET_BITS, OFFSET_MASK, REGION_HOST,
                         REGION_MASK, land_lines, mr_check, remote_read_write)
 
@@ -276,6 +277,32 @@ def pw_push(h, first, last, off, end, now):
 
 
 @njit(cache=True)
+def pw_push_rows(h, rows, now):
+    """:func:`pw_push` of every work request of a post to ``h``'s node that may change its memory
+    (all but READs; ``rows``: the post's rows, ``shm.nic.WR_*``, priced): its landing window
+    (effect to the other end) and bytes, any byte if it is not host memory
+    (:meth:`PendingWrites.add_verb`). False, adding none, if the array lacks room for them all."""
+    while h[0, 0] > 0 and h[1, _LAST] < now:
+        _pop_top(h)
+    need = 0
+    for i in range(rows.shape[0]):
+        if rows[i, WR_OP] != VERB_READ:
+            need += 1
+    if h[0, 0] + need >= h.shape[0]:
+        return False
+    for i in range(rows.shape[0]):
+        if rows[i, WR_OP] != VERB_READ:
+            a = rows[i, WR_OUT]
+            b = rows[i, WR_OUT + 2]
+            if rows[i, WR_REGION] == REGION_HOST:
+                off = rows[i, WR_OFF]
+                pw_push(h, min(a, b), max(a, b), off, off + rows[i, WR_LEN], -1)
+            else:
+                pw_push(h, min(a, b), max(a, b), 0, ALL_BYTES, -1)
+    return True
+
+
+@njit(cache=True)
 def pw_next_change(h, now, floor):
     """:meth:`PendingWrites.next_change` of node array ``h`` (``floor``: ``floor_ns``)."""
     soonest = now + floor
@@ -347,10 +374,11 @@ class PendingWrites:
     ``first`` (``heaps``: node -> its int64 array, see above). Entries whose window has passed
     are dropped as they reach the top, and when a node's array is full."""
 
-    __slots__ = ("heaps", "floor_ns")
+    __slots__ = ("heaps", "floor_ns", "push_rows")
 
     def __init__(self, floor_ns: int = 0):
         self.heaps: dict[int, np.ndarray] = {}
+        self.push_rows = None           # pw_push_rows' entry point for the rows' type (add_rows)
         # no write posted from now on lands sooner than this after now (a PCIe crossing and the
         # wire at least), so it bounds what a READ may land at once without looking again
         self.floor_ns = floor_ns
@@ -376,15 +404,15 @@ class PendingWrites:
             self._grow(node, now)
             pw_push(self.heaps[node], a, b, off, end, now)
 
-    def _grow(self, node: int, now: int) -> None:
+    def _grow(self, node: int, now: int, room: int = 1) -> None:
         """Node ``node``'s array is full: keep the entries whose window reaches ``now``, sorted (a
-        sorted array is a heap), in an array twice as large as they need at least."""
+        sorted array is a heap), in an array twice as large as they and ``room`` more need."""
         h = self.heaps[node]
         rows = h[1:h[0, 0] + 1]
         rows = rows[rows[:, _LAST] >= now]
         rows = rows[np.lexsort((rows[:, _END], rows[:, _OFF], rows[:, _LAST], rows[:, _FIRST]))]
         n = rows.shape[0]
-        g = np.zeros((max(h.shape[0] - 1, 2 * n) + 1, 4), np.int64)
+        g = np.zeros((max(h.shape[0] - 1, 2 * (n + room)) + 1, 4), np.int64)
         g[1:n + 1] = rows
         g[0, 0] = n
         self.heaps[node] = g
@@ -398,6 +426,19 @@ class PendingWrites:
             self.add(node, a, b, off, off + length, now)
         else:
             self.add(node, a, b, 0, ALL_BYTES, now)
+
+    def add_rows(self, node: int, rows, now: int = -1) -> None:
+        """:meth:`add_verb` of each work request of ``rows`` (a post to ``node``: ``shm.nic.WR_*``
+        columns, priced) but READs, in one compiled call (``pw_push_rows``)."""
+        h = self.heaps.get(node)
+        if h is None:
+            h = self.heap(node)
+        push = self.push_rows
+        if push is None:
+            push = self.push_rows = entry(pw_push_rows, h, rows, 0)
+        if not push(h, rows, now):
+            self._grow(node, now, int((rows[:, WR_OP] != VERB_READ).sum()))
+            push(self.heaps[node], rows, now)
 
     def clear_of(self, node: int, now: int, hi: int, off: int, end: int) -> bool:
         """True if nothing may change bytes ``[off, end)`` of ``node`` from ``now`` through ``hi``:

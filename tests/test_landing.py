@@ -232,11 +232,20 @@ def _read_beside_writes(prefix, *, ranges: bool):
     (every write recorded as changing any byte of it). Returns what every READ saw, the end time, the
     events and the READs that landed line by line."""
     from shm.landing import ALL_BYTES, PendingWrites
+    from shm.nic import VERB_READ, WR_OP, WR_OUT
 
-    real = PendingWrites.add
+    real, real_rows = PendingWrites.add, PendingWrites.add_rows
+
+    def any_byte(self, node, a, b, off=0, end=ALL_BYTES, now=-1):
+        real(self, node, a, b, 0, ALL_BYTES, now)
+
+    def rows_any_byte(self, node, rows, now=-1):
+        for r in rows.tolist():
+            if r[WR_OP] != VERB_READ:
+                real(self, node, r[WR_OUT], r[WR_OUT + 2], 0, ALL_BYTES, now)
+
     if not ranges:
-        PendingWrites.add = lambda self, node, a, b, off=0, end=ALL_BYTES, now=-1: real(self, node, a, b, 0, ALL_BYTES,
-                                                                                          now)
+        PendingWrites.add, PendingWrites.add_rows = any_byte, rows_any_byte
     try:
         with new_fabric(prefix, mem=4 << 20) as fab:
             env, node = setup(fab)
@@ -259,7 +268,7 @@ def _read_beside_writes(prefix, *, ranges: bool):
             env.run()
             return seen, env.now, env.statistics().events, fab.windows["reads_overlapping_writes"]
     finally:
-        PendingWrites.add = real
+        PendingWrites.add, PendingWrites.add_rows = real, real_rows
 
 
 def test_a_read_lands_whole_when_the_writes_in_its_window_change_other_bytes(prefix):

@@ -222,3 +222,33 @@ def test_land_kind_names_every_one_sided_verb():
     assert LAND_KIND[IBV_WR_RDMA_READ] == LAND_READ
     assert set(LAND_KIND) == set(OPS)
     assert sorted(LAND_KIND[op] for op in OPS[2:]) == [0, 1, 2, 3]
+
+
+def test_a_posts_rows_add_the_entries_add_verb_would(monkeypatch):
+    """``PendingWrites.add_rows`` (one compiled call a post) leaves the entries that
+    ``add_verb`` of each of the post's WRITEs and atomics leaves (READs add none; device memory
+    counts as any byte), on random posts, also when the node's array must grow for them."""
+    from shm import nic
+    from shm.fabric import gaddr as ga
+
+    monkeypatch.setattr(landing, "_ROWS0", 2)
+    rng = random.Random(9)
+    for _ in range(300):
+        pw, ref = PendingWrites(100), PendingWrites(100)
+        now = rng.randint(0, 50)
+        for _ in range(rng.randint(1, 4)):
+            n = rng.randint(1, 12)
+            rows = np.zeros((n, nic.WR_COLS), np.int64)
+            for i in range(n):
+                op = rng.choice([nic.VERB_READ, nic.VERB_WRITE, nic.VERB_CAS, nic.VERB_FAA])
+                region = REGION_DEVICE if rng.random() < 0.2 else REGION_HOST
+                off, length = rng.randrange(0, 1 << 16), rng.randint(1, 512)
+                effect = now + rng.randint(0, 300)
+                other = effect - rng.randint(0, 40) if rng.random() < 0.5 else effect
+                rows[i, [nic.WR_OP, nic.WR_LEN, nic.WR_OFF, nic.WR_REGION]] = op, length, off, region
+                rows[i, nic.WR_OUT], rows[i, nic.WR_OUT + 2] = effect, other
+                if op != nic.VERB_READ:
+                    ref.add_verb(1, effect, other, ga(1, off, region), length, now)
+            pw.add_rows(1, rows, now)
+            now += rng.randint(0, 100)
+        assert sorted(e for e in pw.entries(1) if e[1] >= now) == sorted(e for e in ref.entries(1) if e[1] >= now)
