@@ -983,11 +983,17 @@ class VerbBatch:
         if nvm is not None and region == REGION_HOST and dst in nvm.images and op in NVM_KIND:
             self._land_nvm(nvm, item, dst, rkey)
             return
-        kind = LAND_KIND[op]
-        if (region == REGION_HOST or region == REGION_DEVICE) and (kind < 0 or not self._write_race):
-            # apply_one_sided in one compiled call (dst is the address's node by construction);
-            # an atomic's write-back race (shm/atomic_race.py) takes that path
+        if op == IBV_WR_RDMA_READ and region == REGION_HOST:
+            # the commonest verb, with the fewest steps (dst is the address's node by construction)
+            mem = thr.fabric.memory[dst]
+            status = IBV_WC_SUCCESS if self._kernels.read_write(True, mem.mrt, rkey, REGION_HOST, addr & OFFSET_MASK,
+                                                                length, mem.host, mem.host_locks, thr.buf, off, False) \
+                else IBV_WC_REM_ACCESS_ERR
+        elif (region == REGION_HOST or region == REGION_DEVICE) and (op == IBV_WR_RDMA_WRITE or not self._write_race):
+            # the rest of apply_one_sided in one compiled call; an atomic's write-back race
+            # (shm/atomic_race.py) takes apply_one_sided
             fabric = thr.fabric
+            kind = LAND_KIND[op]
             if kind != LAND_READ:
                 before_write(fabric, dst)        # READs deferred past now land first (shm/deferred.py)
                 if kind >= 0:                    # the operands as int64 bit patterns (remote_atomic)
