@@ -669,9 +669,10 @@ class VerbBatch:
         self._dr = deferred_reads_of(thread.fabric, env)   # None: every READ lands at its effect time
         # persistent memory's durability model (shm/nvm.py): None unless a node has NVM
         self._nvm = nvm_shadow_of(thread.fabric)
-        # the compiled landings (one-line READs here, the rest through apply_one_sided and
-        # begin_landing), entered without numba's typing of their arguments (shm/kernels.py): the
-        # arrays are the fabric's own and the thread's buffer
+        # the compiled landings (a one-line READ of host memory, any other verb that lands at once:
+        # land_verb_now; multi-line transfers: begin_landing's kernels), entered without numba's
+        # typing of their arguments (shm/kernels.py): the arrays are the fabric's own and the
+        # thread's buffer
         self._kernels = thread.host_kernels()
         # a multi-line READ's test whether it lands whole, and its landing (shm/landing.py)
         self._read_whole = land_read_whole_entry(thread.fabric, thread.buf)
