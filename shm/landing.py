@@ -429,7 +429,9 @@ class PendingWrites:
 
     def add_rows(self, node: int, rows, now: int = -1) -> None:
         """:meth:`add_verb` of each work request of ``rows`` (a post to ``node``: ``shm.nic.WR_*``
-        columns, priced) but READs, in one compiled call (``pw_push_rows``)."""
+        columns, priced) but READs, in one compiled call (``pw_push_rows``). ``rows`` must be a
+        C-contiguous int64 array, as a coroutine's batch rows are: the call is entered without
+        numba's typing of its arguments (shm/kernels.py)."""
         h = self.heaps.get(node)
         if h is None:
             h = self.heap(node)
