@@ -997,7 +997,7 @@ class VerbBatch:
             kind = LAND_KIND[op]
             if kind != LAND_READ:
                 before_write(fabric, dst)        # READs deferred past now land first (shm/deferred.py)
-                if kind >= 0:                    # the operands as int64 bit patterns (remote_atomic)
+                if kind >= 0:                    # the operands as int64 bit patterns (to_i64, inlined)
                     a = ((a + I64_BIAS) & _U64) - I64_BIAS
                     b = ((b + I64_BIAS) & _U64) - I64_BIAS
                     am = ((am + I64_BIAS) & _U64) - I64_BIAS

@@ -255,13 +255,19 @@ def _pop_top(h):
         k = least
 
 
-@njit(cache=True)
-def pw_push(h, first, last, off, end, now):
-    """Add a write's entry (``first <= last``) to node array ``h``, after dropping the entries at
-    the top whose window ended before ``now`` (no answer asked at ``now`` or later needs them;
-    ``now`` -1 drops none). False, adding nothing, if the array is full (the caller grows it)."""
+@njit(cache=True, inline='always')
+def _drop_ended(h, now):
+    """Drop the entries at the top whose window ended before ``now``: no answer asked at ``now``
+    or later needs them (``now`` -1 drops none)."""
     while h[0, 0] > 0 and h[1, _LAST] < now:
         _pop_top(h)
+
+
+@njit(cache=True)
+def pw_push(h, first, last, off, end, now):
+    """Add a write's entry (``first <= last``) to node array ``h``, after :func:`_drop_ended`.
+    False, adding nothing, if the array is full (the caller grows it)."""
+    _drop_ended(h, now)
     k = h[0, 0] + 1
     if k >= h.shape[0]:
         return False
@@ -282,8 +288,7 @@ def pw_push_rows(h, rows, now):
     (all but READs; ``rows``: the post's rows, ``shm.nic.WR_*``, priced): its landing window
     (effect to the other end) and bytes, any byte if it is not host memory
     (:meth:`PendingWrites.add_verb`). False, adding none, if the array lacks room for them all."""
-    while h[0, 0] > 0 and h[1, _LAST] < now:
-        _pop_top(h)
+    _drop_ended(h, now)
     need = 0
     for i in range(rows.shape[0]):
         if rows[i, WR_OP] != VERB_READ:
@@ -306,8 +311,7 @@ def pw_push_rows(h, rows, now):
 def pw_next_change(h, now, floor):
     """:meth:`PendingWrites.next_change` of node array ``h`` (``floor``: ``floor_ns``)."""
     soonest = now + floor
-    while h[0, 0] > 0 and h[1, _LAST] < now:
-        _pop_top(h)
+    _drop_ended(h, now)
     if h[0, 0] == 0:
         return soonest
     first = h[1, _FIRST]

@@ -1128,7 +1128,7 @@ LAND_KIND = {IBV_WR_RDMA_READ: LAND_READ, IBV_WR_RDMA_WRITE: LAND_WRITE, **_ATOM
 I64_BIAS = 1 << 63
 
 
-def _i64(v: int) -> int:
+def to_i64(v: int) -> int:
     """The int64 with the same 64 bits as ``v`` (which may be negative or up to 2**64-1)."""
     v &= _U64
     return v - (1 << 64) if v >> 63 else v
@@ -1166,7 +1166,7 @@ def apply_one_sided(fabric: Fabric, dst: int, op: int, remote_addr: int, rkey: i
     check, atomic = (mr_check, remote_atomic) if kernels is None or not host else (kernels.check, kernels.atomic)
     if not check(mem.mrt, rkey, region, off, length, _OPS[op][2]):
         return IBV_WC_REM_ACCESS_ERR
-    # operands as int64 bit patterns (_i64, inlined)
+    # operands as int64 bit patterns (to_i64, inlined)
     old = atomic(mem.host64 if host else mem.device64, off // 8, _ATOMIC_KIND[op],
                  ((compare_add + I64_BIAS) & _U64) - I64_BIAS, ((swap + I64_BIAS) & _U64) - I64_BIAS,
                  ((compare_add_mask + I64_BIAS) & _U64) - I64_BIAS,

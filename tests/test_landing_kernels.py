@@ -22,13 +22,12 @@ from shm.fabric import (
 from shm.landing import ALL_BYTES, PendingWrites, land_read_whole, land_read_whole_entry
 from shm.profile import load_profile
 from shm.verbs import (
-    I64_BIAS, IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_READ, IBV_ACCESS_REMOTE_WRITE, IBV_WC_REM_ACCESS_ERR,
+    IBV_ACCESS_REMOTE_ATOMIC, IBV_ACCESS_REMOTE_READ, IBV_ACCESS_REMOTE_WRITE, IBV_WC_REM_ACCESS_ERR,
     IBV_WC_REM_INV_REQ_ERR, IBV_WC_SUCCESS, IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD,
     IBV_WR_MASKED_ATOMIC_CMP_AND_SWP, IBV_WR_MASKED_ATOMIC_FETCH_AND_ADD, IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE,
-    LAND_KIND, apply_one_sided,
+    LAND_KIND, apply_one_sided, to_i64,
 )
 
-U64 = (1 << 64) - 1
 OPS = (IBV_WR_RDMA_READ, IBV_WR_RDMA_WRITE, IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD,
        IBV_WR_MASKED_ATOMIC_CMP_AND_SWP, IBV_WR_MASKED_ATOMIC_FETCH_AND_ADD)
 STATUS = {VERB_LANDED: IBV_WC_SUCCESS, VERB_RACED: IBV_WC_SUCCESS, VERB_REFUSED: IBV_WC_REM_ACCESS_ERR,
@@ -41,10 +40,6 @@ def _fabric(prefix, tag):
                       prefix=f"{prefix}{tag}")
     f.expose("m0")
     return f
-
-
-def _i64(v: int) -> int:
-    return ((v + I64_BIAS) & U64) - I64_BIAS
 
 
 def test_land_verb_now_lands_as_apply_one_sided_does(prefix):
@@ -97,7 +92,7 @@ def test_land_verb_now_lands_as_apply_one_sided_does(prefix):
             arrays = (mem.host, mem.host64, mem.host_locks) if region == REGION_HOST else \
                 (mem.device, mem.device64, mem.device_locks)
             got = kernels.verb(LAND_KIND[op], region, mem.mrt, keys[1][which], off, length, *arrays, lbuf_new, loff,
-                               *[_i64(v) for v in vals], not new.profile.nic.ordered_multiline_writes)
+                               *[to_i64(v) for v in vals], not new.profile.nic.ordered_multiline_writes)
             assert STATUS[got] == want, (op, region, off, length, which)
             assert (got == VERB_RACED) == (ref.windows["cas_raced"] > raced)
             assert np.array_equal(lbuf_ref, lbuf_new)
