@@ -111,6 +111,20 @@ def test_event_queue_entries_are_schedule_entries():
     assert log == ["early", "schedule", "queue"] and env.now == 10
 
 
+def test_withdraw_takes_a_timeout_out_of_the_queue_and_leaves_the_rest():
+    env = Environment()
+    log = []
+    deadline = env.timeout(50)
+    for t in (30, 10, 20, 10):
+        env.schedule(t, log.append, t)
+    assert env.withdraw(deadline) and not env.withdraw(deadline)   # gone; a second time: nothing
+    env.run()
+    assert log == [10, 10, 20, 30] and env.now == 30               # the clock ends at the last entry
+    fired = env.timeout(5)
+    env.run()
+    assert not env.withdraw(fired) and env.now == 35                # a timeout that fired is not there
+
+
 def test_take_seqs_draws_the_numbers_as_many_next_seq_calls_would():
     env, twin = Environment(), Environment()
     _, next_seq = env.event_queue()

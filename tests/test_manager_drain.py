@@ -9,7 +9,7 @@ actors) only when each has answered DONE, i.e. when its last straggler has finis
 ``DRAIN_LIMIT_NS``."""
 from nodes.manager import DRAIN_LIMIT_NS, ColocatedLink, Manager
 from nodes.steps import RunStep
-from shm.sim.env import Environment
+from shm.sim.env import INF, Environment
 from shm.sim.router import MSG_DONE, MSG_DRAIN, MSG_START
 
 LATENCY = 1_000
@@ -53,6 +53,9 @@ def test_the_plan_ends_after_the_last_straggler():
     drained_at = drains[0][1]
     assert ended == [drained_at + STRAGGLER_NS + LATENCY]      # cn0's DONE, one message later
     assert mgr.step == len(mgr.plan) and not mgr.statistics().waiting_for
+    # the drain's deadline is withdrawn once every node answered: the run (its clock, the
+    # dashboard's vtime and speed) ends with the plan, not DRAIN_LIMIT_NS after it
+    assert env.now == ended[0] and env.peek() == INF
 
 
 def test_an_operation_stuck_for_good_cannot_hold_the_rack_open():

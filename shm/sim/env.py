@@ -57,6 +57,8 @@ times, and the entries it schedules are still ``(t, seq, fn, arg)`` tuples on th
   ``heappush(heap, (t, next_seq(), fn, arg))`` itself (``t >= now``: the caller clamps): the same
   entry, without a call.  ``env.peek()`` is the time of the next entry.  ``env.take_seqs(n)``
   draws ``n`` consecutive sequence numbers at once (places for entries kept out of the queue).
+  ``env.withdraw(timeout)`` takes a timeout that has not fired out of the queue: a deadline no
+  longer needed, which would otherwise still move the clock to its time when popped.
 * ``env.seed``: the seed the environment was made with (read-only), from which models derive
   their own random streams.
 * ``env.succeed_last(ev, value)``: ``ev.succeed(value)`` as the last action of a heap callback
@@ -74,7 +76,7 @@ times, and the entries it schedules are still ``(t, seq, fn, arg)`` tuples on th
 from __future__ import annotations
 
 import random
-from heapq import heappop, heappush
+from heapq import heapify, heappop, heappush
 from itertools import count, islice
 from typing import Any, Callable, Iterable, NamedTuple
 
@@ -530,6 +532,23 @@ class Environment:
         ev.defused = False
         heappush(self._heap, (self.now + delay_ns, self._next_seq(), _process_event, ev))
         return ev
+
+    def withdraw(self, timeout: Event) -> bool:
+        """Take ``timeout`` (made by :meth:`timeout`, not fired yet) out of the queue; False if it
+        is not there (it fired, or is not a timeout). A deadline a process no longer waits for (the
+        other event of its ``any_of`` fired) would still be popped at its time and move the clock
+        there, so a run would end at the deadline instead of at its last real event. Nothing
+        else moves: the other entries keep their times and sequence numbers. A scan of the
+        queue (O(n)): for a deadline dropped once in a while, not per verb."""
+        heap = self._heap
+        for i, entry in enumerate(heap):
+            if entry[3] is timeout and entry[2] is _process_event:
+                last = heap.pop()
+                if i < len(heap):
+                    heap[i] = last
+                    heapify(heap)
+                return True
+        return False
 
     def schedule(self, at_ns: int, callback, *args) -> None:
         """Call ``callback(*args)`` at virtual time ``at_ns`` (clamped to now)."""
