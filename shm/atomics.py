@@ -320,9 +320,27 @@ def _fence_k():
 # is also the place for the bounds check the jitted path leaves out.
 
 _MASK64 = (1 << 64) - 1
+# The native-order word dtypes: numpy hands out one descriptor object per builtin type, so an
+# ``is`` test recognises them for a few ns (``arr.dtype in (np.int64, np.uint64)`` and
+# ``arr.dtype.type(v)`` cost about a µs each; the epoch announcements of nodes/systems/lib/
+# reclaim.py and the stats plane call these entry points once or twice per operation). Anything
+# else, a byte-swapped dtype included, takes the full checks below, which decide alike.
+_I64, _U64 = np.dtype(np.int64), np.dtype(np.uint64)
+_new_u64 = np.uint64
 
 
 def _check(arr, i, *, write: bool = True) -> int:
+    if type(arr) is np.ndarray and type(i) is int:
+        dt = arr.dtype
+        if (dt is _I64 or dt is _U64) and arr.ndim == 1 and 0 <= i < arr.shape[0]:
+            flags = arr.flags
+            if flags.c_contiguous and (flags.writeable or not write):
+                return i
+    return _check_slow(arr, i, write)
+
+
+def _check_slow(arr, i, write: bool) -> int:
+    """:func:`_check` for any argument: the error a bad one gets, or the index."""
     if not (
         isinstance(arr, np.ndarray)
         and arr.ndim == 1
@@ -344,7 +362,21 @@ def _check(arr, i, *, write: bool = True) -> int:
     return i
 
 
-def _word_of(arr: np.ndarray, value) -> np.integer:
+def _word_of(arr: np.ndarray, value):
+    if type(value) is int:
+        dt = arr.dtype
+        if dt is _I64:
+            # a Python int within int64's range: numba types it int64, the array's specialisation
+            # (making an np.int64 of it costs more than the kernel's call)
+            v = value & _MASK64
+            return v - (1 << 64) if v >> 63 else v
+        if dt is _U64:
+            return _new_u64(value & _MASK64)
+    return _word_of_slow(arr, value)
+
+
+def _word_of_slow(arr: np.ndarray, value) -> np.integer:
+    """:func:`_word_of` for any operand: ``value`` wrapped to 64 bits, as the array's scalar type."""
     v = int(value) & _MASK64
     if arr.dtype == np.int64 and v >> 63:
         v -= 1 << 64

@@ -316,3 +316,31 @@ def test_hammer_masked_faa_fields(prefix):
     word = _hammer(prefix, "masked", n, [(1 << (16 * k), boundary) for k in range(4)])
     fields = [(word >> (16 * k)) & 0xFFFF for k in range(4)]
     assert fields == [n % (1 << 16)] * 4
+
+
+def test_python_entry_points_fast_path_decides_as_the_full_checks():
+    """``_check`` and ``_word_of`` recognise native int64/uint64 arrays and int operands by
+    identity; every other argument takes the full checks. Both must give the same index, the
+    same word and the same error."""
+    from shm.atomics import _check, _check_slow, _word_of, _word_of_slow
+
+    def outcome(fn, *args):
+        try:
+            return ("ok", fn(*args))
+        except Exception as e:                                    # noqa: BLE001 - compared
+            return (type(e).__name__, str(e))
+
+    ro = np.zeros(4, np.int64)
+    ro.flags.writeable = False
+    arrays = [np.zeros(4, np.int64), np.zeros(4, np.uint64), ro, np.zeros(8, np.int64)[::2],
+              np.zeros((2, 2), np.int64), np.zeros(4, np.float64), np.zeros(4, np.dtype(">i8")), [0, 0]]
+    rng = random.Random(7)
+    for arr in arrays:
+        for i in (0, 3, 4, -1, np.int64(2), True, 2.0):
+            for write in (True, False):
+                assert outcome(lambda *a: _check(*a, write=write), arr, i) == outcome(_check_slow, arr, i, write)
+        if isinstance(arr, np.ndarray) and arr.dtype in (np.int64, np.uint64):
+            values = [0, -1, 1 << 63, (1 << 64) - 1, 1 << 64, -(1 << 63) - 1, np.uint64(5), np.int64(-5)]
+            for v in values + [rng.getrandbits(70) - (1 << 69) for _ in range(200)]:
+                fast, slow = _word_of(arr, v), _word_of_slow(arr, v)
+                assert int(fast) == int(slow) and arr.dtype.type(fast) == slow
