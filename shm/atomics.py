@@ -326,7 +326,7 @@ _MASK64 = (1 << 64) - 1
 # reclaim.py and the stats plane call these entry points once or twice per operation). Anything
 # else, a byte-swapped dtype included, takes the full checks below, which decide alike.
 _I64, _U64 = np.dtype(np.int64), np.dtype(np.uint64)
-_new_u64 = np.uint64
+_new_i64, _new_u64 = np.int64, np.uint64
 
 
 def _check(arr, i, *, write: bool = True) -> int:
@@ -363,15 +363,21 @@ def _check_slow(arr, i, write: bool) -> int:
 
 
 def _word_of(arr: np.ndarray, value):
-    if type(value) is int:
-        dt = arr.dtype
-        if dt is _I64:
+    dt = arr.dtype
+    kind = type(value)
+    if dt is _I64:
+        if kind is int:
             # a Python int within int64's range: numba types it int64, the array's specialisation
             # (making an np.int64 of it costs more than the kernel's call)
             v = value & _MASK64
             return v - (1 << 64) if v >> 63 else v
-        if dt is _U64:
+        if kind is _new_i64:            # already the array's scalar (a word read from it, say)
+            return value
+    elif dt is _U64:
+        if kind is int:
             return _new_u64(value & _MASK64)
+        if kind is _new_u64:
+            return value
     return _word_of_slow(arr, value)
 
 

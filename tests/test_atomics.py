@@ -340,7 +340,8 @@ def test_python_entry_points_fast_path_decides_as_the_full_checks():
             for write in (True, False):
                 assert outcome(lambda *a: _check(*a, write=write), arr, i) == outcome(_check_slow, arr, i, write)
         if isinstance(arr, np.ndarray) and arr.dtype in (np.int64, np.uint64):
-            values = [0, -1, 1 << 63, (1 << 64) - 1, 1 << 64, -(1 << 63) - 1, np.uint64(5), np.int64(-5)]
+            values = [0, -1, 1 << 63, (1 << 64) - 1, 1 << 64, -(1 << 63) - 1, np.uint64(5), np.int64(-5),
+                      np.uint64((1 << 64) - 1), np.int64(-(1 << 63)), np.int32(-3), True, 2.0]
             for v in values + [rng.getrandbits(70) - (1 << 69) for _ in range(200)]:
                 fast, slow = _word_of(arr, v), _word_of_slow(arr, v)
                 assert int(fast) == int(slow) and arr.dtype.type(fast) == slow
