@@ -323,8 +323,9 @@ _MASK64 = (1 << 64) - 1
 # The native-order word dtypes: numpy hands out one descriptor object per builtin type, so an
 # ``is`` test recognises them for a few ns (``arr.dtype in (np.int64, np.uint64)`` and
 # ``arr.dtype.type(v)`` cost about a µs each; the epoch announcements of nodes/systems/lib/
-# reclaim.py and the stats plane call these entry points once or twice per operation). Anything
-# else, a byte-swapped dtype included, takes the full checks below, which decide alike.
+# reclaim.py call these entry points once or twice an operation when a thread runs one
+# coroutine). Anything else, a byte-swapped dtype included, takes the full checks below, which
+# decide alike.
 _I64, _U64 = np.dtype(np.int64), np.dtype(np.uint64)
 _new_i64, _new_u64 = np.int64, np.uint64
 
