@@ -152,6 +152,9 @@ def test_a_run_side_by_side_gives_the_rows_and_tables_of_a_run_one_part_after_th
     assert side_rows == one_rows
     order = [side_out.index(title) for title in ("fig1  (", "fig2  (", "fig3  (")]
     assert order == sorted(order)
+    # side by side a title says when the part ended (not its own cost); one after the other, its seconds
+    assert "fig2  (ended " in side_out and " s into the run)" in side_out
+    assert "s real)" in one_out and "into the run" not in one_out
     assert [r["experiment"] for r in side_rows] == ["fig1"] * 4 + ["fig2"] * 3 + ["fig3"] * 2
     assert not _children()
 
