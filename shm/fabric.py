@@ -28,7 +28,7 @@ from numba import njit, typeof
 from shm import nic
 from shm.atomics import cas, faa, load_acquire, load_word_at, masked_cas, masked_faa, store_release, store_word_at
 from shm.calendar import CalendarAliased
-from shm.kernels import entry
+from shm.kernels import entry, type_key
 from shm.profile_schema import Profile
 from shm.segment import Segment, new_prefix
 
@@ -399,7 +399,19 @@ class HostKernels(NamedTuple):
 
 
 def host_kernels(fabric: "Fabric", lbuf: np.ndarray) -> HostKernels:
-    """:class:`HostKernels` for ``fabric``'s host memory and local buffers of ``lbuf``'s type."""
+    """:class:`HostKernels` for ``fabric``'s host memory and local buffers of ``lbuf``'s type.
+    Looked up once per fabric and buffer type: every QP and coroutine thread asks at its making,
+    and the checks and entries' keys cost about 90 µs a time, two thirds of a QP's making, paid
+    per reply port by racks that make thousands of sockets (DPA-Store's clients: one per
+    coroutine, docs/bench.md)."""
+    key = type_key(lbuf)
+    kernels = fabric._host_kernels.get(key)
+    if kernels is None:
+        kernels = fabric._host_kernels[key] = _host_kernels(fabric, lbuf)
+    return kernels
+
+
+def _host_kernels(fabric: "Fabric", lbuf: np.ndarray) -> HostKernels:
     mem = fabric.memory[0]      # every node's host memory has the same array types
     for a, b in ((mem.device, mem.host), (mem.device64, mem.host64), (mem.device_locks, mem.host_locks)):
         if typeof(a) != typeof(b):
@@ -431,6 +443,7 @@ class Fabric:
         self.table = segments["fabric"].array(np.int64, 0, self.layout.words)
         self.private_flag = segments["fabric"].array(np.int64, self.layout.words * 8, 1)
         self.descriptors = self.layout.descriptors
+        self._host_kernels: dict = {}      # host_kernels(): buffer type -> HostKernels
         self.memory: list[NodeMemory] = []
         for i, spec in enumerate(nodes):
             host = segments[f"mem{i}"]

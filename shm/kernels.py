@@ -22,19 +22,25 @@ that happens to be strided does not silently select a slower layout that later c
 from __future__ import annotations
 
 import numpy as np
-from numba import typeof
+from numba import typeof, types
 
-__all__ = ["entry"]
+__all__ = ["entry", "type_key"]
 
 _ENTRIES: dict = {}
+_I64_MIN, _I64_END = -(1 << 63), 1 << 63
 
 
-def _shape_of(a):
+def type_key(a):
     """What numba's type of ``a`` depends on, cheaply: for an array its dtype, dimensions, layout
-    and flags (``typeof`` takes microseconds per array); anything else is typed as numba does."""
+    and flags (``typeof`` takes microseconds per array); anything else is typed as numba does.
+    Equal keys mean the same compiled version: a key for caches of entry points. A Python int
+    in int64's range is numba's int64 (``typeof`` goes through its dispatch and ``bit_length``
+    for that, about 5 µs: the examples of :func:`entry` are mostly such ints)."""
     if isinstance(a, np.ndarray):
         f = a.flags
         return (a.dtype, a.ndim, f.c_contiguous, f.writeable, f.aligned)
+    if type(a) is int and _I64_MIN <= a < _I64_END:
+        return types.int64
     return typeof(a)
 
 
@@ -45,7 +51,7 @@ def entry(kernel, *example):
         if isinstance(a, np.ndarray) and not a.flags.c_contiguous:
             raise ValueError(f"{kernel.__name__}: an entry point needs C-contiguous arrays, got shape "
                              f"{a.shape} with strides {a.strides}")
-    key = (kernel, tuple(_shape_of(a) for a in example))
+    key = (kernel, tuple(type_key(a) for a in example))
     fn = _ENTRIES.get(key)
     if fn is None:
         fn = _ENTRIES[key] = kernel.compile(tuple(typeof(a) for a in example))

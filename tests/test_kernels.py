@@ -7,7 +7,9 @@ from numba import njit
 
 from shm import fabric as F
 from shm.atomics import load_word_at, store_word_at
-from shm.kernels import entry
+from numba import typeof
+
+from shm.kernels import entry, type_key
 
 
 @njit(cache=True)
@@ -20,6 +22,27 @@ def test_entry_runs_the_dispatchers_code():
     fn = entry(_scaled_sum, a, 3)
     assert fn(a, 3) == _scaled_sum(a, 3) == 135
     assert entry(_scaled_sum, a, 3) is fn          # one entry per signature
+
+
+def test_type_key_of_an_int_is_numbas_type():
+    # the shortcut for ints must name the type numba's typeof gives, at the edges of int64 too
+    for v in (0, 1, -1, 2**31, -2**31 - 1, 2**62, 2**63 - 1, -2**63, 2**63, 2**64 - 1):
+        assert type_key(v) == typeof(v), v
+    assert type_key(True) == typeof(True)           # a bool is not an int64
+    assert type_key(1.5) == typeof(1.5)
+    big = np.arange(4, dtype=np.uint64)
+    fn = entry(_scaled_sum, big, 2**63)             # an int past int64 is uint64: its own entry
+    assert fn is not entry(_scaled_sum, big, 3)
+
+
+def test_host_kernels_are_made_once_per_fabric_and_buffer_type():
+    from shm.profile import load_profile
+    with F.Fabric.create(load_profile("cx6-200g"), [F.NodeSpec("c0"), F.NodeSpec("m0", "memory", 1 << 20)],
+                         private=True) as fab:
+        host = fab.memory[0].host
+        k = F.host_kernels(fab, host)
+        assert F.host_kernels(fab, fab.memory[1].host) is k     # every node's host memory: one type
+        assert F.host_kernels(fab, np.zeros(64, np.uint8)) is k  # a thread's buffer of the same type
 
 
 def test_entry_refuses_a_strided_example():
