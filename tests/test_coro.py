@@ -529,3 +529,20 @@ def test_cas_contention_loses_no_update_and_is_deterministic(prefix):
     assert final == 4 * 4 * 6
     assert attempts > final                        # there was contention
     assert again == results[0]                     # same seed, same virtual history
+
+
+def test_a_handles_value_is_its_uint64_view_wherever_it_sits():
+    """``Handle.value`` reads the word in place: the same integer as the uint64 view of its 8
+    bytes, the same error when fewer than 8 are left, and a strided buffer read as its slice."""
+    import numpy as np
+
+    from shm.coro import Handle
+    rng = np.random.default_rng(5)
+    buf = rng.integers(0, 256, 4096, dtype=np.uint8)
+    for off in list(rng.integers(0, 4096 - 8, 300)) + [0, 4088]:
+        off = int(off)
+        assert Handle(buf, off, 8).value == int(buf[off:off + 8].view(np.uint64)[0])
+    with pytest.raises(ValueError):
+        Handle(buf, 4090, 8).value            # 6 bytes left: no word there
+    strided = buf[::2]
+    assert Handle(strided, 10, 8).value == int.from_bytes(strided[10:18].tobytes(), "little")
