@@ -593,3 +593,44 @@ def test_smart_bt_and_marlin_keep_the_per_line_leaf():
         assert "leaf_layout" not in {o.name for o in system.options}
         with rig(system) as r:
             assert r.layout["leaf_layout"] == "per-line"
+
+
+def _probe_reference(leaf: bytes, key: bytes) -> int:
+    """Sherman's packed-leaf probe written out: torn (-1) if the front and rear node versions
+    differ or an entry's f and r bytes differ; else the slot holding ``key`` | the first free slot << 8."""
+    from nodes.systems.sherman.layout import PACKED_HEADER, PACKED_REAR, PACKED_SLOTS
+    if leaf[:4] != leaf[PACKED_REAR:PACKED_REAR + 4]:
+        return -1
+    found = free = 0
+    for s in range(PACKED_SLOTS):
+        e = leaf[PACKED_HEADER + s * PACKED_ENTRY:PACKED_HEADER + (s + 1) * PACKED_ENTRY]
+        if e[0] != e[17]:
+            return -1
+        if e[0] >> 4 == 0:
+            free = free or s + 1
+        elif not found and e[1:9] == key:
+            found = s + 1
+    return found | free << 8
+
+
+def test_packed_leaf_probe_matches_its_reference_on_random_leaves():
+    import numpy as np
+
+    from nodes.systems.sherman.layout import PackedLeaf, packed_entry, packed_leaf_image
+    rng = random.Random(7)
+    keys = [rng.getrandbits(64).to_bytes(8, "little") for _ in range(200)]
+    keys += [bytes(8), b"\xff" * 8, (1 << 63).to_bytes(8, "little")]       # the sign bit set, or not
+    buf = np.zeros(3 * NODE_BYTES, np.uint8)
+    for trial in range(300):
+        present = rng.sample(keys, rng.randint(0, 54))
+        entries = [(rng.randrange(16), 8, k, bytes(8)) for k in present]
+        img = packed_leaf_image(rng.getrandbits(32), 0, None, 0, entries)
+        for s in rng.sample(range(len(entries)), min(len(entries), rng.randint(0, 3))):    # freed slots
+            at = 32 + s * PACKED_ENTRY
+            img[at:at + PACKED_ENTRY] = packed_entry(0, bytes(8), 0, b"", used=False)
+        if trial % 10 == 0:                     # torn: a version byte or an entry's r byte off
+            img[rng.choice([0, 32 + 17 + PACKED_ENTRY * rng.randrange(len(entries) or 1)])] ^= 1
+        off = NODE_BYTES * rng.randrange(3)
+        buf[off:off + NODE_BYTES] = np.frombuffer(bytes(img), np.uint8)
+        for key in rng.sample(keys, 8) + present[:2]:
+            assert PackedLeaf.probe(buf, None, off, key) == _probe_reference(bytes(img), key), (trial, key)

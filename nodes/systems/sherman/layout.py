@@ -308,7 +308,8 @@ def packed_leaf_image(nv: int, low: int, high: int | None, sibling: int, entries
 def packed_leaf_probe(buf, off, key):
     """One pass over a packed leaf snapshot (``buf`` uint8): -1 if torn (front != rear, or an
     entry's f != r), else ``found | free << 8`` with the slot (1..54) holding ``key`` (the key's
-    raw bytes as a little-endian uint64) and the first free slot (0: none)."""
+    raw bytes as a little-endian int64, :func:`key_signed_le`: a Python int the dispatcher types
+    int64 without a numpy scalar made per probe) and the first free slot (0: none)."""
     for j in range(4):
         if buf[off + j] != buf[off + 1020 + j]:
             return -1
@@ -323,9 +324,9 @@ def packed_leaf_probe(buf, off, key):
             if free == 0:
                 free = s + 1
         elif found == 0:
-            k = np.uint64(0)
+            k = np.int64(0)                # the entry's key bytes, as key_signed_le reads them
             for j in range(8):
-                k |= np.uint64(buf[e + 1 + j]) << np.uint64(8 * j)
+                k |= np.int64(buf[e + 1 + j]) << np.int64(8 * j)
             if k == key:
                 found = s + 1
     return found | (free << 8)
@@ -417,7 +418,7 @@ class PackedLeaf:
 
     @staticmethod
     def probe(buf, b64, off: int, key: bytes) -> int:
-        return packed_leaf_probe(buf, off, np.uint64(int.from_bytes(key, "little")))
+        return packed_leaf_probe(buf, off, int.from_bytes(key, "little", signed=True))   # key_signed_le
 
     @staticmethod
     def consistent(buf, b64, off: int) -> bool:
