@@ -87,6 +87,86 @@ def test_fixed_point_prediction_matches_exact_arithmetic(name):
             assert abs(p - real) <= Fraction(51, 100)
 
 
+
+def _fit_lines_reference(keys, eps):
+    """The greedy optimal PLA written with the module's helpers (``_vec``, ``_slope_lt``,
+    ``_cross``) and the extreme lines' slopes taken afresh for every key: what
+    ``pla._fit_lines`` computes with those tests written out in integers."""
+    _vec, _slope_lt, _cross, _canonical_line = pla._vec, pla._slope_lt, pla._cross, pla._canonical_line
+    lines = []
+    n = len(keys)
+    start = 0
+    i = 0
+    while i < n:
+        x = keys[i]
+        up, lo = (x, i + eps), (x, i - eps)
+        rect = [up, lo, None, None]
+        upper, lower = [up], [lo]
+        upper_start = lower_start = 0
+        count = 1
+        i += 1
+        while i < n:
+            x = keys[i]
+            p1, p2 = (x, i + eps), (x, i - eps)
+            if count == 1:
+                rect[2], rect[3] = p2, p1
+                upper.append(p1)
+                lower.append(p2)
+                count += 1
+                i += 1
+                continue
+            slope1 = _vec(rect[2], rect[0])
+            slope2 = _vec(rect[3], rect[1])
+            if _slope_lt(_vec(p1, rect[2]), slope1) or _slope_lt(slope2, _vec(p2, rect[3])):
+                break
+            if _slope_lt(_vec(p1, rect[1]), slope2):
+                # the new upper point lowers the steepest line: pivot it on the lower hull
+                best, best_i = _vec(lower[lower_start], p1), lower_start
+                for j in range(lower_start + 1, len(lower)):
+                    v = _vec(lower[j], p1)
+                    if _slope_lt(best, v):
+                        break
+                    best, best_i = v, j
+                rect[1], rect[3] = lower[best_i], p1
+                lower_start = best_i
+                end = len(upper)
+                while end >= upper_start + 2 and _cross(upper[end - 2], upper[end - 1], p1) <= 0:
+                    end -= 1
+                del upper[end:]
+                upper.append(p1)
+            if _slope_lt(slope1, _vec(p2, rect[0])):
+                # the new lower point raises the flattest line: pivot it on the upper hull
+                best, best_i = _vec(upper[upper_start], p2), upper_start
+                for j in range(upper_start + 1, len(upper)):
+                    v = _vec(upper[j], p2)
+                    if _slope_lt(v, best):
+                        break
+                    best, best_i = v, j
+                rect[0], rect[2] = upper[best_i], p2
+                upper_start = best_i
+                end = len(lower)
+                while end >= lower_start + 2 and _cross(lower[end - 2], lower[end - 1], p2) >= 0:
+                    end -= 1
+                del lower[end:]
+                lower.append(p2)
+            count += 1
+            i += 1
+        lines.append(_canonical_line(start, i, rect, count))
+        start = i
+    return lines
+
+
+@pytest.mark.parametrize("name", sorted(DATASETS))
+@pytest.mark.parametrize("eps", [0, 1, 3, 8, 64])
+def test_fit_lines_is_the_plain_algorithm(name, eps):
+    ks = DATASETS[name].tolist()
+    assert pla._fit_lines(ks, eps) == _fit_lines_reference(ks, eps)
+    rng = np.random.default_rng(eps)
+    for n in (1, 2, 3, 17):                       # short runs: one point, two, the first pivots
+        few = sorted(set(rng.integers(0, 2**64, n, dtype=np.uint64, endpoint=False).tolist()))
+        assert pla._fit_lines(few, eps) == _fit_lines_reference(few, eps)
+
+
 def test_segment_count_decreases_as_eps_grows():
     for name in ("uniform", "clustered"):
         counts = [len(pla.segment(DATASETS[name], eps)) for eps in (1, 2, 4, 8, 16, 32, 64)]

@@ -212,6 +212,12 @@ def _fit_lines(keys: Sequence[int], eps: int) -> list[_Line]:
     extreme feasible lines (rect[0]->rect[2] steepest-down, rect[1]->rect[3] steepest-up); a point
     outside them ends the segment. Every feasible line passes through their intersection with a
     slope between theirs, so the line through it with the mean slope is feasible.
+
+    The four tests a key makes against the two extreme lines are written out in integers, with
+    the lines' direction vectors kept (``d1`` = rect[2] - rect[0], ``d2`` = rect[3] - rect[1]) and
+    renewed only when a pivot moves them: the same comparisons as ``_slope_lt(_vec(..), ..)``
+    without four tuples and six calls a key, a third of a bulk load's time (docs/bench.md);
+    ``tests/test_dpastore_pla.py`` holds it to the same algorithm written with the helpers.
     """
     lines: list[_Line] = []
     n = len(keys)
@@ -225,22 +231,26 @@ def _fit_lines(keys: Sequence[int], eps: int) -> list[_Line]:
         upper_start = lower_start = 0
         count = 1
         i += 1
+        if i < n:                       # a second point: the extreme lines join the first two
+            x = keys[i]
+            rect[2], rect[3] = (x, i - eps), (x, i + eps)
+            upper.append(rect[3])
+            lower.append(rect[2])
+            count += 1
+            i += 1
+        if count == 2:
+            (r0x, r0y), (r1x, r1y), (r2x, r2y), (r3x, r3y) = rect
+            d1x, d1y = r2x - r0x, r2y - r0y          # slope1 of the helpers' version
+            d2x, d2y = r3x - r1x, r3y - r1y          # slope2
         while i < n:
             x = keys[i]
-            p1, p2 = (x, i + eps), (x, i - eps)
-            if count == 1:
-                rect[2], rect[3] = p2, p1
-                upper.append(p1)
-                lower.append(p2)
-                count += 1
-                i += 1
-                continue
-            slope1 = _vec(rect[2], rect[0])
-            slope2 = _vec(rect[3], rect[1])
-            if _slope_lt(_vec(p1, rect[2]), slope1) or _slope_lt(slope2, _vec(p2, rect[3])):
+            y1, y2 = i + eps, i - eps                # the new upper and lower points' ranks
+            # _slope_lt(p1 - rect[2], slope1) or _slope_lt(slope2, p2 - rect[3]): outside, segment ends
+            if (y1 - r2y) * d1x < d1y * (x - r2x) or d2y * (x - r3x) < (y2 - r3y) * d2x:
                 break
-            if _slope_lt(_vec(p1, rect[1]), slope2):
+            if (y1 - r1y) * d2x < d2y * (x - r1x):
                 # the new upper point lowers the steepest line: pivot it on the lower hull
+                p1 = (x, y1)
                 best, best_i = _vec(lower[lower_start], p1), lower_start
                 for j in range(lower_start + 1, len(lower)):
                     v = _vec(lower[j], p1)
@@ -248,14 +258,18 @@ def _fit_lines(keys: Sequence[int], eps: int) -> list[_Line]:
                         break
                     best, best_i = v, j
                 rect[1], rect[3] = lower[best_i], p1
+                (r1x, r1y), (r3x, r3y) = rect[1], p1
+                d2x, d2y = r3x - r1x, r3y - r1y
                 lower_start = best_i
                 end = len(upper)
                 while end >= upper_start + 2 and _cross(upper[end - 2], upper[end - 1], p1) <= 0:
                     end -= 1
                 del upper[end:]
                 upper.append(p1)
-            if _slope_lt(slope1, _vec(p2, rect[0])):
+            # the flattest line as it was before this key (the pivot above moves only rect[1], rect[3])
+            if d1y * (x - r0x) < (y2 - r0y) * d1x:
                 # the new lower point raises the flattest line: pivot it on the upper hull
+                p2 = (x, y2)
                 best, best_i = _vec(upper[upper_start], p2), upper_start
                 for j in range(upper_start + 1, len(upper)):
                     v = _vec(upper[j], p2)
@@ -263,6 +277,8 @@ def _fit_lines(keys: Sequence[int], eps: int) -> list[_Line]:
                         break
                     best, best_i = v, j
                 rect[0], rect[2] = upper[best_i], p2
+                (r0x, r0y), (r2x, r2y) = rect[0], p2
+                d1x, d1y = r2x - r0x, r2y - r0y
                 upper_start = best_i
                 end = len(lower)
                 while end >= lower_start + 2 and _cross(lower[end - 2], lower[end - 1], p2) >= 0:
