@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import gc
+import signal
 import sys
+import threading
 
 from cluster.experiments.pointpool import available_cpus
 from shm.calendar import CalendarAliased
@@ -658,6 +660,18 @@ class _Parser(argparse.ArgumentParser):
 GC_THRESHOLDS = (100_000, 50, 100)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM to a command that runs no supervisor of its own (``reproduce``, ``bench``, ...):
+    unwound as Ctrl-C is, so its pool's workers are terminated (each unlinks its segments on
+    SIGTERM, shm/segment.py) and its own racks close, instead of the process dying at once and
+    its workers with it (their parent-death signal is SIGKILL), leaving their segments behind.
+    ``dmrack up``/``run`` put their supervisor's handler in its place while they run."""
+
+
+def _on_sigterm(signum, frame):
+    raise Terminated()
+
+
 def main(argv=None) -> int:
     before = gc.get_threshold()
     gc.set_threshold(*GC_THRESHOLDS)
@@ -859,8 +873,16 @@ def _main(argv=None) -> int:
     c.set_defaults(func=_cmd_clean)
 
     args = parser.parse_args(argv)
+    # only where nobody else handles SIGTERM (main() called in-process by a test keeps its own)
+    own_term = threading.current_thread() is threading.main_thread() \
+        and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    if own_term:
+        signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         return args.func(args)
+    except Terminated:
+        print("dmrack: terminated", file=sys.stderr)
+        return 128 + signal.SIGTERM
     except KeyboardInterrupt:
         print("dmrack: interrupted", file=sys.stderr)
         return 130
@@ -872,6 +894,9 @@ def _main(argv=None) -> int:
         # not bad input: the model's calendars were too short for this run (a bug to report)
         print(f"dmrack {args.command}: {e}", file=sys.stderr)
         return 1
+    finally:
+        if own_term:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 if __name__ == "__main__":

@@ -249,3 +249,38 @@ def test_a_restart_of_a_node_that_is_not_dead_is_one_line_and_status_2(tmp_path)
                  '[[step]]\naction = "run"\nduration_ms = 0.1\n[[step]]\naction = "restart"\nnode = "cn1"\n')
     r = dmrack("run", str(f), "--no-dashboard")
     assert_one_line_exit_2(r, str(f), 'step[3].node = "cn1"', "cn1 is not dead at this step")
+
+
+def test_sigterm_to_a_reproduction_ends_its_pool_and_leaves_no_segment():
+    """SIGTERM to ``dmrack reproduce`` (no supervisor of its own) unwinds as Ctrl-C does: the
+    pool's workers are terminated and unlink their racks' segments, exit status 143. Before, the
+    command died at once, its workers with it (SIGKILL, their parent-death signal), and every
+    segment of the points in flight stayed in /dev/shm."""
+    import signal
+    import time
+
+    import psutil
+    proc = subprocess.Popen([sys.executable, "-m", "cluster.cli", "reproduce", "sherman", "--quick", "--only",
+                             "ablation", "--jobs", "2", "--quiet"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    workers: set[int] = set()
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            kids = {c.pid for c in psutil.Process(proc.pid).children(recursive=True)}
+            if kids and any(owner_pid_of(s) in kids for s in list_segments()):
+                workers = kids                 # a point's rack is up in a worker
+                break
+            time.sleep(0.2)
+        assert workers, "no worker made a rack within 120 s"
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 128 + signal.SIGTERM, stderr
+    assert "terminated" in stderr and "Traceback" not in stderr, stderr
+    time.sleep(0.5)
+    left = [s for s in list_segments() if owner_pid_of(s) in workers | {proc.pid}]
+    assert left == [], left
