@@ -89,10 +89,11 @@ def test_fixed_point_prediction_matches_exact_arithmetic(name):
 
 
 def _fit_lines_reference(keys, eps):
-    """The greedy optimal PLA written with the module's helpers (``_vec``, ``_slope_lt``,
-    ``_cross``) and the extreme lines' slopes taken afresh for every key: what
-    ``pla._fit_lines`` computes with those tests written out in integers."""
-    _vec, _slope_lt, _cross, _canonical_line = pla._vec, pla._slope_lt, pla._cross, pla._canonical_line
+    """The greedy optimal PLA as it was written before its tests were spelled out: the extreme
+    lines' slopes taken afresh for every key and compared with the module's helpers (``_vec``,
+    ``_slope_lt``); the hulls' pivots are the module's own (``_pivot_steepest``,
+    ``_pivot_flattest``), which both loops share. ``pla._fit_lines`` must give the same lines."""
+    _vec, _slope_lt, _canonical_line = pla._vec, pla._slope_lt, pla._canonical_line
     lines = []
     n = len(keys)
     start = 0
@@ -120,35 +121,11 @@ def _fit_lines_reference(keys, eps):
             if _slope_lt(_vec(p1, rect[2]), slope1) or _slope_lt(slope2, _vec(p2, rect[3])):
                 break
             if _slope_lt(_vec(p1, rect[1]), slope2):
-                # the new upper point lowers the steepest line: pivot it on the lower hull
-                best, best_i = _vec(lower[lower_start], p1), lower_start
-                for j in range(lower_start + 1, len(lower)):
-                    v = _vec(lower[j], p1)
-                    if _slope_lt(best, v):
-                        break
-                    best, best_i = v, j
-                rect[1], rect[3] = lower[best_i], p1
-                lower_start = best_i
-                end = len(upper)
-                while end >= upper_start + 2 and _cross(upper[end - 2], upper[end - 1], p1) <= 0:
-                    end -= 1
-                del upper[end:]
-                upper.append(p1)
+                lower_start = pla._pivot_steepest(lower, lower_start, upper, upper_start, p1)
+                rect[1], rect[3] = lower[lower_start], p1
             if _slope_lt(slope1, _vec(p2, rect[0])):
-                # the new lower point raises the flattest line: pivot it on the upper hull
-                best, best_i = _vec(upper[upper_start], p2), upper_start
-                for j in range(upper_start + 1, len(upper)):
-                    v = _vec(upper[j], p2)
-                    if _slope_lt(v, best):
-                        break
-                    best, best_i = v, j
-                rect[0], rect[2] = upper[best_i], p2
-                upper_start = best_i
-                end = len(lower)
-                while end >= lower_start + 2 and _cross(lower[end - 2], lower[end - 1], p2) >= 0:
-                    end -= 1
-                del lower[end:]
-                lower.append(p2)
+                upper_start = pla._pivot_flattest(upper, upper_start, lower, lower_start, p2)
+                rect[0], rect[2] = upper[upper_start], p2
             count += 1
             i += 1
         lines.append(_canonical_line(start, i, rect, count))

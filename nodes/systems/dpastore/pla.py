@@ -204,6 +204,41 @@ class _Line(NamedTuple):
     slope: Fraction
 
 
+def _pivot_steepest(lower: list, lower_start: int, upper: list, upper_start: int, p1) -> int:
+    """The new upper point ``p1`` lowers the steepest feasible line: pivot it on the lower hull
+    (from ``lower_start``, the hull point giving the least slope to ``p1``) and add ``p1`` to the
+    upper points' lower hull. Returns the pivot's index in ``lower``: the line starts there."""
+    best, best_i = _vec(lower[lower_start], p1), lower_start
+    for j in range(lower_start + 1, len(lower)):
+        v = _vec(lower[j], p1)
+        if _slope_lt(best, v):
+            break
+        best, best_i = v, j
+    end = len(upper)
+    while end >= upper_start + 2 and _cross(upper[end - 2], upper[end - 1], p1) <= 0:
+        end -= 1
+    del upper[end:]
+    upper.append(p1)
+    return best_i
+
+
+def _pivot_flattest(upper: list, upper_start: int, lower: list, lower_start: int, p2) -> int:
+    """:func:`_pivot_steepest` mirrored: the new lower point ``p2`` raises the flattest line,
+    pivoted on the upper hull; ``p2`` joins the lower points' upper hull."""
+    best, best_i = _vec(upper[upper_start], p2), upper_start
+    for j in range(upper_start + 1, len(upper)):
+        v = _vec(upper[j], p2)
+        if _slope_lt(v, best):
+            break
+        best, best_i = v, j
+    end = len(lower)
+    while end >= lower_start + 2 and _cross(lower[end - 2], lower[end - 1], p2) >= 0:
+        end -= 1
+    del lower[end:]
+    lower.append(p2)
+    return best_i
+
+
 def _fit_lines(keys: Sequence[int], eps: int) -> list[_Line]:
     """Greedy optimal PLA: maximal runs whose points (key, rank) all lie within +/- eps of a line.
 
@@ -217,7 +252,7 @@ def _fit_lines(keys: Sequence[int], eps: int) -> list[_Line]:
     the lines' direction vectors kept (``d1`` = rect[2] - rect[0], ``d2`` = rect[3] - rect[1]) and
     renewed only when a pivot moves them: the same comparisons as ``_slope_lt(_vec(..), ..)``
     without four tuples and six calls a key, a third of a bulk load's time (docs/bench.md);
-    ``tests/test_dpastore_pla.py`` holds it to the same algorithm written with the helpers.
+    ``tests/test_dpastore_pla.py`` holds it to the same loop written with the helpers.
     """
     lines: list[_Line] = []
     n = len(keys)
@@ -238,7 +273,6 @@ def _fit_lines(keys: Sequence[int], eps: int) -> list[_Line]:
             lower.append(rect[2])
             count += 1
             i += 1
-        if count == 2:
             (r0x, r0y), (r1x, r1y), (r2x, r2y), (r3x, r3y) = rect
             d1x, d1y = r2x - r0x, r2y - r0y          # slope1 of the helpers' version
             d2x, d2y = r3x - r1x, r3y - r1y          # slope2
@@ -249,42 +283,18 @@ def _fit_lines(keys: Sequence[int], eps: int) -> list[_Line]:
             if (y1 - r2y) * d1x < d1y * (x - r2x) or d2y * (x - r3x) < (y2 - r3y) * d2x:
                 break
             if (y1 - r1y) * d2x < d2y * (x - r1x):
-                # the new upper point lowers the steepest line: pivot it on the lower hull
                 p1 = (x, y1)
-                best, best_i = _vec(lower[lower_start], p1), lower_start
-                for j in range(lower_start + 1, len(lower)):
-                    v = _vec(lower[j], p1)
-                    if _slope_lt(best, v):
-                        break
-                    best, best_i = v, j
-                rect[1], rect[3] = lower[best_i], p1
+                lower_start = _pivot_steepest(lower, lower_start, upper, upper_start, p1)
+                rect[1], rect[3] = lower[lower_start], p1
                 (r1x, r1y), (r3x, r3y) = rect[1], p1
                 d2x, d2y = r3x - r1x, r3y - r1y
-                lower_start = best_i
-                end = len(upper)
-                while end >= upper_start + 2 and _cross(upper[end - 2], upper[end - 1], p1) <= 0:
-                    end -= 1
-                del upper[end:]
-                upper.append(p1)
             # the flattest line as it was before this key (the pivot above moves only rect[1], rect[3])
             if d1y * (x - r0x) < (y2 - r0y) * d1x:
-                # the new lower point raises the flattest line: pivot it on the upper hull
                 p2 = (x, y2)
-                best, best_i = _vec(upper[upper_start], p2), upper_start
-                for j in range(upper_start + 1, len(upper)):
-                    v = _vec(upper[j], p2)
-                    if _slope_lt(v, best):
-                        break
-                    best, best_i = v, j
-                rect[0], rect[2] = upper[best_i], p2
+                upper_start = _pivot_flattest(upper, upper_start, lower, lower_start, p2)
+                rect[0], rect[2] = upper[upper_start], p2
                 (r0x, r0y), (r2x, r2y) = rect[0], p2
                 d1x, d1y = r2x - r0x, r2y - r0y
-                upper_start = best_i
-                end = len(lower)
-                while end >= lower_start + 2 and _cross(lower[end - 2], lower[end - 1], p2) >= 0:
-                    end -= 1
-                del lower[end:]
-                lower.append(p2)
             count += 1
             i += 1
         lines.append(_canonical_line(start, i, rect, count))

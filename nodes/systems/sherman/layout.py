@@ -418,7 +418,7 @@ class PackedLeaf:
 
     @staticmethod
     def probe(buf, b64, off: int, key: bytes) -> int:
-        return packed_leaf_probe(buf, off, int.from_bytes(key, "little", signed=True))   # key_signed_le
+        return packed_leaf_probe(buf, off, key_signed_le(key))
 
     @staticmethod
     def consistent(buf, b64, off: int) -> bool:
