@@ -27,6 +27,7 @@ Subclasses (SMART-BT, Dolphin) override the pieces: :meth:`find_node` (the desce
 from __future__ import annotations
 
 from bisect import bisect_right
+from operator import itemgetter
 from typing import NamedTuple
 
 from nodes.systems.api import KVClient, SystemGaveUp
@@ -50,6 +51,7 @@ from .layout import (
 #: per operation, a node just READ scanned line by line, and one search of the index cache per
 #: descent, priced by the cache's size (Sherman's skiplist: a DRAM miss per level).
 RETRY_LIMIT = 100_000
+_KEY_INT = itemgetter(1)                  # a parsed entry's key as an int (layout's entries())
 #: Bytes one cached internal node counts for in ``cache_bytes``: its 1 KB copy, as Sherman's code
 #: sizes its index cache (include/IndexCache.h: a cache of M MB holds ``M MB / sizeof(InternalPage)``
 #: pages; the skiplist entries that index them are not counted), which is what Dolphin's Table II
@@ -491,7 +493,7 @@ class ShermanClient(HoclClient, KVClient):
         entries = fmt.entries(self._mv, off)
         vlen, field = fmt.value_field(value, block)
         entries.append((0, k, 0, vlen, key, field))
-        entries.sort(key=lambda e: e[1])
+        entries.sort(key=_KEY_INT)
         half = len(entries) // 2
         sep = entries[half][1]
         left = [(e[2] + 1, e[3], e[4], e[5]) for e in entries[:half]]

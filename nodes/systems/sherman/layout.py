@@ -64,6 +64,9 @@ MAX_NODE = 255
 HEADER = struct.Struct("<IBBH8s8sQQ")      # nv, level, flags, count, low, high, sibling, leftmost
 LINE_HEAD = struct.Struct("<IBBBx8s")      # nv, ev, vlen, eflags, key
 REF = struct.Struct("<QI")                 # out-of-line block: gaddr, length
+ENTRY_LINE = struct.Struct("<IBBBx8s48s")  # a leaf entry line whole: LINE_HEAD, then the value field
+INTERNAL_LINE = struct.Struct("<8x8sQ8sQ8sQ8x")  # an internal line: nv and pad, three (key, child), pad
+PAIR = struct.Struct("<8sQ")               # one (key, child) pair of an internal node
 
 _U64 = (1 << 64) - 1
 
@@ -115,9 +118,14 @@ def leaf_image(nv: int, low: int, high: int | None, sibling: int, entries) -> by
     img = bytearray(NODE_BYTES)
     stamp_lines(img, nv)
     _header(img, nv, 0, low, high, sibling, len(entries))
-    for i, (ev, vlen, key, field) in enumerate(entries, 1):
-        LINE_HEAD.pack_into(img, i * LINE, nv & NV_MASK, ev & 0xFF, vlen, USED, key)
-        img[i * LINE + 16:i * LINE + 16 + len(field)] = field
+    nv &= NV_MASK
+    pack = ENTRY_LINE.pack_into
+    at = LINE
+    for ev, vlen, key, field in entries:
+        if len(field) > INLINE_VALUE:
+            raise ValueError(f"a leaf entry's value field holds {INLINE_VALUE} bytes, got {len(field)}")
+        pack(img, at, nv, ev & 0xFF, vlen, USED, key, field)     # a short field: zeros after it
+        at += LINE
     return img
 
 
@@ -129,10 +137,11 @@ def internal_image(nv: int, level: int, low: int, high: int | None, sibling: int
     img = bytearray(NODE_BYTES)
     stamp_lines(img, nv)
     _header(img, nv, level, low, high, sibling, len(keys), leftmost)
-    for e, (k, c) in enumerate(zip(keys, children)):
-        off = (1 + e // 3) * LINE + 8 + 16 * (e % 3)
-        img[off:off + 8] = k.to_bytes(8, "big")
-        struct.pack_into("<Q", img, off + 8, c)
+    pack = PAIR.pack_into
+    off = LINE + 8                     # pairs at +8, +24, +40 of lines 1..15
+    for k, c in zip(keys, children):
+        pack(img, off, k.to_bytes(8, "big"), c)
+        off += 32 if off % LINE == 40 else 16
     return img
 
 
@@ -179,22 +188,27 @@ class Header:
 def leaf_entries(buf, off: int):
     """Every used entry of a leaf snapshot: (line, key int, ev, vlen, key bytes, field bytes)."""
     out = []
-    for i in range(1, LINES):
-        base = off + i * LINE
-        nv, ev, vlen, eflags, key = LINE_HEAD.unpack_from(buf, base)
+    i = 0
+    # the 15 entry lines copied once and unpacked whole (one struct call a line)
+    for nv, ev, vlen, eflags, key, field in ENTRY_LINE.iter_unpack(bytes(buf[off + LINE:off + NODE_BYTES])):
+        i += 1
         if eflags & USED:
-            out.append((i, int.from_bytes(key, "big"), ev, vlen, key,
-                        bytes(buf[base + 16:base + 16 + (12 if vlen == OUT_OF_LINE else vlen)])))
+            out.append((i, int.from_bytes(key, "big"), ev, vlen, key, field[:12 if vlen == OUT_OF_LINE else vlen]))
     return out
 
 
 def internal_entries(buf, off: int, count: int):
     """(keys, children) of an internal snapshot (count pairs)."""
     keys, children = [], []
-    for e in range(min(count, INTERNAL_KEYS)):
-        o = off + (1 + e // 3) * LINE + 8 + 16 * (e % 3)
-        keys.append(int.from_bytes(buf[o:o + 8], "big"))
-        children.append(struct.unpack_from("<Q", buf, o + 8)[0])
+    n = min(count, INTERNAL_KEYS)
+    if n <= 0:
+        return keys, children
+    # the lines that hold the pairs, copied once; each line's three pairs in one struct call
+    for k0, c0, k1, c1, k2, c2 in INTERNAL_LINE.iter_unpack(bytes(buf[off + LINE:off + LINE * (1 + (n + 2) // 3)])):
+        keys += (int.from_bytes(k0, "big"), int.from_bytes(k1, "big"), int.from_bytes(k2, "big"))
+        children += (c0, c1, c2)
+    if len(keys) > n:                  # the last line's unused pairs
+        del keys[n:], children[n:]
     return keys, children
 
 
@@ -259,6 +273,7 @@ PACKED_REAR = NODE_BYTES - 4
 PACKED_SLOTS = (PACKED_REAR - PACKED_HEADER) // PACKED_ENTRY    # 54, Sherman's kLeafCardinality
 PACKED_INLINE = 8                                              # Sherman's Value (uint64_t)
 PACKED_OUT = 15
+PACKED_SLOT = struct.Struct("<B8s8sB")                         # f, key, value field, r
 _BLOCK_UNITS_BITS = 14
 _BLOCK_OFF_BITS = 42
 
@@ -285,8 +300,10 @@ def packed_entry(ev: int, key: bytes, vlen: int, field: bytes, used: bool = True
     """The 18 bytes of a packed entry (``vlen`` 0..8 inline, OUT_OF_LINE: ``field`` is the block word)."""
     code = 0 if not used else (PACKED_OUT if vlen == OUT_OF_LINE else vlen + 1)
     fr = (ev & 0xF) | (code << 4)
-    body = bytes(key) + bytes(field).ljust(8, b"\0")
-    return bytes((fr,)) + body + bytes((fr,))
+    if len(key) != KEY_BYTES or len(field) > PACKED_INLINE:
+        raise ValueError(f"a packed entry takes an {KEY_BYTES}-byte key and at most {PACKED_INLINE} bytes of value "
+                         f"field, got {len(key)} and {len(field)}")
+    return PACKED_SLOT.pack(fr, bytes(key), bytes(field), fr)       # a short field: zeros after it
 
 
 def packed_leaf_image(nv: int, low: int, high: int | None, sibling: int, entries) -> bytearray:
@@ -297,9 +314,8 @@ def packed_leaf_image(nv: int, low: int, high: int | None, sibling: int, entries
     HEADER.pack_into(img, 0, nv & NV_MASK, 0, HIGH_INF if high is None else 0, len(entries),
                      low.to_bytes(8, "big"), (high or 0).to_bytes(8, "big"), sibling, 0)
     img[PACKED_HEADER:PACKED_HEADER + 8] = bytes(8)        # HEADER's leftmost word is entry space here
-    for s, (ev, vlen, key, field) in enumerate(entries):
-        e = PACKED_HEADER + s * PACKED_ENTRY
-        img[e:e + PACKED_ENTRY] = packed_entry(ev, key, vlen, field)
+    body = b"".join([packed_entry(ev, key, vlen, field) for ev, vlen, key, field in entries])
+    img[PACKED_HEADER:PACKED_HEADER + len(body)] = body
     struct.pack_into("<I", img, PACKED_REAR, nv & NV_MASK)
     return img
 
@@ -432,15 +448,17 @@ class PackedLeaf:
     def entries(buf, off: int):
         """Every used entry: (slot, key int, ev, vlen, key bytes, value field bytes), as leaf_entries."""
         out = []
-        for s in range(1, PACKED_SLOTS + 1):
-            e = off + PACKED_HEADER + (s - 1) * PACKED_ENTRY
-            f = int(buf[e])
+        s = 0
+        start = off + PACKED_HEADER
+        # the 54 entries copied once and unpacked whole (one struct call an entry)
+        for f, key, field, _ in PACKED_SLOT.iter_unpack(bytes(buf[start:start + PACKED_SLOTS * PACKED_ENTRY])):
+            s += 1
             code = f >> 4
             if code:
-                key = bytes(buf[e + 1:e + 9])
-                vlen = OUT_OF_LINE if code == PACKED_OUT else code - 1
-                field = bytes(buf[e + 9:e + 17]) if vlen == OUT_OF_LINE else bytes(buf[e + 9:e + 9 + vlen])
-                out.append((s, int.from_bytes(key, "big"), f & 0xF, vlen, key, field))
+                if code == PACKED_OUT:
+                    out.append((s, int.from_bytes(key, "big"), f & 0xF, OUT_OF_LINE, key, field))
+                else:
+                    out.append((s, int.from_bytes(key, "big"), f & 0xF, code - 1, key, field[:code - 1]))
         return out
 
     @staticmethod
