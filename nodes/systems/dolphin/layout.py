@@ -203,6 +203,12 @@ class LeafFormat(NamedTuple):
         return bytes(out), True
 
 
+# a leaf's header and key words as one struct (per slot count): rev_ptr, front (FRONT_OFF), valid
+# (VALID_OFF), node id and last index (10, 14), min and max (MIN_OFF, MAX_OFF: big-endian keys), the keys
+# (KEYS_OFF); tests/test_dolphin_layout.py holds it to the offsets
+_HEAD_AND_KEYS: dict[int, struct.Struct] = {}
+
+
 class LeafImage:
     """A leaf as READ (whole, or header and keys only): its header fields and key words."""
 
@@ -213,14 +219,17 @@ class LeafImage:
         self.fmt = fmt
         self.addr = addr
         self.raw = raw
-        b = bytes(raw[:fmt.keys_end])
-        self.rev_ptr, = struct.unpack_from("<Q", b, 0)
-        self.front = b[FRONT_OFF]
-        self.valid = b[VALID_OFF]
-        self.node_id, self.last_index = struct.unpack_from("<IH", b, 10)
-        self.min = int.from_bytes(b[MIN_OFF:MIN_OFF + 8], "big")
-        self.max = int.from_bytes(b[MAX_OFF:MAX_OFF + 8], "big")
-        self.keys = list(struct.unpack_from(f"<{fmt.slots}Q", b, KEYS_OFF))
+        head = _HEAD_AND_KEYS.get(fmt.slots)
+        if head is None:
+            head = _HEAD_AND_KEYS[fmt.slots] = struct.Struct(f"<QBBIH8s8s{fmt.slots}Q")
+        try:
+            v = head.unpack_from(raw)              # the header and the key words in one call, in place
+        except (BufferError, TypeError, ValueError):   # a buffer struct cannot read in place (not contiguous)
+            v = head.unpack_from(bytes(raw[:fmt.keys_end]))
+        self.rev_ptr, self.front, self.valid, self.node_id, self.last_index = v[:5]
+        self.min = int.from_bytes(v[5], "big")
+        self.max = int.from_bytes(v[6], "big")
+        self.keys = list(v[7:])
         self.rear = rear
 
     @property

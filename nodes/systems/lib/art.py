@@ -323,9 +323,19 @@ def build_node(addr: int, node_type: int, depth: int, partial: bytes, rev_ptr: i
     return NodeImage(addr, node_type, rev_ptr, encode_header(depth, node_type, partial), slots)
 
 
+_WORDS: dict[int, struct.Struct] = {}     # a node image's length in words -> the struct that unpacks it
+
+
 def parse_node(addr: int, node_type: int, raw) -> NodeImage:
     """A node image from the bytes of a READ (a numpy view or bytes) of ``node_bytes(node_type)``."""
-    words = struct.unpack_from(f"<{len(raw) // 8}Q", bytes(raw))
+    n = len(raw) // 8
+    words = _WORDS.get(n)
+    if words is None:
+        words = _WORDS[n] = struct.Struct(f"<{n}Q")
+    try:
+        words = words.unpack_from(raw)        # in place: no copy of the READ's bytes
+    except (BufferError, TypeError, ValueError):   # a buffer struct cannot read in place (not contiguous)
+        words = words.unpack_from(bytes(raw))
     return NodeImage(addr, node_type, words[0], words[1], list(words[2:]))
 
 
