@@ -201,6 +201,23 @@ class RecvWR:
     sg: list = field(default_factory=list)
 
 
+def _as_posted(wr: SendWR) -> SendWR:
+    """The work request as ``post_send`` took it, for its effect and completion to read later:
+    ibverbs copies a work request into its WQE at post, so a program may change or reuse the
+    SendWR (and its SGEs) as soon as ``post_send`` returns. Its fields and its SGEs copied,
+    without the dataclass's ``__init__`` (about a microsecond a work request)."""
+    c = _new_object(SendWR)
+    d = c.__dict__
+    d.update(wr.__dict__)
+    sg = []
+    for sge in wr.sg:
+        s = _new_object(SGE)
+        s.__dict__.update(sge.__dict__)
+        sg.append(s)
+    d["sg"] = sg
+    return c
+
+
 class WC(NamedTuple):
     """A work completion (``ibv_wc``); made on the hot path as ``_new_tuple(WC, (every field))``."""
     wr_id: int
@@ -215,6 +232,7 @@ class WC(NamedTuple):
 
 
 _new_tuple = tuple.__new__
+_new_object = object.__new__
 assert WC._field_defaults == {"src_qp": 0, "imm_data": 0, "vendor_err": 0, "src_node": -1}
 
 
@@ -560,15 +578,24 @@ class _Pending:
 
 
 class _RawReads(ReadBatch):
-    """A raw post's deferred READs (``QP._defer``): ``items`` holds their work requests, each
-    replaced by its ``_Pending`` if it is handed back to an effect event (``QP._undefer``)."""
+    """A raw post's deferred READs (``QP._defer``): ``items`` holds their work requests' ids as
+    posted, each replaced by its ``_Pending`` if it is handed back to an effect event
+    (``QP._undefer``); the rest of each request as posted is its row (:meth:`posted`)."""
 
     __slots__ = ("sizes", "seq0", "handed")
 
     def pending(self, row: int) -> _Pending:
         """Row ``row``'s ``_Pending``; whether it is signaled, its completion event says
         (``QP._complete_read`` sets it)."""
-        return _Pending(self.items[row], False, IBV_WC_RDMA_READ, self.sizes[row], self.seq0 + row)
+        return _Pending(self.posted(row), False, IBV_WC_RDMA_READ, self.sizes[row], self.seq0 + row)
+
+    def posted(self, row: int) -> SendWR:
+        """Row ``row``'s work request as posted (a program may have changed its SendWR since), from
+        the row ``post_send`` packed: all a one-line READ's effect reads."""
+        r = self.rows[row].tolist()
+        return SendWR(wr_id=self.items[row], opcode=IBV_WR_RDMA_READ,
+                      sg=[SGE(r[nic.WR_LADDR] << OFFSET_BITS | r[nic.WR_LOFF], self.sizes[row], r[nic.WR_LKEY])],
+                      remote_addr=r[nic.WR_RADDR] << OFFSET_BITS | r[nic.WR_OFF], rkey=r[nic.WR_RKEY])
 
 
 class QP:
@@ -791,7 +818,8 @@ class QP:
         sig_all = self.sq_sig_all
         for wr, length, (effect, done, other) in zip(wrs, sizes, times):
             op = wr.opcode
-            p = _Pending(wr, bool(sig_all or wr.send_flags & IBV_SEND_SIGNALED), _OPS[op][1], length, self._wr_seq)
+            p = _Pending(_as_posted(wr), bool(sig_all or wr.send_flags & IBV_SEND_SIGNALED), _OPS[op][1], length,
+                         self._wr_seq)
             self._wr_seq += 1
             if failed:
                 p.status = IBV_WC_WR_FLUSH_ERR
@@ -826,8 +854,9 @@ class QP:
         sig_all = self.sq_sig_all
         keys = []
         fabric = self.fabric
-        batch = _RawReads(fabric.memory[dst], rkey, rows.copy(), keys, list(wrs), fabric.memory[self.node].host, dst,
-                          owner=self, sample=self._sample)
+        # the ids as posted (ibverbs copies a work request at post: its SendWR may change meanwhile)
+        batch = _RawReads(fabric.memory[dst], rkey, rows.copy(), keys, [wr.wr_id for wr in wrs],
+                          fabric.memory[self.node].host, dst, owner=self, sample=self._sample)
         batch.sizes = sizes
         batch.handed = False
         batch.seq0 = self._wr_seq
@@ -1074,7 +1103,7 @@ class QP:
         self._unretired[self.node] += 1
         self.host.completed += 1
         if signaled:
-            self.scq._push(_new_tuple(WC, (batch.items[row].wr_id, IBV_WC_SUCCESS, IBV_WC_RDMA_READ,
+            self.scq._push(_new_tuple(WC, (batch.items[row], IBV_WC_SUCCESS, IBV_WC_RDMA_READ,
                                            int(batch.sizes[row]), self.qp_num, 0, 0, 0, -1)), True)
         else:
             self._unpolled_unsignaled += 1

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from shm.deferred import DEFER_MIN
 from shm.sim.env import Environment
 from shm.fabric import REGION_DEVICE, Fabric, NodeSpec, gaddr
 from shm.profile_schema import (
@@ -811,3 +812,47 @@ def test_cq_waiters_fire_when_their_counts_are_reached_through_polls_and_overrun
         assert len(cq) == unpolled
         assert sorted(s for s, ev in events.items() if ev.triggered) == sorted(fired)
     assert overruns > 50 and len(fired) > 300      # both paths taken, many times
+
+
+# -- a work request is copied at post ------------------------------------------------------------
+
+def test_a_work_request_changed_after_post_send_does_not_change_what_was_posted(rack):
+    """ibverbs copies a work request into its WQE at post: a program may change or reuse its SendWR
+    and SGE at once. A WRITE, a CAS and a batch of deferred one-line READs, each changed right after
+    ``post_send`` (before its effect): each lands and completes as posted (before the fix, the WRITE
+    landed at the changed address with the changed payload and both completions said wr_id 2)."""
+    r = rack
+    r.lmr.write(b"A" * 8, 8, 0)
+    r.lmr.write(b"B" * 8, 8, 64)
+    set_word(r.rmr, 5, 1024)
+    for i in range(4):
+        r.rmr.write(bytes([0x10 + i]) * 8, 8, 2048 + 64 * i)
+    write = rdma(IBV_WR_RDMA_WRITE, r.lmr, 0, 8, r.rmr.addr, r.rmr.rkey, 1)
+    cas = atomic(IBV_WR_ATOMIC_CMP_AND_SWP, r.lmr, 128, r.rmr.addr + 1024, r.rmr.rkey, 5, 9, wr_id=3)
+    reads = [rdma(IBV_WR_RDMA_READ, r.lmr, 4096 + 64 * i, 8, r.rmr.addr + 2048 + 64 * i, r.rmr.rkey, 10 + i)
+             for i in range(4)]
+    assert len(reads) >= DEFER_MIN                 # the deferred path (shm/deferred.py)
+
+    def body():
+        r.qp.post_send(write)
+        write.wr_id = 2                            # the same SendWR, reused at once for another WRITE
+        write.set_wr_rdma(r.rmr.rkey, r.rmr.addr + 512)
+        write.sg[0].addr = r.lmr.addr + 64
+        r.qp.post_send(write)
+        r.qp.post_send(cas)
+        cas.set_wr_atomic(r.rmr.rkey, r.rmr.addr + 1024, 7, 1)     # a CAS that would fail
+        r.qp.post_send(reads)
+        for i, wr in enumerate(reads):
+            wr.wr_id = 99
+            wr.set_wr_rdma(r.rmr.rkey, r.rmr.addr)                 # elsewhere
+            wr.sg[0].addr = r.lmr.addr + 8192 + 64 * i
+        return (yield from wait_cqes(r.env, r.cq, 7))
+
+    got = run_process(r.env, body())
+    assert [wc.wr_id for _, wc in got] == [1, 2, 3, 10, 11, 12, 13]
+    assert all(wc.status == IBV_WC_SUCCESS for _, wc in got)
+    assert r.rmr.read(8, 0) == b"A" * 8 and r.rmr.read(8, 512) == b"B" * 8
+    assert word(r.rmr, 1024) == 9 and word(r.lmr, 128) == 5        # the CAS as posted: swapped
+    for i in range(4):
+        assert r.lmr.read(8, 4096 + 64 * i) == bytes([0x10 + i]) * 8
+        assert r.lmr.read(8, 8192 + 64 * i) == bytes(8)
