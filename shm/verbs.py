@@ -201,12 +201,12 @@ class RecvWR:
     sg: list = field(default_factory=list)
 
 
-def _as_posted(wr: SendWR) -> SendWR:
-    """The work request as ``post_send`` took it, for its effect and completion to read later:
-    ibverbs copies a work request into its WQE at post, so a program may change or reuse the
-    SendWR (and its SGEs) as soon as ``post_send`` returns. Its fields and its SGEs copied,
-    without the dataclass's ``__init__`` (about a microsecond a work request)."""
-    c = _new_object(SendWR)
+def _as_posted(wr):
+    """The work request (a SendWR or RecvWR) as ``post_send`` / ``post_recv`` took it, for its
+    effect, delivery and completion to read later: ibverbs copies a work request into its WQE at
+    post, so a program may change or reuse the object (and its SGEs) as soon as the post returns.
+    Its fields and its SGEs copied, without the dataclass's ``__init__`` (about a microsecond)."""
+    c = _new_object(type(wr))
     d = c.__dict__
     d.update(wr.__dict__)
     sg = []
@@ -961,7 +961,7 @@ class QP:
         for wr in wrs:
             if wr.num_sge != len(wr.sg) or len(wr.sg) != 1:
                 raise PyverbsRDMAError("post_recv: exactly one SGE per RecvWR is supported", errno.EINVAL)
-        self._recv_queue.extend(wrs)
+        self._recv_queue.extend([_as_posted(wr) for wr in wrs])
         while self._early_sends and self._recv_queue:
             self._receive(*self._early_sends.pop(0))
 

@@ -856,3 +856,24 @@ def test_a_work_request_changed_after_post_send_does_not_change_what_was_posted(
     for i in range(4):
         assert r.lmr.read(8, 4096 + 64 * i) == bytes([0x10 + i]) * 8
         assert r.lmr.read(8, 8192 + 64 * i) == bytes(8)
+
+
+def test_a_receive_request_changed_after_post_recv_receives_as_posted(rack):
+    """A RecvWR is copied at post_recv too: one changed right after posting (its id and its
+    buffer) still receives into the buffer it was posted with and completes with its posted id."""
+    r = rack
+    r.lmr.write(b"hello, w", 8, 0)
+    rsge = SGE(r.rmr.addr + 256, 64, r.rmr.lkey)
+    rwr = RecvWR(wr_id=7, num_sge=1, sg=[rsge])
+    r.mqp.post_recv(rwr)
+    rwr.wr_id = 8
+    rsge.addr = r.rmr.addr + 1024                  # the same SGE object, changed after posting
+    send = SendWR(wr_id=1, opcode=IBV_WR_SEND, sg=[SGE(r.lmr.addr, 8, r.lmr.lkey)])
+    post_wait(r, send)
+
+    def recv():
+        return (yield from wait_cqes(r.env, r.mcq, 1))
+
+    wc = only_wc(run_process(r.env, recv()))
+    assert (wc.status, wc.opcode, wc.wr_id, wc.byte_len) == (IBV_WC_SUCCESS, IBV_WC_RECV, 7, 8)
+    assert r.rmr.read(8, 256) == b"hello, w" and r.rmr.read(8, 1024) == bytes(8)
