@@ -130,34 +130,43 @@ def _with_free_slots(rng, img, first, stride, slots, free_byte):
             img[first + s * stride + free_byte] &= 0x0F if free_byte == 0 else 0xFE
 
 
-@pytest.mark.parametrize("seed", range(40))
-def test_per_line_leaf_image_and_entries_match_the_reference(seed):
-    rng = random.Random(seed)
-    nv, (low, high), sibling = rng.getrandbits(40), _fences(rng), rng.getrandbits(56)
-    entries = _per_line_entries(rng, rng.randrange(0, L.LEAF_SLOTS + 1))
-    img = L.leaf_image(nv, low, high, sibling, entries)
-    assert img == ref_leaf_image(nv, low, high, sibling, entries)
-    _with_free_slots(rng, img, L.LINE, L.LINE, L.LEAF_SLOTS, 6)
-    for buf, off in ((bytes(img), 0), (np.frombuffer(bytes(64) + bytes(img), np.uint8), 64),
-                     (memoryview(bytearray(bytes(128) + img)), 128)):
-        assert L.leaf_entries(buf, off) == ref_leaf_entries(buf, off)
-        assert L.PerLineLeaf.entries(buf, off) == ref_leaf_entries(buf, off)
+# per leaf format: (entries, image, reference image, parsers, reference parse, where the slots are, the byte
+# whose clearing frees a slot)
+FORMATS = {
+    "per-line": (_per_line_entries, L.leaf_image, ref_leaf_image, (L.leaf_entries, L.PerLineLeaf.entries),
+                 ref_leaf_entries, L.LINE, L.LINE, L.LEAF_SLOTS, 6),
+    "packed": (_packed_entries, L.packed_leaf_image, ref_packed_leaf_image, (L.PackedLeaf.entries,),
+               ref_packed_entries, L.PACKED_HEADER, L.PACKED_ENTRY, L.PACKED_SLOTS, 0),
+}
 
 
+def _held(img):
+    """The same node as bytes, in a numpy buffer and in a memoryview, at offsets 0, 64 and 128."""
+    return ((bytes(img), 0), (np.frombuffer(bytes(64) + bytes(img), np.uint8), 64),
+            (memoryview(bytearray(bytes(128) + img)), 128))
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
 @pytest.mark.parametrize("seed", range(40))
-def test_packed_leaf_image_and_entries_match_the_reference(seed):
+def test_leaf_image_and_entries_match_the_reference(fmt, seed):
+    make, image, ref_image, parsers, ref_parse, first, stride, slots, free_byte = FORMATS[fmt]
     rng = random.Random(seed)
     nv, (low, high), sibling = rng.getrandbits(40), _fences(rng), rng.getrandbits(56)
-    entries = _packed_entries(rng, rng.randrange(0, L.PACKED_SLOTS + 1))
-    img = L.packed_leaf_image(nv, low, high, sibling, entries)
-    assert img == ref_packed_leaf_image(nv, low, high, sibling, entries)
-    for ev, vlen, key, field in entries:
+    entries = make(rng, rng.randrange(0, slots + 1))
+    img = image(nv, low, high, sibling, entries)
+    assert img == ref_image(nv, low, high, sibling, entries)
+    _with_free_slots(rng, img, first, stride, slots, free_byte)
+    for buf, off in _held(img):
+        for parse in parsers:
+            assert parse(buf, off) == ref_parse(buf, off)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_packed_entry_matches_the_reference(seed):
+    rng = random.Random(seed)
+    for ev, vlen, key, field in _packed_entries(rng, 20):
         for used in (True, False):
             assert L.packed_entry(ev, key, vlen, field, used) == ref_packed_entry(ev, key, vlen, field, used)
-    _with_free_slots(rng, img, L.PACKED_HEADER, L.PACKED_ENTRY, L.PACKED_SLOTS, 0)
-    for buf, off in ((bytes(img), 0), (np.frombuffer(bytes(64) + bytes(img), np.uint8), 64),
-                     (memoryview(bytearray(bytes(128) + img)), 128)):
-        assert L.PackedLeaf.entries(buf, off) == ref_packed_entries(buf, off)
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -170,7 +179,7 @@ def test_internal_image_and_entries_match_the_reference(seed):
                                                  rng.getrandbits(56), rng.getrandbits(56))
     img = L.internal_image(nv, level, low, high, sibling, leftmost, keys, children)
     assert img == ref_internal_image(nv, level, low, high, sibling, leftmost, keys, children)
-    for buf, off in ((bytes(img), 0), (np.frombuffer(bytes(64) + bytes(img), np.uint8), 64)):
+    for buf, off in _held(img):
         for count in {n, 0, max(n - 1, 0), L.INTERNAL_KEYS, L.INTERNAL_KEYS + 7}:
             assert L.internal_entries(buf, off, count) == ref_internal_entries(buf, off, count)
 
