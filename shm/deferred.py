@@ -162,7 +162,7 @@ class ReadBatch:
         self.rkey = rkey
         self.rows = rows            # a private copy: C_STATE tells which rows landed
         self.keys = keys            # (effect ns, seq) per row: its place in the total order (see places())
-        self.items = items          # the coroutine's queued verbs (handles at index 8), or a raw post's work requests
+        self.items = items          # the coroutine's queued verbs (handles at index 8), or a raw post's ids as posted
         self.lbuf = lbuf            # where they land: the posting thread's buffer, or a raw post's node memory
         self.node = node
         self.n = self.left = len(rows)   # rows, and rows not landed yet
