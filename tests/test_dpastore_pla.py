@@ -91,8 +91,8 @@ def test_fixed_point_prediction_matches_exact_arithmetic(name):
 def _fit_lines_reference(keys, eps):
     """The greedy optimal PLA as it was written before its tests were spelled out: the extreme
     lines' slopes taken afresh for every key and compared with the module's helpers (``_vec``,
-    ``_slope_lt``); the hulls' pivots are the module's own (``_pivot_steepest``,
-    ``_pivot_flattest``), which both loops share. ``pla._fit_lines`` must give the same lines."""
+    ``_slope_lt``); the hulls' pivots are the module's own (``_pivot``), which both loops
+    share. ``pla._fit_lines`` must give the same lines."""
     _vec, _slope_lt, _canonical_line = pla._vec, pla._slope_lt, pla._canonical_line
     lines = []
     n = len(keys)
@@ -121,10 +121,10 @@ def _fit_lines_reference(keys, eps):
             if _slope_lt(_vec(p1, rect[2]), slope1) or _slope_lt(slope2, _vec(p2, rect[3])):
                 break
             if _slope_lt(_vec(p1, rect[1]), slope2):
-                lower_start = pla._pivot_steepest(lower, lower_start, upper, upper_start, p1)
+                lower_start = pla._pivot(lower, lower_start, upper, upper_start, p1, 1)
                 rect[1], rect[3] = lower[lower_start], p1
             if _slope_lt(slope1, _vec(p2, rect[0])):
-                upper_start = pla._pivot_flattest(upper, upper_start, lower, lower_start, p2)
+                upper_start = pla._pivot(upper, upper_start, lower, lower_start, p2, -1)
                 rect[0], rect[2] = upper[upper_start], p2
             count += 1
             i += 1

@@ -204,38 +204,26 @@ class _Line(NamedTuple):
     slope: Fraction
 
 
-def _pivot_steepest(lower: list, lower_start: int, upper: list, upper_start: int, p1) -> int:
-    """The new upper point ``p1`` lowers the steepest feasible line: pivot it on the lower hull
-    (from ``lower_start``, the hull point giving the least slope to ``p1``) and add ``p1`` to the
-    upper points' lower hull. Returns the pivot's index in ``lower``: the line starts there."""
-    best, best_i = _vec(lower[lower_start], p1), lower_start
-    for j in range(lower_start + 1, len(lower)):
-        v = _vec(lower[j], p1)
-        if _slope_lt(best, v):
+def _pivot(hull: list, hull_start: int, points: list, points_start: int, p, side: int) -> int:
+    """A new point ``p`` moves an extreme feasible line: pivot the line on ``hull`` (from
+    ``hull_start``, the hull point giving the extreme slope to ``p``) and add ``p`` to its own
+    points' hull ``points``. ``side`` +1: ``p`` is an upper point that lowers the steepest line,
+    pivoted on the lower points' upper hull, and joins the upper points' lower hull; -1, the
+    mirror: a lower point raises the flattest line, pivoted on the upper points' lower hull, and
+    joins the lower points' upper hull. Returns the pivot's index in ``hull``: the line starts
+    there."""
+    best, best_i = _vec(hull[hull_start], p), hull_start
+    for j in range(hull_start + 1, len(hull)):
+        v = _vec(hull[j], p)
+        # side +1: stop where the slope rises again (_slope_lt(best, v)); -1: where it falls
+        if side * (best[1] * v[0] - v[1] * best[0]) < 0:
             break
         best, best_i = v, j
-    end = len(upper)
-    while end >= upper_start + 2 and _cross(upper[end - 2], upper[end - 1], p1) <= 0:
+    end = len(points)
+    while end >= points_start + 2 and side * _cross(points[end - 2], points[end - 1], p) <= 0:
         end -= 1
-    del upper[end:]
-    upper.append(p1)
-    return best_i
-
-
-def _pivot_flattest(upper: list, upper_start: int, lower: list, lower_start: int, p2) -> int:
-    """:func:`_pivot_steepest` mirrored: the new lower point ``p2`` raises the flattest line,
-    pivoted on the upper hull; ``p2`` joins the lower points' upper hull."""
-    best, best_i = _vec(upper[upper_start], p2), upper_start
-    for j in range(upper_start + 1, len(upper)):
-        v = _vec(upper[j], p2)
-        if _slope_lt(v, best):
-            break
-        best, best_i = v, j
-    end = len(lower)
-    while end >= lower_start + 2 and _cross(lower[end - 2], lower[end - 1], p2) >= 0:
-        end -= 1
-    del lower[end:]
-    lower.append(p2)
+    del points[end:]
+    points.append(p)
     return best_i
 
 
@@ -284,14 +272,14 @@ def _fit_lines(keys: Sequence[int], eps: int) -> list[_Line]:
                 break
             if (y1 - r1y) * d2x < d2y * (x - r1x):
                 p1 = (x, y1)
-                lower_start = _pivot_steepest(lower, lower_start, upper, upper_start, p1)
+                lower_start = _pivot(lower, lower_start, upper, upper_start, p1, 1)
                 rect[1], rect[3] = lower[lower_start], p1
                 (r1x, r1y), (r3x, r3y) = rect[1], p1
                 d2x, d2y = r3x - r1x, r3y - r1y
             # the flattest line as it was before this key (the pivot above moves only rect[1], rect[3])
             if d1y * (x - r0x) < (y2 - r0y) * d1x:
                 p2 = (x, y2)
-                upper_start = _pivot_flattest(upper, upper_start, lower, lower_start, p2)
+                upper_start = _pivot(upper, upper_start, lower, lower_start, p2, -1)
                 rect[0], rect[2] = upper[upper_start], p2
                 (r0x, r0y), (r2x, r2y) = rect[0], p2
                 d1x, d1y = r2x - r0x, r2y - r0y
